@@ -1,0 +1,120 @@
+# kvserve — one non-recursive Makefile.
+#   make            build build/kvserve (CUDA backend too when nvcc is found; CUDA=0 skips it)
+#   make run        build and start the server on the default model
+#   make test       build and run every Criterion test
+#   make asan       the tests under AddressSanitizer + UBSan
+#   make fuzz       the libFuzzer targets (clang)
+#   make bench      benchmarks (numbers, never a gate)
+#   V=1             show the commands
+
+Q := $(if $(V),,@)
+CC ?= cc
+BUILD ?= build
+WERROR ?= 1
+
+PKGS := libmicrohttpd libcjson libuv libpcre2-8
+PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+PKG_LIBS := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+
+OPT ?= -O2
+ARCH ?= -march=native
+CFLAGS_BASE := -std=c11 -D_GNU_SOURCE -g $(ARCH) -Wall -Wextra -Wshadow -Wno-unused-parameter \
+               -fno-strict-aliasing -MMD -MP -I. $(PKG_CFLAGS) $(if $(filter 1,$(WERROR)),-Werror)
+CFLAGS += $(OPT) $(CFLAGS_BASE)
+LDLIBS := $(PKG_LIBS) -lm -lpthread
+
+# --- CUDA -------------------------------------------------------------------
+NVCC ?= $(shell command -v nvcc 2>/dev/null || { test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc; })
+ifeq ($(NVCC),)
+CUDA ?= 0
+else
+CUDA ?= 1
+endif
+CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
+NVCC_ARCH ?= -gencode arch=compute_90,code=sm_90 -gencode arch=compute_80,code=compute_80
+NVCCFLAGS ?= -O2 -std=c++17 $(NVCC_ARCH) -I. -Xcompiler -Wall,-Wno-unused-parameter \
+             $(if $(filter 1,$(WERROR)),-Werror all-warnings -Xcompiler -Werror)
+CUDA_SRCS := $(wildcard cuda/*.cu)
+ifeq ($(CUDA),1)
+CFLAGS += -DKVSERVE_CUDA=1
+CUDA_OBJS := $(CUDA_SRCS:%.cu=$(BUILD)/%.o)
+CUDA_LIBS := -L$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/targets/x86_64-linux/lib -lcublas -lcublasLt \
+             -lcudart_static -ldl -lrt -lstdc++
+else
+CUDA_OBJS :=
+CUDA_LIBS :=
+endif
+
+# --- sources ----------------------------------------------------------------
+LIB_SRCS := $(wildcard engine/*.c cache/*.c cpu/*.c server/*.c) $(filter-out cli/main.c,$(wildcard cli/*.c))
+LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o)
+TEST_SRCS := $(wildcard tests/test_*.c)
+TEST_OBJS := $(TEST_SRCS:%.c=$(BUILD)/%.o)
+FUZZ_SRCS := $(wildcard tests/fuzz/fuzz_*.c)
+
+.PHONY: all deps run test test-cuda asan fuzz bench clean gpu-check
+all: deps $(BUILD)/kvserve
+
+deps:
+	$(Q)scripts/deps.sh
+
+$(BUILD)/libkvserve.a: $(LIB_OBJS) $(CUDA_OBJS)
+	$(Q)rm -f $@ && ar rcs $@ $^
+
+$(BUILD)/kvserve: $(BUILD)/cli/main.o $(BUILD)/libkvserve.a
+	@echo "  LD      $@"
+	$(Q)$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS) $(CUDA_LIBS)
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	@echo "  CC      $<"
+	$(Q)$(CC) $(CFLAGS) -c -o $@ $<
+
+$(BUILD)/%.o: %.cu
+	@mkdir -p $(dir $@)
+	@echo "  NVCC    $<"
+	$(Q)$(NVCC) $(NVCCFLAGS) -MMD -MP -c -o $@ $<
+
+$(BUILD)/test_kvserve: $(TEST_OBJS) $(BUILD)/libkvserve.a
+	@echo "  LD      $@"
+	$(Q)$(CC) $(CFLAGS) -o $@ $^ -lcriterion -lcurl $(LDLIBS) $(CUDA_LIBS)
+
+# The test binary finds the kvserve binary (for CLI and HTTP tests) and ../shared through these.
+TEST_ENV := KVSERVE_BIN=$(abspath $(BUILD)/kvserve) KVSERVE_SHARED=$(abspath ../shared)
+test: all $(BUILD)/test_kvserve
+	$(Q)$(TEST_ENV) $(BUILD)/test_kvserve --jobs 2 $(TEST_ARGS)
+
+test-cuda: all $(BUILD)/test_kvserve
+	$(Q)$(TEST_ENV) KVSERVE_TEST_CUDA=1 $(BUILD)/test_kvserve --filter 'cuda*/*' $(TEST_ARGS)
+
+asan: deps
+	$(Q)$(MAKE) BUILD=build/asan OPT="-O1 -fsanitize=address,undefined -fno-omit-frame-pointer" \
+	    CUDA=0 build/asan/kvserve build/asan/test_kvserve
+	$(Q)ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+	    KVSERVE_BIN=$(abspath build/asan/kvserve) KVSERVE_SHARED=$(abspath ../shared) \
+	    build/asan/test_kvserve --jobs 2 $(TEST_ARGS)
+
+FUZZ_CFLAGS := -std=c11 -D_GNU_SOURCE -g -O1 -I. $(PKG_CFLAGS) -fsanitize=fuzzer,address,undefined
+FUZZ_LIB_SRCS := $(filter-out server/server.c server/http.c,$(LIB_SRCS))
+fuzz: deps
+	@mkdir -p $(BUILD)/fuzz
+	$(Q)for f in $(FUZZ_SRCS); do n=$$(basename $$f .c); echo "  FUZZ    $$n"; \
+	    clang $(FUZZ_CFLAGS) -o $(BUILD)/fuzz/$$n $$f $(FUZZ_LIB_SRCS) $(LDLIBS) || exit 1; done
+
+MODEL ?= $(firstword $(wildcard ../shared/models/stories260K.gguf) $(BUILD)/demo.gguf)
+$(BUILD)/demo.gguf: $(BUILD)/kvserve
+	$(Q)$(BUILD)/kvserve mkmodel -o $@ --dim 256 --layers 4 --heads 8 --kv-heads 4 --ffn 768 \
+	    --vocab 512 --context 1024 --type q8_0
+run: all $(MODEL)
+	$(Q)scripts/run.sh $(BUILD)/kvserve $(MODEL) $(RUN_ARGS)
+
+bench: all
+	$(Q)scripts/bench.sh $(BUILD)/kvserve
+
+gpu-check:
+	$(Q)scripts/gpu-check.sh $(BUILD)/gpu-check-out
+
+clean:
+	rm -rf $(BUILD)
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -1,0 +1,53 @@
+/*
+ * radix.h — radix-tree prefix cache over the paged KV, at KV-block granularity.
+ *
+ *                       root
+ *                      /    \
+ *        [t0..t15 | b7]      [u0..u15 | b2]         each edge = one or more FULL blocks:
+ *           /       \                 |             block_size token ids + the block id that
+ *  [t16..t47|b3,b9] [v16..v31|b4]  [u16..u31|b5]    holds their K/V; children keyed by the
+ *                                                   first token of their edge
+ *
+ * A path from the root spells a token prefix whose K/V is cached in the listed blocks. The tree
+ * holds exactly one block-pool reference per block it indexes; callers of rdx_match get their own
+ * references. Only leaves whose blocks nobody else references (refcount 1) are evictable, least
+ * recently used first. Owned by the engine thread; not thread-safe.
+ */
+#ifndef KVSERVE_RADIX_H
+#define KVSERVE_RADIX_H
+
+#include <stdint.h>
+
+#include "cache/block_pool.h"
+
+typedef struct rdx_tree rdx_tree;
+
+/* An empty tree over bp (borrowed; must outlive the tree). NULL on -ENOMEM. */
+rdx_tree *rdx_create(block_pool *bp, int block_size);
+/* Drops the tree's references and frees it. */
+void rdx_destroy(rdx_tree *t);
+
+/* Longest cached prefix of tokens[0..n_tokens) in whole blocks: writes its block ids into
+ * blocks[0..k) (k ≤ max_blocks), takes one reference on each for the caller, marks the path as
+ * used now, and returns the matched token count k × block_size. */
+int rdx_match(rdx_tree *t, const int32_t *tokens, int n_tokens, int32_t *blocks, int max_blocks);
+
+/* Indexes the first n_tokens / block_size full blocks of tokens with their block ids. Blocks
+ * whose prefix is already cached keep the tree's existing block (the caller's duplicate is left
+ * alone); for newly indexed blocks the tree takes a reference. Returns the number of blocks newly
+ * indexed, or -ENOMEM (tree unchanged). */
+int rdx_insert(rdx_tree *t, const int32_t *tokens, int n_tokens, const int32_t *blocks);
+
+/* Frees up to n_blocks blocks by evicting least-recently-used leaves whose blocks only the tree
+ * references. Returns the number of blocks returned to the pool. */
+int rdx_evict(rdx_tree *t, int n_blocks);
+
+/* Blocks the tree references, and how many of them could be evicted right now. */
+int rdx_n_blocks(const rdx_tree *t);
+int rdx_n_evictable(const rdx_tree *t);
+
+/* Asserts the invariants: structure, edge lengths in whole blocks, parent links, each indexed
+ * block referenced at least once, counters consistent. */
+void rdx_check(const rdx_tree *t);
+
+#endif

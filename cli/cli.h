@@ -1,0 +1,97 @@
+/*
+ * cli.h — kvserve's command line: one table of options (cli/options.c) shared by every
+ * subcommand, with defaults and help, also readable from a config file (same names as the
+ * flags, without the dashes: "kv-memory = 2GiB"; flags override the file).
+ */
+#ifndef KVSERVE_CLI_H
+#define KVSERVE_CLI_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Every option's parsed value. Strings point into argv or into the config file's storage. */
+typedef struct cli_opts {
+    /* model and device */
+    const char *model;          /* -m, --model */
+    const char *device;         /* --device cpu|cuda|auto */
+    int threads;                /* --threads (0 = one per core) */
+    /* KV cache and scheduler */
+    size_t kv_memory_bytes;     /* --kv-memory SIZE */
+    double gpu_memory_utilization;
+    const char *kv_dtype;       /* f16|f32|bf16 */
+    int block_size;
+    int max_seqs;               /* 0: 64 on CPU, 256 on GPU */
+    int max_batch_tokens;       /* 0: 512 on CPU, 8192 on GPU */
+    const char *schedule;       /* fcfs|lpm */
+    int no_prefix_cache;
+    /* server */
+    const char *host;
+    int port;
+    const char *config;
+    const char *api_key;
+    const char *served_model_name;
+    const char *chat_template;
+    int max_queued_requests;
+    int64_t max_queued_tokens;
+    double drain_timeout_s;
+    double sse_ping_interval_s;
+    size_t max_body_bytes;
+    /* generate / tokenize */
+    const char *prompt;         /* -p */
+    int n_predict;              /* -n */
+    double temperature;
+    double top_p;
+    int top_k;
+    double min_p;
+    int64_t seed;               /* -1: random */
+    int ignore_eos;
+    int ids;
+    int no_bos;
+    int special;
+    /* bench */
+    int requests;
+    const char *input_len;      /* "MIN:MAX" */
+    const char *output_len;
+    int shared_prefix;
+    int turns;                  /* multi-turn mode: turns per conversation (0 = off) */
+    int json;
+    /* mkmodel */
+    const char *output;         /* -o */
+    int dim, layers, heads, kv_heads, ffn, vocab, context;
+    const char *type;           /* f32|f16|bf16|q8_0 */
+    const char *arch;           /* llama|qwen2 */
+    /* misc */
+    int verbose;
+    int help;
+    /* positional arguments left after parsing */
+    int n_args;
+    char **args;
+} cli_opts;
+
+/* Fills defaults (the table in design.md). */
+void cli_opts_default(cli_opts *o);
+
+/* Parses argv[first..argc) for subcommand cmd ("serve", "generate", ...). Options not meant for cmd
+ * are rejected. --config FILE is applied first, then the flags. Positional arguments are collected
+ * into o->args. Returns 0, or -EINVAL after printing a one-line error to stderr. */
+int cli_parse(const char *cmd, int argc, char **argv, int first, cli_opts *o);
+
+/* Reads "key = value" lines (# comments) into o. Returns 0 or -EINVAL/-EIO with a message. */
+int cli_load_config(const char *cmd, const char *path, cli_opts *o);
+
+/* Prints the help of cmd (its options with defaults) to stdout. */
+void cli_print_help(const char *cmd);
+
+/* Parses sizes such as "2GiB", "512M", "1e9", "4096" into bytes. 0 or -EINVAL. */
+int cli_parse_size(const char *s, size_t *out);
+
+/* Subcommands: each returns the process exit code. */
+int cli_serve(cli_opts *o);
+int cli_info(cli_opts *o);
+int cli_tokenize(cli_opts *o);
+int cli_detokenize(cli_opts *o);
+int cli_generate(cli_opts *o);
+int cli_bench(cli_opts *o);
+int cli_mkmodel(cli_opts *o);
+
+#endif

@@ -1,0 +1,335 @@
+/*
+ * options.c — the one table of kvserve's options: name, type, default, help and the subcommands
+ * that take it. Flags, config files and --help all read this table, so a new option is one row.
+ */
+#include <errno.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "cli/cli.h"
+
+enum opt_kind { O_STR, O_INT, O_I64, O_DBL, O_SIZE, O_FLAG };
+
+typedef struct opt {
+    const char *name;  /* long flag without "--", also the config-file key */
+    char shrt;         /* short flag letter or 0 */
+    int kind;
+    size_t off;        /* offset in cli_opts */
+    const char *def;   /* default as text (for help); NULL = none */
+    const char *cmds;  /* space-separated subcommands that accept it, "*" = all */
+    const char *help;
+} opt;
+
+#define OFF(f) offsetof(cli_opts, f)
+#define ENGINE_CMDS "serve generate bench"
+
+static const opt table[] = {
+    {"model", 'm', O_STR, OFF(model), NULL, "serve generate bench info tokenize detokenize", "GGUF model file"},
+    {"config", 0, O_STR, OFF(config), NULL, "serve bench generate", "config file of 'key = value' lines (keys are these option names)"},
+    {"device", 0, O_STR, OFF(device), "auto", ENGINE_CMDS, "cpu, cuda or auto (CUDA when built and a GPU is visible)"},
+    {"threads", 't', O_INT, OFF(threads), "cores", ENGINE_CMDS, "CPU backend threads (0 = one per core)"},
+    {"kv-memory", 0, O_SIZE, OFF(kv_memory_bytes), "2GiB", ENGINE_CMDS, "KV cache budget on the CPU (e.g. 512MiB, 2GiB)"},
+    {"gpu-memory-utilization", 0, O_DBL, OFF(gpu_memory_utilization), "0.90", ENGINE_CMDS, "fraction of free GPU memory for weights and KV"},
+    {"kv-dtype", 0, O_STR, OFF(kv_dtype), "f16", ENGINE_CMDS, "KV cache element type: f16, bf16 or f32"},
+    {"block-size", 0, O_INT, OFF(block_size), "16", ENGINE_CMDS, "tokens per KV block"},
+    {"max-seqs", 0, O_INT, OFF(max_seqs), "64 cpu / 256 gpu", ENGINE_CMDS, "most sequences running at once"},
+    {"max-batch-tokens", 0, O_INT, OFF(max_batch_tokens), "512 cpu / 8192 gpu", ENGINE_CMDS, "token budget of one engine step"},
+    {"schedule", 0, O_STR, OFF(schedule), "fcfs", "serve bench", "admission order: fcfs or lpm (longest prefix match first, with aging)"},
+    {"no-prefix-cache", 0, O_FLAG, OFF(no_prefix_cache), NULL, "serve bench", "turn the radix prefix cache off"},
+    {"host", 0, O_STR, OFF(host), "127.0.0.1", "serve", "address to listen on"},
+    {"port", 0, O_INT, OFF(port), "8000", "serve", "TCP port"},
+    {"api-key", 0, O_STR, OFF(api_key), NULL, "serve", "require 'Authorization: Bearer KEY' on /v1/* and the tokenizer routes"},
+    {"served-model-name", 0, O_STR, OFF(served_model_name), "file name without .gguf", "serve", "model id reported and accepted"},
+    {"chat-template", 0, O_STR, OFF(chat_template), "from the GGUF", "serve", "chatml, llama2, llama3, mistral, zephyr, phi3, gemma or plain"},
+    {"max-queued-requests", 0, O_INT, OFF(max_queued_requests), "1024", "serve", "waiting requests beyond which 503 is returned"},
+    {"max-queued-tokens", 0, O_I64, OFF(max_queued_tokens), "1000000", "serve", "waiting prompt tokens beyond which 503 is returned"},
+    {"drain-timeout", 0, O_DBL, OFF(drain_timeout_s), "30", "serve", "seconds to finish in-flight requests on SIGTERM"},
+    {"sse-ping-interval", 0, O_DBL, OFF(sse_ping_interval_s), "15", "serve", "seconds between ': ping' comments while a stream waits"},
+    {"max-body", 0, O_SIZE, OFF(max_body_bytes), "16MiB", "serve", "largest request body accepted (413 beyond)"},
+    {"prompt", 'p', O_STR, OFF(prompt), "\"\"", "generate", "prompt text"},
+    {"n-predict", 'n', O_INT, OFF(n_predict), "128", "generate", "tokens to generate"},
+    {"temperature", 0, O_DBL, OFF(temperature), "0.8", "generate", "sampling temperature (0 = greedy)"},
+    {"top-p", 0, O_DBL, OFF(top_p), "1.0", "generate", "nucleus sampling mass"},
+    {"top-k", 0, O_INT, OFF(top_k), "0", "generate", "keep the k most likely tokens (0 = off)"},
+    {"min-p", 0, O_DBL, OFF(min_p), "0.0", "generate", "drop tokens below min-p × the top probability"},
+    {"seed", 0, O_I64, OFF(seed), "random", "generate bench", "sampling seed"},
+    {"ignore-eos", 0, O_FLAG, OFF(ignore_eos), NULL, "generate", "do not stop at end-of-generation tokens"},
+    {"ids", 0, O_FLAG, OFF(ids), NULL, "generate", "print generated token ids instead of text"},
+    {"no-bos", 0, O_FLAG, OFF(no_bos), NULL, "tokenize", "add no special tokens"},
+    {"special", 0, O_FLAG, OFF(special), NULL, "tokenize", "match control tokens written in the text"},
+    {"requests", 0, O_INT, OFF(requests), "256", "bench", "number of requests"},
+    {"input-len", 0, O_STR, OFF(input_len), "100:1024", "bench", "prompt length range MIN:MAX"},
+    {"output-len", 0, O_STR, OFF(output_len), "100:1024", "bench", "output length range MIN:MAX"},
+    {"shared-prefix", 0, O_INT, OFF(shared_prefix), "0", "bench", "every prompt starts with the same L tokens"},
+    {"turns", 0, O_INT, OFF(turns), "0", "bench", "multi-turn mode: turns per conversation (each extends its history)"},
+    {"json", 0, O_FLAG, OFF(json), NULL, "bench info", "print one JSON object last"},
+    {"output", 'o', O_STR, OFF(output), NULL, "mkmodel", "output GGUF path"},
+    {"dim", 0, O_INT, OFF(dim), "64", "mkmodel", "embedding size"},
+    {"layers", 0, O_INT, OFF(layers), "2", "mkmodel", "transformer blocks"},
+    {"heads", 0, O_INT, OFF(heads), "4", "mkmodel", "query heads"},
+    {"kv-heads", 0, O_INT, OFF(kv_heads), "= heads", "mkmodel", "key/value heads"},
+    {"ffn", 0, O_INT, OFF(ffn), "4 × dim", "mkmodel", "feed-forward size"},
+    {"vocab", 0, O_INT, OFF(vocab), "512", "mkmodel", "vocabulary size (≥ 259)"},
+    {"context", 0, O_INT, OFF(context), "2048", "mkmodel", "context length"},
+    {"type", 0, O_STR, OFF(type), "f32", "mkmodel", "weight type: f32, f16, bf16 or q8_0"},
+    {"arch", 0, O_STR, OFF(arch), "llama", "mkmodel", "architecture: llama or qwen2"},
+    {"verbose", 'v', O_FLAG, OFF(verbose), NULL, "*", "more logging"},
+    {"help", 'h', O_FLAG, OFF(help), NULL, "*", "this help"},
+};
+
+#define N_OPTS (sizeof table / sizeof table[0])
+
+void cli_opts_default(cli_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->device = "auto";
+    o->kv_memory_bytes = (size_t)2 << 30;
+    o->gpu_memory_utilization = 0.90;
+    o->kv_dtype = "f16";
+    o->block_size = 16;
+    o->schedule = "fcfs";
+    o->host = "127.0.0.1";
+    o->port = 8000;
+    o->max_queued_requests = 1024;
+    o->max_queued_tokens = 1000000;
+    o->drain_timeout_s = 30;
+    o->sse_ping_interval_s = 15;
+    o->max_body_bytes = (size_t)16 << 20;
+    o->prompt = "";
+    o->n_predict = 128;
+    o->temperature = 0.8;
+    o->top_p = 1.0;
+    o->seed = -1;
+    o->requests = 256;
+    o->input_len = "100:1024";
+    o->output_len = "100:1024";
+    o->dim = 64;
+    o->layers = 2;
+    o->heads = 4;
+    o->vocab = 512;
+    o->context = 2048;
+    o->type = "f32";
+    o->arch = "llama";
+}
+
+static int accepts(const opt *p, const char *cmd)
+{
+    if (!strcmp(p->cmds, "*")) return 1;
+    size_t n = strlen(cmd);
+    for (const char *s = p->cmds; (s = strstr(s, cmd)); s += n)
+        if ((s == p->cmds || s[-1] == ' ') && (s[n] == ' ' || s[n] == 0)) return 1;
+    return 0;
+}
+
+int cli_parse_size(const char *s, size_t *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (end == s || errno || v < 0) return -EINVAL;
+    while (*end == ' ') end++;
+    double mul = 1;
+    if (*end) {
+        char u = (char)(*end | 0x20);
+        const char *rest = end + 1;
+        int bin = 0;
+        if (*rest == 'i' || *rest == 'I') {
+            bin = 1;
+            rest++;
+        }
+        if (*rest == 'b' || *rest == 'B') rest++;
+        if (*rest) return -EINVAL;
+        double k = bin ? 1024.0 : 1000.0;
+        if (u == 'k') mul = k;
+        else if (u == 'm') mul = k * k;
+        else if (u == 'g') mul = k * k * k;
+        else if (u == 't') mul = k * k * k * k;
+        else if (u == 'b' && !bin && end[1] == 0) mul = 1;
+        else return -EINVAL;
+    }
+    double bytes = v * mul;
+    if (bytes > 9.0e18) return -EINVAL;
+    *out = (size_t)bytes;
+    return 0;
+}
+
+/* Stores text as the value of option p. 0 or -EINVAL with a message. */
+static int set_value(const opt *p, const char *val, cli_opts *o, const char *where)
+{
+    char *base = (char *)o + p->off;
+    char *end;
+    errno = 0;
+    switch (p->kind) {
+    case O_STR:
+        *(const char **)base = val;
+        return 0;
+    case O_FLAG:
+        if (!val || !strcasecmp(val, "true") || !strcmp(val, "1") || !strcasecmp(val, "yes")) {
+            *(int *)base = 1;
+            return 0;
+        }
+        if (!strcasecmp(val, "false") || !strcmp(val, "0") || !strcasecmp(val, "no")) {
+            *(int *)base = 0;
+            return 0;
+        }
+        break;
+    case O_INT: {
+        long v = strtol(val, &end, 10);
+        if (end != val && !*end && !errno && v >= -2147483647L && v <= 2147483647L) {
+            *(int *)base = (int)v;
+            return 0;
+        }
+        break;
+    }
+    case O_I64: {
+        long long v = strtoll(val, &end, 10);
+        if (end != val && !*end && !errno) {
+            *(int64_t *)base = v;
+            return 0;
+        }
+        break;
+    }
+    case O_DBL: {
+        double v = strtod(val, &end);
+        if (end != val && !*end && !errno) {
+            *(double *)base = v;
+            return 0;
+        }
+        break;
+    }
+    case O_SIZE:
+        if (!cli_parse_size(val, (size_t *)base)) return 0;
+        break;
+    }
+    fprintf(stderr, "kvserve: %s: bad value '%s' for %s\n", where, val ? val : "", p->name);
+    return -EINVAL;
+}
+
+static const opt *find_long(const char *name, size_t len)
+{
+    for (size_t i = 0; i < N_OPTS; i++)
+        if (strlen(table[i].name) == len && !strncmp(table[i].name, name, len)) return &table[i];
+    return NULL;
+}
+
+/* The config file's lines are kept for the life of the process: option strings point into them. */
+int cli_load_config(const char *cmd, const char *path, cli_opts *o)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        fprintf(stderr, "kvserve: cannot open config file %s: %s\n", path, strerror(errno));
+        return -EIO;
+    }
+    char line[4096];
+    int lineno = 0, rc = 0;
+    while (fgets(line, sizeof line, f)) {
+        lineno++;
+        char *s = line;
+        while (*s == ' ' || *s == '\t') s++;
+        if (*s == '#' || *s == '\n' || *s == 0) continue;
+        char *eq = strchr(s, '=');
+        char where[4200];
+        snprintf(where, sizeof where, "%s:%d", path, lineno);
+        if (!eq) {
+            fprintf(stderr, "kvserve: %s: expected 'key = value'\n", where);
+            rc = -EINVAL;
+            break;
+        }
+        char *ke = eq;
+        while (ke > s && (ke[-1] == ' ' || ke[-1] == '\t')) ke--;
+        char *v = eq + 1;
+        while (*v == ' ' || *v == '\t') v++;
+        char *ve = v + strlen(v);
+        while (ve > v && (ve[-1] == '\n' || ve[-1] == '\r' || ve[-1] == ' ' || ve[-1] == '\t')) ve--;
+        *ve = 0;
+        if (ve - v >= 2 && (*v == '"' || *v == '\'') && ve[-1] == *v) {
+            ve[-1] = 0;
+            v++;
+        }
+        const opt *p = find_long(s, (size_t)(ke - s));
+        if (!p || !strcmp(p->name, "config") || !strcmp(p->name, "help")) {
+            fprintf(stderr, "kvserve: %s: unknown key '%.*s'\n", where, (int)(ke - s), s);
+            rc = -EINVAL;
+            break;
+        }
+        if (!accepts(p, cmd)) continue; /* a key for another subcommand: ignored */
+        char *val = strdup(v);
+        if (!val) {
+            rc = -ENOMEM;
+            break;
+        }
+        if ((rc = set_value(p, val, o, where))) break;
+    }
+    fclose(f);
+    return rc;
+}
+
+int cli_parse(const char *cmd, int argc, char **argv, int first, cli_opts *o)
+{
+    /* The config file goes first so that flags override it. */
+    for (int i = first; i < argc - 1; i++)
+        if (!strcmp(argv[i], "--config")) {
+            int rc = cli_load_config(cmd, argv[i + 1], o);
+            if (rc) return rc;
+        }
+    o->args = calloc((size_t)argc + 1, sizeof(char *));
+    if (!o->args) return -ENOMEM;
+    int only_args = 0;
+    for (int i = first; i < argc; i++) {
+        const char *a = argv[i];
+        if (only_args || a[0] != '-' || a[1] == 0) {
+            o->args[o->n_args++] = argv[i];
+            continue;
+        }
+        if (!strcmp(a, "--")) {
+            only_args = 1;
+            continue;
+        }
+        const opt *p = NULL;
+        const char *val = NULL;
+        if (a[1] == '-') {
+            const char *name = a + 2;
+            const char *eq = strchr(name, '=');
+            p = find_long(name, eq ? (size_t)(eq - name) : strlen(name));
+            if (eq) val = eq + 1;
+        } else if (a[2] == 0) {
+            for (size_t k = 0; k < N_OPTS; k++)
+                if (table[k].shrt == a[1]) p = &table[k];
+        }
+        if (!p || !accepts(p, cmd)) {
+            fprintf(stderr, "kvserve %s: unknown option '%s' (see kvserve %s --help)\n", cmd, a, cmd);
+            return -EINVAL;
+        }
+        if (p->kind != O_FLAG && !val) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "kvserve %s: option '%s' needs a value\n", cmd, a);
+                return -EINVAL;
+            }
+            val = argv[++i];
+        }
+        if (set_value(p, val, o, "command line")) return -EINVAL;
+    }
+    return 0;
+}
+
+void cli_print_help(const char *cmd)
+{
+    printf("usage: kvserve %s [OPTIONS]%s\n\noptions:\n", cmd,
+           !strcmp(cmd, "tokenize") ? " [TEXT]" : !strcmp(cmd, "detokenize") ? " ID..." : "");
+    static const char *kinds[] = {"STR", "N", "N", "X", "SIZE", ""};
+    for (size_t i = 0; i < N_OPTS; i++) {
+        const opt *p = &table[i];
+        if (!accepts(p, cmd)) continue;
+        char flag[64];
+        if (p->shrt)
+            snprintf(flag, sizeof flag, "-%c, --%s %s", p->shrt, p->name, kinds[p->kind]);
+        else
+            snprintf(flag, sizeof flag, "    --%s %s", p->name, kinds[p->kind]);
+        printf("  %-36s %s", flag, p->help);
+        if (p->def) printf(" [default: %s]", p->def);
+        printf("\n");
+    }
+}

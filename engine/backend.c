@@ -1,0 +1,42 @@
+/*
+ * backend.c — backend selection (--device cpu|cuda|auto). Without CUDA in the build, the CUDA
+ * entry points below report that plainly instead of linking against a backend that is not there.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "engine/backend.h"
+
+#ifndef KVSERVE_CUDA
+backend *cuda_backend_create(int device_index, char *err, size_t err_len)
+{
+    (void)device_index;
+    snprintf(err, err_len, "CUDA: this kvserve was built without the CUDA backend (no nvcc at build time, or CUDA=0)");
+    return NULL;
+}
+
+int cuda_is_available(char *why, size_t why_len)
+{
+    snprintf(why, why_len, "CUDA: this kvserve was built without the CUDA backend");
+    return 0;
+}
+#endif
+
+backend *be_create(const char *device, int n_threads, char *err, size_t err_len)
+{
+    if (!device || !strcmp(device, "auto")) {
+        char why[256];
+        if (cuda_is_available(why, sizeof why)) {
+            backend *be = cuda_backend_create(0, err, err_len);
+            if (be) return be;
+        }
+        return cpu_backend_create(n_threads);
+    }
+    if (!strcmp(device, "cpu")) return cpu_backend_create(n_threads);
+    if (!strcmp(device, "cuda")) {
+        if (!cuda_is_available(err, err_len)) return NULL;
+        return cuda_backend_create(0, err, err_len);
+    }
+    snprintf(err, err_len, "unknown --device '%s' (expected cpu, cuda or auto)", device);
+    return NULL;
+}

@@ -1,0 +1,136 @@
+/*
+ * backend.h — what the model graph (engine/forward.c) needs from a compute backend.
+ *
+ * Two backends implement it: cpu/ (always built; the numerical reference) and cuda/ (built when
+ * nvcc exists). Nothing above this interface knows which one runs.
+ *
+ * Memory: weights, activations and the KV arena live in backend memory. forward.c never reads
+ * them on the host: it passes the pointers the backend returned back into the ops. Activations
+ * are f32 row-major [rows][cols] on every backend. Only logits (and batch metadata) cross.
+ *
+ * The varlen batch (vLLM style): one flat list of new tokens from any mix of sequences — prefill
+ * chunks and single decode tokens. Sequence s owns tokens q_start[s] .. q_start[s+1]-1 and has
+ * ctx_len[s] KV entries after this step (cached + new), indexed through its block-table row:
+ * KV entry j of sequence s lives in slot block_table[s][j / block_size] * block_size +
+ * j % block_size. New token i of sequence s (i counted from 0 within the sequence) is KV entry
+ * ctx_len[s] - n_new[s] + i and attends causally to entries 0 .. that index inclusive.
+ *
+ * Threading: a backend is driven by one thread (the engine thread); ops run in call order
+ * (a GPU backend may queue them asynchronously until logits_to_host or sync).
+ */
+#ifndef KVSERVE_BACKEND_H
+#define KVSERVE_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cache/kv.h"
+#include "engine/model.h"
+
+typedef struct be_batch {
+    int32_t n_tokens;
+    const int32_t *tokens;      /* [n_tokens] token ids */
+    const int32_t *positions;   /* [n_tokens] RoPE positions */
+    const int32_t *slots;       /* [n_tokens] KV slot each token's K/V is written to */
+    int32_t n_seqs;
+    const int32_t *q_start;     /* [n_seqs + 1] token offsets; q_start[n_seqs] == n_tokens */
+    const int32_t *ctx_len;     /* [n_seqs] KV entries after this step */
+    const int32_t *block_table; /* [n_seqs][bt_stride] block ids */
+    int32_t bt_stride;          /* row stride of block_table, ≥ max blocks of any sequence */
+    int32_t n_logits;
+    const int32_t *logit_rows;  /* [n_logits] token indices whose logits are wanted, in order */
+} be_batch;
+
+/* A weight matrix or vector in backend memory. */
+typedef struct be_weight {
+    int type;      /* enum dt_type as stored by the backend (may differ from the file's) */
+    int64_t n_in;  /* ne[0] */
+    int64_t n_out; /* ne[1] (1 for vectors) */
+    void *data;    /* backend memory; NULL = absent (optional bias) */
+    void *extra;   /* backend-private (repacked copy, scales, ...) */
+} be_weight;
+
+typedef struct be_rope {
+    int n_heads;    /* heads in the tensor being rotated */
+    int head_dim;
+    int rope_dims;  /* leading dims of each head that rotate (≤ head_dim, even) */
+    float base;     /* theta base, e.g. 10000 */
+    int neox;       /* 1: pairs (i, i + rope_dims/2); 0: adjacent pairs (2i, 2i+1) */
+} be_rope;
+
+typedef struct backend backend;
+
+typedef struct be_ops {
+    void (*destroy)(backend *be);
+
+    /* Copies or converts a model tensor into backend memory. CPU keeps a zero-copy view of the
+     * mapping; CUDA converts to F16/BF16 (or keeps Q8_0). 0 or a negative errno. */
+    int (*weight_upload)(backend *be, const model_tensor *src, be_weight *dst);
+    void (*weight_free)(backend *be, be_weight *w);
+
+    /* Free device memory in bytes, or 0 when the KV budget comes from --kv-memory (CPU). */
+    size_t (*mem_available)(backend *be);
+    /* Allocates the KV arena: n_blocks blocks of geometry g, K and V for every layer. */
+    int (*kv_init)(backend *be, const kv_geom *g, int32_t n_blocks);
+    /* Copies block src to block dst in every layer, K and V (n>1 forks copy a partial block). */
+    void (*kv_copy_block)(backend *be, int32_t src, int32_t dst);
+
+    /* Activation scratch: n_floats f32 in backend memory, or NULL. */
+    float *(*alloc)(backend *be, size_t n_floats);
+    void (*free)(backend *be, void *p);
+
+    /* Starts a step: takes (and for a device, uploads) the batch metadata. The batch's arrays are
+     * borrowed until the next begin. 0 or a negative errno. */
+    int (*begin)(backend *be, const be_batch *b);
+
+    /* out[i][:] = embedding row of the batch's token i (dequantised to f32). */
+    void (*embed)(backend *be, const be_weight *emb, float *out);
+    /* out[r] = x[r] / sqrt(mean(x[r]^2) + eps) * w, for n_rows rows of dim. out may equal x. */
+    void (*rmsnorm)(backend *be, const float *x, const be_weight *w, float eps, int n_rows, int dim,
+                    float *out);
+    /* out[r][o] = sum_i x[r][i] * W[o][i] (+ bias[o]); x is [n_rows][w->n_in], out [n_rows][w->n_out]. */
+    void (*matmul)(backend *be, const float *x, int n_rows, const be_weight *w,
+                   const be_weight *bias, float *out);
+    /* Rotates x [n_tokens][n_heads * head_dim] in place at the batch's positions. */
+    void (*rope)(backend *be, float *x, const be_rope *r);
+    /* Writes k and v [n_tokens][kv_dim] of layer into the KV arena at the batch's slots. */
+    void (*store_kv)(backend *be, int layer, const float *k, const float *v);
+    /* Causal attention of q [n_tokens][n_heads * head_dim] over the paged KV of layer, with GQA
+     * (query head h reads kv head h / (n_heads / n_kv_heads)), scale 1/sqrt(head_dim);
+     * out [n_tokens][n_heads * head_dim]. */
+    void (*attention)(backend *be, int layer, const float *q, int n_heads, float *out);
+    /* gate[i] = silu(gate[i]) * up[i] for n elements. */
+    void (*silu_mul)(backend *be, float *gate, const float *up, int64_t n);
+    /* x[i] += y[i] for n elements. */
+    void (*add)(backend *be, float *x, const float *y, int64_t n);
+    /* out[j][:] = x[logit_rows[j]][:] for the batch's logit rows. */
+    void (*gather_rows)(backend *be, const float *x, int dim, float *out);
+    /* Copies n floats of backend memory to the host, waiting for queued work. 0 or -EIO. */
+    int (*to_host)(backend *be, const float *src, size_t n, float *dst);
+    /* Waits for queued work. 0, or -EIO after a device error. */
+    int (*sync)(backend *be);
+} be_ops;
+
+struct backend {
+    const be_ops *ops;
+    const char *name; /* "cpu" or "cuda" */
+    char desc[128];   /* human-readable: threads and SIMD level, or GPU name and memory */
+};
+
+/* Creates the backend for device "cpu", "cuda" or "auto" (CUDA when built and a GPU is visible,
+ * else CPU). n_threads ≤ 0 means one per core. NULL with a one-line message in err when the
+ * device is unavailable (e.g. CUDA asked for but not built, no driver, or no GPU). */
+backend *be_create(const char *device, int n_threads, char *err, size_t err_len);
+
+/* The backends themselves (cpu/cpu_backend.c, cuda/cuda_backend.cu). */
+backend *cpu_backend_create(int n_threads);
+backend *cuda_backend_create(int device_index, char *err, size_t err_len);
+/* 1 when a CUDA device is usable (built with CUDA, driver present, ≥ 1 GPU). */
+int cuda_is_available(char *why, size_t why_len);
+
+static inline void be_destroy(backend *be)
+{
+    if (be) be->ops->destroy(be);
+}
+
+#endif

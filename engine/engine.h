@@ -1,0 +1,152 @@
+/*
+ * engine.h — the inference engine as the server (and `kvserve bench`) uses it.
+ *
+ * Threading contract:
+ *   - engine_create starts one engine thread that owns the scheduler, block pool, radix cache,
+ *     backend and sampler; none of them is touched by any other thread.
+ *   - engine_submit, engine_cancel, engine_poll, engine_stats may be called from any thread
+ *     (they only touch the two queues and an atomic snapshot, under the engine's mutex).
+ *   - Events are delivered into a queue; after adding events the engine thread calls
+ *     cfg.wake(cfg.wake_ud) (the server calls uv_async_send there). The caller drains the queue
+ *     with engine_poll on its own thread. wake must be cheap and must not call back into the
+ *     engine.
+ *   - engine_destroy is called by the thread that created the engine, once no other thread
+ *     calls into it.
+ */
+#ifndef KVSERVE_ENGINE_H
+#define KVSERVE_ENGINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/model.h"
+#include "engine/sampler.h"
+#include "engine/tokenizer.h"
+
+#define ENGINE_MAX_STOP 4
+
+enum engine_schedule { ENGINE_SCHED_FCFS = 0, ENGINE_SCHED_LPM = 1 };
+
+typedef struct engine_config {
+    const model *model;          /* borrowed, outlives the engine */
+    const tokenizer *tok;        /* borrowed, outlives the engine */
+    const char *device;          /* "cpu", "cuda", "auto" */
+    int n_threads;               /* CPU backend threads; ≤ 0: one per core */
+    size_t kv_memory_bytes;      /* CPU KV budget */
+    double gpu_memory_utilization; /* GPU: fraction of free memory for weights + KV */
+    int kv_dtype;                /* enum kv_dtype */
+    int block_size;              /* tokens per KV block */
+    int max_seqs;                /* running sequences cap */
+    int max_batch_tokens;        /* tokens per step */
+    int schedule;                /* enum engine_schedule */
+    int prefix_cache;            /* 1: radix prefix cache on */
+    int max_queued_requests;     /* waiting requests beyond which submit says -EAGAIN */
+    int64_t max_queued_tokens;   /* waiting prompt tokens beyond which submit says -EAGAIN */
+    void (*wake)(void *ud);      /* called on the engine thread after events are queued */
+    void *wake_ud;
+    int quiet;                   /* 1: no start-up log on stderr */
+} engine_config;
+
+void engine_config_default(engine_config *c);
+
+typedef struct engine engine;
+
+/* Loads the backend, sizes and allocates the KV arena (logging the formula: bytes per token,
+ * blocks, tokens of capacity, max sequences at the model's context) and starts the engine thread.
+ * NULL with a one-line message in err on failure. */
+engine *engine_create(const engine_config *cfg, char *err, size_t err_len);
+
+/* Stops the engine thread. drain = 1: finish every submitted request first (new submissions are
+ * refused with -ESHUTDOWN meanwhile); drain = 0: cancel everything now. Undelivered events are
+ * freed. */
+void engine_destroy(engine *e, int drain);
+
+enum engine_finish {
+    ENGINE_FINISH_NONE = 0, /* more events follow for this choice */
+    ENGINE_FINISH_STOP,     /* end-of-generation token or stop string */
+    ENGINE_FINISH_LENGTH,   /* max_tokens or the context limit */
+    ENGINE_FINISH_ABORT,    /* cancelled */
+    ENGINE_FINISH_ERROR,    /* backend failure */
+};
+
+typedef struct engine_request {
+    int32_t *prompt;           /* [n_prompt] token ids, BOS included if wanted; owned by the engine after submit */
+    int n_prompt;              /* ≥ 1 */
+    int n;                     /* choices (sequences) sharing the prompt, ≥ 1 */
+    int max_tokens;            /* ≥ 0; prompt + max_tokens must fit the context (else -EINVAL) */
+    smp_params sampling;       /* bias arrays owned by the engine after submit */
+    char *stop[ENGINE_MAX_STOP]; /* owned by the engine after submit */
+    int n_stop;
+    int prompt_logprobs;       /* 1: report log-probs of the prompt tokens (echo + logprobs) */
+} engine_request;
+
+typedef struct engine_usage {
+    int prompt_tokens;
+    int completion_tokens;     /* of this choice */
+    int cached_tokens;         /* prompt tokens served from the prefix cache */
+} engine_usage;
+
+typedef struct engine_timings {
+    int64_t arrival_us;        /* CLOCK_MONOTONIC, microseconds */
+    int64_t first_scheduled_us;
+    int64_t first_token_us;
+    int64_t finish_us;
+} engine_timings;
+
+/* One event: usually one generated token of one choice. */
+typedef struct engine_event {
+    uint64_t id;               /* request id from engine_submit */
+    int index;                 /* choice index 0 .. n-1 */
+    char *text;                /* UTF-8 delta safe to emit now (NUL-terminated; may be "") */
+    size_t text_len;
+    int n_tokens;              /* tokens this event reports (0 or 1; more for prompt logprobs) */
+    int32_t *tokens;           /* [n_tokens] */
+    smp_result *logprobs;      /* [n_tokens] when the request asked for logprobs, else NULL */
+    int is_prompt;             /* 1: the tokens are prompt tokens (prompt_logprobs) */
+    int finish;                /* enum engine_finish */
+    double cum_logprob;        /* sum of this choice's sampled-token logprobs so far */
+    engine_usage usage;        /* valid on the final event of a choice */
+    engine_timings timings;    /* valid on the final event of a choice */
+} engine_event;
+
+/* Queues a request. On success returns 0, sets *id, and the engine owns req's arrays (req itself
+ * is the caller's). On failure the caller keeps ownership and nothing was queued:
+ * -EINVAL (bad request: empty prompt, token id out of range, prompt + max_tokens > context),
+ * -EAGAIN (queue limits reached), -ESHUTDOWN (draining or stopped). */
+int engine_submit(engine *e, engine_request *req, uint64_t *id);
+
+/* Cancels a request in any phase; its blocks return to the pool at the next step and one final
+ * ENGINE_FINISH_ABORT event per unfinished choice is queued. Unknown ids are ignored. */
+void engine_cancel(engine *e, uint64_t id);
+
+/* Moves up to max queued events into out[] and returns how many; never blocks. The caller owns
+ * each event and frees it with engine_event_free. */
+int engine_poll(engine *e, engine_event **out, int max);
+void engine_event_free(engine_event *ev);
+
+typedef struct engine_stats {
+    int alive;                     /* engine thread running and not failed */
+    int64_t last_step_us;          /* CLOCK_MONOTONIC of the last completed step (heartbeat) */
+    int num_running;
+    int num_waiting;
+    int64_t kv_blocks_total;
+    int64_t kv_blocks_used;        /* by sequences or the cache */
+    int64_t kv_blocks_cached;      /* held by the prefix cache */
+    size_t kv_bytes_per_token;
+    int64_t kv_capacity_tokens;
+    int block_size;
+    int64_t prefix_cache_queries;  /* prompt tokens looked up */
+    int64_t prefix_cache_hits;     /* prompt tokens found */
+    int64_t prefix_cache_evictions;/* blocks evicted */
+    int64_t preemptions;
+    int64_t prompt_tokens;         /* total prompt tokens of finished requests */
+    int64_t generation_tokens;     /* total generated tokens */
+    int64_t steps;
+} engine_stats;
+
+void engine_get_stats(engine *e, engine_stats *out);
+
+/* Monotonic microseconds (CLOCK_MONOTONIC). */
+int64_t engine_now_us(void);
+
+#endif

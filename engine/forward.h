@@ -1,0 +1,32 @@
+/*
+ * forward.h — the Llama/Qwen2 model graph, written once against backend.h.
+ *
+ * Per layer:  h = x + Wo·attn(rope(Wq·n(x)), rope(Wk·n(x)), Wv·n(x))   with n = RMSNorm
+ *             x = h + Wdown·(silu(Wgate·n(h)) * Wup·n(h))
+ * then the final norm and the LM head for the batch's logit rows only.
+ */
+#ifndef KVSERVE_FORWARD_H
+#define KVSERVE_FORWARD_H
+
+#include <stddef.h>
+
+#include "cache/kv.h"
+#include "engine/backend.h"
+#include "engine/model.h"
+
+typedef struct fwd fwd;
+
+/* Uploads the model's weights to be, allocates the KV arena (n_blocks of geometry g) and the
+ * activation scratch for batches of up to max_tokens tokens and max_logits logit rows.
+ * The model and backend are borrowed and must outlive the fwd. NULL with a message on failure. */
+fwd *fwd_create(const model *m, backend *be, const kv_geom *g, int32_t n_blocks, int max_tokens,
+                int max_logits, char *err, size_t err_len);
+void fwd_destroy(fwd *f);
+
+/* Runs one step over the batch: writes the new tokens' K/V into their slots and the logits of
+ * the logit rows into logits [n_logits][n_vocab] (host memory). 0 or a negative errno. */
+int fwd_run(fwd *f, const be_batch *b, float *logits);
+
+backend *fwd_backend(fwd *f);
+
+#endif

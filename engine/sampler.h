@@ -1,0 +1,69 @@
+/*
+ * sampler.h — from one row of logits to one token, per request parameters.
+ *
+ * Order (as vLLM / llama.cpp): logit_bias → repetition/presence/frequency penalties → min_tokens
+ * (end-of-generation ids banned) → greedy if temperature == 0 → temperature → top_k → top_p →
+ * min_p → draw. Log-probabilities reported to clients are of the model's raw distribution
+ * (log_softmax of the unmodified logits), as vLLM reports them.
+ *
+ * PRNG: each sequence owns a xoshiro256** state seeded through splitmix64 from the request's seed
+ * (and the choice index), so the same seed gives the same tokens whatever else is in the batch.
+ */
+#ifndef KVSERVE_SAMPLER_H
+#define KVSERVE_SAMPLER_H
+
+#include <stdint.h>
+
+#define SMP_MAX_LOGPROBS 20
+
+typedef struct smp_params {
+    float temperature;        /* 0 = greedy (lowest id wins ties) */
+    int top_k;                /* ≤ 0: off */
+    float top_p;              /* 1: off */
+    float min_p;              /* 0: off */
+    float repetition_penalty; /* 1: off; applies to prompt and output tokens */
+    float presence_penalty;   /* 0: off; output tokens */
+    float frequency_penalty;  /* 0: off; output tokens */
+    int n_logit_bias;
+    int32_t *bias_ids;        /* [n_logit_bias], owned by whoever owns the params */
+    float *bias_vals;         /* [n_logit_bias] */
+    int min_tokens;           /* end-of-generation banned before this many output tokens */
+    int ignore_eos;           /* end-of-generation ids do not stop (they are still sampleable) */
+    uint64_t seed;
+    int has_seed;             /* 0: the engine draws a random seed */
+    int n_logprobs;           /* top alternatives to report; -1 = no logprobs at all */
+} smp_params;
+
+void smp_params_default(smp_params *p);
+
+typedef struct smp_rng {
+    uint64_t s[4];
+} smp_rng;
+
+void smp_rng_seed(smp_rng *r, uint64_t seed);
+uint64_t smp_rng_next(smp_rng *r);
+/* Uniform in [0, 1). */
+double smp_rng_uniform(smp_rng *r);
+
+typedef struct smp_result {
+    int32_t token;
+    float logprob;                            /* of token under the raw distribution */
+    int n_top;
+    int32_t top_ids[SMP_MAX_LOGPROBS];        /* best first */
+    float top_logprobs[SMP_MAX_LOGPROBS];
+} smp_result;
+
+/* Context the penalties need: the sequence's prompt and output token ids. */
+typedef struct smp_history {
+    const int32_t *prompt;
+    int n_prompt;
+    const int32_t *output;
+    int n_output;
+} smp_history;
+
+/* Samples from logits[n_vocab] (modified in place as scratch). eog ids are banned while
+ * n_output < min_tokens. Fills *out; always succeeds. */
+void smp_sample(const smp_params *p, smp_rng *rng, float *logits, int n_vocab,
+                const smp_history *h, const int32_t *eog_ids, int n_eog, smp_result *out);
+
+#endif
