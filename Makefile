@@ -51,8 +51,10 @@ LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o)
 TEST_SRCS := $(wildcard tests/test_*.c)
 TEST_OBJS := $(TEST_SRCS:%.c=$(BUILD)/%.o)
 FUZZ_SRCS := $(wildcard tests/fuzz/fuzz_*.c)
+# Stand-alone benchmark programs: bench/NAME.c -> $(BUILD)/bench/NAME (linked with the library).
+BENCH_PROGS := $(patsubst %.c,$(BUILD)/%,$(wildcard bench/*.c))
 
-.PHONY: all deps run test test-cuda asan fuzz bench clean gpu-check
+.PHONY: bench-progs all deps run test test-cuda asan fuzz bench clean gpu-check
 all: deps $(BUILD)/kvserve
 
 deps:
@@ -78,6 +80,12 @@ $(BUILD)/%.o: %.cu
 $(BUILD)/test_kvserve: $(TEST_OBJS) $(BUILD)/libkvserve.a
 	@echo "  LD      $@"
 	$(Q)$(CC) $(CFLAGS) -o $@ $^ -lcriterion -lcurl $(LDLIBS) $(CUDA_LIBS)
+
+$(BUILD)/bench/%: $(BUILD)/bench/%.o $(BUILD)/libkvserve.a
+	@echo "  LD      $@"
+	$(Q)$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS) $(CUDA_LIBS)
+
+bench-progs: $(BENCH_PROGS)
 
 # The test binary finds the kvserve binary (for CLI and HTTP tests) and ../shared through these.
 TEST_ENV := KVSERVE_BIN=$(abspath $(BUILD)/kvserve) KVSERVE_SHARED=$(abspath ../shared)
