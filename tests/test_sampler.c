@@ -1,0 +1,314 @@
+/*
+ * test_sampler.c — the sampling pipeline on small known distributions: greedy ties, each filter,
+ * penalties, bias, min_tokens, logprobs against a double computation, seeds, and the empirical
+ * distribution of temperature sampling against the softmax (chi-square bound, fixed seed).
+ */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "engine/sampler.h"
+
+/* Samples n times from logits (copied each time) and counts tokens into counts[n_vocab]. */
+static void tsm_histogram(const smp_params *p, uint64_t seed, const float *logits, int n_vocab,
+                          int n, int *counts)
+{
+    smp_rng r;
+    smp_rng_seed(&r, seed);
+    float buf[64];
+    memset(counts, 0, (size_t)n_vocab * sizeof *counts);
+    for (int i = 0; i < n; i++) {
+        memcpy(buf, logits, (size_t)n_vocab * sizeof *buf);
+        smp_result res;
+        smp_sample(p, &r, buf, n_vocab, NULL, NULL, 0, &res);
+        cr_assert(res.token >= 0 && res.token < n_vocab);
+        counts[res.token]++;
+    }
+}
+
+/* logits whose softmax is exactly probs (log of the probabilities). */
+static void tsm_from_probs(const double *probs, int n, float *logits)
+{
+    for (int i = 0; i < n; i++) logits[i] = (float)log(probs[i]);
+}
+
+Test(sampler, rng_splitmix_seeding)
+{
+    /* splitmix64's first output from state 0 is a published constant. */
+    smp_rng r;
+    smp_rng_seed(&r, 0);
+    cr_assert_eq(r.s[0], 0xe220a8397b1dcdafull);
+    smp_rng a, b;
+    smp_rng_seed(&a, 42);
+    smp_rng_seed(&b, 42);
+    for (int i = 0; i < 100; i++) cr_assert_eq(smp_rng_next(&a), smp_rng_next(&b));
+    for (int i = 0; i < 1000; i++) {
+        double u = smp_rng_uniform(&a);
+        cr_assert(u >= 0.0 && u < 1.0);
+    }
+}
+
+Test(sampler, greedy_ties_lowest_id)
+{
+    smp_params p;
+    smp_params_default(&p);
+    p.temperature = 0.0f;
+    float l[6] = {1.0f, 3.0f, NAN, 3.0f, 2.0f, 3.0f};
+    smp_rng r;
+    smp_rng_seed(&r, 1);
+    smp_result res;
+    smp_sample(&p, &r, l, 6, NULL, NULL, 0, &res);
+    cr_assert_eq(res.token, 1);
+    float l2[3] = {NAN, -1.0f, -1.0f};
+    smp_sample(&p, &r, l2, 3, NULL, NULL, 0, &res);
+    cr_assert_eq(res.token, 1);
+}
+
+Test(sampler, top_k_top_p_min_p)
+{
+    const double probs[5] = {0.4, 0.3, 0.15, 0.1, 0.05};
+    float l[5];
+    tsm_from_probs(probs, 5, l);
+    int c[5];
+    smp_params p;
+    const int n = 4000;
+
+    smp_params_default(&p);
+    p.top_k = 2;
+    tsm_histogram(&p, 7, l, 5, n, c);
+    cr_assert(c[0] > 0 && c[1] > 0 && c[2] + c[3] + c[4] == 0, "top_k=2: %d %d %d", c[0], c[1], c[2]);
+    cr_assert(fabs(c[0] / (double)n - 4.0 / 7.0) < 0.04, "top_k renormalises: %d", c[0]);
+
+    smp_params_default(&p);
+    p.top_p = 0.69f; /* 0.4 + 0.3 reaches it */
+    tsm_histogram(&p, 7, l, 5, n, c);
+    cr_assert(c[0] > 0 && c[1] > 0 && c[2] + c[3] + c[4] == 0);
+    p.top_p = 0.71f; /* needs the third */
+    tsm_histogram(&p, 7, l, 5, n, c);
+    cr_assert(c[2] > 0 && c[3] + c[4] == 0);
+    p.top_p = 0.1f; /* the best alone */
+    tsm_histogram(&p, 7, l, 5, n, c);
+    cr_assert_eq(c[0], n);
+
+    smp_params_default(&p);
+    p.min_p = 0.3f; /* keep p ≥ 0.12 */
+    tsm_histogram(&p, 7, l, 5, n, c);
+    cr_assert(c[2] > 0 && c[3] + c[4] == 0);
+    p.min_p = 0.8f; /* keep p ≥ 0.32 */
+    tsm_histogram(&p, 7, l, 5, n, c);
+    cr_assert_eq(c[0], n);
+
+    /* combined: top_k 4 then top_p 0.8 of the renormalised 0.95 (0.4+0.3 < 0.76 ≤ 0.85) */
+    smp_params_default(&p);
+    p.top_k = 4;
+    p.top_p = 0.8f;
+    tsm_histogram(&p, 7, l, 5, n, c);
+    cr_assert(c[2] > 0 && c[3] + c[4] == 0);
+
+    /* temperature sharpens: at 0.25, p0/p1 = (4/3)^4 */
+    smp_params_default(&p);
+    p.temperature = 0.25f;
+    tsm_histogram(&p, 9, l, 5, 20000, c);
+    double r01 = (double)c[0] / c[1];
+    cr_assert(fabs(r01 - pow(4.0 / 3.0, 4)) < 0.25, "ratio %f", r01);
+}
+
+Test(sampler, top_p_large_vocab_matches_full_sort)
+{
+    /* A long tail exercises the thresholded partial sort: compare with a tail-free run. */
+    enum { N = 3000 };
+    static float l[N];
+    for (int i = 0; i < N; i++) l[i] = -20.0f - (float)(i % 17);
+    l[100] = 0.0f;
+    l[2000] = -0.5f;
+    l[7] = -1.0f;
+    smp_params p;
+    smp_params_default(&p);
+    p.top_p = 0.9f;
+    smp_rng r;
+    smp_rng_seed(&r, 3);
+    int seen[3] = {0};
+    static float buf[N];
+    for (int it = 0; it < 2000; it++) {
+        memcpy(buf, l, sizeof l);
+        smp_result res;
+        smp_sample(&p, &r, buf, N, NULL, NULL, 0, &res);
+        cr_assert(res.token == 100 || res.token == 2000 || res.token == 7, "token %d", res.token);
+        seen[res.token == 100 ? 0 : res.token == 2000 ? 1 : 2]++;
+    }
+    /* probs ∝ 1, 0.607, 0.368: cumulative 0.50, 0.81 < 0.9 → all three kept */
+    cr_assert(seen[0] > 0 && seen[1] > 0 && seen[2] > 0);
+}
+
+Test(sampler, same_seed_same_tokens)
+{
+    float l[16];
+    for (int i = 0; i < 16; i++) l[i] = (float)sin(i * 1.7) * 2.0f;
+    smp_params p;
+    smp_params_default(&p);
+    p.temperature = 0.9f;
+    p.top_p = 0.95f;
+    int32_t a[50], b[50], c[50];
+    uint64_t seeds[3] = {1234, 1234, 1235};
+    int32_t *outs[3] = {a, b, c};
+    for (int s = 0; s < 3; s++) {
+        smp_rng r;
+        smp_rng_seed(&r, seeds[s]);
+        for (int i = 0; i < 50; i++) {
+            float buf[16];
+            memcpy(buf, l, sizeof buf);
+            smp_result res;
+            smp_sample(&p, &r, buf, 16, NULL, NULL, 0, &res);
+            outs[s][i] = res.token;
+        }
+    }
+    cr_assert_arr_eq(a, b, sizeof a);
+    cr_assert(memcmp(a, c, sizeof a) != 0, "different seeds should differ somewhere in 50 draws");
+}
+
+Test(sampler, penalties_bias_min_tokens)
+{
+    smp_params p;
+    smp_params_default(&p);
+    p.temperature = 0.0f;
+    smp_rng r;
+    smp_rng_seed(&r, 1);
+    smp_result res;
+
+    /* repetition (HF): prompt [0 0 1], output [2]; each distinct token once */
+    p.repetition_penalty = 2.0f;
+    int32_t prompt[3] = {0, 0, 1}, output[3] = {2, 2, 0};
+    smp_history h = {prompt, 3, output, 1};
+    float l[4] = {2.0f, -2.0f, 1.0f, 1.5f};
+    smp_sample(&p, &r, l, 4, &h, NULL, 0, &res);
+    cr_assert_float_eq(l[0], 1.0f, 1e-6);
+    cr_assert_float_eq(l[1], -4.0f, 1e-6);
+    cr_assert_float_eq(l[2], 0.5f, 1e-6);
+    cr_assert_float_eq(l[3], 1.5f, 1e-6);
+    cr_assert_eq(res.token, 3);
+
+    /* presence / frequency (OpenAI) on output tokens only: [2 2 0] */
+    smp_params_default(&p);
+    p.temperature = 0.0f;
+    p.presence_penalty = 1.0f;
+    p.frequency_penalty = 0.5f;
+    h = (smp_history){prompt, 3, output, 3};
+    float m[4] = {2.0f, -2.0f, 1.0f, 1.5f};
+    smp_sample(&p, &r, m, 4, &h, NULL, 0, &res);
+    cr_assert_float_eq(m[0], 0.5f, 1e-6);  /* 2 - 0.5 - 1 */
+    cr_assert_float_eq(m[1], -2.0f, 1e-6); /* prompt only: untouched */
+    cr_assert_float_eq(m[2], -1.0f, 1e-6); /* 1 - 2×0.5 - 1 */
+    cr_assert_eq(res.token, 3);
+
+    /* logit_bias */
+    smp_params_default(&p);
+    p.temperature = 0.0f;
+    int32_t bid[2] = {1, 99};
+    float bval[2] = {10.0f, 5.0f};
+    p.n_logit_bias = 2;
+    p.bias_ids = bid;
+    p.bias_vals = bval;
+    float b[4] = {2.0f, -2.0f, 1.0f, 1.5f};
+    smp_sample(&p, &r, b, 4, NULL, NULL, 0, &res);
+    cr_assert_eq(res.token, 1);
+
+    /* min_tokens bans eog ids until enough output exists, under sampling too */
+    smp_params_default(&p);
+    p.min_tokens = 2;
+    int32_t eog[1] = {0};
+    for (int n_out = 0; n_out < 3; n_out++) {
+        h = (smp_history){prompt, 3, output, n_out};
+        int hits = 0;
+        for (int it = 0; it < 200; it++) {
+            float e[4] = {5.0f, 0.0f, 0.0f, 0.0f};
+            smp_sample(&p, &r, e, 4, &h, eog, 1, &res);
+            hits += res.token == 0;
+        }
+        if (n_out < 2) cr_assert_eq(hits, 0, "eog sampled with %d outputs", n_out);
+        else cr_assert(hits > 150);
+    }
+}
+
+Test(sampler, logprobs_raw_distribution)
+{
+    enum { N = 37 };
+    float l[N], orig[N];
+    for (int i = 0; i < N; i++) orig[i] = (float)cos(i * 0.77) * 3.0f + (i == 5 ? 8.0f : 0.0f);
+    orig[20] = orig[21]; /* a tie in the top list */
+    double mx = -1e300, s = 0.0;
+    for (int i = 0; i < N; i++) mx = fmax(mx, orig[i]);
+    for (int i = 0; i < N; i++) s += exp(orig[i] - mx);
+    double lse = mx + log(s);
+
+    smp_params p;
+    smp_params_default(&p);
+    p.temperature = 0.0f;
+    p.n_logprobs = 5;
+    p.repetition_penalty = 3.0f; /* must not affect the reported logprobs */
+    int32_t prompt[1] = {5};
+    smp_history h = {prompt, 1, NULL, 0};
+    memcpy(l, orig, sizeof l);
+    smp_rng r;
+    smp_rng_seed(&r, 1);
+    smp_result res;
+    smp_sample(&p, &r, l, N, &h, NULL, 0, &res);
+    cr_assert_eq(res.n_top, 5);
+    cr_assert_eq(res.top_ids[0], 5);
+    cr_assert_float_eq(res.logprob, orig[res.token] - lse, 1e-5);
+    for (int j = 0; j < 5; j++) {
+        cr_assert_float_eq(res.top_logprobs[j], orig[res.top_ids[j]] - lse, 1e-5);
+        if (j) {
+            float a = orig[res.top_ids[j - 1]], b = orig[res.top_ids[j]];
+            cr_assert(a > b || (a == b && res.top_ids[j - 1] < res.top_ids[j]));
+        }
+    }
+    /* nothing outside the list beats its last entry */
+    for (int i = 0; i < N; i++) {
+        int in = 0;
+        for (int j = 0; j < 5; j++) in |= res.top_ids[j] == i;
+        if (!in) cr_assert(orig[i] <= orig[res.top_ids[4]]);
+    }
+    /* n_logprobs 0: the chosen token's logprob only; -1: none */
+    p.n_logprobs = 0;
+    memcpy(l, orig, sizeof l);
+    smp_sample(&p, &r, l, N, NULL, NULL, 0, &res);
+    cr_assert_eq(res.n_top, 0);
+    cr_assert_float_eq(res.logprob, orig[5] - lse, 1e-5);
+}
+
+/* Temperature sampling without filters follows softmax(l / T): chi-square with 9 degrees of
+ * freedom stays under 27.9 (p = 0.001) for the fixed seed. */
+Test(sampler, temperature_matches_softmax)
+{
+    const uint64_t seed = 0x5eed5eedull;
+    printf("sampler temperature_matches_softmax seed=0x%llx\n", (unsigned long long)seed);
+    enum { N = 10, DRAWS = 40000 };
+    float l[N];
+    for (int i = 0; i < N; i++) l[i] = (float)((i * 7919) % 13) * 0.3f - 1.0f;
+    const float T = 0.7f;
+    double q[N], s = 0.0, mx = -1e300;
+    for (int i = 0; i < N; i++) mx = fmax(mx, l[i] / T);
+    for (int i = 0; i < N; i++) s += q[i] = exp(l[i] / T - mx);
+    smp_params p;
+    smp_params_default(&p);
+    p.temperature = T;
+    int c[N];
+    tsm_histogram(&p, seed, l, N, DRAWS, c);
+    double chi2 = 0.0;
+    for (int i = 0; i < N; i++) {
+        double e = DRAWS * q[i] / s;
+        chi2 += (c[i] - e) * (c[i] - e) / e;
+    }
+    cr_assert(chi2 < 27.9, "chi-square %f", chi2);
+    /* the same through the filtered path with filters that keep everything */
+    p.top_k = N - 1 + 1000;
+    p.min_p = 1e-9f;
+    tsm_histogram(&p, seed + 1, l, N, DRAWS, c);
+    chi2 = 0.0;
+    for (int i = 0; i < N; i++) {
+        double e = DRAWS * q[i] / s;
+        chi2 += (c[i] - e) * (c[i] - e) / e;
+    }
+    cr_assert(chi2 < 27.9, "chi-square (filtered path) %f", chi2);
+}
