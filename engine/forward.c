@@ -1,0 +1,239 @@
+/*
+ * forward.c — the Llama/Qwen2 model graph, once, against the backend ops of backend.h.
+ *
+ * fwd_create uploads every weight, allocates the KV arena and the activation scratch (sized for
+ * max_tokens rows and max_logits logit rows); fwd_run walks one varlen batch through the layers.
+ * forward.c never touches activation memory itself: it only passes backend pointers to ops, so
+ * the same graph drives the CPU and the CUDA backend.
+ *
+ * Invariants: a fwd's weights and scratch belong to its backend for the fwd's lifetime; the model
+ * and backend are borrowed. Called by the engine thread (scheduler steps) and by `kvserve
+ * generate`; one thread at a time.
+ */
+#include "engine/forward.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct fwd_layer {
+    be_weight attn_norm;      /* [dim] */
+    be_weight wq, wk, wv, wo; /* [dim → q_dim], [dim → kv_dim] ×2, [q_dim → dim] */
+    be_weight bq, bk, bv;     /* qwen2 biases; data NULL when absent */
+    be_weight ffn_norm;       /* [dim] */
+    be_weight w_gate, w_up;   /* [dim → n_ff] */
+    be_weight w_down;         /* [n_ff → dim] */
+} fwd_layer;
+
+struct fwd {
+    const model *m;  /* borrowed */
+    backend *be;     /* borrowed */
+    kv_geom geom;
+    int max_tokens, max_logits;
+    int q_dim, kv_dim;
+
+    be_weight tok_embd;    /* [dim × n_vocab] */
+    be_weight output_norm; /* [dim] */
+    be_weight output;      /* [dim → n_vocab]; a copy of tok_embd's handle when tied */
+    int output_shared;     /* 1: output is tok_embd's upload (free once) */
+    fwd_layer *layers;     /* [n_layers] */
+
+    /* activation scratch in backend memory, f32 row-major */
+    float *x;      /* [max_tokens][dim]     residual stream */
+    float *xb;     /* [max_tokens][dim]     normed input / projection output */
+    float *q;      /* [max_tokens][q_dim] */
+    float *k, *v;  /* [max_tokens][kv_dim] */
+    float *att;    /* [max_tokens][q_dim]   attention output */
+    float *hb;     /* [max_tokens][n_ff]    gate, then silu(gate) * up */
+    float *hb2;    /* [max_tokens][n_ff]    up */
+    float *lx;     /* [max_logits][dim]     the logit rows' hidden states */
+    float *logits; /* [max_logits][n_vocab] */
+};
+
+static int fwd__upload(fwd *f, const model_tensor *t, be_weight *w)
+{
+    memset(w, 0, sizeof *w);
+    if (!t->data) return 0; /* optional tensor (bias) absent */
+    return f->be->ops->weight_upload(f->be, t, w);
+}
+
+static void fwd__wfree(fwd *f, be_weight *w)
+{
+    if (w->data || w->extra) f->be->ops->weight_free(f->be, w);
+    memset(w, 0, sizeof *w);
+}
+
+static int fwd__upload_layer(fwd *f, const model_layer *ml, fwd_layer *l)
+{
+    const model_tensor *src[] = {&ml->attn_norm, &ml->wq, &ml->wk, &ml->wv, &ml->wo, &ml->bq,
+                                 &ml->bk, &ml->bv, &ml->ffn_norm, &ml->w_gate, &ml->w_up,
+                                 &ml->w_down};
+    be_weight *dst[] = {&l->attn_norm, &l->wq, &l->wk, &l->wv, &l->wo, &l->bq,
+                        &l->bk, &l->bv, &l->ffn_norm, &l->w_gate, &l->w_up, &l->w_down};
+    for (size_t i = 0; i < sizeof src / sizeof src[0]; i++) {
+        int rc = fwd__upload(f, src[i], dst[i]);
+        if (rc) return rc;
+    }
+    return 0;
+}
+
+static void fwd__free_layer(fwd *f, fwd_layer *l)
+{
+    be_weight *w[] = {&l->attn_norm, &l->wq, &l->wk, &l->wv, &l->wo, &l->bq,
+                      &l->bk, &l->bv, &l->ffn_norm, &l->w_gate, &l->w_up, &l->w_down};
+    for (size_t i = 0; i < sizeof w / sizeof w[0]; i++) fwd__wfree(f, w[i]);
+}
+
+/* Allocates every scratch buffer; 0 or -ENOMEM. */
+static int fwd__alloc_scratch(fwd *f)
+{
+    const model_hparams *hp = &f->m->hp;
+    size_t T = (size_t)f->max_tokens, L = (size_t)f->max_logits;
+    size_t wide = (size_t)(hp->n_embd > f->q_dim ? hp->n_embd : f->q_dim);
+    struct { float **p; size_t n; } s[] = {
+        {&f->x, T * hp->n_embd}, {&f->xb, T * wide},       {&f->q, T * f->q_dim},
+        {&f->k, T * f->kv_dim},  {&f->v, T * f->kv_dim},    {&f->att, T * f->q_dim},
+        {&f->hb, T * hp->n_ff},  {&f->hb2, T * hp->n_ff},   {&f->lx, L * hp->n_embd},
+        {&f->logits, L * hp->n_vocab},
+    };
+    for (size_t i = 0; i < sizeof s / sizeof s[0]; i++) {
+        *s[i].p = f->be->ops->alloc(f->be, s[i].n);
+        if (!*s[i].p) return -ENOMEM;
+    }
+    return 0;
+}
+
+void fwd_destroy(fwd *f)
+{
+    if (!f) return;
+    float *bufs[] = {f->x, f->xb, f->q, f->k, f->v, f->att, f->hb, f->hb2, f->lx, f->logits};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        if (bufs[i]) f->be->ops->free(f->be, bufs[i]);
+    if (f->layers)
+        for (int l = 0; l < f->m->hp.n_layers; l++) fwd__free_layer(f, &f->layers[l]);
+    free(f->layers);
+    if (!f->output_shared) fwd__wfree(f, &f->output);
+    fwd__wfree(f, &f->output_norm);
+    fwd__wfree(f, &f->tok_embd);
+    free(f);
+}
+
+fwd *fwd_create(const model *m, backend *be, const kv_geom *g, int32_t n_blocks, int max_tokens,
+                int max_logits, char *err, size_t err_len)
+{
+    const model_hparams *hp = &m->hp;
+    if (g->n_layers != hp->n_layers || g->n_kv_heads != hp->n_kv_heads ||
+        g->head_dim != hp->head_dim || g->block_size <= 0 || n_blocks <= 0 || max_tokens <= 0 ||
+        max_logits <= 0) {
+        snprintf(err, err_len, "forward: KV geometry (%d layers, %d kv heads, head dim %d, block %d, "
+                 "%d blocks) does not fit the model (%d, %d, %d) or a size is not positive",
+                 g->n_layers, g->n_kv_heads, g->head_dim, g->block_size, (int)n_blocks,
+                 hp->n_layers, hp->n_kv_heads, hp->head_dim);
+        return NULL;
+    }
+    fwd *f = calloc(1, sizeof *f);
+    if (!f) goto oom;
+    f->m = m;
+    f->be = be;
+    f->geom = *g;
+    f->max_tokens = max_tokens;
+    f->max_logits = max_logits;
+    f->q_dim = hp->n_heads * hp->head_dim;
+    f->kv_dim = hp->n_kv_heads * hp->head_dim;
+    f->layers = calloc((size_t)hp->n_layers, sizeof *f->layers);
+    if (!f->layers) goto oom;
+
+    int rc = fwd__upload(f, &m->tok_embd, &f->tok_embd);
+    if (!rc) rc = fwd__upload(f, &m->output_norm, &f->output_norm);
+    if (!rc) {
+        f->output_shared = hp->tied_output || m->output.data == m->tok_embd.data;
+        if (f->output_shared) f->output = f->tok_embd;
+        else rc = fwd__upload(f, &m->output, &f->output);
+    }
+    for (int l = 0; !rc && l < hp->n_layers; l++) rc = fwd__upload_layer(f, &m->layers[l], &f->layers[l]);
+    if (rc) {
+        snprintf(err, err_len, "forward: uploading the weights to the %s backend failed (%s)",
+                 be->name, strerror(-rc));
+        fwd_destroy(f);
+        return NULL;
+    }
+    rc = be->ops->kv_init(be, g, n_blocks);
+    if (rc) {
+        snprintf(err, err_len, "forward: allocating %d KV blocks (%zu bytes) failed (%s)",
+                 (int)n_blocks, kv_bytes_per_block(g) * (size_t)n_blocks, strerror(-rc));
+        fwd_destroy(f);
+        return NULL;
+    }
+    if (fwd__alloc_scratch(f)) {
+        snprintf(err, err_len, "forward: out of memory for activations of %d tokens", max_tokens);
+        fwd_destroy(f);
+        return NULL;
+    }
+    return f;
+oom:
+    if (f) free(f->layers);
+    free(f);
+    snprintf(err, err_len, "forward: out of memory");
+    return NULL;
+}
+
+backend *fwd_backend(fwd *f)
+{
+    return f->be;
+}
+
+/* One transformer block over the batch's n rows of f->x (in place). */
+static void fwd__layer(fwd *f, int li, int n)
+{
+    const model_hparams *hp = &f->m->hp;
+    const fwd_layer *l = &f->layers[li];
+    const be_ops *op = f->be->ops;
+    backend *be = f->be;
+    int dim = hp->n_embd;
+    be_rope rq = {hp->n_heads, hp->head_dim, hp->rope_dims, hp->rope_base, hp->rope_neox};
+    be_rope rk = {hp->n_kv_heads, hp->head_dim, hp->rope_dims, hp->rope_base, hp->rope_neox};
+
+    /* attention: x += Wo · attn(rope(Wq·n(x)), rope(Wk·n(x)), Wv·n(x)) */
+    op->rmsnorm(be, f->x, &l->attn_norm, hp->rms_eps, n, dim, f->xb);
+    op->matmul(be, f->xb, n, &l->wq, l->bq.data ? &l->bq : NULL, f->q);
+    op->matmul(be, f->xb, n, &l->wk, l->bk.data ? &l->bk : NULL, f->k);
+    op->matmul(be, f->xb, n, &l->wv, l->bv.data ? &l->bv : NULL, f->v);
+    op->rope(be, f->q, &rq);
+    op->rope(be, f->k, &rk);
+    op->store_kv(be, li, f->k, f->v);
+    op->attention(be, li, f->q, hp->n_heads, f->att);
+    op->matmul(be, f->att, n, &l->wo, NULL, f->xb);
+    op->add(be, f->x, f->xb, (int64_t)n * dim);
+
+    /* feed-forward: x += Wdown · (silu(Wgate·n(x)) * Wup·n(x)) */
+    op->rmsnorm(be, f->x, &l->ffn_norm, hp->rms_eps, n, dim, f->xb);
+    op->matmul(be, f->xb, n, &l->w_gate, NULL, f->hb);
+    op->matmul(be, f->xb, n, &l->w_up, NULL, f->hb2);
+    op->silu_mul(be, f->hb, f->hb2, (int64_t)n * hp->n_ff);
+    op->matmul(be, f->hb, n, &l->w_down, NULL, f->xb);
+    op->add(be, f->x, f->xb, (int64_t)n * dim);
+}
+
+int fwd_run(fwd *f, const be_batch *b, float *logits)
+{
+    const model_hparams *hp = &f->m->hp;
+    const be_ops *op = f->be->ops;
+    backend *be = f->be;
+    if (b->n_tokens <= 0 || b->n_tokens > f->max_tokens || b->n_logits < 0 ||
+        b->n_logits > f->max_logits || b->n_seqs <= 0)
+        return -EINVAL;
+    int rc = op->begin(be, b);
+    if (rc) return rc;
+    int n = b->n_tokens;
+
+    op->embed(be, &f->tok_embd, f->x);
+    for (int l = 0; l < hp->n_layers; l++) fwd__layer(f, l, n);
+    if (b->n_logits == 0) return op->sync(be);
+
+    /* final norm and LM head only on the rows that sample */
+    op->gather_rows(be, f->x, hp->n_embd, f->lx);
+    op->rmsnorm(be, f->lx, &f->output_norm, hp->rms_eps, b->n_logits, hp->n_embd, f->lx);
+    op->matmul(be, f->lx, b->n_logits, &f->output, NULL, f->logits);
+    return op->to_host(be, f->logits, (size_t)b->n_logits * hp->n_vocab, logits);
+}
