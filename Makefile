@@ -48,7 +48,8 @@ endif
 # --- sources ----------------------------------------------------------------
 LIB_SRCS := $(wildcard engine/*.c cache/*.c cpu/*.c server/*.c) $(filter-out cli/main.c,$(wildcard cli/*.c))
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o)
-TEST_SRCS := $(wildcard tests/test_*.c)
+# tests/ref_*.c: shared test helpers (e.g. the float64 reference forward pass).
+TEST_SRCS := $(wildcard tests/test_*.c tests/ref_*.c)
 TEST_OBJS := $(TEST_SRCS:%.c=$(BUILD)/%.o)
 FUZZ_SRCS := $(wildcard tests/fuzz/fuzz_*.c)
 # Stand-alone benchmark programs: bench/NAME.c -> $(BUILD)/bench/NAME (linked with the library).
