@@ -1,0 +1,390 @@
+/*
+ * test_radix.c — the radix prefix cache against a brute-force model.
+ *
+ * The model stores every cached block as one entry keyed by its block id: the whole token prefix
+ * it completes, its parent block, its child count and the logical time it was last used. A
+ * match is "the longest run of prefixes that all have an entry"; eviction repeatedly removes the
+ * least recently used entry that nothing extends and only the cache references. The tests
+ * play the scheduler's part (match, allocate, insert, release, evict under pressure) and compare
+ * every result, every refcount of the pool, and rdx_check/bp_check after every operation.
+ */
+#include <criterion/criterion.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cache/block_pool.h"
+#include "cache/radix.h"
+
+#define TRX_MAX_BLK 12 /* longest token run in blocks */
+#define TRX_MAX_BS 4
+#define TRX_MAX_TOK (TRX_MAX_BLK * TRX_MAX_BS + TRX_MAX_BS - 1)
+#define TRX_POOL 64
+#define TRX_SEQS 8
+#define TRX_HIST 16
+
+static uint64_t trx_rng(uint64_t *s)
+{
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+
+static uint64_t trx_seed(uint64_t fallback)
+{
+    const char *e = getenv("KVSERVE_TEST_SEED");
+    return e && *e ? strtoull(e, NULL, 0) : fallback;
+}
+
+/* ---- small scenarios --------------------------------------------------------------------- */
+
+static void trx_unref_all(block_pool *bp, const int32_t *ids, int n)
+{
+    for (int i = 0; i < n; i++) bp_unref(bp, ids[i]);
+}
+
+Test(radix, basics_split_and_lru)
+{
+    block_pool *bp = bp_create(8);
+    rdx_tree *t = rdx_create(bp, 2);
+    cr_assert_not_null(t);
+    rdx_check(t);
+    int32_t a[2], c[1], got[4] = {-1, -1, -1, -1};
+    cr_assert_eq(bp_alloc(bp, 2, a), 0);
+    const int32_t p1[] = {1, 2, 3, 4, 5};
+    cr_assert_eq(rdx_insert(t, p1, 5, a), 2, "only the two full blocks are indexed");
+    rdx_check(t);
+    cr_assert_eq(rdx_n_blocks(t), 2);
+    cr_assert_eq(bp_refcount(bp, a[0]), 2);
+    cr_assert_eq(rdx_n_evictable(t), 0, "the caller still holds both blocks");
+    trx_unref_all(bp, a, 2);
+    cr_assert_eq(rdx_n_evictable(t), 2);
+
+    const int32_t q1[] = {1, 2, 3, 4, 9, 9};
+    cr_assert_eq(rdx_match(t, q1, 6, got, 4), 4);
+    cr_assert_eq(got[0], a[0]);
+    cr_assert_eq(got[1], a[1]);
+    cr_assert_eq(bp_refcount(bp, a[1]), 2);
+    trx_unref_all(bp, got, 2);
+
+    const int32_t q2[] = {1, 2, 7, 7};
+    cr_assert_eq(rdx_match(t, q2, 4, got, 4), 2, "a partial edge match splits at the block");
+    rdx_check(t);
+    cr_assert_eq(got[0], a[0]);
+    cr_assert_eq(bp_alloc(bp, 1, c), 0);
+    int32_t table[2] = {got[0], c[0]};
+    cr_assert_eq(rdx_insert(t, q2, 4, table), 1);
+    rdx_check(t);
+    cr_assert_eq(rdx_n_blocks(t), 3);
+    bp_unref(bp, got[0]);
+    bp_unref(bp, c[0]);
+
+    /* [3,4] was last used before [7,7] was inserted: it goes first. */
+    cr_assert_eq(rdx_n_evictable(t), 3);
+    cr_assert_eq(rdx_evict(t, 1), 1);
+    rdx_check(t);
+    cr_assert_eq(bp_refcount(bp, a[1]), 0);
+    cr_assert_eq(bp_refcount(bp, c[0]), 1);
+    cr_assert_eq(rdx_match(t, q1, 6, got, 4), 2);
+    bp_unref(bp, got[0]);
+    cr_assert_eq(rdx_evict(t, 100), 2);
+    rdx_check(t);
+    cr_assert_eq(rdx_n_blocks(t), 0);
+    cr_assert_eq(bp_num_free(bp), 8);
+    rdx_destroy(t);
+    bp_check(bp);
+    bp_destroy(bp);
+}
+
+Test(radix, duplicates_limits_and_tail_eviction)
+{
+    block_pool *bp = bp_create(16);
+    rdx_tree *t = rdx_create(bp, 2);
+    int32_t a[4], d[4], got[4];
+    const int32_t p[] = {5, 6, 7, 8, 9, 10, 11, 12};
+    cr_assert_eq(bp_alloc(bp, 4, a), 0);
+    cr_assert_eq(rdx_insert(t, p, 8, a), 4);
+    cr_assert_eq(bp_alloc(bp, 4, d), 0);
+    cr_assert_eq(rdx_insert(t, p, 8, d), 0, "a cached prefix keeps the tree's blocks");
+    for (int i = 0; i < 4; i++) cr_assert_eq(bp_refcount(bp, d[i]), 1);
+    trx_unref_all(bp, d, 4);
+    trx_unref_all(bp, a, 4);
+    rdx_check(t);
+
+    cr_assert_eq(rdx_match(t, p, 1, got, 4), 0, "less than a block matches nothing");
+    cr_assert_eq(rdx_match(t, p, 7, got, 4), 6, "only whole blocks of the query count");
+    trx_unref_all(bp, got, 3);
+    cr_assert_eq(rdx_match(t, p, 8, got, 2), 4, "max_blocks bounds the match");
+    rdx_check(t);
+
+    /* The caller holds the first two blocks: only the tail can go. */
+    cr_assert_eq(rdx_n_evictable(t), 2);
+    cr_assert_eq(rdx_evict(t, 100), 2);
+    rdx_check(t);
+    cr_assert_eq(rdx_n_blocks(t), 2);
+    cr_assert_eq(rdx_evict(t, 100), 0, "referenced blocks are never evicted");
+    trx_unref_all(bp, got, 2);
+    cr_assert_eq(rdx_evict(t, 1), 1, "evict frees at most what was asked");
+    cr_assert_eq(rdx_n_blocks(t), 1);
+    rdx_check(t);
+    rdx_destroy(t); /* drops the last reference */
+    cr_assert_eq(bp_num_free(bp), 16);
+    bp_destroy(bp);
+}
+
+/* ---- randomised comparison with the model ------------------------------------------------ */
+
+typedef struct trx_entry {
+    int live;
+    int depth;                 /* blocks in the prefix this block completes */
+    int32_t parent;            /* block id of the previous block, -1 at depth 1 */
+    int n_children;            /* live entries whose parent is this one */
+    uint64_t time;             /* logical time of last use */
+    int32_t tokens[TRX_MAX_BLK * TRX_MAX_BS]; /* [depth × bs] the whole prefix */
+} trx_entry;
+
+typedef struct trx_model {
+    int bs;
+    uint64_t clock;
+    trx_entry e[TRX_POOL]; /* indexed by block id */
+    int held[TRX_POOL];    /* references the test itself holds, per block */
+} trx_model;
+
+typedef struct trx_seq {
+    int n;
+    int32_t ids[TRX_MAX_BLK];
+} trx_seq;
+
+/* Block id of the cached entry for tokens[0 .. depth × bs), or -1. */
+static int32_t trx_find(const trx_model *m, const int32_t *tokens, int depth)
+{
+    for (int32_t b = 0; b < TRX_POOL; b++) {
+        const trx_entry *x = &m->e[b];
+        if (x->live && x->depth == depth &&
+            memcmp(x->tokens, tokens, (size_t)depth * m->bs * sizeof *tokens) == 0)
+            return b;
+    }
+    return -1;
+}
+
+static int trx_model_match(trx_model *m, const int32_t *tokens, int n_tokens, int max_blocks,
+                           int32_t *ids)
+{
+    int n_blk = n_tokens / m->bs, k = 0;
+    if (n_blk > max_blocks) n_blk = max_blocks;
+    m->clock++;
+    for (; k < n_blk; k++) {
+        int32_t b = trx_find(m, tokens, k + 1);
+        if (b < 0) break;
+        m->e[b].time = m->clock;
+        ids[k] = b;
+    }
+    return k;
+}
+
+static int trx_model_insert(trx_model *m, const int32_t *tokens, int n_tokens, const int32_t *ids)
+{
+    int n_blk = n_tokens / m->bs, n_new = 0;
+    int32_t parent = -1;
+    m->clock++;
+    for (int d = 1; d <= n_blk; d++) {
+        int32_t b = trx_find(m, tokens, d);
+        if (b < 0) {
+            b = ids[d - 1];
+            trx_entry *x = &m->e[b];
+            cr_assert(!x->live, "test bug: block %d indexed twice", b);
+            x->live = 1;
+            x->depth = d;
+            x->parent = parent;
+            x->n_children = 0;
+            memcpy(x->tokens, tokens, (size_t)d * m->bs * sizeof *tokens);
+            if (parent >= 0) m->e[parent].n_children++;
+            n_new++;
+        }
+        m->e[b].time = m->clock;
+        parent = b;
+    }
+    return n_new;
+}
+
+/* Removes LRU childless entries that only the cache references, up to n; returns the count. */
+static int trx_model_evict(trx_model *m, int n)
+{
+    int freed = 0;
+    while (freed < n) {
+        int32_t best = -1;
+        int tie = 0;
+        for (int32_t b = 0; b < TRX_POOL; b++) {
+            const trx_entry *x = &m->e[b];
+            if (!x->live || x->n_children > 0 || m->held[b] > 0) continue;
+            if (best >= 0 && x->time == m->e[best].time) tie = 1;
+            if (best < 0 || x->time < m->e[best].time) {
+                best = b;
+                tie = 0;
+            }
+        }
+        if (best < 0) break;
+        cr_assert(!tie, "two leaves last used at the same time: LRU order is ambiguous");
+        m->e[best].live = 0;
+        if (m->e[best].parent >= 0) m->e[m->e[best].parent].n_children--;
+        freed++;
+    }
+    return freed;
+}
+
+/* Blocks that repeated eviction would free: unheld entries all of whose descendants are too. */
+static int trx_model_evictable(const trx_model *m)
+{
+    int blocked[TRX_POOL] = {0}, count = 0; /* blocked: some descendant is held */
+    for (int d = TRX_MAX_BLK; d >= 1; d--)
+        for (int32_t b = 0; b < TRX_POOL; b++) {
+            const trx_entry *x = &m->e[b];
+            if (!x->live || x->depth != d) continue;
+            int ev = m->held[b] == 0 && !blocked[b];
+            count += ev;
+            if (!ev && x->parent >= 0) blocked[x->parent] = 1;
+        }
+    return count;
+}
+
+/* Compares every observable of the tree and the pool with the model. */
+static void trx_compare(const trx_model *m, const rdx_tree *t, const block_pool *bp)
+{
+    rdx_check(t);
+    bp_check(bp);
+    int n_live = 0;
+    for (int32_t b = 0; b < TRX_POOL; b++) {
+        n_live += m->e[b].live;
+        int want = m->e[b].live + m->held[b];
+        cr_assert_eq(bp_refcount(bp, b), want, "block %d: refcount %d, model %d", b,
+                     bp_refcount(bp, b), want);
+    }
+    cr_assert_eq(rdx_n_blocks(t), n_live);
+    cr_assert_eq(rdx_n_evictable(t), trx_model_evictable(m));
+}
+
+/* A token run that often shares a prefix with an earlier one; small alphabet for collisions. */
+static int trx_gen(uint64_t *rng, int bs, int32_t hist[][TRX_MAX_TOK], int *hist_len,
+                   int *n_hist, int32_t *out)
+{
+    int max_len = TRX_MAX_BLK * bs + bs - 1;
+    int len = (int)(trx_rng(rng) % (uint64_t)(max_len + 1)), keep = 0;
+    if (*n_hist > 0 && trx_rng(rng) % 3 != 0) {
+        int h = (int)(trx_rng(rng) % (uint64_t)*n_hist);
+        keep = (int)(trx_rng(rng) % (uint64_t)(hist_len[h] + 1));
+        if (keep > len) len = keep;
+        memcpy(out, hist[h], (size_t)keep * sizeof *out);
+    }
+    for (int i = keep; i < len; i++) out[i] = (int32_t)(trx_rng(rng) % 3);
+    int slot = *n_hist < TRX_HIST ? (*n_hist)++ : (int)(trx_rng(rng) % TRX_HIST);
+    memcpy(hist[slot], out, (size_t)len * sizeof *out);
+    hist_len[slot] = len;
+    return len;
+}
+
+static void trx_release(trx_model *m, block_pool *bp, trx_seq *seqs, int *n_seqs, int i)
+{
+    for (int j = 0; j < seqs[i].n; j++) {
+        bp_unref(bp, seqs[i].ids[j]);
+        m->held[seqs[i].ids[j]]--;
+    }
+    seqs[i] = seqs[--*n_seqs];
+}
+
+/* Evicts as the scheduler would when short of blocks, checking the count against the model. */
+static void trx_evict(trx_model *m, rdx_tree *t, int n)
+{
+    int want = trx_model_evict(m, n);
+    cr_assert_eq(rdx_evict(t, n), want, "evict(%d)", n);
+}
+
+/* One request: match, optionally allocate and insert the rest, keep the references. */
+static void trx_request(trx_model *m, rdx_tree *t, block_pool *bp, uint64_t *rng,
+                        const int32_t *tok, int len, trx_seq *s, int use_match)
+{
+    int n_blk = len / m->bs, k = 0, max_blocks = n_blk;
+    int32_t want[TRX_MAX_BLK], got[TRX_MAX_BLK + 1];
+    if (use_match) {
+        if (trx_rng(rng) % 4 == 0) max_blocks = (int)(trx_rng(rng) % (uint64_t)(n_blk + 1));
+        got[max_blocks] = -7; /* must stay unwritten */
+        k = trx_model_match(m, tok, len, max_blocks, want);
+        cr_assert_eq(rdx_match(t, tok, len, got, max_blocks), k * m->bs);
+        cr_assert_eq(got[max_blocks], -7);
+        for (int i = 0; i < k; i++) {
+            cr_assert_eq(got[i], want[i], "matched block %d", i);
+            m->held[got[i]]++;
+        }
+    }
+    s->n = k;
+    memcpy(s->ids, got, (size_t)k * sizeof *got);
+    if (trx_rng(rng) % 4 == 0) return; /* a match only (e.g. a request that is then cancelled) */
+    int need = n_blk - k;
+    if (bp_num_free(bp) < need) trx_evict(m, t, need - bp_num_free(bp));
+    if (bp_num_free(bp) < need) return;
+    cr_assert_eq(bp_alloc(bp, need, s->ids + k), 0);
+    for (int i = k; i < n_blk; i++) m->held[s->ids[i]]++;
+    s->n = n_blk;
+    int want_new = trx_model_insert(m, tok, len, s->ids);
+    cr_assert_eq(rdx_insert(t, tok, len, s->ids), want_new);
+}
+
+static void trx_random_run(int bs, uint64_t seed, int n_ops)
+{
+    fprintf(stderr, "radix/random: block_size %d seed %llu (replay with KVSERVE_TEST_SEED)\n", bs,
+            (unsigned long long)seed);
+    uint64_t rng = seed;
+    static trx_model m;
+    static int32_t hist[TRX_HIST][TRX_MAX_TOK];
+    int hist_len[TRX_HIST], n_hist = 0;
+    memset(&m, 0, sizeof m);
+    m.bs = bs;
+    block_pool *bp = bp_create(TRX_POOL);
+    rdx_tree *t = rdx_create(bp, bs);
+    cr_assert_not_null(t);
+    trx_seq seqs[TRX_SEQS];
+    int n_seqs = 0;
+    int32_t tok[TRX_MAX_TOK];
+    for (int op = 0; op < n_ops; op++) {
+        int r = (int)(trx_rng(&rng) % 10);
+        if (r < 6) {
+            if (n_seqs == TRX_SEQS)
+                trx_release(&m, bp, seqs, &n_seqs, (int)(trx_rng(&rng) % TRX_SEQS));
+            int len = trx_gen(&rng, bs, hist, hist_len, &n_hist, tok);
+            /* r == 0: the prefix was computed concurrently, without a match: duplicates. */
+            trx_request(&m, t, bp, &rng, tok, len, &seqs[n_seqs++], r != 0);
+        } else if (r < 8) {
+            if (n_seqs > 0)
+                trx_release(&m, bp, seqs, &n_seqs, (int)(trx_rng(&rng) % (uint64_t)n_seqs));
+        } else {
+            trx_evict(&m, t, 1 + (int)(trx_rng(&rng) % 8));
+        }
+        trx_compare(&m, t, bp);
+    }
+    while (n_seqs > 0) trx_release(&m, bp, seqs, &n_seqs, n_seqs - 1);
+    trx_compare(&m, t, bp);
+    int n = rdx_n_blocks(t);
+    cr_assert_eq(rdx_n_evictable(t), n, "nothing is held: everything is evictable");
+    trx_evict(&m, t, INT_MAX);
+    trx_compare(&m, t, bp);
+    cr_assert_eq(rdx_n_blocks(t), 0);
+    cr_assert_eq(bp_num_free(bp), TRX_POOL, "evicting everything frees every block");
+    rdx_destroy(t);
+    bp_destroy(bp);
+}
+
+Test(radix, random_vs_model_bs1)
+{
+    trx_random_run(1, trx_seed(0x5eed0001), 6000);
+}
+
+Test(radix, random_vs_model_bs2)
+{
+    trx_random_run(2, trx_seed(0x5eed0002), 6000);
+}
+
+Test(radix, random_vs_model_bs4)
+{
+    trx_random_run(4, trx_seed(0x5eed0004), 6000);
+}
