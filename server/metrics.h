@@ -1,0 +1,48 @@
+/*
+ * metrics.h — Prometheus text exposition of the server's and the engine's numbers, with the
+ * metric names vLLM uses (so dashboards and benchmark scrapers written for vLLM work unchanged)
+ * plus kvserve_* for what vLLM has no name for (preemptions, evictions, the KV formula).
+ *
+ * Histograms are fixed-bucket and live on the loop thread; the engine's counters and gauges come
+ * from an engine_stats snapshot taken at scrape time.
+ */
+#ifndef KVSERVE_METRICS_H
+#define KVSERVE_METRICS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/engine.h"
+
+#define MET_MAX_BUCKETS 24
+
+typedef struct met_hist {
+    int n_bounds;                         /* finite upper bounds */
+    const double *bounds;                 /* [n_bounds] seconds, increasing */
+    uint64_t counts[MET_MAX_BUCKETS + 1]; /* per bucket (not cumulative); last = above all bounds */
+    double sum;                           /* seconds */
+    uint64_t count;
+} met_hist;
+
+enum met_reason { MET_STOP = 0, MET_LENGTH, MET_ABORT, MET_ERROR, MET_N_REASONS };
+
+typedef struct met {
+    met_hist ttft;        /* vllm:time_to_first_token_seconds */
+    met_hist itl;         /* vllm:inter_token_latency_seconds */
+    met_hist e2e;         /* vllm:e2e_request_latency_seconds */
+    met_hist queue;       /* vllm:request_queue_time_seconds */
+    uint64_t success[MET_N_REASONS]; /* finished choices by reason */
+    uint64_t http_requests;          /* every HTTP request answered */
+    uint64_t http_errors;            /* answered with status ≥ 400 */
+} met;
+
+void met_init(met *m);
+void met_observe(met_hist *h, double seconds);
+/* Maps an engine_finish to a met_reason. */
+int met_reason_of(int finish);
+
+/* Renders everything as Prometheus text (version 0.0.4). st may be NULL (engine not up yet).
+ * Returns a malloc'd NUL-terminated string, or NULL on allocation failure. */
+char *met_render(const met *m, const engine_stats *st, const char *model_name);
+
+#endif

@@ -1,0 +1,165 @@
+/*
+ * openai.h — the OpenAI wire format at the edge: request JSON → owned structs, and the response,
+ * chunk and error objects back to JSON text.
+ *
+ * Nothing here touches the network, the engine or the tokenizer: parsing validates types and
+ * ranges that need no model (the vocabulary size and the context come in through oai_limits),
+ * and the builders get token strings through a callback. That keeps the module testable without
+ * a model and fuzzable on its own. cJSON stays inside server/; callers receive strings.
+ */
+#ifndef KVSERVE_OPENAI_H
+#define KVSERVE_OPENAI_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/engine.h"
+#include "engine/sampler.h"
+
+enum oai_kind { OAI_COMPLETION = 0, OAI_CHAT = 1 };
+
+#define OAI_MAX_N 128        /* cap on n and best_of */
+
+/* An OpenAI-shaped error: {"error": {"message", "type", "param", "code"}} plus the HTTP status. */
+typedef struct oai_error {
+    int status;          /* HTTP status, e.g. 400 */
+    const char *type;    /* static string: "invalid_request_error", "server_error", ... */
+    const char *code;    /* static string or NULL (JSON null) */
+    char param[128];     /* "" → JSON null */
+    char message[512];
+} oai_error;
+
+/* Fills e; returns the (negative) value -EINVAL so parsers can `return oai_fail(...)`. */
+int oai_fail(oai_error *e, int status, const char *type, const char *code, const char *param,
+             const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+
+/* One prompt of a completions request: text, or token ids given verbatim. */
+typedef struct oai_prompt {
+    char *text;          /* owned; NULL when the prompt was token ids */
+    int32_t *ids;        /* owned; [n_ids] token ids (set by the parser for id prompts) */
+    int n_ids;
+} oai_prompt;
+
+typedef struct oai_msg {
+    char *role;          /* owned: system, developer, user, assistant, tool */
+    char *content;       /* owned: the text parts concatenated ("" for null content) */
+} oai_msg;
+
+/* A parsed /v1/completions or /v1/chat/completions request. Every pointer is owned. */
+typedef struct oai_request {
+    int kind;                     /* enum oai_kind */
+    char *model;                  /* NULL when absent or empty */
+    oai_prompt *prompts;          /* completions: [n_prompts] */
+    int n_prompts;
+    oai_msg *msgs;                /* chat: [n_msgs] */
+    int n_msgs;
+    int add_generation_prompt;    /* chat: 1 unless the client says otherwise */
+    int max_tokens;               /* -1 when absent (the caller picks the default) */
+    int n;                        /* choices returned per prompt */
+    int best_of;                  /* candidates generated per prompt (≥ n) */
+    int stream;
+    int include_usage;            /* stream_options.include_usage */
+    int logprobs;                 /* -1: none; else alternatives per position (0..20) */
+    int echo;                     /* completions: prepend the prompt (and its logprobs) */
+    char *stop[ENGINE_MAX_STOP];
+    int n_stop;
+    smp_params sampling;          /* bias arrays owned by the request */
+} oai_request;
+
+typedef struct oai_limits {
+    const char *model_name;       /* the served model id; others are 404 */
+    int n_vocab;                  /* token ids must be below this */
+} oai_limits;
+
+/* Parses body[0..len) as a request of the given kind into *out (zeroed first). Returns 0, or a
+ * negative errno with *err filled (status 400 for bad JSON / types / values, 404 for an unknown
+ * model); on failure *out holds nothing to free. Unknown fields are ignored. */
+int oai_parse(int kind, const char *body, size_t len, const oai_limits *lim, oai_request *out,
+              oai_error *err);
+void oai_request_free(oai_request *r);
+
+/* /tokenize and /detokenize bodies. */
+typedef struct oai_tok_request {
+    char *prompt;                 /* owned; NULL when messages were given */
+    oai_msg *msgs;                /* owned; [n_msgs] */
+    int n_msgs;
+    int add_special;              /* add_special_tokens (default 1) */
+    int add_generation_prompt;    /* default 1 */
+    int32_t *tokens;              /* detokenize: owned [n_tokens] */
+    int n_tokens;
+} oai_tok_request;
+
+int oai_parse_tokenize(const char *body, size_t len, oai_tok_request *out, oai_error *err);
+int oai_parse_detokenize(const char *body, size_t len, const oai_limits *lim, oai_tok_request *out,
+                         oai_error *err);
+void oai_tok_request_free(oai_tok_request *r);
+
+/* ---- responses ---------------------------------------------------------------------------- */
+
+/* The bytes of one token for logprobs (tok_token_bytes in practice). Returns the length. */
+typedef int (*oai_piece_fn)(void *ud, int32_t id, char *buf, int cap);
+
+/* One reported position: a token, its log-prob (absent for a prompt's first token) and the
+ * top alternatives (smp_result's arrays). */
+typedef struct oai_lp {
+    smp_result r;
+    int has_logprob;              /* 0: JSON null (first prompt token) */
+} oai_lp;
+
+/* Everything a choice accumulates until its response is written. */
+typedef struct oai_choice {
+    int index;                    /* index in the response */
+    char *text;                   /* owned, NUL-terminated; full text for non-streamed responses */
+    size_t text_len, text_cap;
+    oai_lp *lps;                  /* owned [n_lps] (logprobs requested) */
+    int n_lps, lps_cap;
+    size_t text_offset;           /* completions logprobs: offset of the next token's text */
+    int finish;                   /* enum engine_finish */
+    int n_tokens;                 /* generated tokens */
+    double cum_logprob;           /* sum over generated tokens */
+    int started;                  /* streaming: first chunk (chat role) went out */
+} oai_choice;
+
+int oai_choice_append_text(oai_choice *c, const char *s, size_t n);
+int oai_choice_append_lp(oai_choice *c, const smp_result *r, int has_logprob);
+void oai_choice_free(oai_choice *c);
+
+/* What every response/chunk of one request shares. */
+typedef struct oai_resp {
+    int kind;                     /* enum oai_kind */
+    const char *id;               /* "cmpl-…" / "chatcmpl-…" */
+    int64_t created;              /* Unix seconds */
+    const char *model;
+    int logprobs;                 /* as in oai_request */
+    int include_usage;            /* streaming: usage key present (null) on chunks */
+    oai_piece_fn piece;
+    void *piece_ud;
+} oai_resp;
+
+typedef struct oai_usage {
+    int prompt_tokens;
+    int completion_tokens;
+    int cached_tokens;
+} oai_usage;
+
+/* "stop" / "length" / NULL (unfinished). */
+const char *oai_finish_name(int finish);
+
+/* The non-streamed response object with choices[0..n) in that order. malloc'd string. */
+char *oai_response_json(const oai_resp *r, const oai_choice *choices, int n, const oai_usage *u);
+
+/* One streamed chunk for choice `index`: text delta (may be empty), the positions lps[0..n_lps)
+ * (when logprobs were asked), finish (ENGINE_FINISH_NONE for none). Chat: role = 1 emits the role
+ * delta. A chat chunk carrying finish has an empty delta. malloc'd "data: {...}\n\n". */
+char *oai_chunk_sse(const oai_resp *r, int index, int role, const char *text, size_t len,
+                    const oai_lp *lps, int n_lps, size_t text_offset, int finish);
+/* The final usage chunk (choices: []), "data: {...}\n\n". */
+char *oai_usage_chunk_sse(const oai_resp *r, const oai_usage *u);
+/* {"error": {...}} as a malloc'd string. */
+char *oai_error_json(const oai_error *e);
+
+/* Completions logprobs fragment for positions lps[0..n) whose text starts at text_offset; the
+ * offsets advance by each token's byte length. Exposed for tests. malloc'd JSON. */
+char *oai_logprobs_json(const oai_resp *r, const oai_lp *lps, int n, size_t text_offset);
+
+#endif
