@@ -1,0 +1,258 @@
+/*
+ * cpu_backend.c — the CPU implementation of engine/backend.h: the vtable, weights, the KV arena,
+ * batch metadata and the trivial ops. The kernels live in matmul.c, attention.c and ops.c; the
+ * workers in threadpool.c.
+ *
+ * Weights are zero-copy views of the model's mapping (F32, F16, BF16 and Q8_0 are all computed
+ * on directly). Backend memory is ordinary host memory, 64-byte aligned. The engine thread drives
+ * the backend and takes part in every op as worker 0; ops are synchronous, so sync is a no-op.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cpu/internal.h"
+#include "engine/dtype.h"
+
+int cpu__scratch_reserve(cpu__scratch *s, size_t bytes)
+{
+    if (s->bytes >= bytes) return 0;
+    size_t want = bytes + bytes / 2 + 64;
+    want = (want + 63) & ~(size_t)63;
+    void *p = aligned_alloc(64, want);
+    if (!p) return -ENOMEM;
+    free(s->p);
+    s->p = p;
+    s->bytes = want;
+    return 0;
+}
+
+static cpu__backend *cb(backend *be)
+{
+    return (cpu__backend *)be;
+}
+
+static void cpu_destroy(backend *be)
+{
+    cpu__backend *c = cb(be);
+    cpu__pool_destroy(c->pool);
+    for (int i = 0; i < CPU__MAX_THREADS; i++) free(c->scratch[i].p);
+    free(c->shared.p);
+    free(c->tok_seq);
+    free(c->tok_kvpos);
+    free(c->kv_mem);
+    free(c);
+}
+
+static int cpu_weight_upload(backend *be, const model_tensor *src, be_weight *dst)
+{
+    if (!dt_is_supported(src->type)) return -EINVAL;
+    if (src->type == DT_Q8_0 && src->ne[0] % DT_QK8_0) return -EINVAL;
+    dst->type = src->type;
+    dst->n_in = src->ne[0];
+    dst->n_out = src->ne[1];
+    dst->data = (void *)src->data; /* zero copy: the mapping outlives the backend's use of it */
+    dst->extra = NULL;
+    return 0;
+}
+
+static void cpu_weight_free(backend *be, be_weight *w)
+{
+    w->data = NULL;
+    w->extra = NULL;
+}
+
+static size_t cpu_mem_available(backend *be)
+{
+    return 0;
+}
+
+static int cpu_kv_init(backend *be, const kv_geom *g, int32_t n_blocks)
+{
+    cpu__backend *c = cb(be);
+    if (g->n_layers <= 0 || g->n_kv_heads <= 0 || g->head_dim <= 0 || g->block_size <= 0 ||
+        n_blocks <= 0 || (g->dtype != KV_F16 && g->dtype != KV_F32 && g->dtype != KV_BF16))
+        return -EINVAL;
+    size_t layer = (size_t)n_blocks * g->n_kv_heads * g->block_size * g->head_dim *
+                   kv_dtype_bytes(g->dtype);
+    layer = (layer + 63) & ~(size_t)63;
+    void *mem = aligned_alloc(64, layer * 2 * (size_t)g->n_layers);
+    if (!mem) return -ENOMEM;
+    free(c->kv_mem);
+    c->kv_mem = mem;
+    c->kv = *g;
+    c->n_blocks = n_blocks;
+    c->kv_layer_bytes = layer;
+    return 0;
+}
+
+static void cpu_kv_copy_block(backend *be, int32_t src, int32_t dst)
+{
+    cpu__backend *c = cb(be);
+    size_t bb = (size_t)c->kv.n_kv_heads * c->kv.block_size * c->kv.head_dim * kv_dtype_bytes(c->kv.dtype);
+    for (int l = 0; l < c->kv.n_layers; l++) {
+        char *k = cpu__kv_k(c, l), *v = cpu__kv_v(c, l);
+        memcpy(k + (size_t)dst * bb, k + (size_t)src * bb, bb);
+        memcpy(v + (size_t)dst * bb, v + (size_t)src * bb, bb);
+    }
+}
+
+static float *cpu_alloc(backend *be, size_t n_floats)
+{
+    size_t bytes = (n_floats * sizeof(float) + 63) & ~(size_t)63;
+    return aligned_alloc(64, bytes ? bytes : 64);
+}
+
+static void cpu_free(backend *be, void *p)
+{
+    free(p);
+}
+
+/* Records the batch and, per token, its sequence and KV index (for attention). */
+static int cpu_begin(backend *be, const be_batch *b)
+{
+    cpu__backend *c = cb(be);
+    if (b->n_tokens > c->tok_cap) {
+        int32_t cap = b->n_tokens + b->n_tokens / 2 + 16;
+        int32_t *s = malloc((size_t)cap * sizeof *s), *p = malloc((size_t)cap * sizeof *p);
+        if (!s || !p) {
+            free(s);
+            free(p);
+            return -ENOMEM;
+        }
+        free(c->tok_seq);
+        free(c->tok_kvpos);
+        c->tok_seq = s;
+        c->tok_kvpos = p;
+        c->tok_cap = cap;
+    }
+    c->batch = *b;
+    for (int s = 0; s < b->n_seqs; s++) {
+        int n_new = b->q_start[s + 1] - b->q_start[s];
+        for (int i = b->q_start[s]; i < b->q_start[s + 1]; i++) {
+            c->tok_seq[i] = s;
+            c->tok_kvpos[i] = b->ctx_len[s] - n_new + (i - b->q_start[s]);
+        }
+    }
+    return 0;
+}
+
+static void cpu_embed(backend *be, const be_weight *emb, float *out)
+{
+    cpu__embed(cb(be), emb, out);
+}
+
+static void cpu_rmsnorm(backend *be, const float *x, const be_weight *w, float eps, int n_rows,
+                        int dim, float *out)
+{
+    cpu__rmsnorm(cb(be), x, w, eps, n_rows, dim, out);
+}
+
+static void cpu_matmul(backend *be, const float *x, int n_rows, const be_weight *w,
+                       const be_weight *bias, float *out)
+{
+    cpu__matmul(cb(be), x, n_rows, w, bias, out);
+}
+
+static void cpu_rope(backend *be, float *x, const be_rope *r)
+{
+    cpu__rope(cb(be), x, r);
+}
+
+static void cpu_store_kv(backend *be, int layer, const float *k, const float *v)
+{
+    cpu__store_kv(cb(be), layer, k, v);
+}
+
+static void cpu_attention(backend *be, int layer, const float *q, int n_heads, float *out)
+{
+    cpu__attention(cb(be), layer, q, n_heads, out);
+}
+
+static void cpu_silu_mul(backend *be, float *gate, const float *up, int64_t n)
+{
+    cpu__silu_mul(cb(be), gate, up, n);
+}
+
+static void cpu_add(backend *be, float *x, const float *y, int64_t n)
+{
+    cpu__add(cb(be), x, y, n);
+}
+
+static void cpu_gather_rows(backend *be, const float *x, int dim, float *out)
+{
+    const be_batch *b = &cb(be)->batch;
+    for (int j = 0; j < b->n_logits; j++)
+        memmove(out + (size_t)j * dim, x + (size_t)b->logit_rows[j] * dim, (size_t)dim * sizeof(float));
+}
+
+static int cpu_to_host(backend *be, const float *src, size_t n, float *dst)
+{
+    if (src != dst) memmove(dst, src, n * sizeof(float));
+    return 0;
+}
+
+static int cpu_sync(backend *be)
+{
+    return 0;
+}
+
+static const be_ops cpu_ops = {
+    .destroy = cpu_destroy,
+    .weight_upload = cpu_weight_upload,
+    .weight_free = cpu_weight_free,
+    .mem_available = cpu_mem_available,
+    .kv_init = cpu_kv_init,
+    .kv_copy_block = cpu_kv_copy_block,
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .begin = cpu_begin,
+    .embed = cpu_embed,
+    .rmsnorm = cpu_rmsnorm,
+    .matmul = cpu_matmul,
+    .rope = cpu_rope,
+    .store_kv = cpu_store_kv,
+    .attention = cpu_attention,
+    .silu_mul = cpu_silu_mul,
+    .add = cpu_add,
+    .gather_rows = cpu_gather_rows,
+    .to_host = cpu_to_host,
+    .sync = cpu_sync,
+};
+
+static const char *simd_name(void)
+{
+#if defined(__AVX512F__) && defined(__AVX512VNNI__)
+    return "AVX-512 + VNNI";
+#elif defined(__AVX512F__)
+    return "AVX-512";
+#elif defined(__AVX2__)
+    return "AVX2";
+#else
+    return "scalar";
+#endif
+}
+
+backend *cpu_backend_create(int n_threads)
+{
+    if (n_threads <= 0) {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        n_threads = n > 0 ? (int)n : 1;
+    }
+    if (n_threads > CPU__MAX_THREADS) n_threads = CPU__MAX_THREADS;
+    cpu__backend *c = calloc(1, sizeof *c);
+    if (!c) return NULL;
+    c->pool = cpu__pool_create(n_threads);
+    if (!c->pool) {
+        free(c);
+        return NULL;
+    }
+    c->n_threads = n_threads;
+    c->base.ops = &cpu_ops;
+    c->base.name = "cpu";
+    snprintf(c->base.desc, sizeof c->base.desc, "CPU, %d thread%s, %s", n_threads,
+             n_threads == 1 ? "" : "s", simd_name());
+    return &c->base;
+}

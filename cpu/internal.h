@@ -1,0 +1,103 @@
+/*
+ * internal.h — what the files of cpu/ share: the worker pool, the backend's private state and
+ * the kernels each file provides to cpu_backend.c. Nothing outside cpu/ includes this.
+ *
+ * Symbols here carry the folder prefix with a double underscore (cpu__) because they are
+ * shared between the files of cpu/ but are no part of the backend interface.
+ */
+#ifndef KVSERVE_CPU_INTERNAL_H
+#define KVSERVE_CPU_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cache/kv.h"
+#include "engine/backend.h"
+
+/* ---- thread pool (threadpool.c) ------------------------------------------------------------ */
+
+/* A task runs once on every thread of the pool: ith in 0..nth-1 says which share is its own. */
+typedef void (*cpu__task_fn)(void *arg, int ith, int nth);
+
+typedef struct cpu__pool cpu__pool;
+
+/* Starts n_threads - 1 workers (the caller is worker 0). NULL when a thread cannot start. */
+cpu__pool *cpu__pool_create(int n_threads);
+/* Stops and joins the workers. */
+void cpu__pool_destroy(cpu__pool *p);
+int cpu__pool_size(const cpu__pool *p);
+/* Runs fn(arg, ith, nth) on every thread and returns when all have finished. Only one thread
+ * (the one that created the pool) may call it. */
+void cpu__pool_run(cpu__pool *p, cpu__task_fn fn, void *arg);
+
+/* Splits n items into nth nearly equal contiguous shares; share ith is [*lo, *hi). */
+static inline void cpu__split(int64_t n, int ith, int nth, int64_t *lo, int64_t *hi)
+{
+    int64_t q = n / nth, r = n % nth;
+    *lo = ith * q + (ith < r ? ith : r);
+    *hi = *lo + q + (ith < r ? 1 : 0);
+}
+
+/* ---- backend state (cpu_backend.c) --------------------------------------------------------- */
+
+/* Per-thread scratch, grown by the calling thread before a task that needs it (never inside one). */
+typedef struct cpu__scratch {
+    void *p;
+    size_t bytes;
+} cpu__scratch;
+
+#define CPU__MAX_THREADS 256
+
+typedef struct cpu__backend {
+    backend base; /* must stay first: the vtable's backend * is this struct */
+    cpu__pool *pool;
+    int n_threads;
+
+    be_batch batch;       /* the current step's metadata (arrays borrowed until the next begin) */
+    int32_t *tok_seq;     /* [n_tokens] sequence of each token of the batch */
+    int32_t *tok_kvpos;   /* [n_tokens] KV index of each token within its sequence */
+    int32_t tok_cap;      /* capacity of the two arrays above */
+
+    /* KV arena. Per layer and per K/V: [n_blocks][n_kv_heads][block_size][head_dim] of kv.dtype,
+     * so a (block, kv head) pair is one contiguous block_size × head_dim tile. */
+    kv_geom kv;
+    int32_t n_blocks;
+    void *kv_mem;        /* one allocation holding every layer's K then V */
+    size_t kv_layer_bytes; /* bytes of one layer's K (equally V) */
+
+    cpu__scratch scratch[CPU__MAX_THREADS]; /* per thread */
+    cpu__scratch shared;                    /* e.g. the quantised activations of a matmul */
+} cpu__backend;
+
+
+/* Makes sure buffer s holds at least bytes (64-byte aligned); contents are not kept. 0 or -ENOMEM. */
+int cpu__scratch_reserve(cpu__scratch *s, size_t bytes);
+
+static inline void *cpu__kv_k(const cpu__backend *c, int layer)
+{
+    return (char *)c->kv_mem + (size_t)layer * 2 * c->kv_layer_bytes;
+}
+static inline void *cpu__kv_v(const cpu__backend *c, int layer)
+{
+    return (char *)c->kv_mem + ((size_t)layer * 2 + 1) * c->kv_layer_bytes;
+}
+
+/* ---- kernels ------------------------------------------------------------------------------- */
+
+/* matmul.c: out[r][o] = x[r] · W[o] (+ bias[o]). */
+void cpu__matmul(cpu__backend *c, const float *x, int n_rows, const be_weight *w,
+                 const be_weight *bias, float *out);
+
+/* attention.c */
+void cpu__store_kv(cpu__backend *c, int layer, const float *k, const float *v);
+void cpu__attention(cpu__backend *c, int layer, const float *q, int n_heads, float *out);
+
+/* ops.c: the row-wise and element-wise ops. */
+void cpu__embed(cpu__backend *c, const be_weight *emb, float *out);
+void cpu__rmsnorm(cpu__backend *c, const float *x, const be_weight *w, float eps, int n_rows,
+                  int dim, float *out);
+void cpu__rope(cpu__backend *c, float *x, const be_rope *r);
+void cpu__silu_mul(cpu__backend *c, float *gate, const float *up, int64_t n);
+void cpu__add(cpu__backend *c, float *x, const float *y, int64_t n);
+
+#endif

@@ -1,0 +1,392 @@
+/*
+ * matmul.c — out[r][o] = Σ_i x[r][i] · W[o][i] (+ bias[o]) for F32, F16, BF16 and Q8_0 weights.
+ *
+ * Two shapes of work:
+ *  - GEMV (few activation rows: decode). Memory-bound: every weight row is streamed once and
+ *    dotted against each of the (≤ GEMM_MIN_ROWS - 1) activation rows while it is in L1.
+ *    Threads split the outputs into contiguous ranges.
+ *  - GEMM (many rows: prefill, batched decode). Compute-bound: weights are converted, one panel
+ *    of NR outputs × KC inputs at a time, into a per-thread buffer laid out for the microkernel,
+ *    and each panel is reused by every activation row. The f32 microkernel holds MR rows × NR
+ *    outputs of accumulators in registers and broadcasts one activation per FMA pair. Threads
+ *    split the panels (column tiles) between them.
+ *
+ * Q8_0: activations are quantised once per matmul to int8 blocks of 32 with an f32 scale
+ * (max-abs / 127, round to nearest), then dotted with the weights' int8 blocks in integers
+ * (AVX512-VNNI vpdpbusd: unsigned × signed, so the weight's sign is moved onto the activation
+ * with the abs/sign trick), scaled by d_w · d_x per block and summed in f32.
+ *
+ * SIMD: AVX-512 paths are compiled when the compiler targets it (-march=native on such a CPU);
+ * every kernel has a portable scalar path that is used otherwise and for tails.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu/internal.h"
+#include "engine/dtype.h"
+
+#if defined(__AVX512F__) || defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
+#if defined(__AVX512F__) && defined(__AVX512VL__) && defined(__AVX512BW__)
+#define HAVE_AVX512 1
+#endif
+#if defined(HAVE_AVX512) && defined(__AVX512VNNI__)
+#define HAVE_VNNI 1
+#endif
+
+/* Activation rows from which the GEMM path is taken. */
+#define GEMM_MIN_ROWS 4
+
+/* An activation block quantised for Q8_0 dot products. */
+typedef struct q8x {
+    float d;
+    int8_t q[32];
+} q8x; /* 36 bytes */
+
+/* ---- activation quantisation --------------------------------------------------------------- */
+
+static void quantise_row(const float *x, q8x *out, int64_t n)
+{
+    for (int64_t b = 0; b < n / 32; b++) {
+        const float *xb = x + b * 32;
+        float amax = 0;
+        for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(xb[i]));
+        float d = amax / 127.0f, id = d > 0 ? 1.0f / d : 0.0f;
+        out[b].d = d;
+        for (int i = 0; i < 32; i++) out[b].q[i] = (int8_t)lrintf(xb[i] * id);
+    }
+}
+
+/* ---- dot products (GEMV) ------------------------------------------------------------------- */
+
+static float dot_f32(const float *w, const float *x, int64_t n)
+{
+    int64_t i = 0;
+    float s = 0;
+#ifdef HAVE_AVX512
+    __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+    for (; i + 32 <= n; i += 32) {
+        a0 = _mm512_fmadd_ps(_mm512_loadu_ps(w + i), _mm512_loadu_ps(x + i), a0);
+        a1 = _mm512_fmadd_ps(_mm512_loadu_ps(w + i + 16), _mm512_loadu_ps(x + i + 16), a1);
+    }
+    for (; i + 16 <= n; i += 16) a0 = _mm512_fmadd_ps(_mm512_loadu_ps(w + i), _mm512_loadu_ps(x + i), a0);
+    s = _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
+#endif
+    for (; i < n; i++) s += w[i] * x[i];
+    return s;
+}
+
+static float dot_f16(const uint16_t *w, const float *x, int64_t n)
+{
+    int64_t i = 0;
+    float s = 0;
+#ifdef HAVE_AVX512
+    __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+    for (; i + 32 <= n; i += 32) {
+        __m512 w0 = _mm512_cvtph_ps(_mm256_loadu_si256((const void *)(w + i)));
+        __m512 w1 = _mm512_cvtph_ps(_mm256_loadu_si256((const void *)(w + i + 16)));
+        a0 = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x + i), a0);
+        a1 = _mm512_fmadd_ps(w1, _mm512_loadu_ps(x + i + 16), a1);
+    }
+    for (; i + 16 <= n; i += 16)
+        a0 = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const void *)(w + i))),
+                             _mm512_loadu_ps(x + i), a0);
+    s = _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
+#endif
+    for (; i < n; i++) s += dt_f16_to_f32(w[i]) * x[i];
+    return s;
+}
+
+#ifdef HAVE_AVX512
+static inline __m512 bf16x16_to_f32(const uint16_t *p)
+{
+    __m512i v = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const void *)p));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+}
+#endif
+
+static float dot_bf16(const uint16_t *w, const float *x, int64_t n)
+{
+    int64_t i = 0;
+    float s = 0;
+#ifdef HAVE_AVX512
+    __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+    for (; i + 32 <= n; i += 32) {
+        a0 = _mm512_fmadd_ps(bf16x16_to_f32(w + i), _mm512_loadu_ps(x + i), a0);
+        a1 = _mm512_fmadd_ps(bf16x16_to_f32(w + i + 16), _mm512_loadu_ps(x + i + 16), a1);
+    }
+    for (; i + 16 <= n; i += 16) a0 = _mm512_fmadd_ps(bf16x16_to_f32(w + i), _mm512_loadu_ps(x + i), a0);
+    s = _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
+#endif
+    for (; i < n; i++) s += dt_bf16_to_f32(w[i]) * x[i];
+    return s;
+}
+
+static float dot_q8(const dt_block_q8_0 *w, const q8x *x, int64_t nb)
+{
+    int64_t b = 0;
+    float s = 0;
+#ifdef HAVE_VNNI
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+    for (; b + 2 <= nb; b += 2) {
+        __m256i w0 = _mm256_loadu_si256((const void *)w[b].q);
+        __m256i w1 = _mm256_loadu_si256((const void *)w[b + 1].q);
+        __m256i x0 = _mm256_sign_epi8(_mm256_loadu_si256((const void *)x[b].q), w0);
+        __m256i x1 = _mm256_sign_epi8(_mm256_loadu_si256((const void *)x[b + 1].q), w1);
+        __m256i p0 = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_abs_epi8(w0), x0);
+        __m256i p1 = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_abs_epi8(w1), x1);
+        a0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p0), _mm256_set1_ps(_cvtsh_ss(w[b].d) * x[b].d), a0);
+        a1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p1),
+                             _mm256_set1_ps(_cvtsh_ss(w[b + 1].d) * x[b + 1].d), a1);
+    }
+    __m256 a = _mm256_add_ps(a0, a1);
+    __m128 h = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_add_ss(h, _mm_movehdup_ps(h));
+    s = _mm_cvtss_f32(h);
+#endif
+    for (; b < nb; b++) {
+        int32_t acc = 0;
+        for (int i = 0; i < 32; i++) acc += (int32_t)w[b].q[i] * x[b].q[i];
+        s += (float)acc * dt_f16_to_f32(w[b].d) * x[b].d;
+    }
+    return s;
+}
+
+/* ---- matmul task --------------------------------------------------------------------------- */
+
+typedef struct mm_task {
+    cpu__backend *c;
+    const float *x;
+    int n_rows;
+    const be_weight *w;
+    const float *bias; /* [n_out] or NULL */
+    float *out;
+    const q8x *xq;     /* Q8_0: quantised activations [n_rows][n_in / 32] */
+} mm_task;
+
+/* GEMV: outputs [lo, hi) for every row. */
+static void gemv_range(const mm_task *t, int64_t lo, int64_t hi)
+{
+    const be_weight *w = t->w;
+    int64_t n_in = w->n_in, n_out = w->n_out;
+    size_t rb = dt_row_bytes(w->type, n_in);
+    for (int64_t o = lo; o < hi; o++) {
+        const void *wr = (const char *)w->data + (size_t)o * rb;
+        float bo = t->bias ? t->bias[o] : 0.0f;
+        for (int r = 0; r < t->n_rows; r++) {
+            float s;
+            switch (w->type) {
+            case DT_F32: s = dot_f32(wr, t->x + (size_t)r * n_in, n_in); break;
+            case DT_F16: s = dot_f16(wr, t->x + (size_t)r * n_in, n_in); break;
+            case DT_BF16: s = dot_bf16(wr, t->x + (size_t)r * n_in, n_in); break;
+            default: s = dot_q8(wr, t->xq + (size_t)r * (n_in / 32), n_in / 32); break;
+            }
+            t->out[(size_t)r * n_out + o] = s + bo;
+        }
+    }
+}
+
+static void gemv_run(void *v, int ith, int nth)
+{
+    mm_task *t = v;
+    int64_t lo, hi;
+    cpu__split(t->w->n_out, ith, nth, &lo, &hi);
+    gemv_range(t, lo, hi);
+}
+
+typedef struct quant_task {
+    const float *x;
+    int64_t n_in;
+    int n_rows;
+    q8x *xq;
+} quant_task;
+
+static void quant_run(void *v, int ith, int nth)
+{
+    quant_task *t = v;
+    int64_t lo, hi;
+    cpu__split(t->n_rows, ith, nth, &lo, &hi);
+    for (int64_t r = lo; r < hi; r++) quantise_row(t->x + r * t->n_in, t->xq + r * (t->n_in / 32), t->n_in);
+}
+
+static void gemm_run(void *v, int ith, int nth);
+
+void cpu__matmul(cpu__backend *c, const float *x, int n_rows, const be_weight *w,
+                 const be_weight *bias, float *out)
+{
+    mm_task t = {c, x, n_rows, w, bias && bias->data ? bias->data : NULL, out, NULL};
+    if (w->type == DT_Q8_0) {
+        size_t bytes = (size_t)n_rows * (size_t)(w->n_in / 32) * sizeof(q8x);
+        if (cpu__scratch_reserve(&c->shared, bytes)) goto oom;
+        quant_task qt = {x, w->n_in, n_rows, c->shared.p};
+        if (n_rows * w->n_in < 65536)
+            quant_run(&qt, 0, 1);
+        else
+            cpu__pool_run(c->pool, quant_run, &qt);
+        t.xq = c->shared.p;
+    }
+    if (n_rows >= GEMM_MIN_ROWS) {
+        cpu__pool_run(c->pool, gemm_run, &t);
+    } else if ((int64_t)n_rows * w->n_in * w->n_out < 65536) {
+        gemv_range(&t, 0, w->n_out);
+    } else {
+        cpu__pool_run(c->pool, gemv_run, &t);
+    }
+    return;
+oom:
+    for (size_t i = 0; i < (size_t)n_rows * w->n_out; i++) out[i] = NAN;
+}
+
+
+/* ---- GEMM ---------------------------------------------------------------------------------- */
+
+/* Outputs per column block: the block's weight rows stay in L2 while every 4-row group of
+ * activations passes over them. */
+#define COL_BLOCK 64
+
+/* One output (r, o) by the GEMV dot products: tails of the 4 × 4 tiles. */
+static float dot_one(const mm_task *t, int64_t r, int64_t o)
+{
+    const be_weight *w = t->w;
+    int64_t n_in = w->n_in;
+    const void *wr = (const char *)w->data + (size_t)o * dt_row_bytes(w->type, n_in);
+    switch (w->type) {
+    case DT_F32: return dot_f32(wr, t->x + r * n_in, n_in);
+    case DT_F16: return dot_f16(wr, t->x + r * n_in, n_in);
+    case DT_BF16: return dot_bf16(wr, t->x + r * n_in, n_in);
+    default: return dot_q8(wr, t->xq + r * (n_in / 32), n_in / 32);
+    }
+}
+
+#ifdef HAVE_AVX512
+/* 16 weights from element i of a row, as f32; lanes at or past n are zero. */
+static inline __attribute__((always_inline)) __m512 load_w16(int type, const void *row, int64_t i,
+                                                             __mmask16 m)
+{
+    switch (type) {
+    case DT_F32: return _mm512_maskz_loadu_ps(m, (const float *)row + i);
+    case DT_F16: return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, (const uint16_t *)row + i));
+    default: {
+        __m512i v = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, (const uint16_t *)row + i));
+        return _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+    }
+    }
+}
+
+/* out[r][c] = x[r] · W[c] for a 4 × 4 tile; w points at the first of 4 rows of rb bytes each. */
+static inline __attribute__((always_inline)) void tile44_float(int type, const char *w, size_t rb,
+                                                               const float *x, int64_t n,
+                                                               float *out, int64_t ldo)
+{
+    __m512 acc[4][4];
+    for (int r = 0; r < 4; r++)
+        for (int c = 0; c < 4; c++) acc[r][c] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < n; i += 16) {
+        __mmask16 m = n - i >= 16 ? 0xffff : (__mmask16)((1u << (n - i)) - 1);
+        __m512 wv[4];
+        for (int c = 0; c < 4; c++) wv[c] = load_w16(type, w + c * rb, i, m);
+        for (int r = 0; r < 4; r++) {
+            __m512 xv = _mm512_maskz_loadu_ps(m, x + r * n + i);
+            for (int c = 0; c < 4; c++) acc[r][c] = _mm512_fmadd_ps(wv[c], xv, acc[r][c]);
+        }
+    }
+    for (int r = 0; r < 4; r++)
+        for (int c = 0; c < 4; c++) out[r * ldo + c] = _mm512_reduce_add_ps(acc[r][c]);
+}
+
+static float hsum256(__m256 a)
+{
+    __m128 h = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_add_ss(h, _mm_movehdup_ps(h));
+    return _mm_cvtss_f32(h);
+}
+#endif
+
+#ifdef HAVE_VNNI
+/* Q8_0 4 × 4 tile: w at the first of 4 weight rows of nb blocks, x at 4 quantised rows. */
+static void tile44_q8(const dt_block_q8_0 *w, int64_t nb, const q8x *x, float *out, int64_t ldo)
+{
+    __m256 acc[4][4];
+    for (int r = 0; r < 4; r++)
+        for (int c = 0; c < 4; c++) acc[r][c] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        __m256i wa[4], wq[4];
+        __m256 dw[4];
+        for (int c = 0; c < 4; c++) {
+            wq[c] = _mm256_loadu_si256((const void *)w[c * nb + b].q);
+            wa[c] = _mm256_abs_epi8(wq[c]);
+            dw[c] = _mm256_set1_ps(_cvtsh_ss(w[c * nb + b].d));
+        }
+        for (int r = 0; r < 4; r++) {
+            __m256i xq = _mm256_loadu_si256((const void *)x[r * nb + b].q);
+            __m256 dx = _mm256_set1_ps(x[r * nb + b].d);
+            for (int c = 0; c < 4; c++) {
+                __m256i p = _mm256_dpbusd_epi32(_mm256_setzero_si256(), wa[c],
+                                                _mm256_sign_epi8(xq, wq[c]));
+                acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_mul_ps(dw[c], dx), acc[r][c]);
+            }
+        }
+    }
+    for (int r = 0; r < 4; r++)
+        for (int c = 0; c < 4; c++) out[r * ldo + c] = hsum256(acc[r][c]);
+}
+#endif
+
+/* Rows [r0, r0+4) × outputs [o0, o0+4) when both are full; returns 0 when no SIMD tile applies. */
+static int tile44(const mm_task *t, int64_t r0, int64_t o0)
+{
+    const be_weight *w = t->w;
+    int64_t n_in = w->n_in, n_out = w->n_out;
+    size_t rb = dt_row_bytes(w->type, n_in);
+    const char *wr = (const char *)w->data + (size_t)o0 * rb;
+    float *out = t->out + r0 * n_out + o0;
+    switch (w->type) {
+#ifdef HAVE_AVX512
+    case DT_F32: tile44_float(DT_F32, wr, rb, t->x + r0 * n_in, n_in, out, n_out); return 1;
+    case DT_F16: tile44_float(DT_F16, wr, rb, t->x + r0 * n_in, n_in, out, n_out); return 1;
+    case DT_BF16: tile44_float(DT_BF16, wr, rb, t->x + r0 * n_in, n_in, out, n_out); return 1;
+#endif
+#ifdef HAVE_VNNI
+    case DT_Q8_0:
+        tile44_q8((const dt_block_q8_0 *)wr, n_in / 32, t->xq + r0 * (n_in / 32), out, n_out);
+        return 1;
+#endif
+    default: return 0;
+    }
+}
+
+/* All rows × outputs [lo, hi): column blocks, then 4-row groups, then 4 × 4 tiles. */
+static void gemm_range(const mm_task *t, int64_t lo, int64_t hi)
+{
+    int64_t n_out = t->w->n_out;
+    for (int64_t cb = lo; cb < hi; cb += COL_BLOCK) {
+        int64_t ce = cb + COL_BLOCK < hi ? cb + COL_BLOCK : hi;
+        for (int64_t r0 = 0; r0 < t->n_rows; r0 += 4) {
+            int64_t re = r0 + 4 < t->n_rows ? r0 + 4 : t->n_rows;
+            for (int64_t o0 = cb; o0 < ce; o0 += 4) {
+                int64_t oe = o0 + 4 < ce ? o0 + 4 : ce;
+                if (re - r0 == 4 && oe - o0 == 4 && tile44(t, r0, o0)) continue;
+                for (int64_t r = r0; r < re; r++)
+                    for (int64_t o = o0; o < oe; o++) t->out[r * n_out + o] = dot_one(t, r, o);
+            }
+        }
+        if (t->bias)
+            for (int64_t r = 0; r < t->n_rows; r++)
+                for (int64_t o = cb; o < ce; o++) t->out[r * n_out + o] += t->bias[o];
+    }
+}
+
+static void gemm_run(void *v, int ith, int nth)
+{
+    mm_task *t = v;
+    int64_t n_out = t->w->n_out, units = (n_out + 3) / 4, lo, hi;
+    cpu__split(units, ith, nth, &lo, &hi);
+    lo *= 4;
+    hi = hi * 4 < n_out ? hi * 4 : n_out;
+    if (lo < hi) gemm_range(t, lo, hi);
+}

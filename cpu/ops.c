@@ -1,0 +1,199 @@
+/*
+ * ops.c — the CPU backend's row-wise and element-wise ops: embedding lookup, RMSNorm, RoPE,
+ * SwiGLU's silu(gate) * up, and the residual add.
+ *
+ * These are memory-light next to the matmuls; each is split across the pool by rows (or by
+ * element ranges) only when there is enough work to pay for a dispatch, and otherwise runs on
+ * the calling thread. All math is f32 except RoPE's angles, which are computed in double so that
+ * long positions keep their accuracy.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "cpu/internal.h"
+#include "engine/dtype.h"
+
+#ifdef __AVX512F__
+#include <immintrin.h>
+#endif
+
+/* Below this many floats of work an op runs on the calling thread alone. */
+#define PAR_MIN_FLOATS 32768
+
+/* ---- embed --------------------------------------------------------------------------------- */
+
+typedef struct embed_task {
+    cpu__backend *c;
+    const be_weight *emb;
+    float *out;
+} embed_task;
+
+static void embed_run(void *v, int ith, int nth)
+{
+    embed_task *t = v;
+    const be_batch *b = &t->c->batch;
+    int64_t n_in = t->emb->n_in, lo, hi;
+    size_t row_bytes = dt_row_bytes(t->emb->type, n_in);
+    cpu__split(b->n_tokens, ith, nth, &lo, &hi);
+    for (int64_t i = lo; i < hi; i++) {
+        int32_t tok = b->tokens[i];
+        const char *row = (const char *)t->emb->data + (size_t)tok * row_bytes;
+        dt_to_f32(t->emb->type, row, t->out + i * n_in, n_in);
+    }
+}
+
+void cpu__embed(cpu__backend *c, const be_weight *emb, float *out)
+{
+    embed_task t = {c, emb, out};
+    if ((int64_t)c->batch.n_tokens * emb->n_in < PAR_MIN_FLOATS)
+        embed_run(&t, 0, 1);
+    else
+        cpu__pool_run(c->pool, embed_run, &t);
+}
+
+/* ---- rmsnorm ------------------------------------------------------------------------------- */
+
+typedef struct norm_task {
+    const float *x;
+    const float *w;
+    float eps;
+    int n_rows, dim;
+    float *out;
+} norm_task;
+
+static float sum_squares(const float *x, int n)
+{
+    int i = 0;
+    float s = 0;
+#ifdef __AVX512F__
+    __m512 acc = _mm512_setzero_ps();
+    for (; i + 16 <= n; i += 16) {
+        __m512 v = _mm512_loadu_ps(x + i);
+        acc = _mm512_fmadd_ps(v, v, acc);
+    }
+    s = _mm512_reduce_add_ps(acc);
+#endif
+    for (; i < n; i++) s += x[i] * x[i];
+    return s;
+}
+
+static void norm_run(void *v, int ith, int nth)
+{
+    norm_task *t = v;
+    int64_t lo, hi;
+    cpu__split(t->n_rows, ith, nth, &lo, &hi);
+    for (int64_t r = lo; r < hi; r++) {
+        const float *x = t->x + r * t->dim;
+        float *o = t->out + r * t->dim;
+        float scale = 1.0f / sqrtf(sum_squares(x, t->dim) / (float)t->dim + t->eps);
+        for (int i = 0; i < t->dim; i++) o[i] = x[i] * scale * t->w[i];
+    }
+}
+
+void cpu__rmsnorm(cpu__backend *c, const float *x, const be_weight *w, float eps, int n_rows,
+                  int dim, float *out)
+{
+    norm_task t = {x, w->data, eps, n_rows, dim, out};
+    if ((int64_t)n_rows * dim < PAR_MIN_FLOATS)
+        norm_run(&t, 0, 1);
+    else
+        cpu__pool_run(c->pool, norm_run, &t);
+}
+
+/* ---- rope ---------------------------------------------------------------------------------- */
+
+#define ROPE_MAX_PAIRS 512
+
+typedef struct rope_task {
+    cpu__backend *c;
+    float *x;
+    const be_rope *r;
+    const double *inv_freq; /* [rope_dims / 2] */
+} rope_task;
+
+static void rope_token(float *x, const be_rope *r, const double *inv_freq, int32_t pos)
+{
+    int half = r->rope_dims / 2;
+    float cs[ROPE_MAX_PAIRS], sn[ROPE_MAX_PAIRS];
+    for (int i = 0; i < half; i++) {
+        double a = (double)pos * inv_freq[i];
+        cs[i] = (float)cos(a);
+        sn[i] = (float)sin(a);
+    }
+    for (int h = 0; h < r->n_heads; h++) {
+        float *hx = x + (size_t)h * r->head_dim;
+        for (int i = 0; i < half; i++) {
+            int i0 = r->neox ? i : 2 * i, i1 = r->neox ? i + half : 2 * i + 1;
+            float a = hx[i0], b = hx[i1];
+            hx[i0] = a * cs[i] - b * sn[i];
+            hx[i1] = a * sn[i] + b * cs[i];
+        }
+    }
+}
+
+static void rope_run(void *v, int ith, int nth)
+{
+    rope_task *t = v;
+    const be_batch *b = &t->c->batch;
+    int64_t lo, hi, row = (int64_t)t->r->n_heads * t->r->head_dim;
+    cpu__split(b->n_tokens, ith, nth, &lo, &hi);
+    for (int64_t i = lo; i < hi; i++) rope_token(t->x + i * row, t->r, t->inv_freq, b->positions[i]);
+}
+
+void cpu__rope(cpu__backend *c, float *x, const be_rope *r)
+{
+    double inv_freq[ROPE_MAX_PAIRS];
+    int half = r->rope_dims / 2;
+    if (half > ROPE_MAX_PAIRS) half = ROPE_MAX_PAIRS; /* head_dim > 1024 is not a real model */
+    for (int i = 0; i < half; i++) inv_freq[i] = pow((double)r->base, -2.0 * i / r->rope_dims);
+    rope_task t = {c, x, r, inv_freq};
+    if ((int64_t)c->batch.n_tokens * r->n_heads * r->head_dim < PAR_MIN_FLOATS)
+        rope_run(&t, 0, 1);
+    else
+        cpu__pool_run(c->pool, rope_run, &t);
+}
+
+/* ---- silu_mul and add ---------------------------------------------------------------------- */
+
+typedef struct ew_task {
+    float *a;
+    const float *b;
+    int64_t n;
+} ew_task;
+
+static void silu_mul_run(void *v, int ith, int nth)
+{
+    ew_task *t = v;
+    int64_t lo, hi;
+    cpu__split(t->n, ith, nth, &lo, &hi);
+    for (int64_t i = lo; i < hi; i++) {
+        float g = t->a[i];
+        t->a[i] = g / (1.0f + expf(-g)) * t->b[i];
+    }
+}
+
+static void add_run(void *v, int ith, int nth)
+{
+    ew_task *t = v;
+    int64_t lo, hi;
+    cpu__split(t->n, ith, nth, &lo, &hi);
+    for (int64_t i = lo; i < hi; i++) t->a[i] += t->b[i];
+}
+
+void cpu__silu_mul(cpu__backend *c, float *gate, const float *up, int64_t n)
+{
+    ew_task t = {gate, up, n};
+    if (n < PAR_MIN_FLOATS / 4)
+        silu_mul_run(&t, 0, 1);
+    else
+        cpu__pool_run(c->pool, silu_mul_run, &t);
+}
+
+void cpu__add(cpu__backend *c, float *x, const float *y, int64_t n)
+{
+    ew_task t = {x, y, n};
+    if (n < PAR_MIN_FLOATS)
+        add_run(&t, 0, 1);
+    else
+        cpu__pool_run(c->pool, add_run, &t);
+}

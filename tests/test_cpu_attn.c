@@ -1,0 +1,190 @@
+/*
+ * test_cpu_attn.c — the CPU backend's paged KV cache: store_kv, causal GQA attention over
+ * random (non-contiguous) block tables, and kv_copy_block, against a float64 reference.
+ *
+ * The batch mixes the cases the engine produces in one step: a prefill chunk on top of a cached
+ * prefix, decode tokens of other sequences, a fresh prefill and a one-token sequence. The
+ * reference sees the K/V values after rounding to the arena's dtype, so the tolerance only
+ * covers f32 arithmetic.
+ */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/backend.h"
+#include "engine/dtype.h"
+
+static uint64_t cpua_rng;
+
+static float cpua_rand(void)
+{
+    cpua_rng ^= cpua_rng << 13;
+    cpua_rng ^= cpua_rng >> 7;
+    cpua_rng ^= cpua_rng << 17;
+    float f = (float)((cpua_rng >> 20) % 2000001u) / 1000000.0f - 1.0f;
+    return f == 0.0f ? 0.25f : f;
+}
+
+static float cpua_round(int dtype, float f)
+{
+    if (dtype == KV_F16) return dt_f16_to_f32(dt_f32_to_f16(f));
+    if (dtype == KV_BF16) return dt_bf16_to_f32(dt_f32_to_bf16(f));
+    return f;
+}
+
+#define CPUA_NSEQ 4
+
+typedef struct cpua_case {
+    int head_dim, gqa, block_size, dtype, threads;
+} cpua_case;
+
+static void cpua_run(const cpua_case *tc)
+{
+    const int ctx[CPUA_NSEQ] = {23, 40, 5, 1}, n_new[CPUA_NSEQ] = {7, 1, 5, 1};
+    int n_kv = 2, n_heads = n_kv * tc->gqa, hd = tc->head_dim, bs = tc->block_size;
+    int kv_dim = n_kv * hd, q_dim = n_heads * hd;
+    cpua_rng = 0x1234567ull + (uint64_t)(hd * 131 + tc->gqa * 17 + bs * 3 + tc->dtype) * 7919;
+    uint64_t seed = cpua_rng;
+
+    /* Random block tables: a shuffled list of block ids dealt to the sequences. */
+    int bt_stride = 0, n_blocks = 2; /* 2 spare blocks for the copy test */
+    for (int s = 0; s < CPUA_NSEQ; s++) {
+        int nb = (ctx[s] + bs - 1) / bs;
+        n_blocks += nb;
+        if (nb > bt_stride) bt_stride = nb;
+    }
+    int32_t *perm = malloc((size_t)n_blocks * 4), *bt = calloc((size_t)CPUA_NSEQ * bt_stride, 4);
+    for (int i = 0; i < n_blocks; i++) perm[i] = i;
+    for (int i = n_blocks - 1; i > 0; i--) {
+        int j = (int)((cpua_rng >> 11) % (uint64_t)(i + 1));
+        cpua_rand();
+        int32_t t = perm[i];
+        perm[i] = perm[j];
+        perm[j] = t;
+    }
+    int used = 0;
+    for (int s = 0; s < CPUA_NSEQ; s++)
+        for (int b = 0; b < (ctx[s] + bs - 1) / bs; b++) bt[s * bt_stride + b] = perm[used++];
+    int32_t spare = perm[used];
+
+    /* Every KV entry's K and V (as the arena will hold them), and every entry's slot. */
+    int total = 0, q_start[CPUA_NSEQ + 1], base[CPUA_NSEQ];
+    for (int s = 0; s < CPUA_NSEQ; s++) {
+        base[s] = total;
+        total += ctx[s];
+    }
+    float *K = malloc((size_t)total * kv_dim * 4), *V = malloc((size_t)total * kv_dim * 4);
+    int32_t *slot = malloc((size_t)total * 4);
+    for (int s = 0; s < CPUA_NSEQ; s++)
+        for (int j = 0; j < ctx[s]; j++) {
+            slot[base[s] + j] = bt[s * bt_stride + j / bs] * bs + j % bs;
+            for (int d = 0; d < kv_dim; d++) {
+                K[(size_t)(base[s] + j) * kv_dim + d] = cpua_rand() * 2.0f;
+                V[(size_t)(base[s] + j) * kv_dim + d] = cpua_rand();
+            }
+        }
+
+    backend *be = cpu_backend_create(tc->threads);
+    cr_assert(be);
+    kv_geom g = {.n_layers = 2, .n_kv_heads = n_kv, .head_dim = hd, .block_size = bs, .dtype = tc->dtype};
+    cr_assert_eq(be->ops->kv_init(be, &g, n_blocks), 0);
+
+    /* Cached prefixes: every entry but the new tokens, written by a store-only step. Layer 0
+     * gets different values so that a layer mix-up shows. */
+    int n_hist = 0, n_tok = 0;
+    float *hk = malloc((size_t)total * kv_dim * 4), *hv = malloc((size_t)total * kv_dim * 4);
+    int32_t *hslot = malloc((size_t)total * 4);
+    for (int s = 0; s < CPUA_NSEQ; s++)
+        for (int j = 0; j < ctx[s] - n_new[s]; j++, n_hist++) {
+            memcpy(hk + (size_t)n_hist * kv_dim, K + (size_t)(base[s] + j) * kv_dim, (size_t)kv_dim * 4);
+            memcpy(hv + (size_t)n_hist * kv_dim, V + (size_t)(base[s] + j) * kv_dim, (size_t)kv_dim * 4);
+            hslot[n_hist] = slot[base[s] + j];
+        }
+    be_batch hb = {.n_tokens = n_hist, .slots = hslot, .n_seqs = 0};
+    cr_assert_eq(be->ops->begin(be, &hb), 0);
+    be->ops->store_kv(be, 1, hk, hv);
+    be->ops->store_kv(be, 0, hv, hk);
+
+    /* The step: new tokens of every sequence, their K/V stored, then attention. */
+    float *nk = malloc((size_t)total * kv_dim * 4), *nv = malloc((size_t)total * kv_dim * 4);
+    int32_t *nslot = malloc((size_t)total * 4), *pos = malloc((size_t)total * 4);
+    for (int s = 0; s < CPUA_NSEQ; s++) {
+        q_start[s] = n_tok;
+        for (int j = ctx[s] - n_new[s]; j < ctx[s]; j++, n_tok++) {
+            memcpy(nk + (size_t)n_tok * kv_dim, K + (size_t)(base[s] + j) * kv_dim, (size_t)kv_dim * 4);
+            memcpy(nv + (size_t)n_tok * kv_dim, V + (size_t)(base[s] + j) * kv_dim, (size_t)kv_dim * 4);
+            nslot[n_tok] = slot[base[s] + j];
+            pos[n_tok] = j;
+        }
+    }
+    q_start[CPUA_NSEQ] = n_tok;
+    be_batch b = {.n_tokens = n_tok, .tokens = pos, .positions = pos, .slots = nslot,
+                  .n_seqs = CPUA_NSEQ, .q_start = q_start, .ctx_len = ctx, .block_table = bt,
+                  .bt_stride = bt_stride, .n_logits = 0, .logit_rows = pos};
+    cr_assert_eq(be->ops->begin(be, &b), 0);
+    be->ops->store_kv(be, 1, nk, nv);
+    be->ops->store_kv(be, 0, nv, nk);
+    float *q = malloc((size_t)n_tok * q_dim * 4), *out = malloc((size_t)n_tok * q_dim * 4);
+    for (size_t i = 0; i < (size_t)n_tok * q_dim; i++) q[i] = cpua_rand();
+    for (size_t i = 0; i < (size_t)n_tok * q_dim; i++) out[i] = NAN;
+    be->ops->attention(be, 1, q, n_heads, out);
+
+    /* Reference in double over the rounded K/V. */
+    double *sc = malloc((size_t)total * sizeof(double));
+    for (int s = 0; s < CPUA_NSEQ; s++)
+        for (int i = q_start[s]; i < q_start[s + 1]; i++) {
+            int last = pos[i];
+            for (int h = 0; h < n_heads; h++) {
+                int kh = h / tc->gqa;
+                double m = -INFINITY, l = 0;
+                for (int j = 0; j <= last; j++) {
+                    double d = 0;
+                    for (int e = 0; e < hd; e++)
+                        d += (double)q[((size_t)i * n_heads + h) * hd + e] *
+                             cpua_round(tc->dtype, K[(size_t)(base[s] + j) * kv_dim + kh * hd + e]);
+                    sc[j] = d / sqrt((double)hd);
+                    m = fmax(m, sc[j]);
+                }
+                for (int j = 0; j <= last; j++) l += exp(sc[j] - m);
+                for (int e = 0; e < hd; e++) {
+                    double r = 0;
+                    for (int j = 0; j <= last; j++)
+                        r += exp(sc[j] - m) / l * cpua_round(tc->dtype, V[(size_t)(base[s] + j) * kv_dim + kh * hd + e]);
+                    float got = out[((size_t)i * n_heads + h) * hd + e];
+                    cr_assert(fabs(got - r) <= 2e-5 + 2e-5 * fabs(r),
+                              "attention hd=%d gqa=%d bs=%d dtype=%s threads=%d seed=%lu: seq %d token %d "
+                              "head %d dim %d: got %g want %g",
+                              hd, tc->gqa, bs, kv_dtype_name(tc->dtype), tc->threads,
+                              (unsigned long)seed, s, i, h, e, (double)got, r);
+                }
+            }
+        }
+
+    /* kv_copy_block: moving sequence 1's first block to a spare block changes nothing. */
+    float *out2 = malloc((size_t)n_tok * q_dim * 4);
+    for (size_t i = 0; i < (size_t)n_tok * q_dim; i++) out2[i] = NAN;
+    be->ops->kv_copy_block(be, bt[1 * bt_stride], spare);
+    bt[1 * bt_stride] = spare;
+    cr_assert_eq(be->ops->begin(be, &b), 0);
+    be->ops->attention(be, 1, q, n_heads, out2);
+    cr_assert_eq(memcmp(out, out2, (size_t)n_tok * q_dim * 4), 0, "kv_copy_block");
+
+    be_destroy(be);
+    free(perm), free(bt), free(K), free(V), free(slot), free(hk), free(hv), free(hslot);
+    free(nk), free(nv), free(nslot), free(pos), free(q), free(out), free(out2), free(sc);
+}
+
+Test(cpu, attention_paged_gqa)
+{
+    const int hds[] = {8, 64}, gqas[] = {1, 2, 4, 8}, bss[] = {16, 1, 7};
+    const int dtypes[] = {KV_F16, KV_F32, KV_BF16};
+    int k = 0;
+    for (int a = 0; a < 2; a++)
+        for (int b = 0; b < 4; b++)
+            for (int c = 0; c < 3; c++)
+                for (int d = 0; d < 3; d++, k++) {
+                    cpua_case tc = {hds[a], gqas[b], bss[c], dtypes[d], 1 + k % 3};
+                    cpua_run(&tc);
+                }
+}
