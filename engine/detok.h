@@ -1,0 +1,52 @@
+/*
+ * detok.h — incremental detokenizer: token ids in, UTF-8 text deltas out.
+ *
+ *   bytes so far:   "Hello wor" | "ld!\xF0\x9F"            pending (held back)
+ *                    emitted      └ may still be a stop-string prefix, or an incomplete character
+ *
+ * Guarantees: a delta never ends inside a UTF-8 character (incomplete sequences wait for their
+ * continuation bytes; invalid bytes become U+FFFD); up to ENGINE_MAX_STOP stop strings of any
+ * length are matched across token boundaries, and any tail that could still grow into one is
+ * held back; the stop string and everything after it are never emitted. SentencePiece's rule
+ * drops the leading space of the first generated piece when the prompt is BOS alone.
+ * One detok per choice; engine thread only (the tokenizer is borrowed and immutable).
+ */
+#ifndef KVSERVE_DETOK_H
+#define KVSERVE_DETOK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/tokenizer.h"
+
+#define DETOK_MAX_STOP 4
+
+typedef struct detok {
+    const tokenizer *tok;      /* borrowed */
+    const char *stop[DETOK_MAX_STOP]; /* borrowed, non-empty */
+    size_t stop_len[DETOK_MAX_STOP];
+    int n_stop;
+    int strip_first_space;     /* 1 until the first token when the SPM rule applies */
+    int stopped;               /* 1 after a stop string matched (nothing more is emitted) */
+    char *pend;                /* [pend_cap] bytes decoded but not emitted */
+    size_t n_pend, pend_cap;
+    char *out;                 /* [out_cap] the last delta (NUL-terminated) */
+    size_t out_cap;
+} detok;
+
+/* Sets up d for a choice whose prompt is prompt[0..n_prompt); stop strings (up to 4; NULL or ""
+ * entries ignored) are borrowed and must outlive d. 0 or -ENOMEM. */
+int detok_init(detok *d, const tokenizer *tok, const int32_t *prompt, int n_prompt,
+               char *const *stop, int n_stop);
+void detok_fini(detok *d);
+
+/* Adds one generated token. *delta (borrowed until the next call, NUL-terminated) receives the
+ * text now safe to emit, *delta_len its length. Returns 1 when a stop string completed (the
+ * delta ends just before it and the choice is over), 0 otherwise, or -ENOMEM. */
+int detok_push(detok *d, int32_t token, const char **delta, size_t *delta_len);
+
+/* At the end of a choice (length, eog, abort): emits every held byte, an incomplete character
+ * as U+FFFD. Same delta contract as detok_push. 0 or -ENOMEM. */
+int detok_flush(detok *d, const char **delta, size_t *delta_len);
+
+#endif

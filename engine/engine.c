@@ -1,0 +1,681 @@
+/*
+ * engine.c — the engine thread and its two queues (see engine.h for the threading contract).
+ *
+ *   any thread ──engine_submit/cancel──► [submissions, cancels]  (mutex)
+ *                                              │ taken at the top of each loop
+ *   engine thread: intake → cancels → sched_step (schedule, fwd_run, commit) → detok → events
+ *                                              │
+ *   caller thread ◄──engine_poll── [events] ◄──┘ then cfg.wake(ud)
+ *
+ * Everything below the mutex-guarded fields is touched by the engine thread alone: the
+ * scheduler (with its block pool and radix tree), the model runner and the active requests.
+ * The thread sleeps on a condition variable when it has nothing to compute.
+ */
+#include "engine/engine.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cache/kv.h"
+#include "engine/backend.h"
+#include "engine/detok.h"
+#include "engine/forward.h"
+#include "engine/sched.h"
+
+/* One submitted request and its choices. */
+typedef struct eng_req {
+    uint64_t id;
+    engine_request r;       /* owned arrays (prompt, bias, stop strings) */
+    int64_t arrival_us;
+    seq **seqs;             /* [r.n]; before the fork only seqs[0] exists */
+    detok *dt;              /* [r.n] */
+    char *done;             /* [r.n] 1 when the choice's final event was queued */
+    int n_done;
+    struct eng_req *next;   /* submission queue, then the active list */
+} eng_req;
+
+struct engine {
+    engine_config cfg;
+    backend *be;
+    fwd *f;
+    sched *sc;
+    kv_geom g;
+    int32_t n_blocks;
+    int n_ctx, n_vocab;
+    const int32_t *eog;
+    int n_eog;
+    pthread_t thread;
+    int thread_started;
+
+    pthread_mutex_t mu;     /* guards everything down to 'stats' */
+    pthread_cond_t cv;
+    eng_req *sub_head, *sub_tail;
+    int n_sub;
+    int64_t sub_tokens;
+    uint64_t *cancels;
+    int n_cancel, cap_cancel;
+    engine_event **ev;      /* queue: ev[ev_head .. n_ev) */
+    int ev_head, n_ev, cap_ev;
+    int draining, aborting;
+    int queued_waiting;     /* sched's waiting count after the last step */
+    int64_t queued_tokens;
+    uint64_t next_id;
+    uint64_t seed_counter;
+    engine_stats stats;
+
+    eng_req *active;        /* engine thread only */
+    int64_t prompt_tokens_done;
+    int failed;
+};
+
+int64_t engine_now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+void engine_config_default(engine_config *c)
+{
+    memset(c, 0, sizeof *c);
+    c->device = "auto";
+    c->kv_memory_bytes = (size_t)2 << 30;
+    c->gpu_memory_utilization = 0.90;
+    c->kv_dtype = KV_F16;
+    c->block_size = 16;
+    c->schedule = ENGINE_SCHED_FCFS;
+    c->prefix_cache = 1;
+    c->max_queued_requests = 1024;
+    c->max_queued_tokens = 1000000;
+}
+
+/* ---- requests and events --------------------------------------------------------------- */
+
+static void eng__free_request_arrays(engine_request *r)
+{
+    free(r->prompt);
+    free(r->sampling.bias_ids);
+    free(r->sampling.bias_vals);
+    for (int i = 0; i < ENGINE_MAX_STOP; i++) free(r->stop[i]);
+}
+
+static void eng__req_free(eng_req *q)
+{
+    if (!q) return;
+    for (int i = 0; i < q->r.n; i++) {
+        if (q->seqs && q->seqs[i]) seq_destroy(q->seqs[i]);
+        if (q->dt) detok_fini(&q->dt[i]);
+    }
+    free(q->seqs);
+    free(q->dt);
+    free(q->done);
+    eng__free_request_arrays(&q->r);
+    free(q);
+}
+
+void engine_event_free(engine_event *ev)
+{
+    if (!ev) return;
+    free(ev->text);
+    free(ev->tokens);
+    free(ev->logprobs);
+    free(ev);
+}
+
+/* A new event for choice idx of q; NULL on -ENOMEM. */
+static engine_event *eng__event(const eng_req *q, int idx, const char *text, size_t len,
+                                const smp_result *r, int finish)
+{
+    engine_event *ev = calloc(1, sizeof *ev);
+    if (!ev) return NULL;
+    ev->id = q->id;
+    ev->index = idx;
+    ev->text = malloc(len + 1);
+    if (!ev->text) goto fail;
+    memcpy(ev->text, text, len);
+    ev->text[len] = 0;
+    ev->text_len = len;
+    if (r) {
+        ev->n_tokens = 1;
+        ev->tokens = malloc(sizeof *ev->tokens);
+        if (!ev->tokens) goto fail;
+        ev->tokens[0] = r->token;
+        if (q->r.sampling.n_logprobs >= 0) {
+            ev->logprobs = malloc(sizeof *ev->logprobs);
+            if (!ev->logprobs) goto fail;
+            *ev->logprobs = *r;
+        }
+    }
+    ev->finish = finish;
+    const seq *s = q->seqs[idx] ? q->seqs[idx] : q->seqs[0];
+    ev->cum_logprob = s && q->seqs[idx] ? s->cum_logprob : 0;
+    if (finish) {
+        ev->usage.prompt_tokens = q->r.n_prompt;
+        ev->usage.completion_tokens = q->seqs[idx] ? seq_n_output(q->seqs[idx]) : 0;
+        ev->usage.cached_tokens = s ? s->cached_tokens : 0;
+        ev->timings.arrival_us = q->arrival_us;
+        if (s) {
+            ev->timings.first_scheduled_us = s->first_scheduled_us;
+            ev->timings.first_token_us = q->seqs[idx] ? s->first_token_us : 0;
+        }
+        ev->timings.finish_us = engine_now_us();
+    }
+    return ev;
+fail:
+    engine_event_free(ev);
+    return NULL;
+}
+
+/* Local event list built during a step, pushed under the mutex afterwards. */
+typedef struct eng_evlist {
+    engine_event **v;
+    int n, cap;
+} eng_evlist;
+
+static void eng__emit(eng_evlist *l, engine_event *ev)
+{
+    if (!ev) return; /* out of memory: the event is lost, the engine goes on */
+    if (l->n == l->cap) {
+        int c = l->cap ? l->cap * 2 : 64;
+        engine_event **v = realloc(l->v, (size_t)c * sizeof *v);
+        if (!v) {
+            engine_event_free(ev);
+            return;
+        }
+        l->v = v;
+        l->cap = c;
+    }
+    l->v[l->n++] = ev;
+}
+
+/* Ends every unfinished choice of q with reason (abort or error), releasing its sequences. */
+static void eng__end_request(engine *e, eng_req *q, int reason, eng_evlist *out)
+{
+    for (int i = 0; i < q->r.n; i++) {
+        if (q->done[i]) continue;
+        seq *s = q->seqs[i];
+        if (s && s->status != SEQ_FINISHED) sched_release(e->sc, s, reason);
+        if (!s && q->seqs[0] && q->seqs[0]->status != SEQ_FINISHED)
+            sched_release(e->sc, q->seqs[0], reason);
+        eng__emit(out, eng__event(q, i, "", 0, NULL, reason));
+        q->done[i] = 1;
+        q->n_done++;
+    }
+}
+
+/* Unlinks and frees completed requests. */
+static void eng__reap(engine *e)
+{
+    for (eng_req **pp = &e->active; *pp;) {
+        eng_req *q = *pp;
+        if (q->n_done < q->r.n) {
+            pp = &q->next;
+            continue;
+        }
+        *pp = q->next;
+        e->prompt_tokens_done += q->r.n_prompt;
+        eng__req_free(q);
+    }
+}
+
+/* ---- the engine thread ----------------------------------------------------------------- */
+
+/* Makes q's first sequence and puts it in the scheduler (or finishes it when max_tokens is 0). */
+static void eng__intake(engine *e, eng_req *q, eng_evlist *out)
+{
+    q->next = e->active;
+    e->active = q;
+    int n = q->r.n;
+    q->seqs = calloc((size_t)n, sizeof *q->seqs);
+    q->dt = calloc((size_t)n, sizeof *q->dt);
+    q->done = calloc((size_t)n, 1);
+    if (!q->seqs || !q->dt || !q->done) goto fail;
+    for (int i = 0; i < n; i++)
+        if (detok_init(&q->dt[i], e->cfg.tok, q->r.prompt, q->r.n_prompt, q->r.stop, q->r.n_stop))
+            goto fail;
+    if (q->r.max_tokens == 0) {
+        for (int i = 0; i < n; i++) {
+            eng__emit(out, eng__event(q, i, "", 0, NULL, ENGINE_FINISH_LENGTH));
+            q->done[i] = 1;
+        }
+        q->n_done = n;
+        return;
+    }
+    seq *s = seq_create(q->r.prompt, q->r.n_prompt, q->r.max_tokens);
+    if (!s) goto fail;
+    q->seqs[0] = s;
+    s->req_id = q->id;
+    s->owner = q;
+    s->n_choices = n;
+    s->sp = q->r.sampling;
+    smp_rng_seed(&s->rng, s->sp.seed);
+    s->arrival_us = q->arrival_us;
+    if (sched_add(e->sc, s)) {
+        q->seqs[0] = NULL;
+        seq_destroy(s);
+        goto fail;
+    }
+    return;
+fail:
+    if (!q->done) { /* cannot even record the outcome: drop silently */
+        q->n_done = n;
+        return;
+    }
+    eng__end_request(e, q, ENGINE_FINISH_ERROR, out);
+}
+
+static eng_req *eng__find(engine *e, uint64_t id)
+{
+    for (eng_req *q = e->active; q; q = q->next)
+        if (q->id == id) return q;
+    return NULL;
+}
+
+/* Turns one sampled token into the choice's event (and finishes the choice when due). */
+static void eng__on_sample(engine *e, const sched_sample *sm, eng_evlist *out)
+{
+    seq *s = sm->s;
+    eng_req *q = s->owner;
+    int idx = s->index;
+    if (!q->seqs[idx]) q->seqs[idx] = s; /* a fork's child reports for the first time */
+    if (q->done[idx]) return;
+    const char *d;
+    size_t dl;
+    int rc = detok_push(&q->dt[idx], sm->r.token, &d, &dl);
+    int finish = s->finish;
+    if (rc == 1) {
+        finish = ENGINE_FINISH_STOP;
+        if (s->status != SEQ_FINISHED) sched_release(e->sc, s, finish);
+    }
+    char *text = rc >= 0 ? strndup(d, dl) : NULL;
+    size_t tl = text ? dl : 0;
+    if (finish && rc == 0) {
+        if (!detok_flush(&q->dt[idx], &d, &dl) && dl) {
+            char *t2 = realloc(text, tl + dl + 1);
+            if (t2) {
+                memcpy(t2 + tl, d, dl + 1);
+                text = t2;
+                tl += dl;
+            }
+        }
+    }
+    eng__emit(out, eng__event(q, idx, text ? text : "", tl, &sm->r, finish));
+    free(text);
+    if (finish) {
+        q->done[idx] = 1;
+        q->n_done++;
+    }
+}
+
+/* One scheduler step and its events. Returns 1 when something ran, 0 when idle. */
+static int eng__step(engine *e, eng_evlist *out)
+{
+    if (!sched_num_running(e->sc) && !sched_num_waiting(e->sc)) return 0;
+    sched_sample *sm;
+    int n = sched_step(e->sc, &sm);
+    if (n == -EAGAIN) {
+        if (sched_num_running(e->sc)) return 1;
+        /* Nothing runs and nothing can be admitted: fail every request rather than spin. */
+        for (eng_req *q = e->active; q; q = q->next) eng__end_request(e, q, ENGINE_FINISH_ERROR, out);
+        return 0;
+    }
+    if (n < 0) {
+        fprintf(stderr, "kvserve: engine step failed (%s); failing the requests in flight\n",
+                strerror(-n));
+        e->failed = 1;
+        for (eng_req *q = e->active; q; q = q->next) eng__end_request(e, q, ENGINE_FINISH_ERROR, out);
+        return 0;
+    }
+    for (int i = 0; i < n; i++) eng__on_sample(e, &sm[i], out);
+    return 1;
+}
+
+static void eng__update_stats(engine *e)
+{
+    engine_stats *st = &e->stats;
+    sched_stats ss;
+    sched_get_stats(e->sc, &ss);
+    block_pool *bp = sched_pool(e->sc);
+    rdx_tree *t = sched_tree(e->sc);
+    st->alive = !e->failed;
+    st->last_step_us = engine_now_us();
+    st->num_running = sched_num_running(e->sc);
+    st->num_waiting = sched_num_waiting(e->sc) + e->n_sub;
+    st->kv_blocks_total = bp_num_blocks(bp);
+    st->kv_blocks_used = bp_num_blocks(bp) - bp_num_free(bp);
+    st->kv_blocks_cached = t ? rdx_n_blocks(t) : 0;
+    st->kv_bytes_per_token = kv_bytes_per_token(&e->g);
+    st->kv_capacity_tokens = (int64_t)e->n_blocks * e->g.block_size;
+    st->block_size = e->g.block_size;
+    st->prefix_cache_queries = ss.prefix_queries;
+    st->prefix_cache_hits = ss.prefix_hits;
+    st->prefix_cache_evictions = ss.evictions;
+    st->preemptions = ss.preemptions;
+    st->prompt_tokens = e->prompt_tokens_done;
+    st->generation_tokens = ss.generated;
+    st->steps = ss.steps;
+    e->queued_waiting = sched_num_waiting(e->sc);
+    e->queued_tokens = sched_waiting_tokens(e->sc);
+}
+
+static void *eng__thread(void *arg)
+{
+    engine *e = arg;
+    eng_evlist out = {0};
+    uint64_t *cancels = NULL;
+    int cap_cancels = 0;
+    pthread_mutex_lock(&e->mu);
+    for (;;) {
+        eng_req *subs = e->sub_head;
+        e->sub_head = e->sub_tail = NULL;
+        e->n_sub = 0;
+        e->sub_tokens = 0;
+        int n_cancel = e->n_cancel;
+        if (n_cancel > cap_cancels) {
+            uint64_t *c = realloc(cancels, (size_t)n_cancel * sizeof *c);
+            if (c) {
+                cancels = c;
+                cap_cancels = n_cancel;
+            } else {
+                n_cancel = cap_cancels;
+            }
+        }
+        if (n_cancel) memcpy(cancels, e->cancels, (size_t)n_cancel * sizeof *cancels);
+        memmove(e->cancels, e->cancels + n_cancel, (size_t)(e->n_cancel - n_cancel) * sizeof *cancels);
+        e->n_cancel -= n_cancel;
+        int aborting = e->aborting, draining = e->draining;
+        pthread_mutex_unlock(&e->mu);
+
+        while (subs) {
+            eng_req *q = subs;
+            subs = q->next;
+            eng__intake(e, q, &out);
+        }
+        for (int i = 0; i < n_cancel; i++) {
+            eng_req *q = eng__find(e, cancels[i]);
+            if (q) eng__end_request(e, q, ENGINE_FINISH_ABORT, &out);
+        }
+        if (aborting)
+            for (eng_req *q = e->active; q; q = q->next) eng__end_request(e, q, ENGINE_FINISH_ABORT, &out);
+        int worked = aborting ? 0 : eng__step(e, &out);
+        eng__reap(e);
+
+        pthread_mutex_lock(&e->mu);
+        int pushed = 0;
+        if (out.n) {
+            int need = e->n_ev - e->ev_head + out.n;
+            if (e->ev_head) {
+                memmove(e->ev, e->ev + e->ev_head, (size_t)(e->n_ev - e->ev_head) * sizeof *e->ev);
+                e->n_ev -= e->ev_head;
+                e->ev_head = 0;
+            }
+            if (need > e->cap_ev) {
+                int c = e->cap_ev ? e->cap_ev : 256;
+                while (c < need) c *= 2;
+                engine_event **v = realloc(e->ev, (size_t)c * sizeof *v);
+                if (v) {
+                    e->ev = v;
+                    e->cap_ev = c;
+                }
+            }
+            for (int i = 0; i < out.n; i++) {
+                if (e->n_ev < e->cap_ev) e->ev[e->n_ev++] = out.v[i];
+                else engine_event_free(out.v[i]);
+            }
+            out.n = 0;
+            pushed = 1;
+        }
+        eng__update_stats(e);
+        if (pushed && e->cfg.wake) {
+            pthread_mutex_unlock(&e->mu);
+            e->cfg.wake(e->cfg.wake_ud);
+            pthread_mutex_lock(&e->mu);
+        }
+        int idle = !e->sub_head && !e->n_cancel && !worked;
+        if ((aborting || draining) && !e->active && !e->sub_head) break;
+        if (idle && !e->aborting && !e->draining) pthread_cond_wait(&e->cv, &e->mu);
+    }
+    pthread_mutex_unlock(&e->mu);
+    free(out.v);
+    free(cancels);
+    return NULL;
+}
+
+/* ---- the API --------------------------------------------------------------------------- */
+
+static int eng__run(void *ud, const be_batch *b, float *logits)
+{
+    return fwd_run(ud, b, logits);
+}
+
+static void eng__copy_block(void *ud, int32_t src, int32_t dst)
+{
+    backend *be = fwd_backend(ud);
+    be->ops->kv_copy_block(be, src, dst);
+}
+
+/* KV blocks from the budget: --kv-memory on the CPU, a share of free memory on a GPU. */
+static int32_t eng__n_blocks(const engine_config *c, backend *be, const kv_geom *g)
+{
+    size_t avail = be->ops->mem_available(be);
+    size_t budget = c->kv_memory_bytes;
+    if (avail) {
+        double use = (double)avail * c->gpu_memory_utilization;
+        double w = (double)model_weight_bytes(c->model) + (double)(512u << 20); /* + activations */
+        budget = use > w ? (size_t)(use - w) : 0;
+    }
+    int64_t n = kv_blocks_for_budget(g, budget);
+    return n > INT32_MAX / 2 ? INT32_MAX / 2 : (int32_t)n;
+}
+
+static void eng__log(const engine *e)
+{
+    const kv_geom *g = &e->g;
+    size_t bpt = kv_bytes_per_token(g);
+    int64_t cap = (int64_t)e->n_blocks * g->block_size;
+    int per_seq = (e->n_ctx + g->block_size - 1) / g->block_size;
+    fprintf(stderr,
+            "KV cache: 2 × %d layers × %d kv heads × %d head dim × %zu bytes = %zu bytes/token; "
+            "%d blocks of %d tokens = %lld tokens; max %d sequences at context %d\n",
+            g->n_layers, g->n_kv_heads, g->head_dim, kv_dtype_bytes(g->dtype), bpt, (int)e->n_blocks,
+            g->block_size, (long long)cap, per_seq ? (int)(e->n_blocks / per_seq) : 0, e->n_ctx);
+    fprintf(stderr, "engine: %s; max %d sequences, %d tokens per step, prefix cache %s, %s\n",
+            e->be->desc, e->cfg.max_seqs, e->cfg.max_batch_tokens, e->cfg.prefix_cache ? "on" : "off",
+            e->cfg.schedule == ENGINE_SCHED_LPM ? "lpm" : "fcfs");
+}
+
+/* Backend, KV arena, model runner and scheduler. 0, or -1 with err filled. */
+static int eng__setup(engine *e, char *err, size_t err_len)
+{
+    engine_config *c = &e->cfg;
+    const model_hparams *hp = &c->model->hp;
+    e->be = be_create(c->device, c->n_threads, err, err_len);
+    if (!e->be) return -1;
+    int gpu = strcmp(e->be->name, "cpu") != 0;
+    if (c->max_seqs <= 0) c->max_seqs = gpu ? 256 : 64;
+    if (c->max_batch_tokens <= 0) c->max_batch_tokens = gpu ? 8192 : 512;
+    if (c->block_size <= 0) c->block_size = 16;
+    e->g = (kv_geom){hp->n_layers, hp->n_kv_heads, hp->head_dim, c->block_size, c->kv_dtype};
+    e->n_ctx = hp->n_ctx_train > 0 ? hp->n_ctx_train : 2048;
+    e->n_vocab = hp->n_vocab;
+    e->n_blocks = eng__n_blocks(c, e->be, &e->g);
+    if (e->n_blocks < 1) {
+        snprintf(err, err_len, "KV budget too small for one block of %zu bytes",
+                 kv_bytes_per_block(&e->g));
+        return -1;
+    }
+    e->f = fwd_create(c->model, e->be, &e->g, e->n_blocks, c->max_batch_tokens, c->max_seqs, err,
+                      err_len);
+    if (!e->f) return -1;
+    e->n_eog = tok_eog_ids(c->tok, &e->eog);
+    sched_config sc = {
+        .block_size = c->block_size,
+        .n_blocks = e->n_blocks,
+        .max_seqs = c->max_seqs,
+        .max_batch_tokens = c->max_batch_tokens,
+        .schedule = c->schedule,
+        .prefix_cache = c->prefix_cache,
+        .n_vocab = e->n_vocab,
+        .n_ctx = e->n_ctx,
+        .eog_ids = e->eog,
+        .n_eog = e->n_eog,
+    };
+    sched_runner r = {eng__run, eng__copy_block, e->f};
+    e->sc = sched_create(&sc, &r);
+    if (!e->sc) {
+        snprintf(err, err_len, "out of memory creating the scheduler");
+        return -1;
+    }
+    return 0;
+}
+
+engine *engine_create(const engine_config *cfg, char *err, size_t err_len)
+{
+    if (!cfg->model || !cfg->tok) {
+        snprintf(err, err_len, "engine needs a model and a tokenizer");
+        return NULL;
+    }
+    engine *e = calloc(1, sizeof *e);
+    if (!e) {
+        snprintf(err, err_len, "out of memory");
+        return NULL;
+    }
+    e->cfg = *cfg;
+    e->next_id = 1;
+    pthread_mutex_init(&e->mu, NULL);
+    pthread_cond_init(&e->cv, NULL);
+    if (eng__setup(e, err, err_len)) {
+        engine_destroy(e, 0);
+        return NULL;
+    }
+    if (!cfg->quiet) eng__log(e);
+    eng__update_stats(e);
+    if (pthread_create(&e->thread, NULL, eng__thread, e)) {
+        snprintf(err, err_len, "cannot start the engine thread");
+        engine_destroy(e, 0);
+        return NULL;
+    }
+    e->thread_started = 1;
+    return e;
+}
+
+void engine_destroy(engine *e, int drain)
+{
+    if (!e) return;
+    if (e->thread_started) {
+        pthread_mutex_lock(&e->mu);
+        if (drain) e->draining = 1;
+        else e->aborting = 1;
+        pthread_cond_signal(&e->cv);
+        pthread_mutex_unlock(&e->mu);
+        pthread_join(e->thread, NULL);
+    }
+    for (int i = e->ev_head; i < e->n_ev; i++) engine_event_free(e->ev[i]);
+    free(e->ev);
+    while (e->sub_head) {
+        eng_req *q = e->sub_head;
+        e->sub_head = q->next;
+        eng__req_free(q);
+    }
+    while (e->active) { /* only when the thread never ran */
+        eng_req *q = e->active;
+        e->active = q->next;
+        eng__req_free(q);
+    }
+    free(e->cancels);
+    sched_destroy(e->sc);
+    fwd_destroy(e->f);
+    be_destroy(e->be);
+    pthread_mutex_destroy(&e->mu);
+    pthread_cond_destroy(&e->cv);
+    free(e);
+}
+
+/* Request errors that need no lock. */
+static int eng__validate(const engine *e, const engine_request *req)
+{
+    if (!req->prompt || req->n_prompt < 1 || req->n < 1 || req->n > e->cfg.max_seqs ||
+        req->max_tokens < 0 || req->n_stop < 0 || req->n_stop > ENGINE_MAX_STOP)
+        return -EINVAL;
+    if ((int64_t)req->n_prompt + req->max_tokens > e->n_ctx) return -EINVAL;
+    int64_t blocks = ((int64_t)req->n_prompt + req->max_tokens + e->g.block_size - 1) / e->g.block_size;
+    if (blocks > e->n_blocks) return -EINVAL;
+    for (int i = 0; i < req->n_prompt; i++)
+        if (req->prompt[i] < 0 || req->prompt[i] >= e->n_vocab) return -EINVAL;
+    return 0;
+}
+
+int engine_submit(engine *e, engine_request *req, uint64_t *id)
+{
+    int rc = eng__validate(e, req);
+    if (rc) return rc;
+    eng_req *q = calloc(1, sizeof *q);
+    if (!q) return -ENOMEM;
+    pthread_mutex_lock(&e->mu);
+    if (e->draining || e->aborting) rc = -ESHUTDOWN;
+    else if (e->n_sub + e->queued_waiting >= e->cfg.max_queued_requests ||
+             e->sub_tokens + e->queued_tokens + req->n_prompt > e->cfg.max_queued_tokens)
+        rc = -EAGAIN;
+    if (rc) {
+        pthread_mutex_unlock(&e->mu);
+        free(q);
+        return rc;
+    }
+    q->id = e->next_id++;
+    q->r = *req;
+    q->arrival_us = engine_now_us();
+    if (!q->r.sampling.has_seed) {
+        q->r.sampling.seed = (uint64_t)q->arrival_us * 0x9E3779B97F4A7C15ull ^ ++e->seed_counter;
+        q->r.sampling.has_seed = 1;
+    }
+    if (e->sub_tail) e->sub_tail->next = q;
+    else e->sub_head = q;
+    e->sub_tail = q;
+    e->n_sub++;
+    e->sub_tokens += req->n_prompt;
+    *id = q->id;
+    pthread_cond_signal(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+    return 0;
+}
+
+void engine_cancel(engine *e, uint64_t id)
+{
+    pthread_mutex_lock(&e->mu);
+    if (e->n_cancel == e->cap_cancel) {
+        int c = e->cap_cancel ? e->cap_cancel * 2 : 16;
+        uint64_t *v = realloc(e->cancels, (size_t)c * sizeof *v);
+        if (!v) {
+            pthread_mutex_unlock(&e->mu);
+            return;
+        }
+        e->cancels = v;
+        e->cap_cancel = c;
+    }
+    e->cancels[e->n_cancel++] = id;
+    pthread_cond_signal(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+}
+
+int engine_poll(engine *e, engine_event **out, int max)
+{
+    pthread_mutex_lock(&e->mu);
+    int n = e->n_ev - e->ev_head;
+    if (n > max) n = max;
+    if (n > 0) memcpy(out, e->ev + e->ev_head, (size_t)n * sizeof *out);
+    e->ev_head += n > 0 ? n : 0;
+    if (e->ev_head == e->n_ev) e->ev_head = e->n_ev = 0;
+    pthread_mutex_unlock(&e->mu);
+    return n > 0 ? n : 0;
+}
+
+void engine_get_stats(engine *e, engine_stats *out)
+{
+    pthread_mutex_lock(&e->mu);
+    *out = e->stats;
+    pthread_mutex_unlock(&e->mu);
+}

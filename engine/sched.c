@@ -1,0 +1,556 @@
+/*
+ * sched.c — continuous batching (see sched.h for the step's three phases).
+ *
+ * Invariants kept between steps:
+ *   - running[] is in admission order; waiting[] has preempted sequences first, then arrivals;
+ *   - a RUNNING sequence holds exactly ceil(n_computed / bs) blocks, a WAITING one none;
+ *   - Σ refcounts = Σ running n_blocks + blocks indexed by the tree (sched_check);
+ *   - only full blocks whose K/V is computed enter the tree, so a partial block is shared only
+ *     between the children of an n > 1 fork, and the first writer copies it (copy-on-write).
+ *
+ * Prefix sharing: admission takes the longest cached prefix (at most n_tokens - 1 tokens, so
+ * the last token is computed and yields logits); a waiting request whose next block is being
+ * prefilled right now by a running sequence is held back for this step (in-batch
+ * deduplication); a prefilling sequence re-matches before each chunk to pick up blocks that
+ * others finished meanwhile.
+ */
+#include "engine/sched.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/batch.h"
+#include "engine/engine.h"
+
+struct sched {
+    sched_config c;
+    sched_runner r;
+    block_pool *bp;
+    rdx_tree *tree;          /* NULL when the prefix cache is off */
+    seq **running;           /* [n_running] admission order */
+    int n_running, cap_running;
+    seq **waiting;           /* [n_waiting] queue order */
+    int n_waiting, cap_waiting;
+    uint64_t admit_counter;
+    batch_entry *plan;       /* [max_seqs] this step's entries */
+    int n_plan;
+    batch_buf bb;
+    float *logits;           /* [max_seqs][n_vocab] */
+    float *scratch;          /* [n_vocab] sampler scratch */
+    sched_sample *samples;   /* [cap_samples] */
+    int cap_samples;
+    int32_t *match_buf;      /* [max_blocks] rdx_match output */
+    int *lpm_len;            /* [cap_waiting] lpm: cached prefix per waiting sequence */
+    int max_blocks;          /* blocks of a full context */
+    sched_stats st;
+};
+
+/* ---- lists ---------------------------------------------------------------------------- */
+
+static int sched__grow(seq ***arr, int *cap, int need)
+{
+    if (need <= *cap) return 0;
+    int c = *cap ? *cap * 2 : 16;
+    while (c < need) c *= 2;
+    seq **a = realloc(*arr, (size_t)c * sizeof *a);
+    if (!a) return -ENOMEM;
+    *arr = a;
+    *cap = c;
+    return 0;
+}
+
+static void sched__remove(seq **arr, int *n, seq *s)
+{
+    for (int i = 0; i < *n; i++)
+        if (arr[i] == s) {
+            memmove(arr + i, arr + i + 1, (size_t)(*n - i - 1) * sizeof *arr);
+            (*n)--;
+            return;
+        }
+    assert(!"sequence not in list");
+}
+
+sched *sched_create(const sched_config *c, const sched_runner *r)
+{
+    sched *sc = calloc(1, sizeof *sc);
+    if (!sc) return NULL;
+    sc->c = *c;
+    if (sc->c.lpm_aging_steps <= 0) sc->c.lpm_aging_steps = 64;
+    sc->r = *r;
+    sc->max_blocks = (c->n_ctx + c->block_size - 1) / c->block_size + 1;
+    sc->bp = bp_create(c->n_blocks);
+    if (c->prefix_cache && sc->bp) sc->tree = rdx_create(sc->bp, c->block_size);
+    sc->plan = calloc((size_t)c->max_seqs, sizeof *sc->plan);
+    sc->logits = malloc((size_t)c->max_seqs * (size_t)c->n_vocab * sizeof(float));
+    sc->scratch = malloc((size_t)c->n_vocab * sizeof(float));
+    sc->match_buf = malloc((size_t)sc->max_blocks * sizeof(int32_t));
+    if (!sc->bp || (c->prefix_cache && !sc->tree) || !sc->plan || !sc->logits || !sc->scratch ||
+        !sc->match_buf || batch_init(&sc->bb, c->max_batch_tokens, c->max_seqs)) {
+        sched_destroy(sc);
+        return NULL;
+    }
+    return sc;
+}
+
+void sched_destroy(sched *sc)
+{
+    if (!sc) return;
+    assert(sc->n_running == 0 && sc->n_waiting == 0);
+    if (sc->tree) rdx_destroy(sc->tree);
+    bp_destroy(sc->bp);
+    batch_fini(&sc->bb);
+    free(sc->running);
+    free(sc->waiting);
+    free(sc->plan);
+    free(sc->logits);
+    free(sc->scratch);
+    free(sc->samples);
+    free(sc->match_buf);
+    free(sc->lpm_len);
+    free(sc);
+}
+
+int sched_add(sched *sc, seq *s)
+{
+    if (sched__grow(&sc->waiting, &sc->cap_waiting, sc->n_waiting + 1)) return -ENOMEM;
+    s->status = SEQ_WAITING;
+    sc->waiting[sc->n_waiting++] = s;
+    return 0;
+}
+
+/* ---- blocks --------------------------------------------------------------------------- */
+
+/* Offers s's computed full blocks to the prefix cache. */
+static void sched__insert(sched *sc, seq *s)
+{
+    if (!sc->tree) return;
+    int full = s->n_computed / sc->c.block_size;
+    if (full > s->n_blocks) full = s->n_blocks;
+    if (full <= s->n_inserted) return;
+    if (rdx_insert(sc->tree, s->tokens, full * sc->c.block_size, s->block_table) >= 0)
+        s->n_inserted = full;
+}
+
+/* Drops every block reference of s (after offering its computed blocks to the cache). */
+static void sched__free_blocks(sched *sc, seq *s)
+{
+    sched__insert(sc, s);
+    for (int i = 0; i < s->n_blocks; i++) bp_unref(sc->bp, s->block_table[i]);
+    s->n_blocks = 0;
+    s->n_inserted = 0;
+    s->n_computed = 0;
+}
+
+/* Gives s the blocks for its next n_new tokens, copying a shared partial block first.
+ * 0 or -ENOSPC / -ENOMEM with nothing changed. */
+static int sched__reserve(sched *sc, seq *s, int n_new)
+{
+    int bs = sc->c.block_size;
+    int need = (s->n_computed + n_new + bs - 1) / bs;
+    int extra = need > s->n_blocks ? need - s->n_blocks : 0;
+    int bi = s->n_computed / bs;
+    int cow = s->n_computed % bs && bi < s->n_blocks && bp_refcount(sc->bp, s->block_table[bi]) > 1;
+    if (!extra && !cow) return 0;
+    if (seq_reserve_blocks(s, need)) return -ENOMEM;
+    int32_t ids[extra + 1];
+    int rc = bp_alloc(sc->bp, extra + cow, ids);
+    if (rc && sc->tree) {
+        int want = extra + cow - bp_num_free(sc->bp);
+        sc->st.evictions += rdx_evict(sc->tree, want);
+        rc = bp_alloc(sc->bp, extra + cow, ids);
+    }
+    if (rc) return rc;
+    if (cow) {
+        int32_t old = s->block_table[bi];
+        sc->r.copy_block(sc->r.ud, old, ids[extra]);
+        s->block_table[bi] = ids[extra];
+        bp_unref(sc->bp, old);
+    }
+    for (int i = 0; i < extra; i++) s->block_table[s->n_blocks++] = ids[i];
+    return 0;
+}
+
+/* Returns s to the front of the waiting queue without its blocks; it recomputes later. */
+static void sched__preempt(sched *sc, seq *s, int *budget)
+{
+    for (int i = 0; i < sc->n_plan; i++)
+        if (sc->plan[i].s == s) {
+            *budget += sc->plan[i].n_new;
+            memmove(sc->plan + i, sc->plan + i + 1, (size_t)(sc->n_plan - i - 1) * sizeof *sc->plan);
+            sc->n_plan--;
+            break;
+        }
+    sched__free_blocks(sc, s);
+    sched__remove(sc->running, &sc->n_running, s);
+    int rc = sched__grow(&sc->waiting, &sc->cap_waiting, sc->n_waiting + 1);
+    assert(!rc); /* the queue had room for s when it was admitted */
+    (void)rc;
+    memmove(sc->waiting + 1, sc->waiting, (size_t)sc->n_waiting * sizeof *sc->waiting);
+    sc->waiting[0] = s;
+    sc->n_waiting++;
+    s->status = SEQ_WAITING;
+    s->n_preemptions++;
+    sc->st.preemptions++;
+}
+
+/* Plans n_new tokens of running s, preempting the most recently admitted others when blocks run
+ * out. Returns 1 planned, 0 when s itself was preempted, or -ENOMEM. */
+static int sched__plan_running(sched *sc, seq *s, int n_new, int *budget)
+{
+    for (;;) {
+        int rc = sched__reserve(sc, s, n_new);
+        if (!rc) break;
+        if (rc != -ENOSPC) return rc;
+        seq *victim = sc->running[sc->n_running - 1];
+        if (victim == s && sc->n_running > 1) victim = sc->running[sc->n_running - 2];
+        sched__preempt(sc, victim, budget);
+        if (victim == s) return 0;
+    }
+    sc->plan[sc->n_plan++] = (batch_entry){s, n_new, s->n_computed + n_new == s->n_tokens};
+    *budget -= n_new;
+    return 1;
+}
+
+/* Replaces s's leading blocks with the cache's when the cache now holds more of its tokens than
+ * s has computed (another sequence finished them meanwhile). */
+static void sched__rematch(sched *sc, seq *s)
+{
+    int bs = sc->c.block_size;
+    if (!sc->tree || s->n_computed % bs || s->n_computed >= s->n_tokens - 1) return;
+    int m = rdx_match(sc->tree, s->tokens, s->n_tokens - 1, sc->match_buf, sc->max_blocks);
+    int nb = m / bs;
+    if (m <= s->n_computed || seq_reserve_blocks(s, nb)) {
+        for (int i = 0; i < nb; i++) bp_unref(sc->bp, sc->match_buf[i]);
+        return;
+    }
+    for (int i = 0; i < nb; i++) {
+        if (i < s->n_blocks) {
+            int32_t old = s->block_table[i];
+            s->block_table[i] = sc->match_buf[i];
+            bp_unref(sc->bp, old);
+        } else {
+            s->block_table[i] = sc->match_buf[i];
+        }
+    }
+    if (!s->n_preemptions && s->n_computed < s->n_prompt)
+        s->cached_tokens += (m < s->n_prompt ? m : s->n_prompt) - s->n_computed;
+    s->n_blocks = nb;
+    s->n_computed = m;
+    s->n_inserted = nb;
+}
+
+/* ---- admission ------------------------------------------------------------------------ */
+
+/* 1 when a running sequence is about to compute a full block that c could share beyond the
+ * matched prefix: c waits for it instead of computing it twice. */
+static int sched__dedup_hold(const sched *sc, const seq *c, int matched)
+{
+    int bs = sc->c.block_size, lim = c->n_tokens - 1;
+    for (int i = 0; i < sc->n_running; i++) {
+        const seq *r = sc->running[i];
+        int n = lim < r->n_tokens ? lim : r->n_tokens;
+        if (n < matched + bs) continue;
+        int l = matched;
+        while (l < n && c->tokens[l] == r->tokens[l]) l++;
+        int full = l / bs * bs;
+        if (full >= matched + bs && r->n_computed < full) return 1;
+    }
+    return 0;
+}
+
+/* Index of the waiting sequence to admit next among those not held back, or -1. FCFS takes the
+ * first; lpm takes a preempted or aged one first, else the longest cached prefix. */
+static int sched__pick(const sched *sc, const char *held)
+{
+    int best = -1;
+    int lpm = sc->c.schedule == ENGINE_SCHED_LPM && sc->tree;
+    for (int i = 0; i < sc->n_waiting; i++) {
+        if (held[i]) continue;
+        const seq *s = sc->waiting[i];
+        if (!lpm || s->n_preemptions || s->wait_steps >= sc->c.lpm_aging_steps) return i;
+        if (best < 0 || sc->lpm_len[i] > sc->lpm_len[best]) best = i;
+    }
+    return best;
+}
+
+/* lpm: the cached prefix length of every waiting sequence (looked up once per step). */
+static int sched__lpm_lengths(sched *sc)
+{
+    if (sc->c.schedule != ENGINE_SCHED_LPM || !sc->tree) return 0;
+    int *l = realloc(sc->lpm_len, (size_t)(sc->n_waiting + 1) * sizeof *l);
+    if (!l) return -ENOMEM;
+    sc->lpm_len = l;
+    for (int i = 0; i < sc->n_waiting; i++) {
+        const seq *s = sc->waiting[i];
+        l[i] = rdx_match(sc->tree, s->tokens, s->n_tokens - 1, sc->match_buf, sc->max_blocks);
+        for (int b = 0; b < l[i] / sc->c.block_size; b++) bp_unref(sc->bp, sc->match_buf[b]);
+    }
+    return 0;
+}
+
+/* Tries to admit waiting[i] with a first chunk. 1 admitted, 0 not now (no blocks), <0 error. */
+static int sched__admit(sched *sc, int i, int *budget, char *held)
+{
+    seq *c = sc->waiting[i];
+    int bs = sc->c.block_size, matched = 0;
+    if (sc->tree) {
+        matched = rdx_match(sc->tree, c->tokens, c->n_tokens - 1, sc->match_buf, sc->max_blocks);
+        if (sched__dedup_hold(sc, c, matched)) {
+            for (int b = 0; b < matched / bs; b++) bp_unref(sc->bp, sc->match_buf[b]);
+            held[i] = 1;
+            return 1;
+        }
+        if (seq_reserve_blocks(c, matched / bs + 1)) {
+            for (int b = 0; b < matched / bs; b++) bp_unref(sc->bp, sc->match_buf[b]);
+            return -ENOMEM;
+        }
+        memcpy(c->block_table, sc->match_buf, (size_t)(matched / bs) * sizeof(int32_t));
+        c->n_blocks = c->n_inserted = matched / bs;
+    }
+    c->n_computed = matched;
+    int n_new = c->n_tokens - matched < *budget ? c->n_tokens - matched : *budget;
+    if (sched__reserve(sc, c, n_new)) {
+        c->n_computed = 0;
+        for (int b = 0; b < c->n_blocks; b++) bp_unref(sc->bp, c->block_table[b]);
+        c->n_blocks = c->n_inserted = 0;
+        return 0;
+    }
+    if (!c->first_scheduled_us) {
+        c->first_scheduled_us = engine_now_us();
+        c->cached_tokens = matched < c->n_prompt ? matched : c->n_prompt;
+        if (sc->tree) {
+            sc->st.prefix_queries += c->n_prompt;
+            sc->st.prefix_hits += c->cached_tokens;
+        }
+    }
+    memmove(sc->waiting + i, sc->waiting + i + 1, (size_t)(sc->n_waiting - i - 1) * sizeof(seq *));
+    memmove(held + i, held + i + 1, (size_t)(sc->n_waiting - i - 1));
+    if (sc->c.schedule == ENGINE_SCHED_LPM && sc->tree)
+        memmove(sc->lpm_len + i, sc->lpm_len + i + 1, (size_t)(sc->n_waiting - i - 1) * sizeof(int));
+    sc->n_waiting--;
+    if (sched__grow(&sc->running, &sc->cap_running, sc->n_running + 1)) return -ENOMEM;
+    sc->running[sc->n_running++] = c;
+    c->status = SEQ_RUNNING;
+    c->admit_order = ++sc->admit_counter;
+    sc->plan[sc->n_plan++] = (batch_entry){c, n_new, c->n_computed + n_new == c->n_tokens};
+    *budget -= n_new;
+    return 1;
+}
+
+/* ---- schedule ------------------------------------------------------------------------- */
+
+static int sched__schedule(sched *sc)
+{
+    int budget = sc->c.max_batch_tokens;
+    sc->n_plan = 0;
+    /* Pass 0: running decodes; pass 1: running prefill chunks. */
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < sc->n_running && budget > 0;) {
+            seq *s = sc->running[i];
+            int planned = 0;
+            for (int k = 0; k < sc->n_plan; k++) planned |= sc->plan[k].s == s;
+            if (pass == 1 && !planned) sched__rematch(sc, s);
+            int rem = s->n_tokens - s->n_computed;
+            if (planned || (pass == 0) != (rem == 1)) {
+                i++;
+                continue;
+            }
+            int rc = sched__plan_running(sc, s, rem < budget ? rem : budget, &budget);
+            if (rc < 0) return rc;
+            if (rc) i++; /* else s left running[]: the same i is the next sequence */
+        }
+    /* Admissions. */
+    if (!sc->n_waiting) return 0;
+    int rc = sched__lpm_lengths(sc);
+    if (rc) return rc;
+    char held[sc->n_waiting];
+    memset(held, 0, sizeof held);
+    while (budget > 0 && sc->n_waiting) {
+        int i = sched__pick(sc, held);
+        if (i < 0) break;
+        if (sc->n_running && sc->n_running + sc->waiting[i]->n_choices > sc->c.max_seqs) break;
+        if (sc->n_plan == sc->c.max_seqs) break;
+        rc = sched__admit(sc, i, &budget, held);
+        if (rc < 0) return rc;
+        if (!rc) break;
+    }
+    return 0;
+}
+
+/* ---- commit --------------------------------------------------------------------------- */
+
+static int sched__add_sample(sched *sc, int *n, seq *s, const smp_result *r)
+{
+    if (*n == sc->cap_samples) {
+        int c = sc->cap_samples ? sc->cap_samples * 2 : 64;
+        sched_sample *a = realloc(sc->samples, (size_t)c * sizeof *a);
+        if (!a) return -ENOMEM;
+        sc->samples = a;
+        sc->cap_samples = c;
+    }
+    sc->samples[(*n)++] = (sched_sample){s, *r};
+    return 0;
+}
+
+/* Samples one token for s from a logits row and applies the stop rules. */
+static int sched__sample(sched *sc, seq *s, const float *row, int *n_out)
+{
+    smp_result r;
+    memcpy(sc->scratch, row, (size_t)sc->c.n_vocab * sizeof(float));
+    smp_history h = {s->tokens, s->n_prompt, s->tokens + s->n_prompt, seq_n_output(s)};
+    smp_sample(&s->sp, &s->rng, sc->scratch, sc->c.n_vocab, &h, sc->c.eog_ids, sc->c.n_eog, &r);
+    if (seq_append(s, r.token)) return -ENOMEM;
+    s->cum_logprob += r.logprob;
+    if (!s->first_token_us) s->first_token_us = engine_now_us();
+    sc->st.generated++;
+    int eog = 0;
+    for (int k = 0; k < sc->c.n_eog; k++) eog |= sc->c.eog_ids[k] == r.token;
+    if (eog && !s->sp.ignore_eos) s->finish = ENGINE_FINISH_STOP;
+    else if (seq_n_output(s) >= s->max_tokens || s->n_tokens >= sc->c.n_ctx)
+        s->finish = ENGINE_FINISH_LENGTH;
+    return sched__add_sample(sc, n_out, s, &r);
+}
+
+/* n > 1: s becomes choice 0 and n-1 children share its blocks; each samples from the row. */
+static int sched__fork(sched *sc, seq *s, const float *row, int *n_out)
+{
+    int n = s->n_choices;
+    s->n_choices = 1;
+    if (sched__grow(&sc->running, &sc->cap_running, sc->n_running + n)) return -ENOMEM;
+    seq *kids[n];
+    kids[0] = s;
+    for (int i = 1; i < n; i++) {
+        seq *c = seq_clone(s);
+        if (!c || seq_reserve_blocks(c, s->n_blocks)) {
+            seq_destroy(c);
+            return -ENOMEM;
+        }
+        c->index = s->index + i;
+        smp_rng_seed(&c->rng, s->sp.seed + (uint64_t)c->index);
+        for (int b = 0; b < s->n_blocks; b++) bp_ref(sc->bp, s->block_table[b]);
+        memcpy(c->block_table, s->block_table, (size_t)s->n_blocks * sizeof(int32_t));
+        c->n_blocks = s->n_blocks;
+        c->admit_order = ++sc->admit_counter;
+        sc->running[sc->n_running++] = c;
+        kids[i] = c;
+    }
+    for (int i = 0; i < n; i++) {
+        int rc = sched__sample(sc, kids[i], row, n_out);
+        if (rc) return rc;
+    }
+    return 0;
+}
+
+static int sched__commit(sched *sc, int *n_out)
+{
+    int row = 0;
+    for (int i = 0; i < sc->n_plan; i++) {
+        batch_entry *e = &sc->plan[i];
+        seq *s = e->s;
+        s->n_computed += e->n_new;
+        sched__insert(sc, s);
+        if (!e->samples) continue;
+        const float *lr = sc->logits + (size_t)row++ * (size_t)sc->c.n_vocab;
+        int rc = s->n_choices > 1 ? sched__fork(sc, s, lr, n_out) : sched__sample(sc, s, lr, n_out);
+        if (rc) return rc;
+    }
+    /* Release what finished (children of a fork appear after their parent). */
+    for (int i = 0; i < *n_out; i++) {
+        seq *s = sc->samples[i].s;
+        if (s->finish && s->status == SEQ_RUNNING) sched_release(sc, s, s->finish);
+    }
+    return 0;
+}
+
+int sched_step(sched *sc, sched_sample **out)
+{
+    *out = NULL;
+    for (int i = 0; i < sc->n_waiting; i++) sc->waiting[i]->wait_steps++;
+    int rc = sched__schedule(sc);
+    if (rc) return rc;
+    if (!sc->n_plan) return -EAGAIN;
+    rc = batch_build(&sc->bb, sc->plan, sc->n_plan, sc->c.block_size);
+    if (rc) return rc;
+    rc = sc->r.run(sc->r.ud, &sc->bb.b, sc->logits);
+    if (rc) return rc;
+    sc->st.steps++;
+    sc->st.step_tokens += sc->bb.b.n_tokens;
+    int n = 0;
+    rc = sched__commit(sc, &n);
+    if (rc) return rc;
+    *out = sc->samples;
+    return n;
+}
+
+void sched_release(sched *sc, seq *s, int finish)
+{
+    if (s->status == SEQ_FINISHED) return;
+    if (s->status == SEQ_RUNNING) {
+        sched__free_blocks(sc, s);
+        sched__remove(sc->running, &sc->n_running, s);
+    } else {
+        sched__remove(sc->waiting, &sc->n_waiting, s);
+    }
+    s->status = SEQ_FINISHED;
+    s->finish = finish;
+    s->finish_us = engine_now_us();
+}
+
+/* ---- introspection -------------------------------------------------------------------- */
+
+int sched_num_running(const sched *sc)
+{
+    return sc->n_running;
+}
+
+int sched_num_waiting(const sched *sc)
+{
+    return sc->n_waiting;
+}
+
+int64_t sched_waiting_tokens(const sched *sc)
+{
+    int64_t n = 0;
+    for (int i = 0; i < sc->n_waiting; i++) n += sc->waiting[i]->n_tokens;
+    return n;
+}
+
+void sched_get_stats(const sched *sc, sched_stats *out)
+{
+    *out = sc->st;
+}
+
+block_pool *sched_pool(sched *sc)
+{
+    return sc->bp;
+}
+
+rdx_tree *sched_tree(sched *sc)
+{
+    return sc->tree;
+}
+
+void sched_check(const sched *sc)
+{
+    bp_check(sc->bp);
+    if (sc->tree) rdx_check(sc->tree);
+    int64_t held = sc->tree ? rdx_n_blocks(sc->tree) : 0, refs = 0;
+    for (int i = 0; i < sc->n_running; i++) {
+        const seq *s = sc->running[i];
+        assert(s->status == SEQ_RUNNING);
+        assert(s->n_computed <= s->n_tokens);
+        assert(s->n_blocks == (s->n_computed + sc->c.block_size - 1) / sc->c.block_size);
+        for (int b = 0; b < s->n_blocks; b++) assert(bp_refcount(sc->bp, s->block_table[b]) >= 1);
+        held += s->n_blocks;
+    }
+    for (int i = 0; i < sc->n_waiting; i++) {
+        assert(sc->waiting[i]->status == SEQ_WAITING);
+        assert(sc->waiting[i]->n_blocks == 0);
+    }
+    for (int32_t b = 0; b < bp_num_blocks(sc->bp); b++) refs += bp_refcount(sc->bp, b);
+    assert(refs == held);
+    (void)refs;
+    (void)held;
+}

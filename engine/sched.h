@@ -1,0 +1,106 @@
+/*
+ * sched.h — the continuous-batching scheduler: which sequences compute how many tokens in the
+ * next step, with which KV blocks, and what happens to the tokens they sample.
+ *
+ *   waiting (FCFS, preempted first) ──admit──► running (admission order) ──finish──► caller
+ *         ▲                                        │
+ *         └──────────── preempt (recompute) ───────┘
+ *
+ * One step = schedule → run → commit:
+ *   schedule: running decodes (1 token each), then continuing prefill chunks, then admissions,
+ *             all under max_batch_tokens and max_seqs; blocks come from the pool, else from the
+ *             prefix cache's LRU leaves (rdx_evict), else by preempting the most recently admitted
+ *             running sequence (its computed blocks go into the cache first);
+ *   run:      the runner (the real model, or a test's fake) computes the batch's logit rows;
+ *   commit:   computed counts advance, newly filled full blocks enter the prefix cache, sequences
+ *             whose step ended at their last token sample one (n > 1 requests fork here), and
+ *             the sequences that reached end-of-generation or their length limit are released.
+ *
+ * The scheduler owns the block pool and the radix tree; it borrows the sequences (their owner
+ * frees them after release). Engine thread only.
+ */
+#ifndef KVSERVE_SCHED_H
+#define KVSERVE_SCHED_H
+
+#include <stdint.h>
+
+#include "cache/block_pool.h"
+#include "cache/radix.h"
+#include "engine/backend.h"
+#include "engine/sampler.h"
+#include "engine/seq.h"
+
+/* What computes a step: the model (engine.c wraps fwd_run) or a scripted fake in the tests. */
+typedef struct sched_runner {
+    /* Computes the batch; writes logits [b->n_logits][n_vocab]. 0 or a negative errno. */
+    int (*run)(void *ud, const be_batch *b, float *logits);
+    /* Copies the K/V of block src into block dst (copy-on-write of a shared partial block). */
+    void (*copy_block)(void *ud, int32_t src, int32_t dst);
+    void *ud;
+} sched_runner;
+
+typedef struct sched_config {
+    int block_size;         /* tokens per KV block */
+    int32_t n_blocks;       /* KV blocks in the pool */
+    int max_seqs;           /* running sequences cap */
+    int max_batch_tokens;   /* tokens per step */
+    int schedule;           /* enum engine_schedule */
+    int prefix_cache;       /* 1: radix prefix cache on */
+    int lpm_aging_steps;    /* lpm: a request waiting this many steps goes first (≤ 0: 64) */
+    int n_vocab;
+    int n_ctx;              /* context limit: a sequence stops ('length') at n_ctx tokens */
+    const int32_t *eog_ids; /* [n_eog] end-of-generation ids (borrowed) */
+    int n_eog;
+} sched_config;
+
+/* One sampled token of one sequence, produced by sched_step. */
+typedef struct sched_sample {
+    seq *s;         /* the sequence (a fork's child the first time it appears) */
+    smp_result r;   /* the token and its log-probs */
+} sched_sample;
+
+typedef struct sched_stats {
+    int64_t steps;
+    int64_t prefix_queries;   /* prompt tokens looked up at first admission */
+    int64_t prefix_hits;      /* of which found in the cache */
+    int64_t evictions;        /* blocks evicted from the cache */
+    int64_t preemptions;
+    int64_t generated;        /* tokens sampled */
+    int64_t step_tokens;      /* tokens computed in total */
+} sched_stats;
+
+typedef struct sched sched;
+
+/* A scheduler with its own block pool (and radix tree when prefix_cache). The runner is copied.
+ * NULL on -ENOMEM. */
+sched *sched_create(const sched_config *c, const sched_runner *r);
+/* Destroys the tree and the pool; every sequence must have been released. */
+void sched_destroy(sched *sc);
+
+/* Queues a WAITING sequence at the back. Its sp and rng must be set. 0 or -ENOMEM. */
+int sched_add(sched *sc, seq *s);
+
+/* Runs one step. Returns the number of samples (≥ 0) and points *out at them (valid until the
+ * next call); sequences that finished in this step have status SEQ_FINISHED and their finish
+ * reason set. Returns -EAGAIN when nothing could be scheduled, or the runner's negative errno
+ * (then nothing advanced). */
+int sched_step(sched *sc, sched_sample **out);
+
+/* Releases a WAITING or RUNNING sequence now (cancel, stop string, error): its computed full
+ * blocks go into the prefix cache, its references are dropped, status becomes SEQ_FINISHED with
+ * the given finish reason (enum engine_finish). */
+void sched_release(sched *sc, seq *s, int finish);
+
+int sched_num_running(const sched *sc);
+int sched_num_waiting(const sched *sc);
+/* Prompt + output tokens of the waiting sequences. */
+int64_t sched_waiting_tokens(const sched *sc);
+void sched_get_stats(const sched *sc, sched_stats *out);
+block_pool *sched_pool(sched *sc);
+rdx_tree *sched_tree(sched *sc); /* NULL when the prefix cache is off */
+
+/* Asserts the invariants: pool and tree checks, every reference accounted for by a running
+ * sequence or the tree, waiting sequences hold no blocks. */
+void sched_check(const sched *sc);
+
+#endif

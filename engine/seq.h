@@ -1,0 +1,80 @@
+/*
+ * seq.h — one generation sequence: the unit the scheduler batches.
+ *
+ *   tokens:  [ prompt ........................ | output ........ ]
+ *             0                          n_prompt             n_tokens
+ *   KV:      [ computed ............ | not yet ]
+ *             0               n_computed
+ *   blocks:  block_table[i] holds KV entries i*bs .. i*bs+bs-1; n_blocks = blocks held
+ *
+ * Invariants: n_computed ≤ n_tokens; the sequence holds one block-pool reference on each of
+ * block_table[0 .. n_blocks); n_blocks ≥ ceil(n_computed / block_size) while RUNNING and 0
+ * while WAITING (a preempted sequence gave its blocks back) or FINISHED.
+ * A step that ends exactly at n_tokens samples the next token; any other step (prefill chunks,
+ * the recomputation of a preempted sequence) only writes K/V. That is what keeps a preempted
+ * sequence's random stream, and therefore its tokens, unchanged.
+ *
+ * Created by the engine (engine_submit) or by the scheduler (n > 1 forks); owned by whoever holds
+ * the request. Engine thread only.
+ */
+#ifndef KVSERVE_SEQ_H
+#define KVSERVE_SEQ_H
+
+#include <stdint.h>
+
+#include "engine/sampler.h"
+
+enum seq_status { SEQ_WAITING = 0, SEQ_RUNNING = 1, SEQ_FINISHED = 2 };
+
+typedef struct seq {
+    uint64_t req_id;        /* request id from engine_submit */
+    int index;              /* choice index 0 .. n_choices-1 */
+    int n_choices;          /* > 1 until the fork after the prompt prefill, then 1 */
+    void *owner;            /* the engine's request (borrowed back-pointer) */
+
+    int32_t *tokens;        /* [cap] prompt then output ids */
+    int n_prompt;
+    int n_tokens;           /* prompt + output */
+    int cap;
+    int n_computed;         /* tokens whose K/V is in the cache */
+    int max_tokens;         /* output tokens allowed */
+
+    int32_t *block_table;   /* [bt_cap] block ids */
+    int n_blocks;
+    int bt_cap;
+    int n_inserted;         /* leading full blocks already offered to the prefix cache */
+
+    smp_params sp;          /* sampling parameters (arrays borrowed from the request) */
+    smp_rng rng;            /* this choice's random stream; survives preemption */
+
+    int status;             /* enum seq_status */
+    int finish;             /* enum engine_finish once decided, else 0 */
+    int cancelled;          /* 1: abort at the next step */
+    uint64_t admit_order;   /* increasing admission stamp (the most recent is preempted first) */
+    int64_t wait_steps;     /* steps spent waiting since arrival (lpm aging) */
+
+    int64_t arrival_us, first_scheduled_us, first_token_us, finish_us; /* engine_now_us; 0 = not yet */
+    int n_preemptions;
+    int cached_tokens;      /* prompt tokens served from the prefix cache */
+    double cum_logprob;     /* sum of sampled-token log-probs */
+} seq;
+
+/* A new WAITING sequence over a copy of prompt[0..n_prompt). NULL on -ENOMEM. */
+seq *seq_create(const int32_t *prompt, int n_prompt, int max_tokens);
+void seq_destroy(seq *s);
+
+/* Appends a token id (growing the array). 0 or -ENOMEM. */
+int seq_append(seq *s, int32_t token);
+/* Makes room for n block ids in block_table. 0 or -ENOMEM. */
+int seq_reserve_blocks(seq *s, int n);
+/* Output tokens so far. */
+static inline int seq_n_output(const seq *s)
+{
+    return s->n_tokens - s->n_prompt;
+}
+
+/* A copy of s (tokens, computed count, parameters, timestamps) that shares none of its blocks:
+ * the caller fills the child's block table. NULL on -ENOMEM. */
+seq *seq_clone(const seq *s);
+
+#endif
