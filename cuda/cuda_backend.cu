@@ -1,0 +1,388 @@
+/*
+ * cuda_backend.cu — the CUDA backend of engine/backend.h: device selection, memory, weights,
+ * the KV arena, batch metadata and the vtable. Kernels live in kernels.cu and attention.cu.
+ *
+ * Weights: F32, F16 and BF16 matrices keep their type on the device; Q8_0 is expanded to F16 at
+ * load (cuBLAS then runs every linear layer on tensor cores with FP32 accumulation; F16 keeps
+ * the 11-bit significand that the Q8_0 scale × int8 product needs far better than BF16 would).
+ * The cost is 1.9× the memory and decode bandwidth of Q8_0. Vectors (norms, biases) become F32.
+ *
+ * Step protocol: begin() packs the batch into a pinned buffer and uploads it with one
+ * asynchronous copy; the ops queue kernels on one stream; to_host()/sync() wait. Only logits
+ * and batch metadata cross the bus. Works on a machine with the CUDA toolkit but no driver or GPU:
+ * cuda_is_available then says so, and nothing else is called.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda/internal.h"
+
+extern "C" {
+#include "cuda/cuda_backend.h"
+}
+
+/* ---- availability ------------------------------------------------------------------------ */
+
+extern "C" int cuda_is_available(char *why, size_t why_len)
+{
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) {
+        const char *what = e == cudaErrorInsufficientDriver ? "no NVIDIA driver found (or it is older than this CUDA runtime)"
+                           : e == cudaErrorNoDevice         ? "no NVIDIA GPU visible"
+                                                            : "the NVIDIA driver or GPU is unusable";
+        if (why && why_len) snprintf(why, why_len, "CUDA: %s (cudaGetDeviceCount: %s)", what, cudaGetErrorName(e));
+        cudaGetLastError(); /* clear the non-sticky error so later calls start clean */
+        return 0;
+    }
+    if (n < 1) {
+        if (why && why_len) snprintf(why, why_len, "CUDA: the driver reports no GPU");
+        return 0;
+    }
+    if (why && why_len) snprintf(why, why_len, "CUDA: %d device(s)", n);
+    return 1;
+}
+
+/* ---- memory ------------------------------------------------------------------------------ */
+
+int cuda__grow(cuda_backend *cb, void **p, size_t *cap_bytes, size_t bytes)
+{
+    if (bytes <= *cap_bytes) return 0;
+    size_t want = bytes + bytes / 4;
+    void *q = NULL;
+    if (CUDA_CHECK(cudaMalloc(&q, want))) {
+        cudaGetLastError();
+        return -ENOMEM;
+    }
+    if (*p) CB_CHECK(cb, cudaFree(*p)); /* cudaFree waits for queued work that may use it */
+    *p = q;
+    *cap_bytes = want;
+    return 0;
+}
+
+static float *cuda__alloc(backend *be, size_t n_floats)
+{
+    void *p = NULL;
+    if (CUDA_CHECK(cudaMalloc(&p, n_floats ? n_floats * sizeof(float) : 4))) {
+        cudaGetLastError();
+        return NULL;
+    }
+    return (float *)p;
+}
+
+static void cuda__free(backend *be, void *p)
+{
+    if (p) CB_CHECK(cuda__cb(be), cudaFree(p));
+}
+
+static size_t cuda__mem_available(backend *be)
+{
+    size_t free_b = 0, total_b = 0;
+    if (CB_CHECK(cuda__cb(be), cudaMemGetInfo(&free_b, &total_b))) return 0;
+    return free_b;
+}
+
+/* ---- weights ----------------------------------------------------------------------------- */
+
+/* Device type of a model tensor: vectors become F32; Q8_0 matrices F16; the rest stay. -1 if
+ * the type is not supported. */
+static int cuda__weight_type(const model_tensor *t)
+{
+    if (t->ne[1] == 1) return DT_F32;
+    switch (t->type) {
+    case DT_F32: return DT_F32;
+    case DT_F16: return DT_F16;
+    case DT_BF16: return DT_BF16;
+    case DT_Q8_0: return DT_F16;
+    default: return -1;
+    }
+}
+
+static size_t cuda__type_bytes(int type)
+{
+    return type == DT_F32 ? 4 : 2;
+}
+
+static int cuda__weight_upload(backend *be, const model_tensor *src, be_weight *dst)
+{
+    cuda_backend *cb = cuda__cb(be);
+    be_weight w;
+    memset(&w, 0, sizeof w);
+    w.n_in = src->ne[0];
+    w.n_out = src->ne[1];
+    w.type = cuda__weight_type(src);
+    if (!src->data) {
+        w.type = src->type;
+        *dst = w;
+        return 0;
+    }
+    if (w.type < 0) return -EINVAL;
+    size_t bytes = (size_t)w.n_in * (size_t)w.n_out * cuda__type_bytes(w.type);
+    if (CUDA_CHECK(cudaMalloc(&w.data, bytes))) {
+        cudaGetLastError();
+        return -ENOMEM;
+    }
+    size_t raw = src->row_bytes * (size_t)w.n_out;
+    int rc = 0;
+    if (w.type == src->type) {
+        rc = CUDA_CHECK(cudaMemcpyAsync(w.data, src->data, raw, cudaMemcpyHostToDevice, cb->stream));
+        if (!rc) rc = CUDA_CHECK(cudaStreamSynchronize(cb->stream));
+    } else {
+        void *stage = NULL;
+        rc = CUDA_CHECK(cudaMalloc(&stage, raw));
+        if (!rc) rc = CUDA_CHECK(cudaMemcpyAsync(stage, src->data, raw, cudaMemcpyHostToDevice, cb->stream));
+        if (!rc) rc = cuda__convert_rows(cb, stage, src->type, src->row_bytes, w.n_in, w.n_out, w.data, w.type);
+        if (!rc) rc = CUDA_CHECK(cudaStreamSynchronize(cb->stream));
+        if (stage) cudaFree(stage);
+    }
+    if (rc) {
+        cudaFree(w.data);
+        cudaGetLastError();
+        return -EIO;
+    }
+    *dst = w;
+    return 0;
+}
+
+static void cuda__weight_free(backend *be, be_weight *w)
+{
+    if (w->data) CB_CHECK(cuda__cb(be), cudaFree(w->data));
+    w->data = NULL;
+}
+
+/* ---- KV arena ---------------------------------------------------------------------------- */
+
+static int cuda__kv_init(backend *be, const kv_geom *g, int32_t n_blocks)
+{
+    cuda_backend *cb = cuda__cb(be);
+    if (cb->kv_arena || n_blocks < 1 || g->head_dim < 1 || g->block_size < 1) return -EINVAL;
+    if (g->dtype != KV_F16 && g->dtype != KV_BF16 && g->dtype != KV_F32) return -EINVAL;
+    cuda_kv_layout l;
+    l.n_layers = g->n_layers;
+    l.n_kv_heads = g->n_kv_heads;
+    l.head_dim = g->head_dim;
+    l.block_size = g->block_size;
+    l.n_blocks = n_blocks;
+    size_t bytes = (size_t)cuda_kv_total_elems(&l) * kv_dtype_bytes(g->dtype);
+    void *p = NULL;
+    if (CUDA_CHECK(cudaMalloc(&p, bytes))) {
+        cudaGetLastError();
+        return -ENOMEM;
+    }
+    /* Zero, so that a read of a never-written slot is finite (masked entries are never read). */
+    if (CB_CHECK(cb, cudaMemsetAsync(p, 0, bytes, cb->stream))) {
+        cudaFree(p);
+        return -EIO;
+    }
+    cb->kv = l;
+    cb->kv_dtype = g->dtype;
+    cb->kv_arena = p;
+    return 0;
+}
+
+static void cuda__kv_copy_block(backend *be, int32_t src, int32_t dst)
+{
+    cuda_backend *cb = cuda__cb(be);
+    const cuda_kv_layout *l = &cb->kv;
+    size_t es = kv_dtype_bytes(cb->kv_dtype);
+    size_t block_bytes = (size_t)l->n_kv_heads * l->block_size * l->head_dim * es;
+    size_t pitch = (size_t)cuda_kv_plane_elems(l) * es;
+    char *base = (char *)cb->kv_arena;
+    /* One 2-D copy: a row per (layer, K/V) plane, the block's bytes in each. */
+    CB_CHECK(cb, cudaMemcpy2DAsync(base + (size_t)dst * block_bytes, pitch, base + (size_t)src * block_bytes,
+                                   pitch, block_bytes, 2 * (size_t)l->n_layers, cudaMemcpyDeviceToDevice,
+                                   cb->stream));
+}
+
+/* ---- batch metadata ---------------------------------------------------------------------- */
+
+static int cuda__meta_reserve(cuda_backend *cb, size_t n_ints)
+{
+    if (n_ints <= cb->meta_cap) return 0;
+    size_t want = n_ints + n_ints / 2 + 256;
+    int32_t *h = NULL, *d = NULL;
+    if (CUDA_CHECK(cudaMallocHost((void **)&h, want * sizeof(int32_t)))) {
+        cudaGetLastError();
+        return -ENOMEM;
+    }
+    if (CUDA_CHECK(cudaMalloc((void **)&d, want * sizeof(int32_t)))) {
+        cudaFreeHost(h);
+        cudaGetLastError();
+        return -ENOMEM;
+    }
+    if (cb->meta_host) CB_CHECK(cb, cudaFreeHost(cb->meta_host));
+    if (cb->meta_dev) CB_CHECK(cb, cudaFree(cb->meta_dev));
+    cb->meta_host = h;
+    cb->meta_dev = d;
+    cb->meta_cap = want;
+    return 0;
+}
+
+static int cuda__begin(backend *be, const be_batch *b)
+{
+    cuda_backend *cb = cuda__cb(be);
+    cuda_meta_layout L;
+    int rc = cuda_meta_plan(b, &L);
+    if (rc) return rc;
+    /* The pinned buffer may still be read by the previous step's copies. */
+    if (CB_CHECK(cb, cudaEventSynchronize(cb->meta_done))) return -EIO;
+    /* Room for the attention items too: at most one per token. */
+    size_t need = (size_t)L.total + (size_t)CUDA_ATTN_ITEM_INTS * (size_t)b->n_tokens + 1;
+    rc = cuda__meta_reserve(cb, need);
+    if (rc) return rc;
+    cuda_meta_pack(b, &L, cb->meta_host);
+    if (CB_CHECK(cb, cudaMemcpyAsync(cb->meta_dev, cb->meta_host, (size_t)L.total * sizeof(int32_t),
+                                     cudaMemcpyHostToDevice, cb->stream)))
+        return -EIO;
+    if (CB_CHECK(cb, cudaEventRecord(cb->meta_done, cb->stream))) return -EIO;
+    cb->meta = L;
+    cb->batch = b;
+    cb->have_batch = 1;
+    cb->attn_heads = 0;
+    return 0;
+}
+
+/* ---- synchronisation --------------------------------------------------------------------- */
+
+static int cuda__to_host(backend *be, const float *src, size_t n, float *dst)
+{
+    cuda_backend *cb = cuda__cb(be);
+    if (cb->error) return -EIO;
+    if (CB_CHECK(cb, cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToHost, cb->stream)))
+        return -EIO;
+    if (CB_CHECK(cb, cudaStreamSynchronize(cb->stream))) return -EIO;
+    return cb->error;
+}
+
+static int cuda__sync(backend *be)
+{
+    cuda_backend *cb = cuda__cb(be);
+    if (CB_CHECK(cb, cudaStreamSynchronize(cb->stream))) return -EIO;
+    return cb->error;
+}
+
+/* ---- lifetime ---------------------------------------------------------------------------- */
+
+static void cuda__destroy(backend *be)
+{
+    cuda_backend *cb = cuda__cb(be);
+    if (cb->stream) cudaStreamSynchronize(cb->stream);
+    if (cb->kv_arena) cudaFree(cb->kv_arena);
+    if (cb->meta_host) cudaFreeHost(cb->meta_host);
+    if (cb->meta_dev) cudaFree(cb->meta_dev);
+    if (cb->attn_scratch) cudaFree(cb->attn_scratch);
+    if (cb->conv) cudaFree(cb->conv);
+    if (cb->meta_done) cudaEventDestroy(cb->meta_done);
+    if (cb->blas) cublasDestroy(cb->blas);
+    if (cb->stream) cudaStreamDestroy(cb->stream);
+    free(cb);
+}
+
+static const be_ops cuda__ops = {
+    cuda__destroy,
+    cuda__weight_upload,
+    cuda__weight_free,
+    cuda__mem_available,
+    cuda__kv_init,
+    cuda__kv_copy_block,
+    cuda__alloc,
+    cuda__free,
+    cuda__begin,
+    cuda__op_embed,
+    cuda__op_rmsnorm,
+    cuda__op_matmul,
+    cuda__op_rope,
+    cuda__op_store_kv,
+    cuda__op_attention,
+    cuda__op_silu_mul,
+    cuda__op_add,
+    cuda__op_gather_rows,
+    cuda__to_host,
+    cuda__sync,
+};
+
+extern "C" backend *cuda_backend_create(int device_index, char *err, size_t err_len)
+{
+    char why[256];
+    if (!cuda_is_available(why, sizeof why)) {
+        snprintf(err, err_len, "%s", why);
+        return NULL;
+    }
+    int n = 0;
+    cudaGetDeviceCount(&n);
+    if (device_index < 0 || device_index >= n) {
+        snprintf(err, err_len, "CUDA: no device %d (%d visible)", device_index, n);
+        return NULL;
+    }
+    cuda_backend *cb = (cuda_backend *)calloc(1, sizeof *cb);
+    if (!cb) {
+        snprintf(err, err_len, "CUDA: out of host memory");
+        return NULL;
+    }
+    cb->base.ops = &cuda__ops;
+    cb->base.name = "cuda";
+    cb->device = device_index;
+    cudaDeviceProp prop;
+    int rc = CUDA_CHECK(cudaSetDevice(device_index));
+    if (!rc) rc = CUDA_CHECK(cudaGetDeviceProperties(&prop, device_index));
+    if (!rc) rc = CUDA_CHECK(cudaStreamCreateWithFlags(&cb->stream, cudaStreamNonBlocking));
+    if (!rc) rc = CUDA_CHECK(cudaEventCreateWithFlags(&cb->meta_done, cudaEventDisableTiming));
+    if (!rc) rc = CUBLAS_CHECK(cublasCreate(&cb->blas));
+    if (!rc) rc = CUBLAS_CHECK(cublasSetStream(cb->blas, cb->stream));
+    /* FP32 GEMMs stay true FP32 (no TF32), so F32 models match the CPU reference. */
+    if (!rc) rc = CUBLAS_CHECK(cublasSetMathMode(cb->blas, CUBLAS_DEFAULT_MATH));
+    if (!rc) rc = CUDA_CHECK(cudaEventRecord(cb->meta_done, cb->stream));
+    if (rc) {
+        snprintf(err, err_len, "CUDA: could not initialise device %d (see the error above)", device_index);
+        cudaGetLastError();
+        cuda__destroy(&cb->base);
+        return NULL;
+    }
+    cb->n_sm = prop.multiProcessorCount;
+    cb->smem_optin = prop.sharedMemPerBlockOptin;
+    snprintf(cb->base.desc, sizeof cb->base.desc, "%.80s (sm_%d%d, %d SMs, %.0f GiB)", prop.name, prop.major,
+             prop.minor, prop.multiProcessorCount, (double)prop.totalGlobalMem / (1024.0 * 1024 * 1024));
+    return &cb->base;
+}
+
+/* ---- extras (cuda_backend.h) ------------------------------------------------------------- */
+
+extern "C" int cuda_upload_f32(backend *be, float *dst, const float *src, size_t n)
+{
+    cuda_backend *cb = cuda__cb(be);
+    if (CB_CHECK(cb, cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyHostToDevice, cb->stream)))
+        return -EIO;
+    if (CB_CHECK(cb, cudaStreamSynchronize(cb->stream))) return -EIO;
+    return cb->error;
+}
+
+extern "C" int cuda_kv_read(backend *be, int layer, int kind, int32_t slot, float *dst)
+{
+    cuda_backend *cb = cuda__cb(be);
+    const cuda_kv_layout *l = &cb->kv;
+    if (!cb->kv_arena || layer < 0 || layer >= l->n_layers || kind < 0 || kind > 1 || slot < 0 ||
+        slot >= l->n_blocks * l->block_size)
+        return -EINVAL;
+    size_t es = kv_dtype_bytes(cb->kv_dtype);
+    uint16_t tmp[1024];
+    if (l->head_dim > 1024) return -EINVAL;
+    /* The arena is written on the backend's (non-blocking) stream: wait for it first. */
+    if (CB_CHECK(cb, cudaStreamSynchronize(cb->stream))) return -EIO;
+    for (int h = 0; h < l->n_kv_heads; h++) {
+        const char *p = (const char *)cb->kv_arena + (size_t)cuda_kv_slot_index(l, layer, kind, slot, h, 0) * es;
+        float *o = dst + (size_t)h * l->head_dim;
+        if (es == 4) {
+            if (CB_CHECK(cb, cudaMemcpy(o, p, (size_t)l->head_dim * 4, cudaMemcpyDeviceToHost))) return -EIO;
+            continue;
+        }
+        if (CB_CHECK(cb, cudaMemcpy(tmp, p, (size_t)l->head_dim * 2, cudaMemcpyDeviceToHost))) return -EIO;
+        for (int d = 0; d < l->head_dim; d++)
+            o[d] = cb->kv_dtype == KV_BF16 ? cuda_bf16_to_f32(tmp[d]) : cuda_f16_to_f32(tmp[d]);
+    }
+    return cb->error;
+}
+
+extern "C" int cuda_last_attn_splits(backend *be)
+{
+    return cuda__cb(be)->attn_splits;
+}

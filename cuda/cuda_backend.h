@@ -1,0 +1,49 @@
+/*
+ * cuda_backend.h — C entry points of the CUDA backend beyond engine/backend.h.
+ *
+ * cuda_backend_create / cuda_is_available are declared in engine/backend.h. The functions here
+ * are extras for tests, the GPU check program and future engine paths (fused ops, sampling on the
+ * device). They exist only when kvserve is built with CUDA (KVSERVE_CUDA); `be` must come from
+ * cuda_backend_create. Like the ops, they queue work on the backend's stream; the ones returning
+ * int wait for it and return 0 or -EIO after a device error.
+ */
+#ifndef KVSERVE_CUDA_BACKEND_H
+#define KVSERVE_CUDA_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/backend.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Copies n floats from host src into backend memory dst (from be->ops->alloc). 0 or -EIO. */
+int cuda_upload_f32(backend *be, float *dst, const float *src, size_t n);
+
+/* Reads the K (kind 0) or V (kind 1) entry of one slot of a layer back as f32:
+ * dst[n_kv_heads * head_dim]. 0, -EINVAL (out of range) or -EIO. */
+int cuda_kv_read(backend *be, int layer, int kind, int32_t slot, float *dst);
+
+/* Fused residual add + RMSNorm: x[r] += y[r], then out[r] = rmsnorm(x[r]) * w (out may not alias
+ * x or y). Same contract as the rmsnorm op otherwise. */
+void cuda_add_rmsnorm(backend *be, float *x, const float *y, const be_weight *w, float eps, int n_rows,
+                      int dim, float *out);
+
+/* Fused RoPE on k + K/V store: rotates k [n_tokens][kv_dim] in place at the batch's positions
+ * (r describes k) and writes k and v into the KV arena of layer at the batch's slots. */
+void cuda_rope_store_kv(backend *be, int layer, float *k, const float *v, const be_rope *r);
+
+/* Greedy sampling on the device: ids[j] = argmax of row j of x [n_rows][dim] (lowest index on
+ * ties). ids is host memory. 0 or -EIO. */
+int cuda_argmax_rows(backend *be, const float *x, int n_rows, int dim, int32_t *ids);
+
+/* Number of attention splits (split-K partitions) the last attention launch used, for tests. */
+int cuda_last_attn_splits(backend *be);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

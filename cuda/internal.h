@@ -1,0 +1,112 @@
+/*
+ * internal.h — the CUDA backend's state and the functions shared between the cuda/ .cu files
+ * (CUDA C++ only; symbols use the cuda__ prefix).
+ *
+ * Ownership: cuda_backend_create allocates one cuda_backend; destroy frees every device and pinned
+ * buffer it holds. Errors: the first failing CUDA/cuBLAS call of an op is logged (check.h) and
+ * recorded in cb->error; sync and to_host then return -EIO. A sticky device error cannot be
+ * cleared, so the engine treats -EIO as a process error.
+ */
+#ifndef KVSERVE_CUDA_INTERNAL_H
+#define KVSERVE_CUDA_INTERNAL_H
+
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+/* engine/dtype.h is C11: let C++ read its static assertion. */
+#define _Static_assert static_assert
+extern "C" {
+#include "engine/backend.h"
+#include "engine/dtype.h"
+}
+#undef _Static_assert
+
+#include "cuda/check.h"
+#include "cuda/cuda_common.h"
+
+typedef struct cuda_backend {
+    backend base;         /* first: a backend * is a cuda_backend * */
+    int device;
+    int n_sm;             /* multiprocessors */
+    size_t smem_optin;    /* largest dynamic shared memory one block may opt into (bytes) */
+    cudaStream_t stream;  /* every op runs on this one stream, in call order */
+    cublasHandle_t blas;
+    int error;            /* 0, or -EIO after the first failed call (sticky) */
+
+    /* KV arena (kv_init) */
+    cuda_kv_layout kv;
+    int kv_dtype;         /* enum kv_dtype */
+    void *kv_arena;       /* [n_layers][2][n_blocks][n_kv_heads][block_size][head_dim] */
+
+    /* Batch metadata (begin): packed int32s, pinned on the host and mirrored on the device. The
+     * attention items follow the metadata at offset meta.total. meta_done is recorded after every
+     * upload, and waited for before the pinned buffer is written again. */
+    int32_t *meta_host;
+    int32_t *meta_dev;
+    size_t meta_cap;      /* int32s in both buffers */
+    cudaEvent_t meta_done;
+    cuda_meta_layout meta;
+    const be_batch *batch; /* borrowed until the next begin */
+    int have_batch;
+
+    /* Attention plan of the current batch (made at its first attention call) */
+    int attn_heads;       /* n_heads the plan was made for; 0 = not planned this step */
+    int32_t attn_items;   /* work items (sequence, first token, n tokens) */
+    int attn_tile_tokens;
+    int attn_splits;
+    int32_t attn_part;    /* keys per split */
+    float *attn_scratch;  /* split partials [n_tokens][n_heads][splits][head_dim + 2] */
+    size_t attn_scratch_floats;
+
+    /* Activations converted to a weight's 16-bit type for cuBLAS */
+    void *conv;
+    size_t conv_bytes;
+} cuda_backend;
+
+static inline cuda_backend *cuda__cb(backend *be)
+{
+    return (cuda_backend *)be;
+}
+
+/* Records a failure (non-zero rc) in cb->error; returns rc. */
+static inline int cuda__fail(cuda_backend *cb, int rc)
+{
+    if (rc && !cb->error) cb->error = rc;
+    return rc;
+}
+
+#define CB_CHECK(cb, call) cuda__fail((cb), CUDA_CHECK(call))
+#define CB_CHECK_BLAS(cb, call) cuda__fail((cb), CUBLAS_CHECK(call))
+#define CB_CHECK_LAUNCH(cb) cuda__fail((cb), CUDA_CHECK_LAUNCH())
+
+/* Device-side pointer to the packed batch metadata array at int32 offset off. */
+static inline const int32_t *cuda__meta(const cuda_backend *cb, int32_t off)
+{
+    return cb->meta_dev + off;
+}
+
+/* Grows a device buffer to at least bytes (contents lost). 0 or -ENOMEM. */
+int cuda__grow(cuda_backend *cb, void **p, size_t *cap_bytes, size_t bytes);
+
+/* kernels.cu: the elementwise, normalisation, embedding, RoPE, KV-store and conversion ops. */
+void cuda__op_embed(backend *be, const be_weight *emb, float *out);
+void cuda__op_rmsnorm(backend *be, const float *x, const be_weight *w, float eps, int n_rows, int dim,
+                      float *out);
+void cuda__op_rope(backend *be, float *x, const be_rope *r);
+void cuda__op_store_kv(backend *be, int layer, const float *k, const float *v);
+void cuda__op_silu_mul(backend *be, float *gate, const float *up, int64_t n);
+void cuda__op_add(backend *be, float *x, const float *y, int64_t n);
+void cuda__op_gather_rows(backend *be, const float *x, int dim, float *out);
+void cuda__op_matmul(backend *be, const float *x, int n_rows, const be_weight *w, const be_weight *bias,
+                     float *out);
+/* Converts n_rows rows of a model tensor (raw bytes on the device, row_bytes apart, type src_type)
+ * into dst of type dst_type (DT_F32 or DT_F16). */
+int cuda__convert_rows(cuda_backend *cb, const void *src, int src_type, size_t row_bytes, int64_t n_in,
+                       int64_t n_rows, void *dst, int dst_type);
+
+/* attention.cu */
+void cuda__op_attention(backend *be, int layer, const float *q, int n_heads, float *out);
+
+#endif

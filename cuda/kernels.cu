@@ -1,0 +1,411 @@
+/*
+ * kernels.cu — the CUDA backend's non-attention ops: embedding gather, RMSNorm (and its fused
+ * residual-add variant), RoPE (adjacent-pair and NEOX layouts; fused with the K/V store as an
+ * extra), K/V store by slot, SiLU × up, add, logit-row gather, weight conversion, cuBLAS GEMMs,
+ * and greedy argmax on the device.
+ *
+ * Every op follows engine/backend.h: activations are f32 row-major, the batch metadata comes
+ * from begin() (cuda__meta offsets), every launch is on cb->stream and is checked.
+ * Element formats are converted with the helpers of cuda_common.h (unit-tested on the CPU) or
+ * the CUDA intrinsics they agree with.
+ */
+#include "cuda/internal.h"
+
+extern "C" {
+#include "cuda/cuda_backend.h"
+}
+
+#define CUDA_EW_THREADS 256
+#define CUDA_EW_MAX_BLOCKS 65535u
+
+/* ---- element loads and stores ------------------------------------------------------------ */
+
+static __device__ __forceinline__ float cuda__ld(float v)
+{
+    return v;
+}
+static __device__ __forceinline__ float cuda__ld(__half v)
+{
+    return __half2float(v);
+}
+static __device__ __forceinline__ float cuda__ld(__nv_bfloat16 v)
+{
+    return __bfloat162float(v);
+}
+
+template <typename T> static __device__ __forceinline__ T cuda__st(float f);
+template <> __device__ __forceinline__ float cuda__st<float>(float f)
+{
+    return f;
+}
+template <> __device__ __forceinline__ __half cuda__st<__half>(float f)
+{
+    return __float2half_rn(f);
+}
+template <> __device__ __forceinline__ __nv_bfloat16 cuda__st<__nv_bfloat16>(float f)
+{
+    return __float2bfloat16_rn(f);
+}
+
+/* Block-wide sum (blockDim.x a multiple of 32, ≤ 1024); every thread gets the result. */
+static __device__ float cuda__block_sum(float v)
+{
+    __shared__ float part[32];
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    __syncthreads(); /* part[] may still be read by a previous call */
+    if (lane == 0) part[warp] = v;
+    __syncthreads();
+    int nw = blockDim.x >> 5;
+    v = lane < nw ? part[lane] : 0.0f;
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+/* ---- embedding --------------------------------------------------------------------------- */
+
+template <typename T>
+static __global__ void cuda__embed_k(const T *emb, int64_t dim, const int32_t *tokens, float *out)
+{
+    int t = blockIdx.x;
+    const T *row = emb + (int64_t)tokens[t] * dim;
+    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) out[(int64_t)t * dim + i] = cuda__ld(row[i]);
+}
+
+void cuda__op_embed(backend *be, const be_weight *emb, float *out)
+{
+    cuda_backend *cb = cuda__cb(be);
+    int n = cb->meta.n_tokens;
+    if (n <= 0) return;
+    const int32_t *tok = cuda__meta(cb, cb->meta.tokens);
+    int64_t dim = emb->n_in;
+    if (emb->type == DT_F32)
+        cuda__embed_k<<<n, CUDA_EW_THREADS, 0, cb->stream>>>((const float *)emb->data, dim, tok, out);
+    else if (emb->type == DT_F16)
+        cuda__embed_k<<<n, CUDA_EW_THREADS, 0, cb->stream>>>((const __half *)emb->data, dim, tok, out);
+    else
+        cuda__embed_k<<<n, CUDA_EW_THREADS, 0, cb->stream>>>((const __nv_bfloat16 *)emb->data, dim, tok, out);
+    CB_CHECK_LAUNCH(cb);
+}
+
+/* ---- RMSNorm ----------------------------------------------------------------------------- */
+
+/* One block per row. With res != NULL, x[r] += res[r] first (written back), then the norm of the
+ * sum goes to out. Sum of squares in f32 across the block, as the CPU reference does per row. */
+static __global__ void cuda__rmsnorm_k(float *x, const float *res, const float *w, float eps, int dim, float *out)
+{
+    int64_t r = blockIdx.x;
+    float *xr = x + r * dim;
+    float ss = 0.0f;
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) {
+        float v = xr[i];
+        if (res) {
+            v += res[r * dim + i];
+            xr[i] = v;
+        }
+        ss += v * v;
+    }
+    ss = cuda__block_sum(ss);
+    float inv = 1.0f / sqrtf(ss / (float)dim + eps);
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) out[r * dim + i] = xr[i] * inv * w[i];
+}
+
+void cuda__op_rmsnorm(backend *be, const float *x, const be_weight *w, float eps, int n_rows, int dim,
+                      float *out)
+{
+    cuda_backend *cb = cuda__cb(be);
+    if (n_rows <= 0) return;
+    cuda__rmsnorm_k<<<n_rows, CUDA_EW_THREADS, 0, cb->stream>>>((float *)x, NULL, (const float *)w->data, eps,
+                                                                  dim, out);
+    CB_CHECK_LAUNCH(cb);
+}
+
+extern "C" void cuda_add_rmsnorm(backend *be, float *x, const float *y, const be_weight *w, float eps, int n_rows,
+                                 int dim, float *out)
+{
+    cuda_backend *cb = cuda__cb(be);
+    if (n_rows <= 0) return;
+    cuda__rmsnorm_k<<<n_rows, CUDA_EW_THREADS, 0, cb->stream>>>(x, y, (const float *)w->data, eps, dim, out);
+    CB_CHECK_LAUNCH(cb);
+}
+
+/* ---- RoPE and the K/V store --------------------------------------------------------------- */
+
+/* Rotates the rope_dims leading dims of every head of token row x at position pos. */
+static __device__ void cuda__rope_row(float *x, int pos, int n_heads, int head_dim, int rope_dims, float base,
+                                      int neox)
+{
+    int half = rope_dims / 2;
+    for (int idx = threadIdx.x; idx < n_heads * half; idx += blockDim.x) {
+        int h = idx / half, i = idx % half, a, b;
+        cuda_rope_pair(neox, rope_dims, i, &a, &b);
+        float s, c;
+        sincosf((float)pos * cuda_rope_inv_freq(base, i, rope_dims), &s, &c);
+        float *xh = x + (int64_t)h * head_dim;
+        float x0 = xh[a], x1 = xh[b];
+        xh[a] = x0 * c - x1 * s;
+        xh[b] = x0 * s + x1 * c;
+    }
+}
+
+static __global__ void cuda__rope_k(float *x, const int32_t *pos, int n_heads, int head_dim, int rope_dims,
+                                    float base, int neox)
+{
+    int t = blockIdx.x;
+    cuda__rope_row(x + (int64_t)t * n_heads * head_dim, pos[t], n_heads, head_dim, rope_dims, base, neox);
+}
+
+void cuda__op_rope(backend *be, float *x, const be_rope *r)
+{
+    cuda_backend *cb = cuda__cb(be);
+    int n = cb->meta.n_tokens;
+    if (n <= 0) return;
+    cuda__rope_k<<<n, 128, 0, cb->stream>>>(x, cuda__meta(cb, cb->meta.positions), r->n_heads, r->head_dim,
+                                            r->rope_dims, r->base, r->neox);
+    CB_CHECK_LAUNCH(cb);
+}
+
+/* Writes token t's k and v rows into the arena planes of one layer at its slot; with rope
+ * (rope_dims > 0) k is rotated first, in place, and the rotated values are stored. */
+template <typename T>
+static __global__ void cuda__store_kv_k(float *k, const float *v, T *kp, T *vp, const int32_t *slots,
+                                        const int32_t *pos, cuda_kv_layout l, int rope_dims, float base, int neox)
+{
+    int t = blockIdx.x;
+    int kv_dim = l.n_kv_heads * l.head_dim;
+    float *kt = k + (int64_t)t * kv_dim;
+    if (rope_dims > 0) {
+        cuda__rope_row(kt, pos[t], l.n_kv_heads, l.head_dim, rope_dims, base, neox);
+        __syncthreads();
+    }
+    int32_t slot = slots[t];
+    if (slot < 0) return;
+    for (int i = threadIdx.x; i < kv_dim; i += blockDim.x) {
+        int h = i / l.head_dim, d = i % l.head_dim;
+        int64_t o = cuda_kv_slot_index(&l, 0, 0, slot, h, d);
+        kp[o] = cuda__st<T>(kt[i]);
+        vp[o] = cuda__st<T>(v[(int64_t)t * kv_dim + i]);
+    }
+}
+
+static void cuda__store_kv(cuda_backend *cb, int layer, float *k, const float *v, int rope_dims, float base,
+                           int neox)
+{
+    int n = cb->meta.n_tokens;
+    if (n <= 0) return;
+    const cuda_kv_layout *l = &cb->kv;
+    int64_t plane = cuda_kv_plane_elems(l);
+    int64_t ko = (int64_t)(2 * layer) * plane, vo = ko + plane;
+    const int32_t *slots = cuda__meta(cb, cb->meta.slots), *pos = cuda__meta(cb, cb->meta.positions);
+    if (cb->kv_dtype == KV_F32) {
+        float *a = (float *)cb->kv_arena;
+        cuda__store_kv_k<<<n, 128, 0, cb->stream>>>(k, v, a + ko, a + vo, slots, pos, *l, rope_dims, base, neox);
+    } else if (cb->kv_dtype == KV_BF16) {
+        __nv_bfloat16 *a = (__nv_bfloat16 *)cb->kv_arena;
+        cuda__store_kv_k<<<n, 128, 0, cb->stream>>>(k, v, a + ko, a + vo, slots, pos, *l, rope_dims, base, neox);
+    } else {
+        __half *a = (__half *)cb->kv_arena;
+        cuda__store_kv_k<<<n, 128, 0, cb->stream>>>(k, v, a + ko, a + vo, slots, pos, *l, rope_dims, base, neox);
+    }
+    CB_CHECK_LAUNCH(cb);
+}
+
+void cuda__op_store_kv(backend *be, int layer, const float *k, const float *v)
+{
+    cuda__store_kv(cuda__cb(be), layer, (float *)k, v, 0, 0.0f, 0);
+}
+
+extern "C" void cuda_rope_store_kv(backend *be, int layer, float *k, const float *v, const be_rope *r)
+{
+    cuda__store_kv(cuda__cb(be), layer, k, v, r->rope_dims, r->base, r->neox);
+}
+
+/* ---- elementwise ------------------------------------------------------------------------- */
+
+static __global__ void cuda__silu_mul_k(float *g, const float *u, int64_t n)
+{
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        g[i] = cuda_silu_mul(g[i], u[i]);
+}
+
+void cuda__op_silu_mul(backend *be, float *gate, const float *up, int64_t n)
+{
+    cuda_backend *cb = cuda__cb(be);
+    if (n <= 0) return;
+    unsigned g = cuda_grid_1d(n, CUDA_EW_THREADS, CUDA_EW_MAX_BLOCKS);
+    cuda__silu_mul_k<<<g, CUDA_EW_THREADS, 0, cb->stream>>>(gate, up, n);
+    CB_CHECK_LAUNCH(cb);
+}
+
+static __global__ void cuda__add_k(float *x, const float *y, int64_t n)
+{
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        x[i] += y[i];
+}
+
+void cuda__op_add(backend *be, float *x, const float *y, int64_t n)
+{
+    cuda_backend *cb = cuda__cb(be);
+    if (n <= 0) return;
+    unsigned g = cuda_grid_1d(n, CUDA_EW_THREADS, CUDA_EW_MAX_BLOCKS);
+    cuda__add_k<<<g, CUDA_EW_THREADS, 0, cb->stream>>>(x, y, n);
+    CB_CHECK_LAUNCH(cb);
+}
+
+static __global__ void cuda__gather_k(const float *x, int dim, const int32_t *rows, float *out)
+{
+    int j = blockIdx.x;
+    const float *src = x + (int64_t)rows[j] * dim;
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) out[(int64_t)j * dim + i] = src[i];
+}
+
+void cuda__op_gather_rows(backend *be, const float *x, int dim, float *out)
+{
+    cuda_backend *cb = cuda__cb(be);
+    int n = cb->meta.n_logits;
+    if (n <= 0) return;
+    cuda__gather_k<<<n, CUDA_EW_THREADS, 0, cb->stream>>>(x, dim, cuda__meta(cb, cb->meta.logit_rows), out);
+    CB_CHECK_LAUNCH(cb);
+}
+
+/* ---- weight conversion ------------------------------------------------------------------- */
+
+/* Element (r, i) of a raw model tensor of type src_type (rows row_bytes apart). */
+static __device__ float cuda__raw_value(const uint8_t *src, int src_type, size_t row_bytes, int64_t r, int64_t i)
+{
+    const uint8_t *row = src + (size_t)r * row_bytes;
+    switch (src_type) {
+    case DT_F32: return ((const float *)row)[i];
+    case DT_F16: return cuda_f16_to_f32(((const uint16_t *)row)[i]);
+    case DT_BF16: return cuda_bf16_to_f32(((const uint16_t *)row)[i]);
+    default: return cuda_q8_0_value(row, i);
+    }
+}
+
+static __global__ void cuda__convert_k(const uint8_t *src, int src_type, size_t row_bytes, int64_t n_in,
+                                       int64_t n, void *dst, int dst_type)
+{
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n; e += (int64_t)gridDim.x * blockDim.x) {
+        float v = cuda__raw_value(src, src_type, row_bytes, e / n_in, e % n_in);
+        if (dst_type == DT_F32) ((float *)dst)[e] = v;
+        else if (dst_type == DT_BF16) ((uint16_t *)dst)[e] = cuda_f32_to_bf16(v);
+        else ((uint16_t *)dst)[e] = cuda_f32_to_f16(v);
+    }
+}
+
+int cuda__convert_rows(cuda_backend *cb, const void *src, int src_type, size_t row_bytes, int64_t n_in,
+                       int64_t n_rows, void *dst, int dst_type)
+{
+    if (src_type != DT_F32 && src_type != DT_F16 && src_type != DT_BF16 && src_type != DT_Q8_0) return -EINVAL;
+    int64_t n = n_in * n_rows;
+    if (n <= 0) return 0;
+    unsigned g = cuda_grid_1d(n, CUDA_EW_THREADS, CUDA_EW_MAX_BLOCKS);
+    cuda__convert_k<<<g, CUDA_EW_THREADS, 0, cb->stream>>>((const uint8_t *)src, src_type, row_bytes, n_in, n, dst,
+                                                           dst_type);
+    return CB_CHECK_LAUNCH(cb);
+}
+
+/* ---- matmul (cuBLAS) --------------------------------------------------------------------- */
+
+template <typename T> static __global__ void cuda__to16_k(const float *x, T *y, int64_t n)
+{
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        y[i] = cuda__st<T>(x[i]);
+}
+
+static __global__ void cuda__bias_k(float *out, const float *bias, int64_t n_out, int64_t n)
+{
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        out[i] += bias[i % n_out];
+}
+
+/* out[r][o] = Σ_i x[r][i] W[o][i]. Row-major W [n_out][n_in] is the column-major n_in × n_out
+ * matrix, so in cuBLAS terms out (n_out × n_rows, column-major) = Wᵀ · x. 16-bit weights get the
+ * activations converted to the same type (cuBLAS wants A and B alike); accumulation is FP32. */
+void cuda__op_matmul(backend *be, const float *x, int n_rows, const be_weight *w, const be_weight *bias, float *out)
+{
+    cuda_backend *cb = cuda__cb(be);
+    if (n_rows <= 0) return;
+    int m = (int)w->n_out, k = (int)w->n_in;
+    float alpha = 1.0f, beta = 0.0f;
+    const void *B = x;
+    cudaDataType_t t = CUDA_R_32F;
+    if (w->type != DT_F32) {
+        int64_t n = (int64_t)n_rows * k;
+        if (cuda__fail(cb, cuda__grow(cb, &cb->conv, &cb->conv_bytes, (size_t)n * 2))) return;
+        unsigned g = cuda_grid_1d(n, CUDA_EW_THREADS, CUDA_EW_MAX_BLOCKS);
+        if (w->type == DT_BF16) {
+            t = CUDA_R_16BF;
+            cuda__to16_k<<<g, CUDA_EW_THREADS, 0, cb->stream>>>(x, (__nv_bfloat16 *)cb->conv, n);
+        } else {
+            t = CUDA_R_16F;
+            cuda__to16_k<<<g, CUDA_EW_THREADS, 0, cb->stream>>>(x, (__half *)cb->conv, n);
+        }
+        if (CB_CHECK_LAUNCH(cb)) return;
+        B = cb->conv;
+    }
+    if (CB_CHECK_BLAS(cb, cublasGemmEx(cb->blas, CUBLAS_OP_T, CUBLAS_OP_N, m, n_rows, k, &alpha, w->data, t, k, B, t,
+                                       k, &beta, out, CUDA_R_32F, m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT)))
+        return;
+    if (bias && bias->data) {
+        int64_t n = (int64_t)n_rows * m;
+        unsigned g = cuda_grid_1d(n, CUDA_EW_THREADS, CUDA_EW_MAX_BLOCKS);
+        cuda__bias_k<<<g, CUDA_EW_THREADS, 0, cb->stream>>>(out, (const float *)bias->data, m, n);
+        CB_CHECK_LAUNCH(cb);
+    }
+}
+
+/* ---- greedy sampling --------------------------------------------------------------------- */
+
+/* One block per row: the (value, index) maximum, lowest index on ties. */
+static __global__ void cuda__argmax_k(const float *x, int dim, int32_t *ids)
+{
+    const float *row = x + (int64_t)blockIdx.x * dim;
+    float best = -INFINITY;
+    int bi = 0x7fffffff;
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) {
+        float v = row[i];
+        if (v > best || (v == best && i < bi)) {
+            best = v;
+            bi = i;
+        }
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+        float ov = __shfl_xor_sync(0xffffffffu, best, o);
+        int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+        if (ov > best || (ov == best && oi < bi)) {
+            best = ov;
+            bi = oi;
+        }
+    }
+    __shared__ float sv[32];
+    __shared__ int si[32];
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (lane == 0) {
+        sv[warp] = best;
+        si[warp] = bi;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int w = 1; w < (int)(blockDim.x >> 5); w++)
+            if (sv[w] > best || (sv[w] == best && si[w] < bi)) {
+                best = sv[w];
+                bi = si[w];
+            }
+        ids[blockIdx.x] = bi == 0x7fffffff ? 0 : bi; /* an all-NaN row yields 0 */
+    }
+}
+
+extern "C" int cuda_argmax_rows(backend *be, const float *x, int n_rows, int dim, int32_t *ids)
+{
+    cuda_backend *cb = cuda__cb(be);
+    if (n_rows <= 0) return cb->error;
+    int32_t *d = NULL;
+    if (CB_CHECK(cb, cudaMallocAsync((void **)&d, (size_t)n_rows * sizeof(int32_t), cb->stream))) return -EIO;
+    cuda__argmax_k<<<n_rows, 1024, 0, cb->stream>>>(x, dim, d);
+    CB_CHECK_LAUNCH(cb);
+    CB_CHECK(cb, cudaMemcpyAsync(ids, d, (size_t)n_rows * sizeof(int32_t), cudaMemcpyDeviceToHost, cb->stream));
+    CB_CHECK(cb, cudaFreeAsync(d, cb->stream));
+    if (CB_CHECK(cb, cudaStreamSynchronize(cb->stream))) return -EIO;
+    return cb->error;
+}
