@@ -219,7 +219,8 @@ static int build_eog(tokenizer *t)
     for (size_t i = 0; i < n_text; i++) cand[nc++] = tok__lookup(t, eog_text[i], strlen(eog_text[i]));
     for (int i = 0; i < nc; i++) {
         int32_t id = cand[i];
-        int dup = id < 0 || id == t->bos;
+        /* BOS is never EOG unless the metadata names it eos/eot/eom too (GPT-2: bos == eos). */
+        int dup = id < 0 || (id == t->bos && i >= 3);
         for (int j = 0; j < t->n_eog && !dup; j++) dup = t->eog[j] == id;
         if (!dup) t->eog[t->n_eog++] = id;
     }
