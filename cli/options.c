@@ -55,7 +55,7 @@ static const opt table[] = {
     {"top-p", 0, O_DBL, OFF(top_p), "1.0", "generate", "nucleus sampling mass"},
     {"top-k", 0, O_INT, OFF(top_k), "0", "generate", "keep the k most likely tokens (0 = off)"},
     {"min-p", 0, O_DBL, OFF(min_p), "0.0", "generate", "drop tokens below min-p × the top probability"},
-    {"seed", 0, O_I64, OFF(seed), "random", "generate bench", "sampling seed"},
+    {"seed", 0, O_I64, OFF(seed), "random", "generate bench mkmodel", "sampling seed (mkmodel: weights seed, default 1234)"},
     {"ignore-eos", 0, O_FLAG, OFF(ignore_eos), NULL, "generate", "do not stop at end-of-generation tokens"},
     {"ids", 0, O_FLAG, OFF(ids), NULL, "generate", "print generated token ids instead of text"},
     {"no-bos", 0, O_FLAG, OFF(no_bos), NULL, "tokenize", "add no special tokens"},
