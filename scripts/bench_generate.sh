@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# bench_generate.sh — single-stream speed of `kvserve generate` on synthetic TinyLlama-shaped models.
+#
+#   scripts/bench_generate.sh [KVSERVE_BIN] [BENCH_BIN]
+#
+# Writes the models with `kvserve mkmodel` into $KVSERVE_BENCH_DIR (default: a kvserve-bench
+# folder under $TMPDIR or /tmp; ~2.2 GB in all, reused between runs), then for each model runs,
+# with $THREADS threads (default 2), 3 times and takes the median of:
+#   decode  — `generate -n 128 --ignore-eos --temperature 0` from the empty prompt (batch 1)
+#   prompt  — `generate -n 1` on a prompt of 512 tokens (one prefill step)
+# and prints a markdown table next to llama.cpp's llama-bench figures for the same shapes, plus
+# decode as a fraction of the memory-bandwidth bound (bench/bench_generate).
+set -euo pipefail
+
+BIN=${1:-build/kvserve}
+BENCH=${2:-$(dirname "$BIN")/bench/bench_generate}
+THREADS=${THREADS:-2}
+DIR=${KVSERVE_BENCH_DIR:-${TMPDIR:-/tmp}/kvserve-bench}
+MODELS=${MODELS:-"110m-f32 110m-f16 110m-q8_0 1.1b-q8_0"}
+mkdir -p "$DIR"
+
+shape() { # name -> mkmodel flags
+    case "$1" in
+    110m-*) echo "--dim 768 --layers 12 --heads 12 --kv-heads 12 --ffn 2048 --vocab 32000 --context 2048 --type ${1#110m-}" ;;
+    1.1b-*) echo "--dim 2048 --layers 22 --heads 32 --kv-heads 4 --ffn 5632 --vocab 32000 --context 2048 --type ${1#1.1b-}" ;;
+    esac
+}
+
+llama_cpp() { # name -> "decode prompt" of llama-bench, 2 threads, same machine kind
+    case "$1" in
+    110m-q8_0) echo "195 770" ;;
+    110m-f16) echo "154 803" ;;
+    110m-f32) echo "60 1024" ;;
+    1.1b-q8_0) echo "14.7 75" ;;
+    *) echo "- -" ;;
+    esac
+}
+
+json_field() { # file key -> value from the last line (a JSON object)
+    tail -n 1 "$1" | sed -n "s/.*\"$2\": *\([0-9.eE+-]*\).*/\1/p"
+}
+
+median3() { printf '%s\n' "$@" | sort -g | sed -n 2p; }
+
+for m in $MODELS; do
+    f="$DIR/$m.gguf"
+    if [ ! -s "$f" ]; then
+        echo "writing $f" >&2
+        # shellcheck disable=SC2046
+        "$BIN" mkmodel -o "$f" $(shape "$m") >&2
+    fi
+done
+
+# A prompt of exactly 512 tokens: grow a word list until the tokenizer counts 512.
+first=$(echo "$MODELS" | awk '{print $1}')
+words=(time little girl park ball play happy friend tree house sun dog cat red big day)
+prompt=""
+i=0
+err=$(mktemp)
+trap 'rm -f "$err"' EXIT
+while :; do
+    "$BIN" generate -m "$DIR/$first.gguf" -p "$prompt" -n 1 --temperature 0 --threads "$THREADS" \
+        --device cpu >/dev/null 2>"$err"
+    n=$(json_field "$err" prompt_tokens)
+    [ "$n" -ge 512 ] && break
+    # each word is usually one or a few tokens: add about as many as still missing
+    add=$(( (512 - n + 3) / 4 )); [ "$add" -lt 1 ] && add=1
+    for ((k = 0; k < add; k++)); do prompt+="${prompt:+ }${words[i % ${#words[@]}]}"; i=$((i + 1)); done
+done
+while [ "$n" -gt 512 ]; do # trim one character at a time
+    prompt=${prompt%?}
+    "$BIN" generate -m "$DIR/$first.gguf" -p "$prompt" -n 1 --temperature 0 --threads "$THREADS" \
+        --device cpu >/dev/null 2>"$err"
+    n=$(json_field "$err" prompt_tokens)
+done
+echo "prompt: $n tokens" >&2
+
+bw=$("$BENCH" -t "$THREADS" $(for m in $MODELS; do echo "$DIR/$m.gguf"; done))
+echo "$bw" >&2
+
+echo
+echo "| model | kvserve decode tok/s | llama.cpp decode | kvserve prompt tok/s ($n tokens) | llama.cpp prompt | decode / bandwidth bound |"
+echo "|---|---:|---:|---:|---:|---:|"
+for m in $MODELS; do
+    f="$DIR/$m.gguf"
+    dec=() pp=()
+    for r in 1 2 3; do
+        "$BIN" generate -m "$f" -n 128 --ignore-eos --temperature 0 --threads "$THREADS" --device cpu \
+            >/dev/null 2>"$err"
+        dec+=("$(json_field "$err" decode_tokens_per_s)")
+        "$BIN" generate -m "$f" -p "$prompt" -n 1 --temperature 0 --threads "$THREADS" --device cpu \
+            >/dev/null 2>"$err"
+        pp+=("$(json_field "$err" prefill_tokens_per_s)")
+    done
+    d=$(median3 "${dec[@]}")
+    p=$(median3 "${pp[@]}")
+    read -r ld lp <<<"$(llama_cpp "$m")"
+    bound=$(echo "$bw" | grep -F "$f:" | sed -n 's/.*bound \([0-9.]*\) tok\/s (memcpy), \([0-9.]*\) tok\/s (read).*/\2/p')
+    frac=$(awk -v d="$d" -v b="$bound" 'BEGIN { if (b > 0) printf "%.0f%% of %.1f", 100 * d / b, b; else print "-" }')
+    printf '| %s | %.1f | %s | %.0f | %s | %s |\n' "$m" "$d" "$ld" "$p" "$lp" "$frac"
+done

@@ -1,0 +1,302 @@
+/*
+ * test_forward.c — the whole forward pass against the float64 reference (tests/ref_forward.c).
+ *
+ * For synthetic models of several weight types and both architectures, the logits of a 37-token
+ * prefill plus 20 greedy decode steps must agree with the reference whether the prompt goes in
+ * (a) at once, (b) in chunks of 7, or (c) interleaved with two other sequences of different
+ * lengths in the same batches, with shuffled (non-contiguous) block tables, for a block size of
+ * 16 and an odd one (5). Agreement across (a), (b), (c) is the proof that the paged KV and the
+ * varlen batch are right. Output buffers are poisoned before every step.
+ */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cache/block_pool.h"
+#include "cache/kv.h"
+#include "cli/mkmodel.h"
+#include "engine/backend.h"
+#include "engine/dtype.h"
+#include "engine/forward.h"
+#include "engine/model.h"
+#include "tests/ref_forward.h"
+
+#define TF_MAX_SEQS 3
+#define TF_PROMPT 37
+#define TF_DECODE 20
+
+static uint64_t tf_rng(uint64_t *s)
+{
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+
+/* A sequence: its whole token list (prompt + greedy continuation from the reference), the
+ * reference logits at every position, and its share of the KV blocks. */
+typedef struct tf_seq {
+    int n_prompt, n_total; /* n_total = n_prompt + decode steps */
+    int32_t toks[128];
+    double *ref;           /* [n_total][n_vocab] reference logits after feeding toks[p] */
+    int32_t bt[64];        /* block table */
+    int fed;               /* tokens already run through fwd */
+    int chunk;             /* prefill chunk size; 0 = all at once; -1 = random 1..11 */
+} tf_seq;
+
+typedef struct tf_ctx {
+    model *m;
+    rf_model *rf;
+    int n_vocab;
+    char path[512];
+} tf_ctx;
+
+static void tf_open(tf_ctx *c, const char *arch, int type, int ffn, uint64_t seed)
+{
+    mkm_params p;
+    mkm_params_default(&p);
+    p.arch = arch;
+    p.dim = 64;
+    p.layers = 3;
+    p.heads = 8;
+    p.kv_heads = 2;
+    p.ffn = ffn;
+    p.vocab = 300;
+    p.context = 256;
+    p.type = type;
+    p.seed = seed;
+    const char *tmp = getenv("TMPDIR");
+    snprintf(c->path, sizeof c->path, "%s/kvserve_test_forward_%d_%s_%d.gguf", tmp && *tmp ? tmp : "/tmp",
+             (int)getpid(), arch, type);
+    char err[512];
+    cr_assert_eq(mkm_write(c->path, &p, err, sizeof err), 0, "mkm_write: %s", err);
+    cr_assert_eq(model_load(c->path, &c->m, err, sizeof err), 0, "model_load: %s", err);
+    c->n_vocab = c->m->hp.n_vocab;
+    c->rf = NULL;
+}
+
+static void tf_close(tf_ctx *c)
+{
+    rf_destroy(c->rf);
+    model_destroy(c->m);
+    unlink(c->path);
+}
+
+/* Random prompt of n_prompt tokens, then n_decode greedy tokens chosen by the reference. */
+static void tf_seq_make(tf_ctx *c, tf_seq *s, int n_prompt, int n_decode, uint64_t *rng)
+{
+    memset(s, 0, sizeof *s);
+    s->n_prompt = n_prompt;
+    s->n_total = n_prompt + n_decode;
+    s->ref = malloc((size_t)s->n_total * c->n_vocab * sizeof *s->ref);
+    rf_seq *rs = rf_seq_create(c->rf, s->n_total);
+    for (int p = 0; p < s->n_total; p++) {
+        if (p < n_prompt) s->toks[p] = 3 + (int32_t)(tf_rng(rng) % (uint64_t)(c->n_vocab - 3));
+        rf_step(c->rf, rs, s->toks[p], s->ref + (size_t)p * c->n_vocab);
+        if (p + 1 < s->n_total && p + 1 >= n_prompt)
+            s->toks[p + 1] = rf_argmax(s->ref + (size_t)p * c->n_vocab, c->n_vocab);
+    }
+    rf_seq_destroy(rs);
+}
+
+/* How many tokens sequence s feeds in the next step. */
+static int tf_next_chunk(const tf_seq *s, uint64_t *rng)
+{
+    int left = s->n_total - s->fed;
+    if (left <= 0) return 0;
+    if (s->fed >= s->n_prompt) return 1; /* decode: one token per step */
+    int n = s->chunk == 0 ? s->n_prompt : s->chunk > 0 ? s->chunk : 1 + (int)(tf_rng(rng) % 11);
+    int pl = s->n_prompt - s->fed;
+    return n < pl ? n : pl;
+}
+
+/* Runs all sequences to the end through fwd, batching every sequence that has tokens left into
+ * each step (in a rotating order), and returns the worst relative logit error vs the reference.
+ * Rows: all new tokens of every sequence, except sequences fed with logits_last_only. */
+static double tf_run(tf_ctx *c, fwd *f, tf_seq *seqs, int n_seqs, int bs, int logits_last_only,
+                     uint64_t *rng, double *cross /* [n_seqs][n_total][n_vocab] or NULL */)
+{
+    enum { MAXT = 256 };
+    int32_t toks[MAXT], pos[MAXT], slots[MAXT], rows[MAXT], row_seq[MAXT], row_pos[MAXT];
+    int32_t q_start[TF_MAX_SEQS + 1], ctx[TF_MAX_SEQS], bt[TF_MAX_SEQS * 64];
+    float *logits = malloc((size_t)MAXT * c->n_vocab * sizeof *logits);
+    double worst = 0.0;
+    for (int step = 0;; step++) {
+        int n = 0, ns = 0, nl = 0;
+        int rot = (int)(tf_rng(rng) % (uint64_t)n_seqs);
+        for (int k = 0; k < n_seqs; k++) {
+            int si = (k + rot) % n_seqs;
+            tf_seq *s = &seqs[si];
+            int m = tf_next_chunk(s, rng);
+            if (!m) continue;
+            q_start[ns] = n;
+            memcpy(bt + ns * 64, s->bt, sizeof s->bt);
+            for (int i = 0; i < m; i++) {
+                int p = s->fed + i;
+                toks[n] = s->toks[p];
+                pos[n] = p;
+                slots[n] = s->bt[p / bs] * bs + p % bs;
+                /* last-only mode asks for no logits at all in its first step */
+                if (!logits_last_only || (i == m - 1 && step > 0)) {
+                    rows[nl] = n;
+                    row_seq[nl] = si;
+                    row_pos[nl++] = p;
+                }
+                n++;
+            }
+            s->fed += m;
+            ctx[ns++] = s->fed;
+        }
+        if (!ns) break;
+        q_start[ns] = n;
+        be_batch b = {.n_tokens = n, .tokens = toks, .positions = pos, .slots = slots, .n_seqs = ns,
+                      .q_start = q_start, .ctx_len = ctx, .block_table = bt, .bt_stride = 64,
+                      .n_logits = nl, .logit_rows = rows};
+        for (size_t i = 0; i < (size_t)MAXT * c->n_vocab; i++) logits[i] = NAN;
+        cr_assert_eq(fwd_run(f, &b, logits), 0);
+        for (int r = 0; r < nl; r++) {
+            const tf_seq *s = &seqs[row_seq[r]];
+            const double *ref = s->ref + (size_t)row_pos[r] * c->n_vocab;
+            const float *got = logits + (size_t)r * c->n_vocab;
+            double mx = 1e-6, d = 0.0;
+            for (int v = 0; v < c->n_vocab; v++) {
+                mx = fmax(mx, fabs(ref[v]));
+                cr_assert(isfinite(got[v]), "step %d row %d: logit %d not written", step, r, v);
+                d = fmax(d, fabs(got[v] - ref[v]));
+                if (cross) cross[((size_t)row_seq[r] * 128 + row_pos[r]) * c->n_vocab + v] = got[v];
+            }
+            worst = fmax(worst, d / mx);
+        }
+    }
+    free(logits);
+    return worst;
+}
+
+/* Gives the sequences disjoint, shuffled block tables out of a pool with spare blocks. */
+static int32_t tf_tables(tf_seq *seqs, int n_seqs, int bs, uint64_t *rng)
+{
+    int need = 0;
+    for (int i = 0; i < n_seqs; i++) need += (seqs[i].n_total + bs - 1) / bs;
+    int32_t n_blocks = need + 5;
+    block_pool *bp = bp_create(n_blocks);
+    int32_t ids[512];
+    cr_assert(n_blocks <= 512);
+    cr_assert_eq(bp_alloc(bp, n_blocks, ids), 0);
+    bp_check(bp);
+    for (int i = n_blocks - 1; i > 0; i--) {
+        int j = (int)(tf_rng(rng) % (uint64_t)(i + 1));
+        int32_t t = ids[i];
+        ids[i] = ids[j];
+        ids[j] = t;
+    }
+    int k = 0;
+    for (int i = 0; i < n_seqs; i++) {
+        seqs[i].fed = 0;
+        for (int b = 0; b < (seqs[i].n_total + bs - 1) / bs; b++) seqs[i].bt[b] = ids[k++];
+    }
+    for (int i = 0; i < n_blocks; i++) bp_unref(bp, ids[i]);
+    bp_check(bp);
+    cr_assert_eq(bp_num_free(bp), n_blocks);
+    bp_destroy(bp);
+    return n_blocks;
+}
+
+/* The three modes for one model, KV dtype and block size; tol is relative to max |logit|. */
+static void tf_modes(tf_ctx *c, int kv_dtype, int bs, double tol, const char *what)
+{
+    uint64_t rng = 0x666f7277617264ull ^ (uint64_t)bs * 7919 ^ (uint64_t)kv_dtype;
+    printf("forward %s kv %s block %d seed 0x%llx\n", what, kv_dtype_name(kv_dtype), bs,
+           (unsigned long long)rng);
+    rf_destroy(c->rf);
+    c->rf = rf_create(c->m, kv_dtype == KV_F32 ? -1 : kv_dtype);
+    tf_seq seqs[3];
+    tf_seq_make(c, &seqs[0], TF_PROMPT, TF_DECODE, &rng);
+    tf_seq_make(c, &seqs[1], 23, 14, &rng);
+    tf_seq_make(c, &seqs[2], 51, 9, &rng);
+    size_t cross_n = (size_t)3 * 128 * c->n_vocab;
+    double *cross[3];
+    backend *be = cpu_backend_create(2);
+    cr_assert_not_null(be);
+    kv_geom g = {c->m->hp.n_layers, c->m->hp.n_kv_heads, c->m->hp.head_dim, bs, kv_dtype};
+    for (int mode = 0; mode < 3; mode++) {
+        cross[mode] = calloc(cross_n, sizeof *cross[mode]);
+        int n_seqs = mode == 2 ? 3 : 1;
+        seqs[0].chunk = mode == 0 ? 0 : 7;
+        seqs[1].chunk = -1;
+        seqs[2].chunk = 13;
+        int32_t n_blocks = tf_tables(seqs, n_seqs, bs, &rng);
+        char err[512];
+        fwd *f = fwd_create(c->m, be, &g, n_blocks, 256, 256, err, sizeof err);
+        cr_assert_not_null(f, "fwd_create: %s", err);
+        double w = tf_run(c, f, seqs, n_seqs, bs, mode == 1, &rng, cross[mode]);
+        printf("  mode %c: max relative logit error %.3g (tolerance %.3g)\n", 'a' + mode, w, tol);
+        cr_assert(w <= tol, "%s kv %s block %d mode %c: relative error %g > %g", what,
+                  kv_dtype_name(kv_dtype), bs, 'a' + mode, w, tol);
+        fwd_destroy(f);
+    }
+    /* (a), (b), (c) against each other on seq 0's decode logits (rows all modes produced) */
+    double dmax = 0.0, mx = 1e-6;
+    for (int p = TF_PROMPT - 1; p < seqs[0].n_total; p++)
+        for (int v = 0; v < c->n_vocab; v++) {
+            size_t i = (size_t)p * c->n_vocab + v;
+            mx = fmax(mx, fabs(cross[0][i]));
+            dmax = fmax(dmax, fmax(fabs(cross[0][i] - cross[1][i]), fabs(cross[0][i] - cross[2][i])));
+        }
+    printf("  a/b/c agree within %.3g relative\n", dmax / mx);
+    cr_assert(dmax / mx <= tol, "modes disagree: %g", dmax / mx);
+    for (int i = 0; i < 3; i++) {
+        free(cross[i]);
+        free(seqs[i].ref);
+    }
+    be_destroy(be);
+}
+
+Test(forward, llama_f32, .timeout = 120)
+{
+    tf_ctx c;
+    tf_open(&c, "llama", DT_F32, 172, 11);
+    tf_modes(&c, KV_F32, 16, 1e-5, "llama F32");
+    tf_modes(&c, KV_F32, 5, 1e-5, "llama F32");
+    tf_modes(&c, KV_F16, 5, 1e-5, "llama F32");
+    tf_close(&c);
+}
+
+Test(forward, llama_f16, .timeout = 120)
+{
+    tf_ctx c;
+    tf_open(&c, "llama", DT_F16, 172, 12);
+    tf_modes(&c, KV_F32, 16, 1e-5, "llama F16");
+    tf_modes(&c, KV_F32, 5, 1e-5, "llama F16");
+    tf_close(&c);
+}
+
+Test(forward, llama_bf16, .timeout = 120)
+{
+    tf_ctx c;
+    tf_open(&c, "llama", DT_BF16, 172, 13);
+    tf_modes(&c, KV_F32, 16, 1e-5, "llama BF16");
+    tf_close(&c);
+}
+
+Test(forward, llama_q8_0, .timeout = 120)
+{
+    tf_ctx c;
+    tf_open(&c, "llama", DT_Q8_0, 192, 14);
+    tf_modes(&c, KV_F32, 16, 3e-2, "llama Q8_0");
+    tf_modes(&c, KV_F32, 5, 3e-2, "llama Q8_0");
+    tf_close(&c);
+}
+
+Test(forward, qwen2_f32, .timeout = 120)
+{
+    tf_ctx c;
+    tf_open(&c, "qwen2", DT_F32, 172, 15);
+    cr_assert_eq(c.m->hp.rope_neox, 1);
+    cr_assert_not_null(c.m->layers[0].bq.data, "qwen2 model without Q bias");
+    tf_modes(&c, KV_F32, 16, 1e-5, "qwen2 F32");
+    tf_modes(&c, KV_F32, 5, 1e-5, "qwen2 F32");
+    tf_close(&c);
+}
