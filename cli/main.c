@@ -2,6 +2,7 @@
  * main.c — kvserve's single entry point: argv → subcommand. `serve` is the default.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli/cli.h"
@@ -43,12 +44,15 @@ int main(int argc, char **argv)
         if (strcmp(cmd, commands[i].name)) continue;
         cli_opts o;
         cli_opts_default(&o);
-        if (cli_parse(cmd, argc, argv, first, &o)) return 2;
-        if (o.help) {
-            cli_print_help(cmd);
-            return 0;
+        if (cli_parse(cmd, argc, argv, first, &o)) {
+            free(o.args);
+            return 2;
         }
-        return commands[i].run(&o);
+        int rc = 0;
+        if (o.help) cli_print_help(cmd);
+        else rc = commands[i].run(&o);
+        free(o.args); /* cli_parse allocated it */
+        return rc;
     }
     fprintf(stderr, "kvserve: unknown command '%s'\n", cmd);
     usage();
