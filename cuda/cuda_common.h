@@ -80,7 +80,7 @@ static inline CUDA_HD int cuda_attn_splits(int n_items, int n_kv_heads, int32_t 
     int64_t s = 1;
     if (blocks > 0 && blocks < 2 * (int64_t)n_sm && max_kv > CUDA_ATTN_MIN_PART) {
         s = cuda_div_up(2 * (int64_t)n_sm, blocks);
-        int64_t by_len = cuda_div_up(max_kv, CUDA_ATTN_MIN_PART);
+        int64_t by_len = max_kv / CUDA_ATTN_MIN_PART; /* ≥ 1 here; keeps part ≥ the minimum */
         if (s > by_len) s = by_len;
         size_t per_split = (size_t)n_tokens * (size_t)n_heads * (size_t)(head_dim + 2) * sizeof(float);
         int64_t by_mem = per_split ? (int64_t)(CUDA_ATTN_SCRATCH_MAX / per_split) : s;
@@ -265,11 +265,11 @@ static inline CUDA_HD float cuda_softmax_merge(float m_a, float *l_a, float m_b,
 
 /* ---- RoPE -------------------------------------------------------------------------------- */
 
-/* Frequency of rotation pair i (0 ≤ i < rope_dims / 2): base^(−2i / rope_dims), as llama2.c and
- * the CPU backend compute it in float. The angle at position p is p × this. */
-static inline CUDA_HD float cuda_rope_inv_freq(float base, int i, int rope_dims)
+/* Frequency of rotation pair i (0 ≤ i < rope_dims / 2): base^(−2i / rope_dims), in double as the
+ * CPU backend computes it, so that angles at long positions (pos × this) keep their accuracy. */
+static inline CUDA_HD double cuda_rope_inv_freq(float base, int i, int rope_dims)
 {
-    return 1.0f / powf(base, (float)(2 * i) / (float)rope_dims);
+    return pow((double)base, -2.0 * i / rope_dims);
 }
 
 /* The two dimensions of rotation pair i: adjacent (2i, 2i+1) for llama GGUFs, halves

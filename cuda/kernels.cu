@@ -131,20 +131,31 @@ extern "C" void cuda_add_rmsnorm(backend *be, float *x, const float *y, const be
 
 /* ---- RoPE and the K/V store --------------------------------------------------------------- */
 
-/* Rotates the rope_dims leading dims of every head of token row x at position pos. */
+#define CUDA_ROPE_MAX_PAIRS 512
+
+/* Rotates the rope_dims leading dims of every head of token row x at position pos; the whole
+ * block calls it. Angles are computed once per pair in double (as on the CPU), then applied to
+ * every head in f32. */
 static __device__ void cuda__rope_row(float *x, int pos, int n_heads, int head_dim, int rope_dims, float base,
                                       int neox)
 {
+    __shared__ float cs[CUDA_ROPE_MAX_PAIRS], sn[CUDA_ROPE_MAX_PAIRS];
     int half = rope_dims / 2;
+    if (half > CUDA_ROPE_MAX_PAIRS) half = CUDA_ROPE_MAX_PAIRS; /* head_dim > 1024 is not a real model */
+    for (int i = threadIdx.x; i < half; i += blockDim.x) {
+        double s, c;
+        sincos((double)pos * cuda_rope_inv_freq(base, i, rope_dims), &s, &c);
+        cs[i] = (float)c;
+        sn[i] = (float)s;
+    }
+    __syncthreads();
     for (int idx = threadIdx.x; idx < n_heads * half; idx += blockDim.x) {
         int h = idx / half, i = idx % half, a, b;
         cuda_rope_pair(neox, rope_dims, i, &a, &b);
-        float s, c;
-        sincosf((float)pos * cuda_rope_inv_freq(base, i, rope_dims), &s, &c);
         float *xh = x + (int64_t)h * head_dim;
         float x0 = xh[a], x1 = xh[b];
-        xh[a] = x0 * c - x1 * s;
-        xh[b] = x0 * s + x1 * c;
+        xh[a] = x0 * cs[i] - x1 * sn[i];
+        xh[b] = x0 * sn[i] + x1 * cs[i];
     }
 }
 

@@ -1,0 +1,440 @@
+/*
+ * test_cuda_host.c — the CUDA backend's host-side arithmetic (cuda/cuda_common.h), on the CPU.
+ *
+ * These run in every build, with or without CUDA: the same __host__ __device__ helpers run in the
+ * kernels, so checking them here against the CPU backend and brute-force models covers the
+ * launch geometry, batch-metadata packing, attention work lists, KV block layout, online-softmax
+ * merge, RoPE angles and element conversions without a GPU. Random tests print their seed.
+ */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda/cuda_common.h"
+#include "engine/backend.h"
+#include "engine/dtype.h"
+
+static uint64_t tch_rng(uint64_t *s)
+{
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+
+static int tch_int(uint64_t *s, int lo, int hi) /* [lo, hi] */
+{
+    return lo + (int)(tch_rng(s) % (uint64_t)(hi - lo + 1));
+}
+
+static float tch_unif(uint64_t *s) /* [-1, 1) */
+{
+    return (float)((tch_rng(s) >> 11) * (1.0 / 9007199254740992.0) * 2.0 - 1.0);
+}
+
+/* ---- launch geometry ------------------------------------------------------------------------ */
+
+Test(cuda_host, grid_1d)
+{
+    cr_assert_eq(cuda_div_up(0, 256), 0);
+    cr_assert_eq(cuda_div_up(1, 256), 1);
+    cr_assert_eq(cuda_div_up(256, 256), 1);
+    cr_assert_eq(cuda_div_up(257, 256), 2);
+    cr_assert_eq(cuda_grid_1d(0, 256, 100), 1u, "an empty launch still needs one block");
+    cr_assert_eq(cuda_grid_1d(1000, 256, 100), 4u);
+    cr_assert_eq(cuda_grid_1d((int64_t)1 << 40, 256, 65535), 65535u, "capped for grid-stride loops");
+}
+
+Test(cuda_host, attn_tile_tokens)
+{
+    cr_assert_eq(cuda_attn_tile_tokens(1), CUDA_ATTN_ROWS);
+    cr_assert_eq(cuda_attn_tile_tokens(8), CUDA_ATTN_ROWS / 8);
+    cr_assert_eq(cuda_attn_tile_tokens(CUDA_ATTN_ROWS), 1);
+    cr_assert_eq(cuda_attn_tile_tokens(64), 1, "a group larger than the row target still gets a token");
+}
+
+Test(cuda_host, attn_splits)
+{
+    uint64_t seed = 0x5eed5117ULL, s = seed;
+    printf("cuda_host/attn_splits seed %#llx\n", (unsigned long long)seed);
+    int32_t part;
+    /* Short context: never split. */
+    cr_assert_eq(cuda_attn_splits(1, 8, 100, 132, 1, 32, 128, &part), 1);
+    cr_assert_geq(part, 100);
+    /* A GPU already full of blocks: never split. */
+    cr_assert_eq(cuda_attn_splits(256, 8, 100000, 132, 256, 32, 128, &part), 1);
+    /* One long decode: split into partitions of at least the minimum. */
+    int sp = cuda_attn_splits(1, 8, 32768, 132, 1, 32, 128, &part);
+    cr_assert_gt(sp, 1);
+    for (int it = 0; it < 20000; it++) {
+        int n_items = tch_int(&s, 1, 600), n_kv = tch_int(&s, 1, 16), n_sm = tch_int(&s, 1, 200);
+        int32_t max_kv = tch_int(&s, 1, 200000);
+        int n_tokens = tch_int(&s, n_items, n_items * 4), n_heads = n_kv * tch_int(&s, 1, 8);
+        int hd = 8 * tch_int(&s, 1, 32);
+        sp = cuda_attn_splits(n_items, n_kv, max_kv, n_sm, n_tokens, n_heads, hd, &part);
+        cr_assert_geq(sp, 1);
+        cr_assert_eq(part % CUDA_ATTN_TK, 0, "partitions are whole KV tiles");
+        cr_assert_geq((int64_t)sp * part, max_kv, "the partitions cover every key");
+        cr_assert_lt((int64_t)(sp - 1) * part, max_kv, "no split is empty for the longest item");
+        if (sp > 1) {
+            cr_assert_lt((int64_t)n_items * n_kv, 2 * (int64_t)n_sm, "only under-filled launches split");
+            cr_assert_geq(part, CUDA_ATTN_MIN_PART);
+            size_t scratch = (size_t)n_tokens * n_heads * (hd + 2) * sizeof(float) * (size_t)sp;
+            cr_assert_leq(scratch, CUDA_ATTN_SCRATCH_MAX);
+        }
+    }
+}
+
+/* ---- KV block layout ------------------------------------------------------------------------ */
+
+Test(cuda_host, kv_layout_bijective)
+{
+    cuda_kv_layout l = {3, 2, 8, 4, 5}; /* layers, kv heads, head_dim, block_size, n_blocks */
+    int64_t total = cuda_kv_total_elems(&l);
+    cr_assert_eq(total, 2 * 3 * 5 * 2 * 4 * 8);
+    unsigned char *seen = calloc((size_t)total, 1);
+    for (int layer = 0; layer < l.n_layers; layer++)
+        for (int kind = 0; kind < 2; kind++)
+            for (int32_t blk = 0; blk < l.n_blocks; blk++)
+                for (int h = 0; h < l.n_kv_heads; h++)
+                    for (int off = 0; off < l.block_size; off++)
+                        for (int d = 0; d < l.head_dim; d++) {
+                            int64_t i = cuda_kv_index(&l, layer, kind, blk, h, off, d);
+                            cr_assert(i >= 0 && i < total);
+                            cr_assert_eq(seen[i], 0, "two elements share index %lld", (long long)i);
+                            seen[i] = 1;
+                            int32_t slot = blk * l.block_size + off;
+                            cr_assert_eq(cuda_kv_slot_index(&l, layer, kind, slot, h, d), i);
+                        }
+    free(seen);
+}
+
+/* The CPU layout per layer and K/V is [n_blocks][n_kv_heads][block_size][head_dim] with every
+ * layer's K then V: element (block, head, off, d) at the same offset on both backends. */
+Test(cuda_host, kv_layout_matches_cpu)
+{
+    cuda_kv_layout l = {4, 3, 16, 16, 7};
+    size_t plane = (size_t)l.n_blocks * l.n_kv_heads * l.block_size * l.head_dim;
+    for (int layer = 0; layer < l.n_layers; layer++)
+        for (int kind = 0; kind < 2; kind++) {
+            size_t cpu_base = ((size_t)layer * 2 + kind) * plane;
+            size_t cpu = cpu_base + (((size_t)5 * l.n_kv_heads + 2) * l.block_size + 9) * l.head_dim + 11;
+            cr_assert_eq((size_t)cuda_kv_index(&l, layer, kind, 5, 2, 9, 11), cpu);
+        }
+    /* A (block, head) tile is contiguous: consecutive (off, d) are consecutive elements. */
+    int64_t a = cuda_kv_index(&l, 1, 1, 3, 1, 0, 0);
+    cr_assert_eq(cuda_kv_index(&l, 1, 1, 3, 1, l.block_size - 1, l.head_dim - 1), a + l.block_size * l.head_dim - 1);
+    int32_t bt[3] = {6, 0, 4};
+    cr_assert_eq(cuda_kv_entry_slot(bt, 16, 0), 96);
+    cr_assert_eq(cuda_kv_entry_slot(bt, 16, 17), 1);
+    cr_assert_eq(cuda_kv_entry_slot(bt, 16, 47), 79);
+}
+
+/* ---- batch metadata ------------------------------------------------------------------------- */
+
+typedef struct tch_batch {
+    be_batch b;
+    int32_t tokens[512], positions[512], slots[512], q_start[33], ctx_len[32], bt[32 * 40], logit_rows[64];
+} tch_batch;
+
+/* A random valid varlen batch: mixed decode tokens and prefill chunks over cached prefixes. */
+static void tch_random_batch(uint64_t *s, tch_batch *t, int block_size)
+{
+    memset(t, 0, sizeof *t);
+    int n_seqs = tch_int(s, 0, 32), n = 0;
+    t->q_start[0] = 0;
+    for (int q = 0; q < n_seqs; q++) {
+        int n_new = tch_int(s, 0, 3) == 0 ? tch_int(s, 1, 14) : 1;
+        if (n + n_new > 512) n_new = 0;
+        int cached = tch_int(s, 0, 40 * block_size - n_new - 1);
+        t->ctx_len[q] = cached + n_new;
+        for (int j = 0; j < 40; j++) t->bt[q * 40 + j] = tch_int(s, 0, 999);
+        for (int i = 0; i < n_new; i++) {
+            t->tokens[n + i] = tch_int(s, 0, 31999);
+            t->positions[n + i] = cached + i;
+            t->slots[n + i] = cuda_kv_entry_slot(t->bt + q * 40, block_size, cached + i);
+        }
+        n += n_new;
+        t->q_start[q + 1] = n;
+    }
+    int n_logits = n ? tch_int(s, 0, n < 64 ? n : 64) : 0;
+    for (int j = 0; j < n_logits; j++) t->logit_rows[j] = tch_int(s, 0, n - 1);
+    be_batch b = {n, t->tokens, t->positions, t->slots, n_seqs, t->q_start, t->ctx_len, t->bt, 40,
+                  n_logits, t->logit_rows};
+    t->b = b;
+}
+
+Test(cuda_host, meta_pack_random)
+{
+    uint64_t seed = 0xc0ffee1234ULL, s = seed;
+    printf("cuda_host/meta_pack_random seed %#llx\n", (unsigned long long)seed);
+    static tch_batch t;
+    static int32_t buf[1 << 16];
+    for (int it = 0; it < 2000; it++) {
+        tch_random_batch(&s, &t, 16);
+        const be_batch *b = &t.b;
+        cuda_meta_layout L;
+        cr_assert_eq(cuda_meta_plan(b, &L), 0);
+        cr_assert_leq(L.total, (int32_t)(sizeof buf / sizeof buf[0]));
+        for (int i = 0; i < L.total; i++) buf[i] = 0x7eadbeef; /* poison */
+        cuda_meta_pack(b, &L, buf);
+        cr_assert_eq(L.total, 3 * b->n_tokens + 2 * b->n_seqs + 1 + b->n_seqs * b->bt_stride + b->n_logits);
+        for (int i = 0; i < L.total; i++) cr_assert_neq(buf[i], 0x7eadbeef, "int %d of the buffer unwritten", i);
+        int32_t max_ctx = 0;
+        for (int i = 0; i < b->n_tokens; i++) {
+            cr_assert_eq(buf[L.tokens + i], b->tokens[i]);
+            cr_assert_eq(buf[L.positions + i], b->positions[i]);
+            cr_assert_eq(buf[L.slots + i], b->slots[i]);
+        }
+        for (int q = 0; q <= b->n_seqs; q++) cr_assert_eq(buf[L.q_start + q], b->q_start[q]);
+        for (int q = 0; q < b->n_seqs; q++) {
+            cr_assert_eq(buf[L.ctx_len + q], b->ctx_len[q]);
+            if (b->ctx_len[q] > max_ctx) max_ctx = b->ctx_len[q];
+            for (int j = 0; j < b->bt_stride; j++)
+                cr_assert_eq(buf[L.block_table + q * b->bt_stride + j], b->block_table[q * b->bt_stride + j]);
+        }
+        for (int j = 0; j < b->n_logits; j++) cr_assert_eq(buf[L.logit_rows + j], b->logit_rows[j]);
+        cr_assert_eq(L.max_ctx, max_ctx);
+    }
+}
+
+Test(cuda_host, meta_plan_rejects_bad_batches)
+{
+    uint64_t s = 77;
+    static tch_batch t;
+    do tch_random_batch(&s, &t, 16);
+    while (t.b.n_seqs < 2 || t.b.n_tokens < 2);
+    cuda_meta_layout L;
+    cr_assert_eq(cuda_meta_plan(&t.b, &L), 0);
+    t.q_start[t.b.n_seqs] += 1; /* does not end at n_tokens */
+    cr_assert_eq(cuda_meta_plan(&t.b, &L), -EINVAL);
+    t.q_start[t.b.n_seqs] -= 1;
+    int32_t c = t.ctx_len[0];
+    t.ctx_len[0] = t.q_start[1] - t.q_start[0] - 1; /* fewer entries than new tokens */
+    if (t.ctx_len[0] >= 0) cr_assert_eq(cuda_meta_plan(&t.b, &L), -EINVAL);
+    t.ctx_len[0] = c;
+    t.b.n_logits = 1;
+    t.logit_rows[0] = t.b.n_tokens; /* out of range */
+    cr_assert_eq(cuda_meta_plan(&t.b, &L), -EINVAL);
+    t.logit_rows[0] = 0;
+    cr_assert_eq(cuda_meta_plan(&t.b, &L), 0);
+}
+
+/* ---- attention work list -------------------------------------------------------------------- */
+
+Test(cuda_host, attn_plan_covers_every_token_once)
+{
+    uint64_t seed = 0xa77e9, s = seed;
+    printf("cuda_host/attn_plan_covers_every_token_once seed %#llx\n", (unsigned long long)seed);
+    static tch_batch t;
+    static int32_t items[512 * 3], owner[512];
+    for (int it = 0; it < 2000; it++) {
+        tch_random_batch(&s, &t, 16);
+        const be_batch *b = &t.b;
+        int tile = cuda_attn_tile_tokens(tch_int(&s, 1, 40));
+        int32_t n_exp = cuda_attn_count_items(b, tile), max_kv = -1;
+        int32_t n = cuda_attn_plan(b, tile, items, &max_kv);
+        cr_assert_eq(n, n_exp);
+        cr_assert_leq(n, b->n_tokens, "at most one item per token (the metadata buffer reserves that)");
+        for (int i = 0; i < b->n_tokens; i++) owner[i] = 0;
+        int32_t mk = 0;
+        for (int k = 0; k < n; k++) {
+            int32_t q = items[3 * k], t0 = items[3 * k + 1], nt = items[3 * k + 2];
+            cr_assert(q >= 0 && q < b->n_seqs);
+            int32_t n_new = b->q_start[q + 1] - b->q_start[q];
+            cr_assert(nt >= 1 && nt <= tile && t0 >= 0 && t0 + nt <= n_new);
+            for (int i = 0; i < nt; i++) owner[b->q_start[q] + t0 + i]++;
+            int32_t hi = b->ctx_len[q] - n_new + t0 + nt;
+            if (hi > mk) mk = hi;
+        }
+        for (int i = 0; i < b->n_tokens; i++) cr_assert_eq(owner[i], 1, "token %d covered %d times", i, owner[i]);
+        cr_assert_eq(max_kv, mk);
+    }
+}
+
+/* ---- online softmax ------------------------------------------------------------------------- */
+
+/* Splits random scores into random contiguous partitions, reduces each to (m, l, o) in f32 and
+ * merges them with cuda_softmax_merge in random order; compares with a float64 softmax. */
+Test(cuda_host, softmax_merge)
+{
+    uint64_t seed = 0x50f7, s = seed;
+    printf("cuda_host/softmax_merge seed %#llx\n", (unsigned long long)seed);
+    enum { N = 300 };
+    float sc[N], v[N];
+    for (int it = 0; it < 3000; it++) {
+        int n = tch_int(&s, 1, N);
+        float spread = (float)tch_int(&s, 1, 60);
+        for (int i = 0; i < n; i++) {
+            sc[i] = tch_unif(&s) * spread;
+            v[i] = tch_unif(&s);
+        }
+        double mx = -INFINITY, den = 0, num = 0;
+        for (int i = 0; i < n; i++) mx = sc[i] > mx ? sc[i] : mx;
+        for (int i = 0; i < n; i++) {
+            den += exp(sc[i] - mx);
+            num += exp(sc[i] - mx) * v[i];
+        }
+        float m = -INFINITY, l = 0, o = 0;
+        int i0 = 0;
+        while (i0 < n) {
+            int len = tch_int(&s, 0, 40); /* empty partitions happen (splits past an item's end) */
+            if (i0 + len > n) len = n - i0;
+            float pm = -INFINITY, pl = 0, po = 0;
+            for (int i = i0; i < i0 + len; i++) pm = sc[i] > pm ? sc[i] : pm;
+            for (int i = i0; i < i0 + len; i++) {
+                pl += expf(sc[i] - pm);
+                po += expf(sc[i] - pm) * v[i];
+            }
+            float ca, cb;
+            m = cuda_softmax_merge(m, &l, pm, pl, &ca, &cb);
+            o = o * ca + po * cb;
+            i0 += len;
+        }
+        cr_assert_float_eq(m, (float)mx, 0.0f);
+        double ref = num / den;
+        cr_assert(fabs(o / l - ref) <= 1e-5 * (1.0 + fabs(ref)), "merged %.9g vs %.9g", o / l, ref);
+    }
+    float ca, cb, l = 0;
+    cr_assert(cuda_softmax_merge(-INFINITY, &l, -INFINITY, 0, &ca, &cb) == -INFINITY);
+    cr_assert(ca == 0 && cb == 0 && l == 0, "two empty states stay empty, with no NaN");
+}
+
+/* ---- RoPE ----------------------------------------------------------------------------------- */
+
+/* The kernel's rotation of one token row (cuda__rope_row), written with the same helpers. */
+static void tch_rope_row(float *x, int pos, const be_rope *r)
+{
+    int half = r->rope_dims / 2;
+    for (int i = 0; i < half; i++) {
+        double ang = (double)pos * cuda_rope_inv_freq(r->base, i, r->rope_dims);
+        float c = (float)cos(ang), sn = (float)sin(ang);
+        int a, b;
+        cuda_rope_pair(r->neox, r->rope_dims, i, &a, &b);
+        for (int h = 0; h < r->n_heads; h++) {
+            float *xh = x + h * r->head_dim, x0 = xh[a], x1 = xh[b];
+            xh[a] = x0 * c - x1 * sn;
+            xh[b] = x0 * sn + x1 * c;
+        }
+    }
+}
+
+Test(cuda_host, rope_pairs_and_freqs)
+{
+    int a, b;
+    cuda_rope_pair(0, 64, 5, &a, &b);
+    cr_assert(a == 10 && b == 11);
+    cuda_rope_pair(1, 64, 5, &a, &b);
+    cr_assert(a == 5 && b == 37);
+    cr_assert_float_eq(cuda_rope_inv_freq(10000.0f, 0, 128), 1.0, 0.0);
+    for (int i = 0; i < 64; i++) {
+        double ref = 1.0 / pow(10000.0, (2.0 * i) / 128.0);
+        cr_assert(fabs(cuda_rope_inv_freq(10000.0f, i, 128) - ref) <= 1e-15 * ref);
+    }
+}
+
+/* Against the CPU backend's rope op, both layouts, partial rotation, long positions. */
+Test(cuda_host, rope_matches_cpu_backend)
+{
+    uint64_t seed = 0x209e, s = seed;
+    printf("cuda_host/rope_matches_cpu_backend seed %#llx\n", (unsigned long long)seed);
+    backend *be = cpu_backend_create(1);
+    cr_assert_not_null(be);
+    enum { T = 9, H = 4, D = 32 };
+    int32_t pos[T], zeros[T] = {0}, q_start[2] = {0, T}, ctx[1] = {T};
+    int32_t bt[1] = {0};
+    static float x[T * H * D], ref[T * H * D];
+    for (int neox = 0; neox < 2; neox++)
+        for (int rd = 16; rd <= D; rd += 16) {
+            be_rope r = {H, D, rd, neox ? 1000000.0f : 10000.0f, neox};
+            for (int t = 0; t < T; t++) pos[t] = t == 0 ? 0 : tch_int(&s, 1, 130000);
+            for (int i = 0; i < T * H * D; i++) x[i] = ref[i] = tch_unif(&s);
+            be_batch b = {T, zeros, pos, zeros, 1, q_start, ctx, bt, 1, 0, NULL};
+            cr_assert_eq(be->ops->begin(be, &b), 0);
+            be->ops->rope(be, x, &r);
+            for (int t = 0; t < T; t++) tch_rope_row(ref + t * H * D, pos[t], &r);
+            for (int i = 0; i < T * H * D; i++)
+                cr_assert(fabsf(x[i] - ref[i]) <= 2e-6f, "neox %d rope_dims %d elem %d: cpu %.9g cuda %.9g", neox, rd,
+                          i, x[i], ref[i]);
+        }
+    be_destroy(be);
+}
+
+/* ---- scalar formats ------------------------------------------------------------------------- */
+
+Test(cuda_host, f16_exhaustive)
+{
+    for (uint32_t h = 0; h < 65536; h++) {
+        float a = cuda_f16_to_f32((uint16_t)h), b = dt_f16_to_f32((uint16_t)h);
+        if (isnan(b)) {
+            cr_assert(isnan(a));
+            continue;
+        }
+        cr_assert(memcmp(&a, &b, 4) == 0, "f16 %#x: %g vs %g", h, a, b);
+        cr_assert_eq(cuda_f32_to_f16(a), (uint16_t)h, "round trip of %#x", h);
+    }
+}
+
+Test(cuda_host, f32_to_16bit_matches_reference)
+{
+    uint64_t seed = 0xf1600d, s = seed;
+    printf("cuda_host/f32_to_16bit_matches_reference seed %#llx\n", (unsigned long long)seed);
+    const float special[] = {0.0f, -0.0f, 1.0f, 65504.0f, 65520.0f, 65519.99f, 1e-8f, 5.96e-8f, 2.98e-8f,
+                             2.9802322e-08f, 6.1e-5f, 6.097555e-05f, INFINITY, -INFINITY, 3.0e38f, -1e-45f};
+    for (size_t i = 0; i < sizeof special / sizeof special[0]; i++) {
+        cr_assert_eq(cuda_f32_to_f16(special[i]), dt_f32_to_f16(special[i]), "f16 of %g", special[i]);
+        cr_assert_eq(cuda_f32_to_bf16(special[i]), dt_f32_to_bf16(special[i]), "bf16 of %g", special[i]);
+    }
+    for (int it = 0; it < 2000000; it++) {
+        uint32_t u = (uint32_t)tch_rng(&s);
+        float f;
+        memcpy(&f, &u, 4);
+        if (isnan(f)) {
+            cr_assert(isnan(cuda_f16_to_f32(cuda_f32_to_f16(f))));
+            cr_assert(isnan(cuda_bf16_to_f32(cuda_f32_to_bf16(f))));
+            continue;
+        }
+        cr_assert_eq(cuda_f32_to_f16(f), dt_f32_to_f16(f), "f16 of %a (%#x)", f, u);
+        cr_assert_eq(cuda_f32_to_bf16(f), dt_f32_to_bf16(f), "bf16 of %a (%#x)", f, u);
+        cr_assert(memcmp(&(float){cuda_bf16_to_f32((uint16_t)u)}, &(float){dt_bf16_to_f32((uint16_t)u)}, 4) == 0);
+    }
+}
+
+Test(cuda_host, q8_0_matches_reference)
+{
+    uint64_t seed = 0x98, s = seed;
+    printf("cuda_host/q8_0_matches_reference seed %#llx\n", (unsigned long long)seed);
+    enum { NB = 8, N = NB * 32 };
+    dt_block_q8_0 row[NB];
+    float ref[N];
+    for (int it = 0; it < 500; it++) {
+        for (int b = 0; b < NB; b++) {
+            row[b].d = dt_f32_to_f16(tch_unif(&s) * (it % 2 ? 1e-3f : 0.05f));
+            for (int i = 0; i < 32; i++) row[b].q[i] = (int8_t)tch_int(&s, -128, 127);
+        }
+        dt_to_f32(DT_Q8_0, row, ref, N);
+        for (int i = 0; i < N; i++) {
+            float v = cuda_q8_0_value((const uint8_t *)row, i);
+            cr_assert(memcmp(&v, &ref[i], 4) == 0, "q8_0 element %d: %g vs %g", i, v, ref[i]);
+        }
+    }
+}
+
+Test(cuda_host, silu_mul_matches_cpu_backend)
+{
+    uint64_t s = 0x5170;
+    backend *be = cpu_backend_create(1);
+    cr_assert_not_null(be);
+    enum { N = 1000 };
+    float g[N], u[N], ref[N];
+    for (int i = 0; i < N; i++) {
+        g[i] = tch_unif(&s) * 12.0f;
+        u[i] = tch_unif(&s) * 3.0f;
+        ref[i] = cuda_silu_mul(g[i], u[i]);
+    }
+    be->ops->silu_mul(be, g, u, N);
+    for (int i = 0; i < N; i++) cr_assert(fabsf(g[i] - ref[i]) <= 1e-6f * (1.0f + fabsf(ref[i])));
+    be_destroy(be);
+}
