@@ -1,13 +1,58 @@
 /*
- * cmd_serve.c — `kvserve serve`.
+ * cmd_serve.c — `kvserve serve` (also the default command): options → srv_config → srv_run.
  */
 #include <stdio.h>
+#include <string.h>
 
+#include "cache/kv.h"
 #include "cli/cli.h"
+#include "server/server.h"
 
 int cli_serve(cli_opts *o)
 {
-    (void)o;
-    fprintf(stderr, "kvserve serve: not built yet\n");
-    return 2;
+    if (!o->model && o->n_args == 1) o->model = o->args[0];
+    if (!o->model) {
+        fprintf(stderr, "kvserve serve: a model is required (-m FILE.gguf); see kvserve serve --help\n");
+        return 2;
+    }
+    srv_config c;
+    memset(&c, 0, sizeof c);
+    c.model_path = o->model;
+    c.served_model_name = o->served_model_name;
+    c.host = o->host;
+    c.port = o->port;
+    c.api_key = o->api_key && *o->api_key ? o->api_key : NULL;
+    c.chat_template = o->chat_template;
+    c.max_body_bytes = o->max_body_bytes;
+    c.drain_timeout_s = o->drain_timeout_s;
+    c.sse_ping_interval_s = o->sse_ping_interval_s;
+    if (o->port < 0 || o->port > 65535 || c.drain_timeout_s < 0 || c.sse_ping_interval_s <= 0) {
+        fprintf(stderr, "kvserve serve: --port, --drain-timeout or --sse-ping-interval out of range\n");
+        return 2;
+    }
+    engine_config *e = &c.engine;
+    engine_config_default(e);
+    e->device = o->device;
+    e->n_threads = o->threads;
+    e->kv_memory_bytes = o->kv_memory_bytes;
+    e->gpu_memory_utilization = o->gpu_memory_utilization;
+    e->kv_dtype = kv_dtype_parse(o->kv_dtype);
+    if (e->kv_dtype < 0) {
+        fprintf(stderr, "kvserve serve: unknown --kv-dtype '%s'\n", o->kv_dtype);
+        return 2;
+    }
+    e->block_size = o->block_size;
+    e->max_seqs = o->max_seqs;
+    e->max_batch_tokens = o->max_batch_tokens;
+    if (!strcmp(o->schedule, "fcfs")) e->schedule = ENGINE_SCHED_FCFS;
+    else if (!strcmp(o->schedule, "lpm")) e->schedule = ENGINE_SCHED_LPM;
+    else {
+        fprintf(stderr, "kvserve serve: unknown --schedule '%s' (fcfs or lpm)\n", o->schedule);
+        return 2;
+    }
+    e->prefix_cache = !o->no_prefix_cache;
+    e->max_queued_requests = o->max_queued_requests;
+    e->max_queued_tokens = o->max_queued_tokens;
+    e->quiet = 0;
+    return srv_run(&c);
 }

@@ -609,6 +609,40 @@ static int utf8_seq(const unsigned char *s, int n)
     return len;
 }
 
+/* s[0..n) with invalid UTF-8 bytes replaced by U+FFFD, NUL-terminated, malloc'd. */
+static char *utf8_clean(const char *s, size_t n)
+{
+    char *out = malloc(n * 3 + 1);
+    if (!out) return NULL;
+    size_t o = 0;
+    for (size_t i = 0; i < n;) {
+        int l = utf8_seq((const unsigned char *)s + i, (int)(n - i > 4 ? 4 : n - i));
+        if (l) {
+            memcpy(out + o, s + i, (size_t)l);
+            o += (size_t)l;
+            i += (size_t)l;
+        } else {
+            memcpy(out + o, "\xEF\xBF\xBD", 3);
+            o += 3;
+            i++;
+        }
+    }
+    out[o] = 0;
+    return out;
+}
+
+char *oai_string_json(const char *key, const char *value)
+{
+    char *v = utf8_clean(value, strlen(value));
+    if (!v) return NULL;
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, key, v);
+    free(v);
+    char *s = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return s;
+}
+
 /* A token's bytes as a JSON-safe string: invalid UTF-8 bytes become U+FFFD. */
 static cJSON *token_string(const oai_resp *r, int32_t id, unsigned char *raw, int *raw_len)
 {
@@ -620,22 +654,10 @@ static cJSON *token_string(const oai_resp *r, int32_t id, unsigned char *raw, in
         memcpy(raw, buf, (size_t)n);
         *raw_len = n;
     }
-    char out[sizeof buf * 3 + 1];
-    int o = 0;
-    for (int i = 0; i < n;) {
-        int l = utf8_seq((const unsigned char *)buf + i, n - i);
-        if (l) {
-            memcpy(out + o, buf + i, (size_t)l);
-            o += l;
-            i += l;
-        } else {
-            memcpy(out + o, "\xEF\xBF\xBD", 3);
-            o += 3;
-            i++;
-        }
-    }
-    out[o] = 0;
-    return cJSON_CreateString(out);
+    char *out = utf8_clean(buf, (size_t)n);
+    cJSON *j = cJSON_CreateString(out ? out : "");
+    free(out);
+    return j;
 }
 
 static cJSON *bytes_array(const unsigned char *raw, int n)
@@ -769,7 +791,7 @@ char *oai_response_json(const oai_resp *r, const oai_choice *choices, int n, con
         } else {
             cJSON_AddStringToObject(ch, "text", c->text ? c->text : "");
         }
-        cJSON_AddItemToObject(ch, "logprobs", lp_or_null(r, c->lps, c->n_lps, 0));
+        cJSON_AddItemToObject(ch, "logprobs", lp_or_null(r, c->lps, c->n_lps, c->text_offset));
         add_finish(ch, c->finish);
         cJSON_AddItemToArray(arr, ch);
     }

@@ -155,6 +155,8 @@ char *oai_chunk_sse(const oai_resp *r, int index, int role, const char *text, si
                     const oai_lp *lps, int n_lps, size_t text_offset, int finish);
 /* The final usage chunk (choices: []), "data: {...}\n\n". */
 char *oai_usage_chunk_sse(const oai_resp *r, const oai_usage *u);
+/* {"key": "value"} with value's invalid UTF-8 bytes replaced by U+FFFD. malloc'd. */
+char *oai_string_json(const char *key, const char *value);
 /* {"error": {...}} as a malloc'd string. */
 char *oai_error_json(const oai_error *e);
 

@@ -1,0 +1,575 @@
+/*
+ * gen.c — completions and chat completions over the engine, and the tokenizer endpoints.
+ *
+ * A request is parsed (openai.c), its prompts become token ids (text prompts with the model's
+ * BOS, token-id prompts verbatim, chats through the template), and each prompt is submitted as
+ * one engine request with n = best_of choices. Engine events (one per token) are turned into SSE
+ * chunks at once, or accumulated until every choice finished for a non-streamed reply.
+ * Choice j of prompt p lives at choices[p * best_of + j]; the response index is p * n + j
+ * (after ranking when best_of > n).
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "engine/chat.h"
+#include "server/internal.h"
+
+/* ---- engine id → sub ------------------------------------------------------------------------ */
+
+static unsigned hash_of(uint64_t id)
+{
+    return (unsigned)((id * 0x9E3779B97F4A7C15ull) >> 54) & (SRV_HASH - 1);
+}
+
+static void sub_insert(srv *s, srv_sub *b)
+{
+    unsigned h = hash_of(b->id);
+    b->hnext = s->hash[h];
+    s->hash[h] = b;
+    b->in_hash = 1;
+}
+
+static void sub_remove(srv *s, srv_sub *b)
+{
+    if (!b->in_hash) return;
+    for (srv_sub **p = &s->hash[hash_of(b->id)]; *p; p = &(*p)->hnext)
+        if (*p == b) {
+            *p = b->hnext;
+            break;
+        }
+    b->in_hash = 0;
+}
+
+static srv_sub *sub_find(srv *s, uint64_t id)
+{
+    for (srv_sub *b = s->hash[hash_of(id)]; b; b = b->hnext)
+        if (b->id == id) return b;
+    return NULL;
+}
+
+/* ---- tokenization ------------------------------------------------------------------------- */
+
+static int encode(srv *s, const char *text, int add_special, int parse_special, int32_t **ids,
+                  int *n_ids, oai_error *e)
+{
+    size_t len = strlen(text);
+    int cap = (int)(len < 64 ? 64 : len + 8);
+    for (int tries = 0; tries < 2; tries++) {
+        int32_t *buf = malloc(sizeof *buf * (size_t)cap);
+        if (!buf) return oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+        int n = tok_encode(s->tok, text, len, add_special, parse_special, buf, cap);
+        if (n < 0) {
+            free(buf);
+            return oai_fail(e, 400, "invalid_request_error", "invalid_value", NULL,
+                            "the text cannot be tokenized (%s)", strerror(-n));
+        }
+        if (n <= cap) {
+            if (n == 0 && add_special && tok_bos(s->tok) >= 0) buf[n++] = tok_bos(s->tok);
+            *ids = buf;
+            *n_ids = n;
+            return 0;
+        }
+        free(buf);
+        cap = n;
+    }
+    return oai_fail(e, 500, "server_error", NULL, NULL, "tokenizer size mismatch");
+}
+
+int srv__text_ids(srv *s, const char *text, int add_special, int32_t **ids, int *n_ids, oai_error *e)
+{
+    return encode(s, text, add_special, 0, ids, n_ids, e);
+}
+
+int srv__chat_ids(srv *s, const oai_msg *msgs, int n_msgs, int add_generation_prompt,
+                  int32_t **ids, int *n_ids, oai_error *e)
+{
+    chat_msg *cm = malloc(sizeof *cm * (size_t)n_msgs);
+    if (!cm) return oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+    for (int i = 0; i < n_msgs; i++) {
+        cm[i].role = msgs[i].role;
+        cm[i].content = msgs[i].content;
+    }
+    char err[256] = "";
+    int add_bos = tok_add_bos(s->tok) && tok_bos(s->tok) >= 0;
+    char *text = chat_render(s->chat_tmpl, cm, n_msgs, add_generation_prompt, s->tok, !add_bos, err,
+                             sizeof err);
+    free(cm);
+    if (!text)
+        return oai_fail(e, 400, "invalid_request_error", "invalid_value", "messages",
+                        "the chat template cannot render these messages: %s", err);
+    int rc = encode(s, text, add_bos, 1, ids, n_ids, e);
+    free(text);
+    return rc;
+}
+
+/* ---- request life -------------------------------------------------------------------------- */
+
+static int piece(void *ud, int32_t id, char *buf, int cap)
+{
+    return tok_token_bytes(ud, id, 0, buf, cap);
+}
+
+void srv__gen_cancel(srv_req *r)
+{
+    for (int i = 0; i < r->n_subs; i++)
+        if (r->subs[i].in_hash && r->subs[i].n_open > 0) engine_cancel(r->s->e, r->subs[i].id);
+}
+
+void srv__gen_free(srv_req *r)
+{
+    for (int i = 0; i < r->n_subs; i++) sub_remove(r->s, &r->subs[i]);
+    for (int i = 0; i < r->n_choices; i++) oai_choice_free(&r->choices[i]);
+    for (int i = 0; r->echo_text && i < r->n_subs; i++) free(r->echo_text[i]);
+    free(r->echo_text);
+    free(r->choices);
+    free(r->last_tok_us);
+    free(r->subs);
+    free(r->out);
+    free(r->result);
+    oai_request_free(&r->oreq);
+}
+
+/* Token ids of every prompt, with the context check. On failure nothing is left allocated. */
+static int build_prompts(srv_req *r, int32_t ***ids_out, int **n_out, int **max_out, oai_error *e)
+{
+    srv *s = r->s;
+    oai_request *q = &r->oreq;
+    int np = q->kind == OAI_CHAT ? 1 : q->n_prompts;
+    int32_t **ids = calloc((size_t)np, sizeof *ids);
+    int *n = calloc((size_t)np, sizeof *n), *mx = calloc((size_t)np, sizeof *mx);
+    int rc = ids && n && mx ? 0 : oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+    for (int p = 0; !rc && p < np; p++) {
+        if (q->kind == OAI_CHAT) {
+            rc = srv__chat_ids(s, q->msgs, q->n_msgs, q->add_generation_prompt, &ids[p], &n[p], e);
+        } else if (q->prompts[p].text) {
+            rc = srv__text_ids(s, q->prompts[p].text, 1, &ids[p], &n[p], e);
+        } else {
+            ids[p] = malloc(sizeof **ids * (size_t)q->prompts[p].n_ids);
+            if (!ids[p]) rc = oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+            else memcpy(ids[p], q->prompts[p].ids, sizeof **ids * (size_t)q->prompts[p].n_ids);
+            n[p] = q->prompts[p].n_ids;
+        }
+        if (rc) break;
+        if (n[p] == 0) {
+            rc = oai_fail(e, 400, "invalid_request_error", "invalid_value", "prompt", "the prompt is empty");
+            break;
+        }
+        int want = q->max_tokens >= 0 ? q->max_tokens : q->kind == OAI_CHAT ? s->n_ctx - n[p] : 16;
+        if (q->max_tokens < 0 && n[p] + want > s->n_ctx) want = s->n_ctx - n[p];
+        if (n[p] >= s->n_ctx || n[p] + want > s->n_ctx) {
+            rc = oai_fail(e, 400, "invalid_request_error", "context_length_exceeded",
+                          q->kind == OAI_CHAT ? "messages" : "prompt",
+                          "This model's maximum context length is %d tokens. However, you requested "
+                          "%d tokens (%d in the prompt, %d for the completion). Please reduce the "
+                          "prompt or max_tokens.",
+                          s->n_ctx, n[p] + (want > 0 ? want : 0), n[p], want > 0 ? want : 0);
+            break;
+        }
+        mx[p] = want;
+    }
+    if (rc) {
+        for (int p = 0; ids && p < np; p++) free(ids[p]);
+        free(ids);
+        free(n);
+        free(mx);
+        return rc;
+    }
+    *ids_out = ids;
+    *n_out = n;
+    *max_out = mx;
+    return 0;
+}
+
+/* Copies what the engine takes ownership of. */
+static int fill_engine_request(const oai_request *q, int32_t *ids, int n_ids, int max_tokens,
+                               engine_request *er)
+{
+    memset(er, 0, sizeof *er);
+    er->prompt = ids;
+    er->n_prompt = n_ids;
+    er->n = q->best_of;
+    er->max_tokens = max_tokens;
+    er->sampling = q->sampling;
+    er->sampling.bias_ids = NULL;
+    er->sampling.bias_vals = NULL;
+    int nb = q->sampling.n_logit_bias;
+    if (nb) {
+        er->sampling.bias_ids = malloc(sizeof(int32_t) * (size_t)nb);
+        er->sampling.bias_vals = malloc(sizeof(float) * (size_t)nb);
+        if (!er->sampling.bias_ids || !er->sampling.bias_vals) goto oom;
+        memcpy(er->sampling.bias_ids, q->sampling.bias_ids, sizeof(int32_t) * (size_t)nb);
+        memcpy(er->sampling.bias_vals, q->sampling.bias_vals, sizeof(float) * (size_t)nb);
+    }
+    for (int i = 0; i < q->n_stop; i++)
+        if (!(er->stop[er->n_stop++] = strdup(q->stop[i]))) goto oom;
+    return 0;
+oom:
+    free(er->sampling.bias_ids);
+    free(er->sampling.bias_vals);
+    for (int i = 0; i < er->n_stop; i++) free(er->stop[i]);
+    return -ENOMEM;
+}
+
+static void free_engine_request(engine_request *er)
+{
+    free(er->prompt);
+    free(er->sampling.bias_ids);
+    free(er->sampling.bias_vals);
+    for (int i = 0; i < er->n_stop; i++) free(er->stop[i]);
+}
+
+static int submit_error(int rc, oai_error *e)
+{
+    if (rc == -EAGAIN)
+        return oai_fail(e, 503, "server_error", "server_is_overloaded", NULL,
+                        "The server is overloaded (request queue full); retry later");
+    if (rc == -ESHUTDOWN)
+        return oai_fail(e, 503, "server_error", "server_shutting_down", NULL, "The server is shutting down");
+    if (rc == -EINVAL)
+        return oai_fail(e, 400, "invalid_request_error", "invalid_value", NULL,
+                        "The engine cannot take this request (too many choices for --max-seqs, or "
+                        "prompt + max_tokens beyond the KV cache)");
+    return oai_fail(e, 500, "server_error", NULL, NULL, "submit failed: %s", strerror(-rc));
+}
+
+/* Allocates subs and choices and the echo texts. */
+static int alloc_state(srv_req *r, int np, int32_t **ids, const int *n)
+{
+    oai_request *q = &r->oreq;
+    r->n_subs = np;
+    r->n_choices = np * q->best_of;
+    r->subs = calloc((size_t)np, sizeof *r->subs);
+    r->choices = calloc((size_t)r->n_choices, sizeof *r->choices);
+    r->last_tok_us = calloc((size_t)r->n_choices, sizeof *r->last_tok_us);
+    if (!r->subs || !r->choices || !r->last_tok_us) return -ENOMEM;
+    if (q->echo) {
+        r->echo_text = calloc((size_t)np, sizeof *r->echo_text);
+        if (!r->echo_text) return -ENOMEM;
+        for (int p = 0; p < np; p++) {
+            if (q->prompts[p].text) {
+                r->echo_text[p] = strdup(q->prompts[p].text);
+            } else {
+                int len = tok_decode(r->s->tok, ids[p], n[p], 1, NULL, 0);
+                r->echo_text[p] = malloc((size_t)(len > 0 ? len : 0) + 1);
+                if (r->echo_text[p]) {
+                    tok_decode(r->s->tok, ids[p], n[p], 1, r->echo_text[p], len);
+                    r->echo_text[p][len > 0 ? len : 0] = 0;
+                }
+            }
+            if (!r->echo_text[p]) return -ENOMEM;
+        }
+    }
+    for (int c = 0; c < r->n_choices; c++) {
+        oai_choice *ch = &r->choices[c];
+        int p = c / q->best_of;
+        ch->index = p * q->n + c % q->best_of;
+        if (q->echo) {
+            ch->text_offset = strlen(r->echo_text[p]);
+            if (!q->stream && oai_choice_append_text(ch, r->echo_text[p], ch->text_offset)) return -ENOMEM;
+        }
+    }
+    return 0;
+}
+
+enum MHD_Result srv__gen_start(srv_req *r, int kind)
+{
+    srv *s = r->s;
+    oai_error e;
+    oai_limits lim = {s->model_id, s->n_vocab};
+    if (oai_parse(kind, r->body ? r->body : "", r->body_len, &lim, &r->oreq, &e)) return srv__reply_error(r, &e);
+    oai_request *q = &r->oreq;
+    int32_t **ids = NULL;
+    int *n = NULL, *mx = NULL;
+    if (build_prompts(r, &ids, &n, &mx, &e)) return srv__reply_error(r, &e);
+    int np = kind == OAI_CHAT ? 1 : q->n_prompts;
+    r->is_gen = 1;
+    int rc = alloc_state(r, np, ids, n);
+    {
+        static uint64_t ctr;
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        uint64_t x = ((uint64_t)ts.tv_sec * 1000000007ull) ^ ((uint64_t)ts.tv_nsec << 17) ^ (++ctr * 0x9E3779B97F4A7C15ull);
+        snprintf(r->id, sizeof r->id, "%s%016llx%06llx", kind == OAI_CHAT ? "chatcmpl-" : "cmpl-",
+                 (unsigned long long)x, (unsigned long long)(ctr & 0xffffff));
+    }
+    r->resp = (oai_resp){kind, r->id, (int64_t)time(NULL), s->model_id, q->logprobs, q->include_usage, piece, s->tok};
+    for (int p = 0; !rc && p < np; p++) {
+        engine_request er;
+        srv_sub *b = &r->subs[p];
+        if (fill_engine_request(q, ids[p], n[p], mx[p], &er)) {
+            rc = -ENOMEM;
+            break;
+        }
+        ids[p] = NULL; /* now in er */
+        rc = engine_submit(s->e, &er, &b->id);
+        if (rc) {
+            free_engine_request(&er);
+            break;
+        }
+        b->req = r;
+        b->prompt_idx = p;
+        b->n_prompt = n[p];
+        b->n_open = q->best_of;
+        r->n_open += q->best_of;
+        r->n_prompt_tokens += n[p];
+        sub_insert(s, b);
+    }
+    for (int p = 0; p < np; p++) free(ids[p]);
+    free(ids);
+    free(n);
+    free(mx);
+    if (rc) {
+        srv__gen_cancel(r);
+        submit_error(rc, &e);
+        r->stream_abort = 1; /* events of already submitted prompts are dropped */
+        return srv__reply_error(r, &e);
+    }
+    r->counted_active = 1;
+    s->n_gen_active++;
+    r->last_emit_us = engine_now_us();
+    srv__watch_start(r);
+    if (q->stream) return srv__stream_begin(r);
+    r->suspended = 1;
+    MHD_suspend_connection(r->conn);
+    return MHD_YES;
+}
+
+/* Called when MHD re-enters the handler of a suspended non-streamed request. */
+enum MHD_Result srv__gen_reenter(srv_req *r)
+{
+    if (r->result) {
+        char *b = r->result;
+        r->result = NULL;
+        return srv__reply(r, r->result_status, "application/json", b, strlen(b));
+    }
+    if (r->client_gone || r->stream_abort) return MHD_NO;
+    r->suspended = 1;
+    MHD_suspend_connection(r->conn);
+    return MHD_YES;
+}
+
+/* ---- events --------------------------------------------------------------------------------- */
+
+static void emit(srv_req *r, char *chunk)
+{
+    if (!chunk) {
+        r->stream_abort = 1;
+        srv__gen_cancel(r);
+        return;
+    }
+    srv__stream_append(r, chunk, strlen(chunk));
+    free(chunk);
+}
+
+static void stream_error(srv_req *r, const char *msg, const char *code)
+{
+    oai_error e;
+    oai_fail(&e, 500, "server_error", code, NULL, "%s", msg);
+    char *j = oai_error_json(&e);
+    if (j) {
+        srv__stream_append(r, "data: ", 6);
+        srv__stream_append(r, j, strlen(j));
+        srv__stream_append(r, "\n\n", 2);
+        free(j);
+    }
+    r->stream_done = 1;
+    srv__req_resume(r);
+}
+
+static void usage_of(const srv_req *r, oai_usage *u)
+{
+    memset(u, 0, sizeof *u);
+    for (int p = 0; p < r->n_subs; p++) {
+        u->prompt_tokens += r->subs[p].n_prompt;
+        u->cached_tokens += r->subs[p].cached_tokens;
+    }
+    u->completion_tokens = r->n_output_tokens;
+}
+
+static int cmp_mean_lp(const void *a, const void *b)
+{
+    const oai_choice *x = a, *y = b;
+    double mx = x->cum_logprob / (x->n_tokens > 0 ? x->n_tokens : 1);
+    double my = y->cum_logprob / (y->n_tokens > 0 ? y->n_tokens : 1);
+    return mx < my ? 1 : mx > my ? -1 : 0;
+}
+
+/* Every choice finished: write the tail of the stream or build the whole response. */
+static void finish_request(srv_req *r)
+{
+    oai_request *q = &r->oreq;
+    oai_usage u;
+    usage_of(r, &u);
+    if (q->stream) {
+        if (r->stream_done || r->stream_abort) return;
+        if (r->failed) {
+            stream_error(r, r->client_gone ? "request cancelled" : "the request was cancelled (server shutting down)",
+                         "request_cancelled");
+            return;
+        }
+        if (q->include_usage) emit(r, oai_usage_chunk_sse(&r->resp, &u));
+        srv__stream_append(r, "data: [DONE]\n\n", 14);
+        r->stream_done = 1;
+        srv__req_resume(r);
+        return;
+    }
+    if (r->failed) {
+        oai_error e;
+        oai_fail(&e, 500, "server_error", "request_cancelled", NULL,
+                 "the request was cancelled or failed in the engine");
+        r->result = oai_error_json(&e);
+        r->result_status = 500;
+    } else {
+        int bo = q->best_of, nn = q->n;
+        oai_choice *sel = malloc(sizeof *sel * (size_t)(r->n_subs * nn) + 1);
+        if (sel) {
+            for (int p = 0; p < r->n_subs; p++) {
+                oai_choice *cand = r->choices + p * bo;
+                if (bo > nn) qsort(cand, (size_t)bo, sizeof *cand, cmp_mean_lp);
+                for (int j = 0; j < nn; j++) {
+                    sel[p * nn + j] = cand[j];
+                    sel[p * nn + j].index = p * nn + j;
+                }
+            }
+            r->result = oai_response_json(&r->resp, sel, r->n_subs * nn, &u);
+            free(sel);
+        }
+        r->result_status = 200;
+        if (!r->result) {
+            r->result = strdup("{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\",\"param\":null,\"code\":null}}");
+            r->result_status = 500;
+        }
+    }
+    srv__req_resume(r);
+}
+
+static void observe_final(srv *s, const engine_event *ev)
+{
+    s->met.success[met_reason_of(ev->finish)]++;
+    if (ev->index != 0 || (ev->finish != ENGINE_FINISH_STOP && ev->finish != ENGINE_FINISH_LENGTH)) return;
+    const engine_timings *t = &ev->timings;
+    if (t->first_token_us) met_observe(&s->met.ttft, (double)(t->first_token_us - t->arrival_us) / 1e6);
+    if (t->first_scheduled_us) met_observe(&s->met.queue, (double)(t->first_scheduled_us - t->arrival_us) / 1e6);
+    met_observe(&s->met.e2e, (double)(t->finish_us - t->arrival_us) / 1e6);
+}
+
+/* One engine event for a streamed request. */
+static void stream_event(srv_req *r, int p, oai_choice *c, const engine_event *ev)
+{
+    oai_request *q = &r->oreq;
+    const oai_resp *rs = &r->resp;
+    int has_lp = q->logprobs >= 0 && ev->logprobs && ev->n_tokens > 0;
+    oai_lp lp[1];
+    if (has_lp) {
+        lp[0].r = ev->logprobs[0];
+        lp[0].has_logprob = 1;
+    }
+    if (!c->started && ev->finish != ENGINE_FINISH_ABORT && ev->finish != ENGINE_FINISH_ERROR) {
+        c->started = 1;
+        if (q->kind == OAI_CHAT) emit(r, oai_chunk_sse(rs, c->index, 1, "", 0, NULL, 0, 0, 0));
+        else if (q->echo && r->echo_text[p][0])
+            emit(r, oai_chunk_sse(rs, c->index, 0, r->echo_text[p], strlen(r->echo_text[p]), NULL, 0, 0, 0));
+    }
+    int fin = ev->finish == ENGINE_FINISH_STOP || ev->finish == ENGINE_FINISH_LENGTH ? ev->finish : 0;
+    if (q->kind == OAI_CHAT) {
+        if (ev->text_len || has_lp)
+            emit(r, oai_chunk_sse(rs, c->index, 0, ev->text, ev->text_len, lp, has_lp, 0, 0));
+        if (fin) emit(r, oai_chunk_sse(rs, c->index, 0, "", 0, NULL, 0, 0, fin));
+    } else if (ev->text_len || has_lp || fin) {
+        emit(r, oai_chunk_sse(rs, c->index, 0, ev->text, ev->text_len, lp, has_lp, c->text_offset, fin));
+    }
+    if (has_lp) {
+        char buf[256];
+        int n = tok_token_bytes(r->s->tok, lp[0].r.token, 0, buf, (int)sizeof buf);
+        c->text_offset += (size_t)(n > 0 ? n : 0);
+    }
+}
+
+void srv__gen_event(srv *s, engine_event *ev)
+{
+    srv_sub *b = sub_find(s, ev->id);
+    if (!b) return;
+    srv_req *r = b->req;
+    oai_request *q = &r->oreq;
+    int ci = b->prompt_idx * q->best_of + ev->index;
+    if (ev->index < 0 || ev->index >= q->best_of) return;
+    oai_choice *c = &r->choices[ci];
+    int64_t now = engine_now_us();
+    if (ev->n_tokens > 0 && !ev->is_prompt) {
+        c->n_tokens += ev->n_tokens;
+        if (r->last_tok_us[ci]) met_observe(&s->met.itl, (double)(now - r->last_tok_us[ci]) / 1e6);
+        r->last_tok_us[ci] = now;
+    }
+    c->cum_logprob = ev->cum_logprob;
+    if (ev->finish == ENGINE_FINISH_ABORT || ev->finish == ENGINE_FINISH_ERROR) r->failed = 1;
+    if (ev->is_prompt) {
+        /* prompt log-probs are not reported yet */
+    } else if (q->stream) {
+        if (!r->failed && !r->stream_abort && !r->stream_done) stream_event(r, b->prompt_idx, c, ev);
+    } else if (!r->failed) {
+        if (ev->text_len) oai_choice_append_text(c, ev->text, ev->text_len);
+        if (q->logprobs >= 0 && ev->logprobs)
+            for (int k = 0; k < ev->n_tokens; k++) oai_choice_append_lp(c, &ev->logprobs[k], 1);
+    }
+    if (ev->finish == ENGINE_FINISH_NONE) return;
+    c->finish = ev->finish;
+    observe_final(s, ev);
+    b->cached_tokens = ev->usage.cached_tokens;
+    if (ev->usage.prompt_tokens) b->n_prompt = ev->usage.prompt_tokens;
+    r->n_output_tokens += ev->usage.completion_tokens;
+    b->n_open--;
+    r->n_open--;
+    if (r->failed && !r->client_gone) srv__gen_cancel(r);
+    if (b->n_open == 0) sub_remove(s, b);
+    if (r->n_open == 0) {
+        if (r->conn) finish_request(r);
+        srv__req_maybe_free(r);
+    }
+}
+
+/* ---- /tokenize, /detokenize ----------------------------------------------------------------- */
+
+enum MHD_Result srv__tokenize(srv_req *r)
+{
+    srv *s = r->s;
+    oai_tok_request t;
+    oai_error e;
+    if (oai_parse_tokenize(r->body ? r->body : "", r->body_len, &t, &e)) return srv__reply_error(r, &e);
+    int32_t *ids = NULL;
+    int n = 0;
+    int rc = t.prompt ? srv__text_ids(s, t.prompt, t.add_special, &ids, &n, &e)
+                      : srv__chat_ids(s, t.msgs, t.n_msgs, t.add_generation_prompt, &ids, &n, &e);
+    oai_tok_request_free(&t);
+    if (rc) return srv__reply_error(r, &e);
+    size_t cap = 64 + (size_t)n * 12;
+    char *out = malloc(cap);
+    if (out) {
+        size_t o = (size_t)snprintf(out, cap, "{\"count\":%d,\"max_model_len\":%d,\"tokens\":[", n, s->n_ctx);
+        for (int i = 0; i < n; i++) o += (size_t)snprintf(out + o, cap - o, i ? ",%d" : "%d", ids[i]);
+        snprintf(out + o, cap - o, "]}");
+    }
+    free(ids);
+    return srv__reply(r, 200, "application/json", out, out ? strlen(out) : 0);
+}
+
+enum MHD_Result srv__detokenize(srv_req *r)
+{
+    srv *s = r->s;
+    oai_tok_request t;
+    oai_error e;
+    oai_limits lim = {s->model_id, s->n_vocab};
+    if (oai_parse_detokenize(r->body ? r->body : "", r->body_len, &lim, &t, &e)) return srv__reply_error(r, &e);
+    int len = t.n_tokens ? tok_decode(s->tok, t.tokens, t.n_tokens, 1, NULL, 0) : 0;
+    char *text = malloc((size_t)(len > 0 ? len : 0) + 1);
+    if (text) {
+        if (len > 0) tok_decode(s->tok, t.tokens, t.n_tokens, 1, text, len);
+        text[len > 0 ? len : 0] = 0;
+    }
+    oai_tok_request_free(&t);
+    char *j = text ? oai_string_json("prompt", text) : NULL;
+    free(text);
+    return srv__reply(r, 200, "application/json", j, j ? strlen(j) : 0);
+}

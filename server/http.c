@@ -1,0 +1,546 @@
+/*
+ * http.c — libmicrohttpd inside the libuv loop: routing, authentication, plain JSON replies,
+ * streamed bodies with suspend/resume, client-disconnect detection and the access log.
+ *
+ * MHD runs with MHD_USE_EPOLL and no thread of its own: its epoll descriptor sits under a
+ * uv_poll and MHD_run is called when it is readable, after engine events, and when the uv_timer
+ * armed from MHD_get_timeout fires. A connection waiting on the engine is suspended (a non-streamed
+ * request inside the access handler, a stream inside its content reader) and resumed when events
+ * arrive. MHD does not watch suspended sockets, so every generation request also has a uv_poll on
+ * its socket for UV_DISCONNECT: a client that goes away is cancelled in the engine at once.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+
+#include "server/internal.h"
+
+/* ---- request objects ------------------------------------------------------------------------ */
+
+static void mint_id(char *buf, size_t len, const char *prefix)
+{
+    static uint64_t ctr;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t x = ((uint64_t)ts.tv_nsec << 20) ^ (uint64_t)ts.tv_sec ^ (++ctr * 0x9E3779B97F4A7C15ull);
+    x ^= x >> 31;
+    x *= 0xBF58476D1CE4E5B9ull;
+    x ^= x >> 29;
+    snprintf(buf, len, "%s%016llx%04x", prefix, (unsigned long long)x, (unsigned)(ctr & 0xffff));
+}
+
+static srv_req *req_new(srv *s, struct MHD_Connection *c, const char *method, const char *url)
+{
+    srv_req *r = calloc(1, sizeof *r);
+    if (!r) return NULL;
+    r->s = s;
+    r->conn = c;
+    r->start_us = engine_now_us();
+    snprintf(r->method, sizeof r->method, "%s", method);
+    snprintf(r->path, sizeof r->path, "%s", url);
+    const char *rid = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Request-Id");
+    int ok = rid && *rid && strlen(rid) < sizeof r->req_id;
+    for (const char *p = rid; ok && *p; p++) ok = *p > ' ' && *p < 0x7f;
+    if (ok) snprintf(r->req_id, sizeof r->req_id, "%s", rid);
+    else mint_id(r->req_id, sizeof r->req_id, "req-");
+    r->next = s->reqs;
+    if (s->reqs) s->reqs->prev = r;
+    s->reqs = r;
+    return r;
+}
+
+static void req_unlink_free(srv_req *r)
+{
+    srv *s = r->s;
+    if (r->prev) r->prev->next = r->next;
+    else s->reqs = r->next;
+    if (r->next) r->next->prev = r->prev;
+    srv__gen_free(r);
+    free(r->body);
+    free(r);
+}
+
+static void on_watch_closed(uv_handle_t *h)
+{
+    srv_req *r = h->data;
+    r->watch_state = SRV_WATCH_CLOSED;
+    srv__req_maybe_free(r);
+}
+
+static void watch_close(srv_req *r)
+{
+    if (r->watch_state != SRV_WATCH_ON) return;
+    r->watch_state = SRV_WATCH_CLOSING;
+    uv_close((uv_handle_t *)&r->watch, on_watch_closed);
+}
+
+void srv__req_maybe_free(srv_req *r)
+{
+    if (!r->conn_done || r->n_open > 0) return;
+    if (r->watch_state == SRV_WATCH_ON) watch_close(r);
+    if (r->watch_state == SRV_WATCH_CLOSING) return;
+    req_unlink_free(r);
+}
+
+void srv__req_resume(srv_req *r)
+{
+    if (r->suspended && r->conn) {
+        r->suspended = 0;
+        MHD_resume_connection(r->conn);
+    }
+}
+
+/* The client socket reported a hang-up: cancel the work and let MHD close the connection. */
+static void on_watch(uv_poll_t *h, int status, int events)
+{
+    srv_req *r = h->data;
+    if (status >= 0 && !(events & UV_DISCONNECT)) return;
+    uv_poll_stop(h);
+    r->client_gone = 1;
+    r->stream_abort = 1;
+    srv__gen_cancel(r);
+    srv__req_resume(r);
+    srv__http_run(r->s);
+}
+
+/* Starts the disconnect watch on r's socket (generation requests only). */
+static void watch_start(srv_req *r)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (!ci || uv_poll_init(&r->s->loop, &r->watch, ci->connect_fd)) return;
+    r->watch.data = r;
+    r->watch_state = SRV_WATCH_ON;
+    uv_poll_start(&r->watch, UV_DISCONNECT, on_watch);
+}
+
+/* ---- replies -------------------------------------------------------------------------------- */
+
+static void add_common_headers(srv_req *r, struct MHD_Response *resp, const char *ctype)
+{
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
+    MHD_add_response_header(resp, "x-request-id", r->req_id);
+    if (r->s->draining) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
+}
+
+enum MHD_Result srv__reply(srv_req *r, int status, const char *ctype, char *body, size_t len)
+{
+    if (!body) {
+        status = 500;
+        body = strdup("{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\",\"param\":null,\"code\":null}}");
+        if (!body) return MHD_NO;
+        len = strlen(body);
+        ctype = "application/json";
+    }
+    struct MHD_Response *resp = MHD_create_response_from_buffer(len, body, MHD_RESPMEM_MUST_FREE);
+    if (!resp) {
+        free(body);
+        return MHD_NO;
+    }
+    add_common_headers(r, resp, ctype);
+    if (status == 503) MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, "1");
+    if (status == 405)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW,
+                                strcmp(r->method, "GET") ? "GET" : "POST");
+    if (status == 401) MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
+    r->status = status;
+    enum MHD_Result ret = MHD_queue_response(r->conn, (unsigned)status, resp);
+    MHD_destroy_response(resp);
+    return ret;
+}
+
+enum MHD_Result srv__reply_error(srv_req *r, const oai_error *e)
+{
+    char *j = oai_error_json(e);
+    return srv__reply(r, e->status, "application/json", j, j ? strlen(j) : 0);
+}
+
+static enum MHD_Result reply_json(srv_req *r, int status, char *json)
+{
+    return srv__reply(r, status, "application/json", json, json ? strlen(json) : 0);
+}
+
+static enum MHD_Result reply_fail(srv_req *r, int status, const char *type, const char *code,
+                                  const char *fmt, const char *arg)
+{
+    oai_error e;
+    oai_fail(&e, status, type, code, NULL, fmt, arg);
+    return srv__reply_error(r, &e);
+}
+
+/* ---- streams -------------------------------------------------------------------------------- */
+
+void srv__stream_append(srv_req *r, const char *p, size_t n)
+{
+    if (r->stream_abort) return;
+    if (r->out_off > 0 && r->out_off == r->out_len) r->out_off = r->out_len = 0;
+    if (r->out_len + n > r->out_cap) {
+        if (r->out_off > 0) {
+            memmove(r->out, r->out + r->out_off, r->out_len - r->out_off);
+            r->out_len -= r->out_off;
+            r->out_off = 0;
+        }
+        size_t cap = r->out_cap ? r->out_cap : 4096;
+        while (cap < r->out_len + n) cap *= 2;
+        if (cap > r->out_cap) {
+            char *o = realloc(r->out, cap);
+            if (!o) {
+                r->stream_abort = 1;
+                srv__gen_cancel(r);
+                return;
+            }
+            r->out = o;
+            r->out_cap = cap;
+        }
+    }
+    memcpy(r->out + r->out_len, p, n);
+    r->out_len += n;
+    r->last_emit_us = engine_now_us();
+    srv__req_resume(r);
+}
+
+static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    srv_req *r = cls;
+    (void)pos;
+    if (r->stream_abort) return MHD_CONTENT_READER_END_WITH_ERROR;
+    if (r->out_len > r->out_off) {
+        size_t n = r->out_len - r->out_off;
+        if (n > max) n = max;
+        memcpy(buf, r->out + r->out_off, n);
+        r->out_off += n;
+        return (ssize_t)n;
+    }
+    if (r->stream_done) return MHD_CONTENT_READER_END_OF_STREAM;
+    if (!r->suspended) {
+        r->suspended = 1;
+        MHD_suspend_connection(r->conn);
+    }
+    return 0;
+}
+
+/* Queues the 200 SSE response whose body comes from r->out. */
+enum MHD_Result srv__stream_begin(srv_req *r)
+{
+    struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384,
+                                                                  stream_reader, r, NULL);
+    if (!resp) return MHD_NO;
+    add_common_headers(r, resp, "text/event-stream");
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    r->status = 200;
+    enum MHD_Result ret = MHD_queue_response(r->conn, MHD_HTTP_OK, resp);
+    MHD_destroy_response(resp);
+    return ret;
+}
+
+void srv__ping_tick(srv *s)
+{
+    int64_t now = engine_now_us();
+    int64_t iv = (int64_t)(s->cfg->sse_ping_interval_s * 1e6);
+    for (srv_req *r = s->reqs; r; r = r->next)
+        if (r->is_gen && r->oreq.stream && r->conn && !r->stream_done && !r->stream_abort &&
+            now - r->last_emit_us >= iv)
+            srv__stream_append(r, ": ping\n\n", 8);
+}
+
+/* ---- simple endpoints ---------------------------------------------------------------------- */
+
+static enum MHD_Result do_health(srv_req *r)
+{
+    srv *s = r->s;
+    engine_stats st;
+    engine_get_stats(s->e, &st);
+    int busy = st.num_running + st.num_waiting > 0;
+    int stuck = busy && engine_now_us() - st.last_step_us > 60 * 1000000LL;
+    const char *why = s->draining ? "draining" : !st.alive ? "engine stopped" : stuck ? "engine stuck" : NULL;
+    char buf[128];
+    snprintf(buf, sizeof buf, "{\"status\":\"%s\"}", why ? why : "ok");
+    return reply_json(r, why ? 503 : 200, strdup(buf));
+}
+
+static enum MHD_Result do_metrics(srv_req *r)
+{
+    engine_stats st;
+    engine_get_stats(r->s->e, &st);
+    char *t = met_render(&r->s->met, &st, r->s->model_id);
+    return srv__reply(r, 200, "text/plain; version=0.0.4; charset=utf-8", t, t ? strlen(t) : 0);
+}
+
+static char *model_json(srv *s, int list)
+{
+    char name[600];
+    size_t o = 0;
+    for (const char *p = s->model_id; *p && o < sizeof name - 3; p++) {
+        if (*p == '"' || *p == '\\') name[o++] = '\\';
+        name[o++] = *p;
+    }
+    name[o] = 0;
+    char *out = NULL;
+    const char *fmt = list ? "{\"object\":\"list\",\"data\":[{\"id\":\"%s\",\"object\":\"model\",\"created\":%lld,"
+                             "\"owned_by\":\"kvserve\",\"root\":\"%s\",\"parent\":null,\"max_model_len\":%d}]}"
+                           : "{\"id\":\"%s\",\"object\":\"model\",\"created\":%lld,\"owned_by\":\"kvserve\","
+                             "\"root\":\"%s\",\"parent\":null,\"max_model_len\":%d}";
+    if (asprintf(&out, fmt, name, (long long)s->created, name, s->n_ctx) < 0) return NULL;
+    return out;
+}
+
+static int auth_ok(srv_req *r)
+{
+    const char *key = r->s->cfg->api_key;
+    if (!key || !*key) return 1;
+    const char *h = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+    if (!h || strncasecmp(h, "Bearer ", 7)) return 0;
+    h += 7;
+    while (*h == ' ') h++;
+    size_t a = strlen(h), b = strlen(key);
+    unsigned diff = (unsigned)(a ^ b);
+    for (size_t i = 0; i < b; i++) diff |= (unsigned)(unsigned char)(i < a ? h[i] : 0) ^ (unsigned char)key[i];
+    return diff == 0;
+}
+
+enum route { R_NONE, R_HEALTH, R_METRICS, R_MODELS, R_MODEL, R_COMPL, R_CHAT, R_TOK, R_DETOK };
+
+static int route_of(const char *p, const char **want)
+{
+    static const struct {
+        const char *path;
+        int r;
+        const char *method;
+    } t[] = {{"/health", R_HEALTH, "GET"},          {"/metrics", R_METRICS, "GET"},
+             {"/v1/models", R_MODELS, "GET"},       {"/v1/completions", R_COMPL, "POST"},
+             {"/v1/chat/completions", R_CHAT, "POST"}, {"/tokenize", R_TOK, "POST"},
+             {"/detokenize", R_DETOK, "POST"}};
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
+        if (!strcmp(p, t[i].path)) {
+            *want = t[i].method;
+            return t[i].r;
+        }
+    if (!strncmp(p, "/v1/models/", 11) && p[11]) {
+        *want = "GET";
+        return R_MODEL;
+    }
+    return R_NONE;
+}
+
+static enum MHD_Result dispatch(srv_req *r)
+{
+    srv *s = r->s;
+    const char *want = NULL;
+    int rt = route_of(r->path, &want);
+    int guarded = !strncmp(r->path, "/v1/", 4) || rt == R_TOK || rt == R_DETOK;
+    if (guarded && !auth_ok(r))
+        return reply_fail(r, 401, "invalid_request_error", "invalid_api_key",
+                          "Incorrect or missing API key%s", " (send 'Authorization: Bearer KEY')");
+    if (rt == R_NONE)
+        return reply_fail(r, 404, "invalid_request_error", "not_found", "Unknown route '%s'", r->path);
+    int head = !strcmp(r->method, "HEAD") && !strcmp(want, "GET");
+    if (strcmp(r->method, want) && !head)
+        return reply_fail(r, 405, "invalid_request_error", "method_not_allowed",
+                          "Method not allowed here (use %s)", want);
+    if (r->body_too_big) {
+        char m[64];
+        snprintf(m, sizeof m, "%zu bytes", s->cfg->max_body_bytes);
+        return reply_fail(r, 413, "invalid_request_error", "request_too_large",
+                          "The request body exceeds the limit of %s", m);
+    }
+    switch (rt) {
+    case R_HEALTH: return do_health(r);
+    case R_METRICS: return do_metrics(r);
+    case R_MODELS: return reply_json(r, 200, model_json(s, 1));
+    case R_MODEL:
+        if (strcmp(r->path + 11, s->model_id))
+            return reply_fail(r, 404, "invalid_request_error", "model_not_found",
+                              "The model '%s' does not exist", r->path + 11);
+        return reply_json(r, 200, model_json(s, 0));
+    case R_TOK: return srv__tokenize(r);
+    case R_DETOK: return srv__detokenize(r);
+    case R_COMPL:
+    case R_CHAT:
+        if (s->draining)
+            return reply_fail(r, 503, "server_error", "server_shutting_down",
+                              "The server is shutting down%s", "");
+        return srv__gen_start(r, rt == R_CHAT ? OAI_CHAT : OAI_COMPLETION);
+    }
+    return MHD_NO;
+}
+
+static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char *url,
+                                 const char *method, const char *version, const char *upload,
+                                 size_t *upload_size, void **con_cls)
+{
+    srv *s = cls;
+    srv_req *r = *con_cls;
+    (void)version;
+    if (!r) {
+        r = req_new(s, c, method, url);
+        if (!r) return MHD_NO;
+        *con_cls = r;
+        const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+        if (cl && strtoull(cl, NULL, 10) > s->cfg->max_body_bytes) {
+            r->body_too_big = 1;
+            return dispatch(r);
+        }
+        return MHD_YES;
+    }
+    if (*upload_size) {
+        size_t n = *upload_size;
+        *upload_size = 0;
+        if (r->body_too_big) return MHD_YES;
+        if (r->body_len + n > s->cfg->max_body_bytes) {
+            r->body_too_big = 1;
+            return MHD_YES;
+        }
+        if (r->body_len + n + 1 > r->body_cap) {
+            size_t cap = r->body_cap ? r->body_cap : 4096;
+            while (cap < r->body_len + n + 1) cap *= 2;
+            char *b = realloc(r->body, cap);
+            if (!b) return MHD_NO;
+            r->body = b;
+            r->body_cap = cap;
+        }
+        memcpy(r->body + r->body_len, upload, n);
+        r->body_len += n;
+        r->body[r->body_len] = 0;
+        return MHD_YES;
+    }
+    if (r->is_gen) return srv__gen_reenter(r);
+    return dispatch(r);
+}
+
+/* MHD says how the request ended: a client that left early is cancelled in the engine. */
+static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
+                         enum MHD_RequestTerminationCode toe)
+{
+    srv *s = cls;
+    srv_req *r = *con_cls;
+    (void)c;
+    if (!r) return;
+    *con_cls = NULL;
+    r->conn = NULL;
+    r->conn_done = 1;
+    r->suspended = 0;
+    watch_close(r);
+    if (r->is_gen && r->n_open > 0) {
+        if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK) r->client_gone = 1;
+        r->stream_abort = 1;
+        srv__gen_cancel(r);
+    }
+    if (!r->status) r->status = 499; /* nothing was sent: the client went away */
+    double ms = (double)(engine_now_us() - r->start_us) / 1000.0;
+    fprintf(stderr, "%s %s %d prompt_tokens=%d output_tokens=%d %.1fms id=%s%s\n", r->method,
+            r->path, r->status, r->n_prompt_tokens, r->n_output_tokens, ms, r->req_id,
+            toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (client gone)");
+    s->met.http_requests++;
+    if (r->status >= 400) s->met.http_errors++;
+    if (r->counted_active) {
+        r->counted_active = 0;
+        s->n_gen_active--;
+    }
+    srv__req_maybe_free(r);
+    srv__check_drain(s);
+}
+
+/* ---- MHD under libuv ---------------------------------------------------------------------- */
+
+static void on_mhd_timer(uv_timer_t *t)
+{
+    srv__http_run(t->data);
+}
+
+static void on_mhd_poll(uv_poll_t *h, int status, int events)
+{
+    (void)status;
+    (void)events;
+    srv__http_run(h->data);
+}
+
+void srv__http_run(srv *s)
+{
+    if (!s->d) return;
+    MHD_run(s->d);
+    MHD_UNSIGNED_LONG_LONG ms = 0;
+    if (MHD_get_timeout(s->d, &ms) == MHD_YES)
+        uv_timer_start(&s->mhd_timer, on_mhd_timer, ms > 60000 ? 60000 : ms, 0);
+    else
+        uv_timer_start(&s->mhd_timer, on_mhd_timer, 1000, 0);
+}
+
+/* Resolves cfg->host into a socket address. */
+static int resolve(const char *host, int port, struct sockaddr_storage *ss, int *v6)
+{
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE};
+    struct addrinfo *res = NULL;
+    char ps[16];
+    snprintf(ps, sizeof ps, "%d", port);
+    if (getaddrinfo(host && *host ? host : NULL, ps, &hints, &res) || !res) return -EINVAL;
+    memcpy(ss, res->ai_addr, res->ai_addrlen);
+    *v6 = res->ai_family == AF_INET6;
+    freeaddrinfo(res);
+    return 0;
+}
+
+int srv__http_start(srv *s, char *err, size_t err_len)
+{
+    struct sockaddr_storage ss;
+    int v6 = 0;
+    if (resolve(s->cfg->host, s->cfg->port, &ss, &v6)) {
+        snprintf(err, err_len, "cannot resolve listen address '%s'", s->cfg->host);
+        return -EINVAL;
+    }
+    unsigned flags = MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
+    if (v6) flags |= MHD_USE_IPv6;
+    s->d = MHD_start_daemon(flags, (uint16_t)s->cfg->port, NULL, NULL, on_access, s,
+                            MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
+                            MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)600,
+                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)4000,
+                            MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)65536,
+                            MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)1024,
+                            MHD_OPTION_END);
+    if (!s->d) {
+        snprintf(err, err_len, "cannot listen on %s:%d (address in use or not permitted)",
+                 s->cfg->host, s->cfg->port);
+        return -EADDRINUSE;
+    }
+    const union MHD_DaemonInfo *pi = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
+    s->port = pi && pi->port ? pi->port : s->cfg->port;
+    const union MHD_DaemonInfo *ei = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_EPOLL_FD);
+    if (!ei || uv_poll_init(&s->loop, &s->mhd_poll, ei->epoll_fd)) {
+        snprintf(err, err_len, "cannot watch the HTTP daemon's epoll descriptor");
+        MHD_stop_daemon(s->d);
+        s->d = NULL;
+        return -EIO;
+    }
+    s->mhd_poll.data = s;
+    uv_poll_start(&s->mhd_poll, UV_READABLE, on_mhd_poll);
+    uv_timer_init(&s->loop, &s->mhd_timer);
+    s->mhd_timer.data = s;
+    srv__http_run(s);
+    return 0;
+}
+
+void srv__http_stop(srv *s)
+{
+    if (!s->d) return;
+    /* MHD must not be stopped with suspended connections: resume them as aborted first. */
+    for (srv_req *r = s->reqs; r; r = r->next) {
+        r->stream_abort = 1;
+        srv__req_resume(r);
+    }
+    for (int i = 0; i < 3; i++) MHD_run(s->d);
+    uv_poll_stop(&s->mhd_poll);
+    uv_timer_stop(&s->mhd_timer);
+    MHD_stop_daemon(s->d);
+    s->d = NULL;
+}
+
+/* Attaches the disconnect watch (gen.c, once a generation request is submitted). */
+void srv__watch_start(srv_req *r)
+{
+    watch_start(r);
+}

@@ -1,0 +1,140 @@
+/*
+ * internal.h — what server.c, http.c and gen.c share. Everything here lives on the loop thread.
+ *
+ *   srv ──reqs──► srv_req (one per HTTP request, from MHD's first callback until both the
+ *                  connection is done and every engine choice has finished)
+ *        ──hash──► srv_sub (one per engine request: a prompt of an HTTP request) ──req──► srv_req
+ *
+ * A srv_req is freed by srv__req_maybe_free once conn_done, n_open == 0 and its disconnect
+ * watch (a uv_poll on the client socket) is closed.
+ */
+#ifndef KVSERVE_SERVER_INTERNAL_H
+#define KVSERVE_SERVER_INTERNAL_H
+
+#include <microhttpd.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "engine/engine.h"
+#include "engine/model.h"
+#include "engine/tokenizer.h"
+#include "server/metrics.h"
+#include "server/openai.h"
+#include "server/server.h"
+
+#define SRV_HASH 1024
+
+typedef struct srv srv;
+typedef struct srv_req srv_req;
+
+typedef struct srv_sub {
+    uint64_t id;              /* engine request id */
+    srv_req *req;
+    int prompt_idx;
+    int n_prompt;             /* prompt tokens */
+    int cached_tokens;        /* from the final events */
+    int n_open;               /* choices of this sub not finished */
+    int in_hash;
+    struct srv_sub *hnext;
+} srv_sub;
+
+enum srv_watch { SRV_WATCH_NONE = 0, SRV_WATCH_ON, SRV_WATCH_CLOSING, SRV_WATCH_CLOSED };
+
+struct srv_req {
+    srv *s;
+    struct MHD_Connection *conn; /* NULL once MHD reported the request complete */
+    char method[16];
+    char path[192];
+    char req_id[96];             /* x-request-id, echoed or minted */
+    int64_t start_us;
+    char *body;                  /* [body_len] uploaded bytes, NUL-terminated */
+    size_t body_len, body_cap;
+    int body_too_big;
+    int status;                  /* HTTP status sent (access log) */
+    int n_prompt_tokens, n_output_tokens;
+    int conn_done;
+    int suspended;
+    /* generation requests */
+    int is_gen;
+    int counted_active;          /* counted in s->n_gen_active */
+    oai_request oreq;
+    oai_resp resp;
+    char id[48];                 /* resp.id */
+    srv_sub *subs;               /* [n_subs] one per prompt */
+    int n_subs;
+    oai_choice *choices;         /* [n_subs * best_of], sub p's choice j at p * best_of + j */
+    int64_t *last_tok_us;        /* [same] arrival of the choice's last token (latency metric) */
+    int n_choices;
+    int n_open;                  /* choices not finished, over all subs */
+    int failed;                  /* an engine error or abort ended it */
+    int client_gone;
+    char **echo_text;            /* [n_subs] prompt text for echo, or NULL */
+    /* non-streamed result */
+    char *result;                /* JSON body ready to send */
+    int result_status;
+    /* stream */
+    char *out;                   /* SSE bytes not yet taken by MHD: out[out_off .. out_len) */
+    size_t out_len, out_off, out_cap;
+    int stream_done;             /* nothing more will be appended */
+    int stream_abort;            /* end the stream with an error (client gone / shutdown) */
+    int64_t last_emit_us;
+    /* disconnect watch */
+    uv_poll_t watch;
+    int watch_state;             /* enum srv_watch */
+    srv_req *prev, *next;
+};
+
+struct srv {
+    const srv_config *cfg;
+    model *m;
+    tokenizer *tok;
+    engine *e;
+    int chat_tmpl;
+    char model_id[256];
+    int n_ctx;
+    int n_vocab;
+    int64_t created;             /* Unix seconds at start-up (/v1/models) */
+    uv_loop_t loop;
+    uv_async_t wake;
+    uv_poll_t mhd_poll;
+    uv_timer_t mhd_timer, ping_timer, drain_timer;
+    uv_signal_t sig_term, sig_int;
+    struct MHD_Daemon *d;
+    met met;
+    srv_sub *hash[SRV_HASH];
+    srv_req *reqs;               /* every live srv_req */
+    int n_gen_active;            /* generation requests whose connection is not done */
+    int draining;
+    int drain_expired;
+    int stopping;
+    int port;                    /* bound port */
+};
+
+/* http.c */
+int srv__http_start(srv *s, char *err, size_t err_len);
+void srv__http_run(srv *s);
+void srv__http_stop(srv *s);
+void srv__req_resume(srv_req *r);
+void srv__req_maybe_free(srv_req *r);
+void srv__ping_tick(srv *s);
+enum MHD_Result srv__reply(srv_req *r, int status, const char *ctype, char *body, size_t len);
+enum MHD_Result srv__reply_error(srv_req *r, const oai_error *e);
+void srv__check_drain(srv *s);
+enum MHD_Result srv__stream_begin(srv_req *r);
+void srv__watch_start(srv_req *r);
+
+/* gen.c */
+enum MHD_Result srv__gen_start(srv_req *r, int kind);
+enum MHD_Result srv__gen_reenter(srv_req *r);
+void srv__gen_event(srv *s, engine_event *ev);
+void srv__gen_cancel(srv_req *r);
+void srv__gen_free(srv_req *r);
+enum MHD_Result srv__tokenize(srv_req *r);
+enum MHD_Result srv__detokenize(srv_req *r);
+/* Renders a chat into token ids (malloc'd *ids). 0 or -EINVAL with e filled. */
+int srv__chat_ids(srv *s, const oai_msg *msgs, int n_msgs, int add_generation_prompt,
+                  int32_t **ids, int *n_ids, oai_error *e);
+int srv__text_ids(srv *s, const char *text, int add_special, int32_t **ids, int *n_ids, oai_error *e);
+void srv__stream_append(srv_req *r, const char *s, size_t n);
+
+#endif

@@ -1,0 +1,239 @@
+/*
+ * server.c — wiring: model + tokenizer + engine + HTTP daemon on one libuv loop, signals,
+ * graceful drain and systemd notification.
+ *
+ * Life: load (model, tokenizer, chat template) → engine thread → listen → READY=1 → loop.
+ * SIGTERM/SIGINT: /health turns 503, new generations get 503, STOPPING=1 is sent; in-flight
+ * requests finish (their responses fully written) or --drain-timeout cancels them; then the loop
+ * stops and everything is torn down in reverse order, exit 0. A second signal exits at once.
+ * The engine thread only ever calls wake(), which does uv_async_send.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "engine/chat.h"
+#include "server/internal.h"
+
+/* sd_notify(3)'s datagram protocol, without libsystemd. Silent when NOTIFY_SOCKET is unset. */
+static void srv_notify(const char *msg)
+{
+    const char *path = getenv("NOTIFY_SOCKET");
+    if (!path || !*path) return;
+    struct sockaddr_un a;
+    memset(&a, 0, sizeof a);
+    a.sun_family = AF_UNIX;
+    size_t n = strlen(path);
+    if (n >= sizeof a.sun_path) return;
+    memcpy(a.sun_path, path, n);
+    if (a.sun_path[0] == '@') a.sun_path[0] = 0; /* abstract namespace */
+    int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return;
+    if (sendto(fd, msg, strlen(msg), MSG_NOSIGNAL, (struct sockaddr *)&a,
+               (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n)) < 0)
+        fprintf(stderr, "kvserve: sd_notify: %s\n", strerror(errno));
+    close(fd);
+}
+
+static void on_wake(uv_async_t *h)
+{
+    srv *s = h->data;
+    engine_event *evs[64];
+    int n;
+    while ((n = engine_poll(s->e, evs, 64)) > 0)
+        for (int i = 0; i < n; i++) {
+            srv__gen_event(s, evs[i]);
+            engine_event_free(evs[i]);
+        }
+    srv__http_run(s);
+}
+
+/* Engine thread: only the async send. */
+static void wake_cb(void *ud)
+{
+    uv_async_send(ud);
+}
+
+static void on_ping(uv_timer_t *t)
+{
+    srv *s = t->data;
+    srv__ping_tick(s);
+    srv__http_run(s);
+}
+
+void srv__check_drain(srv *s)
+{
+    if (s->draining && !s->stopping && s->n_gen_active == 0) {
+        s->stopping = 1;
+        uv_stop(&s->loop);
+    }
+}
+
+static void on_drain_timeout(uv_timer_t *t)
+{
+    srv *s = t->data;
+    if (!s->drain_expired) {
+        s->drain_expired = 1;
+        fprintf(stderr, "kvserve: drain timeout: cancelling %d request(s)\n", s->n_gen_active);
+        for (srv_req *r = s->reqs; r; r = r->next) srv__gen_cancel(r);
+        uv_timer_start(t, on_drain_timeout, 2000, 0); /* let the cancellations be written */
+        return;
+    }
+    s->stopping = 1;
+    uv_stop(&s->loop);
+}
+
+static void on_signal(uv_signal_t *h, int signum)
+{
+    srv *s = h->data;
+    if (s->draining) {
+        fprintf(stderr, "kvserve: second signal (%s): exiting now\n", strsignal(signum));
+        _exit(1);
+    }
+    s->draining = 1;
+    srv_notify("STOPPING=1");
+    fprintf(stderr, "kvserve: %s: draining %d in-flight request(s) (up to %.0f s)\n",
+            strsignal(signum), s->n_gen_active, s->cfg->drain_timeout_s);
+    uv_timer_start(&s->drain_timer, on_drain_timeout, (uint64_t)(s->cfg->drain_timeout_s * 1000), 0);
+    srv__check_drain(s);
+}
+
+/* The served model id: --served-model-name, else the file name without .gguf. */
+static void model_id_of(const srv_config *c, char *out, size_t len)
+{
+    if (c->served_model_name && *c->served_model_name) {
+        snprintf(out, len, "%s", c->served_model_name);
+        return;
+    }
+    const char *b = strrchr(c->model_path, '/');
+    b = b ? b + 1 : c->model_path;
+    snprintf(out, len, "%s", b);
+    size_t n = strlen(out);
+    if (n > 5 && !strcmp(out + n - 5, ".gguf")) out[n - 5] = 0;
+}
+
+static int load(srv *s, char *err, size_t err_len)
+{
+    const srv_config *c = s->cfg;
+    if (model_load(c->model_path, &s->m, err, err_len)) return -EINVAL;
+    s->tok = tok_create(s->m->gguf, err, err_len);
+    if (!s->tok) return -EINVAL;
+    if (c->chat_template && *c->chat_template) {
+        s->chat_tmpl = chat_template_by_name(c->chat_template);
+        if (s->chat_tmpl < 0) {
+            snprintf(err, err_len, "unknown chat template '%s'", c->chat_template);
+            return -EINVAL;
+        }
+    } else {
+        gguf_str js;
+        char *jinja = NULL;
+        if (!gguf_get_str(s->m->gguf, "tokenizer.chat_template", &js)) {
+            jinja = malloc(js.len + 1);
+            if (jinja) gguf_str_copy(js, jinja, js.len + 1);
+        }
+        s->chat_tmpl = chat_template_detect(jinja, s->tok);
+        free(jinja);
+    }
+    model_id_of(c, s->model_id, sizeof s->model_id);
+    s->n_ctx = s->m->hp.n_ctx_train;
+    s->n_vocab = tok_n_vocab(s->tok);
+    if (s->m->hp.n_vocab < s->n_vocab) s->n_vocab = s->m->hp.n_vocab;
+    return 0;
+}
+
+static void close_handle(uv_handle_t *h)
+{
+    if (h->loop && !uv_is_closing(h)) uv_close(h, NULL);
+}
+
+static void teardown(srv *s)
+{
+    srv__http_stop(s);
+    if (s->e) engine_destroy(s->e, 0);
+    s->e = NULL;
+    close_handle((uv_handle_t *)&s->wake);
+    close_handle((uv_handle_t *)&s->ping_timer);
+    close_handle((uv_handle_t *)&s->drain_timer);
+    close_handle((uv_handle_t *)&s->mhd_timer);
+    close_handle((uv_handle_t *)&s->mhd_poll);
+    close_handle((uv_handle_t *)&s->sig_term);
+    close_handle((uv_handle_t *)&s->sig_int);
+    uv_run(&s->loop, UV_RUN_DEFAULT); /* runs the close callbacks */
+    while (s->reqs) { /* requests whose engine events died with the engine */
+        srv_req *r = s->reqs;
+        r->n_open = 0;
+        r->conn_done = 1;
+        if (r->watch_state == SRV_WATCH_CLOSING) r->watch_state = SRV_WATCH_CLOSED;
+        srv__req_maybe_free(r);
+    }
+    uv_loop_close(&s->loop);
+    tok_destroy(s->tok);
+    model_destroy(s->m);
+}
+
+int srv_run(const srv_config *cfg)
+{
+    srv *s = calloc(1, sizeof *s);
+    if (!s) return 1;
+    s->cfg = cfg;
+    s->created = (int64_t)time(NULL);
+    met_init(&s->met);
+    signal(SIGPIPE, SIG_IGN);
+    char err[512] = "";
+    int rc = 1;
+    uv_loop_init(&s->loop);
+    uv_async_init(&s->loop, &s->wake, on_wake);
+    s->wake.data = s;
+    uv_timer_init(&s->loop, &s->ping_timer);
+    uv_timer_init(&s->loop, &s->drain_timer);
+    s->ping_timer.data = s->drain_timer.data = s;
+    uv_signal_init(&s->loop, &s->sig_term);
+    uv_signal_init(&s->loop, &s->sig_int);
+    s->sig_term.data = s->sig_int.data = s;
+    if (load(s, err, sizeof err)) {
+        fprintf(stderr, "kvserve serve: %s\n", err);
+        goto out;
+    }
+    engine_config ec = cfg->engine;
+    ec.model = s->m;
+    ec.tok = s->tok;
+    ec.wake = wake_cb;
+    ec.wake_ud = &s->wake;
+    s->e = engine_create(&ec, err, sizeof err);
+    if (!s->e) {
+        fprintf(stderr, "kvserve serve: %s\n", err);
+        goto out;
+    }
+    if (srv__http_start(s, err, sizeof err)) {
+        fprintf(stderr, "kvserve serve: %s\n", err);
+        goto out;
+    }
+    uv_signal_start(&s->sig_term, on_signal, SIGTERM);
+    uv_signal_start(&s->sig_int, on_signal, SIGINT);
+    double pi = cfg->sse_ping_interval_s > 0 ? cfg->sse_ping_interval_s : 15;
+    uint64_t tick = (uint64_t)(pi * 500) > 10 ? (uint64_t)(pi * 500) : 10;
+    if (tick > 1000) tick = 1000;
+    uv_timer_start(&s->ping_timer, on_ping, tick, tick);
+    int v6 = strchr(cfg->host, ':') != NULL;
+    fprintf(stderr, "kvserve: serving '%s' (context %d, chat template %s) on http://%s%s%s:%d\n",
+            s->model_id, s->n_ctx, chat_template_name(s->chat_tmpl), v6 ? "[" : "", cfg->host,
+            v6 ? "]" : "", s->port);
+    char ready[512];
+    snprintf(ready, sizeof ready, "READY=1\nSTATUS=serving %s on port %d\nMAINPID=%ld", s->model_id,
+             s->port, (long)getpid());
+    srv_notify(ready);
+    uv_run(&s->loop, UV_RUN_DEFAULT);
+    fprintf(stderr, "kvserve: drained, exiting\n");
+    rc = 0;
+out:
+    teardown(s);
+    free(s);
+    return rc;
+}

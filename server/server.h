@@ -1,0 +1,32 @@
+/*
+ * server.h — kvserve's HTTP server: one libuv loop on the calling thread drives libmicrohttpd,
+ * timers, signals and the engine's wake-ups; the engine runs on its own thread.
+ *
+ * srv_run loads the model, starts the engine and the listener, tells systemd READY=1 (when
+ * NOTIFY_SOCKET is set), serves until SIGTERM/SIGINT, drains, and returns the exit code.
+ */
+#ifndef KVSERVE_SERVER_H
+#define KVSERVE_SERVER_H
+
+#include <stddef.h>
+
+#include "engine/engine.h"
+
+typedef struct srv_config {
+    const char *model_path;        /* GGUF file */
+    const char *served_model_name; /* NULL: the file name without .gguf */
+    const char *host;              /* numeric address or name to listen on */
+    int port;                      /* TCP port */
+    const char *api_key;           /* NULL: no authentication */
+    const char *chat_template;     /* NULL: detected from the GGUF */
+    size_t max_body_bytes;         /* larger bodies get 413 */
+    double drain_timeout_s;        /* SIGTERM: seconds to finish in-flight requests */
+    double sse_ping_interval_s;    /* seconds between ': ping' comments on idle streams */
+    engine_config engine;          /* engine settings; model, tok and wake are set by the server */
+} srv_config;
+
+/* Runs the server until it is stopped by a signal; returns the process exit code (0 after a
+ * graceful drain, 1 when start-up failed). */
+int srv_run(const srv_config *cfg);
+
+#endif
