@@ -4,11 +4,13 @@
  */
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "cli/mkmodel.h"
 #include "engine/dtype.h"
 #include "engine/gguf.h"
 
@@ -420,5 +422,149 @@ Test(gguf, stories260k)
     cr_assert_neq(gguf_open(tmp, &f, err, sizeof err), 0);
     cr_assert(strstr(err, tmp) && strstr(err, "extends past end of file"), "%s", err);
     unlink(tmp);
+    free(buf);
+}
+
+/* Row generator for the writer round trip: a different smooth pattern per tensor. */
+static void tg_rows(void *ctx, int tensor, int64_t row, float *dst, int64_t n)
+{
+    (void)ctx;
+    for (int64_t i = 0; i < n; i++)
+        dst[i] = sinf((float)(tensor * 100 + row * 7 + i) * 0.37f) * (float)(tensor + 1);
+}
+
+static void tg_tmp(char *buf, size_t n, const char *tag)
+{
+    const char *d = getenv("TMPDIR");
+    snprintf(buf, n, "%s/kvserve_gguf_%s_%d.gguf", d && *d ? d : "/tmp", tag, (int)getpid());
+}
+
+Test(gguf, writer_round_trip)
+{
+    mkm_writer *w = mkm_writer_create();
+    cr_assert(w);
+    const char *strs[] = {"alpha", "", "▁γ"};
+    float fs[] = {1.5f, -2.25f};
+    int32_t is[] = {7, -8, 9};
+    cr_assert_eq(mkm_kv_u32(w, "a.u32", 123456789u), 0);
+    cr_assert_eq(mkm_kv_i32(w, "a.i32", -42), 0);
+    cr_assert_eq(mkm_kv_u64(w, "a.u64", 1ull << 50), 0);
+    cr_assert_eq(mkm_kv_f32(w, "a.f32", 0.1f), 0);
+    cr_assert_eq(mkm_kv_bool(w, "a.bool", 1), 0);
+    cr_assert_eq(mkm_kv_str(w, "a.str", "text with ünïcode"), 0);
+    cr_assert_eq(mkm_kv_arr_str(w, "a.strs", strs, 3), 0);
+    cr_assert_eq(mkm_kv_arr_f32(w, "a.f32s", fs, 2), 0);
+    cr_assert_eq(mkm_kv_arr_i32(w, "a.i32s", is, 3), 0);
+    const int types[] = {DT_F32, DT_F16, DT_BF16, DT_Q8_0};
+    const int64_t ne[3] = {64, 3, 2};
+    char name[32];
+    for (int t = 0; t < 4; t++) {
+        snprintf(name, sizeof name, "t%d", t);
+        cr_assert_eq(mkm_tensor(w, name, types[t], t == 3 ? 3 : 2, ne), t);
+    }
+    cr_assert_eq(mkm_tensor(w, "odd", DT_F32, 1, (int64_t[]){5}), 4);
+    cr_assert_eq(mkm_tensor(w, "bad", DT_Q8_0, 1, (int64_t[]){33}), -EINVAL);
+    cr_assert_eq(mkm_tensor(w, "bad", DT_Q4_0, 1, (int64_t[]){32}), -EINVAL);
+    char path[512], err[512];
+    tg_tmp(path, sizeof path, "rt");
+    cr_assert_eq(mkm_writer_write(w, path, tg_rows, NULL, err, sizeof err), 0, "%s", err);
+    mkm_writer_destroy(w);
+
+    gguf_file *f;
+    cr_assert_eq(gguf_open(path, &f, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(gguf_n_kv(f), 10);
+    cr_assert(gguf_str_eq(gguf_kv_at(f, 0)->key, "general.alignment"));
+    uint32_t u;
+    int64_t i64;
+    float fl;
+    int b;
+    gguf_str s;
+    const gguf_arr *a;
+    cr_assert(!gguf_get_u32(f, "a.u32", &u) && u == 123456789u);
+    cr_assert(!gguf_get_i64(f, "a.i32", &i64) && i64 == -42);
+    cr_assert(!gguf_get_i64(f, "a.u64", &i64) && i64 == 1ll << 50);
+    cr_assert(!gguf_get_f32(f, "a.f32", &fl) && fl == 0.1f);
+    cr_assert(!gguf_get_bool(f, "a.bool", &b) && b == 1);
+    cr_assert(!gguf_get_str(f, "a.str", &s) && gguf_str_eq(s, "text with ünïcode"));
+    cr_assert(!gguf_get_arr(f, "a.strs", &a) && a->n == 3 && a->type == GGUF_T_STRING);
+    for (int k = 0; k < 3; k++) cr_assert(gguf_str_eq(a->strs[k], strs[k]));
+    cr_assert(!gguf_get_arr(f, "a.f32s", &a) && a->n == 2 && gguf_arr_f64(a, 1) == -2.25);
+    cr_assert(!gguf_get_arr(f, "a.i32s", &a) && a->n == 3 && gguf_arr_i64(a, 1) == -8);
+    cr_assert_eq(gguf_n_tensors(f), 5);
+    float row[64];
+    uint8_t want[256];
+    for (int t = 0; t < 5; t++) {
+        const gguf_tensor *gt = gguf_tensor_at(f, t);
+        int type = t < 4 ? types[t] : DT_F32;
+        int64_t ne0 = t < 4 ? 64 : 5, rows = t == 3 ? 6 : t < 4 ? 3 : 1;
+        cr_assert_eq(gt->type, type);
+        cr_assert_eq(gt->offset % 32, 0u);
+        cr_assert_eq(gt->ne[0], ne0);
+        size_t rb = dt_row_bytes(type, ne0);
+        cr_assert_eq(gt->n_bytes, rb * (size_t)rows);
+        for (int64_t r = 0; r < rows; r++) {
+            tg_rows(NULL, t, r, row, ne0);
+            mkm_quantize_row(type, row, want, ne0);
+            cr_assert_arr_eq((const uint8_t *)gt->data + r * rb, want, rb, "tensor %d row %d", t,
+                             (int)r);
+        }
+    }
+    cr_assert_eq(gguf_tensor_at(f, 3)->ne[2], 2);
+    gguf_close(f);
+    unlink(path);
+}
+
+Test(gguf, mkmodel_file_round_trip)
+{
+    mkm_params p;
+    mkm_params_default(&p);
+    p.arch = "qwen2";
+    p.type = DT_Q8_0;
+    p.dim = 64;
+    p.layers = 3;
+    p.ffn = 128;
+    p.vocab = 400;
+    p.tokenizer = "gpt2";
+    const char *extra[] = {"<|im_start|>", "<|im_end|>"};
+    p.extra_tokens = extra;
+    p.n_extra = 2;
+    p.chat_template = "{% for message in messages %}<|im_start|>...";
+    char path[512], err[512];
+    tg_tmp(path, sizeof path, "mk");
+    cr_assert_eq(mkm_write(path, &p, err, sizeof err), 0, "%s", err);
+    size_t n;
+    uint8_t *buf = tg_slurp(path, &n);
+    unlink(path);
+    cr_assert(buf);
+    gguf_file *f;
+    cr_assert_eq(gguf_open_mem(buf, n, &f, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(gguf_n_tensors(f), 3 + 12 * 3);
+    const gguf_arr *a;
+    cr_assert(!gguf_get_arr(f, "tokenizer.ggml.tokens", &a) && a->n == 400);
+    cr_assert(gguf_str_eq(a->strs[399], "<|im_end|>"));
+    cr_assert(gguf_str_eq(a->strs[397], "<|endoftext|>"));
+    uint32_t bos;
+    cr_assert(!gguf_get_u32(f, "tokenizer.ggml.bos_token_id", &bos) && bos == 397);
+    gguf_str s;
+    cr_assert(!gguf_get_str(f, "tokenizer.chat_template", &s));
+    cr_assert(gguf_str_eq(s, p.chat_template));
+    cr_assert(!gguf_get_arr(f, "tokenizer.ggml.merges", &a) && a->n > 0);
+    const gguf_tensor *t = gguf_find_tensor(f, "blk.2.attn_norm.weight");
+    cr_assert(t && t->type == DT_F32);
+    for (int i = 0; i < 64; i++) cr_assert_eq(((const float *)t->data)[i], 1.0f);
+    uint64_t data = gguf_data_offset(f);
+    gguf_close(f);
+    /* The same bytes again give the same file (deterministic writer). */
+    cr_assert_eq(mkm_write(path, &p, err, sizeof err), 0, "%s", err);
+    size_t n2;
+    uint8_t *buf2 = tg_slurp(path, &n2);
+    unlink(path);
+    cr_assert(n2 == n && !memcmp(buf, buf2, n), "mkmodel output is not deterministic");
+    free(buf2);
+    /* Truncated anywhere in the header region, or in the data: refused. */
+    for (size_t cut = 0; cut < data; cut += 1 + (cut > 4096) * 10)
+        cr_assert_neq(tg_open_copy(buf, cut, err, sizeof err, NULL), 0, "cut at %zu", cut);
+    for (size_t cut = data; cut < n; cut += (n - data) / 7 + 1)
+        cr_assert_neq(tg_open_copy(buf, cut, err, sizeof err, NULL), 0, "cut at %zu", cut);
     free(buf);
 }
