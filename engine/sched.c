@@ -114,6 +114,7 @@ void sched_destroy(sched *sc)
 
 int sched_add(sched *sc, seq *s)
 {
+    if (s->n_choices > sc->c.max_seqs) return -EINVAL;
     if (sched__grow(&sc->waiting, &sc->cap_waiting, sc->n_waiting + 1)) return -ENOMEM;
     s->status = SEQ_WAITING;
     sc->waiting[sc->n_waiting++] = s;
@@ -208,6 +209,7 @@ static int sched__plan_running(sched *sc, seq *s, int n_new, int *budget)
         sched__preempt(sc, victim, budget);
         if (victim == s) return 0;
     }
+    assert(sc->n_plan < sc->c.max_seqs);
     sc->plan[sc->n_plan++] = (batch_entry){s, n_new, s->n_computed + n_new == s->n_tokens};
     *budget -= n_new;
     return 1;
@@ -370,7 +372,9 @@ static int sched__schedule(sched *sc)
     while (budget > 0 && sc->n_waiting) {
         int i = sched__pick(sc, held);
         if (i < 0) break;
-        if (sc->n_running && sc->n_running + sc->waiting[i]->n_choices > sc->c.max_seqs) break;
+        int load = 0; /* an unforked n > 1 request counts as its n choices */
+        for (int k = 0; k < sc->n_running; k++) load += sc->running[k]->n_choices;
+        if (load + sc->waiting[i]->n_choices > sc->c.max_seqs) break;
         if (sc->n_plan == sc->c.max_seqs) break;
         rc = sched__admit(sc, i, &budget, held);
         if (rc < 0) return rc;

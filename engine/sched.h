@@ -77,7 +77,8 @@ sched *sched_create(const sched_config *c, const sched_runner *r);
 /* Destroys the tree and the pool; every sequence must have been released. */
 void sched_destroy(sched *sc);
 
-/* Queues a WAITING sequence at the back. Its sp and rng must be set. 0 or -ENOMEM. */
+/* Queues a WAITING sequence at the back. Its sp and rng must be set. 0, -EINVAL (more choices
+ * than max_seqs) or -ENOMEM. */
 int sched_add(sched *sc, seq *s);
 
 /* Runs one step. Returns the number of samples (≥ 0) and points *out at them (valid until the

@@ -1,0 +1,527 @@
+/*
+ * test_sched.c — the scheduler against a fake model with scripted logits.
+ *
+ * The fake keeps its own "KV arena": each slot remembers the token id and position written to
+ * it. The logits of a row are a hash of the whole context read back through the batch's block
+ * table, so a wrong block table, a wrong slot, a bad copy-on-write or a prefix block holding other
+ * tokens changes the sampled tokens. Every run is compared with a reference that computes the
+ * same hash straight from the token list, and every step ends with sched_check; every test ends
+ * with all blocks free or held only by the prefix cache.
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/engine.h"
+#include "engine/sched.h"
+
+#define TS_VOCAB 64
+#define TS_EOG 2
+#define TS_MAXSEQ 64
+
+typedef struct ts_fake {
+    int bs, n_blocks;
+    int32_t *kv_tok, *kv_pos;  /* [n_blocks * bs] */
+    int max_tokens, max_seqs;  /* limits the batches must respect */
+    int n_steps;
+    int step_tokens[4096];     /* n_tokens of each step */
+    int step_seqs[4096];
+    int eog_every;             /* 0: never favour eog; k: when hash % k == 0 */
+} ts_fake;
+
+static uint64_t ts_mix(uint64_t x)
+{
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ull;
+    x ^= x >> 33;
+    return x;
+}
+
+/* Logits of the next token after a context with running hash h. */
+static void ts_logits(const ts_fake *f, uint64_t h, float *out)
+{
+    for (int v = 0; v < TS_VOCAB; v++)
+        out[v] = v < 3 ? -10.0f : (float)(ts_mix(h ^ ((uint64_t)v << 20)) % 1000) / 200.0f;
+    if (f->eog_every && h % (uint64_t)f->eog_every == 0) out[TS_EOG] = 20.0f;
+}
+
+static uint64_t ts_hash_step(uint64_t h, int32_t tok, int pos)
+{
+    return ts_mix(h ^ ((uint64_t)(uint32_t)tok * 1000003u) ^ ((uint64_t)pos << 40));
+}
+
+static int ts_run(void *ud, const be_batch *b, float *logits)
+{
+    ts_fake *f = ud;
+    cr_assert_leq(b->n_tokens, f->max_tokens, "token budget exceeded");
+    cr_assert_leq(b->n_seqs, f->max_seqs, "sequence cap exceeded");
+    cr_assert_leq(b->n_logits, f->max_seqs);
+    if (f->n_steps < 4096) {
+        f->step_tokens[f->n_steps] = b->n_tokens;
+        f->step_seqs[f->n_steps] = b->n_seqs;
+    }
+    f->n_steps++;
+    for (int i = 0; i < b->n_tokens; i++) {
+        cr_assert(b->slots[i] >= 0 && b->slots[i] < f->n_blocks * f->bs);
+        f->kv_tok[b->slots[i]] = b->tokens[i];
+        f->kv_pos[b->slots[i]] = b->positions[i];
+    }
+    int row = 0;
+    for (int s = 0; s < b->n_seqs; s++) {
+        int n_new = b->q_start[s + 1] - b->q_start[s];
+        int first = b->ctx_len[s] - n_new;
+        for (int i = 0; i < n_new; i++)
+            cr_assert_eq(b->positions[b->q_start[s] + i], first + i);
+        if (row < b->n_logits && b->logit_rows[row] == b->q_start[s + 1] - 1) {
+            uint64_t h = 0;
+            for (int k = 0; k < b->ctx_len[s]; k++) {
+                int32_t blk = b->block_table[(int64_t)s * b->bt_stride + k / f->bs];
+                int slot = blk * f->bs + k % f->bs;
+                cr_assert_eq(f->kv_pos[slot], k, "KV entry %d of a sequence holds position %d",
+                             k, f->kv_pos[slot]);
+                h = ts_hash_step(h, f->kv_tok[slot], k);
+            }
+            ts_logits(f, h, logits + (size_t)row * TS_VOCAB);
+            row++;
+        }
+    }
+    cr_assert_eq(row, b->n_logits, "logit rows must be the last tokens of sampling sequences");
+    return 0;
+}
+
+static void ts_copy(void *ud, int32_t src, int32_t dst)
+{
+    ts_fake *f = ud;
+    memcpy(f->kv_tok + dst * f->bs, f->kv_tok + src * f->bs, (size_t)f->bs * sizeof(int32_t));
+    memcpy(f->kv_pos + dst * f->bs, f->kv_pos + src * f->bs, (size_t)f->bs * sizeof(int32_t));
+}
+
+typedef struct ts_env {
+    ts_fake f;
+    sched *sc;
+    sched_config c;
+    int32_t eog[1];
+} ts_env;
+
+static void ts_env_init(ts_env *e, int n_blocks, int max_seqs, int max_tokens, int prefix)
+{
+    memset(e, 0, sizeof *e);
+    e->f.bs = 4;
+    e->f.n_blocks = n_blocks;
+    e->f.kv_tok = malloc((size_t)n_blocks * 4 * sizeof(int32_t));
+    e->f.kv_pos = malloc((size_t)n_blocks * 4 * sizeof(int32_t));
+    for (int i = 0; i < n_blocks * 4; i++) e->f.kv_tok[i] = e->f.kv_pos[i] = -1;
+    e->f.max_tokens = max_tokens;
+    e->f.max_seqs = max_seqs;
+    e->eog[0] = TS_EOG;
+    e->c = (sched_config){
+        .block_size = 4,
+        .n_blocks = n_blocks,
+        .max_seqs = max_seqs,
+        .max_batch_tokens = max_tokens,
+        .schedule = ENGINE_SCHED_FCFS,
+        .prefix_cache = prefix,
+        .n_vocab = TS_VOCAB,
+        .n_ctx = 256,
+        .eog_ids = e->eog,
+        .n_eog = 1,
+    };
+    sched_runner r = {ts_run, ts_copy, &e->f};
+    e->sc = sched_create(&e->c, &r);
+    cr_assert_not_null(e->sc);
+}
+
+/* All blocks free or held only by the cache; evicting everything frees them all. */
+static void ts_env_fini(ts_env *e)
+{
+    sched_check(e->sc);
+    block_pool *bp = sched_pool(e->sc);
+    rdx_tree *t = sched_tree(e->sc);
+    cr_assert_eq(bp_num_free(bp) + (t ? rdx_n_blocks(t) : 0), e->f.n_blocks, "leaked blocks");
+    if (t) {
+        rdx_evict(t, e->f.n_blocks);
+        cr_assert_eq(bp_num_free(bp), e->f.n_blocks, "the cache kept blocks after a full eviction");
+        rdx_check(t);
+    }
+    sched_destroy(e->sc);
+    free(e->f.kv_tok);
+    free(e->f.kv_pos);
+}
+
+static seq *ts_seq(const int32_t *prompt, int n_prompt, int max_tokens, float temp, uint64_t seed)
+{
+    seq *s = seq_create(prompt, n_prompt, max_tokens);
+    cr_assert_not_null(s);
+    smp_params_default(&s->sp);
+    s->sp.temperature = temp;
+    s->sp.seed = seed;
+    s->sp.has_seed = 1;
+    smp_rng_seed(&s->rng, seed);
+    return s;
+}
+
+/* What a sequence must produce: the same hash computed from the token list directly. */
+static int ts_reference(const ts_fake *f, const int32_t *prompt, int n_prompt, int max_tokens,
+                        float temp, uint64_t seed, int ignore_eos, int32_t *out)
+{
+    int32_t toks[512];
+    memcpy(toks, prompt, (size_t)n_prompt * sizeof *toks);
+    int n = n_prompt, n_out = 0;
+    smp_params p;
+    smp_params_default(&p);
+    p.temperature = temp;
+    p.ignore_eos = ignore_eos;
+    smp_rng rng;
+    smp_rng_seed(&rng, seed);
+    int32_t eog = TS_EOG;
+    while (n_out < max_tokens && n < 256) {
+        uint64_t h = 0;
+        for (int k = 0; k < n; k++) h = ts_hash_step(h, toks[k], k);
+        float lg[TS_VOCAB];
+        ts_logits(f, h, lg);
+        smp_history hist = {toks, n_prompt, toks + n_prompt, n_out};
+        smp_result r;
+        smp_sample(&p, &rng, lg, TS_VOCAB, &hist, &eog, 1, &r);
+        toks[n++] = r.token;
+        out[n_out++] = r.token;
+        if (r.token == TS_EOG && !ignore_eos) break;
+    }
+    return n_out;
+}
+
+/* Steps until nothing is left; returns the number of steps. */
+static int ts_drain(ts_env *e)
+{
+    int steps = 0;
+    for (;;) {
+        sched_sample *sm;
+        int n = sched_step(e->sc, &sm);
+        sched_check(e->sc);
+        if (n == -EAGAIN) break;
+        cr_assert_geq(n, 0);
+        steps++;
+        cr_assert_lt(steps, 100000);
+    }
+    cr_assert_eq(sched_num_running(e->sc), 0);
+    cr_assert_eq(sched_num_waiting(e->sc), 0);
+    return steps;
+}
+
+static void ts_prompt(int32_t *p, int n, uint64_t seed)
+{
+    for (int i = 0; i < n; i++) p[i] = 3 + (int32_t)(ts_mix(seed * 7919 + (uint64_t)i) % (TS_VOCAB - 3));
+}
+
+static void ts_expect(const ts_fake *f, const seq *s, int ignore_eos)
+{
+    int32_t ref[512];
+    int n = ts_reference(f, s->tokens, s->n_prompt, s->max_tokens, s->sp.temperature,
+                         s->sp.seed + (uint64_t)s->index, ignore_eos, ref);
+    cr_assert_eq(seq_n_output(s), n, "choice %d: %d tokens, expected %d", s->index, seq_n_output(s), n);
+    for (int i = 0; i < n; i++)
+        cr_assert_eq(s->tokens[s->n_prompt + i], ref[i], "token %d differs", i);
+}
+
+Test(sched, fcfs_admission_order_and_seq_cap)
+{
+    ts_env e;
+    ts_env_init(&e, 256, 2, 64, 0);
+    seq *s[4];
+    int32_t p[8];
+    for (int i = 0; i < 4; i++) {
+        ts_prompt(p, 8, (uint64_t)i + 1);
+        s[i] = ts_seq(p, 8, 5 + i, 0, 0);
+        cr_assert_eq(sched_add(e.sc, s[i]), 0);
+    }
+    sched_sample *sm;
+    cr_assert_eq(sched_step(e.sc, &sm), 2);
+    cr_assert_eq(sched_num_running(e.sc), 2);
+    cr_assert_eq(s[0]->status, SEQ_RUNNING);
+    cr_assert_eq(s[1]->status, SEQ_RUNNING);
+    cr_assert_eq(s[2]->status, SEQ_WAITING);
+    ts_drain(&e);
+    for (int i = 1; i < 4; i++) cr_assert_gt(s[i]->admit_order, s[i - 1]->admit_order);
+    cr_assert_gt(s[2]->first_scheduled_us, 0);
+    for (int i = 0; i < 4; i++) {
+        cr_assert_eq(s[i]->finish, ENGINE_FINISH_LENGTH);
+        ts_expect(&e.f, s[i], 0);
+        seq_destroy(s[i]);
+    }
+    ts_env_fini(&e);
+}
+
+Test(sched, chunked_prefill_splits_and_decode_priority)
+{
+    ts_env e;
+    ts_env_init(&e, 256, 4, 16, 0);
+    int32_t p[64];
+    ts_prompt(p, 3, 9);
+    seq *a = ts_seq(p, 3, 30, 0, 0);
+    sched_add(e.sc, a);
+    sched_sample *sm;
+    cr_assert_eq(sched_step(e.sc, &sm), 1); /* a's prompt fits one step */
+    ts_prompt(p, 50, 10);
+    seq *b = ts_seq(p, 50, 4, 0, 0);
+    sched_add(e.sc, b);
+    /* b's 50 prompt tokens go in chunks of 15 (16 minus a's decode token) while a decodes. */
+    int expect[] = {15, 15, 15, 5};
+    for (int k = 0; k < 4; k++) {
+        int n = sched_step(e.sc, &sm);
+        sched_check(e.sc);
+        cr_assert_eq(e.f.step_seqs[e.f.n_steps - 1], 2, "a decodes in every step of b's prefill");
+        cr_assert_eq(e.f.step_tokens[e.f.n_steps - 1], 1 + expect[k]);
+        cr_assert_eq(n, k == 3 ? 2 : 1, "b samples only when its prompt is done");
+    }
+    cr_assert_eq(b->n_computed, 50);
+    ts_drain(&e);
+    ts_expect(&e.f, a, 0);
+    ts_expect(&e.f, b, 0);
+    seq_destroy(a);
+    seq_destroy(b);
+    ts_env_fini(&e);
+}
+
+/* Runs n requests through a pool of n_blocks and checks every output against the reference. */
+static void ts_workload(int n_blocks, int max_seqs, int budget, int prefix, int n, uint64_t seed,
+                        int64_t *preempt_out)
+{
+    ts_env e;
+    ts_env_init(&e, n_blocks, max_seqs, budget, prefix);
+    e.f.eog_every = 23;
+    seq *s[32];
+    int32_t p[64];
+    for (int i = 0; i < n; i++) {
+        int np = 5 + (int)(ts_mix(seed + (uint64_t)i) % 30);
+        ts_prompt(p, np, seed * 100 + (uint64_t)i % 3); /* shared prefixes across requests */
+        p[np - 1] = 3 + i;
+        s[i] = ts_seq(p, np, 10 + (int)(ts_mix(seed ^ (uint64_t)i) % 30), 0.9f, seed + (uint64_t)i * 17);
+        sched_add(e.sc, s[i]);
+    }
+    ts_drain(&e);
+    for (int i = 0; i < n; i++) {
+        ts_expect(&e.f, s[i], 0);
+        seq_destroy(s[i]);
+    }
+    sched_stats st;
+    sched_get_stats(e.sc, &st);
+    if (preempt_out) *preempt_out = st.preemptions;
+    ts_env_fini(&e);
+}
+
+Test(sched, preemption_keeps_tokens)
+{
+    printf("sched/preemption_keeps_tokens: seeds 1..6\n");
+    for (uint64_t seed = 1; seed <= 6; seed++) {
+        int64_t pre_big = -1, pre_small = -1, pre_small_pc = -1;
+        ts_workload(1024, 8, 32, 0, 12, seed, &pre_big);
+        ts_workload(24, 8, 32, 0, 12, seed, &pre_small);
+        ts_workload(24, 8, 32, 1, 12, seed, &pre_small_pc);
+        cr_assert_eq(pre_big, 0);
+        cr_assert_gt(pre_small, 0, "a pool of 24 blocks must force preemption");
+        cr_assert_gt(pre_small_pc, 0);
+    }
+}
+
+Test(sched, cancel_in_every_phase)
+{
+    for (int phase = 0; phase < 4; phase++) {
+        ts_env e;
+        ts_env_init(&e, 64, 4, 8, 1);
+        int32_t p[40];
+        ts_prompt(p, 30, 3);
+        seq *a = ts_seq(p, 30, 20, 0, 0);
+        seq *b = ts_seq(p, 30, 20, 0.5f, 7);
+        b->n_choices = 3;
+        sched_add(e.sc, a);
+        sched_add(e.sc, b);
+        sched_sample *sm;
+        /* phase 0: waiting; 1: mid-prefill; 2: decoding; 3: after b's fork */
+        int steps = phase == 0 ? 0 : phase == 1 ? 2 : phase == 2 ? 4 : 7;
+        seq *kids[3] = {b, NULL, NULL};
+        for (int k = 0; k < steps; k++) {
+            int n = sched_step(e.sc, &sm);
+            cr_assert_geq(n, 0);
+            sched_check(e.sc);
+            for (int i = 0; i < n; i++)
+                if (sm[i].s->index > 0) kids[sm[i].s->index] = sm[i].s;
+        }
+        if (phase == 1) cr_assert(a->status == SEQ_RUNNING && a->n_computed < 30);
+        if (phase >= 2) cr_assert(a->status == SEQ_RUNNING && seq_n_output(a) > 0);
+        if (phase == 2) cr_assert_null(kids[1], "b has not forked yet");
+        if (phase == 3) cr_assert_not_null(kids[2], "b forked into 3 choices");
+        sched_release(e.sc, a, ENGINE_FINISH_ABORT);
+        cr_assert_eq(a->status, SEQ_FINISHED);
+        sched_check(e.sc);
+        for (int i = 0; i < 3; i++)
+            if (kids[i] && kids[i]->status != SEQ_FINISHED) sched_release(e.sc, kids[i], ENGINE_FINISH_ABORT);
+        sched_check(e.sc);
+        cr_assert_eq(sched_num_running(e.sc) + sched_num_waiting(e.sc), 0);
+        for (int i = 0; i < 3; i++) seq_destroy(kids[i]);
+        seq_destroy(a);
+        ts_env_fini(&e);
+    }
+}
+
+Test(sched, n_choices_fork_share_and_diverge)
+{
+    ts_env e;
+    ts_env_init(&e, 128, 8, 64, 1);
+    int32_t p[20];
+    ts_prompt(p, 18, 5); /* 4 full blocks and a partial one */
+    seq *s = ts_seq(p, 18, 12, 1.0f, 42);
+    s->n_choices = 4;
+    sched_add(e.sc, s);
+    sched_sample *sm;
+    int n = sched_step(e.sc, &sm);
+    cr_assert_eq(n, 4, "the prompt's step samples one token per choice");
+    seq *kids[4] = {0};
+    for (int i = 0; i < 4; i++) kids[sm[i].s->index] = sm[i].s;
+    cr_assert_eq(kids[0], s);
+    block_pool *bp = sched_pool(e.sc);
+    /* Full prompt blocks: 4 choices + the cache; the partial block: the 4 choices. */
+    cr_assert_eq(bp_refcount(bp, s->block_table[0]), 5);
+    cr_assert_eq(bp_refcount(bp, s->block_table[4]), 4);
+    for (int i = 1; i < 4; i++) cr_assert_eq(kids[i]->block_table[4], s->block_table[4]);
+    ts_drain(&e);
+    int differ = 0;
+    for (int i = 0; i < 4; i++) {
+        ts_expect(&e.f, kids[i], 0);
+        if (i && memcmp(kids[i]->tokens + 18, kids[0]->tokens + 18, 12 * sizeof(int32_t))) differ = 1;
+    }
+    cr_assert(differ, "choices with their own seeds should not all agree");
+    for (int i = 0; i < 4; i++) seq_destroy(kids[i]);
+    ts_env_fini(&e);
+}
+
+Test(sched, prefix_cache_reuse_and_in_batch_dedup)
+{
+    ts_env e;
+    ts_env_init(&e, 256, 8, 16, 1);
+    int32_t p[80];
+    ts_prompt(p, 80, 77);
+    /* Three requests sharing a 64-token prefix arrive together. */
+    seq *s[3];
+    for (int i = 0; i < 3; i++) {
+        p[64] = 3 + i;
+        s[i] = ts_seq(p, 70, 3, 0, 0);
+        sched_add(e.sc, s[i]);
+    }
+    ts_drain(&e);
+    int total = 0;
+    for (int i = 0; i < e.f.n_steps; i++) total += e.f.step_tokens[i];
+    for (int i = 0; i < 3; i++) ts_expect(&e.f, s[i], 0);
+    cr_assert_eq(s[0]->cached_tokens, 0);
+    cr_assert_eq(s[1]->cached_tokens, 64, "the shared prefix is computed once");
+    cr_assert_eq(s[2]->cached_tokens, 64);
+    /* 70 + 6 + 6 prompt tokens and 2 decode tokens each. */
+    cr_assert_eq(total, 70 + 6 + 6 + 3 * 2);
+    /* A later request with the whole history of s[0] hits its generated tokens too. */
+    int32_t q[80];
+    memcpy(q, s[0]->tokens, (size_t)s[0]->n_tokens * sizeof *q);
+    int nq = s[0]->n_tokens;
+    q[nq++] = 5;
+    seq *t = ts_seq(q, nq, 2, 0, 0);
+    sched_add(e.sc, t);
+    ts_drain(&e);
+    cr_assert_eq(t->cached_tokens, (s[0]->n_tokens - 1) / 4 * 4);
+    ts_expect(&e.f, t, 0);
+    sched_stats st;
+    sched_get_stats(e.sc, &st);
+    cr_assert_eq(st.prefix_hits, 64 + 64 + t->cached_tokens);
+    for (int i = 0; i < 3; i++) seq_destroy(s[i]);
+    seq_destroy(t);
+    ts_env_fini(&e);
+}
+
+Test(sched, lpm_prefers_cached_prefix_and_ages)
+{
+    ts_env e;
+    ts_env_init(&e, 256, 1, 64, 1);
+    e.c.schedule = ENGINE_SCHED_LPM;
+    sched_destroy(e.sc);
+    sched_runner r = {ts_run, ts_copy, &e.f};
+    e.c.lpm_aging_steps = 1000;
+    e.sc = sched_create(&e.c, &r);
+    int32_t p[40], o[40];
+    ts_prompt(p, 40, 1);
+    ts_prompt(o, 40, 2);
+    seq *warm = ts_seq(p, 40, 1, 0, 0);
+    sched_add(e.sc, warm);
+    ts_drain(&e);
+    seq *cold = ts_seq(o, 40, 1, 0, 0);
+    p[39] = 9;
+    seq *hot = ts_seq(p, 40, 1, 0, 0);
+    sched_add(e.sc, cold);
+    sched_add(e.sc, hot);
+    ts_drain(&e);
+    cr_assert_lt(hot->admit_order, cold->admit_order, "lpm admits the cached prefix first");
+    seq_destroy(warm);
+    seq_destroy(cold);
+    seq_destroy(hot);
+    ts_env_fini(&e);
+}
+
+Test(sched, random_workloads_with_cancels)
+{
+    uint64_t seed0 = 20240601;
+    printf("sched/random_workloads_with_cancels: seed %llu\n", (unsigned long long)seed0);
+    for (int round = 0; round < 200; round++) {
+        uint64_t rs = ts_mix(seed0 + (uint64_t)round);
+        int prefix = round & 1;
+        ts_env e;
+        ts_env_init(&e, 20 + (int)(rs % 60), 1 + (int)((rs >> 8) % 8), 8 + (int)((rs >> 16) % 40), prefix);
+        if (round % 4 == 3) {
+            e.c.schedule = ENGINE_SCHED_LPM;
+            e.c.lpm_aging_steps = 5;
+            sched_destroy(e.sc);
+            sched_runner r = {ts_run, ts_copy, &e.f};
+            e.sc = sched_create(&e.c, &r);
+        }
+        e.f.eog_every = 31;
+        seq *s[16], *kids[16][3];
+        memset(kids, 0, sizeof kids);
+        int n = 6 + (int)((rs >> 24) % 10), cancelled[16] = {0};
+        int32_t p[64];
+        for (int i = 0; i < n; i++) {
+            uint64_t x = ts_mix(rs + (uint64_t)i);
+            int np = 2 + (int)(x % 40);
+            ts_prompt(p, np, rs % 4 + (uint64_t)(i % 2));
+            s[i] = ts_seq(p, np, 1 + (int)((x >> 8) % 30), (x >> 20) % 2 ? 0.8f : 0, x);
+            s[i]->owner = &kids[i];
+            int nc = 1 + (int)((x >> 32) % 3);
+            s[i]->n_choices = nc <= e.c.max_seqs ? nc : 1;
+            kids[i][0] = s[i];
+            cr_assert_eq(sched_add(e.sc, s[i]), 0);
+        }
+        for (int step = 0; step < 100000; step++) {
+            sched_sample *sm;
+            int k = sched_step(e.sc, &sm);
+            sched_check(e.sc);
+            if (k == -EAGAIN) break;
+            cr_assert_geq(k, 0);
+            for (int j = 0; j < k; j++) {
+                seq *(*ks)[3] = sm[j].s->owner;
+                (*ks)[sm[j].s->index] = sm[j].s;
+            }
+            int victim = (int)(ts_mix(rs ^ (uint64_t)step) % 64);
+            if (victim < n && !cancelled[victim]) {
+                cancelled[victim] = 1;
+                for (int c = 0; c < 3; c++)
+                    if (kids[victim][c] && kids[victim][c]->status != SEQ_FINISHED)
+                        sched_release(e.sc, kids[victim][c], ENGINE_FINISH_ABORT);
+                sched_check(e.sc);
+            }
+        }
+        for (int i = 0; i < n; i++)
+            for (int c = 0; c < 3; c++) {
+                if (!kids[i][c]) continue;
+                if (!cancelled[i]) ts_expect(&e.f, kids[i][c], 0);
+                seq_destroy(kids[i][c]);
+            }
+        ts_env_fini(&e);
+    }
+}
