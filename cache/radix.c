@@ -51,6 +51,7 @@ struct rdx_node {
     int n_children;
     int cap_children;     /* allocated entries of children */
     int n_blocks;         /* edge length in blocks; 0 only for the root */
+    int cap_blocks;       /* blocks that tokens and blocks have room for */
     int32_t *tokens;      /* [n_blocks × block_size] token ids of the edge */
     int32_t *blocks;      /* [n_blocks] block ids holding those tokens' K/V */
     uint64_t last_access; /* logical time of the last match or insert whose path covered it */
@@ -118,6 +119,7 @@ static rdx_node *rdx__node_new(rdx_tree *t, int n_blocks, int cap_children)
     }
     x->cap_children = cap_children;
     x->n_blocks = n_blocks;
+    x->cap_blocks = (int)nb;
     x->serial = t->next_serial++;
     return x;
 }
@@ -132,6 +134,21 @@ static int rdx__reserve_children(rdx_node *x, int n)
     if (!c) return -ENOMEM;
     x->children = c;
     x->cap_children = cap;
+    return 0;
+}
+
+/* Makes room for n blocks in x's edge; 0 or -ENOMEM (x's contents unchanged). */
+static int rdx__reserve_blocks(rdx_tree *t, rdx_node *x, int n)
+{
+    if (n <= x->cap_blocks) return 0;
+    int cap = x->cap_blocks * 2 > n ? x->cap_blocks * 2 : n;
+    int32_t *tok = realloc(x->tokens, (size_t)cap * t->block_size * sizeof *tok);
+    if (!tok) return -ENOMEM;
+    x->tokens = tok;
+    int32_t *blk = realloc(x->blocks, (size_t)cap * sizeof *blk);
+    if (!blk) return -ENOMEM;
+    x->blocks = blk;
+    x->cap_blocks = cap;
     return 0;
 }
 
@@ -306,12 +323,17 @@ int rdx_insert(rdx_tree *t, const int32_t *tokens, int n_tokens, const int32_t *
     int k = rdx__walk(t, tokens, n_blk, &x, &off);
     int n_new = n_blk - k;
     bool split = x != t->root && off < x->n_blocks;
+    /* A path that ends at a leaf grows that leaf's edge: a sequence inserting its blocks chunk
+     * by chunk keeps one node instead of a chain of them. */
+    bool extend = !split && n_new > 0 && x != t->root && x->n_children == 0;
 
     /* Allocate everything first so that a failure leaves the tree as it was. */
     rdx_node *mid = NULL, *leaf = NULL;
     if (rdx__reserve_scratch(t, t->n_nodes + 3) != 0) return -ENOMEM;
     if (split && !(mid = rdx__node_new(t, off, 2))) return -ENOMEM;
-    if (n_new > 0) {
+    if (extend) {
+        if (rdx__reserve_blocks(t, x, x->n_blocks + n_new) != 0) return -ENOMEM;
+    } else if (n_new > 0) {
         leaf = rdx__node_new(t, n_new, 0);
         if (!leaf || (!split && rdx__reserve_children(x, 1) != 0)) {
             rdx__node_free(mid);
@@ -330,6 +352,13 @@ int rdx_insert(rdx_tree *t, const int32_t *tokens, int n_tokens, const int32_t *
         t->n_nodes++;
         t->n_blocks += n_new;
         x = leaf;
+    } else if (extend) {
+        memcpy(x->tokens + (size_t)x->n_blocks * bs, tokens + (size_t)k * bs,
+               (size_t)n_new * bs * sizeof *tokens);
+        memcpy(x->blocks + x->n_blocks, blocks + k, (size_t)n_new * sizeof *blocks);
+        for (int i = 0; i < n_new; i++) bp_ref(t->bp, blocks[k + i]);
+        x->n_blocks += n_new;
+        t->n_blocks += n_new;
     }
     rdx__touch(t, x);
     return n_new;
@@ -467,6 +496,7 @@ void rdx_check(const rdx_tree *t)
             seen[id] = 1;
             assert(bp_refcount(t->bp, id) >= 1);
         }
+        assert(x->n_blocks <= x->cap_blocks);
         n_blocks += x->n_blocks;
     }
     assert(n_blocks == t->n_blocks);
