@@ -234,7 +234,10 @@ class FakeHandler(BaseHTTPRequestHandler):
     """A tiny OpenAI-style server: /v1/models, /tokenize (2 tokens per word), /metrics
     (prefix-cache counters: half of every prompt "hits"), and streamed completions and chat
     completions of min(max_tokens, 4) chunks CHUNK_GAP_S apart. A prompt containing FAIL gets
-    HTTP 500; one containing BROKEN gets an error event mid-stream."""
+    HTTP 500; one containing BROKEN gets an error event mid-stream. Chat streams use chunked
+    transfer encoding, completions streams end when the connection closes: clients meet both."""
+
+    protocol_version = "HTTP/1.1"
 
     def log_message(self, *a):
         pass
@@ -284,13 +287,23 @@ class FakeHandler(BaseHTTPRequestHandler):
             st.hits += n_prompt // 2
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
+        if chat:
+            self.send_header("Transfer-Encoding", "chunked")
+        else:
+            self.send_header("Connection", "close")
+            self.close_connection = True
         self.end_headers()
         n_out = min(int(body["max_tokens"]), 4)
 
-        def send(obj):
-            self.wfile.write(b": ping\n\n")
-            self.wfile.write(("data: %s\n\n" % (obj if isinstance(obj, str) else json.dumps(obj))).encode())
+        def write(data):
+            if chat:
+                data = b"%x\r\n%s\r\n" % (len(data), data)
+            self.wfile.write(data)
             self.wfile.flush()
+
+        def send(obj):
+            write(b": ping\n\n")
+            write(("data: %s\n\n" % (obj if isinstance(obj, str) else json.dumps(obj))).encode())
 
         def choice(t, fin=None):
             if chat:
@@ -303,13 +316,17 @@ class FakeHandler(BaseHTTPRequestHandler):
             time.sleep(CHUNK_GAP_S)
             if "BROKEN" in text and i == 1:
                 send({"error": {"message": "engine died"}})
-                return
+                break
             send({"choices": [choice("w%d " % i)]})
-        send({"choices": [choice(None, "length")]})
-        send({"choices": [], "usage": {"prompt_tokens": n_prompt, "completion_tokens": n_out,
-                                       "total_tokens": n_prompt + n_out,
-                                       "prompt_tokens_details": {"cached_tokens": n_prompt // 2}}})
-        send("[DONE]")
+        else:
+            send({"choices": [choice(None, "length")]})
+            send({"choices": [], "usage": {"prompt_tokens": n_prompt, "completion_tokens": n_out,
+                                           "total_tokens": n_prompt + n_out,
+                                           "prompt_tokens_details": {"cached_tokens": n_prompt // 2}}})
+            send("[DONE]")
+        if chat:
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
 
 
 class EndToEnd(unittest.TestCase):
@@ -358,7 +375,8 @@ class EndToEnd(unittest.TestCase):
         self.assertEqual(s["total_input_tokens"], 6 * 40)  # calibrated through /tokenize
         self.assertGreaterEqual(s["mean_ttft_ms"], CHUNK_GAP_S * 1000 * 0.9)
         self.assertGreaterEqual(s["median_itl_ms"], CHUNK_GAP_S * 1000 * 0.9)
-        self.assertGreater(s["mean_e2el_ms"], s["mean_ttft_ms"])
+        # Read as it streams: the first text arrives well before the end of the stream.
+        self.assertLess(s["mean_ttft_ms"], s["mean_e2el_ms"] - 1.5 * CHUNK_GAP_S * 1000)
         for r in s["requests"]:
             self.assertEqual(r["n_chunks"], 3)
             self.assertEqual(len(r["itl_ms"]), 2)
@@ -382,6 +400,8 @@ class EndToEnd(unittest.TestCase):
                                  "--mt-question-len", "10", "--random-output-len", "2",
                                  "--request-rate", "50", "--seed", "4")
         self.assertEqual((rc, s["completed"]), (0, 6))
+        self.assertLess(s["mean_ttft_ms"], s["mean_e2el_ms"] - 0.5 * CHUNK_GAP_S * 1000)
+        self.assertGreaterEqual(s["median_itl_ms"], CHUNK_GAP_S * 1000 * 0.9)
         with self.server.state.lock:
             lens = sorted(len(b["messages"]) for b in self.server.state.bodies)
         self.assertEqual(lens, [1, 1, 3, 3, 5, 5])
