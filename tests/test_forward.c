@@ -9,6 +9,7 @@
  * varlen batch are right. Output buffers are poisoned before every step.
  */
 #include <criterion/criterion.h>
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -298,5 +299,38 @@ Test(forward, qwen2_f32, .timeout = 120)
     cr_assert_not_null(c.m->layers[0].bq.data, "qwen2 model without Q bias");
     tf_modes(&c, KV_F32, 16, 1e-5, "qwen2 F32");
     tf_modes(&c, KV_F32, 5, 1e-5, "qwen2 F32");
+    tf_close(&c);
+}
+
+/* Misuse is reported, not crashed on: a KV geometry that does not fit the model, a batch larger
+ * than the scratch. */
+Test(forward, rejects_bad_geometry_and_oversized_batches)
+{
+    tf_ctx c;
+    tf_open(&c, "llama", DT_F32, 172, 16);
+    backend *be = cpu_backend_create(1);
+    cr_assert_not_null(be);
+    char err[512] = "";
+    kv_geom g = {c.m->hp.n_layers, c.m->hp.n_kv_heads + 1, c.m->hp.head_dim, 16, KV_F32};
+    cr_assert_null(fwd_create(c.m, be, &g, 4, 8, 1, err, sizeof err));
+    cr_assert(strstr(err, "geometry"), "message: %s", err);
+    g.n_kv_heads = c.m->hp.n_kv_heads;
+    fwd *f = fwd_create(c.m, be, &g, 4, 8, 1, err, sizeof err);
+    cr_assert_not_null(f, "%s", err);
+    cr_assert_eq(fwd_backend(f), be);
+    int32_t toks[9] = {5, 6, 7, 8, 9, 10, 11, 12, 13}, pos[9], slots[9], q_start[2] = {0, 9}, ctx = 9;
+    int32_t bt[4] = {0, 1, 2, 3}, row = 8;
+    for (int i = 0; i < 9; i++) pos[i] = slots[i] = i;
+    be_batch b = {.n_tokens = 9, .tokens = toks, .positions = pos, .slots = slots, .n_seqs = 1,
+                  .q_start = q_start, .ctx_len = &ctx, .block_table = bt, .bt_stride = 4,
+                  .n_logits = 1, .logit_rows = &row};
+    float *logits = malloc((size_t)c.n_vocab * sizeof *logits);
+    cr_assert_eq(fwd_run(f, &b, logits), -EINVAL, "9 tokens > max_tokens 8");
+    b.n_tokens = q_start[1] = ctx = 8;
+    row = 7;
+    cr_assert_eq(fwd_run(f, &b, logits), 0);
+    free(logits);
+    fwd_destroy(f);
+    be_destroy(be);
     tf_close(&c);
 }
