@@ -1,13 +1,288 @@
 /*
- * cmd_info.c — `kvserve info`.
+ * cmd_info.c — `kvserve info -m MODEL.gguf [--json]`: what a GGUF file holds (format, architecture,
+ * hyperparameters, tensor types, vocabulary, chat template) and the KV memory formula in numbers:
+ *
+ *   KV bytes per token = 2 × n_layers × n_kv_heads × head_dim × bytes per value
+ *
+ * for every KV dtype kvserve offers. A file that does not open (truncated, corrupt) is one line on
+ * stderr and exit 1. Vocabulary-only files and unsupported architectures print what they can
+ * (format and vocabulary) and exit 0; a supported model whose tensors do not bind exits 1.
  */
+#include <cjson/cJSON.h>
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
+#include "cache/kv.h"
 #include "cli/cli.h"
+#include "engine/chat.h"
+#include "engine/dtype.h"
+#include "engine/gguf.h"
+#include "engine/model.h"
+#include "engine/tokenizer.h"
+
+#define INFO_N_TYPES 64 /* GGML type numbers counted per type (all known ones are < 64) */
+
+/* What info gathers before printing it as text or JSON. */
+typedef struct info_data {
+    const char *path;
+    const gguf_file *f;
+    const model *m;             /* NULL when the file holds no loadable model */
+    char why_no_model[512];     /* when m is NULL */
+    char arch[64];
+    int n_of_type[INFO_N_TYPES];
+    uint64_t bytes_of_type[INFO_N_TYPES];
+    uint64_t tensor_bytes;
+    char vocab_model[64];       /* tokenizer.ggml.model, "" when absent */
+    int64_t n_vocab;            /* tokens in tokenizer.ggml.tokens, -1 when absent */
+    int64_t bos, eos;           /* -1 when absent */
+    char bos_piece[64], eos_piece[64];
+    int has_template;
+    uint64_t template_bytes;
+    char template_first_line[81];
+    const char *template_name;  /* detected or fallback template name */
+} info_data;
+
+static int64_t info_token_id(const gguf_file *f, const char *key)
+{
+    int64_t v;
+    return gguf_get_i64(f, key, &v) ? -1 : v;
+}
+
+static void info_piece(const gguf_file *f, int64_t id, char *buf, size_t n)
+{
+    const gguf_arr *a;
+    buf[0] = 0;
+    if (id < 0 || gguf_get_arr(f, "tokenizer.ggml.tokens", &a) || a->type != GGUF_T_STRING ||
+        (uint64_t)id >= a->n)
+        return;
+    gguf_str_copy(a->strs[id], buf, n);
+    for (char *c = buf; *c; c++)
+        if ((unsigned char)*c < 0x20) *c = '?';
+}
+
+static void info_vocab(info_data *d)
+{
+    const gguf_file *f = d->f;
+    gguf_str s;
+    const gguf_arr *a;
+    if (!gguf_get_str(f, "tokenizer.ggml.model", &s))
+        gguf_str_copy(s, d->vocab_model, sizeof d->vocab_model);
+    d->n_vocab = gguf_get_arr(f, "tokenizer.ggml.tokens", &a) ? -1 : (int64_t)a->n;
+    d->bos = info_token_id(f, "tokenizer.ggml.bos_token_id");
+    d->eos = info_token_id(f, "tokenizer.ggml.eos_token_id");
+    info_piece(f, d->bos, d->bos_piece, sizeof d->bos_piece);
+    info_piece(f, d->eos, d->eos_piece, sizeof d->eos_piece);
+    char *jinja = NULL;
+    if (!gguf_get_str(f, "tokenizer.chat_template", &s)) {
+        d->has_template = 1;
+        d->template_bytes = s.len;
+        size_t n = 0;
+        while (n < s.len && n < sizeof d->template_first_line - 1 && s.ptr[n] != '\n') n++;
+        memcpy(d->template_first_line, s.ptr, n);
+        d->template_first_line[n] = 0;
+        jinja = malloc(s.len + 1);
+        if (jinja) gguf_str_copy(s, jinja, s.len + 1);
+    }
+    char err[256];
+    tokenizer *tok = d->n_vocab > 0 ? tok_create(f, err, sizeof err) : NULL;
+    d->template_name = chat_template_name(chat_template_detect(jinja, tok));
+    tok_destroy(tok);
+    free(jinja);
+}
+
+static void info_gather(info_data *d)
+{
+    gguf_str s;
+    if (!gguf_get_str(d->f, "general.architecture", &s)) gguf_str_copy(s, d->arch, sizeof d->arch);
+    for (char *c = d->arch; *c; c++)
+        if ((unsigned char)*c < 0x20) *c = '?';
+    for (int64_t i = 0; i < gguf_n_tensors(d->f); i++) {
+        const gguf_tensor *t = gguf_tensor_at(d->f, i);
+        if (t->type >= 0 && t->type < INFO_N_TYPES) {
+            d->n_of_type[t->type]++;
+            d->bytes_of_type[t->type] += t->n_bytes;
+        }
+        d->tensor_bytes += t->n_bytes;
+    }
+    info_vocab(d);
+}
+
+static void info_kv_geom(const model_hparams *hp, int dtype, kv_geom *g)
+{
+    memset(g, 0, sizeof *g);
+    g->n_layers = hp->n_layers;
+    g->n_kv_heads = hp->n_kv_heads;
+    g->head_dim = hp->head_dim;
+    g->block_size = 16;
+    g->dtype = dtype;
+}
+
+static const int info_kv_dtypes[] = {KV_F32, KV_F16, KV_BF16};
+
+static void info_print_text(const info_data *d)
+{
+    const gguf_file *f = d->f;
+    printf("file:           %s (%llu bytes)\n", d->path, (unsigned long long)gguf_file_size(f));
+    printf("gguf:           version %u, %lld keys, %lld tensors, alignment %llu, data at byte %llu\n",
+           gguf_version(f), (long long)gguf_n_kv(f), (long long)gguf_n_tensors(f),
+           (unsigned long long)gguf_alignment(f), (unsigned long long)gguf_data_offset(f));
+    printf("architecture:   %s\n", d->arch[0] ? d->arch : "(none)");
+    if (d->m) {
+        const model_hparams *hp = &d->m->hp;
+        printf("name:           %s\n", hp->name[0] ? hp->name : "(none)");
+        printf("hparams:        n_embd %d, n_layers %d, n_heads %d, n_kv_heads %d, head_dim %d, "
+               "n_ff %d, n_vocab %d, n_ctx_train %d\n", hp->n_embd, hp->n_layers, hp->n_heads,
+               hp->n_kv_heads, hp->head_dim, hp->n_ff, hp->n_vocab, hp->n_ctx_train);
+        printf("rope:           %d dims, base %g, %s\n", hp->rope_dims, (double)hp->rope_base,
+               hp->rope_neox ? "NEOX (rotate halves)" : "adjacent pairs");
+        printf("rms_eps:        %g\n", (double)hp->rms_eps);
+        printf("output:         %s\n", hp->tied_output ? "tied to token_embd.weight"
+                                                       : "separate output.weight");
+    } else {
+        /* the message starts with the file name, already printed above */
+        const char *why = d->why_no_model;
+        size_t n = strlen(d->path);
+        if (!strncmp(why, d->path, n) && !strncmp(why + n, ": ", 2)) why += n + 2;
+        printf("model:          not loadable: %s\n", why);
+    }
+    printf("tensors:        %lld, %llu bytes", (long long)gguf_n_tensors(f),
+           (unsigned long long)d->tensor_bytes);
+    const char *sep = " (";
+    for (int t = 0; t < INFO_N_TYPES; t++)
+        if (d->n_of_type[t]) {
+            printf("%s%s: %d, %llu bytes", sep, dt_name(t), d->n_of_type[t],
+                   (unsigned long long)d->bytes_of_type[t]);
+            sep = "; ";
+        }
+    printf("%s\n", gguf_n_tensors(f) ? ")" : "");
+    if (d->n_vocab >= 0)
+        printf("vocabulary:     %s, %lld tokens, bos %lld '%s', eos %lld '%s'\n",
+               d->vocab_model[0] ? d->vocab_model : "(unknown model)", (long long)d->n_vocab,
+               (long long)d->bos, d->bos_piece, (long long)d->eos, d->eos_piece);
+    else
+        printf("vocabulary:     none\n");
+    if (d->has_template)
+        printf("chat template:  %llu bytes, recognised as %s; first line: %s\n",
+               (unsigned long long)d->template_bytes, d->template_name, d->template_first_line);
+    else
+        printf("chat template:  none in the file (fallback: %s)\n", d->template_name);
+    if (!d->m) return;
+    const model_hparams *hp = &d->m->hp;
+    printf("weights:        %zu bytes\n", model_weight_bytes(d->m));
+    printf("KV cache:       bytes per token = 2 × n_layers × n_kv_heads × head_dim × bytes per value\n");
+    for (size_t i = 0; i < sizeof info_kv_dtypes / sizeof info_kv_dtypes[0]; i++) {
+        kv_geom g;
+        info_kv_geom(hp, info_kv_dtypes[i], &g);
+        printf("  KV bytes per token (%s):%s 2 × %d × %d × %d × %zu = %zu\n", kv_dtype_name(g.dtype),
+               g.dtype == KV_BF16 ? "" : " ",
+               g.n_layers, g.n_kv_heads, g.head_dim, kv_dtype_bytes(g.dtype),
+               kv_bytes_per_token(&g));
+    }
+    kv_geom g;
+    info_kv_geom(hp, KV_F16, &g);
+    printf("  at the training context (%d tokens), f16: %zu bytes per sequence\n", hp->n_ctx_train,
+           kv_bytes_per_token(&g) * (size_t)hp->n_ctx_train);
+}
+
+static int info_print_json(const info_data *d)
+{
+    const gguf_file *f = d->f;
+    cJSON *o = cJSON_CreateObject();
+    if (!o) return -ENOMEM;
+    cJSON_AddStringToObject(o, "file", d->path);
+    cJSON_AddNumberToObject(o, "file_bytes", (double)gguf_file_size(f));
+    cJSON_AddNumberToObject(o, "gguf_version", gguf_version(f));
+    cJSON_AddNumberToObject(o, "n_kv", (double)gguf_n_kv(f));
+    cJSON_AddNumberToObject(o, "n_tensors", (double)gguf_n_tensors(f));
+    cJSON_AddNumberToObject(o, "alignment", (double)gguf_alignment(f));
+    cJSON_AddNumberToObject(o, "data_offset", (double)gguf_data_offset(f));
+    cJSON_AddStringToObject(o, "architecture", d->arch);
+    cJSON *types = cJSON_AddObjectToObject(o, "tensor_types");
+    for (int t = 0; t < INFO_N_TYPES && types; t++)
+        if (d->n_of_type[t]) {
+            cJSON *e = cJSON_AddObjectToObject(types, dt_name(t));
+            cJSON_AddNumberToObject(e, "count", d->n_of_type[t]);
+            cJSON_AddNumberToObject(e, "bytes", (double)d->bytes_of_type[t]);
+        }
+    cJSON_AddNumberToObject(o, "tensor_bytes", (double)d->tensor_bytes);
+    cJSON *v = cJSON_AddObjectToObject(o, "vocabulary");
+    cJSON_AddStringToObject(v, "model", d->vocab_model);
+    cJSON_AddNumberToObject(v, "size", (double)d->n_vocab);
+    cJSON_AddNumberToObject(v, "bos", (double)d->bos);
+    cJSON_AddNumberToObject(v, "eos", (double)d->eos);
+    cJSON *ct = cJSON_AddObjectToObject(o, "chat_template");
+    cJSON_AddBoolToObject(ct, "present", d->has_template);
+    cJSON_AddNumberToObject(ct, "bytes", (double)d->template_bytes);
+    cJSON_AddStringToObject(ct, "detected", d->template_name ? d->template_name : "");
+    if (d->m) {
+        const model_hparams *hp = &d->m->hp;
+        cJSON_AddStringToObject(o, "name", hp->name);
+        cJSON *h = cJSON_AddObjectToObject(o, "hparams");
+        cJSON_AddNumberToObject(h, "n_embd", hp->n_embd);
+        cJSON_AddNumberToObject(h, "n_layers", hp->n_layers);
+        cJSON_AddNumberToObject(h, "n_heads", hp->n_heads);
+        cJSON_AddNumberToObject(h, "n_kv_heads", hp->n_kv_heads);
+        cJSON_AddNumberToObject(h, "head_dim", hp->head_dim);
+        cJSON_AddNumberToObject(h, "n_ff", hp->n_ff);
+        cJSON_AddNumberToObject(h, "n_vocab", hp->n_vocab);
+        cJSON_AddNumberToObject(h, "n_ctx_train", hp->n_ctx_train);
+        cJSON_AddNumberToObject(h, "rope_dims", hp->rope_dims);
+        cJSON_AddNumberToObject(h, "rope_base", hp->rope_base);
+        cJSON_AddBoolToObject(h, "rope_neox", hp->rope_neox);
+        cJSON_AddNumberToObject(h, "rms_eps", hp->rms_eps);
+        cJSON_AddBoolToObject(h, "tied_output", hp->tied_output);
+        cJSON_AddNumberToObject(o, "weight_bytes", (double)model_weight_bytes(d->m));
+        cJSON *kv = cJSON_AddObjectToObject(o, "kv_bytes_per_token");
+        for (size_t i = 0; i < sizeof info_kv_dtypes / sizeof info_kv_dtypes[0]; i++) {
+            kv_geom g;
+            info_kv_geom(hp, info_kv_dtypes[i], &g);
+            cJSON_AddNumberToObject(kv, kv_dtype_name(g.dtype), (double)kv_bytes_per_token(&g));
+        }
+    } else {
+        cJSON_AddStringToObject(o, "model_error", d->why_no_model);
+    }
+    char *text = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    if (!text) return -ENOMEM;
+    printf("%s\n", text);
+    free(text);
+    return 0;
+}
 
 int cli_info(cli_opts *o)
 {
-    (void)o;
-    fprintf(stderr, "kvserve info: not built yet\n");
-    return 2;
+    if (!o->model) {
+        fprintf(stderr, "kvserve info: -m MODEL.gguf is required\n");
+        return 2;
+    }
+    char err[1024];
+    gguf_file *f;
+    if (gguf_open(o->model, &f, err, sizeof err)) {
+        fprintf(stderr, "kvserve info: %s\n", err);
+        return 1;
+    }
+    info_data d;
+    memset(&d, 0, sizeof d);
+    d.path = o->model;
+    d.f = f;
+    info_gather(&d);
+    model *m = NULL;
+    int supported = !strcmp(d.arch, "llama") || !strcmp(d.arch, "qwen2");
+    if (model_load_gguf(f, o->model, &m, d.why_no_model, sizeof d.why_no_model)) {
+        if (supported && gguf_n_tensors(f) > 0) { /* a model file that is broken */
+            fprintf(stderr, "kvserve info: %s\n", d.why_no_model);
+            gguf_close(f);
+            return 1;
+        }
+        m = NULL;
+    }
+    d.m = m;
+    int rc = o->json ? info_print_json(&d) : (info_print_text(&d), 0);
+    if (m)
+        model_destroy(m); /* closes f too */
+    else
+        gguf_close(f);
+    return rc ? 1 : 0;
 }

@@ -1,0 +1,168 @@
+/*
+ * test_cli_info.c — `kvserve info` and `kvserve mkmodel` through the real binary (KVSERVE_BIN):
+ * the KV formula numbers, JSON output, vocabulary-only files, and a truncated file refused with
+ * exactly one line on stderr.
+ */
+#include <cjson/cJSON.h>
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static const char *ci_bin(void)
+{
+    const char *b = getenv("KVSERVE_BIN");
+    if (!b || access(b, X_OK)) cr_skip_test("KVSERVE_BIN is not set to the kvserve binary");
+    return b;
+}
+
+static const char *ci_shared(void)
+{
+    const char *s = getenv("KVSERVE_SHARED");
+    return s && *s ? s : "../shared";
+}
+
+static char *ci_read(const char *path)
+{
+    FILE *fp = fopen(path, "rb");
+    if (!fp) return calloc(1, 1);
+    fseek(fp, 0, SEEK_END);
+    long n = ftell(fp);
+    fseek(fp, 0, SEEK_SET);
+    char *s = calloc((size_t)n + 1, 1);
+    cr_assert(s && fread(s, 1, (size_t)n, fp) == (size_t)n);
+    fclose(fp);
+    return s;
+}
+
+/* Runs `kvserve ARGS`, capturing stdout and stderr (malloc'd); returns the exit status. */
+static int ci_run(const char *args, char **out, char **err)
+{
+    const char *d = getenv("TMPDIR");
+    char o[512], e[512], cmd[4096];
+    snprintf(o, sizeof o, "%s/kvserve_ci_out_%d", d && *d ? d : "/tmp", (int)getpid());
+    snprintf(e, sizeof e, "%s/kvserve_ci_err_%d", d && *d ? d : "/tmp", (int)getpid());
+    snprintf(cmd, sizeof cmd, "'%s' %s >'%s' 2>'%s'", ci_bin(), args, o, e);
+    int st = system(cmd);
+    *out = ci_read(o);
+    *err = ci_read(e);
+    unlink(o);
+    unlink(e);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+}
+
+static int ci_lines(const char *s)
+{
+    int n = 0;
+    for (; *s; s++) n += *s == '\n';
+    return n;
+}
+
+Test(cli_info, stories260k_kv_formula)
+{
+    char path[4096], args[4300];
+    snprintf(path, sizeof path, "%s/models/stories260K.gguf", ci_shared());
+    ci_bin();
+    if (access(path, R_OK)) cr_skip_test("stories260K.gguf not found under KVSERVE_SHARED");
+    char *out, *err;
+    snprintf(args, sizeof args, "info -m '%s'", path);
+    cr_assert_eq(ci_run(args, &out, &err), 0, "%s", err);
+    cr_assert(strstr(out, "2 × 5 × 4 × 8 × 4 = 1280"), "%s", out);
+    cr_assert(strstr(out, "(f16):  2 × 5 × 4 × 8 × 2 = 640"), "%s", out);
+    cr_assert(strstr(out, "n_kv_heads 4, head_dim 8"), "%s", out);
+    cr_assert(strstr(out, "F32: 48"), "%s", out);
+    free(out);
+    free(err);
+
+    snprintf(args, sizeof args, "info --json -m '%s'", path);
+    cr_assert_eq(ci_run(args, &out, &err), 0, "%s", err);
+    cJSON *j = cJSON_Parse(out);
+    cr_assert(j, "not JSON: %s", out);
+    cJSON *kv = cJSON_GetObjectItem(j, "kv_bytes_per_token");
+    cr_assert_eq(cJSON_GetObjectItem(kv, "f32")->valuedouble, 1280.0);
+    cr_assert_eq(cJSON_GetObjectItem(kv, "f16")->valuedouble, 640.0);
+    cr_assert_eq(cJSON_GetObjectItem(kv, "bf16")->valuedouble, 640.0);
+    cr_assert_eq(cJSON_GetObjectItem(j, "data_offset")->valuedouble, 14240.0);
+    cJSON_Delete(j);
+    free(out);
+    free(err);
+}
+
+Test(cli_info, truncated_file_one_line_error)
+{
+    char path[4096], tmp[512], args[1024];
+    snprintf(path, sizeof path, "%s/models/stories260K.gguf", ci_shared());
+    ci_bin();
+    if (access(path, R_OK)) cr_skip_test("stories260K.gguf not found under KVSERVE_SHARED");
+    char *whole = NULL;
+    FILE *fp = fopen(path, "rb");
+    cr_assert(fp);
+    whole = malloc(1185440);
+    size_t n = fread(whole, 1, 1185440, fp);
+    fclose(fp);
+    const char *d = getenv("TMPDIR");
+    snprintf(tmp, sizeof tmp, "%s/kvserve_ci_trunc_%d.gguf", d && *d ? d : "/tmp", (int)getpid());
+    size_t cuts[] = {3, 100, 9000, n / 2, n - 1};
+    for (size_t i = 0; i < sizeof cuts / sizeof cuts[0]; i++) {
+        fp = fopen(tmp, "wb");
+        cr_assert(fp && fwrite(whole, 1, cuts[i], fp) == cuts[i]);
+        fclose(fp);
+        char *out, *err;
+        snprintf(args, sizeof args, "info -m '%s'", tmp);
+        cr_assert_neq(ci_run(args, &out, &err), 0, "truncated at %zu accepted", cuts[i]);
+        cr_assert_eq(ci_lines(err), 1, "stderr must be one line: %s", err);
+        cr_assert(strstr(err, tmp), "names the file: %s", err);
+        cr_assert_str_empty(out);
+        free(out);
+        free(err);
+    }
+    unlink(tmp);
+    free(whole);
+}
+
+Test(cli_info, mkmodel_then_info)
+{
+    ci_bin();
+    const char *d = getenv("TMPDIR");
+    char tmp[512], args[1024];
+    snprintf(tmp, sizeof tmp, "%s/kvserve_ci_mk_%d.gguf", d && *d ? d : "/tmp", (int)getpid());
+    char *out, *err;
+    snprintf(args, sizeof args, "mkmodel -o '%s' --dim 128 --layers 3 --heads 8 --kv-heads 2 "
+             "--ffn 256 --vocab 600 --context 4096 --type q8_0 --arch qwen2 --seed 5", tmp);
+    cr_assert_eq(ci_run(args, &out, &err), 0, "%s", err);
+    free(out);
+    free(err);
+    snprintf(args, sizeof args, "info -m '%s'", tmp);
+    cr_assert_eq(ci_run(args, &out, &err), 0, "%s", err);
+    /* 2 × 3 layers × 2 kv heads × 16 head_dim × 4 bytes = 768 */
+    cr_assert(strstr(out, "2 × 3 × 2 × 16 × 4 = 768"), "%s", out);
+    cr_assert(strstr(out, "architecture:   qwen2"), "%s", out);
+    cr_assert(strstr(out, "Q8_0: 23"), "%s", out);
+    cr_assert(strstr(out, "NEOX"), "%s", out);
+    free(out);
+    free(err);
+    unlink(tmp);
+    /* Bad parameters are one line on stderr and a failure. */
+    snprintf(args, sizeof args, "mkmodel -o '%s' --dim 100 --heads 3", tmp);
+    cr_assert_neq(ci_run(args, &out, &err), 0);
+    cr_assert_eq(ci_lines(err), 1, "%s", err);
+    cr_assert_neq(access(tmp, F_OK), 0, "no file is left behind");
+    free(out);
+    free(err);
+}
+
+Test(cli_info, vocab_only_file)
+{
+    char path[4096], args[4300];
+    snprintf(path, sizeof path, "%s/models/vocab/ggml-vocab-gpt-2.gguf", ci_shared());
+    ci_bin();
+    if (access(path, R_OK)) cr_skip_test("vocab files not found under KVSERVE_SHARED");
+    char *out, *err;
+    snprintf(args, sizeof args, "info -m '%s'", path);
+    cr_assert_eq(ci_run(args, &out, &err), 0, "%s", err);
+    cr_assert(strstr(out, "gpt2, 50257 tokens"), "%s", out);
+    free(out);
+    free(err);
+}
