@@ -9,6 +9,7 @@
 #define KVSERVE_CPU_INTERNAL_H
 
 #include <stddef.h>
+#include <stdatomic.h>
 #include <stdint.h>
 
 #include "cache/kv.h"
@@ -87,6 +88,36 @@ static inline void *cpu__kv_v(const cpu__backend *c, int layer)
 /* matmul.c: out[r][o] = x[r] · W[o] (+ bias[o]). */
 void cpu__matmul(cpu__backend *c, const float *x, int n_rows, const be_weight *w,
                  const be_weight *bias, float *out);
+
+/* An activation block quantised for Q8_0 dot products: value = d * q[i]. */
+typedef struct cpu__q8x {
+    float d;
+    int8_t q[32];
+} cpu__q8x; /* 36 bytes */
+
+/* One matmul as the workers see it. Work is handed out in units (column tiles or output
+ * chunks) through the atomic counter, so a thread that the OS delays does not hold up the
+ * others: they take its units. */
+typedef struct cpu__mm_task {
+    cpu__backend *c;
+    const float *x;     /* [n_rows][n_in] */
+    int n_rows;
+    const be_weight *w;
+    const float *bias;  /* [n_out] or NULL */
+    float *out;         /* [n_rows][n_out] */
+    const cpu__q8x *xq; /* Q8_0: quantised activations [n_rows][n_in / 32] */
+    int64_t n_units;    /* units of work */
+    int64_t unit;       /* outputs per unit */
+    _Atomic int64_t next; /* next unit to take */
+} cpu__mm_task;
+
+/* gemm.c: packed-panel GEMM for F32/F16/BF16 weights (many rows). */
+#define CPU__PANEL_NR 32   /* outputs per panel (two 16-float vectors) */
+#define CPU__PANEL_KC 128  /* inputs per panel: the panel (16 KiB) stays in L1 */
+/* Per-thread scratch bytes the panel GEMM needs. */
+size_t cpu__gemm_panel_scratch_bytes(void);
+/* Task body: takes column tiles of CPU__PANEL_NR outputs from t->next until none are left. */
+void cpu__gemm_panel_run(void *task, int ith, int nth);
 
 /* attention.c */
 void cpu__store_kv(cpu__backend *c, int layer, const float *k, const float *v);

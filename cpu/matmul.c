@@ -37,14 +37,13 @@
 #define HAVE_VNNI 1
 #endif
 
-/* Activation rows from which the GEMM path is taken. */
+/* Activation rows from which the 4 x 4 tile GEMM is taken, and from which F32/F16/BF16 weights
+ * are packed into panels (packing costs about as much as 16 rows of arithmetic). */
 #define GEMM_MIN_ROWS 4
+#define PANEL_MIN_ROWS 16
 
-/* An activation block quantised for Q8_0 dot products. */
-typedef struct q8x {
-    float d;
-    int8_t q[32];
-} q8x; /* 36 bytes */
+typedef cpu__q8x q8x;
+typedef cpu__mm_task mm_task;
 
 /* ---- activation quantisation --------------------------------------------------------------- */
 
@@ -158,16 +157,6 @@ static float dot_q8(const dt_block_q8_0 *w, const q8x *x, int64_t nb)
 
 /* ---- matmul task --------------------------------------------------------------------------- */
 
-typedef struct mm_task {
-    cpu__backend *c;
-    const float *x;
-    int n_rows;
-    const be_weight *w;
-    const float *bias; /* [n_out] or NULL */
-    float *out;
-    const q8x *xq;     /* Q8_0: quantised activations [n_rows][n_in / 32] */
-} mm_task;
-
 /* GEMV: outputs [lo, hi) for every row. */
 static void gemv_range(const mm_task *t, int64_t lo, int64_t hi)
 {
@@ -190,12 +179,16 @@ static void gemv_range(const mm_task *t, int64_t lo, int64_t hi)
     }
 }
 
+/* Takes units of t->unit outputs until none are left. */
 static void gemv_run(void *v, int ith, int nth)
 {
     mm_task *t = v;
-    int64_t lo, hi;
-    cpu__split(t->w->n_out, ith, nth, &lo, &hi);
-    gemv_range(t, lo, hi);
+    for (;;) {
+        int64_t u = atomic_fetch_add_explicit(&t->next, 1, memory_order_relaxed);
+        if (u >= t->n_units) break;
+        int64_t lo = u * t->unit, hi = lo + t->unit < t->w->n_out ? lo + t->unit : t->w->n_out;
+        gemv_range(t, lo, hi);
+    }
 }
 
 typedef struct quant_task {
@@ -215,10 +208,24 @@ static void quant_run(void *v, int ith, int nth)
 
 static void gemm_run(void *v, int ith, int nth);
 
+/* Units of work for n outputs: about 8 per thread (so a late thread's share can be taken by
+ * the others), each a multiple of align outputs. */
+static void set_units(mm_task *t, int64_t n, int64_t align, int nth)
+{
+    int64_t unit = (n + 8 * nth - 1) / (8 * nth);
+    unit = (unit + align - 1) / align * align;
+    if (unit < align) unit = align;
+    t->unit = unit;
+    t->n_units = (n + unit - 1) / unit;
+    atomic_store_explicit(&t->next, 0, memory_order_relaxed);
+}
+
 void cpu__matmul(cpu__backend *c, const float *x, int n_rows, const be_weight *w,
                  const be_weight *bias, float *out)
 {
-    mm_task t = {c, x, n_rows, w, bias && bias->data ? bias->data : NULL, out, NULL};
+    mm_task t = {.c = c, .x = x, .n_rows = n_rows, .w = w, .out = out,
+                 .bias = bias && bias->data ? bias->data : NULL};
+    int nth = c->n_threads;
     if (w->type == DT_Q8_0) {
         size_t bytes = (size_t)n_rows * (size_t)(w->n_in / 32) * sizeof(q8x);
         if (cpu__scratch_reserve(&c->shared, bytes)) goto oom;
@@ -229,18 +236,25 @@ void cpu__matmul(cpu__backend *c, const float *x, int n_rows, const be_weight *w
             cpu__pool_run(c->pool, quant_run, &qt);
         t.xq = c->shared.p;
     }
-    if (n_rows >= GEMM_MIN_ROWS) {
+    if (n_rows >= PANEL_MIN_ROWS && w->type != DT_Q8_0) {
+        for (int i = 0; i < nth; i++)
+            if (cpu__scratch_reserve(&c->scratch[i], cpu__gemm_panel_scratch_bytes())) goto oom;
+        set_units(&t, w->n_out, CPU__PANEL_NR, nth);
+        cpu__pool_run(c->pool, cpu__gemm_panel_run, &t);
+    } else if (n_rows >= GEMM_MIN_ROWS) {
+        set_units(&t, w->n_out, 4, nth);
         cpu__pool_run(c->pool, gemm_run, &t);
     } else if ((int64_t)n_rows * w->n_in * w->n_out < 65536) {
-        gemv_range(&t, 0, w->n_out);
+        set_units(&t, w->n_out, w->n_out, 1);
+        gemv_run(&t, 0, 1);
     } else {
+        set_units(&t, w->n_out, 16, nth);
         cpu__pool_run(c->pool, gemv_run, &t);
     }
     return;
 oom:
     for (size_t i = 0; i < (size_t)n_rows * w->n_out; i++) out[i] = NAN;
 }
-
 
 /* ---- GEMM ---------------------------------------------------------------------------------- */
 
@@ -283,18 +297,25 @@ static inline __attribute__((always_inline)) void tile44_float(int type, const c
                                                                float *out, int64_t ldo)
 {
     __m512 acc[4][4];
+#pragma GCC unroll 16
     for (int r = 0; r < 4; r++)
+#pragma GCC unroll 16
         for (int c = 0; c < 4; c++) acc[r][c] = _mm512_setzero_ps();
     for (int64_t i = 0; i < n; i += 16) {
         __mmask16 m = n - i >= 16 ? 0xffff : (__mmask16)((1u << (n - i)) - 1);
         __m512 wv[4];
+#pragma GCC unroll 16
         for (int c = 0; c < 4; c++) wv[c] = load_w16(type, w + c * rb, i, m);
+#pragma GCC unroll 16
         for (int r = 0; r < 4; r++) {
             __m512 xv = _mm512_maskz_loadu_ps(m, x + r * n + i);
+#pragma GCC unroll 16
             for (int c = 0; c < 4; c++) acc[r][c] = _mm512_fmadd_ps(wv[c], xv, acc[r][c]);
         }
     }
+#pragma GCC unroll 16
     for (int r = 0; r < 4; r++)
+#pragma GCC unroll 16
         for (int c = 0; c < 4; c++) out[r * ldo + c] = _mm512_reduce_add_ps(acc[r][c]);
 }
 
@@ -312,19 +333,24 @@ static float hsum256(__m256 a)
 static void tile44_q8(const dt_block_q8_0 *w, int64_t nb, const q8x *x, float *out, int64_t ldo)
 {
     __m256 acc[4][4];
+#pragma GCC unroll 16
     for (int r = 0; r < 4; r++)
+#pragma GCC unroll 16
         for (int c = 0; c < 4; c++) acc[r][c] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         __m256i wa[4], wq[4];
         __m256 dw[4];
+#pragma GCC unroll 16
         for (int c = 0; c < 4; c++) {
             wq[c] = _mm256_loadu_si256((const void *)w[c * nb + b].q);
             wa[c] = _mm256_abs_epi8(wq[c]);
             dw[c] = _mm256_set1_ps(_cvtsh_ss(w[c * nb + b].d));
         }
+#pragma GCC unroll 16
         for (int r = 0; r < 4; r++) {
             __m256i xq = _mm256_loadu_si256((const void *)x[r * nb + b].q);
             __m256 dx = _mm256_set1_ps(x[r * nb + b].d);
+#pragma GCC unroll 16
             for (int c = 0; c < 4; c++) {
                 __m256i p = _mm256_dpbusd_epi32(_mm256_setzero_si256(), wa[c],
                                                 _mm256_sign_epi8(xq, wq[c]));
@@ -332,7 +358,9 @@ static void tile44_q8(const dt_block_q8_0 *w, int64_t nb, const q8x *x, float *o
             }
         }
     }
+#pragma GCC unroll 16
     for (int r = 0; r < 4; r++)
+#pragma GCC unroll 16
         for (int c = 0; c < 4; c++) out[r * ldo + c] = hsum256(acc[r][c]);
 }
 #endif
@@ -384,9 +412,10 @@ static void gemm_range(const mm_task *t, int64_t lo, int64_t hi)
 static void gemm_run(void *v, int ith, int nth)
 {
     mm_task *t = v;
-    int64_t n_out = t->w->n_out, units = (n_out + 3) / 4, lo, hi;
-    cpu__split(units, ith, nth, &lo, &hi);
-    lo *= 4;
-    hi = hi * 4 < n_out ? hi * 4 : n_out;
-    if (lo < hi) gemm_range(t, lo, hi);
+    for (;;) {
+        int64_t u = atomic_fetch_add_explicit(&t->next, 1, memory_order_relaxed);
+        if (u >= t->n_units) break;
+        int64_t lo = u * t->unit, hi = lo + t->unit < t->w->n_out ? lo + t->unit : t->w->n_out;
+        gemm_range(t, lo, hi);
+    }
 }

@@ -1,0 +1,162 @@
+/*
+ * gemm.c — the compute-bound matmul for F32, F16 and BF16 weights and many activation rows
+ * (prefill, batched decode): out[r][o] = Σ_i x[r][i] · W[o][i].
+ *
+ * Classic packed-panel GEMM. A thread takes a column tile of CPU__PANEL_NR = 32 outputs; for
+ * each slice of CPU__PANEL_KC = 128 inputs it converts the tile's weights once into an f32
+ * panel laid out [k][32] (16 KiB: it stays in L1), then sweeps every activation row over it with
+ * a 6 × 32 register microkernel: per input k, two panel vectors are loaded and each of the six
+ * rows' x[k] is broadcast into two FMAs, so twelve FMAs share two loads. Partial sums live in
+ * `out` between slices. Weight conversion (F16 via F16C, BF16 by a shift) is paid once per
+ * panel and amortised over all rows, which is why matmul.c only comes here for ≥ 16 rows.
+ *
+ * Column tails are handled by zero-padding the panel and masking the stores; row tails by
+ * microkernel variants for 1..5 rows.
+ */
+#include <string.h>
+
+#include "cpu/internal.h"
+#include "engine/dtype.h"
+
+#ifdef __AVX512F__
+#include <immintrin.h>
+#endif
+
+#define NR CPU__PANEL_NR
+#define KC CPU__PANEL_KC
+#define MR 6
+
+size_t cpu__gemm_panel_scratch_bytes(void)
+{
+    return ((size_t)KC * NR + KC) * sizeof(float) + 64;
+}
+
+/* dst[0..n) = row elements k0 .. k0+n as f32. */
+static void convert_span(int type, const void *row, int64_t k0, int n, float *dst)
+{
+    int i = 0;
+    if (type == DT_F32) {
+        memcpy(dst, (const float *)row + k0, (size_t)n * sizeof(float));
+        return;
+    }
+    const uint16_t *s = (const uint16_t *)row + k0;
+#ifdef __AVX512F__
+    if (type == DT_F16)
+        for (; i + 16 <= n; i += 16)
+            _mm512_storeu_ps(dst + i, _mm512_cvtph_ps(_mm256_loadu_si256((const void *)(s + i))));
+    else
+        for (; i + 16 <= n; i += 16) {
+            __m512i v = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const void *)(s + i)));
+            _mm512_storeu_ps(dst + i, _mm512_castsi512_ps(_mm512_slli_epi32(v, 16)));
+        }
+#endif
+    for (; i < n; i++) dst[i] = type == DT_F16 ? dt_f16_to_f32(s[i]) : dt_bf16_to_f32(s[i]);
+}
+
+/* panel[k][j] = W[o0 + j][k0 + k] as f32, zero for outputs past n_out. */
+static void pack_panel(const be_weight *w, int64_t o0, int64_t k0, int kc, float *panel, float *tmp)
+{
+    size_t rb = dt_row_bytes(w->type, w->n_in);
+    for (int j = 0; j < NR; j++) {
+        if (o0 + j >= w->n_out) {
+            for (int k = 0; k < kc; k++) panel[k * NR + j] = 0;
+            continue;
+        }
+        const char *row = (const char *)w->data + (size_t)(o0 + j) * rb;
+        if (w->type == DT_F32) {
+            const float *src = (const float *)row + k0;
+            for (int k = 0; k < kc; k++) panel[k * NR + j] = src[k];
+        } else {
+            convert_span(w->type, row, k0, kc, tmp);
+            for (int k = 0; k < kc; k++) panel[k * NR + j] = tmp[k];
+        }
+    }
+}
+
+#ifdef __AVX512F__
+/* c[r][0..32) (+)= Σ_k x[r][k] · panel[k][0..32) for mr rows; columns masked by m0, m1. */
+static inline __attribute__((always_inline)) void ukernel(int mr, const float *panel,
+                                                          const float *x, int64_t ldx, int kc,
+                                                          float *c, int64_t ldc, __mmask16 m0,
+                                                          __mmask16 m1, int load_c)
+{
+    __m512 acc[MR][2];
+#pragma GCC unroll 16
+    for (int r = 0; r < mr; r++) {
+        acc[r][0] = load_c ? _mm512_maskz_loadu_ps(m0, c + r * ldc) : _mm512_setzero_ps();
+        acc[r][1] = load_c ? _mm512_maskz_loadu_ps(m1, c + r * ldc + 16) : _mm512_setzero_ps();
+    }
+    for (int k = 0; k < kc; k++) {
+        __m512 b0 = _mm512_load_ps(panel + k * NR), b1 = _mm512_load_ps(panel + k * NR + 16);
+#pragma GCC unroll 16
+        for (int r = 0; r < mr; r++) {
+            __m512 a = _mm512_set1_ps(x[r * ldx + k]);
+            acc[r][0] = _mm512_fmadd_ps(a, b0, acc[r][0]);
+            acc[r][1] = _mm512_fmadd_ps(a, b1, acc[r][1]);
+        }
+    }
+#pragma GCC unroll 16
+    for (int r = 0; r < mr; r++) {
+        _mm512_mask_storeu_ps(c + r * ldc, m0, acc[r][0]);
+        _mm512_mask_storeu_ps(c + r * ldc + 16, m1, acc[r][1]);
+    }
+}
+
+static void ukernel_any(int mr, const float *panel, const float *x, int64_t ldx, int kc, float *c,
+                        int64_t ldc, int ncols, int load_c)
+{
+    __mmask16 m0 = ncols >= 16 ? 0xffff : (__mmask16)((1u << ncols) - 1);
+    __mmask16 m1 = ncols >= 32 ? 0xffff : ncols <= 16 ? 0 : (__mmask16)((1u << (ncols - 16)) - 1);
+    switch (mr) {
+    case 6: ukernel(6, panel, x, ldx, kc, c, ldc, m0, m1, load_c); break;
+    case 5: ukernel(5, panel, x, ldx, kc, c, ldc, m0, m1, load_c); break;
+    case 4: ukernel(4, panel, x, ldx, kc, c, ldc, m0, m1, load_c); break;
+    case 3: ukernel(3, panel, x, ldx, kc, c, ldc, m0, m1, load_c); break;
+    case 2: ukernel(2, panel, x, ldx, kc, c, ldc, m0, m1, load_c); break;
+    default: ukernel(1, panel, x, ldx, kc, c, ldc, m0, m1, load_c); break;
+    }
+}
+#else
+static void ukernel_any(int mr, const float *panel, const float *x, int64_t ldx, int kc, float *c,
+                        int64_t ldc, int ncols, int load_c)
+{
+    for (int r = 0; r < mr; r++)
+        for (int j = 0; j < ncols; j++) {
+            float s = load_c ? c[r * ldc + j] : 0.0f;
+            for (int k = 0; k < kc; k++) s += x[r * ldx + k] * panel[k * NR + j];
+            c[r * ldc + j] = s;
+        }
+}
+#endif
+
+/* All rows × one column tile of up to NR outputs starting at o0. */
+static void panel_tile(const cpu__mm_task *t, int64_t o0, float *panel, float *tmp)
+{
+    const be_weight *w = t->w;
+    int64_t n_in = w->n_in, n_out = w->n_out;
+    int ncols = n_out - o0 < NR ? (int)(n_out - o0) : NR;
+    for (int64_t k0 = 0; k0 < n_in; k0 += KC) {
+        int kc = n_in - k0 < KC ? (int)(n_in - k0) : KC;
+        pack_panel(w, o0, k0, kc, panel, tmp);
+        for (int r0 = 0; r0 < t->n_rows; r0 += MR) {
+            int mr = t->n_rows - r0 < MR ? t->n_rows - r0 : MR;
+            ukernel_any(mr, panel, t->x + (size_t)r0 * n_in + k0, n_in, kc,
+                        t->out + (size_t)r0 * n_out + o0, n_out, ncols, k0 > 0);
+        }
+    }
+    if (t->bias)
+        for (int r = 0; r < t->n_rows; r++)
+            for (int j = 0; j < ncols; j++) t->out[(size_t)r * n_out + o0 + j] += t->bias[o0 + j];
+}
+
+void cpu__gemm_panel_run(void *task, int ith, int nth)
+{
+    cpu__mm_task *t = task;
+    float *panel = t->c->scratch[ith].p, *tmp = panel + (size_t)KC * NR;
+    for (;;) {
+        int64_t u = atomic_fetch_add_explicit(&t->next, 1, memory_order_relaxed);
+        if (u >= t->n_units) break;
+        int64_t lo = u * t->unit, hi = lo + t->unit < t->w->n_out ? lo + t->unit : t->w->n_out;
+        for (int64_t o0 = lo; o0 < hi; o0 += NR) panel_tile(t, o0, panel, tmp);
+    }
+}
