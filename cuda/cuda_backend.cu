@@ -155,7 +155,7 @@ static void cuda__weight_free(backend *be, be_weight *w)
 static int cuda__kv_init(backend *be, const kv_geom *g, int32_t n_blocks)
 {
     cuda_backend *cb = cuda__cb(be);
-    if (cb->kv_arena || n_blocks < 1 || g->head_dim < 1 || g->block_size < 1) return -EINVAL;
+    if (n_blocks < 1 || g->n_layers < 1 || g->n_kv_heads < 1 || g->head_dim < 1 || g->block_size < 1) return -EINVAL;
     if (g->dtype != KV_F16 && g->dtype != KV_BF16 && g->dtype != KV_F32) return -EINVAL;
     cuda_kv_layout l;
     l.n_layers = g->n_layers;
@@ -174,6 +174,8 @@ static int cuda__kv_init(backend *be, const kv_geom *g, int32_t n_blocks)
         cudaFree(p);
         return -EIO;
     }
+    /* A second kv_init replaces the arena (as on the CPU); cudaFree waits for work that uses it. */
+    if (cb->kv_arena) CB_CHECK(cb, cudaFree(cb->kv_arena));
     cb->kv = l;
     cb->kv_dtype = g->dtype;
     cb->kv_arena = p;

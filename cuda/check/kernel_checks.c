@@ -1,0 +1,599 @@
+/*
+ * kernel_checks.c — every CUDA backend op against the CPU backend (or a float64 reference), on
+ * random non-zero inputs, with the output poisoned first so an unwritten element fails.
+ *
+ * Included (not linked) by tests/test_cuda.c (Criterion, small sizes) and by
+ * cuda/check/gpu_check.c (realistic sizes, a table of results), so both run the same checks.
+ * Uses only engine/backend.h and cuda/cuda_backend.h: no CUDA headers, so it compiles wherever
+ * the backend's C interface does. Each check returns a kc_result: the relative error
+ * ‖gpu − ref‖ / ‖ref‖ (float64), its tolerance and a note; NaN counts as a failure.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda/cuda_backend.h"
+#include "cuda/cuda_common.h"
+#include "engine/backend.h"
+#include "engine/dtype.h"
+
+typedef struct kc_ctx {
+    backend *gpu;  /* the CUDA backend under test (borrowed) */
+    backend *cpu;  /* the reference CPU backend (borrowed) */
+    uint64_t rng;  /* xorshift state; the caller prints the seed */
+    int big;       /* 1: realistic sizes (gpu-check); 0: small and fast (unit tests) */
+} kc_ctx;
+
+typedef struct kc_result {
+    char name[48];
+    double err;    /* relative error, or INFINITY on a failure to run */
+    double tol;
+    int ok;
+    char note[96];
+} kc_result;
+
+static const float kc_poison = 1e30f;
+
+static uint64_t kc_next(kc_ctx *c)
+{
+    c->rng ^= c->rng << 13;
+    c->rng ^= c->rng >> 7;
+    c->rng ^= c->rng << 17;
+    return c->rng;
+}
+
+static int kc_int(kc_ctx *c, int lo, int hi) /* [lo, hi] */
+{
+    return lo + (int)(kc_next(c) % (uint64_t)(hi - lo + 1));
+}
+
+static float kc_unif(kc_ctx *c) /* [-1, 1) */
+{
+    return (float)((kc_next(c) >> 11) * (1.0 / 9007199254740992.0) * 2.0 - 1.0);
+}
+
+static void kc_fill(kc_ctx *c, float *x, size_t n, float scale)
+{
+    for (size_t i = 0; i < n; i++) x[i] = kc_unif(c) * scale;
+}
+
+static int kc_is_cuda(const backend *be)
+{
+    return !strcmp(be->name, "cuda");
+}
+
+/* Backend memory holding a copy of host x[n] (or poison when x is NULL). NULL when out of memory. */
+static float *kc_put(backend *be, const float *x, size_t n)
+{
+    float *d = be->ops->alloc(be, n);
+    if (!d) return NULL;
+    float *tmp = NULL;
+    if (!x) {
+        tmp = malloc(n * sizeof *tmp);
+        if (!tmp) return d;
+        for (size_t i = 0; i < n; i++) tmp[i] = kc_poison;
+        x = tmp;
+    }
+    if (kc_is_cuda(be)) cuda_upload_f32(be, d, x, n);
+    else memcpy(d, x, n * sizeof *d);
+    free(tmp);
+    return d;
+}
+
+static void kc_set(backend *be, float *d, const float *x, size_t n)
+{
+    if (kc_is_cuda(be)) cuda_upload_f32(be, d, x, n);
+    else memcpy(d, x, n * sizeof *d);
+}
+
+static float *kc_get(backend *be, const float *d, size_t n)
+{
+    float *h = malloc(n * sizeof *h);
+    if (h && be->ops->to_host(be, d, n, h)) {
+        free(h);
+        return NULL;
+    }
+    return h;
+}
+
+static double kc_relerr(const float *a, const float *ref, size_t n)
+{
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(a[i]) || a[i] == kc_poison) return INFINITY;
+        double d = (double)a[i] - ref[i];
+        num += d * d;
+        den += (double)ref[i] * ref[i];
+    }
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+static kc_result kc_res(const char *name, double err, double tol, const char *note)
+{
+    kc_result r;
+    snprintf(r.name, sizeof r.name, "%s", name);
+    r.err = err;
+    r.tol = tol;
+    r.ok = err <= tol;
+    snprintf(r.note, sizeof r.note, "%s", note ? note : "");
+    return r;
+}
+
+/* ---- random weights ------------------------------------------------------------------------- */
+
+typedef struct kc_tensor {
+    model_tensor t;
+    void *mem;  /* owned */
+    char name[32];
+} kc_tensor;
+
+/* A random n_out × n_in tensor of the given type, values in [-scale, scale). */
+static int kc_tensor_random(kc_ctx *c, kc_tensor *kt, int type, int64_t n_in, int64_t n_out, float scale)
+{
+    memset(kt, 0, sizeof *kt);
+    snprintf(kt->name, sizeof kt->name, "w%s", dt_name(type));
+    size_t rb = dt_row_bytes(type, n_in);
+    kt->mem = malloc(rb * (size_t)n_out);
+    float *row = malloc((size_t)n_in * sizeof *row);
+    if (!kt->mem || !row) {
+        free(row);
+        free(kt->mem);
+        return -1;
+    }
+    for (int64_t r = 0; r < n_out; r++) {
+        kc_fill(c, row, (size_t)n_in, scale);
+        char *dst = (char *)kt->mem + (size_t)r * rb;
+        for (int64_t i = 0; i < n_in; i++) {
+            if (type == DT_F32) ((float *)dst)[i] = row[i];
+            else if (type == DT_F16) ((uint16_t *)dst)[i] = dt_f32_to_f16(row[i]);
+            else if (type == DT_BF16) ((uint16_t *)dst)[i] = dt_f32_to_bf16(row[i]);
+        }
+        if (type == DT_Q8_0)
+            for (int64_t b = 0; b < n_in / 32; b++) {
+                dt_block_q8_0 *q = (dt_block_q8_0 *)dst + b;
+                float mx = 0;
+                for (int i = 0; i < 32; i++) mx = fmaxf(mx, fabsf(row[b * 32 + i]));
+                float d = mx / 127.0f;
+                q->d = dt_f32_to_f16(d);
+                for (int i = 0; i < 32; i++) q->q[i] = (int8_t)(d > 0 ? lrintf(row[b * 32 + i] / d) : 0);
+            }
+    }
+    free(row);
+    kt->t.name = kt->name;
+    kt->t.type = type;
+    kt->t.ne[0] = n_in;
+    kt->t.ne[1] = n_out;
+    kt->t.data = kt->mem;
+    kt->t.row_bytes = rb;
+    return 0;
+}
+
+/* ---- batches -------------------------------------------------------------------------------- */
+
+typedef struct kc_batch {
+    be_batch b;
+    int32_t *tokens, *positions, *slots, *q_start, *ctx_len, *bt, *logit_rows;
+} kc_batch;
+
+static void kc_batch_free(kc_batch *kb)
+{
+    free(kb->tokens);
+    free(kb->positions);
+    free(kb->slots);
+    free(kb->q_start);
+    free(kb->ctx_len);
+    free(kb->bt);
+    free(kb->logit_rows);
+    memset(kb, 0, sizeof *kb);
+}
+
+/* One sequence of n new tokens at random positions (for the row-wise ops), slots 0..n-1. */
+static void kc_batch_simple(kc_ctx *c, kc_batch *kb, int n, int vocab)
+{
+    memset(kb, 0, sizeof *kb);
+    kb->tokens = malloc((size_t)n * 4);
+    kb->positions = malloc((size_t)n * 4);
+    kb->slots = malloc((size_t)n * 4);
+    kb->q_start = malloc(2 * 4);
+    kb->ctx_len = malloc(4);
+    kb->bt = calloc(1, 4);
+    kb->logit_rows = malloc((size_t)n * 4);
+    for (int i = 0; i < n; i++) {
+        kb->tokens[i] = kc_int(c, 0, vocab - 1);
+        kb->positions[i] = i == 0 ? 0 : kc_int(c, 0, 100000);
+        kb->slots[i] = i;
+        kb->logit_rows[i] = kc_int(c, 0, n - 1);
+    }
+    kb->q_start[0] = 0;
+    kb->q_start[1] = n;
+    kb->ctx_len[0] = n;
+    be_batch b = {n, kb->tokens, kb->positions, kb->slots, 1, kb->q_start, kb->ctx_len, kb->bt, 1, n, kb->logit_rows};
+    kb->b = b;
+}
+
+/* ---- checks --------------------------------------------------------------------------------- */
+
+/* Embedding gather of random tokens from a random table of the given type. */
+static kc_result kc_check_embed(kc_ctx *c, int type)
+{
+    char name[48];
+    snprintf(name, sizeof name, "embed %s", dt_name(type));
+    int dim = c->big ? 2048 : 96, vocab = c->big ? 32000 : 300, n = c->big ? 512 : 17;
+    kc_tensor kt;
+    kc_batch kb;
+    if (kc_tensor_random(c, &kt, type, dim, vocab, 1.0f)) return kc_res(name, INFINITY, 0, "host OOM");
+    kc_batch_simple(c, &kb, n, vocab);
+    be_weight wg, wc;
+    double err = INFINITY;
+    const char *note = "";
+    if (c->gpu->ops->weight_upload(c->gpu, &kt.t, &wg) || c->cpu->ops->weight_upload(c->cpu, &kt.t, &wc)) {
+        note = "upload failed";
+    } else {
+        float *og = kc_put(c->gpu, NULL, (size_t)n * dim), *oc = kc_put(c->cpu, NULL, (size_t)n * dim);
+        c->gpu->ops->begin(c->gpu, &kb.b);
+        c->cpu->ops->begin(c->cpu, &kb.b);
+        c->gpu->ops->embed(c->gpu, &wg, og);
+        c->cpu->ops->embed(c->cpu, &wc, oc);
+        float *hg = kc_get(c->gpu, og, (size_t)n * dim), *hc = kc_get(c->cpu, oc, (size_t)n * dim);
+        if (hg && hc) err = kc_relerr(hg, hc, (size_t)n * dim);
+        free(hg);
+        free(hc);
+        c->gpu->ops->free(c->gpu, og);
+        c->cpu->ops->free(c->cpu, oc);
+        c->gpu->ops->weight_free(c->gpu, &wg);
+        c->cpu->ops->weight_free(c->cpu, &wc);
+    }
+    kc_batch_free(&kb);
+    free(kt.mem);
+    /* Q8_0 is expanded to F16 on the GPU: the scale × q products round to 11 bits. */
+    return kc_res(name, err, type == DT_Q8_0 ? 1e-3 : 0.0, note);
+}
+
+/* RMSNorm, and the fused residual add + RMSNorm extra against add then rmsnorm on the CPU. */
+static kc_result kc_check_rmsnorm(kc_ctx *c, int fused)
+{
+    int dim = c->big ? 4096 : 200, n = c->big ? 256 : 9;
+    size_t nn = (size_t)n * dim;
+    float *x = malloc(nn * 4), *y = malloc(nn * 4);
+    kc_tensor kw;
+    kc_tensor_random(c, &kw, DT_F32, dim, 1, 2.0f);
+    kc_fill(c, x, nn, 3.0f);
+    kc_fill(c, y, nn, 1.0f);
+    be_weight wg, wc;
+    c->gpu->ops->weight_upload(c->gpu, &kw.t, &wg);
+    c->cpu->ops->weight_upload(c->cpu, &kw.t, &wc);
+    float *xg = kc_put(c->gpu, x, nn), *yg = kc_put(c->gpu, y, nn), *og = kc_put(c->gpu, NULL, nn);
+    float *xc = kc_put(c->cpu, x, nn), *yc = kc_put(c->cpu, y, nn), *oc = kc_put(c->cpu, NULL, nn);
+    if (fused) {
+        cuda_add_rmsnorm(c->gpu, xg, yg, &wg, 1e-5f, n, dim, og);
+        c->cpu->ops->add(c->cpu, xc, yc, (int64_t)nn);
+    } else {
+        c->gpu->ops->rmsnorm(c->gpu, xg, &wg, 1e-5f, n, dim, og);
+    }
+    c->cpu->ops->rmsnorm(c->cpu, xc, &wc, 1e-5f, n, dim, oc);
+    float *hg = kc_get(c->gpu, og, nn), *hc = kc_get(c->cpu, oc, nn);
+    float *hxg = kc_get(c->gpu, xg, nn), *hxc = kc_get(c->cpu, xc, nn);
+    double err = INFINITY;
+    if (hg && hc && hxg && hxc) {
+        err = kc_relerr(hg, hc, nn);
+        double ex = kc_relerr(hxg, hxc, nn); /* the residual sum written back */
+        if (ex > err) err = ex;
+    }
+    free(hg), free(hc), free(hxg), free(hxc), free(x), free(y), free(kw.mem);
+    c->gpu->ops->free(c->gpu, xg), c->gpu->ops->free(c->gpu, yg), c->gpu->ops->free(c->gpu, og);
+    c->cpu->ops->free(c->cpu, xc), c->cpu->ops->free(c->cpu, yc), c->cpu->ops->free(c->cpu, oc);
+    c->gpu->ops->weight_free(c->gpu, &wg);
+    c->cpu->ops->weight_free(c->cpu, &wc);
+    return kc_res(fused ? "add+rmsnorm (fused)" : "rmsnorm", err, 1e-6, "");
+}
+
+/* matmul against a float64 reference over the exact (dequantised) weights. */
+static kc_result kc_check_matmul(kc_ctx *c, int type, int n_rows, int n_in, int n_out, int bias)
+{
+    char name[48];
+    snprintf(name, sizeof name, "matmul %s %dx%d->%d%s", dt_name(type), n_rows, n_in, n_out, bias ? " +b" : "");
+    kc_tensor kt, kb;
+    if (kc_tensor_random(c, &kt, type, n_in, n_out, 0.5f)) return kc_res(name, INFINITY, 0, "host OOM");
+    kc_tensor_random(c, &kb, DT_F32, n_out, 1, 1.0f);
+    size_t nx = (size_t)n_rows * n_in, no = (size_t)n_rows * n_out;
+    float *x = malloc(nx * 4), *ref = malloc(no * 4), *wrow = malloc((size_t)n_in * 4);
+    kc_fill(c, x, nx, 1.0f);
+    for (int o = 0; o < n_out; o++) {
+        model_tensor_row_f32(&kt.t, o, wrow);
+        for (int r = 0; r < n_rows; r++) {
+            double acc = bias ? ((float *)kb.mem)[o] : 0.0;
+            for (int i = 0; i < n_in; i++) acc += (double)x[(size_t)r * n_in + i] * wrow[i];
+            ref[(size_t)r * n_out + o] = (float)acc;
+        }
+    }
+    be_weight wg, bg;
+    double err = INFINITY;
+    const char *note = "";
+    if (c->gpu->ops->weight_upload(c->gpu, &kt.t, &wg) || c->gpu->ops->weight_upload(c->gpu, &kb.t, &bg)) {
+        note = "upload failed";
+    } else {
+        float *xg = kc_put(c->gpu, x, nx), *og = kc_put(c->gpu, NULL, no);
+        c->gpu->ops->matmul(c->gpu, xg, n_rows, &wg, bias ? &bg : NULL, og);
+        float *h = kc_get(c->gpu, og, no);
+        if (h) err = kc_relerr(h, ref, no);
+        free(h);
+        c->gpu->ops->free(c->gpu, xg);
+        c->gpu->ops->free(c->gpu, og);
+        c->gpu->ops->weight_free(c->gpu, &wg);
+        c->gpu->ops->weight_free(c->gpu, &bg);
+    }
+    free(x), free(ref), free(wrow), free(kt.mem), free(kb.mem);
+    /* F32: true FP32 GEMM. 16-bit: activations rounded to the weight's type (BF16 has 8 bits). */
+    double tol = type == DT_F32 ? 1e-5 : type == DT_BF16 ? 8e-3 : 2e-3;
+    return kc_res(name, err, tol, note);
+}
+
+/* RoPE on a [n][heads][head_dim] tensor at random positions, against the CPU op. */
+static kc_result kc_check_rope(kc_ctx *c, int neox, int rope_dims_frac)
+{
+    int H = c->big ? 32 : 4, D = c->big ? 128 : 16, n = c->big ? 512 : 11;
+    be_rope r = {H, D, rope_dims_frac ? D / 2 : D, neox ? 1000000.0f : 10000.0f, neox};
+    size_t nn = (size_t)n * H * D;
+    kc_batch kb;
+    kc_batch_simple(c, &kb, n, 10);
+    float *x = malloc(nn * 4);
+    kc_fill(c, x, nn, 2.0f);
+    float *xg = kc_put(c->gpu, x, nn), *xc = kc_put(c->cpu, x, nn);
+    c->gpu->ops->begin(c->gpu, &kb.b);
+    c->cpu->ops->begin(c->cpu, &kb.b);
+    c->gpu->ops->rope(c->gpu, xg, &r);
+    c->cpu->ops->rope(c->cpu, xc, &r);
+    float *hg = kc_get(c->gpu, xg, nn), *hc = kc_get(c->cpu, xc, nn);
+    double err = hg && hc ? kc_relerr(hg, hc, nn) : INFINITY;
+    free(hg), free(hc), free(x);
+    c->gpu->ops->free(c->gpu, xg);
+    c->cpu->ops->free(c->cpu, xc);
+    kc_batch_free(&kb);
+    char name[48];
+    snprintf(name, sizeof name, "rope %s%s", neox ? "neox" : "adjacent", rope_dims_frac ? " partial" : "");
+    return kc_res(name, err, 1e-6, "");
+}
+
+/* silu_mul, add and gather_rows. */
+static kc_result kc_check_elementwise(kc_ctx *c)
+{
+    int n = c->big ? 512 : 13, dim = c->big ? 5632 : 172;
+    size_t nn = (size_t)n * dim;
+    kc_batch kb;
+    kc_batch_simple(c, &kb, n, 10);
+    float *g = malloc(nn * 4), *u = malloc(nn * 4);
+    kc_fill(c, g, nn, 8.0f);
+    kc_fill(c, u, nn, 2.0f);
+    float *gg = kc_put(c->gpu, g, nn), *ug = kc_put(c->gpu, u, nn), *og = kc_put(c->gpu, NULL, nn);
+    float *gc = kc_put(c->cpu, g, nn), *uc = kc_put(c->cpu, u, nn), *oc = kc_put(c->cpu, NULL, nn);
+    c->gpu->ops->begin(c->gpu, &kb.b);
+    c->cpu->ops->begin(c->cpu, &kb.b);
+    c->gpu->ops->silu_mul(c->gpu, gg, ug, (int64_t)nn);
+    c->cpu->ops->silu_mul(c->cpu, gc, uc, (int64_t)nn);
+    c->gpu->ops->add(c->gpu, gg, ug, (int64_t)nn);
+    c->cpu->ops->add(c->cpu, gc, uc, (int64_t)nn);
+    c->gpu->ops->gather_rows(c->gpu, gg, dim, og);
+    c->cpu->ops->gather_rows(c->cpu, gc, dim, oc);
+    float *hg = kc_get(c->gpu, og, nn), *hc = kc_get(c->cpu, oc, nn);
+    double err = hg && hc ? kc_relerr(hg, hc, nn) : INFINITY;
+    free(hg), free(hc), free(g), free(u);
+    c->gpu->ops->free(c->gpu, gg), c->gpu->ops->free(c->gpu, ug), c->gpu->ops->free(c->gpu, og);
+    c->cpu->ops->free(c->cpu, gc), c->cpu->ops->free(c->cpu, uc), c->cpu->ops->free(c->cpu, oc);
+    kc_batch_free(&kb);
+    return kc_res("silu_mul+add+gather", err, 1e-6, "");
+}
+
+/* Greedy argmax on the device, with planted ties (the lowest index must win). */
+static kc_result kc_check_argmax(kc_ctx *c)
+{
+    int n = c->big ? 64 : 5, vocab = c->big ? 128256 : 1000;
+    size_t nn = (size_t)n * vocab;
+    float *x = malloc(nn * 4);
+    kc_fill(c, x, nn, 10.0f);
+    int32_t *want = malloc((size_t)n * 4), *got = malloc((size_t)n * 4);
+    for (int r = 0; r < n; r++) {
+        int a = kc_int(c, 0, vocab - 1), b = kc_int(c, 0, vocab - 1);
+        x[(size_t)r * vocab + a] = 20.0f;
+        x[(size_t)r * vocab + b] = 20.0f;
+        want[r] = a < b ? a : b;
+        got[r] = -1;
+    }
+    float *xg = kc_put(c->gpu, x, nn);
+    int rc = cuda_argmax_rows(c->gpu, xg, n, vocab, got);
+    int bad = rc != 0;
+    for (int r = 0; r < n; r++) bad += got[r] != want[r];
+    c->gpu->ops->free(c->gpu, xg);
+    free(x), free(want), free(got);
+    return kc_res("argmax (device)", bad ? INFINITY : 0.0, 0.0, bad ? "wrong ids" : "");
+}
+
+/* ---- KV cache and attention ----------------------------------------------------------------- */
+
+/* A paged-attention scenario: sequences with cached prefixes and new tokens, random block
+ * tables, the KV of every entry stored on both backends, then one attention step compared. */
+typedef struct kc_attn_case {
+    const char *label;
+    int n_seqs;
+    int min_ctx, max_ctx; /* context length after the step */
+    int min_new, max_new; /* new tokens per sequence (1 = decode) */
+    int n_heads, n_kv_heads, head_dim, kv_dtype;
+} kc_attn_case;
+
+/* Fills kb with every KV entry of every sequence as a token (the "fill" batch) when fill is 1,
+ * else with each sequence's last n_new[s] entries as its new tokens. */
+static void kc_attn_batch(kc_batch *kb, int n_seqs, const int32_t *ctx, const int32_t *n_new, const int32_t *bt,
+                          int bt_stride, int block_size, int fill)
+{
+    memset(kb, 0, sizeof *kb);
+    int64_t n = 0;
+    for (int s = 0; s < n_seqs; s++) n += fill ? ctx[s] : n_new[s];
+    kb->tokens = calloc((size_t)n + 1, 4);
+    kb->positions = malloc((size_t)n * 4 + 4);
+    kb->slots = malloc((size_t)n * 4 + 4);
+    kb->q_start = malloc(((size_t)n_seqs + 1) * 4);
+    kb->ctx_len = malloc((size_t)n_seqs * 4);
+    kb->bt = malloc((size_t)n_seqs * bt_stride * 4);
+    memcpy(kb->bt, bt, (size_t)n_seqs * bt_stride * 4);
+    int64_t t = 0;
+    kb->q_start[0] = 0;
+    for (int s = 0; s < n_seqs; s++) {
+        int32_t first = fill ? 0 : ctx[s] - n_new[s];
+        for (int32_t j = first; j < ctx[s]; j++, t++) {
+            kb->positions[t] = j;
+            kb->slots[t] = cuda_kv_entry_slot(bt + (size_t)s * bt_stride, block_size, j);
+        }
+        kb->q_start[s + 1] = (int32_t)t;
+        kb->ctx_len[s] = ctx[s];
+    }
+    be_batch b = {(int32_t)n, kb->tokens, kb->positions, kb->slots, n_seqs, kb->q_start, kb->ctx_len, kb->bt,
+                  bt_stride, 0, NULL};
+    kb->b = b;
+}
+
+static kc_result kc_check_attention(kc_ctx *c, const kc_attn_case *ac)
+{
+    char name[48], note[96];
+    snprintf(name, sizeof name, "attn %s %s", ac->label, kv_dtype_name(ac->kv_dtype));
+    const int bs = 16, layer = 1, S = ac->n_seqs;
+    kv_geom g = {2, ac->n_kv_heads, ac->head_dim, bs, ac->kv_dtype};
+    int32_t *ctx = malloc((size_t)S * 4), *n_new = malloc((size_t)S * 4);
+    int bt_stride = (int)cuda_div_up(ac->max_ctx, bs), total_blocks = 0;
+    for (int s = 0; s < S; s++) {
+        ctx[s] = kc_int(c, ac->min_ctx, ac->max_ctx);
+        n_new[s] = kc_int(c, ac->min_new, ac->max_new);
+        if (n_new[s] > ctx[s]) n_new[s] = ctx[s];
+        total_blocks += (int)cuda_div_up(ctx[s], bs);
+    }
+    int32_t n_blocks = total_blocks + 5;
+    /* Block ids: a shuffled permutation, so sequences' pages interleave in the arena. */
+    int32_t *perm = malloc((size_t)n_blocks * 4), *bt = calloc((size_t)S * bt_stride, 4);
+    for (int32_t i = 0; i < n_blocks; i++) perm[i] = i;
+    for (int32_t i = n_blocks - 1; i > 0; i--) {
+        int32_t j = (int32_t)(kc_next(c) % (uint64_t)(i + 1)), t = perm[i];
+        perm[i] = perm[j];
+        perm[j] = t;
+    }
+    for (int s = 0, k = 0; s < S; s++)
+        for (int j = 0; j < cuda_div_up(ctx[s], bs); j++) bt[s * bt_stride + j] = perm[k++];
+    backend *bes[2] = {c->gpu, c->cpu};
+    double err = INFINITY;
+    snprintf(note, sizeof note, "kv_init failed");
+    if (!c->gpu->ops->kv_init(c->gpu, &g, n_blocks) && !c->cpu->ops->kv_init(c->cpu, &g, n_blocks)) {
+        int kv_dim = ac->n_kv_heads * ac->head_dim, q_dim = ac->n_heads * ac->head_dim;
+        kc_batch fb, ab;
+        kc_attn_batch(&fb, S, ctx, n_new, bt, bt_stride, bs, 1);
+        kc_attn_batch(&ab, S, ctx, n_new, bt, bt_stride, bs, 0);
+        size_t nk = (size_t)fb.b.n_tokens * kv_dim, nq = (size_t)ab.b.n_tokens * q_dim;
+        float *k = malloc(nk * 4), *v = malloc(nk * 4), *q = malloc(nq * 4), *out[2] = {NULL, NULL};
+        kc_fill(c, k, nk, 1.0f);
+        kc_fill(c, v, nk, 1.0f);
+        kc_fill(c, q, nq, 2.0f);
+        for (int b = 0; b < 2; b++) {
+            backend *be = bes[b];
+            float *kd = kc_put(be, k, nk), *vd = kc_put(be, v, nk), *qd = kc_put(be, q, nq), *od = kc_put(be, NULL, nq);
+            be->ops->begin(be, &fb.b);
+            be->ops->store_kv(be, layer, kd, vd);
+            be->ops->begin(be, &ab.b);
+            be->ops->attention(be, layer, qd, ac->n_heads, od);
+            out[b] = kc_get(be, od, nq);
+            be->ops->free(be, kd), be->ops->free(be, vd), be->ops->free(be, qd), be->ops->free(be, od);
+        }
+        if (out[0] && out[1]) err = kc_relerr(out[0], out[1], nq);
+        snprintf(note, sizeof note, "%d seqs, %d tokens, ctx ≤ %d, gqa %d, hd %d, splits %d", S, ab.b.n_tokens,
+                 ac->max_ctx, ac->n_heads / ac->n_kv_heads, ac->head_dim, cuda_last_attn_splits(c->gpu));
+        free(out[0]), free(out[1]), free(k), free(v), free(q);
+        kc_batch_free(&fb);
+        kc_batch_free(&ab);
+    }
+    free(ctx), free(n_new), free(perm), free(bt);
+    return kc_res(name, err, 1e-4, note);
+}
+
+/* store_kv (exact after rounding to the KV type), the fused RoPE + store, and kv_copy_block. */
+static kc_result kc_check_store_kv(kc_ctx *c, int kv_dtype)
+{
+    char name[48];
+    snprintf(name, sizeof name, "store_kv+rope+copy %s", kv_dtype_name(kv_dtype));
+    const int bs = 16, H = c->big ? 8 : 2, D = c->big ? 128 : 8, n = c->big ? 300 : 20, kv_dim = H * D;
+    int32_t n_blocks = (int32_t)cuda_div_up(n, bs) * 3 + 2;
+    kv_geom g = {3, H, D, bs, kv_dtype};
+    if (c->gpu->ops->kv_init(c->gpu, &g, n_blocks) || c->cpu->ops->kv_init(c->cpu, &g, n_blocks))
+        return kc_res(name, INFINITY, 0, "kv_init failed");
+    kc_batch kb;
+    kc_batch_simple(c, &kb, n, 10);
+    /* distinct random slots */
+    int32_t n_slots = n_blocks * bs;
+    int32_t *perm = malloc((size_t)n_slots * 4);
+    for (int32_t i = 0; i < n_slots; i++) perm[i] = i;
+    for (int i = 0; i < n; i++) {
+        int32_t j = i + (int32_t)(kc_next(c) % (uint64_t)(n_slots - i)), t = perm[i];
+        perm[i] = perm[j];
+        perm[j] = t;
+        kb.slots[i] = perm[i];
+    }
+    size_t nk = (size_t)n * kv_dim;
+    float *k = malloc(nk * 4), *v = malloc(nk * 4), *row = malloc((size_t)kv_dim * 4);
+    kc_fill(c, k, nk, 3.0f);
+    kc_fill(c, v, nk, 3.0f);
+    double worst = 0;
+    /* plain store into layer 2: bit-exact after rounding */
+    float *kg = kc_put(c->gpu, k, nk), *vg = kc_put(c->gpu, v, nk);
+    c->gpu->ops->begin(c->gpu, &kb.b);
+    c->gpu->ops->store_kv(c->gpu, 2, kg, vg);
+    for (int i = 0; i < n && worst == 0; i++)
+        for (int kind = 0; kind < 2; kind++) {
+            if (cuda_kv_read(c->gpu, 2, kind, kb.slots[i], row)) worst = INFINITY;
+            const float *src = (kind ? v : k) + (size_t)i * kv_dim;
+            for (int e = 0; e < kv_dim; e++) {
+                float want = kv_dtype == KV_F32 ? src[e]
+                             : kv_dtype == KV_BF16 ? dt_bf16_to_f32(dt_f32_to_bf16(src[e]))
+                                                   : dt_f16_to_f32(dt_f32_to_f16(src[e]));
+                if (row[e] != want) worst = INFINITY;
+            }
+        }
+    /* kv_copy_block: the block of token 0's slot, copied into a block nobody wrote */
+    int32_t src_blk = kb.slots[0] / bs, dst_blk = -1;
+    for (int32_t b = 0; b < n_blocks && dst_blk < 0; b++) {
+        int used = 0;
+        for (int i = 0; i < n; i++) used |= kb.slots[i] / bs == b;
+        if (!used) dst_blk = b;
+    }
+    if (dst_blk >= 0) {
+        c->gpu->ops->kv_copy_block(c->gpu, src_blk, dst_blk);
+        float *r2 = malloc((size_t)kv_dim * 4);
+        for (int off = 0; off < bs; off++)
+            for (int kind = 0; kind < 2; kind++) {
+                cuda_kv_read(c->gpu, 2, kind, src_blk * bs + off, row);
+                cuda_kv_read(c->gpu, 2, kind, dst_blk * bs + off, r2);
+                if (memcmp(row, r2, (size_t)kv_dim * 4)) worst = INFINITY;
+            }
+        free(r2);
+    }
+    /* fused RoPE + store into layer 0 vs CPU rope, then the same rounding */
+    be_rope r = {H, D, D, 10000.0f, 0};
+    float *kc = kc_put(c->cpu, k, nk);
+    c->cpu->ops->begin(c->cpu, &kb.b);
+    c->cpu->ops->rope(c->cpu, kc, &r);
+    float *kroped = kc_get(c->cpu, kc, nk);
+    kc_set(c->gpu, kg, k, nk);
+    cuda_rope_store_kv(c->gpu, 0, kg, vg, &r);
+    float *kg_h = kc_get(c->gpu, kg, nk);
+    if (kroped && kg_h) {
+        double e = kc_relerr(kg_h, kroped, nk); /* rotated in place */
+        if (e > worst) worst = e;
+        float *stored = malloc(nk * 4);
+        for (int i = 0; i < n; i++) cuda_kv_read(c->gpu, 0, 0, kb.slots[i], stored + (size_t)i * kv_dim);
+        e = kc_relerr(stored, kroped, nk);
+        double round = kv_dtype == KV_F32 ? 0 : kv_dtype == KV_BF16 ? 4e-3 : 5e-4;
+        if (e > 1e-6 + round) worst = INFINITY;
+        free(stored);
+    } else {
+        worst = INFINITY;
+    }
+    free(kroped), free(kg_h), free(k), free(v), free(row), free(perm);
+    c->gpu->ops->free(c->gpu, kg), c->gpu->ops->free(c->gpu, vg);
+    c->cpu->ops->free(c->cpu, kc);
+    kc_batch_free(&kb);
+    return kc_res(name, worst, 1e-6, "bit-exact store, copy; fused rope");
+}

@@ -1,0 +1,148 @@
+/*
+ * test_cuda.c — the CUDA backend's ops against the CPU backend on a GPU (suite "cuda").
+ *
+ * Compiled only in CUDA builds (KVSERVE_CUDA). Every test that needs a GPU skips with the reason
+ * cuda_is_available gives when none is visible; the checks themselves are shared with the GPU
+ * check program (cuda/check/kernel_checks.c), at small sizes here. `make test-cuda` runs them.
+ * The availability tests run everywhere CUDA is built and check the no-GPU path: a clear
+ * one-line error naming CUDA, and the CPU chosen under --device auto.
+ */
+#ifdef KVSERVE_CUDA
+
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cuda/check/kernel_checks.c"
+
+typedef struct tcu_env {
+    kc_ctx c;
+} tcu_env;
+
+static void tcu_open(tcu_env *e, uint64_t seed, const char *what)
+{
+    char why[256];
+    if (!cuda_is_available(why, sizeof why)) cr_skip_test("no GPU visible, %s not run (%s)", what, why);
+    char err[256];
+    memset(e, 0, sizeof *e);
+    e->c.gpu = cuda_backend_create(0, err, sizeof err);
+    cr_assert_not_null(e->c.gpu, "%s", err);
+    e->c.cpu = cpu_backend_create(2);
+    cr_assert_not_null(e->c.cpu);
+    e->c.rng = seed;
+    printf("cuda/%s seed %#llx on %s\n", what, (unsigned long long)seed, e->c.gpu->desc);
+}
+
+static void tcu_close(tcu_env *e)
+{
+    be_destroy(e->c.gpu);
+    be_destroy(e->c.cpu);
+}
+
+static void tcu_expect(kc_result r)
+{
+    printf("  %-34s err %.3g (tol %.3g) %s\n", r.name, r.err, r.tol, r.note);
+    cr_expect(r.ok, "%s: relative error %.3g over tolerance %.3g (%s)", r.name, r.err, r.tol, r.note);
+}
+
+Test(cuda, unavailable_is_a_clean_error)
+{
+    char why[256] = "", err[256] = "";
+    if (cuda_is_available(why, sizeof why)) {
+        backend *be = cuda_backend_create(0, err, sizeof err);
+        cr_assert_not_null(be, "%s", err);
+        cr_assert_str_eq(be->name, "cuda");
+        cr_assert_gt(be->ops->mem_available(be), 0);
+        be_destroy(be);
+        cr_assert_null(cuda_backend_create(1 << 20, err, sizeof err));
+        cr_assert(strstr(err, "CUDA") != NULL);
+        return;
+    }
+    cr_assert(strstr(why, "CUDA") != NULL, "the reason names CUDA: '%s'", why);
+    cr_assert(strchr(why, '\n') == NULL, "one line: '%s'", why);
+    cr_assert_null(cuda_backend_create(0, err, sizeof err));
+    cr_assert(strstr(err, "CUDA") != NULL, "'%s'", err);
+    cr_assert_null(be_create("cuda", 1, err, sizeof err));
+    cr_assert(strstr(err, "CUDA") != NULL, "'%s'", err);
+    backend *be = be_create("auto", 1, err, sizeof err);
+    cr_assert_not_null(be, "auto falls back to the CPU");
+    cr_assert_str_eq(be->name, "cpu");
+    be_destroy(be);
+}
+
+Test(cuda, embed)
+{
+    tcu_env e;
+    tcu_open(&e, 0xe3bed, "embed");
+    const int types[] = {DT_F32, DT_F16, DT_BF16, DT_Q8_0};
+    for (int i = 0; i < 4; i++) tcu_expect(kc_check_embed(&e.c, types[i]));
+    tcu_close(&e);
+}
+
+Test(cuda, rmsnorm)
+{
+    tcu_env e;
+    tcu_open(&e, 0x4a5, "rmsnorm");
+    tcu_expect(kc_check_rmsnorm(&e.c, 0));
+    tcu_expect(kc_check_rmsnorm(&e.c, 1));
+    tcu_close(&e);
+}
+
+Test(cuda, matmul)
+{
+    tcu_env e;
+    tcu_open(&e, 0x3a73, "matmul");
+    const int types[] = {DT_F32, DT_F16, DT_BF16, DT_Q8_0};
+    for (int i = 0; i < 4; i++) {
+        tcu_expect(kc_check_matmul(&e.c, types[i], 1, 96, 80, 0));
+        tcu_expect(kc_check_matmul(&e.c, types[i], 33, 160, 72, 1));
+    }
+    tcu_close(&e);
+}
+
+Test(cuda, rope)
+{
+    tcu_env e;
+    tcu_open(&e, 0x209e, "rope");
+    for (int neox = 0; neox < 2; neox++) {
+        tcu_expect(kc_check_rope(&e.c, neox, 0));
+        tcu_expect(kc_check_rope(&e.c, neox, 1));
+    }
+    tcu_close(&e);
+}
+
+Test(cuda, elementwise_and_argmax)
+{
+    tcu_env e;
+    tcu_open(&e, 0xe1e, "elementwise");
+    tcu_expect(kc_check_elementwise(&e.c));
+    tcu_expect(kc_check_argmax(&e.c));
+    tcu_close(&e);
+}
+
+Test(cuda, store_kv)
+{
+    tcu_env e;
+    tcu_open(&e, 0x5701e, "store_kv");
+    tcu_expect(kc_check_store_kv(&e.c, KV_F16));
+    tcu_expect(kc_check_store_kv(&e.c, KV_BF16));
+    tcu_expect(kc_check_store_kv(&e.c, KV_F32));
+    tcu_close(&e);
+}
+
+Test(cuda, attention)
+{
+    tcu_env e;
+    tcu_open(&e, 0xa77e, "attention");
+    const kc_attn_case cases[] = {
+        {"decode", 5, 1, 90, 1, 1, 8, 4, 8, KV_F32},          /* stories260K's shape */
+        {"decode-long", 2, 600, 1500, 1, 1, 32, 4, 64, KV_F16}, /* split-K */
+        {"prefill", 3, 20, 300, 20, 70, 8, 8, 64, KV_F16},     /* cached prefix + chunk, MHA */
+        {"mixed", 6, 1, 400, 1, 40, 16, 2, 128, KV_BF16},
+        {"mixed-gqa8", 4, 30, 200, 1, 30, 32, 4, 64, KV_F32},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) tcu_expect(kc_check_attention(&e.c, &cases[i]));
+    tcu_close(&e);
+}
+
+#endif
