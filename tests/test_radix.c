@@ -388,3 +388,143 @@ Test(radix, random_vs_model_bs4)
 {
     trx_random_run(4, trx_seed(0x5eed0004), 6000);
 }
+
+/* ---- allocation failures ----------------------------------------------------------------- */
+
+/* A second copy of the tree, under other names, whose allocations fail on demand: every failed
+ * call must return -ENOMEM and leave the cached content, the references and (for inserts) the
+ * structure exactly as they were. */
+static long trx_alloc_left = -1; /* allocations that still succeed; < 0: all of them */
+
+static int trx_oom_hit(void)
+{
+    if (trx_alloc_left < 0) return 0;
+    if (trx_alloc_left == 0) return 1;
+    trx_alloc_left--;
+    return 0;
+}
+static void *trx_malloc(size_t n)
+{
+    return trx_oom_hit() ? NULL : malloc(n);
+}
+static void *trx_calloc(size_t n, size_t m)
+{
+    return trx_oom_hit() ? NULL : calloc(n, m);
+}
+static void *trx_realloc(void *p, size_t n)
+{
+    return trx_oom_hit() ? NULL : realloc(p, n);
+}
+
+#define malloc trx_malloc
+#define calloc trx_calloc
+#define realloc trx_realloc
+#define rdx_create trx_oom_create
+#define rdx_destroy trx_oom_destroy
+#define rdx_match trx_oom_match
+#define rdx_insert trx_oom_insert
+#define rdx_evict trx_oom_evict
+#define rdx_n_blocks trx_oom_n_blocks
+#define rdx_n_evictable trx_oom_n_evictable
+#define rdx_check trx_oom_check
+#include "cache/radix.c"
+#undef malloc
+#undef calloc
+#undef realloc
+
+/* Per block id: a hash of the whole prefix it completes (0 when not indexed), plus node count
+ * and clock, so that content and structure can be compared before and after a failed call. */
+static void trx_oom_snapshot(const rdx_tree *t, uint64_t *h, int *n_nodes, uint64_t *clock)
+{
+    memset(h, 0, TRX_POOL * sizeof *h);
+    int n = rdx__list_nodes(t);
+    for (int i = 1; i < n; i++) { /* parents come first: their last block's hash is ready */
+        const rdx_node *x = t->scratch[i];
+        uint64_t acc = x->parent == t->root ? 1469598103934665603ull
+                                            : h[x->parent->blocks[x->parent->n_blocks - 1]];
+        for (int b = 0; b < x->n_blocks; b++) {
+            for (int k = 0; k < t->block_size; k++)
+                acc = (acc ^ (uint64_t)(uint32_t)x->tokens[b * t->block_size + k]) * 1099511628211ull;
+            h[x->blocks[b]] = acc;
+        }
+    }
+    *n_nodes = t->n_nodes;
+    *clock = t->clock;
+}
+
+/* One attempt: a tree caching base, then an insert of probe whose k-th allocation fails (k < 0:
+ * none fails). with_match: the probe's cached part is matched first (its edge may be split by
+ * the match), else the probe comes with fresh blocks for all of it. Returns 1 when the insert
+ * succeeded. */
+static int trx_oom_attempt(const int32_t *probe, int len, int cached, int with_match, long k)
+{
+    enum { BS = 2 };
+    static const int32_t base[] = {1, 1, 2, 2, 3, 3, 4, 4};
+    block_pool *bp = bp_create(TRX_POOL);
+    trx_alloc_left = -1;
+    rdx_tree *t = trx_oom_create(bp, BS);
+    int32_t ids[5], got[5];
+    cr_assert_eq(bp_alloc(bp, 4, ids), 0);
+    cr_assert_eq(trx_oom_insert(t, base, 8, ids), 4);
+    for (int i = 0; i < 4; i++) bp_unref(bp, ids[i]);
+
+    int n_blk = len / BS, m = 0;
+    if (with_match) {
+        m = trx_oom_match(t, probe, len, got, 5) / BS;
+        cr_assert_eq(m, cached);
+        memcpy(ids, got, (size_t)m * sizeof *ids);
+    }
+    cr_assert_eq(bp_alloc(bp, n_blk - m, ids + m), 0);
+    uint64_t h0[TRX_POOL], h1[TRX_POOL], c0, c1;
+    int n0, n1;
+    int32_t rc0[TRX_POOL];
+    trx_oom_snapshot(t, h0, &n0, &c0);
+    for (int b = 0; b < TRX_POOL; b++) rc0[b] = bp_refcount(bp, b);
+
+    trx_alloc_left = k;
+    int r = trx_oom_insert(t, probe, len, ids);
+    trx_alloc_left = -1;
+    trx_oom_check(t);
+    if (r == -ENOMEM) {
+        trx_oom_snapshot(t, h1, &n1, &c1);
+        cr_assert_arr_eq(h0, h1, sizeof h0, "allocation %ld failed: cached content changed", k);
+        cr_assert_eq(n1, n0, "allocation %ld failed: structure changed", k);
+        cr_assert_eq(c1, c0, "a failed insert is not a use");
+        for (int b = 0; b < TRX_POOL; b++) cr_assert_eq(bp_refcount(bp, b), rc0[b]);
+    } else {
+        cr_assert_eq(r, n_blk - cached);
+    }
+    /* A match whose split cannot be allocated still answers. */
+    int want = r == -ENOMEM ? cached : n_blk;
+    trx_alloc_left = 0;
+    cr_assert_eq(trx_oom_match(t, probe, len, got, 5), want * BS);
+    trx_alloc_left = -1;
+    trx_oom_check(t);
+    for (int i = 0; i < want; i++) bp_unref(bp, got[i]);
+    for (int i = 0; i < n_blk; i++) bp_unref(bp, ids[i]);
+    cr_assert_eq(trx_oom_n_evictable(t), trx_oom_n_blocks(t));
+    trx_oom_destroy(t);
+    cr_assert_eq(bp_num_free(bp), TRX_POOL);
+    bp_destroy(bp);
+    return r != -ENOMEM;
+}
+
+Test(radix, allocation_failures_change_nothing)
+{
+    static const int32_t probes[][10] = {
+        {1, 1, 2, 2, 9, 9, 8, 8, 7, 7}, /* split + new leaf */
+        {1, 1, 2, 2, 3, 3, 4, 4, 5, 5}, /* extends the leaf */
+        {6, 6, 5, 5},                   /* new child of the root */
+        {1, 1, 2, 2, 3, 3},             /* split only */
+    };
+    static const int len[] = {10, 10, 4, 6}, cached[] = {2, 4, 0, 3};
+    for (int p = 0; p < 4; p++)
+        for (int with_match = 0; with_match < 2; with_match++) {
+            long k = 0;
+            while (!trx_oom_attempt(probes[p], len[p], cached[p], with_match, k)) {
+                k++;
+                cr_assert(k < 64, "probe %d never succeeded", p);
+            }
+            cr_log_info("probe %d (match first: %d): %ld allocations can fail", p, with_match, k);
+        }
+}
