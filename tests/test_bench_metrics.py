@@ -435,9 +435,13 @@ class EndToEnd(unittest.TestCase):
         self.assertIn("Serving Benchmark Result", p.stdout)
 
     def test_unreachable_server_fails_cleanly(self):
+        import socket
+        with socket.socket() as sock:  # a port that was free a moment ago: nothing listens
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
         buf = io.StringIO()
         with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(io.StringIO()):
-            rc = self.script.main(["--base-url", "http://127.0.0.1:9", "--model", "m", "--num-prompts",
+            rc = self.script.main(["--base-url", "http://127.0.0.1:%d" % port, "--model", "m", "--num-prompts",
                                    "2", "--timeout", "5", "--random-input-len", "4"])
         self.assertEqual(rc, 1)
         self.assertIn("Failed requests:", buf.getvalue())
