@@ -22,9 +22,7 @@ given base URL is contacted.
 import http.client
 import json
 import math
-import random
 import re
-import sys
 import threading
 import time
 import urllib.parse
@@ -426,9 +424,9 @@ def build_body(model, t, history, chat, args):
 
 
 def stream_request(target, path, body, chat, timeout):
-    """Sends one streamed request and times it. Returns a record: success, error, timestamps
-    relative to nothing (absolute perf_counter seconds: t_start, content_times, t_end), text,
-    usage fields."""
+    """Sends one streamed request and times it. Returns {success, error, usage, text, t_start,
+    content_times, t_end}; the times are time.perf_counter() seconds. Never raises: any failure
+    (connection, HTTP status, error event, bad JSON, --timeout) is the request's error."""
     rec = {"success": False, "error": None, "text": "", "usage": None}
     content_times, parts = [], []
     t_start = time.perf_counter()
