@@ -358,6 +358,8 @@ static void eng__update_stats(engine *e)
     st->prompt_tokens = e->prompt_tokens_done;
     st->generation_tokens = ss.generated;
     st->steps = ss.steps;
+    st->max_seqs = e->cfg.max_seqs;
+    st->max_batch_tokens = e->cfg.max_batch_tokens;
     e->queued_waiting = sched_num_waiting(e->sc);
     e->queued_tokens = sched_waiting_tokens(e->sc);
 }

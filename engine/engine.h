@@ -142,6 +142,8 @@ typedef struct engine_stats {
     int64_t prompt_tokens;         /* total prompt tokens of finished requests */
     int64_t generation_tokens;     /* total generated tokens */
     int64_t steps;
+    int max_seqs;                  /* the running cap in effect (defaults resolved per device) */
+    int max_batch_tokens;          /* the step token budget in effect */
 } engine_stats;
 
 void engine_get_stats(engine *e, engine_stats *out);
