@@ -22,6 +22,9 @@
  * is exact at block granularity (when a split cannot be allocated in rdx_match, the whole edge
  * is marked used: LRU becomes approximate, nothing else changes).
  *
+ * An insert whose path ends at the end of a leaf grows that leaf's edge instead of hanging a
+ * child under it, so a sequence offering its blocks chunk by chunk keeps one node.
+ *
  * Eviction trims leaves from their tail: the trailing blocks whose refcount is 1 (only the tree
  * holds them) go back to the pool, least recently used leaf first; a leaf whose edge empties is
  * removed and its parent may become a leaf in turn.
