@@ -119,6 +119,12 @@ size_t cpu__gemm_panel_scratch_bytes(void);
 /* Task body: takes column tiles of CPU__PANEL_NR outputs from t->next until none are left. */
 void cpu__gemm_panel_run(void *task, int ith, int nth);
 
+/* gemm_q8.c: VNNI GEMM for Q8_0 weights over activations quantised with q stored as q + 128
+ * (unsigned). Units are multiples of 16 outputs. Only usable when cpu__gemm_q8_available(). */
+int cpu__gemm_q8_available(void);
+size_t cpu__gemm_q8_scratch_bytes(void);
+void cpu__gemm_q8_run(void *task, int ith, int nth);
+
 /* attention.c */
 void cpu__store_kv(cpu__backend *c, int layer, const float *k, const float *v);
 void cpu__attention(cpu__backend *c, int layer, const float *q, int n_heads, float *out);

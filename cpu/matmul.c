@@ -41,6 +41,7 @@
  * are packed into panels (packing costs about as much as 16 rows of arithmetic). */
 #define GEMM_MIN_ROWS 4
 #define PANEL_MIN_ROWS 16
+#define Q8_PANEL_MIN_ROWS 8
 
 typedef cpu__q8x q8x;
 typedef cpu__mm_task mm_task;
@@ -196,14 +197,20 @@ typedef struct quant_task {
     int64_t n_in;
     int n_rows;
     q8x *xq;
+    int offset; /* 1: store q + 128 (unsigned) for the VNNI GEMM */
 } quant_task;
 
 static void quant_run(void *v, int ith, int nth)
 {
     quant_task *t = v;
-    int64_t lo, hi;
+    int64_t lo, hi, nb = t->n_in / 32;
     cpu__split(t->n_rows, ith, nth, &lo, &hi);
-    for (int64_t r = lo; r < hi; r++) quantise_row(t->x + r * t->n_in, t->xq + r * (t->n_in / 32), t->n_in);
+    for (int64_t r = lo; r < hi; r++) {
+        quantise_row(t->x + r * t->n_in, t->xq + r * nb, t->n_in);
+        if (t->offset)
+            for (int64_t b = 0; b < nb; b++)
+                for (int i = 0; i < 32; i++) t->xq[r * nb + b].q[i] ^= (int8_t)0x80;
+    }
 }
 
 static void gemm_run(void *v, int ith, int nth);
@@ -226,17 +233,23 @@ void cpu__matmul(cpu__backend *c, const float *x, int n_rows, const be_weight *w
     mm_task t = {.c = c, .x = x, .n_rows = n_rows, .w = w, .out = out,
                  .bias = bias && bias->data ? bias->data : NULL};
     int nth = c->n_threads;
+    int q8_panel = w->type == DT_Q8_0 && n_rows >= Q8_PANEL_MIN_ROWS && cpu__gemm_q8_available();
     if (w->type == DT_Q8_0) {
         size_t bytes = (size_t)n_rows * (size_t)(w->n_in / 32) * sizeof(q8x);
         if (cpu__scratch_reserve(&c->shared, bytes)) goto oom;
-        quant_task qt = {x, w->n_in, n_rows, c->shared.p};
+        quant_task qt = {x, w->n_in, n_rows, c->shared.p, q8_panel};
         if (n_rows * w->n_in < 65536)
             quant_run(&qt, 0, 1);
         else
             cpu__pool_run(c->pool, quant_run, &qt);
         t.xq = c->shared.p;
     }
-    if (n_rows >= PANEL_MIN_ROWS && w->type != DT_Q8_0) {
+    if (q8_panel) {
+        for (int i = 0; i < nth; i++)
+            if (cpu__scratch_reserve(&c->scratch[i], cpu__gemm_q8_scratch_bytes())) goto oom;
+        set_units(&t, w->n_out, 16, nth);
+        cpu__pool_run(c->pool, cpu__gemm_q8_run, &t);
+    } else if (n_rows >= PANEL_MIN_ROWS && w->type != DT_Q8_0) {
         for (int i = 0; i < nth; i++)
             if (cpu__scratch_reserve(&c->scratch[i], cpu__gemm_panel_scratch_bytes())) goto oom;
         set_units(&t, w->n_out, CPU__PANEL_NR, nth);

@@ -166,7 +166,7 @@ static void cput_check_matmul(int type, int64_t n_in, int64_t n_out, const int *
     free(tol);
 }
 
-static const int cput_rows[] = {1, 3, 7, 64, 5, 4, 17};
+static const int cput_rows[] = {1, 3, 7, 64, 5, 4, 17, 23};
 #define CPUT_NROWS ((int)(sizeof cput_rows / sizeof cput_rows[0]))
 
 Test(cpu, matmul_float_types)
