@@ -1,0 +1,111 @@
+/*
+ * test_prefix.c — the radix prefix cache as the engine uses it, on stories260K with the CPU
+ * backend: shared prefixes are computed once (together or later), a new turn hits the cached
+ * blocks of the previous turn's generated tokens and continues exactly as the uncached run, n > 1
+ * choices share the prompt and match single-choice runs with the derived seeds, and a pool too
+ * small to keep everything evicts and still reproduces the golden tokens. Skips when the shared
+ * model directory is absent.
+ */
+#include "tests/engine_harness.h"
+
+TestSuite(prefix, .init = te_setup, .fini = te_teardown, .timeout = 120);
+
+Test(prefix, shares_300_tokens_together_and_later)
+{
+    TE_NEED_MODEL();
+    engine *e = te_engine((size_t)16 << 20, 1, 8, 128);
+    int32_t p[310];
+    p[0] = 1;
+    for (int i = 1; i < 310; i++) p[i] = 3 + (i * 37) % 500;
+    static te_out outs[3];
+    memset(outs, 0, sizeof outs);
+    /* Two arrive together, the third after they finished. */
+    p[300] = 7;
+    outs[0].id = te_submit(e, p, 305, 4, 1, 0, NULL);
+    p[300] = 8;
+    outs[1].id = te_submit(e, p, 305, 4, 1, 0, NULL);
+    te_collect(e, outs, 2, 2);
+    p[300] = 9;
+    outs[2].id = te_submit(e, p, 305, 4, 1, 0, NULL);
+    te_collect(e, outs, 3, 1);
+    cr_assert_lt(outs[0].usage[0].cached_tokens, 288);
+    cr_assert_geq(outs[1].usage[0].cached_tokens, 288, "in-batch: %d", outs[1].usage[0].cached_tokens);
+    cr_assert_geq(outs[2].usage[0].cached_tokens, 288, "later: %d", outs[2].usage[0].cached_tokens);
+    engine_stats st;
+    engine_get_stats(e, &st);
+    cr_assert_eq(st.prefix_cache_queries, 3 * 305);
+    cr_assert_geq(st.prefix_cache_hits, 2 * 288);
+    cr_assert_gt(st.kv_blocks_cached, 0);
+    engine_destroy(e, 1);
+}
+
+Test(prefix, next_turn_hits_generated_tokens_and_continues_exactly)
+{
+    TE_NEED_MODEL();
+    engine *e = te_engine((size_t)16 << 20, 1, 8, 64);
+    const te_case *t = NULL;
+    for (int i = 0; i < te_n_cases; i++)
+        if (!strcmp(te_cases[i].name, "once_upon_a_time_n256")) t = &te_cases[i];
+    cr_assert_not_null(t);
+    static te_out outs[2];
+    memset(outs, 0, sizeof outs);
+    outs[0].id = te_submit(e, t->prompt, t->n_prompt, 120, 1, 0, NULL);
+    te_collect(e, outs, 1, 1);
+    /* Turn 2: the history (prompt + 100 generated tokens) as the prompt. */
+    int32_t hist[200];
+    memcpy(hist, t->prompt, (size_t)t->n_prompt * sizeof(int32_t));
+    memcpy(hist + t->n_prompt, t->gen, 100 * sizeof(int32_t));
+    int nh = t->n_prompt + 100;
+    outs[1].id = te_submit(e, hist, nh, 60, 1, 0, NULL);
+    te_collect(e, outs, 2, 1);
+    cr_assert_geq(outs[1].usage[0].cached_tokens, (nh - 1) / 16 * 16, "cached %d",
+                  outs[1].usage[0].cached_tokens);
+    for (int k = 0; k < 60; k++)
+        cr_assert_eq(outs[1].toks[0][k], t->gen[100 + k], "token %d after the cached history", k);
+    engine_destroy(e, 1);
+}
+
+Test(prefix, n_choices_match_single_runs_with_derived_seeds)
+{
+    TE_NEED_MODEL();
+    engine *e = te_engine((size_t)16 << 20, 1, 8, 64);
+    const te_case *t = &te_cases[0];
+    int32_t p[64];
+    memcpy(p, t->prompt, (size_t)t->n_prompt * sizeof(int32_t));
+    for (int i = t->n_prompt; i < 40; i++) p[i] = t->gen[i - t->n_prompt]; /* 40 tokens: a partial block */
+    static te_out outs[4];
+    memset(outs, 0, sizeof outs);
+    outs[0].id = te_submit_seed(e, p, 40, 30, 3, 1.0f, NULL, 500);
+    te_collect(e, outs, 1, 3);
+    for (int c = 0; c < 3; c++) {
+        outs[1 + c].id = te_submit_seed(e, p, 40, 30, 1, 1.0f, NULL, 500 + (uint64_t)c);
+        te_collect(e, outs, 4, 1);
+        cr_assert_eq(outs[1 + c].n_toks[0], outs[0].n_toks[c]);
+        for (int k = 0; k < outs[0].n_toks[c]; k++)
+            cr_assert_eq(outs[0].toks[c][k], outs[1 + c].toks[0][k], "choice %d token %d", c, k);
+    }
+    engine_destroy(e, 1);
+}
+
+Test(prefix, eviction_under_pressure_keeps_golden)
+{
+    TE_NEED_MODEL();
+    /* 30 blocks: the cache fills with finished requests' blocks and must give them back. */
+    engine *e = te_engine(30 * 16 * 640, 1, 4, 64);
+    static te_out outs[16];
+    memset(outs, 0, sizeof outs);
+    int n = 0;
+    for (int i = 0; i < te_n_cases; i++) {
+        if (te_cases[i].n_prompt + te_cases[i].n_gen > 30 * 16) continue;
+        outs[n].id = te_submit(e, te_cases[i].prompt, te_cases[i].n_prompt, te_cases[i].n_gen, 1, 0, NULL);
+        te_collect(e, outs, n + 1, 1);
+        for (int k = 0; k < te_cases[i].n_gen; k++)
+            cr_assert_eq(outs[n].toks[0][k], te_cases[i].gen[k], "%s token %d", te_cases[i].name, k);
+        n++;
+    }
+    engine_stats st;
+    engine_get_stats(e, &st);
+    cr_assert_gt(st.prefix_cache_evictions, 0, "the cache had to evict");
+    cr_assert_eq(st.kv_blocks_used, st.kv_blocks_cached);
+    engine_destroy(e, 1);
+}
