@@ -73,7 +73,7 @@ int tok__unicode_to_byte(uint32_t cp)
 
 typedef struct pre_family {
     const char *names;       /* tokenizer.ggml.pre values, separated by '|' */
-    const char *re[6];       /* applied in sequence; NULL-terminated */
+    const char *re[TOK__MAX_RE]; /* applied in sequence; unused slots NULL */
     int ignore_merges;       /* whole-word tokens bypass merging (Llama 3) */
 } pre_family;
 
