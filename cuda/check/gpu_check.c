@@ -1,0 +1,641 @@
+/*
+ * gpu_check.c — the self-contained GPU check program that scripts/gpu-check.sh builds and runs.
+ *
+ * Built from engine/ (GGUF, model, forward, sampler), cache/, cpu/ and cuda/ only: no HTTP, JSON,
+ * test framework or regex library, so it builds on a GPU machine that has just the CUDA toolkit
+ * and a C compiler. In order, it:
+ *   1. checks every CUDA op against the CPU backend at realistic sizes (cuda/check/kernel_checks.c);
+ *   2. runs the stories260K golden greedy cases end to end on the GPU, all cases in one varlen batch
+ *      (token ids from a text file, no tokenizer), with f16 and f32 KV;
+ *   3. benchmarks: device-to-device copy bandwidth (the memory ceiling), cuBLAS BF16 GEMM (the
+ *      matrix ceiling), the backend's matmul, decode attention bandwidth, and batch-1 / batched
+ *      decode of a TinyLlama-1.1B-shaped random BF16 model built in memory;
+ * and prints a short table last. Exit status: 0 all checks pass, 1 a check failed, 2 no GPU or a
+ * setup error.
+ *
+ *   gpu_check [--model stories260K.gguf] [--golden golden.txt] [--out DIR] [--quick]
+ *
+ * Golden file: one case per line: name stop_on_bos max_new n_prompt ids... n_gen ids...
+ */
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cuda/check/kernel_checks.c"
+#include "engine/forward.h"
+#include "engine/model.h"
+
+#define GC_MAX_ROWS 64
+
+typedef struct gc_row {
+    char what[48];
+    char value[40];
+    char ref[48];
+    int ok; /* 1 pass, 0 fail, -1 informational */
+} gc_row;
+
+static gc_row gc_rows[GC_MAX_ROWS];
+static int gc_n_rows, gc_failed;
+static FILE *gc_tsv;
+
+static void gc_add(const char *what, const char *value, const char *ref, int ok)
+{
+    if (ok == 0) gc_failed = 1;
+    if (gc_tsv) fprintf(gc_tsv, "%s\t%s\t%s\t%s\n", what, value, ref, ok < 0 ? "info" : ok ? "ok" : "FAIL");
+    if (gc_n_rows == GC_MAX_ROWS) return;
+    gc_row *r = &gc_rows[gc_n_rows++];
+    snprintf(r->what, sizeof r->what, "%s", what);
+    snprintf(r->value, sizeof r->value, "%s", value);
+    snprintf(r->ref, sizeof r->ref, "%s", ref);
+    r->ok = ok;
+}
+
+static double gc_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int gc_cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double gc_median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, gc_cmp_double);
+    return v[n / 2];
+}
+
+#define GC_CUDA(call)                                                                                          \
+    do {                                                                                                       \
+        cudaError_t e_ = (call);                                                                               \
+        if (e_ != cudaSuccess) {                                                                               \
+            fprintf(stderr, "gpu-check: %s failed: %s (%s:%d)\n", #call, cudaGetErrorString(e_), __FILE__,     \
+                    __LINE__);                                                                                 \
+            exit(2);                                                                                           \
+        }                                                                                                      \
+    } while (0)
+
+/* ---- 1. kernel checks ---------------------------------------------------------------------- */
+
+static void gc_report(kc_result r)
+{
+    char v[40], ref[48];
+    snprintf(v, sizeof v, "%.2e", r.err);
+    snprintf(ref, sizeof ref, "tol %.0e", r.tol);
+    printf("  %-38s %-10s %-9s %s  %s\n", r.name, v, ref, r.ok ? "ok" : "FAIL", r.note);
+    if (gc_tsv) fprintf(gc_tsv, "check %s\t%s\t%s\t%s\t%s\n", r.name, v, ref, r.ok ? "ok" : "FAIL", r.note);
+    if (!r.ok) gc_failed = 1;
+}
+
+static void gc_kernels(backend *gpu, backend *cpu, int quick)
+{
+    kc_ctx c = {gpu, cpu, 0x6b65726e656cULL, !quick};
+    printf("== kernels vs the CPU backend (seed %#llx)\n", (unsigned long long)c.rng);
+    const int types[] = {DT_F32, DT_F16, DT_BF16, DT_Q8_0};
+    int fails = gc_failed;
+    gc_failed = 0;
+    for (int i = 0; i < 4; i++) gc_report(kc_check_embed(&c, types[i]));
+    gc_report(kc_check_rmsnorm(&c, 0));
+    gc_report(kc_check_rmsnorm(&c, 1));
+    for (int i = 0; i < 4; i++) {
+        gc_report(kc_check_matmul(&c, types[i], 1, 2048, 2048, 0));
+        gc_report(kc_check_matmul(&c, types[i], 77, 2048, 1024, 1));
+    }
+    for (int neox = 0; neox < 2; neox++) {
+        gc_report(kc_check_rope(&c, neox, 0));
+        gc_report(kc_check_rope(&c, neox, 1));
+    }
+    gc_report(kc_check_elementwise(&c));
+    gc_report(kc_check_argmax(&c));
+    gc_report(kc_check_store_kv(&c, KV_F16));
+    gc_report(kc_check_store_kv(&c, KV_BF16));
+    gc_report(kc_check_store_kv(&c, KV_F32));
+    const kc_attn_case cases[] = {
+        {"decode stories", 13, 1, 512, 1, 1, 8, 4, 8, KV_F16},
+        {"decode batch", 64, 100, 2048, 1, 1, 32, 4, 64, KV_F16},
+        {"decode long (split-K)", 2, 8000, 32768, 1, 1, 32, 8, 128, KV_F16},
+        {"prefill+prefix", 4, 200, 1500, 100, 512, 32, 8, 128, KV_BF16},
+        {"mixed", 24, 1, 1200, 1, 200, 32, 4, 64, KV_F16},
+        {"mixed mha hd128", 8, 1, 700, 1, 90, 16, 16, 128, KV_F32},
+        {"mixed gqa8 hd256", 4, 1, 600, 1, 64, 16, 2, 256, KV_F16},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) gc_report(kc_check_attention(&c, &cases[i]));
+    char v[40];
+    snprintf(v, sizeof v, "%s", gc_failed ? "FAIL" : "all within tol");
+    gc_add("kernels vs CPU", v, "see log", !gc_failed);
+    gc_failed |= fails;
+}
+
+/* ---- 2. golden end to end ------------------------------------------------------------------ */
+
+typedef struct gc_case {
+    char name[64];
+    int stop_on_bos, max_new, n_prompt, n_want;
+    int32_t prompt[1024], want[1024];
+    /* run state */
+    int n_gen, done, bad_at;
+    int32_t last;
+} gc_case;
+
+static int gc_read_golden(const char *path, gc_case *cs, int cap)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    int n = 0;
+    while (n < cap) {
+        gc_case *c = &cs[n];
+        memset(c, 0, sizeof *c);
+        if (fscanf(f, "%63s %d %d %d", c->name, &c->stop_on_bos, &c->max_new, &c->n_prompt) != 4) break;
+        if (c->n_prompt < 1 || c->n_prompt > 1024) break;
+        int got = 0;
+        for (int i = 0; i < c->n_prompt; i++) got += fscanf(f, "%d", &c->prompt[i]);
+        if (got != c->n_prompt || fscanf(f, "%d", &c->n_want) != 1 || c->n_want < 0 || c->n_want > 1024) break;
+        got = 0;
+        for (int i = 0; i < c->n_want; i++) got += fscanf(f, "%d", &c->want[i]);
+        if (got != c->n_want) break;
+        n++;
+    }
+    fclose(f);
+    return n;
+}
+
+static int32_t gc_argmax(const float *x, int n)
+{
+    int b = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[b]) b = i;
+    return b;
+}
+
+/* All cases in one batch: the prompts as prefill, then one decode token per live case per step. */
+static int gc_golden_run(const model *m, backend *be, gc_case *cs, int n_cases, int kv_dtype, double *tok_s)
+{
+    const int bs = 16, max_blocks = 512 / bs + 2;
+    kv_geom g = {m->hp.n_layers, m->hp.n_kv_heads, m->hp.head_dim, bs, kv_dtype};
+    char err[512];
+    fwd *f = fwd_create(m, be, &g, n_cases * max_blocks, 1024 * 16, n_cases, err, sizeof err);
+    if (!f) {
+        fprintf(stderr, "gpu-check: %s\n", err);
+        return -1;
+    }
+    int32_t *bt = malloc((size_t)n_cases * max_blocks * 4), *tokens = malloc(16384 * 4), *pos = malloc(16384 * 4);
+    int32_t *slots = malloc(16384 * 4), *q_start = malloc(((size_t)n_cases + 1) * 4), *ctx = malloc((size_t)n_cases * 4);
+    int32_t *rows = malloc((size_t)n_cases * 4), *seq_of = malloc((size_t)n_cases * 4), *len = calloc((size_t)n_cases, 4);
+    float *logits = malloc((size_t)n_cases * m->hp.n_vocab * 4);
+    for (int i = 0; i < n_cases * max_blocks; i++) bt[i] = i;
+    for (int i = 0; i < n_cases; i++) {
+        cs[i].n_gen = cs[i].done = 0;
+        cs[i].bad_at = -1;
+    }
+    int first = 1, steps = 0, rc = 0;
+    long gen_tokens = 0;
+    double t0 = gc_now();
+    for (;;) {
+        int n = 0, ns = 0;
+        q_start[0] = 0;
+        for (int i = 0; i < n_cases; i++) {
+            gc_case *c = &cs[i];
+            if (c->done) continue;
+            const int32_t *src = first ? c->prompt : &c->last;
+            int cnt = first ? c->n_prompt : 1;
+            for (int k = 0; k < cnt; k++, n++) {
+                tokens[n] = src[k];
+                pos[n] = len[i];
+                slots[n] = cuda_kv_entry_slot(bt + i * max_blocks, bs, len[i]);
+                len[i]++;
+            }
+            ctx[ns] = len[i];
+            rows[ns] = n - 1;
+            seq_of[ns] = i;
+            ns++;
+            q_start[ns] = n;
+        }
+        if (ns == 0) break;
+        /* block-table rows of the live cases, in batch order */
+        int32_t *btb = malloc((size_t)ns * max_blocks * 4);
+        for (int s = 0; s < ns; s++) memcpy(btb + s * max_blocks, bt + seq_of[s] * max_blocks, (size_t)max_blocks * 4);
+        be_batch b = {n, tokens, pos, slots, ns, q_start, ctx, btb, max_blocks, ns, rows};
+        rc = fwd_run(f, &b, logits);
+        free(btb);
+        if (rc) {
+            fprintf(stderr, "gpu-check: fwd_run failed (%d)\n", rc);
+            break;
+        }
+        steps++;
+        for (int s = 0; s < ns; s++) {
+            gc_case *c = &cs[seq_of[s]];
+            int32_t t = gc_argmax(logits + (size_t)s * m->hp.n_vocab, m->hp.n_vocab);
+            gen_tokens++;
+            if (c->stop_on_bos && t == 1) {
+                c->done = 1;
+                continue;
+            }
+            if (c->n_gen >= c->n_want || t != c->want[c->n_gen]) {
+                c->bad_at = c->n_gen;
+                c->done = 1;
+                continue;
+            }
+            c->n_gen++;
+            c->last = t;
+            if (c->n_gen == c->max_new || len[seq_of[s]] >= 512) c->done = 1;
+        }
+        first = 0;
+    }
+    *tok_s = gen_tokens / (gc_now() - t0);
+    int ok = 0;
+    for (int i = 0; i < n_cases; i++) {
+        int pass = cs[i].bad_at < 0 && cs[i].n_gen == cs[i].n_want;
+        ok += pass;
+        if (!pass)
+            printf("  %s: %s at generated token %d (of %d golden)\n", cs[i].name,
+                   cs[i].bad_at >= 0 ? "diverged" : "stopped early", cs[i].bad_at >= 0 ? cs[i].bad_at : cs[i].n_gen,
+                   cs[i].n_want);
+    }
+    free(bt), free(tokens), free(pos), free(slots), free(q_start), free(ctx), free(rows), free(seq_of), free(len);
+    free(logits);
+    fwd_destroy(f);
+    return rc ? -1 : ok;
+}
+
+static void gc_golden(backend *gpu, const char *model_path, const char *golden_path)
+{
+    static gc_case cs[32];
+    printf("== stories260K golden greedy ids on the GPU\n");
+    int n = golden_path ? gc_read_golden(golden_path, cs, 32) : -1;
+    model *m = NULL;
+    char err[512];
+    if (n <= 0 || !model_path || model_load(model_path, &m, err, sizeof err)) {
+        printf("  skipped: %s\n", n <= 0 ? "no golden ids file" : "model not loadable");
+        gc_add("golden stories260K", "skipped", "model/ids missing", 0);
+        return;
+    }
+    const int kvs[2] = {KV_F16, KV_F32};
+    for (int k = 0; k < 2; k++) {
+        double tps = 0;
+        int ok = gc_golden_run(m, gpu, cs, n, kvs[k], &tps);
+        char what[48], v[40];
+        snprintf(what, sizeof what, "golden stories260K kv %s", kv_dtype_name(kvs[k]));
+        snprintf(v, sizeof v, "%d/%d cases exact", ok < 0 ? 0 : ok, n);
+        printf("  %s: %s (%.0f tok/s batched)\n", what, v, tps);
+        gc_add(what, v, "all exact", ok == n);
+    }
+    model_destroy(m);
+}
+
+/* ---- 3. benchmarks ------------------------------------------------------------------------- */
+
+/* Device-to-device copy: bytes read + written per second, the bandwidth ceiling. */
+static double gc_bench_copy(void)
+{
+    size_t bytes = (size_t)1 << 30;
+    void *a, *b;
+    GC_CUDA(cudaMalloc(&a, bytes));
+    GC_CUDA(cudaMalloc(&b, bytes));
+    GC_CUDA(cudaMemset(a, 0x5a, bytes));
+    double t[9];
+    for (int r = -2; r < 9; r++) {
+        GC_CUDA(cudaDeviceSynchronize());
+        double t0 = gc_now();
+        for (int i = 0; i < 5; i++) GC_CUDA(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, 0));
+        GC_CUDA(cudaDeviceSynchronize());
+        if (r >= 0) t[r] = (gc_now() - t0) / 5;
+    }
+    cudaFree(a);
+    cudaFree(b);
+    return 2.0 * bytes / gc_median(t, 9) / 1e9;
+}
+
+/* cuBLAS's own BF16 GEMM with FP32 accumulation at 8192³: the matrix ceiling in TFLOP/s. */
+static double gc_bench_cublas_peak(void)
+{
+    const int n = 8192;
+    size_t e = (size_t)n * n;
+    uint16_t *h = malloc(e * 2);
+    uint64_t s = 0x6e6d6d;
+    for (size_t i = 0; i < e; i++) {
+        s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+        h[i] = dt_f32_to_bf16(((float)(s >> 40) / 16777216.0f - 0.5f));
+    }
+    void *A, *B, *C;
+    GC_CUDA(cudaMalloc(&A, e * 2));
+    GC_CUDA(cudaMalloc(&B, e * 2));
+    GC_CUDA(cudaMalloc(&C, e * 4));
+    GC_CUDA(cudaMemcpy(A, h, e * 2, cudaMemcpyHostToDevice));
+    GC_CUDA(cudaMemcpy(B, h, e * 2, cudaMemcpyHostToDevice));
+    free(h);
+    cublasHandle_t hb;
+    if (cublasCreate(&hb) != CUBLAS_STATUS_SUCCESS) return 0;
+    float al = 1, be = 0;
+    double t[7];
+    for (int r = -2; r < 7; r++) {
+        GC_CUDA(cudaDeviceSynchronize());
+        double t0 = gc_now();
+        for (int i = 0; i < 3; i++)
+            cublasGemmEx(hb, CUBLAS_OP_T, CUBLAS_OP_N, n, n, n, &al, A, CUDA_R_16BF, n, B, CUDA_R_16BF, n, &be, C,
+                         CUDA_R_32F, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+        GC_CUDA(cudaDeviceSynchronize());
+        if (r >= 0) t[r] = (gc_now() - t0) / 3;
+    }
+    cublasDestroy(hb);
+    cudaFree(A), cudaFree(B), cudaFree(C);
+    return 2.0 * n * n * (double)n / gc_median(t, 7) / 1e12;
+}
+
+/* The backend's matmul op (activation conversion included) on a TinyLlama FFN shape. */
+static double gc_bench_matmul(backend *be, int n_rows, double *weight_gbs)
+{
+    kc_ctx c = {be, be, 0x6d6d, 1};
+    kc_tensor kt;
+    const int k = 2048, n = 5632;
+    kc_tensor_random(&c, &kt, DT_BF16, k, n, 0.05f);
+    be_weight w;
+    if (be->ops->weight_upload(be, &kt.t, &w)) return 0;
+    free(kt.mem);
+    float *x = malloc((size_t)n_rows * k * 4);
+    kc_fill(&c, x, (size_t)n_rows * k, 1.0f);
+    float *xd = kc_put(be, x, (size_t)n_rows * k), *od = be->ops->alloc(be, (size_t)n_rows * n);
+    free(x);
+    int reps = n_rows == 1 ? 200 : 10;
+    double t[7];
+    for (int r = -2; r < 7; r++) {
+        be->ops->sync(be);
+        double t0 = gc_now();
+        for (int i = 0; i < reps; i++) be->ops->matmul(be, xd, n_rows, &w, NULL, od);
+        be->ops->sync(be);
+        if (r >= 0) t[r] = (gc_now() - t0) / reps;
+    }
+    double tm = gc_median(t, 7);
+    if (weight_gbs) *weight_gbs = (double)k * n * 2 / tm / 1e9;
+    be->ops->free(be, xd), be->ops->free(be, od);
+    be->ops->weight_free(be, &w);
+    return 2.0 * n_rows * (double)k * n / tm / 1e12;
+}
+
+/* Decode attention over f16 paged KV: KV bytes read per second. n_seqs sequences of ctx
+ * entries each, TinyLlama geometry (32 query heads over 4 kv heads of 64). */
+static double gc_bench_attention(backend *be, int n_seqs, int ctx_len, int *splits)
+{
+    const int bs = 16, H = 32, KVH = 4, D = 64, kv_dim = KVH * D;
+    kv_geom g = {1, KVH, D, bs, KV_F16};
+    int per = (ctx_len + bs - 1) / bs;
+    int32_t n_blocks = n_seqs * per;
+    if (be->ops->kv_init(be, &g, n_blocks)) return 0;
+    int32_t *bt = malloc((size_t)n_blocks * 4), *ctx = malloc((size_t)n_seqs * 4), *nn = malloc((size_t)n_seqs * 4);
+    for (int i = 0; i < n_blocks; i++) bt[i] = i;
+    for (int s = 0; s < n_seqs; s++) ctx[s] = ctx_len, nn[s] = 1;
+    kc_ctx c = {be, be, 0xa77, 1};
+    /* fill the cache with random K/V in chunks, so no timing runs over zeros */
+    kc_batch fb;
+    kc_attn_batch(&fb, n_seqs, ctx, nn, bt, per, bs, 1);
+    size_t nk = (size_t)fb.b.n_tokens * kv_dim;
+    float *h = malloc(nk * 4);
+    kc_fill(&c, h, nk, 1.0f);
+    float *k = kc_put(be, h, nk), *v = kc_put(be, h, nk);
+    free(h);
+    be->ops->begin(be, &fb.b);
+    be->ops->store_kv(be, 0, k, v);
+    be->ops->sync(be);
+    be->ops->free(be, k), be->ops->free(be, v);
+    kc_batch ab;
+    kc_attn_batch(&ab, n_seqs, ctx, nn, bt, per, bs, 0);
+    size_t nq = (size_t)n_seqs * H * D;
+    h = malloc(nq * 4);
+    kc_fill(&c, h, nq, 1.0f);
+    float *q = kc_put(be, h, nq), *o = be->ops->alloc(be, nq);
+    free(h);
+    be->ops->begin(be, &ab.b);
+    double t[7];
+    for (int r = -2; r < 7; r++) {
+        be->ops->sync(be);
+        double t0 = gc_now();
+        for (int i = 0; i < 50; i++) be->ops->attention(be, 0, q, H, o);
+        be->ops->sync(be);
+        if (r >= 0) t[r] = (gc_now() - t0) / 50;
+    }
+    *splits = cuda_last_attn_splits(be);
+    double bytes = (double)n_seqs * ctx_len * kv_dim * 2 * 2 + 2.0 * nq * 4;
+    be->ops->free(be, q), be->ops->free(be, o);
+    kc_batch_free(&fb), kc_batch_free(&ab);
+    free(bt), free(ctx), free(nn);
+    return bytes / gc_median(t, 7) / 1e9;
+}
+
+/* A TinyLlama-1.1B-shaped llama model with random BF16 weights, in host memory. Tensors of the
+ * same shape share one random buffer (the device still gets a copy per layer). */
+typedef struct gc_model {
+    model m;
+    void *bufs[8];
+} gc_model;
+
+static void gc_tensor(model_tensor *t, const char *name, int type, int64_t n_in, int64_t n_out, void *data)
+{
+    t->name = name;
+    t->type = type;
+    t->ne[0] = n_in;
+    t->ne[1] = n_out;
+    t->data = data;
+    t->row_bytes = dt_row_bytes(type, n_in);
+}
+
+static void *gc_random_bf16(int64_t n, uint64_t seed, float scale)
+{
+    uint16_t *p = malloc((size_t)n * 2);
+    uint64_t s = seed | 1;
+    for (int64_t i = 0; i < n; i++) {
+        s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+        p[i] = dt_f32_to_bf16(((float)(s >> 40) / 8388608.0f - 1.0f) * scale);
+    }
+    return p;
+}
+
+static void gc_tinyllama(gc_model *g)
+{
+    memset(g, 0, sizeof *g);
+    model_hparams *hp = &g->m.hp;
+    hp->arch = MODEL_ARCH_LLAMA;
+    snprintf(hp->arch_name, sizeof hp->arch_name, "llama");
+    snprintf(hp->name, sizeof hp->name, "tinyllama-shaped random bf16");
+    hp->n_embd = 2048, hp->n_layers = 22, hp->n_heads = 32, hp->n_kv_heads = 4, hp->head_dim = 64;
+    hp->n_ff = 5632, hp->n_vocab = 32000, hp->n_ctx_train = 2048, hp->rope_base = 10000.0f;
+    hp->rope_dims = 64, hp->rope_neox = 0, hp->rms_eps = 1e-5f, hp->tied_output = 0, hp->file_type = -1;
+    int E = hp->n_embd, F = hp->n_ff, KV = hp->n_kv_heads * hp->head_dim, V = hp->n_vocab;
+    float *ones = malloc((size_t)E * 4);
+    for (int i = 0; i < E; i++) ones[i] = 1.0f;
+    g->bufs[0] = ones;
+    g->bufs[1] = gc_random_bf16((int64_t)E * V, 1, 0.05f);
+    g->bufs[2] = gc_random_bf16((int64_t)E * E, 2, 0.05f);
+    g->bufs[3] = gc_random_bf16((int64_t)E * KV, 3, 0.05f);
+    g->bufs[4] = gc_random_bf16((int64_t)E * F, 4, 0.03f);
+    g->bufs[5] = gc_random_bf16((int64_t)E * V, 5, 0.05f);
+    gc_tensor(&g->m.tok_embd, "token_embd.weight", DT_BF16, E, V, g->bufs[1]);
+    gc_tensor(&g->m.output_norm, "output_norm.weight", DT_F32, E, 1, ones);
+    gc_tensor(&g->m.output, "output.weight", DT_BF16, E, V, g->bufs[5]);
+    g->m.layers = calloc((size_t)hp->n_layers, sizeof *g->m.layers);
+    for (int l = 0; l < hp->n_layers; l++) {
+        model_layer *L = &g->m.layers[l];
+        gc_tensor(&L->attn_norm, "attn_norm", DT_F32, E, 1, ones);
+        gc_tensor(&L->ffn_norm, "ffn_norm", DT_F32, E, 1, ones);
+        gc_tensor(&L->wq, "wq", DT_BF16, E, E, g->bufs[2]);
+        gc_tensor(&L->wk, "wk", DT_BF16, E, KV, g->bufs[3]);
+        gc_tensor(&L->wv, "wv", DT_BF16, E, KV, g->bufs[3]);
+        gc_tensor(&L->wo, "wo", DT_BF16, E, E, g->bufs[2]);
+        gc_tensor(&L->w_gate, "w_gate", DT_BF16, E, F, g->bufs[4]);
+        gc_tensor(&L->w_up, "w_up", DT_BF16, E, F, g->bufs[4]);
+        gc_tensor(&L->w_down, "w_down", DT_BF16, F, E, g->bufs[4]);
+        gc_tensor(&L->bq, "bq", DT_F32, E, 1, NULL);
+        gc_tensor(&L->bk, "bk", DT_F32, KV, 1, NULL);
+        gc_tensor(&L->bv, "bv", DT_F32, KV, 1, NULL);
+    }
+}
+
+static void gc_tinyllama_free(gc_model *g)
+{
+    for (int i = 0; i < 8; i++) free(g->bufs[i]);
+    free(g->m.layers);
+}
+
+/* Decode throughput of n_seqs sequences with prompt tokens of prefill each, over steps decode
+ * steps (logits to the host and greedy argmax on the host, as the engine does). tok/s. */
+static double gc_bench_decode(fwd *f, const model *m, int n_seqs, int prompt, int steps, int bt_stride)
+{
+    const int bs = 16;
+    int max_tok = n_seqs * prompt;
+    int32_t *tokens = malloc((size_t)max_tok * 4), *pos = malloc((size_t)max_tok * 4), *slots = malloc((size_t)max_tok * 4);
+    int32_t *q_start = malloc(((size_t)n_seqs + 1) * 4), *ctx = malloc((size_t)n_seqs * 4), *rows = malloc((size_t)n_seqs * 4);
+    int32_t *bt = malloc((size_t)n_seqs * bt_stride * 4);
+    float *logits = malloc((size_t)n_seqs * m->hp.n_vocab * 4);
+    for (int i = 0; i < n_seqs * bt_stride; i++) bt[i] = i;
+    double t0 = 0;
+    for (int st = 0; st <= steps; st++) {
+        int n = 0;
+        q_start[0] = 0;
+        for (int s = 0; s < n_seqs; s++) {
+            int cnt = st == 0 ? prompt : 1, base = st == 0 ? 0 : prompt + st - 1;
+            for (int k = 0; k < cnt; k++, n++) {
+                tokens[n] = st == 0 ? (7 * k + s) % m->hp.n_vocab : gc_argmax(logits + (size_t)s * m->hp.n_vocab, m->hp.n_vocab);
+                pos[n] = base + k;
+                slots[n] = cuda_kv_entry_slot(bt + s * bt_stride, bs, base + k);
+            }
+            ctx[s] = base + cnt;
+            rows[s] = n - 1;
+            q_start[s + 1] = n;
+        }
+        be_batch b = {n, tokens, pos, slots, n_seqs, q_start, ctx, bt, bt_stride, n_seqs, rows};
+        if (fwd_run(f, &b, logits)) return 0;
+        if (st == 0) t0 = gc_now(); /* time the decode steps only */
+    }
+    double tps = (double)n_seqs * steps / (gc_now() - t0);
+    free(tokens), free(pos), free(slots), free(q_start), free(ctx), free(rows), free(bt), free(logits);
+    return tps;
+}
+
+static void gc_bench(backend *gpu, int quick)
+{
+    char v[40], ref[48];
+    printf("== benchmarks\n");
+    double copy = gc_bench_copy();
+    snprintf(v, sizeof v, "%.0f GB/s", copy);
+    gc_add("d2d copy (read+write)", v, "memory ceiling", -1);
+    double peak = gc_bench_cublas_peak();
+    snprintf(v, sizeof v, "%.0f TFLOP/s", peak);
+    gc_add("cuBLAS bf16 gemm 8192^3", v, "matrix ceiling", -1);
+    double wgbs = 0;
+    double mm = gc_bench_matmul(gpu, 4096, NULL);
+    snprintf(v, sizeof v, "%.0f TFLOP/s", mm);
+    snprintf(ref, sizeof ref, "%.0f%% of cuBLAS peak", 100 * mm / peak);
+    gc_add("matmul op 4096x2048->5632", v, ref, -1);
+    gc_bench_matmul(gpu, 1, &wgbs);
+    snprintf(v, sizeof v, "%.0f GB/s weights", wgbs);
+    snprintf(ref, sizeof ref, "%.0f%% of copy", 100 * wgbs / copy);
+    gc_add("matmul op 1x2048->5632", v, ref, -1);
+    int sp = 0;
+    double ab = gc_bench_attention(gpu, 64, 2048, &sp);
+    snprintf(v, sizeof v, "%.0f GB/s (splits %d)", ab, sp);
+    snprintf(ref, sizeof ref, "%.0f%% of copy", 100 * ab / copy);
+    gc_add("decode attn 64x2048 f16", v, ref, -1);
+    ab = gc_bench_attention(gpu, 1, 32768, &sp);
+    snprintf(v, sizeof v, "%.0f GB/s (splits %d)", ab, sp);
+    snprintf(ref, sizeof ref, "%.0f%% of copy", 100 * ab / copy);
+    gc_add("decode attn 1x32768 f16", v, ref, -1);
+
+    double t0 = gc_now();
+    gc_model gm;
+    gc_tinyllama(&gm);
+    const int bs = 16, prompt = 128, steps = quick ? 16 : 64, batch = 64, stride = (prompt + steps + bs) / bs + 1;
+    kv_geom g = {gm.m.hp.n_layers, gm.m.hp.n_kv_heads, gm.m.hp.head_dim, bs, KV_F16};
+    char err[512];
+    fwd *f = fwd_create(&gm.m, gpu, &g, batch * stride, batch * prompt, batch, err, sizeof err);
+    if (!f) {
+        printf("  tinyllama: %s\n", err);
+        gc_add("tinyllama decode", "not run", err, 0);
+        gc_tinyllama_free(&gm);
+        return;
+    }
+    printf("  tinyllama-shaped model ready in %.1f s\n", gc_now() - t0);
+    /* weight bytes streamed per decode step (bf16): embedding row aside, LM head + 22 layers */
+    double bytes = 2.0 * ((double)2 * 2048 * 32000 + 22.0 * (2.0 * 2048 * 2048 + 2.0 * 2048 * 256 + 3.0 * 2048 * 5632));
+    double t1 = gc_bench_decode(f, &gm.m, 1, prompt, steps, stride);
+    snprintf(v, sizeof v, "%.0f tok/s", t1);
+    snprintf(ref, sizeof ref, "%.0f%% of copy-bound %.0f", 100 * t1 / (copy * 1e9 / bytes), copy * 1e9 / bytes);
+    gc_add("tinyllama bf16 decode b=1", v, ref, -1);
+    double tb = gc_bench_decode(f, &gm.m, batch, prompt, steps, stride);
+    snprintf(v, sizeof v, "%.0f tok/s", tb);
+    gc_add("tinyllama bf16 decode b=64", v, "ctx 128..192", -1);
+    fwd_destroy(f);
+    gc_tinyllama_free(&gm);
+}
+
+int main(int argc, char **argv)
+{
+    const char *model_path = NULL, *golden = NULL, *out = ".";
+    int quick = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--model") && i + 1 < argc) model_path = argv[++i];
+        else if (!strcmp(argv[i], "--golden") && i + 1 < argc) golden = argv[++i];
+        else if (!strcmp(argv[i], "--out") && i + 1 < argc) out = argv[++i];
+        else if (!strcmp(argv[i], "--quick")) quick = 1;
+        else {
+            fprintf(stderr, "usage: gpu_check [--model GGUF] [--golden IDS] [--out DIR] [--quick]\n");
+            return 2;
+        }
+    }
+    char why[256];
+    if (!cuda_is_available(why, sizeof why)) {
+        fprintf(stderr, "gpu-check: no GPU: %s\n", why);
+        return 2;
+    }
+    char path[4096], err[256];
+    snprintf(path, sizeof path, "%s/results.tsv", out);
+    gc_tsv = fopen(path, "w");
+    backend *gpu = cuda_backend_create(0, err, sizeof err);
+    backend *cpu = cpu_backend_create(0);
+    if (!gpu || !cpu) {
+        fprintf(stderr, "gpu-check: %s\n", gpu ? "CPU backend failed" : err);
+        return 2;
+    }
+    printf("gpu-check on %s; CPU reference: %s\n", gpu->desc, cpu->desc);
+    double t0 = gc_now();
+    gc_kernels(gpu, cpu, quick);
+    printf("  (%.1f s)\n", gc_now() - t0);
+    gc_golden(gpu, model_path, golden);
+    printf("  (%.1f s)\n", gc_now() - t0);
+    be_destroy(cpu);
+    gc_bench(gpu, quick);
+    printf("  (%.1f s)\n", gc_now() - t0);
+    be_destroy(gpu);
+
+    printf("\n%-30s %-24s %-28s %s\n", "what", "value", "reference", "");
+    for (int i = 0; i < gc_n_rows; i++)
+        printf("%-30s %-24s %-28s %s\n", gc_rows[i].what, gc_rows[i].value, gc_rows[i].ref,
+               gc_rows[i].ok < 0 ? "" : gc_rows[i].ok ? "ok" : "FAIL");
+    if (gc_tsv) fclose(gc_tsv);
+    return gc_failed ? 1 : 0;
+}

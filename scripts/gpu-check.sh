@@ -1,0 +1,100 @@
+#!/bin/sh
+# gpu-check.sh — build and run the CUDA backend's GPU check program (cuda/check/gpu_check.c).
+#
+#   scripts/gpu-check.sh [OUTDIR]              build, then run: kernels vs the CPU backend, the
+#                                              stories260K golden ids on the GPU, benchmarks; logs
+#                                              and results.tsv under OUTDIR (default build/gpu-check-out)
+#   scripts/gpu-check.sh --build-only          only build (CI: proves the check binary compiles and links)
+#   scripts/gpu-check.sh --prepare MODELS_DIR  copy stories260K.gguf and its golden ids (as plain text)
+#                                              from MODELS_DIR into .gpu/ (git-ignored), on a machine with
+#                                              python3; the GPU machine then needs only the work tree
+#   scripts/gpu-check.sh --quick [OUTDIR]      smaller kernel checks and shorter benchmarks
+#
+# Needs only the CUDA toolkit (nvcc, cuBLAS) and a C compiler: no -dev packages, no network.
+# The program is built from engine/ cache/ cpu/ cuda/ sources with -arch=sm_90 into
+# build/gpu-check/. Exit status: 0 all checks pass, 1 a check failed, 2 no GPU or build error.
+set -eu
+cd "$(dirname "$0")/.."
+
+BUILD_ONLY=0
+QUICK=
+while [ $# -gt 0 ]; do
+    case "$1" in
+    --build-only) BUILD_ONLY=1; shift ;;
+    --quick) QUICK=--quick; shift ;;
+    --prepare)
+        [ $# -ge 2 ] || { echo "gpu-check: --prepare needs the models directory" >&2; exit 2; }
+        mkdir -p .gpu
+        cp "$2/stories260K.gguf" .gpu/stories260K.gguf
+        python3 - "$2/stories260K.golden.json" .gpu/stories260K.golden.txt <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+with open(sys.argv[2], "w") as f:
+    for c in d["cases"]:
+        p, g = c["prompt_token_ids"], c["generated_token_ids"]
+        f.write("%s %d %d %d %s %d %s\n" % (c["name"], 1 if c["stop_on_bos"] else 0, c["max_new_tokens"],
+                len(p), " ".join(map(str, p)), len(g), " ".join(map(str, g))))
+PY
+        echo "gpu-check: prepared .gpu/stories260K.gguf and .gpu/stories260K.golden.txt"
+        exit 0 ;;
+    -*) echo "gpu-check: unknown option $1" >&2; exit 2 ;;
+    *) break ;;
+    esac
+done
+OUT=${1:-build/gpu-check-out}
+
+NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
+[ -x "$NVCC" ] || { echo "gpu-check: no nvcc (set NVCC=)" >&2; exit 2; }
+CUDA_HOME=${CUDA_HOME:-$(dirname "$(dirname "$NVCC")")}
+CC=${CC:-cc}
+B=build/gpu-check
+mkdir -p "$B"
+
+WERR=
+[ "$BUILD_ONLY" = 1 ] && WERR=-Werror
+CFLAGS="-std=c11 -D_GNU_SOURCE -O2 -g -march=native -Wall -Wextra -Wshadow -Wno-unused-parameter \
+ -fno-strict-aliasing -I. -I$CUDA_HOME/include -DKVSERVE_CUDA=1 $WERR"
+NVFLAGS="-O2 -std=c++17 -arch=sm_90 -I. -Xcompiler -Wall,-Wno-unused-parameter"
+[ "$BUILD_ONLY" = 1 ] && NVFLAGS="$NVFLAGS -Werror all-warnings -Xcompiler -Werror"
+
+echo "gpu-check: building $B/gpu_check ($NVCC, $CC)"
+JOBS=$(nproc 2>/dev/null || echo 2)
+[ "$JOBS" -gt 8 ] && JOBS=8
+OBJS=""
+pids=""
+n=0
+for src in cuda/*.cu engine/gguf.c engine/model.c engine/dtype.c engine/forward.c engine/sampler.c \
+           engine/backend.c cache/*.c cpu/*.c cuda/check/gpu_check.c; do
+    obj="$B/$(echo "$src" | tr / _).o"
+    OBJS="$OBJS $obj"
+    case "$src" in
+    *.cu) $NVCC $NVFLAGS -c -o "$obj" "$src" & ;;
+    *) $CC $CFLAGS -c -o "$obj" "$src" & ;;
+    esac
+    pids="$pids $!"
+    n=$((n + 1))
+    if [ "$n" -ge "$JOBS" ]; then
+        for p in $pids; do wait "$p" || { echo "gpu-check: build failed" >&2; exit 2; }; done
+        pids=""
+        n=0
+    fi
+done
+for p in $pids; do wait "$p" || { echo "gpu-check: build failed" >&2; exit 2; }; done
+# shellcheck disable=SC2086
+$CC -o "$B/gpu_check" $OBJS -L"$CUDA_HOME/lib64" -L"$CUDA_HOME/targets/x86_64-linux/lib" \
+    -lcublas -lcublasLt -lcudart_static -ldl -lrt -lpthread -lm -lstdc++ \
+    || { echo "gpu-check: link failed" >&2; exit 2; }
+echo "gpu-check: built $B/gpu_check"
+[ "$BUILD_ONLY" = 1 ] && exit 0
+
+mkdir -p "$OUT"
+MODEL=.gpu/stories260K.gguf
+GOLDEN=.gpu/stories260K.golden.txt
+[ -f "$MODEL" ] || echo "gpu-check: $MODEL missing (run --prepare on a machine with the models): golden check will fail"
+set +e
+if command -v nvidia-smi >/dev/null 2>&1; then nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1; fi
+{ timeout 235 "$B/gpu_check" --model "$MODEL" --golden "$GOLDEN" --out "$OUT" $QUICK; echo $? > "$OUT/exit-status"; } 2>&1 \
+    | tee "$OUT/gpu-check.log"
+rc=$(cat "$OUT/exit-status" 2>/dev/null || echo 2)
+[ "$rc" = 124 ] && echo "gpu-check: timed out after 235 s"
+exit "$rc"
