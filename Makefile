@@ -104,7 +104,7 @@ asan: deps
 	    build/asan/test_kvserve --jobs 2 $(TEST_ARGS)
 
 FUZZ_CFLAGS := -std=c11 -D_GNU_SOURCE -g -O1 -I. $(PKG_CFLAGS) -fsanitize=fuzzer,address,undefined
-FUZZ_LIB_SRCS := $(filter-out server/server.c server/http.c,$(LIB_SRCS))
+FUZZ_LIB_SRCS := $(filter-out server/server.c server/http.c server/gen.c cli/cmd_serve.c,$(LIB_SRCS))
 fuzz: deps
 	@mkdir -p $(BUILD)/fuzz
 	$(Q)for f in $(FUZZ_SRCS); do n=$$(basename $$f .c); echo "  FUZZ    $$n"; \
