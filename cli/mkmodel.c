@@ -354,10 +354,11 @@ static float gen_normal(mkm__gen *g)
     float u1 = ((float)(r >> 40) + 1.0f) * (1.0f / 16777216.0f);
     float u2 = (float)((r >> 16) & 0xffffff) * (1.0f / 16777216.0f);
     float rad = sqrtf(-2.0f * logf(u1));
-    float a = 6.28318530718f * u2;
-    g->spare = rad * sinf(a);
+    float sn, cs;
+    sincosf(6.28318530718f * u2, &sn, &cs);
+    g->spare = rad * sn;
     g->have_spare = 1;
-    return rad * cosf(a);
+    return rad * cs;
 }
 
 static void gen_row(void *ctx, int tensor, int64_t row, float *dst, int64_t n)
