@@ -4,8 +4,9 @@
  * - stories260K: every tokenizer_cases entry of the golden JSON (SentencePiece, byte fallback).
  * - llama.cpp's vocab test vectors for a SentencePiece and the GPT-2 vocabulary, through the
  *   library and through `kvserve tokenize` (as an argument and on standard input).
- * - pre-tokenizers without a vocabulary file here (llama-bpe, qwen2, smollm, gpt-2): the
- *   splits expected were computed with Python's `regex` module from the published patterns.
+ * - pre-tokenizers without a vocabulary file here (llama-bpe, qwen2, smollm, gpt-2,
+ *   deepseek-llm, deepseek-coder, falcon): the splits expected were computed with Python's
+ *   `regex` module (an independent engine) from the published patterns.
  * - merge order, byte fallback, user-defined vs control tokens, EOG ids, decode(encode(x)) == x
  *   on random UTF-8, and speed, on synthetic vocabularies built through tok__create_spec.
  * Files under the shared directory are found through KVSERVE_SHARED; tests that need them skip
@@ -467,6 +468,33 @@ Test(tokenizer, pretok_gpt2)
                                       " 12345", " ok", "!!", NULL});
     ttok_check_split("gpt-2", ttok_s3,
                      (const char *[]){"don", "'t", " 1234567", " a", "1", "b", "2", NULL});
+}
+
+/* Families with several regexes: each one re-splits every word the previous ones made. */
+static const char ttok_s4[] = "Hello, world! It's 2024: x=12345; \xce\xa9mega \xce\x90ota 日本語 한국어  end  ";
+static const char ttok_s5[] = "\tfoo\r\n\nbar(baz) 42";
+
+Test(tokenizer, pretok_deepseek_falcon)
+{
+    ttok_check_split("deepseek-llm", ttok_s4,
+                     (const char *[]){"Hello", ",", " world", "!", " It", "'", "s", " ", "2024", ":",
+                                      " x", "=", "12345", ";", " \xce\xa9", "mega", " \xce\x90",
+                                      "ota", " ", "日本語", " ", "한국어", " ", " end", "  ", NULL});
+    ttok_check_split("deepseek-llm", ttok_s5,
+                     (const char *[]){"\tfoo", "\r", "\n", "\n", "bar", "(", "baz", ")", " ", "42",
+                                      NULL});
+    ttok_check_split("deepseek-coder", ttok_s4,
+                     (const char *[]){"Hello", ",", " world", "!", " It", "'", "s", " ", "2", "0",
+                                      "2", "4", ":", " x", "=", "1", "2", "3", "4", "5", ";",
+                                      " \xce\xa9mega", " \xce\x90ota", " ", "日本語", " ",
+                                      "한국어", " ", " end", "  ", NULL});
+    ttok_check_split("falcon", ttok_s4,
+                     (const char *[]){"Hello", ",", " world", "!", " It", "'", "s", " ", "202", "4",
+                                      ":", " x", "=", "123", "45", ";", " \xce\xa9mega",
+                                      " \xce\x90ota", " 日本語", " 한국어", " ", " end", "  ", NULL});
+    ttok_check_split("falcon", ttok_s5,
+                     (const char *[]){"\t", "foo", "\r\n", "\n", "bar", "(", "baz", ")", " 42",
+                                      NULL});
 }
 
 Test(tokenizer, pretok_all_families_compile)
