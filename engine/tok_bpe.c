@@ -200,6 +200,9 @@ static int split_spans(const char *text, const span_list *in, const pcre2_code *
         const PCRE2_SPTR subj = (PCRE2_SPTR)(text + off);
         while (pos < n && !rc) {
             int m = pcre2_match(re, subj, n, pos, 0, md, NULL);
+            /* A JIT resource limit is not a verdict: ask the interpreter (heap-backed) again. */
+            if (m < 0 && m != PCRE2_ERROR_NOMATCH)
+                m = pcre2_match(re, subj, n, pos, PCRE2_NO_JIT, md, NULL);
             if (m < 0) break;
             PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
             size_t ms = ov[0], me = ov[1];
