@@ -96,7 +96,8 @@ int cli_tokenize(cli_opts *o)
             cap = n;
             continue;
         }
-        for (int i = 0; i < n; i++) printf(i ? " %d" : "%d", ids[i]);
+        for (int i = 0; i < n; i++)
+            printf(i ? " %d" : "%d", ids[i]);
         printf("\n");
         rc = fflush(stdout) ? 1 : 0;
         break;

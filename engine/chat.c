@@ -25,8 +25,10 @@ int chat_template_by_name(const char *name)
     static const struct {
         const char *alias;
         int tmpl;
-    } aliases[] = {{"llama-2", CHAT_TMPL_LLAMA2}, {"llama-3", CHAT_TMPL_LLAMA3},
-                   {"phi-3", CHAT_TMPL_PHI3},     {"mistral-v1", CHAT_TMPL_MISTRAL}};
+    } aliases[] = {{"llama-2", CHAT_TMPL_LLAMA2},
+                   {"llama-3", CHAT_TMPL_LLAMA3},
+                   {"phi-3", CHAT_TMPL_PHI3},
+                   {"mistral-v1", CHAT_TMPL_MISTRAL}};
     if (!name) return -1;
     for (int i = 0; i < CHAT_TMPL_COUNT; i++)
         if (!strcmp(name, tmpl_names[i])) return i;
@@ -68,7 +70,8 @@ static void sb_add(sbuf *b, const char *s, size_t n)
     if (b->oom) return;
     if (b->n + n + 1 > b->cap) {
         size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->n + n + 1) cap *= 2;
+        while (cap < b->n + n + 1)
+            cap *= 2;
         char *p = realloc(b->s, cap);
         if (!p) {
             b->oom = 1;
@@ -82,14 +85,19 @@ static void sb_add(sbuf *b, const char *s, size_t n)
     b->s[b->n] = 0;
 }
 
-static void sb_puts(sbuf *b, const char *s) { sb_add(b, s, strlen(s)); }
+static void sb_puts(sbuf *b, const char *s)
+{
+    sb_add(b, s, strlen(s));
+}
 
 /* Appends s without its leading and trailing whitespace (Jinja's trim / Python's strip). */
 static void sb_trim(sbuf *b, const char *s)
 {
     const char *e = s + strlen(s);
-    while (s < e && strchr(" \t\n\r\v\f", *s)) s++;
-    while (e > s && strchr(" \t\n\r\v\f", e[-1])) e--;
+    while (s < e && strchr(" \t\n\r\v\f", *s))
+        s++;
+    while (e > s && strchr(" \t\n\r\v\f", e[-1]))
+        e--;
     sb_add(b, s, (size_t)(e - s));
 }
 
@@ -125,8 +133,8 @@ static const char *eos_text(const tokenizer *tok, const char *dflt)
 typedef struct render_ctx {
     const chat_msg *msgs;
     int n;
-    int gen;        /* add_generation_prompt */
-    int add_bos;    /* write the BOS text first */
+    int gen;     /* add_generation_prompt */
+    int add_bos; /* write the BOS text first */
     const tokenizer *tok;
     sbuf *b;
 } render_ctx;
@@ -265,8 +273,8 @@ char *chat_render(int tmpl, const chat_msg *msgs, int n_msgs, int add_generation
     for (int i = 0; i < n_msgs; i++) {
         int role = role_of(msgs[i].role);
         if (role == ROLE_BAD || (role == ROLE_TOOL && !tool_ok)) {
-            set_err(err, err_len, "the %s chat template cannot express role '%s'",
-                    tmpl_names[tmpl], msgs[i].role ? msgs[i].role : "(null)");
+            set_err(err, err_len, "the %s chat template cannot express role '%s'", tmpl_names[tmpl],
+                    msgs[i].role ? msgs[i].role : "(null)");
             return NULL;
         }
         if (!msgs[i].content) {
@@ -278,14 +286,30 @@ char *chat_render(int tmpl, const chat_msg *msgs, int n_msgs, int add_generation
     render_ctx c = {msgs, n_msgs, add_generation_prompt, add_bos_text, tok, &b};
     sb_add(&b, "", 0);
     switch (tmpl) {
-    case CHAT_TMPL_CHATML: render_chatml(&c); break;
-    case CHAT_TMPL_LLAMA2: render_inst(&c, 1); break;
-    case CHAT_TMPL_MISTRAL: render_inst(&c, 0); break;
-    case CHAT_TMPL_LLAMA3: render_llama3(&c); break;
-    case CHAT_TMPL_ZEPHYR: render_tagged(&c, eos_text(tok, "</s>")); break;
-    case CHAT_TMPL_PHI3: render_tagged(&c, "<|end|>"); break;
-    case CHAT_TMPL_GEMMA: render_gemma(&c); break;
-    default: render_plain(&c); break;
+    case CHAT_TMPL_CHATML:
+        render_chatml(&c);
+        break;
+    case CHAT_TMPL_LLAMA2:
+        render_inst(&c, 1);
+        break;
+    case CHAT_TMPL_MISTRAL:
+        render_inst(&c, 0);
+        break;
+    case CHAT_TMPL_LLAMA3:
+        render_llama3(&c);
+        break;
+    case CHAT_TMPL_ZEPHYR:
+        render_tagged(&c, eos_text(tok, "</s>"));
+        break;
+    case CHAT_TMPL_PHI3:
+        render_tagged(&c, "<|end|>");
+        break;
+    case CHAT_TMPL_GEMMA:
+        render_gemma(&c);
+        break;
+    default:
+        render_plain(&c);
+        break;
     }
     if (b.oom) {
         free(b.s);

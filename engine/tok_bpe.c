@@ -35,7 +35,8 @@ static uint32_t byte_cp(unsigned char b)
 {
     if (self_mapped(b)) return b;
     uint32_t k = 0;
-    for (int i = 0; i < b; i++) k += !self_mapped(i);
+    for (int i = 0; i < b; i++)
+        k += !self_mapped(i);
     return 256 + k;
 }
 
@@ -65,22 +66,23 @@ int tok__unicode_to_byte(uint32_t cp)
 
 #define RE_GPT2 "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)"
 #define RE_LLAMA3                                                                                  \
-    "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|"    \
+    "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|"     \
     "\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
 #define RE_QWEN2                                                                                   \
-    "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|"    \
+    "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|"     \
     "\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
 
 typedef struct pre_family {
-    const char *names;       /* tokenizer.ggml.pre values, separated by '|' */
+    const char *names;           /* tokenizer.ggml.pre values, separated by '|' */
     const char *re[TOK__MAX_RE]; /* applied in sequence; unused slots NULL */
-    int ignore_merges;       /* whole-word tokens bypass merging (Llama 3) */
+    int ignore_merges;           /* whole-word tokens bypass merging (Llama 3) */
 } pre_family;
 
 static const pre_family families[] = {
     {"gpt-2|phi-2|mpt|olmo|jais|roberta-bpe|jina-v1-en|jina-v2-code|jina-es|jina-de|"
      "jina-v2-es|jina-v2-de|gigachat|exaone4",
-     {RE_GPT2}, 0},
+     {RE_GPT2},
+     0},
     {"llama-bpe|llama3|llama-v3|falcon3|falcon-h1|pixtral", {RE_LLAMA3}, 1},
     {"dbrx|smaug-bpe|chatglm-bpe|glm4", {RE_LLAMA3}, 0},
     {"qwen2|deepseek-r1-qwen|stablelm2|megrez", {RE_QWEN2}, 0},
@@ -104,12 +106,14 @@ static const pre_family families[] = {
       "\\x{a78b}-\\x{a78e}\\x{ab70}-\\x{abbf}\\x{fb00}-\\x{fb06}\\x{fb13}-\\x{fb17}\\x{ff21}-"
       "\\x{ff3a}\\x{ff41}-\\x{ff5a}\\x{10400}-\\x{1044f}\\x{104b0}-\\x{104d3}\\x{104d8}-\\x{104fb}"
       "\\x{10c80}-\\x{10cb2}\\x{10cc0}-\\x{10cf2}\\x{118a0}-\\x{118df}\\x{1e900}-\\x{1e943}]+",
-      "\\s?[!-/:-~\\x{ff01}-\\x{ff0f}\\x{ff1a}-\\x{ff5e}\\x{2018}-\\x{201f}\\x{3000}-\\x{3002}]+", "\\s+$", "[\\x{4e00}-\\x{9fa5}\\x{800}-\\x{4e00}\\x{ac00}-\\x{d7ff}]+", "\\p{N}+"},
+      "\\s?[!-/:-~\\x{ff01}-\\x{ff0f}\\x{ff1a}-\\x{ff5e}\\x{2018}-\\x{201f}\\x{3000}-\\x{3002}]+",
+      "\\s+$", "[\\x{4e00}-\\x{9fa5}\\x{800}-\\x{4e00}\\x{ac00}-\\x{d7ff}]+", "\\p{N}+"},
      0},
-    {"deepseek-coder", {"[\r\n]", "\\s?\\p{L}+", "\\s?\\p{P}+", "[\\x{4e00}-\\x{9fa5}\\x{800}-\\x{4e00}\\x{ac00}-\\x{d7ff}]+", "\\p{N}"}, 0},
-    {"default",
-     {"[\\p{P}\\$\\+<=>\\^~\\|]+", RE_GPT2, "\\p{N}+", "[0-9][0-9][0-9]"},
+    {"deepseek-coder",
+     {"[\r\n]", "\\s?\\p{L}+", "\\s?\\p{P}+",
+      "[\\x{4e00}-\\x{9fa5}\\x{800}-\\x{4e00}\\x{ac00}-\\x{d7ff}]+", "\\p{N}"},
      0},
+    {"default", {"[\\p{P}\\$\\+<=>\\^~\\|]+", RE_GPT2, "\\p{N}+", "[0-9][0-9][0-9]"}, 0},
 };
 
 static int name_in(const char *names, const char *name)
@@ -145,16 +149,15 @@ int tok__bpe_init(tokenizer *t, const char *pre, char *err, size_t err_len)
     for (int i = 0; i < TOK__MAX_RE && fam->re[i]; i++) {
         int ec;
         PCRE2_SIZE eo;
-        pcre2_code *re = pcre2_compile((PCRE2_SPTR)fam->re[i], PCRE2_ZERO_TERMINATED,
-                                       PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF |
-                                           PCRE2_DOLLAR_ENDONLY,
-                                       &ec, &eo, NULL);
+        pcre2_code *re = pcre2_compile(
+            (PCRE2_SPTR)fam->re[i], PCRE2_ZERO_TERMINATED,
+            PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF | PCRE2_DOLLAR_ENDONLY, &ec, &eo, NULL);
         if (!re) {
             char msg[128];
             pcre2_get_error_message(ec, (PCRE2_UCHAR *)msg, sizeof msg);
             if (err && err_len)
-                snprintf(err, err_len, "tokenizer: pre-tokenizer '%s' regex %d: %s at %zu", pre,
-                         i, msg, (size_t)eo);
+                snprintf(err, err_len, "tokenizer: pre-tokenizer '%s' regex %d: %s at %zu", pre, i,
+                         msg, (size_t)eo);
             return -EINVAL;
         }
         pcre2_jit_compile(re, PCRE2_JIT_COMPLETE); /* optional: the interpreter is the fallback */
@@ -165,11 +168,13 @@ int tok__bpe_init(tokenizer *t, const char *pre, char *err, size_t err_len)
 
 void tok__bpe_fini(tokenizer *t)
 {
-    for (int i = 0; i < t->n_re; i++) pcre2_code_free(t->re[i]);
+    for (int i = 0; i < t->n_re; i++)
+        pcre2_code_free(t->re[i]);
     t->n_re = 0;
 }
 
-/* ---- splitting -------------------------------------------------------------------------------- */
+/* ---- splitting --------------------------------------------------------------------------------
+ */
 
 typedef struct span_list {
     size_t *v; /* pairs: offset, length */
@@ -234,22 +239,24 @@ int tok__pretokenize(const tokenizer *t, const char *text, size_t len,
         a = b;
         b = tmp;
     }
-    for (size_t k = 0; k < a.n && !rc; k += 2) fn(ctx, a.v[k], a.v[k + 1]);
+    for (size_t k = 0; k < a.n && !rc; k += 2)
+        fn(ctx, a.v[k], a.v[k + 1]);
     free(a.v);
     free(b.v);
     pcre2_match_data_free(md);
     return rc;
 }
 
-/* ---- merging ---------------------------------------------------------------------------------- */
+/* ---- merging ----------------------------------------------------------------------------------
+ */
 
 typedef struct bpe_ctx {
     const tokenizer *t;
     const char *text;
     tok__vec *out;
-    char *w;        /* byte-level encoding of the current word */
-    tok__sym *s;    /* symbols of the current word */
-    size_t w_cap;   /* bytes of w; s has as many entries */
+    char *w;      /* byte-level encoding of the current word */
+    tok__sym *s;  /* symbols of the current word */
+    size_t w_cap; /* bytes of w; s has as many entries */
     tok__heap h;
     int oom;
 } bpe_ctx;
@@ -296,7 +303,8 @@ static void merge_word(bpe_ctx *c, size_t off, size_t len)
         c->w_cap = cap;
     }
     size_t wn = 0;
-    for (size_t i = 0; i < len; i++) wn += (size_t)tok__byte_to_unicode((unsigned char)c->text[off + i], c->w + wn);
+    for (size_t i = 0; i < len; i++)
+        wn += (size_t)tok__byte_to_unicode((unsigned char)c->text[off + i], c->w + wn);
     if (t->ignore_merges) {
         int32_t id = tok__lookup(t, c->w, wn);
         if (id >= 0) {
@@ -309,11 +317,13 @@ static void merge_word(bpe_ctx *c, size_t off, size_t len)
     for (size_t o = 0; o < wn; n++) {
         size_t l = tok__utf8_len((unsigned char)c->w[o]);
         if (l > wn - o) l = wn - o;
-        s[n] = (tok__sym){n - 1, o + l == wn ? -1 : n + 1, (int)o, (int)l, tok__lookup(t, c->w + o, l)};
+        s[n] = (tok__sym){n - 1, o + l == wn ? -1 : n + 1, (int)o, (int)l,
+                          tok__lookup(t, c->w + o, l)};
         o += l;
     }
     c->h.n = 0;
-    for (int i = 1; i < n; i++) add_bigram(c, i - 1, i);
+    for (int i = 1; i < n; i++)
+        add_bigram(c, i - 1, i);
     tok__bigram b;
     while (tok__heap_pop(&c->h, &b)) {
         tok__sym *L = &s[b.left], *R = &s[b.right];
@@ -327,7 +337,8 @@ static void merge_word(bpe_ctx *c, size_t off, size_t len)
         add_bigram(c, b.left, L->next);
     }
     if (c->h.oom) c->oom = 1;
-    for (int i = n ? 0 : -1; i != -1; i = s[i].next) emit_sym(c, &s[i]);
+    for (int i = n ? 0 : -1; i != -1; i = s[i].next)
+        emit_sym(c, &s[i]);
 }
 
 static void on_word(void *ctx, size_t off, size_t len)

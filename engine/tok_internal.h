@@ -26,19 +26,19 @@
 
 /* A tokenizer described by plain arrays (borrowed during tok__create_spec only). */
 typedef struct tok_spec {
-    int kind;                  /* enum tok_kind */
+    int kind; /* enum tok_kind */
     int n_vocab;
-    const char *const *pieces; /* [n_vocab] token texts (may contain NUL bytes when lens given) */
-    const uint32_t *piece_lens;/* [n_vocab] byte lengths, or NULL: strlen(pieces[i]) */
-    const float *scores;       /* [n_vocab] or NULL (all 0) */
-    const int32_t *types;      /* [n_vocab] enum tok_type, or NULL (all normal) */
-    int n_merges;              /* BPE: "left right" strings, rank = index */
+    const char *const *pieces;  /* [n_vocab] token texts (may contain NUL bytes when lens given) */
+    const uint32_t *piece_lens; /* [n_vocab] byte lengths, or NULL: strlen(pieces[i]) */
+    const float *scores;        /* [n_vocab] or NULL (all 0) */
+    const int32_t *types;       /* [n_vocab] enum tok_type, or NULL (all normal) */
+    int n_merges;               /* BPE: "left right" strings, rank = index */
     const char *const *merges;
-    const uint32_t *merge_lens;/* [n_merges] or NULL: strlen */
-    const char *pre;           /* BPE pre-tokenizer name (tokenizer.ggml.pre), NULL = "gpt-2" */
+    const uint32_t *merge_lens; /* [n_merges] or NULL: strlen */
+    const char *pre;            /* BPE pre-tokenizer name (tokenizer.ggml.pre), NULL = "gpt-2" */
     int32_t bos, eos, eot, eom, unk; /* -1 = absent (-2 = the model's default, see tokenizer.c) */
-    int add_bos, add_eos;      /* -1 = the model's default */
-    int add_space_prefix;      /* -1 = the model's default (SPM 1, BPE 0) */
+    int add_bos, add_eos;            /* -1 = the model's default */
+    int add_space_prefix;            /* -1 = the model's default (SPM 1, BPE 0) */
 } tok_spec;
 
 /* Fills s with "everything absent / default". */
@@ -85,28 +85,28 @@ typedef struct tok__sym {
 struct pcre2_real_code_8;
 
 struct tokenizer {
-    int kind;                /* enum tok_kind */
+    int kind; /* enum tok_kind */
     int n_vocab;
-    const char **pieces;     /* [n_vocab] NUL-terminated, into arena */
-    uint32_t *piece_len;     /* [n_vocab] bytes */
-    float *scores;           /* [n_vocab] */
-    int32_t *types;          /* [n_vocab] enum tok_type */
-    char *arena;             /* all pieces, each followed by a NUL */
-    uint32_t max_piece_len;  /* bytes of the longest piece */
-    int32_t *ht;             /* [ht_mask + 1] piece → id, -1 = empty slot */
+    const char **pieces;    /* [n_vocab] NUL-terminated, into arena */
+    uint32_t *piece_len;    /* [n_vocab] bytes */
+    float *scores;          /* [n_vocab] */
+    int32_t *types;         /* [n_vocab] enum tok_type */
+    char *arena;            /* all pieces, each followed by a NUL */
+    uint32_t max_piece_len; /* bytes of the longest piece */
+    int32_t *ht;            /* [ht_mask + 1] piece → id, -1 = empty slot */
     uint32_t ht_mask;
-    uint64_t *mkey;          /* [m_mask + 1] (left id << 32 | right id), UINT64_MAX = empty */
-    int32_t *mrank;          /* [m_mask + 1] merge rank */
-    uint32_t m_mask;         /* 0 and no tables when there are no merges */
+    uint64_t *mkey;  /* [m_mask + 1] (left id << 32 | right id), UINT64_MAX = empty */
+    int32_t *mrank;  /* [m_mask + 1] merge rank */
+    uint32_t m_mask; /* 0 and no tables when there are no merges */
     int32_t bos, eos, eot, eom, unk; /* -1 = none */
     int add_bos, add_eos, add_space_prefix;
-    int ignore_merges;       /* BPE (llama-bpe): a word that is itself a token is not merged */
-    int32_t byte_id[256];    /* token of each raw byte (SPM <0xNN>, BPE its byte-level char); -1 */
-    int32_t *special;        /* [n_special] control, unknown, user-defined ids, longest first */
+    int ignore_merges;    /* BPE (llama-bpe): a word that is itself a token is not merged */
+    int32_t byte_id[256]; /* token of each raw byte (SPM <0xNN>, BPE its byte-level char); -1 */
+    int32_t *special;     /* [n_special] control, unknown, user-defined ids, longest first */
     int n_special;
-    int32_t *eog;            /* [n_eog] */
+    int32_t *eog; /* [n_eog] */
     int n_eog;
-    char pre[48];            /* pre-tokenizer name actually used (BPE) */
+    char pre[48]; /* pre-tokenizer name actually used (BPE) */
     struct pcre2_real_code_8 *re[TOK__MAX_RE];
     int n_re;
 };

@@ -88,7 +88,8 @@ static void byte_fallback(const tokenizer *t, const char *p, int n, tok__vec *ou
 static char *escape(const char *text, size_t len, int add_prefix, size_t *out_len)
 {
     size_t spaces = (size_t)add_prefix;
-    for (size_t i = 0; i < len; i++) spaces += text[i] == ' ';
+    for (size_t i = 0; i < len; i++)
+        spaces += text[i] == ' ';
     char *w = malloc(len + 2 * spaces + 1);
     if (!w) return NULL;
     size_t n = 0;
@@ -130,7 +131,8 @@ void tok__spm_encode(const tokenizer *t, const char *text, size_t len, int add_p
         s[n] = (tok__sym){n - 1, off + l == wn ? -1 : n + 1, (int)off, (int)l, -1};
         off += l;
     }
-    for (int i = 1; i < n; i++) try_add(t, w, s, i - 1, i, &h);
+    for (int i = 1; i < n; i++)
+        try_add(t, w, s, i - 1, i, &h);
     tok__bigram b;
     while (tok__heap_pop(&h, &b)) {
         tok__sym *L = &s[b.left], *R = &s[b.right];
@@ -145,8 +147,10 @@ void tok__spm_encode(const tokenizer *t, const char *text, size_t len, int add_p
     if (h.oom) out->oom = 1;
     for (int i = n ? 0 : -1; i != -1; i = s[i].next) {
         int32_t id = tok__lookup(t, w + s[i].start, (size_t)s[i].n);
-        if (id >= 0) tok__push(out, id);
-        else byte_fallback(t, w + s[i].start, s[i].n, out);
+        if (id >= 0)
+            tok__push(out, id);
+        else
+            byte_fallback(t, w + s[i].start, s[i].n, out);
     }
 done:
     free(h.v);

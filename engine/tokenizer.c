@@ -50,7 +50,8 @@ void tok__push(tok__vec *o, int32_t id)
 static uint64_t hash_bytes(const char *s, size_t n)
 {
     uint64_t h = 1469598103934665603ULL;
-    for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)s[i]) * 1099511628211ULL;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ (unsigned char)s[i]) * 1099511628211ULL;
     return h ^ (h >> 29);
 }
 
@@ -65,7 +66,8 @@ static uint64_t hash_u64(uint64_t x)
 static uint32_t table_size(size_t n)
 {
     uint32_t cap = 16;
-    while (cap < 2 * n) cap *= 2;
+    while (cap < 2 * n)
+        cap *= 2;
     return cap;
 }
 
@@ -193,7 +195,8 @@ static int is_special_type(int type)
 static int build_specials(tokenizer *t)
 {
     int n = 0;
-    for (int i = 0; i < t->n_vocab; i++) n += is_special_type(t->types[i]) && t->piece_len[i];
+    for (int i = 0; i < t->n_vocab; i++)
+        n += is_special_type(t->types[i]) && t->piece_len[i];
     t->special = malloc((size_t)(n ? n : 1) * sizeof *t->special);
     if (!t->special) return -ENOMEM;
     for (int i = 0; i < t->n_vocab; i++)
@@ -205,8 +208,8 @@ static int build_specials(tokenizer *t)
 /* End-of-generation ids: eos, eot, eom, and the pieces llama.cpp recognises by their text. */
 static int build_eog(tokenizer *t)
 {
-    static const char *const eog_text[] = {"<|eot_id|>",  "<|im_end|>",     "<|end|>",
-                                           "<end_of_turn>", "<|endoftext|>", "<|eom_id|>",
+    static const char *const eog_text[] = {"<|eot_id|>",      "<|im_end|>",    "<|end|>",
+                                           "<end_of_turn>",   "<|endoftext|>", "<|eom_id|>",
                                            "<|end_of_text|>", "<EOT>"};
     size_t n_text = sizeof eog_text / sizeof eog_text[0];
     t->eog = malloc((3 + n_text) * sizeof *t->eog);
@@ -216,12 +219,14 @@ static int build_eog(tokenizer *t)
     cand[nc++] = t->eos;
     cand[nc++] = t->eot;
     cand[nc++] = t->eom;
-    for (size_t i = 0; i < n_text; i++) cand[nc++] = tok__lookup(t, eog_text[i], strlen(eog_text[i]));
+    for (size_t i = 0; i < n_text; i++)
+        cand[nc++] = tok__lookup(t, eog_text[i], strlen(eog_text[i]));
     for (int i = 0; i < nc; i++) {
         int32_t id = cand[i];
         /* BOS is never EOG unless the metadata names it eos/eot/eom too (GPT-2: bos == eos). */
         int dup = id < 0 || (id == t->bos && i >= 3);
-        for (int j = 0; j < t->n_eog && !dup; j++) dup = t->eog[j] == id;
+        for (int j = 0; j < t->n_eog && !dup; j++)
+            dup = t->eog[j] == id;
         if (!dup) t->eog[t->n_eog++] = id;
     }
     return 0;
@@ -370,7 +375,8 @@ static int num_array(const gguf_file *f, const char *key, int n, float **fout, i
     if (fout) {
         *fout = malloc((size_t)n * sizeof **fout);
         if (!*fout) return -ENOMEM;
-        for (int i = 0; i < n; i++) (*fout)[i] = (float)gguf_arr_f64(a, (uint64_t)i);
+        for (int i = 0; i < n; i++)
+            (*fout)[i] = (float)gguf_arr_f64(a, (uint64_t)i);
     } else {
         *iout = malloc((size_t)n * sizeof **iout);
         if (!*iout) return -ENOMEM;
@@ -398,8 +404,10 @@ tokenizer *tok_create(const gguf_file *f, char *err, size_t err_len)
         return NULL;
     }
     gguf_str_copy(s, model, sizeof model);
-    if (!strcmp(model, "llama")) tok__spec_init(&sp, TOK_KIND_SPM);
-    else if (!strcmp(model, "gpt2")) tok__spec_init(&sp, TOK_KIND_BPE);
+    if (!strcmp(model, "llama"))
+        tok__spec_init(&sp, TOK_KIND_SPM);
+    else if (!strcmp(model, "gpt2"))
+        tok__spec_init(&sp, TOK_KIND_BPE);
     else {
         set_err(err, err_len, "tokenizer: unsupported tokenizer.ggml.model '%s'", model);
         return NULL;
@@ -447,11 +455,26 @@ out:
 
 /* ---- accessors ------------------------------------------------------------------------------ */
 
-int tok_kind(const tokenizer *t) { return t->kind; }
-int tok_n_vocab(const tokenizer *t) { return t->n_vocab; }
-int32_t tok_bos(const tokenizer *t) { return t->bos; }
-int32_t tok_eos(const tokenizer *t) { return t->eos; }
-int tok_add_bos(const tokenizer *t) { return t->add_bos && t->bos >= 0; }
+int tok_kind(const tokenizer *t)
+{
+    return t->kind;
+}
+int tok_n_vocab(const tokenizer *t)
+{
+    return t->n_vocab;
+}
+int32_t tok_bos(const tokenizer *t)
+{
+    return t->bos;
+}
+int32_t tok_eos(const tokenizer *t)
+{
+    return t->eos;
+}
+int tok_add_bos(const tokenizer *t)
+{
+    return t->add_bos && t->bos >= 0;
+}
 
 int tok_eog_ids(const tokenizer *t, const int32_t **out)
 {
@@ -476,7 +499,10 @@ const char *tok_piece(const tokenizer *t, int32_t id)
     return id >= 0 && id < t->n_vocab ? t->pieces[id] : "";
 }
 
-int32_t tok_find(const tokenizer *t, const char *s) { return tok__lookup(t, s, strlen(s)); }
+int32_t tok_find(const tokenizer *t, const char *s)
+{
+    return tok__lookup(t, s, strlen(s));
+}
 
 int tok_strips_space_after_bos(const tokenizer *t)
 {
@@ -580,8 +606,10 @@ int tok_encode(const tokenizer *t, const char *text, size_t len, int add_special
         }
     }
     if (add_special && t->add_eos && t->eos >= 0) tok__push(&v, t->eos);
-    if (v.oom) rc = -ENOMEM;
-    else if (v.n > (size_t)INT32_MAX) rc = -E2BIG;
+    if (v.oom)
+        rc = -ENOMEM;
+    else if (v.n > (size_t)INT32_MAX)
+        rc = -E2BIG;
 done:
     if (!rc) {
         size_t k = v.n < (size_t)(cap > 0 ? cap : 0) ? v.n : (size_t)(cap > 0 ? cap : 0);
@@ -622,7 +650,8 @@ static int decode_utf8(const unsigned char *s, size_t n, uint32_t *cp)
         return 1;
     }
     uint32_t c = s[0] & (0x7f >> len);
-    for (size_t i = 1; i < len; i++) c = c << 6 | (s[i] & 0x3f);
+    for (size_t i = 1; i < len; i++)
+        c = c << 6 | (s[i] & 0x3f);
     *cp = c;
     return (int)len;
 }

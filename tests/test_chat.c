@@ -108,7 +108,8 @@ static void tchat_check(const char *flavour, int tmpl, const char *const *extra,
     int ng = tok_encode(m.tok, s, strlen(s), 1, 1, got, 1024);
     const char *specials[16];
     int ns = 0;
-    for (int i = 0; i < n_extra; i++) specials[ns++] = extra[i];
+    for (int i = 0; i < n_extra; i++)
+        specials[ns++] = extra[i];
     specials[ns++] = tok_piece(m.tok, tok_eos(m.tok));
     if (tok_bos(m.tok) >= 0) specials[ns++] = tok_piece(m.tok, tok_bos(m.tok));
     int ne = tchat_expected(m.tok, s, specials, ns, exp, 1024);
@@ -117,13 +118,16 @@ static void tchat_check(const char *flavour, int tmpl, const char *const *extra,
         cr_assert_eq(got[i], exp[i], "%s: token %d is %d, want %d", chat_template_name(tmpl), i,
                      got[i], exp[i]);
     int n_bos = 0;
-    for (int i = 0; i < ng && got[i] == tok_bos(m.tok); i++) n_bos++;
+    for (int i = 0; i < ng && got[i] == tok_bos(m.tok); i++)
+        n_bos++;
     cr_assert_leq(n_bos, 1, "%s: double BOS", chat_template_name(tmpl));
     for (int i = 0; i < n_extra; i++) {
         int32_t id = tok_find(m.tok, extra[i]);
         int want_n = 0, got_n = 0;
-        for (const char *q = s; (q = strstr(q, extra[i])); q += strlen(extra[i])) want_n++;
-        for (int k = 0; k < ng; k++) got_n += got[k] == id;
+        for (const char *q = s; (q = strstr(q, extra[i])); q += strlen(extra[i]))
+            want_n++;
+        for (int k = 0; k < ng; k++)
+            got_n += got[k] == id;
         cr_assert_eq(got_n, want_n, "%s: %s appears %d times as a token, %d in the text",
                      chat_template_name(tmpl), extra[i], got_n, want_n);
     }
@@ -143,15 +147,17 @@ static void tchat_check(const char *flavour, int tmpl, const char *const *extra,
 Test(chat, chatml)
 {
     static const char *const x[] = {"<|im_start|>", "<|im_end|>"};
-    tchat_check("spm", CHAT_TMPL_CHATML, x, 2,
-                "<|im_start|>system\nYou are terse.<|im_end|>\n<|im_start|>user\nHi there<|im_end|>\n"
-                "<|im_start|>assistant\nHello!<|im_end|>\n<|im_start|>user\nBye now<|im_end|>\n"
-                "<|im_start|>assistant\n");
+    tchat_check(
+        "spm", CHAT_TMPL_CHATML, x, 2,
+        "<|im_start|>system\nYou are terse.<|im_end|>\n<|im_start|>user\nHi there<|im_end|>\n"
+        "<|im_start|>assistant\nHello!<|im_end|>\n<|im_start|>user\nBye now<|im_end|>\n"
+        "<|im_start|>assistant\n");
     /* Byte-level BPE flavour: no BOS is added by this tokenizer. */
-    tchat_check("gpt2", CHAT_TMPL_CHATML, x, 2,
-                "<|im_start|>system\nYou are terse.<|im_end|>\n<|im_start|>user\nHi there<|im_end|>\n"
-                "<|im_start|>assistant\nHello!<|im_end|>\n<|im_start|>user\nBye now<|im_end|>\n"
-                "<|im_start|>assistant\n");
+    tchat_check(
+        "gpt2", CHAT_TMPL_CHATML, x, 2,
+        "<|im_start|>system\nYou are terse.<|im_end|>\n<|im_start|>user\nHi there<|im_end|>\n"
+        "<|im_start|>assistant\nHello!<|im_end|>\n<|im_start|>user\nBye now<|im_end|>\n"
+        "<|im_start|>assistant\n");
 }
 
 Test(chat, llama2)
@@ -181,9 +187,10 @@ Test(chat, mistral)
 Test(chat, zephyr)
 {
     static const char *const x[] = {"<|system|>", "<|user|>", "<|assistant|>"};
-    tchat_check("spm", CHAT_TMPL_ZEPHYR, x, 3,
-                "<|system|>\nYou are terse.</s>\n<|user|>\nHi there</s>\n<|assistant|>\nHello!</s>\n"
-                "<|user|>\nBye now</s>\n<|assistant|>\n");
+    tchat_check(
+        "spm", CHAT_TMPL_ZEPHYR, x, 3,
+        "<|system|>\nYou are terse.</s>\n<|user|>\nHi there</s>\n<|assistant|>\nHello!</s>\n"
+        "<|user|>\nBye now</s>\n<|assistant|>\n");
 }
 
 Test(chat, phi3)
@@ -197,10 +204,11 @@ Test(chat, phi3)
 Test(chat, gemma)
 {
     static const char *const x[] = {"<start_of_turn>", "<end_of_turn>"};
-    tchat_check("spm", CHAT_TMPL_GEMMA, x, 2,
-                "<start_of_turn>user\nYou are terse.\n\nHi there<end_of_turn>\n<start_of_turn>model\n"
-                "Hello!<end_of_turn>\n<start_of_turn>user\nBye now<end_of_turn>\n"
-                "<start_of_turn>model\n");
+    tchat_check(
+        "spm", CHAT_TMPL_GEMMA, x, 2,
+        "<start_of_turn>user\nYou are terse.\n\nHi there<end_of_turn>\n<start_of_turn>model\n"
+        "Hello!<end_of_turn>\n<start_of_turn>user\nBye now<end_of_turn>\n"
+        "<start_of_turn>model\n");
 }
 
 Test(chat, plain)
@@ -215,7 +223,8 @@ Test(chat, bos_text_only_when_asked)
     static const chat_msg one[] = {{"user", "Hi"}};
     char err[128];
     char *s = chat_render(CHAT_TMPL_LLAMA3, one, 1, 0, NULL, 1, err, sizeof err);
-    cr_assert_str_eq(s, "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>");
+    cr_assert_str_eq(s,
+                     "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>");
     free(s);
     s = chat_render(CHAT_TMPL_LLAMA3, one, 1, 0, NULL, 0, err, sizeof err);
     cr_assert_str_eq(s, "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>");
@@ -234,13 +243,17 @@ Test(chat, detect)
         const char *jinja;
         int want;
     } cases[] = {
-        {"{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n'}}", CHAT_TMPL_CHATML},
-        {"{{ '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n' }}", CHAT_TMPL_LLAMA3},
+        {"{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n'}}",
+         CHAT_TMPL_CHATML},
+        {"{{ '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n' }}",
+         CHAT_TMPL_LLAMA3},
         {"{{ bos_token + '[INST] ' + '<<SYS>>\\n' + content + ' [/INST]' }}", CHAT_TMPL_LLAMA2},
-        {"{{ bos_token }}{% if message['role'] == 'user' %}{{ '[INST] ' + c + ' [/INST]' }}", CHAT_TMPL_MISTRAL},
+        {"{{ bos_token }}{% if message['role'] == 'user' %}{{ '[INST] ' + c + ' [/INST]' }}",
+         CHAT_TMPL_MISTRAL},
         {"{{ '<|user|>\\n' + message['content'] + '<|end|>\\n' }}", CHAT_TMPL_PHI3},
         {"{{ '<|user|>\\n' + message['content'] + eos_token }}", CHAT_TMPL_ZEPHYR},
-        {"{{ '<start_of_turn>' + role + '\\n' + message['content'] | trim + '<end_of_turn>\\n' }}", CHAT_TMPL_GEMMA},
+        {"{{ '<start_of_turn>' + role + '\\n' + message['content'] | trim + '<end_of_turn>\\n' }}",
+         CHAT_TMPL_GEMMA},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         cr_assert_eq(chat_template_detect(cases[i].jinja, NULL), cases[i].want, "case %zu", i);

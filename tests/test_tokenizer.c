@@ -26,7 +26,8 @@
 #include "engine/tok_internal.h"
 #include "engine/tokenizer.h"
 
-/* ---- helpers ---------------------------------------------------------------------------------- */
+/* ---- helpers ----------------------------------------------------------------------------------
+ */
 
 static char *ttok_slurp(const char *path, size_t *n)
 {
@@ -68,7 +69,8 @@ static tokenizer *ttok_open(const char *path, gguf_file **gf)
 }
 
 /* Encodes into a malloc'd array; *n gets the count. */
-static int32_t *ttok_enc(const tokenizer *t, const char *s, size_t len, int add, int special, int *n)
+static int32_t *ttok_enc(const tokenizer *t, const char *s, size_t len, int add, int special,
+                         int *n)
 {
     int need = tok_encode(t, s, len, add, special, NULL, 0);
     cr_assert_geq(need, 0);
@@ -91,7 +93,8 @@ static void ttok_ids_str(const int32_t *ids, int n, char *buf, size_t len)
 {
     size_t at = 0;
     buf[0] = 0;
-    for (int i = 0; i < n && at < len; i++) at += (size_t)snprintf(buf + at, len - at, " %d", ids[i]);
+    for (int i = 0; i < n && at < len; i++)
+        at += (size_t)snprintf(buf + at, len - at, " %d", ids[i]);
 }
 
 /* Runs argv with in[0..in_len) on stdin (or /dev/null when in is NULL); returns the exit status
@@ -134,7 +137,8 @@ static int ttok_run(char *const argv[], const char *in, size_t in_len, char **ou
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
 }
 
-/* ---- synthetic vocabularies ------------------------------------------------------------------- */
+/* ---- synthetic vocabularies -------------------------------------------------------------------
+ */
 
 /* Byte-level BPE: the 256 byte characters, then extra pieces (types given or normal), merges. */
 static tokenizer *ttok_bpe(const char *pre, const char *const *extra, const int32_t *extra_types,
@@ -180,7 +184,8 @@ static tokenizer *ttok_spm(const char *const *extra, const float *scores, const 
         pieces[3 + b] = hex[b];
         types[3 + b] = TOK_TYPE_BYTE;
     }
-    for (int i = 0; i < 259; i++) sc[i] = 0;
+    for (int i = 0; i < 259; i++)
+        sc[i] = 0;
     for (int i = 0; i < n_extra; i++) {
         pieces[259 + i] = extra[i];
         sc[259 + i] = scores[i];
@@ -198,7 +203,8 @@ static tokenizer *ttok_spm(const char *const *extra, const float *scores, const 
     return t;
 }
 
-/* ---- stories260K golden ----------------------------------------------------------------------- */
+/* ---- stories260K golden -----------------------------------------------------------------------
+ */
 
 Test(tokenizer, stories260k_golden)
 {
@@ -250,7 +256,8 @@ Test(tokenizer, stories260k_golden)
     gguf_close(gf);
 }
 
-/* ---- llama.cpp vocab test vectors ------------------------------------------------------------- */
+/* ---- llama.cpp vocab test vectors -------------------------------------------------------------
+ */
 
 typedef struct ttok_case {
     const char *text;
@@ -303,7 +310,8 @@ static void ttok_vocab_file(const char *name, int kind)
         int32_t *ids = ttok_enc(t, cases[i].text, cases[i].len, 0, 0, &k);
         char got[16384];
         ttok_ids_str(ids, k, got, sizeof got);
-        cr_expect(strlen(got) == cases[i].want_len && !memcmp(got, cases[i].want, cases[i].want_len),
+        cr_expect(strlen(got) == cases[i].want_len &&
+                      !memcmp(got, cases[i].want, cases[i].want_len),
                   "%s case %d '%.*s': want%.*s got%s", name, i, (int)cases[i].len, cases[i].text,
                   (int)cases[i].want_len, cases[i].want, got);
         int dl;
@@ -319,8 +327,14 @@ static void ttok_vocab_file(const char *name, int kind)
     gguf_close(gf);
 }
 
-Test(tokenizer, vocab_llama_spm) { ttok_vocab_file("llama-spm", TOK_KIND_SPM); }
-Test(tokenizer, vocab_gpt2) { ttok_vocab_file("gpt-2", TOK_KIND_BPE); }
+Test(tokenizer, vocab_llama_spm)
+{
+    ttok_vocab_file("llama-spm", TOK_KIND_SPM);
+}
+Test(tokenizer, vocab_gpt2)
+{
+    ttok_vocab_file("gpt-2", TOK_KIND_BPE);
+}
 
 /* The same vectors through `kvserve tokenize --no-bos`, as TEXT and on standard input. */
 static void ttok_vocab_cli(const char *name)
@@ -357,8 +371,14 @@ static void ttok_vocab_cli(const char *name)
     free(out);
 }
 
-Test(tokenizer, cli_vocab_llama_spm) { ttok_vocab_cli("llama-spm"); }
-Test(tokenizer, cli_vocab_gpt2) { ttok_vocab_cli("gpt-2"); }
+Test(tokenizer, cli_vocab_llama_spm)
+{
+    ttok_vocab_cli("llama-spm");
+}
+Test(tokenizer, cli_vocab_gpt2)
+{
+    ttok_vocab_cli("gpt-2");
+}
 
 Test(tokenizer, cli_stories_and_errors)
 {
@@ -380,7 +400,8 @@ Test(tokenizer, cli_stories_and_errors)
     char *two[] = {(char *)bin, "tokenize", "-m", path, "a", "b", NULL};
     cr_assert_eq(ttok_run(two, NULL, 0, &got, &gl), 2);
     free(got);
-    char *d[] = {(char *)bin, "detokenize", "-m", path, "1", "403", "407", "261", "378", "13", NULL};
+    char *d[] = {(char *)bin, "detokenize", "-m",  path, "1", "403",
+                 "407",       "261",        "378", "13", NULL};
     cr_assert_eq(ttok_run(d, NULL, 0, &got, &gl), 0);
     cr_assert_str_eq(got, "Once upon a time\n");
     free(got);
@@ -389,7 +410,8 @@ Test(tokenizer, cli_stories_and_errors)
     free(got);
 }
 
-/* ---- pre-tokenizers --------------------------------------------------------------------------- */
+/* ---- pre-tokenizers ---------------------------------------------------------------------------
+ */
 
 typedef struct ttok_split {
     const char *text;
@@ -412,11 +434,13 @@ static void ttok_check_split(const char *pre, const char *text, const char *cons
     ttok_split s = {.text = text};
     cr_assert_eq(tok__pretokenize(t, text, strlen(text), ttok_on_word, &s), 0);
     int nw = 0;
-    while (want[nw]) nw++;
+    while (want[nw])
+        nw++;
     for (int i = 0; i < s.n && i < nw; i++)
         cr_expect_str_eq(s.got[i], want[i], "%s: word %d of '%s'", pre, i, text);
     cr_expect_eq(s.n, nw, "%s: '%s' split into %d words, want %d", pre, text, s.n, nw);
-    for (int i = 0; i < s.n; i++) free(s.got[i]);
+    for (int i = 0; i < s.n; i++)
+        free(s.got[i]);
     tok_destroy(t);
 }
 
@@ -431,12 +455,10 @@ Test(tokenizer, pretok_llama_bpe)
                                       "45", " ok", "!!", NULL});
     ttok_check_split("llama-bpe", ttok_s2,
                      (const char *[]){"x", " =", " ", "3", ".", "141", "59", ";", " ", " //",
-                                      " ünïcödé",
-                                      " 日本語", "\r\n", " ", " end",
-                                      "  ", NULL});
-    ttok_check_split("llama-bpe", ttok_s3,
-                     (const char *[]){"don", "'t", " ", "123", "456", "7", " a", "1", "b", "2",
-                                      NULL});
+                                      " ünïcödé", " 日本語", "\r\n", " ", " end", "  ", NULL});
+    ttok_check_split(
+        "llama-bpe", ttok_s3,
+        (const char *[]){"don", "'t", " ", "123", "456", "7", " a", "1", "b", "2", NULL});
 }
 
 Test(tokenizer, pretok_qwen2)
@@ -456,9 +478,7 @@ Test(tokenizer, pretok_smollm)
                                       "1", "2", "3", "4", "5", " ok", "!!", NULL});
     ttok_check_split("smollm", ttok_s2,
                      (const char *[]){"x", " =", " ", "3", ".", "1", "4", "1", "5", "9", ";", " ",
-                                      " //", " ünïcödé",
-                                      " 日本語", "\r\n ", " end", "  ",
-                                      NULL});
+                                      " //", " ünïcödé", " 日本語", "\r\n ", " end", "  ", NULL});
 }
 
 Test(tokenizer, pretok_gpt2)
@@ -471,37 +491,87 @@ Test(tokenizer, pretok_gpt2)
 }
 
 /* Families with several regexes: each one re-splits every word the previous ones made. */
-static const char ttok_s4[] = "Hello, world! It's 2024: x=12345; \xce\xa9mega \xce\x90ota 日本語 한국어  end  ";
+static const char ttok_s4[] =
+    "Hello, world! It's 2024: x=12345; \xce\xa9mega \xce\x90ota 日本語 한국어  end  ";
 static const char ttok_s5[] = "\tfoo\r\n\nbar(baz) 42";
 
 Test(tokenizer, pretok_deepseek_falcon)
 {
     ttok_check_split("deepseek-llm", ttok_s4,
-                     (const char *[]){"Hello", ",", " world", "!", " It", "'", "s", " ", "2024", ":",
-                                      " x", "=", "12345", ";", " \xce\xa9", "mega", " \xce\x90",
-                                      "ota", " ", "日本語", " ", "한국어", " ", " end", "  ", NULL});
-    ttok_check_split("deepseek-llm", ttok_s5,
-                     (const char *[]){"\tfoo", "\r", "\n", "\n", "bar", "(", "baz", ")", " ", "42",
-                                      NULL});
+                     (const char *[]){"Hello",     ",",    " world",    "!",   " It", "'",      "s",
+                                      " ",         "2024", ":",         " x",  "=",   "12345",  ";",
+                                      " \xce\xa9", "mega", " \xce\x90", "ota", " ",   "日本語", " ",
+                                      "한국어",    " ",    " end",      "  ",  NULL});
+    ttok_check_split(
+        "deepseek-llm", ttok_s5,
+        (const char *[]){"\tfoo", "\r", "\n", "\n", "bar", "(", "baz", ")", " ", "42", NULL});
     ttok_check_split("deepseek-coder", ttok_s4,
-                     (const char *[]){"Hello", ",", " world", "!", " It", "'", "s", " ", "2", "0",
-                                      "2", "4", ":", " x", "=", "1", "2", "3", "4", "5", ";",
-                                      " \xce\xa9mega", " \xce\x90ota", " ", "日本語", " ",
-                                      "한국어", " ", " end", "  ", NULL});
-    ttok_check_split("falcon", ttok_s4,
-                     (const char *[]){"Hello", ",", " world", "!", " It", "'", "s", " ", "202", "4",
-                                      ":", " x", "=", "123", "45", ";", " \xce\xa9mega",
-                                      " \xce\x90ota", " 日本語", " 한국어", " ", " end", "  ", NULL});
-    ttok_check_split("falcon", ttok_s5,
-                     (const char *[]){"\t", "foo", "\r\n", "\n", "bar", "(", "baz", ")", " 42",
+                     (const char *[]){"Hello",
+                                      ",",
+                                      " world",
+                                      "!",
+                                      " It",
+                                      "'",
+                                      "s",
+                                      " ",
+                                      "2",
+                                      "0",
+                                      "2",
+                                      "4",
+                                      ":",
+                                      " x",
+                                      "=",
+                                      "1",
+                                      "2",
+                                      "3",
+                                      "4",
+                                      "5",
+                                      ";",
+                                      " \xce\xa9mega",
+                                      " \xce\x90ota",
+                                      " ",
+                                      "日本語",
+                                      " ",
+                                      "한국어",
+                                      " ",
+                                      " end",
+                                      "  ",
                                       NULL});
+    ttok_check_split("falcon", ttok_s4,
+                     (const char *[]){"Hello",
+                                      ",",
+                                      " world",
+                                      "!",
+                                      " It",
+                                      "'",
+                                      "s",
+                                      " ",
+                                      "202",
+                                      "4",
+                                      ":",
+                                      " x",
+                                      "=",
+                                      "123",
+                                      "45",
+                                      ";",
+                                      " \xce\xa9mega",
+                                      " \xce\x90ota",
+                                      " 日本語",
+                                      " 한국어",
+                                      " ",
+                                      " end",
+                                      "  ",
+                                      NULL});
+    ttok_check_split(
+        "falcon", ttok_s5,
+        (const char *[]){"\t", "foo", "\r\n", "\n", "bar", "(", "baz", ")", " 42", NULL});
 }
 
 Test(tokenizer, pretok_all_families_compile)
 {
-    static const char *const names[] = {"gpt-2", "llama-bpe", "llama3", "qwen2", "smollm",
-                                        "deepseek-llm", "deepseek-coder", "falcon", "starcoder",
-                                        "refact", "mpt", "default", "dbrx", "command-r"};
+    static const char *const names[] = {
+        "gpt-2",  "llama-bpe", "llama3", "qwen2", "smollm",  "deepseek-llm", "deepseek-coder",
+        "falcon", "starcoder", "refact", "mpt",   "default", "dbrx",         "command-r"};
     char err[256];
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         tokenizer *t = ttok_bpe(names[i], NULL, NULL, 0, NULL, 0, err);
@@ -522,7 +592,8 @@ Test(tokenizer, pretok_all_families_compile)
     cr_assert(strstr(err, "no-such-family") != NULL, "error names the pre-tokenizer: %s", err);
 }
 
-/* ---- merges ------------------------------------------------------------------------------------ */
+/* ---- merges ------------------------------------------------------------------------------------
+ */
 
 Test(tokenizer, bpe_merge_order)
 {
@@ -553,8 +624,12 @@ Test(tokenizer, bpe_merge_order)
 Test(tokenizer, spm_scores_and_byte_fallback)
 {
     /* "▁ab" vs "▁a"+"b": the higher-scoring merge wins first; ties go leftmost. */
-    static const char *const ex[] = {"\xe2\x96\x81" "a", "ab", "\xe2\x96\x81" "ab", "b",
-                                     "\xe2\x96\x81"};
+    static const char *const ex[] = {"\xe2\x96\x81"
+                                     "a",
+                                     "ab",
+                                     "\xe2\x96\x81"
+                                     "ab",
+                                     "b", "\xe2\x96\x81"};
     const float hi_left[] = {-1, -2, -3, -9, -10};
     tokenizer *t = ttok_spm(ex, hi_left, NULL, 5);
     int n;
@@ -579,7 +654,8 @@ Test(tokenizer, spm_scores_and_byte_fallback)
     tok_destroy(t);
 }
 
-/* ---- special tokens ---------------------------------------------------------------------------- */
+/* ---- special tokens ----------------------------------------------------------------------------
+ */
 
 Test(tokenizer, user_defined_vs_control)
 {
@@ -614,7 +690,8 @@ Test(tokenizer, user_defined_vs_control)
     tok_destroy(t);
 
     /* SPM: the dummy prefix comes back after a special token. */
-    static const char *const sx[] = {"<|x|>", "\xe2\x96\x81" "a"};
+    static const char *const sx[] = {"<|x|>", "\xe2\x96\x81"
+                                              "a"};
     static const float ss[] = {0, -1};
     static const int32_t st[] = {TOK_TYPE_CONTROL, TOK_TYPE_NORMAL};
     t = ttok_spm(sx, ss, st, 2);
@@ -630,7 +707,8 @@ Test(tokenizer, user_defined_vs_control)
 
 Test(tokenizer, encode_cap_contract)
 {
-    static const char *const ex[] = {"\xe2\x96\x81" "a"};
+    static const char *const ex[] = {"\xe2\x96\x81"
+                                     "a"};
     static const float sc[] = {0};
     tokenizer *t = ttok_spm(ex, sc, NULL, 1);
     int32_t ids[3] = {-7, -7, -7};
@@ -643,7 +721,8 @@ Test(tokenizer, encode_cap_contract)
     tok_destroy(t);
 }
 
-/* ---- round trips and speed --------------------------------------------------------------------- */
+/* ---- round trips and speed ---------------------------------------------------------------------
+ */
 
 static uint64_t ttok_rng(uint64_t *s)
 {
@@ -661,14 +740,27 @@ static size_t ttok_rand_utf8(uint64_t *rng, char *buf, size_t n)
         uint64_t r = ttok_rng(rng);
         uint32_t cp;
         switch (r % 8) {
-        case 0: cp = ' '; break;
-        case 1: cp = "\n\t .,'!0123456789"[r / 8 % 17]; break;
-        case 2: cp = 0xa0 + (uint32_t)(r / 8 % 0x1e0); break;
-        case 3: cp = 0x4e00 + (uint32_t)(r / 8 % 0x5000); break;
-        case 4: cp = 0x1f300 + (uint32_t)(r / 8 % 0x300); break;
-        default: cp = 'a' + (uint32_t)(r / 8 % 26); break;
+        case 0:
+            cp = ' ';
+            break;
+        case 1:
+            cp = "\n\t .,'!0123456789"[r / 8 % 17];
+            break;
+        case 2:
+            cp = 0xa0 + (uint32_t)(r / 8 % 0x1e0);
+            break;
+        case 3:
+            cp = 0x4e00 + (uint32_t)(r / 8 % 0x5000);
+            break;
+        case 4:
+            cp = 0x1f300 + (uint32_t)(r / 8 % 0x300);
+            break;
+        default:
+            cp = 'a' + (uint32_t)(r / 8 % 26);
+            break;
         }
-        if (cp < 0x80) buf[at++] = (char)cp;
+        if (cp < 0x80)
+            buf[at++] = (char)cp;
         else if (cp < 0x800) {
             buf[at++] = (char)(0xc0 | cp >> 6);
             buf[at++] = (char)(0x80 | (cp & 0x3f));
@@ -707,7 +799,12 @@ Test(tokenizer, roundtrip_random_utf8)
 {
     const uint64_t seed = 0x5eed1234abcdULL;
     fprintf(stderr, "tokenizer roundtrip seed %llu\n", (unsigned long long)seed);
-    static const char *const ex[] = {"\xe2\x96\x81" "a", "ab", "\xe2\x96\x81" "ab", "\xe2\x96\x81"};
+    static const char *const ex[] = {"\xe2\x96\x81"
+                                     "a",
+                                     "ab",
+                                     "\xe2\x96\x81"
+                                     "ab",
+                                     "\xe2\x96\x81"};
     static const float sc[] = {-1, -2, -3, -4};
     tokenizer *t = ttok_spm(ex, sc, NULL, 4);
     ttok_roundtrip(t, "synthetic spm", seed);
@@ -716,7 +813,8 @@ Test(tokenizer, roundtrip_random_utf8)
     t = ttok_bpe("llama-bpe", NULL, NULL, 0, NULL, 0, err);
     ttok_roundtrip(t, "synthetic llama-bpe", seed);
     tok_destroy(t);
-    static const char *const names[] = {"vocab/ggml-vocab-llama-spm.gguf", "vocab/ggml-vocab-gpt-2.gguf"};
+    static const char *const names[] = {"vocab/ggml-vocab-llama-spm.gguf",
+                                        "vocab/ggml-vocab-gpt-2.gguf"};
     for (int i = 0; i < 2; i++) {
         char path[1024];
         if (!ttok_shared(names[i], path, sizeof path)) continue;
@@ -733,7 +831,8 @@ Test(tokenizer, speed_100kb)
     char path[1024];
     if (!ttok_shared("vocab/ggml-vocab-llama-spm.gguf", path, sizeof path))
         cr_skip("vocab/ggml-vocab-llama-spm.gguf not found under KVSERVE_SHARED (../shared)");
-    static const char *const names[] = {"vocab/ggml-vocab-llama-spm.gguf", "vocab/ggml-vocab-gpt-2.gguf"};
+    static const char *const names[] = {"vocab/ggml-vocab-llama-spm.gguf",
+                                        "vocab/ggml-vocab-gpt-2.gguf"};
     size_t len = 100 * 1024;
     char *text = malloc(len);
     uint64_t rng = 42;

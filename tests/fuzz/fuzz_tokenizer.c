@@ -22,10 +22,18 @@ static tokenizer *fz_tok[2];
 static void fz_build(void)
 {
     static char bytes[256][8];
-    static const char *const extra[] = {"<|im_start|>", "<|im_end|>", "<ud>", "ab", "abc",
-                                        "\xe2\x96\x81" "a", "\xe2\x96\x81", "\xc4\xa0" "a"};
-    static const int32_t xtype[] = {TOK_TYPE_CONTROL, TOK_TYPE_CONTROL, TOK_TYPE_USER_DEFINED,
-                                    1, 1, 1, 1, 1};
+    static const char *const extra[] = {"<|im_start|>",
+                                        "<|im_end|>",
+                                        "<ud>",
+                                        "ab",
+                                        "abc",
+                                        "\xe2\x96\x81"
+                                        "a",
+                                        "\xe2\x96\x81",
+                                        "\xc4\xa0"
+                                        "a"};
+    static const int32_t xtype[] = {
+        TOK_TYPE_CONTROL, TOK_TYPE_CONTROL, TOK_TYPE_USER_DEFINED, 1, 1, 1, 1, 1};
     static const char *const merges[] = {"a b", "ab c", "\xc4\xa0 a"};
     const char *pieces[3 + 256 + 8];
     int32_t types[3 + 256 + 8];
@@ -51,8 +59,10 @@ static void fz_build(void)
             }
             pieces[n++] = bytes[b];
         }
-        for (int i = 0; i < 8; i++) pieces[n] = extra[i], types[n++] = xtype[i];
-        for (int i = 0; i < n; i++) scores[i] = -(float)i;
+        for (int i = 0; i < 8; i++)
+            pieces[n] = extra[i], types[n++] = xtype[i];
+        for (int i = 0; i < n; i++)
+            scores[i] = -(float)i;
         tok_spec s;
         tok__spec_init(&s, kind);
         s.n_vocab = n;
