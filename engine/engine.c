@@ -386,9 +386,11 @@ static void *eng__thread(void *arg)
                 n_cancel = cap_cancels;
             }
         }
-        if (n_cancel) memcpy(cancels, e->cancels, (size_t)n_cancel * sizeof *cancels);
-        memmove(e->cancels, e->cancels + n_cancel, (size_t)(e->n_cancel - n_cancel) * sizeof *cancels);
-        e->n_cancel -= n_cancel;
+        if (n_cancel) {
+            memcpy(cancels, e->cancels, (size_t)n_cancel * sizeof *cancels);
+            memmove(e->cancels, e->cancels + n_cancel, (size_t)(e->n_cancel - n_cancel) * sizeof *cancels);
+            e->n_cancel -= n_cancel;
+        }
         int aborting = e->aborting, draining = e->draining;
         pthread_mutex_unlock(&e->mu);
 

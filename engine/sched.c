@@ -24,6 +24,9 @@
 #include "engine/batch.h"
 #include "engine/engine.h"
 
+/* lpm looks up the cached prefix of at most this many waiting sequences per step. */
+#define SCHED_LPM_WINDOW 256
+
 struct sched {
     sched_config c;
     sched_runner r;
@@ -286,6 +289,10 @@ static int sched__lpm_lengths(sched *sc)
     sc->lpm_len = l;
     for (int i = 0; i < sc->n_waiting; i++) {
         const seq *s = sc->waiting[i];
+        if (i >= SCHED_LPM_WINDOW) { /* beyond the window only aging admits */
+            l[i] = -1;
+            continue;
+        }
         l[i] = rdx_match(sc->tree, s->tokens, s->n_tokens - 1, sc->match_buf, sc->max_blocks);
         for (int b = 0; b < l[i] / sc->c.block_size; b++) bp_unref(sc->bp, sc->match_buf[b]);
     }
