@@ -266,7 +266,7 @@ static void add_bigram(bpe_ctx *c, int l, int r)
     if (l < 0 || r < 0) return;
     int32_t rank = tok__merge_rank(c->t, c->s[l].id, c->s[r].id);
     if (rank < 0) return;
-    tok__heap_push(&c->h, (tok__bigram){(double)rank, l, r, c->s[l].n + c->s[r].n});
+    tok__heap_push(&c->h, tok__bigram_make((uint32_t)rank, l, r, c->s[l].n + c->s[r].n));
 }
 
 /* Emits a symbol: its token, or the tokens of its characters when it is not one. */
@@ -326,15 +326,16 @@ static void merge_word(bpe_ctx *c, size_t off, size_t len)
         add_bigram(c, i - 1, i);
     tok__bigram b;
     while (tok__heap_pop(&c->h, &b)) {
-        tok__sym *L = &s[b.left], *R = &s[b.right];
+        int left = tok__bigram_left(&b);
+        tok__sym *L = &s[left], *R = &s[b.right];
         if (L->n == 0 || R->n == 0 || L->n + R->n != b.size) continue;
         L->n += R->n;
         L->id = tok__lookup(t, c->w + L->start, (size_t)L->n);
         R->n = 0;
         L->next = R->next;
-        if (R->next >= 0) s[R->next].prev = b.left;
-        add_bigram(c, L->prev, b.left);
-        add_bigram(c, b.left, L->next);
+        if (R->next >= 0) s[R->next].prev = left;
+        add_bigram(c, L->prev, left);
+        add_bigram(c, left, L->next);
     }
     if (c->h.oom) c->oom = 1;
     for (int i = n ? 0 : -1; i != -1; i = s[i].next)

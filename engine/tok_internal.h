@@ -56,14 +56,27 @@ typedef struct tok__vec {
 
 void tok__push(tok__vec *o, int32_t id);
 
-/* A candidate merge of two adjacent symbols. The heap pops the smallest key first (SPM: minus
- * the merged piece's score; BPE: the merge rank), then the leftmost. size is the merged length
- * in bytes: a candidate is stale once either symbol changed, which shows as a different sum. */
+/* A candidate merge of two adjacent symbols. The heap pops the smallest key first: the high 32
+ * bits are the priority (SPM: the merged piece's score, negated and made sortable as an
+ * integer; BPE: the merge rank), the low 32 bits the left symbol, so ties go leftmost and one
+ * integer comparison orders two candidates. size is the merged length in bytes: a candidate is
+ * stale once either symbol changed, which shows as a different sum. */
 typedef struct tok__bigram {
-    double key;
-    int left, right;
+    uint64_t key;
+    int right;
     int size;
 } tok__bigram;
+
+static inline tok__bigram tok__bigram_make(uint32_t prio, int left, int right, int size)
+{
+    tok__bigram b = {(uint64_t)prio << 32 | (uint32_t)left, right, size};
+    return b;
+}
+
+static inline int tok__bigram_left(const tok__bigram *b)
+{
+    return (int)(uint32_t)b->key;
+}
 
 typedef struct tok__heap {
     tok__bigram *v;

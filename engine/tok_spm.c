@@ -18,7 +18,16 @@
 
 static int better(const tok__bigram *a, const tok__bigram *b)
 {
-    return a->key < b->key || (a->key == b->key && a->left < b->left);
+    return a->key < b->key;
+}
+
+/* Maps a score to an integer that sorts like -score (so the best score pops first). */
+static uint32_t score_prio(float score)
+{
+    float f = score == 0.0f ? 0.0f : -score;
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u & 0x80000000u ? ~u : u | 0x80000000u;
 }
 
 void tok__heap_push(tok__heap *h, tok__bigram b)
@@ -71,7 +80,7 @@ static void try_add(const tokenizer *t, const char *w, const tok__sym *s, int l,
     int size = s[l].n + s[r].n;
     int32_t id = tok__lookup(t, w + s[l].start, (size_t)size);
     if (id < 0) return;
-    tok__heap_push(h, (tok__bigram){-(double)t->scores[id], l, r, size});
+    tok__heap_push(h, tok__bigram_make(score_prio(t->scores[id]), l, r, size));
 }
 
 /* Writes symbol text that is not a piece as byte tokens. */
@@ -135,14 +144,15 @@ void tok__spm_encode(const tokenizer *t, const char *text, size_t len, int add_p
         try_add(t, w, s, i - 1, i, &h);
     tok__bigram b;
     while (tok__heap_pop(&h, &b)) {
-        tok__sym *L = &s[b.left], *R = &s[b.right];
+        int left = tok__bigram_left(&b);
+        tok__sym *L = &s[left], *R = &s[b.right];
         if (L->n == 0 || R->n == 0 || L->n + R->n != b.size) continue;
         L->n += R->n;
         R->n = 0;
         L->next = R->next;
-        if (R->next >= 0) s[R->next].prev = b.left;
-        try_add(t, w, s, L->prev, b.left, &h);
-        try_add(t, w, s, b.left, L->next, &h);
+        if (R->next >= 0) s[R->next].prev = left;
+        try_add(t, w, s, L->prev, left, &h);
+        try_add(t, w, s, left, L->next, &h);
     }
     if (h.oom) out->oom = 1;
     for (int i = n ? 0 : -1; i != -1; i = s[i].next) {
