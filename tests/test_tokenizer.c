@@ -23,6 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cli/mkmodel.h"
 #include "engine/tok_internal.h"
 #include "engine/tokenizer.h"
 
@@ -334,6 +335,16 @@ Test(tokenizer, vocab_llama_spm)
 Test(tokenizer, vocab_gpt2)
 {
     ttok_vocab_file("gpt-2", TOK_KIND_BPE);
+    char path[1024];
+    gguf_file *gf;
+    cr_assert_not_null(ttok_shared("vocab/ggml-vocab-gpt-2.gguf", path, sizeof path));
+    tokenizer *t = ttok_open(path, &gf);
+    /* GPT-2 names one token for both BOS and EOS: it must still end generation. */
+    cr_assert_eq(tok_bos(t), 50256);
+    cr_assert(tok_is_eog(t, 50256));
+    cr_assert(!tok_add_bos(t), "gpt2 adds BOS only when the metadata says so");
+    tok_destroy(t);
+    gguf_close(gf);
 }
 
 /* The same vectors through `kvserve tokenize --no-bos`, as TEXT and on standard input. */
@@ -652,6 +663,76 @@ Test(tokenizer, spm_scores_and_byte_fallback)
     free(back);
     free(ids);
     tok_destroy(t);
+}
+
+Test(tokenizer, llama3_ignore_merges)
+{
+    /* "abc" is a token that no merge builds: Llama 3 takes a whole-token word as is. */
+    static const char *const extra[] = {"ab", "abc"};
+    static const char *const merges[] = {"a b"};
+    char err[256];
+    for (int llama3 = 0; llama3 < 2; llama3++) {
+        tokenizer *t = ttok_bpe(llama3 ? "llama-bpe" : "gpt-2", extra, NULL, 2, merges, 1, err);
+        cr_assert_not_null(t, "%s", err);
+        int n;
+        int32_t *ids = ttok_enc(t, "abc", 3, 0, 0, &n);
+        if (llama3) {
+            cr_assert_eq(n, 1);
+            cr_assert_eq(ids[0], 257);
+        } else {
+            cr_assert_eq(n, 2);
+            cr_assert_eq(ids[0], 256);
+            cr_assert_eq(ids[1], 'c');
+        }
+        free(ids);
+        tok_destroy(t);
+    }
+}
+
+/* tok_create refuses bad tokenizer metadata with one line that names the problem. */
+static void ttok_bad_meta(const char *model, const char *pre, int with_tokens, int n_scores,
+                          const char *want)
+{
+    char dir[] = "/tmp/ttok_metaXXXXXX", path[64], err[256];
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/v.gguf", dir);
+    mkm_writer *w = mkm_writer_create();
+    static const char *const toks[] = {"a", "b", "ab"};
+    static const float scores[] = {0, 0, 0, 0};
+    if (model) mkm_kv_str(w, "tokenizer.ggml.model", model);
+    if (pre) mkm_kv_str(w, "tokenizer.ggml.pre", pre);
+    if (with_tokens) mkm_kv_arr_str(w, "tokenizer.ggml.tokens", toks, 3);
+    if (n_scores) mkm_kv_arr_f32(w, "tokenizer.ggml.scores", scores, n_scores);
+    static const char *const merges[] = {"a b"};
+    mkm_kv_arr_str(w, "tokenizer.ggml.merges", merges, 1);
+    cr_assert_eq(mkm_writer_write(w, path, NULL, NULL, err, sizeof err), 0, "%s", err);
+    mkm_writer_destroy(w);
+    gguf_file *gf;
+    cr_assert_eq(gguf_open(path, &gf, err, sizeof err), 0, "%s", err);
+    err[0] = 0;
+    tokenizer *t = tok_create(gf, err, sizeof err);
+    if (!want) {
+        cr_assert_not_null(t, "%s", err);
+        tok_destroy(t);
+    } else {
+        cr_assert_null(t);
+        cr_assert(strstr(err, want) && !strchr(err, '\n'), "error '%s' should name '%s'", err,
+                  want);
+    }
+    gguf_close(gf);
+    unlink(path);
+    rmdir(dir);
+}
+
+Test(tokenizer, create_errors)
+{
+    ttok_bad_meta("gpt2", "gpt-2", 1, 0, NULL);
+    ttok_bad_meta("llama", NULL, 1, 3, NULL);
+    ttok_bad_meta("bert", NULL, 1, 0, "bert");
+    ttok_bad_meta(NULL, NULL, 1, 0, "tokenizer.ggml.model");
+    ttok_bad_meta("gpt2", "no-such-pre", 1, 0, "no-such-pre");
+    ttok_bad_meta("llama", NULL, 0, 0, "tokenizer.ggml.tokens");
+    ttok_bad_meta("llama", NULL, 1, 4, "tokenizer.ggml.scores");
 }
 
 /* ---- special tokens ----------------------------------------------------------------------------
