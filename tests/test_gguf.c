@@ -406,7 +406,7 @@ Test(gguf, stories260k)
     /* Truncated anywhere in the header/metadata/table, and a few places in the data. */
     size_t n;
     uint8_t *buf = tg_slurp(path, &n);
-    for (size_t cut = 0; cut < 14240; cut += 1 + (cut > 200) * 6)
+    for (size_t cut = 0; cut < 14240; cut++)
         cr_assert_neq(tg_open_copy(buf, cut, err, sizeof err, NULL), 0, "cut at %zu", cut);
     size_t cuts[] = {14240, 14241, 100000, 600000, n - 4, n - 1};
     for (size_t i = 0; i < sizeof cuts / sizeof cuts[0]; i++) {
