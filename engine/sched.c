@@ -320,7 +320,7 @@ static int sched__admit(sched *sc, int i, int *budget, char *held)
     }
     c->n_computed = matched;
     int n_new = c->n_tokens - matched < *budget ? c->n_tokens - matched : *budget;
-    if (sched__reserve(sc, c, n_new)) {
+    if (sched__grow(&sc->running, &sc->cap_running, sc->n_running + 1) || sched__reserve(sc, c, n_new)) {
         c->n_computed = 0;
         for (int b = 0; b < c->n_blocks; b++) bp_unref(sc->bp, c->block_table[b]);
         c->n_blocks = c->n_inserted = 0;
@@ -339,8 +339,7 @@ static int sched__admit(sched *sc, int i, int *budget, char *held)
     if (sc->c.schedule == ENGINE_SCHED_LPM && sc->tree)
         memmove(sc->lpm_len + i, sc->lpm_len + i + 1, (size_t)(sc->n_waiting - i - 1) * sizeof(int));
     sc->n_waiting--;
-    if (sched__grow(&sc->running, &sc->cap_running, sc->n_running + 1)) return -ENOMEM;
-    sc->running[sc->n_running++] = c;
+    sc->running[sc->n_running++] = c; /* room was made before the blocks were taken */
     c->status = SEQ_RUNNING;
     c->admit_order = ++sc->admit_counter;
     sc->plan[sc->n_plan++] = (batch_entry){c, n_new, c->n_computed + n_new == c->n_tokens};
