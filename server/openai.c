@@ -844,7 +844,9 @@ char *oai_chunk_sse(const oai_resp *r, int index, int role, const char *text, si
     add_finish(ch, finish);
     cJSON_AddItemToArray(arr, ch);
     if (r->include_usage) cJSON_AddNullToObject(o, "usage");
-    return sse_wrap(cJSON_PrintUnformatted(o));
+    char *json = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return sse_wrap(json);
 }
 
 char *oai_usage_chunk_sse(const oai_resp *r, const oai_usage *u)
@@ -852,7 +854,9 @@ char *oai_usage_chunk_sse(const oai_resp *r, const oai_usage *u)
     cJSON *o = head(r, r->kind == OAI_CHAT ? "chat.completion.chunk" : "text_completion");
     cJSON_AddArrayToObject(o, "choices");
     cJSON_AddItemToObject(o, "usage", usage_json(u));
-    return sse_wrap(cJSON_PrintUnformatted(o));
+    char *json = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return sse_wrap(json);
 }
 
 char *oai_error_json(const oai_error *e)
