@@ -525,3 +525,34 @@ Test(sched, random_workloads_with_cancels)
         ts_env_fini(&e);
     }
 }
+
+Test(sched, lpm_aging_bounds_the_wait)
+{
+    ts_env e;
+    ts_env_init(&e, 256, 1, 64, 1);
+    e.c.schedule = ENGINE_SCHED_LPM;
+    e.c.lpm_aging_steps = 3;
+    sched_destroy(e.sc);
+    sched_runner r = {ts_run, ts_copy, &e.f};
+    e.sc = sched_create(&e.c, &r);
+    int32_t p[40], o[40];
+    ts_prompt(p, 40, 1);
+    ts_prompt(o, 40, 2);
+    seq *warm = ts_seq(p, 40, 1, 0, 0);
+    sched_add(e.sc, warm);
+    ts_drain(&e);
+    seq *cold = ts_seq(o, 40, 3, 0, 0), *hot[6];
+    sched_add(e.sc, cold);
+    for (int i = 0; i < 6; i++) {
+        p[39] = 10 + i;
+        hot[i] = ts_seq(p, 40, 3, 0, 0);
+        sched_add(e.sc, hot[i]);
+    }
+    ts_drain(&e);
+    cr_assert_gt(cold->admit_order, hot[0]->admit_order, "lpm first serves a cached prefix");
+    cr_assert_lt(cold->admit_order, hot[2]->admit_order, "after 3 waiting steps the cold request goes first");
+    seq_destroy(warm);
+    seq_destroy(cold);
+    for (int i = 0; i < 6; i++) seq_destroy(hot[i]);
+    ts_env_fini(&e);
+}
