@@ -81,7 +81,8 @@ static double bg_bandwidth(char *src, char *dst, int n_threads, int read_only)
             jobs[t] = (bg_job){src + t * per, dst + t * per, per, read_only, 0};
             pthread_create(&th[t], NULL, bg_worker, &jobs[t]);
         }
-        for (int t = 0; t < n_threads; t++) pthread_join(th[t], NULL);
+        for (int t = 0; t < n_threads; t++)
+            pthread_join(th[t], NULL);
         double gbs = (double)per * n_threads / (bg_now() - t0) / 1e9;
         if (gbs > best) best = gbs;
     }
@@ -116,7 +117,8 @@ int main(int argc, char **argv)
             fprintf(stderr, "bench_generate: %s\n", err);
             return 1;
         }
-        size_t emb = m->hp.tied_output ? 0 : (size_t)m->tok_embd.row_bytes * (size_t)m->tok_embd.ne[1];
+        size_t emb =
+            m->hp.tied_output ? 0 : (size_t)m->tok_embd.row_bytes * (size_t)m->tok_embd.ne[1];
         size_t per_tok = model_weight_bytes(m) - emb;
         printf("%s: %.1f MB streamed per token; bound %.1f tok/s (memcpy), %.1f tok/s (read)\n",
                argv[i], per_tok / 1e6, copy * 1e9 / per_tok, read * 1e9 / per_tok);

@@ -20,8 +20,8 @@
 
 struct block_pool {
     int32_t n_blocks;
-    int32_t n_free;    /* entries in free_stack */
-    int32_t *refcount; /* [n_blocks] */
+    int32_t n_free;      /* entries in free_stack */
+    int32_t *refcount;   /* [n_blocks] */
     int32_t *free_stack; /* [n_blocks]; free_stack[n_free - 1] is the next block handed out */
 };
 
@@ -41,7 +41,8 @@ block_pool *bp_create(int32_t n_blocks)
     }
     bp->n_blocks = n_blocks;
     bp->n_free = n_blocks;
-    for (int32_t i = 0; i < n_blocks; i++) bp->free_stack[i] = n_blocks - 1 - i;
+    for (int32_t i = 0; i < n_blocks; i++)
+        bp->free_stack[i] = n_blocks - 1 - i;
     return bp;
 }
 

@@ -31,17 +31,17 @@ typedef struct gen_state {
     fwd *f;
     block_pool *bp;
     kv_geom geom;
-    int32_t *blocks;  /* [n_blocks] the sequence's block table */
+    int32_t *blocks; /* [n_blocks] the sequence's block table */
     int32_t n_blocks;
-    int32_t *ids;     /* [n_prompt + n_predict] prompt then generated ids */
+    int32_t *ids; /* [n_prompt + n_predict] prompt then generated ids */
     int n_prompt;
-    int n_predict;    /* after capping to context and KV */
-    int chunk;        /* most tokens per prefill step */
-    float *logits;    /* [n_vocab] */
+    int n_predict; /* after capping to context and KV */
+    int chunk;     /* most tokens per prefill step */
+    float *logits; /* [n_vocab] */
     /* streaming text */
-    char pend[64];    /* held-back bytes of an unfinished UTF-8 character */
+    char pend[64]; /* held-back bytes of an unfinished UTF-8 character */
     int n_pend;
-    int strip_space;  /* drop the leading space of the first text produced */
+    int strip_space; /* drop the leading space of the first text produced */
 } gen_state;
 
 static double gen__now_ms(void)
@@ -124,12 +124,14 @@ static int gen__tokenize(gen_state *g, const cli_opts *o)
     int cap = (n ? n : 1) + (o->n_predict > 0 ? o->n_predict : 0);
     g->ids = malloc((size_t)cap * sizeof *g->ids);
     if (!g->ids) return -1;
-    if (n) tok_encode(g->tok, prompt, len, 1, 0, g->ids, n);
-    else g->ids[0] = tok_bos(g->tok);
+    if (n)
+        tok_encode(g->tok, prompt, len, 1, 0, g->ids, n);
+    else
+        g->ids[0] = tok_bos(g->tok);
     g->n_prompt = n ? n : 1;
     g->n_predict = o->n_predict > 0 ? o->n_predict : 0;
-    g->strip_space = g->n_prompt == 1 && g->ids[0] == tok_bos(g->tok) &&
-                     tok_strips_space_after_bos(g->tok);
+    g->strip_space =
+        g->n_prompt == 1 && g->ids[0] == tok_bos(g->tok) && tok_strips_space_after_bos(g->tok);
     return 0;
 }
 
@@ -168,13 +170,16 @@ static int gen__setup(gen_state *g, const cli_opts *o)
         if (by_mem < cap_tokens) cap_tokens = by_mem;
     }
     if (g->n_prompt > cap_tokens) {
-        fprintf(stderr, "kvserve generate: the prompt (%d tokens) exceeds the context or KV budget (%lld tokens)\n",
+        fprintf(stderr,
+                "kvserve generate: the prompt (%d tokens) exceeds the context or KV budget (%lld "
+                "tokens)\n",
                 g->n_prompt, (long long)cap_tokens);
         return -1;
     }
     if (want > cap_tokens) {
         g->n_predict = (int)(cap_tokens - g->n_prompt + 1);
-        fprintf(stderr, "kvserve generate: -n capped to %d by the context or KV budget\n", g->n_predict);
+        fprintf(stderr, "kvserve generate: -n capped to %d by the context or KV budget\n",
+                g->n_predict);
         want = cap_tokens;
     }
     g->n_blocks = (int32_t)((want + o->block_size - 1) / o->block_size);
@@ -215,9 +220,17 @@ static int gen__step(gen_state *g, int start, int n, int want_logits, int32_t *p
     }
     int32_t q_start[2] = {0, n}, ctx_len = start + n, row = n - 1;
     be_batch b = {
-        .n_tokens = n, .tokens = g->ids + start, .positions = pos, .slots = slots,
-        .n_seqs = 1, .q_start = q_start, .ctx_len = &ctx_len, .block_table = g->blocks,
-        .bt_stride = g->n_blocks, .n_logits = want_logits ? 1 : 0, .logit_rows = &row,
+        .n_tokens = n,
+        .tokens = g->ids + start,
+        .positions = pos,
+        .slots = slots,
+        .n_seqs = 1,
+        .q_start = q_start,
+        .ctx_len = &ctx_len,
+        .block_table = g->blocks,
+        .bt_stride = g->n_blocks,
+        .n_logits = want_logits ? 1 : 0,
+        .logit_rows = &row,
     };
     return fwd_run(g->f, &b, g->logits);
 }
@@ -247,7 +260,8 @@ int cli_generate(cli_opts *o)
         return 1;
     }
     int n_vocab = g.m->hp.n_vocab;
-    int32_t *pos = malloc((size_t)g.chunk * sizeof *pos), *slots = malloc((size_t)g.chunk * sizeof *slots);
+    int32_t *pos = malloc((size_t)g.chunk * sizeof *pos),
+            *slots = malloc((size_t)g.chunk * sizeof *slots);
     smp_params sp;
     smp_rng rng;
     gen__params(o, &sp, &rng);

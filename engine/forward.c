@@ -27,8 +27,8 @@ typedef struct fwd_layer {
 } fwd_layer;
 
 struct fwd {
-    const model *m;  /* borrowed */
-    backend *be;     /* borrowed */
+    const model *m; /* borrowed */
+    backend *be;    /* borrowed */
     kv_geom geom;
     int max_tokens, max_logits;
     int q_dim, kv_dim;
@@ -66,11 +66,11 @@ static void fwd__wfree(fwd *f, be_weight *w)
 
 static int fwd__upload_layer(fwd *f, const model_layer *ml, fwd_layer *l)
 {
-    const model_tensor *src[] = {&ml->attn_norm, &ml->wq, &ml->wk, &ml->wv, &ml->wo, &ml->bq,
-                                 &ml->bk, &ml->bv, &ml->ffn_norm, &ml->w_gate, &ml->w_up,
-                                 &ml->w_down};
-    be_weight *dst[] = {&l->attn_norm, &l->wq, &l->wk, &l->wv, &l->wo, &l->bq,
-                        &l->bk, &l->bv, &l->ffn_norm, &l->w_gate, &l->w_up, &l->w_down};
+    const model_tensor *src[] = {&ml->attn_norm, &ml->wq,     &ml->wk,   &ml->wv,
+                                 &ml->wo,        &ml->bq,     &ml->bk,   &ml->bv,
+                                 &ml->ffn_norm,  &ml->w_gate, &ml->w_up, &ml->w_down};
+    be_weight *dst[] = {&l->attn_norm, &l->wq, &l->wk,       &l->wv,     &l->wo,   &l->bq,
+                        &l->bk,        &l->bv, &l->ffn_norm, &l->w_gate, &l->w_up, &l->w_down};
     for (size_t i = 0; i < sizeof src / sizeof src[0]; i++) {
         int rc = fwd__upload(f, src[i], dst[i]);
         if (rc) return rc;
@@ -80,9 +80,10 @@ static int fwd__upload_layer(fwd *f, const model_layer *ml, fwd_layer *l)
 
 static void fwd__free_layer(fwd *f, fwd_layer *l)
 {
-    be_weight *w[] = {&l->attn_norm, &l->wq, &l->wk, &l->wv, &l->wo, &l->bq,
-                      &l->bk, &l->bv, &l->ffn_norm, &l->w_gate, &l->w_up, &l->w_down};
-    for (size_t i = 0; i < sizeof w / sizeof w[0]; i++) fwd__wfree(f, w[i]);
+    be_weight *w[] = {&l->attn_norm, &l->wq, &l->wk,       &l->wv,     &l->wo,   &l->bq,
+                      &l->bk,        &l->bv, &l->ffn_norm, &l->w_gate, &l->w_up, &l->w_down};
+    for (size_t i = 0; i < sizeof w / sizeof w[0]; i++)
+        fwd__wfree(f, w[i]);
 }
 
 /* Allocates every scratch buffer; 0 or -ENOMEM. */
@@ -91,10 +92,13 @@ static int fwd__alloc_scratch(fwd *f)
     const model_hparams *hp = &f->m->hp;
     size_t T = (size_t)f->max_tokens, L = (size_t)f->max_logits;
     size_t wide = (size_t)(hp->n_embd > f->q_dim ? hp->n_embd : f->q_dim);
-    struct { float **p; size_t n; } s[] = {
-        {&f->x, T * hp->n_embd}, {&f->xb, T * wide},       {&f->q, T * f->q_dim},
-        {&f->k, T * f->kv_dim},  {&f->v, T * f->kv_dim},    {&f->att, T * f->q_dim},
-        {&f->hb, T * hp->n_ff},  {&f->hb2, T * hp->n_ff},   {&f->lx, L * hp->n_embd},
+    struct {
+        float **p;
+        size_t n;
+    } s[] = {
+        {&f->x, T * hp->n_embd},       {&f->xb, T * wide},      {&f->q, T * f->q_dim},
+        {&f->k, T * f->kv_dim},        {&f->v, T * f->kv_dim},  {&f->att, T * f->q_dim},
+        {&f->hb, T * hp->n_ff},        {&f->hb2, T * hp->n_ff}, {&f->lx, L * hp->n_embd},
         {&f->logits, L * hp->n_vocab},
     };
     for (size_t i = 0; i < sizeof s / sizeof s[0]; i++) {
@@ -111,7 +115,8 @@ void fwd_destroy(fwd *f)
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) f->be->ops->free(f->be, bufs[i]);
     if (f->layers)
-        for (int l = 0; l < f->m->hp.n_layers; l++) fwd__free_layer(f, &f->layers[l]);
+        for (int l = 0; l < f->m->hp.n_layers; l++)
+            fwd__free_layer(f, &f->layers[l]);
     free(f->layers);
     if (!f->output_shared) fwd__wfree(f, &f->output);
     fwd__wfree(f, &f->output_norm);
@@ -126,7 +131,8 @@ fwd *fwd_create(const model *m, backend *be, const kv_geom *g, int32_t n_blocks,
     if (g->n_layers != hp->n_layers || g->n_kv_heads != hp->n_kv_heads ||
         g->head_dim != hp->head_dim || g->block_size <= 0 || n_blocks <= 0 || max_tokens <= 0 ||
         max_logits <= 0) {
-        snprintf(err, err_len, "forward: KV geometry (%d layers, %d kv heads, head dim %d, block %d, "
+        snprintf(err, err_len,
+                 "forward: KV geometry (%d layers, %d kv heads, head dim %d, block %d, "
                  "%d blocks) does not fit the model (%d, %d, %d) or a size is not positive",
                  g->n_layers, g->n_kv_heads, g->head_dim, g->block_size, (int)n_blocks,
                  hp->n_layers, hp->n_kv_heads, hp->head_dim);
@@ -148,10 +154,13 @@ fwd *fwd_create(const model *m, backend *be, const kv_geom *g, int32_t n_blocks,
     if (!rc) rc = fwd__upload(f, &m->output_norm, &f->output_norm);
     if (!rc) {
         f->output_shared = hp->tied_output || m->output.data == m->tok_embd.data;
-        if (f->output_shared) f->output = f->tok_embd;
-        else rc = fwd__upload(f, &m->output, &f->output);
+        if (f->output_shared)
+            f->output = f->tok_embd;
+        else
+            rc = fwd__upload(f, &m->output, &f->output);
     }
-    for (int l = 0; !rc && l < hp->n_layers; l++) rc = fwd__upload_layer(f, &m->layers[l], &f->layers[l]);
+    for (int l = 0; !rc && l < hp->n_layers; l++)
+        rc = fwd__upload_layer(f, &m->layers[l], &f->layers[l]);
     if (rc) {
         snprintf(err, err_len, "forward: uploading the weights to the %s backend failed (%s)",
                  be->name, strerror(-rc));
@@ -228,7 +237,8 @@ int fwd_run(fwd *f, const be_batch *b, float *logits)
     int n = b->n_tokens;
 
     op->embed(be, &f->tok_embd, f->x);
-    for (int l = 0; l < hp->n_layers; l++) fwd__layer(f, l, n);
+    for (int l = 0; l < hp->n_layers; l++)
+        fwd__layer(f, l, n);
     if (b->n_logits == 0) return op->sync(be);
 
     /* final norm and LM head only on the rows that sample */

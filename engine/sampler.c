@@ -47,7 +47,8 @@ static uint64_t smp__splitmix64(uint64_t *x)
 void smp_rng_seed(smp_rng *r, uint64_t seed)
 {
     uint64_t x = seed;
-    for (int i = 0; i < 4; i++) r->s[i] = smp__splitmix64(&x);
+    for (int i = 0; i < 4; i++)
+        r->s[i] = smp__splitmix64(&x);
 }
 
 static inline uint64_t smp__rotl(uint64_t v, int k)
@@ -104,7 +105,8 @@ static double smp__raw_stats(const float *raw, int n, smp_result *out, int n_top
 {
     float mx = raw[smp__argmax(raw, n)];
     double sum = 0.0;
-    for (int i = 0; i < n; i++) sum += exp((double)raw[i] - mx);
+    for (int i = 0; i < n; i++)
+        sum += exp((double)raw[i] - mx);
     double lse = mx + log(sum);
     /* top-N by insertion into a short sorted list */
     int k = 0;
@@ -119,7 +121,8 @@ static double smp__raw_stats(const float *raw, int n, smp_result *out, int n_top
         out->top_ids[j] = i;
     }
     out->n_top = k;
-    for (int j = 0; j < k; j++) out->top_logprobs[j] = (float)(raw[out->top_ids[j]] - lse);
+    for (int j = 0; j < k; j++)
+        out->top_logprobs[j] = (float)(raw[out->top_ids[j]] - lse);
     return lse;
 }
 
@@ -142,7 +145,8 @@ static void smp__adjust(const smp_params *p, float *l, int n, const smp_history 
                     int32_t id = t[i];
                     if (id < 0 || id >= n || (seen[id] & 1)) continue;
                     seen[id] |= 1;
-                    l[id] = l[id] > 0 ? l[id] / p->repetition_penalty : l[id] * p->repetition_penalty;
+                    l[id] =
+                        l[id] > 0 ? l[id] / p->repetition_penalty : l[id] * p->repetition_penalty;
                 }
             }
             for (int i = 0; pres && i < h->n_output; i++) {
@@ -169,17 +173,22 @@ static void smp__keep_top(smp_cand *c, int n, int k)
         smp_cand pivot = c[lo + (hi - lo) / 2];
         int i = lo, j = hi;
         while (i <= j) {
-            while (smp__cand_cmp(&c[i], &pivot) < 0) i++;
-            while (smp__cand_cmp(&c[j], &pivot) > 0) j--;
+            while (smp__cand_cmp(&c[i], &pivot) < 0)
+                i++;
+            while (smp__cand_cmp(&c[j], &pivot) > 0)
+                j--;
             if (i <= j) {
                 smp_cand t = c[i];
                 c[i++] = c[j];
                 c[j--] = t;
             }
         }
-        if (k - 1 <= j) hi = j;
-        else if (k - 1 >= i) lo = i;
-        else break;
+        if (k - 1 <= j)
+            hi = j;
+        else if (k - 1 >= i)
+            lo = i;
+        else
+            break;
     }
     qsort(c, (size_t)k, sizeof *c, smp__cand_cmp);
 }
@@ -228,7 +237,8 @@ static int32_t smp__draw(const smp_params *p, smp_rng *rng, float *l, int n)
     if (p->top_p < 1.0f) {
         if (!sorted) {
             /* Only tokens above a threshold can be in the nucleus when the mass above it already
-             * reaches top_p: sort just those, which is usually a tiny fraction of the vocabulary. */
+             * reaches top_p: sort just those, which is usually a tiny fraction of the vocabulary.
+             */
             double thr = 1e-4, mass = 0.0;
             int m = 0;
             for (int i = 0; i < nc; i++)
@@ -263,7 +273,8 @@ static int32_t smp__draw(const smp_params *p, smp_rng *rng, float *l, int n)
         nc = m;
     }
     double tot = 0.0;
-    for (int i = 0; i < nc; i++) tot += c[i].logit;
+    for (int i = 0; i < nc; i++)
+        tot += c[i].logit;
     double u = smp_rng_uniform(rng) * tot, acc = 0.0;
     int32_t tok = c[nc - 1].id;
     for (int i = 0; i < nc; i++) {
@@ -279,8 +290,8 @@ static int32_t smp__draw(const smp_params *p, smp_rng *rng, float *l, int n)
 
 /* See sampler.h. logprob fields are filled only when p->n_logprobs ≥ 0 (else logprob = 0 and
  * n_top = 0). */
-void smp_sample(const smp_params *p, smp_rng *rng, float *logits, int n_vocab,
-                const smp_history *h, const int32_t *eog_ids, int n_eog, smp_result *out)
+void smp_sample(const smp_params *p, smp_rng *rng, float *logits, int n_vocab, const smp_history *h,
+                const int32_t *eog_ids, int n_eog, smp_result *out)
 {
     out->n_top = 0;
     out->logprob = 0.0f;
@@ -293,8 +304,8 @@ void smp_sample(const smp_params *p, smp_rng *rng, float *logits, int n_vocab,
         if (raw) memcpy(raw, logits, (size_t)n_vocab * sizeof *raw);
     }
     smp__adjust(p, logits, n_vocab, h, eog_ids, n_eog);
-    int32_t tok = p->temperature <= 0.0f ? smp__argmax(logits, n_vocab)
-                                         : smp__draw(p, rng, logits, n_vocab);
+    int32_t tok =
+        p->temperature <= 0.0f ? smp__argmax(logits, n_vocab) : smp__draw(p, rng, logits, n_vocab);
     out->token = tok;
     if (p->n_logprobs >= 0 && raw) {
         out->logprob = (float)(raw[tok] - lse);

@@ -12,7 +12,8 @@
 #include "engine/dtype.h"
 
 typedef struct rf_layer {
-    double *attn_norm, *wq, *wk, *wv, *wo, *bq, *bk, *bv; /* matrices [n_out][n_in]; biases or NULL */
+    double *attn_norm, *wq, *wk, *wv, *wo, *bq, *bk,
+        *bv; /* matrices [n_out][n_in]; biases or NULL */
     double *ffn_norm, *w_gate, *w_up, *w_down;
 } rf_layer;
 
@@ -39,7 +40,8 @@ static double *rf__deq(const model_tensor *t)
     float *row = malloc((size_t)n0 * sizeof *row);
     for (int64_t r = 0; r < n1; r++) {
         model_tensor_row_f32(t, r, row);
-        for (int64_t i = 0; i < n0; i++) d[r * n0 + i] = row[i];
+        for (int64_t i = 0; i < n0; i++)
+            d[r * n0 + i] = row[i];
     }
     free(row);
     return d;
@@ -78,9 +80,10 @@ void rf_destroy(rf_model *r)
     if (!r) return;
     for (int l = 0; l < r->hp.n_layers; l++) {
         rf_layer *L = &r->layers[l];
-        double *p[] = {L->attn_norm, L->wq, L->wk, L->wv, L->wo, L->bq,
-                       L->bk, L->bv, L->ffn_norm, L->w_gate, L->w_up, L->w_down};
-        for (size_t i = 0; i < sizeof p / sizeof p[0]; i++) free(p[i]);
+        double *p[] = {L->attn_norm, L->wq, L->wk,       L->wv,     L->wo,   L->bq,
+                       L->bk,        L->bv, L->ffn_norm, L->w_gate, L->w_up, L->w_down};
+        for (size_t i = 0; i < sizeof p / sizeof p[0]; i++)
+            free(p[i]);
     }
     free(r->layers);
     free(r->tok_embd);
@@ -92,7 +95,8 @@ void rf_destroy(rf_model *r)
 rf_seq *rf_seq_create(const rf_model *r, int max_ctx)
 {
     rf_seq *s = calloc(1, sizeof *s);
-    size_t n = (size_t)r->hp.n_layers * (size_t)max_ctx * (size_t)(r->hp.n_kv_heads * r->hp.head_dim);
+    size_t n =
+        (size_t)r->hp.n_layers * (size_t)max_ctx * (size_t)(r->hp.n_kv_heads * r->hp.head_dim);
     s->max_ctx = max_ctx;
     s->k = calloc(n, sizeof *s->k);
     s->v = calloc(n, sizeof *s->v);
@@ -123,9 +127,11 @@ int rf_argmax(const double *x, int n)
 static void rf__rmsnorm(const double *x, const double *w, double eps, int n, double *out)
 {
     double ss = 0.0;
-    for (int i = 0; i < n; i++) ss += x[i] * x[i];
+    for (int i = 0; i < n; i++)
+        ss += x[i] * x[i];
     double s = 1.0 / sqrt(ss / n + eps);
-    for (int i = 0; i < n; i++) out[i] = x[i] * s * w[i];
+    for (int i = 0; i < n; i++)
+        out[i] = x[i] * s * w[i];
 }
 
 /* out[o] = Σ_i W[o][i] x[i] (+ b[o]) */
@@ -134,7 +140,8 @@ static void rf__matvec(const double *W, const double *b, const double *x, int n_
 {
     for (int o = 0; o < n_out; o++) {
         double acc = b ? b[o] : 0.0;
-        for (int i = 0; i < n_in; i++) acc += W[(size_t)o * n_in + i] * x[i];
+        for (int i = 0; i < n_in; i++)
+            acc += W[(size_t)o * n_in + i] * x[i];
         out[o] = acc;
     }
 }
@@ -168,7 +175,8 @@ void rf_step(const rf_model *r, rf_seq *s, int32_t token, double *logits)
     const model_hparams *hp = &r->hp;
     int dim = hp->n_embd, hd = hp->head_dim, nh = hp->n_heads, nkv = hp->n_kv_heads;
     int q_dim = nh * hd, kv_dim = nkv * hd, ff = hp->n_ff, pos = s->n;
-    double *x = malloc((size_t)dim * sizeof *x), *xb = malloc((size_t)(dim > q_dim ? dim : q_dim) * sizeof *xb);
+    double *x = malloc((size_t)dim * sizeof *x),
+           *xb = malloc((size_t)(dim > q_dim ? dim : q_dim) * sizeof *xb);
     double *q = malloc((size_t)q_dim * sizeof *q), *att = malloc((size_t)q_dim * sizeof *att);
     double *g = malloc((size_t)ff * sizeof *g), *u = malloc((size_t)ff * sizeof *u);
     double *sc = malloc((size_t)(pos + 1) * sizeof *sc), *o = malloc((size_t)dim * sizeof *o);
@@ -176,7 +184,8 @@ void rf_step(const rf_model *r, rf_seq *s, int32_t token, double *logits)
 
     for (int l = 0; l < hp->n_layers; l++) {
         const rf_layer *L = &r->layers[l];
-        double *kc = s->k + ((size_t)l * s->max_ctx) * kv_dim, *vc = s->v + ((size_t)l * s->max_ctx) * kv_dim;
+        double *kc = s->k + ((size_t)l * s->max_ctx) * kv_dim,
+               *vc = s->v + ((size_t)l * s->max_ctx) * kv_dim;
         rf__rmsnorm(x, L->attn_norm, hp->rms_eps, dim, xb);
         rf__matvec(L->wq, L->bq, xb, dim, q_dim, q);
         rf__matvec(L->wk, L->bk, xb, dim, kv_dim, kc + (size_t)pos * kv_dim);
@@ -192,25 +201,31 @@ void rf_step(const rf_model *r, rf_seq *s, int32_t token, double *logits)
             double mx = -INFINITY, sum = 0.0;
             for (int t = 0; t <= pos; t++) {
                 double d = 0.0;
-                for (int i = 0; i < hd; i++) d += q[h * hd + i] * kc[(size_t)t * kv_dim + kh * hd + i];
+                for (int i = 0; i < hd; i++)
+                    d += q[h * hd + i] * kc[(size_t)t * kv_dim + kh * hd + i];
                 sc[t] = d / sqrt((double)hd);
                 if (sc[t] > mx) mx = sc[t];
             }
-            for (int t = 0; t <= pos; t++) sum += sc[t] = exp(sc[t] - mx);
+            for (int t = 0; t <= pos; t++)
+                sum += sc[t] = exp(sc[t] - mx);
             for (int i = 0; i < hd; i++) {
                 double acc = 0.0;
-                for (int t = 0; t <= pos; t++) acc += sc[t] * vc[(size_t)t * kv_dim + kh * hd + i];
+                for (int t = 0; t <= pos; t++)
+                    acc += sc[t] * vc[(size_t)t * kv_dim + kh * hd + i];
                 att[h * hd + i] = acc / sum;
             }
         }
         rf__matvec(L->wo, NULL, att, q_dim, dim, o);
-        for (int i = 0; i < dim; i++) x[i] += o[i];
+        for (int i = 0; i < dim; i++)
+            x[i] += o[i];
         rf__rmsnorm(x, L->ffn_norm, hp->rms_eps, dim, xb);
         rf__matvec(L->w_gate, NULL, xb, dim, ff, g);
         rf__matvec(L->w_up, NULL, xb, dim, ff, u);
-        for (int i = 0; i < ff; i++) g[i] = g[i] / (1.0 + exp(-g[i])) * u[i];
+        for (int i = 0; i < ff; i++)
+            g[i] = g[i] / (1.0 + exp(-g[i])) * u[i];
         rf__matvec(L->w_down, NULL, g, ff, dim, o);
-        for (int i = 0; i < dim; i++) x[i] += o[i];
+        for (int i = 0; i < dim; i++)
+            x[i] += o[i];
     }
     s->n++;
     if (logits) {

@@ -79,12 +79,15 @@ Test(block_pool, random_vs_model)
             if (kind < 4) { /* alloc, sometimes too many */
                 int32_t n = (int32_t)(tbp_rng(&s) % (uint64_t)(n_blocks / 4 + 3));
                 int32_t free_model = 0;
-                for (int32_t i = 0; i < n_blocks; i++) free_model += model[i] == 0;
-                for (int32_t i = 0; i < n + 8; i++) ids[i] = -7;
+                for (int32_t i = 0; i < n_blocks; i++)
+                    free_model += model[i] == 0;
+                for (int32_t i = 0; i < n + 8; i++)
+                    ids[i] = -7;
                 int rc = bp_alloc(bp, n, ids);
                 if (n > free_model) {
                     cr_assert_eq(rc, -ENOSPC, "seed 0x%llx op %d", (unsigned long long)seed, op);
-                    for (int32_t i = 0; i < n; i++) cr_assert_eq(ids[i], -7);
+                    for (int32_t i = 0; i < n; i++)
+                        cr_assert_eq(ids[i], -7);
                     n_full++;
                 } else {
                     cr_assert_eq(rc, 0, "seed 0x%llx op %d", (unsigned long long)seed, op);

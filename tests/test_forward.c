@@ -42,10 +42,10 @@ static uint64_t tf_rng(uint64_t *s)
 typedef struct tf_seq {
     int n_prompt, n_total; /* n_total = n_prompt + decode steps */
     int32_t toks[128];
-    double *ref;           /* [n_total][n_vocab] reference logits after feeding toks[p] */
-    int32_t bt[64];        /* block table */
-    int fed;               /* tokens already run through fwd */
-    int chunk;             /* prefill chunk size; 0 = all at once; -1 = random 1..11 */
+    double *ref;    /* [n_total][n_vocab] reference logits after feeding toks[p] */
+    int32_t bt[64]; /* block table */
+    int fed;        /* tokens already run through fwd */
+    int chunk;      /* prefill chunk size; 0 = all at once; -1 = random 1..11 */
 } tf_seq;
 
 typedef struct tf_ctx {
@@ -70,8 +70,8 @@ static void tf_open(tf_ctx *c, const char *arch, int type, int ffn, uint64_t see
     p.type = type;
     p.seed = seed;
     const char *tmp = getenv("TMPDIR");
-    snprintf(c->path, sizeof c->path, "%s/kvserve_test_forward_%d_%s_%d.gguf", tmp && *tmp ? tmp : "/tmp",
-             (int)getpid(), arch, type);
+    snprintf(c->path, sizeof c->path, "%s/kvserve_test_forward_%d_%s_%d.gguf",
+             tmp && *tmp ? tmp : "/tmp", (int)getpid(), arch, type);
     char err[512];
     cr_assert_eq(mkm_write(c->path, &p, err, sizeof err), 0, "mkm_write: %s", err);
     cr_assert_eq(model_load(c->path, &c->m, err, sizeof err), 0, "model_load: %s", err);
@@ -153,10 +153,19 @@ static double tf_run(tf_ctx *c, fwd *f, tf_seq *seqs, int n_seqs, int bs, int lo
         }
         if (!ns) break;
         q_start[ns] = n;
-        be_batch b = {.n_tokens = n, .tokens = toks, .positions = pos, .slots = slots, .n_seqs = ns,
-                      .q_start = q_start, .ctx_len = ctx, .block_table = bt, .bt_stride = 64,
-                      .n_logits = nl, .logit_rows = rows};
-        for (size_t i = 0; i < (size_t)MAXT * c->n_vocab; i++) logits[i] = NAN;
+        be_batch b = {.n_tokens = n,
+                      .tokens = toks,
+                      .positions = pos,
+                      .slots = slots,
+                      .n_seqs = ns,
+                      .q_start = q_start,
+                      .ctx_len = ctx,
+                      .block_table = bt,
+                      .bt_stride = 64,
+                      .n_logits = nl,
+                      .logit_rows = rows};
+        for (size_t i = 0; i < (size_t)MAXT * c->n_vocab; i++)
+            logits[i] = NAN;
         cr_assert_eq(fwd_run(f, &b, logits), 0);
         for (int r = 0; r < nl; r++) {
             const tf_seq *s = &seqs[row_seq[r]];
@@ -180,7 +189,8 @@ static double tf_run(tf_ctx *c, fwd *f, tf_seq *seqs, int n_seqs, int bs, int lo
 static int32_t tf_tables(tf_seq *seqs, int n_seqs, int bs, uint64_t *rng)
 {
     int need = 0;
-    for (int i = 0; i < n_seqs; i++) need += (seqs[i].n_total + bs - 1) / bs;
+    for (int i = 0; i < n_seqs; i++)
+        need += (seqs[i].n_total + bs - 1) / bs;
     int32_t n_blocks = need + 5;
     block_pool *bp = bp_create(n_blocks);
     int32_t ids[512];
@@ -196,9 +206,11 @@ static int32_t tf_tables(tf_seq *seqs, int n_seqs, int bs, uint64_t *rng)
     int k = 0;
     for (int i = 0; i < n_seqs; i++) {
         seqs[i].fed = 0;
-        for (int b = 0; b < (seqs[i].n_total + bs - 1) / bs; b++) seqs[i].bt[b] = ids[k++];
+        for (int b = 0; b < (seqs[i].n_total + bs - 1) / bs; b++)
+            seqs[i].bt[b] = ids[k++];
     }
-    for (int i = 0; i < n_blocks; i++) bp_unref(bp, ids[i]);
+    for (int i = 0; i < n_blocks; i++)
+        bp_unref(bp, ids[i]);
     bp_check(bp);
     cr_assert_eq(bp_num_free(bp), n_blocks);
     bp_destroy(bp);
@@ -244,7 +256,8 @@ static void tf_modes(tf_ctx *c, int kv_dtype, int bs, double tol, const char *wh
         for (int v = 0; v < c->n_vocab; v++) {
             size_t i = (size_t)p * c->n_vocab + v;
             mx = fmax(mx, fabs(cross[0][i]));
-            dmax = fmax(dmax, fmax(fabs(cross[0][i] - cross[1][i]), fabs(cross[0][i] - cross[2][i])));
+            dmax =
+                fmax(dmax, fmax(fabs(cross[0][i] - cross[1][i]), fabs(cross[0][i] - cross[2][i])));
         }
     printf("  a/b/c agree within %.3g relative\n", dmax / mx);
     cr_assert(dmax / mx <= tol, "modes disagree: %g", dmax / mx);
@@ -318,12 +331,22 @@ Test(forward, rejects_bad_geometry_and_oversized_batches)
     fwd *f = fwd_create(c.m, be, &g, 4, 8, 1, err, sizeof err);
     cr_assert_not_null(f, "%s", err);
     cr_assert_eq(fwd_backend(f), be);
-    int32_t toks[9] = {5, 6, 7, 8, 9, 10, 11, 12, 13}, pos[9], slots[9], q_start[2] = {0, 9}, ctx = 9;
+    int32_t toks[9] = {5, 6, 7, 8, 9, 10, 11, 12, 13}, pos[9], slots[9], q_start[2] = {0, 9},
+            ctx = 9;
     int32_t bt[4] = {0, 1, 2, 3}, row = 8;
-    for (int i = 0; i < 9; i++) pos[i] = slots[i] = i;
-    be_batch b = {.n_tokens = 9, .tokens = toks, .positions = pos, .slots = slots, .n_seqs = 1,
-                  .q_start = q_start, .ctx_len = &ctx, .block_table = bt, .bt_stride = 4,
-                  .n_logits = 1, .logit_rows = &row};
+    for (int i = 0; i < 9; i++)
+        pos[i] = slots[i] = i;
+    be_batch b = {.n_tokens = 9,
+                  .tokens = toks,
+                  .positions = pos,
+                  .slots = slots,
+                  .n_seqs = 1,
+                  .q_start = q_start,
+                  .ctx_len = &ctx,
+                  .block_table = bt,
+                  .bt_stride = 4,
+                  .n_logits = 1,
+                  .logit_rows = &row};
     float *logits = malloc((size_t)c.n_vocab * sizeof *logits);
     cr_assert_eq(fwd_run(f, &b, logits), -EINVAL, "9 tokens > max_tokens 8");
     b.n_tokens = q_start[1] = ctx = 8;

@@ -48,7 +48,8 @@ static cJSON *tg_load(model **m)
     char path[1024];
     snprintf(path, sizeof path, "%s/models/stories260K.golden.json", tg_shared());
     char *txt = tg_read_file(path, NULL);
-    if (!txt) cr_skip_test("stories260K.golden.json not found under KVSERVE_SHARED (%s)", tg_shared());
+    if (!txt)
+        cr_skip_test("stories260K.golden.json not found under KVSERVE_SHARED (%s)", tg_shared());
     cJSON *j = cJSON_Parse(txt);
     free(txt);
     cr_assert_not_null(j, "golden JSON does not parse");
@@ -73,7 +74,8 @@ static void tg_seq_init(tg_seq *s, fwd *f, int n_blocks)
     s->f = f;
     s->n_blocks = n_blocks;
     s->len = 0;
-    for (int i = 0; i < n_blocks; i++) s->bt[i] = (i * 7 + 3) % n_blocks; /* 7 is coprime to 32 */
+    for (int i = 0; i < n_blocks; i++)
+        s->bt[i] = (i * 7 + 3) % n_blocks; /* 7 is coprime to 32 */
 }
 
 /* Feeds n tokens; logits of the last n_logits of them into logits [n_logits][n_vocab]. */
@@ -86,11 +88,20 @@ static void tg_feed(tg_seq *s, const int32_t *toks, int n, int n_logits, float *
         pos[i] = p;
         slots[i] = s->bt[p / TG_BLOCK] * TG_BLOCK + p % TG_BLOCK;
     }
-    for (int i = 0; i < n_logits; i++) rows[i] = n - n_logits + i;
+    for (int i = 0; i < n_logits; i++)
+        rows[i] = n - n_logits + i;
     int32_t q_start[2] = {0, n}, ctx = s->len + n;
-    be_batch b = {.n_tokens = n, .tokens = toks, .positions = pos, .slots = slots, .n_seqs = 1,
-                  .q_start = q_start, .ctx_len = &ctx, .block_table = s->bt, .bt_stride = s->n_blocks,
-                  .n_logits = n_logits, .logit_rows = rows};
+    be_batch b = {.n_tokens = n,
+                  .tokens = toks,
+                  .positions = pos,
+                  .slots = slots,
+                  .n_seqs = 1,
+                  .q_start = q_start,
+                  .ctx_len = &ctx,
+                  .block_table = s->bt,
+                  .bt_stride = s->n_blocks,
+                  .n_logits = n_logits,
+                  .logit_rows = rows};
     cr_assert_eq(fwd_run(s->f, &b, logits), 0);
     s->len += n;
 }
@@ -107,7 +118,8 @@ static int tg_ids(const cJSON *arr, int32_t *out, int cap)
 {
     int n = cJSON_GetArraySize(arr);
     cr_assert(n <= cap);
-    for (int i = 0; i < n; i++) out[i] = (int32_t)cJSON_GetArrayItem(arr, i)->valuedouble;
+    for (int i = 0; i < n; i++)
+        out[i] = (int32_t)cJSON_GetArrayItem(arr, i)->valuedouble;
     return n;
 }
 
@@ -151,7 +163,8 @@ Test(golden, greedy_cases, .timeout = 120)
             int32_t t = tg_argmax(logits, n_vocab);
             if (stop_on_bos && t == 1) break;
             cr_assert(n_gen < n_want, "%s: generated more than the %d golden tokens", name, n_want);
-            cr_assert_eq(t, want[n_gen], "%s: token %d is %d, golden %d", name, n_gen, t, want[n_gen]);
+            cr_assert_eq(t, want[n_gen], "%s: token %d is %d, golden %d", name, n_gen, t,
+                         want[n_gen]);
             ids[n_prompt + n_gen++] = t;
             if (n_gen == max_new) break;
             tg_feed(&s, &t, 1, 1, logits);
@@ -187,14 +200,16 @@ Test(golden, logits_probe, .timeout = 60)
             tg_seq s;
             tg_seq_init(&s, f, 4);
             if (mode == 0)
-                for (int i = 0; i < n; i++) tg_feed(&s, &ids[i], 1, 1, logits + (size_t)i * n_vocab);
+                for (int i = 0; i < n; i++)
+                    tg_feed(&s, &ids[i], 1, 1, logits + (size_t)i * n_vocab);
             else
                 tg_feed(&s, ids, n, n, logits);
             double worst = 0.0;
             for (int p = 0; p < n; p++) {
                 const cJSON *row = cJSON_GetArrayItem(rows, p);
                 for (int v = 0; v < n_vocab; v++) {
-                    double d = fabs(logits[(size_t)p * n_vocab + v] - cJSON_GetArrayItem(row, v)->valuedouble);
+                    double d = fabs(logits[(size_t)p * n_vocab + v] -
+                                    cJSON_GetArrayItem(row, v)->valuedouble);
                     if (d > worst) worst = d;
                 }
             }
@@ -203,8 +218,8 @@ Test(golden, logits_probe, .timeout = 60)
             double lim = kvs[k] == KV_F32 ? tol : 20 * tol;
             printf("golden logits_probe kv %s %s: max |diff| %.3g\n", kv_dtype_name(kvs[k]),
                    mode ? "prefill" : "step by step", worst);
-            cr_assert(worst <= lim, "kv %s, %s: max |logit - golden| = %g > %g", kv_dtype_name(kvs[k]),
-                      mode ? "prefill" : "step by step", worst, lim);
+            cr_assert(worst <= lim, "kv %s, %s: max |logit - golden| = %g > %g",
+                      kv_dtype_name(kvs[k]), mode ? "prefill" : "step by step", worst, lim);
             fwd_destroy(f);
             be_destroy(be);
         }
@@ -229,14 +244,16 @@ static int tg_run_cli(const char *args, char **out, char **last_err)
     size_t cap = 1 << 16, n = 0;
     *out = malloc(cap);
     size_t r;
-    while ((r = fread(*out + n, 1, cap - n - 1, p)) > 0) n += r;
+    while ((r = fread(*out + n, 1, cap - n - 1, p)) > 0)
+        n += r;
     (*out)[n] = 0;
     int st = pclose(p);
     char *e = tg_read_file(errpath, NULL);
     unlink(errpath);
     cr_assert_not_null(e);
     size_t el = strlen(e);
-    while (el && e[el - 1] == '\n') e[--el] = 0;
+    while (el && e[el - 1] == '\n')
+        e[--el] = 0;
     char *nl = strrchr(e, '\n');
     *last_err = strdup(nl ? nl + 1 : e);
     free(e);
@@ -246,8 +263,9 @@ static int tg_run_cli(const char *args, char **out, char **last_err)
 static const cJSON *tg_case(const cJSON *j, const char *name)
 {
     const cJSON *c;
-    cJSON_ArrayForEach(c, cJSON_GetObjectItem(j, "cases"))
-    if (!strcmp(cJSON_GetObjectItem(c, "name")->valuestring, name)) return c;
+    cJSON_ArrayForEach(
+        c, cJSON_GetObjectItem(j, "cases")) if (!strcmp(cJSON_GetObjectItem(c, "name")->valuestring,
+                                                        name)) return c;
     cr_assert_fail("golden case %s missing", name);
     return NULL;
 }
@@ -260,23 +278,30 @@ Test(golden, cli_generate, .timeout = 60)
     cJSON *j = tg_load(&m);
     model_destroy(m);
     char args[2048];
-    struct { const char *flags, *name, *field; } runs[] = {
-        {"-p \"Once upon a time\" -n 60 --temperature 0", "once_upon_a_time_n64", "completion_text"},
-        {"-n 64 --temperature 0 --threads 1 --kv-dtype f32", "empty_n64", "completion_text_stripped"},
+    struct {
+        const char *flags, *name, *field;
+    } runs[] = {
+        {"-p \"Once upon a time\" -n 60 --temperature 0", "once_upon_a_time_n64",
+         "completion_text"},
+        {"-n 64 --temperature 0 --threads 1 --kv-dtype f32", "empty_n64",
+         "completion_text_stripped"},
     };
     for (size_t r = 0; r < sizeof runs / sizeof runs[0]; r++) {
         snprintf(args, sizeof args, "-m %s/models/stories260K.gguf %s", tg_shared(), runs[r].flags);
         char *out, *last;
         int st = tg_run_cli(args, &out, &last);
         cr_assert_eq(st, 0, "kvserve generate %s exited with %d", args, st);
-        const char *want = cJSON_GetObjectItem(tg_case(j, runs[r].name), runs[r].field)->valuestring;
-        cr_assert_str_eq(out, want, "generate %s printed\n[%s]\nwanted\n[%s]", runs[r].flags, out, want);
+        const char *want =
+            cJSON_GetObjectItem(tg_case(j, runs[r].name), runs[r].field)->valuestring;
+        cr_assert_str_eq(out, want, "generate %s printed\n[%s]\nwanted\n[%s]", runs[r].flags, out,
+                         want);
         cJSON *stats = cJSON_Parse(last);
         cr_assert_not_null(stats, "last stderr line is not JSON: %s", last);
         const char *keys[] = {"prompt_tokens", "generated_tokens", "prefill_tokens_per_s",
                               "decode_tokens_per_s"};
         for (int k = 0; k < 4; k++)
-            cr_assert(cJSON_IsNumber(cJSON_GetObjectItem(stats, keys[k])), "missing %s in %s", keys[k], last);
+            cr_assert(cJSON_IsNumber(cJSON_GetObjectItem(stats, keys[k])), "missing %s in %s",
+                      keys[k], last);
         int n_new = cJSON_GetObjectItem(tg_case(j, runs[r].name), "max_new_tokens")->valueint;
         cr_assert_eq(cJSON_GetObjectItem(stats, "generated_tokens")->valueint, n_new);
         cJSON_Delete(stats);
@@ -284,7 +309,8 @@ Test(golden, cli_generate, .timeout = 60)
         free(last);
     }
     /* --ids prints the same tokens as the golden ids */
-    snprintf(args, sizeof args, "-m %s/models/stories260K.gguf -p \"The cat\" -n 61 --temperature 0 --ids",
+    snprintf(args, sizeof args,
+             "-m %s/models/stories260K.gguf -p \"The cat\" -n 61 --temperature 0 --ids",
              tg_shared());
     char *out, *last;
     cr_assert_eq(tg_run_cli(args, &out, &last), 0);
@@ -292,7 +318,8 @@ Test(golden, cli_generate, .timeout = 60)
     char want[4096];
     size_t w = 0;
     for (int i = 0; i < cJSON_GetArraySize(ids); i++)
-        w += (size_t)snprintf(want + w, sizeof want - w, i ? " %d" : "%d", cJSON_GetArrayItem(ids, i)->valueint);
+        w += (size_t)snprintf(want + w, sizeof want - w, i ? " %d" : "%d",
+                              cJSON_GetArrayItem(ids, i)->valueint);
     snprintf(want + w, sizeof want - w, "\n");
     cr_assert_str_eq(out, want);
     free(out);

@@ -30,7 +30,8 @@ static void tsm_histogram(const smp_params *p, uint64_t seed, const float *logit
 /* logits whose softmax is exactly probs (log of the probabilities). */
 static void tsm_from_probs(const double *probs, int n, float *logits)
 {
-    for (int i = 0; i < n; i++) logits[i] = (float)log(probs[i]);
+    for (int i = 0; i < n; i++)
+        logits[i] = (float)log(probs[i]);
 }
 
 Test(sampler, rng_splitmix_seeding)
@@ -42,7 +43,8 @@ Test(sampler, rng_splitmix_seeding)
     smp_rng a, b;
     smp_rng_seed(&a, 42);
     smp_rng_seed(&b, 42);
-    for (int i = 0; i < 100; i++) cr_assert_eq(smp_rng_next(&a), smp_rng_next(&b));
+    for (int i = 0; i < 100; i++)
+        cr_assert_eq(smp_rng_next(&a), smp_rng_next(&b));
     for (int i = 0; i < 1000; i++) {
         double u = smp_rng_uniform(&a);
         cr_assert(u >= 0.0 && u < 1.0);
@@ -77,7 +79,8 @@ Test(sampler, top_k_top_p_min_p)
     smp_params_default(&p);
     p.top_k = 2;
     tsm_histogram(&p, 7, l, 5, n, c);
-    cr_assert(c[0] > 0 && c[1] > 0 && c[2] + c[3] + c[4] == 0, "top_k=2: %d %d %d", c[0], c[1], c[2]);
+    cr_assert(c[0] > 0 && c[1] > 0 && c[2] + c[3] + c[4] == 0, "top_k=2: %d %d %d", c[0], c[1],
+              c[2]);
     cr_assert(fabs(c[0] / (double)n - 4.0 / 7.0) < 0.04, "top_k renormalises: %d", c[0]);
 
     smp_params_default(&p);
@@ -119,7 +122,8 @@ Test(sampler, top_p_large_vocab_matches_full_sort)
     /* A long tail exercises the thresholded partial sort: compare with a tail-free run. */
     enum { N = 3000 };
     static float l[N];
-    for (int i = 0; i < N; i++) l[i] = -20.0f - (float)(i % 17);
+    for (int i = 0; i < N; i++)
+        l[i] = -20.0f - (float)(i % 17);
     l[100] = 0.0f;
     l[2000] = -0.5f;
     l[7] = -1.0f;
@@ -144,7 +148,8 @@ Test(sampler, top_p_large_vocab_matches_full_sort)
 Test(sampler, same_seed_same_tokens)
 {
     float l[16];
-    for (int i = 0; i < 16; i++) l[i] = (float)sin(i * 1.7) * 2.0f;
+    for (int i = 0; i < 16; i++)
+        l[i] = (float)sin(i * 1.7) * 2.0f;
     smp_params p;
     smp_params_default(&p);
     p.temperature = 0.9f;
@@ -225,8 +230,10 @@ Test(sampler, penalties_bias_min_tokens)
             smp_sample(&p, &r, e, 4, &h, eog, 1, &res);
             hits += res.token == 0;
         }
-        if (n_out < 2) cr_assert_eq(hits, 0, "eog sampled with %d outputs", n_out);
-        else cr_assert(hits > 150);
+        if (n_out < 2)
+            cr_assert_eq(hits, 0, "eog sampled with %d outputs", n_out);
+        else
+            cr_assert(hits > 150);
     }
 }
 
@@ -234,11 +241,14 @@ Test(sampler, logprobs_raw_distribution)
 {
     enum { N = 37 };
     float l[N], orig[N];
-    for (int i = 0; i < N; i++) orig[i] = (float)cos(i * 0.77) * 3.0f + (i == 5 ? 8.0f : 0.0f);
+    for (int i = 0; i < N; i++)
+        orig[i] = (float)cos(i * 0.77) * 3.0f + (i == 5 ? 8.0f : 0.0f);
     orig[20] = orig[21]; /* a tie in the top list */
     double mx = -1e300, s = 0.0;
-    for (int i = 0; i < N; i++) mx = fmax(mx, orig[i]);
-    for (int i = 0; i < N; i++) s += exp(orig[i] - mx);
+    for (int i = 0; i < N; i++)
+        mx = fmax(mx, orig[i]);
+    for (int i = 0; i < N; i++)
+        s += exp(orig[i] - mx);
     double lse = mx + log(s);
 
     smp_params p;
@@ -266,7 +276,8 @@ Test(sampler, logprobs_raw_distribution)
     /* nothing outside the list beats its last entry */
     for (int i = 0; i < N; i++) {
         int in = 0;
-        for (int j = 0; j < 5; j++) in |= res.top_ids[j] == i;
+        for (int j = 0; j < 5; j++)
+            in |= res.top_ids[j] == i;
         if (!in) cr_assert(orig[i] <= orig[res.top_ids[4]]);
     }
     /* n_logprobs 0: the chosen token's logprob only; -1: none */
@@ -285,11 +296,14 @@ Test(sampler, temperature_matches_softmax)
     printf("sampler temperature_matches_softmax seed=0x%llx\n", (unsigned long long)seed);
     enum { N = 10, DRAWS = 40000 };
     float l[N];
-    for (int i = 0; i < N; i++) l[i] = (float)((i * 7919) % 13) * 0.3f - 1.0f;
+    for (int i = 0; i < N; i++)
+        l[i] = (float)((i * 7919) % 13) * 0.3f - 1.0f;
     const float T = 0.7f;
     double q[N], s = 0.0, mx = -1e300;
-    for (int i = 0; i < N; i++) mx = fmax(mx, l[i] / T);
-    for (int i = 0; i < N; i++) s += q[i] = exp(l[i] / T - mx);
+    for (int i = 0; i < N; i++)
+        mx = fmax(mx, l[i] / T);
+    for (int i = 0; i < N; i++)
+        s += q[i] = exp(l[i] / T - mx);
     smp_params p;
     smp_params_default(&p);
     p.temperature = T;
