@@ -155,9 +155,9 @@ static double bench_memcpy(size_t bytes)
 
 /* ---- dispatch ------------------------------------------------------------------------------ */
 
-static void empty_task(void *arg, int ith, int nth)
+static void empty_task(void *arg, int64_t lo, int64_t hi, int ith)
 {
-    (void)arg, (void)ith, (void)nth;
+    (void)arg, (void)lo, (void)hi, (void)ith;
 }
 
 static double bench_dispatch(backend *be)
@@ -167,7 +167,7 @@ static double bench_dispatch(backend *be)
     for (int rep = 0; rep < 7; rep++) {
         int n = 20000;
         double t0 = now_s();
-        for (int i = 0; i < n; i++) cpu__pool_run(c->pool, empty_task, NULL);
+        for (int i = 0; i < n; i++) cpu__pool_for(c->pool, c->n_threads, 1, empty_task, NULL);
         t[rep] = (now_s() - t0) / n;
     }
     return median(t, 7) * 1e6;

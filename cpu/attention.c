@@ -2,16 +2,23 @@
  * attention.c — the CPU backend's paged KV cache: writing new K/V into their slots and causal
  * attention over the cache with GQA grouping and an online softmax.
  *
- * KV layout (per layer, K and V separately): [n_blocks][n_kv_heads][block_size][head_dim] in the
- * arena's dtype (f16, bf16 or f32). One (block, kv head) pair is thus a contiguous
- * block_size × head_dim tile: attention converts a whole tile to f32 with a few wide loads and
- * then works from L1, and a block copy is one memcpy per layer and per K/V.
+ * KV layout (per layer, K and V separately): [n_blocks][n_kv_heads][tile] in the arena's dtype
+ * (f16, bf16 or f32), so one (block, kv head) pair is a contiguous tile of
+ * block_size × head_dim values and a block copy is one memcpy per layer and per K/V. Inside a
+ * tile, V is [block_size][head_dim] (row-major, as the P·V product reads it) and K is transposed,
+ * [head_dim][block_size]: the scores of a query against 16 keys are then 16-wide FMAs of the
+ * broadcast q[d] with row d of the tile, with no horizontal sums, and converting a K tile to f32
+ * is a straight run of F16C conversions. (cache/kv.h describes the untransposed K layout; the
+ * transposition is private to this backend.) store_kv pays for it with strided 2-byte writes,
+ * once per token.
  *
- * Attention work is one task per (token, kv head): the task handles the kv head's whole group of
- * query heads (n_heads / n_kv_heads of them), so every K/V tile is loaded and converted once for
- * the group. Token i of sequence s sits at KV index ctx_len[s] - n_new[s] + i and attends to KV
- * entries 0 .. that index inclusive (the causal rule of engine/backend.h). Tasks are dealt out
- * round-robin so that the long (late) rows of a prefill chunk spread over the threads.
+ * Work is one task per (query tile, kv head): up to QT consecutive new tokens of one sequence
+ * and the kv head's whole group of query heads (n_heads / n_kv_heads of them), so every K/V tile
+ * is loaded and converted once for the group and for all tokens of the tile — in a prefill chunk
+ * this divides the conversion work by up to QT × group. Token i of sequence s sits at KV index
+ * ctx_len[s] - n_new[s] + i and attends to KV entries 0 .. that index inclusive (the causal rule
+ * of engine/backend.h). Threads take tasks one at a time, latest tile first, so that the long
+ * rows of a prefill chunk spread evenly.
  */
 #include <float.h>
 #include <math.h>
@@ -73,24 +80,42 @@ static void f32_to_kv(int dtype, const float *src, void *dst, int64_t n)
 
 /* ---- store_kv ------------------------------------------------------------------------------ */
 
+/* Where KV entry `off` of a block lives: K tiles are [head_dim][block_size] (element (off, d) at
+ * d * block_size + off), V tiles [block_size][head_dim]. */
 void cpu__store_kv(cpu__backend *c, int layer, const float *k, const float *v)
 {
     const kv_geom *g = &c->kv;
     const be_batch *b = &c->batch;
-    size_t eb = kv_dtype_bytes(g->dtype);
-    int kv_dim = g->n_kv_heads * g->head_dim;
+    size_t eb = kv_dtype_bytes(g->dtype), tile = (size_t)g->block_size * g->head_dim;
+    int kv_dim = g->n_kv_heads * g->head_dim, hd = g->head_dim, bs = g->block_size;
     char *kb = cpu__kv_k(c, layer), *vb = cpu__kv_v(c, layer);
     for (int i = 0; i < b->n_tokens; i++) {
-        int32_t slot = b->slots[i], blk = slot / g->block_size, off = slot % g->block_size;
+        int32_t slot = b->slots[i], blk = slot / bs, off = slot % bs;
         for (int h = 0; h < g->n_kv_heads; h++) {
-            size_t at = (((size_t)blk * g->n_kv_heads + h) * g->block_size + off) * g->head_dim * eb;
-            f32_to_kv(g->dtype, k + (size_t)i * kv_dim + (size_t)h * g->head_dim, kb + at, g->head_dim);
-            f32_to_kv(g->dtype, v + (size_t)i * kv_dim + (size_t)h * g->head_dim, vb + at, g->head_dim);
+            size_t at = ((size_t)blk * g->n_kv_heads + h) * tile;
+            const float *kr = k + (size_t)i * kv_dim + (size_t)h * hd;
+            char *kt = kb + at * eb;
+            for (int d = 0; d < hd; d++) {
+                size_t e = (size_t)d * bs + off;
+                if (g->dtype == KV_F32) ((float *)kt)[e] = kr[d];
+                else if (g->dtype == KV_F16) ((uint16_t *)kt)[e] = dt_f32_to_f16(kr[d]);
+                else ((uint16_t *)kt)[e] = dt_f32_to_bf16(kr[d]);
+            }
+            f32_to_kv(g->dtype, v + (size_t)i * kv_dim + (size_t)h * hd,
+                      vb + (at + (size_t)off * hd) * eb, hd);
         }
     }
 }
 
 /* ---- attention ----------------------------------------------------------------------------- */
+
+/* Query tokens per task: the K/V tiles a task converts serve all of them. */
+#define QT 16
+
+/* Consecutive new tokens [i0, i1) of one sequence (batch indices). */
+typedef struct attn_tile {
+    int32_t seq, i0, i1;
+} attn_tile;
 
 typedef struct attn_task {
     cpu__backend *c;
@@ -98,116 +123,199 @@ typedef struct attn_task {
     const float *q;
     int n_heads;
     float *out;
+    const attn_tile *tiles;
+    int64_t n_tiles;
 } attn_task;
 
-static float dot_f32(const float *a, const float *b, int n)
+static int pad16(int n)
 {
-    int i = 0;
-    float s = 0;
-#ifdef __AVX512F__
-    if (n >= 16) {
-        __m512 acc = _mm512_setzero_ps();
-        for (; i + 16 <= n; i += 16)
-            acc = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), acc);
-        s = _mm512_reduce_add_ps(acc);
-    }
-#endif
-    for (; i < n; i++) s += a[i] * b[i];
-    return s;
-}
-
-/* y = y * a + p * x over n floats. */
-static void scale_axpy(float *y, float a, float p, const float *x, int n)
-{
-    int i = 0;
-#ifdef __AVX512F__
-    __m512 va = _mm512_set1_ps(a), vp = _mm512_set1_ps(p);
-    for (; i + 16 <= n; i += 16)
-        _mm512_storeu_ps(y + i, _mm512_fmadd_ps(vp, _mm512_loadu_ps(x + i),
-                                                _mm512_mul_ps(va, _mm512_loadu_ps(y + i))));
-#endif
-    for (; i < n; i++) y[i] = y[i] * a + p * x[i];
+    return (n + 15) & ~15;
 }
 
 /* Size in floats of a thread's scratch for a group of gq query heads. */
 static size_t attn_scratch_floats(const kv_geom *g, int gq)
 {
-    return 2 * (size_t)g->block_size * g->head_dim + (size_t)gq * g->block_size +
-           (size_t)gq * g->head_dim + 2 * (size_t)gq + 64;
+    size_t bsp = (size_t)pad16(g->block_size), hd = (size_t)g->head_dim;
+    return 2 * hd * bsp + bsp + 2 * (size_t)QT * gq + (size_t)QT * gq * hd + 64;
 }
 
-/* One (token, kv head) pair: the group's gq query heads over KV entries 0 .. kvpos. */
-static void attn_one(const attn_task *t, float *scr, int i, int kvh)
+#ifdef __AVX512F__
+static inline __mmask16 mask16(int n)
+{
+    return n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1);
+}
+
+/* e^x, float accuracy (a few ulp) for x ≥ -87; Cephes' polynomial on the reduced argument. */
+static inline __m512 exp512(__m512 x)
+{
+    x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    return _mm512_scalef_ps(p, n);
+}
+#endif
+
+/* sc[j] = scale · q · K[j] for keys j < nv of the transposed f32 tile kt [hd][bsp]. */
+static void scores(const float *q, const float *kt, int bsp, int hd, int nv, float scale, float *sc)
+{
+#ifdef __AVX512F__
+    for (int jc = 0; jc < nv; jc += 16) {
+        __mmask16 m = mask16(nv - jc);
+        __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+        int d = 0;
+        for (; d + 2 <= hd; d += 2) {
+            a0 = _mm512_fmadd_ps(_mm512_set1_ps(q[d]), _mm512_maskz_loadu_ps(m, kt + (size_t)d * bsp + jc), a0);
+            a1 = _mm512_fmadd_ps(_mm512_set1_ps(q[d + 1]),
+                                 _mm512_maskz_loadu_ps(m, kt + (size_t)(d + 1) * bsp + jc), a1);
+        }
+        if (d < hd)
+            a0 = _mm512_fmadd_ps(_mm512_set1_ps(q[d]), _mm512_maskz_loadu_ps(m, kt + (size_t)d * bsp + jc), a0);
+        _mm512_mask_storeu_ps(sc + jc, m, _mm512_mul_ps(_mm512_add_ps(a0, a1), _mm512_set1_ps(scale)));
+    }
+#else
+    for (int j = 0; j < nv; j++) {
+        float a = 0;
+        for (int d = 0; d < hd; d++) a += q[d] * kt[(size_t)d * bsp + j];
+        sc[j] = a * scale;
+    }
+#endif
+}
+
+/* sc[j] = exp(sc[j] - m) for j < nv; returns their sum. */
+static float exp_shift(float *sc, int nv, float m)
+{
+#ifdef __AVX512F__
+    __m512 sum = _mm512_setzero_ps(), vm = _mm512_set1_ps(m);
+    for (int jc = 0; jc < nv; jc += 16) {
+        __mmask16 k = mask16(nv - jc);
+        __m512 e = _mm512_maskz_mov_ps(k, exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, sc + jc), vm)));
+        _mm512_mask_storeu_ps(sc + jc, k, e);
+        sum = _mm512_add_ps(sum, e);
+    }
+    return _mm512_reduce_add_ps(sum);
+#else
+    float sum = 0;
+    for (int j = 0; j < nv; j++) sum += sc[j] = expf(sc[j] - m);
+    return sum;
+#endif
+}
+
+/* acc = acc · corr + Σ_j p[j] · V[j] over nv rows of the f32 tile vt [bsp][hd]. */
+static void pv(float *acc, float corr, const float *p, const float *vt, int nv, int hd)
+{
+#ifdef __AVX512F__
+    for (int dc = 0; dc < hd; dc += 16) {
+        __mmask16 m = mask16(hd - dc);
+        __m512 a = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, acc + dc), _mm512_set1_ps(corr));
+        for (int j = 0; j < nv; j++)
+            a = _mm512_fmadd_ps(_mm512_set1_ps(p[j]), _mm512_maskz_loadu_ps(m, vt + (size_t)j * hd + dc), a);
+        _mm512_mask_storeu_ps(acc + dc, m, a);
+    }
+#else
+    for (int d = 0; d < hd; d++) {
+        float a = acc[d] * corr;
+        for (int j = 0; j < nv; j++) a += p[j] * vt[(size_t)j * hd + d];
+        acc[d] = a;
+    }
+#endif
+}
+
+/* One tile of query tokens of one sequence and one kv head (its gq query heads), over the
+ * sequence's KV blocks in order with an online softmax per (token, head). */
+static void attn_tile_run(const attn_task *t, float *scr, const attn_tile *tl, int kvh)
 {
     cpu__backend *c = t->c;
     const kv_geom *g = &c->kv;
     const be_batch *b = &c->batch;
-    int hd = g->head_dim, bs = g->block_size, gq = t->n_heads / g->n_kv_heads;
-    int s = b->n_seqs ? c->tok_seq[i] : 0, n_ctx = c->tok_kvpos[i] + 1;
-    const int32_t *bt = b->block_table + (size_t)s * b->bt_stride;
+    int hd = g->head_dim, bs = g->block_size, bsp = pad16(bs), gq = t->n_heads / g->n_kv_heads;
+    int nt = tl->i1 - tl->i0, rows = nt * gq, n_ctx = c->tok_kvpos[tl->i1 - 1] + 1;
+    const int32_t *bt = b->block_table + (size_t)tl->seq * b->bt_stride;
     size_t eb = kv_dtype_bytes(g->dtype), tile = (size_t)bs * hd;
     const char *kb = cpu__kv_k(c, t->layer), *vb = cpu__kv_v(c, t->layer);
-    float *kt = scr, *vt = kt + tile, *sc = vt + tile, *acc = sc + (size_t)gq * bs;
-    float *mx = acc + (size_t)gq * hd, *l = mx + gq;
+    float *kt = scr, *vt = kt + (size_t)hd * bsp, *sc = vt + (size_t)bsp * hd, *mx = sc + bsp;
+    float *l = mx + rows, *acc = l + rows;
     float scale = 1.0f / sqrtf((float)hd);
-    const float *q = t->q + ((size_t)i * t->n_heads + (size_t)kvh * gq) * hd;
 
-    for (int h = 0; h < gq; h++) {
-        mx[h] = -FLT_MAX;
-        l[h] = 0;
+    for (int r = 0; r < rows; r++) {
+        mx[r] = -FLT_MAX;
+        l[r] = 0;
     }
-    memset(acc, 0, (size_t)gq * hd * sizeof(float));
+    memset(acc, 0, (size_t)rows * hd * sizeof(float));
     for (int j0 = 0; j0 < n_ctx; j0 += bs) {
         int n = n_ctx - j0 < bs ? n_ctx - j0 : bs;
         size_t at = ((size_t)bt[j0 / bs] * g->n_kv_heads + kvh) * tile * eb;
-        kv_to_f32(g->dtype, kb + at, kt, (int64_t)n * hd);
+        if (bs == bsp) /* rows already 16-aligned: one run (columns ≥ n are never read) */
+            kv_to_f32(g->dtype, kb + at, kt, (int64_t)hd * bs);
+        else
+            for (int d = 0; d < hd; d++)
+                kv_to_f32(g->dtype, kb + at + (size_t)d * bs * eb, kt + (size_t)d * bsp, n);
         kv_to_f32(g->dtype, vb + at, vt, (int64_t)n * hd);
-        for (int h = 0; h < gq; h++) {
-            float *sh = sc + (size_t)h * bs, m = mx[h];
-            for (int j = 0; j < n; j++) {
-                sh[j] = dot_f32(q + (size_t)h * hd, kt + (size_t)j * hd, hd) * scale;
-                if (sh[j] > m) m = sh[j];
+        for (int ti = 0; ti < nt; ti++) {
+            int i = tl->i0 + ti, nv = c->tok_kvpos[i] + 1 - j0;
+            if (nv <= 0) continue;
+            if (nv > n) nv = n;
+            for (int h = 0; h < gq; h++) {
+                int r = ti * gq + h;
+                const float *qh = t->q + ((size_t)i * t->n_heads + (size_t)kvh * gq + h) * hd;
+                scores(qh, kt, bsp, hd, nv, scale, sc);
+                float m = mx[r];
+                for (int j = 0; j < nv; j++) m = sc[j] > m ? sc[j] : m;
+                float corr = expf(mx[r] - m);
+                l[r] = l[r] * corr + exp_shift(sc, nv, m);
+                mx[r] = m;
+                pv(acc + (size_t)r * hd, corr, sc, vt, nv, hd);
             }
-            float corr = expf(mx[h] - m), sum = 0;
-            float *ah = acc + (size_t)h * hd;
-            for (int j = 0; j < n; j++) {
-                float p = expf(sh[j] - m);
-                sum += p;
-                scale_axpy(ah, j == 0 ? corr : 1.0f, p, vt + (size_t)j * hd, hd);
-            }
-            l[h] = l[h] * corr + sum;
-            mx[h] = m;
         }
     }
-    float *o = t->out + ((size_t)i * t->n_heads + (size_t)kvh * gq) * hd;
-    for (int h = 0; h < gq; h++)
-        for (int d = 0; d < hd; d++) o[(size_t)h * hd + d] = acc[(size_t)h * hd + d] / l[h];
+    for (int ti = 0; ti < nt; ti++)
+        for (int h = 0; h < gq; h++) {
+            int r = ti * gq + h;
+            float *o = t->out + ((size_t)(tl->i0 + ti) * t->n_heads + (size_t)kvh * gq + h) * hd;
+            float inv = 1.0f / l[r];
+            for (int d = 0; d < hd; d++) o[d] = acc[(size_t)r * hd + d] * inv;
+        }
 }
 
-static void attn_run(void *v, int ith, int nth)
+/* Units are (tile, kv head) pairs, numbered from the last tile backwards: the long rows of a
+ * prefill chunk are taken first, so the short ones fill in at the end. */
+static void attn_run(void *v, int64_t lo, int64_t hi, int ith)
 {
     attn_task *t = v;
     int n_kv = t->c->kv.n_kv_heads;
-    int64_t n_tasks = (int64_t)t->c->batch.n_tokens * n_kv;
     float *scr = t->c->scratch[ith].p;
-    for (int64_t k = ith; k < n_tasks; k += nth) attn_one(t, scr, (int)(k / n_kv), (int)(k % n_kv));
+    for (int64_t k = lo; k < hi; k++)
+        attn_tile_run(t, scr, &t->tiles[t->n_tiles - 1 - k / n_kv], (int)(k % n_kv));
 }
 
 void cpu__attention(cpu__backend *c, int layer, const float *q, int n_heads, float *out)
 {
+    const be_batch *b = &c->batch;
     size_t bytes = attn_scratch_floats(&c->kv, n_heads / c->kv.n_kv_heads) * sizeof(float);
-    for (int i = 0; i < c->n_threads; i++) {
-        int rc = cpu__scratch_reserve(&c->scratch[i], bytes);
-        if (rc) {
-            /* Out of memory for a few KiB of scratch: poison the output rather than crash. */
-            size_t n = (size_t)c->batch.n_tokens * n_heads * c->kv.head_dim;
-            for (size_t k = 0; k < n; k++) out[k] = NAN;
-            return;
-        }
+    size_t max_tiles = (size_t)b->n_tokens + (size_t)b->n_seqs;
+    int rc = cpu__scratch_reserve(&c->tiles, max_tiles * sizeof(attn_tile));
+    for (int i = 0; i < c->n_threads && !rc; i++) rc = cpu__scratch_reserve(&c->scratch[i], bytes);
+    if (rc) {
+        /* Out of memory for a few KiB of scratch: poison the output rather than crash. */
+        size_t n = (size_t)b->n_tokens * n_heads * c->kv.head_dim;
+        for (size_t k = 0; k < n; k++) out[k] = NAN;
+        return;
     }
-    attn_task t = {c, layer, q, n_heads, out};
-    if (c->batch.n_tokens * c->kv.n_kv_heads == 1)
-        attn_run(&t, 0, 1);
-    else
-        cpu__pool_run(c->pool, attn_run, &t);
+    attn_tile *tiles = c->tiles.p;
+    int64_t n_tiles = 0;
+    for (int s = 0; s < b->n_seqs; s++)
+        for (int i0 = b->q_start[s]; i0 < b->q_start[s + 1]; i0 += QT) {
+            int i1 = i0 + QT < b->q_start[s + 1] ? i0 + QT : b->q_start[s + 1];
+            tiles[n_tiles++] = (attn_tile){s, i0, i1};
+        }
+    attn_task t = {c, layer, q, n_heads, out, tiles, n_tiles};
+    cpu__pool_for(c->pool, n_tiles * c->kv.n_kv_heads, 1, attn_run, &t);
 }

@@ -40,6 +40,7 @@ static void cpu_destroy(backend *be)
     cpu__pool_destroy(c->pool);
     for (int i = 0; i < CPU__MAX_THREADS; i++) free(c->scratch[i].p);
     free(c->shared.p);
+    free(c->tiles.p);
     free(c->tok_seq);
     free(c->tok_kvpos);
     free(c->kv_mem);

@@ -149,13 +149,11 @@ static void panel_tile(const cpu__mm_task *t, int64_t o0, float *panel, float *t
             for (int j = 0; j < ncols; j++) t->out[(size_t)r * n_out + o0 + j] += t->bias[o0 + j];
 }
 
-void cpu__gemm_panel_run(void *task, int ith, int nth)
+void cpu__gemm_panel_run(void *task, int64_t lo_unit, int64_t hi_unit, int ith)
 {
     cpu__mm_task *t = task;
     float *panel = t->c->scratch[ith].p, *tmp = panel + (size_t)KC * NR;
-    for (;;) {
-        int64_t u = atomic_fetch_add_explicit(&t->next, 1, memory_order_relaxed);
-        if (u >= t->n_units) break;
+    for (int64_t u = lo_unit; u < hi_unit; u++) {
         int64_t lo = u * t->unit, hi = lo + t->unit < t->w->n_out ? lo + t->unit : t->w->n_out;
         for (int64_t o0 = lo; o0 < hi; o0 += NR) panel_tile(t, o0, panel, tmp);
     }

@@ -17,8 +17,9 @@
 
 /* ---- thread pool (threadpool.c) ------------------------------------------------------------ */
 
-/* A task runs once on every thread of the pool: ith in 0..nth-1 says which share is its own. */
-typedef void (*cpu__task_fn)(void *arg, int ith, int nth);
+/* The body of a parallel for: items [lo, hi), run by thread ith (0 = the caller). Two calls
+ * that run at the same time always have different ith, so ith may index per-thread scratch. */
+typedef void (*cpu__range_fn)(void *arg, int64_t lo, int64_t hi, int ith);
 
 typedef struct cpu__pool cpu__pool;
 
@@ -27,17 +28,10 @@ cpu__pool *cpu__pool_create(int n_threads);
 /* Stops and joins the workers. */
 void cpu__pool_destroy(cpu__pool *p);
 int cpu__pool_size(const cpu__pool *p);
-/* Runs fn(arg, ith, nth) on every thread and returns when all have finished. Only one thread
- * (the one that created the pool) may call it. */
-void cpu__pool_run(cpu__pool *p, cpu__task_fn fn, void *arg);
-
-/* Splits n items into nth nearly equal contiguous shares; share ith is [*lo, *hi). */
-static inline void cpu__split(int64_t n, int ith, int nth, int64_t *lo, int64_t *hi)
-{
-    int64_t q = n / nth, r = n % nth;
-    *lo = ith * q + (ith < r ? ith : r);
-    *hi = *lo + q + (ith < r ? 1 : 0);
-}
+/* Runs fn over items 0 .. n_items-1 in chunks of up to chunk items, on the caller and whichever
+ * workers join in time, and returns when every chunk is done. Only the thread that created the
+ * pool may call it. */
+void cpu__pool_for(cpu__pool *p, int64_t n_items, int64_t chunk, cpu__range_fn fn, void *arg);
 
 /* ---- backend state (cpu_backend.c) --------------------------------------------------------- */
 
@@ -59,8 +53,10 @@ typedef struct cpu__backend {
     int32_t *tok_kvpos;   /* [n_tokens] KV index of each token within its sequence */
     int32_t tok_cap;      /* capacity of the two arrays above */
 
-    /* KV arena. Per layer and per K/V: [n_blocks][n_kv_heads][block_size][head_dim] of kv.dtype,
-     * so a (block, kv head) pair is one contiguous block_size × head_dim tile. */
+    /* KV arena. Per layer and per K/V: [n_blocks][n_kv_heads][tile] of kv.dtype, so a
+     * (block, kv head) pair is one contiguous tile of block_size × head_dim values. Inside the
+     * tile V is [block_size][head_dim] and K is transposed, [head_dim][block_size]: see
+     * attention.c for why. */
     kv_geom kv;
     int32_t n_blocks;
     void *kv_mem;        /* one allocation holding every layer's K then V */
@@ -68,6 +64,7 @@ typedef struct cpu__backend {
 
     cpu__scratch scratch[CPU__MAX_THREADS]; /* per thread */
     cpu__scratch shared;                    /* e.g. the quantised activations of a matmul */
+    cpu__scratch tiles;                     /* attention's list of query tiles */
 } cpu__backend;
 
 
@@ -96,8 +93,8 @@ typedef struct cpu__q8x {
 } cpu__q8x; /* 36 bytes */
 
 /* One matmul as the workers see it. Work is handed out in units (column tiles or output
- * chunks) through the atomic counter, so a thread that the OS delays does not hold up the
- * others: they take its units. */
+ * chunks) by cpu__pool_for, so a thread that the OS delays does not hold up the others: they
+ * take its units. */
 typedef struct cpu__mm_task {
     cpu__backend *c;
     const float *x;     /* [n_rows][n_in] */
@@ -108,7 +105,6 @@ typedef struct cpu__mm_task {
     const cpu__q8x *xq; /* Q8_0: quantised activations [n_rows][n_in / 32] */
     int64_t n_units;    /* units of work */
     int64_t unit;       /* outputs per unit */
-    _Atomic int64_t next; /* next unit to take */
 } cpu__mm_task;
 
 /* gemm.c: packed-panel GEMM for F32/F16/BF16 weights (many rows). */
@@ -116,14 +112,14 @@ typedef struct cpu__mm_task {
 #define CPU__PANEL_KC 128  /* inputs per panel: the panel (16 KiB) stays in L1 */
 /* Per-thread scratch bytes the panel GEMM needs. */
 size_t cpu__gemm_panel_scratch_bytes(void);
-/* Task body: takes column tiles of CPU__PANEL_NR outputs from t->next until none are left. */
-void cpu__gemm_panel_run(void *task, int ith, int nth);
+/* Parallel-for body over units [lo_unit, hi_unit) of t->unit outputs (multiples of 32). */
+void cpu__gemm_panel_run(void *task, int64_t lo_unit, int64_t hi_unit, int ith);
 
 /* gemm_q8.c: VNNI GEMM for Q8_0 weights over activations quantised with q stored as q + 128
  * (unsigned). Units are multiples of 16 outputs. Only usable when cpu__gemm_q8_available(). */
 int cpu__gemm_q8_available(void);
 size_t cpu__gemm_q8_scratch_bytes(void);
-void cpu__gemm_q8_run(void *task, int ith, int nth);
+void cpu__gemm_q8_run(void *task, int64_t lo_unit, int64_t hi_unit, int ith);
 
 /* attention.c */
 void cpu__store_kv(cpu__backend *c, int layer, const float *k, const float *v);

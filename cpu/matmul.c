@@ -48,8 +48,24 @@ typedef cpu__mm_task mm_task;
 
 /* ---- activation quantisation --------------------------------------------------------------- */
 
+/* Per block of 32: d = max|x| / 127, q = round-to-nearest-even(x / d) (the scalar and the SIMD
+ * paths agree exactly: both multiply by the same reciprocal and round in the default mode). */
 static void quantise_row(const float *x, q8x *out, int64_t n)
 {
+#ifdef HAVE_AVX512
+    const __m512 sign = _mm512_set1_ps(-0.0f);
+    for (int64_t b = 0; b < n / 32; b++) {
+        __m512 v0 = _mm512_loadu_ps(x + b * 32), v1 = _mm512_loadu_ps(x + b * 32 + 16);
+        float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_andnot_ps(sign, v0), _mm512_andnot_ps(sign, v1)));
+        float d = amax / 127.0f, id = d > 0 ? 1.0f / d : 0.0f;
+        __m512 vid = _mm512_set1_ps(id);
+        __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, vid));
+        __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, vid));
+        out[b].d = d;
+        _mm_storeu_si128((void *)out[b].q, _mm512_cvtsepi32_epi8(q0));
+        _mm_storeu_si128((void *)(out[b].q + 16), _mm512_cvtsepi32_epi8(q1));
+    }
+#else
     for (int64_t b = 0; b < n / 32; b++) {
         const float *xb = x + b * 32;
         float amax = 0;
@@ -58,6 +74,7 @@ static void quantise_row(const float *x, q8x *out, int64_t n)
         out[b].d = d;
         for (int i = 0; i < 32; i++) out[b].q[i] = (int8_t)lrintf(xb[i] * id);
     }
+#endif
 }
 
 /* ---- dot products (GEMV) ------------------------------------------------------------------- */
@@ -181,12 +198,10 @@ static void gemv_range(const mm_task *t, int64_t lo, int64_t hi)
 }
 
 /* Takes units of t->unit outputs until none are left. */
-static void gemv_run(void *v, int ith, int nth)
+static void gemv_run(void *v, int64_t lo_unit, int64_t hi_unit, int ith)
 {
     mm_task *t = v;
-    for (;;) {
-        int64_t u = atomic_fetch_add_explicit(&t->next, 1, memory_order_relaxed);
-        if (u >= t->n_units) break;
+    for (int64_t u = lo_unit; u < hi_unit; u++) {
         int64_t lo = u * t->unit, hi = lo + t->unit < t->w->n_out ? lo + t->unit : t->w->n_out;
         gemv_range(t, lo, hi);
     }
@@ -200,11 +215,10 @@ typedef struct quant_task {
     int offset; /* 1: store q + 128 (unsigned) for the VNNI GEMM */
 } quant_task;
 
-static void quant_run(void *v, int ith, int nth)
+static void quant_run(void *v, int64_t lo, int64_t hi, int ith)
 {
     quant_task *t = v;
-    int64_t lo, hi, nb = t->n_in / 32;
-    cpu__split(t->n_rows, ith, nth, &lo, &hi);
+    int64_t nb = t->n_in / 32;
     for (int64_t r = lo; r < hi; r++) {
         quantise_row(t->x + r * t->n_in, t->xq + r * nb, t->n_in);
         if (t->offset)
@@ -213,7 +227,7 @@ static void quant_run(void *v, int ith, int nth)
     }
 }
 
-static void gemm_run(void *v, int ith, int nth);
+static void gemm_run(void *v, int64_t lo_unit, int64_t hi_unit, int ith);
 
 /* Units of work for n outputs: about 8 per thread (so a late thread's share can be taken by
  * the others), each a multiple of align outputs. */
@@ -224,7 +238,6 @@ static void set_units(mm_task *t, int64_t n, int64_t align, int nth)
     if (unit < align) unit = align;
     t->unit = unit;
     t->n_units = (n + unit - 1) / unit;
-    atomic_store_explicit(&t->next, 0, memory_order_relaxed);
 }
 
 void cpu__matmul(cpu__backend *c, const float *x, int n_rows, const be_weight *w,
@@ -238,31 +251,28 @@ void cpu__matmul(cpu__backend *c, const float *x, int n_rows, const be_weight *w
         size_t bytes = (size_t)n_rows * (size_t)(w->n_in / 32) * sizeof(q8x);
         if (cpu__scratch_reserve(&c->shared, bytes)) goto oom;
         quant_task qt = {x, w->n_in, n_rows, c->shared.p, q8_panel};
-        if (n_rows * w->n_in < 65536)
-            quant_run(&qt, 0, 1);
-        else
-            cpu__pool_run(c->pool, quant_run, &qt);
+        cpu__pool_for(c->pool, n_rows, 1 + 32768 / w->n_in, quant_run, &qt);
         t.xq = c->shared.p;
     }
     if (q8_panel) {
         for (int i = 0; i < nth; i++)
             if (cpu__scratch_reserve(&c->scratch[i], cpu__gemm_q8_scratch_bytes())) goto oom;
         set_units(&t, w->n_out, 16, nth);
-        cpu__pool_run(c->pool, cpu__gemm_q8_run, &t);
+        cpu__pool_for(c->pool, t.n_units, 1, cpu__gemm_q8_run, &t);
     } else if (n_rows >= PANEL_MIN_ROWS && w->type != DT_Q8_0) {
         for (int i = 0; i < nth; i++)
             if (cpu__scratch_reserve(&c->scratch[i], cpu__gemm_panel_scratch_bytes())) goto oom;
         set_units(&t, w->n_out, CPU__PANEL_NR, nth);
-        cpu__pool_run(c->pool, cpu__gemm_panel_run, &t);
+        cpu__pool_for(c->pool, t.n_units, 1, cpu__gemm_panel_run, &t);
     } else if (n_rows >= GEMM_MIN_ROWS) {
         set_units(&t, w->n_out, 4, nth);
-        cpu__pool_run(c->pool, gemm_run, &t);
+        cpu__pool_for(c->pool, t.n_units, 1, gemm_run, &t);
     } else if ((int64_t)n_rows * w->n_in * w->n_out < 65536) {
         set_units(&t, w->n_out, w->n_out, 1);
-        gemv_run(&t, 0, 1);
+        gemv_run(&t, 0, t.n_units, 0);
     } else {
         set_units(&t, w->n_out, 16, nth);
-        cpu__pool_run(c->pool, gemv_run, &t);
+        cpu__pool_for(c->pool, t.n_units, 1, gemv_run, &t);
     }
     return;
 oom:
@@ -422,12 +432,10 @@ static void gemm_range(const mm_task *t, int64_t lo, int64_t hi)
     }
 }
 
-static void gemm_run(void *v, int ith, int nth)
+static void gemm_run(void *v, int64_t lo_unit, int64_t hi_unit, int ith)
 {
     mm_task *t = v;
-    for (;;) {
-        int64_t u = atomic_fetch_add_explicit(&t->next, 1, memory_order_relaxed);
-        if (u >= t->n_units) break;
+    for (int64_t u = lo_unit; u < hi_unit; u++) {
         int64_t lo = u * t->unit, hi = lo + t->unit < t->w->n_out ? lo + t->unit : t->w->n_out;
         gemm_range(t, lo, hi);
     }

@@ -17,8 +17,14 @@
 #include <immintrin.h>
 #endif
 
-/* Below this many floats of work an op runs on the calling thread alone. */
-#define PAR_MIN_FLOATS 32768
+/* Floats of work per chunk of a parallel op: an op smaller than one chunk runs on the calling
+ * thread alone, because a dispatch would cost more than it saves. */
+#define CHUNK_FLOATS 16384
+
+static int64_t rows_per_chunk(int64_t row_floats)
+{
+    return row_floats >= CHUNK_FLOATS ? 1 : CHUNK_FLOATS / (row_floats > 0 ? row_floats : 1);
+}
 
 /* ---- embed --------------------------------------------------------------------------------- */
 
@@ -28,13 +34,12 @@ typedef struct embed_task {
     float *out;
 } embed_task;
 
-static void embed_run(void *v, int ith, int nth)
+static void embed_run(void *v, int64_t lo, int64_t hi, int ith)
 {
     embed_task *t = v;
     const be_batch *b = &t->c->batch;
-    int64_t n_in = t->emb->n_in, lo, hi;
+    int64_t n_in = t->emb->n_in;
     size_t row_bytes = dt_row_bytes(t->emb->type, n_in);
-    cpu__split(b->n_tokens, ith, nth, &lo, &hi);
     for (int64_t i = lo; i < hi; i++) {
         int32_t tok = b->tokens[i];
         const char *row = (const char *)t->emb->data + (size_t)tok * row_bytes;
@@ -45,10 +50,7 @@ static void embed_run(void *v, int ith, int nth)
 void cpu__embed(cpu__backend *c, const be_weight *emb, float *out)
 {
     embed_task t = {c, emb, out};
-    if ((int64_t)c->batch.n_tokens * emb->n_in < PAR_MIN_FLOATS)
-        embed_run(&t, 0, 1);
-    else
-        cpu__pool_run(c->pool, embed_run, &t);
+    cpu__pool_for(c->pool, c->batch.n_tokens, rows_per_chunk(emb->n_in), embed_run, &t);
 }
 
 /* ---- rmsnorm ------------------------------------------------------------------------------- */
@@ -77,11 +79,9 @@ static float sum_squares(const float *x, int n)
     return s;
 }
 
-static void norm_run(void *v, int ith, int nth)
+static void norm_run(void *v, int64_t lo, int64_t hi, int ith)
 {
     norm_task *t = v;
-    int64_t lo, hi;
-    cpu__split(t->n_rows, ith, nth, &lo, &hi);
     for (int64_t r = lo; r < hi; r++) {
         const float *x = t->x + r * t->dim;
         float *o = t->out + r * t->dim;
@@ -94,10 +94,7 @@ void cpu__rmsnorm(cpu__backend *c, const float *x, const be_weight *w, float eps
                   int dim, float *out)
 {
     norm_task t = {x, w->data, eps, n_rows, dim, out};
-    if ((int64_t)n_rows * dim < PAR_MIN_FLOATS)
-        norm_run(&t, 0, 1);
-    else
-        cpu__pool_run(c->pool, norm_run, &t);
+    cpu__pool_for(c->pool, n_rows, rows_per_chunk(dim), norm_run, &t);
 }
 
 /* ---- rope ---------------------------------------------------------------------------------- */
@@ -131,12 +128,11 @@ static void rope_token(float *x, const be_rope *r, const double *inv_freq, int32
     }
 }
 
-static void rope_run(void *v, int ith, int nth)
+static void rope_run(void *v, int64_t lo, int64_t hi, int ith)
 {
     rope_task *t = v;
     const be_batch *b = &t->c->batch;
-    int64_t lo, hi, row = (int64_t)t->r->n_heads * t->r->head_dim;
-    cpu__split(b->n_tokens, ith, nth, &lo, &hi);
+    int64_t row = (int64_t)t->r->n_heads * t->r->head_dim;
     for (int64_t i = lo; i < hi; i++) rope_token(t->x + i * row, t->r, t->inv_freq, b->positions[i]);
 }
 
@@ -147,10 +143,8 @@ void cpu__rope(cpu__backend *c, float *x, const be_rope *r)
     if (half > ROPE_MAX_PAIRS) half = ROPE_MAX_PAIRS; /* head_dim > 1024 is not a real model */
     for (int i = 0; i < half; i++) inv_freq[i] = pow((double)r->base, -2.0 * i / r->rope_dims);
     rope_task t = {c, x, r, inv_freq};
-    if ((int64_t)c->batch.n_tokens * r->n_heads * r->head_dim < PAR_MIN_FLOATS)
-        rope_run(&t, 0, 1);
-    else
-        cpu__pool_run(c->pool, rope_run, &t);
+    cpu__pool_for(c->pool, c->batch.n_tokens, rows_per_chunk((int64_t)r->n_heads * r->head_dim) / 4 + 1,
+                  rope_run, &t);
 }
 
 /* ---- silu_mul and add ---------------------------------------------------------------------- */
@@ -161,39 +155,29 @@ typedef struct ew_task {
     int64_t n;
 } ew_task;
 
-static void silu_mul_run(void *v, int ith, int nth)
+static void silu_mul_run(void *v, int64_t lo, int64_t hi, int ith)
 {
     ew_task *t = v;
-    int64_t lo, hi;
-    cpu__split(t->n, ith, nth, &lo, &hi);
     for (int64_t i = lo; i < hi; i++) {
         float g = t->a[i];
         t->a[i] = g / (1.0f + expf(-g)) * t->b[i];
     }
 }
 
-static void add_run(void *v, int ith, int nth)
+static void add_run(void *v, int64_t lo, int64_t hi, int ith)
 {
     ew_task *t = v;
-    int64_t lo, hi;
-    cpu__split(t->n, ith, nth, &lo, &hi);
     for (int64_t i = lo; i < hi; i++) t->a[i] += t->b[i];
 }
 
 void cpu__silu_mul(cpu__backend *c, float *gate, const float *up, int64_t n)
 {
     ew_task t = {gate, up, n};
-    if (n < PAR_MIN_FLOATS / 4)
-        silu_mul_run(&t, 0, 1);
-    else
-        cpu__pool_run(c->pool, silu_mul_run, &t);
+    cpu__pool_for(c->pool, n, CHUNK_FLOATS / 4, silu_mul_run, &t);
 }
 
 void cpu__add(cpu__backend *c, float *x, const float *y, int64_t n)
 {
     ew_task t = {x, y, n};
-    if (n < PAR_MIN_FLOATS)
-        add_run(&t, 0, 1);
-    else
-        cpu__pool_run(c->pool, add_run, &t);
+    cpu__pool_for(c->pool, n, CHUNK_FLOATS, add_run, &t);
 }

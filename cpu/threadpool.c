@@ -2,14 +2,21 @@
  * threadpool.c — the CPU backend's persistent workers.
  *
  * Decode of a small model runs about a hundred ops per token, each split across all threads, so
- * dispatch must cost a few microseconds. Workers are created once. To start a task the caller
- * publishes (fn, arg) and bumps an atomic generation counter; workers spin on that counter for a
- * short while (so back-to-back ops never sleep) and then sleep on it with a futex (so an idle
- * server burns no CPU). The caller runs share 0 itself and then waits for a done counter.
+ * dispatch must cost a few microseconds. Workers are created once. An op is a parallel for over
+ * n items cut into chunks: the caller publishes it and bumps an atomic generation counter;
+ * workers spin on that counter for a short while (so back-to-back ops never sleep) and then
+ * sleep on it with a futex (so an idle server burns no CPU). Every participant, the caller
+ * included, takes chunks from one atomic counter until none are left.
  *
- * Invariants: only the creating thread calls cpu__pool_run, one task at a time; a task's
- * arguments stay valid until cpu__pool_run returns; n_done counts finished workers of the
- * current generation only (reset before the generation is published).
+ * The machine may be shared (more runnable threads than cores). A worker the OS has not
+ * scheduled yet must not hold the step up, so participation is opt-in: a worker joins the
+ * current op by incrementing a join count in the op's state word, and only while the op is
+ * open. When the caller runs out of chunks it closes the op and waits for the workers that
+ * joined — never for one that has not started; that one sees the op closed and skips it.
+ *
+ * Invariants: only the creating thread calls cpu__pool_for, one op at a time; an op's fields
+ * are written before its generation is published and read only by workers that joined it;
+ * state = (generation << 32) | CLOSED bit | number of workers joined.
  */
 #include <errno.h>
 #include <limits.h>
@@ -34,14 +41,20 @@
  * thread does a little work between them), short enough not to matter when idle. */
 #define SPIN_ITERS 20000
 
+#define CLOSED (1ull << 31)
+
 struct cpu__pool {
     int n_threads;
     pthread_t *threads;             /* [n_threads - 1] */
-    cpu__task_fn fn;                /* current task, published before gen is bumped */
+    /* The current op, written before gen is bumped. */
+    cpu__range_fn fn;
     void *arg;
-    _Atomic uint32_t gen;           /* bumped once per task; futex word */
+    int64_t n_items, chunk;
+    _Atomic int64_t next;           /* next chunk to take */
+    _Atomic uint64_t state;         /* (gen << 32) | CLOSED | joined */
+    _Atomic int n_done;             /* joined workers that have finished */
+    _Atomic uint32_t gen;           /* bumped once per op; futex word */
     _Atomic int n_sleeping;         /* workers inside (or about to enter) futex wait */
-    _Atomic int n_done;             /* workers that finished the current task */
     _Atomic int stop;
 };
 
@@ -73,6 +86,30 @@ static uint32_t wait_gen(cpu__pool *p, uint32_t seen)
     }
 }
 
+/* Takes chunks of the current op until none are left. */
+static void run_chunks(cpu__pool *p, int ith)
+{
+    for (;;) {
+        int64_t c = atomic_fetch_add_explicit(&p->next, 1, memory_order_relaxed);
+        int64_t lo = c * p->chunk;
+        if (lo >= p->n_items) break;
+        int64_t hi = lo + p->chunk < p->n_items ? lo + p->chunk : p->n_items;
+        p->fn(p->arg, lo, hi, ith);
+    }
+}
+
+/* Joins the op of generation g if it is still open. */
+static int try_join(cpu__pool *p, uint32_t g)
+{
+    uint64_t s = atomic_load_explicit(&p->state, memory_order_acquire);
+    for (;;) {
+        if ((uint32_t)(s >> 32) != g || (s & CLOSED)) return 0;
+        if (atomic_compare_exchange_weak_explicit(&p->state, &s, s + 1, memory_order_acq_rel,
+                                                  memory_order_acquire))
+            return 1;
+    }
+}
+
 static void *worker_main(void *v)
 {
     worker_arg *wa = v;
@@ -83,7 +120,8 @@ static void *worker_main(void *v)
     for (;;) {
         seen = wait_gen(p, seen);
         if (atomic_load(&p->stop)) break;
-        p->fn(p->arg, ith, p->n_threads);
+        if (!try_join(p, seen)) continue;
+        run_chunks(p, ith);
         atomic_fetch_add_explicit(&p->n_done, 1, memory_order_release);
     }
     return NULL;
@@ -134,21 +172,30 @@ int cpu__pool_size(const cpu__pool *p)
     return p->n_threads;
 }
 
-void cpu__pool_run(cpu__pool *p, cpu__task_fn fn, void *arg)
+void cpu__pool_for(cpu__pool *p, int64_t n_items, int64_t chunk, cpu__range_fn fn, void *arg)
 {
-    int nth = p->n_threads;
-    if (nth == 1) {
-        fn(arg, 0, 1);
+    if (n_items <= 0) return;
+    if (chunk < 1) chunk = 1;
+    if (p->n_threads == 1 || n_items <= chunk) {
+        for (int64_t lo = 0; lo < n_items; lo += chunk) fn(arg, lo, lo + chunk < n_items ? lo + chunk : n_items, 0);
         return;
     }
     p->fn = fn;
     p->arg = arg;
+    p->n_items = n_items;
+    p->chunk = chunk;
+    atomic_store_explicit(&p->next, 0, memory_order_relaxed);
     atomic_store_explicit(&p->n_done, 0, memory_order_relaxed);
+    uint32_t g = atomic_load_explicit(&p->gen, memory_order_relaxed) + 1;
+    atomic_store_explicit(&p->state, (uint64_t)g << 32, memory_order_release);
     publish(p);
-    fn(arg, 0, nth);
-    /* Spin while the others finish; yield now and then in case they share our core. */
-    for (unsigned i = 1; atomic_load_explicit(&p->n_done, memory_order_acquire) != nth - 1; i++) {
-        if (i % 1024 == 0)
+    run_chunks(p, 0);
+    uint64_t s = atomic_fetch_or_explicit(&p->state, CLOSED, memory_order_acq_rel);
+    int joined = (int)(s & (CLOSED - 1));
+    /* Spin while the joined workers finish their last chunks; yield now and then in case one
+     * of them shares our core. */
+    for (unsigned i = 1; atomic_load_explicit(&p->n_done, memory_order_acquire) != joined; i++) {
+        if (i % 256 == 0)
             sched_yield();
         else
             cpu_relax();

@@ -3,7 +3,8 @@
  * random (non-contiguous) block tables, and kv_copy_block, against a float64 reference.
  *
  * The batch mixes the cases the engine produces in one step: a prefill chunk on top of a cached
- * prefix, decode tokens of other sequences, a fresh prefill and a one-token sequence. The
+ * prefix, decode tokens of other sequences, a fresh prefill, a one-token sequence and a long
+ * chunk (more new tokens than the kernel's query tile). The
  * reference sees the K/V values after rounding to the arena's dtype, so the tolerance only
  * covers f32 arithmetic.
  */
@@ -33,7 +34,7 @@ static float cpua_round(int dtype, float f)
     return f;
 }
 
-#define CPUA_NSEQ 4
+#define CPUA_NSEQ 5
 
 typedef struct cpua_case {
     int head_dim, gqa, block_size, dtype, threads;
@@ -41,7 +42,7 @@ typedef struct cpua_case {
 
 static void cpua_run(const cpua_case *tc)
 {
-    const int ctx[CPUA_NSEQ] = {23, 40, 5, 1}, n_new[CPUA_NSEQ] = {7, 1, 5, 1};
+    const int ctx[CPUA_NSEQ] = {23, 40, 5, 1, 50}, n_new[CPUA_NSEQ] = {7, 1, 5, 1, 37};
     int n_kv = 2, n_heads = n_kv * tc->gqa, hd = tc->head_dim, bs = tc->block_size;
     int kv_dim = n_kv * hd, q_dim = n_heads * hd;
     cpua_rng = 0x1234567ull + (uint64_t)(hd * 131 + tc->gqa * 17 + bs * 3 + tc->dtype) * 7919;
