@@ -503,6 +503,13 @@ static int eng__setup(engine *e, char *err, size_t err_len)
     if (c->max_seqs <= 0) c->max_seqs = gpu ? 256 : 64;
     if (c->max_batch_tokens <= 0) c->max_batch_tokens = gpu ? 8192 : 512;
     if (c->block_size <= 0) c->block_size = 16;
+    /* Every running sequence must be able to decode in every step. */
+    if (c->max_batch_tokens < c->max_seqs) {
+        if (!c->quiet)
+            fprintf(stderr, "engine: max_batch_tokens raised from %d to max_seqs (%d)\n",
+                    c->max_batch_tokens, c->max_seqs);
+        c->max_batch_tokens = c->max_seqs;
+    }
     e->g = (kv_geom){hp->n_layers, hp->n_kv_heads, hp->head_dim, c->block_size, c->kv_dtype};
     e->n_ctx = hp->n_ctx_train > 0 ? hp->n_ctx_train : 2048;
     e->n_vocab = hp->n_vocab;
