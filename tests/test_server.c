@@ -254,8 +254,11 @@ static void sv_teardown(void)
         sv.pid = 0;
     }
     char p[400];
-    snprintf(p, sizeof p, "%s/demo.gguf", sv.dir);
-    unlink(p);
+    static const char *const files[] = {"demo.gguf", "notify", "sdk.log"};
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        snprintf(p, sizeof p, "%s/%s", sv.dir, files[i]);
+        unlink(p);
+    }
     unlink(sv.log);
     rmdir(sv.dir);
     cJSON_Delete(sv.gold);
@@ -857,4 +860,58 @@ Test(server, sigterm_drains_streams_then_exits_0)
     cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "exit status %d", status);
     close(nfd);
     unlink(sock);
+}
+
+Test(server, sse_ping_while_waiting)
+{
+    /* one running sequence at a time: a stream queued behind long requests waits, and pings */
+    const char *args[] = {"--max-seqs", "1", "--sse-ping-interval", "0.02", NULL};
+    sv_start_args(args);
+    enum { N = 3 };
+    static sv_job jobs[N + 1];
+    pthread_t th[N + 1];
+    for (int i = 0; i < N; i++) {
+        memset(&jobs[i], 0, sizeof jobs[i]);
+        jobs[i].body = "{\"prompt\":\"Once\",\"max_tokens\":480,\"ignore_eos\":true,\"stream\":true}";
+        pthread_create(&th[i], NULL, sv_job_run, &jobs[i]);
+    }
+    int64_t deadline = sv_now_ms() + 10000;
+    while (!atomic_load(&jobs[0].first) && sv_now_ms() < deadline) usleep(1000);
+    sv_resp r = sv_post("/v1/completions", "{\"prompt\":\"Once upon a time\",\"max_tokens\":8,\"temperature\":0,\"stream\":true}");
+    cr_assert_eq(r.status, 200);
+    cr_assert(strstr(r.body, ": ping\n\n"), "no ping while waiting: %.300s", r.body);
+    sv_stream st;
+    sv_parse_stream(r.body, 0, &st);
+    cr_assert(st.done && !st.error);
+    sv_resp_free(&r);
+    for (int i = 0; i < N; i++) pthread_join(th[i], NULL);
+}
+
+Test(server, openai_sdk_e2e)
+{
+    if (system("command -v node >/dev/null 2>&1") != 0 || access("tests/e2e/node_modules/openai/package.json", R_OK)) {
+        sv_teardown();
+        cr_skip_test("node or tests/e2e/node_modules missing (run: cd tests/e2e && npm ci)");
+    }
+    sv_start();
+    char cmd[2048], model[256];
+    const char *slash = strrchr(sv.model, '/');
+    snprintf(model, sizeof model, "%s", slash + 1);
+    *strstr(model, ".gguf") = 0;
+    char expect[1024] = "";
+    if (sv.golden) {
+        const cJSON *c = sv_case("once_upon_a_time_n64");
+        snprintf(expect, sizeof expect, "KVSERVE_MAX_TOKENS=%d KVSERVE_EXPECT='%s'",
+                 cJSON_GetObjectItem(c, "max_new_tokens")->valueint, sv_case_text(c));
+        cr_assert(!strchr(sv_case_text(c), '\''));
+    }
+    snprintf(cmd, sizeof cmd, "cd tests/e2e && KVSERVE_URL=http://127.0.0.1:%d/v1 KVSERVE_MODEL='%s' %s "
+                              "timeout 60 node openai_sdk.mjs > '%s/sdk.log' 2>&1", sv.port, model, expect, sv.dir);
+    int rc = system(cmd);
+    char p[400];
+    snprintf(p, sizeof p, "%s/sdk.log", sv.dir);
+    char *log = sv_read_file(p);
+    unlink(p);
+    cr_assert_eq(rc, 0, "openai SDK test failed:\n%s", log ? log : "");
+    free(log);
 }
