@@ -408,6 +408,16 @@ Test(tokenizer, cli_stories_and_errors)
     cr_assert_eq(ttok_run(a, NULL, 0, &got, &gl), 0);
     cr_assert_str_eq(got, "1 403 407 261 378\n");
     free(got);
+    /* --special: the control token <s> is one token, and the text after it gets the dummy
+     * prefix again; without it, <s> is spelled out (the golden JSON's case). */
+    char *sp[] = {(char *)bin, "tokenize", "-m", path, "--special", "<s>a", NULL};
+    cr_assert_eq(ttok_run(sp, NULL, 0, &got, &gl), 0);
+    cr_assert_str_eq(got, "1 1 261\n");
+    free(got);
+    char *nsp[] = {(char *)bin, "tokenize", "-m", path, "--no-bos", "<s>", NULL};
+    cr_assert_eq(ttok_run(nsp, NULL, 0, &got, &gl), 0);
+    cr_assert_str_eq(got, "410 504 419 505\n");
+    free(got);
     char *two[] = {(char *)bin, "tokenize", "-m", path, "a", "b", NULL};
     cr_assert_eq(ttok_run(two, NULL, 0, &got, &gl), 2);
     free(got);
