@@ -157,9 +157,14 @@ static int build_prompts(srv_req *r, int32_t ***ids_out, int **n_out, int **max_
             rc = oai_fail(e, 400, "invalid_request_error", "invalid_value", "prompt", "the prompt is empty");
             break;
         }
-        int want = q->max_tokens >= 0 ? q->max_tokens : q->kind == OAI_CHAT ? s->n_ctx - n[p] : 16;
-        if (q->max_tokens < 0 && n[p] + want > s->n_ctx) want = s->n_ctx - n[p];
-        if (n[p] >= s->n_ctx || n[p] + want > s->n_ctx) {
+        /* Without max_tokens, chat may fill the context (or what the KV cache holds of it). */
+        int limit = s->n_ctx;
+        engine_stats st;
+        engine_get_stats(s->e, &st);
+        if (st.kv_capacity_tokens > 0 && st.kv_capacity_tokens < limit) limit = (int)st.kv_capacity_tokens;
+        int want = q->max_tokens >= 0 ? q->max_tokens : q->kind == OAI_CHAT ? limit - n[p] : 16;
+        if (q->max_tokens < 0 && n[p] + want > limit) want = limit - n[p];
+        if (n[p] >= limit || want < 0 || n[p] + want > s->n_ctx) {
             rc = oai_fail(e, 400, "invalid_request_error", "context_length_exceeded",
                           q->kind == OAI_CHAT ? "messages" : "prompt",
                           "This model's maximum context length is %d tokens. However, you requested "

@@ -253,6 +253,7 @@ void srv__ping_tick(srv *s)
 static enum MHD_Result do_health(srv_req *r)
 {
     srv *s = r->s;
+    if (!s->e) return reply_json(r, 503, strdup("{\"status\":\"loading\"}"));
     engine_stats st;
     engine_get_stats(s->e, &st);
     int busy = st.num_running + st.num_waiting > 0;
@@ -266,8 +267,8 @@ static enum MHD_Result do_health(srv_req *r)
 static enum MHD_Result do_metrics(srv_req *r)
 {
     engine_stats st;
-    engine_get_stats(r->s->e, &st);
-    char *t = met_render(&r->s->met, &st, r->s->model_id);
+    if (r->s->e) engine_get_stats(r->s->e, &st);
+    char *t = met_render(&r->s->met, r->s->e ? &st : NULL, r->s->model_id);
     return srv__reply(r, 200, "text/plain; version=0.0.4; charset=utf-8", t, t ? strlen(t) : 0);
 }
 
@@ -348,6 +349,8 @@ static enum MHD_Result dispatch(srv_req *r)
         return reply_fail(r, 413, "invalid_request_error", "request_too_large",
                           "The request body exceeds the limit of %s", m);
     }
+    if (!s->e && rt != R_HEALTH && rt != R_METRICS)
+        return reply_fail(r, 503, "server_error", "model_loading", "The model is still loading%s", "");
     switch (rt) {
     case R_HEALTH: return do_health(r);
     case R_METRICS: return do_metrics(r);

@@ -108,6 +108,11 @@ struct srv {
     int drain_expired;
     int stopping;
     int port;                    /* bound port */
+    uv_work_t load_req;          /* model + tokenizer load on a libuv worker thread */
+    int load_rc;                 /* its result (0 or negative errno) */
+    char load_err[512];
+    engine_config ec;            /* the engine's configuration (outlives the engine) */
+    int exit_code;
 };
 
 /* http.c */

@@ -141,7 +141,6 @@ static int load(srv *s, char *err, size_t err_len)
         s->chat_tmpl = chat_template_detect(jinja, s->tok);
         free(jinja);
     }
-    model_id_of(c, s->model_id, sizeof s->model_id);
     s->n_ctx = s->m->hp.n_ctx_train;
     s->n_vocab = tok_n_vocab(s->tok);
     if (s->m->hp.n_vocab < s->n_vocab) s->n_vocab = s->m->hp.n_vocab;
@@ -178,6 +177,51 @@ static void teardown(srv *s)
     model_destroy(s->m);
 }
 
+/* Worker thread: the slow part of start-up. Touches nothing the loop thread reads before
+ * load_done runs. */
+static void load_work(uv_work_t *w)
+{
+    srv *s = w->data;
+    s->load_rc = load(s, s->load_err, sizeof s->load_err);
+}
+
+/* Loop thread: start the engine on the loaded model, then tell systemd we are ready. */
+static void load_done(uv_work_t *w, int status)
+{
+    srv *s = w->data;
+    const srv_config *cfg = s->cfg;
+    if (s->stopping) return;
+    if (status || s->load_rc) {
+        fprintf(stderr, "kvserve serve: %s\n", s->load_err[0] ? s->load_err : "model load cancelled");
+        s->exit_code = 1;
+        s->stopping = 1;
+        uv_stop(&s->loop);
+        return;
+    }
+    s->ec = cfg->engine;
+    s->ec.model = s->m;
+    s->ec.tok = s->tok;
+    s->ec.wake = wake_cb;
+    s->ec.wake_ud = &s->wake;
+    char err[512] = "";
+    engine *e = engine_create(&s->ec, err, sizeof err);
+    if (!e) {
+        fprintf(stderr, "kvserve serve: %s\n", err);
+        s->exit_code = 1;
+        s->stopping = 1;
+        uv_stop(&s->loop);
+        return;
+    }
+    s->e = e;
+    int v6 = strchr(cfg->host, ':') != NULL;
+    fprintf(stderr, "kvserve: serving '%s' (context %d, chat template %s) on http://%s%s%s:%d\n",
+            s->model_id, s->n_ctx, chat_template_name(s->chat_tmpl), v6 ? "[" : "", cfg->host,
+            v6 ? "]" : "", s->port);
+    char ready[512];
+    snprintf(ready, sizeof ready, "READY=1\nSTATUS=serving %s on port %d", s->model_id, s->port);
+    srv_notify(ready);
+}
+
 int srv_run(const srv_config *cfg)
 {
     srv *s = calloc(1, sizeof *s);
@@ -187,7 +231,6 @@ int srv_run(const srv_config *cfg)
     met_init(&s->met);
     signal(SIGPIPE, SIG_IGN);
     char err[512] = "";
-    int rc = 1;
     uv_loop_init(&s->loop);
     uv_async_init(&s->loop, &s->wake, on_wake);
     s->wake.data = s;
@@ -197,22 +240,11 @@ int srv_run(const srv_config *cfg)
     uv_signal_init(&s->loop, &s->sig_term);
     uv_signal_init(&s->loop, &s->sig_int);
     s->sig_term.data = s->sig_int.data = s;
-    if (load(s, err, sizeof err)) {
-        fprintf(stderr, "kvserve serve: %s\n", err);
-        goto out;
-    }
-    engine_config ec = cfg->engine;
-    ec.model = s->m;
-    ec.tok = s->tok;
-    ec.wake = wake_cb;
-    ec.wake_ud = &s->wake;
-    s->e = engine_create(&ec, err, sizeof err);
-    if (!s->e) {
-        fprintf(stderr, "kvserve serve: %s\n", err);
-        goto out;
-    }
+    model_id_of(cfg, s->model_id, sizeof s->model_id);
+    /* Listen first so that probes get 503 "loading" rather than a refused connection. */
     if (srv__http_start(s, err, sizeof err)) {
         fprintf(stderr, "kvserve serve: %s\n", err);
+        s->exit_code = 1;
         goto out;
     }
     uv_signal_start(&s->sig_term, on_signal, SIGTERM);
@@ -221,18 +253,12 @@ int srv_run(const srv_config *cfg)
     uint64_t tick = (uint64_t)(pi * 500) > 10 ? (uint64_t)(pi * 500) : 10;
     if (tick > 1000) tick = 1000;
     uv_timer_start(&s->ping_timer, on_ping, tick, tick);
-    int v6 = strchr(cfg->host, ':') != NULL;
-    fprintf(stderr, "kvserve: serving '%s' (context %d, chat template %s) on http://%s%s%s:%d\n",
-            s->model_id, s->n_ctx, chat_template_name(s->chat_tmpl), v6 ? "[" : "", cfg->host,
-            v6 ? "]" : "", s->port);
-    char ready[512];
-    snprintf(ready, sizeof ready, "READY=1\nSTATUS=serving %s on port %d\nMAINPID=%ld", s->model_id,
-             s->port, (long)getpid());
-    srv_notify(ready);
+    s->load_req.data = s;
+    uv_queue_work(&s->loop, &s->load_req, load_work, load_done);
     uv_run(&s->loop, UV_RUN_DEFAULT);
-    fprintf(stderr, "kvserve: drained, exiting\n");
-    rc = 0;
-out:
+    if (!s->exit_code) fprintf(stderr, "kvserve: drained, exiting\n");
+out:;
+    int rc = s->exit_code;
     teardown(s);
     free(s);
     return rc;
