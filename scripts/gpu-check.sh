@@ -9,6 +9,8 @@
 #                                              from MODELS_DIR into .gpu/ (git-ignored), on a machine with
 #                                              python3; the GPU machine then needs only the work tree
 #   scripts/gpu-check.sh --quick [OUTDIR]      smaller kernel checks and shorter benchmarks
+#   scripts/gpu-check.sh --emulate             no GPU needed: run the attention kernels' source on the
+#                                              CPU (cuda/check/attn_emu.cc) against float64 (~1 min)
 #
 # Needs only the CUDA toolkit (nvcc, cuBLAS) and a C compiler: no -dev packages, no network.
 # The program is built from engine/ cache/ cpu/ cuda/ sources with -arch=sm_90 into
@@ -22,6 +24,11 @@ while [ $# -gt 0 ]; do
     case "$1" in
     --build-only) BUILD_ONLY=1; shift ;;
     --quick) QUICK=--quick; shift ;;
+    --emulate)
+        mkdir -p build/gpu-check
+        ${CXX:-c++} -std=c++17 -O2 -g -Wall -Wextra -Wno-unused-parameter -Wno-unknown-pragmas \
+            -Wno-unused-function -Werror -I. -o build/gpu-check/attn_emu cuda/check/attn_emu.cc -lpthread
+        exec build/gpu-check/attn_emu ;;
     --prepare)
         [ $# -ge 2 ] || { echo "gpu-check: --prepare needs the models directory" >&2; exit 2; }
         mkdir -p .gpu

@@ -1,0 +1,185 @@
+/*
+ * attn_kernels.h — the attention kernels themselves (see attention.cu for the algorithm), kept
+ * apart from their launcher so that the same source also compiles against a CPU emulation of the
+ * CUDA built-ins (cuda/check/emu_cuda.h), which checks them without a GPU.
+ *
+ * Included by attention.cu (after cuda/internal.h) and by cuda/check/attn_emu.cc (after the
+ * emulation header). Expects the CUDA built-ins, __half / __nv_bfloat16 and cuda_common.h.
+ */
+#ifndef KVSERVE_CUDA_ATTN_KERNELS_H
+#define KVSERVE_CUDA_ATTN_KERNELS_H
+
+#include "cuda/cuda_common.h"
+
+struct cuda__attn_args {
+    const float *q;          /* [n_tokens][n_heads][head_dim] */
+    float *out;              /* [n_tokens][n_heads][head_dim] */
+    float *part;             /* [n_tokens][n_heads][splits][head_dim + 2] when splits > 1 */
+    const int32_t *q_start, *ctx_len, *block_table, *items;
+    int bt_stride, block_size, n_kv_heads, n_heads, head_dim, gsize, splits;
+    int32_t part_keys;
+    float scale;
+};
+
+static __device__ __forceinline__ float cuda__ldkv(float v)
+{
+    return v;
+}
+static __device__ __forceinline__ float cuda__ldkv(__half v)
+{
+    return __half2float(v);
+}
+static __device__ __forceinline__ float cuda__ldkv(__nv_bfloat16 v)
+{
+    return __bfloat162float(v);
+}
+
+static __device__ __forceinline__ float cuda__warp_max(float v)
+{
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+static __device__ __forceinline__ float cuda__warp_sum(float v)
+{
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+/* Shared-memory floats for a block of `rows` query rows. */
+static inline size_t cuda__attn_smem(int rows, int head_dim)
+{
+    const int TK = CUDA_ATTN_TK;
+    return ((size_t)rows * (2 * head_dim + TK + 3) + (size_t)TK * (2 * head_dim + 1)) * sizeof(float);
+}
+
+template <typename T>
+static __global__ void __launch_bounds__(CUDA_ATTN_THREADS)
+cuda__attn_k(cuda__attn_args a, const T *kp, const T *vp)
+{
+    const int TK = CUDA_ATTN_TK, D = a.head_dim;
+    extern __shared__ float sm[]; /* dynamic */
+    const int32_t *it = a.items + blockIdx.z * CUDA_ATTN_ITEM_INTS;
+    const int s = it[0], t0 = it[1], nt = it[2];
+    const int g = blockIdx.y, p = blockIdx.x, tid = threadIdx.x;
+    const int rows = nt * a.gsize;
+    const int32_t n_new = a.q_start[s + 1] - a.q_start[s];
+    const int32_t base = a.ctx_len[s] - n_new; /* KV entries before this step's tokens */
+    const int32_t kv_hi = base + t0 + nt;      /* exclusive end over the item's rows */
+    const int32_t k_begin = (int32_t)p * a.part_keys;
+    const int32_t k_end = min(kv_hi, k_begin + a.part_keys);
+    const int32_t *bt = a.block_table + (int64_t)s * a.bt_stride;
+    const int qstride = a.n_heads * D;
+
+    float *Qs = sm;                 /* [rows][D], pre-scaled */
+    float *Os = Qs + rows * D;      /* [rows][D] */
+    float *Ss = Os + rows * D;      /* [rows][TK] scores, then probabilities */
+    float *Ms = Ss + rows * TK;     /* [rows] running max */
+    float *Ls = Ms + rows;          /* [rows] running sum */
+    float *As = Ls + rows;          /* [rows] rescale factor of this tile */
+    float *Ks = As + rows;          /* [TK][D + 1] (padded against bank conflicts) */
+    float *Vs = Ks + TK * (D + 1);  /* [TK][D] */
+
+    for (int i = tid; i < rows * D; i += blockDim.x) {
+        int r = i / D, d = i % D;
+        int64_t tok = a.q_start[s] + t0 + r / a.gsize;
+        int h = g * a.gsize + r % a.gsize;
+        Qs[i] = a.q[tok * qstride + h * D + d] * a.scale;
+        Os[i] = 0.0f;
+    }
+    for (int r = tid; r < rows; r += blockDim.x) {
+        Ms[r] = -INFINITY;
+        Ls[r] = 0.0f;
+    }
+    const int64_t head_off = (int64_t)g * a.block_size * D;
+    const int64_t blk_elems = (int64_t)a.n_kv_heads * a.block_size * D;
+    for (int32_t kt = k_begin; kt < k_end; kt += TK) {
+        __syncthreads(); /* the previous tile's K/V/S are no longer read */
+        for (int i = tid; i < TK * D; i += blockDim.x) {
+            int c = i / D, d = i % D;
+            int32_t j = kt + c;
+            float kv = 0.0f, vv = 0.0f;
+            if (j < k_end) {
+                int64_t o = (int64_t)bt[j / a.block_size] * blk_elems + head_off + (int64_t)(j % a.block_size) * D + d;
+                kv = cuda__ldkv(kp[o]);
+                vv = cuda__ldkv(vp[o]);
+            }
+            Ks[c * (D + 1) + d] = kv;
+            Vs[c * D + d] = vv;
+        }
+        __syncthreads();
+        for (int i = tid; i < rows * TK; i += blockDim.x) {
+            int r = i / TK, c = i % TK;
+            int32_t j = kt + c, qpos = base + t0 + r / a.gsize;
+            float sc = -INFINITY;
+            if (j < k_end && j <= qpos) {
+                const float *qr = Qs + r * D, *kr = Ks + c * (D + 1);
+                float acc = 0.0f;
+                for (int d = 0; d < D; d++) acc += qr[d] * kr[d];
+                sc = acc;
+            }
+            Ss[i] = sc;
+        }
+        __syncthreads();
+        const int lane = tid & 31;
+        for (int r = tid >> 5; r < rows; r += blockDim.x >> 5) {
+            float sc = Ss[r * TK + lane];
+            float m_old = Ms[r];
+            float m_new = fmaxf(m_old, cuda__warp_max(sc));
+            float pr = sc == -INFINITY ? 0.0f : __expf(sc - m_new);
+            float sum = cuda__warp_sum(pr);
+            Ss[r * TK + lane] = pr;
+            if (lane == 0) {
+                float alpha = m_old == -INFINITY ? 0.0f : __expf(m_old - m_new);
+                Ls[r] = Ls[r] * alpha + sum;
+                Ms[r] = m_new;
+                As[r] = alpha;
+            }
+        }
+        __syncthreads();
+        for (int i = tid; i < rows * D; i += blockDim.x) {
+            int r = i / D, d = i % D;
+            const float *pr = Ss + r * TK;
+            float acc = Os[i] * As[r];
+#pragma unroll 8
+            for (int c = 0; c < TK; c++) acc += pr[c] * Vs[c * D + d];
+            Os[i] = acc;
+        }
+    }
+    __syncthreads();
+    for (int i = tid; i < rows * D; i += blockDim.x) {
+        int r = i / D, d = i % D;
+        int64_t tok = a.q_start[s] + t0 + r / a.gsize;
+        int h = g * a.gsize + r % a.gsize;
+        if (a.splits == 1) {
+            a.out[tok * qstride + h * D + d] = Ls[r] > 0.0f ? Os[i] / Ls[r] : 0.0f;
+        } else {
+            float *pp = a.part + ((tok * a.n_heads + h) * a.splits + p) * (D + 2);
+            pp[d] = Os[i];
+            if (d == 0) {
+                pp[D] = Ms[r];
+                pp[D + 1] = Ls[r];
+            }
+        }
+    }
+}
+
+/* Merges the split partials of one (token, head): grid (n_heads, n_tokens). */
+static __global__ void cuda__attn_reduce_k(const float *part, float *out, int n_heads, int D, int splits)
+{
+    int h = blockIdx.x;
+    int64_t t = blockIdx.y;
+    const float *pp = part + (t * n_heads + h) * splits * (D + 2);
+    for (int d = threadIdx.x; d < D; d += blockDim.x) {
+        float m = -INFINITY, l = 0.0f, o = 0.0f;
+        for (int p = 0; p < splits; p++) {
+            const float *q = pp + p * (D + 2);
+            float ca, cb;
+            m = cuda_softmax_merge(m, &l, q[D], q[D + 1], &ca, &cb);
+            o = o * ca + q[d] * cb;
+        }
+        out[(t * n_heads + h) * D + d] = l > 0.0f ? o / l : 0.0f;
+    }
+}
+
+#endif

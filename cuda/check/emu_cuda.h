@@ -1,0 +1,74 @@
+/*
+ * emu_cuda.h — just enough of CUDA's device built-ins, on POSIX threads, to run the attention
+ * kernels (cuda/attn_kernels.h) on a CPU. Host C++ only; see cuda/check/attn_emu.cc.
+ *
+ * One launch runs blockDim.x threads that walk the grid's blocks in lock step (block after
+ * block), so shared memory (one static array) is reused safely; __syncthreads is a barrier over
+ * those threads and warp shuffles exchange through a per-warp array between two barriers of the
+ * warp's 32 threads. This is an emulation of the execution model, not of timing: it catches
+ * indexing, masking, barrier placement within a block and reduction mistakes, not races that only
+ * real concurrency or the memory model would show.
+ */
+#ifndef KVSERVE_EMU_CUDA_H
+#define KVSERVE_EMU_CUDA_H
+
+#include <math.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <algorithm>
+
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__
+#define __launch_bounds__(x)
+#define __shared__
+
+struct dim3 {
+    unsigned x = 1, y = 1, z = 1;
+};
+
+extern thread_local dim3 threadIdx, blockIdx;
+extern dim3 blockDim, gridDim;
+extern pthread_barrier_t emu_bar, emu_wbar[32];
+extern float emu_xchg[1024];
+extern float sm[]; /* the dynamic shared memory of the running block */
+
+static inline void __syncthreads()
+{
+    pthread_barrier_wait(&emu_bar);
+}
+
+static inline float __shfl_xor_sync(unsigned mask, float v, int o)
+{
+    (void)mask;
+    int t = (int)threadIdx.x, w = t >> 5, lane = t & 31;
+    emu_xchg[t] = v;
+    pthread_barrier_wait(&emu_wbar[w]);
+    float r = emu_xchg[(w << 5) | (lane ^ o)];
+    pthread_barrier_wait(&emu_wbar[w]);
+    return r;
+}
+
+#define __expf expf
+using std::min;
+
+/* 16-bit KV types are not emulated: the emulation checks the f32-KV instantiation. */
+struct __half {
+    uint16_t x;
+};
+struct __nv_bfloat16 {
+    uint16_t x;
+};
+static inline float __half2float(__half h)
+{
+    return (float)h.x * NAN;
+}
+static inline float __bfloat162float(__nv_bfloat16 h)
+{
+    return (float)h.x * NAN;
+}
+
+#endif
