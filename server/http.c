@@ -12,6 +12,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netdb.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -144,9 +145,7 @@ enum MHD_Result srv__reply(srv_req *r, int status, const char *ctype, char *body
     }
     add_common_headers(r, resp, ctype);
     if (status == 503) MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, "1");
-    if (status == 405)
-        MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW,
-                                strcmp(r->method, "GET") ? "GET" : "POST");
+    if (status == 405 && r->allow) MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, r->allow);
     if (status == 401) MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
     r->status = status;
     enum MHD_Result ret = MHD_queue_response(r->conn, (unsigned)status, resp);
@@ -340,6 +339,7 @@ static enum MHD_Result dispatch(srv_req *r)
     if (rt == R_NONE)
         return reply_fail(r, 404, "invalid_request_error", "not_found", "Unknown route '%s'", r->path);
     int head = !strcmp(r->method, "HEAD") && !strcmp(want, "GET");
+    r->allow = want;
     if (strcmp(r->method, want) && !head)
         return reply_fail(r, 405, "invalid_request_error", "method_not_allowed",
                           "Method not allowed here (use %s)", want);
@@ -487,6 +487,17 @@ static int resolve(const char *host, int port, struct sockaddr_storage *ss, int 
     return 0;
 }
 
+/* libmicrohttpd's own messages, marked as such in the log. */
+static void on_mhd_log(void *cls, const char *fmt, va_list ap)
+{
+    (void)cls;
+    char msg[512];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    size_t n = strlen(msg);
+    while (n && msg[n - 1] == '\n') msg[--n] = 0;
+    fprintf(stderr, "kvserve: http: %s\n", msg);
+}
+
 int srv__http_start(srv *s, char *err, size_t err_len)
 {
     struct sockaddr_storage ss;
@@ -500,6 +511,7 @@ int srv__http_start(srv *s, char *err, size_t err_len)
     s->d = MHD_start_daemon(flags, (uint16_t)s->cfg->port, NULL, NULL, on_access, s,
                             MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
                             MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+                            MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, s,
                             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)600,
                             MHD_OPTION_CONNECTION_LIMIT, (unsigned)4000,
                             MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)65536,

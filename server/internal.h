@@ -51,6 +51,7 @@ struct srv_req {
     size_t body_len, body_cap;
     int body_too_big;
     int status;                  /* HTTP status sent (access log) */
+    const char *allow;           /* 405: the method the route takes (static string) */
     int n_prompt_tokens, n_output_tokens;
     int conn_done;
     int suspended;
