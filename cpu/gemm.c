@@ -18,7 +18,7 @@
 #include "cpu/internal.h"
 #include "engine/dtype.h"
 
-#ifdef __AVX512F__
+#if defined(__AVX512F__) || defined(__AVX2__)
 #include <immintrin.h>
 #endif
 
@@ -114,6 +114,57 @@ static void ukernel_any(int mr, const float *panel, const float *x, int64_t ldx,
     case 3: ukernel(3, panel, x, ldx, kc, c, ldc, m0, m1, load_c); break;
     case 2: ukernel(2, panel, x, ldx, kc, c, ldc, m0, m1, load_c); break;
     default: ukernel(1, panel, x, ldx, kc, c, ldc, m0, m1, load_c); break;
+    }
+}
+#elif defined(__AVX2__) && defined(__FMA__)
+/* AVX2 fallback: 16 ymm registers hold 6 rows × 16 columns, so a panel is swept in two halves. */
+static inline __attribute__((always_inline)) void ukernel16(int mr, const float *panel,
+                                                            const float *x, int64_t ldx, int kc,
+                                                            float *c, int64_t ldc, int load_c)
+{
+    __m256 acc[MR][2];
+#pragma GCC unroll 16
+    for (int r = 0; r < mr; r++) {
+        acc[r][0] = load_c ? _mm256_loadu_ps(c + r * ldc) : _mm256_setzero_ps();
+        acc[r][1] = load_c ? _mm256_loadu_ps(c + r * ldc + 8) : _mm256_setzero_ps();
+    }
+    for (int k = 0; k < kc; k++) {
+        __m256 b0 = _mm256_loadu_ps(panel + k * NR), b1 = _mm256_loadu_ps(panel + k * NR + 8);
+#pragma GCC unroll 16
+        for (int r = 0; r < mr; r++) {
+            __m256 a = _mm256_broadcast_ss(x + r * ldx + k);
+            acc[r][0] = _mm256_fmadd_ps(a, b0, acc[r][0]);
+            acc[r][1] = _mm256_fmadd_ps(a, b1, acc[r][1]);
+        }
+    }
+#pragma GCC unroll 16
+    for (int r = 0; r < mr; r++) {
+        _mm256_storeu_ps(c + r * ldc, acc[r][0]);
+        _mm256_storeu_ps(c + r * ldc + 8, acc[r][1]);
+    }
+}
+
+static void ukernel_any(int mr, const float *panel, const float *x, int64_t ldx, int kc, float *c,
+                        int64_t ldc, int ncols, int load_c)
+{
+    for (int half = 0; half < NR; half += 16) {
+        if (ncols - half >= 16) {
+            switch (mr) {
+            case 6: ukernel16(6, panel + half, x, ldx, kc, c + half, ldc, load_c); break;
+            case 5: ukernel16(5, panel + half, x, ldx, kc, c + half, ldc, load_c); break;
+            case 4: ukernel16(4, panel + half, x, ldx, kc, c + half, ldc, load_c); break;
+            case 3: ukernel16(3, panel + half, x, ldx, kc, c + half, ldc, load_c); break;
+            case 2: ukernel16(2, panel + half, x, ldx, kc, c + half, ldc, load_c); break;
+            default: ukernel16(1, panel + half, x, ldx, kc, c + half, ldc, load_c); break;
+            }
+            continue;
+        }
+        for (int r = 0; r < mr; r++) /* column tail */
+            for (int j = half; j < ncols; j++) {
+                float sum = load_c ? c[r * ldc + j] : 0.0f;
+                for (int k = 0; k < kc; k++) sum += x[r * ldx + k] * panel[k * NR + j];
+                c[r * ldc + j] = sum;
+            }
     }
 }
 #else

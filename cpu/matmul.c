@@ -16,8 +16,10 @@
  * (AVX512-VNNI vpdpbusd: unsigned × signed, so the weight's sign is moved onto the activation
  * with the abs/sign trick), scaled by d_w · d_x per block and summed in f32.
  *
- * SIMD: AVX-512 paths are compiled when the compiler targets it (-march=native on such a CPU);
- * every kernel has a portable scalar path that is used otherwise and for tails.
+ * SIMD is chosen when compiling (the build uses -march=native): AVX-512 (+VNNI for Q8_0) where
+ * the target has it; otherwise AVX2+FMA+F16C for the GEMV dot products and the panel GEMM
+ * (Q8_0 via maddubs); and a portable scalar path for everything else and for tails. The tests
+ * pass with each of the three (-march=native, x86-64-v3, x86-64-v2).
  */
 #include <math.h>
 #include <stdlib.h>
@@ -35,6 +37,19 @@
 #endif
 #if defined(HAVE_AVX512) && defined(__AVX512VNNI__)
 #define HAVE_VNNI 1
+#endif
+#if !defined(HAVE_AVX512) && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#define HAVE_AVX2 1 /* the fallback for CPUs without AVX-512 */
+#endif
+
+#if defined(HAVE_AVX512) || defined(HAVE_AVX2)
+static inline float hsum256(__m256 a)
+{
+    __m128 h = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_add_ss(h, _mm_movehdup_ps(h));
+    return _mm_cvtss_f32(h);
+}
 #endif
 
 /* Activation rows from which the 4 x 4 tile GEMM is taken, and from which F32/F16/BF16 weights
@@ -91,6 +106,13 @@ static float dot_f32(const float *w, const float *x, int64_t n)
     }
     for (; i + 16 <= n; i += 16) a0 = _mm512_fmadd_ps(_mm512_loadu_ps(w + i), _mm512_loadu_ps(x + i), a0);
     s = _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
+#elif defined(HAVE_AVX2)
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+    for (; i + 16 <= n; i += 16) {
+        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i), _mm256_loadu_ps(x + i), a0);
+        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 8), _mm256_loadu_ps(x + i + 8), a1);
+    }
+    s = hsum256(_mm256_add_ps(a0, a1));
 #endif
     for (; i < n; i++) s += w[i] * x[i];
     return s;
@@ -112,6 +134,14 @@ static float dot_f16(const uint16_t *w, const float *x, int64_t n)
         a0 = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const void *)(w + i))),
                              _mm512_loadu_ps(x + i), a0);
     s = _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
+#elif defined(HAVE_AVX2)
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+    for (; i + 16 <= n; i += 16) {
+        a0 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const void *)(w + i))), _mm256_loadu_ps(x + i), a0);
+        a1 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const void *)(w + i + 8))),
+                             _mm256_loadu_ps(x + i + 8), a1);
+    }
+    s = hsum256(_mm256_add_ps(a0, a1));
 #endif
     for (; i < n; i++) s += dt_f16_to_f32(w[i]) * x[i];
     return s;
@@ -137,6 +167,13 @@ static float dot_bf16(const uint16_t *w, const float *x, int64_t n)
     }
     for (; i + 16 <= n; i += 16) a0 = _mm512_fmadd_ps(bf16x16_to_f32(w + i), _mm512_loadu_ps(x + i), a0);
     s = _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
+#elif defined(HAVE_AVX2)
+    __m256 a0 = _mm256_setzero_ps();
+    for (; i + 8 <= n; i += 8) {
+        __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128((const void *)(w + i)));
+        a0 = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_slli_epi32(v, 16)), _mm256_loadu_ps(x + i), a0);
+    }
+    s = hsum256(a0);
 #endif
     for (; i < n; i++) s += dt_bf16_to_f32(w[i]) * x[i];
     return s;
@@ -159,11 +196,18 @@ static float dot_q8(const dt_block_q8_0 *w, const q8x *x, int64_t nb)
         a1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p1),
                              _mm256_set1_ps(_cvtsh_ss(w[b + 1].d) * x[b + 1].d), a1);
     }
-    __m256 a = _mm256_add_ps(a0, a1);
-    __m128 h = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
-    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-    h = _mm_add_ss(h, _mm_movehdup_ps(h));
-    s = _mm_cvtss_f32(h);
+    s = hsum256(_mm256_add_ps(a0, a1));
+#elif defined(HAVE_AVX2)
+    /* maddubs: |w| (unsigned) × x with w's sign (signed) → int16 pairs → int32. */
+    __m256 a0 = _mm256_setzero_ps();
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (; b < nb; b++) {
+        __m256i wq = _mm256_loadu_si256((const void *)w[b].q);
+        __m256i xs = _mm256_sign_epi8(_mm256_loadu_si256((const void *)x[b].q), wq);
+        __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(wq), xs), ones);
+        a0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(_cvtsh_ss(w[b].d) * x[b].d), a0);
+    }
+    s = hsum256(a0);
 #endif
     for (; b < nb; b++) {
         int32_t acc = 0;
@@ -342,13 +386,6 @@ static inline __attribute__((always_inline)) void tile44_float(int type, const c
         for (int c = 0; c < 4; c++) out[r * ldo + c] = _mm512_reduce_add_ps(acc[r][c]);
 }
 
-static float hsum256(__m256 a)
-{
-    __m128 h = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
-    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-    h = _mm_add_ss(h, _mm_movehdup_ps(h));
-    return _mm_cvtss_f32(h);
-}
 #endif
 
 #ifdef HAVE_VNNI
@@ -391,6 +428,7 @@ static void tile44_q8(const dt_block_q8_0 *w, int64_t nb, const q8x *x, float *o
 /* Rows [r0, r0+4) × outputs [o0, o0+4) when both are full; returns 0 when no SIMD tile applies. */
 static int tile44(const mm_task *t, int64_t r0, int64_t o0)
 {
+#if defined(HAVE_AVX512) || defined(HAVE_VNNI)
     const be_weight *w = t->w;
     int64_t n_in = w->n_in, n_out = w->n_out;
     size_t rb = dt_row_bytes(w->type, n_in);
@@ -409,6 +447,9 @@ static int tile44(const mm_task *t, int64_t r0, int64_t o0)
 #endif
     default: return 0;
     }
+#else
+    return 0;
+#endif
 }
 
 /* All rows × outputs [lo, hi): column blocks, then 4-row groups, then 4 × 4 tiles. */
