@@ -245,6 +245,16 @@ static int sv_wait_exit(int ms)
     return -1;
 }
 
+/* SIGTERM, then the exit status must be 0 (under ASan that also means no leak was found). */
+static void sv_stop_clean(void)
+{
+    kill(sv.pid, SIGTERM);
+    int status = sv_wait_exit(15000);
+    cr_assert(status != -1, "server did not exit after SIGTERM");
+    char *log = WIFEXITED(status) && WEXITSTATUS(status) == 0 ? NULL : sv_read_file(sv.log);
+    cr_assert(!log, "server exit status %d:\n%s", status, log);
+}
+
 static void sv_teardown(void)
 {
     if (!sv.dir[0]) return;
@@ -488,6 +498,7 @@ Test(server, golden_completions)
                      sv_case_text(sv_case("once_upon_a_time_n64")));
     cJSON_Delete(j);
     sv_resp_free(&r);
+    sv_stop_clean();
 }
 
 Test(server, chat_n2_logprobs_and_best_of)
@@ -588,6 +599,7 @@ Test(server, chat_n2_logprobs_and_best_of)
         cr_assert_str_eq(r.body, "{\"prompt\":\"Once upon a time\"}");
         sv_resp_free(&r);
     }
+    sv_stop_clean();
 }
 
 Test(server, errors)
@@ -653,6 +665,7 @@ Test(server, errors)
     char *log = sv_read_file(sv.log);
     cr_assert(log && strstr(log, "POST /v1/completions 413"), "%s", log ? log : "");
     free(log);
+    sv_stop_clean();
 }
 
 Test(server, auth_admission_and_metrics)
@@ -764,6 +777,7 @@ Test(server, concurrent_streams)
         else cr_assert(jobs[i].st.text[0][0] || 1);
     }
     sv_wait_idle();
+    sv_stop_clean();
 }
 
 /* Sends a request on a raw socket and returns the socket. */
@@ -810,6 +824,7 @@ Test(server, client_disconnect_frees_everything)
     sv_resp r = sv_post("/v1/completions", "{\"prompt\":\"Once\",\"max_tokens\":3}");
     cr_assert_eq(r.status, 200);
     sv_resp_free(&r);
+    sv_stop_clean();
 }
 
 Test(server, sigterm_drains_streams_then_exits_0)
@@ -885,6 +900,7 @@ Test(server, sse_ping_while_waiting)
     cr_assert(st.done && !st.error);
     sv_resp_free(&r);
     for (int i = 0; i < N; i++) pthread_join(th[i], NULL);
+    sv_stop_clean();
 }
 
 Test(server, openai_sdk_e2e)
