@@ -507,7 +507,7 @@ int srv__http_start(srv *s, char *err, size_t err_len)
         return -EINVAL;
     }
     unsigned flags = MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
-    if (v6) flags |= MHD_USE_IPv6;
+    if (v6) flags |= MHD_USE_DUAL_STACK;
     s->d = MHD_start_daemon(flags, (uint16_t)s->cfg->port, NULL, NULL, on_access, s,
                             MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
                             MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
