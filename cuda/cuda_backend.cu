@@ -188,12 +188,14 @@ static void cuda__kv_copy_block(backend *be, int32_t src, int32_t dst)
     const cuda_kv_layout *l = &cb->kv;
     size_t es = kv_dtype_bytes(cb->kv_dtype);
     size_t block_bytes = (size_t)l->n_kv_heads * l->block_size * l->head_dim * es;
-    size_t pitch = (size_t)cuda_kv_plane_elems(l) * es;
+    size_t plane_bytes = (size_t)cuda_kv_plane_elems(l) * es;
     char *base = (char *)cb->kv_arena;
-    /* One 2-D copy: a row per (layer, K/V) plane, the block's bytes in each. */
-    CB_CHECK(cb, cudaMemcpy2DAsync(base + (size_t)dst * block_bytes, pitch, base + (size_t)src * block_bytes,
-                                   pitch, block_bytes, 2 * (size_t)l->n_layers, cudaMemcpyDeviceToDevice,
-                                   cb->stream));
+    /* One copy per (layer, K/V) plane: a single 2-D copy would need the plane size as its plane_bytes,
+     * which exceeds the runtime's plane_bytes limit for arenas of a few GiB per plane. */
+    for (size_t p = 0; p < 2 * (size_t)l->n_layers; p++)
+        if (CB_CHECK(cb, cudaMemcpyAsync(base + p * plane_bytes + (size_t)dst * block_bytes, base + p * plane_bytes + (size_t)src * block_bytes,
+                                         block_bytes, cudaMemcpyDeviceToDevice, cb->stream)))
+            return;
 }
 
 /* ---- batch metadata ---------------------------------------------------------------------- */
