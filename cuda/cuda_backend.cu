@@ -190,11 +190,12 @@ static void cuda__kv_copy_block(backend *be, int32_t src, int32_t dst)
     size_t block_bytes = (size_t)l->n_kv_heads * l->block_size * l->head_dim * es;
     size_t plane_bytes = (size_t)cuda_kv_plane_elems(l) * es;
     char *base = (char *)cb->kv_arena;
-    /* One copy per (layer, K/V) plane: a single 2-D copy would need the plane size as its plane_bytes,
-     * which exceeds the runtime's plane_bytes limit for arenas of a few GiB per plane. */
+    /* One copy per (layer, K/V) plane: a single 2-D copy would need the plane size as its pitch,
+     * which exceeds the runtime's pitch limit for arenas of a few GiB per plane. */
     for (size_t p = 0; p < 2 * (size_t)l->n_layers; p++)
-        if (CB_CHECK(cb, cudaMemcpyAsync(base + p * plane_bytes + (size_t)dst * block_bytes, base + p * plane_bytes + (size_t)src * block_bytes,
-                                         block_bytes, cudaMemcpyDeviceToDevice, cb->stream)))
+        if (CB_CHECK(cb, cudaMemcpyAsync(base + p * plane_bytes + (size_t)dst * block_bytes,
+                                         base + p * plane_bytes + (size_t)src * block_bytes, block_bytes,
+                                         cudaMemcpyDeviceToDevice, cb->stream)))
             return;
 }
 
