@@ -103,7 +103,7 @@ asan: deps
 	    KVSERVE_BIN=$(abspath build/asan/kvserve) KVSERVE_SHARED=$(abspath ../shared) \
 	    build/asan/test_kvserve --jobs 2 $(TEST_ARGS)
 
-FUZZ_CFLAGS := -std=c11 -D_GNU_SOURCE -g -O1 -I. $(PKG_CFLAGS) -fsanitize=fuzzer,address,undefined
+FUZZ_CFLAGS := -std=c11 -D_GNU_SOURCE -g -O1 -I. $(PKG_CFLAGS) -fsanitize=fuzzer,address,undefined -ffunction-sections -fdata-sections -Wl,--gc-sections
 FUZZ_LIB_SRCS := $(filter-out server/server.c server/http.c server/gen.c cli/cmd_serve.c,$(LIB_SRCS))
 fuzz: deps
 	@mkdir -p $(BUILD)/fuzz
