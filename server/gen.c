@@ -284,6 +284,12 @@ enum MHD_Result srv__gen_start(srv_req *r, int kind)
     srv *s = r->s;
     oai_error e;
     oai_limits lim = {s->model_id, s->n_vocab};
+    engine_stats st;
+    engine_get_stats(s->e, &st);
+    if (!st.alive) {
+        oai_fail(&e, 503, "server_error", "engine_stopped", NULL, "The inference engine has stopped");
+        return srv__reply_error(r, &e);
+    }
     if (oai_parse(kind, r->body ? r->body : "", r->body_len, &lim, &r->oreq, &e)) return srv__reply_error(r, &e);
     oai_request *q = &r->oreq;
     int32_t **ids = NULL;
