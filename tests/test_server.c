@@ -931,3 +931,35 @@ Test(server, openai_sdk_e2e)
     cr_assert_eq(rc, 0, "openai SDK test failed:\n%s", log ? log : "");
     free(log);
 }
+
+Test(server, config_file_documents_every_serve_flag)
+{
+    const char *conf = "config/kvserve.conf";
+    char *text = sv_read_file(conf);
+    if (!text) {
+        sv_teardown();
+        cr_skip_test("config/kvserve.conf not found (run the tests from the repository root)");
+    }
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "'%s' serve --config %s --help 2>&1", sv_bin(), conf);
+    FILE *p = popen(cmd, "r");
+    cr_assert(p);
+    char line[512];
+    int n_keys = 0;
+    while (fgets(line, sizeof line, p)) {
+        char *f = strstr(line, "--");
+        if (!f) continue;
+        char name[64];
+        if (sscanf(f + 2, "%63[a-z0-9-]", name) != 1) continue;
+        if (!strcmp(name, "config") || !strcmp(name, "help")) continue;
+        char key[80];
+        snprintf(key, sizeof key, "\n%s = ", name);
+        char key2[80];
+        snprintf(key2, sizeof key2, "\n#%s = ", name);
+        cr_assert(strstr(text, key) || strstr(text, key2), "config/kvserve.conf does not document '%s'", name);
+        n_keys++;
+    }
+    cr_assert_eq(pclose(p), 0, "the config file does not parse");
+    cr_assert_geq(n_keys, 20);
+    free(text);
+}
