@@ -65,11 +65,16 @@ typedef struct cli_opts {
     int help;
     /* positional arguments left after parsing */
     int n_args;
-    char **args;
+    char **args;        /* owned (cli_opts_fini frees it) */
+    char **owned;       /* config-file values the string options point into (owned) */
+    int n_owned;
 } cli_opts;
 
 /* Fills defaults (the table in design.md). */
 void cli_opts_default(cli_opts *o);
+
+/* Frees what cli_parse / cli_load_config allocated. */
+void cli_opts_fini(cli_opts *o);
 
 /* Parses argv[first..argc) for subcommand cmd ("serve", "generate", ...). Options not meant for cmd
  * are rejected. --config FILE is applied first, then the flags. Positional arguments are collected

@@ -45,13 +45,13 @@ int main(int argc, char **argv)
         cli_opts o;
         cli_opts_default(&o);
         if (cli_parse(cmd, argc, argv, first, &o)) {
-            free(o.args);
+            cli_opts_fini(&o);
             return 2;
         }
         int rc = 0;
         if (o.help) cli_print_help(cmd);
         else rc = commands[i].run(&o);
-        free(o.args); /* cli_parse allocated it */
+        cli_opts_fini(&o);
         return rc;
     }
     fprintf(stderr, "kvserve: unknown command '%s'\n", cmd);

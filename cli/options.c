@@ -257,14 +257,28 @@ int cli_load_config(const char *cmd, const char *path, cli_opts *o)
         }
         if (!accepts(p, cmd)) continue; /* a key for another subcommand: ignored */
         char *val = strdup(v);
-        if (!val) {
+        char **grown = val ? realloc(o->owned, (size_t)(o->n_owned + 1) * sizeof *grown) : NULL;
+        if (!grown) {
+            free(val);
             rc = -ENOMEM;
             break;
         }
+        o->owned = grown;
+        o->owned[o->n_owned++] = val;
         if ((rc = set_value(p, val, o, where))) break;
     }
     fclose(f);
     return rc;
+}
+
+void cli_opts_fini(cli_opts *o)
+{
+    for (int i = 0; i < o->n_owned; i++) free(o->owned[i]);
+    free(o->owned);
+    free(o->args);
+    o->owned = NULL;
+    o->args = NULL;
+    o->n_owned = o->n_args = 0;
 }
 
 int cli_parse(const char *cmd, int argc, char **argv, int first, cli_opts *o)

@@ -36,7 +36,7 @@ Test(options, flags_and_defaults)
     cr_assert_eq(o.kv_memory_bytes, (size_t)1 << 30);
     cr_assert_eq(o.block_size, 16);
     cr_assert_str_eq(o.host, "127.0.0.1");
-    free(o.args);
+    cli_opts_fini(&o);
 }
 
 Test(options, rejects_foreign_and_unknown)
@@ -45,11 +45,11 @@ Test(options, rejects_foreign_and_unknown)
     cli_opts o;
     cli_opts_default(&o);
     cr_assert_neq(cli_parse("info", 4, a1, 2, &o), 0);
-    free(o.args);
+    cli_opts_fini(&o);
     char *a2[] = {"kvserve", "serve", "--bogus", NULL};
     cli_opts_default(&o);
     cr_assert_neq(cli_parse("serve", 3, a2, 2, &o), 0);
-    free(o.args);
+    cli_opts_fini(&o);
 }
 
 Test(options, config_file_then_flags)
@@ -67,6 +67,6 @@ Test(options, config_file_then_flags)
     cr_assert_eq(o.port, 7001);
     cr_assert_eq(o.max_seqs, 12);
     cr_assert_str_eq(o.host, "0.0.0.0");
-    free(o.args);
+    cli_opts_fini(&o);
     unlink(path);
 }
