@@ -379,9 +379,10 @@ static double gc_bench_matmul(backend *be, int n_rows, double *weight_gbs)
     return 2.0 * n_rows * (double)k * n / tm / 1e12;
 }
 
-/* Decode attention over f16 paged KV: KV bytes read per second. n_seqs sequences of ctx
- * entries each, TinyLlama geometry (32 query heads over 4 kv heads of 64). */
-static double gc_bench_attention(backend *be, int n_seqs, int ctx_len, int *splits)
+/* Attention over f16 paged KV, TinyLlama geometry (32 query heads over 4 kv heads of 64):
+ * n_seqs sequences of ctx_len entries whose last n_new are this step's tokens. Returns KV bytes
+ * read per second; *tflops gets the attention FLOP rate (QK and PV, causal). */
+static double gc_bench_attention_ex(backend *be, int n_seqs, int ctx_len, int n_new_tok, int *splits, double *tflops)
 {
     const int bs = 16, H = 32, KVH = 4, D = 64, kv_dim = KVH * D;
     kv_geom g = {1, KVH, D, bs, KV_F16};
@@ -390,7 +391,7 @@ static double gc_bench_attention(backend *be, int n_seqs, int ctx_len, int *spli
     if (be->ops->kv_init(be, &g, n_blocks)) return 0;
     int32_t *bt = malloc((size_t)n_blocks * 4), *ctx = malloc((size_t)n_seqs * 4), *nn = malloc((size_t)n_seqs * 4);
     for (int i = 0; i < n_blocks; i++) bt[i] = i;
-    for (int s = 0; s < n_seqs; s++) ctx[s] = ctx_len, nn[s] = 1;
+    for (int s = 0; s < n_seqs; s++) ctx[s] = ctx_len, nn[s] = n_new_tok;
     kc_ctx c = {be, be, 0xa77, 1};
     /* fill the cache with random K/V in chunks, so no timing runs over zeros */
     kc_batch fb;
@@ -406,26 +407,35 @@ static double gc_bench_attention(backend *be, int n_seqs, int ctx_len, int *spli
     be->ops->free(be, k), be->ops->free(be, v);
     kc_batch ab;
     kc_attn_batch(&ab, n_seqs, ctx, nn, bt, per, bs, 0);
-    size_t nq = (size_t)n_seqs * H * D;
+    size_t nq = (size_t)n_seqs * n_new_tok * H * D;
     h = malloc(nq * 4);
     kc_fill(&c, h, nq, 1.0f);
     float *q = kc_put(be, h, nq), *o = be->ops->alloc(be, nq);
     free(h);
     be->ops->begin(be, &ab.b);
     double t[7];
+    int reps = n_new_tok > 1 ? 5 : 50;
     for (int r = -2; r < 7; r++) {
         be->ops->sync(be);
         double t0 = gc_now();
-        for (int i = 0; i < 50; i++) be->ops->attention(be, 0, q, H, o);
+        for (int i = 0; i < reps; i++) be->ops->attention(be, 0, q, H, o);
         be->ops->sync(be);
-        if (r >= 0) t[r] = (gc_now() - t0) / 50;
+        if (r >= 0) t[r] = (gc_now() - t0) / reps;
     }
     *splits = cuda_last_attn_splits(be);
     double bytes = (double)n_seqs * ctx_len * kv_dim * 2 * 2 + 2.0 * nq * 4;
+    /* keys seen: Σ over new tokens of (ctx_len − n_new + i + 1) */
+    double keys = (double)n_seqs * ((double)n_new_tok * (ctx_len - n_new_tok) + (double)n_new_tok * (n_new_tok + 1) / 2);
+    if (tflops) *tflops = 4.0 * keys * H * D / gc_median(t, 7) / 1e12;
     be->ops->free(be, q), be->ops->free(be, o);
     kc_batch_free(&fb), kc_batch_free(&ab);
     free(bt), free(ctx), free(nn);
     return bytes / gc_median(t, 7) / 1e9;
+}
+
+static double gc_bench_attention(backend *be, int n_seqs, int ctx_len, int *splits)
+{
+    return gc_bench_attention_ex(be, n_seqs, ctx_len, 1, splits, NULL);
 }
 
 /* A TinyLlama-1.1B-shaped llama model with random BF16 weights, in host memory. Tensors of the
@@ -565,6 +575,11 @@ static void gc_bench(backend *gpu, int quick)
     snprintf(v, sizeof v, "%.0f GB/s (splits %d)", ab, sp);
     snprintf(ref, sizeof ref, "%.0f%% of copy", 100 * ab / copy);
     gc_add("decode attn 1x32768 f16", v, ref, -1);
+    double pf = 0;
+    gc_bench_attention_ex(gpu, 1, 4096, 4096, &sp, &pf);
+    snprintf(v, sizeof v, "%.1f TFLOP/s", pf);
+    snprintf(ref, sizeof ref, "%.0f%% of cuBLAS peak", 100 * pf / peak);
+    gc_add("prefill attn 4096 causal", v, ref, -1);
 
     double t0 = gc_now();
     gc_model gm;
