@@ -127,16 +127,16 @@ typedef struct attn_task {
     int64_t n_tiles;
 } attn_task;
 
-static int pad16(int n)
-{
-    return (n + 15) & ~15;
-}
+/* Keys per online-softmax step: K/V of up to KCH consecutive entries (spanning blocks) are
+ * converted into f32 buffers kt [head_dim][KCH] and vt [KCH][head_dim]; the per-step softmax
+ * bookkeeping is then spread over 64 keys instead of one 16-entry block. */
+#define KCH 64
 
 /* Size in floats of a thread's scratch for a group of gq query heads. */
 static size_t attn_scratch_floats(const kv_geom *g, int gq)
 {
-    size_t bsp = (size_t)pad16(g->block_size), hd = (size_t)g->head_dim;
-    return 2 * hd * bsp + bsp + 2 * (size_t)QT * gq + (size_t)QT * gq * hd + 64;
+    size_t hd = (size_t)g->head_dim;
+    return 2 * hd * KCH + KCH + 2 * (size_t)QT * gq + (size_t)QT * gq * hd + 64;
 }
 
 #ifdef __AVX512F__
@@ -164,22 +164,27 @@ static inline __m512 exp512(__m512 x)
 }
 #endif
 
-/* sc[j] = scale · q · K[j] for keys j < nv of the transposed f32 tile kt [hd][bsp]. */
+/* sc[j] = scale · q · K[j] for keys j < nv of the transposed f32 tile kt [hd][bsp] (bsp: row
+ * stride). Four
+ * accumulators keep four FMA chains in flight (one chain would wait on FMA latency). */
 static void scores(const float *q, const float *kt, int bsp, int hd, int nv, float scale, float *sc)
 {
 #ifdef __AVX512F__
     for (int jc = 0; jc < nv; jc += 16) {
         __mmask16 m = mask16(nv - jc);
-        __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+        const float *k = kt + jc;
+        __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
         int d = 0;
-        for (; d + 2 <= hd; d += 2) {
-            a0 = _mm512_fmadd_ps(_mm512_set1_ps(q[d]), _mm512_maskz_loadu_ps(m, kt + (size_t)d * bsp + jc), a0);
-            a1 = _mm512_fmadd_ps(_mm512_set1_ps(q[d + 1]),
-                                 _mm512_maskz_loadu_ps(m, kt + (size_t)(d + 1) * bsp + jc), a1);
+        for (; d + 4 <= hd; d += 4) {
+            a0 = _mm512_fmadd_ps(_mm512_set1_ps(q[d]), _mm512_maskz_loadu_ps(m, k + (size_t)d * bsp), a0);
+            a1 = _mm512_fmadd_ps(_mm512_set1_ps(q[d + 1]), _mm512_maskz_loadu_ps(m, k + (size_t)(d + 1) * bsp), a1);
+            a2 = _mm512_fmadd_ps(_mm512_set1_ps(q[d + 2]), _mm512_maskz_loadu_ps(m, k + (size_t)(d + 2) * bsp), a2);
+            a3 = _mm512_fmadd_ps(_mm512_set1_ps(q[d + 3]), _mm512_maskz_loadu_ps(m, k + (size_t)(d + 3) * bsp), a3);
         }
-        if (d < hd)
-            a0 = _mm512_fmadd_ps(_mm512_set1_ps(q[d]), _mm512_maskz_loadu_ps(m, kt + (size_t)d * bsp + jc), a0);
-        _mm512_mask_storeu_ps(sc + jc, m, _mm512_mul_ps(_mm512_add_ps(a0, a1), _mm512_set1_ps(scale)));
+        for (; d < hd; d++)
+            a0 = _mm512_fmadd_ps(_mm512_set1_ps(q[d]), _mm512_maskz_loadu_ps(m, k + (size_t)d * bsp), a0);
+        __m512 sum = _mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3));
+        _mm512_mask_storeu_ps(sc + jc, m, _mm512_mul_ps(sum, _mm512_set1_ps(scale)));
     }
 #else
     for (int j = 0; j < nv; j++) {
@@ -209,16 +214,32 @@ static float exp_shift(float *sc, int nv, float m)
 #endif
 }
 
-/* acc = acc · corr + Σ_j p[j] · V[j] over nv rows of the f32 tile vt [bsp][hd]. */
+/* acc = acc · corr + Σ_j p[j] · V[j] over nv rows of the f32 tile vt [nv][hd]. Up to 64
+ * dimensions at a time: four independent FMA chains per key. */
 static void pv(float *acc, float corr, const float *p, const float *vt, int nv, int hd)
 {
 #ifdef __AVX512F__
-    for (int dc = 0; dc < hd; dc += 16) {
-        __mmask16 m = mask16(hd - dc);
-        __m512 a = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, acc + dc), _mm512_set1_ps(corr));
-        for (int j = 0; j < nv; j++)
-            a = _mm512_fmadd_ps(_mm512_set1_ps(p[j]), _mm512_maskz_loadu_ps(m, vt + (size_t)j * hd + dc), a);
-        _mm512_mask_storeu_ps(acc + dc, m, a);
+    __m512 vc = _mm512_set1_ps(corr);
+    for (int dc = 0; dc < hd; dc += 64) {
+        __mmask16 m0 = mask16(hd - dc), m1 = hd - dc > 16 ? mask16(hd - dc - 16) : 0;
+        __mmask16 m2 = hd - dc > 32 ? mask16(hd - dc - 32) : 0, m3 = hd - dc > 48 ? mask16(hd - dc - 48) : 0;
+        float *a = acc + dc;
+        __m512 a0 = _mm512_mul_ps(_mm512_maskz_loadu_ps(m0, a), vc);
+        __m512 a1 = _mm512_mul_ps(_mm512_maskz_loadu_ps(m1, a + 16), vc);
+        __m512 a2 = _mm512_mul_ps(_mm512_maskz_loadu_ps(m2, a + 32), vc);
+        __m512 a3 = _mm512_mul_ps(_mm512_maskz_loadu_ps(m3, a + 48), vc);
+        for (int j = 0; j < nv; j++) {
+            __m512 pj = _mm512_set1_ps(p[j]);
+            const float *v = vt + (size_t)j * hd + dc;
+            a0 = _mm512_fmadd_ps(pj, _mm512_maskz_loadu_ps(m0, v), a0);
+            a1 = _mm512_fmadd_ps(pj, _mm512_maskz_loadu_ps(m1, v + 16), a1);
+            a2 = _mm512_fmadd_ps(pj, _mm512_maskz_loadu_ps(m2, v + 32), a2);
+            a3 = _mm512_fmadd_ps(pj, _mm512_maskz_loadu_ps(m3, v + 48), a3);
+        }
+        _mm512_mask_storeu_ps(a, m0, a0);
+        _mm512_mask_storeu_ps(a + 16, m1, a1);
+        _mm512_mask_storeu_ps(a + 32, m2, a2);
+        _mm512_mask_storeu_ps(a + 48, m3, a3);
     }
 #else
     for (int d = 0; d < hd; d++) {
@@ -229,19 +250,45 @@ static void pv(float *acc, float corr, const float *p, const float *vt, int nv, 
 #endif
 }
 
+/* Converts KV entries [j0, j0 + n) of one kv head of a sequence (n ≤ KCH) into kt (transposed,
+ * row stride KCH) and vt, block segment by block segment. */
+static void gather_kv(const cpu__backend *c, const char *kb, const char *vb, const int32_t *bt, int kvh,
+                      int j0, int n, float *kt, float *vt)
+{
+    const kv_geom *g = &c->kv;
+    int hd = g->head_dim, bs = g->block_size;
+    size_t eb = kv_dtype_bytes(g->dtype), tile = (size_t)bs * hd;
+    for (int j = j0; j < j0 + n;) {
+        int off = j % bs, len = bs - off < j0 + n - j ? bs - off : j0 + n - j;
+        size_t at = ((size_t)bt[j / bs] * g->n_kv_heads + kvh) * tile;
+        const char *ks = kb + (at + (size_t)off) * eb;
+        float *kd = kt + (j - j0);
+#ifdef __AVX512F__
+        if (g->dtype == KV_F16 && len <= 16) { /* the common case: one conversion per row */
+            __mmask16 m = mask16(len);
+            for (int d = 0; d < hd; d++)
+                _mm512_mask_storeu_ps(kd + (size_t)d * KCH, m,
+                                      _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, ks + (size_t)d * bs * eb)));
+        } else
+#endif
+            for (int d = 0; d < hd; d++) kv_to_f32(g->dtype, ks + (size_t)d * bs * eb, kd + (size_t)d * KCH, len);
+        kv_to_f32(g->dtype, vb + (at + (size_t)off * hd) * eb, vt + (size_t)(j - j0) * hd, (int64_t)len * hd);
+        j += len;
+    }
+}
+
 /* One tile of query tokens of one sequence and one kv head (its gq query heads), over the
- * sequence's KV blocks in order with an online softmax per (token, head). */
+ * sequence's KV entries in steps of KCH keys with an online softmax per (token, head). */
 static void attn_tile_run(const attn_task *t, float *scr, const attn_tile *tl, int kvh)
 {
     cpu__backend *c = t->c;
     const kv_geom *g = &c->kv;
     const be_batch *b = &c->batch;
-    int hd = g->head_dim, bs = g->block_size, bsp = pad16(bs), gq = t->n_heads / g->n_kv_heads;
+    int hd = g->head_dim, gq = t->n_heads / g->n_kv_heads;
     int nt = tl->i1 - tl->i0, rows = nt * gq, n_ctx = c->tok_kvpos[tl->i1 - 1] + 1;
     const int32_t *bt = b->block_table + (size_t)tl->seq * b->bt_stride;
-    size_t eb = kv_dtype_bytes(g->dtype), tile = (size_t)bs * hd;
     const char *kb = cpu__kv_k(c, t->layer), *vb = cpu__kv_v(c, t->layer);
-    float *kt = scr, *vt = kt + (size_t)hd * bsp, *sc = vt + (size_t)bsp * hd, *mx = sc + bsp;
+    float *kt = scr, *vt = kt + (size_t)hd * KCH, *sc = vt + (size_t)KCH * hd, *mx = sc + KCH;
     float *l = mx + rows, *acc = l + rows;
     float scale = 1.0f / sqrtf((float)hd);
 
@@ -250,15 +297,9 @@ static void attn_tile_run(const attn_task *t, float *scr, const attn_tile *tl, i
         l[r] = 0;
     }
     memset(acc, 0, (size_t)rows * hd * sizeof(float));
-    for (int j0 = 0; j0 < n_ctx; j0 += bs) {
-        int n = n_ctx - j0 < bs ? n_ctx - j0 : bs;
-        size_t at = ((size_t)bt[j0 / bs] * g->n_kv_heads + kvh) * tile * eb;
-        if (bs == bsp) /* rows already 16-aligned: one run (columns ≥ n are never read) */
-            kv_to_f32(g->dtype, kb + at, kt, (int64_t)hd * bs);
-        else
-            for (int d = 0; d < hd; d++)
-                kv_to_f32(g->dtype, kb + at + (size_t)d * bs * eb, kt + (size_t)d * bsp, n);
-        kv_to_f32(g->dtype, vb + at, vt, (int64_t)n * hd);
+    for (int j0 = 0; j0 < n_ctx; j0 += KCH) {
+        int n = n_ctx - j0 < KCH ? n_ctx - j0 : KCH;
+        gather_kv(c, kb, vb, bt, kvh, j0, n, kt, vt);
         for (int ti = 0; ti < nt; ti++) {
             int i = tl->i0 + ti, nv = c->tok_kvpos[i] + 1 - j0;
             if (nv <= 0) continue;
@@ -266,10 +307,10 @@ static void attn_tile_run(const attn_task *t, float *scr, const attn_tile *tl, i
             for (int h = 0; h < gq; h++) {
                 int r = ti * gq + h;
                 const float *qh = t->q + ((size_t)i * t->n_heads + (size_t)kvh * gq + h) * hd;
-                scores(qh, kt, bsp, hd, nv, scale, sc);
+                scores(qh, kt, KCH, hd, nv, scale, sc);
                 float m = mx[r];
                 for (int j = 0; j < nv; j++) m = sc[j] > m ? sc[j] : m;
-                float corr = expf(mx[r] - m);
+                float corr = m == mx[r] ? 1.0f : expf(mx[r] - m);
                 l[r] = l[r] * corr + exp_shift(sc, nv, m);
                 mx[r] = m;
                 pv(acc + (size_t)r * hd, corr, sc, vt, nv, hd);

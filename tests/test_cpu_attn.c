@@ -42,7 +42,7 @@ typedef struct cpua_case {
 
 static void cpua_run(const cpua_case *tc)
 {
-    const int ctx[CPUA_NSEQ] = {23, 40, 5, 1, 50}, n_new[CPUA_NSEQ] = {7, 1, 5, 1, 37};
+    const int ctx[CPUA_NSEQ] = {23, 140, 5, 1, 150}, n_new[CPUA_NSEQ] = {7, 1, 5, 1, 37};
     int n_kv = 2, n_heads = n_kv * tc->gqa, hd = tc->head_dim, bs = tc->block_size;
     int kv_dim = n_kv * hd, q_dim = n_heads * hd;
     cpua_rng = 0x1234567ull + (uint64_t)(hd * 131 + tc->gqa * 17 + bs * 3 + tc->dtype) * 7919;
