@@ -117,7 +117,7 @@ $(BUILD)/demo.gguf: $(BUILD)/kvserve
 run: all $(MODEL)
 	$(Q)scripts/run.sh $(BUILD)/kvserve $(MODEL) $(RUN_ARGS)
 
-bench: all
+bench: all bench-progs
 	$(Q)scripts/bench.sh $(BUILD)/kvserve
 
 gpu-check:
