@@ -417,8 +417,8 @@ static void finish_request(srv_req *r)
     if (q->stream) {
         if (r->stream_done || r->stream_abort) return;
         if (r->failed) {
-            stream_error(r, r->client_gone ? "request cancelled" : "the request was cancelled (server shutting down)",
-                         "request_cancelled");
+            if (r->failed & 2) stream_error(r, "the inference engine failed while generating", "engine_error");
+            else stream_error(r, "the request was cancelled (server shutting down)", "request_cancelled");
             return;
         }
         if (q->include_usage) emit(r, oai_usage_chunk_sse(&r->resp, &u));
@@ -429,10 +429,13 @@ static void finish_request(srv_req *r)
     }
     if (r->failed) {
         oai_error e;
-        oai_fail(&e, 500, "server_error", "request_cancelled", NULL,
-                 "the request was cancelled or failed in the engine");
+        if (r->failed & 2)
+            oai_fail(&e, 500, "server_error", "engine_error", NULL, "the inference engine failed while generating");
+        else
+            oai_fail(&e, 503, "server_error", "request_cancelled", NULL,
+                     "the request was cancelled (server shutting down)");
         r->result = oai_error_json(&e);
-        r->result_status = 500;
+        r->result_status = e.status;
     } else {
         int bo = q->best_of, nn = q->n;
         oai_choice *sel = malloc(sizeof *sel * (size_t)(r->n_subs * nn) + 1);
@@ -515,7 +518,8 @@ void srv__gen_event(srv *s, engine_event *ev)
         r->last_tok_us[ci] = now;
     }
     c->cum_logprob = ev->cum_logprob;
-    if (ev->finish == ENGINE_FINISH_ABORT || ev->finish == ENGINE_FINISH_ERROR) r->failed = 1;
+    if (ev->finish == ENGINE_FINISH_ABORT) r->failed |= 1;
+    if (ev->finish == ENGINE_FINISH_ERROR) r->failed |= 2;
     if (ev->is_prompt) {
         /* prompt log-probs are not reported yet */
     } else if (q->stream) {

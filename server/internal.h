@@ -67,7 +67,7 @@ struct srv_req {
     int64_t *last_tok_us;        /* [same] arrival of the choice's last token (latency metric) */
     int n_choices;
     int n_open;                  /* choices not finished, over all subs */
-    int failed;                  /* an engine error or abort ended it */
+    int failed;                  /* 1: a choice was cancelled; 2: the engine failed (bits) */
     int client_gone;
     char **echo_text;            /* [n_subs] prompt text for echo, or NULL */
     /* non-streamed result */

@@ -963,3 +963,30 @@ Test(server, config_file_documents_every_serve_flag)
     cr_assert_geq(n_keys, 20);
     free(text);
 }
+
+Test(server, drain_timeout_cancels_the_rest)
+{
+    const char *args[] = {"--max-seqs", "1", "--drain-timeout", "0.05", NULL};
+    sv_start_args(args);
+    enum { N = 3 };
+    static sv_job jobs[N];
+    pthread_t th[N];
+    for (int i = 0; i < N; i++) {
+        memset(&jobs[i], 0, sizeof jobs[i]);
+        jobs[i].body = "{\"prompt\":\"Once\",\"max_tokens\":480,\"ignore_eos\":true,\"stream\":true}";
+        pthread_create(&th[i], NULL, sv_job_run, &jobs[i]);
+    }
+    int64_t deadline = sv_now_ms() + 10000;
+    while (!atomic_load(&jobs[0].first) && sv_now_ms() < deadline) usleep(1000);
+    kill(sv.pid, SIGTERM);
+    int errors = 0;
+    for (int i = 0; i < N; i++) {
+        pthread_join(th[i], NULL);
+        cr_assert_eq(jobs[i].status, 200);
+        cr_assert(jobs[i].st.done || jobs[i].st.error, "stream %d neither finished nor got an error event", i);
+        errors += jobs[i].st.error;
+    }
+    cr_assert_geq(errors, 1, "the drain timeout cancelled nothing");
+    int status = sv_wait_exit(10000);
+    cr_assert(status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 0, "exit status %d", status);
+}
