@@ -75,8 +75,14 @@ while [ "$n" -gt 512 ]; do # trim one character at a time
 done
 echo "prompt: $n tokens" >&2
 
-bw=$("$BENCH" -t "$THREADS" $(for m in $MODELS; do echo "$DIR/$m.gguf"; done))
-echo "$bw" >&2
+bw=""
+if [ -x "$BENCH" ]; then
+    # shellcheck disable=SC2046
+    bw=$("$BENCH" -t "$THREADS" $(for m in $MODELS; do echo "$DIR/$m.gguf"; done))
+    echo "$bw" >&2
+else
+    echo "($BENCH not built: no bandwidth bound; 'make bench-progs' builds it)" >&2
+fi
 
 echo
 echo "| model | kvserve decode tok/s | llama.cpp decode | kvserve prompt tok/s ($n tokens) | llama.cpp prompt | decode / bandwidth bound |"

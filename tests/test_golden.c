@@ -285,6 +285,10 @@ Test(golden, cli_generate, .timeout = 60)
          "completion_text"},
         {"-n 64 --temperature 0 --threads 1 --kv-dtype f32", "empty_n64",
          "completion_text_stripped"},
+        /* prefill in chunks of 3 with an odd block size */
+        {"-p \"Tom said, \\\"Hi!\\\"\nThen\" -n 51 --temperature 0 --max-batch-tokens 3 "
+         "--block-size 5",
+         "quote_newline_n64", "completion_text"},
     };
     for (size_t r = 0; r < sizeof runs / sizeof runs[0]; r++) {
         snprintf(args, sizeof args, "-m %s/models/stories260K.gguf %s", tg_shared(), runs[r].flags);
