@@ -130,7 +130,7 @@ typedef struct attn_task {
 /* Keys per online-softmax step: K/V of up to KCH consecutive entries (spanning blocks) are
  * converted into f32 buffers kt [head_dim][KCH] and vt [KCH][head_dim]; the per-step softmax
  * bookkeeping is then spread over 64 keys instead of one 16-entry block. */
-#define KCH 64
+#define KCH 32
 
 /* Size in floats of a thread's scratch for a group of gq query heads. */
 static size_t attn_scratch_floats(const kv_geom *g, int gq)

@@ -31,28 +31,74 @@ size_t cpu__gemm_panel_scratch_bytes(void)
     return ((size_t)KC * NR + KC) * sizeof(float) + 64;
 }
 
+#ifndef __AVX512F__
 /* dst[0..n) = row elements k0 .. k0+n as f32. */
 static void convert_span(int type, const void *row, int64_t k0, int n, float *dst)
 {
-    int i = 0;
     if (type == DT_F32) {
         memcpy(dst, (const float *)row + k0, (size_t)n * sizeof(float));
         return;
     }
     const uint16_t *s = (const uint16_t *)row + k0;
-#ifdef __AVX512F__
-    if (type == DT_F16)
-        for (; i + 16 <= n; i += 16)
-            _mm512_storeu_ps(dst + i, _mm512_cvtph_ps(_mm256_loadu_si256((const void *)(s + i))));
-    else
-        for (; i + 16 <= n; i += 16) {
-            __m512i v = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const void *)(s + i)));
-            _mm512_storeu_ps(dst + i, _mm512_castsi512_ps(_mm512_slli_epi32(v, 16)));
-        }
+    for (int i = 0; i < n; i++) dst[i] = type == DT_F16 ? dt_f16_to_f32(s[i]) : dt_bf16_to_f32(s[i]);
+}
 #endif
-    for (; i < n; i++) dst[i] = type == DT_F16 ? dt_f16_to_f32(s[i]) : dt_bf16_to_f32(s[i]);
+
+#ifdef __AVX512F__
+/* In-register transpose of a 16 × 16 block of floats (rows r[0..16) become columns). */
+static inline void transpose16(__m512 r[16])
+{
+    __m512 t[16];
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    for (int i = 0; i < 4; i++) {
+        r[4 * i] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
+        r[4 * i + 1] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0xEE);
+        r[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
+        r[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
+    }
+    for (int h = 0; h < 2; h++)
+        for (int i = 0; i < 4; i++) {
+            t[8 * h + i] = _mm512_shuffle_f32x4(r[8 * h + i], r[8 * h + i + 4], 0x88);
+            t[8 * h + i + 4] = _mm512_shuffle_f32x4(r[8 * h + i], r[8 * h + i + 4], 0xdd);
+        }
+    for (int i = 0; i < 8; i++) {
+        r[i] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0x88);
+        r[i + 8] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0xdd);
+    }
 }
 
+/* 16 elements of a row from element i as f32; lanes outside m are zero. */
+static inline __m512 load16(int type, const void *row, int64_t i, __mmask16 m)
+{
+    if (type == DT_F32) return _mm512_maskz_loadu_ps(m, (const float *)row + i);
+    __m256i h = _mm256_maskz_loadu_epi16(m, (const uint16_t *)row + i);
+    if (type == DT_F16) return _mm512_cvtph_ps(h);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+/* panel[k][j] = W[o0 + j][k0 + k] as f32, zero for outputs past n_out: 16 × 16 blocks are
+ * loaded along the rows, converted and transposed in registers. */
+static void pack_panel(const be_weight *w, int64_t o0, int64_t k0, int kc, float *panel, float *tmp)
+{
+    (void)tmp;
+    size_t rb = dt_row_bytes(w->type, w->n_in);
+    for (int j0 = 0; j0 < NR; j0 += 16)
+        for (int k = 0; k < kc; k += 16) {
+            int nk = kc - k < 16 ? kc - k : 16;
+            __mmask16 m = nk == 16 ? 0xffff : (__mmask16)((1u << nk) - 1);
+            __m512 r[16];
+            for (int i = 0; i < 16; i++)
+                r[i] = o0 + j0 + i < w->n_out
+                           ? load16(w->type, (const char *)w->data + (size_t)(o0 + j0 + i) * rb, k0 + k, m)
+                           : _mm512_setzero_ps();
+            transpose16(r);
+            for (int kk = 0; kk < nk; kk++) _mm512_store_ps(panel + (size_t)(k + kk) * NR + j0, r[kk]);
+        }
+}
+#else
 /* panel[k][j] = W[o0 + j][k0 + k] as f32, zero for outputs past n_out. */
 static void pack_panel(const be_weight *w, int64_t o0, int64_t k0, int kc, float *panel, float *tmp)
 {
@@ -72,6 +118,7 @@ static void pack_panel(const be_weight *w, int64_t o0, int64_t k0, int kc, float
         }
     }
 }
+#endif
 
 #ifdef __AVX512F__
 /* c[r][0..32) (+)= Σ_k x[r][k] · panel[k][0..32) for mr rows; columns masked by m0, m1. */
