@@ -23,7 +23,7 @@
 
 /* Plans the batch's attention items and split factor for n_heads query heads and uploads the
  * items (once per step; every layer reuses them). 0 or a negative errno. */
-static int cuda__attn_plan(cuda_backend *cb, int n_heads)
+int cuda__attn_plan(cuda_backend *cb, int n_heads, int32_t max_kv_bound)
 {
     const be_batch *b = cb->batch;
     int gsize = n_heads / cb->kv.n_kv_heads;
@@ -31,6 +31,7 @@ static int cuda__attn_plan(cuda_backend *cb, int n_heads)
     int32_t *items = cb->meta_host + cb->meta.total;
     int32_t max_kv = 0;
     int32_t n = cuda_attn_plan(b, tile, items, &max_kv);
+    if (max_kv_bound > max_kv) max_kv = max_kv_bound;
     int32_t part = 0;
     int splits = cuda_attn_splits(n, cb->kv.n_kv_heads, max_kv, cb->n_sm, b->n_tokens, n_heads, cb->kv.head_dim,
                                   &part);
@@ -49,6 +50,7 @@ static int cuda__attn_plan(cuda_backend *cb, int n_heads)
         return -EIO;
     if (CB_CHECK(cb, cudaEventRecord(cb->meta_done, cb->stream))) return -EIO;
     cb->attn_heads = n_heads;
+    cb->model_heads = n_heads;
     cb->attn_items = n;
     cb->attn_tile_tokens = tile;
     cb->attn_splits = splits;
@@ -72,12 +74,19 @@ template <typename T> static int cuda__attn_launch(cuda_backend *cb, const cuda_
 void cuda__op_attention(backend *be, int layer, const float *q, int n_heads, float *out)
 {
     cuda_backend *cb = cuda__cb(be);
-    if (cb->meta.n_tokens <= 0 || cb->error) return;
+    if (cuda__graph_skip(cb) || cb->meta.n_tokens <= 0 || cb->error) return;
     if (n_heads % cb->kv.n_kv_heads) {
         cuda__fail(cb, -EINVAL);
         return;
     }
-    if (cb->attn_heads != n_heads && cuda__fail(cb, cuda__attn_plan(cb, n_heads))) return;
+    if (cb->attn_heads != n_heads) {
+        if (cb->graph_mode) { /* planning uploads and may allocate: not inside a capture */
+            fprintf(stderr, "kvserve: CUDA graph step with %d heads, planned for %d\n", n_heads, cb->attn_heads);
+            cuda__fail(cb, -EIO);
+            return;
+        }
+        if (cuda__fail(cb, cuda__attn_plan(cb, n_heads, 0))) return;
+    }
     if (cb->attn_items == 0) return;
     cuda__attn_args a;
     a.q = q;

@@ -21,6 +21,9 @@ extern "C" {
 #include "cuda/cuda_backend.h"
 }
 
+/* cuBLAS workspace: 32 MiB, what cuBLAS recommends for Hopper. */
+#define CUDA_BLAS_WORKSPACE ((size_t)32 << 20)
+
 /* ---- availability ------------------------------------------------------------------------ */
 
 extern "C" int cuda_is_available(char *why, size_t why_len)
@@ -56,6 +59,7 @@ int cuda__grow(cuda_backend *cb, void **p, size_t *cap_bytes, size_t bytes)
     }
     if (*p) CB_CHECK(cb, cudaFree(*p)); /* cudaFree waits for queued work that may use it */
     *p = q;
+    cuda__graphs_reset(cb);
     *cap_bytes = want;
     return 0;
 }
@@ -72,7 +76,9 @@ static float *cuda__alloc(backend *be, size_t n_floats)
 
 static void cuda__free(backend *be, void *p)
 {
-    if (p) CB_CHECK(cuda__cb(be), cudaFree(p));
+    if (!p) return;
+    cuda__graphs_reset(cuda__cb(be));
+    CB_CHECK(cuda__cb(be), cudaFree(p));
 }
 
 static size_t cuda__mem_available(backend *be)
@@ -146,7 +152,10 @@ static int cuda__weight_upload(backend *be, const model_tensor *src, be_weight *
 
 static void cuda__weight_free(backend *be, be_weight *w)
 {
-    if (w->data) CB_CHECK(cuda__cb(be), cudaFree(w->data));
+    if (w->data) {
+        cuda__graphs_reset(cuda__cb(be));
+        CB_CHECK(cuda__cb(be), cudaFree(w->data));
+    }
     w->data = NULL;
 }
 
@@ -176,6 +185,9 @@ static int cuda__kv_init(backend *be, const kv_geom *g, int32_t n_blocks)
     }
     /* A second kv_init replaces the arena (as on the CPU); cudaFree waits for work that uses it. */
     if (cb->kv_arena) CB_CHECK(cb, cudaFree(cb->kv_arena));
+    cuda__graphs_reset(cb);
+    cb->steps_done = 0; /* a new model or geometry: graphs wait for fresh eager steps */
+    cb->model_heads = 0;
     cb->kv = l;
     cb->kv_dtype = g->dtype;
     cb->kv_arena = p;
@@ -199,6 +211,85 @@ static void cuda__kv_copy_block(backend *be, int32_t src, int32_t dst)
             return;
 }
 
+/* ---- CUDA graphs for decode steps -------------------------------------------------------- */
+
+void cuda__graphs_reset(cuda_backend *cb)
+{
+    for (int i = 0; i < cb->n_graphs; i++)
+        if (cb->graphs[i].exec) cudaGraphExecDestroy(cb->graphs[i].exec);
+    cb->n_graphs = 0;
+}
+
+/* A step can use a graph when graphs are on, every buffer has been sized by two eager steps,
+ * and it is pure decode: one new token per sequence, each of them a logit row. */
+static int cuda__graph_eligible(const cuda_backend *cb, const be_batch *b)
+{
+    if (!cb->graphs_on || cb->error || cb->steps_done < 2 || cb->model_heads <= 0 || !cb->kv_arena) return 0;
+    if (b->n_tokens < 1 || b->n_tokens != b->n_seqs || b->n_logits != b->n_tokens) return 0;
+    for (int32_t i = 0; i < b->n_seqs; i++)
+        if (b->q_start[i] != i || b->logit_rows[i] != i) return 0;
+    return 1;
+}
+
+/* Plans attention for the longest context the block table allows (so the launch shape does not
+ * depend on the actual lengths), makes sure the conversion buffer is large enough, then either
+ * selects the captured graph of this shape or starts capturing one. */
+static int cuda__graph_begin(cuda_backend *cb, const be_batch *b)
+{
+    int32_t bound = b->bt_stride * cb->kv.block_size;
+    int rc = cuda__attn_plan(cb, cb->model_heads, bound);
+    if (rc) return rc;
+    size_t conv = (size_t)b->n_tokens * (size_t)cb->max_n_in * 2;
+    rc = cuda__grow(cb, &cb->conv, &cb->conv_bytes, conv);
+    if (rc) return rc;
+    for (int i = 0; i < cb->n_graphs; i++)
+        if (cb->graphs[i].n_tokens == b->n_tokens && cb->graphs[i].bt_stride == b->bt_stride) {
+            cb->graph_mode = 2;
+            cb->graph_slot = i;
+            return 0;
+        }
+    if (cb->n_graphs == CUDA_GRAPH_MAX) return 0; /* table full: run eagerly */
+    if (CB_CHECK(cb, cudaStreamBeginCapture(cb->stream, cudaStreamCaptureModeRelaxed))) return -EIO;
+    cb->graph_mode = 1;
+    cb->graph_slot = cb->n_graphs;
+    return 0;
+}
+
+/* At the end of a step (to_host or sync): finishes a capture and launches it, or launches the
+ * replayed graph. 0 or -EIO. */
+static int cuda__graph_end(cuda_backend *cb)
+{
+    int mode = cb->graph_mode;
+    cb->graph_mode = 0;
+    if (mode == 0) {
+        cb->steps_done++;
+        return 0;
+    }
+    cuda_graph_slot *g = &cb->graphs[cb->graph_slot];
+    if (mode == 1) {
+        cudaGraph_t graph = NULL;
+        int rc = CB_CHECK(cb, cudaStreamEndCapture(cb->stream, &graph));
+        if (!rc) rc = CB_CHECK(cb, cudaGraphInstantiate(&g->exec, graph, 0));
+        if (graph) cudaGraphDestroy(graph);
+        if (rc) return -EIO;
+        g->n_tokens = cb->meta.n_tokens;
+        g->bt_stride = cb->meta.bt_stride;
+        g->n_ops = cb->graph_ops;
+        cb->n_graphs++;
+    } else if (cb->graph_ops != g->n_ops) {
+        fprintf(stderr, "kvserve: CUDA graph replay saw %d ops, the capture %d\n", cb->graph_ops, g->n_ops);
+        return cuda__fail(cb, -EIO);
+    }
+    return CB_CHECK(cb, cudaGraphLaunch(g->exec, cb->stream));
+}
+
+extern "C" void cuda_set_graphs(backend *be, int on)
+{
+    cuda_backend *cb = cuda__cb(be);
+    cb->graphs_on = on;
+    if (!on) cuda__graphs_reset(cb);
+}
+
 /* ---- batch metadata ---------------------------------------------------------------------- */
 
 static int cuda__meta_reserve(cuda_backend *cb, size_t n_ints)
@@ -217,6 +308,7 @@ static int cuda__meta_reserve(cuda_backend *cb, size_t n_ints)
     }
     if (cb->meta_host) CB_CHECK(cb, cudaFreeHost(cb->meta_host));
     if (cb->meta_dev) CB_CHECK(cb, cudaFree(cb->meta_dev));
+    cuda__graphs_reset(cb);
     cb->meta_host = h;
     cb->meta_dev = d;
     cb->meta_cap = want;
@@ -244,6 +336,9 @@ static int cuda__begin(backend *be, const be_batch *b)
     cb->batch = b;
     cb->have_batch = 1;
     cb->attn_heads = 0;
+    cb->graph_mode = 0;
+    cb->graph_ops = 0;
+    if (cuda__graph_eligible(cb, b)) return cuda__graph_begin(cb, b);
     return 0;
 }
 
@@ -252,7 +347,7 @@ static int cuda__begin(backend *be, const be_batch *b)
 static int cuda__to_host(backend *be, const float *src, size_t n, float *dst)
 {
     cuda_backend *cb = cuda__cb(be);
-    if (cb->error) return -EIO;
+    if (cuda__graph_end(cb) || cb->error) return -EIO;
     if (CB_CHECK(cb, cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToHost, cb->stream)))
         return -EIO;
     if (CB_CHECK(cb, cudaStreamSynchronize(cb->stream))) return -EIO;
@@ -262,6 +357,7 @@ static int cuda__to_host(backend *be, const float *src, size_t n, float *dst)
 static int cuda__sync(backend *be)
 {
     cuda_backend *cb = cuda__cb(be);
+    if (cuda__graph_end(cb)) return -EIO;
     if (CB_CHECK(cb, cudaStreamSynchronize(cb->stream))) return -EIO;
     return cb->error;
 }
@@ -271,6 +367,12 @@ static int cuda__sync(backend *be)
 static void cuda__destroy(backend *be)
 {
     cuda_backend *cb = cuda__cb(be);
+    if (cb->graph_mode == 1) {
+        cudaGraph_t graph = NULL;
+        cudaStreamEndCapture(cb->stream, &graph);
+        if (graph) cudaGraphDestroy(graph);
+    }
+    cuda__graphs_reset(cb);
     if (cb->stream) cudaStreamSynchronize(cb->stream);
     if (cb->kv_arena) cudaFree(cb->kv_arena);
     if (cb->meta_host) cudaFreeHost(cb->meta_host);
@@ -279,6 +381,7 @@ static void cuda__destroy(backend *be)
     if (cb->conv) cudaFree(cb->conv);
     if (cb->meta_done) cudaEventDestroy(cb->meta_done);
     if (cb->blas) cublasDestroy(cb->blas);
+    if (cb->blas_ws) cudaFree(cb->blas_ws);
     if (cb->stream) cudaStreamDestroy(cb->stream);
     free(cb);
 }
@@ -334,6 +437,8 @@ extern "C" backend *cuda_backend_create(int device_index, char *err, size_t err_
     if (!rc) rc = CUDA_CHECK(cudaEventCreateWithFlags(&cb->meta_done, cudaEventDisableTiming));
     if (!rc) rc = CUBLAS_CHECK(cublasCreate(&cb->blas));
     if (!rc) rc = CUBLAS_CHECK(cublasSetStream(cb->blas, cb->stream));
+    if (!rc) rc = CUDA_CHECK(cudaMalloc(&cb->blas_ws, CUDA_BLAS_WORKSPACE));
+    if (!rc) rc = CUBLAS_CHECK(cublasSetWorkspace(cb->blas, cb->blas_ws, CUDA_BLAS_WORKSPACE));
     /* FP32 GEMMs stay true FP32 (no TF32), so F32 models match the CPU reference. */
     if (!rc) rc = CUBLAS_CHECK(cublasSetMathMode(cb->blas, CUBLAS_DEFAULT_MATH));
     if (!rc) rc = CUDA_CHECK(cudaEventRecord(cb->meta_done, cb->stream));
@@ -343,6 +448,8 @@ extern "C" backend *cuda_backend_create(int device_index, char *err, size_t err_
         cuda__destroy(&cb->base);
         return NULL;
     }
+    const char *g = getenv("KVSERVE_CUDA_GRAPHS");
+    cb->graphs_on = g && g[0] == '1';
     cb->n_sm = prop.multiProcessorCount;
     cb->smem_optin = prop.sharedMemPerBlockOptin;
     snprintf(cb->base.desc, sizeof cb->base.desc, "%.80s (sm_%d%d, %d SMs, %.0f GiB)", prop.name, prop.major,

@@ -39,6 +39,11 @@ void cuda_rope_store_kv(backend *be, int layer, float *k, const float *v, const 
  * ties). ids is host memory. 0 or -EIO. */
 int cuda_argmax_rows(backend *be, const float *x, int n_rows, int dim, int32_t *ids);
 
+/* Turns CUDA graphs for decode steps on or off (default: on when the environment variable
+ * KVSERVE_CUDA_GRAPHS is 1). Experimental: each decode batch shape is captured once and
+ * replayed after that; any other step runs eagerly. */
+void cuda_set_graphs(backend *be, int on);
+
 /* Number of attention splits (split-K partitions) the last attention launch used, for tests. */
 int cuda_last_attn_splits(backend *be);
 

@@ -26,6 +26,15 @@ extern "C" {
 #include "cuda/check.h"
 #include "cuda/cuda_common.h"
 
+#define CUDA_GRAPH_MAX 32
+
+/* One captured decode step. */
+typedef struct cuda_graph_slot {
+    int32_t n_tokens, bt_stride; /* the key: decode batch size and block-table stride */
+    int n_ops;                   /* ops in the captured step (replays must match) */
+    cudaGraphExec_t exec;
+} cuda_graph_slot;
+
 typedef struct cuda_backend {
     backend base;         /* first: a backend * is a cuda_backend * */
     int device;
@@ -33,6 +42,7 @@ typedef struct cuda_backend {
     size_t smem_optin;    /* largest dynamic shared memory one block may opt into (bytes) */
     cudaStream_t stream;  /* every op runs on this one stream, in call order */
     cublasHandle_t blas;
+    void *blas_ws;        /* cuBLAS workspace we own, so captured GEMMs never allocate */
     int error;            /* 0, or -EIO after the first failed call (sticky) */
 
     /* KV arena (kv_init) */
@@ -63,6 +73,20 @@ typedef struct cuda_backend {
     /* Activations converted to a weight's 16-bit type for cuBLAS */
     void *conv;
     size_t conv_bytes;
+    int64_t max_n_in;     /* largest matmul input width seen (sizes conv before a capture) */
+
+    /* CUDA graphs for decode steps (opt-in, cuda_set_graphs / KVSERVE_CUDA_GRAPHS=1). A decode-only
+     * step of a batch shape seen before replays the graph captured the first time: begin()
+     * uploads the metadata, the ops only count themselves, to_host()/sync() launch the graph.
+     * Any change of device buffers (free, grow, kv_init) drops every graph. */
+    int graphs_on;
+    int graph_mode;       /* 0 eager, 1 capturing this step, 2 replaying this step */
+    int graph_slot;       /* the slot being captured or replayed */
+    int graph_ops;        /* ops called this step */
+    int steps_done;       /* eager steps completed (graphs wait for two, so every buffer is sized) */
+    int model_heads;      /* n_heads the attention op was called with, 0 until the first call */
+    int n_graphs;
+    cuda_graph_slot graphs[CUDA_GRAPH_MAX];
 } cuda_backend;
 
 static inline cuda_backend *cuda__cb(backend *be)
@@ -80,6 +104,21 @@ static inline int cuda__fail(cuda_backend *cb, int rc)
 #define CB_CHECK(cb, call) cuda__fail((cb), CUDA_CHECK(call))
 #define CB_CHECK_BLAS(cb, call) cuda__fail((cb), CUBLAS_CHECK(call))
 #define CB_CHECK_LAUNCH(cb) cuda__fail((cb), CUDA_CHECK_LAUNCH())
+
+/* Called first by every op: counts it, and says whether to skip it because this step replays a
+ * graph that already holds it. */
+static inline int cuda__graph_skip(cuda_backend *cb)
+{
+    cb->graph_ops++;
+    return cb->graph_mode == 2;
+}
+
+/* Drops every captured graph (device buffers they reference changed). */
+void cuda__graphs_reset(cuda_backend *cb);
+
+/* Plans and uploads the attention items for n_heads; max_kv_bound > 0 sizes the split-K
+ * partitions for that many keys instead of the batch's actual longest context (graphs). */
+int cuda__attn_plan(cuda_backend *cb, int n_heads, int32_t max_kv_bound);
 
 /* Device-side pointer to the packed batch metadata array at int32 offset off. */
 static inline const int32_t *cuda__meta(const cuda_backend *cb, int32_t off)

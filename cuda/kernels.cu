@@ -75,6 +75,7 @@ static __global__ void cuda__embed_k(const T *emb, int64_t dim, const int32_t *t
 void cuda__op_embed(backend *be, const be_weight *emb, float *out)
 {
     cuda_backend *cb = cuda__cb(be);
+    if (cuda__graph_skip(cb)) return;
     int n = cb->meta.n_tokens;
     if (n <= 0) return;
     const int32_t *tok = cuda__meta(cb, cb->meta.tokens);
@@ -114,6 +115,7 @@ void cuda__op_rmsnorm(backend *be, const float *x, const be_weight *w, float eps
                       float *out)
 {
     cuda_backend *cb = cuda__cb(be);
+    if (cuda__graph_skip(cb)) return;
     if (n_rows <= 0) return;
     cuda__rmsnorm_k<<<n_rows, CUDA_EW_THREADS, 0, cb->stream>>>((float *)x, NULL, (const float *)w->data, eps,
                                                                   dim, out);
@@ -169,6 +171,7 @@ static __global__ void cuda__rope_k(float *x, const int32_t *pos, int n_heads, i
 void cuda__op_rope(backend *be, float *x, const be_rope *r)
 {
     cuda_backend *cb = cuda__cb(be);
+    if (cuda__graph_skip(cb)) return;
     int n = cb->meta.n_tokens;
     if (n <= 0) return;
     cuda__rope_k<<<n, 128, 0, cb->stream>>>(x, cuda__meta(cb, cb->meta.positions), r->n_heads, r->head_dim,
@@ -223,6 +226,7 @@ static void cuda__store_kv(cuda_backend *cb, int layer, float *k, const float *v
 
 void cuda__op_store_kv(backend *be, int layer, const float *k, const float *v)
 {
+    if (cuda__graph_skip(cuda__cb(be))) return;
     cuda__store_kv(cuda__cb(be), layer, (float *)k, v, 0, 0.0f, 0);
 }
 
@@ -242,6 +246,7 @@ static __global__ void cuda__silu_mul_k(float *g, const float *u, int64_t n)
 void cuda__op_silu_mul(backend *be, float *gate, const float *up, int64_t n)
 {
     cuda_backend *cb = cuda__cb(be);
+    if (cuda__graph_skip(cb)) return;
     if (n <= 0) return;
     unsigned g = cuda_grid_1d(n, CUDA_EW_THREADS, CUDA_EW_MAX_BLOCKS);
     cuda__silu_mul_k<<<g, CUDA_EW_THREADS, 0, cb->stream>>>(gate, up, n);
@@ -257,6 +262,7 @@ static __global__ void cuda__add_k(float *x, const float *y, int64_t n)
 void cuda__op_add(backend *be, float *x, const float *y, int64_t n)
 {
     cuda_backend *cb = cuda__cb(be);
+    if (cuda__graph_skip(cb)) return;
     if (n <= 0) return;
     unsigned g = cuda_grid_1d(n, CUDA_EW_THREADS, CUDA_EW_MAX_BLOCKS);
     cuda__add_k<<<g, CUDA_EW_THREADS, 0, cb->stream>>>(x, y, n);
@@ -273,6 +279,7 @@ static __global__ void cuda__gather_k(const float *x, int dim, const int32_t *ro
 void cuda__op_gather_rows(backend *be, const float *x, int dim, float *out)
 {
     cuda_backend *cb = cuda__cb(be);
+    if (cuda__graph_skip(cb)) return;
     int n = cb->meta.n_logits;
     if (n <= 0) return;
     cuda__gather_k<<<n, CUDA_EW_THREADS, 0, cb->stream>>>(x, dim, cuda__meta(cb, cb->meta.logit_rows), out);
@@ -336,8 +343,10 @@ static __global__ void cuda__bias_k(float *out, const float *bias, int64_t n_out
 void cuda__op_matmul(backend *be, const float *x, int n_rows, const be_weight *w, const be_weight *bias, float *out)
 {
     cuda_backend *cb = cuda__cb(be);
+    if (cuda__graph_skip(cb)) return;
     if (n_rows <= 0) return;
     int m = (int)w->n_out, k = (int)w->n_in;
+    if (w->n_in > cb->max_n_in) cb->max_n_in = w->n_in;
     float alpha = 1.0f, beta = 0.0f;
     const void *B = x;
     cudaDataType_t t = CUDA_R_32F;

@@ -277,12 +277,14 @@ static void gc_golden(backend *gpu, const char *model_path, const char *golden_p
         gc_add("golden stories260K", "skipped", "model/ids missing", 0);
         return;
     }
-    const int kvs[2] = {KV_F16, KV_F32};
-    for (int k = 0; k < 2; k++) {
+    const int kvs[3] = {KV_F16, KV_F32, KV_F16};
+    for (int k = 0; k < 3; k++) {
         double tps = 0;
+        cuda_set_graphs(gpu, k == 2); /* the last run replays CUDA graphs for decode steps */
         int ok = gc_golden_run(m, gpu, cs, n, kvs[k], &tps);
+        cuda_set_graphs(gpu, 0);
         char what[48], v[40];
-        snprintf(what, sizeof what, "golden stories260K kv %s", kv_dtype_name(kvs[k]));
+        snprintf(what, sizeof what, "golden stories260K kv %s%s", kv_dtype_name(kvs[k]), k == 2 ? " graphs" : "");
         snprintf(v, sizeof v, "%d/%d cases exact", ok < 0 ? 0 : ok, n);
         printf("  %s: %s (%.0f tok/s batched)\n", what, v, tps);
         gc_add(what, v, "all exact", ok == n);
@@ -604,6 +606,16 @@ static void gc_bench(backend *gpu, int quick)
     double tb = gc_bench_decode(f, &gm.m, batch, prompt, steps, stride);
     snprintf(v, sizeof v, "%.0f tok/s", tb);
     gc_add("tinyllama bf16 decode b=64", v, "ctx 128..192", -1);
+    cuda_set_graphs(gpu, 1);
+    double g1 = gc_bench_decode(f, &gm.m, 1, prompt, steps, stride);
+    snprintf(v, sizeof v, "%.0f tok/s", g1);
+    snprintf(ref, sizeof ref, "%.2fx eager", g1 / t1);
+    gc_add("  same, b=1, CUDA graphs", v, ref, -1);
+    double gb = gc_bench_decode(f, &gm.m, batch, prompt, steps, stride);
+    snprintf(v, sizeof v, "%.0f tok/s", gb);
+    snprintf(ref, sizeof ref, "%.2fx eager", gb / tb);
+    gc_add("  same, b=64, CUDA graphs", v, ref, -1);
+    cuda_set_graphs(gpu, 0);
     fwd_destroy(f);
     gc_tinyllama_free(&gm);
 }
