@@ -165,8 +165,8 @@ static void sv_model(void)
     }
     snprintf(sv.model, sizeof sv.model, "%s/demo.gguf", sv.dir);
     char cmd[1200];
-    snprintf(cmd, sizeof cmd, "'%s' mkmodel -o '%s' --dim 64 --layers 2 --heads 4 --vocab 512 "
-                              "--context 512 >/dev/null 2>&1", sv_bin(), sv.model);
+    snprintf(cmd, sizeof cmd, "'%s' mkmodel -o '%s' --dim 256 --layers 4 --heads 8 --kv-heads 4 "
+                              "--ffn 768 --vocab 512 --context 1024 --type q8_0 >/dev/null 2>&1", sv_bin(), sv.model);
     cr_assert(system(cmd) == 0, "mkmodel failed: %s", cmd);
 }
 
@@ -506,7 +506,7 @@ Test(server, chat_n2_logprobs_and_best_of)
     sv_start();
     const char *chat = "{\"model\":\"%s\",\"messages\":[{\"role\":\"system\",\"content\":\"Tell a story.\"},"
                        "{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"Once upon\"}]}],"
-                       "\"max_completion_tokens\":12,\"temperature\":0%s}";
+                       "\"max_completion_tokens\":12,\"temperature\":0,\"ignore_eos\":true%s}";
     const char *slash = strrchr(sv.model, '/');
     char id[256];
     snprintf(id, sizeof id, "%s", slash + 1);
@@ -556,7 +556,7 @@ Test(server, chat_n2_logprobs_and_best_of)
     cJSON_Delete(j);
     sv_resp_free(&r);
     /* completions logprobs shape, n = 2 streamed (interleaved by index), best_of */
-    r = sv_post("/v1/completions", "{\"prompt\":\"Once upon a time\",\"max_tokens\":8,\"temperature\":0,\"logprobs\":2,\"echo\":true}");
+    r = sv_post("/v1/completions", "{\"prompt\":\"Once upon a time\",\"max_tokens\":8,\"temperature\":0,\"logprobs\":2,\"echo\":true,\"ignore_eos\":true}");
     j = cJSON_Parse(r.body);
     const cJSON *c0 = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "choices"), 0);
     const cJSON *lp = cJSON_GetObjectItem(c0, "logprobs");
@@ -571,7 +571,7 @@ Test(server, chat_n2_logprobs_and_best_of)
     cJSON_Delete(j);
     sv_resp_free(&r);
     r = sv_post("/v1/completions", "{\"prompt\":[\"Once upon a time\",\"The cat\"],\"max_tokens\":10,\"temperature\":0,"
-                                   "\"n\":2,\"stream\":true,\"logprobs\":1}");
+                                   "\"n\":2,\"stream\":true,\"logprobs\":1,\"ignore_eos\":true}");
     sv_parse_stream(r.body, 0, &st);
     cr_assert(st.done);
     for (int i = 0; i < 4; i++) {
@@ -582,7 +582,7 @@ Test(server, chat_n2_logprobs_and_best_of)
     cr_assert_str_eq(st.text[2], st.text[3]);
     cr_assert_str_neq(st.text[0], st.text[2]);
     sv_resp_free(&r);
-    r = sv_post("/v1/completions", "{\"prompt\":\"The cat\",\"max_tokens\":6,\"temperature\":1,\"seed\":7,\"n\":2,\"best_of\":3}");
+    r = sv_post("/v1/completions", "{\"prompt\":\"The cat\",\"max_tokens\":6,\"temperature\":1,\"seed\":7,\"n\":2,\"best_of\":3,\"ignore_eos\":true}");
     cr_assert_eq(r.status, 200, "%s", r.body);
     j = cJSON_Parse(r.body);
     cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(j, "choices")), 2);
@@ -880,7 +880,7 @@ Test(server, sigterm_drains_streams_then_exits_0)
 Test(server, sse_ping_while_waiting)
 {
     /* one running sequence at a time: a stream queued behind long requests waits, and pings */
-    const char *args[] = {"--max-seqs", "1", "--sse-ping-interval", "0.02", NULL};
+    const char *args[] = {"--max-seqs", "1", "--sse-ping-interval", "0.01", NULL};
     sv_start_args(args);
     enum { N = 3 };
     static sv_job jobs[N + 1];
