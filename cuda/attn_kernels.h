@@ -34,6 +34,30 @@ static __device__ __forceinline__ float cuda__ldkv(__nv_bfloat16 v)
     return __bfloat162float(v);
 }
 
+/* 16 bytes of K or V (4 f32, or 8 f16 / bf16) as f32, into o[16 / sizeof(T) / 4]. p is 16-byte
+ * aligned: rows of head_dim elements start at multiples of 16 bytes when head_dim × size is one. */
+static __device__ __forceinline__ void cuda__ldkv16(const float *p, float4 *o)
+{
+    o[0] = *(const float4 *)p;
+}
+static __device__ __forceinline__ void cuda__ldkv16(const __half *p, float4 *o)
+{
+    uint4 u = *(const uint4 *)p;
+    const __half2 *h = (const __half2 *)&u;
+    float2 a = __half22float2(h[0]), b = __half22float2(h[1]), c = __half22float2(h[2]), d = __half22float2(h[3]);
+    o[0] = make_float4(a.x, a.y, b.x, b.y);
+    o[1] = make_float4(c.x, c.y, d.x, d.y);
+}
+static __device__ __forceinline__ void cuda__ldkv16(const __nv_bfloat16 *p, float4 *o)
+{
+    uint4 u = *(const uint4 *)p;
+    const __nv_bfloat162 *h = (const __nv_bfloat162 *)&u;
+    float2 a = __bfloat1622float2(h[0]), b = __bfloat1622float2(h[1]), c = __bfloat1622float2(h[2]),
+           d = __bfloat1622float2(h[3]);
+    o[0] = make_float4(a.x, a.y, b.x, b.y);
+    o[1] = make_float4(c.x, c.y, d.x, d.y);
+}
+
 static __device__ __forceinline__ float cuda__warp_max(float v)
 {
     for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
@@ -46,11 +70,20 @@ static __device__ __forceinline__ float cuda__warp_sum(float v)
     return v;
 }
 
-/* Shared-memory floats for a block of `rows` query rows. */
+/* Row stride (floats) of the K tile in shared memory: padded so that lanes reading different
+ * keys hit different banks; by 4 when head_dim allows 16-byte accesses (then the stride in
+ * 16-byte units is odd whenever head_dim % 8 == 0), else by 1. */
+static __host__ __device__ inline int cuda__attn_kpad(int head_dim)
+{
+    return head_dim % 4 == 0 ? head_dim + 4 : head_dim + 1;
+}
+
+/* Shared-memory bytes for a block of `rows` query rows. */
 static inline size_t cuda__attn_smem(int rows, int head_dim)
 {
     const int TK = CUDA_ATTN_TK;
-    return ((size_t)rows * (2 * head_dim + TK + 3) + (size_t)TK * (2 * head_dim + 1)) * sizeof(float);
+    return ((size_t)TK * (cuda__attn_kpad(head_dim) + head_dim) + (size_t)rows * (2 * head_dim + TK + 3)) *
+           sizeof(float);
 }
 
 template <typename T>
@@ -71,14 +104,18 @@ cuda__attn_k(cuda__attn_args a, const T *kp, const T *vp)
     const int32_t *bt = a.block_table + (int64_t)s * a.bt_stride;
     const int qstride = a.n_heads * D;
 
-    float *Qs = sm;                 /* [rows][D], pre-scaled */
+    /* 16-byte aligned first (K, V, Q, O), when D % 4 == 0, then the per-row scalars. */
+    const int KP = cuda__attn_kpad(D);
+    float *Ks = sm;                 /* [TK][KP] */
+    float *Vs = Ks + TK * KP;       /* [TK][D] */
+    float *Qs = Vs + TK * D;        /* [rows][D], pre-scaled */
     float *Os = Qs + rows * D;      /* [rows][D] */
     float *Ss = Os + rows * D;      /* [rows][TK] scores, then probabilities */
     float *Ms = Ss + rows * TK;     /* [rows] running max */
     float *Ls = Ms + rows;          /* [rows] running sum */
     float *As = Ls + rows;          /* [rows] rescale factor of this tile */
-    float *Ks = As + rows;          /* [TK][D + 1] (padded against bank conflicts) */
-    float *Vs = Ks + TK * (D + 1);  /* [TK][D] */
+    constexpr int VEC = 16 / sizeof(T); /* elements per 16-byte load */
+    const bool vec_ok = D % VEC == 0;   /* rows are 16-byte aligned: vector loads and stores */
 
     for (int i = tid; i < rows * D; i += blockDim.x) {
         int r = i / D, d = i % D;
@@ -95,17 +132,39 @@ cuda__attn_k(cuda__attn_args a, const T *kp, const T *vp)
     const int64_t blk_elems = (int64_t)a.n_kv_heads * a.block_size * D;
     for (int32_t kt = k_begin; kt < k_end; kt += TK) {
         __syncthreads(); /* the previous tile's K/V/S are no longer read */
-        for (int i = tid; i < TK * D; i += blockDim.x) {
-            int c = i / D, d = i % D;
-            int32_t j = kt + c;
-            float kv = 0.0f, vv = 0.0f;
-            if (j < k_end) {
-                int64_t o = (int64_t)bt[j / a.block_size] * blk_elems + head_off + (int64_t)(j % a.block_size) * D + d;
-                kv = cuda__ldkv(kp[o]);
-                vv = cuda__ldkv(vp[o]);
+        if (vec_ok) {
+            const int DV = D / VEC;
+            for (int i = tid; i < TK * DV; i += blockDim.x) {
+                int c = i / DV, d = (i % DV) * VEC;
+                int32_t j = kt + c;
+                float4 kv[VEC / 4], vv[VEC / 4];
+                if (j < k_end) {
+                    int64_t o = (int64_t)bt[j / a.block_size] * blk_elems + head_off + (int64_t)(j % a.block_size) * D + d;
+                    cuda__ldkv16(kp + o, kv);
+                    cuda__ldkv16(vp + o, vv);
+                } else {
+#pragma unroll
+                    for (int e = 0; e < VEC / 4; e++) kv[e] = vv[e] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                }
+#pragma unroll
+                for (int e = 0; e < VEC / 4; e++) {
+                    *(float4 *)(Ks + c * KP + d + 4 * e) = kv[e];
+                    *(float4 *)(Vs + c * D + d + 4 * e) = vv[e];
+                }
             }
-            Ks[c * (D + 1) + d] = kv;
-            Vs[c * D + d] = vv;
+        } else {
+            for (int i = tid; i < TK * D; i += blockDim.x) {
+                int c = i / D, d = i % D;
+                int32_t j = kt + c;
+                float kv = 0.0f, vv = 0.0f;
+                if (j < k_end) {
+                    int64_t o = (int64_t)bt[j / a.block_size] * blk_elems + head_off + (int64_t)(j % a.block_size) * D + d;
+                    kv = cuda__ldkv(kp[o]);
+                    vv = cuda__ldkv(vp[o]);
+                }
+                Ks[c * KP + d] = kv;
+                Vs[c * D + d] = vv;
+            }
         }
         __syncthreads();
         for (int i = tid; i < rows * TK; i += blockDim.x) {
@@ -113,9 +172,16 @@ cuda__attn_k(cuda__attn_args a, const T *kp, const T *vp)
             int32_t j = kt + c, qpos = base + t0 + r / a.gsize;
             float sc = -INFINITY;
             if (j < k_end && j <= qpos) {
-                const float *qr = Qs + r * D, *kr = Ks + c * (D + 1);
+                const float *qr = Qs + r * D, *kr = Ks + c * KP;
                 float acc = 0.0f;
-                for (int d = 0; d < D; d++) acc += qr[d] * kr[d];
+                if (D % 4 == 0) {
+                    for (int d = 0; d < D; d += 4) {
+                        float4 x = *(const float4 *)(qr + d), y = *(const float4 *)(kr + d);
+                        acc += x.x * y.x + x.y * y.y + x.z * y.z + x.w * y.w;
+                    }
+                } else {
+                    for (int d = 0; d < D; d++) acc += qr[d] * kr[d];
+                }
                 sc = acc;
             }
             Ss[i] = sc;

@@ -184,6 +184,7 @@ int main()
         {1, 1300, 1, 2, 1, 40, 64},   /* head_dim not a multiple of 32, split-K */
         {2, 600, 200, 2, 2, 8, 4},    /* long prefill split across partitions */
         {3, 129, 64, 64, 1, 8, 100},  /* MQA: a group larger than the row target */
+        {3, 150, 20, 4, 2, 10, 100},  /* head_dim not a multiple of 4: the scalar load path */
     };
     printf("attention kernels under CPU emulation vs float64 (seed %#llx)\n", (unsigned long long)emu_rs);
     int bad = 0;

@@ -62,6 +62,36 @@ struct __half {
 struct __nv_bfloat16 {
     uint16_t x;
 };
+struct float2 {
+    float x, y;
+};
+struct float4 {
+    float x, y, z, w;
+};
+struct uint4 {
+    unsigned x, y, z, w;
+};
+struct __half2 {
+    uint32_t x;
+};
+struct __nv_bfloat162 {
+    uint32_t x;
+};
+static inline float4 make_float4(float x, float y, float z, float w)
+{
+    float4 f = {x, y, z, w};
+    return f;
+}
+static inline float2 __half22float2(__half2 h)
+{
+    float2 f = {(float)h.x * NAN, NAN};
+    return f;
+}
+static inline float2 __bfloat1622float2(__nv_bfloat162 h)
+{
+    float2 f = {(float)h.x * NAN, NAN};
+    return f;
+}
 static inline float __half2float(__half h)
 {
     return (float)h.x * NAN;
