@@ -112,7 +112,7 @@ void cuda__op_attention(backend *be, int layer, const float *q, int n_heads, flo
     else rc = cuda__attn_launch<__half>(cb, a, layer, smem);
     if (rc || a.splits == 1) return;
     dim3 grid(n_heads, cb->meta.n_tokens);
-    int threads = a.head_dim < 128 ? 32 * (int)cuda_div_up(a.head_dim, 32) : 128;
+    int threads = cuda_attn_reduce_threads(a.head_dim);
     cuda__attn_reduce_k<<<grid, threads, 0, cb->stream>>>(cb->attn_scratch, out, n_heads, a.head_dim, a.splits);
     CB_CHECK_LAUNCH(cb);
 }

@@ -225,10 +225,7 @@ void cuda__graphs_reset(cuda_backend *cb)
 static int cuda__graph_eligible(const cuda_backend *cb, const be_batch *b)
 {
     if (!cb->graphs_on || cb->error || cb->steps_done < 2 || cb->model_heads <= 0 || !cb->kv_arena) return 0;
-    if (b->n_tokens < 1 || b->n_tokens != b->n_seqs || b->n_logits != b->n_tokens) return 0;
-    for (int32_t i = 0; i < b->n_seqs; i++)
-        if (b->q_start[i] != i || b->logit_rows[i] != i) return 0;
-    return 1;
+    return cuda_batch_is_pure_decode(b);
 }
 
 /* Plans attention for the longest context the block table allows (so the launch shape does not

@@ -6,7 +6,8 @@
  * tests (tests/test_cuda_host.c), which compare them with the CPU reference on every build,
  * whether or not CUDA is built. Nothing here touches the CUDA runtime.
  *
- *   launch geometry      cuda_div_up, cuda_grid_1d, cuda_attn_tile_tokens, cuda_attn_splits
+ *   launch geometry      cuda_div_up, cuda_grid_1d, cuda_attn_tile_tokens, cuda_attn_splits,
+ *                        cuda_attn_reduce_threads, cuda_batch_is_pure_decode (CUDA graphs)
  *   KV block layout      cuda_kv_index: [n_layers][2 (K,V)][n_blocks][n_kv_heads][block_size][head_dim]
  *   batch metadata       cuda_meta_plan / cuda_meta_pack: one int32 buffer, one host→device copy
  *   attention work list  cuda_attn_plan: (sequence, first new token, n tokens) items
@@ -92,6 +93,22 @@ static inline CUDA_HD int cuda_attn_splits(int n_items, int n_kv_heads, int32_t 
     s = cuda_div_up(max_kv > 0 ? max_kv : 1, part);
     if (part_keys) *part_keys = (int32_t)part;
     return (int)s;
+}
+
+/* Threads of the split-K reduction block (one per head dimension, whole warps, at most 128). */
+static inline CUDA_HD int cuda_attn_reduce_threads(int head_dim)
+{
+    return head_dim < 128 ? 32 * (int)cuda_div_up(head_dim, 32) : 128;
+}
+
+/* 1 when every sequence of the batch decodes exactly one token whose logits are wanted, row i
+ * for token i: the shape CUDA graphs capture and replay. */
+static inline int cuda_batch_is_pure_decode(const be_batch *b)
+{
+    if (b->n_tokens < 1 || b->n_tokens != b->n_seqs || b->n_logits != b->n_tokens) return 0;
+    for (int32_t i = 0; i < b->n_seqs; i++)
+        if (b->q_start[i] != i || b->logit_rows[i] != i) return 0;
+    return b->q_start[b->n_seqs] == b->n_tokens;
 }
 
 /* ---- KV arena layout --------------------------------------------------------------------- */

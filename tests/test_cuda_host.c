@@ -87,6 +87,34 @@ Test(cuda_host, attn_splits)
     }
 }
 
+Test(cuda_host, reduce_threads)
+{
+    for (int d = 1; d <= 512; d++) {
+        int t = cuda_attn_reduce_threads(d);
+        cr_assert(t % 32 == 0 && t >= 32 && t <= 128, "head_dim %d: %d threads", d, t);
+        cr_assert(t >= d || t == 128, "head_dim %d: %d threads leave dims to loop over needlessly", d, t);
+    }
+}
+
+Test(cuda_host, pure_decode_batches)
+{
+    int32_t tok[3] = {5, 6, 7}, pos[3] = {9, 3, 4}, slots[3] = {1, 2, 3}, q_start[4] = {0, 1, 2, 3};
+    int32_t ctx[3] = {10, 4, 5}, bt[3] = {0, 1, 2}, rows[3] = {0, 1, 2};
+    be_batch b = {3, tok, pos, slots, 3, q_start, ctx, bt, 1, 3, rows};
+    cr_assert(cuda_batch_is_pure_decode(&b));
+    rows[1] = 2;
+    cr_assert(!cuda_batch_is_pure_decode(&b), "logit rows out of order");
+    rows[1] = 1;
+    b.n_logits = 2;
+    cr_assert(!cuda_batch_is_pure_decode(&b), "a sequence without logits");
+    b.n_logits = 3;
+    int32_t q2[3] = {0, 2, 3};
+    be_batch p = {3, tok, pos, slots, 2, q2, ctx, bt, 1, 2, rows};
+    cr_assert(!cuda_batch_is_pure_decode(&p), "a prefill chunk");
+    be_batch e = {0, tok, pos, slots, 0, q_start, ctx, bt, 1, 0, rows};
+    cr_assert(!cuda_batch_is_pure_decode(&e), "an empty batch");
+}
+
 /* ---- KV block layout ------------------------------------------------------------------------ */
 
 Test(cuda_host, kv_layout_bijective)

@@ -136,7 +136,7 @@ static double emu_check(const emu_case &c, int *splits_out)
         emu_l.kind = 1, emu_l.n_heads = c.n_heads, emu_l.head_dim = D, emu_l.splits = splits;
         dim3 g2;
         g2.x = (unsigned)c.n_heads, g2.y = (unsigned)n;
-        emu_run(g2, D < 128 ? 32 * (int)cuda_div_up(D, 32) : 128); /* as the launcher does */
+        emu_run(g2, cuda_attn_reduce_threads(D)); /* as the launcher does */
     }
 
     double num = 0, den = 0;
