@@ -145,23 +145,6 @@ static inline __mmask16 mask16(int n)
     return n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1);
 }
 
-/* e^x, float accuracy (a few ulp) for x ≥ -87; Cephes' polynomial on the reduced argument. */
-static inline __m512 exp512(__m512 x)
-{
-    x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
-    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-    p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-    return _mm512_scalef_ps(p, n);
-}
 #endif
 
 /* sc[j] = scale · q · K[j] for keys j < nv of the transposed f32 tile kt [hd][bsp] (bsp: row
@@ -202,7 +185,7 @@ static float exp_shift(float *sc, int nv, float m)
     __m512 sum = _mm512_setzero_ps(), vm = _mm512_set1_ps(m);
     for (int jc = 0; jc < nv; jc += 16) {
         __mmask16 k = mask16(nv - jc);
-        __m512 e = _mm512_maskz_mov_ps(k, exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, sc + jc), vm)));
+        __m512 e = _mm512_maskz_mov_ps(k, cpu__exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, sc + jc), vm)));
         _mm512_mask_storeu_ps(sc + jc, k, e);
         sum = _mm512_add_ps(sum, e);
     }

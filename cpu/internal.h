@@ -82,6 +82,29 @@ static inline void *cpu__kv_v(const cpu__backend *c, int layer)
 
 /* ---- kernels ------------------------------------------------------------------------------- */
 
+#ifdef __AVX512F__
+#include <immintrin.h>
+
+/* e^x, float accuracy (a few ulp) for x ≥ -87; Cephes' polynomial on the reduced argument. */
+static inline __m512 cpu__exp512(__m512 x)
+{
+    x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    return _mm512_scalef_ps(p, n);
+}
+#endif
+
+
 /* matmul.c: out[r][o] = x[r] · W[o] (+ bias[o]). */
 void cpu__matmul(cpu__backend *c, const float *x, int n_rows, const be_weight *w,
                  const be_weight *bias, float *out);

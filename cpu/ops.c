@@ -158,7 +158,16 @@ typedef struct ew_task {
 static void silu_mul_run(void *v, int64_t lo, int64_t hi, int ith)
 {
     ew_task *t = v;
-    for (int64_t i = lo; i < hi; i++) {
+    int64_t i = lo;
+#ifdef __AVX512F__
+    for (; i + 16 <= hi; i += 16) {
+        __m512 g = _mm512_loadu_ps(t->a + i);
+        __m512 e = cpu__exp512(_mm512_sub_ps(_mm512_setzero_ps(), g));
+        __m512 sg = _mm512_div_ps(g, _mm512_add_ps(_mm512_set1_ps(1.0f), e));
+        _mm512_storeu_ps(t->a + i, _mm512_mul_ps(sg, _mm512_loadu_ps(t->b + i)));
+    }
+#endif
+    for (; i < hi; i++) {
         float g = t->a[i];
         t->a[i] = g / (1.0f + expf(-g)) * t->b[i];
     }
