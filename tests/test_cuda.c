@@ -14,6 +14,8 @@
 #include <string.h>
 
 #include "cuda/check/kernel_checks.c"
+#include "engine/forward.h"
+#include "engine/model.h"
 
 typedef struct tcu_env {
     kc_ctx c;
@@ -142,6 +144,84 @@ Test(cuda, attention)
         {"mixed-gqa8", 4, 30, 200, 1, 30, 32, 4, 64, KV_F32},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) tcu_expect(kc_check_attention(&e.c, &cases[i]));
+    tcu_close(&e);
+}
+
+/* Greedy decode of three prompts in one varlen batch (prefill, then one token per sequence per
+ * step) through engine/forward.c on backend be; ids[s][i] gets sequence s's i-th new token. */
+#define TCU_SEQS 3
+#define TCU_STEPS 48
+static void tcu_generate(const model *m, backend *be, int kv_dtype, int32_t ids[TCU_SEQS][TCU_STEPS])
+{
+    const int bs = 16, stride = 8;
+    static const int32_t prompts[TCU_SEQS][5] = {{1, 403, 407, 261, 378}, {1, 317, 269, 274, 287}, {1, 291, 280, 294, 0}};
+    const int n_prompt[TCU_SEQS] = {5, 5, 4};
+    kv_geom g = {m->hp.n_layers, m->hp.n_kv_heads, m->hp.head_dim, bs, kv_dtype};
+    char err[256];
+    fwd *f = fwd_create(m, be, &g, TCU_SEQS * stride, 64, TCU_SEQS, err, sizeof err);
+    cr_assert_not_null(f, "%s", err);
+    int32_t tokens[16], pos[16], slots[16], q_start[TCU_SEQS + 1], ctx[TCU_SEQS], rows[TCU_SEQS], bt[TCU_SEQS * 8];
+    float *logits = malloc((size_t)TCU_SEQS * m->hp.n_vocab * sizeof *logits);
+    for (int i = 0; i < TCU_SEQS * stride; i++) bt[i] = TCU_SEQS * stride - 1 - i; /* reversed pages */
+    int len[TCU_SEQS] = {0};
+    for (int st = 0; st <= TCU_STEPS; st++) {
+        int n = 0;
+        q_start[0] = 0;
+        for (int s = 0; s < TCU_SEQS; s++) {
+            int cnt = st == 0 ? n_prompt[s] : 1;
+            for (int k = 0; k < cnt; k++, n++) {
+                tokens[n] = st == 0 ? prompts[s][k] : ids[s][st - 1];
+                pos[n] = len[s];
+                slots[n] = cuda_kv_entry_slot(bt + s * stride, bs, len[s]);
+                len[s]++;
+            }
+            ctx[s] = len[s];
+            rows[s] = n - 1;
+            q_start[s + 1] = n;
+        }
+        if (st == TCU_STEPS) break;
+        be_batch b = {n, tokens, pos, slots, TCU_SEQS, q_start, ctx, bt, stride, TCU_SEQS, rows};
+        cr_assert_eq(fwd_run(f, &b, logits), 0, "step %d", st);
+        for (int s = 0; s < TCU_SEQS; s++) {
+            const float *l = logits + (size_t)s * m->hp.n_vocab;
+            int best = 0;
+            for (int v = 1; v < m->hp.n_vocab; v++)
+                if (l[v] > l[best]) best = v;
+            ids[s][st] = best;
+        }
+    }
+    free(logits);
+    fwd_destroy(f);
+}
+
+/* The whole model graph on the GPU (eager and with CUDA graphs) must pick the CPU's tokens. */
+Test(cuda, generate_matches_cpu, .timeout = 120)
+{
+    tcu_env e;
+    tcu_open(&e, 1, "generate_matches_cpu");
+    const char *sh = getenv("KVSERVE_SHARED");
+    char path[4096], err[512];
+    snprintf(path, sizeof path, "%s/models/stories260K.gguf", sh ? sh : "../shared");
+    model *m = NULL;
+    if (model_load(path, &m, err, sizeof err)) {
+        tcu_close(&e);
+        cr_skip_test("stories260K.gguf not found under KVSERVE_SHARED (%s)", err);
+    }
+    static int32_t want[TCU_SEQS][TCU_STEPS], got[TCU_SEQS][TCU_STEPS];
+    const int kvs[2] = {KV_F32, KV_F16};
+    for (int k = 0; k < 2; k++) {
+        tcu_generate(m, e.c.cpu, kvs[k], want);
+        for (int graphs = 0; graphs < 2; graphs++) {
+            cuda_set_graphs(e.c.gpu, graphs);
+            tcu_generate(m, e.c.gpu, kvs[k], got);
+            for (int s = 0; s < TCU_SEQS; s++)
+                for (int i = 0; i < TCU_STEPS; i++)
+                    cr_assert_eq(got[s][i], want[s][i], "kv %s graphs %d: sequence %d token %d is %d, CPU %d",
+                                 kv_dtype_name(kvs[k]), graphs, s, i, got[s][i], want[s][i]);
+        }
+        cuda_set_graphs(e.c.gpu, 0);
+    }
+    model_destroy(m);
     tcu_close(&e);
 }
 
