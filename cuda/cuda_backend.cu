@@ -46,6 +46,13 @@ extern "C" int cuda_is_available(char *why, size_t why_len)
     return 1;
 }
 
+/* The runtime's current device is per host thread, and the engine may drive the backend from
+ * a thread other than the one that created it: entry points that start work select it first. */
+static int cuda__use(cuda_backend *cb)
+{
+    return CB_CHECK(cb, cudaSetDevice(cb->device));
+}
+
 /* ---- memory ------------------------------------------------------------------------------ */
 
 int cuda__grow(cuda_backend *cb, void **p, size_t *cap_bytes, size_t bytes)
@@ -67,6 +74,7 @@ int cuda__grow(cuda_backend *cb, void **p, size_t *cap_bytes, size_t bytes)
 static float *cuda__alloc(backend *be, size_t n_floats)
 {
     void *p = NULL;
+    if (cuda__use(cuda__cb(be))) return NULL;
     if (CUDA_CHECK(cudaMalloc(&p, n_floats ? n_floats * sizeof(float) : 4))) {
         cudaGetLastError();
         return NULL;
@@ -84,7 +92,7 @@ static void cuda__free(backend *be, void *p)
 static size_t cuda__mem_available(backend *be)
 {
     size_t free_b = 0, total_b = 0;
-    if (CB_CHECK(cuda__cb(be), cudaMemGetInfo(&free_b, &total_b))) return 0;
+    if (cuda__use(cuda__cb(be)) || CB_CHECK(cuda__cb(be), cudaMemGetInfo(&free_b, &total_b))) return 0;
     return free_b;
 }
 
@@ -123,6 +131,7 @@ static int cuda__weight_upload(backend *be, const model_tensor *src, be_weight *
         return 0;
     }
     if (w.type < 0) return -EINVAL;
+    if (cuda__use(cb)) return -EIO;
     size_t bytes = (size_t)w.n_in * (size_t)w.n_out * cuda__type_bytes(w.type);
     if (CUDA_CHECK(cudaMalloc(&w.data, bytes))) {
         cudaGetLastError();
@@ -166,6 +175,7 @@ static int cuda__kv_init(backend *be, const kv_geom *g, int32_t n_blocks)
     cuda_backend *cb = cuda__cb(be);
     if (n_blocks < 1 || g->n_layers < 1 || g->n_kv_heads < 1 || g->head_dim < 1 || g->block_size < 1) return -EINVAL;
     if (g->dtype != KV_F16 && g->dtype != KV_BF16 && g->dtype != KV_F32) return -EINVAL;
+    if (cuda__use(cb)) return -EIO;
     cuda_kv_layout l;
     l.n_layers = g->n_layers;
     l.n_kv_heads = g->n_kv_heads;
@@ -318,6 +328,7 @@ static int cuda__begin(backend *be, const be_batch *b)
     cuda_meta_layout L;
     int rc = cuda_meta_plan(b, &L);
     if (rc) return rc;
+    if (cuda__use(cb)) return -EIO;
     /* The pinned buffer may still be read by the previous step's copies. */
     if (CB_CHECK(cb, cudaEventSynchronize(cb->meta_done))) return -EIO;
     /* Room for the attention items too: at most one per token. */
