@@ -20,6 +20,10 @@
 #include <string.h>
 #include <time.h>
 
+#ifdef __AVX512F__
+#include <immintrin.h>
+#endif
+
 #include "cpu/internal.h"
 #include "engine/backend.h"
 #include "engine/dtype.h"
@@ -105,6 +109,16 @@ typedef struct rd_arg {
 static void *read_part(void *v)
 {
     rd_arg *a = v;
+#ifdef __AVX512F__
+    __m512i s0 = _mm512_setzero_si512(), s1 = s0, s2 = s0, s3 = s0;
+    for (size_t i = 0; i + 32 <= a->n; i += 32) {
+        s0 = _mm512_add_epi64(s0, _mm512_load_si512((const void *)(a->p + i)));
+        s1 = _mm512_add_epi64(s1, _mm512_load_si512((const void *)(a->p + i + 8)));
+        s2 = _mm512_add_epi64(s2, _mm512_load_si512((const void *)(a->p + i + 16)));
+        s3 = _mm512_add_epi64(s3, _mm512_load_si512((const void *)(a->p + i + 24)));
+    }
+    a->sum = (uint64_t)_mm512_reduce_add_epi64(_mm512_add_epi64(_mm512_add_epi64(s0, s1), _mm512_add_epi64(s2, s3)));
+#else
     uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
     for (size_t i = 0; i + 4 <= a->n; i += 4) {
         s0 += a->p[i];
@@ -113,6 +127,7 @@ static void *read_part(void *v)
         s3 += a->p[i + 3];
     }
     a->sum = s0 + s1 + s2 + s3;
+#endif
     return NULL;
 }
 
