@@ -327,6 +327,7 @@ static int cuda__begin(backend *be, const be_batch *b)
     cuda_backend *cb = cuda__cb(be);
     cuda_meta_layout L;
     int rc = cuda_meta_plan(b, &L);
+    if (!rc && cb->kv_arena) rc = cuda_meta_check_kv(b, cb->kv.block_size, cb->kv.n_blocks);
     if (rc) return rc;
     if (cuda__use(cb)) return -EIO;
     /* The pinned buffer may still be read by the previous step's copies. */

@@ -205,6 +205,25 @@ static inline int cuda_meta_plan(const be_batch *b, cuda_meta_layout *L)
     return 0;
 }
 
+/* Checks that every KV slot and block the batch touches lies inside an arena of n_blocks blocks
+ * of block_size (slots < 0 are skipped by the store): the device would otherwise write out of
+ * bounds silently. 0 or -EINVAL. */
+static inline int cuda_meta_check_kv(const be_batch *b, int block_size, int32_t n_blocks)
+{
+    int64_t n_slots = (int64_t)n_blocks * block_size;
+    for (int32_t i = 0; i < b->n_tokens; i++)
+        if (b->slots[i] >= n_slots) return -EINVAL;
+    for (int32_t s = 0; s < b->n_seqs; s++) {
+        int64_t used = cuda_div_up(b->ctx_len[s], block_size);
+        if (used > b->bt_stride) return -EINVAL;
+        for (int64_t j = 0; j < used; j++) {
+            int32_t id = b->block_table[(int64_t)s * b->bt_stride + j];
+            if (id < 0 || id >= n_blocks) return -EINVAL;
+        }
+    }
+    return 0;
+}
+
 static inline void cuda__copy_i32(int32_t *dst, const int32_t *src, int64_t n)
 {
     if (n > 0) memcpy(dst, src, (size_t)n * sizeof *dst);

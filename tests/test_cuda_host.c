@@ -250,6 +250,30 @@ Test(cuda_host, meta_plan_rejects_bad_batches)
     cr_assert_eq(cuda_meta_plan(&t.b, &L), 0);
 }
 
+Test(cuda_host, meta_check_kv_bounds)
+{
+    uint64_t s = 0x6b76;
+    static tch_batch t;
+    for (int it = 0; it < 500; it++) {
+        tch_random_batch(&s, &t, 16);
+        /* tch_random_batch draws block ids below 1000 and contexts of at most 40 blocks */
+        cr_assert_eq(cuda_meta_check_kv(&t.b, 16, 1000), 0);
+        if (t.b.n_seqs == 0) continue;
+        int q = tch_int(&s, 0, t.b.n_seqs - 1);
+        if (t.ctx_len[q] == 0) continue;
+        int32_t keep = t.bt[q * 40];
+        t.bt[q * 40] = 1000; /* first block of a sequence outside the arena */
+        cr_assert_eq(cuda_meta_check_kv(&t.b, 16, 1000), -EINVAL);
+        t.bt[q * 40] = -1;
+        cr_assert_eq(cuda_meta_check_kv(&t.b, 16, 1000), -EINVAL);
+        t.bt[q * 40] = keep;
+        if (t.b.n_tokens > 0) {
+            t.slots[0] = 1000 * 16;
+            cr_assert_eq(cuda_meta_check_kv(&t.b, 16, 1000), -EINVAL, "a slot past the arena");
+        }
+    }
+}
+
 /* ---- attention work list -------------------------------------------------------------------- */
 
 Test(cuda_host, attn_plan_covers_every_token_once)

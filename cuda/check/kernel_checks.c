@@ -188,7 +188,8 @@ static void kc_batch_free(kc_batch *kb)
     memset(kb, 0, sizeof *kb);
 }
 
-/* One sequence of n new tokens at random positions (for the row-wise ops), slots 0..n-1. */
+/* One sequence of n new tokens at random positions (for the row-wise ops), slots 0..n-1, a block
+ * table of pages 0.. (block size 16). */
 static void kc_batch_simple(kc_ctx *c, kc_batch *kb, int n, int vocab)
 {
     memset(kb, 0, sizeof *kb);
@@ -197,7 +198,9 @@ static void kc_batch_simple(kc_ctx *c, kc_batch *kb, int n, int vocab)
     kb->slots = malloc((size_t)n * 4);
     kb->q_start = malloc(2 * 4);
     kb->ctx_len = malloc(4);
-    kb->bt = calloc(1, 4);
+    int n_bt = (int)cuda_div_up(n, 16); /* pages 0.. for block size 16, enough for ctx_len n */
+    kb->bt = calloc((size_t)n_bt, 4);
+    for (int j = 0; j < n_bt; j++) kb->bt[j] = j;
     kb->logit_rows = malloc((size_t)n * 4);
     for (int i = 0; i < n; i++) {
         kb->tokens[i] = kc_int(c, 0, vocab - 1);
@@ -208,7 +211,7 @@ static void kc_batch_simple(kc_ctx *c, kc_batch *kb, int n, int vocab)
     kb->q_start[0] = 0;
     kb->q_start[1] = n;
     kb->ctx_len[0] = n;
-    be_batch b = {n, kb->tokens, kb->positions, kb->slots, 1, kb->q_start, kb->ctx_len, kb->bt, 1, n, kb->logit_rows};
+    be_batch b = {n, kb->tokens, kb->positions, kb->slots, 1, kb->q_start, kb->ctx_len, kb->bt, n_bt, n, kb->logit_rows};
     kb->b = b;
 }
 
