@@ -16,7 +16,12 @@
  * normalised outputs directly.
  *
  * Grid: (splits, n_kv_heads, items); CUDA_ATTN_THREADS threads; dynamic shared memory of
- * rows × (2 head_dim + TK + 3) + TK × (2 head_dim + 1) floats.
+ * TK × (padded head_dim + head_dim) + rows × (2 head_dim + TK + 3) floats (cuda__attn_smem).
+ * The kernels themselves are in attn_kernels.h (also run under CPU emulation); this file plans
+ * the work list once per step and launches them.
+ *
+ * Not yet done: the QK and PV products use CUDA-core FMAs from shared memory, not tensor cores
+ * (mma / wgmma), so long prefills are compute-bound well below the GPU's matrix rate.
  */
 #include "cuda/internal.h"
 #include "cuda/attn_kernels.h"

@@ -9,7 +9,8 @@
  *
  * Step protocol: begin() packs the batch into a pinned buffer and uploads it with one
  * asynchronous copy; the ops queue kernels on one stream; to_host()/sync() wait. Only logits
- * and batch metadata cross the bus. Works on a machine with the CUDA toolkit but no driver or GPU:
+ * and batch metadata cross the bus. With CUDA graphs on (opt-in), a pure-decode step of a shape
+ * seen before replays a captured graph instead (see cuda__graph_begin). Works on a machine with the CUDA toolkit but no driver or GPU:
  * cuda_is_available then says so, and nothing else is called.
  */
 #include <stdlib.h>
