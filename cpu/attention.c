@@ -27,7 +27,7 @@
 #include "cpu/internal.h"
 #include "engine/dtype.h"
 
-#if defined(__AVX512F__) || defined(__F16C__)
+#if defined(__AVX512F__) || defined(__SSE__)
 #include <immintrin.h>
 #endif
 
@@ -136,7 +136,9 @@ typedef struct attn_task {
 static size_t attn_scratch_floats(const kv_geom *g, int gq)
 {
     size_t hd = (size_t)g->head_dim;
-    return 2 * hd * KCH + KCH + 2 * (size_t)QT * gq + (size_t)QT * gq * hd + 64;
+    size_t general = 2 * hd * KCH + KCH + 2 * (size_t)QT * gq + (size_t)QT * gq * hd;
+    size_t direct = (size_t)g->block_size + hd; /* attn_row_f16 */
+    return (general > direct ? general : direct) + 64;
 }
 
 #ifdef __AVX512F__
@@ -236,7 +238,7 @@ static void pv(float *acc, float corr, const float *p, const float *vt, int nv, 
 /* Converts KV entries [j0, j0 + n) of one kv head of a sequence (n ≤ KCH) into kt (transposed,
  * row stride KCH) and vt, block segment by block segment. */
 static void gather_kv(const cpu__backend *c, const char *kb, const char *vb, const int32_t *bt, int kvh,
-                      int j0, int n, float *kt, float *vt)
+                      int j0, int n, int n_ctx, float *kt, float *vt)
 {
     const kv_geom *g = &c->kv;
     int hd = g->head_dim, bs = g->block_size;
@@ -244,6 +246,15 @@ static void gather_kv(const cpu__backend *c, const char *kb, const char *vb, con
     for (int j = j0; j < j0 + n;) {
         int off = j % bs, len = bs - off < j0 + n - j ? bs - off : j0 + n - j;
         size_t at = ((size_t)bt[j / bs] * g->n_kv_heads + kvh) * tile;
+#if defined(__AVX512F__) || defined(__SSE__)
+        if ((j / bs + 1) * bs < n_ctx) { /* the next block's tiles are elsewhere: fetch them now */
+            size_t nx = ((size_t)bt[j / bs + 1] * g->n_kv_heads + kvh) * tile * eb;
+            for (size_t o = 0; o < tile * eb; o += 64) {
+                _mm_prefetch(kb + nx + o, _MM_HINT_T0);
+                _mm_prefetch(vb + nx + o, _MM_HINT_T0);
+            }
+        }
+#endif
         const char *ks = kb + (at + (size_t)off) * eb;
         float *kd = kt + (j - j0);
 #ifdef __AVX512F__
@@ -259,6 +270,71 @@ static void gather_kv(const cpu__backend *c, const char *kb, const char *vb, con
         j += len;
     }
 }
+
+#ifdef __AVX512F__
+/* Decode fast path for an f16 arena with 16-aligned blocks and a single query row (one token,
+ * no grouping): every K/V element is used exactly once, so it is converted inside the FMAs
+ * instead of through the f32 buffers. Same arithmetic as the general path. */
+static void attn_row_f16(const attn_task *t, float *scr, int i, int seq, int h)
+{
+    cpu__backend *c = t->c;
+    const kv_geom *g = &c->kv;
+    const be_batch *b = &c->batch;
+    int hd = g->head_dim, bs = g->block_size, n_ctx = c->tok_kvpos[i] + 1;
+    const int32_t *bt = b->block_table + (size_t)seq * b->bt_stride;
+    size_t tile = (size_t)bs * hd;
+    const uint16_t *kb = cpu__kv_k(c, t->layer), *vb = cpu__kv_v(c, t->layer);
+    const float *q = t->q + ((size_t)i * t->n_heads + h) * hd;
+    float *sc = scr, *acc = sc + bs, mx = -FLT_MAX, l = 0, scale = 1.0f / sqrtf((float)hd);
+    memset(acc, 0, (size_t)hd * sizeof(float));
+    for (int j0 = 0; j0 < n_ctx; j0 += bs) {
+        int nv = n_ctx - j0 < bs ? n_ctx - j0 : bs;
+        size_t at = ((size_t)bt[j0 / bs] * g->n_kv_heads + h) * tile;
+        const uint16_t *kt = kb + at, *vt = vb + at;
+        if (j0 + bs < n_ctx) { /* the next tiles are elsewhere: start fetching them now */
+            size_t nx = ((size_t)bt[j0 / bs + 1] * g->n_kv_heads + h) * tile;
+            for (size_t off = 0; off < tile * 2; off += 64) {
+                _mm_prefetch((const char *)(kb + nx) + off, _MM_HINT_T0);
+                _mm_prefetch((const char *)(vb + nx) + off, _MM_HINT_T0);
+            }
+        }
+        for (int jc = 0; jc < nv; jc += 16) {
+            __mmask16 m = mask16(nv - jc);
+            __m512 a0 = _mm512_setzero_ps(), a1 = a0;
+            for (int d = 0; d + 2 <= hd; d += 2) {
+                a0 = _mm512_fmadd_ps(_mm512_set1_ps(q[d]),
+                                     _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, kt + (size_t)d * bs + jc)), a0);
+                a1 = _mm512_fmadd_ps(_mm512_set1_ps(q[d + 1]),
+                                     _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, kt + (size_t)(d + 1) * bs + jc)), a1);
+            }
+            if (hd % 2)
+                a0 = _mm512_fmadd_ps(_mm512_set1_ps(q[hd - 1]),
+                                     _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, kt + (size_t)(hd - 1) * bs + jc)), a0);
+            _mm512_mask_storeu_ps(sc + jc, m, _mm512_mul_ps(_mm512_add_ps(a0, a1), _mm512_set1_ps(scale)));
+        }
+        float mnew = mx;
+        for (int j = 0; j < nv; j++) mnew = sc[j] > mnew ? sc[j] : mnew;
+        float corr = mnew == mx ? 1.0f : expf(mx - mnew);
+        l = l * corr + exp_shift(sc, nv, mnew);
+        mx = mnew;
+        for (int dc = 0; dc < hd; dc += 32) {
+            __mmask16 m0 = mask16(hd - dc), m1 = hd - dc > 16 ? mask16(hd - dc - 16) : 0;
+            __m512 x0 = _mm512_mul_ps(_mm512_maskz_loadu_ps(m0, acc + dc), _mm512_set1_ps(corr));
+            __m512 x1 = _mm512_mul_ps(_mm512_maskz_loadu_ps(m1, acc + dc + 16), _mm512_set1_ps(corr));
+            for (int j = 0; j < nv; j++) {
+                __m512 pj = _mm512_set1_ps(sc[j]);
+                const uint16_t *v = vt + (size_t)j * hd + dc;
+                x0 = _mm512_fmadd_ps(pj, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m0, v)), x0);
+                x1 = _mm512_fmadd_ps(pj, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m1, v + 16)), x1);
+            }
+            _mm512_mask_storeu_ps(acc + dc, m0, x0);
+            _mm512_mask_storeu_ps(acc + dc + 16, m1, x1);
+        }
+    }
+    float *o = t->out + ((size_t)i * t->n_heads + h) * hd, inv = 1.0f / l;
+    for (int d = 0; d < hd; d++) o[d] = acc[d] * inv;
+}
+#endif
 
 /* One tile of query tokens of one sequence and one kv head (its gq query heads), over the
  * sequence's KV entries in steps of KCH keys with an online softmax per (token, head). */
@@ -282,7 +358,7 @@ static void attn_tile_run(const attn_task *t, float *scr, const attn_tile *tl, i
     memset(acc, 0, (size_t)rows * hd * sizeof(float));
     for (int j0 = 0; j0 < n_ctx; j0 += KCH) {
         int n = n_ctx - j0 < KCH ? n_ctx - j0 : KCH;
-        gather_kv(c, kb, vb, bt, kvh, j0, n, kt, vt);
+        gather_kv(c, kb, vb, bt, kvh, j0, n, n_ctx, kt, vt);
         for (int ti = 0; ti < nt; ti++) {
             int i = tl->i0 + ti, nv = c->tok_kvpos[i] + 1 - j0;
             if (nv <= 0) continue;
@@ -316,8 +392,20 @@ static void attn_run(void *v, int64_t lo, int64_t hi, int ith)
     attn_task *t = v;
     int n_kv = t->c->kv.n_kv_heads;
     float *scr = t->c->scratch[ith].p;
-    for (int64_t k = lo; k < hi; k++)
-        attn_tile_run(t, scr, &t->tiles[t->n_tiles - 1 - k / n_kv], (int)(k % n_kv));
+#ifdef __AVX512F__
+    const kv_geom *g = &t->c->kv;
+    int direct = g->dtype == KV_F16 && g->block_size % 16 == 0 && t->n_heads == g->n_kv_heads;
+#endif
+    for (int64_t k = lo; k < hi; k++) {
+        const attn_tile *tl = &t->tiles[t->n_tiles - 1 - k / n_kv];
+#ifdef __AVX512F__
+        if (direct && tl->i1 - tl->i0 == 1) {
+            attn_row_f16(t, scr, tl->i0, tl->seq, (int)(k % n_kv));
+            continue;
+        }
+#endif
+        attn_tile_run(t, scr, tl, (int)(k % n_kv));
+    }
 }
 
 void cpu__attention(cpu__backend *c, int layer, const float *q, int n_heads, float *out)
