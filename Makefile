@@ -55,7 +55,7 @@ FUZZ_SRCS := $(wildcard tests/fuzz/fuzz_*.c)
 # Stand-alone benchmark programs: bench/NAME.c -> $(BUILD)/bench/NAME (linked with the library).
 BENCH_PROGS := $(patsubst %.c,$(BUILD)/%,$(wildcard bench/*.c))
 
-.PHONY: bench-progs all deps run test test-cuda asan fuzz bench clean gpu-check
+.PHONY: gpu-check-build bench-progs all deps run test test-cuda asan fuzz bench clean gpu-check
 all: deps $(BUILD)/kvserve
 
 deps:
@@ -120,8 +120,11 @@ run: all $(MODEL)
 bench: all bench-progs
 	$(Q)scripts/bench.sh $(BUILD)/kvserve
 
+# The self-contained GPU check program (scripts/gpu-check.sh); CI builds it whenever nvcc exists.
 gpu-check:
 	$(Q)scripts/gpu-check.sh $(BUILD)/gpu-check-out
+gpu-check-build:
+	$(Q)if [ "$(CUDA)" = 1 ]; then scripts/gpu-check.sh --build-only; else echo "gpu-check: CUDA=0, not built"; fi
 
 clean:
 	rm -rf $(BUILD)
