@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu/internal.h"
 #include "engine/backend.h"
 #include "engine/dtype.h"
 
@@ -354,4 +355,47 @@ Test(cpu, elementwise_and_rows)
         cr_assert(strstr(be->desc, "thread"));
         be_destroy(be);
     }
+}
+
+/* ---- thread pool --------------------------------------------------------------------------- */
+
+typedef struct cput_pool_arg {
+    _Atomic int *hits; /* [n] times each item ran */
+    int nth;
+    _Atomic int bad_ith;
+} cput_pool_arg;
+
+static void cput_pool_body(void *v, int64_t lo, int64_t hi, int ith)
+{
+    cput_pool_arg *a = v;
+    if (ith < 0 || ith >= a->nth) atomic_fetch_add(&a->bad_ith, 1);
+    for (int64_t i = lo; i < hi; i++) atomic_fetch_add(&a->hits[i], 1);
+}
+
+/* Every item of every op runs exactly once, whatever the chunking, across thousands of
+ * back-to-back ops (which exercises workers that join late or skip an op). */
+Test(cpu, pool_for_runs_every_item_once)
+{
+    const int64_t sizes[] = {0, 1, 7, 64, 1000, 20000};
+    const int64_t chunks[] = {1, 3, 64, 5000};
+    _Atomic int *hits = calloc(20000, sizeof *hits);
+    for (int nth = 1; nth <= 4; nth++) {
+        cpu__pool *p = cpu__pool_create(nth);
+        cr_assert(p);
+        cr_assert_eq(cpu__pool_size(p), nth);
+        for (int rep = 0; rep < 300; rep++)
+            for (int a = 0; a < 6; a++) {
+                int64_t n = sizes[a], chunk = chunks[(rep + a) % 4];
+                if (n > 1000 && rep % 10) continue;
+                for (int64_t i = 0; i < n; i++) atomic_store(&hits[i], 0);
+                cput_pool_arg arg = {hits, nth, 0};
+                cpu__pool_for(p, n, chunk, cput_pool_body, &arg);
+                cr_assert_eq(atomic_load(&arg.bad_ith), 0);
+                for (int64_t i = 0; i < n; i++)
+                    cr_assert_eq(atomic_load(&hits[i]), 1, "threads %d n %ld chunk %ld item %ld", nth,
+                                 (long)n, (long)chunk, (long)i);
+            }
+        cpu__pool_destroy(p);
+    }
+    free(hits);
 }
