@@ -509,9 +509,9 @@ int srv__http_start(srv *s, char *err, size_t err_len)
     unsigned flags = MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
     if (v6) flags |= MHD_USE_DUAL_STACK;
     s->d = MHD_start_daemon(flags, (uint16_t)s->cfg->port, NULL, NULL, on_access, s,
+                            MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, s, /* first, as MHD wants */
                             MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
                             MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
-                            MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, s,
                             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)600,
                             MHD_OPTION_CONNECTION_LIMIT, (unsigned)4000,
                             MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)65536,
