@@ -228,6 +228,25 @@ static void ukernel_any(int mr, const float *panel, const float *x, int64_t ldx,
 #endif
 
 /* All rows × one column tile of up to NR outputs starting at o0. */
+/* Asks for the weights of the panel at (o0, k0) to be brought into L2. Packing reads 32 rows
+ * at once, too many streams for the hardware prefetcher, so without this every line of the
+ * panel would be a cache miss on the critical path; issued one panel ahead, the loads overlap
+ * with the microkernel's work on the current panel. */
+static void prefetch_panel(const be_weight *w, int64_t o0, int64_t k0)
+{
+#if defined(__AVX512F__) || defined(__AVX2__)
+    if (o0 >= w->n_out || k0 >= w->n_in) return;
+    size_t rb = dt_row_bytes(w->type, w->n_in), eb = dt_row_bytes(w->type, 1);
+    int kc = w->n_in - k0 < KC ? (int)(w->n_in - k0) : KC;
+    for (int j = 0; j < NR && o0 + j < w->n_out; j++) {
+        const char *p = (const char *)w->data + (size_t)(o0 + j) * rb + (size_t)k0 * eb;
+        for (size_t off = 0; off < (size_t)kc * eb; off += 64) _mm_prefetch(p + off, _MM_HINT_T1);
+    }
+#else
+    (void)w, (void)o0, (void)k0;
+#endif
+}
+
 static void panel_tile(const cpu__mm_task *t, int64_t o0, float *panel, float *tmp)
 {
     const be_weight *w = t->w;
@@ -236,6 +255,10 @@ static void panel_tile(const cpu__mm_task *t, int64_t o0, float *panel, float *t
     for (int64_t k0 = 0; k0 < n_in; k0 += KC) {
         int kc = n_in - k0 < KC ? (int)(n_in - k0) : KC;
         pack_panel(w, o0, k0, kc, panel, tmp);
+        if (k0 + KC < n_in)
+            prefetch_panel(w, o0, k0 + KC);
+        else
+            prefetch_panel(w, o0 + NR, 0); /* most likely this thread's next tile */
         for (int r0 = 0; r0 < t->n_rows; r0 += MR) {
             int mr = t->n_rows - r0 < MR ? t->n_rows - r0 : MR;
             ukernel_any(mr, panel, t->x + (size_t)r0 * n_in + k0, n_in, kc,

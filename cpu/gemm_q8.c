@@ -121,6 +121,19 @@ static void ukernel_any(int mr, const q8_panel *p, int nb, const cpu__q8x *x, in
     }
 }
 
+/* Brings the weights of the panel at (o0, b0) into L2 ahead of packing (see gemm.c). */
+static void prefetch_panel(const be_weight *w, int64_t o0, int64_t b0)
+{
+    int64_t nb_all = w->n_in / 32;
+    if (o0 >= w->n_out || b0 >= nb_all) return;
+    size_t rb = dt_row_bytes(DT_Q8_0, w->n_in);
+    size_t bytes = (size_t)(nb_all - b0 < KCB ? nb_all - b0 : KCB) * sizeof(dt_block_q8_0);
+    for (int j = 0; j < NR && o0 + j < w->n_out; j++) {
+        const char *q = (const char *)w->data + (size_t)(o0 + j) * rb + (size_t)b0 * sizeof(dt_block_q8_0);
+        for (size_t off = 0; off < bytes; off += 64) _mm_prefetch(q + off, _MM_HINT_T1);
+    }
+}
+
 static void tile(const cpu__mm_task *t, int64_t o0, q8_panel *p)
 {
     const be_weight *w = t->w;
@@ -130,6 +143,10 @@ static void tile(const cpu__mm_task *t, int64_t o0, q8_panel *p)
     for (int64_t b0 = 0; b0 < nb_all; b0 += KCB) {
         int nb = nb_all - b0 < KCB ? (int)(nb_all - b0) : KCB;
         pack(w, o0, b0, nb, p);
+        if (b0 + KCB < nb_all)
+            prefetch_panel(w, o0, b0 + KCB);
+        else
+            prefetch_panel(w, o0 + NR, 0);
         for (int r0 = 0; r0 < t->n_rows; r0 += MR) {
             int mr = t->n_rows - r0 < MR ? t->n_rows - r0 : MR;
             ukernel_any(mr, p, nb, t->xq + (size_t)r0 * nb_all + b0, nb_all,
