@@ -977,7 +977,14 @@ Test(server, drain_timeout_cancels_the_rest)
         pthread_create(&th[i], NULL, sv_job_run, &jobs[i]);
     }
     int64_t deadline = sv_now_ms() + 10000;
-    while (!atomic_load(&jobs[0].first) && sv_now_ms() < deadline) usleep(1000);
+    for (;;) { /* all three in the engine (one running, two waiting) before the signal */
+        sv_resp m = sv_http(NULL, "/metrics", NULL, NULL, NULL);
+        double n = sv_metric(m.body, "vllm:num_requests_running") + sv_metric(m.body, "vllm:num_requests_waiting");
+        sv_resp_free(&m);
+        if (n >= N) break;
+        cr_assert(sv_now_ms() < deadline, "requests not queued in time");
+        usleep(2000);
+    }
     kill(sv.pid, SIGTERM);
     int errors = 0;
     for (int i = 0; i < N; i++) {
