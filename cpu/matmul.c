@@ -124,6 +124,18 @@ static float dot_f16(const uint16_t *w, const float *x, int64_t n)
     float s = 0;
 #ifdef HAVE_AVX512
     __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+    /* 64-byte loads of the weights: measurably faster streaming from DRAM than 32-byte ones. */
+    __m512 a2 = _mm512_setzero_ps(), a3 = _mm512_setzero_ps();
+    for (; i + 64 <= n; i += 64) {
+        __m512i v0 = _mm512_loadu_si512((const void *)(w + i));
+        __m512i v1 = _mm512_loadu_si512((const void *)(w + i + 32));
+        a0 = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm512_castsi512_si256(v0)), _mm512_loadu_ps(x + i), a0);
+        a1 = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm512_extracti64x4_epi64(v0, 1)), _mm512_loadu_ps(x + i + 16), a1);
+        a2 = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm512_castsi512_si256(v1)), _mm512_loadu_ps(x + i + 32), a2);
+        a3 = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm512_extracti64x4_epi64(v1, 1)), _mm512_loadu_ps(x + i + 48), a3);
+    }
+    a0 = _mm512_add_ps(a0, a2);
+    a1 = _mm512_add_ps(a1, a3);
     for (; i + 32 <= n; i += 32) {
         __m512 w0 = _mm512_cvtph_ps(_mm256_loadu_si256((const void *)(w + i)));
         __m512 w1 = _mm512_cvtph_ps(_mm256_loadu_si256((const void *)(w + i + 16)));
@@ -161,6 +173,13 @@ static float dot_bf16(const uint16_t *w, const float *x, int64_t n)
     float s = 0;
 #ifdef HAVE_AVX512
     __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+    for (; i + 32 <= n; i += 32) { /* one 64-byte load per 32 weights (see dot_f16) */
+        __m512i v = _mm512_loadu_si512((const void *)(w + i));
+        __m512 w0 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(v)), 16));
+        __m512 w1 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(v, 1)), 16));
+        a0 = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x + i), a0);
+        a1 = _mm512_fmadd_ps(w1, _mm512_loadu_ps(x + i + 16), a1);
+    }
     for (; i + 32 <= n; i += 32) {
         a0 = _mm512_fmadd_ps(bf16x16_to_f32(w + i), _mm512_loadu_ps(x + i), a0);
         a1 = _mm512_fmadd_ps(bf16x16_to_f32(w + i + 16), _mm512_loadu_ps(x + i + 16), a1);
