@@ -180,10 +180,6 @@ static float dot_bf16(const uint16_t *w, const float *x, int64_t n)
         a0 = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x + i), a0);
         a1 = _mm512_fmadd_ps(w1, _mm512_loadu_ps(x + i + 16), a1);
     }
-    for (; i + 32 <= n; i += 32) {
-        a0 = _mm512_fmadd_ps(bf16x16_to_f32(w + i), _mm512_loadu_ps(x + i), a0);
-        a1 = _mm512_fmadd_ps(bf16x16_to_f32(w + i + 16), _mm512_loadu_ps(x + i + 16), a1);
-    }
     for (; i + 16 <= n; i += 16) a0 = _mm512_fmadd_ps(bf16x16_to_f32(w + i), _mm512_loadu_ps(x + i), a0);
     s = _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
 #elif defined(HAVE_AVX2)
