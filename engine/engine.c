@@ -364,6 +364,55 @@ static void eng__update_stats(engine *e)
     e->queued_tokens = sched_waiting_tokens(e->sc);
 }
 
+/* Moves the step's events into the shared queue (under the mutex). Returns 1 when any moved. */
+static int eng__push_events(engine *e, eng_evlist *out)
+{
+    if (!out->n) return 0;
+    int need = e->n_ev - e->ev_head + out->n;
+    if (e->ev_head) {
+        memmove(e->ev, e->ev + e->ev_head, (size_t)(e->n_ev - e->ev_head) * sizeof *e->ev);
+        e->n_ev -= e->ev_head;
+        e->ev_head = 0;
+    }
+    if (need > e->cap_ev) {
+        int c = e->cap_ev ? e->cap_ev : 256;
+        while (c < need) c *= 2;
+        engine_event **v = realloc(e->ev, (size_t)c * sizeof *v);
+        if (v) {
+            e->ev = v;
+            e->cap_ev = c;
+        }
+    }
+    for (int i = 0; i < out->n; i++) {
+        if (e->n_ev < e->cap_ev) e->ev[e->n_ev++] = out->v[i];
+        else engine_event_free(out->v[i]); /* out of memory: the event is lost */
+    }
+    out->n = 0;
+    return 1;
+}
+
+/* Copies the pending cancellations into *buf (grown as needed) and removes them from the
+ * shared list (under the mutex). Returns how many were taken. */
+static int eng__take_cancels(engine *e, uint64_t **buf, int *cap)
+{
+    int n = e->n_cancel;
+    if (n > *cap) {
+        uint64_t *c = realloc(*buf, (size_t)n * sizeof *c);
+        if (c) {
+            *buf = c;
+            *cap = n;
+        } else {
+            n = *cap;
+        }
+    }
+    if (n) {
+        memcpy(*buf, e->cancels, (size_t)n * sizeof **buf);
+        memmove(e->cancels, e->cancels + n, (size_t)(e->n_cancel - n) * sizeof **buf);
+        e->n_cancel -= n;
+    }
+    return n;
+}
+
 static void *eng__thread(void *arg)
 {
     engine *e = arg;
@@ -376,21 +425,7 @@ static void *eng__thread(void *arg)
         e->sub_head = e->sub_tail = NULL;
         e->n_sub = 0;
         e->sub_tokens = 0;
-        int n_cancel = e->n_cancel;
-        if (n_cancel > cap_cancels) {
-            uint64_t *c = realloc(cancels, (size_t)n_cancel * sizeof *c);
-            if (c) {
-                cancels = c;
-                cap_cancels = n_cancel;
-            } else {
-                n_cancel = cap_cancels;
-            }
-        }
-        if (n_cancel) {
-            memcpy(cancels, e->cancels, (size_t)n_cancel * sizeof *cancels);
-            memmove(e->cancels, e->cancels + n_cancel, (size_t)(e->n_cancel - n_cancel) * sizeof *cancels);
-            e->n_cancel -= n_cancel;
-        }
+        int n_cancel = eng__take_cancels(e, &cancels, &cap_cancels);
         int aborting = e->aborting, draining = e->draining;
         pthread_mutex_unlock(&e->mu);
 
@@ -409,30 +444,7 @@ static void *eng__thread(void *arg)
         eng__reap(e);
 
         pthread_mutex_lock(&e->mu);
-        int pushed = 0;
-        if (out.n) {
-            int need = e->n_ev - e->ev_head + out.n;
-            if (e->ev_head) {
-                memmove(e->ev, e->ev + e->ev_head, (size_t)(e->n_ev - e->ev_head) * sizeof *e->ev);
-                e->n_ev -= e->ev_head;
-                e->ev_head = 0;
-            }
-            if (need > e->cap_ev) {
-                int c = e->cap_ev ? e->cap_ev : 256;
-                while (c < need) c *= 2;
-                engine_event **v = realloc(e->ev, (size_t)c * sizeof *v);
-                if (v) {
-                    e->ev = v;
-                    e->cap_ev = c;
-                }
-            }
-            for (int i = 0; i < out.n; i++) {
-                if (e->n_ev < e->cap_ev) e->ev[e->n_ev++] = out.v[i];
-                else engine_event_free(out.v[i]);
-            }
-            out.n = 0;
-            pushed = 1;
-        }
+        int pushed = eng__push_events(e, &out);
         eng__update_stats(e);
         if (pushed && e->cfg.wake) {
             pthread_mutex_unlock(&e->mu);
