@@ -1,20 +1,19 @@
 /*
  * matmul.c — out[r][o] = Σ_i x[r][i] · W[o][i] (+ bias[o]) for F32, F16, BF16 and Q8_0 weights.
  *
- * Two shapes of work:
- *  - GEMV (few activation rows: decode). Memory-bound: every weight row is streamed once and
- *    dotted against each of the (≤ GEMM_MIN_ROWS - 1) activation rows while it is in L1.
- *    Threads split the outputs into contiguous ranges.
- *  - GEMM (many rows: prefill, batched decode). Compute-bound: weights are converted, one panel
- *    of NR outputs × KC inputs at a time, into a per-thread buffer laid out for the microkernel,
- *    and each panel is reused by every activation row. The f32 microkernel holds MR rows × NR
- *    outputs of accumulators in registers and broadcasts one activation per FMA pair. Threads
- *    split the panels (column tiles) between them.
+ * Three shapes of work, by the number of activation rows:
+ *  - GEMV (1-3 rows: decode). Memory-bound: every weight row is streamed once and dotted
+ *    against each activation row while it is in L1.
+ *  - 4 × 4 dot tiles (4-15 rows; 4-7 for Q8_0): four weight rows against four activation rows,
+ *    no packing. Used where a packed panel would not be reused enough to pay for itself.
+ *  - Packed-panel GEMM (many rows: prefill, batched decode), in gemm.c (F32/F16/BF16: f32
+ *    panels, 6 × 32 FMA microkernel) and gemm_q8.c (Q8_0: int8 panels, 8 × 16 VNNI microkernel).
+ * Threads take units of outputs (whole column tiles for the GEMMs) from the pool's counter.
  *
  * Q8_0: activations are quantised once per matmul to int8 blocks of 32 with an f32 scale
- * (max-abs / 127, round to nearest), then dotted with the weights' int8 blocks in integers
- * (AVX512-VNNI vpdpbusd: unsigned × signed, so the weight's sign is moved onto the activation
- * with the abs/sign trick), scaled by d_w · d_x per block and summed in f32.
+ * (max-abs / 127, round to nearest even). The GEMV and the dot tiles multiply them with the
+ * weights' int8 blocks by AVX512-VNNI vpdpbusd (unsigned × signed: the weight's sign is moved
+ * onto the activation with the abs/sign trick), scale by d_w · d_x per block and sum in f32.
  *
  * SIMD is chosen when compiling (the build uses -march=native): AVX-512 (+VNNI for Q8_0) where
  * the target has it; otherwise AVX2+FMA+F16C for the GEMV dot products and the panel GEMM
