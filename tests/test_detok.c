@@ -1,12 +1,17 @@
 /*
- * test_detok.c — the incremental detokenizer on the stories260K vocabulary (SentencePiece with
- * byte fallback: byte b is token b + 3). Skips when the shared model directory is absent.
+ * test_detok.c — the incremental detokenizer. Suite "detok" runs on the stories260K vocabulary
+ * (SentencePiece with byte fallback: byte b is token b + 3) and skips when the shared model
+ * directory is absent; suite "detok_bytes" runs on a vocabulary the test writes itself (mkmodel)
+ * using byte tokens only, so it needs nothing from outside.
  */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <unistd.h>
+
+#include "cli/mkmodel.h"
 #include "engine/detok.h"
 #include "engine/gguf.h"
 #include "engine/tokenizer.h"
@@ -197,4 +202,117 @@ Test(detok, control_tokens_emit_nothing)
     td_run(&d, ids, 4, 1, out, sizeof out, NULL);
     cr_assert_str_eq(out, " Once upon");
     detok_fini(&d);
+}
+
+/* ---- detok_bytes: a generated vocabulary, byte tokens only ---------------------------------- */
+
+static tokenizer *tdb_tok;
+static gguf_file *tdb_gguf;
+
+static void tdb_setup(void)
+{
+    const char *dir = getenv("TMPDIR");
+    char path[1024], err[256];
+    snprintf(path, sizeof path, "%s/kvserve-detok-XXXXXX", dir && *dir ? dir : "/tmp");
+    int fd = mkstemp(path);
+    cr_assert_geq(fd, 0);
+    close(fd);
+    mkm_params p;
+    mkm_params_default(&p);
+    p.dim = 32;
+    p.layers = 1;
+    p.heads = 2;
+    p.vocab = 300;
+    p.context = 64;
+    cr_assert_eq(mkm_write(path, &p, err, sizeof err), 0, "mkm_write: %s", err);
+    cr_assert_eq(gguf_open(path, &tdb_gguf, err, sizeof err), 0, "%s", err);
+    unlink(path);
+    tdb_tok = tok_create(tdb_gguf, err, sizeof err);
+    cr_assert_not_null(tdb_tok, "tok_create: %s", err);
+}
+
+static void tdb_teardown(void)
+{
+    tok_destroy(tdb_tok);
+    gguf_close(tdb_gguf);
+}
+
+/* Id of the byte token for b. */
+static int32_t tdb_byte(int b)
+{
+    char piece[8];
+    snprintf(piece, sizeof piece, "<0x%02X>", b);
+    int32_t id = tok_find(tdb_tok, piece);
+    cr_assert_geq(id, 0, "no byte token %s", piece);
+    return id;
+}
+
+/* The byte tokens of a string. */
+static int tdb_bytes(const char *s, int32_t *ids)
+{
+    int n = 0;
+    for (; s[n]; n++) ids[n] = tdb_byte((unsigned char)s[n]);
+    return n;
+}
+
+static detok tdb_d;
+
+static void tdb_init(int n_stop, char *const *stop)
+{
+    int32_t prompt[2] = {tok_bos(tdb_tok), tdb_byte('x')};
+    cr_assert_eq(detok_init(&tdb_d, tdb_tok, prompt, 2, stop, n_stop), 0);
+}
+
+TestSuite(detok_bytes, .init = tdb_setup, .fini = tdb_teardown);
+
+Test(detok_bytes, utf8_held_until_complete)
+{
+    tdb_init(0, NULL);
+    int32_t ids[8];
+    int n = tdb_bytes("a\xE2\x82\xAC", ids); /* a € */
+    char out[64], deltas[8][64];
+    td_run(&tdb_d, ids, n, 1, out, sizeof out, deltas);
+    cr_assert_str_eq(deltas[0], "a");
+    cr_assert_str_eq(deltas[1], "");
+    cr_assert_str_eq(deltas[2], "");
+    cr_assert_str_eq(deltas[3], "\xE2\x82\xAC");
+    detok_fini(&tdb_d);
+}
+
+Test(detok_bytes, stop_string_over_three_tokens_and_diverging_prefix)
+{
+    char *stop[] = {"abc"};
+    tdb_init(1, stop);
+    int32_t ids[16];
+    int n = tdb_bytes("xabyabc!", ids);
+    char out[64], deltas[16][64];
+    cr_assert_eq(td_run(&tdb_d, ids, n, 0, out, sizeof out, deltas), 6, "stops at the c of abc");
+    cr_assert_str_eq(deltas[1], "", "'a' may start the stop string");
+    cr_assert_str_eq(deltas[2], "");
+    cr_assert_str_eq(deltas[3], "aby", "'ab' diverged: emitted");
+    cr_assert_str_eq(out, "xaby");
+    detok_fini(&tdb_d);
+}
+
+Test(detok_bytes, truncated_character_and_invalid_bytes)
+{
+    tdb_init(0, NULL);
+    int32_t ids[8];
+    int n = tdb_bytes("\x80z\xF0\x9F", ids);
+    char out[64];
+    td_run(&tdb_d, ids, n, 1, out, sizeof out, NULL);
+    cr_assert_str_eq(out, "\xEF\xBF\xBDz\xEF\xBF\xBD");
+    detok_fini(&tdb_d);
+}
+
+Test(detok_bytes, stop_string_of_a_multibyte_character)
+{
+    char *stop[] = {"\xE2\x82\xAC"}; /* the euro sign: matched on bytes */
+    tdb_init(1, stop);
+    int32_t ids[8];
+    int n = tdb_bytes("ok\xE2\x82\xAC", ids);
+    char out[64];
+    cr_assert_eq(td_run(&tdb_d, ids, n, 0, out, sizeof out, NULL), 4);
+    cr_assert_str_eq(out, "ok");
+    detok_fini(&tdb_d);
 }
