@@ -4,8 +4,12 @@
  * All golden cases submitted at once must reproduce their recorded greedy tokens exactly:
  * batched, with the prefix cache on and off, and with a KV pool so small that sequences are
  * preempted and recomputed. Also the API edges: max_tokens 0, cancellation, n > 1, stop strings,
- * invalid requests. Skips when the shared model directory is absent.
+ * invalid requests. Skips when the shared model directory is absent; suite engine_synth runs the
+ * API on a model the test writes itself.
  */
+#include <unistd.h>
+
+#include "cli/mkmodel.h"
 #include "tests/engine_harness.h"
 
 TestSuite(engine, .init = te_setup, .fini = te_teardown, .timeout = 120);
@@ -105,4 +109,65 @@ Test(engine, api_edges)
     engine_stats st;
     engine_get_stats(e, &st);
     engine_destroy(e, 0);
+}
+
+/* ---- engine_synth: a generated model, so the engine is exercised without the shared files --- */
+
+static void tes_setup(void)
+{
+    const char *dir = getenv("TMPDIR");
+    char path[1024], err[256];
+    snprintf(path, sizeof path, "%s/kvserve-engine-XXXXXX", dir && *dir ? dir : "/tmp");
+    int fd = mkstemp(path);
+    cr_assert_geq(fd, 0);
+    close(fd);
+    mkm_params p;
+    mkm_params_default(&p);
+    p.dim = 64;
+    p.layers = 2;
+    p.heads = 4;
+    p.kv_heads = 2;
+    p.vocab = 300;
+    p.context = 256;
+    cr_assert_eq(mkm_write(path, &p, err, sizeof err), 0, "mkm_write: %s", err);
+    cr_assert_eq(model_load(path, &te_model, err, sizeof err), 0, "%s", err);
+    unlink(path); /* the mapping stays valid */
+    te_tok = tok_create(te_model->gguf, err, sizeof err);
+    cr_assert_not_null(te_tok, "%s", err);
+}
+
+TestSuite(engine_synth, .init = tes_setup, .fini = te_teardown, .timeout = 120);
+
+Test(engine_synth, api_counts_prefix_and_cancel)
+{
+    engine *e = te_engine((size_t)4 << 20, 1, 8, 32);
+    int32_t p[120];
+    p[0] = 1;
+    for (int i = 1; i < 120; i++) p[i] = 3 + (i * 37) % 290;
+    static te_out outs[5];
+    memset(outs, 0, sizeof outs);
+    outs[0].id = te_submit(e, p, 100, 0, 2, 0, NULL);     /* max_tokens 0 */
+    outs[1].id = te_submit(e, p, 110, 12, 3, 1.0f, NULL); /* n = 3 sharing a 100-token prefix */
+    outs[2].id = te_submit(e, p, 105, 12, 1, 0, NULL);
+    outs[3].id = te_submit(e, p, 50, 150, 1, 0, NULL);    /* cancelled */
+    engine_cancel(e, outs[3].id);
+    te_collect(e, outs, 4, 2 + 3 + 1 + 1);
+    cr_assert_eq(outs[0].finish[0], ENGINE_FINISH_LENGTH);
+    cr_assert_eq(outs[0].finish[1], ENGINE_FINISH_LENGTH);
+    for (int c = 0; c < 3; c++) {
+        cr_assert(outs[1].finish[c] == ENGINE_FINISH_LENGTH || outs[1].finish[c] == ENGINE_FINISH_STOP);
+        cr_assert(outs[1].n_toks[c] == 12 || outs[1].finish[c] == ENGINE_FINISH_STOP);
+        cr_assert_eq(outs[1].usage[c].completion_tokens, outs[1].n_toks[c]);
+    }
+    cr_assert_geq(outs[1].usage[0].cached_tokens + outs[2].usage[0].cached_tokens, 96,
+                  "one of the two shares the other's 96-token prefix");
+    cr_assert_eq(outs[3].finish[0], ENGINE_FINISH_ABORT);
+    /* The same request again finds its prompt in the cache. */
+    outs[4].id = te_submit(e, p, 105, 12, 1, 0, NULL);
+    te_collect(e, outs, 5, 1);
+    cr_assert_geq(outs[4].usage[0].cached_tokens, 96);
+    engine_stats st;
+    engine_get_stats(e, &st);
+    cr_assert_eq(st.kv_blocks_used, st.kv_blocks_cached);
+    engine_destroy(e, 1);
 }
