@@ -6,6 +6,9 @@
  * small to keep everything evicts and still reproduces the golden tokens. Skips when the shared
  * model directory is absent.
  */
+#include <unistd.h>
+
+#include "cli/mkmodel.h"
 #include "tests/engine_harness.h"
 
 TestSuite(prefix, .init = te_setup, .fini = te_teardown, .timeout = 120);
@@ -108,4 +111,49 @@ Test(prefix, eviction_under_pressure_keeps_golden)
     cr_assert_gt(st.prefix_cache_evictions, 0, "the cache had to evict");
     cr_assert_eq(st.kv_blocks_used, st.kv_blocks_cached);
     engine_destroy(e, 1);
+}
+
+/* `kvserve bench --json` on a generated model: the last line is the documented JSON object, and
+ * multi-turn conversations with a shared prefix hit the cache. Skips without KVSERVE_BIN. */
+Test(prefix, bench_cli_json_and_multi_turn_hits)
+{
+    const char *bin = getenv("KVSERVE_BIN");
+    if (!bin || access(bin, X_OK)) cr_skip_test("KVSERVE_BIN not set or not executable");
+    const char *dir = getenv("TMPDIR");
+    char path[1024], err[256], cmd[4096];
+    snprintf(path, sizeof path, "%s/kvserve-bench-XXXXXX", dir && *dir ? dir : "/tmp");
+    int fd = mkstemp(path);
+    cr_assert_geq(fd, 0);
+    close(fd);
+    mkm_params p;
+    mkm_params_default(&p);
+    p.dim = 64;
+    p.layers = 2;
+    p.heads = 4;
+    p.vocab = 300;
+    p.context = 512;
+    cr_assert_eq(mkm_write(path, &p, err, sizeof err), 0, "mkm_write: %s", err);
+    snprintf(cmd, sizeof cmd,
+             "'%s' bench -m '%s' --requests 4 --input-len 20:40 --output-len 4:8 --turns 3 "
+             "--shared-prefix 16 --threads 1 --kv-memory 8MiB --seed 7 --json 2>/dev/null",
+             bin, path);
+    FILE *fp = popen(cmd, "r");
+    cr_assert_not_null(fp);
+    char line[4096], last[4096] = "";
+    while (fgets(line, sizeof line, fp)) snprintf(last, sizeof last, "%s", line);
+    int st = pclose(fp);
+    unlink(path);
+    cr_assert_eq(st, 0, "kvserve bench failed");
+    cJSON *j = cJSON_Parse(last);
+    cr_assert_not_null(j, "last line is not JSON: %s", last);
+    const char *keys[] = {"requests", "output_tokens", "wall_s", "output_tokens_per_s", "ttft_ms_mean",
+                          "ttft_ms_p50", "ttft_ms_p99", "tpot_ms_mean", "preemptions",
+                          "prefix_cache_hit_rate"};
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+        cr_assert(cJSON_IsNumber(cJSON_GetObjectItem(j, keys[i])), "missing %s", keys[i]);
+    cr_assert_eq(cJSON_GetObjectItem(j, "requests")->valueint, 12, "4 conversations × 3 turns");
+    double hit = cJSON_GetObjectItem(j, "prefix_cache_hit_rate")->valuedouble;
+    cr_assert(hit > 0.3 && hit <= 1.0, "later turns re-read their history from the cache: %f", hit);
+    cr_assert_gt(cJSON_GetObjectItem(j, "output_tokens")->valueint, 0);
+    cJSON_Delete(j);
 }
