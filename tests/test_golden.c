@@ -134,7 +134,7 @@ static fwd *tg_fwd(const model *m, backend **be, int kv_dtype, int n_blocks)
     return f;
 }
 
-Test(golden, greedy_cases, .timeout = 120)
+Test(golden, greedy_cases)
 {
     model *m;
     cJSON *j = tg_load(&m);
@@ -181,7 +181,7 @@ Test(golden, greedy_cases, .timeout = 120)
 }
 
 /* The probe's logits, one token per step and as one 8-token prefill, f32 and f16 KV. */
-Test(golden, logits_probe, .timeout = 60)
+Test(golden, logits_probe)
 {
     model *m;
     cJSON *j = tg_load(&m);
@@ -270,7 +270,7 @@ static const cJSON *tg_case(const cJSON *j, const char *name)
     return NULL;
 }
 
-Test(golden, cli_generate, .timeout = 60)
+Test(golden, cli_generate)
 {
     const char *bin = getenv("KVSERVE_BIN");
     if (!bin || access(bin, X_OK)) cr_skip_test("KVSERVE_BIN not set or not executable");
