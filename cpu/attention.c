@@ -129,7 +129,8 @@ typedef struct attn_task {
 
 /* Keys per online-softmax step: K/V of up to KCH consecutive entries (spanning blocks) are
  * converted into f32 buffers kt [head_dim][KCH] and vt [KCH][head_dim]; the per-step softmax
- * bookkeeping is then spread over 64 keys instead of one 16-entry block. */
+ * bookkeeping is then spread over KCH keys instead of one (possibly tiny) block, and the two
+ * buffers (16 KiB at head_dim 64) stay in L1 — 64 keys measured no faster. */
 #define KCH 32
 
 /* Size in floats of a thread's scratch for a group of gq query heads. */
