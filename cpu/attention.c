@@ -181,6 +181,20 @@ static void scores(const float *q, const float *kt, int bsp, int hd, int nv, flo
 #endif
 }
 
+/* max(m, sc[0 .. nv)). */
+static float max_of(const float *sc, int nv, float m)
+{
+#ifdef __AVX512F__
+    __m512 v = _mm512_set1_ps(m);
+    for (int jc = 0; jc < nv; jc += 16)
+        v = _mm512_mask_max_ps(v, mask16(nv - jc), v, _mm512_maskz_loadu_ps(mask16(nv - jc), sc + jc));
+    return _mm512_reduce_max_ps(v);
+#else
+    for (int j = 0; j < nv; j++) m = sc[j] > m ? sc[j] : m;
+    return m;
+#endif
+}
+
 /* sc[j] = exp(sc[j] - m) for j < nv; returns their sum. */
 static float exp_shift(float *sc, int nv, float m)
 {
@@ -314,7 +328,7 @@ static void attn_row_f16(const attn_task *t, float *scr, int i, int seq, int h)
             _mm512_mask_storeu_ps(sc + jc, m, _mm512_mul_ps(_mm512_add_ps(a0, a1), _mm512_set1_ps(scale)));
         }
         float mnew = mx;
-        for (int j = 0; j < nv; j++) mnew = sc[j] > mnew ? sc[j] : mnew;
+        mnew = max_of(sc, nv, mnew);
         float corr = mnew == mx ? 1.0f : expf(mx - mnew);
         l = l * corr + exp_shift(sc, nv, mnew);
         mx = mnew;
@@ -369,7 +383,7 @@ static void attn_tile_run(const attn_task *t, float *scr, const attn_tile *tl, i
                 const float *qh = t->q + ((size_t)i * t->n_heads + (size_t)kvh * gq + h) * hd;
                 scores(qh, kt, KCH, hd, nv, scale, sc);
                 float m = mx[r];
-                for (int j = 0; j < nv; j++) m = sc[j] > m ? sc[j] : m;
+                m = max_of(sc, nv, m);
                 float corr = m == mx[r] ? 1.0f : expf(mx[r] - m);
                 l[r] = l[r] * corr + exp_shift(sc, nv, m);
                 mx[r] = m;
