@@ -5,8 +5,10 @@
  *
  * The cache is cut into blocks of block_size tokens. A token's KV "slot" is
  * block_id × block_size + offset_in_block. Each backend lays out a block as it likes; the CPU
- * backend uses, per layer and per K/V, [n_blocks][n_kv_heads][block_size][head_dim], so that one
- * (block, kv head) is a contiguous block_size × head_dim tile that attention streams through.
+ * backend uses, per layer and per K/V, [n_blocks][n_kv_heads][tile], so that one (block, kv head)
+ * is one contiguous tile that attention streams through: V tiles are [block_size][head_dim], K tiles
+ * are transposed, [head_dim][block_size], so query·key scores are plain block_size-wide FMAs (see
+ * cpu/attention.c). The CUDA backend keeps [layer][K|V][block][kv_head][block_size][head_dim].
  */
 #ifndef KVSERVE_KV_H
 #define KVSERVE_KV_H
