@@ -57,11 +57,13 @@ start_server() { # extra serve flags...
     exit 1
 }
 
-bench() { # name, bench_serving flags...
+SEED=0
+bench() { # name, bench_serving flags... (each run draws fresh prompts: no hits across runs)
     local name=$1
     shift
+    SEED=$((SEED + 1))
     echo "== $name" >&2
-    "$HERE/bench_serving" --base-url "http://127.0.0.1:$PORT" --seed 1 --num-warmups 2 \
+    "$HERE/bench_serving" --base-url "http://127.0.0.1:$PORT" --seed "$SEED" --num-warmups 2 \
         --max-duration 600 --save-json "$OUT/$name.json" "$@" >"$OUT/$name.txt"
     tail -n 30 "$OUT/$name.txt" >&2
 }
@@ -74,13 +76,13 @@ for c in 1 4 16; do
 done
 SP=(--dataset shared-prefix --gsp-num-groups 4 --gsp-prompts-per-group 8 --gsp-system-prompt-len 512
     --gsp-question-len 32 --gsp-output-len 32 --max-concurrency 8 --ignore-eos)
-bench shared-prefix-cache "${SP[@]}"
+bench shared-prefix-cache "${SP[@]}" --seed 100
 bench multi-turn --dataset multi-turn --endpoint chat --mt-num-conversations 8 --mt-turns 4 \
     --mt-question-len 64 --mt-output-len 32 --max-concurrency 4 --ignore-eos
 stop_server
 
 start_server --no-prefix-cache
-bench shared-prefix-nocache "${SP[@]}"
+bench shared-prefix-nocache "${SP[@]}" --seed 100
 stop_server
 
 python3 "$HERE/bench_report.py" "$OUT"
