@@ -54,12 +54,15 @@ def main():
             if r:
                 f.write(f"{c} {r.get('output_throughput', 0)} {r.get('mean_ttft_ms', 0)}\n")
     with open(os.path.join(out, "plot.gp"), "w") as f:
-        f.write(f"""set terminal pngcairo size 900,420 font ",10"
+        f.write(f"""set terminal pngcairo noenhanced size 900,420 font ",10"
 set output "{os.path.join(out, 'throughput_ttft.png')}"
 set title "kvserve, TinyLlama-110M-shaped Q8_0, 2 threads, random 256 in / 128 out"
 set xlabel "concurrent requests"
 set logscale x 2
 set xtics (1, 4, 16)
+set xrange [0.8:20]
+set yrange [0:*]
+set y2range [0:*]
 set ylabel "output tokens/s"
 set y2label "mean TTFT (ms)"
 set y2tics
