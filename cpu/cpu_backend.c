@@ -38,6 +38,11 @@ static void cpu_destroy(backend *be)
 {
     cpu__backend *c = cb(be);
     cpu__pool_destroy(c->pool);
+    while (c->packed) {
+        cpu__packed_hdr *h = c->packed;
+        c->packed = h->next;
+        free(h);
+    }
     for (int i = 0; i < CPU__MAX_THREADS; i++) free(c->scratch[i].p);
     free(c->shared.p);
     free(c->tiles.p);
@@ -49,18 +54,38 @@ static void cpu_destroy(backend *be)
 
 static int cpu_weight_upload(backend *be, const model_tensor *src, be_weight *dst)
 {
+    cpu__backend *c = cb(be);
     if (!dt_is_supported(src->type)) return -EINVAL;
     if (src->type == DT_Q8_0 && src->ne[0] % DT_QK8_0) return -EINVAL;
-    dst->type = src->type;
-    dst->n_in = src->ne[0];
-    dst->n_out = src->ne[1];
-    dst->data = (void *)src->data; /* zero copy: the mapping outlives the backend's use of it */
-    dst->extra = NULL;
+    be_weight w = {.type = src->type, .n_in = src->ne[0], .n_out = src->ne[1],
+                   .data = (void *)src->data}; /* zero copy: the mapping outlives its use */
+    /* Q8_0 matrices also get a copy in the layout of the VNNI GEMM, packed once here rather
+     * than on every call (matmul.c uses it for every number of rows). */
+    size_t bytes = w.type == DT_Q8_0 && w.n_out > 1 ? cpu__gemm_q8_packed_bytes(w.n_in, w.n_out) : 0;
+    if (bytes) {
+        cpu__packed_hdr *h = aligned_alloc(64, 64 + ((bytes + 63) & ~(size_t)63));
+        if (!h) return -ENOMEM;
+        h->prev = NULL;
+        h->next = c->packed;
+        if (c->packed) c->packed->prev = h;
+        c->packed = h;
+        w.extra = (char *)h + 64;
+        cpu__gemm_q8_prepack(&w, w.extra);
+    }
+    *dst = w;
     return 0;
 }
 
 static void cpu_weight_free(backend *be, be_weight *w)
 {
+    cpu__backend *c = cb(be);
+    if (w->extra) {
+        cpu__packed_hdr *h = (cpu__packed_hdr *)((char *)w->extra - 64);
+        if (h->prev) h->prev->next = h->next;
+        else c->packed = h->next;
+        if (h->next) h->next->prev = h->prev;
+        free(h);
+    }
     w->data = NULL;
     w->extra = NULL;
 }

@@ -14,6 +14,12 @@
  * row's 4 activation bytes broadcast from memory, so 8 inputs × 16 outputs × 4 bytes of work
  * share one load. At the end of a block each row's integer sums are offset-corrected, converted
  * and accumulated in f32 with the block's scales. Partial sums live in `out` between slices.
+ *
+ * Weights uploaded through the backend are packed into the same block layout once, for the
+ * whole matrix (cpu__gemm_q8_prepack), and the prepacked path reads them in place. With few
+ * rows it runs 2 or 4 tiles side by side so that enough vpdpbusd chains are independent. Each
+ * row's sums are formed in the same order whatever the number of rows or threads, so results
+ * do not depend on how sequences are batched.
  */
 #include <string.h>
 
@@ -30,11 +36,16 @@
 #define MR 8
 #define KCB 16 /* blocks of 32 inputs per slice */
 
-/* Panel of one slice: nb blocks. */
+/* One block of 32 inputs for a tile of 16 outputs, as the microkernel reads it (640 bytes). */
+typedef struct q8_pblock {
+    int8_t q[8][NR][4]; /* weights, 4 consecutive inputs per output per step */
+    float d[NR];        /* weight scales */
+    int32_t off[NR];    /* 128 × Σ q over the block */
+} q8_pblock;
+
+/* Panel of one slice: KCB blocks. */
 typedef struct q8_panel {
-    int8_t q[KCB][8][NR][4]; /* weights, 4 consecutive inputs per output per step */
-    float d[KCB][NR];        /* weight scales */
-    int32_t off[KCB][NR];    /* 128 × Σ q over the block */
+    q8_pblock b[KCB];
 } q8_panel;
 
 int cpu__gemm_q8_available(void)
@@ -47,78 +58,121 @@ size_t cpu__gemm_q8_scratch_bytes(void)
     return sizeof(q8_panel) + 64;
 }
 
-static void pack(const be_weight *w, int64_t o0, int64_t b0, int nb, q8_panel *p)
+/* Packs blocks [b0, b0 + nb) of outputs [o0, o0 + 16) into p[0 .. nb); outputs past the end
+ * are zero. */
+static void pack(const be_weight *w, int64_t o0, int64_t b0, int64_t nb, q8_pblock *p)
 {
     size_t rb = dt_row_bytes(DT_Q8_0, w->n_in);
     for (int j = 0; j < NR; j++) {
         if (o0 + j >= w->n_out) {
-            for (int b = 0; b < nb; b++) {
-                for (int s = 0; s < 8; s++) memset(p->q[b][s][j], 0, 4);
-                p->d[b][j] = 0;
-                p->off[b][j] = 0;
+            for (int64_t b = 0; b < nb; b++) {
+                for (int s = 0; s < 8; s++) memset(p[b].q[s][j], 0, 4);
+                p[b].d[j] = 0;
+                p[b].off[j] = 0;
             }
             continue;
         }
         const dt_block_q8_0 *blk = (const dt_block_q8_0 *)((const char *)w->data + (size_t)(o0 + j) * rb) + b0;
-        for (int b = 0; b < nb; b++) {
+        for (int64_t b = 0; b < nb; b++) {
             int32_t sum = 0;
             for (int i = 0; i < 32; i++) sum += blk[b].q[i];
-            for (int s = 0; s < 8; s++) memcpy(p->q[b][s][j], blk[b].q + 4 * s, 4);
-            p->d[b][j] = _cvtsh_ss(blk[b].d);
-            p->off[b][j] = 128 * sum;
+            for (int s = 0; s < 8; s++) memcpy(p[b].q[s][j], blk[b].q + 4 * s, 4);
+            p[b].d[j] = _cvtsh_ss(blk[b].d);
+            p[b].off[j] = 128 * sum;
         }
     }
 }
 
-/* c[r][0..16) (+)= rows r of the slice; x points at each row's first block of the slice. */
-static inline __attribute__((always_inline)) void ukernel(int mr, const q8_panel *p, int nb,
-                                                          const cpu__q8x *x, int64_t ldx,
-                                                          float *c, int64_t ldc, __mmask16 m,
-                                                          int load_c)
+size_t cpu__gemm_q8_packed_bytes(int64_t n_in, int64_t n_out)
 {
-    __m512 acc[MR];
+    return (size_t)((n_out + NR - 1) / NR) * (size_t)(n_in / 32) * sizeof(q8_pblock);
+}
+
+void cpu__gemm_q8_prepack(const be_weight *w, void *dst)
+{
+    int64_t nb = w->n_in / 32;
+    q8_pblock *p = dst;
+    for (int64_t o0 = 0; o0 < w->n_out; o0 += NR) pack(w, o0, 0, nb, p + (o0 / NR) * nb);
+}
+
+/* c[r][16 t .. 16 t + 16) (+)= rows r of the slice against tiles t < nt; tile t's blocks start
+ * at p + t * ldp; x points at each row's first block of the slice. Mask m applies to the last
+ * tile only (the others are full). */
+static inline __attribute__((always_inline)) void ukernel(int mr, int nt, const q8_pblock *p,
+                                                          int64_t ldp, int nb, const cpu__q8x *x,
+                                                          int64_t ldx, float *c, int64_t ldc,
+                                                          __mmask16 m, int load_c)
+{
+    __m512 acc[MR][4];
 #pragma GCC unroll 16
     for (int r = 0; r < mr; r++)
-        acc[r] = load_c ? _mm512_maskz_loadu_ps(m, c + r * ldc) : _mm512_setzero_ps();
+#pragma GCC unroll 4
+        for (int t = 0; t < nt; t++)
+            acc[r][t] = load_c ? _mm512_maskz_loadu_ps(t == nt - 1 ? m : 0xffff, c + r * ldc + 16 * t)
+                               : _mm512_setzero_ps();
     for (int b = 0; b < nb; b++) {
-        __m512i iacc[MR];
+        __m512i iacc[MR][4];
 #pragma GCC unroll 16
-        for (int r = 0; r < mr; r++) iacc[r] = _mm512_setzero_si512();
+        for (int r = 0; r < mr; r++)
+#pragma GCC unroll 4
+            for (int t = 0; t < nt; t++) iacc[r][t] = _mm512_setzero_si512();
 #pragma GCC unroll 8
         for (int s = 0; s < 8; s++) {
-            __m512i wv = _mm512_load_si512((const void *)p->q[b][s]);
+            __m512i wv[4];
+#pragma GCC unroll 4
+            for (int t = 0; t < nt; t++) wv[t] = _mm512_load_si512((const void *)p[t * ldp + b].q[s]);
 #pragma GCC unroll 16
             for (int r = 0; r < mr; r++) {
                 int32_t xb;
                 memcpy(&xb, x[r * ldx + b].q + 4 * s, 4);
-                iacc[r] = _mm512_dpbusd_epi32(iacc[r], _mm512_set1_epi32(xb), wv);
+                __m512i xv = _mm512_set1_epi32(xb);
+#pragma GCC unroll 4
+                for (int t = 0; t < nt; t++) iacc[r][t] = _mm512_dpbusd_epi32(iacc[r][t], xv, wv[t]);
             }
         }
-        __m512i off = _mm512_load_si512((const void *)p->off[b]);
-        __m512 dw = _mm512_load_ps(p->d[b]);
+#pragma GCC unroll 4
+        for (int t = 0; t < nt; t++) {
+            __m512i off = _mm512_load_si512((const void *)p[t * ldp + b].off);
+            __m512 dw = _mm512_load_ps(p[t * ldp + b].d);
 #pragma GCC unroll 16
-        for (int r = 0; r < mr; r++) {
-            __m512 v = _mm512_cvtepi32_ps(_mm512_sub_epi32(iacc[r], off));
-            acc[r] = _mm512_fmadd_ps(v, _mm512_mul_ps(dw, _mm512_set1_ps(x[r * ldx + b].d)), acc[r]);
+            for (int r = 0; r < mr; r++) {
+                __m512 v = _mm512_cvtepi32_ps(_mm512_sub_epi32(iacc[r][t], off));
+                acc[r][t] = _mm512_fmadd_ps(v, _mm512_mul_ps(dw, _mm512_set1_ps(x[r * ldx + b].d)), acc[r][t]);
+            }
         }
     }
 #pragma GCC unroll 16
-    for (int r = 0; r < mr; r++) _mm512_mask_storeu_ps(c + r * ldc, m, acc[r]);
+    for (int r = 0; r < mr; r++)
+#pragma GCC unroll 4
+        for (int t = 0; t < nt; t++) _mm512_mask_storeu_ps(c + r * ldc + 16 * t, t == nt - 1 ? m : 0xffff, acc[r][t]);
 }
 
-static void ukernel_any(int mr, const q8_panel *p, int nb, const cpu__q8x *x, int64_t ldx, float *c,
-                        int64_t ldc, __mmask16 m, int load_c)
+/* Tiles side by side for a group of mr rows: enough independent accumulator chains to keep
+ * vpdpbusd busy when there are few rows, within the 32 vector registers. */
+static int tiles_for(int mr)
 {
-    switch (mr) {
-    case 8: ukernel(8, p, nb, x, ldx, c, ldc, m, load_c); break;
-    case 7: ukernel(7, p, nb, x, ldx, c, ldc, m, load_c); break;
-    case 6: ukernel(6, p, nb, x, ldx, c, ldc, m, load_c); break;
-    case 5: ukernel(5, p, nb, x, ldx, c, ldc, m, load_c); break;
-    case 4: ukernel(4, p, nb, x, ldx, c, ldc, m, load_c); break;
-    case 3: ukernel(3, p, nb, x, ldx, c, ldc, m, load_c); break;
-    case 2: ukernel(2, p, nb, x, ldx, c, ldc, m, load_c); break;
-    default: ukernel(1, p, nb, x, ldx, c, ldc, m, load_c); break;
-    }
+    return mr <= 2 ? 4 : mr <= 4 ? 2 : 1;
+}
+
+static void ukernel_any(int mr, int nt, const q8_pblock *p, int64_t ldp, int nb, const cpu__q8x *x,
+                        int64_t ldx, float *c, int64_t ldc, __mmask16 m, int load_c)
+{
+#define UK(R, T) ukernel(R, T, p, ldp, nb, x, ldx, c, ldc, m, load_c)
+    if (nt == 4 && mr == 1) UK(1, 4);
+    else if (nt == 4) UK(2, 4);
+    else if (nt == 2 && mr == 3) UK(3, 2);
+    else if (nt == 2) UK(4, 2);
+    else switch (mr) {
+        case 8: UK(8, 1); break;
+        case 7: UK(7, 1); break;
+        case 6: UK(6, 1); break;
+        case 5: UK(5, 1); break;
+        case 4: UK(4, 1); break;
+        case 3: UK(3, 1); break;
+        case 2: UK(2, 1); break;
+        default: UK(1, 1); break;
+        }
+#undef UK
 }
 
 /* Brings the weights of the panel at (o0, b0) into L2 ahead of packing (see gemm.c). */
@@ -142,14 +196,14 @@ static void tile(const cpu__mm_task *t, int64_t o0, q8_panel *p)
     __mmask16 m = ncols >= 16 ? 0xffff : (__mmask16)((1u << ncols) - 1);
     for (int64_t b0 = 0; b0 < nb_all; b0 += KCB) {
         int nb = nb_all - b0 < KCB ? (int)(nb_all - b0) : KCB;
-        pack(w, o0, b0, nb, p);
+        pack(w, o0, b0, nb, p->b);
         if (b0 + KCB < nb_all)
             prefetch_panel(w, o0, b0 + KCB);
         else
             prefetch_panel(w, o0 + NR, 0);
         for (int r0 = 0; r0 < t->n_rows; r0 += MR) {
             int mr = t->n_rows - r0 < MR ? t->n_rows - r0 : MR;
-            ukernel_any(mr, p, nb, t->xq + (size_t)r0 * nb_all + b0, nb_all,
+            ukernel_any(mr, 1, p->b, 0, nb, t->xq + (size_t)r0 * nb_all + b0, nb_all,
                         t->out + (size_t)r0 * n_out + o0, n_out, m, b0 > 0);
         }
     }
@@ -168,6 +222,53 @@ void cpu__gemm_q8_run(void *task, int64_t lo_unit, int64_t hi_unit, int ith)
     }
 }
 
+int cpu__gemm_q8_align(int n_rows)
+{
+    return NR * tiles_for(n_rows < MR ? n_rows : MR);
+}
+
+/* Outputs [lo, hi) (lo a multiple of 16) of every row from the weights packed at upload: no
+ * packing per call, so each weight byte is read once per call whatever the number of rows. */
+static void prepacked_range(const cpu__mm_task *t, int64_t lo, int64_t hi)
+{
+    const be_weight *w = t->w;
+    const q8_pblock *pk = w->extra;
+    int64_t nb_all = w->n_in / 32, n_out = w->n_out;
+    int ntp = tiles_for(t->n_rows < MR ? t->n_rows : MR);
+    /* One row group: the whole depth at once. More: slices whose panel stays in L1 while every
+     * row group passes over it. */
+    int64_t kcb = t->n_rows <= MR ? nb_all : KCB;
+    for (int64_t o0 = lo; o0 < hi;) {
+        int nt = o0 + NR * ntp <= hi ? ntp : 1;
+        int64_t last = o0 + NR * (nt - 1);
+        int ncols = n_out - last < NR ? (int)(n_out - last) : NR;
+        __mmask16 m = ncols >= 16 ? 0xffff : (__mmask16)((1u << ncols) - 1);
+        const q8_pblock *p = pk + (o0 / NR) * nb_all;
+        for (int64_t b0 = 0; b0 < nb_all; b0 += kcb) {
+            int nb = nb_all - b0 < kcb ? (int)(nb_all - b0) : (int)kcb;
+            for (int r0 = 0; r0 < t->n_rows; r0 += MR) {
+                int mr = t->n_rows - r0 < MR ? t->n_rows - r0 : MR;
+                ukernel_any(mr, nt, p + b0, nb_all, nb, t->xq + (size_t)r0 * nb_all + b0, nb_all,
+                            t->out + (size_t)r0 * n_out + o0, n_out, m, b0 > 0);
+            }
+        }
+        int64_t oe = last + ncols;
+        if (t->bias)
+            for (int r = 0; r < t->n_rows; r++)
+                for (int64_t o = o0; o < oe; o++) t->out[(size_t)r * n_out + o] += t->bias[o];
+        o0 += NR * nt;
+    }
+}
+
+void cpu__gemm_q8_prepacked_run(void *task, int64_t lo_unit, int64_t hi_unit, int ith)
+{
+    cpu__mm_task *t = task;
+    for (int64_t u = lo_unit; u < hi_unit; u++) {
+        int64_t lo = u * t->unit, hi = lo + t->unit < t->w->n_out ? lo + t->unit : t->w->n_out;
+        prepacked_range(t, lo, hi);
+    }
+}
+
 #else /* no AVX512-VNNI: matmul.c keeps using its dot-product tiles */
 
 int cpu__gemm_q8_available(void)
@@ -181,6 +282,28 @@ size_t cpu__gemm_q8_scratch_bytes(void)
 }
 
 void cpu__gemm_q8_run(void *task, int64_t lo_unit, int64_t hi_unit, int ith)
+{
+    (void)task, (void)lo_unit, (void)hi_unit, (void)ith;
+}
+
+size_t cpu__gemm_q8_packed_bytes(int64_t n_in, int64_t n_out)
+{
+    (void)n_in, (void)n_out;
+    return 0;
+}
+
+void cpu__gemm_q8_prepack(const be_weight *w, void *dst)
+{
+    (void)w, (void)dst;
+}
+
+int cpu__gemm_q8_align(int n_rows)
+{
+    (void)n_rows;
+    return 16;
+}
+
+void cpu__gemm_q8_prepacked_run(void *task, int64_t lo_unit, int64_t hi_unit, int ith)
 {
     (void)task, (void)lo_unit, (void)hi_unit, (void)ith;
 }

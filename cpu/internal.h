@@ -43,6 +43,13 @@ typedef struct cpu__scratch {
 
 #define CPU__MAX_THREADS 256
 
+/* A packed weight copy (cpu_backend.c): this header, then the packed bytes at offset 64. The
+ * backend keeps them in a list so that destroy frees copies whose weight_free never came. */
+typedef struct cpu__packed_hdr cpu__packed_hdr;
+struct cpu__packed_hdr {
+    cpu__packed_hdr *prev, *next;
+};
+
 typedef struct cpu__backend {
     backend base; /* must stay first: the vtable's backend * is this struct */
     cpu__pool *pool;
@@ -65,6 +72,7 @@ typedef struct cpu__backend {
     cpu__scratch scratch[CPU__MAX_THREADS]; /* per thread */
     cpu__scratch shared;                    /* e.g. the quantised activations of a matmul */
     cpu__scratch tiles;                     /* attention's list of query tiles */
+    cpu__packed_hdr *packed;                /* list of packed weight copies (cpu_backend.c) */
 } cpu__backend;
 
 
@@ -143,6 +151,15 @@ void cpu__gemm_panel_run(void *task, int64_t lo_unit, int64_t hi_unit, int ith);
 int cpu__gemm_q8_available(void);
 size_t cpu__gemm_q8_scratch_bytes(void);
 void cpu__gemm_q8_run(void *task, int64_t lo_unit, int64_t hi_unit, int ith);
+/* The same GEMM on weights packed once at upload (be_weight.extra): 16-output tiles, each
+ * [n_in / 32] blocks of 640 bytes (int8 weights interleaved by 4 inputs, f32 scales, offsets).
+ * cpu__gemm_q8_packed_bytes: the size of that copy (0 without VNNI); cpu__gemm_q8_prepack
+ * writes it. cpu__gemm_q8_prepacked_run is a parallel-for body for any number of rows (no
+ * scratch); its units must be multiples of cpu__gemm_q8_align(n_rows) outputs. */
+size_t cpu__gemm_q8_packed_bytes(int64_t n_in, int64_t n_out);
+void cpu__gemm_q8_prepack(const be_weight *w, void *dst);
+int cpu__gemm_q8_align(int n_rows);
+void cpu__gemm_q8_prepacked_run(void *task, int64_t lo_unit, int64_t hi_unit, int ith);
 
 /* attention.c */
 void cpu__store_kv(cpu__backend *c, int layer, const float *k, const float *v);

@@ -10,6 +10,11 @@
  *    panels, 6 × 32 FMA microkernel) and gemm_q8.c (Q8_0: int8 panels, 8 × 16 VNNI microkernel).
  * Threads take units of outputs (whole column tiles for the GEMMs) from the pool's counter.
  *
+ * Q8_0 weights uploaded through the backend carry a copy packed once for the VNNI GEMM
+ * (be_weight.extra, see gemm_q8.c); with it every number of rows, one included, runs that
+ * GEMM with no packing per call, so a batched decode step reads each weight byte once. The
+ * three shapes above remain for Q8_0 weights without the copy (and for other CPUs).
+ *
  * Q8_0: activations are quantised once per matmul to int8 blocks of 32 with an f32 scale
  * (max-abs / 127, round to nearest even). The GEMV and the dot tiles multiply them with the
  * weights' int8 blocks by AVX512-VNNI vpdpbusd (unsigned × signed: the weight's sign is moved
@@ -304,15 +309,22 @@ void cpu__matmul(cpu__backend *c, const float *x, int n_rows, const be_weight *w
     mm_task t = {.c = c, .x = x, .n_rows = n_rows, .w = w, .out = out,
                  .bias = bias && bias->data ? bias->data : NULL};
     int nth = c->n_threads;
+    int small = (int64_t)n_rows * w->n_in * w->n_out < 65536; /* not worth waking the workers */
+    int q8_pre = w->type == DT_Q8_0 && w->extra;
     int q8_panel = w->type == DT_Q8_0 && n_rows >= Q8_PANEL_MIN_ROWS && cpu__gemm_q8_available();
     if (w->type == DT_Q8_0) {
         size_t bytes = (size_t)n_rows * (size_t)(w->n_in / 32) * sizeof(q8x);
         if (cpu__scratch_reserve(&c->shared, bytes)) goto oom;
-        quant_task qt = {x, w->n_in, n_rows, c->shared.p, q8_panel};
-        cpu__pool_for(c->pool, n_rows, 1 + 32768 / w->n_in, quant_run, &qt);
+        quant_task qt = {x, w->n_in, n_rows, c->shared.p, q8_panel || q8_pre};
+        if (small) quant_run(&qt, 0, n_rows, 0);
+        else cpu__pool_for(c->pool, n_rows, 1 + 32768 / w->n_in, quant_run, &qt);
         t.xq = c->shared.p;
     }
-    if (q8_panel) {
+    if (q8_pre) {
+        set_units(&t, w->n_out, cpu__gemm_q8_align(n_rows), small ? 1 : nth);
+        if (small) cpu__gemm_q8_prepacked_run(&t, 0, t.n_units, 0);
+        else cpu__pool_for(c->pool, t.n_units, 1, cpu__gemm_q8_prepacked_run, &t);
+    } else if (q8_panel) {
         for (int i = 0; i < nth; i++)
             if (cpu__scratch_reserve(&c->scratch[i], cpu__gemm_q8_scratch_bytes())) goto oom;
         set_units(&t, w->n_out, 16, nth);
@@ -325,7 +337,7 @@ void cpu__matmul(cpu__backend *c, const float *x, int n_rows, const be_weight *w
     } else if (n_rows >= GEMM_MIN_ROWS) {
         set_units(&t, w->n_out, 4, nth);
         cpu__pool_for(c->pool, t.n_units, 1, gemm_run, &t);
-    } else if ((int64_t)n_rows * w->n_in * w->n_out < 65536) {
+    } else if (small) {
         set_units(&t, w->n_out, w->n_out, 1);
         gemv_run(&t, 0, t.n_units, 0);
     } else {

@@ -146,16 +146,22 @@ static void cput_check_matmul(int type, int64_t n_in, int64_t n_out, const int *
         if (with_bias) {
             bw = (be_weight){.type = DT_F32, .n_in = n_out, .n_out = 1, .data = bias};
         }
-        for (int k = 0; k < n_rows_cases; k++) {
-            int nr = rows[k];
+        /* Q8_0 weights carry a packed copy; without it (extra = NULL) the kernels that read the
+         * file's layout run instead: both are checked. */
+        be_weight plain = w;
+        plain.extra = NULL;
+        for (int k = 0; k < 2 * n_rows_cases; k++) {
+            int nr = rows[k % n_rows_cases];
+            if (k >= n_rows_cases && !w.extra) break;
             cput_poison(out, (size_t)nr * n_out);
-            be->ops->matmul(be, x, nr, &w, with_bias ? &bw : NULL, out);
+            be->ops->matmul(be, x, nr, k < n_rows_cases ? &w : &plain, with_bias ? &bw : NULL, out);
             for (size_t e = 0; e < (size_t)nr * n_out; e++)
                 cr_assert(fabs(out[e] - ref[e]) <= tol[e],
-                          "matmul %s n_in=%ld n_out=%ld rows=%d threads=%d seed=%lu: out[%zu]=%g ref=%g tol=%g",
-                          dt_name(type), (long)n_in, (long)n_out, nr, th, (unsigned long)seed, e,
-                          (double)out[e], ref[e], tol[e]);
+                          "matmul %s%s n_in=%ld n_out=%ld rows=%d threads=%d seed=%lu: out[%zu]=%g ref=%g tol=%g",
+                          dt_name(type), k < n_rows_cases ? "" : " (unpacked)", (long)n_in, (long)n_out,
+                          nr, th, (unsigned long)seed, e, (double)out[e], ref[e], tol[e]);
         }
+        be->ops->weight_free(be, &w);
         be_destroy(be);
     }
     free((void *)mt.data);
@@ -167,7 +173,7 @@ static void cput_check_matmul(int type, int64_t n_in, int64_t n_out, const int *
     free(tol);
 }
 
-static const int cput_rows[] = {1, 3, 7, 64, 5, 4, 17, 23};
+static const int cput_rows[] = {1, 2, 3, 7, 64, 5, 4, 17, 23, 8, 16};
 #define CPUT_NROWS ((int)(sizeof cput_rows / sizeof cput_rows[0]))
 
 Test(cpu, matmul_float_types)
