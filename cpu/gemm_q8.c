@@ -1,25 +1,26 @@
 /*
- * gemm_q8.c — the compute-bound matmul for Q8_0 weights and many activation rows, in int8 with
- * AVX512-VNNI: out[r][o] = Σ_blocks d_w[o][b] · d_x[r][b] · Σ_i q_w[o][b][i] · q_x[r][b][i].
+ * gemm_q8.c — the compute-bound matmul for Q8_0 weights, in int8 with AVX512-VNNI:
+ * out[r][o] = Σ_blocks d_w[o][b] · d_x[r][b] · Σ_i q_w[o][b][i] · q_x[r][b][i].
  *
- * vpdpbusd multiplies unsigned by signed bytes. Activations are therefore offset to unsigned
- * (u = q_x + 128, a sign-bit flip) and the offset is taken back per block with the column sums
- * of the weights: Σ u·q_w = Σ q_x·q_w + 128 · Σ q_w.
+ * vpdpbusd multiplies unsigned by signed bytes. The weights are therefore stored offset to
+ * unsigned (u = q_w + 128, a sign-bit flip) and the offset is taken back per block with the
+ * activations' block sums: Σ u·q_x = Σ q_w·q_x + 128 · Σ q_x (one int32 per row and block,
+ * computed when the activations are quantised).
  *
- * A thread takes a column tile of 16 outputs (one vector of 16 int32 lanes, a lane per output)
- * and, for each slice of KCB blocks, repacks the tile's weights once into a panel laid out
- * [block][k/4][16 outputs][4 bytes] beside f32 scales [block][16] and offsets [block][16]
- * (10 KiB per 16 blocks: it stays in L1). The microkernel keeps 8 rows × 16 outputs: for each
- * group of 4 inputs it loads one 64-byte panel vector and issues one vpdpbusd per row with the
- * row's 4 activation bytes broadcast from memory, so 8 inputs × 16 outputs × 4 bytes of work
- * share one load. At the end of a block each row's integer sums are offset-corrected, converted
- * and accumulated in f32 with the block's scales. Partial sums live in `out` between slices.
+ * Layout: a tile of 16 outputs (one vector of 16 int32 lanes, a lane per output) holds nb
+ * blocks of 32 inputs as [nb][k/4][16 outputs][4 bytes] (512 bytes a block, 64-byte aligned),
+ * then the f16 scales [nb][16]: 544 bytes a block, as many as the file's Q8_0 blocks, so a
+ * memory-bound decode reads no more than it would from the file. Weights uploaded through
+ * the backend are packed so once, for the whole matrix (cpu__gemm_q8_prepack); for weights
+ * without that copy a thread packs each tile slice of KCB blocks into scratch per call.
  *
- * Weights uploaded through the backend are packed into the same block layout once, for the
- * whole matrix (cpu__gemm_q8_prepack), and the prepacked path reads them in place. With few
- * rows it runs 2 or 4 tiles side by side so that enough vpdpbusd chains are independent. Each
- * row's sums are formed in the same order whatever the number of rows or threads, so results
- * do not depend on how sequences are batched.
+ * The microkernel keeps mr rows × nt tiles: for each group of 4 inputs it loads one 64-byte
+ * vector per tile and issues one vpdpbusd per row and tile with the row's 4 activation bytes
+ * broadcast, so up to 8 rows share each load. At the end of a block each row's integer sums are
+ * offset-corrected, converted and accumulated in f32 with the block's scales. With few rows it
+ * runs 2 or 4 tiles side by side so that enough vpdpbusd chains are independent. Each row's
+ * sums are formed in the same order whatever the number of rows or threads, so results do not
+ * depend on how sequences are batched. Partial sums live in `out` between slices.
  */
 #include <string.h>
 
@@ -35,18 +36,14 @@
 #define NR 16
 #define MR 8
 #define KCB 16 /* blocks of 32 inputs per slice */
+#define QB 512 /* weight bytes of one block of a tile */
+#define DB 32  /* scale bytes of one block of a tile */
 
-/* One block of 32 inputs for a tile of 16 outputs, as the microkernel reads it (640 bytes). */
-typedef struct q8_pblock {
-    int8_t q[8][NR][4]; /* weights, 4 consecutive inputs per output per step */
-    float d[NR];        /* weight scales */
-    int32_t off[NR];    /* 128 × Σ q over the block */
-} q8_pblock;
-
-/* Panel of one slice: KCB blocks. */
-typedef struct q8_panel {
-    q8_pblock b[KCB];
-} q8_panel;
+/* Bytes of a tile of nb blocks (a multiple of 64, so every tile's weights stay aligned). */
+static size_t tile_bytes(int64_t nb)
+{
+    return ((size_t)nb * (QB + DB) + 63) & ~(size_t)63;
+}
 
 int cpu__gemm_q8_available(void)
 {
@@ -55,51 +52,51 @@ int cpu__gemm_q8_available(void)
 
 size_t cpu__gemm_q8_scratch_bytes(void)
 {
-    return sizeof(q8_panel) + 64;
+    return tile_bytes(KCB) + 64;
 }
 
-/* Packs blocks [b0, b0 + nb) of outputs [o0, o0 + 16) into p[0 .. nb); outputs past the end
- * are zero. */
-static void pack(const be_weight *w, int64_t o0, int64_t b0, int64_t nb, q8_pblock *p)
+/* Packs blocks [b0, b0 + nb) of outputs [o0, o0 + 16) into a tile of nbt blocks at tq (blocks
+ * 0 .. nb); outputs past the end get zero weights and scales. */
+static void pack(const be_weight *w, int64_t o0, int64_t b0, int64_t nb, uint8_t *tq, int64_t nbt)
 {
     size_t rb = dt_row_bytes(DT_Q8_0, w->n_in);
+    uint16_t *td = (uint16_t *)(tq + (size_t)nbt * QB);
     for (int j = 0; j < NR; j++) {
         if (o0 + j >= w->n_out) {
             for (int64_t b = 0; b < nb; b++) {
-                for (int s = 0; s < 8; s++) memset(p[b].q[s][j], 0, 4);
-                p[b].d[j] = 0;
-                p[b].off[j] = 0;
+                for (int s = 0; s < 8; s++) memset(tq + (size_t)b * QB + (s * NR + j) * 4, 0x80, 4);
+                td[b * NR + j] = 0;
             }
             continue;
         }
         const dt_block_q8_0 *blk = (const dt_block_q8_0 *)((const char *)w->data + (size_t)(o0 + j) * rb) + b0;
         for (int64_t b = 0; b < nb; b++) {
-            int32_t sum = 0;
-            for (int i = 0; i < 32; i++) sum += blk[b].q[i];
-            for (int s = 0; s < 8; s++) memcpy(p[b].q[s][j], blk[b].q + 4 * s, 4);
-            p[b].d[j] = _cvtsh_ss(blk[b].d);
-            p[b].off[j] = 128 * sum;
+            uint8_t *q = tq + (size_t)b * QB + j * 4;
+            for (int s = 0; s < 8; s++)
+                for (int i = 0; i < 4; i++) q[s * NR * 4 + i] = (uint8_t)blk[b].q[4 * s + i] ^ 0x80;
+            td[b * NR + j] = blk[b].d;
         }
     }
 }
 
 size_t cpu__gemm_q8_packed_bytes(int64_t n_in, int64_t n_out)
 {
-    return (size_t)((n_out + NR - 1) / NR) * (size_t)(n_in / 32) * sizeof(q8_pblock);
+    return (size_t)((n_out + NR - 1) / NR) * tile_bytes(n_in / 32);
 }
 
 void cpu__gemm_q8_prepack(const be_weight *w, void *dst)
 {
     int64_t nb = w->n_in / 32;
-    q8_pblock *p = dst;
-    for (int64_t o0 = 0; o0 < w->n_out; o0 += NR) pack(w, o0, 0, nb, p + (o0 / NR) * nb);
+    for (int64_t o0 = 0; o0 < w->n_out; o0 += NR)
+        pack(w, o0, 0, nb, (uint8_t *)dst + (size_t)(o0 / NR) * tile_bytes(nb), nb);
 }
 
-/* c[r][16 t .. 16 t + 16) (+)= rows r of the slice against tiles t < nt; tile t's blocks start
- * at p + t * ldp; x points at each row's first block of the slice. Mask m applies to the last
- * tile only (the others are full). */
-static inline __attribute__((always_inline)) void ukernel(int mr, int nt, const q8_pblock *p,
-                                                          int64_t ldp, int nb, const cpu__q8x *x,
+/* c[r][16 t .. 16 t + 16) (+)= rows r of the slice against tiles t < nt. q and d point at the
+ * slice's first block (weights, scales) of tile 0; tile t is ldt bytes further. x and xs point
+ * at each row's first block of the slice. Mask m applies to the last tile only. */
+static inline __attribute__((always_inline)) void ukernel(int mr, int nt, const uint8_t *q,
+                                                          const uint16_t *d, size_t ldt, int nb,
+                                                          const cpu__q8x *x, const int32_t *xs,
                                                           int64_t ldx, float *c, int64_t ldc,
                                                           __mmask16 m, int load_c)
 {
@@ -120,23 +117,24 @@ static inline __attribute__((always_inline)) void ukernel(int mr, int nt, const 
         for (int s = 0; s < 8; s++) {
             __m512i wv[4];
 #pragma GCC unroll 4
-            for (int t = 0; t < nt; t++) wv[t] = _mm512_load_si512((const void *)p[t * ldp + b].q[s]);
+            for (int t = 0; t < nt; t++)
+                wv[t] = _mm512_load_si512((const void *)(q + t * ldt + (size_t)b * QB + s * 64));
 #pragma GCC unroll 16
             for (int r = 0; r < mr; r++) {
                 int32_t xb;
                 memcpy(&xb, x[r * ldx + b].q + 4 * s, 4);
                 __m512i xv = _mm512_set1_epi32(xb);
 #pragma GCC unroll 4
-                for (int t = 0; t < nt; t++) iacc[r][t] = _mm512_dpbusd_epi32(iacc[r][t], xv, wv[t]);
+                for (int t = 0; t < nt; t++) iacc[r][t] = _mm512_dpbusd_epi32(iacc[r][t], wv[t], xv);
             }
         }
 #pragma GCC unroll 4
         for (int t = 0; t < nt; t++) {
-            __m512i off = _mm512_load_si512((const void *)p[t * ldp + b].off);
-            __m512 dw = _mm512_load_ps(p[t * ldp + b].d);
+            const uint16_t *dt = (const uint16_t *)((const uint8_t *)d + t * ldt) + b * NR;
+            __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const void *)dt));
 #pragma GCC unroll 16
             for (int r = 0; r < mr; r++) {
-                __m512 v = _mm512_cvtepi32_ps(_mm512_sub_epi32(iacc[r][t], off));
+                __m512 v = _mm512_cvtepi32_ps(_mm512_sub_epi32(iacc[r][t], _mm512_set1_epi32(xs[r * ldx + b])));
                 acc[r][t] = _mm512_fmadd_ps(v, _mm512_mul_ps(dw, _mm512_set1_ps(x[r * ldx + b].d)), acc[r][t]);
             }
         }
@@ -154,10 +152,11 @@ static int tiles_for(int mr)
     return mr <= 2 ? 4 : mr <= 4 ? 2 : 1;
 }
 
-static void ukernel_any(int mr, int nt, const q8_pblock *p, int64_t ldp, int nb, const cpu__q8x *x,
-                        int64_t ldx, float *c, int64_t ldc, __mmask16 m, int load_c)
+static void ukernel_any(int mr, int nt, const uint8_t *q, const uint16_t *d, size_t ldt, int nb,
+                        const cpu__q8x *x, const int32_t *xs, int64_t ldx, float *c, int64_t ldc,
+                        __mmask16 m, int load_c)
 {
-#define UK(R, T) ukernel(R, T, p, ldp, nb, x, ldx, c, ldc, m, load_c)
+#define UK(R, T) ukernel(R, T, q, d, ldt, nb, x, xs, ldx, c, ldc, m, load_c)
     if (nt == 4 && mr == 1) UK(1, 4);
     else if (nt == 4) UK(2, 4);
     else if (nt == 2 && mr == 3) UK(3, 2);
@@ -175,7 +174,8 @@ static void ukernel_any(int mr, int nt, const q8_pblock *p, int64_t ldp, int nb,
 #undef UK
 }
 
-/* Brings the weights of the panel at (o0, b0) into L2 ahead of packing (see gemm.c). */
+/* Brings the weights of the panel at (o0, b0) into L2 ahead of packing: packing reads 16 rows
+ * at once, too many streams for the hardware prefetcher. */
 static void prefetch_panel(const be_weight *w, int64_t o0, int64_t b0)
 {
     int64_t nb_all = w->n_in / 32;
@@ -188,7 +188,28 @@ static void prefetch_panel(const be_weight *w, int64_t o0, int64_t b0)
     }
 }
 
-static void tile(const cpu__mm_task *t, int64_t o0, q8_panel *p)
+/* Runs rows × tiles [o0, o0 + 16 nt) over blocks [b0, b0 + nb) of tiles at q / d. */
+static void slice_rows(const cpu__mm_task *t, int nt, const uint8_t *q, const uint16_t *d, size_t ldt,
+                       int64_t o0, int64_t b0, int nb, __mmask16 m)
+{
+    int64_t nb_all = t->w->n_in / 32, n_out = t->w->n_out;
+    for (int r0 = 0; r0 < t->n_rows; r0 += MR) {
+        int mr = t->n_rows - r0 < MR ? t->n_rows - r0 : MR;
+        ukernel_any(mr, nt, q, d, ldt, nb, t->xq + (size_t)r0 * nb_all + b0,
+                    t->xsum + (size_t)r0 * nb_all + b0, nb_all, t->out + (size_t)r0 * n_out + o0,
+                    n_out, m, b0 > 0);
+    }
+}
+
+static void add_bias(const cpu__mm_task *t, int64_t lo, int64_t hi)
+{
+    if (t->bias)
+        for (int r = 0; r < t->n_rows; r++)
+            for (int64_t o = lo; o < hi; o++) t->out[(size_t)r * t->w->n_out + o] += t->bias[o];
+}
+
+/* One tile of 16 outputs from o0, packing each slice into scratch p. */
+static void tile(const cpu__mm_task *t, int64_t o0, uint8_t *p)
 {
     const be_weight *w = t->w;
     int64_t nb_all = w->n_in / 32, n_out = w->n_out;
@@ -196,26 +217,20 @@ static void tile(const cpu__mm_task *t, int64_t o0, q8_panel *p)
     __mmask16 m = ncols >= 16 ? 0xffff : (__mmask16)((1u << ncols) - 1);
     for (int64_t b0 = 0; b0 < nb_all; b0 += KCB) {
         int nb = nb_all - b0 < KCB ? (int)(nb_all - b0) : KCB;
-        pack(w, o0, b0, nb, p->b);
+        pack(w, o0, b0, nb, p, KCB);
         if (b0 + KCB < nb_all)
             prefetch_panel(w, o0, b0 + KCB);
         else
             prefetch_panel(w, o0 + NR, 0);
-        for (int r0 = 0; r0 < t->n_rows; r0 += MR) {
-            int mr = t->n_rows - r0 < MR ? t->n_rows - r0 : MR;
-            ukernel_any(mr, 1, p->b, 0, nb, t->xq + (size_t)r0 * nb_all + b0, nb_all,
-                        t->out + (size_t)r0 * n_out + o0, n_out, m, b0 > 0);
-        }
+        slice_rows(t, 1, p, (const uint16_t *)(p + KCB * QB), 0, o0, b0, nb, m);
     }
-    if (t->bias)
-        for (int r = 0; r < t->n_rows; r++)
-            for (int j = 0; j < ncols; j++) t->out[(size_t)r * n_out + o0 + j] += t->bias[o0 + j];
+    add_bias(t, o0, o0 + ncols);
 }
 
 void cpu__gemm_q8_run(void *task, int64_t lo_unit, int64_t hi_unit, int ith)
 {
     cpu__mm_task *t = task;
-    q8_panel *p = t->c->scratch[ith].p;
+    uint8_t *p = t->c->scratch[ith].p;
     for (int64_t u = lo_unit; u < hi_unit; u++) {
         int64_t lo = u * t->unit, hi = lo + t->unit < t->w->n_out ? lo + t->unit : t->w->n_out;
         for (int64_t o0 = lo; o0 < hi; o0 += NR) tile(t, o0, p);
@@ -232,30 +247,24 @@ int cpu__gemm_q8_align(int n_rows)
 static void prepacked_range(const cpu__mm_task *t, int64_t lo, int64_t hi)
 {
     const be_weight *w = t->w;
-    const q8_pblock *pk = w->extra;
     int64_t nb_all = w->n_in / 32, n_out = w->n_out;
+    size_t tb = tile_bytes(nb_all);
     int ntp = tiles_for(t->n_rows < MR ? t->n_rows : MR);
-    /* One row group: the whole depth at once. More: slices whose panel stays in L1 while every
-     * row group passes over it. */
+    /* One row group: the whole depth at once. More: slices that stay in L1 while every row
+     * group passes over them. */
     int64_t kcb = t->n_rows <= MR ? nb_all : KCB;
     for (int64_t o0 = lo; o0 < hi;) {
         int nt = o0 + NR * ntp <= hi ? ntp : 1;
         int64_t last = o0 + NR * (nt - 1);
         int ncols = n_out - last < NR ? (int)(n_out - last) : NR;
         __mmask16 m = ncols >= 16 ? 0xffff : (__mmask16)((1u << ncols) - 1);
-        const q8_pblock *p = pk + (o0 / NR) * nb_all;
+        const uint8_t *q = (const uint8_t *)w->extra + (size_t)(o0 / NR) * tb;
+        const uint16_t *d = (const uint16_t *)(q + (size_t)nb_all * QB);
         for (int64_t b0 = 0; b0 < nb_all; b0 += kcb) {
             int nb = nb_all - b0 < kcb ? (int)(nb_all - b0) : (int)kcb;
-            for (int r0 = 0; r0 < t->n_rows; r0 += MR) {
-                int mr = t->n_rows - r0 < MR ? t->n_rows - r0 : MR;
-                ukernel_any(mr, nt, p + b0, nb_all, nb, t->xq + (size_t)r0 * nb_all + b0, nb_all,
-                            t->out + (size_t)r0 * n_out + o0, n_out, m, b0 > 0);
-            }
+            slice_rows(t, nt, q + (size_t)b0 * QB, d + b0 * NR, tb, o0, b0, nb, m);
         }
-        int64_t oe = last + ncols;
-        if (t->bias)
-            for (int r = 0; r < t->n_rows; r++)
-                for (int64_t o = o0; o < oe; o++) t->out[(size_t)r * n_out + o] += t->bias[o];
+        add_bias(t, o0, last + ncols);
         o0 += NR * nt;
     }
 }

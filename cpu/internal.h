@@ -134,6 +134,7 @@ typedef struct cpu__mm_task {
     const float *bias;  /* [n_out] or NULL */
     float *out;         /* [n_rows][n_out] */
     const cpu__q8x *xq; /* Q8_0: quantised activations [n_rows][n_in / 32] */
+    const int32_t *xsum; /* Q8_0 GEMM: 128 × Σ q of each block of xq, [n_rows][n_in / 32] */
     int64_t n_units;    /* units of work */
     int64_t unit;       /* outputs per unit */
 } cpu__mm_task;
@@ -146,13 +147,13 @@ size_t cpu__gemm_panel_scratch_bytes(void);
 /* Parallel-for body over units [lo_unit, hi_unit) of t->unit outputs (multiples of 32). */
 void cpu__gemm_panel_run(void *task, int64_t lo_unit, int64_t hi_unit, int ith);
 
-/* gemm_q8.c: VNNI GEMM for Q8_0 weights over activations quantised with q stored as q + 128
- * (unsigned). Units are multiples of 16 outputs. Only usable when cpu__gemm_q8_available(). */
+/* gemm_q8.c: VNNI GEMM for Q8_0 weights over quantised activations (xq) and their block sums
+ * (xsum). Units are multiples of 16 outputs. Only usable when cpu__gemm_q8_available(). */
 int cpu__gemm_q8_available(void);
 size_t cpu__gemm_q8_scratch_bytes(void);
 void cpu__gemm_q8_run(void *task, int64_t lo_unit, int64_t hi_unit, int ith);
 /* The same GEMM on weights packed once at upload (be_weight.extra): 16-output tiles, each
- * [n_in / 32] blocks of 640 bytes (int8 weights interleaved by 4 inputs, f32 scales, offsets).
+ * [n_in / 32] blocks of 544 bytes (weights + 128 interleaved by 4 inputs, then f16 scales).
  * cpu__gemm_q8_packed_bytes: the size of that copy (0 without VNNI); cpu__gemm_q8_prepack
  * writes it. cpu__gemm_q8_prepacked_run is a parallel-for body for any number of rows (no
  * scratch); its units must be multiples of cpu__gemm_q8_align(n_rows) outputs. */

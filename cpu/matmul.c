@@ -275,7 +275,7 @@ typedef struct quant_task {
     int64_t n_in;
     int n_rows;
     q8x *xq;
-    int offset; /* 1: store q + 128 (unsigned) for the VNNI GEMM */
+    int32_t *xsum; /* NULL, or [n_rows][n_in / 32]: 128 × Σ q per block, for the VNNI GEMM */
 } quant_task;
 
 static void quant_run(void *v, int64_t lo, int64_t hi, int ith)
@@ -284,9 +284,12 @@ static void quant_run(void *v, int64_t lo, int64_t hi, int ith)
     int64_t nb = t->n_in / 32;
     for (int64_t r = lo; r < hi; r++) {
         quantise_row(t->x + r * t->n_in, t->xq + r * nb, t->n_in);
-        if (t->offset)
-            for (int64_t b = 0; b < nb; b++)
-                for (int i = 0; i < 32; i++) t->xq[r * nb + b].q[i] ^= (int8_t)0x80;
+        if (t->xsum)
+            for (int64_t b = 0; b < nb; b++) {
+                int32_t s = 0;
+                for (int i = 0; i < 32; i++) s += t->xq[r * nb + b].q[i];
+                t->xsum[r * nb + b] = 128 * s;
+            }
     }
 }
 
@@ -313,9 +316,12 @@ void cpu__matmul(cpu__backend *c, const float *x, int n_rows, const be_weight *w
     int q8_pre = w->type == DT_Q8_0 && w->extra;
     int q8_panel = w->type == DT_Q8_0 && n_rows >= Q8_PANEL_MIN_ROWS && cpu__gemm_q8_available();
     if (w->type == DT_Q8_0) {
-        size_t bytes = (size_t)n_rows * (size_t)(w->n_in / 32) * sizeof(q8x);
-        if (cpu__scratch_reserve(&c->shared, bytes)) goto oom;
-        quant_task qt = {x, w->n_in, n_rows, c->shared.p, q8_panel || q8_pre};
+        size_t nbk = (size_t)n_rows * (size_t)(w->n_in / 32);
+        size_t qbytes = (nbk * sizeof(q8x) + 63) & ~(size_t)63;
+        if (cpu__scratch_reserve(&c->shared, qbytes + nbk * sizeof(int32_t))) goto oom;
+        int32_t *xsum = q8_panel || q8_pre ? (int32_t *)((char *)c->shared.p + qbytes) : NULL;
+        quant_task qt = {x, w->n_in, n_rows, c->shared.p, xsum};
+        t.xsum = xsum;
         if (small) quant_run(&qt, 0, n_rows, 0);
         else cpu__pool_for(c->pool, n_rows, 1 + 32768 / w->n_in, quant_run, &qt);
         t.xq = c->shared.p;
