@@ -59,9 +59,12 @@ static int cpu_weight_upload(backend *be, const model_tensor *src, be_weight *ds
     if (src->type == DT_Q8_0 && src->ne[0] % DT_QK8_0) return -EINVAL;
     be_weight w = {.type = src->type, .n_in = src->ne[0], .n_out = src->ne[1],
                    .data = (void *)src->data}; /* zero copy: the mapping outlives its use */
-    /* Q8_0 matrices also get a copy in the layout of the VNNI GEMM, packed once here rather
-     * than on every call (matmul.c uses it for every number of rows). */
-    size_t bytes = w.type == DT_Q8_0 && w.n_out > 1 ? cpu__gemm_q8_packed_bytes(w.n_in, w.n_out) : 0;
+    /* Matrices also get a copy in the layout of the GEMM microkernels, packed once here rather
+     * than on every call; matmul.c uses it for every number of rows, so the mapping's pages
+     * are then only read by embed. */
+    size_t bytes = w.n_out <= 1 ? 0
+                   : w.type == DT_Q8_0 ? cpu__gemm_q8_packed_bytes(w.n_in, w.n_out)
+                                       : cpu__gemm_panel_packed_bytes(w.type, w.n_in, w.n_out);
     if (bytes) {
         cpu__packed_hdr *h = aligned_alloc(64, 64 + ((bytes + 63) & ~(size_t)63));
         if (!h) return -ENOMEM;
@@ -70,7 +73,8 @@ static int cpu_weight_upload(backend *be, const model_tensor *src, be_weight *ds
         if (c->packed) c->packed->prev = h;
         c->packed = h;
         w.extra = (char *)h + 64;
-        cpu__gemm_q8_prepack(&w, w.extra);
+        if (w.type == DT_Q8_0) cpu__gemm_q8_prepack(&w, w.extra);
+        else cpu__gemm_panel_prepack(&w, w.extra);
     }
     *dst = w;
     return 0;

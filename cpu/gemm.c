@@ -121,8 +121,18 @@ static void pack_panel(const be_weight *w, int64_t o0, int64_t k0, int kc, float
 #endif
 
 #ifdef __AVX512F__
+/* 16 panel elements from index i as f32: the panel holds f32 (packed per call) or, packed at
+ * upload, the weights' own type. */
+static inline __attribute__((always_inline)) __m512 panel16(int type, const void *panel, int64_t i)
+{
+    if (type == DT_F32) return _mm512_load_ps((const float *)panel + i);
+    __m256i h = _mm256_load_si256((const void *)((const uint16_t *)panel + i));
+    if (type == DT_F16) return _mm512_cvtph_ps(h);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
 /* c[r][0..32) (+)= Σ_k x[r][k] · panel[k][0..32) for mr rows; columns masked by m0, m1. */
-static inline __attribute__((always_inline)) void ukernel(int mr, const float *panel,
+static inline __attribute__((always_inline)) void ukernel(int type, int mr, const void *panel,
                                                           const float *x, int64_t ldx, int kc,
                                                           float *c, int64_t ldc, __mmask16 m0,
                                                           __mmask16 m1, int load_c)
@@ -134,7 +144,7 @@ static inline __attribute__((always_inline)) void ukernel(int mr, const float *p
         acc[r][1] = load_c ? _mm512_maskz_loadu_ps(m1, c + r * ldc + 16) : _mm512_setzero_ps();
     }
     for (int k = 0; k < kc; k++) {
-        __m512 b0 = _mm512_load_ps(panel + k * NR), b1 = _mm512_load_ps(panel + k * NR + 16);
+        __m512 b0 = panel16(type, panel, (int64_t)k * NR), b1 = panel16(type, panel, (int64_t)k * NR + 16);
 #pragma GCC unroll 16
         for (int r = 0; r < mr; r++) {
             __m512 a = _mm512_set1_ps(x[r * ldx + k]);
@@ -149,19 +159,38 @@ static inline __attribute__((always_inline)) void ukernel(int mr, const float *p
     }
 }
 
-static void ukernel_any(int mr, const float *panel, const float *x, int64_t ldx, int kc, float *c,
-                        int64_t ldc, int ncols, int load_c)
+static inline __attribute__((always_inline)) void ukernel_rows(int type, int mr, const void *panel,
+                                                               const float *x, int64_t ldx, int kc,
+                                                               float *c, int64_t ldc, __mmask16 m0,
+                                                               __mmask16 m1, int load_c)
+{
+    switch (mr) {
+    case 6: ukernel(type, 6, panel, x, ldx, kc, c, ldc, m0, m1, load_c); break;
+    case 5: ukernel(type, 5, panel, x, ldx, kc, c, ldc, m0, m1, load_c); break;
+    case 4: ukernel(type, 4, panel, x, ldx, kc, c, ldc, m0, m1, load_c); break;
+    case 3: ukernel(type, 3, panel, x, ldx, kc, c, ldc, m0, m1, load_c); break;
+    case 2: ukernel(type, 2, panel, x, ldx, kc, c, ldc, m0, m1, load_c); break;
+    default: ukernel(type, 1, panel, x, ldx, kc, c, ldc, m0, m1, load_c); break;
+    }
+}
+
+/* The microkernel over a panel of element type `type` (F32 for panels packed per call). */
+static void ukernel_typed(int type, int mr, const void *panel, const float *x, int64_t ldx, int kc,
+                          float *c, int64_t ldc, int ncols, int load_c)
 {
     __mmask16 m0 = ncols >= 16 ? 0xffff : (__mmask16)((1u << ncols) - 1);
     __mmask16 m1 = ncols >= 32 ? 0xffff : ncols <= 16 ? 0 : (__mmask16)((1u << (ncols - 16)) - 1);
-    switch (mr) {
-    case 6: ukernel(6, panel, x, ldx, kc, c, ldc, m0, m1, load_c); break;
-    case 5: ukernel(5, panel, x, ldx, kc, c, ldc, m0, m1, load_c); break;
-    case 4: ukernel(4, panel, x, ldx, kc, c, ldc, m0, m1, load_c); break;
-    case 3: ukernel(3, panel, x, ldx, kc, c, ldc, m0, m1, load_c); break;
-    case 2: ukernel(2, panel, x, ldx, kc, c, ldc, m0, m1, load_c); break;
-    default: ukernel(1, panel, x, ldx, kc, c, ldc, m0, m1, load_c); break;
+    switch (type) {
+    case DT_F16: ukernel_rows(DT_F16, mr, panel, x, ldx, kc, c, ldc, m0, m1, load_c); break;
+    case DT_BF16: ukernel_rows(DT_BF16, mr, panel, x, ldx, kc, c, ldc, m0, m1, load_c); break;
+    default: ukernel_rows(DT_F32, mr, panel, x, ldx, kc, c, ldc, m0, m1, load_c); break;
     }
+}
+
+static void ukernel_any(int mr, const float *panel, const float *x, int64_t ldx, int kc, float *c,
+                        int64_t ldc, int ncols, int load_c)
+{
+    ukernel_typed(DT_F32, mr, panel, x, ldx, kc, c, ldc, ncols, load_c);
 }
 #elif defined(__AVX2__) && defined(__FMA__)
 /* AVX2 fallback: 16 ymm registers hold 6 rows × 16 columns, so a panel is swept in two halves. */
@@ -278,4 +307,73 @@ void cpu__gemm_panel_run(void *task, int64_t lo_unit, int64_t hi_unit, int ith)
         int64_t lo = u * t->unit, hi = lo + t->unit < t->w->n_out ? lo + t->unit : t->w->n_out;
         for (int64_t o0 = lo; o0 < hi; o0 += NR) panel_tile(t, o0, panel, tmp);
     }
+}
+
+/* ---- weights packed at upload ---------------------------------------------------------------
+ * Each tile of 32 outputs is stored as [n_in][32] elements of the weight's own type (zero past
+ * n_out): the panels above, for the whole depth, made once. The microkernel converts F16/BF16
+ * as it loads. Used for every number of rows, so each weight is read once per call, with no
+ * packing, and a row's sums are formed in the same order whatever the batch. */
+
+size_t cpu__gemm_panel_packed_bytes(int type, int64_t n_in, int64_t n_out)
+{
+#ifdef __AVX512F__
+    if (type != DT_F32 && type != DT_F16 && type != DT_BF16) return 0;
+    return (size_t)((n_out + NR - 1) / NR) * (size_t)n_in * NR * dt_row_bytes(type, 1);
+#else
+    (void)type, (void)n_in, (void)n_out;
+    return 0;
+#endif
+}
+
+void cpu__gemm_panel_prepack(const be_weight *w, void *dst)
+{
+    size_t es = dt_row_bytes(w->type, 1), rb = dt_row_bytes(w->type, w->n_in);
+    size_t tb = (size_t)w->n_in * NR * es;
+    for (int64_t o0 = 0; o0 < w->n_out; o0 += NR) {
+        char *tile = (char *)dst + (size_t)(o0 / NR) * tb;
+        for (int64_t k0 = 0; k0 < w->n_in; k0 += 64) {
+            int64_t ke = k0 + 64 < w->n_in ? k0 + 64 : w->n_in;
+            for (int j = 0; j < NR; j++) {
+                const char *row = (const char *)w->data + (size_t)(o0 + j) * rb;
+                for (int64_t k = k0; k < ke; k++) {
+                    char *d = tile + ((size_t)k * NR + j) * es;
+                    if (o0 + j < w->n_out) memcpy(d, row + (size_t)k * es, es);
+                    else memset(d, 0, es);
+                }
+            }
+        }
+    }
+}
+
+void cpu__gemm_panel_prepacked_run(void *task, int64_t lo_unit, int64_t hi_unit, int ith)
+{
+#ifdef __AVX512F__
+    cpu__mm_task *t = task;
+    const be_weight *w = t->w;
+    int64_t n_in = w->n_in, n_out = w->n_out;
+    size_t es = dt_row_bytes(w->type, 1), tb = (size_t)n_in * NR * es;
+    for (int64_t u = lo_unit; u < hi_unit; u++) {
+        int64_t lo = u * t->unit, hi = lo + t->unit < n_out ? lo + t->unit : n_out;
+        for (int64_t o0 = lo; o0 < hi; o0 += NR) {
+            const char *tile = (const char *)w->extra + (size_t)(o0 / NR) * tb;
+            int ncols = n_out - o0 < NR ? (int)(n_out - o0) : NR;
+            /* Few rows: the whole depth at once; more: slices that stay in L1 for every row group. */
+            int64_t kcs = t->n_rows <= MR ? n_in : KC;
+            for (int64_t k0 = 0; k0 < n_in; k0 += kcs) {
+                int kc = n_in - k0 < kcs ? (int)(n_in - k0) : (int)kcs;
+                for (int r0 = 0; r0 < t->n_rows; r0 += MR) {
+                    int mr = t->n_rows - r0 < MR ? t->n_rows - r0 : MR;
+                    ukernel_typed(w->type, mr, tile + (size_t)k0 * NR * es, t->x + (size_t)r0 * n_in + k0,
+                                  n_in, kc, t->out + (size_t)r0 * n_out + o0, n_out, ncols, k0 > 0);
+                }
+            }
+            if (t->bias)
+                for (int r = 0; r < t->n_rows; r++)
+                    for (int j = 0; j < ncols; j++) t->out[(size_t)r * n_out + o0 + j] += t->bias[o0 + j];
+        }
+    }
+#else
+    (void)task, (void)lo_unit, (void)hi_unit, (void)ith;
+#endif
 }

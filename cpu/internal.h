@@ -146,6 +146,13 @@ typedef struct cpu__mm_task {
 size_t cpu__gemm_panel_scratch_bytes(void);
 /* Parallel-for body over units [lo_unit, hi_unit) of t->unit outputs (multiples of 32). */
 void cpu__gemm_panel_run(void *task, int64_t lo_unit, int64_t hi_unit, int ith);
+/* The same GEMM on F32/F16/BF16 weights packed once at upload (be_weight.extra): tiles of 32
+ * outputs, each [n_in][32] elements of the weight's type. packed_bytes is 0 where the build has
+ * no such kernel (no AVX-512); prepacked_run is a parallel-for body for any number of rows (no
+ * scratch; units multiples of 32 outputs). */
+size_t cpu__gemm_panel_packed_bytes(int type, int64_t n_in, int64_t n_out);
+void cpu__gemm_panel_prepack(const be_weight *w, void *dst);
+void cpu__gemm_panel_prepacked_run(void *task, int64_t lo_unit, int64_t hi_unit, int ith);
 
 /* gemm_q8.c: VNNI GEMM for Q8_0 weights over quantised activations (xq) and their block sums
  * (xsum). Units are multiples of 16 outputs. Only usable when cpu__gemm_q8_available(). */

@@ -326,7 +326,11 @@ void cpu__matmul(cpu__backend *c, const float *x, int n_rows, const be_weight *w
         else cpu__pool_for(c->pool, n_rows, 1 + 32768 / w->n_in, quant_run, &qt);
         t.xq = c->shared.p;
     }
-    if (q8_pre) {
+    if (w->extra && w->type != DT_Q8_0) {
+        set_units(&t, w->n_out, CPU__PANEL_NR, small ? 1 : nth);
+        if (small) cpu__gemm_panel_prepacked_run(&t, 0, t.n_units, 0);
+        else cpu__pool_for(c->pool, t.n_units, 1, cpu__gemm_panel_prepacked_run, &t);
+    } else if (q8_pre) {
         set_units(&t, w->n_out, cpu__gemm_q8_align(n_rows), small ? 1 : nth);
         if (small) cpu__gemm_q8_prepacked_run(&t, 0, t.n_units, 0);
         else cpu__pool_for(c->pool, t.n_units, 1, cpu__gemm_q8_prepacked_run, &t);
