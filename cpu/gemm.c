@@ -24,7 +24,7 @@
 
 #define NR CPU__PANEL_NR
 #define KC CPU__PANEL_KC
-#define MR 6
+#define MR CPU__PANEL_MR
 
 size_t cpu__gemm_panel_scratch_bytes(void)
 {
@@ -336,10 +336,13 @@ void cpu__gemm_panel_prepack(const be_weight *w, void *dst)
             int64_t ke = k0 + 64 < w->n_in ? k0 + 64 : w->n_in;
             for (int j = 0; j < NR; j++) {
                 const char *row = (const char *)w->data + (size_t)(o0 + j) * rb;
-                for (int64_t k = k0; k < ke; k++) {
-                    char *d = tile + ((size_t)k * NR + j) * es;
-                    if (o0 + j < w->n_out) memcpy(d, row + (size_t)k * es, es);
-                    else memset(d, 0, es);
+                int live = o0 + j < w->n_out;
+                if (es == 4) {
+                    float *d = (float *)tile + j;
+                    for (int64_t k = k0; k < ke; k++) d[k * NR] = live ? ((const float *)row)[k] : 0.0f;
+                } else {
+                    uint16_t *d = (uint16_t *)tile + j;
+                    for (int64_t k = k0; k < ke; k++) d[k * NR] = live ? ((const uint16_t *)row)[k] : 0;
                 }
             }
         }
@@ -362,10 +365,19 @@ void cpu__gemm_panel_prepacked_run(void *task, int64_t lo_unit, int64_t hi_unit,
             int64_t kcs = t->n_rows <= MR ? n_in : KC;
             for (int64_t k0 = 0; k0 < n_in; k0 += kcs) {
                 int kc = n_in - k0 < kcs ? (int)(n_in - k0) : (int)kcs;
+                const void *panel = tile + (size_t)k0 * NR * es;
+                int ptype = w->type;
+                if (ptype != DT_F32 && t->n_rows > MR) {
+                    /* Several row groups: convert the slice to f32 once rather than per group. */
+                    float *f = t->c->scratch[ith].p;
+                    for (int i = 0; i < kc * NR; i += 16) _mm512_store_ps(f + i, panel16(ptype, panel, i));
+                    panel = f;
+                    ptype = DT_F32;
+                }
                 for (int r0 = 0; r0 < t->n_rows; r0 += MR) {
                     int mr = t->n_rows - r0 < MR ? t->n_rows - r0 : MR;
-                    ukernel_typed(w->type, mr, tile + (size_t)k0 * NR * es, t->x + (size_t)r0 * n_in + k0,
-                                  n_in, kc, t->out + (size_t)r0 * n_out + o0, n_out, ncols, k0 > 0);
+                    ukernel_typed(ptype, mr, panel, t->x + (size_t)r0 * n_in + k0, n_in, kc,
+                                  t->out + (size_t)r0 * n_out + o0, n_out, ncols, k0 > 0);
                 }
             }
             if (t->bias)

@@ -142,14 +142,16 @@ typedef struct cpu__mm_task {
 /* gemm.c: packed-panel GEMM for F32/F16/BF16 weights (many rows). */
 #define CPU__PANEL_NR 32   /* outputs per panel (two 16-float vectors) */
 #define CPU__PANEL_KC 128  /* inputs per panel: the panel (16 KiB) stays in L1 */
+#define CPU__PANEL_MR 6    /* activation rows of the microkernel */
 /* Per-thread scratch bytes the panel GEMM needs. */
 size_t cpu__gemm_panel_scratch_bytes(void);
 /* Parallel-for body over units [lo_unit, hi_unit) of t->unit outputs (multiples of 32). */
 void cpu__gemm_panel_run(void *task, int64_t lo_unit, int64_t hi_unit, int ith);
 /* The same GEMM on F32/F16/BF16 weights packed once at upload (be_weight.extra): tiles of 32
  * outputs, each [n_in][32] elements of the weight's type. packed_bytes is 0 where the build has
- * no such kernel (no AVX-512); prepacked_run is a parallel-for body for any number of rows (no
- * scratch; units multiples of 32 outputs). */
+ * no such kernel (no AVX-512); prepacked_run is a parallel-for body for any number of rows
+ * (units multiples of 32 outputs) that needs cpu__gemm_panel_scratch_bytes() of per-thread
+ * scratch when an F16/BF16 weight meets more than 6 rows. */
 size_t cpu__gemm_panel_packed_bytes(int type, int64_t n_in, int64_t n_out);
 void cpu__gemm_panel_prepack(const be_weight *w, void *dst);
 void cpu__gemm_panel_prepacked_run(void *task, int64_t lo_unit, int64_t hi_unit, int ith);

@@ -327,6 +327,9 @@ void cpu__matmul(cpu__backend *c, const float *x, int n_rows, const be_weight *w
         t.xq = c->shared.p;
     }
     if (w->extra && w->type != DT_Q8_0) {
+        if (w->type != DT_F32 && n_rows > CPU__PANEL_MR)
+            for (int i = 0; i < nth; i++)
+                if (cpu__scratch_reserve(&c->scratch[i], cpu__gemm_panel_scratch_bytes())) goto oom;
         set_units(&t, w->n_out, CPU__PANEL_NR, small ? 1 : nth);
         if (small) cpu__gemm_panel_prepacked_run(&t, 0, t.n_units, 0);
         else cpu__pool_for(c->pool, t.n_units, 1, cpu__gemm_panel_prepacked_run, &t);
