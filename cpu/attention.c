@@ -138,7 +138,7 @@ static size_t attn_scratch_floats(const kv_geom *g, int gq)
 {
     size_t hd = (size_t)g->head_dim;
     size_t general = 2 * hd * KCH + KCH + 2 * (size_t)QT * gq + (size_t)QT * gq * hd;
-    size_t direct = (size_t)g->block_size + hd; /* attn_row_f16 */
+    size_t direct = (size_t)(g->block_size > 256 ? g->block_size : 256) + hd; /* attn_row_f16 */
     return (general > direct ? general : direct) + 64;
 }
 
@@ -287,63 +287,89 @@ static void gather_kv(const cpu__backend *c, const char *kb, const char *vb, con
 }
 
 #ifdef __AVX512F__
+/* Keys per softmax step of the decode fast path (a multiple of the block size): the scores of
+ * all of them are formed before one max, one exp pass and one P·V sweep, so the reductions and
+ * the rescaling of the accumulator are paid once per DCH keys rather than once per block. */
+#define DCH 256
+
+static int direct_chunk(int bs)
+{
+    return bs >= DCH ? bs : DCH / bs * bs;
+}
+
+/* sc[0 .. nv) = scale · q · K[j] for the keys of one transposed f16 tile kt [hd][bs]. Four FMA
+ * chains: with one query row the FMA latency, not throughput, is the limit. */
+static inline void scores_f16(const float *q, const uint16_t *kt, int bs, int hd, int nv, float scale,
+                              float *sc)
+{
+    for (int jc = 0; jc < nv; jc += 16) {
+        __mmask16 m = mask16(nv - jc);
+        __m512 a[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+        int d = 0;
+        for (; d + 4 <= hd; d += 4)
+#pragma GCC unroll 4
+            for (int u = 0; u < 4; u++)
+                a[u] = _mm512_fmadd_ps(_mm512_set1_ps(q[d + u]),
+                                       _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, kt + (size_t)(d + u) * bs + jc)), a[u]);
+        for (; d < hd; d++)
+            a[0] = _mm512_fmadd_ps(_mm512_set1_ps(q[d]),
+                                   _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, kt + (size_t)d * bs + jc)), a[0]);
+        __m512 sum = _mm512_add_ps(_mm512_add_ps(a[0], a[1]), _mm512_add_ps(a[2], a[3]));
+        _mm512_mask_storeu_ps(sc + jc, m, _mm512_mul_ps(sum, _mm512_set1_ps(scale)));
+    }
+}
+
 /* Decode fast path for an f16 arena with 16-aligned blocks and a single query row (one token,
  * no grouping): every K/V element is used exactly once, so it is converted inside the FMAs
- * instead of through the f32 buffers. Same arithmetic as the general path. */
+ * instead of through the f32 buffers. */
 static void attn_row_f16(const attn_task *t, float *scr, int i, int seq, int h)
 {
     cpu__backend *c = t->c;
     const kv_geom *g = &c->kv;
     const be_batch *b = &c->batch;
-    int hd = g->head_dim, bs = g->block_size, n_ctx = c->tok_kvpos[i] + 1;
+    int hd = g->head_dim, bs = g->block_size, n_ctx = c->tok_kvpos[i] + 1, ch = direct_chunk(bs);
     const int32_t *bt = b->block_table + (size_t)seq * b->bt_stride;
     size_t tile = (size_t)bs * hd;
     const uint16_t *kb = cpu__kv_k(c, t->layer), *vb = cpu__kv_v(c, t->layer);
     const float *q = t->q + ((size_t)i * t->n_heads + h) * hd;
-    float *sc = scr, *acc = sc + bs, mx = -FLT_MAX, l = 0, scale = 1.0f / sqrtf((float)hd);
+    float *sc = scr, *acc = sc + ch, mx = -FLT_MAX, l = 0, scale = 1.0f / sqrtf((float)hd);
     memset(acc, 0, (size_t)hd * sizeof(float));
-    for (int j0 = 0; j0 < n_ctx; j0 += bs) {
-        int nv = n_ctx - j0 < bs ? n_ctx - j0 : bs;
-        size_t at = ((size_t)bt[j0 / bs] * g->n_kv_heads + h) * tile;
-        const uint16_t *kt = kb + at, *vt = vb + at;
-        if (j0 + bs < n_ctx) { /* the next tiles are elsewhere: start fetching them now */
-            size_t nx = ((size_t)bt[j0 / bs + 1] * g->n_kv_heads + h) * tile;
-            for (size_t off = 0; off < tile * 2; off += 64) {
-                _mm_prefetch((const char *)(kb + nx) + off, _MM_HINT_T0);
-                _mm_prefetch((const char *)(vb + nx) + off, _MM_HINT_T0);
+    for (int j0 = 0; j0 < n_ctx; j0 += ch) {
+        int nch = n_ctx - j0 < ch ? n_ctx - j0 : ch;
+        for (int jb = 0; jb < nch; jb += bs) {
+            size_t at = ((size_t)bt[(j0 + jb) / bs] * g->n_kv_heads + h) * tile;
+            if (j0 + jb + bs < n_ctx) { /* the next K tile is elsewhere: start fetching it now */
+                size_t nx = ((size_t)bt[(j0 + jb) / bs + 1] * g->n_kv_heads + h) * tile;
+                for (size_t off = 0; off < tile * 2; off += 64) _mm_prefetch((const char *)(kb + nx) + off, _MM_HINT_T0);
             }
+            for (size_t off = 0; off < tile * 2; off += 64) _mm_prefetch((const char *)(vb + at) + off, _MM_HINT_T1);
+            scores_f16(q, kb + at, bs, hd, nch - jb < bs ? nch - jb : bs, scale, sc + jb);
         }
-        for (int jc = 0; jc < nv; jc += 16) {
-            __mmask16 m = mask16(nv - jc);
-            __m512 a0 = _mm512_setzero_ps(), a1 = a0;
-            for (int d = 0; d + 2 <= hd; d += 2) {
-                a0 = _mm512_fmadd_ps(_mm512_set1_ps(q[d]),
-                                     _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, kt + (size_t)d * bs + jc)), a0);
-                a1 = _mm512_fmadd_ps(_mm512_set1_ps(q[d + 1]),
-                                     _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, kt + (size_t)(d + 1) * bs + jc)), a1);
-            }
-            if (hd % 2)
-                a0 = _mm512_fmadd_ps(_mm512_set1_ps(q[hd - 1]),
-                                     _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, kt + (size_t)(hd - 1) * bs + jc)), a0);
-            _mm512_mask_storeu_ps(sc + jc, m, _mm512_mul_ps(_mm512_add_ps(a0, a1), _mm512_set1_ps(scale)));
-        }
-        float mnew = mx;
-        mnew = max_of(sc, nv, mnew);
+        float mnew = max_of(sc, nch, mx);
         float corr = mnew == mx ? 1.0f : expf(mx - mnew);
-        l = l * corr + exp_shift(sc, nv, mnew);
+        l = l * corr + exp_shift(sc, nch, mnew);
         mx = mnew;
-        for (int dc = 0; dc < hd; dc += 32) {
-            __mmask16 m0 = mask16(hd - dc), m1 = hd - dc > 16 ? mask16(hd - dc - 16) : 0;
-            __m512 x0 = _mm512_mul_ps(_mm512_maskz_loadu_ps(m0, acc + dc), _mm512_set1_ps(corr));
-            __m512 x1 = _mm512_mul_ps(_mm512_maskz_loadu_ps(m1, acc + dc + 16), _mm512_set1_ps(corr));
-            for (int j = 0; j < nv; j++) {
-                __m512 pj = _mm512_set1_ps(sc[j]);
-                const uint16_t *v = vt + (size_t)j * hd + dc;
-                x0 = _mm512_fmadd_ps(pj, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m0, v)), x0);
-                x1 = _mm512_fmadd_ps(pj, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m1, v + 16)), x1);
+        for (int dc = 0; dc < hd; dc += 64) { /* 64 dimensions at a time: four FMA chains */
+            __mmask16 mk[4];
+            __m512 x[4];
+#pragma GCC unroll 4
+            for (int u = 0; u < 4; u++) {
+                mk[u] = hd - dc > 16 * u ? mask16(hd - dc - 16 * u) : 0;
+                x[u] = _mm512_mul_ps(_mm512_maskz_loadu_ps(mk[u], acc + dc + 16 * u), _mm512_set1_ps(corr));
             }
-            _mm512_mask_storeu_ps(acc + dc, m0, x0);
-            _mm512_mask_storeu_ps(acc + dc + 16, m1, x1);
+            for (int jb = 0; jb < nch; jb += bs) {
+                const uint16_t *vt = vb + ((size_t)bt[(j0 + jb) / bs] * g->n_kv_heads + h) * tile + dc;
+                int nv = nch - jb < bs ? nch - jb : bs;
+                for (int j = 0; j < nv; j++) {
+                    __m512 pj = _mm512_set1_ps(sc[jb + j]);
+                    const uint16_t *v = vt + (size_t)j * hd;
+#pragma GCC unroll 4
+                    for (int u = 0; u < 4; u++)
+                        x[u] = _mm512_fmadd_ps(pj, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mk[u], v + 16 * u)), x[u]);
+                }
+            }
+#pragma GCC unroll 4
+            for (int u = 0; u < 4; u++) _mm512_mask_storeu_ps(acc + dc + 16 * u, mk[u], x[u]);
         }
     }
     float *o = t->out + ((size_t)i * t->n_heads + h) * hd, inv = 1.0f / l;

@@ -42,7 +42,7 @@ typedef struct cpua_case {
 
 static void cpua_run(const cpua_case *tc)
 {
-    const int ctx[CPUA_NSEQ] = {23, 140, 5, 1, 150}, n_new[CPUA_NSEQ] = {7, 1, 5, 1, 37};
+    const int ctx[CPUA_NSEQ] = {23, 300, 5, 1, 150}, n_new[CPUA_NSEQ] = {7, 1, 5, 1, 37}; /* 300: > 256 keys */
     int n_kv = 2, n_heads = n_kv * tc->gqa, hd = tc->head_dim, bs = tc->block_size;
     int kv_dim = n_kv * hd, q_dim = n_heads * hd;
     cpua_rng = 0x1234567ull + (uint64_t)(hd * 131 + tc->gqa * 17 + bs * 3 + tc->dtype) * 7919;
@@ -178,10 +178,10 @@ static void cpua_run(const cpua_case *tc)
 
 Test(cpu, attention_paged_gqa)
 {
-    const int hds[] = {8, 64}, gqas[] = {1, 2, 4, 8}, bss[] = {16, 1, 7};
+    const int hds[] = {8, 64, 80}, gqas[] = {1, 2, 4, 8}, bss[] = {16, 1, 7};
     const int dtypes[] = {KV_F16, KV_F32, KV_BF16};
     int k = 0;
-    for (int a = 0; a < 2; a++)
+    for (int a = 0; a < 3; a++)
         for (int b = 0; b < 4; b++)
             for (int c = 0; c < 3; c++)
                 for (int d = 0; d < 3; d++, k++) {
