@@ -1,7 +1,7 @@
 /*
  * bench_cpu.c — microbenchmarks of the CPU backend's kernels (numbers, never a gate).
  *
- *   bench_cpu [--threads N] [--quick] [--cpu-time] [--only memcpy|read|dispatch|gemv|gemm|decode|attn]
+ *   bench_cpu [--threads N] [--quick] [--cpu-time] [--rows N] [--only memcpy|read|dispatch|gemv|gemm|decode|attn]
  *
  * Prints, with medians over several repetitions:
  *  - memcpy bandwidth of a large buffer (1 thread) and streaming-read bandwidth (N threads):
@@ -10,7 +10,8 @@
  *  - GEMV (one activation row) GB/s of weight streamed, per weight type, at TinyLlama-110M and
  *    TinyLlama-1.1B matrix shapes (cache-resident when small: the 110M model fits in L3);
  *  - a whole 1.1B-shaped decode step's matmuls (22 layers + LM head, > L3), GB/s and tok/s bound;
- *  - GEMM (512 rows: a prompt) GFLOP/s per weight type at the same shapes;
+ *  - GEMM (512 rows: a prompt; --rows N: e.g. 16 for a batched decode step) GFLOP/s per weight
+ *    type at the same shapes;
  *  - batched decode attention (16 sequences of 256 keys, 110M head shape), microseconds.
  * Weights are synthetic random values; no model file is needed.
  */
@@ -321,15 +322,16 @@ static double bench_attn_decode(backend *be, int n_seqs, int ctx)
 
 int main(int argc, char **argv)
 {
-    int n_threads = 2, quick = 0;
+    int n_threads = 2, quick = 0, gemm_rows = 512;
     const char *only = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--threads") && i + 1 < argc) n_threads = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--quick")) quick = 1;
+        else if (!strcmp(argv[i], "--rows") && i + 1 < argc) gemm_rows = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--cpu-time")) kernel_clock = CLOCK_THREAD_CPUTIME_ID;
         else if (!strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
         else {
-            fprintf(stderr, "usage: %s [--threads N] [--quick] [--cpu-time] [--only memcpy|read|dispatch|gemv|gemm|decode|attn]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--threads N] [--quick] [--cpu-time] [--rows N] [--only memcpy|read|dispatch|gemv|gemm|decode|attn]\n", argv[0]);
             return 2;
         }
     }
@@ -347,7 +349,7 @@ int main(int argc, char **argv)
         bench_decode_stream(be, DT_Q8_0, 22);
         if (!quick) bench_decode_stream(be, DT_F16, 11);
     }
-    if (RUN("gemm")) bench_shapes(be, 512, quick);
+    if (RUN("gemm")) bench_shapes(be, gemm_rows > 1 ? gemm_rows : 512, quick);
     if (RUN("attn"))
         printf("\ndecode attention, 16 seqs x 256 keys, 12 heads of 64, f16 KV, one layer: %8.1f us\n",
                bench_attn_decode(be, 16, 256));

@@ -4,8 +4,9 @@
  *
  * vpdpbusd multiplies unsigned by signed bytes. The weights are therefore stored offset to
  * unsigned (u = q_w + 128, a sign-bit flip) and the offset is taken back per block with the
- * activations' block sums: Σ u·q_x = Σ q_w·q_x + 128 · Σ q_x (one int32 per row and block,
- * computed when the activations are quantised).
+ * activations' block sums: Σ u·q_x = Σ q_w·q_x + 128 · Σ q_x. The kernel starts each block's
+ * integer sums at -128 · Σ q_x (one int32 per row and block, computed when the activations are
+ * quantised), so what vpdpbusd leaves is Σ q_w·q_x.
  *
  * Layout: a tile of 16 outputs (one vector of 16 int32 lanes, a lane per output) holds nb
  * blocks of 32 inputs as [nb][k/4][16 outputs][4 bytes] (512 bytes a block, 64-byte aligned),
@@ -110,9 +111,11 @@ static inline __attribute__((always_inline)) void ukernel(int mr, int nt, const 
     for (int b = 0; b < nb; b++) {
         __m512i iacc[MR][4];
 #pragma GCC unroll 16
-        for (int r = 0; r < mr; r++)
+        for (int r = 0; r < mr; r++) {
+            __m512i corr = _mm512_set1_epi32(xs[r * ldx + b]); /* -128 Σ q_x: the offset, taken back */
 #pragma GCC unroll 4
-            for (int t = 0; t < nt; t++) iacc[r][t] = _mm512_setzero_si512();
+            for (int t = 0; t < nt; t++) iacc[r][t] = corr;
+        }
 #pragma GCC unroll 8
         for (int s = 0; s < 8; s++) {
             __m512i wv[4];
@@ -134,7 +137,7 @@ static inline __attribute__((always_inline)) void ukernel(int mr, int nt, const 
             __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const void *)dt));
 #pragma GCC unroll 16
             for (int r = 0; r < mr; r++) {
-                __m512 v = _mm512_cvtepi32_ps(_mm512_sub_epi32(iacc[r][t], _mm512_set1_epi32(xs[r * ldx + b])));
+                __m512 v = _mm512_cvtepi32_ps(iacc[r][t]);
                 acc[r][t] = _mm512_fmadd_ps(v, _mm512_mul_ps(dw, _mm512_set1_ps(x[r * ldx + b].d)), acc[r][t]);
             }
         }

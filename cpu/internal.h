@@ -134,7 +134,7 @@ typedef struct cpu__mm_task {
     const float *bias;  /* [n_out] or NULL */
     float *out;         /* [n_rows][n_out] */
     const cpu__q8x *xq; /* Q8_0: quantised activations [n_rows][n_in / 32] */
-    const int32_t *xsum; /* Q8_0 GEMM: 128 × Σ q of each block of xq, [n_rows][n_in / 32] */
+    const int32_t *xsum; /* Q8_0 GEMM: -128 × Σ q of each block of xq, [n_rows][n_in / 32] */
     int64_t n_units;    /* units of work */
     int64_t unit;       /* outputs per unit */
 } cpu__mm_task;

@@ -275,7 +275,7 @@ typedef struct quant_task {
     int64_t n_in;
     int n_rows;
     q8x *xq;
-    int32_t *xsum; /* NULL, or [n_rows][n_in / 32]: 128 × Σ q per block, for the VNNI GEMM */
+    int32_t *xsum; /* NULL, or [n_rows][n_in / 32]: -128 × Σ q per block, for the VNNI GEMM */
 } quant_task;
 
 static void quant_run(void *v, int64_t lo, int64_t hi, int ith)
@@ -288,7 +288,7 @@ static void quant_run(void *v, int64_t lo, int64_t hi, int ith)
             for (int64_t b = 0; b < nb; b++) {
                 int32_t s = 0;
                 for (int i = 0; i < 32; i++) s += t->xq[r * nb + b].q[i];
-                t->xsum[r * nb + b] = 128 * s;
+                t->xsum[r * nb + b] = -128 * s;
             }
     }
 }
