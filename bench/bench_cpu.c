@@ -12,7 +12,8 @@
  *  - a whole 1.1B-shaped decode step's matmuls (22 layers + LM head, > L3), GB/s and tok/s bound;
  *  - GEMM (512 rows: a prompt; --rows N: e.g. 16 for a batched decode step) GFLOP/s per weight
  *    type at the same shapes;
- *  - batched decode attention (16 sequences of 256 keys, 110M head shape), microseconds.
+ *  - attention (110M head shape): batched decode (16 sequences of 256 keys) and a 512-token
+ *    prefill, microseconds.
  * Weights are synthetic random values; no model file is needed.
  */
 #include <math.h>
@@ -283,41 +284,46 @@ static void bench_decode_stream(backend *be, int type, int n_layers)
     free(out);
 }
 
-/* Batched decode attention: n_seqs sequences of ctx KV entries each, one new token each, 12
- * heads of 64 (the 110M shape), f16 KV, one layer; microseconds per call. */
-static double bench_attn_decode(backend *be, int n_seqs, int ctx)
+/* Attention over n_seqs sequences of ctx KV entries each, the last n_new of them new tokens
+ * (1: batched decode; ctx: a prefill), 12 heads of 64 (the 110M shape), f16 KV, one layer;
+ * microseconds per call. */
+static double bench_attn(backend *be, int n_seqs, int ctx, int n_new)
 {
-    const int n_heads = 12, hd = 64, bs = 16, nbps = (ctx + bs - 1) / bs;
+    const int n_heads = 12, hd = 64, bs = 16, nbps = (ctx + bs - 1) / bs, nt = n_seqs * n_new;
     kv_geom g = {.n_layers = 1, .n_kv_heads = n_heads, .head_dim = hd, .block_size = bs, .dtype = KV_F16};
     if (be->ops->kv_init(be, &g, n_seqs * nbps)) return 0;
     cpu__backend *c = (cpu__backend *)be;
     size_t n_el = 2 * c->kv_layer_bytes / 2;
     uint16_t *kv = c->kv_mem;
     for (size_t i = 0; i < n_el; i++) kv[i] = dt_f32_to_f16((float)(next() % 1000) / 500.0f - 1);
-    int32_t *tok = calloc((size_t)n_seqs, 4), *pos = malloc((size_t)n_seqs * 4), *slot = malloc((size_t)n_seqs * 4);
+    int32_t *tok = calloc((size_t)nt, 4), *pos = malloc((size_t)nt * 4), *slot = malloc((size_t)nt * 4);
     int32_t *qs = malloc((size_t)(n_seqs + 1) * 4), *cl = malloc((size_t)n_seqs * 4);
     int32_t *bt = malloc((size_t)n_seqs * nbps * 4);
     for (int s = 0; s < n_seqs; s++) {
-        pos[s] = ctx - 1;
-        qs[s] = s;
+        qs[s] = s * n_new;
         cl[s] = ctx;
         for (int b = 0; b < nbps; b++) bt[s * nbps + b] = s * nbps + b;
-        slot[s] = bt[s * nbps + (ctx - 1) / bs] * bs + (ctx - 1) % bs;
+        for (int i = 0; i < n_new; i++) {
+            int p = ctx - n_new + i;
+            pos[s * n_new + i] = p;
+            slot[s * n_new + i] = bt[s * nbps + p / bs] * bs + p % bs;
+        }
     }
-    qs[n_seqs] = n_seqs;
-    be_batch b = {.n_tokens = n_seqs, .tokens = tok, .positions = pos, .slots = slot, .n_seqs = n_seqs,
+    qs[n_seqs] = nt;
+    be_batch b = {.n_tokens = nt, .tokens = tok, .positions = pos, .slots = slot, .n_seqs = n_seqs,
                   .q_start = qs, .ctx_len = cl, .block_table = bt, .bt_stride = nbps};
-    float *q = malloc((size_t)n_seqs * n_heads * hd * 4), *out = malloc((size_t)n_seqs * n_heads * hd * 4);
-    for (int i = 0; i < n_seqs * n_heads * hd; i++) q[i] = (float)(next() % 1000) / 500.0f - 1;
+    float *q = malloc((size_t)nt * n_heads * hd * 4), *out = malloc((size_t)nt * n_heads * hd * 4);
+    for (int i = 0; i < nt * n_heads * hd; i++) q[i] = (float)(next() % 1000) / 500.0f - 1;
     be->ops->begin(be, &b);
-    double t[15];
-    for (int rep = 0; rep < 15; rep++) {
+    double t[7];
+    int inner = n_new > 1 ? 1 : 10;
+    for (int rep = 0; rep < 7; rep++) {
         double t0 = kernel_s();
-        for (int k = 0; k < 10; k++) be->ops->attention(be, 0, q, n_heads, out);
-        t[rep] = (kernel_s() - t0) / 10;
+        for (int k = 0; k < inner; k++) be->ops->attention(be, 0, q, n_heads, out);
+        t[rep] = (kernel_s() - t0) / inner;
     }
     free(tok), free(pos), free(slot), free(qs), free(cl), free(bt), free(q), free(out);
-    return median(t, 15) * 1e6;
+    return median(t, 7) * 1e6;
 }
 
 int main(int argc, char **argv)
@@ -351,8 +357,11 @@ int main(int argc, char **argv)
     }
     if (RUN("gemm")) bench_shapes(be, gemm_rows > 1 ? gemm_rows : 512, quick);
     if (RUN("attn"))
-        printf("\ndecode attention, 16 seqs x 256 keys, 12 heads of 64, f16 KV, one layer: %8.1f us\n",
-               bench_attn_decode(be, 16, 256));
+    {
+        printf("\nattention, 12 heads of 64, f16 KV, one layer:\n");
+        printf("  decode, 16 seqs x 256 keys: %8.1f us\n", bench_attn(be, 16, 256, 1));
+        printf("  prefill, 512 tokens:        %8.1f us\n", bench_attn(be, 1, 512, 512));
+    }
     be_destroy(be);
     return 0;
 }

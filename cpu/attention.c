@@ -15,7 +15,8 @@
  * Work is one task per (query tile, kv head): up to QT consecutive new tokens of one sequence
  * and the kv head's whole group of query heads (n_heads / n_kv_heads of them), so every K/V tile
  * is loaded and converted once for the group and for all tokens of the tile — in a prefill chunk
- * this divides the conversion work by up to QT × group. Token i of sequence s sits at KV index
+ * this divides the conversion work by up to QT × group. Within a tile, AR query rows at a time
+ * share every K and V vector load (scores and P·V as small register-blocked products). Token i of sequence s sits at KV index
  * ctx_len[s] - n_new[s] + i and attends to KV entries 0 .. that index inclusive (the causal rule
  * of engine/backend.h). Threads take tasks one at a time, latest tile first, so that the long
  * rows of a prefill chunk spread evenly.
@@ -137,7 +138,7 @@ typedef struct attn_task {
 static size_t attn_scratch_floats(const kv_geom *g, int gq)
 {
     size_t hd = (size_t)g->head_dim;
-    size_t general = 2 * hd * KCH + KCH + 2 * (size_t)QT * gq + (size_t)QT * gq * hd;
+    size_t general = 2 * hd * KCH + 4 * KCH /* AR rows of scores */ + 2 * (size_t)QT * gq + (size_t)QT * gq * hd;
     size_t direct = (size_t)(g->block_size > 256 ? g->block_size : 256) + hd; /* attn_row_f16 */
     return (general > direct ? general : direct) + 64;
 }
@@ -377,6 +378,116 @@ static void attn_row_f16(const attn_task *t, float *scr, int i, int seq, int h)
 }
 #endif
 
+#ifdef __AVX512F__
+/* Query rows that share each K/V load in the general path. */
+#define AR 4
+
+/* S[a][j] = scale · q_a · K[j] for rows a < ar and keys j < nv ≤ 32 of the transposed f32 tile
+ * kt [hd][KCH]: each pair of K vectors loaded serves every row. */
+static inline __attribute__((always_inline)) void scores_rows(int ar, const float *const *qa,
+                                                              const float *kt, int hd, int nv,
+                                                              float scale, float *S)
+{
+    __mmask16 m0 = mask16(nv), m1 = nv > 16 ? mask16(nv - 16) : 0;
+    __m512 a0[AR], a1[AR];
+#pragma GCC unroll 4
+    for (int a = 0; a < ar; a++) a0[a] = a1[a] = _mm512_setzero_ps();
+    for (int d = 0; d < hd; d++) {
+        __m512 k0 = _mm512_maskz_loadu_ps(m0, kt + (size_t)d * KCH);
+        __m512 k1 = _mm512_maskz_loadu_ps(m1, kt + (size_t)d * KCH + 16);
+#pragma GCC unroll 4
+        for (int a = 0; a < ar; a++) {
+            __m512 qv = _mm512_set1_ps(qa[a][d]);
+            a0[a] = _mm512_fmadd_ps(qv, k0, a0[a]);
+            a1[a] = _mm512_fmadd_ps(qv, k1, a1[a]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int a = 0; a < ar; a++) {
+        _mm512_storeu_ps(S + a * KCH, _mm512_mul_ps(a0[a], _mm512_set1_ps(scale)));
+        _mm512_storeu_ps(S + a * KCH + 16, _mm512_mul_ps(a1[a], _mm512_set1_ps(scale)));
+    }
+}
+
+/* acc[a] = acc[a] · corr[a] + Σ_j S[a][j] · V[j] for rows a < ar (accumulators hd apart) and
+ * keys j < nv of the f32 tile vt [nv][hd]: each V vector loaded serves every row. */
+static inline __attribute__((always_inline)) void pv_rows(int ar, float *acc, const float *corr,
+                                                          const float *S, const float *vt, int nv,
+                                                          int hd)
+{
+    for (int dc = 0; dc < hd; dc += 64) {
+        __mmask16 mk[4];
+        __m512 x[AR][4];
+#pragma GCC unroll 4
+        for (int u = 0; u < 4; u++) mk[u] = hd - dc > 16 * u ? mask16(hd - dc - 16 * u) : 0;
+#pragma GCC unroll 4
+        for (int a = 0; a < ar; a++)
+#pragma GCC unroll 4
+            for (int u = 0; u < 4; u++)
+                x[a][u] = _mm512_mul_ps(_mm512_maskz_loadu_ps(mk[u], acc + (size_t)a * hd + dc + 16 * u),
+                                        _mm512_set1_ps(corr[a]));
+        for (int j = 0; j < nv; j++) {
+            __m512 v[4];
+#pragma GCC unroll 4
+            for (int u = 0; u < 4; u++) v[u] = _mm512_maskz_loadu_ps(mk[u], vt + (size_t)j * hd + dc + 16 * u);
+#pragma GCC unroll 4
+            for (int a = 0; a < ar; a++) {
+                __m512 pj = _mm512_set1_ps(S[a * KCH + j]);
+#pragma GCC unroll 4
+                for (int u = 0; u < 4; u++) x[a][u] = _mm512_fmadd_ps(pj, v[u], x[a][u]);
+            }
+        }
+#pragma GCC unroll 4
+        for (int a = 0; a < ar; a++)
+#pragma GCC unroll 4
+            for (int u = 0; u < 4; u++) _mm512_mask_storeu_ps(acc + (size_t)a * hd + dc + 16 * u, mk[u], x[a][u]);
+    }
+}
+
+static void rows_any(int ar, const float *const *qa, const float *kt, const float *vt, int hd, int nv,
+                     float scale, float *S, float *acc, const float *corr, int pass)
+{
+    switch (ar) {
+    case 4: pass ? pv_rows(4, acc, corr, S, vt, nv, hd) : scores_rows(4, qa, kt, hd, nv, scale, S); break;
+    case 3: pass ? pv_rows(3, acc, corr, S, vt, nv, hd) : scores_rows(3, qa, kt, hd, nv, scale, S); break;
+    case 2: pass ? pv_rows(2, acc, corr, S, vt, nv, hd) : scores_rows(2, qa, kt, hd, nv, scale, S); break;
+    default: pass ? pv_rows(1, acc, corr, S, vt, nv, hd) : scores_rows(1, qa, kt, hd, nv, scale, S); break;
+    }
+}
+
+/* Rows [r0, r0 + ar) of a tile over the chunk of n keys from j0: scores of all of them, the
+ * online-softmax step per row (keys past a row's causal limit get probability 0), then P·V. */
+static void attn_rows(const attn_task *t, const attn_tile *tl, int kvh, int r0, int ar, int j0, int n,
+                      const float *kt, const float *vt, float *S, float *mx, float *l, float *acc)
+{
+    cpu__backend *c = t->c;
+    int hd = c->kv.head_dim, gq = t->n_heads / c->kv.n_kv_heads, nmax = 0, nvr[AR];
+    const float *qa[AR];
+    float corr[AR], scale = 1.0f / sqrtf((float)hd);
+    for (int a = 0; a < ar; a++) {
+        int r = r0 + a, i = tl->i0 + r / gq, nv = c->tok_kvpos[i] + 1 - j0;
+        nvr[a] = nv < 0 ? 0 : nv > n ? n : nv;
+        nmax = nvr[a] > nmax ? nvr[a] : nmax;
+        qa[a] = t->q + ((size_t)i * t->n_heads + (size_t)kvh * gq + r % gq) * hd;
+    }
+    if (nmax == 0) return;
+    rows_any(ar, qa, kt, vt, hd, nmax, scale, S, acc, corr, 0);
+    for (int a = 0; a < ar; a++) {
+        int r = r0 + a, nv = nvr[a];
+        float *sa = S + a * KCH;
+        corr[a] = 1.0f;
+        if (nv > 0) {
+            float m = max_of(sa, nv, mx[r]);
+            corr[a] = m == mx[r] ? 1.0f : expf(mx[r] - m);
+            l[r] = l[r] * corr[a] + exp_shift(sa, nv, m);
+            mx[r] = m;
+        }
+        for (int j = nv; j < nmax; j++) sa[j] = 0.0f;
+    }
+    rows_any(ar, qa, kt, vt, hd, nmax, scale, S, acc + (size_t)r0 * hd, corr, 1);
+}
+#endif
+
 /* One tile of query tokens of one sequence and one kv head (its gq query heads), over the
  * sequence's KV entries in steps of KCH keys with an online softmax per (token, head). */
 static void attn_tile_run(const attn_task *t, float *scr, const attn_tile *tl, int kvh)
@@ -388,7 +499,7 @@ static void attn_tile_run(const attn_task *t, float *scr, const attn_tile *tl, i
     int nt = tl->i1 - tl->i0, rows = nt * gq, n_ctx = c->tok_kvpos[tl->i1 - 1] + 1;
     const int32_t *bt = b->block_table + (size_t)tl->seq * b->bt_stride;
     const char *kb = cpu__kv_k(c, t->layer), *vb = cpu__kv_v(c, t->layer);
-    float *kt = scr, *vt = kt + (size_t)hd * KCH, *sc = vt + (size_t)KCH * hd, *mx = sc + KCH;
+    float *kt = scr, *vt = kt + (size_t)hd * KCH, *sc = vt + (size_t)KCH * hd, *mx = sc + 4 * KCH;
     float *l = mx + rows, *acc = l + rows;
     float scale = 1.0f / sqrtf((float)hd);
 
@@ -400,6 +511,13 @@ static void attn_tile_run(const attn_task *t, float *scr, const attn_tile *tl, i
     for (int j0 = 0; j0 < n_ctx; j0 += KCH) {
         int n = n_ctx - j0 < KCH ? n_ctx - j0 : KCH;
         gather_kv(c, kb, vb, bt, kvh, j0, n, n_ctx, kt, vt);
+#ifdef __AVX512F__
+        if (KCH == 32) {
+            for (int r0 = 0; r0 < rows; r0 += AR)
+                attn_rows(t, tl, kvh, r0, rows - r0 < AR ? rows - r0 : AR, j0, n, kt, vt, sc, mx, l, acc);
+            continue;
+        }
+#endif
         for (int ti = 0; ti < nt; ti++) {
             int i = tl->i0 + ti, nv = c->tok_kvpos[i] + 1 - j0;
             if (nv <= 0) continue;
