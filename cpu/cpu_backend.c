@@ -3,8 +3,11 @@
  * batch metadata and the trivial ops. The kernels live in matmul.c, attention.c and ops.c; the
  * workers in threadpool.c.
  *
- * Weights are zero-copy views of the model's mapping (F32, F16, BF16 and Q8_0 are all computed
- * on directly). Backend memory is ordinary host memory, 64-byte aligned. The engine thread drives
+ * Weights keep a zero-copy view of the model's mapping (data) and, for matrices, a copy packed
+ * once at upload into the layout of the GEMM microkernels (extra: see gemm.c, gemm_q8.c), the
+ * same size as the file's data; matmul reads only the copy, embed only the mapping. Without
+ * AVX-512 (F32/F16/BF16) or VNNI (Q8_0) nothing is packed and matmul reads the mapping.
+ * Backend memory is ordinary host memory, 64-byte aligned. The engine thread drives
  * the backend and takes part in every op as worker 0; ops are synchronous, so sync is a no-op.
  */
 #include <errno.h>

@@ -10,10 +10,11 @@
  *    panels, 6 × 32 FMA microkernel) and gemm_q8.c (Q8_0: int8 panels, 8 × 16 VNNI microkernel).
  * Threads take units of outputs (whole column tiles for the GEMMs) from the pool's counter.
  *
- * Q8_0 weights uploaded through the backend carry a copy packed once for the VNNI GEMM
- * (be_weight.extra, see gemm_q8.c); with it every number of rows, one included, runs that
- * GEMM with no packing per call, so a batched decode step reads each weight byte once. The
- * three shapes above remain for Q8_0 weights without the copy (and for other CPUs).
+ * Matrices uploaded through the backend carry a copy packed once for the GEMMs (be_weight.extra:
+ * f32/f16/bf16 panels for gemm.c with AVX-512, int8 tiles for gemm_q8.c with VNNI); with it every
+ * number of rows, one included, runs that GEMM with no packing per call, so a batched decode
+ * step reads each weight byte once and a row's result does not depend on the batch. The three
+ * shapes above remain for weights without the copy (other CPUs, or a be_weight made by hand).
  *
  * Q8_0: activations are quantised once per matmul to int8 blocks of 32 with an f32 scale
  * (max-abs / 127, round to nearest even). The GEMV and the dot tiles multiply them with the
