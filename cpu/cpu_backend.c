@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "cpu/internal.h"
@@ -41,10 +42,10 @@ static void cpu_destroy(backend *be)
 {
     cpu__backend *c = cb(be);
     cpu__pool_destroy(c->pool);
-    while (c->packed) {
-        cpu__packed_hdr *h = c->packed;
-        c->packed = h->next;
-        free(h);
+    while (c->chunks) {
+        cpu__chunk *k = c->chunks;
+        c->chunks = k->next;
+        free(k);
     }
     for (int i = 0; i < CPU__MAX_THREADS; i++) free(c->scratch[i].p);
     free(c->shared.p);
@@ -53,6 +54,33 @@ static void cpu_destroy(backend *be)
     free(c->tok_kvpos);
     free(c->kv_mem);
     free(c);
+}
+
+#define HUGE_PAGE ((size_t)2 << 20)
+#define CHUNK_BYTES ((size_t)64 << 20)
+
+/* bytes (64-byte aligned) for a packed copy from the newest chunk, or from a new one. NULL when
+ * out of memory. */
+static void *packed_alloc(cpu__backend *c, size_t bytes)
+{
+    size_t need = 64 + ((bytes + 63) & ~(size_t)63);
+    cpu__chunk *k = c->chunks;
+    if (!k || k->size - k->used < need) {
+        size_t size = 64 + need > CHUNK_BYTES ? (64 + need + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1) : CHUNK_BYTES;
+        k = aligned_alloc(HUGE_PAGE, size);
+        if (!k) return NULL;
+#ifdef MADV_HUGEPAGE
+        madvise(k, size, MADV_HUGEPAGE); /* a hint: without it the copies still work */
+#endif
+        *k = (cpu__chunk){.prev = NULL, .next = c->chunks, .size = size, .used = 64, .live = 0};
+        if (c->chunks) c->chunks->prev = k;
+        c->chunks = k;
+    }
+    char *p = (char *)k + k->used;
+    k->used += need;
+    k->live++;
+    memcpy(p, &k, sizeof k);
+    return p + 64;
 }
 
 static int cpu_weight_upload(backend *be, const model_tensor *src, be_weight *dst)
@@ -69,13 +97,8 @@ static int cpu_weight_upload(backend *be, const model_tensor *src, be_weight *ds
                    : w.type == DT_Q8_0 ? cpu__gemm_q8_packed_bytes(w.n_in, w.n_out)
                                        : cpu__gemm_panel_packed_bytes(w.type, w.n_in, w.n_out);
     if (bytes) {
-        cpu__packed_hdr *h = aligned_alloc(64, 64 + ((bytes + 63) & ~(size_t)63));
-        if (!h) return -ENOMEM;
-        h->prev = NULL;
-        h->next = c->packed;
-        if (c->packed) c->packed->prev = h;
-        c->packed = h;
-        w.extra = (char *)h + 64;
+        w.extra = packed_alloc(c, bytes);
+        if (!w.extra) return -ENOMEM;
         if (w.type == DT_Q8_0) cpu__gemm_q8_prepack(&w, w.extra);
         else cpu__gemm_panel_prepack(&w, w.extra);
     }
@@ -87,11 +110,14 @@ static void cpu_weight_free(backend *be, be_weight *w)
 {
     cpu__backend *c = cb(be);
     if (w->extra) {
-        cpu__packed_hdr *h = (cpu__packed_hdr *)((char *)w->extra - 64);
-        if (h->prev) h->prev->next = h->next;
-        else c->packed = h->next;
-        if (h->next) h->next->prev = h->prev;
-        free(h);
+        cpu__chunk *k;
+        memcpy(&k, (char *)w->extra - 64, sizeof k);
+        if (--k->live == 0) {
+            if (k->prev) k->prev->next = k->next;
+            else c->chunks = k->next;
+            if (k->next) k->next->prev = k->prev;
+            free(k);
+        }
     }
     w->data = NULL;
     w->extra = NULL;

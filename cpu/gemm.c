@@ -349,6 +349,15 @@ void cpu__gemm_panel_prepack(const be_weight *w, void *dst)
     }
 }
 
+static void prefetch_bytes(const char *p, size_t bytes)
+{
+#ifdef __AVX512F__
+    for (size_t off = 0; off < bytes; off += 64) _mm_prefetch(p + off, _MM_HINT_T1);
+#else
+    (void)p, (void)bytes;
+#endif
+}
+
 void cpu__gemm_panel_prepacked_run(void *task, int64_t lo_unit, int64_t hi_unit, int ith)
 {
 #ifdef __AVX512F__
@@ -367,6 +376,9 @@ void cpu__gemm_panel_prepacked_run(void *task, int64_t lo_unit, int64_t hi_unit,
                 int kc = n_in - k0 < kcs ? (int)(n_in - k0) : (int)kcs;
                 const void *panel = tile + (size_t)k0 * NR * es;
                 int ptype = w->type;
+                if (kcs < n_in) /* slices: ask for the next one (contiguous, whichever tile) now,
+                                 * or its loads would wait on memory after the compute */
+                    prefetch_bytes((const char *)panel + (size_t)kc * NR * es, (size_t)KC * NR * es);
                 if (ptype != DT_F32 && t->n_rows > MR) {
                     /* Several row groups: convert the slice to f32 once rather than per group. */
                     float *f = t->c->scratch[ith].p;

@@ -265,6 +265,9 @@ static void prepacked_range(const cpu__mm_task *t, int64_t lo, int64_t hi)
         const uint16_t *d = (const uint16_t *)(q + (size_t)nb_all * QB);
         for (int64_t b0 = 0; b0 < nb_all; b0 += kcb) {
             int nb = nb_all - b0 < kcb ? (int)(nb_all - b0) : (int)kcb;
+            if (kcb < nb_all) /* slices: ask for what follows this one now (see gemm.c) */
+                for (size_t off = 0; off < (size_t)KCB * QB; off += 64)
+                    _mm_prefetch((const char *)(q + (size_t)(b0 + nb) * QB) + off, _MM_HINT_T1);
             slice_rows(t, nt, q + (size_t)b0 * QB, d + b0 * NR, tb, o0, b0, nb, m);
         }
         add_bias(t, o0, last + ncols);

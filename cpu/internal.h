@@ -43,11 +43,17 @@ typedef struct cpu__scratch {
 
 #define CPU__MAX_THREADS 256
 
-/* A packed weight copy (cpu_backend.c): this header, then the packed bytes at offset 64. The
- * backend keeps them in a list so that destroy frees copies whose weight_free never came. */
-typedef struct cpu__packed_hdr cpu__packed_hdr;
-struct cpu__packed_hdr {
-    cpu__packed_hdr *prev, *next;
+/* Packed weight copies live in chunks of huge-page-backed memory (cpu_backend.c): a chunk is
+ * this header, then copies bump-allocated after it, each preceded by 64 bytes holding its
+ * chunk's address. A chunk is freed when its last copy is. Huge pages matter: a decode step
+ * streams every copy once, and with 4 KiB pages the TLB misses and the hardware prefetchers'
+ * stops at page boundaries cost more than the arithmetic. */
+typedef struct cpu__chunk cpu__chunk;
+struct cpu__chunk {
+    cpu__chunk *prev, *next;
+    size_t size; /* bytes, header included */
+    size_t used; /* bytes handed out, header included */
+    int live;    /* copies not yet freed */
 };
 
 typedef struct cpu__backend {
@@ -72,7 +78,7 @@ typedef struct cpu__backend {
     cpu__scratch scratch[CPU__MAX_THREADS]; /* per thread */
     cpu__scratch shared;                    /* e.g. the quantised activations of a matmul */
     cpu__scratch tiles;                     /* attention's list of query tiles */
-    cpu__packed_hdr *packed;                /* list of packed weight copies (cpu_backend.c) */
+    cpu__chunk *chunks;                     /* packed weight copies (cpu_backend.c), newest first */
 } cpu__backend;
 
 
