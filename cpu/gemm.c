@@ -332,6 +332,14 @@ void cpu__gemm_panel_prepack(const be_weight *w, void *dst)
     size_t tb = (size_t)w->n_in * NR * es;
     for (int64_t o0 = 0; o0 < w->n_out; o0 += NR) {
         char *tile = (char *)dst + (size_t)(o0 / NR) * tb;
+#ifdef __AVX512F__
+        if (w->type == DT_F32) { /* the per-call packer's in-register transposes, slice by slice */
+            for (int64_t k0 = 0; k0 < w->n_in; k0 += KC)
+                pack_panel(w, o0, k0, w->n_in - k0 < KC ? (int)(w->n_in - k0) : KC,
+                           (float *)tile + (size_t)k0 * NR, NULL);
+            continue;
+        }
+#endif
         for (int64_t k0 = 0; k0 < w->n_in; k0 += 64) {
             int64_t ke = k0 + 64 < w->n_in ? k0 + 64 : w->n_in;
             for (int j = 0; j < NR; j++) {
