@@ -357,14 +357,12 @@ void cpu__gemm_panel_prepack(const be_weight *w, void *dst)
     }
 }
 
+#ifdef __AVX512F__
 static void prefetch_bytes(const char *p, size_t bytes)
 {
-#ifdef __AVX512F__
     for (size_t off = 0; off < bytes; off += 64) _mm_prefetch(p + off, _MM_HINT_T1);
-#else
-    (void)p, (void)bytes;
-#endif
 }
+#endif
 
 void cpu__gemm_panel_prepacked_run(void *task, int64_t lo_unit, int64_t hi_unit, int ith)
 {
