@@ -63,8 +63,9 @@ typedef struct backend backend;
 typedef struct be_ops {
     void (*destroy)(backend *be);
 
-    /* Copies or converts a model tensor into backend memory. CPU keeps a zero-copy view of the
-     * mapping; CUDA converts to F16/BF16 (or keeps Q8_0). 0 or a negative errno. */
+    /* Copies or converts a model tensor into backend memory. The CPU keeps a view of the mapping
+     * and, for matrices, a copy packed once into its GEMM panel layout (in extra); CUDA keeps
+     * F32/F16/BF16 and expands Q8_0 to F16. 0 or a negative errno. */
     int (*weight_upload)(backend *be, const model_tensor *src, be_weight *dst);
     void (*weight_free)(backend *be, be_weight *w);
 

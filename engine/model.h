@@ -2,8 +2,8 @@
  * model.h — a Llama-family model bound to its GGUF file: hyperparameters and weight views.
  *
  * Architectures: "llama" (Llama 2/3, TinyLlama, Mistral, SmolLM; RoPE on adjacent pairs) and
- * "qwen2" (Q/K/V biases, NEOX RoPE on halves). Weights stay in the mapping (zero copy); a backend
- * converts or uploads them as it likes. Matrices use GGML order: ne[0] = n_in (contiguous),
+ * "qwen2" (Q/K/V biases, NEOX RoPE on halves). The model's weight views point into the mapping
+ * (zero copy); a backend packs, converts or uploads them as it likes. Matrices use GGML order: ne[0] = n_in (contiguous),
  * ne[1] = n_out, so row r of a matrix holds the n_in weights of output r.
  */
 #ifndef KVSERVE_MODEL_H
