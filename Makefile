@@ -99,7 +99,8 @@ test-cuda: all $(BUILD)/test_kvserve
 asan: deps
 	$(Q)$(MAKE) BUILD=build/asan OPT="-O1 -fsanitize=address,undefined -fno-omit-frame-pointer" \
 	    CUDA=0 build/asan/kvserve build/asan/test_kvserve
-	$(Q)ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+	$(Q)ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS=suppressions=$(abspath tests/lsan.supp) \
+	    UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
 	    KVSERVE_BIN=$(abspath build/asan/kvserve) KVSERVE_SHARED=$(abspath ../shared) \
 	    build/asan/test_kvserve --jobs 2 $(TEST_ARGS)
 
