@@ -6,7 +6,7 @@
  *        [t0..t15 | b7]      [u0..u15 | b2]         each edge = one or more FULL blocks:
  *           /       \                 |             block_size token ids + the block id that
  *  [t16..t47|b3,b9] [v16..v31|b4]  [u16..u31|b5]    holds their K/V; children keyed by the
- *                                                   first token of their edge
+ *                                                   whole first block of their edge (sorted)
  *
  * A path from the root spells a token prefix whose K/V is cached in the listed blocks. The tree
  * holds exactly one block-pool reference per block it indexes; callers of rdx_match get their own

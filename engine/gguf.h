@@ -71,7 +71,8 @@ typedef struct gguf_tensor {
     int64_t ne[GGUF_MAX_DIMS]; /* ne[0] is the contiguous dimension; unused dims are 1 */
     int type;                  /* enum dt_type */
     uint64_t offset;           /* relative to the start of the data section */
-    const void *data;          /* into the mapping; NULL for a type kvserve cannot size */
+    const void *data;          /* into the mapping (a tensor type that cannot be sized is
+                                * refused at open) */
     uint64_t n_bytes;
 } gguf_tensor;
 

@@ -41,7 +41,8 @@ int32_t tok_eos(const tokenizer *t);     /* -1 when none */
 int tok_add_bos(const tokenizer *t);     /* tokenizer.ggml.add_bos_token (default per model) */
 /* End-of-generation ids: eos, eot (tokenizer.ggml.eot_token_id), eom, and control tokens such as
  * <|im_end|>, <|eot_id|>, <end_of_turn>, <|end|> when present. Returns the count; ids in *out
- * (borrowed). BOS is never among them. */
+ * (borrowed). BOS is among them only when the metadata also names it eos/eot/eom (GPT-2's
+ * <|endoftext|> is both). */
 int tok_eog_ids(const tokenizer *t, const int32_t **out);
 int tok_is_eog(const tokenizer *t, int32_t id);
 int tok_type(const tokenizer *t, int32_t id);
