@@ -54,17 +54,9 @@ typedef struct bn_state {
     int woken;
 } bn_state;
 
-static uint64_t bn_next(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
 static int bn_draw(bn_state *b, int lo, int hi)
 {
-    return lo + (int)(bn_next(&b->rng) % (uint64_t)(hi - lo + 1));
+    return lo + (int)(smp_splitmix64(&b->rng) % (uint64_t)(hi - lo + 1));
 }
 
 /* "MIN:MAX" or "N". 0 or -EINVAL. */
@@ -108,7 +100,7 @@ static int bn_submit(bn_state *b, bn_req *r)
     q.sampling.temperature = 0;
     q.sampling.ignore_eos = 1;
     q.sampling.has_seed = 1;
-    q.sampling.seed = bn_next(&b->rng);
+    q.sampling.seed = smp_splitmix64(&b->rng);
     int rc = engine_submit(b->e, &q, &r->id);
     if (rc) {
         free(q.prompt);
@@ -144,7 +136,7 @@ static bn_req *bn_add(bn_state *b, int conv, int turn, const int32_t *hist, int 
         return NULL;
     }
     memcpy(r->prompt, hist, (size_t)n_hist * sizeof(int32_t));
-    for (int i = n_hist; i < r->n_prompt; i++) r->prompt[i] = 3 + (int32_t)(bn_next(&b->rng) % (uint64_t)(b->n_vocab - 3));
+    for (int i = n_hist; i < r->n_prompt; i++) r->prompt[i] = 3 + (int32_t)(smp_splitmix64(&b->rng) % (uint64_t)(b->n_vocab - 3));
     if (r->n_prompt < 1) {
         free(r->prompt);
         free(r->out);
@@ -239,7 +231,7 @@ static int bn_warmup(bn_state *b)
     bn_req w = {.n_prompt = n, .max_tokens = 2, .prompt = p};
     int32_t out[2];
     w.out = out;
-    for (int i = 0; i < n; i++) p[i] = 3 + (int32_t)(bn_next(&b->rng) % (uint64_t)(b->n_vocab - 3));
+    for (int i = 0; i < n; i++) p[i] = 3 + (int32_t)(smp_splitmix64(&b->rng) % (uint64_t)(b->n_vocab - 3));
     bn_req *reqs = b->reqs; /* run the event loop over just this request */
     int n_reqs = b->n_reqs, turns = b->turns;
     b->reqs = &w;
@@ -375,7 +367,7 @@ int cli_bench(cli_opts *o)
     b.n_reqs_cap = o->requests * b.turns;
     b.reqs = calloc((size_t)b.n_reqs_cap, sizeof *b.reqs);
     if (!b.prefix || !b.reqs) goto out;
-    for (int i = 0; i < b.n_prefix; i++) b.prefix[i] = 3 + (int32_t)(bn_next(&b.rng) % (uint64_t)(b.n_vocab - 3));
+    for (int i = 0; i < b.n_prefix; i++) b.prefix[i] = 3 + (int32_t)(smp_splitmix64(&b.rng) % (uint64_t)(b.n_vocab - 3));
     for (int i = 0; i < o->requests; i++) {
         int len = bn_draw(&b, b.in_min, b.in_max);
         int n_new = len > b.n_prefix ? len - b.n_prefix : 1;

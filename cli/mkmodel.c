@@ -24,6 +24,7 @@
 
 #include "engine/dtype.h"
 #include "engine/gguf.h"
+#include "engine/sampler.h"
 
 #define MKM_ALIGN 32
 
@@ -335,14 +336,6 @@ typedef struct mkm__gen {
     float spare;
 } mkm__gen;
 
-static uint64_t splitmix64(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 /* Box–Muller: two normals from two uniforms in (0, 1]. */
 static float gen_normal(mkm__gen *g)
 {
@@ -350,7 +343,7 @@ static float gen_normal(mkm__gen *g)
         g->have_spare = 0;
         return g->spare;
     }
-    uint64_t r = splitmix64(&g->state);
+    uint64_t r = smp_splitmix64(&g->state);
     float u1 = ((float)(r >> 40) + 1.0f) * (1.0f / 16777216.0f);
     float u2 = (float)((r >> 16) & 0xffffff) * (1.0f / 16777216.0f);
     float rad = sqrtf(-2.0f * logf(u1));

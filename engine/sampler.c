@@ -35,8 +35,7 @@ void smp_params_default(smp_params *p)
     p->n_logprobs = -1;
 }
 
-/* splitmix64: expands one 64-bit seed into well-mixed words (the seeding xoshiro recommends). */
-static uint64_t smp__splitmix64(uint64_t *x)
+uint64_t smp_splitmix64(uint64_t *x)
 {
     uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
@@ -48,7 +47,7 @@ void smp_rng_seed(smp_rng *r, uint64_t seed)
 {
     uint64_t x = seed;
     for (int i = 0; i < 4; i++)
-        r->s[i] = smp__splitmix64(&x);
+        r->s[i] = smp_splitmix64(&x);
 }
 
 static inline uint64_t smp__rotl(uint64_t v, int k)
