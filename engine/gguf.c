@@ -754,31 +754,41 @@ char *gguf_str_copy(gguf_str s, char *buf, size_t buf_len)
     return buf;
 }
 
-double gguf_arr_f64(const gguf_arr *a, uint64_t i)
+/* Reads element i of a fixed-size numeric array into whichever of *u, *s, *d its type fills.
+ * Returns 'u' (unsigned or bool), 's' (signed), 'f' (float), or 0 when i or the type is invalid. */
+static int arr_scalar(const gguf_arr *a, uint64_t i, uint64_t *u, int64_t *s, double *d)
 {
     size_t esz = vtype_size(a->type);
     if (!esz || !a->data || i >= a->n) return 0;
-    uint64_t u;
-    int64_t s;
-    double d;
-    scalar_at(a->type, (const uint8_t *)a->data + i * esz, &u, &s, &d);
-    if (is_unsigned(a->type) || a->type == GGUF_T_BOOL) return (double)u;
-    if (is_signed(a->type)) return (double)s;
-    return d;
+    scalar_at(a->type, (const uint8_t *)a->data + i * esz, u, s, d);
+    if (is_unsigned(a->type) || a->type == GGUF_T_BOOL) return 'u';
+    return is_signed(a->type) ? 's' : 'f';
+}
+
+double gguf_arr_f64(const gguf_arr *a, uint64_t i)
+{
+    uint64_t u = 0;
+    int64_t s = 0;
+    double d = 0;
+    switch (arr_scalar(a, i, &u, &s, &d)) {
+    case 'u': return (double)u;
+    case 's': return (double)s;
+    case 'f': return d;
+    default: return 0;
+    }
 }
 
 int64_t gguf_arr_i64(const gguf_arr *a, uint64_t i)
 {
-    size_t esz = vtype_size(a->type);
-    if (!esz || !a->data || i >= a->n) return 0;
-    uint64_t u;
-    int64_t s;
-    double d;
-    scalar_at(a->type, (const uint8_t *)a->data + i * esz, &u, &s, &d);
-    if (is_unsigned(a->type) || a->type == GGUF_T_BOOL) return (int64_t)u;
-    if (is_signed(a->type)) return s;
-    if (!(d > -9.2e18 && d < 9.2e18)) return 0; /* NaN or out of range */
-    return (int64_t)d;
+    uint64_t u = 0;
+    int64_t s = 0;
+    double d = 0;
+    switch (arr_scalar(a, i, &u, &s, &d)) {
+    case 'u': return (int64_t)u;
+    case 's': return s;
+    case 'f': return d > -9.2e18 && d < 9.2e18 ? (int64_t)d : 0; /* NaN or out of range → 0 */
+    default: return 0;
+    }
 }
 
 const char *gguf_type_name(int type)
