@@ -361,6 +361,7 @@ int main(int argc, char **argv)
         printf("\nattention, 12 heads of 64, f16 KV, one layer:\n");
         printf("  decode, 16 seqs x 256 keys: %8.1f us\n", bench_attn(be, 16, 256, 1));
         printf("  prefill, 512 tokens:        %8.1f us\n", bench_attn(be, 1, 512, 512));
+        printf("  4 seqs x 72 new, 1072 keys: %8.1f us\n", bench_attn(be, 4, 1072, 72));
     }
     be_destroy(be);
     return 0;
