@@ -18,8 +18,9 @@
  * this divides the conversion work by up to QT × group. Within a tile, AR query rows at a time
  * share every K and V vector load (scores and P·V as small register-blocked products). Token i of sequence s sits at KV index
  * ctx_len[s] - n_new[s] + i and attends to KV entries 0 .. that index inclusive (the causal rule
- * of engine/backend.h). Threads take tasks one at a time, latest tile first, so that the long
- * rows of a prefill chunk spread evenly.
+ * of engine/backend.h). Threads take tasks one at a time, kv head by kv head and latest tile
+ * first within a head, so that a head's K/V stays cached across its tiles and the long rows of
+ * a prefill chunk spread evenly.
  */
 #include <float.h>
 #include <math.h>
@@ -547,26 +548,28 @@ static void attn_tile_run(const attn_task *t, float *scr, const attn_tile *tl, i
         }
 }
 
-/* Units are (tile, kv head) pairs, numbered from the last tile backwards: the long rows of a
- * prefill chunk are taken first, so the short ones fill in at the end. */
+/* Units are (tile, kv head) pairs, kv head major and, within a head, from the last tile
+ * backwards: the tiles of one sequence and head follow each other, so the K/V they all read is
+ * still in cache for the next one, and the queue ends with the short early rows of a prefill
+ * chunk, which fill in evenly. */
 static void attn_run(void *v, int64_t lo, int64_t hi, int ith)
 {
     attn_task *t = v;
-    int n_kv = t->c->kv.n_kv_heads;
     float *scr = t->c->scratch[ith].p;
 #ifdef __AVX512F__
     const kv_geom *g = &t->c->kv;
     int direct = g->dtype == KV_F16 && g->block_size % 16 == 0 && t->n_heads == g->n_kv_heads;
 #endif
     for (int64_t k = lo; k < hi; k++) {
-        const attn_tile *tl = &t->tiles[t->n_tiles - 1 - k / n_kv];
+        const attn_tile *tl = &t->tiles[t->n_tiles - 1 - k % t->n_tiles];
+        int kvh = (int)(k / t->n_tiles);
 #ifdef __AVX512F__
         if (direct && tl->i1 - tl->i0 == 1) {
-            attn_row_f16(t, scr, tl->i0, tl->seq, (int)(k % n_kv));
+            attn_row_f16(t, scr, tl->i0, tl->seq, kvh);
             continue;
         }
 #endif
-        attn_tile_run(t, scr, tl, (int)(k % n_kv));
+        attn_tile_run(t, scr, tl, kvh);
     }
 }
 
