@@ -111,10 +111,9 @@ void cpu__store_kv(cpu__backend *c, int layer, const float *k, const float *v)
 
 /* ---- attention ----------------------------------------------------------------------------- */
 
-/* Query tokens per task: the K/V tiles a task converts serve all of them. 32 rows of
- * accumulators (8 KiB at head_dim 64) plus the f32 K/V buffers still fit in L1; 16 converted
- * each K/V chunk twice as often for the same work (about 10% slower on a 72-token chunk over
- * 1000 cached keys), 48 and 64 measured no faster than 32. */
+/* Query tokens per task: the K/V tiles a task converts serve all of them. 16 converted each
+ * K/V chunk twice as often for the same work (5-10% slower on a 72-token chunk over 1000
+ * cached keys); 24, 48 and 64 measured no faster than 32. */
 #define QT 32
 
 /* Consecutive new tokens [i0, i1) of one sequence (batch indices). */
@@ -134,9 +133,11 @@ typedef struct attn_task {
 
 /* Keys per online-softmax step: K/V of up to KCH consecutive entries (spanning blocks) are
  * converted into f32 buffers kt [head_dim][KCH] and vt [KCH][head_dim]; the per-step softmax
- * bookkeeping is then spread over KCH keys instead of one (possibly tiny) block, and the two
- * buffers (16 KiB at head_dim 64) stay in L1 — 64 keys measured no faster. */
-#define KCH 32
+ * bookkeeping (two horizontal reductions and an expf per query row) is then spread over KCH
+ * keys instead of one (possibly tiny) block. 64 keys (buffers of 32 KiB at head_dim 64) measured
+ * about 8% faster than 32 on a prefix-cached prefill chunk, as each K vector load of the scores
+ * then serves four rows times four key vectors. Must be a multiple of 16, at most 64. */
+#define KCH 64
 
 /* Size in floats of a thread's scratch for a group of gq query heads. */
 static size_t attn_scratch_floats(const kv_geom *g, int gq)
@@ -386,31 +387,37 @@ static void attn_row_f16(const attn_task *t, float *scr, int i, int seq, int h)
 /* Query rows that share each K/V load in the general path. */
 #define AR 4
 
-/* S[a][j] = scale · q_a · K[j] for rows a < ar and keys j < nv ≤ 32 of the transposed f32 tile
- * kt [hd][KCH]: each pair of K vectors loaded serves every row. */
+/* S[a][j] = scale · q_a · K[j] for rows a < ar and keys j < nv ≤ KCH of the transposed f32
+ * tile kt [hd][KCH]: the KCH / 16 K vectors loaded per dimension serve every row. */
 static inline __attribute__((always_inline)) void scores_rows(int ar, const float *const *qa,
                                                               const float *kt, int hd, int nv,
                                                               float scale, float *S)
 {
-    __mmask16 m0 = mask16(nv), m1 = nv > 16 ? mask16(nv - 16) : 0;
-    __m512 a0[AR], a1[AR];
+    enum { NK = KCH / 16 };
+    __mmask16 m[NK];
+    __m512 acc[AR][NK];
 #pragma GCC unroll 4
-    for (int a = 0; a < ar; a++) a0[a] = a1[a] = _mm512_setzero_ps();
+    for (int u = 0; u < NK; u++) m[u] = nv > 16 * u ? mask16(nv - 16 * u) : 0;
+#pragma GCC unroll 4
+    for (int a = 0; a < ar; a++)
+#pragma GCC unroll 4
+        for (int u = 0; u < NK; u++) acc[a][u] = _mm512_setzero_ps();
     for (int d = 0; d < hd; d++) {
-        __m512 k0 = _mm512_maskz_loadu_ps(m0, kt + (size_t)d * KCH);
-        __m512 k1 = _mm512_maskz_loadu_ps(m1, kt + (size_t)d * KCH + 16);
+        __m512 k[NK];
+#pragma GCC unroll 4
+        for (int u = 0; u < NK; u++) k[u] = _mm512_maskz_loadu_ps(m[u], kt + (size_t)d * KCH + 16 * u);
 #pragma GCC unroll 4
         for (int a = 0; a < ar; a++) {
             __m512 qv = _mm512_set1_ps(qa[a][d]);
-            a0[a] = _mm512_fmadd_ps(qv, k0, a0[a]);
-            a1[a] = _mm512_fmadd_ps(qv, k1, a1[a]);
+#pragma GCC unroll 4
+            for (int u = 0; u < NK; u++) acc[a][u] = _mm512_fmadd_ps(qv, k[u], acc[a][u]);
         }
     }
 #pragma GCC unroll 4
-    for (int a = 0; a < ar; a++) {
-        _mm512_storeu_ps(S + a * KCH, _mm512_mul_ps(a0[a], _mm512_set1_ps(scale)));
-        _mm512_storeu_ps(S + a * KCH + 16, _mm512_mul_ps(a1[a], _mm512_set1_ps(scale)));
-    }
+    for (int a = 0; a < ar; a++)
+#pragma GCC unroll 4
+        for (int u = 0; u < NK; u++)
+            _mm512_storeu_ps(S + a * KCH + 16 * u, _mm512_mul_ps(acc[a][u], _mm512_set1_ps(scale)));
 }
 
 /* acc[a] = acc[a] · corr[a] + Σ_j S[a][j] · V[j] for rows a < ar (accumulators hd apart) and
@@ -516,7 +523,7 @@ static void attn_tile_run(const attn_task *t, float *scr, const attn_tile *tl, i
         int n = n_ctx - j0 < KCH ? n_ctx - j0 : KCH;
         gather_kv(c, kb, vb, bt, kvh, j0, n, n_ctx, kt, vt);
 #ifdef __AVX512F__
-        if (KCH == 32) {
+        if (KCH % 16 == 0 && KCH <= 64) {
             for (int r0 = 0; r0 < rows; r0 += AR)
                 attn_rows(t, tl, kvh, r0, rows - r0 < AR ? rows - r0 : AR, j0, n, kt, vt, sc, mx, l, acc);
             continue;
