@@ -16,6 +16,7 @@
 #include <time.h>
 
 #include "engine/engine.h"
+#include "tests/test_util.h"
 
 typedef struct te_case {
     char name[64];
@@ -32,18 +33,10 @@ static int te_n_cases;
 
 static inline void te_setup(void)
 {
-    const char *sh = getenv("KVSERVE_SHARED");
     char path[1024], err[256];
-    snprintf(path, sizeof path, "%s/models/stories260K.golden.json", sh && *sh ? sh : "../shared");
-    FILE *fp = fopen(path, "rb");
-    if (!fp) return;
-    fseek(fp, 0, SEEK_END);
-    long n = ftell(fp);
-    fseek(fp, 0, SEEK_SET);
-    char *txt = malloc((size_t)n + 1);
-    cr_assert_eq(fread(txt, 1, (size_t)n, fp), (size_t)n);
-    txt[n] = 0;
-    fclose(fp);
+    snprintf(path, sizeof path, "%s/models/stories260K.golden.json", tu_shared_dir());
+    char *txt = tu_read_file(path, NULL);
+    if (!txt) return;
     cJSON *j = cJSON_Parse(txt);
     free(txt);
     cr_assert_not_null(j);
@@ -59,7 +52,7 @@ static inline void te_setup(void)
         cJSON_ArrayForEach(x, cJSON_GetObjectItem(c, "generated_token_ids")) t->gen[t->n_gen++] = x->valueint;
     }
     cJSON_Delete(j);
-    snprintf(path, sizeof path, "%s/models/stories260K.gguf", sh && *sh ? sh : "../shared");
+    snprintf(path, sizeof path, "%s/models/stories260K.gguf", tu_shared_dir());
     cr_assert_eq(model_load(path, &te_model, err, sizeof err), 0, "%s", err);
     te_tok = tok_create(te_model->gguf, err, sizeof err);
     cr_assert_not_null(te_tok, "%s", err);

@@ -4,6 +4,7 @@
  * Skips when python3 or curl is missing or the kvserve binary is unknown.
  */
 #include <criterion/criterion.h>
+#include "tests/test_util.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,10 +18,9 @@ Test(bench_smoke, against_kvserve_serve, .timeout = 240)
     if (system("command -v python3 >/dev/null 2>&1 && command -v curl >/dev/null 2>&1") != 0)
         cr_skip_test("python3 or curl is not installed");
     if (access("tests/bench_smoke.sh", X_OK) != 0) cr_skip_test("run from the repository root");
-    const char *shared = getenv("KVSERVE_SHARED");
     char cmd[4096];
     snprintf(cmd, sizeof cmd, "timeout 200 tests/bench_smoke.sh '%s' '%s' 2>&1", bin,
-             shared ? shared : "../shared");
+             tu_shared_dir());
     FILE *p = popen(cmd, "r");
     cr_assert_not_null(p);
     char line[512], out[8192] = "";

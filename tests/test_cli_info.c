@@ -5,6 +5,7 @@
  */
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
+#include "tests/test_util.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,23 +19,11 @@ static const char *ci_bin(void)
     return b;
 }
 
-static const char *ci_shared(void)
-{
-    const char *s = getenv("KVSERVE_SHARED");
-    return s && *s ? s : "../shared";
-}
-
+/* A captured output file's text, or "" when the file is absent (malloc'd either way). */
 static char *ci_read(const char *path)
 {
-    FILE *fp = fopen(path, "rb");
-    if (!fp) return calloc(1, 1);
-    fseek(fp, 0, SEEK_END);
-    long n = ftell(fp);
-    fseek(fp, 0, SEEK_SET);
-    char *s = calloc((size_t)n + 1, 1);
-    cr_assert(s && fread(s, 1, (size_t)n, fp) == (size_t)n);
-    fclose(fp);
-    return s;
+    char *s = tu_read_file(path, NULL);
+    return s ? s : calloc(1, 1);
 }
 
 /* Runs `kvserve ARGS`, capturing stdout and stderr (malloc'd); returns the exit status. */
@@ -63,7 +52,7 @@ static int ci_lines(const char *s)
 Test(cli_info, stories260k_kv_formula)
 {
     char path[4096], args[4300];
-    snprintf(path, sizeof path, "%s/models/stories260K.gguf", ci_shared());
+    snprintf(path, sizeof path, "%s/models/stories260K.gguf", tu_shared_dir());
     ci_bin();
     if (access(path, R_OK)) cr_skip_test("stories260K.gguf not found under KVSERVE_SHARED");
     char *out, *err;
@@ -93,7 +82,7 @@ Test(cli_info, stories260k_kv_formula)
 Test(cli_info, truncated_file_one_line_error)
 {
     char path[4096], tmp[512], args[1024];
-    snprintf(path, sizeof path, "%s/models/stories260K.gguf", ci_shared());
+    snprintf(path, sizeof path, "%s/models/stories260K.gguf", tu_shared_dir());
     ci_bin();
     if (access(path, R_OK)) cr_skip_test("stories260K.gguf not found under KVSERVE_SHARED");
     char *whole = NULL;
@@ -156,7 +145,7 @@ Test(cli_info, mkmodel_then_info)
 Test(cli_info, vocab_only_file)
 {
     char path[4096], args[4300];
-    snprintf(path, sizeof path, "%s/models/vocab/ggml-vocab-gpt-2.gguf", ci_shared());
+    snprintf(path, sizeof path, "%s/models/vocab/ggml-vocab-gpt-2.gguf", tu_shared_dir());
     ci_bin();
     if (access(path, R_OK)) cr_skip_test("vocab files not found under KVSERVE_SHARED");
     char *out, *err;

@@ -16,6 +16,7 @@
 #include "cuda/check/kernel_checks.c"
 #include "engine/forward.h"
 #include "engine/model.h"
+#include "tests/test_util.h"
 
 typedef struct tcu_env {
     kc_ctx c;
@@ -199,9 +200,8 @@ Test(cuda, generate_matches_cpu, .timeout = 120)
 {
     tcu_env e;
     tcu_open(&e, 1, "generate_matches_cpu");
-    const char *sh = getenv("KVSERVE_SHARED");
     char path[4096], err[512];
-    snprintf(path, sizeof path, "%s/models/stories260K.gguf", sh ? sh : "../shared");
+    snprintf(path, sizeof path, "%s/models/stories260K.gguf", tu_shared_dir());
     model *m = NULL;
     if (model_load(path, &m, err, sizeof err)) {
         tcu_close(&e);

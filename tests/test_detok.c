@@ -15,15 +15,15 @@
 #include "engine/detok.h"
 #include "engine/gguf.h"
 #include "engine/tokenizer.h"
+#include "tests/test_util.h"
 
 static tokenizer *td_tok;
 static gguf_file *td_gguf;
 
 static void td_setup(void)
 {
-    const char *sh = getenv("KVSERVE_SHARED");
     char path[1024], err[256];
-    snprintf(path, sizeof path, "%s/models/stories260K.gguf", sh && *sh ? sh : "../shared");
+    snprintf(path, sizeof path, "%s/models/stories260K.gguf", tu_shared_dir());
     if (gguf_open(path, &td_gguf, err, sizeof err)) {
         td_gguf = NULL;
         return;

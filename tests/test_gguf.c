@@ -13,6 +13,7 @@
 #include "cli/mkmodel.h"
 #include "engine/dtype.h"
 #include "engine/gguf.h"
+#include "tests/test_util.h"
 
 /* A growable byte buffer used to hand-build GGUF files. */
 typedef struct tg_buf {
@@ -358,31 +359,10 @@ Test(gguf, alignment_key)
     }
 }
 
-static const char *tg_shared(void)
-{
-    const char *s = getenv("KVSERVE_SHARED");
-    return s && *s ? s : "../shared";
-}
-
-/* Reads a whole file; NULL when absent. */
-static uint8_t *tg_slurp(const char *path, size_t *n)
-{
-    FILE *fp = fopen(path, "rb");
-    if (!fp) return NULL;
-    fseek(fp, 0, SEEK_END);
-    long sz = ftell(fp);
-    fseek(fp, 0, SEEK_SET);
-    uint8_t *p = malloc((size_t)sz);
-    cr_assert(p && fread(p, 1, (size_t)sz, fp) == (size_t)sz);
-    fclose(fp);
-    *n = (size_t)sz;
-    return p;
-}
-
 Test(gguf, stories260k)
 {
     char path[4096];
-    snprintf(path, sizeof path, "%s/models/stories260K.gguf", tg_shared());
+    snprintf(path, sizeof path, "%s/models/stories260K.gguf", tu_shared_dir());
     if (access(path, R_OK)) cr_skip_test("stories260K.gguf not found under KVSERVE_SHARED");
     gguf_file *f;
     char err[512];
@@ -405,7 +385,7 @@ Test(gguf, stories260k)
 
     /* Truncated anywhere in the header/metadata/table, and a few places in the data. */
     size_t n;
-    uint8_t *buf = tg_slurp(path, &n);
+    uint8_t *buf = (uint8_t *)tu_read_file(path, &n);
     for (size_t cut = 0; cut < 14240; cut++)
         cr_assert_neq(tg_open_copy(buf, cut, err, sizeof err, NULL), 0, "cut at %zu", cut);
     size_t cuts[] = {14240, 14241, 100000, 600000, n - 4, n - 1};
@@ -533,7 +513,7 @@ Test(gguf, mkmodel_file_round_trip)
     tg_tmp(path, sizeof path, "mk");
     cr_assert_eq(mkm_write(path, &p, err, sizeof err), 0, "%s", err);
     size_t n;
-    uint8_t *buf = tg_slurp(path, &n);
+    uint8_t *buf = (uint8_t *)tu_read_file(path, &n);
     unlink(path);
     cr_assert(buf);
     gguf_file *f;
@@ -557,7 +537,7 @@ Test(gguf, mkmodel_file_round_trip)
     /* The same bytes again give the same file (deterministic writer). */
     cr_assert_eq(mkm_write(path, &p, err, sizeof err), 0, "%s", err);
     size_t n2;
-    uint8_t *buf2 = tg_slurp(path, &n2);
+    uint8_t *buf2 = (uint8_t *)tu_read_file(path, &n2);
     unlink(path);
     cr_assert(n2 == n && !memcmp(buf, buf2, n), "mkmodel output is not deterministic");
     free(buf2);

@@ -18,42 +18,22 @@
 #include "engine/backend.h"
 #include "engine/forward.h"
 #include "engine/model.h"
+#include "tests/test_util.h"
 
 #define TG_BLOCK 16
-
-static const char *tg_shared(void)
-{
-    const char *s = getenv("KVSERVE_SHARED");
-    return s && *s ? s : "../shared";
-}
-
-static char *tg_read_file(const char *path, size_t *len)
-{
-    FILE *fp = fopen(path, "rb");
-    if (!fp) return NULL;
-    fseek(fp, 0, SEEK_END);
-    long n = ftell(fp);
-    fseek(fp, 0, SEEK_SET);
-    char *buf = malloc((size_t)n + 1);
-    if (fread(buf, 1, (size_t)n, fp) != (size_t)n) n = 0;
-    buf[n] = 0;
-    fclose(fp);
-    if (len) *len = (size_t)n;
-    return buf;
-}
 
 /* Loads the golden JSON and the model; skips the test when either is missing. */
 static cJSON *tg_load(model **m)
 {
     char path[1024];
-    snprintf(path, sizeof path, "%s/models/stories260K.golden.json", tg_shared());
-    char *txt = tg_read_file(path, NULL);
+    snprintf(path, sizeof path, "%s/models/stories260K.golden.json", tu_shared_dir());
+    char *txt = tu_read_file(path, NULL);
     if (!txt)
-        cr_skip_test("stories260K.golden.json not found under KVSERVE_SHARED (%s)", tg_shared());
+        cr_skip_test("stories260K.golden.json not found under KVSERVE_SHARED (%s)", tu_shared_dir());
     cJSON *j = cJSON_Parse(txt);
     free(txt);
     cr_assert_not_null(j, "golden JSON does not parse");
-    snprintf(path, sizeof path, "%s/models/stories260K.gguf", tg_shared());
+    snprintf(path, sizeof path, "%s/models/stories260K.gguf", tu_shared_dir());
     char err[512];
     int rc = model_load(path, m, err, sizeof err);
     cr_assert_eq(rc, 0, "model_load: %s", err);
@@ -248,7 +228,7 @@ static int tg_run_cli(const char *args, char **out, char **last_err)
         n += r;
     (*out)[n] = 0;
     int st = pclose(p);
-    char *e = tg_read_file(errpath, NULL);
+    char *e = tu_read_file(errpath, NULL);
     unlink(errpath);
     cr_assert_not_null(e);
     size_t el = strlen(e);
@@ -291,7 +271,7 @@ Test(golden, cli_generate)
          "quote_newline_n64", "completion_text"},
     };
     for (size_t r = 0; r < sizeof runs / sizeof runs[0]; r++) {
-        snprintf(args, sizeof args, "-m %s/models/stories260K.gguf %s", tg_shared(), runs[r].flags);
+        snprintf(args, sizeof args, "-m %s/models/stories260K.gguf %s", tu_shared_dir(), runs[r].flags);
         char *out, *last;
         int st = tg_run_cli(args, &out, &last);
         cr_assert_eq(st, 0, "kvserve generate %s exited with %d", args, st);
@@ -315,7 +295,7 @@ Test(golden, cli_generate)
     /* --ids prints the same tokens as the golden ids */
     snprintf(args, sizeof args,
              "-m %s/models/stories260K.gguf -p \"The cat\" -n 61 --temperature 0 --ids",
-             tg_shared());
+             tu_shared_dir());
     char *out, *last;
     cr_assert_eq(tg_run_cli(args, &out, &last), 0);
     const cJSON *ids = cJSON_GetObjectItem(tg_case(j, "the_cat_n64"), "generated_token_ids");

@@ -12,12 +12,7 @@
 #include "cli/mkmodel.h"
 #include "engine/dtype.h"
 #include "engine/model.h"
-
-static const char *tm_shared(void)
-{
-    const char *s = getenv("KVSERVE_SHARED");
-    return s && *s ? s : "../shared";
-}
+#include "tests/test_util.h"
 
 /* A fresh temporary file name (the file itself is created by the caller). */
 static void tm_tmpname(char *buf, size_t n, const char *tag)
@@ -29,7 +24,7 @@ static void tm_tmpname(char *buf, size_t n, const char *tag)
 Test(model, stories260k_hparams)
 {
     char path[4096], err[512];
-    snprintf(path, sizeof path, "%s/models/stories260K.gguf", tm_shared());
+    snprintf(path, sizeof path, "%s/models/stories260K.gguf", tu_shared_dir());
     if (access(path, R_OK)) cr_skip_test("stories260K.gguf not found under KVSERVE_SHARED");
     model *m;
     cr_assert_eq(model_load(path, &m, err, sizeof err), 0, "%s", err);
@@ -197,12 +192,12 @@ Test(model, refusals_name_the_problem)
 Test(model, vocab_only_file_is_refused_cleanly)
 {
     char path[4096], err[512];
-    snprintf(path, sizeof path, "%s/models/vocab/ggml-vocab-gpt-2.gguf", tm_shared());
+    snprintf(path, sizeof path, "%s/models/vocab/ggml-vocab-gpt-2.gguf", tu_shared_dir());
     if (access(path, R_OK)) cr_skip_test("vocab files not found under KVSERVE_SHARED");
     model *m;
     cr_assert_neq(model_load(path, &m, err, sizeof err), 0);
     cr_assert(strstr(err, "unsupported architecture 'gpt2'"), "%s", err);
-    snprintf(path, sizeof path, "%s/models/vocab/ggml-vocab-llama-spm.gguf", tm_shared());
+    snprintf(path, sizeof path, "%s/models/vocab/ggml-vocab-llama-spm.gguf", tu_shared_dir());
     cr_assert_neq(model_load(path, &m, err, sizeof err), 0);
     cr_assert(strstr(err, "missing tensor 'token_embd.weight'"), "%s", err);
 }

@@ -10,6 +10,7 @@
 #include <arpa/inet.h>
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
+#include "tests/test_util.h"
 #include <curl/curl.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -53,22 +54,6 @@ static const char *sv_bin(void)
     return b && *b ? b : "build/kvserve";
 }
 
-static char *sv_read_file(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = malloc((size_t)n + 1);
-    if (s && fread(s, 1, (size_t)n, f) != (size_t)n) {
-        free(s);
-        s = NULL;
-    }
-    if (s) s[n] = 0;
-    fclose(f);
-    return s;
-}
 
 static int sv_free_port(void)
 {
@@ -151,13 +136,12 @@ static sv_resp sv_post(const char *path, const char *body)
 
 static void sv_model(void)
 {
-    const char *sh = getenv("KVSERVE_SHARED");
     char p[512];
-    snprintf(p, sizeof p, "%s/models/stories260K.gguf", sh && *sh ? sh : "../shared");
+    snprintf(p, sizeof p, "%s/models/stories260K.gguf", tu_shared_dir());
     if (access(p, R_OK) == 0) {
         snprintf(sv.model, sizeof sv.model, "%s", p);
-        snprintf(p, sizeof p, "%s/models/stories260K.golden.json", sh && *sh ? sh : "../shared");
-        char *g = sv_read_file(p);
+        snprintf(p, sizeof p, "%s/models/stories260K.golden.json", tu_shared_dir());
+        char *g = tu_read_file(p, NULL);
         sv.gold = g ? cJSON_Parse(g) : NULL;
         free(g);
         sv.golden = sv.gold != NULL;
@@ -201,7 +185,7 @@ static void sv_start_args(const char *const *extra)
         int status;
         if (waitpid(pid, &status, WNOHANG) == pid) {
             sv.pid = 0;
-            char *log = sv_read_file(sv.log);
+            char *log = tu_read_file(sv.log, NULL);
             cr_assert_fail("server exited during start-up:\n%s", log ? log : "");
         }
         cr_assert(sv_now_ms() < deadline, "server not healthy within 15 s");
@@ -251,7 +235,7 @@ static void sv_stop_clean(void)
     kill(sv.pid, SIGTERM);
     int status = sv_wait_exit(15000);
     cr_assert(status != -1, "server did not exit after SIGTERM");
-    char *log = WIFEXITED(status) && WEXITSTATUS(status) == 0 ? NULL : sv_read_file(sv.log);
+    char *log = WIFEXITED(status) && WEXITSTATUS(status) == 0 ? NULL : tu_read_file(sv.log, NULL);
     cr_assert(!log, "server exit status %d:\n%s", status, log);
 }
 
@@ -662,7 +646,7 @@ Test(server, errors)
     cr_assert(strcasestr(r.headers, "x-request-id: "), "minted id missing");
     sv_resp_free(&r);
     /* the access log has a line per request */
-    char *log = sv_read_file(sv.log);
+    char *log = tu_read_file(sv.log, NULL);
     cr_assert(log && strstr(log, "POST /v1/completions 413"), "%s", log ? log : "");
     free(log);
     sv_stop_clean();
@@ -926,7 +910,7 @@ Test(server, openai_sdk_e2e)
     int rc = system(cmd);
     char p[400];
     snprintf(p, sizeof p, "%s/sdk.log", sv.dir);
-    char *log = sv_read_file(p);
+    char *log = tu_read_file(p, NULL);
     unlink(p);
     cr_assert_eq(rc, 0, "openai SDK test failed:\n%s", log ? log : "");
     free(log);
@@ -935,7 +919,7 @@ Test(server, openai_sdk_e2e)
 Test(server, config_file_documents_every_serve_flag)
 {
     const char *conf = "config/kvserve.conf";
-    char *text = sv_read_file(conf);
+    char *text = tu_read_file(conf, NULL);
     if (!text) {
         sv_teardown();
         cr_skip_test("config/kvserve.conf not found (run the tests from the repository root)");

@@ -26,6 +26,7 @@
 #include "cli/mkmodel.h"
 #include "engine/tok_internal.h"
 #include "engine/tokenizer.h"
+#include "tests/test_util.h"
 
 /* ---- helpers ----------------------------------------------------------------------------------
  */
@@ -54,8 +55,7 @@ static char *ttok_slurp(const char *path, size_t *n)
 /* Path of a file under the shared models directory, or NULL (after cr_skip) when absent. */
 static const char *ttok_shared(const char *rel, char *buf, size_t len)
 {
-    const char *root = getenv("KVSERVE_SHARED");
-    snprintf(buf, len, "%s/models/%s", root && *root ? root : "../shared", rel);
+    snprintf(buf, len, "%s/models/%s", tu_shared_dir(), rel);
     if (access(buf, R_OK)) return NULL;
     return buf;
 }
