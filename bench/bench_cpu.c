@@ -12,8 +12,9 @@
  *  - a whole 1.1B-shaped decode step's matmuls (22 layers + LM head, > L3), GB/s and tok/s bound;
  *  - GEMM (512 rows: a prompt; --rows N: e.g. 16 for a batched decode step) GFLOP/s per weight
  *    type at the same shapes;
- *  - attention (110M head shape): batched decode (16 sequences of 256 keys) and a 512-token
- *    prefill, microseconds.
+ *  - attention (110M head shape, 12 layers' KV so that it streams from memory as in a forward
+ *    pass): batched decode (16 × 256 keys; 4 × 1072 keys with and without a 992-key shared
+ *    prefix), a 512-token prefill and four 72-token chunks over 1072 keys, microseconds.
  * Weights are synthetic random values; no model file is needed.
  */
 #include <math.h>
@@ -285,15 +286,16 @@ static void bench_decode_stream(backend *be, int type, int n_layers)
 }
 
 /* Attention over n_seqs sequences of ctx KV entries each, the last n_new of them new tokens
- * (1: batched decode; ctx: a prefill), 12 heads of 64 (the 110M shape), f16 KV, one layer;
- * microseconds per call. */
-static double bench_attn(backend *be, int n_seqs, int ctx, int n_new)
+ * (1: batched decode; ctx: a prefill), the first `shared` entries the same blocks for all
+ * (a common prefix), 12 heads of 64 (the 110M shape), f16 KV, 12 layers called in turn as a
+ * forward pass does (so the KV is not all cache-resident); microseconds per call. */
+static double bench_attn(backend *be, int n_seqs, int ctx, int n_new, int shared)
 {
     const int n_heads = 12, hd = 64, bs = 16, nbps = (ctx + bs - 1) / bs, nt = n_seqs * n_new;
-    kv_geom g = {.n_layers = 1, .n_kv_heads = n_heads, .head_dim = hd, .block_size = bs, .dtype = KV_F16};
+    kv_geom g = {.n_layers = 12, .n_kv_heads = n_heads, .head_dim = hd, .block_size = bs, .dtype = KV_F16};
     if (be->ops->kv_init(be, &g, n_seqs * nbps)) return 0;
     cpu__backend *c = (cpu__backend *)be;
-    size_t n_el = 2 * c->kv_layer_bytes / 2;
+    size_t n_el = g.n_layers * 2 * c->kv_layer_bytes / 2;
     uint16_t *kv = c->kv_mem;
     for (size_t i = 0; i < n_el; i++) kv[i] = dt_f32_to_f16((float)(next() % 1000) / 500.0f - 1);
     int32_t *tok = calloc((size_t)nt, 4), *pos = malloc((size_t)nt * 4), *slot = malloc((size_t)nt * 4);
@@ -302,7 +304,7 @@ static double bench_attn(backend *be, int n_seqs, int ctx, int n_new)
     for (int s = 0; s < n_seqs; s++) {
         qs[s] = s * n_new;
         cl[s] = ctx;
-        for (int b = 0; b < nbps; b++) bt[s * nbps + b] = s * nbps + b;
+        for (int b = 0; b < nbps; b++) bt[s * nbps + b] = (b + 1) * bs <= shared ? b : s * nbps + b;
         for (int i = 0; i < n_new; i++) {
             int p = ctx - n_new + i;
             pos[s * n_new + i] = p;
@@ -316,10 +318,10 @@ static double bench_attn(backend *be, int n_seqs, int ctx, int n_new)
     for (int i = 0; i < nt * n_heads * hd; i++) q[i] = (float)(next() % 1000) / 500.0f - 1;
     be->ops->begin(be, &b);
     double t[7];
-    int inner = n_new > 1 ? 1 : 10;
+    int inner = n_new > 1 ? 12 : 48;
     for (int rep = 0; rep < 7; rep++) {
         double t0 = kernel_s();
-        for (int k = 0; k < inner; k++) be->ops->attention(be, 0, q, n_heads, out);
+        for (int k = 0; k < inner; k++) be->ops->attention(be, k % g.n_layers, q, n_heads, out);
         t[rep] = (kernel_s() - t0) / inner;
     }
     free(tok), free(pos), free(slot), free(qs), free(cl), free(bt), free(q), free(out);
@@ -359,9 +361,12 @@ int main(int argc, char **argv)
     if (RUN("attn"))
     {
         printf("\nattention, 12 heads of 64, f16 KV, one layer:\n");
-        printf("  decode, 16 seqs x 256 keys: %8.1f us\n", bench_attn(be, 16, 256, 1));
-        printf("  prefill, 512 tokens:        %8.1f us\n", bench_attn(be, 1, 512, 512));
-        printf("  4 seqs x 72 new, 1072 keys: %8.1f us\n", bench_attn(be, 4, 1072, 72));
+        printf("  decode, 16 seqs x 256 keys:              %8.1f us\n", bench_attn(be, 16, 256, 1, 0));
+        printf("  decode, 4 seqs x 1072 keys:              %8.1f us\n", bench_attn(be, 4, 1072, 1, 0));
+        printf("  decode, 4 seqs x 1072 keys, 992 shared:  %8.1f us\n", bench_attn(be, 4, 1072, 1, 992));
+        printf("  prefill, 512 tokens:                     %8.1f us\n", bench_attn(be, 1, 512, 512, 0));
+        printf("  4 seqs x 72 new, 1072 keys:              %8.1f us\n", bench_attn(be, 4, 1072, 72, 0));
+        printf("  4 seqs x 72 new, 1072 keys, 992 shared:  %8.1f us\n", bench_attn(be, 4, 1072, 72, 992));
     }
     be_destroy(be);
     return 0;

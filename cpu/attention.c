@@ -22,6 +22,7 @@
  * first within a head, so that a head's K/V stays cached across its tiles and the long rows of
  * a prefill chunk spread evenly.
  */
+#include <errno.h>
 #include <float.h>
 #include <math.h>
 #include <string.h>
@@ -116,9 +117,13 @@ void cpu__store_kv(cpu__backend *c, int layer, const float *k, const float *v)
  * cached keys); 24, 48 and 64 measured no faster than 32. */
 #define QT 32
 
-/* Consecutive new tokens [i0, i1) of one sequence (batch indices). */
+/* A unit of query tokens. With shared == 0: consecutive new tokens [i0, i1) of sequence seq
+ * (batch indices). With shared > 0, a decode group: the one new token of each of several
+ * sequences whose block tables start with the same blocks, listed in the plan's group tokens
+ * [i0, i1); their first `shared` KV entries are the same memory (read through the block table of
+ * sequence seq), so they are converted once and every member's query rows share each load. */
 typedef struct attn_tile {
-    int32_t seq, i0, i1;
+    int32_t seq, i0, i1, shared;
 } attn_tile;
 
 typedef struct attn_task {
@@ -129,7 +134,20 @@ typedef struct attn_task {
     float *out;
     const attn_tile *tiles;
     int64_t n_tiles;
+    const int32_t *gtoks; /* the group tiles' tokens */
 } attn_task;
+
+/* Which batch token a query row belongs to: rows are token-major, gq query heads per token,
+ * tokens either listed (toks) or consecutive from i0. */
+typedef struct attn_rowmap {
+    const int32_t *toks;
+    int32_t i0;
+} attn_rowmap;
+
+static inline int row_tok(const attn_rowmap *rm, int token_row)
+{
+    return rm->toks ? rm->toks[token_row] : rm->i0 + token_row;
+}
 
 /* Keys per online-softmax step: K/V of up to KCH consecutive entries (spanning blocks) are
  * converted into f32 buffers kt [head_dim][KCH] and vt [KCH][head_dim]; the per-step softmax
@@ -264,18 +282,21 @@ static void gather_kv(const cpu__backend *c, const char *kb, const char *vb, con
     const kv_geom *g = &c->kv;
     int hd = g->head_dim, bs = g->block_size;
     size_t eb = kv_dtype_bytes(g->dtype), tile = (size_t)bs * hd;
+#if defined(__AVX512F__) || defined(__SSE__)
+    /* The next chunk's tiles are elsewhere (blocks are scattered, so the hardware prefetcher
+     * cannot guess them): request them all now, so that many misses are in flight at once
+     * while this chunk is converted and used. */
+    for (int pb = (j0 + n + KCH) / bs; pb * bs < n_ctx && pb * bs < j0 + n + 2 * KCH; pb++) {
+        size_t nx = ((size_t)bt[pb] * g->n_kv_heads + kvh) * tile * eb;
+        for (size_t o = 0; o < tile * eb; o += 64) {
+            _mm_prefetch(kb + nx + o, _MM_HINT_T1);
+            _mm_prefetch(vb + nx + o, _MM_HINT_T1);
+        }
+    }
+#endif
     for (int j = j0; j < j0 + n;) {
         int off = j % bs, len = bs - off < j0 + n - j ? bs - off : j0 + n - j;
         size_t at = ((size_t)bt[j / bs] * g->n_kv_heads + kvh) * tile;
-#if defined(__AVX512F__) || defined(__SSE__)
-        if ((j / bs + 1) * bs < n_ctx) { /* the next block's tiles are elsewhere: fetch them now */
-            size_t nx = ((size_t)bt[j / bs + 1] * g->n_kv_heads + kvh) * tile * eb;
-            for (size_t o = 0; o < tile * eb; o += 64) {
-                _mm_prefetch(kb + nx + o, _MM_HINT_T0);
-                _mm_prefetch(vb + nx + o, _MM_HINT_T0);
-            }
-        }
-#endif
         const char *ks = kb + (at + (size_t)off) * eb;
         float *kd = kt + (j - j0);
 #ifdef __AVX512F__
@@ -468,7 +489,7 @@ static void rows_any(int ar, const float *const *qa, const float *kt, const floa
 
 /* Rows [r0, r0 + ar) of a tile over the chunk of n keys from j0: scores of all of them, the
  * online-softmax step per row (keys past a row's causal limit get probability 0), then P·V. */
-static void attn_rows(const attn_task *t, const attn_tile *tl, int kvh, int r0, int ar, int j0, int n,
+static void attn_rows(const attn_task *t, const attn_rowmap *rm, int kvh, int r0, int ar, int j0, int n,
                       const float *kt, const float *vt, float *S, float *mx, float *l, float *acc)
 {
     cpu__backend *c = t->c;
@@ -476,7 +497,7 @@ static void attn_rows(const attn_task *t, const attn_tile *tl, int kvh, int r0, 
     const float *qa[AR];
     float corr[AR], scale = 1.0f / sqrtf((float)hd);
     for (int a = 0; a < ar; a++) {
-        int r = r0 + a, i = tl->i0 + r / gq, nv = c->tok_kvpos[i] + 1 - j0;
+        int r = r0 + a, i = row_tok(rm, r / gq), nv = c->tok_kvpos[i] + 1 - j0;
         nvr[a] = nv < 0 ? 0 : nv > n ? n : nv;
         nmax = nvr[a] > nmax ? nvr[a] : nmax;
         qa[a] = t->q + ((size_t)i * t->n_heads + (size_t)kvh * gq + r % gq) * hd;
@@ -499,66 +520,83 @@ static void attn_rows(const attn_task *t, const attn_tile *tl, int kvh, int r0, 
 }
 #endif
 
-/* One tile of query tokens of one sequence and one kv head (its gq query heads), over the
- * sequence's KV entries in steps of KCH keys with an online softmax per (token, head). */
+/* Online-softmax steps of query rows [r0, r1) (state mx, l, acc indexed by row) over the KV
+ * entries [ja, jb) of block table bt, KCH keys at a time; a row skips keys past its causal
+ * limit. */
+static void attn_span(const attn_task *t, float *scr, const attn_rowmap *rm, int kvh, const int32_t *bt,
+                      int ja, int jb, int r0, int r1, float *mx, float *l, float *acc)
+{
+    cpu__backend *c = t->c;
+    int hd = c->kv.head_dim, gq = t->n_heads / c->kv.n_kv_heads;
+    const char *kb = cpu__kv_k(c, t->layer), *vb = cpu__kv_v(c, t->layer);
+    float *kt = scr, *vt = kt + (size_t)hd * KCH, *sc = vt + (size_t)KCH * hd;
+    float scale = 1.0f / sqrtf((float)hd);
+    for (int j0 = ja; j0 < jb; j0 += KCH) {
+        int n = jb - j0 < KCH ? jb - j0 : KCH;
+        gather_kv(c, kb, vb, bt, kvh, j0, n, jb, kt, vt);
+#ifdef __AVX512F__
+        if (KCH % 16 == 0 && KCH <= 64) {
+            for (int r = r0; r < r1; r += AR)
+                attn_rows(t, rm, kvh, r, r1 - r < AR ? r1 - r : AR, j0, n, kt, vt, sc, mx, l, acc);
+            continue;
+        }
+#endif
+        for (int r = r0; r < r1; r++) {
+            int i = row_tok(rm, r / gq), nv = c->tok_kvpos[i] + 1 - j0;
+            if (nv <= 0) continue;
+            if (nv > n) nv = n;
+            const float *qh = t->q + ((size_t)i * t->n_heads + (size_t)kvh * gq + r % gq) * hd;
+            scores(qh, kt, KCH, hd, nv, scale, sc);
+            float m = max_of(sc, nv, mx[r]);
+            float corr = m == mx[r] ? 1.0f : expf(mx[r] - m);
+            l[r] = l[r] * corr + exp_shift(sc, nv, m);
+            mx[r] = m;
+            pv(acc + (size_t)r * hd, corr, sc, vt, nv, hd);
+        }
+    }
+}
+
+/* One unit and one kv head (its gq query heads): the online softmax per (token, head) over each
+ * token's KV entries. A decode group first runs all its rows over the shared entries, then each
+ * member's rows over the rest of that member's entries. */
 static void attn_tile_run(const attn_task *t, float *scr, const attn_tile *tl, int kvh)
 {
     cpu__backend *c = t->c;
     const kv_geom *g = &c->kv;
     const be_batch *b = &c->batch;
     int hd = g->head_dim, gq = t->n_heads / g->n_kv_heads;
-    int nt = tl->i1 - tl->i0, rows = nt * gq, n_ctx = c->tok_kvpos[tl->i1 - 1] + 1;
-    const int32_t *bt = b->block_table + (size_t)tl->seq * b->bt_stride;
-    const char *kb = cpu__kv_k(c, t->layer), *vb = cpu__kv_v(c, t->layer);
-    float *kt = scr, *vt = kt + (size_t)hd * KCH, *sc = vt + (size_t)KCH * hd, *mx = sc + 4 * KCH;
-    float *l = mx + rows, *acc = l + rows;
-    float scale = 1.0f / sqrtf((float)hd);
+    int nt = tl->i1 - tl->i0, rows = nt * gq;
+    float *mx = scr + 2 * (size_t)hd * KCH + 4 * KCH, *l = mx + rows, *acc = l + rows;
 
     for (int r = 0; r < rows; r++) {
         mx[r] = -FLT_MAX;
         l[r] = 0;
     }
     memset(acc, 0, (size_t)rows * hd * sizeof(float));
-    for (int j0 = 0; j0 < n_ctx; j0 += KCH) {
-        int n = n_ctx - j0 < KCH ? n_ctx - j0 : KCH;
-        gather_kv(c, kb, vb, bt, kvh, j0, n, n_ctx, kt, vt);
-#ifdef __AVX512F__
-        if (KCH % 16 == 0 && KCH <= 64) {
-            for (int r0 = 0; r0 < rows; r0 += AR)
-                attn_rows(t, tl, kvh, r0, rows - r0 < AR ? rows - r0 : AR, j0, n, kt, vt, sc, mx, l, acc);
-            continue;
+    attn_rowmap rm = {tl->shared ? t->gtoks + tl->i0 : NULL, tl->i0};
+    if (tl->shared) {
+        attn_span(t, scr, &rm, kvh, b->block_table + (size_t)tl->seq * b->bt_stride, 0, tl->shared, 0, rows,
+                  mx, l, acc);
+        for (int m = 0; m < nt; m++) {
+            int i = rm.toks[m];
+            const int32_t *bt = b->block_table + (size_t)c->tok_seq[i] * b->bt_stride;
+            attn_span(t, scr, &rm, kvh, bt, tl->shared, c->tok_kvpos[i] + 1, m * gq, (m + 1) * gq, mx, l, acc);
         }
-#endif
-        for (int ti = 0; ti < nt; ti++) {
-            int i = tl->i0 + ti, nv = c->tok_kvpos[i] + 1 - j0;
-            if (nv <= 0) continue;
-            if (nv > n) nv = n;
-            for (int h = 0; h < gq; h++) {
-                int r = ti * gq + h;
-                const float *qh = t->q + ((size_t)i * t->n_heads + (size_t)kvh * gq + h) * hd;
-                scores(qh, kt, KCH, hd, nv, scale, sc);
-                float m = mx[r];
-                m = max_of(sc, nv, m);
-                float corr = m == mx[r] ? 1.0f : expf(mx[r] - m);
-                l[r] = l[r] * corr + exp_shift(sc, nv, m);
-                mx[r] = m;
-                pv(acc + (size_t)r * hd, corr, sc, vt, nv, hd);
-            }
-        }
+    } else {
+        attn_span(t, scr, &rm, kvh, b->block_table + (size_t)tl->seq * b->bt_stride, 0,
+                  c->tok_kvpos[tl->i1 - 1] + 1, 0, rows, mx, l, acc);
     }
-    for (int ti = 0; ti < nt; ti++)
-        for (int h = 0; h < gq; h++) {
-            int r = ti * gq + h;
-            float *o = t->out + ((size_t)(tl->i0 + ti) * t->n_heads + (size_t)kvh * gq + h) * hd;
-            float inv = 1.0f / l[r];
-            for (int d = 0; d < hd; d++) o[d] = acc[(size_t)r * hd + d] * inv;
-        }
+    for (int r = 0; r < rows; r++) {
+        float *o = t->out + ((size_t)row_tok(&rm, r / gq) * t->n_heads + (size_t)kvh * gq + r % gq) * hd;
+        float inv = 1.0f / l[r];
+        for (int d = 0; d < hd; d++) o[d] = acc[(size_t)r * hd + d] * inv;
+    }
 }
 
 /* Units are (tile, kv head) pairs, kv head major and, within a head, from the last tile
- * backwards: the tiles of one sequence and head follow each other, so the K/V they all read is
- * still in cache for the next one, and the queue ends with the short early rows of a prefill
- * chunk, which fill in evenly. */
+ * backwards (the plan puts decode groups last, so they start first): the tiles of one sequence
+ * and head follow each other, so the K/V they all read is still in cache for the next one, and
+ * the queue ends with the short early rows of a prefill chunk, which fill in evenly. */
 static void attn_run(void *v, int64_t lo, int64_t hi, int ith)
 {
     attn_task *t = v;
@@ -571,7 +609,7 @@ static void attn_run(void *v, int64_t lo, int64_t hi, int ith)
         const attn_tile *tl = &t->tiles[t->n_tiles - 1 - k % t->n_tiles];
         int kvh = (int)(k / t->n_tiles);
 #ifdef __AVX512F__
-        if (direct && tl->i1 - tl->i0 == 1) {
+        if (direct && !tl->shared && tl->i1 - tl->i0 == 1) {
             attn_row_f16(t, scr, tl->i0, tl->seq, kvh);
             continue;
         }
@@ -580,12 +618,116 @@ static void attn_run(void *v, int64_t lo, int64_t hi, int ith)
     }
 }
 
+/* ---- the per-step plan ----------------------------------------------------------------------- */
+
+/* Fewest KV entries worth sharing: below this a group's conversion saving does not pay for
+ * giving up the single-row f16 path. */
+#define GROUP_MIN_SHARED 64
+
+typedef struct plan_ctx {
+    const be_batch *b;
+    const int32_t *nb; /* blocks of each sequence's table in use */
+} plan_ctx;
+
+/* Block tables of sequences x and y compared entry by entry (a prefix sorts first). */
+static int bt_cmp(const plan_ctx *p, int x, int y)
+{
+    const int32_t *a = p->b->block_table + (size_t)x * p->b->bt_stride;
+    const int32_t *e = p->b->block_table + (size_t)y * p->b->bt_stride;
+    int n = p->nb[x] < p->nb[y] ? p->nb[x] : p->nb[y];
+    for (int k = 0; k < n; k++)
+        if (a[k] != e[k]) return a[k] < e[k] ? -1 : 1;
+    return (p->nb[x] > p->nb[y]) - (p->nb[x] < p->nb[y]);
+}
+
+/* Leading block-table entries sequences x and y have in common. */
+static int bt_lcp(const plan_ctx *p, int x, int y)
+{
+    const int32_t *a = p->b->block_table + (size_t)x * p->b->bt_stride;
+    const int32_t *e = p->b->block_table + (size_t)y * p->b->bt_stride;
+    int n = p->nb[x] < p->nb[y] ? p->nb[x] : p->nb[y], k = 0;
+    while (k < n && a[k] == e[k]) k++;
+    return k;
+}
+
+/* Stable bottom-up merge sort of v[0 .. n) by block table (tmp: n more). */
+static void sort_by_table(const plan_ctx *p, int32_t *v, int32_t *tmp, int n)
+{
+    for (int w = 1; w < n; w *= 2) {
+        for (int lo = 0; lo < n; lo += 2 * w) {
+            int mid = lo + w < n ? lo + w : n, hi = lo + 2 * w < n ? lo + 2 * w : n;
+            int a = lo, e = mid, o = lo;
+            while (a < mid && e < hi) tmp[o++] = bt_cmp(p, v[e], v[a]) < 0 ? v[e++] : v[a++];
+            while (a < mid) tmp[o++] = v[a++];
+            while (e < hi) tmp[o++] = v[e++];
+        }
+        memcpy(v, tmp, (size_t)n * sizeof *v);
+    }
+}
+
+int cpu__attention_plan(cpu__backend *c)
+{
+    const be_batch *b = &c->batch;
+    int bs = c->kv.block_size, ns = b->n_seqs;
+    size_t max_tiles = (size_t)b->n_tokens + (size_t)ns;
+    size_t bytes = max_tiles * sizeof(attn_tile) + (size_t)(b->n_tokens + 3 * ns + 1) * sizeof(int32_t);
+    c->attn_n_tiles = 0;
+    if (bs <= 0 || ns == 0) return 0; /* no KV arena yet, or a store-only step */
+    if (cpu__scratch_reserve(&c->tiles, bytes)) return -ENOMEM;
+    attn_tile *tiles = c->tiles.p;
+    int32_t *gtoks = (int32_t *)(tiles + max_tiles), *dec = gtoks + b->n_tokens, *tmp = dec + ns, *nb = tmp + ns;
+    int64_t n_tiles = 0;
+    int n_dec = 0, n_gtoks = 0;
+
+    /* Sequences decoding one token go to grouping; the others are cut into tiles of QT tokens. */
+    for (int s = 0; s < ns; s++) {
+        nb[s] = (b->ctx_len[s] + bs - 1) / bs;
+        if (b->q_start[s + 1] - b->q_start[s] == 1 && b->ctx_len[s] > GROUP_MIN_SHARED) {
+            dec[n_dec++] = s;
+            continue;
+        }
+        for (int i0 = b->q_start[s]; i0 < b->q_start[s + 1]; i0 += QT) {
+            int i1 = i0 + QT < b->q_start[s + 1] ? i0 + QT : b->q_start[s + 1];
+            tiles[n_tiles++] = (attn_tile){s, i0, i1, 0};
+        }
+    }
+
+    /* Sorted by block table, sequences with a common prefix are neighbours, and the common part
+     * of a run of them is the smallest common part of neighbouring pairs. A run grows while the
+     * next neighbour shares at least GROUP_MIN_SHARED entries and half of what the run shares so
+     * far; its size is bounded so that there stay about as many units as threads. */
+    plan_ctx pc = {b, nb};
+    sort_by_table(&pc, dec, tmp, n_dec);
+    int gmax = n_dec * c->kv.n_kv_heads / (c->n_threads > 0 ? c->n_threads : 1);
+    gmax = gmax < 2 ? 2 : gmax > QT ? QT : gmax;
+    for (int k = 0; k < n_dec;) {
+        int s0 = dec[k], e = k + 1, shared = b->ctx_len[s0] - 1;
+        while (e < n_dec && e - k < gmax) {
+            int sh = bt_lcp(&pc, dec[e - 1], dec[e]) * bs;
+            int lim = b->ctx_len[dec[e]] - 1 < shared ? b->ctx_len[dec[e]] - 1 : shared;
+            sh = sh < lim ? sh : lim;
+            if (sh < GROUP_MIN_SHARED || 2 * sh < shared) break;
+            shared = sh;
+            e++;
+        }
+        if (e - k == 1) {
+            tiles[n_tiles++] = (attn_tile){s0, b->q_start[s0], b->q_start[s0] + 1, 0};
+        } else {
+            int g0 = n_gtoks;
+            for (int m = k; m < e; m++) gtoks[n_gtoks++] = b->q_start[dec[m]];
+            tiles[n_tiles++] = (attn_tile){s0, g0, n_gtoks, shared};
+        }
+        k = e;
+    }
+    c->attn_n_tiles = n_tiles;
+    return 0;
+}
+
 void cpu__attention(cpu__backend *c, int layer, const float *q, int n_heads, float *out)
 {
     const be_batch *b = &c->batch;
     size_t bytes = attn_scratch_floats(&c->kv, n_heads / c->kv.n_kv_heads) * sizeof(float);
-    size_t max_tiles = (size_t)b->n_tokens + (size_t)b->n_seqs;
-    int rc = cpu__scratch_reserve(&c->tiles, max_tiles * sizeof(attn_tile));
+    int rc = c->batch.n_seqs && !c->attn_n_tiles ? -ENOMEM : 0;
     for (int i = 0; i < c->n_threads && !rc; i++) rc = cpu__scratch_reserve(&c->scratch[i], bytes);
     if (rc) {
         /* Out of memory for a few KiB of scratch: poison the output rather than crash. */
@@ -594,12 +736,7 @@ void cpu__attention(cpu__backend *c, int layer, const float *q, int n_heads, flo
         return;
     }
     attn_tile *tiles = c->tiles.p;
-    int64_t n_tiles = 0;
-    for (int s = 0; s < b->n_seqs; s++)
-        for (int i0 = b->q_start[s]; i0 < b->q_start[s + 1]; i0 += QT) {
-            int i1 = i0 + QT < b->q_start[s + 1] ? i0 + QT : b->q_start[s + 1];
-            tiles[n_tiles++] = (attn_tile){s, i0, i1};
-        }
-    attn_task t = {c, layer, q, n_heads, out, tiles, n_tiles};
-    cpu__pool_for(c->pool, n_tiles * c->kv.n_kv_heads, 1, attn_run, &t);
+    size_t max_tiles = (size_t)b->n_tokens + (size_t)b->n_seqs;
+    attn_task t = {c, layer, q, n_heads, out, tiles, c->attn_n_tiles, (const int32_t *)(tiles + max_tiles)};
+    cpu__pool_for(c->pool, t.n_tiles * c->kv.n_kv_heads, 1, attn_run, &t);
 }

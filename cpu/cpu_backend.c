@@ -195,7 +195,7 @@ static int cpu_begin(backend *be, const be_batch *b)
             c->tok_kvpos[i] = b->ctx_len[s] - n_new + (i - b->q_start[s]);
         }
     }
-    return 0;
+    return cpu__attention_plan(c);
 }
 
 static void cpu_embed(backend *be, const be_weight *emb, float *out)

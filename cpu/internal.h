@@ -77,7 +77,8 @@ typedef struct cpu__backend {
 
     cpu__scratch scratch[CPU__MAX_THREADS]; /* per thread */
     cpu__scratch shared;                    /* e.g. the quantised activations of a matmul */
-    cpu__scratch tiles;                     /* attention's list of query tiles */
+    cpu__scratch tiles;                     /* attention's plan for the step: units and groups */
+    int64_t attn_n_tiles;                   /* units in that plan */
     cpu__chunk *chunks;                     /* packed weight copies (cpu_backend.c), newest first */
 } cpu__backend;
 
@@ -179,6 +180,9 @@ void cpu__gemm_q8_prepacked_run(void *task, int64_t lo_unit, int64_t hi_unit, in
 
 /* attention.c */
 void cpu__store_kv(cpu__backend *c, int layer, const float *k, const float *v);
+/* Plans the step's attention units (called by begin): prefill chunks cut into query tiles,
+ * decode tokens of sequences whose block tables share a prefix grouped. 0 or -ENOMEM. */
+int cpu__attention_plan(cpu__backend *c);
 void cpu__attention(cpu__backend *c, int layer, const float *q, int n_heads, float *out);
 
 /* ops.c: the row-wise and element-wise ops. */

@@ -189,3 +189,117 @@ Test(cpu, attention_paged_gqa)
                     cpua_run(&tc);
                 }
 }
+
+/* ---- sequences sharing prefix blocks ---------------------------------------------------------- */
+
+/* Decode tokens of sequences whose block tables start with the same blocks (a shared prompt, n > 1
+ * choices) are attended as a group over the common part; this checks every member — including
+ * one whose context is exactly the shared blocks, one sharing only half of them, one sharing
+ * another prefix, and a prefill chunk on the same prefix — against float64 reads through each
+ * table. */
+#define CPUA_SSEQ 8
+
+static void cpua_shared_run(const cpua_case *tc)
+{
+    int n_kv = 2, n_heads = n_kv * tc->gqa, hd = tc->head_dim, bs = tc->block_size;
+    int kv_dim = n_kv * hd, q_dim = n_heads * hd;
+    int na = 200 / bs, nbb = 90 / bs; /* whole blocks of prefixes A and B */
+    /* Per sequence: which prefix (0 A, 1 B, 2 half of A, -1 none), tokens after it, new tokens. */
+    const int pre[CPUA_SSEQ] = {0, 0, 2, -1, 1, 1, 0, 0}, tail[CPUA_SSEQ] = {37, 5, 60, 150, 20, 1, 30, 0};
+    const int n_new[CPUA_SSEQ] = {1, 1, 1, 1, 1, 1, 9, 1};
+    cpua_rng = 0x51a7edull + (uint64_t)(hd * 131 + tc->gqa * 17 + bs * 3 + tc->dtype) * 7919;
+    int ctx[CPUA_SSEQ], shared_blocks[CPUA_SSEQ], bt_stride = 0, n_blocks = na + nbb;
+    for (int s = 0; s < CPUA_SSEQ; s++) {
+        shared_blocks[s] = pre[s] == 0 ? na : pre[s] == 1 ? nbb : pre[s] == 2 ? na / 2 : 0;
+        ctx[s] = shared_blocks[s] * bs + tail[s];
+        int nb = (ctx[s] + bs - 1) / bs;
+        n_blocks += nb - shared_blocks[s];
+        if (nb > bt_stride) bt_stride = nb;
+    }
+    int32_t *bt = calloc((size_t)CPUA_SSEQ * bt_stride, 4);
+    int next = na + nbb; /* blocks 0 .. na - 1 hold A, na .. na + nbb - 1 hold B */
+    for (int s = 0; s < CPUA_SSEQ; s++)
+        for (int b = 0; b < (ctx[s] + bs - 1) / bs; b++)
+            bt[s * bt_stride + b] = b < shared_blocks[s] ? (pre[s] == 1 ? na + b : b) : next++;
+
+    /* Every slot of the arena gets its own K/V, written by one store-only step. */
+    int n_slots = n_blocks * bs;
+    float *K = malloc((size_t)n_slots * kv_dim * 4), *V = malloc((size_t)n_slots * kv_dim * 4);
+    int32_t *all = malloc((size_t)n_slots * 4);
+    for (int i = 0; i < n_slots; i++) {
+        all[i] = i;
+        for (int d = 0; d < kv_dim; d++) {
+            K[(size_t)i * kv_dim + d] = cpua_rand() * 2.0f;
+            V[(size_t)i * kv_dim + d] = cpua_rand();
+        }
+    }
+    backend *be = cpu_backend_create(tc->threads);
+    cr_assert(be);
+    kv_geom g = {.n_layers = 1, .n_kv_heads = n_kv, .head_dim = hd, .block_size = bs, .dtype = tc->dtype};
+    cr_assert_eq(be->ops->kv_init(be, &g, n_blocks), 0);
+    be_batch hb = {.n_tokens = n_slots, .slots = all, .n_seqs = 0};
+    cr_assert_eq(be->ops->begin(be, &hb), 0);
+    be->ops->store_kv(be, 0, K, V);
+
+    int q_start[CPUA_SSEQ + 1], n_tok = 0;
+    int32_t pos[CPUA_SSEQ * 9];
+    for (int s = 0; s < CPUA_SSEQ; s++) {
+        q_start[s] = n_tok;
+        for (int j = ctx[s] - n_new[s]; j < ctx[s]; j++) pos[n_tok++] = j;
+    }
+    q_start[CPUA_SSEQ] = n_tok;
+    be_batch b = {.n_tokens = n_tok, .tokens = pos, .positions = pos, .slots = pos,
+                  .n_seqs = CPUA_SSEQ, .q_start = q_start, .ctx_len = ctx, .block_table = bt,
+                  .bt_stride = bt_stride, .n_logits = 0, .logit_rows = pos};
+    cr_assert_eq(be->ops->begin(be, &b), 0);
+    float *q = malloc((size_t)n_tok * q_dim * 4), *out = malloc((size_t)n_tok * q_dim * 4);
+    for (size_t i = 0; i < (size_t)n_tok * q_dim; i++) q[i] = cpua_rand();
+    for (size_t i = 0; i < (size_t)n_tok * q_dim; i++) out[i] = NAN;
+    be->ops->attention(be, 0, q, n_heads, out);
+
+    double *sc = malloc((size_t)bt_stride * bs * sizeof(double));
+    for (int s = 0; s < CPUA_SSEQ; s++)
+        for (int i = q_start[s]; i < q_start[s + 1]; i++)
+            for (int h = 0; h < n_heads; h++) {
+                int kh = h / tc->gqa;
+                double m = -INFINITY, l = 0;
+                for (int j = 0; j <= pos[i]; j++) {
+                    size_t at = (size_t)(bt[s * bt_stride + j / bs] * bs + j % bs) * kv_dim + kh * hd;
+                    double d = 0;
+                    for (int e = 0; e < hd; e++)
+                        d += (double)q[((size_t)i * n_heads + h) * hd + e] * cpua_round(tc->dtype, K[at + e]);
+                    sc[j] = d / sqrt((double)hd);
+                    m = fmax(m, sc[j]);
+                }
+                for (int j = 0; j <= pos[i]; j++) l += exp(sc[j] - m);
+                for (int e = 0; e < hd; e++) {
+                    double r = 0;
+                    for (int j = 0; j <= pos[i]; j++) {
+                        size_t at = (size_t)(bt[s * bt_stride + j / bs] * bs + j % bs) * kv_dim + kh * hd;
+                        r += exp(sc[j] - m) / l * cpua_round(tc->dtype, V[at + e]);
+                    }
+                    float got = out[((size_t)i * n_heads + h) * hd + e];
+                    cr_assert(fabs(got - r) <= 2e-5 + 2e-5 * fabs(r),
+                              "shared-prefix attention hd=%d gqa=%d bs=%d dtype=%s threads=%d: seq %d "
+                              "token %d head %d dim %d: got %g want %g",
+                              hd, tc->gqa, bs, kv_dtype_name(tc->dtype), tc->threads, s, i, h, e,
+                              (double)got, r);
+                }
+            }
+    be_destroy(be);
+    free(bt), free(K), free(V), free(all), free(q), free(out), free(sc);
+}
+
+Test(cpu, attention_shared_prefix_groups)
+{
+    const int hds[] = {64, 80}, gqas[] = {1, 4}, bss[] = {16, 7, 1};
+    const int dtypes[] = {KV_F16, KV_BF16, KV_F32};
+    int k = 0;
+    for (int a = 0; a < 2; a++)
+        for (int c = 0; c < 2; c++)
+            for (int d = 0; d < 3; d++)
+                for (int e = 0; e < 3; e++, k++) {
+                    cpua_case tc = {hds[a], gqas[c], bss[d], dtypes[e], 1 + k % 4};
+                    cpua_shared_run(&tc);
+                }
+}
