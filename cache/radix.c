@@ -316,6 +316,40 @@ int rdx_match(rdx_tree *t, const int32_t *tokens, int n_tokens, int32_t *blocks,
     return k * t->block_size;
 }
 
+/* Leading positions on which block-sized token runs a and b agree, at most n. */
+static int rdx__agree(const int32_t *a, const int32_t *b, int n)
+{
+    int k = 0;
+    while (k < n && a[k] == b[k]) k++;
+    return k;
+}
+
+int rdx_match_partial(const rdx_tree *t, const int32_t *tokens, int n_tokens, int matched, int32_t *block)
+{
+    const int bs = t->block_size;
+    assert(matched >= 0 && matched % bs == 0 && matched <= n_tokens);
+    int lim = n_tokens - matched < bs - 1 ? n_tokens - matched : bs - 1;
+    if (lim <= 0) return 0;
+    rdx_node *x;
+    int off, best = 0;
+    if (rdx__walk(t, tokens, matched / bs, &x, &off) != matched / bs) return 0;
+    const int32_t *want = tokens + matched;
+    if (x != t->root && off < x->n_blocks) { /* the path continues inside x's edge */
+        best = rdx__agree(x->tokens + (size_t)off * bs, want, lim);
+        if (best) *block = x->blocks[off];
+        return best;
+    }
+    for (int i = 0; i < x->n_children; i++) {
+        const rdx_node *y = x->children[i];
+        int a = rdx__agree(y->tokens, want, lim);
+        if (a > best) {
+            best = a;
+            *block = y->blocks[0];
+        }
+    }
+    return best;
+}
+
 int rdx_insert(rdx_tree *t, const int32_t *tokens, int n_tokens, const int32_t *blocks)
 {
     assert(n_tokens >= 0);

@@ -32,6 +32,15 @@ void rdx_destroy(rdx_tree *t);
  * used now, and returns the matched token count k × block_size. */
 int rdx_match(rdx_tree *t, const int32_t *tokens, int n_tokens, int32_t *blocks, int max_blocks);
 
+/* After rdx_match found the first `matched` tokens (whole blocks), the cached block that
+ * continues them best: among the blocks that follow that path, the one whose first tokens agree
+ * with tokens[matched ..] for the most positions (fewer than a block, at most n_tokens - matched).
+ * Writes its id to *block (no reference taken: a caller that keeps it takes one before the tree
+ * next changes) and returns the count of agreeing tokens, 0 when no block agrees on the first.
+ * Those tokens' K/V in that block are valid for this prompt, so a copy of the block saves
+ * computing them. */
+int rdx_match_partial(const rdx_tree *t, const int32_t *tokens, int n_tokens, int matched, int32_t *block);
+
 /* Indexes the first n_tokens / block_size full blocks of tokens with their block ids. Blocks
  * whose prefix is already cached keep the tree's existing block (the caller's duplicate is left
  * alone); for newly indexed blocks the tree takes a reference. Returns the number of blocks newly

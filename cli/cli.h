@@ -22,6 +22,7 @@ typedef struct cli_opts {
     int block_size;
     int max_seqs;               /* 0: 64 on CPU, 256 on GPU */
     int max_batch_tokens;       /* 0: 512 on CPU, 8192 on GPU */
+    int prefill_admit_tokens;   /* 0: 64 on CPU, no limit on GPU; < 0: no limit */
     const char *schedule;       /* fcfs|lpm */
     int no_prefix_cache;
     /* server */

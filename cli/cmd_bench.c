@@ -305,6 +305,7 @@ static int bn_config(const cli_opts *o, engine_config *c)
     c->block_size = o->block_size;
     c->max_seqs = o->max_seqs;
     c->max_batch_tokens = o->max_batch_tokens;
+    c->prefill_admit_tokens = o->prefill_admit_tokens;
     c->prefix_cache = !o->no_prefix_cache;
     if (!strcmp(o->schedule, "fcfs")) c->schedule = ENGINE_SCHED_FCFS;
     else if (!strcmp(o->schedule, "lpm")) c->schedule = ENGINE_SCHED_LPM;

@@ -44,6 +44,7 @@ int cli_serve(cli_opts *o)
     e->block_size = o->block_size;
     e->max_seqs = o->max_seqs;
     e->max_batch_tokens = o->max_batch_tokens;
+    e->prefill_admit_tokens = o->prefill_admit_tokens;
     if (!strcmp(o->schedule, "fcfs")) e->schedule = ENGINE_SCHED_FCFS;
     else if (!strcmp(o->schedule, "lpm")) e->schedule = ENGINE_SCHED_LPM;
     else {

@@ -37,6 +37,7 @@ static const opt table[] = {
     {"block-size", 0, O_INT, OFF(block_size), "16", ENGINE_CMDS, "tokens per KV block"},
     {"max-seqs", 0, O_INT, OFF(max_seqs), "64 cpu / 256 gpu", ENGINE_CMDS, "most sequences running at once"},
     {"max-batch-tokens", 0, O_INT, OFF(max_batch_tokens), "512 cpu / 8192 gpu", ENGINE_CMDS, "token budget of one engine step"},
+    {"prefill-admit-tokens", 0, O_INT, OFF(prefill_admit_tokens), "64 cpu / off gpu", "serve bench", "admit no further prompt into a step that already holds this many prefill tokens (-1 = off)"},
     {"schedule", 0, O_STR, OFF(schedule), "fcfs", "serve bench", "admission order: fcfs or lpm (longest prefix match first, with aging)"},
     {"no-prefix-cache", 0, O_FLAG, OFF(no_prefix_cache), NULL, "serve bench", "turn the radix prefix cache off"},
     {"host", 0, O_STR, OFF(host), "127.0.0.1", "serve", "address to listen on"},

@@ -499,9 +499,12 @@ static void eng__log(const engine *e)
             "%d blocks of %d tokens = %lld tokens; max %d sequences at context %d\n",
             g->n_layers, g->n_kv_heads, g->head_dim, kv_dtype_bytes(g->dtype), bpt, (int)e->n_blocks,
             g->block_size, (long long)cap, per_seq ? (int)(e->n_blocks / per_seq) : 0, e->n_ctx);
-    fprintf(stderr, "engine: %s; max %d sequences, %d tokens per step, prefix cache %s, %s\n",
-            e->be->desc, e->cfg.max_seqs, e->cfg.max_batch_tokens, e->cfg.prefix_cache ? "on" : "off",
-            e->cfg.schedule == ENGINE_SCHED_LPM ? "lpm" : "fcfs");
+    char admit[48] = "";
+    if (e->cfg.prefill_admit_tokens > 0)
+        snprintf(admit, sizeof admit, " (admitting up to %d prefill tokens)", e->cfg.prefill_admit_tokens);
+    fprintf(stderr, "engine: %s; max %d sequences, %d tokens per step%s, prefix cache %s, %s\n",
+            e->be->desc, e->cfg.max_seqs, e->cfg.max_batch_tokens, admit,
+            e->cfg.prefix_cache ? "on" : "off", e->cfg.schedule == ENGINE_SCHED_LPM ? "lpm" : "fcfs");
 }
 
 /* Backend, KV arena, model runner and scheduler. 0, or -1 with err filled. */
@@ -514,6 +517,11 @@ static int eng__setup(engine *e, char *err, size_t err_len)
     int gpu = strcmp(e->be->name, "cpu") != 0;
     if (c->max_seqs <= 0) c->max_seqs = gpu ? 256 : 64;
     if (c->max_batch_tokens <= 0) c->max_batch_tokens = gpu ? 8192 : 512;
+    /* A CPU step is compute-bound from a few dozen prefill tokens on (its time grows with every
+     * token), so a second prompt in the same step only delays the first one's first token; a
+     * GPU step costs about the same up to thousands of tokens, so there every prompt that fits
+     * joins. */
+    if (c->prefill_admit_tokens == 0) c->prefill_admit_tokens = gpu ? -1 : 64;
     if (c->block_size <= 0) c->block_size = 16;
     /* Every running sequence must be able to decode in every step. */
     if (c->max_batch_tokens < c->max_seqs) {
@@ -540,6 +548,7 @@ static int eng__setup(engine *e, char *err, size_t err_len)
         .n_blocks = e->n_blocks,
         .max_seqs = c->max_seqs,
         .max_batch_tokens = c->max_batch_tokens,
+        .prefill_admit_tokens = c->prefill_admit_tokens,
         .schedule = c->schedule,
         .prefix_cache = c->prefix_cache,
         .n_vocab = e->n_vocab,

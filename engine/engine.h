@@ -38,6 +38,8 @@ typedef struct engine_config {
     int block_size;              /* tokens per KV block */
     int max_seqs;                /* running sequences cap */
     int max_batch_tokens;        /* tokens per step */
+    int prefill_admit_tokens;    /* no further admission into a step holding this many prefill
+                                    tokens; 0: 64 on CPU, no limit on GPU; < 0: no limit */
     int schedule;                /* enum engine_schedule */
     int prefix_cache;            /* 1: radix prefix cache on */
     int max_queued_requests;     /* waiting requests beyond which submit says -EAGAIN */

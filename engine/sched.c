@@ -317,6 +317,15 @@ static int sched__admit(sched *sc, int i, int *budget, char *held)
         }
         memcpy(c->block_table, sc->match_buf, (size_t)(matched / bs) * sizeof(int32_t));
         c->n_blocks = c->n_inserted = matched / bs;
+        /* A cached block that agrees with the next few prompt tokens: take it as a shared
+         * partial block; sched__reserve copies it before the sequence writes into it. */
+        int32_t pb;
+        int part = rdx_match_partial(sc->tree, c->tokens, c->n_tokens - 1, matched, &pb);
+        if (part > 0) {
+            bp_ref(sc->bp, pb);
+            c->block_table[c->n_blocks++] = pb;
+            matched += part;
+        }
     }
     c->n_computed = matched;
     int n_new = c->n_tokens - matched < *budget ? c->n_tokens - matched : *budget;
@@ -376,6 +385,11 @@ static int sched__schedule(sched *sc)
     char held[sc->n_waiting];
     memset(held, 0, sizeof held);
     while (budget > 0 && sc->n_waiting) {
+        /* On a compute-bound backend a step's time grows with its prefill tokens: once they
+         * saturate it, another prompt in the same step only delays every first token in it. */
+        int prefill = 0;
+        for (int k = 0; k < sc->n_plan; k++) prefill += sc->plan[k].n_new > 1 ? sc->plan[k].n_new : 0;
+        if (sc->c.prefill_admit_tokens > 0 && prefill >= sc->c.prefill_admit_tokens) break;
         int i = sched__pick(sc, held);
         if (i < 0) break;
         int load = 0; /* an unforked n > 1 request counts as its n choices */

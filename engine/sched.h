@@ -44,6 +44,7 @@ typedef struct sched_config {
     int32_t n_blocks;       /* KV blocks in the pool */
     int max_seqs;           /* running sequences cap */
     int max_batch_tokens;   /* tokens per step */
+    int prefill_admit_tokens; /* no new admission once a step holds this many prefill tokens (≤ 0: no limit) */
     int schedule;           /* enum engine_schedule */
     int prefix_cache;       /* 1: radix prefix cache on */
     int lpm_aging_steps;    /* lpm: a request waiting this many steps goes first (≤ 0: 64) */

@@ -209,6 +209,22 @@ static int trx_model_insert(trx_model *m, const int32_t *tokens, int n_tokens, c
     return n_new;
 }
 
+/* Most leading tokens of tokens[k × bs ..] (fewer than a block, at most n_tokens - k × bs) that
+ * a cached block continuing the first k blocks agrees on. */
+static int trx_model_partial(const trx_model *m, const int32_t *tokens, int n_tokens, int k)
+{
+    int bs = m->bs, lim = n_tokens - k * bs < bs - 1 ? n_tokens - k * bs : bs - 1, best = 0;
+    for (int32_t b = 0; b < TRX_POOL; b++) {
+        const trx_entry *x = &m->e[b];
+        if (!x->live || x->depth != k + 1 || memcmp(x->tokens, tokens, (size_t)k * bs * sizeof *tokens))
+            continue;
+        int a = 0;
+        while (a < lim && x->tokens[k * bs + a] == tokens[k * bs + a]) a++;
+        best = a > best ? a : best;
+    }
+    return best;
+}
+
 /* Removes LRU childless entries that only the cache references, up to n; returns the count. */
 static int trx_model_evict(trx_model *m, int n)
 {
@@ -300,6 +316,8 @@ static void trx_evict(trx_model *m, rdx_tree *t, int n)
     cr_assert_eq(rdx_evict(t, n), want, "evict(%d)", n);
 }
 
+static int trx_partials; /* partial continuations seen (the run must exercise them) */
+
 /* One request: match, optionally allocate and insert the rest, keep the references. */
 static void trx_request(trx_model *m, rdx_tree *t, block_pool *bp, uint64_t *rng,
                         const int32_t *tok, int len, trx_seq *s, int use_match)
@@ -315,6 +333,15 @@ static void trx_request(trx_model *m, rdx_tree *t, block_pool *bp, uint64_t *rng
         for (int i = 0; i < k; i++) {
             cr_assert_eq(got[i], want[i], "matched block %d", i);
             m->held[got[i]]++;
+        }
+        /* The best partial continuation: its length, and a block that really agrees that far. */
+        int32_t pb = -1;
+        int part = rdx_match_partial(t, tok, len, k * m->bs, &pb);
+        cr_assert_eq(part, trx_model_partial(m, tok, len, k), "partial match after %d blocks", k);
+        trx_partials += part > 0;
+        if (part > 0) {
+            cr_assert(pb >= 0 && pb < TRX_POOL && m->e[pb].live && m->e[pb].depth == k + 1);
+            cr_assert_eq(memcmp(m->e[pb].tokens, tok, (size_t)(k * m->bs + part) * sizeof *tok), 0);
         }
     }
     s->n = k;
@@ -339,6 +366,7 @@ static void trx_random_run(int bs, uint64_t seed, int n_ops)
     static int32_t hist[TRX_HIST][TRX_MAX_TOK];
     int hist_len[TRX_HIST], n_hist = 0;
     memset(&m, 0, sizeof m);
+    trx_partials = 0;
     m.bs = bs;
     block_pool *bp = bp_create(TRX_POOL);
     rdx_tree *t = rdx_create(bp, bs);
@@ -364,6 +392,7 @@ static void trx_random_run(int bs, uint64_t seed, int n_ops)
     }
     while (n_seqs > 0) trx_release(&m, bp, seqs, &n_seqs, n_seqs - 1);
     trx_compare(&m, t, bp);
+    if (bs > 1) cr_assert_gt(trx_partials, n_ops / 50, "only %d partial continuations", trx_partials);
     int n = rdx_n_blocks(t);
     cr_assert_eq(rdx_n_evictable(t), n, "nothing is held: everything is evictable");
     trx_evict(&m, t, INT_MAX);
@@ -422,6 +451,7 @@ static void *trx_realloc(void *p, size_t n)
 #define rdx_create trx_oom_create
 #define rdx_destroy trx_oom_destroy
 #define rdx_match trx_oom_match
+#define rdx_match_partial trx_oom_match_partial
 #define rdx_insert trx_oom_insert
 #define rdx_evict trx_oom_evict
 #define rdx_n_blocks trx_oom_n_blocks

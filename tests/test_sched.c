@@ -135,6 +135,15 @@ static void ts_env_init(ts_env *e, int n_blocks, int max_seqs, int max_tokens, i
     cr_assert_not_null(e->sc);
 }
 
+/* A fresh scheduler for e->c after a test changed it. */
+static void ts_env_reconfigure(ts_env *e)
+{
+    sched_destroy(e->sc);
+    sched_runner r = {ts_run, ts_copy, &e->f};
+    e->sc = sched_create(&e->c, &r);
+    cr_assert_not_null(e->sc);
+}
+
 /* All blocks free or held only by the cache; evicting everything frees them all. */
 static void ts_env_fini(ts_env *e)
 {
@@ -435,6 +444,67 @@ Test(sched, prefix_cache_reuse_and_in_batch_dedup)
     for (int i = 0; i < 3; i++) seq_destroy(s[i]);
     seq_destroy(t);
     ts_env_fini(&e);
+}
+
+Test(sched, partial_block_copied_before_it_is_written)
+{
+    ts_env e;
+    ts_env_init(&e, 256, 8, 16, 1);
+    int32_t p[80];
+    ts_prompt(p, 80, 91);
+    seq *a = ts_seq(p, 70, 3, 0, 0);
+    sched_add(e.sc, a);
+    ts_drain(&e);
+    /* b agrees with a on 66 tokens: 16 whole blocks and 2 tokens of a's 17th block. */
+    p[66] = p[66] == 3 ? 4 : 3;
+    seq *b = ts_seq(p, 70, 3, 0, 0);
+    sched_add(e.sc, b);
+    ts_drain(&e);
+    cr_assert_eq(b->cached_tokens, 66);
+    ts_expect(&e.f, b, 0); /* the fake model reads every K/V slot back through the table */
+    /* a's cached block was copied, not written: a's prompt again still finds it intact. */
+    ts_prompt(p, 80, 91);
+    seq *c = ts_seq(p, 70, 3, 0, 0);
+    sched_add(e.sc, c);
+    ts_drain(&e);
+    cr_assert_eq(c->cached_tokens, 69, "68 in whole blocks, 1 from a partly used one");
+    ts_expect(&e.f, c, 0);
+    cr_assert_eq(memcmp(a->tokens, c->tokens, (size_t)a->n_tokens * sizeof(int32_t)), 0);
+    seq_destroy(a);
+    seq_destroy(b);
+    seq_destroy(c);
+    ts_env_fini(&e);
+}
+
+Test(sched, prefill_admit_tokens_spreads_prompts_over_steps)
+{
+    for (int limit = -1; limit <= 10; limit += 11) {
+        ts_env e;
+        ts_env_init(&e, 256, 4, 64, 0);
+        e.c.prefill_admit_tokens = limit;
+        ts_env_reconfigure(&e);
+        seq *s[4];
+        int32_t p[6];
+        for (int i = 0; i < 4; i++) {
+            ts_prompt(p, 6, 40 + (uint64_t)i);
+            s[i] = ts_seq(p, 6, 4, 0, 0);
+            sched_add(e.sc, s[i]);
+        }
+        ts_drain(&e);
+        if (limit < 0) {
+            cr_assert_eq(e.f.step_tokens[0], 24, "no limit: every prompt in the first step");
+        } else {
+            /* 6 < 10 admits a second prompt, 12 ≥ 10 stops; the next step decodes the first two
+             * and admits the other two the same way. */
+            cr_assert_eq(e.f.step_tokens[0], 12);
+            cr_assert_eq(e.f.step_tokens[1], 2 + 12);
+        }
+        for (int i = 0; i < 4; i++) {
+            ts_expect(&e.f, s[i], 0);
+            seq_destroy(s[i]);
+        }
+        ts_env_fini(&e);
+    }
 }
 
 Test(sched, lpm_prefers_cached_prefix_and_ages)
