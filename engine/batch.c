@@ -8,17 +8,18 @@
 #include <stdlib.h>
 #include <string.h>
 
-int batch_init(batch_buf *bb, int max_tokens, int max_seqs)
+int batch_init(batch_buf *bb, int max_tokens, int max_seqs, int max_logits)
 {
     memset(bb, 0, sizeof *bb);
     bb->max_tokens = max_tokens;
     bb->max_seqs = max_seqs;
+    bb->max_logits = max_logits;
     bb->tokens = malloc((size_t)max_tokens * sizeof(int32_t));
     bb->positions = malloc((size_t)max_tokens * sizeof(int32_t));
     bb->slots = malloc((size_t)max_tokens * sizeof(int32_t));
     bb->q_start = malloc((size_t)(max_seqs + 1) * sizeof(int32_t));
     bb->ctx_len = malloc((size_t)max_seqs * sizeof(int32_t));
-    bb->logit_rows = malloc((size_t)max_seqs * sizeof(int32_t));
+    bb->logit_rows = malloc((size_t)max_logits * sizeof(int32_t));
     if (!bb->tokens || !bb->positions || !bb->slots || !bb->q_start || !bb->ctx_len ||
         !bb->logit_rows) {
         batch_fini(bb);
@@ -42,13 +43,15 @@ void batch_fini(batch_buf *bb)
 int batch_build(batch_buf *bb, const batch_entry *e, int n, int block_size)
 {
     if (n > bb->max_seqs) return -EINVAL;
-    int n_tok = 0, stride = 1;
+    int n_tok = 0, stride = 1, n_rows = 0;
     for (int i = 0; i < n; i++) {
         n_tok += e[i].n_new;
+        n_rows += e[i].lp_rows + e[i].samples;
+        if (e[i].lp_rows && (e[i].lp_from < 0 || e[i].lp_from + e[i].lp_rows > e[i].n_new)) return -EINVAL;
         int nb = (e[i].s->n_computed + e[i].n_new + block_size - 1) / block_size;
         if (nb > stride) stride = nb;
     }
-    if (n_tok > bb->max_tokens) return -EINVAL;
+    if (n_tok > bb->max_tokens || n_rows > bb->max_logits) return -EINVAL;
     if ((int64_t)n * stride > bb->bt_cap) {
         int64_t cap = (int64_t)bb->max_seqs * stride;
         int32_t *bt = realloc(bb->block_table, (size_t)cap * sizeof *bt);
@@ -64,6 +67,7 @@ int batch_build(batch_buf *bb, const batch_entry *e, int n, int block_size)
         bb->ctx_len[i] = end;
         int nb = (end + block_size - 1) / block_size;
         memcpy(bb->block_table + (int64_t)i * stride, s->block_table, (size_t)nb * sizeof(int32_t));
+        for (int k = 0; k < e[i].lp_rows; k++) bb->logit_rows[n_logits++] = t + e[i].lp_from + k;
         for (int p = start; p < end; p++, t++) {
             bb->tokens[t] = s->tokens[p];
             bb->positions[t] = p;

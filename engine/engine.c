@@ -237,7 +237,7 @@ static void eng__intake(engine *e, eng_req *q, eng_evlist *out)
     for (int i = 0; i < n; i++)
         if (detok_init(&q->dt[i], e->cfg.tok, q->r.prompt, q->r.n_prompt, q->r.stop, q->r.n_stop))
             goto fail;
-    if (q->r.max_tokens == 0) {
+    if (q->r.max_tokens == 0 && !q->r.prompt_logprobs) {
         for (int i = 0; i < n; i++) {
             eng__emit(out, eng__event(q, i, "", 0, NULL, ENGINE_FINISH_LENGTH));
             q->done[i] = 1;
@@ -251,6 +251,7 @@ static void eng__intake(engine *e, eng_req *q, eng_evlist *out)
     s->req_id = q->id;
     s->owner = q;
     s->n_choices = n;
+    s->prompt_logprobs = q->r.prompt_logprobs;
     s->sp = q->r.sampling;
     smp_rng_seed(&s->rng, s->sp.seed);
     s->arrival_us = q->arrival_us;
@@ -273,6 +274,32 @@ static eng_req *eng__find(engine *e, uint64_t id)
     for (eng_req *q = e->active; q; q = q->next)
         if (q->id == id) return q;
     return NULL;
+}
+
+/* Scored prompt tokens v[0 .. k) of one sequence: one event per choice (every choice's echo
+ * carries them; the choices have not forked yet). */
+static void eng__on_prompt(engine *e, const sched_sample *v, int k, eng_evlist *out)
+{
+    eng_req *q = v[0].s->owner;
+    for (int c = 0; c < q->r.n; c++) {
+        if (q->done[c]) continue;
+        engine_event *ev = eng__event(q, c, "", 0, NULL, ENGINE_FINISH_NONE);
+        if (ev) {
+            ev->is_prompt = 1;
+            ev->tokens = malloc((size_t)k * sizeof *ev->tokens);
+            ev->logprobs = malloc((size_t)k * sizeof *ev->logprobs);
+            if (!ev->tokens || !ev->logprobs) {
+                engine_event_free(ev);
+                continue;
+            }
+            ev->n_tokens = k;
+            for (int j = 0; j < k; j++) {
+                ev->tokens[j] = v[j].r.token;
+                ev->logprobs[j] = v[j].r;
+            }
+        }
+        eng__emit(out, ev);
+    }
 }
 
 /* Turns one sampled token into the choice's event (and finishes the choice when due). */
@@ -330,7 +357,25 @@ static int eng__step(engine *e, eng_evlist *out)
         for (eng_req *q = e->active; q; q = q->next) eng__end_request(e, q, ENGINE_FINISH_ERROR, out);
         return 0;
     }
-    for (int i = 0; i < n; i++) eng__on_sample(e, &sm[i], out);
+    for (int i = 0; i < n;) {
+        if (sm[i].kind == SCHED_PROMPT) { /* a run of one sequence's scored prompt tokens */
+            int k = 1;
+            while (i + k < n && sm[i + k].kind == SCHED_PROMPT && sm[i + k].s == sm[i].s) k++;
+            eng__on_prompt(e, sm + i, k, out);
+            i += k;
+        } else if (sm[i].kind == SCHED_END) {
+            eng_req *q = sm[i].s->owner;
+            for (int c = 0; c < q->r.n; c++)
+                if (!q->done[c]) {
+                    eng__emit(out, eng__event(q, c, "", 0, NULL, ENGINE_FINISH_LENGTH));
+                    q->done[c] = 1;
+                    q->n_done++;
+                }
+            i++;
+        } else {
+            eng__on_sample(e, &sm[i++], out);
+        }
+    }
     return 1;
 }
 
@@ -539,7 +584,7 @@ static int eng__setup(engine *e, char *err, size_t err_len)
                  kv_bytes_per_block(&e->g));
         return -1;
     }
-    e->f = fwd_create(c->model, e->be, &e->g, e->n_blocks, c->max_batch_tokens, c->max_seqs, err,
+    e->f = fwd_create(c->model, e->be, &e->g, e->n_blocks, c->max_batch_tokens, sched_max_logits(c->max_seqs), err,
                       err_len);
     if (!e->f) return -1;
     e->n_eog = tok_eog_ids(c->tok, &e->eog);

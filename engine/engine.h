@@ -79,7 +79,10 @@ typedef struct engine_request {
     smp_params sampling;       /* bias arrays owned by the engine after submit */
     char *stop[ENGINE_MAX_STOP]; /* owned by the engine after submit */
     int n_stop;
-    int prompt_logprobs;       /* 1: report log-probs of the prompt tokens (echo + logprobs) */
+    int prompt_logprobs;       /* 1: score every prompt token (echo + logprobs): is_prompt events
+                                  carry them in order before any generated token, prompt index 0
+                                  with logprob NaN (it has none); the prompt is computed in full
+                                  (no prefix-cache reuse); max_tokens may then be 0 */
 } engine_request;
 
 typedef struct engine_usage {
@@ -104,7 +107,8 @@ typedef struct engine_event {
     int n_tokens;              /* tokens this event reports (0 or 1; more for prompt logprobs) */
     int32_t *tokens;           /* [n_tokens] */
     smp_result *logprobs;      /* [n_tokens] when the request asked for logprobs, else NULL */
-    int is_prompt;             /* 1: the tokens are prompt tokens (prompt_logprobs) */
+    int is_prompt;             /* 1: the tokens are scored prompt tokens (prompt_logprobs), sent
+                                  to every choice */
     int finish;                /* enum engine_finish */
     double cum_logprob;        /* sum of this choice's sampled-token logprobs so far */
     engine_usage usage;        /* valid on the final event of a choice */

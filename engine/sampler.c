@@ -287,6 +287,14 @@ static int32_t smp__draw(const smp_params *p, smp_rng *rng, float *l, int n)
     return tok;
 }
 
+void smp_score(const float *logits, int n_vocab, int32_t token, int n_top, smp_result *out)
+{
+    n_top = n_top < 0 ? 0 : n_top < SMP_MAX_LOGPROBS ? n_top : SMP_MAX_LOGPROBS;
+    double lse = smp__raw_stats(logits, n_vocab, out, n_top);
+    out->token = token;
+    out->logprob = (float)(logits[token] - lse);
+}
+
 /* See sampler.h. logprob fields are filled only when p->n_logprobs ≥ 0 (else logprob = 0 and
  * n_top = 0). */
 void smp_sample(const smp_params *p, smp_rng *rng, float *logits, int n_vocab, const smp_history *h,

@@ -66,6 +66,11 @@ typedef struct smp_history {
     int n_output;
 } smp_history;
 
+/* The log-prob of token under the raw distribution logits[n_vocab] (no penalties, bias or
+ * temperature) and the n_top best alternatives, into *out (out->token = token): how a prompt
+ * token is scored for echo + logprobs. */
+void smp_score(const float *logits, int n_vocab, int32_t token, int n_top, smp_result *out);
+
 /* Samples from logits[n_vocab] (modified in place as scratch). eog ids are banned while
  * n_output < min_tokens. Fills *out; always succeeds. */
 void smp_sample(const smp_params *p, smp_rng *rng, float *logits, int n_vocab,

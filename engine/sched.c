@@ -18,6 +18,7 @@
 
 #include <assert.h>
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -40,7 +41,8 @@ struct sched {
     batch_entry *plan;       /* [max_seqs] this step's entries */
     int n_plan;
     batch_buf bb;
-    float *logits;           /* [max_seqs][n_vocab] */
+    float *logits;           /* [sched_max_logits(max_seqs)][n_vocab] */
+    int lp_left;             /* prompt log-prob rows still free in the step being planned */
     float *scratch;          /* [n_vocab] sampler scratch */
     sched_sample *samples;   /* [cap_samples] */
     int cap_samples;
@@ -86,11 +88,11 @@ sched *sched_create(const sched_config *c, const sched_runner *r)
     sc->bp = bp_create(c->n_blocks);
     if (c->prefix_cache && sc->bp) sc->tree = rdx_create(sc->bp, c->block_size);
     sc->plan = calloc((size_t)c->max_seqs, sizeof *sc->plan);
-    sc->logits = malloc((size_t)c->max_seqs * (size_t)c->n_vocab * sizeof(float));
+    sc->logits = malloc((size_t)sched_max_logits(c->max_seqs) * (size_t)c->n_vocab * sizeof(float));
     sc->scratch = malloc((size_t)c->n_vocab * sizeof(float));
     sc->match_buf = malloc((size_t)sc->max_blocks * sizeof(int32_t));
     if (!sc->bp || (c->prefix_cache && !sc->tree) || !sc->plan || !sc->logits || !sc->scratch ||
-        !sc->match_buf || batch_init(&sc->bb, c->max_batch_tokens, c->max_seqs)) {
+        !sc->match_buf || batch_init(&sc->bb, c->max_batch_tokens, c->max_seqs, sched_max_logits(c->max_seqs))) {
         sched_destroy(sc);
         return NULL;
     }
@@ -199,10 +201,37 @@ static void sched__preempt(sched *sc, seq *s, int *budget)
     sc->st.preemptions++;
 }
 
+/* 1 while s still has prompt tokens to score (echo + logprobs). Such a sequence computes its
+ * whole prompt (a cached prefix would have no logits) and asks for a logit row per token. */
+static int sched__scoring(const seq *s)
+{
+    return s->prompt_logprobs && s->plp_next < s->n_prompt;
+}
+
+/* Caps n_new so that s's prompt log-prob rows fit the step's remaining ones; returns the new
+ * n_new (≤ 0: s cannot progress this step) and sets the rows (offsets into the new tokens). */
+static int sched__lp_fit(const sched *sc, const seq *s, int n_new, int *lp_from, int *lp_rows)
+{
+    *lp_from = *lp_rows = 0;
+    if (!sched__scoring(s)) return n_new;
+    /* Position p's logits score prompt token p + 1: positions lo .. hi - 1 still need rows. */
+    int c = s->n_computed, lo = s->plp_next - 1 > c ? s->plp_next - 1 : c, hi = s->n_prompt - 1;
+    if (lo >= hi || lo >= c + n_new) return n_new;
+    if (c + n_new > lo + sc->lp_left) n_new = lo + sc->lp_left - c;
+    int end = c + n_new < hi ? c + n_new : hi;
+    *lp_from = lo - c;
+    *lp_rows = end > lo ? end - lo : 0;
+    return n_new;
+}
+
 /* Plans n_new tokens of running s, preempting the most recently admitted others when blocks run
- * out. Returns 1 planned, 0 when s itself was preempted, or -ENOMEM. */
+ * out. Returns 1 planned (or nothing to plan for s this step), 0 when s itself was preempted,
+ * or -ENOMEM. */
 static int sched__plan_running(sched *sc, seq *s, int n_new, int *budget)
 {
+    int lp_from, lp_rows;
+    n_new = sched__lp_fit(sc, s, n_new, &lp_from, &lp_rows);
+    if (n_new <= 0) return 1;
     for (;;) {
         int rc = sched__reserve(sc, s, n_new);
         if (!rc) break;
@@ -213,8 +242,9 @@ static int sched__plan_running(sched *sc, seq *s, int n_new, int *budget)
         if (victim == s) return 0;
     }
     assert(sc->n_plan < sc->c.max_seqs);
-    sc->plan[sc->n_plan++] = (batch_entry){s, n_new, s->n_computed + n_new == s->n_tokens};
+    sc->plan[sc->n_plan++] = (batch_entry){s, n_new, s->n_computed + n_new == s->n_tokens, lp_from, lp_rows};
     *budget -= n_new;
+    sc->lp_left -= lp_rows;
     return 1;
 }
 
@@ -223,7 +253,7 @@ static int sched__plan_running(sched *sc, seq *s, int n_new, int *budget)
 static void sched__rematch(sched *sc, seq *s)
 {
     int bs = sc->c.block_size;
-    if (!sc->tree || s->n_computed % bs || s->n_computed >= s->n_tokens - 1) return;
+    if (!sc->tree || sched__scoring(s) || s->n_computed % bs || s->n_computed >= s->n_tokens - 1) return;
     int m = rdx_match(sc->tree, s->tokens, s->n_tokens - 1, sc->match_buf, sc->max_blocks);
     int nb = m / bs;
     if (m <= s->n_computed || seq_reserve_blocks(s, nb)) {
@@ -304,7 +334,7 @@ static int sched__admit(sched *sc, int i, int *budget, char *held)
 {
     seq *c = sc->waiting[i];
     int bs = sc->c.block_size, matched = 0;
-    if (sc->tree) {
+    if (sc->tree && !sched__scoring(c)) {
         matched = rdx_match(sc->tree, c->tokens, c->n_tokens - 1, sc->match_buf, sc->max_blocks);
         if (sched__dedup_hold(sc, c, matched)) {
             for (int b = 0; b < matched / bs; b++) bp_unref(sc->bp, sc->match_buf[b]);
@@ -328,8 +358,10 @@ static int sched__admit(sched *sc, int i, int *budget, char *held)
         }
     }
     c->n_computed = matched;
-    int n_new = c->n_tokens - matched < *budget ? c->n_tokens - matched : *budget;
-    if (sched__grow(&sc->running, &sc->cap_running, sc->n_running + 1) || sched__reserve(sc, c, n_new)) {
+    int n_new = c->n_tokens - matched < *budget ? c->n_tokens - matched : *budget, lp_from, lp_rows;
+    n_new = sched__lp_fit(sc, c, n_new, &lp_from, &lp_rows);
+    if (n_new <= 0 || sched__grow(&sc->running, &sc->cap_running, sc->n_running + 1) ||
+        sched__reserve(sc, c, n_new)) {
         c->n_computed = 0;
         for (int b = 0; b < c->n_blocks; b++) bp_unref(sc->bp, c->block_table[b]);
         c->n_blocks = c->n_inserted = 0;
@@ -351,8 +383,9 @@ static int sched__admit(sched *sc, int i, int *budget, char *held)
     sc->running[sc->n_running++] = c; /* room was made before the blocks were taken */
     c->status = SEQ_RUNNING;
     c->admit_order = ++sc->admit_counter;
-    sc->plan[sc->n_plan++] = (batch_entry){c, n_new, c->n_computed + n_new == c->n_tokens};
+    sc->plan[sc->n_plan++] = (batch_entry){c, n_new, c->n_computed + n_new == c->n_tokens, lp_from, lp_rows};
     *budget -= n_new;
+    sc->lp_left -= lp_rows;
     return 1;
 }
 
@@ -362,6 +395,7 @@ static int sched__schedule(sched *sc)
 {
     int budget = sc->c.max_batch_tokens;
     sc->n_plan = 0;
+    sc->lp_left = SCHED_PROMPT_LOGIT_ROWS;
     /* Pass 0: running decodes; pass 1: running prefill chunks. */
     for (int pass = 0; pass < 2; pass++)
         for (int i = 0; i < sc->n_running && budget > 0;) {
@@ -405,7 +439,7 @@ static int sched__schedule(sched *sc)
 
 /* ---- commit --------------------------------------------------------------------------- */
 
-static int sched__add_sample(sched *sc, int *n, seq *s, const smp_result *r)
+static int sched__add_sample(sched *sc, int *n, seq *s, const smp_result *r, int kind, int pos)
 {
     if (*n == sc->cap_samples) {
         int c = sc->cap_samples ? sc->cap_samples * 2 : 64;
@@ -414,7 +448,7 @@ static int sched__add_sample(sched *sc, int *n, seq *s, const smp_result *r)
         sc->samples = a;
         sc->cap_samples = c;
     }
-    sc->samples[(*n)++] = (sched_sample){s, *r};
+    sc->samples[(*n)++] = (sched_sample){s, *r, kind, pos};
     return 0;
 }
 
@@ -434,7 +468,25 @@ static int sched__sample(sched *sc, seq *s, const float *row, int *n_out)
     if (eog && !s->sp.ignore_eos) s->finish = ENGINE_FINISH_STOP;
     else if (seq_n_output(s) >= s->max_tokens || s->n_tokens >= sc->c.n_ctx)
         s->finish = ENGINE_FINISH_LENGTH;
-    return sched__add_sample(sc, n_out, s, &r);
+    return sched__add_sample(sc, n_out, s, &r, SCHED_TOKEN, 0);
+}
+
+/* Reports prompt token j of s scored by logit row `row` (the logits at position j - 1), after
+ * token 0 (which has no log-prob: NaN) when it is still unreported. */
+static int sched__score(sched *sc, seq *s, int j, const float *row, int *n_out)
+{
+    smp_result r = {0};
+    if (s->plp_next == 0) {
+        r.token = s->tokens[0];
+        r.logprob = NAN;
+        int rc = sched__add_sample(sc, n_out, s, &r, SCHED_PROMPT, 0);
+        if (rc) return rc;
+        s->plp_next = 1;
+    }
+    if (j == 0) return 0;
+    smp_score(row, sc->c.n_vocab, s->tokens[j], s->sp.n_logprobs, &r);
+    s->plp_next = j + 1;
+    return sched__add_sample(sc, n_out, s, &r, SCHED_PROMPT, j);
 }
 
 /* n > 1: s becomes choice 0 and n-1 children share its blocks; each samples from the row. */
@@ -469,15 +521,29 @@ static int sched__fork(sched *sc, seq *s, const float *row, int *n_out)
 
 static int sched__commit(sched *sc, int *n_out)
 {
-    int row = 0;
+    int row = 0, rc;
+    size_t nv = (size_t)sc->c.n_vocab;
     for (int i = 0; i < sc->n_plan; i++) {
         batch_entry *e = &sc->plan[i];
         seq *s = e->s;
+        int c0 = s->n_computed;
         s->n_computed += e->n_new;
         sched__insert(sc, s);
+        for (int k = 0; k < e->lp_rows; k++)
+            if ((rc = sched__score(sc, s, c0 + e->lp_from + k + 1, sc->logits + (size_t)row++ * nv, n_out)))
+                return rc;
+        if (s->prompt_logprobs && s->plp_next == 0 && s->n_computed >= s->n_prompt &&
+            (rc = sched__score(sc, s, 0, NULL, n_out))) /* a one-token prompt */
+            return rc;
         if (!e->samples) continue;
-        const float *lr = sc->logits + (size_t)row++ * (size_t)sc->c.n_vocab;
-        int rc = s->n_choices > 1 ? sched__fork(sc, s, lr, n_out) : sched__sample(sc, s, lr, n_out);
+        const float *lr = sc->logits + (size_t)row++ * nv;
+        if (s->max_tokens == 0) { /* only scored: done without a token */
+            s->finish = ENGINE_FINISH_LENGTH;
+            smp_result none = {0};
+            if ((rc = sched__add_sample(sc, n_out, s, &none, SCHED_END, 0))) return rc;
+            continue;
+        }
+        rc = s->n_choices > 1 ? sched__fork(sc, s, lr, n_out) : sched__sample(sc, s, lr, n_out);
         if (rc) return rc;
     }
     /* Release what finished (children of a fork appear after their parent). */

@@ -54,10 +54,28 @@ typedef struct sched_config {
     int n_eog;
 } sched_config;
 
-/* One sampled token of one sequence, produced by sched_step. */
+/* Prompt tokens per step a prompt_logprobs sequence may get logit rows for (its prefill goes in
+ * chunks of at most about this many while it is being scored). */
+#define SCHED_PROMPT_LOGIT_ROWS 64
+
+/* Logit rows one step can produce: what the model runner must be able to return. */
+static inline int sched_max_logits(int max_seqs)
+{
+    return max_seqs + SCHED_PROMPT_LOGIT_ROWS;
+}
+
+enum sched_sample_kind {
+    SCHED_TOKEN = 0,  /* r: a sampled token */
+    SCHED_PROMPT,     /* r: prompt token `pos` scored (logprob NaN for pos 0, which has none) */
+    SCHED_END,        /* the sequence finished without a token (max_tokens 0 after scoring) */
+};
+
+/* One result of a step for one sequence, produced by sched_step. */
 typedef struct sched_sample {
     seq *s;         /* the sequence (a fork's child the first time it appears) */
     smp_result r;   /* the token and its log-probs */
+    int kind;       /* enum sched_sample_kind */
+    int pos;        /* SCHED_PROMPT: the prompt index scored */
 } sched_sample;
 
 typedef struct sched_stats {

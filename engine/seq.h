@@ -56,6 +56,8 @@ typedef struct seq {
     int64_t arrival_us, first_scheduled_us, first_token_us, finish_us; /* engine_now_us; 0 = not yet */
     int n_preemptions;
     int cached_tokens;      /* prompt tokens served from the prefix cache */
+    int prompt_logprobs;    /* 1: score every prompt token (echo + logprobs) */
+    int plp_next;           /* the next prompt index to score (prompt_logprobs) */
     double cum_logprob;     /* sum of sampled-token log-probs */
 } seq;
 

@@ -9,6 +9,7 @@
  * (after ranking when best_of > n).
  */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -188,6 +189,12 @@ static int build_prompts(srv_req *r, int32_t ***ids_out, int **n_out, int **max_
     return 0;
 }
 
+/* Completions with echo and logprobs score the prompt tokens too. */
+static int prompt_logprobs(const oai_request *q)
+{
+    return q->kind != OAI_CHAT && q->echo && q->logprobs >= 0;
+}
+
 /* Copies what the engine takes ownership of. */
 static int fill_engine_request(const oai_request *q, int32_t *ids, int n_ids, int max_tokens,
                                engine_request *er)
@@ -198,6 +205,7 @@ static int fill_engine_request(const oai_request *q, int32_t *ids, int n_ids, in
     er->n = q->best_of;
     er->max_tokens = max_tokens;
     er->sampling = q->sampling;
+    er->prompt_logprobs = prompt_logprobs(q);
     er->sampling.bias_ids = NULL;
     er->sampling.bias_vals = NULL;
     int nb = q->sampling.n_logit_bias;
@@ -272,8 +280,9 @@ static int alloc_state(srv_req *r, int np, int32_t **ids, const int *n)
         int p = c / q->best_of;
         ch->index = p * q->n + c % q->best_of;
         if (q->echo) {
-            ch->text_offset = strlen(r->echo_text[p]);
-            if (!q->stream && oai_choice_append_text(ch, r->echo_text[p], ch->text_offset)) return -ENOMEM;
+            /* With scored prompt tokens the offsets count from the start of the echoed prompt. */
+            ch->text_offset = prompt_logprobs(q) ? 0 : strlen(r->echo_text[p]);
+            if (!q->stream && oai_choice_append_text(ch, r->echo_text[p], strlen(r->echo_text[p]))) return -ENOMEM;
         }
     }
     return 0;
@@ -306,7 +315,8 @@ enum MHD_Result srv__gen_start(srv_req *r, int kind)
         snprintf(r->id, sizeof r->id, "%s%016llx%06llx", kind == OAI_CHAT ? "chatcmpl-" : "cmpl-",
                  (unsigned long long)x, (unsigned long long)(ctr & 0xffffff));
     }
-    r->resp = (oai_resp){kind, r->id, (int64_t)time(NULL), s->model_id, q->logprobs, q->include_usage, piece, s->tok};
+    r->resp = (oai_resp){kind, r->id, (int64_t)time(NULL), s->model_id, q->logprobs, q->include_usage, piece, s->tok,
+                         q->token_ids};
     for (int p = 0; !rc && p < np; p++) {
         engine_request er;
         srv_sub *b = &r->subs[p];
@@ -470,6 +480,14 @@ static void observe_final(srv *s, const engine_event *ev)
     met_observe(&s->met.e2e, (double)(t->finish_us - t->arrival_us) / 1e6);
 }
 
+/* Bytes of token id's text: how far a completions text_offset moves past it. */
+static size_t token_bytes(const srv_req *r, int32_t id)
+{
+    char buf[256];
+    int n = tok_token_bytes(r->s->tok, id, 0, buf, (int)sizeof buf);
+    return (size_t)(n > 0 ? n : 0);
+}
+
 /* One engine event for a streamed request. */
 static void stream_event(srv_req *r, int p, oai_choice *c, const engine_event *ev)
 {
@@ -483,9 +501,15 @@ static void stream_event(srv_req *r, int p, oai_choice *c, const engine_event *e
     }
     if (!c->started && ev->finish != ENGINE_FINISH_ABORT && ev->finish != ENGINE_FINISH_ERROR) {
         c->started = 1;
-        if (q->kind == OAI_CHAT) emit(r, oai_chunk_sse(rs, c->index, 1, "", 0, NULL, 0, 0, 0));
-        else if (q->echo && r->echo_text[p][0])
-            emit(r, oai_chunk_sse(rs, c->index, 0, r->echo_text[p], strlen(r->echo_text[p]), NULL, 0, 0, 0));
+        if (q->kind == OAI_CHAT) {
+            emit(r, oai_chunk_sse(rs, c->index, 1, "", 0, NULL, 0, 0, 0));
+        } else if (q->echo && (r->echo_text[p][0] || c->n_lps)) {
+            /* The echoed prompt, with its scored tokens when asked (collected until now). */
+            emit(r, oai_chunk_sse(rs, c->index, 0, r->echo_text[p], strlen(r->echo_text[p]), c->lps,
+                                  c->n_lps, 0, 0));
+            for (int k = 0; k < c->n_lps; k++) c->text_offset += token_bytes(r, c->lps[k].r.token);
+            c->n_lps = 0;
+        }
     }
     int fin = ev->finish == ENGINE_FINISH_STOP || ev->finish == ENGINE_FINISH_LENGTH ? ev->finish : 0;
     if (q->kind == OAI_CHAT) {
@@ -495,11 +519,7 @@ static void stream_event(srv_req *r, int p, oai_choice *c, const engine_event *e
     } else if (ev->text_len || has_lp || fin) {
         emit(r, oai_chunk_sse(rs, c->index, 0, ev->text, ev->text_len, lp, has_lp, c->text_offset, fin));
     }
-    if (has_lp) {
-        char buf[256];
-        int n = tok_token_bytes(r->s->tok, lp[0].r.token, 0, buf, (int)sizeof buf);
-        c->text_offset += (size_t)(n > 0 ? n : 0);
-    }
+    if (has_lp) c->text_offset += token_bytes(r, lp[0].r.token);
 }
 
 void srv__gen_event(srv *s, engine_event *ev)
@@ -521,7 +541,10 @@ void srv__gen_event(srv *s, engine_event *ev)
     if (ev->finish == ENGINE_FINISH_ABORT) r->failed |= 1;
     if (ev->finish == ENGINE_FINISH_ERROR) r->failed |= 2;
     if (ev->is_prompt) {
-        /* prompt log-probs are not reported yet */
+        /* Scored prompt tokens: kept in the choice (a stream sends them with the echo). */
+        if (!r->failed && q->logprobs >= 0 && ev->logprobs)
+            for (int k = 0; k < ev->n_tokens; k++)
+                oai_choice_append_lp(c, &ev->logprobs[k], !isnan(ev->logprobs[k].logprob));
     } else if (q->stream) {
         if (!r->failed && !r->stream_abort && !r->stream_done) stream_event(r, b->prompt_idx, c, ev);
     } else if (!r->failed) {

@@ -359,6 +359,7 @@ static int parse_sampling(const cJSON *root, const oai_limits *lim, oai_request 
 static int parse_logprobs(const cJSON *root, oai_request *r, oai_error *e)
 {
     int rc;
+    if ((rc = get_bool(root, "return_tokens_as_token_ids", &r->token_ids, e))) return rc;
     if (r->kind == OAI_COMPLETION) {
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, "logprobs");
         if (cJSON_IsBool(v)) /* some clients send a bool here; true means the sampled token only */
@@ -653,6 +654,10 @@ static cJSON *token_string(const oai_resp *r, int32_t id, unsigned char *raw, in
     if (raw) {
         memcpy(raw, buf, (size_t)n);
         *raw_len = n;
+    }
+    if (r->token_ids) { /* return_tokens_as_token_ids: unambiguous even for partial UTF-8 */
+        snprintf(buf, sizeof buf, "token_id:%d", (int)id);
+        return cJSON_CreateString(buf);
     }
     char *out = utf8_clean(buf, (size_t)n);
     cJSON *j = cJSON_CreateString(out ? out : "");

@@ -61,6 +61,7 @@ typedef struct oai_request {
     int include_usage;            /* stream_options.include_usage */
     int logprobs;                 /* -1: none; else alternatives per position (0..20) */
     int echo;                     /* completions: prepend the prompt (and its logprobs) */
+    int token_ids;                /* return_tokens_as_token_ids (vLLM): logprob tokens as "token_id:N" */
     char *stop[ENGINE_MAX_STOP];
     int n_stop;
     smp_params sampling;          /* bias arrays owned by the request */
@@ -134,6 +135,7 @@ typedef struct oai_resp {
     int include_usage;            /* streaming: usage key present (null) on chunks */
     oai_piece_fn piece;
     void *piece_ud;
+    int token_ids;                /* logprob tokens as "token_id:N" */
 } oai_resp;
 
 typedef struct oai_usage {

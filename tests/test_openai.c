@@ -236,7 +236,7 @@ static oai_lp oa_lp(int32_t tok, float lp)
 
 Test(openai, response_shapes)
 {
-    oai_resp rs = {OAI_COMPLETION, "cmpl-1", 1700000000, "tiny", 1, 0, oa_piece, NULL};
+    oai_resp rs = {OAI_COMPLETION, "cmpl-1", 1700000000, "tiny", 1, 0, oa_piece, NULL, 0};
     oai_choice c;
     memset(&c, 0, sizeof c);
     c.index = 0;
@@ -287,7 +287,7 @@ Test(openai, response_shapes)
 
 Test(openai, chunks)
 {
-    oai_resp rs = {OAI_CHAT, "chatcmpl-9", 5, "tiny", -1, 1, oa_piece, NULL};
+    oai_resp rs = {OAI_CHAT, "chatcmpl-9", 5, "tiny", -1, 1, oa_piece, NULL, 0};
     char *s = oai_chunk_sse(&rs, 1, 1, "", 0, NULL, 0, 0, 0);
     cr_assert(!strncmp(s, "data: {", 7));
     cr_assert(!strcmp(s + strlen(s) - 2, "\n\n"));

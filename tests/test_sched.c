@@ -9,6 +9,7 @@
  * with all blocks free or held only by the prefix cache.
  */
 #include <criterion/criterion.h>
+#include <math.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,7 +60,7 @@ static int ts_run(void *ud, const be_batch *b, float *logits)
     ts_fake *f = ud;
     cr_assert_leq(b->n_tokens, f->max_tokens, "token budget exceeded");
     cr_assert_leq(b->n_seqs, f->max_seqs, "sequence cap exceeded");
-    cr_assert_leq(b->n_logits, f->max_seqs);
+    cr_assert_leq(b->n_logits, sched_max_logits(f->max_seqs));
     if (f->n_steps < 4096) {
         f->step_tokens[f->n_steps] = b->n_tokens;
         f->step_seqs[f->n_steps] = b->n_seqs;
@@ -76,9 +77,12 @@ static int ts_run(void *ud, const be_batch *b, float *logits)
         int first = b->ctx_len[s] - n_new;
         for (int i = 0; i < n_new; i++)
             cr_assert_eq(b->positions[b->q_start[s] + i], first + i);
-        if (row < b->n_logits && b->logit_rows[row] == b->q_start[s + 1] - 1) {
+        /* Rows inside this sequence's tokens, in order: the logits after each such token. */
+        while (row < b->n_logits && b->logit_rows[row] >= b->q_start[s] && b->logit_rows[row] < b->q_start[s + 1]) {
+            cr_assert(row == 0 || b->logit_rows[row] > b->logit_rows[row - 1], "logit rows out of order");
+            int len = first + (b->logit_rows[row] - b->q_start[s]) + 1;
             uint64_t h = 0;
-            for (int k = 0; k < b->ctx_len[s]; k++) {
+            for (int k = 0; k < len; k++) {
                 int32_t blk = b->block_table[(int64_t)s * b->bt_stride + k / f->bs];
                 int slot = blk * f->bs + k % f->bs;
                 cr_assert_eq(f->kv_pos[slot], k, "KV entry %d of a sequence holds position %d",
@@ -89,7 +93,7 @@ static int ts_run(void *ud, const be_batch *b, float *logits)
             row++;
         }
     }
-    cr_assert_eq(row, b->n_logits, "logit rows must be the last tokens of sampling sequences");
+    cr_assert_eq(row, b->n_logits, "every logit row must be one of a sequence's new tokens");
     return 0;
 }
 
@@ -505,6 +509,84 @@ Test(sched, prefill_admit_tokens_spreads_prompts_over_steps)
         }
         ts_env_fini(&e);
     }
+}
+
+/* Steps until idle, keeping every scored prompt token of s: pos → log-prob (NaN for pos 0),
+ * counting how often each position was reported; returns whether s ended with SCHED_END. */
+static int ts_drain_scores(ts_env *e, const seq *s, float *lp, int *seen, int n)
+{
+    int ended = 0;
+    for (int steps = 0;; steps++) {
+        sched_sample *sm;
+        int k = sched_step(e->sc, &sm);
+        sched_check(e->sc);
+        if (k == -EAGAIN) break;
+        cr_assert_geq(k, 0);
+        cr_assert_lt(steps, 100000);
+        for (int i = 0; i < k; i++) {
+            if (sm[i].s != s) continue;
+            if (sm[i].kind == SCHED_END) ended = 1;
+            if (sm[i].kind != SCHED_PROMPT) continue;
+            cr_assert(sm[i].pos >= 0 && sm[i].pos < n);
+            cr_assert_eq(sm[i].r.token, s->tokens[sm[i].pos]);
+            lp[sm[i].pos] = sm[i].r.logprob;
+            seen[sm[i].pos]++;
+        }
+    }
+    return ended;
+}
+
+Test(sched, prompt_logprobs_score_every_token_in_capped_chunks)
+{
+    ts_env e;
+    ts_env_init(&e, 256, 4, 100, 1);
+    int32_t p[150];
+    ts_prompt(p, 150, 123);
+    seq *warm = ts_seq(p, 150, 2, 0, 0); /* puts the prompt in the cache, which scoring must not use */
+    sched_add(e.sc, warm);
+    ts_drain(&e);
+    int base = e.f.n_steps;
+    for (int max_tokens = 3; max_tokens >= 0; max_tokens -= 3) {
+        seq *s = ts_seq(p, 150, max_tokens, 0, 0);
+        s->prompt_logprobs = 1;
+        s->sp.n_logprobs = 2;
+        sched_add(e.sc, s);
+        static float lp[150];
+        int seen[150] = {0};
+        int ended = ts_drain_scores(&e, s, lp, seen, 150);
+        cr_assert_eq(s->cached_tokens, 0, "a scored prompt is computed in full");
+        cr_assert(isnan(lp[0]), "the first prompt token has no log-prob");
+        uint64_t h = 0;
+        for (int j = 0; j < 150; j++) {
+            cr_assert_eq(seen[j], 1, "prompt token %d reported %d times", j, seen[j]);
+            if (j > 0) {
+                float lg[TS_VOCAB];
+                ts_logits(&e.f, h, lg);
+                double m = lg[0], sum = 0;
+                for (int v = 1; v < TS_VOCAB; v++) m = lg[v] > m ? lg[v] : m;
+                for (int v = 0; v < TS_VOCAB; v++) sum += exp(lg[v] - m);
+                double want = lg[p[j]] - m - log(sum);
+                cr_assert(fabs(lp[j] - want) < 1e-4, "token %d: log-prob %g, want %g", j, lp[j], want);
+            }
+            h = ts_hash_step(h, p[j], j);
+        }
+        /* At most SCHED_PROMPT_LOGIT_ROWS rows a step: 64 + 64 + 22 prompt tokens. */
+        cr_assert_eq(e.f.step_tokens[base], 64);
+        cr_assert_eq(e.f.step_tokens[base + 1], 64);
+        cr_assert_eq(e.f.step_tokens[base + 2], 22);
+        base = e.f.n_steps;
+        if (max_tokens) {
+            cr_assert(!ended);
+            ts_expect(&e.f, s, 0);
+        } else {
+            cr_assert(ended, "max_tokens 0: the sequence ends after scoring");
+            cr_assert_eq(s->finish, ENGINE_FINISH_LENGTH);
+            cr_assert_eq(seq_n_output(s), 0);
+        }
+        seq_destroy(s);
+    }
+    seq_destroy(warm);
+    ts_env_fini(&e);
 }
 
 Test(sched, lpm_prefers_cached_prefix_and_ages)

@@ -14,6 +14,7 @@
 #include <curl/curl.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
@@ -545,15 +546,69 @@ Test(server, chat_n2_logprobs_and_best_of)
     const cJSON *c0 = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "choices"), 0);
     const cJSON *lp = cJSON_GetObjectItem(c0, "logprobs");
     cr_assert(!strncmp(cJSON_GetObjectItem(c0, "text")->valuestring, "Once upon a time", 16));
+    /* echo + logprobs: the 5 prompt tokens are scored too (the first has none: null), then 8 */
     int nt = cJSON_GetArraySize(cJSON_GetObjectItem(lp, "tokens"));
-    cr_assert_eq(nt, 8);
-    cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(lp, "token_logprobs")), nt);
-    cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(lp, "top_logprobs")), nt);
-    cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(lp, "text_offset")), nt);
-    cr_assert_eq(cJSON_GetArrayItem(cJSON_GetObjectItem(lp, "text_offset"), 0)->valueint, 16);
-    cr_assert(cJSON_GetArraySize(cJSON_GetArrayItem(cJSON_GetObjectItem(lp, "top_logprobs"), 0)) >= 1);
+    cr_assert_eq(nt, 5 + 8);
+    const cJSON *tlp = cJSON_GetObjectItem(lp, "token_logprobs"), *top = cJSON_GetObjectItem(lp, "top_logprobs");
+    const cJSON *off = cJSON_GetObjectItem(lp, "text_offset");
+    cr_assert_eq(cJSON_GetArraySize(tlp), nt);
+    cr_assert_eq(cJSON_GetArraySize(top), nt);
+    cr_assert_eq(cJSON_GetArraySize(off), nt);
+    cr_assert(cJSON_IsNull(cJSON_GetArrayItem(tlp, 0)) && cJSON_IsNull(cJSON_GetArrayItem(top, 0)));
+    cr_assert_eq(cJSON_GetArrayItem(off, 0)->valueint, 0);
+    for (int k = 1; k < nt; k++) {
+        cr_assert(cJSON_GetArrayItem(tlp, k)->valuedouble <= 0, "token %d", k);
+        cr_assert(cJSON_GetArraySize(cJSON_GetArrayItem(top, k)) >= 1, "token %d", k);
+        cr_assert_geq(cJSON_GetArrayItem(off, k)->valueint, cJSON_GetArrayItem(off, k - 1)->valueint);
+    }
+    double gen_lp[8];
+    int32_t gen_ids[8];
+    for (int k = 0; k < 8; k++) gen_lp[k] = cJSON_GetArrayItem(tlp, 5 + k)->valuedouble;
     cJSON_Delete(j);
     sv_resp_free(&r);
+    /* The generated ids appended to the prompt and scored with max_tokens 0 give the same
+     * log-probs as when they were sampled (the same model, computed by prefill instead of decode). */
+    {
+        /* the greedy continuation's ids, as vLLM's return_tokens_as_token_ids spells them */
+        r = sv_post("/v1/completions", "{\"prompt\":\"Once upon a time\",\"max_tokens\":8,\"temperature\":0,\"ignore_eos\":true,"
+                                       "\"logprobs\":0,\"return_tokens_as_token_ids\":true}");
+        j = cJSON_Parse(r.body);
+        const cJSON *toks = cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "choices"), 0), "logprobs"), "tokens");
+        cr_assert_eq(cJSON_GetArraySize(toks), 8, "%s", r.body);
+        for (int k = 0; k < 8; k++) {
+            const char *t = cJSON_GetArrayItem(toks, k)->valuestring;
+            cr_assert(!strncmp(t, "token_id:", 9), "%s", t);
+            gen_ids[k] = atoi(t + 9);
+        }
+        cJSON_Delete(j);
+        sv_resp_free(&r);
+        r = sv_post("/tokenize", "{\"prompt\":\"Once upon a time\"}");
+        j = cJSON_Parse(r.body);
+        const cJSON *pids = cJSON_GetObjectItem(j, "tokens");
+        cr_assert_eq(cJSON_GetArraySize(pids), 5, "%s", r.body);
+        char req[512];
+        int o = snprintf(req, sizeof req, "{\"prompt\":[");
+        for (int k = 0; k < 5; k++)
+            o += snprintf(req + o, sizeof req - (size_t)o, k ? ",%d" : "%d", cJSON_GetArrayItem(pids, k)->valueint);
+        cJSON_Delete(j);
+        sv_resp_free(&r);
+        for (int k = 0; k < 8; k++) o += snprintf(req + o, sizeof req - (size_t)o, ",%d", gen_ids[k]);
+        snprintf(req + o, sizeof req - (size_t)o, "],\"max_tokens\":0,\"echo\":true,\"logprobs\":1}");
+        r = sv_post("/v1/completions", req);
+        cr_assert_eq(r.status, 200, "%s", r.body);
+        j = cJSON_Parse(r.body);
+        const cJSON *ch = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "choices"), 0);
+        tlp = cJSON_GetObjectItem(cJSON_GetObjectItem(ch, "logprobs"), "token_logprobs");
+        cr_assert_eq(cJSON_GetArraySize(tlp), 13);
+        if (sv.golden)
+            for (int k = 0; k < 8; k++)
+                cr_assert(fabs(cJSON_GetArrayItem(tlp, 5 + k)->valuedouble - gen_lp[k]) < 2e-3,
+                          "token %d: scored %g, sampled %g", k, cJSON_GetArrayItem(tlp, 5 + k)->valuedouble, gen_lp[k]);
+        cr_assert_str_eq(cJSON_GetObjectItem(ch, "finish_reason")->valuestring, "length");
+        cr_assert_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "usage"), "completion_tokens")->valueint, 0);
+        cJSON_Delete(j);
+        sv_resp_free(&r);
+    }
     r = sv_post("/v1/completions", "{\"prompt\":[\"Once upon a time\",\"The cat\"],\"max_tokens\":10,\"temperature\":0,"
                                    "\"n\":2,\"stream\":true,\"logprobs\":1,\"ignore_eos\":true}");
     sv_parse_stream(r.body, 0, &st);
@@ -565,6 +620,16 @@ Test(server, chat_n2_logprobs_and_best_of)
     cr_assert_str_eq(st.text[0], st.text[1]);
     cr_assert_str_eq(st.text[2], st.text[3]);
     cr_assert_str_neq(st.text[0], st.text[2]);
+    sv_resp_free(&r);
+    /* streamed echo + logprobs: the first chunk carries the prompt and its scored tokens */
+    r = sv_post("/v1/completions", "{\"prompt\":\"Once upon a time\",\"max_tokens\":3,\"temperature\":0,\"stream\":true,"
+                                   "\"echo\":true,\"logprobs\":1,\"ignore_eos\":true}");
+    memset(&st, 0, sizeof st);
+    sv_parse_stream(r.body, 0, &st);
+    cr_assert(st.done);
+    cr_assert_eq(st.n_lp_tokens[0], 5 + 3, "%s", r.body);
+    cr_assert(!strncmp(st.text[0], "Once upon a time", 16), "%s", st.text[0]);
+    cr_assert(strstr(r.body, "\"token_logprobs\":[null,"), "%s", r.body);
     sv_resp_free(&r);
     r = sv_post("/v1/completions", "{\"prompt\":\"The cat\",\"max_tokens\":6,\"temperature\":1,\"seed\":7,\"n\":2,\"best_of\":3,\"ignore_eos\":true}");
     cr_assert_eq(r.status, 200, "%s", r.body);
