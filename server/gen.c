@@ -281,7 +281,7 @@ static int alloc_state(srv_req *r, int np, int32_t **ids, const int *n)
         ch->index = p * q->n + c % q->best_of;
         if (q->echo) {
             /* With scored prompt tokens the offsets count from the start of the echoed prompt. */
-            ch->text_offset = prompt_logprobs(q) ? 0 : strlen(r->echo_text[p]);
+            ch->text_offset = prompt_logprobs(q) ? 0 : oai_text_chars(r->echo_text[p], strlen(r->echo_text[p]));
             if (!q->stream && oai_choice_append_text(ch, r->echo_text[p], strlen(r->echo_text[p]))) return -ENOMEM;
         }
     }
@@ -480,14 +480,6 @@ static void observe_final(srv *s, const engine_event *ev)
     met_observe(&s->met.e2e, (double)(t->finish_us - t->arrival_us) / 1e6);
 }
 
-/* Bytes of token id's text: how far a completions text_offset moves past it. */
-static size_t token_bytes(const srv_req *r, int32_t id)
-{
-    char buf[256];
-    int n = tok_token_bytes(r->s->tok, id, 0, buf, (int)sizeof buf);
-    return (size_t)(n > 0 ? n : 0);
-}
-
 /* One engine event for a streamed request. */
 static void stream_event(srv_req *r, int p, oai_choice *c, const engine_event *ev)
 {
@@ -507,7 +499,7 @@ static void stream_event(srv_req *r, int p, oai_choice *c, const engine_event *e
             /* The echoed prompt, with its scored tokens when asked (collected until now). */
             emit(r, oai_chunk_sse(rs, c->index, 0, r->echo_text[p], strlen(r->echo_text[p]), c->lps,
                                   c->n_lps, 0, 0));
-            for (int k = 0; k < c->n_lps; k++) c->text_offset += token_bytes(r, c->lps[k].r.token);
+            for (int k = 0; k < c->n_lps; k++) c->text_offset += oai_token_chars(rs, c->lps[k].r.token);
             c->n_lps = 0;
         }
     }
@@ -519,7 +511,7 @@ static void stream_event(srv_req *r, int p, oai_choice *c, const engine_event *e
     } else if (ev->text_len || has_lp || fin) {
         emit(r, oai_chunk_sse(rs, c->index, 0, ev->text, ev->text_len, lp, has_lp, c->text_offset, fin));
     }
-    if (has_lp) c->text_offset += token_bytes(r, lp[0].r.token);
+    if (has_lp) c->text_offset += oai_token_chars(rs, lp[0].r.token);
 }
 
 void srv__gen_event(srv *s, engine_event *ev)

@@ -665,6 +665,21 @@ static cJSON *token_string(const oai_resp *r, int32_t id, unsigned char *raw, in
     return j;
 }
 
+size_t oai_text_chars(const char *s, size_t n)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) k += ((unsigned char)s[i] & 0xC0) != 0x80;
+    return k;
+}
+
+size_t oai_token_chars(const oai_resp *r, int32_t id)
+{
+    cJSON *t = token_string(r, id, NULL, NULL);
+    size_t k = oai_text_chars(t->valuestring, strlen(t->valuestring));
+    cJSON_Delete(t);
+    return k;
+}
+
 static cJSON *bytes_array(const unsigned char *raw, int n)
 {
     cJSON *a = cJSON_CreateArray();
@@ -711,9 +726,10 @@ static cJSON *completion_logprobs(const oai_resp *r, const oai_lp *lps, int n, s
         const oai_lp *l = &lps[i];
         unsigned char raw[256];
         int len = 0;
-        cJSON_AddItemToArray(toks, token_string(r, l->r.token, raw, &len));
+        cJSON *ts = token_string(r, l->r.token, raw, &len);
+        cJSON_AddItemToArray(toks, ts);
         cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)off));
-        off += (size_t)len;
+        off += oai_text_chars(ts->valuestring, strlen(ts->valuestring));
         if (!l->has_logprob) {
             cJSON_AddItemToArray(tlp, cJSON_CreateNull());
             cJSON_AddItemToArray(top, cJSON_CreateNull());

@@ -213,7 +213,7 @@ Test(openai, tokenize_bodies)
 static int oa_piece(void *ud, int32_t id, char *buf, int cap)
 {
     (void)ud;
-    const char *s = id == 1 ? "a" : id == 2 ? " b" : id == 3 ? "\xE6" : "?";
+    const char *s = id == 1 ? "a" : id == 2 ? " b" : id == 3 ? "\xE6" : id == 4 ? "\xC3\xA9" : "?";
     int n = (int)strlen(s);
     memcpy(buf, s, (size_t)(n < cap ? n : cap));
     return n;
@@ -243,8 +243,11 @@ Test(openai, response_shapes)
     c.finish = ENGINE_FINISH_LENGTH;
     oai_choice_append_text(&c, "a b", 3);
     oai_lp l1 = oa_lp(1, -0.5f), l2 = oa_lp(2, -1.0f);
+    oai_lp le = oa_lp(4, -2.0f);
     oai_choice_append_lp(&c, &l1.r, 1);
     oai_choice_append_lp(&c, &l2.r, 1);
+    oai_choice_append_lp(&c, &le.r, 1); /* "é": 2 bytes, 1 character */
+    oai_choice_append_lp(&c, &l1.r, 1);
     oai_usage u = {5, 2, 3};
     char *s = oai_response_json(&rs, &c, 1, &u);
     cJSON *j = cJSON_Parse(s);
@@ -255,6 +258,8 @@ Test(openai, response_shapes)
     const cJSON *lp = cJSON_GetObjectItem(ch, "logprobs");
     cr_assert_str_eq(cJSON_GetArrayItem(cJSON_GetObjectItem(lp, "tokens"), 1)->valuestring, " b");
     cr_assert_eq(cJSON_GetArrayItem(cJSON_GetObjectItem(lp, "text_offset"), 1)->valueint, 1);
+    cr_assert_eq(cJSON_GetArrayItem(cJSON_GetObjectItem(lp, "text_offset"), 3)->valueint, 4,
+                 "text_offset counts characters, not bytes");
     const cJSON *top0 = cJSON_GetArrayItem(cJSON_GetObjectItem(lp, "top_logprobs"), 0);
     cr_assert_eq(cJSON_GetArraySize(top0), 1); /* logprobs = 1: the best alternative (= sampled) */
     const cJSON *us = cJSON_GetObjectItem(j, "usage");
@@ -275,8 +280,8 @@ Test(openai, response_shapes)
     cr_assert_str_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(ch, "message"), "content")->valuestring, "a b");
     cr_assert(cJSON_IsNull(cJSON_GetObjectItem(cJSON_GetObjectItem(ch, "message"), "refusal")));
     const cJSON *content = cJSON_GetObjectItem(cJSON_GetObjectItem(ch, "logprobs"), "content");
-    cr_assert_eq(cJSON_GetArraySize(content), 3);
-    const cJSON *t2 = cJSON_GetArrayItem(content, 2);
+    cr_assert_eq(cJSON_GetArraySize(content), 5);
+    const cJSON *t2 = cJSON_GetArrayItem(content, 4);
     cr_assert_str_eq(cJSON_GetObjectItem(t2, "token")->valuestring, "\xEF\xBF\xBD");
     cr_assert_eq(cJSON_GetArrayItem(cJSON_GetObjectItem(t2, "bytes"), 0)->valueint, 0xE6);
     cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(t2, "top_logprobs")), 2);
