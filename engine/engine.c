@@ -192,7 +192,8 @@ static void eng__emit(eng_evlist *l, engine_event *ev)
     l->v[l->n++] = ev;
 }
 
-/* Ends every unfinished choice of q with reason (abort or error), releasing its sequences. */
+/* Ends every unfinished choice of q with reason (abort, error, or length for a request that
+ * only scored its prompt), releasing its sequences. */
 static void eng__end_request(engine *e, eng_req *q, int reason, eng_evlist *out)
 {
     for (int i = 0; i < q->r.n; i++) {
@@ -364,14 +365,7 @@ static int eng__step(engine *e, eng_evlist *out)
             eng__on_prompt(e, sm + i, k, out);
             i += k;
         } else if (sm[i].kind == SCHED_END) {
-            eng_req *q = sm[i].s->owner;
-            for (int c = 0; c < q->r.n; c++)
-                if (!q->done[c]) {
-                    eng__emit(out, eng__event(q, c, "", 0, NULL, ENGINE_FINISH_LENGTH));
-                    q->done[c] = 1;
-                    q->n_done++;
-                }
-            i++;
+            eng__end_request(e, sm[i++].s->owner, ENGINE_FINISH_LENGTH, out);
         } else {
             eng__on_sample(e, &sm[i++], out);
         }
