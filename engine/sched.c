@@ -224,6 +224,15 @@ static int sched__lp_fit(const sched *sc, const seq *s, int n_new, int *lp_from,
     return n_new;
 }
 
+/* Appends s's entry for this step and takes its tokens and prompt log-prob rows from the step. */
+static void sched__push_plan(sched *sc, seq *s, int n_new, int lp_from, int lp_rows, int *budget)
+{
+    assert(sc->n_plan < sc->c.max_seqs);
+    sc->plan[sc->n_plan++] = (batch_entry){s, n_new, s->n_computed + n_new == s->n_tokens, lp_from, lp_rows};
+    *budget -= n_new;
+    sc->lp_left -= lp_rows;
+}
+
 /* Plans n_new tokens of running s, preempting the most recently admitted others when blocks run
  * out. Returns 1 planned (or nothing to plan for s this step), 0 when s itself was preempted,
  * or -ENOMEM. */
@@ -241,10 +250,7 @@ static int sched__plan_running(sched *sc, seq *s, int n_new, int *budget)
         sched__preempt(sc, victim, budget);
         if (victim == s) return 0;
     }
-    assert(sc->n_plan < sc->c.max_seqs);
-    sc->plan[sc->n_plan++] = (batch_entry){s, n_new, s->n_computed + n_new == s->n_tokens, lp_from, lp_rows};
-    *budget -= n_new;
-    sc->lp_left -= lp_rows;
+    sched__push_plan(sc, s, n_new, lp_from, lp_rows, budget);
     return 1;
 }
 
@@ -383,9 +389,7 @@ static int sched__admit(sched *sc, int i, int *budget, char *held)
     sc->running[sc->n_running++] = c; /* room was made before the blocks were taken */
     c->status = SEQ_RUNNING;
     c->admit_order = ++sc->admit_counter;
-    sc->plan[sc->n_plan++] = (batch_entry){c, n_new, c->n_computed + n_new == c->n_tokens, lp_from, lp_rows};
-    *budget -= n_new;
-    sc->lp_left -= lp_rows;
+    sched__push_plan(sc, c, n_new, lp_from, lp_rows, budget);
     return 1;
 }
 
