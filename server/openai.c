@@ -724,9 +724,7 @@ static cJSON *completion_logprobs(const oai_resp *r, const oai_lp *lps, int n, s
     cJSON *offs = cJSON_AddArrayToObject(o, "text_offset");
     for (int i = 0; i < n; i++) {
         const oai_lp *l = &lps[i];
-        unsigned char raw[256];
-        int len = 0;
-        cJSON *ts = token_string(r, l->r.token, raw, &len);
+        cJSON *ts = token_string(r, l->r.token, NULL, NULL);
         cJSON_AddItemToArray(toks, ts);
         cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)off));
         off += oai_text_chars(ts->valuestring, strlen(ts->valuestring));

@@ -163,7 +163,7 @@ char *oai_string_json(const char *key, const char *value);
 char *oai_error_json(const oai_error *e);
 
 /* Completions logprobs fragment for positions lps[0..n) whose text starts at text_offset; the
- * offsets advance by each token's byte length. Exposed for tests. malloc'd JSON. */
+ * offsets advance by each token's characters (oai_token_chars). Exposed for tests. malloc'd JSON. */
 char *oai_logprobs_json(const oai_resp *r, const oai_lp *lps, int n, size_t text_offset);
 /* Characters (code points) of UTF-8 text, and of token id's text as the logprobs show it: the
  * units of completions' text_offset (as in OpenAI's and vLLM's responses). */
