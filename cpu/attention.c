@@ -630,17 +630,6 @@ typedef struct plan_ctx {
     const int32_t *nb; /* blocks of each sequence's table in use */
 } plan_ctx;
 
-/* Block tables of sequences x and y compared entry by entry (a prefix sorts first). */
-static int bt_cmp(const plan_ctx *p, int x, int y)
-{
-    const int32_t *a = p->b->block_table + (size_t)x * p->b->bt_stride;
-    const int32_t *e = p->b->block_table + (size_t)y * p->b->bt_stride;
-    int n = p->nb[x] < p->nb[y] ? p->nb[x] : p->nb[y];
-    for (int k = 0; k < n; k++)
-        if (a[k] != e[k]) return a[k] < e[k] ? -1 : 1;
-    return (p->nb[x] > p->nb[y]) - (p->nb[x] < p->nb[y]);
-}
-
 /* Leading block-table entries sequences x and y have in common. */
 static int bt_lcp(const plan_ctx *p, int x, int y)
 {
@@ -649,6 +638,18 @@ static int bt_lcp(const plan_ctx *p, int x, int y)
     int n = p->nb[x] < p->nb[y] ? p->nb[x] : p->nb[y], k = 0;
     while (k < n && a[k] == e[k]) k++;
     return k;
+}
+
+/* Block tables of sequences x and y compared entry by entry (a prefix sorts first). */
+static int bt_cmp(const plan_ctx *p, int x, int y)
+{
+    int k = bt_lcp(p, x, y);
+    if (k < p->nb[x] && k < p->nb[y]) {
+        int32_t a = p->b->block_table[(size_t)x * p->b->bt_stride + k];
+        int32_t e = p->b->block_table[(size_t)y * p->b->bt_stride + k];
+        return a < e ? -1 : 1;
+    }
+    return (p->nb[x] > p->nb[y]) - (p->nb[x] < p->nb[y]);
 }
 
 /* Stable bottom-up merge sort of v[0 .. n) by block table (tmp: n more). */
@@ -666,17 +667,27 @@ static void sort_by_table(const plan_ctx *p, int32_t *v, int32_t *tmp, int n)
     }
 }
 
+/* The plan's buffer: max_tiles units, then the group tokens (one per batch token at most). */
+static size_t plan_max_tiles(const be_batch *b)
+{
+    return (size_t)b->n_tokens + (size_t)b->n_seqs;
+}
+
+static int32_t *plan_gtoks(const cpu__backend *c)
+{
+    return (int32_t *)((attn_tile *)c->tiles.p + plan_max_tiles(&c->batch));
+}
+
 int cpu__attention_plan(cpu__backend *c)
 {
     const be_batch *b = &c->batch;
     int bs = c->kv.block_size, ns = b->n_seqs;
-    size_t max_tiles = (size_t)b->n_tokens + (size_t)ns;
-    size_t bytes = max_tiles * sizeof(attn_tile) + (size_t)(b->n_tokens + 3 * ns + 1) * sizeof(int32_t);
+    size_t bytes = plan_max_tiles(b) * sizeof(attn_tile) + (size_t)(b->n_tokens + 3 * ns + 1) * sizeof(int32_t);
     c->attn_n_tiles = 0;
     if (bs <= 0 || ns == 0) return 0; /* no KV arena yet, or a store-only step */
     if (cpu__scratch_reserve(&c->tiles, bytes)) return -ENOMEM;
     attn_tile *tiles = c->tiles.p;
-    int32_t *gtoks = (int32_t *)(tiles + max_tiles), *dec = gtoks + b->n_tokens, *tmp = dec + ns, *nb = tmp + ns;
+    int32_t *gtoks = plan_gtoks(c), *dec = gtoks + b->n_tokens, *tmp = dec + ns, *nb = tmp + ns;
     int64_t n_tiles = 0;
     int n_dec = 0, n_gtoks = 0;
 
@@ -728,7 +739,7 @@ void cpu__attention(cpu__backend *c, int layer, const float *q, int n_heads, flo
 {
     const be_batch *b = &c->batch;
     size_t bytes = attn_scratch_floats(&c->kv, n_heads / c->kv.n_kv_heads) * sizeof(float);
-    int rc = c->batch.n_seqs && !c->attn_n_tiles ? -ENOMEM : 0;
+    int rc = c->batch.n_seqs && !c->attn_n_tiles ? -ENOMEM : 0; /* begin could not plan */
     for (int i = 0; i < c->n_threads && !rc; i++) rc = cpu__scratch_reserve(&c->scratch[i], bytes);
     if (rc) {
         /* Out of memory for a few KiB of scratch: poison the output rather than crash. */
@@ -736,8 +747,6 @@ void cpu__attention(cpu__backend *c, int layer, const float *q, int n_heads, flo
         for (size_t k = 0; k < n; k++) out[k] = NAN;
         return;
     }
-    attn_tile *tiles = c->tiles.p;
-    size_t max_tiles = (size_t)b->n_tokens + (size_t)b->n_seqs;
-    attn_task t = {c, layer, q, n_heads, out, tiles, c->attn_n_tiles, (const int32_t *)(tiles + max_tiles)};
+    attn_task t = {c, layer, q, n_heads, out, c->tiles.p, c->attn_n_tiles, plan_gtoks(c)};
     cpu__pool_for(c->pool, t.n_tiles * c->kv.n_kv_heads, 1, attn_run, &t);
 }
