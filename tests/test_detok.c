@@ -211,12 +211,7 @@ static gguf_file *tdb_gguf;
 
 static void tdb_setup(void)
 {
-    const char *dir = getenv("TMPDIR");
     char path[1024], err[256];
-    snprintf(path, sizeof path, "%s/kvserve-detok-XXXXXX", dir && *dir ? dir : "/tmp");
-    int fd = mkstemp(path);
-    cr_assert_geq(fd, 0);
-    close(fd);
     mkm_params p;
     mkm_params_default(&p);
     p.dim = 32;
@@ -224,7 +219,7 @@ static void tdb_setup(void)
     p.heads = 2;
     p.vocab = 300;
     p.context = 64;
-    cr_assert_eq(mkm_write(path, &p, err, sizeof err), 0, "mkm_write: %s", err);
+    tu_write_mkmodel(&p, "detok", path, sizeof path);
     cr_assert_eq(gguf_open(path, &tdb_gguf, err, sizeof err), 0, "%s", err);
     unlink(path);
     tdb_tok = tok_create(tdb_gguf, err, sizeof err);

@@ -115,12 +115,7 @@ Test(engine, api_edges)
 
 static void tes_setup(void)
 {
-    const char *dir = getenv("TMPDIR");
     char path[1024], err[256];
-    snprintf(path, sizeof path, "%s/kvserve-engine-XXXXXX", dir && *dir ? dir : "/tmp");
-    int fd = mkstemp(path);
-    cr_assert_geq(fd, 0);
-    close(fd);
     mkm_params p;
     mkm_params_default(&p);
     p.dim = 64;
@@ -129,7 +124,7 @@ static void tes_setup(void)
     p.kv_heads = 2;
     p.vocab = 300;
     p.context = 256;
-    cr_assert_eq(mkm_write(path, &p, err, sizeof err), 0, "mkm_write: %s", err);
+    tu_write_mkmodel(&p, "engine", path, sizeof path);
     cr_assert_eq(model_load(path, &te_model, err, sizeof err), 0, "%s", err);
     unlink(path); /* the mapping stays valid */
     te_tok = tok_create(te_model->gguf, err, sizeof err);

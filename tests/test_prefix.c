@@ -121,12 +121,7 @@ Test(prefix, bench_cli_json_and_multi_turn_hits)
 {
     const char *bin = getenv("KVSERVE_BIN");
     if (!bin || access(bin, X_OK)) cr_skip_test("KVSERVE_BIN not set or not executable");
-    const char *dir = getenv("TMPDIR");
-    char path[1024], err[256], cmd[4096];
-    snprintf(path, sizeof path, "%s/kvserve-bench-XXXXXX", dir && *dir ? dir : "/tmp");
-    int fd = mkstemp(path);
-    cr_assert_geq(fd, 0);
-    close(fd);
+    char path[1024], cmd[4096];
     mkm_params p;
     mkm_params_default(&p);
     p.dim = 64;
@@ -134,7 +129,7 @@ Test(prefix, bench_cli_json_and_multi_turn_hits)
     p.heads = 4;
     p.vocab = 300;
     p.context = 512;
-    cr_assert_eq(mkm_write(path, &p, err, sizeof err), 0, "mkm_write: %s", err);
+    tu_write_mkmodel(&p, "bench", path, sizeof path);
     snprintf(cmd, sizeof cmd,
              "'%s' bench -m '%s' --requests 4 --input-len 20:40 --output-len 4:8 --turns 3 "
              "--shared-prefix 16 --threads 1 --kv-memory 8MiB --seed 7 --json 2>/dev/null",

@@ -1,8 +1,10 @@
 /*
  * test_util.c — helpers shared by the test files (see test_util.h).
  */
+#include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "tests/test_util.h"
 
@@ -29,4 +31,15 @@ char *tu_read_file(const char *path, size_t *len)
     buf[n] = 0;
     if (len) *len = (size_t)n;
     return buf;
+}
+
+void tu_write_mkmodel(const mkm_params *p, const char *tag, char *path, size_t n)
+{
+    const char *dir = getenv("TMPDIR");
+    char err[256];
+    snprintf(path, n, "%s/kvserve-%s-XXXXXX", dir && *dir ? dir : "/tmp", tag);
+    int fd = mkstemp(path);
+    cr_assert_geq(fd, 0, "mkstemp %s", path);
+    close(fd);
+    cr_assert_eq(mkm_write(path, p, err, sizeof err), 0, "mkm_write: %s", err);
 }

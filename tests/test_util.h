@@ -7,11 +7,17 @@
 
 #include <stddef.h>
 
+#include "cli/mkmodel.h"
+
 /* The shared data folder: $KVSERVE_SHARED when set and non-empty, else "../shared". */
 const char *tu_shared_dir(void);
 
 /* Reads a whole file into a malloc'd, NUL-terminated buffer (the caller frees it) and stores its
  * length in *len when len is not NULL. NULL when the file cannot be opened or read. */
 char *tu_read_file(const char *path, size_t *len);
+
+/* Writes the model p describes (mkm_write) to a new file $TMPDIR/kvserve-TAG-XXXXXX (/tmp when
+ * TMPDIR is unset) and puts its path in path[0 .. n). Fails the calling test on any error. */
+void tu_write_mkmodel(const mkm_params *p, const char *tag, char *path, size_t n);
 
 #endif
