@@ -12,16 +12,18 @@ CC ?= cc
 BUILD ?= build
 WERROR ?= 1
 
+# pkg-config runs when a recipe first needs its answer (after `deps` has installed the packages on
+# a fresh machine), not while the Makefile is parsed; each answer is computed once.
 PKGS := libmicrohttpd libcjson libuv libpcre2-8
-PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
-PKG_LIBS := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+PKG_CFLAGS = $(eval PKG_CFLAGS := $$(shell pkg-config --cflags $(PKGS) 2>/dev/null))$(PKG_CFLAGS)
+PKG_LIBS = $(eval PKG_LIBS := $$(shell pkg-config --libs $(PKGS) 2>/dev/null))$(PKG_LIBS)
 
 OPT ?= -O2
 ARCH ?= -march=native
-CFLAGS_BASE := -std=c11 -D_GNU_SOURCE -g $(ARCH) -Wall -Wextra -Wshadow -Wno-unused-parameter \
+CFLAGS_BASE = -std=c11 -D_GNU_SOURCE -g $(ARCH) -Wall -Wextra -Wshadow -Wno-unused-parameter \
                -fno-strict-aliasing -MMD -MP -I. $(PKG_CFLAGS) $(if $(filter 1,$(WERROR)),-Werror)
 CFLAGS += $(OPT) $(CFLAGS_BASE)
-LDLIBS := $(PKG_LIBS) -lm -lpthread
+LDLIBS = $(PKG_LIBS) -lm -lpthread
 
 # --- CUDA -------------------------------------------------------------------
 NVCC ?= $(shell command -v nvcc 2>/dev/null || { test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc; })
@@ -68,12 +70,13 @@ $(BUILD)/kvserve: $(BUILD)/cli/main.o $(BUILD)/libkvserve.a
 	@echo "  LD      $@"
 	$(Q)$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS) $(CUDA_LIBS)
 
-$(BUILD)/%.o: %.c
+# Order-only: the packages are installed (scripts/deps.sh) before the first compile, also with -j.
+$(BUILD)/%.o: %.c | deps
 	@mkdir -p $(dir $@)
 	@echo "  CC      $<"
 	$(Q)$(CC) $(CFLAGS) -c -o $@ $<
 
-$(BUILD)/%.o: %.cu
+$(BUILD)/%.o: %.cu | deps
 	@mkdir -p $(dir $@)
 	@echo "  NVCC    $<"
 	$(Q)$(NVCC) $(NVCCFLAGS) -MMD -MP -c -o $@ $<
@@ -88,8 +91,10 @@ $(BUILD)/bench/%: $(BUILD)/bench/%.o $(BUILD)/libkvserve.a
 
 bench-progs: $(BENCH_PROGS)
 
-# The test binary finds the kvserve binary (for CLI and HTTP tests) and ../shared through these.
-TEST_ENV := KVSERVE_BIN=$(abspath $(BUILD)/kvserve) KVSERVE_SHARED=$(abspath ../shared)
+# The test binary finds the kvserve binary (for CLI and HTTP tests), the repository's test data
+# (tests/data) and the optional reference sets in ../shared through these.
+TEST_ENV := KVSERVE_BIN=$(abspath $(BUILD)/kvserve) KVSERVE_DATA=$(abspath tests/data) \
+            KVSERVE_SHARED=$(abspath ../shared)
 test: all $(BUILD)/test_kvserve
 	$(Q)$(TEST_ENV) $(BUILD)/test_kvserve --jobs 2 $(TEST_ARGS)
 
@@ -101,20 +106,19 @@ asan: deps
 	    CUDA=0 build/asan/kvserve build/asan/test_kvserve
 	$(Q)ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS=suppressions=$(abspath tests/lsan.supp) \
 	    UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-	    KVSERVE_BIN=$(abspath build/asan/kvserve) KVSERVE_SHARED=$(abspath ../shared) \
+	    KVSERVE_BIN=$(abspath build/asan/kvserve) KVSERVE_DATA=$(abspath tests/data) \
+	    KVSERVE_SHARED=$(abspath ../shared) \
 	    build/asan/test_kvserve --jobs 2 $(TEST_ARGS)
 
-FUZZ_CFLAGS := -std=c11 -D_GNU_SOURCE -g -O1 -I. $(PKG_CFLAGS) -fsanitize=fuzzer,address,undefined -ffunction-sections -fdata-sections -Wl,--gc-sections
+FUZZ_CFLAGS = -std=c11 -D_GNU_SOURCE -g -O1 -I. $(PKG_CFLAGS) -fsanitize=fuzzer,address,undefined -ffunction-sections -fdata-sections -Wl,--gc-sections
 FUZZ_LIB_SRCS := $(filter-out server/server.c server/http.c server/gen.c cli/cmd_serve.c,$(LIB_SRCS))
 fuzz: deps
 	@mkdir -p $(BUILD)/fuzz
 	$(Q)for f in $(FUZZ_SRCS); do n=$$(basename $$f .c); echo "  FUZZ    $$n"; \
 	    clang $(FUZZ_CFLAGS) -o $(BUILD)/fuzz/$$n $$f $(FUZZ_LIB_SRCS) $(LDLIBS) || exit 1; done
 
-MODEL ?= $(firstword $(wildcard ../shared/models/stories260K.gguf) $(BUILD)/demo.gguf)
-$(BUILD)/demo.gguf: $(BUILD)/kvserve
-	$(Q)$(BUILD)/kvserve mkmodel -o $@ --dim 256 --layers 4 --heads 8 --kv-heads 4 --ffn 768 \
-	    --vocab 512 --context 1024 --type q8_0
+# The default model is the repository's own stories260K (tests/data, MIT: see tests/data/README.md).
+MODEL ?= tests/data/stories260K.gguf
 run: all $(MODEL)
 	$(Q)scripts/run.sh $(BUILD)/kvserve $(MODEL) $(RUN_ARGS)
 

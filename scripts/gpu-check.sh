@@ -5,9 +5,10 @@
 #                                              stories260K golden ids on the GPU, benchmarks; logs
 #                                              and results.tsv under OUTDIR (default build/gpu-check-out)
 #   scripts/gpu-check.sh --build-only          only build (CI: proves the check binary compiles and links)
-#   scripts/gpu-check.sh --prepare MODELS_DIR  copy stories260K.gguf and its golden ids (as plain text)
-#                                              from MODELS_DIR into .gpu/ (git-ignored), on a machine with
-#                                              python3; the GPU machine then needs only the work tree
+#   scripts/gpu-check.sh --prepare [DATA_DIR]  copy stories260K.gguf and its golden ids (as plain text)
+#                                              from DATA_DIR (default tests/data) into .gpu/ (git-ignored),
+#                                              on a machine with python3; the GPU machine then needs only
+#                                              the work tree
 #   scripts/gpu-check.sh --quick [OUTDIR]      smaller kernel checks and shorter benchmarks
 #   scripts/gpu-check.sh --emulate             no GPU needed: run the attention kernels' source on the
 #                                              CPU (cuda/check/attn_emu.cc) against float64 (~1 min)
@@ -30,10 +31,10 @@ while [ $# -gt 0 ]; do
             -Wno-unused-function -Werror -I. -o build/gpu-check/attn_emu cuda/check/attn_emu.cc -lpthread
         exec build/gpu-check/attn_emu ;;
     --prepare)
-        [ $# -ge 2 ] || { echo "gpu-check: --prepare needs the models directory" >&2; exit 2; }
+        src=${2:-tests/data}
         mkdir -p .gpu
-        cp "$2/stories260K.gguf" .gpu/stories260K.gguf
-        python3 - "$2/stories260K.golden.json" .gpu/stories260K.golden.txt <<'PY'
+        cp "$src/stories260K.gguf" .gpu/stories260K.gguf
+        python3 - "$src/stories260K.golden.json" .gpu/stories260K.golden.txt <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1]))
 with open(sys.argv[2], "w") as f:

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# bench_smoke.sh KVSERVE_BIN [SHARED_DIR] — a short run of scripts/bench_serving against a real
-# `kvserve serve` on loopback (stories260K when SHARED_DIR has it, else a small generated model):
+# bench_smoke.sh KVSERVE_BIN [DATA_DIR] — a short run of scripts/bench_serving against a real
+# `kvserve serve` on loopback (stories260K from DATA_DIR, default tests/data):
 # a handful of streamed requests on both endpoints; fails unless every request completes, the JSON
 # summary has the metric keys, and the server drains and exits 0 on SIGTERM. Bounded in time.
 set -euo pipefail
 bin=$1
-shared=${2:-}
 root=$(cd "$(dirname "$0")/.." && pwd)
+data=${2:-$root/tests/data}
 tmp=$(mktemp -d)
 pid=
 cleanup() {
@@ -14,11 +14,8 @@ cleanup() {
     rm -rf "$tmp"
 }
 trap cleanup EXIT
-model="$shared/models/stories260K.gguf"
-if [ ! -s "$model" ]; then
-    model="$tmp/smoke.gguf"
-    "$bin" mkmodel -o "$model" --dim 64 --layers 2 --heads 4 --vocab 512 --context 1024 >/dev/null
-fi
+model="$data/stories260K.gguf"
+[ -s "$model" ] || { echo "bench smoke: $model is missing" >&2; exit 1; }
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 "$bin" serve -m "$model" --port "$port" --threads 2 --kv-memory 64MiB 2>"$tmp/server.log" &
 pid=$!

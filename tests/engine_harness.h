@@ -34,7 +34,7 @@ static int te_n_cases;
 static inline void te_setup(void)
 {
     char path[1024], err[256];
-    snprintf(path, sizeof path, "%s/models/stories260K.golden.json", tu_shared_dir());
+    snprintf(path, sizeof path, "%s/stories260K.golden.json", tu_data_dir());
     char *txt = tu_read_file(path, NULL);
     if (!txt) return;
     cJSON *j = cJSON_Parse(txt);
@@ -52,7 +52,7 @@ static inline void te_setup(void)
         cJSON_ArrayForEach(x, cJSON_GetObjectItem(c, "generated_token_ids")) t->gen[t->n_gen++] = x->valueint;
     }
     cJSON_Delete(j);
-    snprintf(path, sizeof path, "%s/models/stories260K.gguf", tu_shared_dir());
+    snprintf(path, sizeof path, "%s/stories260K.gguf", tu_data_dir());
     cr_assert_eq(model_load(path, &te_model, err, sizeof err), 0, "%s", err);
     te_tok = tok_create(te_model->gguf, err, sizeof err);
     cr_assert_not_null(te_tok, "%s", err);
@@ -185,7 +185,7 @@ static inline void te_collect(engine *e, te_out *outs, int n_outs, int want_fina
 
 #define TE_NEED_MODEL()                                                                      \
     do {                                                                                     \
-        if (!te_model) cr_skip_test("stories260K not found under KVSERVE_SHARED");         \
+        cr_assert_not_null(te_model, "stories260K missing from KVSERVE_DATA (%s)", tu_data_dir()); \
     } while (0)
 
 #endif

@@ -20,7 +20,7 @@ Test(bench_smoke, against_kvserve_serve, .timeout = 240)
     if (access("tests/bench_smoke.sh", X_OK) != 0) cr_skip_test("run from the repository root");
     char cmd[4096];
     snprintf(cmd, sizeof cmd, "timeout 200 tests/bench_smoke.sh '%s' '%s' 2>&1", bin,
-             tu_shared_dir());
+             tu_data_dir());
     FILE *p = popen(cmd, "r");
     cr_assert_not_null(p);
     char line[512], out[8192] = "";

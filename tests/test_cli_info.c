@@ -52,9 +52,9 @@ static int ci_lines(const char *s)
 Test(cli_info, stories260k_kv_formula)
 {
     char path[4096], args[4300];
-    snprintf(path, sizeof path, "%s/models/stories260K.gguf", tu_shared_dir());
+    snprintf(path, sizeof path, "%s/stories260K.gguf", tu_data_dir());
     ci_bin();
-    if (access(path, R_OK)) cr_skip_test("stories260K.gguf not found under KVSERVE_SHARED");
+    cr_assert_eq(access(path, R_OK), 0, "%s is missing (it is part of the repository)", path);
     char *out, *err;
     snprintf(args, sizeof args, "info -m '%s'", path);
     cr_assert_eq(ci_run(args, &out, &err), 0, "%s", err);
@@ -82,9 +82,9 @@ Test(cli_info, stories260k_kv_formula)
 Test(cli_info, truncated_file_one_line_error)
 {
     char path[4096], tmp[512], args[1024];
-    snprintf(path, sizeof path, "%s/models/stories260K.gguf", tu_shared_dir());
+    snprintf(path, sizeof path, "%s/stories260K.gguf", tu_data_dir());
     ci_bin();
-    if (access(path, R_OK)) cr_skip_test("stories260K.gguf not found under KVSERVE_SHARED");
+    cr_assert_eq(access(path, R_OK), 0, "%s is missing (it is part of the repository)", path);
     char *whole = NULL;
     FILE *fp = fopen(path, "rb");
     cr_assert(fp);

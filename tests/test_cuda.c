@@ -201,11 +201,11 @@ Test(cuda, generate_matches_cpu, .timeout = 120)
     tcu_env e;
     tcu_open(&e, 1, "generate_matches_cpu");
     char path[4096], err[512];
-    snprintf(path, sizeof path, "%s/models/stories260K.gguf", tu_shared_dir());
+    snprintf(path, sizeof path, "%s/stories260K.gguf", tu_data_dir());
     model *m = NULL;
     if (model_load(path, &m, err, sizeof err)) {
         tcu_close(&e);
-        cr_skip_test("stories260K.gguf not found under KVSERVE_SHARED (%s)", err);
+        cr_assert_fail("model_load %s: %s", path, err);
     }
     static int32_t want[TCU_SEQS][TCU_STEPS], got[TCU_SEQS][TCU_STEPS];
     const int kvs[2] = {KV_F32, KV_F16};

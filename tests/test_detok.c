@@ -23,7 +23,7 @@ static gguf_file *td_gguf;
 static void td_setup(void)
 {
     char path[1024], err[256];
-    snprintf(path, sizeof path, "%s/models/stories260K.gguf", tu_shared_dir());
+    snprintf(path, sizeof path, "%s/stories260K.gguf", tu_data_dir());
     if (gguf_open(path, &td_gguf, err, sizeof err)) {
         td_gguf = NULL;
         return;
@@ -42,7 +42,7 @@ static void td_teardown(void)
 
 #define TD_NEED_MODEL()                                                                      \
     do {                                                                                     \
-        if (!td_tok) cr_skip_test("stories260K.gguf not found under KVSERVE_SHARED");      \
+        cr_assert_not_null(td_tok, "stories260K.gguf missing from KVSERVE_DATA (%s)", tu_data_dir()); \
     } while (0)
 
 /* Pushes ids and concatenates the deltas into out; returns the index of the token that hit a

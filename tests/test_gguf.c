@@ -362,8 +362,8 @@ Test(gguf, alignment_key)
 Test(gguf, stories260k)
 {
     char path[4096];
-    snprintf(path, sizeof path, "%s/models/stories260K.gguf", tu_shared_dir());
-    if (access(path, R_OK)) cr_skip_test("stories260K.gguf not found under KVSERVE_SHARED");
+    snprintf(path, sizeof path, "%s/stories260K.gguf", tu_data_dir());
+    cr_assert_eq(access(path, R_OK), 0, "%s is missing (it is part of the repository)", path);
     gguf_file *f;
     char err[512];
     cr_assert_eq(gguf_open(path, &f, err, sizeof err), 0, "%s", err);

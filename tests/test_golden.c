@@ -26,14 +26,14 @@
 static cJSON *tg_load(model **m)
 {
     char path[1024];
-    snprintf(path, sizeof path, "%s/models/stories260K.golden.json", tu_shared_dir());
+    snprintf(path, sizeof path, "%s/stories260K.golden.json", tu_data_dir());
     char *txt = tu_read_file(path, NULL);
     if (!txt)
-        cr_skip_test("stories260K.golden.json not found under KVSERVE_SHARED (%s)", tu_shared_dir());
+        cr_assert_fail("%s is missing (it is part of the repository)", path);
     cJSON *j = cJSON_Parse(txt);
     free(txt);
     cr_assert_not_null(j, "golden JSON does not parse");
-    snprintf(path, sizeof path, "%s/models/stories260K.gguf", tu_shared_dir());
+    snprintf(path, sizeof path, "%s/stories260K.gguf", tu_data_dir());
     char err[512];
     int rc = model_load(path, m, err, sizeof err);
     cr_assert_eq(rc, 0, "model_load: %s", err);
@@ -271,7 +271,7 @@ Test(golden, cli_generate)
          "quote_newline_n64", "completion_text"},
     };
     for (size_t r = 0; r < sizeof runs / sizeof runs[0]; r++) {
-        snprintf(args, sizeof args, "-m %s/models/stories260K.gguf %s", tu_shared_dir(), runs[r].flags);
+        snprintf(args, sizeof args, "-m %s/stories260K.gguf %s", tu_data_dir(), runs[r].flags);
         char *out, *last;
         int st = tg_run_cli(args, &out, &last);
         cr_assert_eq(st, 0, "kvserve generate %s exited with %d", args, st);
@@ -294,8 +294,8 @@ Test(golden, cli_generate)
     }
     /* --ids prints the same tokens as the golden ids */
     snprintf(args, sizeof args,
-             "-m %s/models/stories260K.gguf -p \"The cat\" -n 61 --temperature 0 --ids",
-             tu_shared_dir());
+             "-m %s/stories260K.gguf -p \"The cat\" -n 61 --temperature 0 --ids",
+             tu_data_dir());
     char *out, *last;
     cr_assert_eq(tg_run_cli(args, &out, &last), 0);
     const cJSON *ids = cJSON_GetObjectItem(tg_case(j, "the_cat_n64"), "generated_token_ids");

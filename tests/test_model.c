@@ -24,8 +24,8 @@ static void tm_tmpname(char *buf, size_t n, const char *tag)
 Test(model, stories260k_hparams)
 {
     char path[4096], err[512];
-    snprintf(path, sizeof path, "%s/models/stories260K.gguf", tu_shared_dir());
-    if (access(path, R_OK)) cr_skip_test("stories260K.gguf not found under KVSERVE_SHARED");
+    snprintf(path, sizeof path, "%s/stories260K.gguf", tu_data_dir());
+    cr_assert_eq(access(path, R_OK), 0, "%s is missing (it is part of the repository)", path);
     model *m;
     cr_assert_eq(model_load(path, &m, err, sizeof err), 0, "%s", err);
     const model_hparams *hp = &m->hp;

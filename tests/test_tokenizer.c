@@ -9,8 +9,9 @@
  *   `regex` module (an independent engine) from the published patterns.
  * - merge order, byte fallback, user-defined vs control tokens, EOG ids, decode(encode(x)) == x
  *   on random UTF-8, and speed, on synthetic vocabularies built through tok__create_spec.
- * Files under the shared directory are found through KVSERVE_SHARED; tests that need them skip
- * with a message when it is absent.
+ * stories260K is in the repository (KVSERVE_DATA, tests/data); the llama.cpp vocabularies are found
+ * under the shared directory (KVSERVE_SHARED), and tests that need them skip with a message when
+ * it is absent.
  */
 #include <criterion/criterion.h>
 #include <cjson/cJSON.h>
@@ -210,9 +211,8 @@ static tokenizer *ttok_spm(const char *const *extra, const float *scores, const 
 Test(tokenizer, stories260k_golden)
 {
     char path[1024], gpath[1024];
-    if (!ttok_shared("stories260K.gguf", path, sizeof path) ||
-        !ttok_shared("stories260K.golden.json", gpath, sizeof gpath))
-        cr_skip("stories260K.gguf / golden JSON not found under KVSERVE_SHARED (../shared)");
+    snprintf(path, sizeof path, "%s/stories260K.gguf", tu_data_dir());
+    snprintf(gpath, sizeof gpath, "%s/stories260K.golden.json", tu_data_dir());
     gguf_file *gf;
     tokenizer *t = ttok_open(path, &gf);
     cr_assert_eq(tok_kind(t), TOK_KIND_SPM);
@@ -402,8 +402,7 @@ Test(tokenizer, cli_stories_and_errors)
     cr_assert_eq(ttok_run(bad, NULL, 0, &got, &gl), 1);
     cr_assert_eq(gl, 0);
     free(got);
-    if (!ttok_shared("stories260K.gguf", path, sizeof path))
-        cr_skip("stories260K.gguf not found under KVSERVE_SHARED (../shared)");
+    snprintf(path, sizeof path, "%s/stories260K.gguf", tu_data_dir());
     char *a[] = {(char *)bin, "tokenize", "-m", path, "Once upon a time", NULL};
     cr_assert_eq(ttok_run(a, NULL, 0, &got, &gl), 0);
     cr_assert_str_eq(got, "1 403 407 261 378\n");

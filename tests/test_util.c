@@ -8,6 +8,12 @@
 
 #include "tests/test_util.h"
 
+const char *tu_data_dir(void)
+{
+    const char *s = getenv("KVSERVE_DATA");
+    return s && *s ? s : "tests/data";
+}
+
 const char *tu_shared_dir(void)
 {
     const char *s = getenv("KVSERVE_SHARED");

@@ -1,5 +1,5 @@
 /*
- * test_util.h — small helpers shared by the test files: where the shared test data lives and
+ * test_util.h — small helpers shared by the test files: where the test data lives and
  * reading a whole file. (No tests here; tests/test_util.c is linked into the test binary.)
  */
 #ifndef KVSERVE_TEST_UTIL_H
@@ -9,7 +9,11 @@
 
 #include "cli/mkmodel.h"
 
-/* The shared data folder: $KVSERVE_SHARED when set and non-empty, else "../shared". */
+/* The repository's test data folder (stories260K and its golden outputs): $KVSERVE_DATA when set
+ * and non-empty, else "tests/data" (relative to the repository root, where `make test` runs). */
+const char *tu_data_dir(void);
+
+/* The shared data folder (reference sets too large for the repository): $KVSERVE_SHARED when set and non-empty, else "../shared". */
 const char *tu_shared_dir(void);
 
 /* Reads a whole file into a malloc'd, NUL-terminated buffer (the caller frees it) and stores its
