@@ -21,6 +21,11 @@
  * of engine/backend.h). Threads take tasks one at a time, kv head by kv head and latest tile
  * first within a head, so that a head's K/V stays cached across its tiles and the long rows of
  * a prefill chunk spread evenly.
+ *
+ * Per-layer parameters (be_attn): the scale of q·k, Gemma 2's soft-cap of the scores, and the
+ * sliding window. A windowed row also has a lower limit (KV index − window + 1): spans start at
+ * the lowest limit of their rows, so blocks that fell out of every row's window are not even
+ * read, and keys below a row's own limit get probability 0 like keys past its causal limit.
  */
 #include <errno.h>
 #include <float.h>
@@ -131,6 +136,7 @@ typedef struct attn_task {
     int layer;
     const float *q;
     int n_heads;
+    const be_attn *a; /* scale, soft-cap, window */
     float *out;
     const attn_tile *tiles;
     int64_t n_tiles;
@@ -236,6 +242,32 @@ static float exp_shift(float *sc, int nv, float m)
     for (int j = 0; j < nv; j++) sum += sc[j] = expf(sc[j] - m);
     return sum;
 #endif
+}
+
+/* The first KV index a query at KV index kvpos sees: kvpos − window + 1 in a sliding-window
+ * layer, else 0. */
+static inline int row_lo(const attn_task *t, int kvpos)
+{
+    int lo = t->a->window > 0 ? kvpos - t->a->window + 1 : 0;
+    return lo > 0 ? lo : 0;
+}
+
+/* One online-softmax step of a query row over the scores sc[0 .. nv) of a chunk, of which only
+ * sc[s .. nv) are keys the row sees (the others are below its window): soft-caps those
+ * (cap > 0), folds them into the row's running max *m and sum *l, and leaves their probabilities
+ * in sc[s .. nv) and 0 in sc[0 .. s). Returns the factor that rescales the row's accumulator. */
+static float softmax_step(float *sc, int s, int nv, float cap, float *m, float *l)
+{
+    if (s > nv) s = nv;
+    for (int j = 0; j < s; j++) sc[j] = 0.0f;
+    if (s == nv) return 1.0f;
+    if (cap > 0.0f)
+        for (int j = s; j < nv; j++) sc[j] = be_softcap(sc[j], cap);
+    float mn = max_of(sc + s, nv - s, *m);
+    float corr = mn == *m ? 1.0f : expf(*m - mn);
+    *l = *l * corr + exp_shift(sc + s, nv - s, mn);
+    *m = mn;
+    return corr;
 }
 
 /* acc = acc · corr + Σ_j p[j] · V[j] over nv rows of the f32 tile vt [nv][hd]. Up to 64
@@ -356,13 +388,14 @@ static void attn_row_f16(const attn_task *t, float *scr, int i, int seq, int h)
     const kv_geom *g = &c->kv;
     const be_batch *b = &c->batch;
     int hd = g->head_dim, bs = g->block_size, n_ctx = c->tok_kvpos[i] + 1, ch = direct_chunk(bs);
+    int lo = row_lo(t, n_ctx - 1), start = lo / bs * bs; /* whole blocks from the window's first */
     const int32_t *bt = b->block_table + (size_t)seq * b->bt_stride;
     size_t tile = (size_t)bs * hd;
     const uint16_t *kb = cpu__kv_k(c, t->layer), *vb = cpu__kv_v(c, t->layer);
     const float *q = t->q + ((size_t)i * t->n_heads + h) * hd;
-    float *sc = scr, *acc = sc + ch, mx = -FLT_MAX, l = 0, scale = 1.0f / sqrtf((float)hd);
+    float *sc = scr, *acc = sc + ch, mx = -FLT_MAX, l = 0, scale = t->a->scale;
     memset(acc, 0, (size_t)hd * sizeof(float));
-    for (int j0 = 0; j0 < n_ctx; j0 += ch) {
+    for (int j0 = start; j0 < n_ctx; j0 += ch) {
         int nch = n_ctx - j0 < ch ? n_ctx - j0 : ch;
         for (int jb = 0; jb < nch; jb += bs) {
             size_t at = ((size_t)bt[(j0 + jb) / bs] * g->n_kv_heads + h) * tile;
@@ -373,10 +406,7 @@ static void attn_row_f16(const attn_task *t, float *scr, int i, int seq, int h)
             for (size_t off = 0; off < tile * 2; off += 64) _mm_prefetch((const char *)(vb + at) + off, _MM_HINT_T1);
             scores_f16(q, kb + at, bs, hd, nch - jb < bs ? nch - jb : bs, scale, sc + jb);
         }
-        float mnew = max_of(sc, nch, mx);
-        float corr = mnew == mx ? 1.0f : expf(mx - mnew);
-        l = l * corr + exp_shift(sc, nch, mnew);
-        mx = mnew;
+        float corr = softmax_step(sc, lo - j0 > 0 ? lo - j0 : 0, nch, t->a->softcap, &mx, &l);
         for (int dc = 0; dc < hd; dc += 64) { /* 64 dimensions at a time: four FMA chains */
             __mmask16 mk[4];
             __m512 x[4];
@@ -496,10 +526,12 @@ static void attn_rows(const attn_task *t, const attn_rowmap *rm, int kvh, int r0
     cpu__backend *c = t->c;
     int hd = c->kv.head_dim, gq = t->n_heads / c->kv.n_kv_heads, nmax = 0, nvr[AR];
     const float *qa[AR];
-    float corr[AR], scale = 1.0f / sqrtf((float)hd);
+    float corr[AR], scale = t->a->scale;
+    int sr[AR]; /* first key of the chunk each row sees (its window) */
     for (int a = 0; a < ar; a++) {
         int r = r0 + a, i = row_tok(rm, r / gq), nv = c->tok_kvpos[i] + 1 - j0;
         nvr[a] = nv < 0 ? 0 : nv > n ? n : nv;
+        sr[a] = row_lo(t, c->tok_kvpos[i]) - j0;
         nmax = nvr[a] > nmax ? nvr[a] : nmax;
         qa[a] = t->q + ((size_t)i * t->n_heads + (size_t)kvh * gq + r % gq) * hd;
     }
@@ -508,13 +540,7 @@ static void attn_rows(const attn_task *t, const attn_rowmap *rm, int kvh, int r0
     for (int a = 0; a < ar; a++) {
         int r = r0 + a, nv = nvr[a];
         float *sa = S + a * KCH;
-        corr[a] = 1.0f;
-        if (nv > 0) {
-            float m = max_of(sa, nv, mx[r]);
-            corr[a] = m == mx[r] ? 1.0f : expf(mx[r] - m);
-            l[r] = l[r] * corr[a] + exp_shift(sa, nv, m);
-            mx[r] = m;
-        }
+        corr[a] = softmax_step(sa, sr[a] > 0 ? sr[a] : 0, nv, t->a->softcap, &mx[r], &l[r]);
         for (int j = nv; j < nmax; j++) sa[j] = 0.0f;
     }
     rows_any(ar, qa, kt, vt, hd, nmax, scale, S, acc + (size_t)r0 * hd, corr, 1);
@@ -531,7 +557,7 @@ static void attn_span(const attn_task *t, float *scr, const attn_rowmap *rm, int
     int hd = c->kv.head_dim, gq = t->n_heads / c->kv.n_kv_heads;
     const char *kb = cpu__kv_k(c, t->layer), *vb = cpu__kv_v(c, t->layer);
     float *kt = scr, *vt = kt + (size_t)hd * KCH, *sc = vt + (size_t)KCH * hd;
-    float scale = 1.0f / sqrtf((float)hd);
+    float scale = t->a->scale;
     for (int j0 = ja; j0 < jb; j0 += KCH) {
         int n = jb - j0 < KCH ? jb - j0 : KCH;
         gather_kv(c, kb, vb, bt, kvh, j0, n, jb, kt, vt);
@@ -547,11 +573,10 @@ static void attn_span(const attn_task *t, float *scr, const attn_rowmap *rm, int
             if (nv <= 0) continue;
             if (nv > n) nv = n;
             const float *qh = t->q + ((size_t)i * t->n_heads + (size_t)kvh * gq + r % gq) * hd;
+            int s0 = row_lo(t, c->tok_kvpos[i]) - j0;
+            if (s0 >= nv) continue;
             scores(qh, kt, KCH, hd, nv, scale, sc);
-            float m = max_of(sc, nv, mx[r]);
-            float corr = m == mx[r] ? 1.0f : expf(mx[r] - m);
-            l[r] = l[r] * corr + exp_shift(sc, nv, m);
-            mx[r] = m;
+            float corr = softmax_step(sc, s0 > 0 ? s0 : 0, nv, t->a->softcap, &mx[r], &l[r]);
             pv(acc + (size_t)r * hd, corr, sc, vt, nv, hd);
         }
     }
@@ -576,16 +601,24 @@ static void attn_tile_run(const attn_task *t, float *scr, const attn_tile *tl, i
     memset(acc, 0, (size_t)rows * hd * sizeof(float));
     attn_rowmap rm = {tl->shared ? t->gtoks + tl->i0 : NULL, tl->i0};
     if (tl->shared) {
-        attn_span(t, scr, &rm, kvh, b->block_table + (size_t)tl->seq * b->bt_stride, 0, tl->shared, 0, rows,
-                  mx, l, acc);
+        /* the shared entries from the lowest window start of the members, then each member's own */
+        int lo = tl->shared;
         for (int m = 0; m < nt; m++) {
-            int i = rm.toks[m];
-            const int32_t *bt = b->block_table + (size_t)c->tok_seq[i] * b->bt_stride;
-            attn_span(t, scr, &rm, kvh, bt, tl->shared, c->tok_kvpos[i] + 1, m * gq, (m + 1) * gq, mx, l, acc);
+            int lm = row_lo(t, c->tok_kvpos[rm.toks[m]]);
+            lo = lm < lo ? lm : lo;
         }
-    } else {
-        attn_span(t, scr, &rm, kvh, b->block_table + (size_t)tl->seq * b->bt_stride, 0,
-                  c->tok_kvpos[tl->i1 - 1] + 1, 0, rows, mx, l, acc);
+        if (lo < tl->shared)
+            attn_span(t, scr, &rm, kvh, b->block_table + (size_t)tl->seq * b->bt_stride, lo, tl->shared, 0,
+                      rows, mx, l, acc);
+        for (int m = 0; m < nt; m++) {
+            int i = rm.toks[m], lm = row_lo(t, c->tok_kvpos[i]);
+            const int32_t *bt = b->block_table + (size_t)c->tok_seq[i] * b->bt_stride;
+            attn_span(t, scr, &rm, kvh, bt, lm > tl->shared ? lm : tl->shared, c->tok_kvpos[i] + 1, m * gq,
+                      (m + 1) * gq, mx, l, acc);
+        }
+    } else { /* consecutive tokens: the first has the lowest window start */
+        attn_span(t, scr, &rm, kvh, b->block_table + (size_t)tl->seq * b->bt_stride,
+                  row_lo(t, c->tok_kvpos[tl->i0]), c->tok_kvpos[tl->i1 - 1] + 1, 0, rows, mx, l, acc);
     }
     for (int r = 0; r < rows; r++) {
         float *o = t->out + ((size_t)row_tok(&rm, r / gq) * t->n_heads + (size_t)kvh * gq + r % gq) * hd;
@@ -735,8 +768,9 @@ int cpu__attention_plan(cpu__backend *c)
     return 0;
 }
 
-void cpu__attention(cpu__backend *c, int layer, const float *q, int n_heads, float *out)
+void cpu__attention(cpu__backend *c, int layer, const float *q, const be_attn *a, float *out)
 {
+    int n_heads = a->n_heads;
     const be_batch *b = &c->batch;
     size_t bytes = attn_scratch_floats(&c->kv, n_heads / c->kv.n_kv_heads) * sizeof(float);
     int rc = c->batch.n_seqs && !c->attn_n_tiles ? -ENOMEM : 0; /* begin could not plan */
@@ -747,6 +781,6 @@ void cpu__attention(cpu__backend *c, int layer, const float *q, int n_heads, flo
         for (size_t k = 0; k < n; k++) out[k] = NAN;
         return;
     }
-    attn_task t = {c, layer, q, n_heads, out, c->tiles.p, c->attn_n_tiles, plan_gtoks(c)};
+    attn_task t = {c, layer, q, n_heads, a, out, c->tiles.p, c->attn_n_tiles, plan_gtoks(c)};
     cpu__pool_for(c->pool, t.n_tiles * c->kv.n_kv_heads, 1, attn_run, &t);
 }

@@ -225,14 +225,29 @@ static void cpu_store_kv(backend *be, int layer, const float *k, const float *v)
     cpu__store_kv(cb(be), layer, k, v);
 }
 
-static void cpu_attention(backend *be, int layer, const float *q, int n_heads, float *out)
+static void cpu_attention(backend *be, int layer, const float *q, const be_attn *a, float *out)
 {
-    cpu__attention(cb(be), layer, q, n_heads, out);
+    cpu__attention(cb(be), layer, q, a, out);
 }
 
 static void cpu_silu_mul(backend *be, float *gate, const float *up, int64_t n)
 {
     cpu__silu_mul(cb(be), gate, up, n);
+}
+
+static void cpu_gelu_mul(backend *be, float *gate, const float *up, int64_t n)
+{
+    cpu__gelu_mul(cb(be), gate, up, n);
+}
+
+static void cpu_scale(backend *be, float *x, float s, int64_t n)
+{
+    cpu__scale(cb(be), x, s, n);
+}
+
+static void cpu_softcap(backend *be, float *x, float cap, int64_t n)
+{
+    cpu__softcap(cb(be), x, cap, n);
 }
 
 static void cpu_add(backend *be, float *x, const float *y, int64_t n)
@@ -275,6 +290,9 @@ static const be_ops cpu_ops = {
     .store_kv = cpu_store_kv,
     .attention = cpu_attention,
     .silu_mul = cpu_silu_mul,
+    .gelu_mul = cpu_gelu_mul,
+    .scale = cpu_scale,
+    .softcap = cpu_softcap,
     .add = cpu_add,
     .gather_rows = cpu_gather_rows,
     .to_host = cpu_to_host,

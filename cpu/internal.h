@@ -183,7 +183,7 @@ void cpu__store_kv(cpu__backend *c, int layer, const float *k, const float *v);
 /* Plans the step's attention units (called by begin): prefill chunks cut into query tiles,
  * decode tokens of sequences whose block tables share a prefix grouped. 0 or -ENOMEM. */
 int cpu__attention_plan(cpu__backend *c);
-void cpu__attention(cpu__backend *c, int layer, const float *q, int n_heads, float *out);
+void cpu__attention(cpu__backend *c, int layer, const float *q, const be_attn *a, float *out);
 
 /* ops.c: the row-wise and element-wise ops. */
 void cpu__embed(cpu__backend *c, const be_weight *emb, float *out);
@@ -191,6 +191,9 @@ void cpu__rmsnorm(cpu__backend *c, const float *x, const be_weight *w, float eps
                   int dim, float *out);
 void cpu__rope(cpu__backend *c, float *x, const be_rope *r);
 void cpu__silu_mul(cpu__backend *c, float *gate, const float *up, int64_t n);
+void cpu__gelu_mul(cpu__backend *c, float *gate, const float *up, int64_t n);
+void cpu__scale(cpu__backend *c, float *x, float s, int64_t n);
+void cpu__softcap(cpu__backend *c, float *x, float cap, int64_t n);
 void cpu__add(cpu__backend *c, float *x, const float *y, int64_t n);
 
 #endif

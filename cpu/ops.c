@@ -1,6 +1,7 @@
 /*
- * ops.c — the CPU backend's row-wise and element-wise ops: embedding lookup, RMSNorm, RoPE,
- * SwiGLU's silu(gate) * up, and the residual add.
+ * ops.c — the CPU backend's row-wise and element-wise ops: embedding lookup, RMSNorm, RoPE (with
+ * linear / YaRN scaling, frequency factors and partial rotation), SwiGLU's silu(gate) * up,
+ * GeGLU's gelu_tanh(gate) * up, scaling, soft-capping and the residual add.
  *
  * These are memory-light next to the matmuls; each is split across the pool by rows (or by
  * element ranges) only when there is enough work to pay for a dispatch, and otherwise runs on
@@ -111,11 +112,11 @@ typedef struct rope_task {
 static void rope_token(float *x, const be_rope *r, const double *inv_freq, int32_t pos)
 {
     int half = r->rope_dims / 2;
-    float cs[ROPE_MAX_PAIRS], sn[ROPE_MAX_PAIRS];
+    float cs[ROPE_MAX_PAIRS], sn[ROPE_MAX_PAIRS], ms = be_rope_mscale(r);
     for (int i = 0; i < half; i++) {
         double a = (double)pos * inv_freq[i];
-        cs[i] = (float)cos(a);
-        sn[i] = (float)sin(a);
+        cs[i] = (float)cos(a) * ms;
+        sn[i] = (float)sin(a) * ms;
     }
     for (int h = 0; h < r->n_heads; h++) {
         float *hx = x + (size_t)h * r->head_dim;
@@ -141,18 +142,20 @@ void cpu__rope(cpu__backend *c, float *x, const be_rope *r)
     double inv_freq[ROPE_MAX_PAIRS];
     int half = r->rope_dims / 2;
     if (half > ROPE_MAX_PAIRS) half = ROPE_MAX_PAIRS; /* head_dim > 1024 is not a real model */
-    for (int i = 0; i < half; i++) inv_freq[i] = pow((double)r->base, -2.0 * i / r->rope_dims);
+    const float *ff = r->freq_factors ? r->freq_factors->data : NULL;
+    for (int i = 0; i < half; i++) inv_freq[i] = be_rope_freq(r, i, ff ? ff[i] : 1.0f);
     rope_task t = {c, x, r, inv_freq};
     cpu__pool_for(c->pool, c->batch.n_tokens, rows_per_chunk((int64_t)r->n_heads * r->head_dim) / 4 + 1,
                   rope_run, &t);
 }
 
-/* ---- silu_mul and add ---------------------------------------------------------------------- */
+/* ---- element-wise: silu_mul, gelu_mul, scale, softcap, add ------------------------------------ */
 
 typedef struct ew_task {
     float *a;
     const float *b;
     int64_t n;
+    float s; /* scale or cap */
 } ew_task;
 
 static void silu_mul_run(void *v, int64_t lo, int64_t hi, int ith)
@@ -173,6 +176,26 @@ static void silu_mul_run(void *v, int64_t lo, int64_t hi, int ith)
     }
 }
 
+/* GeGLU and soft-capping are portable C: they run on Gemma's FFN and logits only, where the
+ * matmuls around them cost orders of magnitude more. */
+static void gelu_mul_run(void *v, int64_t lo, int64_t hi, int ith)
+{
+    ew_task *t = v;
+    for (int64_t i = lo; i < hi; i++) t->a[i] = be_gelu_tanh(t->a[i]) * t->b[i];
+}
+
+static void scale_run(void *v, int64_t lo, int64_t hi, int ith)
+{
+    ew_task *t = v;
+    for (int64_t i = lo; i < hi; i++) t->a[i] *= t->s;
+}
+
+static void softcap_run(void *v, int64_t lo, int64_t hi, int ith)
+{
+    ew_task *t = v;
+    for (int64_t i = lo; i < hi; i++) t->a[i] = be_softcap(t->a[i], t->s);
+}
+
 static void add_run(void *v, int64_t lo, int64_t hi, int ith)
 {
     ew_task *t = v;
@@ -181,12 +204,30 @@ static void add_run(void *v, int64_t lo, int64_t hi, int ith)
 
 void cpu__silu_mul(cpu__backend *c, float *gate, const float *up, int64_t n)
 {
-    ew_task t = {gate, up, n};
+    ew_task t = {gate, up, n, 0.0f};
     cpu__pool_for(c->pool, n, CHUNK_FLOATS / 4, silu_mul_run, &t);
+}
+
+void cpu__gelu_mul(cpu__backend *c, float *gate, const float *up, int64_t n)
+{
+    ew_task t = {gate, up, n, 0.0f};
+    cpu__pool_for(c->pool, n, CHUNK_FLOATS / 8, gelu_mul_run, &t);
+}
+
+void cpu__scale(cpu__backend *c, float *x, float s, int64_t n)
+{
+    ew_task t = {x, NULL, n, s};
+    cpu__pool_for(c->pool, n, CHUNK_FLOATS, scale_run, &t);
+}
+
+void cpu__softcap(cpu__backend *c, float *x, float cap, int64_t n)
+{
+    ew_task t = {x, NULL, n, cap};
+    cpu__pool_for(c->pool, n, CHUNK_FLOATS / 8, softcap_run, &t);
 }
 
 void cpu__add(cpu__backend *c, float *x, const float *y, int64_t n)
 {
-    ew_task t = {x, y, n};
+    ew_task t = {x, y, n, 0.0f};
     cpu__pool_for(c->pool, n, CHUNK_FLOATS, add_run, &t);
 }

@@ -9,6 +9,9 @@
  * an online softmax per row (running max m, sum l, unnormalised output O), and masks causally:
  * new token i of a sequence with ctx_len entries after the step sees entries
  * 0 .. ctx_len − n_new + i. The cached prefix is just the leading entries of the same pages.
+ * The layer's be_attn gives the scale of q·k, an optional soft-cap of the scores (Gemma 2) and
+ * an optional sliding window: a windowed item starts at its first row's lowest visible key, and
+ * keys below a row's window are masked like keys past its causal limit.
  *
  * Split-K (flash-decoding): when items × kv heads cannot fill the GPU (decode of few long
  * sequences), grid.x cuts the KV range into partitions; each writes its (O, m, l) partial and a
@@ -76,9 +79,10 @@ template <typename T> static int cuda__attn_launch(cuda_backend *cb, const cuda_
     return CB_CHECK_LAUNCH(cb);
 }
 
-void cuda__op_attention(backend *be, int layer, const float *q, int n_heads, float *out)
+void cuda__op_attention(backend *be, int layer, const float *q, const be_attn *at, float *out)
 {
     cuda_backend *cb = cuda__cb(be);
+    int n_heads = at->n_heads;
     if (cuda__graph_skip(cb) || cb->meta.n_tokens <= 0 || cb->error) return;
     if (n_heads % cb->kv.n_kv_heads) {
         cuda__fail(cb, -EINVAL);
@@ -109,7 +113,9 @@ void cuda__op_attention(backend *be, int layer, const float *q, int n_heads, flo
     a.gsize = n_heads / cb->kv.n_kv_heads;
     a.splits = cb->attn_splits;
     a.part_keys = cb->attn_part;
-    a.scale = 1.0f / sqrtf((float)cb->kv.head_dim);
+    a.scale = at->scale;
+    a.softcap = at->softcap;
+    a.window = at->window;
     size_t smem = cuda__attn_smem(cb->attn_tile_tokens * a.gsize, a.head_dim);
     int rc;
     if (cb->kv_dtype == KV_F32) rc = cuda__attn_launch<float>(cb, a, layer, smem);

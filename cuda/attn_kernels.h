@@ -18,7 +18,9 @@ struct cuda__attn_args {
     const int32_t *q_start, *ctx_len, *block_table, *items;
     int bt_stride, block_size, n_kv_heads, n_heads, head_dim, gsize, splits;
     int32_t part_keys;
-    float scale;
+    float scale;             /* multiplies q·k */
+    float softcap;           /* > 0: scores soft-capped at this (be_attn) */
+    int32_t window;          /* > 0: sliding window (be_attn) */
 };
 
 static __device__ __forceinline__ float cuda__ldkv(float v)
@@ -99,7 +101,10 @@ cuda__attn_k(cuda__attn_args a, const T *kp, const T *vp)
     const int32_t n_new = a.q_start[s + 1] - a.q_start[s];
     const int32_t base = a.ctx_len[s] - n_new; /* KV entries before this step's tokens */
     const int32_t kv_hi = base + t0 + nt;      /* exclusive end over the item's rows */
-    const int32_t k_begin = (int32_t)p * a.part_keys;
+    /* first key any row of the item sees: its first row's window start (0 without a window);
+     * split-K partitions cover the keys from there */
+    const int32_t k_lo = a.window > 0 && base + t0 - a.window + 1 > 0 ? base + t0 - a.window + 1 : 0;
+    const int32_t k_begin = k_lo + (int32_t)p * a.part_keys;
     const int32_t k_end = min(kv_hi, k_begin + a.part_keys);
     const int32_t *bt = a.block_table + (int64_t)s * a.bt_stride;
     const int qstride = a.n_heads * D;
@@ -171,7 +176,7 @@ cuda__attn_k(cuda__attn_args a, const T *kp, const T *vp)
             int r = i / TK, c = i % TK;
             int32_t j = kt + c, qpos = base + t0 + r / a.gsize;
             float sc = -INFINITY;
-            if (j < k_end && j <= qpos) {
+            if (j < k_end && j <= qpos && (a.window <= 0 || qpos - j < a.window)) {
                 const float *qr = Qs + r * D, *kr = Ks + c * KP;
                 float acc = 0.0f;
                 if (D % 4 == 0) {
@@ -182,7 +187,7 @@ cuda__attn_k(cuda__attn_args a, const T *kp, const T *vp)
                 } else {
                     for (int d = 0; d < D; d++) acc += qr[d] * kr[d];
                 }
-                sc = acc;
+                sc = a.softcap > 0.0f ? be_softcap(acc, a.softcap) : acc;
             }
             Ss[i] = sc;
         }

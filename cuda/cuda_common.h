@@ -12,7 +12,7 @@
  *   batch metadata       cuda_meta_plan / cuda_meta_pack: one int32 buffer, one host→device copy
  *   attention work list  cuda_attn_plan: (sequence, first new token, n tokens) items
  *   online softmax       cuda_softmax_merge: combine two partial (max, sum) states
- *   RoPE                 cuda_rope_inv_freq, cuda_rope_pair
+ *   RoPE                 cuda_rope_pair (the frequencies: be_rope_freq in engine/backend.h)
  *   scalar formats       f16 / bf16 bits ⇄ f32, Q8_0 element values
  *
  * Callers: the cuda/ .cu files (device and host), tests/test_cuda_host.c.
@@ -300,13 +300,6 @@ static inline CUDA_HD float cuda_softmax_merge(float m_a, float *l_a, float m_b,
 }
 
 /* ---- RoPE -------------------------------------------------------------------------------- */
-
-/* Frequency of rotation pair i (0 ≤ i < rope_dims / 2): base^(−2i / rope_dims), in double as the
- * CPU backend computes it, so that angles at long positions (pos × this) keep their accuracy. */
-static inline CUDA_HD double cuda_rope_inv_freq(float base, int i, int rope_dims)
-{
-    return pow((double)base, -2.0 * i / rope_dims);
-}
 
 /* The two dimensions of rotation pair i: adjacent (2i, 2i+1) for llama GGUFs, halves
  * (i, i + rope_dims/2) for NEOX (qwen2). */

@@ -136,6 +136,9 @@ void cuda__op_rmsnorm(backend *be, const float *x, const be_weight *w, float eps
 void cuda__op_rope(backend *be, float *x, const be_rope *r);
 void cuda__op_store_kv(backend *be, int layer, const float *k, const float *v);
 void cuda__op_silu_mul(backend *be, float *gate, const float *up, int64_t n);
+void cuda__op_gelu_mul(backend *be, float *gate, const float *up, int64_t n);
+void cuda__op_scale(backend *be, float *x, float s, int64_t n);
+void cuda__op_softcap(backend *be, float *x, float cap, int64_t n);
 void cuda__op_add(backend *be, float *x, const float *y, int64_t n);
 void cuda__op_gather_rows(backend *be, const float *x, int dim, float *out);
 void cuda__op_matmul(backend *be, const float *x, int n_rows, const be_weight *w, const be_weight *bias,
@@ -146,6 +149,6 @@ int cuda__convert_rows(cuda_backend *cb, const void *src, int src_type, size_t r
                        int64_t n_rows, void *dst, int dst_type);
 
 /* attention.cu */
-void cuda__op_attention(backend *be, int layer, const float *q, int n_heads, float *out);
+void cuda__op_attention(backend *be, int layer, const float *q, const be_attn *at, float *out);
 
 #endif

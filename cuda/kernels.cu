@@ -1,8 +1,9 @@
 /*
  * kernels.cu — the CUDA backend's non-attention ops: embedding gather, RMSNorm (and its fused
- * residual-add variant), RoPE (adjacent-pair and NEOX layouts; fused with the K/V store as an
- * extra), K/V store by slot, SiLU × up, add, logit-row gather, weight conversion, cuBLAS GEMMs,
- * and greedy argmax on the device.
+ * residual-add variant), RoPE (adjacent-pair and NEOX layouts, partial rotation, linear / YaRN
+ * scaling and frequency factors; fused with the K/V store as an extra), K/V store by slot,
+ * SiLU × up, GELU(tanh) × up, scale, soft-cap, add, logit-row gather, weight conversion, cuBLAS
+ * GEMMs, and greedy argmax on the device.
  *
  * Every op follows engine/backend.h: activations are f32 row-major, the batch metadata comes
  * from begin() (cuda__meta offsets), every launch is on cb->stream and is checked.
@@ -135,37 +136,43 @@ extern "C" void cuda_add_rmsnorm(backend *be, float *x, const float *y, const be
 
 #define CUDA_ROPE_MAX_PAIRS 512
 
-/* Rotates the rope_dims leading dims of every head of token row x at position pos; the whole
- * block calls it. Angles are computed once per pair in double (as on the CPU), then applied to
- * every head in f32. */
-static __device__ void cuda__rope_row(float *x, int pos, int n_heads, int head_dim, int rope_dims, float base,
-                                      int neox)
+/* Rotates the rope_dims leading dims of every head of token row x at position pos (r: the layer's
+ * rope with n_heads heads; ff: its frequency factors in device memory, or NULL); the whole block
+ * calls it. Angles are computed once per pair in double (as on the CPU, through the same
+ * be_rope_freq), then applied to every head in f32. */
+static __device__ void cuda__rope_row(float *x, int pos, const be_rope &r, const float *ff)
 {
     __shared__ float cs[CUDA_ROPE_MAX_PAIRS], sn[CUDA_ROPE_MAX_PAIRS];
-    int half = rope_dims / 2;
+    int half = r.rope_dims / 2;
     if (half > CUDA_ROPE_MAX_PAIRS) half = CUDA_ROPE_MAX_PAIRS; /* head_dim > 1024 is not a real model */
+    float ms = be_rope_mscale(&r);
     for (int i = threadIdx.x; i < half; i += blockDim.x) {
         double s, c;
-        sincos((double)pos * cuda_rope_inv_freq(base, i, rope_dims), &s, &c);
-        cs[i] = (float)c;
-        sn[i] = (float)s;
+        sincos((double)pos * be_rope_freq(&r, i, ff ? ff[i] : 1.0f), &s, &c);
+        cs[i] = (float)c * ms;
+        sn[i] = (float)s * ms;
     }
     __syncthreads();
-    for (int idx = threadIdx.x; idx < n_heads * half; idx += blockDim.x) {
+    for (int idx = threadIdx.x; idx < r.n_heads * half; idx += blockDim.x) {
         int h = idx / half, i = idx % half, a, b;
-        cuda_rope_pair(neox, rope_dims, i, &a, &b);
-        float *xh = x + (int64_t)h * head_dim;
+        cuda_rope_pair(r.neox, r.rope_dims, i, &a, &b);
+        float *xh = x + (int64_t)h * r.head_dim;
         float x0 = xh[a], x1 = xh[b];
         xh[a] = x0 * cs[i] - x1 * sn[i];
         xh[b] = x0 * sn[i] + x1 * cs[i];
     }
 }
 
-static __global__ void cuda__rope_k(float *x, const int32_t *pos, int n_heads, int head_dim, int rope_dims,
-                                    float base, int neox)
+static __global__ void cuda__rope_k(float *x, const int32_t *pos, be_rope r, const float *ff)
 {
     int t = blockIdx.x;
-    cuda__rope_row(x + (int64_t)t * n_heads * head_dim, pos[t], n_heads, head_dim, rope_dims, base, neox);
+    cuda__rope_row(x + (int64_t)t * r.n_heads * r.head_dim, pos[t], r, ff);
+}
+
+/* The frequency factors of r in device memory (a CUDA weight's data), or NULL. */
+static const float *cuda__rope_ff(const be_rope *r)
+{
+    return r->freq_factors ? (const float *)r->freq_factors->data : NULL;
 }
 
 void cuda__op_rope(backend *be, float *x, const be_rope *r)
@@ -174,22 +181,23 @@ void cuda__op_rope(backend *be, float *x, const be_rope *r)
     if (cuda__graph_skip(cb)) return;
     int n = cb->meta.n_tokens;
     if (n <= 0) return;
-    cuda__rope_k<<<n, 128, 0, cb->stream>>>(x, cuda__meta(cb, cb->meta.positions), r->n_heads, r->head_dim,
-                                            r->rope_dims, r->base, r->neox);
+    be_rope rv = *r;
+    rv.freq_factors = NULL; /* a host pointer: the kernel gets the factors' device data instead */
+    cuda__rope_k<<<n, 128, 0, cb->stream>>>(x, cuda__meta(cb, cb->meta.positions), rv, cuda__rope_ff(r));
     CB_CHECK_LAUNCH(cb);
 }
 
 /* Writes token t's k and v rows into the arena planes of one layer at its slot; with rope
- * (rope_dims > 0) k is rotated first, in place, and the rotated values are stored. */
+ * (r.rope_dims > 0) k is rotated first, in place, and the rotated values are stored. */
 template <typename T>
 static __global__ void cuda__store_kv_k(float *k, const float *v, T *kp, T *vp, const int32_t *slots,
-                                        const int32_t *pos, cuda_kv_layout l, int rope_dims, float base, int neox)
+                                        const int32_t *pos, cuda_kv_layout l, be_rope r, const float *ff)
 {
     int t = blockIdx.x;
     int kv_dim = l.n_kv_heads * l.head_dim;
     float *kt = k + (int64_t)t * kv_dim;
-    if (rope_dims > 0) {
-        cuda__rope_row(kt, pos[t], l.n_kv_heads, l.head_dim, rope_dims, base, neox);
+    if (r.rope_dims > 0) {
+        cuda__rope_row(kt, pos[t], r, ff);
         __syncthreads();
     }
     int32_t slot = slots[t];
@@ -202,9 +210,17 @@ static __global__ void cuda__store_kv_k(float *k, const float *v, T *kp, T *vp, 
     }
 }
 
-static void cuda__store_kv(cuda_backend *cb, int layer, float *k, const float *v, int rope_dims, float base,
-                           int neox)
+static void cuda__store_kv(cuda_backend *cb, int layer, float *k, const float *v, const be_rope *rope)
 {
+    be_rope r;
+    memset(&r, 0, sizeof r); /* rope_dims 0: no rotation */
+    if (rope) {
+        r = *rope;
+        r.n_heads = cb->kv.n_kv_heads;
+        r.head_dim = cb->kv.head_dim;
+        r.freq_factors = NULL;
+    }
+    const float *ff = rope ? cuda__rope_ff(rope) : NULL;
     int n = cb->meta.n_tokens;
     if (n <= 0) return;
     const cuda_kv_layout *l = &cb->kv;
@@ -213,13 +229,13 @@ static void cuda__store_kv(cuda_backend *cb, int layer, float *k, const float *v
     const int32_t *slots = cuda__meta(cb, cb->meta.slots), *pos = cuda__meta(cb, cb->meta.positions);
     if (cb->kv_dtype == KV_F32) {
         float *a = (float *)cb->kv_arena;
-        cuda__store_kv_k<<<n, 128, 0, cb->stream>>>(k, v, a + ko, a + vo, slots, pos, *l, rope_dims, base, neox);
+        cuda__store_kv_k<<<n, 128, 0, cb->stream>>>(k, v, a + ko, a + vo, slots, pos, *l, r, ff);
     } else if (cb->kv_dtype == KV_BF16) {
         __nv_bfloat16 *a = (__nv_bfloat16 *)cb->kv_arena;
-        cuda__store_kv_k<<<n, 128, 0, cb->stream>>>(k, v, a + ko, a + vo, slots, pos, *l, rope_dims, base, neox);
+        cuda__store_kv_k<<<n, 128, 0, cb->stream>>>(k, v, a + ko, a + vo, slots, pos, *l, r, ff);
     } else {
         __half *a = (__half *)cb->kv_arena;
-        cuda__store_kv_k<<<n, 128, 0, cb->stream>>>(k, v, a + ko, a + vo, slots, pos, *l, rope_dims, base, neox);
+        cuda__store_kv_k<<<n, 128, 0, cb->stream>>>(k, v, a + ko, a + vo, slots, pos, *l, r, ff);
     }
     CB_CHECK_LAUNCH(cb);
 }
@@ -227,12 +243,12 @@ static void cuda__store_kv(cuda_backend *cb, int layer, float *k, const float *v
 void cuda__op_store_kv(backend *be, int layer, const float *k, const float *v)
 {
     if (cuda__graph_skip(cuda__cb(be))) return;
-    cuda__store_kv(cuda__cb(be), layer, (float *)k, v, 0, 0.0f, 0);
+    cuda__store_kv(cuda__cb(be), layer, (float *)k, v, NULL);
 }
 
 extern "C" void cuda_rope_store_kv(backend *be, int layer, float *k, const float *v, const be_rope *r)
 {
-    cuda__store_kv(cuda__cb(be), layer, k, v, r->rope_dims, r->base, r->neox);
+    cuda__store_kv(cuda__cb(be), layer, k, v, r);
 }
 
 /* ---- elementwise ------------------------------------------------------------------------- */
@@ -251,6 +267,49 @@ void cuda__op_silu_mul(backend *be, float *gate, const float *up, int64_t n)
     unsigned g = cuda_grid_1d(n, CUDA_EW_THREADS, CUDA_EW_MAX_BLOCKS);
     cuda__silu_mul_k<<<g, CUDA_EW_THREADS, 0, cb->stream>>>(gate, up, n);
     CB_CHECK_LAUNCH(cb);
+}
+
+static __global__ void cuda__gelu_mul_k(float *g, const float *u, int64_t n)
+{
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        g[i] = be_gelu_tanh(g[i]) * u[i];
+}
+
+void cuda__op_gelu_mul(backend *be, float *gate, const float *up, int64_t n)
+{
+    cuda_backend *cb = cuda__cb(be);
+    if (cuda__graph_skip(cb)) return;
+    if (n <= 0) return;
+    unsigned g = cuda_grid_1d(n, CUDA_EW_THREADS, CUDA_EW_MAX_BLOCKS);
+    cuda__gelu_mul_k<<<g, CUDA_EW_THREADS, 0, cb->stream>>>(gate, up, n);
+    CB_CHECK_LAUNCH(cb);
+}
+
+/* x[i] = cap · tanh(x[i] / cap) when cap > 0, else x[i] *= s. */
+static __global__ void cuda__scale_cap_k(float *x, float s, float cap, int64_t n)
+{
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        x[i] = cap > 0.0f ? be_softcap(x[i], cap) : x[i] * s;
+}
+
+static void cuda__scale_cap(backend *be, float *x, float s, float cap, int64_t n)
+{
+    cuda_backend *cb = cuda__cb(be);
+    if (cuda__graph_skip(cb)) return;
+    if (n <= 0) return;
+    unsigned g = cuda_grid_1d(n, CUDA_EW_THREADS, CUDA_EW_MAX_BLOCKS);
+    cuda__scale_cap_k<<<g, CUDA_EW_THREADS, 0, cb->stream>>>(x, s, cap, n);
+    CB_CHECK_LAUNCH(cb);
+}
+
+void cuda__op_scale(backend *be, float *x, float s, int64_t n)
+{
+    cuda__scale_cap(be, x, s, 0.0f, n);
+}
+
+void cuda__op_softcap(backend *be, float *x, float cap, int64_t n)
+{
+    cuda__scale_cap(be, x, 1.0f, cap, n);
 }
 
 static __global__ void cuda__add_k(float *x, const float *y, int64_t n)

@@ -21,6 +21,7 @@
 #ifndef KVSERVE_BACKEND_H
 #define KVSERVE_BACKEND_H
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -50,13 +51,79 @@ typedef struct be_weight {
     void *extra;   /* backend-private (repacked copy, scales, ...) */
 } be_weight;
 
+/* Host/device marker for the small formulas below, which the CUDA kernels share. */
+#ifdef __CUDACC__
+#define BE_HOST_DEVICE __host__ __device__
+#else
+#define BE_HOST_DEVICE
+#endif
+
+/* Rotary position embedding of one layer (llama.cpp's rope with YaRN, as ggml computes it).
+ * Pair i (0 ≤ i < rope_dims / 2) of a head rotates by the angle p · be_rope_freq(r, i, ff_i) at
+ * position p, and cos and sin are both multiplied by mscale:
+ *   f_i   = base^(−2i / rope_dims) / ff_i            (ff_i: freq_factors[i], or 1)
+ *   mix_i = ext_factor · (1 − clamp((i − corr_lo) / max(0.001, corr_hi − corr_lo), 0, 1))
+ *   freq  = f_i · (freq_scale · (1 − mix_i) + mix_i)
+ * Plain RoPE: freq_scale 1, ext_factor 0, mscale 1, no freq_factors. A zero freq_scale or
+ * mscale means 1, so a be_rope that names only the first five fields is plain RoPE. Dims past
+ * rope_dims in each head pass through unchanged (partial rotary). */
 typedef struct be_rope {
     int n_heads;    /* heads in the tensor being rotated */
     int head_dim;
     int rope_dims;  /* leading dims of each head that rotate (≤ head_dim, even) */
     float base;     /* theta base, e.g. 10000 */
     int neox;       /* 1: pairs (i, i + rope_dims/2); 0: adjacent pairs (2i, 2i+1) */
+    float freq_scale; /* linear / YaRN interpolation: 1 / scaling factor (0 or 1: none) */
+    float ext_factor; /* YaRN: weight of the extrapolated angle in the ramp (1), else 0 */
+    float corr_lo, corr_hi; /* YaRN ramp: pairs below corr_lo extrapolate, above corr_hi interpolate */
+    float mscale;   /* cos and sin multiplied by this (YaRN's attention factor; 0 or 1: none) */
+    const be_weight *freq_factors; /* [rope_dims / 2] F32 divisors of each pair's frequency
+                                      (rope_freqs.weight, Llama 3.x), or NULL */
 } be_rope;
+
+/* The angular frequency of pair i (radians per position) for frequency divisor ff (1 without
+ * freq_factors), in double so that angles at long positions keep their accuracy. */
+static inline BE_HOST_DEVICE double be_rope_freq(const be_rope *r, int i, float ff)
+{
+    double f = pow((double)r->base, -2.0 * i / r->rope_dims) / (double)ff;
+    double fs = r->freq_scale != 0.0f ? (double)r->freq_scale : 1.0;
+    if (r->ext_factor == 0.0f) return f * fs;
+    double span = (double)r->corr_hi - (double)r->corr_lo;
+    double y = (i - (double)r->corr_lo) / (span > 0.001 ? span : 0.001);
+    double ramp = 1.0 - (y < 0.0 ? 0.0 : y > 1.0 ? 1.0 : y);
+    double mix = ramp * (double)r->ext_factor;
+    return f * (fs * (1.0 - mix) + mix);
+}
+
+/* The factor on cos and sin. */
+static inline BE_HOST_DEVICE float be_rope_mscale(const be_rope *r)
+{
+    return r->mscale != 0.0f ? r->mscale : 1.0f;
+}
+
+/* How one layer attends (per-layer parameters of the attention op). The score of query q and
+ * key k is s = scale · q·k, then s = softcap · tanh(s / softcap) when softcap > 0, then the
+ * causal (and window) mask and the softmax. A query at KV index i of its sequence sees keys
+ * j ≤ i, and with window > 0 only those with i − j < window (llama.cpp's standard sliding
+ * window: the window counts the query itself). */
+typedef struct be_attn {
+    int n_heads;    /* query heads in q: a multiple of the KV heads (GQA groups) */
+    float scale;    /* multiplies q·k, e.g. 1/sqrt(head_dim) */
+    float softcap;  /* > 0: attention-logit soft-capping (Gemma 2); 0: off */
+    int32_t window; /* > 0: sliding window of this many positions; 0: full causal */
+} be_attn;
+
+/* tanh-approximated GELU: 0.5 x (1 + tanh(sqrt(2/π) (x + 0.044715 x³))), as GeGLU uses it. */
+static inline BE_HOST_DEVICE float be_gelu_tanh(float x)
+{
+    return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+}
+
+/* cap · tanh(x / cap): soft-capping of logits. */
+static inline BE_HOST_DEVICE float be_softcap(float x, float cap)
+{
+    return cap * tanhf(x / cap);
+}
 
 typedef struct backend backend;
 
@@ -96,12 +163,18 @@ typedef struct be_ops {
     void (*rope)(backend *be, float *x, const be_rope *r);
     /* Writes k and v [n_tokens][kv_dim] of layer into the KV arena at the batch's slots. */
     void (*store_kv)(backend *be, int layer, const float *k, const float *v);
-    /* Causal attention of q [n_tokens][n_heads * head_dim] over the paged KV of layer, with GQA
-     * (query head h reads kv head h / (n_heads / n_kv_heads)), scale 1/sqrt(head_dim);
-     * out [n_tokens][n_heads * head_dim]. */
-    void (*attention)(backend *be, int layer, const float *q, int n_heads, float *out);
+    /* Causal attention of q [n_tokens][a->n_heads * head_dim] over the paged KV of layer, with
+     * GQA (query head h reads kv head h / (n_heads / n_kv_heads)), the scale, soft-cap and
+     * sliding window of *a (see be_attn); out [n_tokens][n_heads * head_dim]. */
+    void (*attention)(backend *be, int layer, const float *q, const be_attn *a, float *out);
     /* gate[i] = silu(gate[i]) * up[i] for n elements. */
     void (*silu_mul)(backend *be, float *gate, const float *up, int64_t n);
+    /* gate[i] = gelu_tanh(gate[i]) * up[i] for n elements (GeGLU). */
+    void (*gelu_mul)(backend *be, float *gate, const float *up, int64_t n);
+    /* x[i] *= s for n elements. */
+    void (*scale)(backend *be, float *x, float s, int64_t n);
+    /* x[i] = cap · tanh(x[i] / cap) for n elements (logit soft-capping). */
+    void (*softcap)(backend *be, float *x, float cap, int64_t n);
     /* x[i] += y[i] for n elements. */
     void (*add)(backend *be, float *x, const float *y, int64_t n);
     /* out[j][:] = x[logit_rows[j]][:] for the batch's logit rows. */

@@ -13,6 +13,7 @@
 #include "engine/forward.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -200,8 +201,10 @@ static void fwd__layer(fwd *f, int li, int n)
     const be_ops *op = f->be->ops;
     backend *be = f->be;
     int dim = hp->n_embd;
-    be_rope rq = {hp->n_heads, hp->head_dim, hp->rope_dims, hp->rope_base, hp->rope_neox};
-    be_rope rk = {hp->n_kv_heads, hp->head_dim, hp->rope_dims, hp->rope_base, hp->rope_neox};
+    be_rope rq = {.n_heads = hp->n_heads, .head_dim = hp->head_dim, .rope_dims = hp->rope_dims,
+                  .base = hp->rope_base, .neox = hp->rope_neox};
+    be_rope rk = rq;
+    rk.n_heads = hp->n_kv_heads;
 
     /* attention: x += Wo · attn(rope(Wq·n(x)), rope(Wk·n(x)), Wv·n(x)) */
     op->rmsnorm(be, f->x, &l->attn_norm, hp->rms_eps, n, dim, f->xb);
@@ -211,7 +214,8 @@ static void fwd__layer(fwd *f, int li, int n)
     op->rope(be, f->q, &rq);
     op->rope(be, f->k, &rk);
     op->store_kv(be, li, f->k, f->v);
-    op->attention(be, li, f->q, hp->n_heads, f->att);
+    be_attn at = {hp->n_heads, 1.0f / sqrtf((float)hp->head_dim), 0.0f, 0};
+    op->attention(be, li, f->q, &at, f->att);
     op->matmul(be, f->att, n, &l->wo, NULL, f->xb);
     op->add(be, f->x, f->xb, (int64_t)n * dim);
 

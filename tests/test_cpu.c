@@ -275,14 +275,29 @@ Test(cpu, rmsnorm)
     }
 }
 
+/* The angle of rotation pair p at position pos under r, written out from ggml's rope_yarn (and
+ * llama.cpp's frequency factors) independently of be_rope_freq. */
+static double cput_rope_angle(const be_rope *r, const float *ff, int pos, int p)
+{
+    double theta = pos * pow(r->base, -2.0 * p / r->rope_dims) / (ff ? ff[p] : 1.0);
+    double fs = r->freq_scale ? r->freq_scale : 1.0, interp = fs * theta;
+    if (r->ext_factor == 0) return interp;
+    double y = (p - r->corr_lo) / fmax(0.001, r->corr_hi - r->corr_lo);
+    double mix = (1 - fmin(1, fmax(0, y))) * r->ext_factor;
+    return interp * (1 - mix) + theta * mix;
+}
+
 Test(cpu, rope)
 {
     cput_seed(13);
-    const int head_dims[] = {8, 64, 64};
-    const int rope_dims[] = {8, 64, 32};
+    const int head_dims[] = {8, 64, 64, 80};
+    const int rope_dims[] = {8, 64, 32, 48};
+    float ff[40];
+    for (int i = 0; i < 40; i++) ff[i] = 1.0f + (float)((i * 5) % 7);
+    be_weight fw = {.type = DT_F32, .n_in = 40, .n_out = 1, .data = ff};
     for (int th = 1; th <= 3; th++) {
         backend *be = cpu_backend_create(th);
-        for (int k = 0; k < 3; k++)
+        for (int k = 0; k < 4; k++)
             for (int neox = 0; neox <= 1; neox++) {
                 int n = 600, nh = 3, hd = head_dims[k], rd = rope_dims[k];
                 int32_t *pos = malloc((size_t)n * 4), *tok = calloc((size_t)n, 4);
@@ -293,6 +308,11 @@ Test(cpu, rope)
                 cput_fill(orig, (size_t)n * nh * hd, 1.0f);
                 memcpy(x, orig, (size_t)n * nh * hd * 4);
                 be_rope r = {.n_heads = nh, .head_dim = hd, .rope_dims = rd, .base = 10000.0f, .neox = neox};
+                if (k == 3) { /* YaRN (factor 4, ramp over pairs 3..9), frequency factors, mscale */
+                    r.freq_scale = 0.25f, r.ext_factor = 1.0f, r.corr_lo = 3.0f, r.corr_hi = 9.0f;
+                    r.mscale = 1.138629f, r.freq_factors = &fw;
+                }
+                double ms = k == 3 ? r.mscale : 1.0;
                 be->ops->rope(be, x, &r);
                 for (int i = 0; i < n; i++)
                     for (int h = 0; h < nh; h++) {
@@ -300,9 +320,9 @@ Test(cpu, rope)
                         const float *y = x + ((size_t)i * nh + h) * hd;
                         for (int p = 0; p < rd / 2; p++) {
                             int i0 = neox ? p : 2 * p, i1 = neox ? p + rd / 2 : 2 * p + 1;
-                            double th_ = pos[i] * pow(10000.0, -2.0 * p / rd);
-                            double r0 = o[i0] * cos(th_) - o[i1] * sin(th_);
-                            double r1 = o[i0] * sin(th_) + o[i1] * cos(th_);
+                            double th_ = cput_rope_angle(&r, k == 3 ? ff : NULL, pos[i], p);
+                            double r0 = ms * (o[i0] * cos(th_) - o[i1] * sin(th_));
+                            double r1 = ms * (o[i0] * sin(th_) + o[i1] * cos(th_));
                             cr_assert(fabs(y[i0] - r0) < 1e-5 && fabs(y[i1] - r1) < 1e-5, "rope neox=%d hd=%d", neox, hd);
                         }
                         for (int d = rd; d < hd; d++) cr_assert_eq(y[d], o[d]);
@@ -332,6 +352,22 @@ Test(cpu, elementwise_and_rows)
             for (int64_t i = 0; i < n; i++) {
                 double ref = g0[i] / (1.0 + exp(-(double)g0[i])) * u[i];
                 cr_assert(fabs(g[i] - ref) <= 1e-5 * (1 + fabs(ref)), "silu_mul");
+            }
+            memcpy(g, g0, (size_t)n * 4);
+            be->ops->gelu_mul(be, g, u, n);
+            for (int64_t i = 0; i < n; i++) {
+                double x = g0[i], ref = 0.5 * x * (1 + tanh(sqrt(2 / M_PI) * (x + 0.044715 * x * x * x))) * u[i];
+                /* tanhf and the cubic in f32: a few ulp of the result */
+                cr_assert(fabs(g[i] - ref) <= 1e-5 * (1 + fabs(ref)), "gelu_mul %g: %g vs %g", x, g[i], ref);
+            }
+            memcpy(g, g0, (size_t)n * 4);
+            be->ops->scale(be, g, 0.37f, n);
+            for (int64_t i = 0; i < n; i++) cr_assert_eq(g[i], g0[i] * 0.37f, "scale");
+            memcpy(g, g0, (size_t)n * 4);
+            be->ops->softcap(be, g, 2.5f, n);
+            for (int64_t i = 0; i < n; i++) {
+                double ref = 2.5 * tanh(g0[i] / 2.5);
+                cr_assert(fabs(g[i] - ref) <= 4e-7 * 2.5, "softcap %g: %g vs %g", g0[i], g[i], ref);
             }
             memcpy(g, g0, (size_t)n * 4);
             be->ops->add(be, g, u, n);

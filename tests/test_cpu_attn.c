@@ -1,6 +1,8 @@
 /*
  * test_cpu_attn.c — the CPU backend's paged KV cache: store_kv, causal GQA attention over
- * random (non-contiguous) block tables, and kv_copy_block, against a float64 reference.
+ * random (non-contiguous) block tables, and kv_copy_block, against a float64 reference; with the
+ * per-layer attention parameters too (scale, soft-cap, sliding windows of 1 to more than the
+ * context, also across block boundaries and shared-prefix groups).
  *
  * The batch mixes the cases the engine produces in one step: a prefill chunk on top of a cached
  * prefix, decode tokens of other sequences, a fresh prefill, a one-token sequence and a long
@@ -38,7 +40,40 @@ static float cpua_round(int dtype, float f)
 
 typedef struct cpua_case {
     int head_dim, gqa, block_size, dtype, threads;
+    float scale;   /* 0: 1/sqrt(head_dim) */
+    float softcap; /* 0: off */
+    int window;    /* 0: full causal */
 } cpua_case;
+
+static be_attn cpua_attn(const cpua_case *tc, int n_heads)
+{
+    be_attn a = {n_heads, tc->scale > 0 ? tc->scale : 1.0f / sqrtf((float)tc->head_dim), tc->softcap,
+                 tc->window};
+    return a;
+}
+
+/* The float64 reference of one query row q [hd] over keys 0 .. last whose K and V rows (already
+ * rounded to the arena's dtype on the way, through cpua_round) are k[j], v[j]: out[hd]. */
+static void cpua_ref(const cpua_case *tc, const float *q, int last, const float *const *k,
+                     const float *const *v, double *sc, double *out)
+{
+    int hd = tc->head_dim;
+    double scale = tc->scale > 0 ? tc->scale : 1.0 / sqrt((double)hd), m = -INFINITY, l = 0;
+    int first = tc->window > 0 && last - tc->window + 1 > 0 ? last - tc->window + 1 : 0;
+    for (int j = first; j <= last; j++) {
+        double d = 0;
+        for (int e = 0; e < hd; e++) d += (double)q[e] * cpua_round(tc->dtype, k[j][e]);
+        sc[j] = d * scale;
+        if (tc->softcap > 0) sc[j] = tc->softcap * tanh(sc[j] / tc->softcap);
+        m = fmax(m, sc[j]);
+    }
+    for (int j = first; j <= last; j++) l += exp(sc[j] - m);
+    for (int e = 0; e < hd; e++) {
+        double r = 0;
+        for (int j = first; j <= last; j++) r += exp(sc[j] - m) / l * cpua_round(tc->dtype, v[j][e]);
+        out[e] = r;
+    }
+}
 
 static void cpua_run(const cpua_case *tc)
 {
@@ -129,38 +164,32 @@ static void cpua_run(const cpua_case *tc)
     float *q = malloc((size_t)n_tok * q_dim * 4), *out = malloc((size_t)n_tok * q_dim * 4);
     for (size_t i = 0; i < (size_t)n_tok * q_dim; i++) q[i] = cpua_rand();
     for (size_t i = 0; i < (size_t)n_tok * q_dim; i++) out[i] = NAN;
-    be->ops->attention(be, 1, q, n_heads, out);
+    be_attn at = cpua_attn(tc, n_heads);
+    be->ops->attention(be, 1, q, &at, out);
 
     /* Reference in double over the rounded K/V. */
-    double *sc = malloc((size_t)total * sizeof(double));
+    double *sc = malloc((size_t)total * sizeof(double)), *ref = malloc((size_t)hd * sizeof(double));
+    const float **kr = malloc((size_t)total * sizeof *kr), **vr = malloc((size_t)total * sizeof *vr);
     for (int s = 0; s < CPUA_NSEQ; s++)
-        for (int i = q_start[s]; i < q_start[s + 1]; i++) {
-            int last = pos[i];
+        for (int i = q_start[s]; i < q_start[s + 1]; i++)
             for (int h = 0; h < n_heads; h++) {
                 int kh = h / tc->gqa;
-                double m = -INFINITY, l = 0;
-                for (int j = 0; j <= last; j++) {
-                    double d = 0;
-                    for (int e = 0; e < hd; e++)
-                        d += (double)q[((size_t)i * n_heads + h) * hd + e] *
-                             cpua_round(tc->dtype, K[(size_t)(base[s] + j) * kv_dim + kh * hd + e]);
-                    sc[j] = d / sqrt((double)hd);
-                    m = fmax(m, sc[j]);
+                for (int j = 0; j <= pos[i]; j++) {
+                    kr[j] = K + (size_t)(base[s] + j) * kv_dim + kh * hd;
+                    vr[j] = V + (size_t)(base[s] + j) * kv_dim + kh * hd;
                 }
-                for (int j = 0; j <= last; j++) l += exp(sc[j] - m);
+                cpua_ref(tc, q + ((size_t)i * n_heads + h) * hd, pos[i], kr, vr, sc, ref);
                 for (int e = 0; e < hd; e++) {
-                    double r = 0;
-                    for (int j = 0; j <= last; j++)
-                        r += exp(sc[j] - m) / l * cpua_round(tc->dtype, V[(size_t)(base[s] + j) * kv_dim + kh * hd + e]);
                     float got = out[((size_t)i * n_heads + h) * hd + e];
-                    cr_assert(fabs(got - r) <= 2e-5 + 2e-5 * fabs(r),
-                              "attention hd=%d gqa=%d bs=%d dtype=%s threads=%d seed=%lu: seq %d token %d "
-                              "head %d dim %d: got %g want %g",
-                              hd, tc->gqa, bs, kv_dtype_name(tc->dtype), tc->threads,
-                              (unsigned long)seed, s, i, h, e, (double)got, r);
+                    cr_assert(fabs(got - ref[e]) <= 2e-5 + 2e-5 * fabs(ref[e]),
+                              "attention hd=%d gqa=%d bs=%d dtype=%s threads=%d scale %g cap %g window %d "
+                              "seed=%lu: seq %d token %d head %d dim %d: got %g want %g",
+                              hd, tc->gqa, bs, kv_dtype_name(tc->dtype), tc->threads, (double)at.scale,
+                              (double)tc->softcap, tc->window, (unsigned long)seed, s, i, h, e, (double)got,
+                              ref[e]);
                 }
             }
-        }
+    free(kr), free(vr), free(ref);
 
     /* kv_copy_block: moving sequence 1's first block to a spare block changes nothing. */
     float *out2 = malloc((size_t)n_tok * q_dim * 4);
@@ -168,7 +197,7 @@ static void cpua_run(const cpua_case *tc)
     be->ops->kv_copy_block(be, bt[1 * bt_stride], spare);
     bt[1 * bt_stride] = spare;
     cr_assert_eq(be->ops->begin(be, &b), 0);
-    be->ops->attention(be, 1, q, n_heads, out2);
+    be->ops->attention(be, 1, q, &at, out2);
     cr_assert_eq(memcmp(out, out2, (size_t)n_tok * q_dim * 4), 0, "kv_copy_block");
 
     be_destroy(be);
@@ -185,9 +214,30 @@ Test(cpu, attention_paged_gqa)
         for (int b = 0; b < 4; b++)
             for (int c = 0; c < 3; c++)
                 for (int d = 0; d < 3; d++, k++) {
-                    cpua_case tc = {hds[a], gqas[b], bss[c], dtypes[d], 1 + k % 3};
+                    cpua_case tc = {hds[a], gqas[b], bss[c], dtypes[d], 1 + k % 3, 0, 0, 0};
                     cpua_run(&tc);
                 }
+}
+
+/* Sliding windows (1 token, shorter than a block, across blocks, longer than every context),
+ * soft-capping and a scale other than 1/sqrt(head_dim), alone and together. */
+Test(cpu, attention_window_softcap_scale)
+{
+    const struct {
+        float scale, cap;
+        int window;
+    } v[] = {{0, 0, 1}, {0, 0, 5}, {0, 0, 16}, {0, 0, 37}, {0, 0, 1000}, {0, 20, 0}, {0.3f, 0, 0},
+             {0.3f, 2.5f, 23}, {0, 50, 64}};
+    const int hds[] = {64, 80}, gqas[] = {1, 4}, bss[] = {16, 7};
+    const int dtypes[] = {KV_F16, KV_F32};
+    int k = 0;
+    for (size_t i = 0; i < sizeof v / sizeof v[0]; i++)
+        for (int a = 0; a < 2; a++)
+            for (int b = 0; b < 2; b++, k++) {
+                cpua_case tc = {hds[a], gqas[b], bss[k % 2], dtypes[(k / 2) % 2], 1 + k % 3, v[i].scale, v[i].cap,
+                                v[i].window};
+                cpua_run(&tc);
+            }
 }
 
 /* ---- sequences sharing prefix blocks ---------------------------------------------------------- */
@@ -255,39 +305,33 @@ static void cpua_shared_run(const cpua_case *tc)
     float *q = malloc((size_t)n_tok * q_dim * 4), *out = malloc((size_t)n_tok * q_dim * 4);
     for (size_t i = 0; i < (size_t)n_tok * q_dim; i++) q[i] = cpua_rand();
     for (size_t i = 0; i < (size_t)n_tok * q_dim; i++) out[i] = NAN;
-    be->ops->attention(be, 0, q, n_heads, out);
+    be_attn at = cpua_attn(tc, n_heads);
+    be->ops->attention(be, 0, q, &at, out);
 
-    double *sc = malloc((size_t)bt_stride * bs * sizeof(double));
+    int max_ctx = bt_stride * bs;
+    double *sc = malloc((size_t)max_ctx * sizeof(double)), *ref = malloc((size_t)hd * sizeof(double));
+    const float **kr = malloc((size_t)max_ctx * sizeof *kr), **vr = malloc((size_t)max_ctx * sizeof *vr);
     for (int s = 0; s < CPUA_SSEQ; s++)
         for (int i = q_start[s]; i < q_start[s + 1]; i++)
             for (int h = 0; h < n_heads; h++) {
                 int kh = h / tc->gqa;
-                double m = -INFINITY, l = 0;
                 for (int j = 0; j <= pos[i]; j++) {
-                    size_t at = (size_t)(bt[s * bt_stride + j / bs] * bs + j % bs) * kv_dim + kh * hd;
-                    double d = 0;
-                    for (int e = 0; e < hd; e++)
-                        d += (double)q[((size_t)i * n_heads + h) * hd + e] * cpua_round(tc->dtype, K[at + e]);
-                    sc[j] = d / sqrt((double)hd);
-                    m = fmax(m, sc[j]);
+                    size_t o = (size_t)(bt[s * bt_stride + j / bs] * bs + j % bs) * kv_dim + kh * hd;
+                    kr[j] = K + o;
+                    vr[j] = V + o;
                 }
-                for (int j = 0; j <= pos[i]; j++) l += exp(sc[j] - m);
+                cpua_ref(tc, q + ((size_t)i * n_heads + h) * hd, pos[i], kr, vr, sc, ref);
                 for (int e = 0; e < hd; e++) {
-                    double r = 0;
-                    for (int j = 0; j <= pos[i]; j++) {
-                        size_t at = (size_t)(bt[s * bt_stride + j / bs] * bs + j % bs) * kv_dim + kh * hd;
-                        r += exp(sc[j] - m) / l * cpua_round(tc->dtype, V[at + e]);
-                    }
                     float got = out[((size_t)i * n_heads + h) * hd + e];
-                    cr_assert(fabs(got - r) <= 2e-5 + 2e-5 * fabs(r),
-                              "shared-prefix attention hd=%d gqa=%d bs=%d dtype=%s threads=%d: seq %d "
-                              "token %d head %d dim %d: got %g want %g",
-                              hd, tc->gqa, bs, kv_dtype_name(tc->dtype), tc->threads, s, i, h, e,
-                              (double)got, r);
+                    cr_assert(fabs(got - ref[e]) <= 2e-5 + 2e-5 * fabs(ref[e]),
+                              "shared-prefix attention hd=%d gqa=%d bs=%d dtype=%s threads=%d window %d cap %g: "
+                              "seq %d token %d head %d dim %d: got %g want %g",
+                              hd, tc->gqa, bs, kv_dtype_name(tc->dtype), tc->threads, tc->window,
+                              (double)tc->softcap, s, i, h, e, (double)got, ref[e]);
                 }
             }
     be_destroy(be);
-    free(bt), free(K), free(V), free(all), free(q), free(out), free(sc);
+    free(bt), free(K), free(V), free(all), free(q), free(out), free(sc), free(ref), free(kr), free(vr);
 }
 
 Test(cpu, attention_shared_prefix_groups)
@@ -299,7 +343,9 @@ Test(cpu, attention_shared_prefix_groups)
         for (int c = 0; c < 2; c++)
             for (int d = 0; d < 3; d++)
                 for (int e = 0; e < 3; e++, k++) {
-                    cpua_case tc = {hds[a], gqas[c], bss[d], dtypes[e], 1 + k % 4};
+                    /* every third run windowed (inside the shared part, or past it) and soft-capped */
+                    int w = k % 3 == 1 ? 50 : k % 3 == 2 ? 300 : 0;
+                    cpua_case tc = {hds[a], gqas[c], bss[d], dtypes[e], 1 + k % 4, 0, w ? 30.0f : 0.0f, w};
                     cpua_shared_run(&tc);
                 }
 }

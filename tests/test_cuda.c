@@ -138,11 +138,13 @@ Test(cuda, attention)
     tcu_env e;
     tcu_open(&e, 0xa77e, "attention");
     const kc_attn_case cases[] = {
-        {"decode", 5, 1, 90, 1, 1, 8, 4, 8, KV_F32},          /* stories260K's shape */
-        {"decode-long", 2, 600, 1500, 1, 1, 32, 4, 64, KV_F16}, /* split-K */
-        {"prefill", 3, 20, 300, 20, 70, 8, 8, 64, KV_F16},     /* cached prefix + chunk, MHA */
-        {"mixed", 6, 1, 400, 1, 40, 16, 2, 128, KV_BF16},
-        {"mixed-gqa8", 4, 30, 200, 1, 30, 32, 4, 64, KV_F32},
+        {"decode", 5, 1, 90, 1, 1, 8, 4, 8, KV_F32, 0.0f, 0},          /* stories260K's shape */
+        {"decode-long", 2, 600, 1500, 1, 1, 32, 4, 64, KV_F16, 0.0f, 0}, /* split-K */
+        {"prefill", 3, 20, 300, 20, 70, 8, 8, 64, KV_F16, 0.0f, 0},     /* cached prefix + chunk, MHA */
+        {"mixed", 6, 1, 400, 1, 40, 16, 2, 128, KV_BF16, 0.0f, 0},
+        {"mixed-gqa8", 4, 30, 200, 1, 30, 32, 4, 64, KV_F32, 0.0f, 0},
+        {"window", 4, 1, 400, 1, 40, 8, 2, 64, KV_F16, 0.0f, 33},
+        {"window+softcap", 3, 600, 1500, 1, 1, 8, 4, 64, KV_F32, 20.0f, 100}, /* split-K past the window */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) tcu_expect(kc_check_attention(&e.c, &cases[i]));
     tcu_close(&e);

@@ -356,13 +356,14 @@ Test(cuda_host, softmax_merge)
 
 /* ---- RoPE ----------------------------------------------------------------------------------- */
 
-/* The kernel's rotation of one token row (cuda__rope_row), written with the same helpers. */
-static void tch_rope_row(float *x, int pos, const be_rope *r)
+/* The kernel's rotation of one token row (cuda__rope_row), written with the same helpers; ff: the
+ * frequency factors (host copy) or NULL. */
+static void tch_rope_row(float *x, int pos, const be_rope *r, const float *ff)
 {
     int half = r->rope_dims / 2;
     for (int i = 0; i < half; i++) {
-        double ang = (double)pos * cuda_rope_inv_freq(r->base, i, r->rope_dims);
-        float c = (float)cos(ang), sn = (float)sin(ang);
+        double ang = (double)pos * be_rope_freq(r, i, ff ? ff[i] : 1.0f);
+        float c = (float)cos(ang) * be_rope_mscale(r), sn = (float)sin(ang) * be_rope_mscale(r);
         int a, b;
         cuda_rope_pair(r->neox, r->rope_dims, i, &a, &b);
         for (int h = 0; h < r->n_heads; h++) {
@@ -380,14 +381,31 @@ Test(cuda_host, rope_pairs_and_freqs)
     cr_assert(a == 10 && b == 11);
     cuda_rope_pair(1, 64, 5, &a, &b);
     cr_assert(a == 5 && b == 37);
-    cr_assert_float_eq(cuda_rope_inv_freq(10000.0f, 0, 128), 1.0, 0.0);
+    be_rope r = {.n_heads = 1, .head_dim = 128, .rope_dims = 128, .base = 10000.0f};
+    cr_assert_float_eq(be_rope_freq(&r, 0, 1.0f), 1.0, 0.0);
     for (int i = 0; i < 64; i++) {
         double ref = 1.0 / pow(10000.0, (2.0 * i) / 128.0);
-        cr_assert(fabs(cuda_rope_inv_freq(10000.0f, i, 128) - ref) <= 1e-15 * ref);
+        cr_assert(fabs(be_rope_freq(&r, i, 1.0f) - ref) <= 1e-15 * ref);
+        /* a frequency factor divides; linear scaling multiplies by freq_scale */
+        cr_assert(fabs(be_rope_freq(&r, i, 8.0f) - ref / 8) <= 1e-15 * ref);
+        r.freq_scale = 0.25f;
+        cr_assert(fabs(be_rope_freq(&r, i, 1.0f) - ref / 4) <= 1e-15 * ref);
+        /* YaRN: pairs up to corr_lo keep the extrapolated frequency, from corr_hi on the
+         * interpolated one, linearly mixed in between (ggml's rope_yarn_ramp) */
+        r.ext_factor = 1.0f, r.corr_lo = 2.0f, r.corr_hi = 11.0f;
+        double ramp = i <= 2 ? 1.0 : i >= 11 ? 0.0 : 1.0 - (i - 2.0) / 9.0;
+        double want = ref * (0.25 * (1 - ramp) + ramp);
+        cr_assert(fabs(be_rope_freq(&r, i, 1.0f) - want) <= 1e-15 * ref, "pair %d", i);
+        r.freq_scale = 0.0f, r.ext_factor = 0.0f; /* 0 means no scaling */
+        cr_assert(fabs(be_rope_freq(&r, i, 1.0f) - ref) <= 1e-15 * ref);
     }
+    cr_assert_eq(be_rope_mscale(&r), 1.0f);
+    r.mscale = 1.25f;
+    cr_assert_eq(be_rope_mscale(&r), 1.25f);
 }
 
-/* Against the CPU backend's rope op, both layouts, partial rotation, long positions. */
+/* Against the CPU backend's rope op, both layouts, partial rotation, long positions, and YaRN with
+ * frequency factors and mscale. */
 Test(cuda_host, rope_matches_cpu_backend)
 {
     uint64_t seed = 0x209e, s = seed;
@@ -398,15 +416,24 @@ Test(cuda_host, rope_matches_cpu_backend)
     int32_t pos[T], zeros[T] = {0}, q_start[2] = {0, T}, ctx[1] = {T};
     int32_t bt[1] = {0};
     static float x[T * H * D], ref[T * H * D];
+    float ff[D / 2];
+    for (int i = 0; i < D / 2; i++) ff[i] = 1.0f + (float)(i % 5);
+    be_weight fw = {.type = DT_F32, .n_in = D / 2, .n_out = 1, .data = ff};
+    for (int scaled = 0; scaled < 2; scaled++)
     for (int neox = 0; neox < 2; neox++)
         for (int rd = 16; rd <= D; rd += 16) {
-            be_rope r = {H, D, rd, neox ? 1000000.0f : 10000.0f, neox};
+            be_rope r = {.n_heads = H, .head_dim = D, .rope_dims = rd, .base = neox ? 1000000.0f : 10000.0f,
+                         .neox = neox};
+            if (scaled) {
+                r.freq_scale = 0.125f, r.ext_factor = 1.0f, r.corr_lo = 1.0f, r.corr_hi = 5.0f;
+                r.mscale = 1.2079f, r.freq_factors = &fw;
+            }
             for (int t = 0; t < T; t++) pos[t] = t == 0 ? 0 : tch_int(&s, 1, 130000);
             for (int i = 0; i < T * H * D; i++) x[i] = ref[i] = tch_unif(&s);
             be_batch b = {T, zeros, pos, zeros, 1, q_start, ctx, bt, 1, 0, NULL};
             cr_assert_eq(be->ops->begin(be, &b), 0);
             be->ops->rope(be, x, &r);
-            for (int t = 0; t < T; t++) tch_rope_row(ref + t * H * D, pos[t], &r);
+            for (int t = 0; t < T; t++) tch_rope_row(ref + t * H * D, pos[t], &r, scaled ? ff : NULL);
             for (int i = 0; i < T * H * D; i++)
                 cr_assert(fabsf(x[i] - ref[i]) <= 2e-6f, "neox %d rope_dims %d elem %d: cpu %.9g cuda %.9g", neox, rd,
                           i, x[i], ref[i]);

@@ -2,7 +2,8 @@
  * attn_emu.cc — runs the CUDA attention kernels (cuda/attn_kernels.h, the very source nvcc
  * compiles) on the CPU through cuda/check/emu_cuda.h, and compares them with a float64 paged
  * attention reference: decode, prefill chunks over cached prefixes, GQA groups, head sizes that
- * are not multiples of 32, and split-K with its reduction kernel.
+ * are not multiples of 32, split-K with its reduction kernel, and the per-layer parameters
+ * (be_attn: scale, soft-cap, sliding window).
  *
  * It needs no GPU and no CUDA toolkit (only a C++17 compiler and POSIX threads), so machines
  * without a GPU can still check the kernels' indexing, masking and online-softmax merging.
@@ -82,6 +83,9 @@ static int emu_int(int lo, int hi)
 
 struct emu_case {
     int n_seqs, max_ctx, max_new, n_heads, n_kv_heads, head_dim, n_sm;
+    float softcap; /* 0: off */
+    int window;    /* 0: full causal */
+    float scale;   /* 0: 1/sqrt(head_dim) */
 };
 
 /* Random paged KV (shuffled block tables), random queries; the kernel's output against float64. */
@@ -125,7 +129,8 @@ static double emu_check(const emu_case &c, int *splits_out)
     a.q = q.data(), a.out = out.data(), a.part = partial.data();
     a.q_start = q_start.data(), a.ctx_len = ctx.data(), a.block_table = bt.data(), a.items = items.data();
     a.bt_stride = stride, a.block_size = bs, a.n_kv_heads = c.n_kv_heads, a.n_heads = c.n_heads;
-    a.head_dim = D, a.gsize = gsize, a.splits = splits, a.part_keys = part, a.scale = 1.0f / sqrtf((float)D);
+    a.head_dim = D, a.gsize = gsize, a.splits = splits, a.part_keys = part;
+    a.scale = c.scale > 0 ? c.scale : 1.0f / sqrtf((float)D), a.softcap = c.softcap, a.window = c.window;
     emu_l.kind = 0;
     emu_l.kp = arena.data();
     emu_l.vp = arena.data() + cuda_kv_plane_elems(&l);
@@ -149,18 +154,20 @@ static double emu_check(const emu_case &c, int *splits_out)
                 int kvh = h / gsize;
                 sc.assign(qp + 1, 0.0);
                 double mx = -1e300, z = 0;
-                for (int j = 0; j <= qp; j++) {
+                int lo = c.window > 0 && qp - c.window + 1 > 0 ? qp - c.window + 1 : 0;
+                for (int j = lo; j <= qp; j++) {
                     int32_t slot = cuda_kv_entry_slot(row, bs, j);
                     double d = 0;
                     for (int e = 0; e < D; e++)
                         d += (double)q[((size_t)t * c.n_heads + h) * D + e] * arena[cuda_kv_slot_index(&l, 0, 0, slot, kvh, e)];
-                    sc[j] = d / sqrt((double)D);
+                    sc[j] = d * (c.scale > 0 ? c.scale : 1.0 / sqrt((double)D));
+                    if (c.softcap > 0) sc[j] = c.softcap * tanh(sc[j] / c.softcap);
                     mx = std::max(mx, sc[j]);
                 }
-                for (int j = 0; j <= qp; j++) z += exp(sc[j] - mx);
+                for (int j = lo; j <= qp; j++) z += exp(sc[j] - mx);
                 for (int e = 0; e < D; e++) {
                     double o = 0;
-                    for (int j = 0; j <= qp; j++)
+                    for (int j = lo; j <= qp; j++)
                         o += exp(sc[j] - mx) / z * arena[cuda_kv_slot_index(&l, 0, 1, cuda_kv_entry_slot(row, bs, j), kvh, e)];
                     double got = out[((size_t)t * c.n_heads + h) * D + e];
                     if (!(fabs(got) < 1e29)) return INFINITY; /* unwritten or NaN */
@@ -176,15 +183,20 @@ int main()
 {
     const emu_case cases[] = {
         /* seqs, max ctx, max new, heads, kv heads, head_dim, SMs (small → split-K) */
-        {5, 90, 1, 8, 4, 8, 100},     /* decode, stories260K's shape */
-        {2, 900, 1, 8, 2, 64, 100},   /* long decode: split-K */
-        {3, 300, 70, 4, 4, 64, 100},  /* prefill chunks over cached prefixes, MHA */
-        {6, 300, 40, 16, 2, 32, 2},   /* mixed decode + prefill, GQA 8 */
-        {4, 200, 30, 32, 4, 16, 100}, /* mixed, GQA 8, two tokens per tile */
-        {1, 1300, 1, 2, 1, 40, 64},   /* head_dim not a multiple of 32, split-K */
-        {2, 600, 200, 2, 2, 8, 4},    /* long prefill split across partitions */
-        {3, 129, 64, 64, 1, 8, 100},  /* MQA: a group larger than the row target */
-        {3, 150, 20, 4, 2, 10, 100},  /* head_dim not a multiple of 4: the scalar load path */
+        {5, 90, 1, 8, 4, 8, 100, 0.0f, 0, 0.0f},     /* decode, stories260K's shape */
+        {2, 900, 1, 8, 2, 64, 100, 0.0f, 0, 0.0f},   /* long decode: split-K */
+        {3, 300, 70, 4, 4, 64, 100, 0.0f, 0, 0.0f},  /* prefill chunks over cached prefixes, MHA */
+        {6, 300, 40, 16, 2, 32, 2, 0.0f, 0, 0.0f},   /* mixed decode + prefill, GQA 8 */
+        {4, 200, 30, 32, 4, 16, 100, 0.0f, 0, 0.0f}, /* mixed, GQA 8, two tokens per tile */
+        {1, 1300, 1, 2, 1, 40, 64, 0.0f, 0, 0.0f},   /* head_dim not a multiple of 32, split-K */
+        {2, 600, 200, 2, 2, 8, 4, 0.0f, 0, 0.0f},    /* long prefill split across partitions */
+        {3, 129, 64, 64, 1, 8, 100, 0.0f, 0, 0.0f},  /* MQA: a group larger than the row target */
+        {3, 150, 20, 4, 2, 10, 100, 0.0f, 0, 0.0f},  /* head_dim not a multiple of 4: the scalar load path */
+        /* seqs, ctx, new, heads, kv, hd, SMs, soft-cap, window, scale */
+        {4, 300, 40, 8, 4, 64, 100, 20.0f, 16, 0.0f},  /* Gemma 2: soft-cap + window, prefill */
+        {2, 900, 1, 8, 2, 64, 100, 0.0f, 100, 0.0f},   /* window with split-K: empty partitions */
+        {3, 200, 70, 4, 2, 16, 4, 50.0f, 1, 0.3f},     /* window of 1, another scale */
+        {2, 600, 200, 2, 2, 8, 4, 0.0f, 37, 0.0f},     /* long prefill, window across tiles */
     };
     printf("attention kernels under CPU emulation vs float64 (seed %#llx)\n", (unsigned long long)emu_rs);
     int bad = 0;
@@ -193,8 +205,9 @@ int main()
         double e = emu_check(c, &splits);
         int ok = e < 1e-5;
         bad += !ok;
-        printf("  seqs %d ctx<=%d new<=%d heads %d/%d hd %d: splits %d, rel err %.2e %s\n", c.n_seqs, c.max_ctx,
-               c.max_new, c.n_heads, c.n_kv_heads, c.head_dim, splits, e, ok ? "ok" : "FAIL");
+        printf("  seqs %d ctx<=%d new<=%d heads %d/%d hd %d cap %g window %d: splits %d, rel err %.2e %s\n",
+               c.n_seqs, c.max_ctx, c.max_new, c.n_heads, c.n_kv_heads, c.head_dim, (double)c.softcap, c.window,
+               splits, e, ok ? "ok" : "FAIL");
     }
     return bad ? 1 : 0;
 }

@@ -119,13 +119,15 @@ static void gc_kernels(backend *gpu, backend *cpu, int quick)
     gc_report(kc_check_store_kv(&c, KV_BF16));
     gc_report(kc_check_store_kv(&c, KV_F32));
     const kc_attn_case cases[] = {
-        {"decode stories", 13, 1, 512, 1, 1, 8, 4, 8, KV_F16},
-        {"decode batch", 64, 100, 2048, 1, 1, 32, 4, 64, KV_F16},
-        {"decode long (split-K)", 2, 8000, 32768, 1, 1, 32, 8, 128, KV_F16},
-        {"prefill+prefix", 4, 200, 1500, 100, 512, 32, 8, 128, KV_BF16},
-        {"mixed", 24, 1, 1200, 1, 200, 32, 4, 64, KV_F16},
-        {"mixed mha hd128", 8, 1, 700, 1, 90, 16, 16, 128, KV_F32},
-        {"mixed gqa8 hd256", 4, 1, 600, 1, 64, 16, 2, 256, KV_F16},
+        {"decode stories", 13, 1, 512, 1, 1, 8, 4, 8, KV_F16, 0.0f, 0},
+        {"decode batch", 64, 100, 2048, 1, 1, 32, 4, 64, KV_F16, 0.0f, 0},
+        {"decode long (split-K)", 2, 8000, 32768, 1, 1, 32, 8, 128, KV_F16, 0.0f, 0},
+        {"prefill+prefix", 4, 200, 1500, 100, 512, 32, 8, 128, KV_BF16, 0.0f, 0},
+        {"mixed", 24, 1, 1200, 1, 200, 32, 4, 64, KV_F16, 0.0f, 0},
+        {"mixed mha hd128", 8, 1, 700, 1, 90, 16, 16, 128, KV_F32, 0.0f, 0},
+        {"mixed gqa8 hd256", 4, 1, 600, 1, 64, 16, 2, 256, KV_F16, 0.0f, 0},
+        {"window+softcap", 6, 1, 1500, 1, 90, 16, 8, 256, KV_F16, 50.0f, 96}, /* Gemma 2's layer kinds */
+        {"window split-K", 2, 8000, 20000, 1, 1, 8, 4, 128, KV_F16, 0.0f, 4096},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) gc_report(kc_check_attention(&c, &cases[i]));
     char v[40];
@@ -420,7 +422,8 @@ static double gc_bench_attention_ex(backend *be, int n_seqs, int ctx_len, int n_
     for (int r = -2; r < 7; r++) {
         be->ops->sync(be);
         double t0 = gc_now();
-        for (int i = 0; i < reps; i++) be->ops->attention(be, 0, q, H, o);
+        be_attn at = {H, 1.0f / sqrtf((float)D), 0.0f, 0};
+        for (int i = 0; i < reps; i++) be->ops->attention(be, 0, q, &at, o);
         be->ops->sync(be);
         if (r >= 0) t[r] = (gc_now() - t0) / reps;
     }

@@ -332,11 +332,26 @@ static kc_result kc_check_matmul(kc_ctx *c, int type, int n_rows, int n_in, int 
     return kc_res(name, err, tol, note);
 }
 
-/* RoPE on a [n][heads][head_dim] tensor at random positions, against the CPU op. */
+/* RoPE on a [n][heads][head_dim] tensor at random positions, against the CPU op. The partial
+ * variant (half the dims rotate) also scales: YaRN ramp, mscale and Llama-3-style frequency
+ * factors (uploaded to each backend as a weight). */
 static kc_result kc_check_rope(kc_ctx *c, int neox, int rope_dims_frac)
 {
     int H = c->big ? 32 : 4, D = c->big ? 128 : 16, n = c->big ? 512 : 11;
-    be_rope r = {H, D, rope_dims_frac ? D / 2 : D, neox ? 1000000.0f : 10000.0f, neox};
+    be_rope r = {.n_heads = H, .head_dim = D, .rope_dims = rope_dims_frac ? D / 2 : D,
+                 .base = neox ? 1000000.0f : 10000.0f, .neox = neox};
+    float ff[64];
+    model_tensor ft = {"rope_freqs.weight", DT_F32, {r.rope_dims / 2, 1}, ff, (size_t)r.rope_dims / 2 * 4};
+    be_weight fg = {0}, fc = {0};
+    if (rope_dims_frac) {
+        for (int i = 0; i < r.rope_dims / 2; i++) ff[i] = 1.0f + (float)(i * 7 % 8);
+        r.freq_scale = 0.25f, r.ext_factor = 1.0f, r.corr_lo = 1.0f, r.corr_hi = 3.0f, r.mscale = 1.1386f;
+        if (c->gpu->ops->weight_upload(c->gpu, &ft, &fg) || c->cpu->ops->weight_upload(c->cpu, &ft, &fc))
+            return kc_res("rope scaled", INFINITY, 1e-6, "frequency factors did not upload");
+    }
+    be_rope rg = r, rc = r;
+    rg.freq_factors = rope_dims_frac ? &fg : NULL;
+    rc.freq_factors = rope_dims_frac ? &fc : NULL;
     size_t nn = (size_t)n * H * D;
     kc_batch kb;
     kc_batch_simple(c, &kb, n, 10);
@@ -345,16 +360,20 @@ static kc_result kc_check_rope(kc_ctx *c, int neox, int rope_dims_frac)
     float *xg = kc_put(c->gpu, x, nn), *xc = kc_put(c->cpu, x, nn);
     c->gpu->ops->begin(c->gpu, &kb.b);
     c->cpu->ops->begin(c->cpu, &kb.b);
-    c->gpu->ops->rope(c->gpu, xg, &r);
-    c->cpu->ops->rope(c->cpu, xc, &r);
+    c->gpu->ops->rope(c->gpu, xg, &rg);
+    c->cpu->ops->rope(c->cpu, xc, &rc);
     float *hg = kc_get(c->gpu, xg, nn), *hc = kc_get(c->cpu, xc, nn);
     double err = hg && hc ? kc_relerr(hg, hc, nn) : INFINITY;
     free(hg), free(hc), free(x);
     c->gpu->ops->free(c->gpu, xg);
     c->cpu->ops->free(c->cpu, xc);
+    if (rope_dims_frac) {
+        c->gpu->ops->weight_free(c->gpu, &fg);
+        c->cpu->ops->weight_free(c->cpu, &fc);
+    }
     kc_batch_free(&kb);
     char name[48];
-    snprintf(name, sizeof name, "rope %s%s", neox ? "neox" : "adjacent", rope_dims_frac ? " partial" : "");
+    snprintf(name, sizeof name, "rope %s%s", neox ? "neox" : "adjacent", rope_dims_frac ? " partial scaled" : "");
     return kc_res(name, err, 1e-6, "");
 }
 
@@ -376,6 +395,12 @@ static kc_result kc_check_elementwise(kc_ctx *c)
     c->cpu->ops->silu_mul(c->cpu, gc, uc, (int64_t)nn);
     c->gpu->ops->add(c->gpu, gg, ug, (int64_t)nn);
     c->cpu->ops->add(c->cpu, gc, uc, (int64_t)nn);
+    c->gpu->ops->gelu_mul(c->gpu, gg, ug, (int64_t)nn);
+    c->cpu->ops->gelu_mul(c->cpu, gc, uc, (int64_t)nn);
+    c->gpu->ops->scale(c->gpu, gg, 0.37f, (int64_t)nn);
+    c->cpu->ops->scale(c->cpu, gc, 0.37f, (int64_t)nn);
+    c->gpu->ops->softcap(c->gpu, gg, 3.0f, (int64_t)nn);
+    c->cpu->ops->softcap(c->cpu, gc, 3.0f, (int64_t)nn);
     c->gpu->ops->gather_rows(c->gpu, gg, dim, og);
     c->cpu->ops->gather_rows(c->cpu, gc, dim, oc);
     float *hg = kc_get(c->gpu, og, nn), *hc = kc_get(c->cpu, oc, nn);
@@ -384,7 +409,7 @@ static kc_result kc_check_elementwise(kc_ctx *c)
     c->gpu->ops->free(c->gpu, gg), c->gpu->ops->free(c->gpu, ug), c->gpu->ops->free(c->gpu, og);
     c->cpu->ops->free(c->cpu, gc), c->cpu->ops->free(c->cpu, uc), c->cpu->ops->free(c->cpu, oc);
     kc_batch_free(&kb);
-    return kc_res("silu_mul+add+gather", err, 1e-6, "");
+    return kc_res("silu_mul+add+gelu_mul+scale+softcap+gather", err, 1e-6, "");
 }
 
 /* Greedy argmax on the device, with planted ties (the lowest index must win). */
@@ -421,6 +446,8 @@ typedef struct kc_attn_case {
     int min_ctx, max_ctx; /* context length after the step */
     int min_new, max_new; /* new tokens per sequence (1 = decode) */
     int n_heads, n_kv_heads, head_dim, kv_dtype;
+    float softcap;        /* be_attn: 0 off */
+    int window;           /* be_attn: 0 full causal */
 } kc_attn_case;
 
 /* Fills kb with every KV entry of every sequence as a token (the "fill" batch) when fill is 1,
@@ -498,13 +525,15 @@ static kc_result kc_check_attention(kc_ctx *c, const kc_attn_case *ac)
             be->ops->begin(be, &fb.b);
             be->ops->store_kv(be, layer, kd, vd);
             be->ops->begin(be, &ab.b);
-            be->ops->attention(be, layer, qd, ac->n_heads, od);
+            be_attn at = {ac->n_heads, 1.0f / sqrtf((float)ac->head_dim), ac->softcap, ac->window};
+            be->ops->attention(be, layer, qd, &at, od);
             out[b] = kc_get(be, od, nq);
             be->ops->free(be, kd), be->ops->free(be, vd), be->ops->free(be, qd), be->ops->free(be, od);
         }
         if (out[0] && out[1]) err = kc_relerr(out[0], out[1], nq);
-        snprintf(note, sizeof note, "%d seqs, %d tokens, ctx ≤ %d, gqa %d, hd %d, splits %d", S, ab.b.n_tokens,
-                 ac->max_ctx, ac->n_heads / ac->n_kv_heads, ac->head_dim, cuda_last_attn_splits(c->gpu));
+        snprintf(note, sizeof note, "%d seqs, %d tokens, ctx ≤ %d, gqa %d, hd %d, window %d, cap %g, splits %d", S,
+                 ab.b.n_tokens, ac->max_ctx, ac->n_heads / ac->n_kv_heads, ac->head_dim, ac->window,
+                 (double)ac->softcap, cuda_last_attn_splits(c->gpu));
         free(out[0]), free(out[1]), free(k), free(v), free(q);
         kc_batch_free(&fb);
         kc_batch_free(&ab);
@@ -574,7 +603,7 @@ static kc_result kc_check_store_kv(kc_ctx *c, int kv_dtype)
         free(r2);
     }
     /* fused RoPE + store into layer 0 vs CPU rope, then the same rounding */
-    be_rope r = {H, D, D, 10000.0f, 0};
+    be_rope r = {.n_heads = H, .head_dim = D, .rope_dims = D, .base = 10000.0f, .neox = 0};
     float *kc = kc_put(c->cpu, k, nk);
     c->cpu->ops->begin(c->cpu, &kb.b);
     c->cpu->ops->rope(c->cpu, kc, &r);
