@@ -165,9 +165,15 @@ int mkm_kv_arr_i32(mkm_writer *w, const char *key, const int32_t *v, int64_t n)
     return put(w, v, (size_t)n * 4);
 }
 
+/* The types mkm_quantize_row can write. */
+static int writable_type(int type)
+{
+    return type == DT_F32 || type == DT_F16 || type == DT_BF16 || type == DT_Q8_0;
+}
+
 int mkm_tensor(mkm_writer *w, const char *name, int type, int n_dims, const int64_t *ne)
 {
-    if (!dt_is_supported(type) || n_dims < 1 || n_dims > 4) return -EINVAL;
+    if (!writable_type(type) || n_dims < 1 || n_dims > 4) return -EINVAL;
     int64_t rows = 1;
     for (int d = 1; d < n_dims; d++) {
         if (ne[d] < 1) return -EINVAL;
@@ -713,7 +719,7 @@ static int check_params(const mkm_params *p, int *ffn, int *kvh, char *err, size
         why = "heads must be a multiple of kv heads";
     else if ((p->dim / p->heads) % 2)
         why = "the head size (dim / heads) must be even for RoPE";
-    else if (!dt_is_supported(p->type))
+    else if (!writable_type(p->type))
         why = "type must be F32, F16, BF16 or Q8_0";
     else if (p->type == DT_Q8_0 && (p->dim % 32 || *ffn % 32))
         why = "Q8_0 needs dim and ffn to be multiples of 32";

@@ -87,13 +87,13 @@ static int cpu_weight_upload(backend *be, const model_tensor *src, be_weight *ds
 {
     cpu__backend *c = cb(be);
     if (!dt_is_supported(src->type)) return -EINVAL;
-    if (src->type == DT_Q8_0 && src->ne[0] % DT_QK8_0) return -EINVAL;
+    if (src->ne[0] % dt_block_elems(src->type)) return -EINVAL;
     be_weight w = {.type = src->type, .n_in = src->ne[0], .n_out = src->ne[1],
                    .data = (void *)src->data}; /* zero copy: the mapping outlives its use */
     /* Matrices also get a copy in the layout of the GEMM microkernels, packed once here rather
      * than on every call; matmul.c uses it for every number of rows, so the mapping's pages
      * are then only read by embed. */
-    size_t bytes = w.n_out <= 1 ? 0
+    size_t bytes = w.n_out <= 1 || cpu__quant_handles(w.type) ? 0
                    : w.type == DT_Q8_0 ? cpu__gemm_q8_packed_bytes(w.n_in, w.n_out)
                                        : cpu__gemm_panel_packed_bytes(w.type, w.n_in, w.n_out);
     if (bytes) {

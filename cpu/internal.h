@@ -178,6 +178,13 @@ void cpu__gemm_q8_prepack(const be_weight *w, void *dst);
 int cpu__gemm_q8_align(int n_rows);
 void cpu__gemm_q8_prepacked_run(void *task, int64_t lo_unit, int64_t hi_unit, int ith);
 
+/* quant.c: the portable matmul for the quantised types other than Q8_0 (Q4_0 … IQ4_XS), read
+ * straight from the file's blocks. cpu__quant_handles says which types it takes;
+ * cpu__quant_matmul runs t (x, n_rows, w, bias, out set) on the pool: 0 or -ENOMEM (out of
+ * scratch; nothing written). */
+int cpu__quant_handles(int type);
+int cpu__quant_matmul(cpu__backend *c, const cpu__mm_task *t);
+
 /* attention.c */
 void cpu__store_kv(cpu__backend *c, int layer, const float *k, const float *v);
 /* Plans the step's attention units (called by begin): prefill chunks cut into query tiles,

@@ -1,5 +1,6 @@
 /*
- * matmul.c — out[r][o] = Σ_i x[r][i] · W[o][i] (+ bias[o]) for F32, F16, BF16 and Q8_0 weights.
+ * matmul.c — out[r][o] = Σ_i x[r][i] · W[o][i] (+ bias[o]) for F32, F16, BF16 and Q8_0 weights;
+ * the other quantised types go to quant.c.
  *
  * Three shapes of work, by the number of activation rows:
  *  - GEMV (1-3 rows: decode). Memory-bound: every weight row is streamed once and dotted
@@ -312,6 +313,10 @@ void cpu__matmul(cpu__backend *c, const float *x, int n_rows, const be_weight *w
 {
     mm_task t = {.c = c, .x = x, .n_rows = n_rows, .w = w, .out = out,
                  .bias = bias && bias->data ? bias->data : NULL};
+    if (cpu__quant_handles(w->type)) {
+        if (cpu__quant_matmul(c, &t)) goto oom;
+        return;
+    }
     int nth = c->n_threads;
     int small = (int64_t)n_rows * w->n_in * w->n_out < 65536; /* not worth waking the workers */
     int q8_pre = w->type == DT_Q8_0 && w->extra;

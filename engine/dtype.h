@@ -1,11 +1,51 @@
 /*
- * dtype.h — tensor element types as GGUF numbers them, and exact scalar conversions.
+ * dtype.h — tensor element types as GGUF numbers them, their block layouts, and exact scalar
+ * conversions.
  *
- * Shared by engine/ (loading, reference dequantisation), cpu/ and cuda/ (host side).
- * Everything here is header-only and pure, so any module may include it.
+ * Shared by engine/ (loading, reference dequantisation), cpu/ and cuda/ (host side), and the
+ * tests. The layouts are GGML's, byte for byte (little-endian; "f16" is IEEE binary16 bits).
+ * Each quantised type stores a row of n weights (n a multiple of its block size) as n / QK
+ * consecutive blocks; within a block, weight i is reconstructed as below.
  *
- * Q8_0 layout (as in GGUF): blocks of 32 weights, each { f16 scale d; int8 q[32] } = 34 bytes,
- * value = d * q[i]. A row of n weights (n a multiple of 32) is n/32 consecutive blocks.
+ * Legacy types, blocks of 32 weights. qs packs two 4-bit values per byte: byte j holds weight j
+ * in its low nibble and weight j + 16 in its high nibble. Q5 types keep the fifth bit of weight i
+ * in bit i of qh (a little-endian uint32).
+ *   Q4_0   18 B  { f16 d; u8 qs[16]; }                 w = d · (q − 8),   q ∈ 0..15
+ *   Q4_1   20 B  { f16 d, m; u8 qs[16]; }              w = d · q + m,     q ∈ 0..15
+ *   Q5_0   22 B  { f16 d; u8 qh[4]; u8 qs[16]; }       w = d · (q − 16),  q ∈ 0..31
+ *   Q5_1   24 B  { f16 d, m; u8 qh[4]; u8 qs[16]; }    w = d · q + m,     q ∈ 0..31
+ *   Q8_0   34 B  { f16 d; i8 qs[32]; }                 w = d · q
+ *   IQ4_NL 18 B  { f16 d; u8 qs[16]; }                 w = d · K[q], K = dt_iq4nl_values (a
+ *                                                      non-uniform 16-entry table), nibbles as Q4_0
+ *
+ * K-quants, super-blocks of 256 weights split into sub-blocks of 16 or 32 that each carry a
+ * small integer scale (and min) relative to the super-block's f16 d (and dmin).
+ *   Q2_K   84 B  { u8 scales[16]; u8 qs[64]; f16 d, dmin; }
+ *          16 sub-blocks of 16; scales[j] = sc | m << 4 (4 bits each); w = d·sc·q − dmin·m,
+ *          q ∈ 0..3. The 2-bit values of each half (128 weights) lie in 32 bytes qs[32h ..):
+ *          weight 128h + 32s + l (s = 0..3, l = 0..31) is bits 2s..2s+1 of qs[32h + l].
+ *   Q3_K  110 B  { u8 hmask[32]; u8 qs[64]; u8 scales[12]; f16 d; }
+ *          16 sub-blocks of 16; 6-bit scales (sc − 32, signed) packed in 12 bytes: the low 4 bits
+ *          of scale j < 8 are the low nibble of scales[j], of scale j ≥ 8 the high nibble of
+ *          scales[j − 8]; its high 2 bits are bits 2(j % 4)..+1 of scales[8 + j / 4].
+ *          Low 2 bits of q as Q2_K's; bit 2 of weight 128h + 32s + l is bit 4h + s of hmask[l];
+ *          w = d · (sc − 32) · (q − 4 when that bit is clear, else q), q ∈ 0..3.
+ *   Q4_K  144 B  { f16 d, dmin; u8 scales[12]; u8 qs[128]; }
+ *          8 sub-blocks of 32 with 6-bit scale sc and min m (dt_k4_scale_min unpacks them);
+ *          w = d·sc·q − dmin·m, q ∈ 0..15. Weight 64c + l (l < 32) is the low nibble of
+ *          qs[32c + l], weight 64c + 32 + l its high nibble (sub-blocks 2c and 2c + 1).
+ *   Q5_K  176 B  { f16 d, dmin; u8 scales[12]; u8 qh[32]; u8 qs[128]; }
+ *          Q4_K plus a fifth bit: bit 2c (low nibbles) or 2c + 1 (high) of qh[l]; q ∈ 0..31.
+ *   Q6_K  210 B  { u8 ql[128]; u8 qh[64]; i8 scales[16]; f16 d; }
+ *          16 sub-blocks of 16 with int8 scales; w = d · sc · (q − 32), q ∈ 0..63. For half h
+ *          (128 weights), l = 0..31: weight 128h + l + 32s takes its low 4 bits from
+ *          ql[64h + l + 32(s & 1)] (low nibble for s < 2, high for s ≥ 2) and its high 2 bits
+ *          from bits 2s..2s+1 of qh[32h + l]; its sub-block is 8h + l / 16 + 2s.
+ *   IQ4_XS 136 B { f16 d; u16 scales_h; u8 scales_l[4]; u8 qs[128]; }
+ *          8 sub-blocks of 32; 6-bit scale ls_j = (nibble j of scales_l) | (bits 2j..2j+1 of
+ *          scales_h) << 4; w = d · (ls − 32) · K[q]; each sub-block's nibbles as IQ4_NL's.
+ *   Q8_K  292 B  { f32 d; i8 qs[256]; i16 bsums[16]; }  w = d · q; bsums[j] = Σ of qs[16j ..+16)
+ *          (an activation type: llama.cpp quantises activations to it; no model stores it).
  */
 #ifndef KVSERVE_DTYPE_H
 #define KVSERVE_DTYPE_H
@@ -14,7 +54,7 @@
 #include <stdint.h>
 #include <string.h>
 
-/* GGUF / GGML tensor type numbers (only the ones kvserve knows by name). */
+/* GGUF / GGML tensor type numbers. */
 enum dt_type {
     DT_F32 = 0,
     DT_F16 = 1,
@@ -30,37 +70,175 @@ enum dt_type {
     DT_Q5_K = 13,
     DT_Q6_K = 14,
     DT_Q8_K = 15,
+    DT_IQ2_XXS = 16,
+    DT_IQ2_XS = 17,
+    DT_IQ3_XXS = 18,
+    DT_IQ1_S = 19,
+    DT_IQ4_NL = 20,
+    DT_IQ3_S = 21,
+    DT_IQ2_S = 22,
+    DT_IQ4_XS = 23,
     DT_I8 = 24,
     DT_I16 = 25,
     DT_I32 = 26,
     DT_I64 = 27,
     DT_F64 = 28,
+    DT_IQ1_M = 29,
     DT_BF16 = 30,
+    DT_TQ1_0 = 34,
+    DT_TQ2_0 = 35,
+    DT_MXFP4 = 39,
 };
 
-#define DT_QK8_0 32
+#define DT_N_TYPES 40 /* every type number above is below this */
+
+#define DT_QK8_0 32 /* weights per block of the legacy types */
+#define DT_QK_K 256 /* weights per super-block of the K-quants and IQ4_XS */
+
+typedef struct dt_block_q4_0 {
+    uint16_t d;
+    uint8_t qs[16];
+} dt_block_q4_0;
+
+typedef struct dt_block_q4_1 {
+    uint16_t d, m;
+    uint8_t qs[16];
+} dt_block_q4_1;
+
+typedef struct dt_block_q5_0 {
+    uint16_t d;
+    uint8_t qh[4];
+    uint8_t qs[16];
+} dt_block_q5_0;
+
+typedef struct dt_block_q5_1 {
+    uint16_t d, m;
+    uint8_t qh[4];
+    uint8_t qs[16];
+} dt_block_q5_1;
 
 typedef struct dt_block_q8_0 {
     uint16_t d;          /* scale, IEEE binary16 bits */
     int8_t q[DT_QK8_0];  /* quantised values */
-} dt_block_q8_0;         /* 34 bytes, no padding */
+} dt_block_q8_0;
 
+typedef struct dt_block_iq4_nl {
+    uint16_t d;
+    uint8_t qs[16];
+} dt_block_iq4_nl;
+
+typedef struct dt_block_q2_k {
+    uint8_t scales[16];
+    uint8_t qs[64];
+    uint16_t d, dmin;
+} dt_block_q2_k;
+
+typedef struct dt_block_q3_k {
+    uint8_t hmask[32];
+    uint8_t qs[64];
+    uint8_t scales[12];
+    uint16_t d;
+} dt_block_q3_k;
+
+typedef struct dt_block_q4_k {
+    uint16_t d, dmin;
+    uint8_t scales[12];
+    uint8_t qs[128];
+} dt_block_q4_k;
+
+typedef struct dt_block_q5_k {
+    uint16_t d, dmin;
+    uint8_t scales[12];
+    uint8_t qh[32];
+    uint8_t qs[128];
+} dt_block_q5_k;
+
+typedef struct dt_block_q6_k {
+    uint8_t ql[128];
+    uint8_t qh[64];
+    int8_t scales[16];
+    uint16_t d;
+} dt_block_q6_k;
+
+typedef struct dt_block_iq4_xs {
+    uint16_t d;
+    uint16_t scales_h;
+    uint8_t scales_l[4];
+    uint8_t qs[128];
+} dt_block_iq4_xs;
+
+typedef struct dt_block_q8_k {
+    float d;
+    int8_t qs[DT_QK_K];
+    int16_t bsums[16];
+} dt_block_q8_k;
+
+_Static_assert(sizeof(dt_block_q4_0) == 18, "q4_0 block must be 18 bytes");
+_Static_assert(sizeof(dt_block_q4_1) == 20, "q4_1 block must be 20 bytes");
+_Static_assert(sizeof(dt_block_q5_0) == 22, "q5_0 block must be 22 bytes");
+_Static_assert(sizeof(dt_block_q5_1) == 24, "q5_1 block must be 24 bytes");
 _Static_assert(sizeof(dt_block_q8_0) == 34, "q8_0 block must be 34 bytes");
+_Static_assert(sizeof(dt_block_iq4_nl) == 18, "iq4_nl block must be 18 bytes");
+_Static_assert(sizeof(dt_block_q2_k) == 84, "q2_K block must be 84 bytes");
+_Static_assert(sizeof(dt_block_q3_k) == 110, "q3_K block must be 110 bytes");
+_Static_assert(sizeof(dt_block_q4_k) == 144, "q4_K block must be 144 bytes");
+_Static_assert(sizeof(dt_block_q5_k) == 176, "q5_K block must be 176 bytes");
+_Static_assert(sizeof(dt_block_q6_k) == 210, "q6_K block must be 210 bytes");
+_Static_assert(sizeof(dt_block_iq4_xs) == 136, "iq4_xs block must be 136 bytes");
+_Static_assert(sizeof(dt_block_q8_k) == 292, "q8_K block must be 292 bytes");
 
-/* Name of a type ("F32", "Q8_0", ...), or "type N" style "?" for unknown ones. */
+/* The 16 values of the IQ4_NL / IQ4_XS code book. */
+extern const int8_t dt_iq4nl_values[16];
+
+/* Scale and min of sub-block j (0..7) of a Q4_K / Q5_K super-block from its 12 packed bytes:
+ * j < 4: the low 6 bits of s[j] and s[j + 4]; j ≥ 4: the nibbles of s[j + 4] with the top two
+ * bits of s[j − 4] (scale) and s[j] (min) above them. */
+static inline void dt_k4_scale_min(const uint8_t *s, int j, uint8_t *sc, uint8_t *m)
+{
+    if (j < 4) {
+        *sc = s[j] & 63;
+        *m = s[j + 4] & 63;
+    } else {
+        *sc = (uint8_t)((s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4));
+        *m = (uint8_t)((s[j + 4] >> 4) | ((s[j] >> 6) << 4));
+    }
+}
+
+/* Scale of sub-block j (0..15) of a Q3_K super-block, sc − 32 ∈ −32..31. */
+static inline int dt_q3k_scale(const uint8_t *s, int j)
+{
+    int lo = j < 8 ? s[j] & 0xF : s[j - 8] >> 4;
+    int hi = (s[8 + j % 4] >> (2 * (j / 4))) & 3;
+    return (lo | hi << 4) - 32;
+}
+
+/* Name of a type ("F32", "Q4_K", ...), or "unknown". */
 const char *dt_name(int type);
 
-/* 1 when kvserve can compute with weights of this type (F32, F16, BF16, Q8_0). */
+/* 1 when kvserve can compute with weights of this type: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0,
+ * Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS. */
 int dt_is_supported(int type);
+
+/* The supported weight types as one human-readable list (for error messages). */
+const char *dt_supported_list(void);
 
 /* Bytes taken by a row of n elements of this type, or 0 when the type is unknown or
  * n is not a multiple of the type's block size. */
 size_t dt_row_bytes(int type, int64_t n);
 
-/* Block size (elements per block) of a type: 1 for plain types, 32 for Q8_0, 0 if unknown. */
+/* Block size (elements per block) of a type: 1 for plain types, 32 or 256 for the quantised
+ * ones, 0 if unknown. Every type GGML defines is known (sizes only, for the unsupported ones). */
 int dt_block_elems(int type);
 
-/* Dequantise n elements of a row of the given type into f32 (exact). n must suit the type. */
+/* Bytes of one block of a type (dt_block_elems elements), 0 if unknown. */
+size_t dt_block_bytes(int type);
+
+/* Bits per weight of a type: 8 × block bytes / block elements (e.g. 4.5 for Q4_K); 0 if unknown. */
+double dt_bits_per_weight(int type);
+
+/* Dequantise n elements of a row of the given type into f32 (exact: each value is the product
+ * the layout defines, rounded once to f32 as GGML computes it). n must be a multiple of the
+ * type's block size; unsupported types give zeros. */
 void dt_to_f32(int type, const void *src, float *dst, int64_t n);
 
 static inline float dt_f16_to_f32(uint16_t h)

@@ -3,8 +3,9 @@
  * `llama` and `qwen2` architectures and binds every weight by name with its shape and type
  * checked, so that forward code can index any tensor without checks of its own.
  *
- * Invariants of a loaded model: every matrix is F32, F16, BF16 or Q8_0 with ne = [n_in, n_out]
- * exactly as model.h documents; every norm and bias is F32; data points into the mapping and
+ * Invariants of a loaded model: every matrix has a supported type (dt_is_supported: the float
+ * types, Q8_0, the legacy and K-quants, IQ4_NL, IQ4_XS; any mix of them within the file) with
+ * ne = [n_in, n_out] exactly as model.h documents; every norm and bias is F32; data points into the mapping and
  * covers ne[1] × row_bytes bytes (the GGUF reader checked the range). The model owns the GGUF.
  *
  * Callers: the engine at start-up, cli/cmd_info.c, tests.
@@ -180,9 +181,9 @@ static int bind(model__ld *ld, model_tensor *t, const char *name, int64_t ne0, i
                        (long long)g->ne[3], want);
     }
     if (matrix ? !dt_is_supported(g->type) : g->type != DT_F32)
-        return ld_fail(ld, -EINVAL, "tensor '%s' has type %s (%d); kvserve supports %s", name,
-                       dt_name(g->type), g->type,
-                       matrix ? "F32, F16, BF16 and Q8_0 weights" : "only F32 norms and biases");
+        return ld_fail(ld, -EINVAL, "tensor '%s' has type %s (%d); kvserve supports %s%s", name,
+                       dt_name(g->type), g->type, matrix ? dt_supported_list() : "only F32 norms and biases",
+                       matrix ? " weights" : "");
     t->type = g->type;
     t->data = g->data;
     t->row_bytes = dt_row_bytes(g->type, g->ne[0]);

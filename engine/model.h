@@ -18,7 +18,7 @@ enum model_arch { MODEL_ARCH_LLAMA = 0, MODEL_ARCH_QWEN2 = 1 };
 
 typedef struct model_tensor {
     const char *name;  /* borrowed from the model (NUL-terminated copy) */
-    int type;          /* enum dt_type: F32, F16, BF16 or Q8_0 for matrices; F32 for norms/biases */
+    int type;          /* enum dt_type: any dt_is_supported type for matrices; F32 for norms/biases */
     int64_t ne[2];     /* ne[0] = contiguous (n_in), ne[1] = rows (n_out); 1-D: ne[1] = 1 */
     const void *data;  /* in the mapping; NULL when the tensor is absent (optional biases) */
     size_t row_bytes;  /* bytes of one row of ne[0] elements */
