@@ -22,7 +22,7 @@
 #include "engine/model.h"
 #include "engine/tokenizer.h"
 
-#define INFO_N_TYPES 64 /* GGML type numbers counted per type (all known ones are < 64) */
+#define INFO_N_TYPES DT_N_TYPES /* GGML type numbers counted per type */
 
 /* What info gathers before printing it as text or JSON. */
 typedef struct info_data {
@@ -33,6 +33,7 @@ typedef struct info_data {
     char arch[64];
     int n_of_type[INFO_N_TYPES];
     uint64_t bytes_of_type[INFO_N_TYPES];
+    uint64_t elems_of_type[INFO_N_TYPES];
     uint64_t tensor_bytes;
     char vocab_model[64];       /* tokenizer.ggml.model, "" when absent */
     int64_t n_vocab;            /* tokens in tokenizer.ggml.tokens, -1 when absent */
@@ -103,6 +104,9 @@ static void info_gather(info_data *d)
         if (t->type >= 0 && t->type < INFO_N_TYPES) {
             d->n_of_type[t->type]++;
             d->bytes_of_type[t->type] += t->n_bytes;
+            int64_t n = 1;
+            for (int k = 0; k < 4; k++) n *= t->ne[k] > 0 ? t->ne[k] : 1;
+            d->elems_of_type[t->type] += (uint64_t)n;
         }
         d->tensor_bytes += t->n_bytes;
     }
@@ -152,8 +156,8 @@ static void info_print_text(const info_data *d)
     const char *sep = " (";
     for (int t = 0; t < INFO_N_TYPES; t++)
         if (d->n_of_type[t]) {
-            printf("%s%s: %d, %llu bytes", sep, dt_name(t), d->n_of_type[t],
-                   (unsigned long long)d->bytes_of_type[t]);
+            printf("%s%s: %d, %llu bytes, %.4g bits per weight", sep, dt_name(t), d->n_of_type[t],
+                   (unsigned long long)d->bytes_of_type[t], dt_bits_per_weight(t));
             sep = "; ";
         }
     printf("%s\n", gguf_n_tensors(f) ? ")" : "");
@@ -170,7 +174,10 @@ static void info_print_text(const info_data *d)
         printf("chat template:  none in the file (fallback: %s)\n", d->template_name);
     if (!d->m) return;
     const model_hparams *hp = &d->m->hp;
-    printf("weights:        %zu bytes\n", model_weight_bytes(d->m));
+    printf("weights:        %zu bytes, %.3f bits per weight; resident after load: %zu bytes (kept as "
+           "stored, quantised types included)\n", model_weight_bytes(d->m),
+           8.0 * (double)model_weight_bytes(d->m) / (double)model_weight_elems(d->m),
+           model_weight_bytes(d->m));
     printf("KV cache:       bytes per token = 2 × n_layers × n_kv_heads × head_dim × bytes per value\n");
     for (size_t i = 0; i < sizeof info_kv_dtypes / sizeof info_kv_dtypes[0]; i++) {
         kv_geom g;
@@ -205,6 +212,8 @@ static int info_print_json(const info_data *d)
             cJSON *e = cJSON_AddObjectToObject(types, dt_name(t));
             cJSON_AddNumberToObject(e, "count", d->n_of_type[t]);
             cJSON_AddNumberToObject(e, "bytes", (double)d->bytes_of_type[t]);
+            cJSON_AddNumberToObject(e, "elements", (double)d->elems_of_type[t]);
+            cJSON_AddNumberToObject(e, "bits_per_weight", dt_bits_per_weight(t));
         }
     cJSON_AddNumberToObject(o, "tensor_bytes", (double)d->tensor_bytes);
     cJSON *v = cJSON_AddObjectToObject(o, "vocabulary");
@@ -234,6 +243,9 @@ static int info_print_json(const info_data *d)
         cJSON_AddNumberToObject(h, "rms_eps", hp->rms_eps);
         cJSON_AddBoolToObject(h, "tied_output", hp->tied_output);
         cJSON_AddNumberToObject(o, "weight_bytes", (double)model_weight_bytes(d->m));
+        cJSON_AddNumberToObject(o, "weight_bits_per_weight",
+                                8.0 * (double)model_weight_bytes(d->m) / (double)model_weight_elems(d->m));
+        cJSON_AddNumberToObject(o, "weight_resident_bytes", (double)model_weight_bytes(d->m));
         cJSON *kv = cJSON_AddObjectToObject(o, "kv_bytes_per_token");
         for (size_t i = 0; i < sizeof info_kv_dtypes / sizeof info_kv_dtypes[0]; i++) {
             kv_geom g;

@@ -2,10 +2,11 @@
  * cuda_backend.cu — the CUDA backend of engine/backend.h: device selection, memory, weights,
  * the KV arena, batch metadata and the vtable. Kernels live in kernels.cu and attention.cu.
  *
- * Weights: F32, F16 and BF16 matrices keep their type on the device; Q8_0 is expanded to F16 at
- * load (cuBLAS then runs every linear layer on tensor cores with FP32 accumulation; F16 keeps
- * the 11-bit significand that the Q8_0 scale × int8 product needs far better than BF16 would).
- * The cost is 1.9× the memory and decode bandwidth of Q8_0. Vectors (norms, biases) become F32.
+ * Weights: F32, F16 and BF16 matrices keep their type on the device; the quantised types (Q8_0,
+ * the legacy and K-quants, IQ4_NL, IQ4_XS) are expanded to F16 at load (cuBLAS then runs every
+ * linear layer on tensor cores with FP32 accumulation; F16 keeps the significand that a scale ×
+ * integer product needs far better than BF16 would). The cost is 2-4× the memory and decode
+ * bandwidth of the quantised file. Vectors (norms, biases) become F32.
  *
  * Step protocol: begin() packs the batch into a pinned buffer and uploads it with one
  * asynchronous copy; the ops queue kernels on one stream; to_host()/sync() wait. Only logits
@@ -108,8 +109,7 @@ static int cuda__weight_type(const model_tensor *t)
     case DT_F32: return DT_F32;
     case DT_F16: return DT_F16;
     case DT_BF16: return DT_BF16;
-    case DT_Q8_0: return DT_F16;
-    default: return -1;
+    default: return dt_is_supported(t->type) ? DT_F16 : -1; /* the quantised types */
     }
 }
 

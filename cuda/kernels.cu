@@ -11,6 +11,7 @@
  * the CUDA intrinsics they agree with.
  */
 #include "cuda/internal.h"
+#include "cuda/quant_common.h"
 
 extern "C" {
 #include "cuda/cuda_backend.h"
@@ -347,38 +348,60 @@ void cuda__op_gather_rows(backend *be, const float *x, int dim, float *out)
 
 /* ---- weight conversion ------------------------------------------------------------------- */
 
-/* Element (r, i) of a raw model tensor of type src_type (rows row_bytes apart). */
+/* Element (r, i) of a raw float tensor of type src_type (rows row_bytes apart). */
 static __device__ float cuda__raw_value(const uint8_t *src, int src_type, size_t row_bytes, int64_t r, int64_t i)
 {
     const uint8_t *row = src + (size_t)r * row_bytes;
     switch (src_type) {
     case DT_F32: return ((const float *)row)[i];
     case DT_F16: return cuda_f16_to_f32(((const uint16_t *)row)[i]);
-    case DT_BF16: return cuda_bf16_to_f32(((const uint16_t *)row)[i]);
-    default: return cuda_q8_0_value(row, i);
+    default: return cuda_bf16_to_f32(((const uint16_t *)row)[i]);
     }
+}
+
+static __device__ void cuda__store_as(void *dst, int dst_type, int64_t e, float v)
+{
+    if (dst_type == DT_F32) ((float *)dst)[e] = v;
+    else if (dst_type == DT_BF16) ((uint16_t *)dst)[e] = cuda_f32_to_bf16(v);
+    else ((uint16_t *)dst)[e] = cuda_f32_to_f16(v);
 }
 
 static __global__ void cuda__convert_k(const uint8_t *src, int src_type, size_t row_bytes, int64_t n_in,
                                        int64_t n, void *dst, int dst_type)
 {
-    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n; e += (int64_t)gridDim.x * blockDim.x) {
-        float v = cuda__raw_value(src, src_type, row_bytes, e / n_in, e % n_in);
-        if (dst_type == DT_F32) ((float *)dst)[e] = v;
-        else if (dst_type == DT_BF16) ((uint16_t *)dst)[e] = cuda_f32_to_bf16(v);
-        else ((uint16_t *)dst)[e] = cuda_f32_to_f16(v);
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n; e += (int64_t)gridDim.x * blockDim.x)
+        cuda__store_as(dst, dst_type, e, cuda__raw_value(src, src_type, row_bytes, e / n_in, e % n_in));
+}
+
+/* Quantised types: each thread decodes a run of 8 weights (n_in is a multiple of the block size). */
+static __global__ void cuda__convert_q_k(const uint8_t *src, int src_type, size_t row_bytes, int64_t n_in,
+                                         int64_t n8, void *dst, int dst_type)
+{
+    for (int64_t g = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; g < n8; g += (int64_t)gridDim.x * blockDim.x) {
+        int64_t e = g * 8, r = e / n_in;
+        float v[8];
+        cuda_q_dequant8(src_type, src + (size_t)r * row_bytes, e % n_in, v);
+        for (int k = 0; k < 8; k++) cuda__store_as(dst, dst_type, e + k, v[k]);
     }
 }
 
 int cuda__convert_rows(cuda_backend *cb, const void *src, int src_type, size_t row_bytes, int64_t n_in,
                        int64_t n_rows, void *dst, int dst_type)
 {
-    if (src_type != DT_F32 && src_type != DT_F16 && src_type != DT_BF16 && src_type != DT_Q8_0) return -EINVAL;
+    int quant = cuda_q_is_quant(src_type);
+    if (src_type != DT_F32 && src_type != DT_F16 && src_type != DT_BF16 && !quant) return -EINVAL;
+    if (quant && n_in % cuda_q_block_elems(src_type)) return -EINVAL;
     int64_t n = n_in * n_rows;
     if (n <= 0) return 0;
-    unsigned g = cuda_grid_1d(n, CUDA_EW_THREADS, CUDA_EW_MAX_BLOCKS);
-    cuda__convert_k<<<g, CUDA_EW_THREADS, 0, cb->stream>>>((const uint8_t *)src, src_type, row_bytes, n_in, n, dst,
-                                                           dst_type);
+    if (quant) {
+        unsigned g = cuda_grid_1d(n / 8, CUDA_EW_THREADS, CUDA_EW_MAX_BLOCKS);
+        cuda__convert_q_k<<<g, CUDA_EW_THREADS, 0, cb->stream>>>((const uint8_t *)src, src_type, row_bytes, n_in,
+                                                                 n / 8, dst, dst_type);
+    } else {
+        unsigned g = cuda_grid_1d(n, CUDA_EW_THREADS, CUDA_EW_MAX_BLOCKS);
+        cuda__convert_k<<<g, CUDA_EW_THREADS, 0, cb->stream>>>((const uint8_t *)src, src_type, row_bytes, n_in, n,
+                                                               dst, dst_type);
+    }
     return CB_CHECK_LAUNCH(cb);
 }
 

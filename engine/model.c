@@ -289,16 +289,32 @@ static size_t tensor_bytes(const model_tensor *t)
     return t->data ? t->row_bytes * (size_t)t->ne[1] : 0;
 }
 
-size_t model_weight_bytes(const model *m)
+static size_t tensor_elems(const model_tensor *t)
 {
-    size_t n = tensor_bytes(&m->tok_embd) + tensor_bytes(&m->output_norm);
-    if (!m->hp.tied_output) n += tensor_bytes(&m->output);
+    return t->data ? (size_t)t->ne[0] * (size_t)t->ne[1] : 0;
+}
+
+/* Σ f(t) over every bound tensor, the output matrix once when it is tied to the embedding. */
+static size_t sum_tensors(const model *m, size_t (*f)(const model_tensor *))
+{
+    size_t n = f(&m->tok_embd) + f(&m->output_norm);
+    if (!m->hp.tied_output) n += f(&m->output);
     for (int i = 0; i < m->hp.n_layers; i++) {
         const model_layer *l = &m->layers[i];
         const model_tensor *ts[] = {&l->attn_norm, &l->wq, &l->wk, &l->wv, &l->wo, &l->bq,
                                     &l->bk, &l->bv, &l->ffn_norm, &l->w_gate, &l->w_up,
                                     &l->w_down};
-        for (size_t k = 0; k < sizeof ts / sizeof ts[0]; k++) n += tensor_bytes(ts[k]);
+        for (size_t k = 0; k < sizeof ts / sizeof ts[0]; k++) n += f(ts[k]);
     }
     return n;
+}
+
+size_t model_weight_bytes(const model *m)
+{
+    return sum_tensors(m, tensor_bytes);
+}
+
+size_t model_weight_elems(const model *m)
+{
+    return sum_tensors(m, tensor_elems);
 }

@@ -79,4 +79,7 @@ void model_tensor_row_f32(const model_tensor *t, int64_t r, float *dst);
 /* Total bytes of all weight data (what decode streams per token). */
 size_t model_weight_bytes(const model *m);
 
+/* Total number of weights (elements) of those tensors: 8 × bytes / elems is the bits per weight. */
+size_t model_weight_elems(const model *m);
+
 #endif

@@ -13,8 +13,10 @@
 #include <string.h>
 
 #include "cuda/cuda_common.h"
+#include "cuda/quant_common.h"
 #include "engine/backend.h"
 #include "engine/dtype.h"
+#include "tests/test_util.h"
 
 static uint64_t tch_rng(uint64_t *s)
 {
@@ -516,4 +518,33 @@ Test(cuda_host, silu_mul_matches_cpu_backend)
     be->ops->silu_mul(be, g, u, N);
     for (int i = 0; i < N; i++) cr_assert(fabsf(g[i] - ref[i]) <= 1e-6f * (1.0f + fabsf(ref[i])));
     be_destroy(be);
+}
+
+/* Every quantised type's 8-weight decoding (cuda/quant_common.h, what the kernels run) equals
+ * dt_to_f32 bit for bit, on random rows (random bytes, random finite scales). */
+Test(cuda_host, quant_dequant8_matches_reference)
+{
+    uint64_t seed = 0x9a11, s = seed;
+    printf("cuda_host/quant_dequant8_matches_reference seed %#llx\n", (unsigned long long)seed);
+    const int types[] = {DT_Q4_0, DT_Q4_1, DT_Q5_0, DT_Q5_1, DT_Q8_0, DT_IQ4_NL,
+                         DT_Q2_K, DT_Q3_K, DT_Q4_K, DT_Q5_K, DT_Q6_K, DT_IQ4_XS};
+    enum { N = 512 };
+    static uint8_t row[N / 32 * 210];
+    float ref[N], v[8];
+    for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
+        int type = types[t];
+        cr_assert(cuda_q_is_quant(type));
+        cr_assert_eq(cuda_q_block_elems(type), dt_block_elems(type));
+        cr_assert_eq((size_t)cuda_q_block_bytes(type), dt_block_bytes(type));
+        for (int it = 0; it < 50; it++) {
+            tu_random_blocks(type, N / dt_block_elems(type), &s, row);
+            dt_to_f32(type, row, ref, N);
+            for (int i0 = 0; i0 < N; i0 += 8) {
+                cuda_q_dequant8(type, row, i0, v);
+                for (int k = 0; k < 8; k++)
+                    cr_assert(memcmp(&v[k], &ref[i0 + k], 4) == 0, "%s element %d: %g vs %g", dt_name(type),
+                              i0 + k, v[k], ref[i0 + k]);
+            }
+        }
+    }
 }

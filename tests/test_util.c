@@ -4,8 +4,11 @@
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
+#include "engine/dtype.h"
+#include "engine/sampler.h"
 #include "tests/test_util.h"
 
 const char *tu_data_dir(void)
@@ -48,4 +51,29 @@ void tu_write_mkmodel(const mkm_params *p, const char *tag, char *path, size_t n
     cr_assert_geq(fd, 0, "mkstemp %s", path);
     close(fd);
     cr_assert_eq(mkm_write(path, p, err, sizeof err), 0, "mkm_write: %s", err);
+}
+
+void tu_random_blocks(int type, int64_t n_blocks, uint64_t *rng, void *dst)
+{
+    size_t bb = dt_block_bytes(type);
+    uint8_t *p = dst;
+    for (size_t i = 0; i < bb * (size_t)n_blocks; i += 8) {
+        uint64_t r = smp_splitmix64(rng);
+        for (size_t k = 0; k < 8 && i + k < bb * (size_t)n_blocks; k++) p[i + k] = (uint8_t)(r >> (8 * k));
+    }
+    int off[2], n16; /* byte offsets of the block's f16 fields */
+    switch (type) {
+    case DT_Q4_1: case DT_Q5_1: case DT_Q4_K: case DT_Q5_K: off[0] = 0, off[1] = 2, n16 = 2; break;
+    case DT_Q2_K: off[0] = 80, off[1] = 82, n16 = 2; break;
+    case DT_Q3_K: off[0] = 108, n16 = 1; break;
+    case DT_Q6_K: off[0] = 208, n16 = 1; break;
+    default: off[0] = 0, n16 = 1; break; /* Q4_0, Q5_0, Q8_0, IQ4_NL, IQ4_XS: d first */
+    }
+    for (int64_t b = 0; b < n_blocks; b++)
+        for (int k = 0; k < n16; k++) {
+            uint64_t r = smp_splitmix64(rng);
+            /* exponent field 3..11 (2^-12 .. 2^-4), any mantissa, any sign */
+            uint16_t h = (uint16_t)((r & 0x8000) | (3 + (r >> 16) % 9) << 10 | ((r >> 32) & 0x3FF));
+            memcpy(p + (size_t)b * bb + off[k], &h, 2);
+        }
 }

@@ -6,6 +6,7 @@
 #define KVSERVE_TEST_UTIL_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "cli/mkmodel.h"
 
@@ -23,5 +24,11 @@ char *tu_read_file(const char *path, size_t *len);
 /* Writes the model p describes (mkm_write) to a new file $TMPDIR/kvserve-TAG-XXXXXX (/tmp when
  * TMPDIR is unset) and puts its path in path[0 .. n). Fails the calling test on any error. */
 void tu_write_mkmodel(const mkm_params *p, const char *tag, char *path, size_t n);
+
+/* Fills n_blocks blocks of a quantised type at dst with random bytes from *rng (splitmix64),
+ * then sets every f16 field (scales, mins) to a random finite value of magnitude in
+ * [2^-12, 2^-4] and either sign, so that values are finite and of sizes weights have. Every
+ * bit pattern of the other bytes is a valid block. */
+void tu_random_blocks(int type, int64_t n_blocks, uint64_t *rng, void *dst);
 
 #endif
