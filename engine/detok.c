@@ -9,31 +9,11 @@
  */
 #include "engine/detok.h"
 
+#include "engine/utf8.h"
+
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* Length of the UTF-8 sequence a lead byte announces, 0 for a byte that cannot lead. */
-static int detok__seq_len(unsigned char c)
-{
-    if (c < 0x80) return 1;
-    if (c >= 0xC2 && c <= 0xDF) return 2;
-    if (c >= 0xE0 && c <= 0xEF) return 3;
-    if (c >= 0xF0 && c <= 0xF4) return 4;
-    return 0;
-}
-
-/* 1 when byte i (1-based within the sequence) is a valid continuation after lead c. */
-static int detok__cont_ok(unsigned char c, int i, unsigned char b)
-{
-    if ((b & 0xC0) != 0x80) return 0;
-    if (i != 1) return 1;
-    if (c == 0xE0) return b >= 0xA0;  /* overlong */
-    if (c == 0xED) return b <= 0x9F;  /* surrogates */
-    if (c == 0xF0) return b >= 0x90;  /* overlong */
-    if (c == 0xF4) return b <= 0x8F;  /* beyond U+10FFFF */
-    return 1;
-}
 
 /* Bytes of src[0..n) that form complete characters or invalid bytes; the rest (≤ 3 bytes) is
  * an incomplete but so far valid character. */
@@ -42,10 +22,10 @@ static size_t detok__complete_prefix(const char *src, size_t n)
     for (size_t back = 1; back <= 3 && back <= n; back++) {
         unsigned char c = (unsigned char)src[n - back];
         if ((c & 0xC0) == 0x80) continue;
-        int len = detok__seq_len(c);
+        int len = utf8_lead_len(c);
         if (len <= (int)back) return n;
         for (size_t k = 1; k < back; k++)
-            if (!detok__cont_ok(c, (int)k, (unsigned char)src[n - back + k])) return n;
+            if (!utf8_cont_ok(c, (int)k, (unsigned char)src[n - back + k])) return n;
         return n - back;
     }
     return n;
@@ -61,36 +41,32 @@ static int detok__emit(detok *d, const char *src, size_t n, const char **delta, 
         d->out = o;
         d->out_cap = cap;
     }
-    size_t w = 0;
-    for (size_t i = 0; i < n;) {
-        unsigned char c = (unsigned char)src[i];
-        int l = detok__seq_len(c), k = 1;
-        while (l > 1 && k < l && i + (size_t)k < n && detok__cont_ok(c, k, (unsigned char)src[i + k]))
-            k++;
-        if (l >= 1 && k == l) {
-            memcpy(d->out + w, src + i, (size_t)l);
-            w += (size_t)l;
-            i += (size_t)l;
-        } else { /* maximal invalid subpart → one replacement character */
-            memcpy(d->out + w, "\xEF\xBF\xBD", 3);
-            w += 3;
-            i += (size_t)k;
-        }
-    }
-    d->out[w] = 0;
+    size_t w = utf8_sanitize_into(d->out, src, n);
     *delta = d->out;
     *len = w;
     return 0;
 }
 
 int detok_init(detok *d, const tokenizer *tok, const int32_t *prompt, int n_prompt,
-               char *const *stop, int n_stop)
+               char *const *stop, int n_stop, int include_stop)
 {
     memset(d, 0, sizeof *d);
     d->tok = tok;
-    for (int i = 0; i < n_stop && i < DETOK_MAX_STOP; i++)
+    d->include_stop = include_stop;
+    d->matched = -1;
+    if (n_stop > 0) {
+        d->stop = malloc((size_t)n_stop * sizeof *d->stop);
+        d->stop_len = malloc((size_t)n_stop * sizeof *d->stop_len);
+        d->stop_index = malloc((size_t)n_stop * sizeof *d->stop_index);
+        if (!d->stop || !d->stop_len || !d->stop_index) {
+            detok_fini(d);
+            return -ENOMEM;
+        }
+    }
+    for (int i = 0; i < n_stop; i++)
         if (stop[i] && stop[i][0]) {
             d->stop[d->n_stop] = stop[i];
+            d->stop_index[d->n_stop] = i;
             d->stop_len[d->n_stop++] = strlen(stop[i]);
         }
     d->strip_first_space = tok && n_prompt == 1 && prompt[0] == tok_bos(tok) &&
@@ -111,6 +87,9 @@ void detok_fini(detok *d)
 {
     free(d->pend);
     free(d->out);
+    free(d->stop);
+    free(d->stop_len);
+    free(d->stop_index);
     memset(d, 0, sizeof *d);
 }
 
@@ -160,12 +139,18 @@ int detok_push(detok *d, int32_t token, const char **delta, size_t *delta_len)
     if (detok__append(d, token)) return -ENOMEM;
     /* The earliest complete stop string ends the text there. */
     const char *first = NULL;
+    int which = -1;
     for (int i = 0; i < d->n_stop; i++) {
         const char *p = memmem(d->pend, d->n_pend, d->stop[i], d->stop_len[i]);
-        if (p && (!first || p < first)) first = p;
+        if (p && (!first || p < first)) {
+            first = p;
+            which = i;
+        }
     }
     if (first) {
-        int rc = detok__emit(d, d->pend, (size_t)(first - d->pend), delta, delta_len);
+        size_t end = (size_t)(first - d->pend) + (d->include_stop ? d->stop_len[which] : 0);
+        d->matched = d->stop_index[which];
+        int rc = detok__emit(d, d->pend, end, delta, delta_len);
         d->n_pend = 0;
         d->stopped = 1;
         return rc ? rc : 1;

@@ -69,8 +69,13 @@ struct engine {
 
     eng_req *active;        /* engine thread only */
     int64_t prompt_tokens_done;
+    int64_t step_tokens_seen; /* sched's step_tokens at the last stats update */
+    int64_t idle_at_us;       /* when kv_blocks_idle was last counted */
     int failed;
 };
+
+const int engine_iter_bounds[ENGINE_ITER_BUCKETS] = {1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048,
+                                                     4096, 8192, 16384, 32768};
 
 int64_t engine_now_us(void)
 {
@@ -98,9 +103,9 @@ void engine_config_default(engine_config *c)
 static void eng__free_request_arrays(engine_request *r)
 {
     free(r->prompt);
-    free(r->sampling.bias_ids);
-    free(r->sampling.bias_vals);
-    for (int i = 0; i < ENGINE_MAX_STOP; i++) free(r->stop[i]);
+    smp_params_free_arrays(&r->sampling);
+    for (int i = 0; r->stop && i < r->n_stop; i++) free(r->stop[i]);
+    free(r->stop);
 }
 
 static void eng__req_free(eng_req *q)
@@ -151,6 +156,8 @@ static engine_event *eng__event(const eng_req *q, int idx, const char *text, siz
         }
     }
     ev->finish = finish;
+    ev->stop_str = -1;
+    ev->stop_token = -1;
     const seq *s = q->seqs[idx] ? q->seqs[idx] : q->seqs[0];
     ev->cum_logprob = s && q->seqs[idx] ? s->cum_logprob : 0;
     if (finish) {
@@ -236,7 +243,8 @@ static void eng__intake(engine *e, eng_req *q, eng_evlist *out)
     q->done = calloc((size_t)n, 1);
     if (!q->seqs || !q->dt || !q->done) goto fail;
     for (int i = 0; i < n; i++)
-        if (detok_init(&q->dt[i], e->cfg.tok, q->r.prompt, q->r.n_prompt, q->r.stop, q->r.n_stop))
+        if (detok_init(&q->dt[i], e->cfg.tok, q->r.prompt, q->r.n_prompt, q->r.stop, q->r.n_stop,
+                       q->r.include_stop_str))
             goto fail;
     if (q->r.max_tokens == 0 && !q->r.prompt_logprobs) {
         for (int i = 0; i < n; i++) {
@@ -253,6 +261,7 @@ static void eng__intake(engine *e, eng_req *q, eng_evlist *out)
     s->owner = q;
     s->n_choices = n;
     s->prompt_logprobs = q->r.prompt_logprobs;
+    s->plp_top = q->r.prompt_top >= 0 ? q->r.prompt_top : q->r.sampling.n_logprobs;
     s->sp = q->r.sampling;
     smp_rng_seed(&s->rng, s->sp.seed);
     s->arrival_us = q->arrival_us;
@@ -311,9 +320,11 @@ static void eng__on_sample(engine *e, const sched_sample *sm, eng_evlist *out)
     int idx = s->index;
     if (!q->seqs[idx]) q->seqs[idx] = s; /* a fork's child reports for the first time */
     if (q->done[idx]) return;
-    const char *d;
-    size_t dl;
-    int rc = detok_push(&q->dt[idx], sm->r.token, &d, &dl);
+    const char *d = "";
+    size_t dl = 0;
+    /* A stop token's own text is cut, as a stop string is, unless include_stop_str. */
+    int cut = s->stop_token >= 0 && !q->r.include_stop_str;
+    int rc = cut ? 0 : detok_push(&q->dt[idx], sm->r.token, &d, &dl);
     int finish = s->finish;
     if (rc == 1) {
         finish = ENGINE_FINISH_STOP;
@@ -331,7 +342,12 @@ static void eng__on_sample(engine *e, const sched_sample *sm, eng_evlist *out)
             }
         }
     }
-    eng__emit(out, eng__event(q, idx, text ? text : "", tl, &sm->r, finish));
+    engine_event *ev = eng__event(q, idx, text ? text : "", tl, &sm->r, finish);
+    if (ev && finish == ENGINE_FINISH_STOP) {
+        ev->stop_str = rc == 1 ? q->dt[idx].matched : -1;
+        ev->stop_token = rc == 1 ? -1 : s->stop_token;
+    }
+    eng__emit(out, ev);
     free(text);
     if (finish) {
         q->done[idx] = 1;
@@ -380,8 +396,24 @@ static void eng__update_stats(engine *e)
     sched_get_stats(e->sc, &ss);
     block_pool *bp = sched_pool(e->sc);
     rdx_tree *t = sched_tree(e->sc);
+    int64_t now = engine_now_us();
     st->alive = !e->failed;
-    st->last_step_us = engine_now_us();
+    st->heartbeat_us = now;
+    st->n_ctx = e->n_ctx;
+    if (ss.steps != st->steps) {
+        st->last_step_us = now;
+        int64_t tok = ss.step_tokens - e->step_tokens_seen;
+        int b = 0;
+        while (b < ENGINE_ITER_BUCKETS && tok > engine_iter_bounds[b]) b++;
+        st->iter_tokens[b] += (uint64_t)(ss.steps - st->steps); /* one step per update in practice */
+        st->iter_tokens_sum += tok;
+        e->step_tokens_seen = ss.step_tokens;
+    }
+    if (!t) st->kv_blocks_idle = 0;
+    else if (now - e->idle_at_us >= 100000) { /* O(tree): not on every step */
+        st->kv_blocks_idle = rdx_n_evictable(t);
+        e->idle_at_us = now;
+    }
     st->num_running = sched_num_running(e->sc);
     st->num_waiting = sched_num_waiting(e->sc) + e->n_sub;
     st->kv_blocks_total = bp_num_blocks(bp);
@@ -492,7 +524,14 @@ static void *eng__thread(void *arg)
         }
         int idle = !e->sub_head && !e->n_cancel && !worked;
         if ((aborting || draining) && !e->active && !e->sub_head) break;
-        if (idle && !e->aborting && !e->draining) pthread_cond_wait(&e->cv, &e->mu);
+        if (idle && !e->aborting && !e->draining) { /* wake now and then: the heartbeat */
+            struct timespec ts;
+            clock_gettime(CLOCK_MONOTONIC, &ts);
+            ts.tv_nsec += ENGINE_HEARTBEAT_MS * 1000000L;
+            ts.tv_sec += ts.tv_nsec / 1000000000L;
+            ts.tv_nsec %= 1000000000L;
+            pthread_cond_timedwait(&e->cv, &e->mu, &ts);
+        }
     }
     pthread_mutex_unlock(&e->mu);
     free(out.v);
@@ -546,6 +585,20 @@ static void eng__log(const engine *e)
             e->cfg.prefix_cache ? "on" : "off", e->cfg.schedule == ENGINE_SCHED_LPM ? "lpm" : "fcfs");
 }
 
+/* The KV budget must hold one sequence at the full context (as vLLM requires at start-up). */
+static int eng__check_budget(const engine *e, char *err, size_t err_len)
+{
+    int64_t need = ((int64_t)e->n_ctx + e->g.block_size - 1) / e->g.block_size;
+    if (e->n_blocks >= need && e->n_blocks >= 1) return 0;
+    snprintf(err, err_len,
+             "the KV budget holds %lld tokens (%d blocks of %d, %zu bytes/token), less than one "
+             "sequence at the context length %d; raise --kv-memory (or "
+             "--gpu-memory-utilization) or lower --max-model-len",
+             (long long)e->n_blocks * e->g.block_size, (int)e->n_blocks, e->g.block_size,
+             kv_bytes_per_token(&e->g), e->n_ctx);
+    return -1;
+}
+
 /* Backend, KV arena, model runner and scheduler. 0, or -1 with err filled. */
 static int eng__setup(engine *e, char *err, size_t err_len)
 {
@@ -570,14 +623,16 @@ static int eng__setup(engine *e, char *err, size_t err_len)
         c->max_batch_tokens = c->max_seqs;
     }
     e->g = (kv_geom){hp->n_layers, hp->n_kv_heads, hp->head_dim, c->block_size, c->kv_dtype};
-    e->n_ctx = hp->n_ctx_train > 0 ? hp->n_ctx_train : 2048;
-    e->n_vocab = hp->n_vocab;
-    e->n_blocks = eng__n_blocks(c, e->be, &e->g);
-    if (e->n_blocks < 1) {
-        snprintf(err, err_len, "KV budget too small for one block of %zu bytes",
-                 kv_bytes_per_block(&e->g));
+    int n_train = hp->n_ctx_train > 0 ? hp->n_ctx_train : 2048;
+    if (c->max_model_len < 0 || c->max_model_len > n_train) {
+        snprintf(err, err_len, "max-model-len %d is outside 1 .. %d (the model's context length)",
+                 c->max_model_len, n_train);
         return -1;
     }
+    e->n_ctx = c->max_model_len > 0 ? c->max_model_len : n_train;
+    e->n_vocab = hp->n_vocab;
+    e->n_blocks = eng__n_blocks(c, e->be, &e->g);
+    if (eng__check_budget(e, err, err_len)) return -1;
     e->f = fwd_create(c->model, e->be, &e->g, e->n_blocks, c->max_batch_tokens, sched_max_logits(c->max_seqs), err,
                       err_len);
     if (!e->f) return -1;
@@ -618,7 +673,11 @@ engine *engine_create(const engine_config *cfg, char *err, size_t err_len)
     e->cfg = *cfg;
     e->next_id = 1;
     pthread_mutex_init(&e->mu, NULL);
-    pthread_cond_init(&e->cv, NULL);
+    pthread_condattr_t ca; /* timed waits on CLOCK_MONOTONIC, like every timestamp here */
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&e->cv, &ca);
+    pthread_condattr_destroy(&ca);
     if (eng__setup(e, err, err_len)) {
         engine_destroy(e, 0);
         return NULL;
@@ -670,7 +729,8 @@ void engine_destroy(engine *e, int drain)
 static int eng__validate(const engine *e, const engine_request *req)
 {
     if (!req->prompt || req->n_prompt < 1 || req->n < 1 || req->n > e->cfg.max_seqs ||
-        req->max_tokens < 0 || req->n_stop < 0 || req->n_stop > ENGINE_MAX_STOP)
+        req->max_tokens < 0 || req->n_stop < 0 || req->n_stop > ENGINE_MAX_STOP ||
+        (req->n_stop > 0 && !req->stop) || req->prompt_top > SMP_MAX_LOGPROBS)
         return -EINVAL;
     if ((int64_t)req->n_prompt + req->max_tokens > e->n_ctx) return -EINVAL;
     int64_t blocks = ((int64_t)req->n_prompt + req->max_tokens + e->g.block_size - 1) / e->g.block_size;
@@ -688,6 +748,7 @@ int engine_submit(engine *e, engine_request *req, uint64_t *id)
     if (!q) return -ENOMEM;
     pthread_mutex_lock(&e->mu);
     if (e->draining || e->aborting) rc = -ESHUTDOWN;
+    else if (req->n_prompt > e->cfg.max_queued_tokens) rc = -E2BIG;
     else if (e->n_sub + e->queued_waiting >= e->cfg.max_queued_requests ||
              e->sub_tokens + e->queued_tokens + req->n_prompt > e->cfg.max_queued_tokens)
         rc = -EAGAIN;

@@ -23,7 +23,7 @@
 #include "engine/sampler.h"
 #include "engine/tokenizer.h"
 
-#define ENGINE_MAX_STOP 4
+#define ENGINE_MAX_STOP 1024 /* stop strings per request */
 
 enum engine_schedule { ENGINE_SCHED_FCFS = 0, ENGINE_SCHED_LPM = 1 };
 
@@ -43,7 +43,11 @@ typedef struct engine_config {
     int schedule;                /* enum engine_schedule */
     int prefix_cache;            /* 1: radix prefix cache on */
     int max_queued_requests;     /* waiting requests beyond which submit says -EAGAIN */
-    int64_t max_queued_tokens;   /* waiting prompt tokens beyond which submit says -EAGAIN */
+    int64_t max_queued_tokens;   /* waiting prompt tokens beyond which submit says -EAGAIN (a
+                                    prompt longer than this alone is -E2BIG) */
+    int max_model_len;           /* context limit in tokens; 0: the model's training context.
+                                    Larger than that, or more than the KV budget holds for one
+                                    sequence, fails engine_create */
     void (*wake)(void *ud);      /* called on the engine thread after events are queued */
     void *wake_ud;
     int quiet;                   /* 1: no start-up log on stderr */
@@ -76,13 +80,20 @@ typedef struct engine_request {
     int n_prompt;              /* ≥ 1 */
     int n;                     /* choices (sequences) sharing the prompt, ≥ 1 */
     int max_tokens;            /* ≥ 0; prompt + max_tokens must fit the context (else -EINVAL) */
-    smp_params sampling;       /* bias arrays owned by the engine after submit */
-    char *stop[ENGINE_MAX_STOP]; /* owned by the engine after submit */
-    int n_stop;
-    int prompt_logprobs;       /* 1: score every prompt token (echo + logprobs): is_prompt events
-                                  carry them in order before any generated token, prompt index 0
-                                  with logprob NaN (it has none); the prompt is computed in full
-                                  (no prefix-cache reuse); max_tokens may then be 0 */
+    smp_params sampling;       /* its arrays (bias, allowed ids, bad words, stop ids) are owned
+                                  by the engine after submit */
+    char **stop;               /* [n_stop] stop strings; the array and the strings are owned by
+                                  the engine after submit (NULL when n_stop is 0) */
+    int n_stop;                /* 0 .. ENGINE_MAX_STOP */
+    int include_stop_str;      /* 1: a matched stop string, or the text of the stop token that
+                                  ended the choice, stays in the text (vLLM's
+                                  include_stop_str_in_output); 0: both are cut */
+    int prompt_logprobs;       /* 1: score every prompt token (echo + logprobs, prompt_logprobs):
+                                  is_prompt events carry them in order before any generated token,
+                                  prompt index 0 with logprob NaN (it has none); the prompt is
+                                  computed in full (no prefix-cache reuse); max_tokens may then be 0 */
+    int prompt_top;            /* alternatives per scored prompt token (0 .. SMP_MAX_LOGPROBS);
+                                  < 0: sampling.n_logprobs */
 } engine_request;
 
 typedef struct engine_usage {
@@ -110,6 +121,11 @@ typedef struct engine_event {
     int is_prompt;             /* 1: the tokens are scored prompt tokens (prompt_logprobs), sent
                                   to every choice */
     int finish;                /* enum engine_finish */
+    int stop_str;              /* final event with finish STOP: index in the request's stop[] of
+                                  the string that matched, else -1 */
+    int32_t stop_token;        /* final event with finish STOP: the sampling.stop_ids id that
+                                  ended the choice, else -1 (EOS and other end-of-generation
+                                  tokens leave both at -1) */
     double cum_logprob;        /* sum of this choice's sampled-token logprobs so far */
     engine_usage usage;        /* valid on the final event of a choice */
     engine_timings timings;    /* valid on the final event of a choice */
@@ -118,6 +134,7 @@ typedef struct engine_event {
 /* Queues a request. On success returns 0, sets *id, and the engine owns req's arrays (req itself
  * is the caller's). On failure the caller keeps ownership and nothing was queued:
  * -EINVAL (bad request: empty prompt, token id out of range, prompt + max_tokens > context),
+ * -E2BIG (the prompt alone is longer than max_queued_tokens: it could never be queued),
  * -EAGAIN (queue limits reached), -ESHUTDOWN (draining or stopped). */
 int engine_submit(engine *e, engine_request *req, uint64_t *id);
 
@@ -130,14 +147,28 @@ void engine_cancel(engine *e, uint64_t id);
 int engine_poll(engine *e, engine_event **out, int max);
 void engine_event_free(engine_event *ev);
 
+/* The idle engine thread wakes at least this often to refresh heartbeat_us. */
+#define ENGINE_HEARTBEAT_MS 500
+
+/* Histogram of tokens per engine step (vLLM's iteration_tokens_total): counts[i] steps with at
+ * most bounds[i] tokens (and more than bounds[i-1]); counts[ENGINE_ITER_BUCKETS] above all. */
+#define ENGINE_ITER_BUCKETS 14
+extern const int engine_iter_bounds[ENGINE_ITER_BUCKETS];
+
 typedef struct engine_stats {
     int alive;                     /* engine thread running and not failed */
-    int64_t last_step_us;          /* CLOCK_MONOTONIC of the last completed step (heartbeat) */
+    int64_t last_step_us;          /* CLOCK_MONOTONIC of the last completed step */
+    int64_t heartbeat_us;          /* CLOCK_MONOTONIC of the engine loop's last pass: at least
+                                      every ENGINE_HEARTBEAT_MS while idle; stale only when a
+                                      step is stuck */
+    int n_ctx;                     /* the context limit in effect (max_model_len) */
     int num_running;
     int num_waiting;
     int64_t kv_blocks_total;
     int64_t kv_blocks_used;        /* by sequences or the cache */
     int64_t kv_blocks_cached;      /* held by the prefix cache */
+    int64_t kv_blocks_idle;        /* held by the prefix cache alone (evictable: vLLM counts these
+                                      free); refreshed at most every 100 ms */
     size_t kv_bytes_per_token;
     int64_t kv_capacity_tokens;
     int block_size;
@@ -148,6 +179,8 @@ typedef struct engine_stats {
     int64_t prompt_tokens;         /* total prompt tokens of finished requests */
     int64_t generation_tokens;     /* total generated tokens */
     int64_t steps;
+    uint64_t iter_tokens[ENGINE_ITER_BUCKETS + 1]; /* steps by tokens computed */
+    int64_t iter_tokens_sum;       /* tokens computed over all steps */
     int max_seqs;                  /* the running cap in effect (defaults resolved per device) */
     int max_batch_tokens;          /* the step token budget in effect */
 } engine_stats;

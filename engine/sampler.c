@@ -1,10 +1,10 @@
 /*
  * sampler.c — one row of logits → one token, following the order documented in sampler.h:
  *
- *   logit_bias → repetition (prompt + output, each distinct token once; HF rule: positive logits
+ *   allowed_token_ids / bad_words masks (-inf) → logit_bias → repetition (prompt + output, each distinct token once; HF rule: positive logits
  *   are divided by the penalty, negative ones multiplied) → presence / frequency (OpenAI rule,
- *   output tokens only: l -= frequency × count + presence × [count > 0]) → min_tokens (eog ids
- *   set to -inf) → greedy argmax (lowest id on ties) when temperature == 0 → temperature →
+ *   output tokens only: l -= frequency × count + presence × [count > 0]) → min_tokens (eog and
+ *   stop ids set to -inf) → greedy argmax (lowest id on ties) when temperature == 0 → temperature →
  *   top_k → top_p → min_p → one uniform draw from the renormalised survivors.
  *
  * The filters work on a candidate list sorted by (logit desc, id asc), so ties and the draw are
@@ -15,6 +15,7 @@
  */
 #include "engine/sampler.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +34,47 @@ void smp_params_default(smp_params *p)
     p->min_p = 0.0f;
     p->repetition_penalty = 1.0f;
     p->n_logprobs = -1;
+}
+
+void smp_params_free_arrays(smp_params *p)
+{
+    free(p->bias_ids);
+    free(p->bias_vals);
+    free(p->allowed_ids);
+    free(p->bad_ids);
+    free(p->bad_off);
+    free(p->stop_ids);
+    p->bias_ids = p->allowed_ids = p->bad_ids = p->bad_off = p->stop_ids = NULL;
+    p->bias_vals = NULL;
+    p->n_logit_bias = p->n_allowed = p->n_bad = p->n_stop_ids = 0;
+}
+
+/* A malloc'd copy of n elements of size sz at src (NULL and 0 for n = 0). 0 or -ENOMEM. */
+static int smp__dup(void **dst, const void *src, int n, size_t sz)
+{
+    *dst = NULL;
+    if (n <= 0 || !src) return 0;
+    *dst = malloc((size_t)n * sz);
+    if (!*dst) return -ENOMEM;
+    memcpy(*dst, src, (size_t)n * sz);
+    return 0;
+}
+
+int smp_params_copy(smp_params *dst, const smp_params *src)
+{
+    *dst = *src;
+    int rc = smp__dup((void **)&dst->bias_ids, src->bias_ids, src->n_logit_bias, sizeof(int32_t));
+    rc |= smp__dup((void **)&dst->bias_vals, src->bias_vals, src->n_logit_bias, sizeof(float));
+    rc |= smp__dup((void **)&dst->allowed_ids, src->allowed_ids, src->n_allowed, sizeof(int32_t));
+    int nb = src->n_bad > 0 && src->bad_off ? src->bad_off[src->n_bad] : 0;
+    rc |= smp__dup((void **)&dst->bad_ids, src->bad_ids, nb, sizeof(int32_t));
+    rc |= smp__dup((void **)&dst->bad_off, src->bad_off, src->n_bad > 0 ? src->n_bad + 1 : 0, sizeof(int32_t));
+    rc |= smp__dup((void **)&dst->stop_ids, src->stop_ids, src->n_stop_ids, sizeof(int32_t));
+    if (rc) {
+        smp_params_free_arrays(dst);
+        return -ENOMEM;
+    }
+    return 0;
 }
 
 uint64_t smp_splitmix64(uint64_t *x)
@@ -125,10 +167,37 @@ static double smp__raw_stats(const float *raw, int n, smp_result *out, int n_top
     return lse;
 }
 
-/* logit_bias, penalties and the min_tokens ban, in place. */
+/* allowed_token_ids: every other id to -inf. bad_words: the last token of a word whose other
+ * tokens end the output so far (a one-token word always) to -inf. In place. */
+static void smp__mask(const smp_params *p, float *l, int n, const smp_history *h)
+{
+    if (p->n_allowed > 0) {
+        float *keep = malloc((size_t)p->n_allowed * sizeof *keep);
+        if (keep) {
+            for (int i = 0; i < p->n_allowed; i++)
+                keep[i] = p->allowed_ids[i] >= 0 && p->allowed_ids[i] < n ? l[p->allowed_ids[i]] : 0;
+            for (int i = 0; i < n; i++) l[i] = -INFINITY;
+            for (int i = 0; i < p->n_allowed; i++)
+                if (p->allowed_ids[i] >= 0 && p->allowed_ids[i] < n) l[p->allowed_ids[i]] = keep[i];
+            free(keep);
+        }
+    }
+    for (int k = 0; k < p->n_bad; k++) {
+        const int32_t *w = p->bad_ids + p->bad_off[k];
+        int pre = p->bad_off[k + 1] - p->bad_off[k] - 1;
+        if (pre < 0 || w[pre] < 0 || w[pre] >= n) continue;
+        if (pre > 0 && (!h || h->n_output < pre ||
+                        memcmp(h->output + h->n_output - pre, w, (size_t)pre * sizeof *w)))
+            continue;
+        l[w[pre]] = -INFINITY;
+    }
+}
+
+/* The masks, logit_bias, penalties and the min_tokens ban, in place. */
 static void smp__adjust(const smp_params *p, float *l, int n, const smp_history *h,
                         const int32_t *eog, int n_eog)
 {
+    smp__mask(p, l, n, h);
     for (int i = 0; i < p->n_logit_bias; i++)
         if (p->bias_ids[i] >= 0 && p->bias_ids[i] < n) l[p->bias_ids[i]] += p->bias_vals[i];
 
@@ -158,9 +227,12 @@ static void smp__adjust(const smp_params *p, float *l, int n, const smp_history 
             free(seen);
         }
     }
-    if (h && h->n_output < p->min_tokens)
+    if (h && h->n_output < p->min_tokens) {
         for (int i = 0; i < n_eog; i++)
             if (eog[i] >= 0 && eog[i] < n) l[eog[i]] = -INFINITY;
+        for (int i = 0; i < p->n_stop_ids; i++)
+            if (p->stop_ids[i] >= 0 && p->stop_ids[i] < n) l[p->stop_ids[i]] = -INFINITY;
+    }
 }
 
 /* Moves the k best candidates (by smp__cand_cmp) to the front, in order. */
@@ -293,6 +365,9 @@ void smp_score(const float *logits, int n_vocab, int32_t token, int n_top, smp_r
     double lse = smp__raw_stats(logits, n_vocab, out, n_top);
     out->token = token;
     out->logprob = (float)(logits[token] - lse);
+    int rank = 0;
+    for (int i = 0; i < n_vocab; i++) rank += logits[i] >= logits[token];
+    out->rank = rank;
 }
 
 /* See sampler.h. logprob fields are filled only when p->n_logprobs ≥ 0 (else logprob = 0 and
@@ -301,6 +376,7 @@ void smp_sample(const smp_params *p, smp_rng *rng, float *logits, int n_vocab, c
                 const int32_t *eog_ids, int n_eog, smp_result *out)
 {
     out->n_top = 0;
+    out->rank = 0;
     out->logprob = 0.0f;
     float *raw = NULL;
     double lse = 0.0;

@@ -467,11 +467,17 @@ static int sched__sample(sched *sc, seq *s, const float *row, int *n_out)
     s->cum_logprob += r.logprob;
     if (!s->first_token_us) s->first_token_us = engine_now_us();
     sc->st.generated++;
-    int eog = 0;
+    int eog = 0, stop = 0;
     for (int k = 0; k < sc->c.n_eog; k++) eog |= sc->c.eog_ids[k] == r.token;
-    if (eog && !s->sp.ignore_eos) s->finish = ENGINE_FINISH_STOP;
-    else if (seq_n_output(s) >= s->max_tokens || s->n_tokens >= sc->c.n_ctx)
+    for (int k = 0; k < s->sp.n_stop_ids; k++) stop |= s->sp.stop_ids[k] == r.token;
+    if (eog && !s->sp.ignore_eos) {
+        s->finish = ENGINE_FINISH_STOP;
+    } else if (stop) { /* stop_token_ids stop even with ignore_eos, as in vLLM */
+        s->finish = ENGINE_FINISH_STOP;
+        s->stop_token = r.token;
+    } else if (seq_n_output(s) >= s->max_tokens || s->n_tokens >= sc->c.n_ctx) {
         s->finish = ENGINE_FINISH_LENGTH;
+    }
     return sched__add_sample(sc, n_out, s, &r, SCHED_TOKEN, 0);
 }
 
@@ -488,7 +494,7 @@ static int sched__score(sched *sc, seq *s, int j, const float *row, int *n_out)
         s->plp_next = 1;
     }
     if (j == 0) return 0;
-    smp_score(row, sc->c.n_vocab, s->tokens[j], s->sp.n_logprobs, &r);
+    smp_score(row, sc->c.n_vocab, s->tokens[j], s->plp_top, &r);
     s->plp_next = j + 1;
     return sched__add_sample(sc, n_out, s, &r, SCHED_PROMPT, j);
 }

@@ -24,6 +24,7 @@ seq *seq_create(const int32_t *prompt, int n_prompt, int max_tokens)
     s->max_tokens = max_tokens;
     s->n_choices = 1;
     s->status = SEQ_WAITING;
+    s->stop_token = -1;
     smp_params_default(&s->sp);
     return s;
 }

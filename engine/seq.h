@@ -49,6 +49,7 @@ typedef struct seq {
 
     int status;             /* enum seq_status */
     int finish;             /* enum engine_finish once decided, else 0 */
+    int32_t stop_token;     /* the sp.stop_ids id that finished the sequence, else -1 */
     int cancelled;          /* 1: abort at the next step */
     uint64_t admit_order;   /* increasing admission stamp (the most recent is preempted first) */
     int64_t wait_steps;     /* steps spent waiting since arrival (lpm aging) */
@@ -56,7 +57,8 @@ typedef struct seq {
     int64_t arrival_us, first_scheduled_us, first_token_us, finish_us; /* engine_now_us; 0 = not yet */
     int n_preemptions;
     int cached_tokens;      /* prompt tokens served from the prefix cache */
-    int prompt_logprobs;    /* 1: score every prompt token (echo + logprobs) */
+    int prompt_logprobs;    /* 1: score every prompt token (echo + logprobs, prompt_logprobs) */
+    int plp_top;            /* alternatives reported per scored prompt token */
     int plp_next;           /* the next prompt index to score (prompt_logprobs) */
     double cum_logprob;     /* sum of sampled-token log-probs */
 } seq;

@@ -115,12 +115,14 @@ static int piece(void *ud, int32_t id, char *buf, int cap)
 
 void srv__gen_cancel(srv_req *r)
 {
+    if (!r->is_gen) return; /* nothing submitted (the worker may still own the state) */
     for (int i = 0; i < r->n_subs; i++)
         if (r->subs[i].in_hash && r->subs[i].n_open > 0) engine_cancel(r->s->e, r->subs[i].id);
 }
 
 void srv__gen_free(srv_req *r)
 {
+    srv__prep_free(r);
     for (int i = 0; i < r->n_subs; i++) sub_remove(r->s, &r->subs[i]);
     for (int i = 0; i < r->n_choices; i++) oai_choice_free(&r->choices[i]);
     for (int i = 0; r->echo_text && i < r->n_subs; i++) free(r->echo_text[i]);
@@ -133,109 +135,49 @@ void srv__gen_free(srv_req *r)
     oai_request_free(&r->oreq);
 }
 
-/* Token ids of every prompt, with the context check. On failure nothing is left allocated. */
-static int build_prompts(srv_req *r, int32_t ***ids_out, int **n_out, int **max_out, oai_error *e)
-{
-    srv *s = r->s;
-    oai_request *q = &r->oreq;
-    int np = q->kind == OAI_CHAT ? 1 : q->n_prompts;
-    int32_t **ids = calloc((size_t)np, sizeof *ids);
-    int *n = calloc((size_t)np, sizeof *n), *mx = calloc((size_t)np, sizeof *mx);
-    int rc = ids && n && mx ? 0 : oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
-    for (int p = 0; !rc && p < np; p++) {
-        if (q->kind == OAI_CHAT) {
-            rc = srv__chat_ids(s, q->msgs, q->n_msgs, q->add_generation_prompt, &ids[p], &n[p], e);
-        } else if (q->prompts[p].text) {
-            rc = srv__text_ids(s, q->prompts[p].text, 1, &ids[p], &n[p], e);
-        } else {
-            ids[p] = malloc(sizeof **ids * (size_t)q->prompts[p].n_ids);
-            if (!ids[p]) rc = oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
-            else memcpy(ids[p], q->prompts[p].ids, sizeof **ids * (size_t)q->prompts[p].n_ids);
-            n[p] = q->prompts[p].n_ids;
-        }
-        if (rc) break;
-        if (n[p] == 0) {
-            rc = oai_fail(e, 400, "invalid_request_error", "invalid_value", "prompt", "the prompt is empty");
-            break;
-        }
-        /* Without max_tokens, chat may fill the context (or what the KV cache holds of it). */
-        int limit = s->n_ctx;
-        engine_stats st;
-        engine_get_stats(s->e, &st);
-        if (st.kv_capacity_tokens > 0 && st.kv_capacity_tokens < limit) limit = (int)st.kv_capacity_tokens;
-        int want = q->max_tokens >= 0 ? q->max_tokens : q->kind == OAI_CHAT ? limit - n[p] : 16;
-        if (q->max_tokens < 0 && n[p] + want > limit) want = limit - n[p];
-        if (n[p] >= limit || want < 0 || n[p] + want > s->n_ctx) {
-            rc = oai_fail(e, 400, "invalid_request_error", "context_length_exceeded",
-                          q->kind == OAI_CHAT ? "messages" : "prompt",
-                          "This model's maximum context length is %d tokens. However, you requested "
-                          "%d tokens (%d in the prompt, %d for the completion). Please reduce the "
-                          "prompt or max_tokens.",
-                          s->n_ctx, n[p] + (want > 0 ? want : 0), n[p], want > 0 ? want : 0);
-            break;
-        }
-        mx[p] = want;
-    }
-    if (rc) {
-        for (int p = 0; ids && p < np; p++) free(ids[p]);
-        free(ids);
-        free(n);
-        free(mx);
-        return rc;
-    }
-    *ids_out = ids;
-    *n_out = n;
-    *max_out = mx;
-    return 0;
-}
-
-/* Completions with echo and logprobs score the prompt tokens too. */
-static int prompt_logprobs(const oai_request *q)
-{
-    return q->kind != OAI_CHAT && q->echo && q->logprobs >= 0;
-}
-
-/* Copies what the engine takes ownership of. */
+/* Copies what the engine takes ownership of (ids: the prompt, now the engine's). */
 static int fill_engine_request(const oai_request *q, int32_t *ids, int n_ids, int max_tokens,
                                engine_request *er)
 {
     memset(er, 0, sizeof *er);
+    if (smp_params_copy(&er->sampling, &q->sampling)) return -ENOMEM;
     er->prompt = ids;
     er->n_prompt = n_ids;
     er->n = q->best_of;
     er->max_tokens = max_tokens;
-    er->sampling = q->sampling;
-    er->prompt_logprobs = prompt_logprobs(q);
-    er->sampling.bias_ids = NULL;
-    er->sampling.bias_vals = NULL;
-    int nb = q->sampling.n_logit_bias;
-    if (nb) {
-        er->sampling.bias_ids = malloc(sizeof(int32_t) * (size_t)nb);
-        er->sampling.bias_vals = malloc(sizeof(float) * (size_t)nb);
-        if (!er->sampling.bias_ids || !er->sampling.bias_vals) goto oom;
-        memcpy(er->sampling.bias_ids, q->sampling.bias_ids, sizeof(int32_t) * (size_t)nb);
-        memcpy(er->sampling.bias_vals, q->sampling.bias_vals, sizeof(float) * (size_t)nb);
+    er->include_stop_str = q->include_stop_str;
+    er->prompt_logprobs = srv__prompt_scored(q);
+    int top = q->kind != OAI_CHAT && q->echo ? q->logprobs : -1;
+    er->prompt_top = q->prompt_logprobs > top ? q->prompt_logprobs : top < 0 ? 0 : top;
+    if (q->n_stop) {
+        er->stop = calloc((size_t)q->n_stop, sizeof *er->stop);
+        if (!er->stop) goto oom;
+        for (int i = 0; i < q->n_stop; i++)
+            if (!(er->stop[er->n_stop++] = strdup(q->stop[i]))) goto oom;
     }
-    for (int i = 0; i < q->n_stop; i++)
-        if (!(er->stop[er->n_stop++] = strdup(q->stop[i]))) goto oom;
     return 0;
 oom:
-    free(er->sampling.bias_ids);
-    free(er->sampling.bias_vals);
+    er->prompt = NULL;
+    smp_params_free_arrays(&er->sampling);
     for (int i = 0; i < er->n_stop; i++) free(er->stop[i]);
+    free(er->stop);
     return -ENOMEM;
 }
 
 static void free_engine_request(engine_request *er)
 {
     free(er->prompt);
-    free(er->sampling.bias_ids);
-    free(er->sampling.bias_vals);
+    smp_params_free_arrays(&er->sampling);
     for (int i = 0; i < er->n_stop; i++) free(er->stop[i]);
+    free(er->stop);
 }
 
 static int submit_error(int rc, oai_error *e)
 {
+    if (rc == -E2BIG)
+        return oai_fail(e, 400, "invalid_request_error", "invalid_value", "prompt",
+                        "The prompt is longer than the server's queue can ever hold "
+                        "(--max-queued-tokens); shorten it");
     if (rc == -EAGAIN)
         return oai_fail(e, 503, "server_error", "server_is_overloaded", NULL,
                         "The server is overloaded (request queue full); retry later");
@@ -248,65 +190,28 @@ static int submit_error(int rc, oai_error *e)
     return oai_fail(e, 500, "server_error", NULL, NULL, "submit failed: %s", strerror(-rc));
 }
 
-/* Allocates subs and choices and the echo texts. */
-static int alloc_state(srv_req *r, int np, int32_t **ids, const int *n)
-{
-    oai_request *q = &r->oreq;
-    r->n_subs = np;
-    r->n_choices = np * q->best_of;
-    r->subs = calloc((size_t)np, sizeof *r->subs);
-    r->choices = calloc((size_t)r->n_choices, sizeof *r->choices);
-    r->last_tok_us = calloc((size_t)r->n_choices, sizeof *r->last_tok_us);
-    if (!r->subs || !r->choices || !r->last_tok_us) return -ENOMEM;
-    if (q->echo) {
-        r->echo_text = calloc((size_t)np, sizeof *r->echo_text);
-        if (!r->echo_text) return -ENOMEM;
-        for (int p = 0; p < np; p++) {
-            if (q->prompts[p].text) {
-                r->echo_text[p] = strdup(q->prompts[p].text);
-            } else {
-                int len = tok_decode(r->s->tok, ids[p], n[p], 1, NULL, 0);
-                r->echo_text[p] = malloc((size_t)(len > 0 ? len : 0) + 1);
-                if (r->echo_text[p]) {
-                    tok_decode(r->s->tok, ids[p], n[p], 1, r->echo_text[p], len);
-                    r->echo_text[p][len > 0 ? len : 0] = 0;
-                }
-            }
-            if (!r->echo_text[p]) return -ENOMEM;
-        }
-    }
-    for (int c = 0; c < r->n_choices; c++) {
-        oai_choice *ch = &r->choices[c];
-        int p = c / q->best_of;
-        ch->index = p * q->n + c % q->best_of;
-        if (q->echo) {
-            /* With scored prompt tokens the offsets count from the start of the echoed prompt. */
-            ch->text_offset = prompt_logprobs(q) ? 0 : oai_text_chars(r->echo_text[p], strlen(r->echo_text[p]));
-            if (!q->stream && oai_choice_append_text(ch, r->echo_text[p], strlen(r->echo_text[p]))) return -ENOMEM;
-        }
-    }
-    return 0;
-}
-
 enum MHD_Result srv__gen_start(srv_req *r, int kind)
 {
     srv *s = r->s;
     oai_error e;
-    oai_limits lim = {s->model_id, s->n_vocab};
     engine_stats st;
     engine_get_stats(s->e, &st);
     if (!st.alive) {
         oai_fail(&e, 503, "server_error", "engine_stopped", NULL, "The inference engine has stopped");
         return srv__reply_error(r, &e);
     }
-    if (oai_parse(kind, r->body ? r->body : "", r->body_len, &lim, &r->oreq, &e)) return srv__reply_error(r, &e);
+    return srv__prep_start(r, kind);
+}
+
+/* The prepared request goes to the engine, one engine request per prompt. */
+static enum MHD_Result gen_submit(srv_req *r)
+{
+    srv *s = r->s;
     oai_request *q = &r->oreq;
-    int32_t **ids = NULL;
-    int *n = NULL, *mx = NULL;
-    if (build_prompts(r, &ids, &n, &mx, &e)) return srv__reply_error(r, &e);
-    int np = kind == OAI_CHAT ? 1 : q->n_prompts;
+    oai_error e;
+    int np = r->n_prep, kind = q->kind;
     r->is_gen = 1;
-    int rc = alloc_state(r, np, ids, n);
+    r->phase = SRV_PHASE_RUNNING;
     {
         static uint64_t ctr;
         struct timespec ts;
@@ -316,15 +221,16 @@ enum MHD_Result srv__gen_start(srv_req *r, int kind)
                  (unsigned long long)x, (unsigned long long)(ctr & 0xffffff));
     }
     r->resp = (oai_resp){kind, r->id, (int64_t)time(NULL), s->model_id, q->logprobs, q->include_usage, piece, s->tok,
-                         q->token_ids};
+                         q->token_ids, q->stop, srv__prompt_logprobs_shown(q)};
+    int rc = 0;
     for (int p = 0; !rc && p < np; p++) {
         engine_request er;
         srv_sub *b = &r->subs[p];
-        if (fill_engine_request(q, ids[p], n[p], mx[p], &er)) {
+        if (fill_engine_request(q, r->prep_ids[p], r->prep_n[p], r->prep_max[p], &er)) {
             rc = -ENOMEM;
             break;
         }
-        ids[p] = NULL; /* now in er */
+        r->prep_ids[p] = NULL; /* now in er */
         rc = engine_submit(s->e, &er, &b->id);
         if (rc) {
             free_engine_request(&er);
@@ -332,16 +238,13 @@ enum MHD_Result srv__gen_start(srv_req *r, int kind)
         }
         b->req = r;
         b->prompt_idx = p;
-        b->n_prompt = n[p];
+        b->n_prompt = r->prep_n[p];
         b->n_open = q->best_of;
         r->n_open += q->best_of;
-        r->n_prompt_tokens += n[p];
+        r->n_prompt_tokens += r->prep_n[p];
         sub_insert(s, b);
     }
-    for (int p = 0; p < np; p++) free(ids[p]);
-    free(ids);
-    free(n);
-    free(mx);
+    srv__prep_free(r);
     if (rc) {
         srv__gen_cancel(r);
         submit_error(rc, &e);
@@ -351,16 +254,38 @@ enum MHD_Result srv__gen_start(srv_req *r, int kind)
     r->counted_active = 1;
     s->n_gen_active++;
     r->last_emit_us = engine_now_us();
-    srv__watch_start(r);
     if (q->stream) return srv__stream_begin(r);
     r->suspended = 1;
     MHD_suspend_connection(r->conn);
     return MHD_YES;
 }
 
-/* Called when MHD re-enters the handler of a suspended non-streamed request. */
+/* Called when MHD re-enters the handler of a suspended request (preparation done, or the
+ * engine's result ready). */
 enum MHD_Result srv__gen_reenter(srv_req *r)
 {
+    if (r->phase == SRV_PHASE_PREP) { /* woken early (a disconnect): the worker still runs */
+        if (r->client_gone) return MHD_NO;
+        r->suspended = 1;
+        MHD_suspend_connection(r->conn);
+        return MHD_YES;
+    }
+    if (r->phase == SRV_PHASE_PREPPED) {
+        r->phase = SRV_PHASE_RUNNING;
+        if (r->client_gone) return MHD_NO;
+        if (r->prep_rc) return srv__reply_error(r, &r->prep_err);
+        if (r->prep_kind == SRV_PREP_TOKENIZE || r->prep_kind == SRV_PREP_DETOKENIZE) {
+            char *b = r->result;
+            r->result = NULL;
+            return srv__reply(r, 200, "application/json", b, b ? strlen(b) : 0);
+        }
+        if (r->s->draining) {
+            oai_error e;
+            oai_fail(&e, 503, "server_error", "server_shutting_down", NULL, "The server is shutting down");
+            return srv__reply_error(r, &e);
+        }
+        return gen_submit(r);
+    }
     if (r->result) {
         char *b = r->result;
         r->result = NULL;
@@ -494,10 +419,10 @@ static void stream_event(srv_req *r, int p, oai_choice *c, const engine_event *e
     if (!c->started && ev->finish != ENGINE_FINISH_ABORT && ev->finish != ENGINE_FINISH_ERROR) {
         c->started = 1;
         if (q->kind == OAI_CHAT) {
-            emit(r, oai_chunk_sse(rs, c->index, 1, "", 0, NULL, 0, 0, 0));
+            emit(r, oai_chunk_sse(rs, c, 1, "", 0, NULL, 0, 0, 0));
         } else if (q->echo && (r->echo_text[p][0] || c->n_lps)) {
             /* The echoed prompt, with its scored tokens when asked (collected until now). */
-            emit(r, oai_chunk_sse(rs, c->index, 0, r->echo_text[p], strlen(r->echo_text[p]), c->lps,
+            emit(r, oai_chunk_sse(rs, c, 0, r->echo_text[p], strlen(r->echo_text[p]), c->lps,
                                   c->n_lps, 0, 0));
             for (int k = 0; k < c->n_lps; k++) c->text_offset += oai_token_chars(rs, c->lps[k].r.token);
             c->n_lps = 0;
@@ -506,10 +431,10 @@ static void stream_event(srv_req *r, int p, oai_choice *c, const engine_event *e
     int fin = ev->finish == ENGINE_FINISH_STOP || ev->finish == ENGINE_FINISH_LENGTH ? ev->finish : 0;
     if (q->kind == OAI_CHAT) {
         if (ev->text_len || has_lp)
-            emit(r, oai_chunk_sse(rs, c->index, 0, ev->text, ev->text_len, lp, has_lp, 0, 0));
-        if (fin) emit(r, oai_chunk_sse(rs, c->index, 0, "", 0, NULL, 0, 0, fin));
+            emit(r, oai_chunk_sse(rs, c, 0, ev->text, ev->text_len, lp, has_lp, 0, 0));
+        if (fin) emit(r, oai_chunk_sse(rs, c, 0, "", 0, NULL, 0, 0, fin));
     } else if (ev->text_len || has_lp || fin) {
-        emit(r, oai_chunk_sse(rs, c->index, 0, ev->text, ev->text_len, lp, has_lp, c->text_offset, fin));
+        emit(r, oai_chunk_sse(rs, c, 0, ev->text, ev->text_len, lp, has_lp, c->text_offset, fin));
     }
     if (has_lp) c->text_offset += oai_token_chars(rs, lp[0].r.token);
 }
@@ -532,11 +457,21 @@ void srv__gen_event(srv *s, engine_event *ev)
     c->cum_logprob = ev->cum_logprob;
     if (ev->finish == ENGINE_FINISH_ABORT) r->failed |= 1;
     if (ev->finish == ENGINE_FINISH_ERROR) r->failed |= 2;
+    if (ev->finish == ENGINE_FINISH_STOP && ev->stop_str >= 0) {
+        c->stop_kind = OAI_STOP_STR;
+        c->stop_value = ev->stop_str;
+    } else if (ev->finish == ENGINE_FINISH_STOP && ev->stop_token >= 0) {
+        c->stop_kind = OAI_STOP_TOKEN;
+        c->stop_value = ev->stop_token;
+    }
     if (ev->is_prompt) {
-        /* Scored prompt tokens: kept in the choice (a stream sends them with the echo). */
-        if (!r->failed && q->logprobs >= 0 && ev->logprobs)
-            for (int k = 0; k < ev->n_tokens; k++)
-                oai_choice_append_lp(c, &ev->logprobs[k], !isnan(ev->logprobs[k].logprob));
+        /* Scored prompt tokens: kept in the choice (a stream sends them with the echo; the
+         * prompt_logprobs field lists them apart). */
+        for (int k = 0; !r->failed && ev->logprobs && k < ev->n_tokens; k++) {
+            int has = !isnan(ev->logprobs[k].logprob);
+            if (q->echo && q->logprobs >= 0) oai_choice_append_lp(c, &ev->logprobs[k], has);
+            if (r->resp.prompt_logprobs >= 0) oai_choice_append_plp(c, &ev->logprobs[k], has);
+        }
     } else if (q->stream) {
         if (!r->failed && !r->stream_abort && !r->stream_done) stream_event(r, b->prompt_idx, c, ev);
     } else if (!r->failed) {
@@ -564,42 +499,10 @@ void srv__gen_event(srv *s, engine_event *ev)
 
 enum MHD_Result srv__tokenize(srv_req *r)
 {
-    srv *s = r->s;
-    oai_tok_request t;
-    oai_error e;
-    if (oai_parse_tokenize(r->body ? r->body : "", r->body_len, &t, &e)) return srv__reply_error(r, &e);
-    int32_t *ids = NULL;
-    int n = 0;
-    int rc = t.prompt ? srv__text_ids(s, t.prompt, t.add_special, &ids, &n, &e)
-                      : srv__chat_ids(s, t.msgs, t.n_msgs, t.add_generation_prompt, &ids, &n, &e);
-    oai_tok_request_free(&t);
-    if (rc) return srv__reply_error(r, &e);
-    size_t cap = 64 + (size_t)n * 12;
-    char *out = malloc(cap);
-    if (out) {
-        size_t o = (size_t)snprintf(out, cap, "{\"count\":%d,\"max_model_len\":%d,\"tokens\":[", n, s->n_ctx);
-        for (int i = 0; i < n; i++) o += (size_t)snprintf(out + o, cap - o, i ? ",%d" : "%d", ids[i]);
-        snprintf(out + o, cap - o, "]}");
-    }
-    free(ids);
-    return srv__reply(r, 200, "application/json", out, out ? strlen(out) : 0);
+    return srv__prep_start(r, SRV_PREP_TOKENIZE);
 }
 
 enum MHD_Result srv__detokenize(srv_req *r)
 {
-    srv *s = r->s;
-    oai_tok_request t;
-    oai_error e;
-    oai_limits lim = {s->model_id, s->n_vocab};
-    if (oai_parse_detokenize(r->body ? r->body : "", r->body_len, &lim, &t, &e)) return srv__reply_error(r, &e);
-    int len = t.n_tokens ? tok_decode(s->tok, t.tokens, t.n_tokens, 1, NULL, 0) : 0;
-    char *text = malloc((size_t)(len > 0 ? len : 0) + 1);
-    if (text) {
-        if (len > 0) tok_decode(s->tok, t.tokens, t.n_tokens, 1, text, len);
-        text[len > 0 ? len : 0] = 0;
-    }
-    oai_tok_request_free(&t);
-    char *j = text ? oai_string_json("prompt", text) : NULL;
-    free(text);
-    return srv__reply(r, 200, "application/json", j, j ? strlen(j) : 0);
+    return srv__prep_start(r, SRV_PREP_DETOKENIZE);
 }

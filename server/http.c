@@ -82,7 +82,7 @@ static void watch_close(srv_req *r)
 
 void srv__req_maybe_free(srv_req *r)
 {
-    if (!r->conn_done || r->n_open > 0) return;
+    if (!r->conn_done || r->n_open > 0 || r->phase == SRV_PHASE_PREP) return;
     if (r->watch_state == SRV_WATCH_ON) watch_close(r);
     if (r->watch_state == SRV_WATCH_CLOSING) return;
     req_unlink_free(r);
@@ -411,7 +411,7 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
         r->body[r->body_len] = 0;
         return MHD_YES;
     }
-    if (r->is_gen) return srv__gen_reenter(r);
+    if (r->is_gen || r->phase) return srv__gen_reenter(r);
     return dispatch(r);
 }
 

@@ -40,6 +40,17 @@ typedef struct srv_sub {
 
 enum srv_watch { SRV_WATCH_NONE = 0, SRV_WATCH_ON, SRV_WATCH_CLOSING, SRV_WATCH_CLOSED };
 
+/* Where a request stands with its preparation (prep.c). */
+enum srv_phase {
+    SRV_PHASE_NONE = 0, /* not a prepared route, or not started */
+    SRV_PHASE_PREP,     /* on a worker thread: the worker owns the request's parse state */
+    SRV_PHASE_PREPPED,  /* done: the access handler submits or replies when MHD re-enters it */
+    SRV_PHASE_RUNNING,  /* submitted to the engine (or the reply queued) */
+};
+
+/* prep_kind values beyond the generation kinds (OAI_COMPLETION, OAI_CHAT). */
+enum { SRV_PREP_TOKENIZE = 16, SRV_PREP_DETOKENIZE };
+
 struct srv_req {
     srv *s;
     struct MHD_Connection *conn; /* NULL once MHD reported the request complete */
@@ -55,6 +66,16 @@ struct srv_req {
     int n_prompt_tokens, n_output_tokens;
     int conn_done;
     int suspended;
+    /* preparation on a worker thread (prep.c) */
+    uv_work_t prep_work;
+    int phase;                   /* enum srv_phase */
+    int prep_kind;               /* OAI_COMPLETION, OAI_CHAT, SRV_PREP_TOKENIZE, SRV_PREP_DETOKENIZE */
+    int prep_rc;                 /* 0, or negative with prep_err filled */
+    oai_error prep_err;
+    int64_t prep_kv_tokens;      /* KV capacity in tokens when the job was queued */
+    int32_t **prep_ids;          /* [n_prep] token ids per prompt (owned until submitted) */
+    int *prep_n, *prep_max;      /* [n_prep] prompt lengths, max_tokens per prompt */
+    int n_prep;
     /* generation requests */
     int is_gen;
     int counted_active;          /* counted in s->n_gen_active */
@@ -128,6 +149,17 @@ enum MHD_Result srv__reply_error(srv_req *r, const oai_error *e);
 void srv__check_drain(srv *s);
 enum MHD_Result srv__stream_begin(srv_req *r);
 void srv__watch_start(srv_req *r);
+
+/* prep.c */
+/* Suspends r and prepares it on a worker thread: kind OAI_COMPLETION / OAI_CHAT (parse, prompts,
+ * response state) or SRV_PREP_TOKENIZE / SRV_PREP_DETOKENIZE (the whole reply in r->result).
+ * MHD re-enters the access handler when it is done (phase PREPPED). */
+enum MHD_Result srv__prep_start(srv_req *r, int kind);
+void srv__prep_free(srv_req *r);
+/* 1 when the engine must score the prompt's tokens (echo + logprobs, or prompt_logprobs). */
+int srv__prompt_scored(const oai_request *q);
+/* Alternatives the prompt_logprobs field shows, or -1 for no such field. */
+int srv__prompt_logprobs_shown(const oai_request *q);
 
 /* gen.c */
 enum MHD_Result srv__gen_start(srv_req *r, int kind);

@@ -9,6 +9,9 @@
 #include "server/openai.h"
 
 #include <cjson/cJSON.h>
+
+#include "engine/utf8.h"
+#include "server/oai_internal.h"
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
@@ -93,6 +96,31 @@ static int get_bool(const cJSON *o, const char *name, int *out, oai_error *e)
     if (!cJSON_IsBool(v)) return bad_type(e, name, "a boolean");
     *out = cJSON_IsTrue(v);
     return 0;
+}
+
+int oai__get_int(const cJSON *o, const char *name, int lo, int hi, int *out, oai_error *e)
+{
+    return get_intv(o, name, lo, hi, out, e);
+}
+
+int oai__get_bool(const cJSON *o, const char *name, int *out, oai_error *e)
+{
+    return get_bool(o, name, out, e);
+}
+
+int oai__bad_type(oai_error *e, const char *param, const char *want)
+{
+    return bad_type(e, param, want);
+}
+
+int oai__bad_value(oai_error *e, const char *param, const char *what)
+{
+    return bad_value(e, param, what);
+}
+
+int oai__oom(oai_error *e)
+{
+    return oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
 }
 
 static int dup_str(const char *s, char **out)
@@ -272,21 +300,17 @@ static int parse_stop(const cJSON *root, oai_request *r, oai_error *e)
 {
     const cJSON *s = cJSON_GetObjectItemCaseSensitive(root, "stop");
     if (is_absent(s)) return 0;
-    if (cJSON_IsString(s)) {
-        if (!*s->valuestring) return 0;
-        if (dup_str(s->valuestring, &r->stop[0])) return oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
-        r->n_stop = 1;
-        return 0;
-    }
-    if (!cJSON_IsArray(s)) return bad_type(e, "stop", "a string or an array of strings");
-    if (cJSON_GetArraySize(s) > ENGINE_MAX_STOP) return bad_value(e, "stop", "has more than 4 sequences");
-    const cJSON *it;
-    cJSON_ArrayForEach(it, s)
-    {
+    if (!cJSON_IsString(s) && !cJSON_IsArray(s)) return bad_type(e, "stop", "a string or an array of strings");
+    int n = cJSON_IsString(s) ? 1 : cJSON_GetArraySize(s);
+    if (n > ENGINE_MAX_STOP) return bad_value(e, "stop", "has more than 1024 sequences");
+    if (n == 0) return 0;
+    r->stop = calloc((size_t)n, sizeof *r->stop);
+    if (!r->stop) return oai__oom(e);
+    const cJSON *it = cJSON_IsString(s) ? s : s->child;
+    for (; it; it = cJSON_IsString(s) ? NULL : it->next) {
         if (!cJSON_IsString(it)) return bad_type(e, "stop", "a string or an array of strings");
-        if (!*it->valuestring) continue;
-        if (dup_str(it->valuestring, &r->stop[r->n_stop++]))
-            return oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+        if (!*it->valuestring) continue; /* an empty stop string matches nothing */
+        if (dup_str(it->valuestring, &r->stop[r->n_stop++])) return oai__oom(e);
     }
     return 0;
 }
@@ -441,7 +465,7 @@ static int parse_common(const cJSON *root, const oai_limits *lim, oai_request *r
     if (r->max_tokens >= 0 && r->sampling.min_tokens > r->max_tokens)
         return bad_value(e, "min_tokens", "must not exceed max_tokens");
     r->sampling.n_logprobs = r->logprobs;
-    return 0;
+    return oai__parse_vllm(root, lim, r, e);
 }
 
 int oai_parse(int kind, const char *body, size_t len, const oai_limits *lim, oai_request *out,
@@ -453,7 +477,9 @@ int oai_parse(int kind, const char *body, size_t len, const oai_limits *lim, oai
     out->n = 1;
     out->logprobs = -1;
     out->add_generation_prompt = 1;
+    out->prompt_logprobs = -1;
     sampling_defaults(&out->sampling);
+    if (oai_validate_body(body, len, err)) return -EINVAL;
     cJSON *root = cJSON_ParseWithLength(body, len);
     if (!root)
         return oai_fail(err, 400, ERR_INVALID, "invalid_json", NULL,
@@ -488,9 +514,10 @@ void oai_request_free(oai_request *r)
     }
     free(r->prompts);
     free_msgs(r->msgs, r->n_msgs);
-    for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
-    free(r->sampling.bias_ids);
-    free(r->sampling.bias_vals);
+    for (int i = 0; r->stop && i < r->n_stop; i++) free(r->stop[i]);
+    free(r->stop);
+    smp_params_free_arrays(&r->sampling);
+    oai__free_vllm(r);
     memset(r, 0, sizeof *r);
 }
 
@@ -499,6 +526,7 @@ int oai_parse_tokenize(const char *body, size_t len, oai_tok_request *out, oai_e
     memset(out, 0, sizeof *out);
     out->add_special = 1;
     out->add_generation_prompt = 1;
+    if (oai_validate_body(body, len, e)) return -EINVAL;
     cJSON *root = cJSON_ParseWithLength(body, len);
     if (!root) return oai_fail(e, 400, ERR_INVALID, "invalid_json", NULL, "The request body is not valid JSON");
     int rc = 0;
@@ -527,6 +555,7 @@ int oai_parse_detokenize(const char *body, size_t len, const oai_limits *lim, oa
                          oai_error *e)
 {
     memset(out, 0, sizeof *out);
+    if (oai_validate_body(body, len, e)) return -EINVAL;
     cJSON *root = cJSON_ParseWithLength(body, len);
     if (!root) return oai_fail(e, 400, ERR_INVALID, "invalid_json", NULL, "The request body is not valid JSON");
     int rc;
@@ -568,24 +597,36 @@ int oai_choice_append_text(oai_choice *c, const char *s, size_t n)
     return 0;
 }
 
+/* Appends one position to a growing oai_lp array. */
+static int lp_append(oai_lp **v, int *n, int *cap, const smp_result *r, int has_logprob)
+{
+    if (*n == *cap) {
+        int c = *cap ? *cap * 2 : 16;
+        oai_lp *l = realloc(*v, sizeof *l * (size_t)c);
+        if (!l) return -ENOMEM;
+        *v = l;
+        *cap = c;
+    }
+    (*v)[*n].r = *r;
+    (*v)[(*n)++].has_logprob = has_logprob;
+    return 0;
+}
+
 int oai_choice_append_lp(oai_choice *c, const smp_result *r, int has_logprob)
 {
-    if (c->n_lps == c->lps_cap) {
-        int cap = c->lps_cap ? c->lps_cap * 2 : 16;
-        oai_lp *l = realloc(c->lps, sizeof *l * (size_t)cap);
-        if (!l) return -ENOMEM;
-        c->lps = l;
-        c->lps_cap = cap;
-    }
-    c->lps[c->n_lps].r = *r;
-    c->lps[c->n_lps++].has_logprob = has_logprob;
-    return 0;
+    return lp_append(&c->lps, &c->n_lps, &c->lps_cap, r, has_logprob);
+}
+
+int oai_choice_append_plp(oai_choice *c, const smp_result *r, int has_logprob)
+{
+    return lp_append(&c->plps, &c->n_plps, &c->plps_cap, r, has_logprob);
 }
 
 void oai_choice_free(oai_choice *c)
 {
     free(c->text);
     free(c->lps);
+    free(c->plps);
     memset(c, 0, sizeof *c);
 }
 
@@ -600,41 +641,9 @@ const char *oai_finish_name(int finish)
     }
 }
 
-/* Length of the valid UTF-8 sequence at s[0..n), or 0 when the bytes there are not one. */
-static int utf8_seq(const unsigned char *s, int n)
-{
-    int len = s[0] < 0x80 ? 1 : (s[0] & 0xE0) == 0xC0 ? 2 : (s[0] & 0xF0) == 0xE0 ? 3 : (s[0] & 0xF8) == 0xF0 ? 4 : 0;
-    if (!len || len > n || (len == 2 && s[0] < 0xC2)) return 0;
-    for (int i = 1; i < len; i++)
-        if ((s[i] & 0xC0) != 0x80) return 0;
-    return len;
-}
-
-/* s[0..n) with invalid UTF-8 bytes replaced by U+FFFD, NUL-terminated, malloc'd. */
-static char *utf8_clean(const char *s, size_t n)
-{
-    char *out = malloc(n * 3 + 1);
-    if (!out) return NULL;
-    size_t o = 0;
-    for (size_t i = 0; i < n;) {
-        int l = utf8_seq((const unsigned char *)s + i, (int)(n - i > 4 ? 4 : n - i));
-        if (l) {
-            memcpy(out + o, s + i, (size_t)l);
-            o += (size_t)l;
-            i += (size_t)l;
-        } else {
-            memcpy(out + o, "\xEF\xBF\xBD", 3);
-            o += 3;
-            i++;
-        }
-    }
-    out[o] = 0;
-    return out;
-}
-
 char *oai_string_json(const char *key, const char *value)
 {
-    char *v = utf8_clean(value, strlen(value));
+    char *v = utf8_sanitize(value, strlen(value));
     if (!v) return NULL;
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, key, v);
@@ -659,10 +668,15 @@ static cJSON *token_string(const oai_resp *r, int32_t id, unsigned char *raw, in
         snprintf(buf, sizeof buf, "token_id:%d", (int)id);
         return cJSON_CreateString(buf);
     }
-    char *out = utf8_clean(buf, (size_t)n);
+    char *out = utf8_sanitize(buf, (size_t)n);
     cJSON *j = cJSON_CreateString(out ? out : "");
     free(out);
     return j;
+}
+
+cJSON *oai__token_string(const oai_resp *r, int32_t id)
+{
+    return token_string(r, id, NULL, NULL);
 }
 
 size_t oai_text_chars(const char *s, size_t n)
@@ -812,8 +826,13 @@ char *oai_response_json(const oai_resp *r, const oai_choice *choices, int n, con
         }
         cJSON_AddItemToObject(ch, "logprobs", lp_or_null(r, c->lps, c->n_lps, c->text_offset));
         add_finish(ch, c->finish);
+        oai__add_stop_reason(ch, r, c, c->finish);
+        if (!chat && r->prompt_logprobs >= 0)
+            cJSON_AddItemToObject(ch, "prompt_logprobs", oai__prompt_logprobs_json(r, c->plps, c->n_plps));
         cJSON_AddItemToArray(arr, ch);
     }
+    if (chat && r->prompt_logprobs >= 0 && n > 0)
+        cJSON_AddItemToObject(o, "prompt_logprobs", oai__prompt_logprobs_json(r, choices[0].plps, choices[0].n_plps));
     cJSON_AddItemToObject(o, "usage", usage_json(u));
     char *s = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
@@ -835,9 +854,10 @@ static char *sse_wrap(char *json)
     return s;
 }
 
-char *oai_chunk_sse(const oai_resp *r, int index, int role, const char *text, size_t len,
+char *oai_chunk_sse(const oai_resp *r, const oai_choice *c, int role, const char *text, size_t len,
                     const oai_lp *lps, int n_lps, size_t text_offset, int finish)
 {
+    int index = c->index;
     int chat = r->kind == OAI_CHAT;
     cJSON *o = head(r, chat ? "chat.completion.chunk" : "text_completion");
     cJSON *arr = cJSON_AddArrayToObject(o, "choices");
@@ -861,6 +881,7 @@ char *oai_chunk_sse(const oai_resp *r, int index, int role, const char *text, si
     }
     free(t);
     add_finish(ch, finish);
+    oai__add_stop_reason(ch, r, c, finish);
     cJSON_AddItemToArray(arr, ch);
     if (r->include_usage) cJSON_AddNullToObject(o, "usage");
     char *json = cJSON_PrintUnformatted(o);
@@ -882,10 +903,15 @@ char *oai_error_json(const oai_error *e)
 {
     cJSON *o = cJSON_CreateObject();
     cJSON *er = cJSON_AddObjectToObject(o, "error");
-    cJSON_AddStringToObject(er, "message", e->message);
+    /* Messages quote what the client sent (a route, a value) and may be cut at any byte: the
+     * body stays valid UTF-8 whatever they hold. */
+    char *m = utf8_sanitize(e->message, strlen(e->message)), *p = utf8_sanitize(e->param, strlen(e->param));
+    cJSON_AddStringToObject(er, "message", m ? m : "");
     cJSON_AddStringToObject(er, "type", e->type ? e->type : "server_error");
-    if (e->param[0]) cJSON_AddStringToObject(er, "param", e->param);
+    if (e->param[0]) cJSON_AddStringToObject(er, "param", p ? p : "");
     else cJSON_AddNullToObject(er, "param");
+    free(m);
+    free(p);
     if (e->code) cJSON_AddStringToObject(er, "code", e->code);
     else cJSON_AddNullToObject(er, "code");
     char *s = cJSON_PrintUnformatted(o);

@@ -62,15 +62,28 @@ typedef struct oai_request {
     int logprobs;                 /* -1: none; else alternatives per position (0..20) */
     int echo;                     /* completions: prepend the prompt (and its logprobs) */
     int token_ids;                /* return_tokens_as_token_ids (vLLM): logprob tokens as "token_id:N" */
-    char *stop[ENGINE_MAX_STOP];
-    int n_stop;
-    smp_params sampling;          /* bias arrays owned by the request */
+    char **stop;                  /* [n_stop] non-empty stop strings (array and strings owned) */
+    int n_stop;                   /* 0 .. ENGINE_MAX_STOP */
+    smp_params sampling;          /* its arrays (logit_bias, allowed_token_ids, stop_token_ids)
+                                     are owned by the request */
+    /* vLLM's extensions (server/oai_fields.c) */
+    int include_stop_str;         /* include_stop_str_in_output */
+    char **bad_words;             /* [n_bad_words] owned; tokenized when the prompt is */
+    int n_bad_words;
+    int prompt_logprobs;          /* -1: none; else alternatives per prompt token (0..20) */
+    int truncate_prompt_tokens;   /* 0: off; else keep the last N prompt tokens */
+    char *ignored;                /* owned: the unknown top-level fields, comma-separated, or NULL */
 } oai_request;
 
 typedef struct oai_limits {
     const char *model_name;       /* the served model id; others are 404 */
     int n_vocab;                  /* token ids must be below this */
 } oai_limits;
+
+/* The body checks every parser below starts with: valid UTF-8, no raw control character inside
+ * a string, no NUL (raw or \u0000 in a string). 0, or -EINVAL with *err filled (400
+ * invalid_json, or invalid_value for a NUL in a string). */
+int oai_validate_body(const char *body, size_t len, oai_error *err);
 
 /* Parses body[0..len) as a request of the given kind into *out (zeroed first). Returns 0, or a
  * negative errno with *err filled (status 400 for bad JSON / types / values, 404 for an unknown
@@ -116,13 +129,21 @@ typedef struct oai_choice {
     int n_lps, lps_cap;
     size_t text_offset;           /* completions logprobs: offset of the next token's text */
     int finish;                   /* enum engine_finish */
+    int stop_kind;                /* enum oai_stop_kind: what finish STOP matched (stop_reason) */
+    int stop_value;               /* OAI_STOP_STR: index in the request's stop[]; OAI_STOP_TOKEN: id */
+    oai_lp *plps;                 /* owned [n_plps] scored prompt tokens (prompt_logprobs) */
+    int n_plps, plps_cap;
     int n_tokens;                 /* generated tokens */
     double cum_logprob;           /* sum over generated tokens */
     int started;                  /* streaming: first chunk (chat role) went out */
 } oai_choice;
 
+enum oai_stop_kind { OAI_STOP_NONE = 0, OAI_STOP_STR, OAI_STOP_TOKEN };
+
 int oai_choice_append_text(oai_choice *c, const char *s, size_t n);
 int oai_choice_append_lp(oai_choice *c, const smp_result *r, int has_logprob);
+/* A scored prompt token for the prompt_logprobs field. 0 or -ENOMEM. */
+int oai_choice_append_plp(oai_choice *c, const smp_result *r, int has_logprob);
 void oai_choice_free(oai_choice *c);
 
 /* What every response/chunk of one request shares. */
@@ -136,6 +157,8 @@ typedef struct oai_resp {
     oai_piece_fn piece;
     void *piece_ud;
     int token_ids;                /* logprob tokens as "token_id:N" */
+    char *const *stop;            /* the request's stop strings (stop_reason names them) */
+    int prompt_logprobs;          /* -1: no prompt_logprobs field; else alternatives shown */
 } oai_resp;
 
 typedef struct oai_usage {
@@ -150,10 +173,11 @@ const char *oai_finish_name(int finish);
 /* The non-streamed response object with choices[0..n) in that order. malloc'd string. */
 char *oai_response_json(const oai_resp *r, const oai_choice *choices, int n, const oai_usage *u);
 
-/* One streamed chunk for choice `index`: text delta (may be empty), the positions lps[0..n_lps)
- * (when logprobs were asked), finish (ENGINE_FINISH_NONE for none). Chat: role = 1 emits the role
- * delta. A chat chunk carrying finish has an empty delta. malloc'd "data: {...}\n\n". */
-char *oai_chunk_sse(const oai_resp *r, int index, int role, const char *text, size_t len,
+/* One streamed chunk for choice c (its index, and its stop_reason once finish is set): text
+ * delta (may be empty), the positions lps[0..n_lps) (when logprobs were asked), finish
+ * (ENGINE_FINISH_NONE for none). Chat: role = 1 emits the role delta. A chat chunk carrying
+ * finish has an empty delta. malloc'd "data: {...}\n\n". */
+char *oai_chunk_sse(const oai_resp *r, const oai_choice *c, int role, const char *text, size_t len,
                     const oai_lp *lps, int n_lps, size_t text_offset, int finish);
 /* The final usage chunk (choices: []), "data: {...}\n\n". */
 char *oai_usage_chunk_sse(const oai_resp *r, const oai_usage *u);

@@ -84,7 +84,9 @@ static inline void te_wake(void *ud)
     pthread_mutex_unlock(&w->mu);
 }
 
-static inline engine *te_engine(size_t kv_bytes, int prefix, int max_seqs, int batch_tokens)
+/* An engine on the golden model; max_model_len 0 keeps the model's context. */
+static inline engine *te_engine_ctx(size_t kv_bytes, int prefix, int max_seqs, int batch_tokens,
+                                    int max_model_len)
 {
     engine_config c;
     engine_config_default(&c);
@@ -99,10 +101,16 @@ static inline engine *te_engine(size_t kv_bytes, int prefix, int max_seqs, int b
     c.wake = te_wake;
     c.wake_ud = &te_w;
     c.quiet = 1;
-    char err[256];
+    c.max_model_len = max_model_len;
+    char err[512];
     engine *e = engine_create(&c, err, sizeof err);
     cr_assert_not_null(e, "engine_create: %s", err);
     return e;
+}
+
+static inline engine *te_engine(size_t kv_bytes, int prefix, int max_seqs, int batch_tokens)
+{
+    return te_engine_ctx(kv_bytes, prefix, max_seqs, batch_tokens, 0);
 }
 
 static inline uint64_t te_submit_seed(engine *e, const int32_t *prompt, int n_prompt, int max_tokens, int n,
@@ -120,6 +128,7 @@ static inline uint64_t te_submit_seed(engine *e, const int32_t *prompt, int n_pr
     r.sampling.seed = seed;
     r.sampling.has_seed = 1;
     if (stop) {
+        r.stop = malloc(sizeof *r.stop);
         r.stop[0] = strdup(stop);
         r.n_stop = 1;
     }
@@ -141,6 +150,8 @@ typedef struct te_out {
     int n_toks[16];
     char text[16][4096];
     int finish[16];
+    int stop_str[16];       /* the final event's stop_str / stop_token */
+    int32_t stop_token[16];
     engine_usage usage[16];
     int n_final;
 } te_out;
@@ -166,6 +177,8 @@ static inline void te_collect(engine *e, te_out *outs, int n_outs, int want_fina
             strncat(o->text[c], ev[i]->text, sizeof o->text[c] - strlen(o->text[c]) - 1);
             if (ev[i]->finish) {
                 o->finish[c] = ev[i]->finish;
+                o->stop_str[c] = ev[i]->stop_str;
+                o->stop_token[c] = ev[i]->stop_token;
                 o->usage[c] = ev[i]->usage;
                 o->n_final++;
                 got++;

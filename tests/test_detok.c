@@ -81,7 +81,7 @@ Test(detok, utf8_split_across_byte_tokens)
     TD_NEED_MODEL();
     int32_t prompt[] = {1, 403};
     detok d;
-    cr_assert_eq(detok_init(&d, td_tok, prompt, 2, NULL, 0), 0);
+    cr_assert_eq(detok_init(&d, td_tok, prompt, 2, NULL, 0, 0), 0);
     /* "▁a" then 🐱 = F0 9F 90 B1 as four byte-fallback tokens */
     int32_t ids[] = {261, 0xF0 + 3, 0x9F + 3, 0x90 + 3, 0xB1 + 3};
     char out[128], deltas[5][64];
@@ -101,7 +101,7 @@ Test(detok, stop_string_across_three_tokens)
     int32_t prompt[] = {1, 291};
     char *stop[] = {"nce upon a"};
     detok d;
-    cr_assert_eq(detok_init(&d, td_tok, prompt, 2, stop, 1), 0);
+    cr_assert_eq(detok_init(&d, td_tok, prompt, 2, stop, 1, 0), 0);
     int32_t ids[] = {403, 407, 261, 378}; /* ▁Once ▁upon ▁a ▁time */
     char out[128], deltas[4][64];
     cr_assert_eq(td_run(&d, ids, 4, 0, out, sizeof out, deltas), 2, "the stop completes at ▁a");
@@ -122,7 +122,7 @@ Test(detok, stop_prefix_that_diverges_is_emitted)
     int32_t prompt[] = {1, 291};
     char *stop[] = {"upon the", "zzz", NULL, ""};
     detok d;
-    cr_assert_eq(detok_init(&d, td_tok, prompt, 2, stop, 4), 0);
+    cr_assert_eq(detok_init(&d, td_tok, prompt, 2, stop, 4, 0), 0);
     int32_t ids[] = {403, 407, 261}; /* ▁Once ▁upon ▁a */
     char out[128], deltas[3][64];
     cr_assert_eq(td_run(&d, ids, 3, 0, out, sizeof out, deltas), -1);
@@ -139,7 +139,7 @@ Test(detok, held_stop_prefix_flushed_at_finish)
     int32_t prompt[] = {1, 291};
     char *stop[] = {"upon the"};
     detok d;
-    cr_assert_eq(detok_init(&d, td_tok, prompt, 2, stop, 1), 0);
+    cr_assert_eq(detok_init(&d, td_tok, prompt, 2, stop, 1, 0), 0);
     int32_t ids[] = {403, 407};
     char out[128];
     cr_assert_eq(td_run(&d, ids, 2, 1, out, sizeof out, NULL), -1);
@@ -152,7 +152,7 @@ Test(detok, max_tokens_inside_a_character)
     TD_NEED_MODEL();
     int32_t prompt[] = {1, 291};
     detok d;
-    cr_assert_eq(detok_init(&d, td_tok, prompt, 2, NULL, 0), 0);
+    cr_assert_eq(detok_init(&d, td_tok, prompt, 2, NULL, 0, 0), 0);
     int32_t ids[] = {261, 0xF0 + 3, 0x9F + 3};
     char out[128], deltas[3][64];
     cr_assert_eq(td_run(&d, ids, 3, 1, out, sizeof out, deltas), -1);
@@ -166,7 +166,7 @@ Test(detok, invalid_bytes_become_replacement)
     TD_NEED_MODEL();
     int32_t prompt[] = {1, 291};
     detok d;
-    cr_assert_eq(detok_init(&d, td_tok, prompt, 2, NULL, 0), 0);
+    cr_assert_eq(detok_init(&d, td_tok, prompt, 2, NULL, 0, 0), 0);
     int32_t ids[] = {0x80 + 3, 261, 0xFF + 3};
     char out[128];
     td_run(&d, ids, 3, 1, out, sizeof out, NULL);
@@ -181,11 +181,11 @@ Test(detok, leading_space_after_bos_only)
     int32_t ids[] = {403, 407};
     char out[128];
     detok d;
-    cr_assert_eq(detok_init(&d, td_tok, bos, 1, NULL, 0), 0);
+    cr_assert_eq(detok_init(&d, td_tok, bos, 1, NULL, 0, 0), 0);
     td_run(&d, ids, 2, 1, out, sizeof out, NULL);
     cr_assert_str_eq(out, "Once upon", "SentencePiece drops the first space after a lone BOS");
     detok_fini(&d);
-    cr_assert_eq(detok_init(&d, td_tok, two, 2, NULL, 0), 0);
+    cr_assert_eq(detok_init(&d, td_tok, two, 2, NULL, 0, 0), 0);
     td_run(&d, ids, 2, 1, out, sizeof out, NULL);
     cr_assert_str_eq(out, " Once upon");
     detok_fini(&d);
@@ -196,7 +196,7 @@ Test(detok, control_tokens_emit_nothing)
     TD_NEED_MODEL();
     int32_t prompt[] = {1, 291};
     detok d;
-    cr_assert_eq(detok_init(&d, td_tok, prompt, 2, NULL, 0), 0);
+    cr_assert_eq(detok_init(&d, td_tok, prompt, 2, NULL, 0, 0), 0);
     int32_t ids[] = {403, 1, 2, 407};
     char out[128];
     td_run(&d, ids, 4, 1, out, sizeof out, NULL);
@@ -255,7 +255,7 @@ static detok tdb_d;
 static void tdb_init(int n_stop, char *const *stop)
 {
     int32_t prompt[2] = {tok_bos(tdb_tok), tdb_byte('x')};
-    cr_assert_eq(detok_init(&tdb_d, tdb_tok, prompt, 2, stop, n_stop), 0);
+    cr_assert_eq(detok_init(&tdb_d, tdb_tok, prompt, 2, stop, n_stop, 0), 0);
 }
 
 TestSuite(detok_bytes, .init = tdb_setup, .fini = tdb_teardown);
@@ -310,4 +310,23 @@ Test(detok_bytes, stop_string_of_a_multibyte_character)
     cr_assert_eq(td_run(&tdb_d, ids, n, 0, out, sizeof out, NULL), 4);
     cr_assert_str_eq(out, "ok");
     detok_fini(&tdb_d);
+}
+
+/* include_stop keeps the matched stop string (and nothing after it); matched names it by its
+ * index in the caller's list, which may hold more than four strings. */
+Test(detok, include_stop_and_many_stops)
+{
+    TD_NEED_MODEL();
+    int32_t prompt[] = {1, 291};
+    char *stop[] = {"q", "w", "", "k", "y", "zz", "upon a", "x"};
+    for (int inc = 0; inc < 2; inc++) {
+        detok d;
+        cr_assert_eq(detok_init(&d, td_tok, prompt, 2, stop, 8, inc), 0);
+        int32_t ids[] = {403, 407, 261, 378}; /* ▁Once ▁upon ▁a ▁time */
+        char out[128], deltas[4][64];
+        cr_assert_eq(td_run(&d, ids, 4, 0, out, sizeof out, deltas), 2);
+        cr_assert_eq(d.matched, 6);
+        cr_assert_str_eq(out, inc ? " Once upon a" : " Once ");
+        detok_fini(&d);
+    }
 }

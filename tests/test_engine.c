@@ -166,3 +166,193 @@ Test(engine_synth, api_counts_prefix_and_cancel)
     cr_assert_eq(st.kv_blocks_used, st.kv_blocks_cached);
     engine_destroy(e, 1);
 }
+
+/* A greedy request on golden case 0 with the given extras; the caller sets them on *r first. */
+static uint64_t te_submit_with(engine *e, engine_request *r, int max_tokens)
+{
+    const te_case *t = &te_cases[0];
+    r->prompt = malloc((size_t)t->n_prompt * sizeof(int32_t));
+    memcpy(r->prompt, t->prompt, (size_t)t->n_prompt * sizeof(int32_t));
+    r->n_prompt = t->n_prompt;
+    r->n = 1;
+    r->max_tokens = max_tokens;
+    r->sampling.temperature = 0;
+    r->sampling.has_seed = 1;
+    uint64_t id;
+    cr_assert_eq(engine_submit(e, r, &id), 0);
+    return id;
+}
+
+static void te_request_init(engine_request *r)
+{
+    memset(r, 0, sizeof *r);
+    smp_params_default(&r->sampling);
+}
+
+/* stop_token_ids end the choice at the first such token: finish stop, stop_token names it, and
+ * its text is cut unless include_stop_str; a stop string's index comes back in stop_str, and
+ * include_stop_str keeps the string. */
+Test(engine, stop_token_ids_and_include_stop_str)
+{
+    TE_NEED_MODEL();
+    engine *e = te_engine((size_t)16 << 20, 1, 8, 64);
+    const te_case *t = &te_cases[0];
+    int32_t stop_tok = t->gen[6];
+    int at = 0;
+    while (t->gen[at] != stop_tok) at++; /* its first occurrence */
+    static te_out outs[4];
+    memset(outs, 0, sizeof outs);
+    engine_request r;
+    for (int k = 0; k < 2; k++) {
+        te_request_init(&r);
+        r.sampling.stop_ids = malloc(sizeof(int32_t));
+        r.sampling.stop_ids[0] = stop_tok;
+        r.sampling.n_stop_ids = 1;
+        r.sampling.ignore_eos = 1; /* stop ids stop regardless */
+        r.include_stop_str = k;
+        outs[k].id = te_submit_with(e, &r, 40);
+    }
+    for (int k = 0; k < 2; k++) {
+        te_request_init(&r);
+        r.stop = calloc(3, sizeof *r.stop);
+        r.stop[0] = strdup("zzz");
+        r.stop[1] = strdup("");
+        r.stop[2] = strdup("little");
+        r.n_stop = 3;
+        r.include_stop_str = k;
+        outs[2 + k].id = te_submit_with(e, &r, 40);
+    }
+    te_collect(e, outs, 4, 4);
+    char piece[64];
+    int pl = tok_token_bytes(te_tok, stop_tok, 0, piece, sizeof piece);
+    piece[pl] = 0;
+    for (int k = 0; k < 2; k++) {
+        cr_assert_eq(outs[k].finish[0], ENGINE_FINISH_STOP);
+        cr_assert_eq(outs[k].stop_token[0], stop_tok);
+        cr_assert_eq(outs[k].stop_str[0], -1);
+        cr_assert_eq(outs[k].n_toks[0], at + 1, "stops at the first occurrence");
+        size_t tl = strlen(outs[k].text[0]);
+        int ends = tl >= (size_t)pl && !strcmp(outs[k].text[0] + tl - pl, piece);
+        cr_assert_eq(ends, k, "the stop token's text '%s' %s: '%s'", piece, k ? "kept" : "cut", outs[k].text[0]);
+    }
+    cr_assert_eq(outs[2].stop_str[0], 2, "index in the request's list");
+    cr_assert_eq(outs[2].stop_token[0], -1);
+    cr_assert_str_eq(outs[2].text[0], ", there was a ");
+    cr_assert_str_eq(outs[3].text[0], ", there was a little");
+    engine_destroy(e, 1);
+}
+
+/* allowed_token_ids and bad_words shape what greedy decoding may pick. */
+Test(engine, allowed_ids_and_bad_words)
+{
+    TE_NEED_MODEL();
+    engine *e = te_engine((size_t)16 << 20, 1, 8, 64);
+    const te_case *t = &te_cases[0];
+    static te_out outs[2];
+    memset(outs, 0, sizeof outs);
+    engine_request r;
+    te_request_init(&r);
+    int32_t allow[3] = {t->gen[3], 300, 301};
+    r.sampling.allowed_ids = malloc(sizeof allow);
+    memcpy(r.sampling.allowed_ids, allow, sizeof allow);
+    r.sampling.n_allowed = 3;
+    outs[0].id = te_submit_with(e, &r, 12);
+    te_request_init(&r); /* ban golden token 2 after tokens 0..1: greedy must diverge there */
+    r.sampling.bad_ids = malloc(3 * sizeof(int32_t));
+    memcpy(r.sampling.bad_ids, t->gen, 3 * sizeof(int32_t));
+    r.sampling.bad_off = malloc(2 * sizeof(int32_t));
+    r.sampling.bad_off[0] = 0;
+    r.sampling.bad_off[1] = 3;
+    r.sampling.n_bad = 1;
+    outs[1].id = te_submit_with(e, &r, 6);
+    te_collect(e, outs, 2, 2);
+    for (int k = 0; k < outs[0].n_toks[0]; k++)
+        cr_assert(outs[0].toks[0][k] == allow[0] || outs[0].toks[0][k] == 300 || outs[0].toks[0][k] == 301,
+                  "token %d = %d is not allowed", k, outs[0].toks[0][k]);
+    cr_assert_eq(outs[1].toks[0][0], t->gen[0]);
+    cr_assert_eq(outs[1].toks[0][1], t->gen[1]);
+    cr_assert_neq(outs[1].toks[0][2], t->gen[2], "the bad word's last token is banned after its start");
+    engine_destroy(e, 1);
+}
+
+/* A prompt longer than max_queued_tokens can never be queued: -E2BIG, not -EAGAIN. */
+Test(engine, prompt_beyond_queue_limit_is_e2big)
+{
+    TE_NEED_MODEL();
+    engine_config c;
+    engine_config_default(&c);
+    c.model = te_model;
+    c.tok = te_tok;
+    c.device = "cpu";
+    c.n_threads = 1;
+    c.kv_memory_bytes = (size_t)16 << 20;
+    c.max_queued_tokens = 4;
+    c.quiet = 1;
+    char err[512];
+    engine *e = engine_create(&c, err, sizeof err);
+    cr_assert_not_null(e, "%s", err);
+    engine_request r;
+    te_request_init(&r);
+    int32_t p[5] = {1, 403, 407, 261, 378};
+    r.prompt = p;
+    r.n_prompt = 5;
+    r.n = 1;
+    r.max_tokens = 1;
+    uint64_t id;
+    cr_assert_eq(engine_submit(e, &r, &id), -E2BIG, "idle server, prompt of 5 > 4: can never succeed");
+    engine_destroy(e, 0);
+}
+
+/* max_model_len caps the context; the start-up check wants one whole sequence in the budget. */
+Test(engine, max_model_len_and_budget_check)
+{
+    TE_NEED_MODEL();
+    engine *e = te_engine_ctx((size_t)16 << 20, 1, 8, 64, 100);
+    engine_stats st;
+    engine_get_stats(e, &st);
+    cr_assert_eq(st.n_ctx, 100);
+    engine_request r;
+    te_request_init(&r);
+    int32_t p[90] = {1};
+    r.prompt = p;
+    r.n_prompt = 90;
+    r.n = 1;
+    r.max_tokens = 11;
+    uint64_t id;
+    cr_assert_eq(engine_submit(e, &r, &id), -EINVAL, "90 + 11 > max_model_len 100");
+    engine_destroy(e, 0);
+    engine_config c;
+    engine_config_default(&c);
+    c.model = te_model;
+    c.tok = te_tok;
+    c.device = "cpu";
+    c.n_threads = 1;
+    c.quiet = 1;
+    char err[512] = "";
+    c.kv_memory_bytes = 16 * 640 * 31; /* 31 blocks of 16: 496 tokens < 512 */
+    cr_assert_null(engine_create(&c, err, sizeof err), "a budget below one full sequence is refused");
+    cr_assert(strstr(err, "context length 512"), "%s", err);
+    c.max_model_len = 496;
+    engine *ok = engine_create(&c, err, sizeof err);
+    cr_assert_not_null(ok, "496 tokens fit: %s", err);
+    engine_destroy(ok, 0);
+    c.max_model_len = 513;
+    cr_assert_null(engine_create(&c, err, sizeof err), "beyond the model's context");
+}
+
+/* The idle engine thread still refreshes its heartbeat (the systemd watchdog's source). */
+Test(engine, heartbeat_while_idle)
+{
+    TE_NEED_MODEL();
+    engine *e = te_engine((size_t)16 << 20, 1, 8, 64);
+    engine_stats a, b;
+    engine_get_stats(e, &a);
+    int64_t deadline = engine_now_us() + 5 * ENGINE_HEARTBEAT_MS * 1000;
+    do {
+        usleep(20000);
+        engine_get_stats(e, &b);
+    } while (b.heartbeat_us == a.heartbeat_us && engine_now_us() < deadline);
+    cr_assert_gt(b.heartbeat_us, a.heartbeat_us, "no heartbeat while idle");
+    cr_assert_eq(b.steps, a.steps, "idle: no step ran");
+    engine_destroy(e, 0);
+}

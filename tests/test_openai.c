@@ -5,6 +5,7 @@
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "server/metrics.h"
@@ -131,7 +132,13 @@ Test(openai, completion_errors)
     oa_bad(OAI_COMPLETION, "{\"prompt\":\"a\",\"stream\":1}", 400, "invalid_type", "stream");
     oa_bad(OAI_COMPLETION, "{\"prompt\":\"a\",\"logprobs\":21}", 400, "invalid_value", "logprobs");
     oa_bad(OAI_COMPLETION, "{\"prompt\":\"a\",\"stop\":5}", 400, "invalid_type", "stop");
-    oa_bad(OAI_COMPLETION, "{\"prompt\":\"a\",\"stop\":[\"1\",\"2\",\"3\",\"4\",\"5\"]}", 400, "invalid_value", "stop");
+    {   /* vLLM takes any number of stop strings; kvserve up to ENGINE_MAX_STOP */
+        char big[ENGINE_MAX_STOP * 8 + 64];
+        size_t o = (size_t)snprintf(big, sizeof big, "{\"prompt\":\"a\",\"stop\":[");
+        for (int i = 0; i <= ENGINE_MAX_STOP; i++) o += (size_t)snprintf(big + o, sizeof big - o, "%s\"s%d\"", i ? "," : "", i);
+        snprintf(big + o, sizeof big - o, "]}");
+        oa_bad(OAI_COMPLETION, big, 400, "invalid_value", "stop");
+    }
     oa_bad(OAI_COMPLETION, "{\"prompt\":\"a\",\"stop\":[\"1\",2]}", 400, "invalid_type", "stop");
     oa_bad(OAI_COMPLETION, "{\"prompt\":\"a\",\"logit_bias\":[1]}", 400, "invalid_type", "logit_bias");
     oa_bad(OAI_COMPLETION, "{\"prompt\":\"a\",\"logit_bias\":{\"x\":1}}", 400, "invalid_value", "logit_bias");
@@ -236,7 +243,7 @@ static oai_lp oa_lp(int32_t tok, float lp)
 
 Test(openai, response_shapes)
 {
-    oai_resp rs = {OAI_COMPLETION, "cmpl-1", 1700000000, "tiny", 1, 0, oa_piece, NULL, 0};
+    oai_resp rs = {OAI_COMPLETION, "cmpl-1", 1700000000, "tiny", 1, 0, oa_piece, NULL, 0, NULL, -1};
     oai_choice c;
     memset(&c, 0, sizeof c);
     c.index = 0;
@@ -292,8 +299,9 @@ Test(openai, response_shapes)
 
 Test(openai, chunks)
 {
-    oai_resp rs = {OAI_CHAT, "chatcmpl-9", 5, "tiny", -1, 1, oa_piece, NULL, 0};
-    char *s = oai_chunk_sse(&rs, 1, 1, "", 0, NULL, 0, 0, 0);
+    oai_resp rs = {OAI_CHAT, "chatcmpl-9", 5, "tiny", -1, 1, oa_piece, NULL, 0, NULL, -1};
+    oai_choice c0 = {.index = 0}, c1 = {.index = 1};
+    char *s = oai_chunk_sse(&rs, &c1, 1, "", 0, NULL, 0, 0, 0);
     cr_assert(!strncmp(s, "data: {", 7));
     cr_assert(!strcmp(s + strlen(s) - 2, "\n\n"));
     cr_assert(!strchr(s, '\n') || strchr(s, '\n') == s + strlen(s) - 2, "one line per event");
@@ -306,10 +314,10 @@ Test(openai, chunks)
     cr_assert(cJSON_IsNull(cJSON_GetObjectItem(j, "usage")));
     cJSON_Delete(j);
     free(s);
-    s = oai_chunk_sse(&rs, 0, 0, "", 0, NULL, 0, 0, ENGINE_FINISH_STOP);
+    s = oai_chunk_sse(&rs, &c0, 0, "", 0, NULL, 0, 0, ENGINE_FINISH_STOP);
     cr_assert(strstr(s, "\"delta\":{},\"logprobs\":null,\"finish_reason\":\"stop\""), "%s", s);
     free(s);
-    s = oai_chunk_sse(&rs, 0, 0, "he\"llo\n", 7, NULL, 0, 0, 0);
+    s = oai_chunk_sse(&rs, &c0, 0, "he\"llo\n", 7, NULL, 0, 0, 0);
     cr_assert(strstr(s, "\"content\":\"he\\\"llo\\n\""), "%s", s);
     free(s);
     oai_usage u = {3, 4, 0};
@@ -320,7 +328,7 @@ Test(openai, chunks)
     rs.include_usage = 0;
     rs.logprobs = 0;
     oai_lp l = oa_lp(2, -1.0f);
-    s = oai_chunk_sse(&rs, 0, 0, " b", 2, &l, 1, 10, ENGINE_FINISH_LENGTH);
+    s = oai_chunk_sse(&rs, &c0, 0, " b", 2, &l, 1, 10, ENGINE_FINISH_LENGTH);
     j = cJSON_Parse(s + 6);
     c = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "choices"), 0);
     cr_assert_str_eq(cJSON_GetObjectItem(c, "text")->valuestring, " b");

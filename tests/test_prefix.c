@@ -95,8 +95,9 @@ Test(prefix, n_choices_match_single_runs_with_derived_seeds)
 Test(prefix, eviction_under_pressure_keeps_golden)
 {
     TE_NEED_MODEL();
-    /* 30 blocks: the cache fills with finished requests' blocks and must give them back. */
-    engine *e = te_engine(30 * 16 * 640, 1, 4, 64);
+    /* 30 blocks: the cache fills with finished requests' blocks and must give them back. The
+     * context is capped at what the 30 blocks hold (start-up requires one full sequence). */
+    engine *e = te_engine_ctx(30 * 16 * 640, 1, 4, 64, 30 * 16);
     static te_out outs[16];
     memset(outs, 0, sizeof outs);
     int n = 0;

@@ -326,3 +326,118 @@ Test(sampler, temperature_matches_softmax)
     }
     cr_assert(chi2 < 27.9, "chi-square (filtered path) %f", chi2);
 }
+
+/* allowed_token_ids: only those ids survive, whatever the logits say. */
+Test(sampler, allowed_ids_mask)
+{
+    smp_params p;
+    smp_params_default(&p);
+    p.temperature = 0.0f;
+    float l[6] = {9.0f, 1.0f, 2.0f, 8.0f, 3.0f, 0.5f};
+    int32_t allow[2] = {2, 4};
+    p.allowed_ids = allow;
+    p.n_allowed = 2;
+    smp_rng r;
+    smp_rng_seed(&r, 1);
+    smp_result res;
+    smp_sample(&p, &r, l, 6, NULL, NULL, 0, &res);
+    cr_assert_eq(res.token, 4, "best of the allowed ids");
+    p.temperature = 1.0f;
+    for (int i = 0; i < 200; i++) {
+        float m[6] = {9.0f, 1.0f, 2.0f, 8.0f, 3.0f, 0.5f};
+        smp_sample(&p, &r, m, 6, NULL, NULL, 0, &res);
+        cr_assert(res.token == 2 || res.token == 4, "drew %d", res.token);
+    }
+}
+
+/* bad_words: a one-token word is always banned; a longer one only right after its prefix. */
+Test(sampler, bad_words_mask)
+{
+    smp_params p;
+    smp_params_default(&p);
+    p.temperature = 0.0f;
+    int32_t ids[3] = {0, 7, 3};          /* word 0: [0]; word 1: [7, 3] */
+    int32_t off[3] = {0, 1, 3};
+    p.bad_ids = ids;
+    p.bad_off = off;
+    p.n_bad = 2;
+    int32_t out_a[2] = {5, 7}, out_b[2] = {7, 5};
+    smp_history ha = {NULL, 0, out_a, 2}, hb = {NULL, 0, out_b, 2};
+    smp_rng r;
+    smp_rng_seed(&r, 1);
+    smp_result res;
+    float l[8] = {10, 0, 0, 9, 0, 0, 0, 0};
+    smp_sample(&p, &r, l, 8, &ha, NULL, 0, &res);
+    cr_assert(res.token != 0 && res.token != 3, "0 always, 3 after 7: drew %d", res.token);
+    float m[8] = {10, 0, 0, 9, 0, 0, 0, 0};
+    smp_sample(&p, &r, m, 8, &hb, NULL, 0, &res);
+    cr_assert_eq(res.token, 3, "7 is not the last token: [7, 3] cannot complete, only 0 is banned");
+}
+
+/* min_tokens bans stop_token_ids as it bans end-of-generation ids. */
+Test(sampler, min_tokens_bans_stop_ids)
+{
+    smp_params p;
+    smp_params_default(&p);
+    p.temperature = 0.0f;
+    p.min_tokens = 2;
+    int32_t stop[1] = {1};
+    p.stop_ids = stop;
+    p.n_stop_ids = 1;
+    int32_t out[1] = {4};
+    smp_history h = {NULL, 0, out, 1};
+    smp_rng r;
+    smp_rng_seed(&r, 1);
+    smp_result res;
+    float l[4] = {0, 5, 1, 0};
+    smp_sample(&p, &r, l, 4, &h, NULL, 0, &res);
+    cr_assert_eq(res.token, 2);
+    float m[4] = {0, 5, 1, 0};
+    h.n_output = 2;
+    smp_sample(&p, &r, m, 4, &h, NULL, 0, &res);
+    cr_assert_eq(res.token, 1, "allowed once min_tokens are out");
+}
+
+/* smp_score's rank: 1 + tokens scoring at least as high, other than itself (ties count). */
+Test(sampler, score_rank)
+{
+    float l[5] = {1.0f, 3.0f, 2.0f, 3.0f, -1.0f};
+    smp_result r;
+    smp_score(l, 5, 2, 2, &r);
+    cr_assert_eq(r.rank, 3);
+    smp_score(l, 5, 1, 0, &r);
+    cr_assert_eq(r.rank, 2, "a tie counts as above");
+    smp_score(l, 5, 4, 0, &r);
+    cr_assert_eq(r.rank, 5);
+    cr_assert_eq(r.n_top, 0);
+}
+
+/* Deep copies own their arrays: freeing the copy leaves the original intact. */
+Test(sampler, params_copy_and_free)
+{
+    smp_params a;
+    smp_params_default(&a);
+    int32_t ids[2] = {3, 4}, off[2] = {0, 2}, st[1] = {9};
+    float bv[2] = {1, -1};
+    a.bias_ids = ids;
+    a.bias_vals = bv;
+    a.n_logit_bias = 2;
+    a.allowed_ids = ids;
+    a.n_allowed = 2;
+    a.bad_ids = ids;
+    a.bad_off = off;
+    a.n_bad = 1;
+    a.stop_ids = st;
+    a.n_stop_ids = 1;
+    smp_params b;
+    cr_assert_eq(smp_params_copy(&b, &a), 0);
+    cr_assert(b.bias_ids != a.bias_ids && b.bad_off != a.bad_off && b.stop_ids != a.stop_ids);
+    cr_assert_eq(b.bad_ids[1], 4);
+    cr_assert_eq(b.bad_off[1], 2);
+    cr_assert_eq(b.stop_ids[0], 9);
+    cr_assert_eq(b.bias_vals[1], -1);
+    smp_params_free_arrays(&b);
+    cr_assert_null(b.bias_ids);
+    cr_assert_eq(b.n_bad, 0);
+    cr_assert_eq(ids[1], 4);
+}

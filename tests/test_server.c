@@ -658,7 +658,6 @@ Test(server, errors)
     SV_ERR("/v1/completions", "{\"prompt\":\"x\",\"n\":0}", 400, "invalid_value", "n");
     SV_ERR("/v1/completions", "{\"prompt\":\"x\",\"n\":2,\"best_of\":1}", 400, "invalid_value", "best_of");
     SV_ERR("/v1/completions", "{\"prompt\":\"x\",\"n\":1,\"best_of\":2,\"stream\":true}", 400, "invalid_value", "best_of");
-    SV_ERR("/v1/completions", "{\"prompt\":\"x\",\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\"]}", 400, "invalid_value", "stop");
     SV_ERR("/v1/completions", "{\"prompt\":\"x\",\"logit_bias\":{\"abc\":1}}", 400, "invalid_value", "logit_bias");
     SV_ERR("/v1/completions", "{\"prompt\":\"x\",\"logit_bias\":{\"5\":200}}", 400, "invalid_value", "logit_bias");
     SV_ERR("/v1/completions", "{\"prompt\":[1,2,99999]}", 400, "invalid_value", "prompt");

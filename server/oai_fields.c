@@ -1,0 +1,186 @@
+/*
+ * oai_fields.c — vLLM's extensions of the OpenAI request (sampling fields both endpoints take)
+ * and of the response (stop_reason, prompt_logprobs), parsed and built as vLLM does:
+ *
+ *   stop_token_ids        ids that end a choice (finish_reason "stop", stop_reason = the id;
+ *                         the token's text is cut unless include_stop_str_in_output)
+ *   include_stop_str_in_output   keep the matched stop string (or stop token's text)
+ *   allowed_token_ids     only these ids may be sampled (non-empty, in the vocabulary)
+ *   bad_words             words that must not be generated (tokenized later, with the prompt)
+ *   prompt_logprobs       log-probs of every prompt token with N alternatives (not streamed)
+ *   truncate_prompt_tokens   keep only the last N prompt tokens (N ≥ 1)
+ *   suffix                refused (vLLM: "suffix is not currently supported")
+ *
+ * Every other top-level key that no parser reads is collected into r->ignored, so the access
+ * log can name what a client sent in vain (fields are ignored, not refused, as vLLM does).
+ * Called by openai.c's parser; the response helpers by its builders.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server/oai_internal.h"
+
+/* Top-level keys some parser reads. A new request field goes here too, or the access log at -v
+ * calls it ignored. */
+static const char *const known_fields[] = {
+    "model", "prompt", "messages", "max_tokens", "max_completion_tokens", "n", "best_of",
+    "stream", "stream_options", "logprobs", "top_logprobs", "echo", "return_tokens_as_token_ids",
+    "stop", "temperature", "top_p", "top_k", "min_p", "presence_penalty", "frequency_penalty",
+    "repetition_penalty", "min_tokens", "ignore_eos", "seed", "logit_bias", "response_format",
+    "tools", "add_generation_prompt", "stop_token_ids", "include_stop_str_in_output",
+    "allowed_token_ids", "bad_words", "prompt_logprobs", "truncate_prompt_tokens", "suffix",
+};
+
+/* An array of token ids below n_vocab into a malloc'd list. Absent/null leaves *ids NULL. */
+static int ids_field(const cJSON *root, const char *name, int n_vocab, int allow_empty,
+                     int32_t **ids, int *n, oai_error *e)
+{
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(root, name);
+    if (!a || cJSON_IsNull(a)) return 0;
+    if (!cJSON_IsArray(a)) return oai__bad_type(e, name, "an array of integer token ids");
+    int k = cJSON_GetArraySize(a);
+    if (k == 0) return allow_empty ? 0 : oai__bad_value(e, name, "must not be empty");
+    int32_t *v = malloc(sizeof *v * (size_t)k);
+    if (!v) return oai__oom(e);
+    int i = 0;
+    const cJSON *t;
+    cJSON_ArrayForEach(t, a)
+    {
+        if (!cJSON_IsNumber(t) || t->valuedouble != (double)(long long)t->valuedouble) {
+            free(v);
+            return oai__bad_type(e, name, "an array of integer token ids");
+        }
+        if (t->valuedouble < 0 || t->valuedouble >= n_vocab) {
+            free(v);
+            return oai_fail(e, 400, "invalid_request_error", "invalid_value", name,
+                            "'%s' has token id %.0f outside the vocabulary [0, %d)", name,
+                            t->valuedouble, n_vocab);
+        }
+        v[i++] = (int32_t)t->valuedouble;
+    }
+    *ids = v;
+    *n = k;
+    return 0;
+}
+
+static int bad_words_field(const cJSON *root, oai_request *r, oai_error *e)
+{
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(root, "bad_words");
+    if (!a || cJSON_IsNull(a)) return 0;
+    if (!cJSON_IsArray(a)) return oai__bad_type(e, "bad_words", "an array of strings");
+    int k = cJSON_GetArraySize(a);
+    if (k == 0) return 0;
+    r->bad_words = calloc((size_t)k, sizeof *r->bad_words);
+    if (!r->bad_words) return oai__oom(e);
+    const cJSON *t;
+    cJSON_ArrayForEach(t, a)
+    {
+        if (!cJSON_IsString(t)) return oai__bad_type(e, "bad_words", "an array of strings");
+        if (!(r->bad_words[r->n_bad_words++] = strdup(t->valuestring))) return oai__oom(e);
+    }
+    return 0;
+}
+
+static int is_known(const char *key)
+{
+    for (size_t k = 0; k < sizeof known_fields / sizeof known_fields[0]; k++)
+        if (!strcmp(key, known_fields[k])) return 1;
+    return 0;
+}
+
+/* The names of unread top-level keys, comma-separated, into r->ignored (NULL when none). */
+static int note_ignored(const cJSON *root, oai_request *r, oai_error *e)
+{
+    size_t len = 0;
+    const cJSON *it;
+    cJSON_ArrayForEach(it, root) if (!is_known(it->string)) len += strlen(it->string) + 1;
+    if (!len) return 0;
+    if (!(r->ignored = malloc(len))) return oai__oom(e);
+    size_t o = 0;
+    cJSON_ArrayForEach(it, root)
+    {
+        if (is_known(it->string)) continue;
+        if (o) r->ignored[o++] = ',';
+        size_t n = strlen(it->string);
+        memcpy(r->ignored + o, it->string, n);
+        o += n;
+    }
+    r->ignored[o] = 0;
+    return 0;
+}
+
+int oai__parse_vllm(const cJSON *root, const oai_limits *lim, oai_request *r, oai_error *e)
+{
+    int rc;
+    smp_params *p = &r->sampling;
+    const cJSON *sfx = cJSON_GetObjectItemCaseSensitive(root, "suffix");
+    if (r->kind == OAI_COMPLETION && sfx && !cJSON_IsNull(sfx))
+        return oai_fail(e, 400, "invalid_request_error", "invalid_value", "suffix",
+                        "suffix is not currently supported");
+    if ((rc = oai__get_bool(root, "include_stop_str_in_output", &r->include_stop_str, e))) return rc;
+    if ((rc = ids_field(root, "stop_token_ids", lim->n_vocab, 1, &p->stop_ids, &p->n_stop_ids, e)))
+        return rc;
+    if ((rc = ids_field(root, "allowed_token_ids", lim->n_vocab, 0, &p->allowed_ids, &p->n_allowed, e)))
+        return rc;
+    if ((rc = bad_words_field(root, r, e))) return rc;
+    if ((rc = oai__get_int(root, "prompt_logprobs", 0, SMP_MAX_LOGPROBS, &r->prompt_logprobs, e)))
+        return rc;
+    if (r->prompt_logprobs > 0 && r->stream)
+        return oai__bad_value(e, "prompt_logprobs", "is not available when 'stream' is true");
+    if ((rc = oai__get_int(root, "truncate_prompt_tokens", 1, 1 << 30, &r->truncate_prompt_tokens, e)))
+        return rc;
+    return note_ignored(root, r, e);
+}
+
+void oai__free_vllm(oai_request *r)
+{
+    for (int i = 0; r->bad_words && i < r->n_bad_words; i++) free(r->bad_words[i]);
+    free(r->bad_words);
+    free(r->ignored);
+    r->bad_words = NULL;
+    r->ignored = NULL;
+    r->n_bad_words = 0;
+}
+
+/* ---- response fields ----------------------------------------------------------------------- */
+
+void oai__add_stop_reason(cJSON *choice, const oai_resp *r, const oai_choice *c, int finish)
+{
+    if (finish == ENGINE_FINISH_STOP && c->stop_kind == OAI_STOP_STR && r->stop)
+        cJSON_AddStringToObject(choice, "stop_reason", r->stop[c->stop_value]);
+    else if (finish == ENGINE_FINISH_STOP && c->stop_kind == OAI_STOP_TOKEN)
+        cJSON_AddNumberToObject(choice, "stop_reason", c->stop_value);
+    else
+        cJSON_AddNullToObject(choice, "stop_reason");
+}
+
+static void add_entry(cJSON *d, const oai_resp *r, int32_t id, float lp, int rank)
+{
+    char key[16];
+    snprintf(key, sizeof key, "%d", (int)id);
+    if (cJSON_GetObjectItemCaseSensitive(d, key)) return;
+    cJSON *o = cJSON_AddObjectToObject(d, key);
+    cJSON_AddNumberToObject(o, "logprob", lp);
+    cJSON_AddNumberToObject(o, "rank", rank);
+    cJSON_AddItemToObject(o, "decoded_token", oai__token_string(r, id));
+}
+
+cJSON *oai__prompt_logprobs_json(const oai_resp *r, const oai_lp *lps, int n)
+{
+    cJSON *a = cJSON_CreateArray();
+    for (int i = 0; i < n; i++) {
+        const oai_lp *l = &lps[i];
+        if (!l->has_logprob) {
+            cJSON_AddItemToArray(a, cJSON_CreateNull());
+            continue;
+        }
+        cJSON *d = cJSON_CreateObject();
+        add_entry(d, r, l->r.token, l->r.logprob, l->r.rank);
+        int k = l->r.n_top < r->prompt_logprobs ? l->r.n_top : r->prompt_logprobs;
+        for (int j = 0; j < k; j++) add_entry(d, r, l->r.top_ids[j], l->r.top_logprobs[j], j + 1);
+        cJSON_AddItemToArray(a, d);
+    }
+    return a;
+}

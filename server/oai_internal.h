@@ -1,0 +1,44 @@
+/*
+ * oai_internal.h — what openai.c and oai_fields.c share: the typed field readers (strict about
+ * types and ranges, silent when a field is absent or null) and the builders of vLLM's extra
+ * response fields. cJSON appears here because both files speak it; nothing outside server/
+ * includes this header.
+ */
+#ifndef KVSERVE_OAI_INTERNAL_H
+#define KVSERVE_OAI_INTERNAL_H
+
+#include <cjson/cJSON.h>
+
+#include "server/openai.h"
+
+/* Integer field of o in [lo, hi] into *out (left alone when absent or null). 0 or -EINVAL with
+ * e filled (400 invalid_type / invalid_value naming the field). */
+int oai__get_int(const cJSON *o, const char *name, int lo, int hi, int *out, oai_error *e);
+/* Boolean field into *out (0/1). 0 or -EINVAL. */
+int oai__get_bool(const cJSON *o, const char *name, int *out, oai_error *e);
+/* 400 invalid_type: "'param' must be WANT". Returns -EINVAL. */
+int oai__bad_type(oai_error *e, const char *param, const char *want);
+/* 400 invalid_value: "'param' WHAT". Returns -EINVAL. */
+int oai__bad_value(oai_error *e, const char *param, const char *what);
+/* 500 out of memory. Returns -EINVAL. */
+int oai__oom(oai_error *e);
+
+/* vLLM's sampling extensions of both endpoints into r: stop_token_ids, allowed_token_ids (token
+ * ids below lim->n_vocab), include_stop_str_in_output, bad_words, prompt_logprobs,
+ * truncate_prompt_tokens; 'suffix' is refused as vLLM refuses it. Records the names of fields
+ * neither this file nor openai.c reads in r->ignored. 0 or -EINVAL with e filled. */
+int oai__parse_vllm(const cJSON *root, const oai_limits *lim, oai_request *r, oai_error *e);
+/* Frees what oai__parse_vllm put in r. */
+void oai__free_vllm(oai_request *r);
+
+/* Adds "stop_reason" to a choice object: the matched stop string or stop token id of c when
+ * finish is ENGINE_FINISH_STOP, else null. */
+void oai__add_stop_reason(cJSON *choice, const oai_resp *r, const oai_choice *c, int finish);
+/* vLLM's prompt_logprobs list for lps[0..n): null for the first prompt token, then per token
+ * {"<id>": {"logprob", "rank", "decoded_token"}} for the prompt token and r->prompt_logprobs
+ * alternatives. */
+cJSON *oai__prompt_logprobs_json(const oai_resp *r, const oai_lp *lps, int n);
+/* A token's text as logprobs show it (invalid UTF-8 → U+FFFD; "token_id:N" with token_ids). */
+cJSON *oai__token_string(const oai_resp *r, int32_t id);
+
+#endif
