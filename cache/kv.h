@@ -1,22 +1,51 @@
 /*
  * kv.h — geometry of the paged KV cache and the memory formula kvserve is built around:
  *
- *   KV bytes per token = 2 (K and V) × n_layers × n_kv_heads × head_dim × bytes_per_value
+ *   KV bytes per token = 2 (K and V) × n_layers × n_kv_heads × bytes per head vector
+ *   bytes per head vector = head_dim × bytes_per_value          (f32, f16, bf16)
+ *                         = head_dim × 1 + 2 (its f16 scale)     (int8, fp8 e4m3)
  *
  * The cache is cut into blocks of block_size tokens. A token's KV "slot" is
- * block_id × block_size + offset_in_block. Each backend lays out a block as it likes; the CPU
- * backend uses, per layer and per K/V, [n_blocks][n_kv_heads][tile], so that one (block, kv head)
- * is one contiguous tile that attention streams through: V tiles are [block_size][head_dim], K tiles
+ * block_id × block_size + offset_in_block. Each backend lays out a block as it likes, but always
+ * as one contiguous "tile" per (layer, K or V, block, kv head) of kv_tile_bytes, so that a block
+ * of a layer is addressable on its own (block copies, a second tier). The CPU backend uses, per
+ * layer and per K/V, [n_blocks][n_kv_heads][tile]: V tiles are [block_size][head_dim], K tiles
  * are transposed, [head_dim][block_size], so query·key scores are plain block_size-wide FMAs (see
- * cpu/attention.c). The CUDA backend keeps [layer][K|V][block][kv_head][block_size][head_dim].
+ * cpu/attention.c). The CUDA backend keeps [layer][K|V][block][kv_head][tile] with both tiles
+ * [block_size][head_dim].
+ *
+ * Quantised KV (int8, fp8): every head vector of head_dim values of one token gets one scale,
+ * d = max|x| / QMAX rounded UP to the next f16 (so that |x / d| ≤ QMAX: nothing clamps), and its
+ * values are stored as q = x / d (int8: rounded to the nearest integer, |q| ≤ 127; fp8: rounded
+ * to the nearest e4m3 value, |q| ≤ 448). A decoded value is then within d / 2 (int8) or
+ * max(2^-4 |x|, 2^-10 d) (e4m3) of the original. The
+ * block_size scales of a tile follow its values inside the tile (f16, in token order), so a tile
+ * of a quantised cache is block_size × head_dim bytes of values then 2 × block_size bytes of
+ * scales. The codecs below are the one definition of those formats; the backends' store and
+ * attention kernels and the tests all use them (they compile as host and CUDA device code).
  */
 #ifndef KVSERVE_KV_H
 #define KVSERVE_KV_H
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
-enum kv_dtype { KV_F16 = 0, KV_F32 = 1, KV_BF16 = 2 };
+#ifdef __CUDACC__
+#define KV_HD __host__ __device__
+#else
+#define KV_HD
+#endif
+
+enum kv_dtype { KV_F16 = 0, KV_F32 = 1, KV_BF16 = 2, KV_I8 = 3, KV_FP8 = 4 };
+#define KV_N_DTYPES 5
+
+/* Bytes of the per-vector scale of a quantised cache (an f16). */
+#define KV_SCALE_BYTES 2
+/* Largest magnitude of a quantised value: int8 uses ±127 (symmetric), e4m3 ±448. */
+#define KV_I8_QMAX 127.0f
+#define KV_FP8_QMAX 448.0f
 
 typedef struct kv_geom {
     int n_layers;
@@ -26,31 +55,51 @@ typedef struct kv_geom {
     int dtype;      /* enum kv_dtype */
 } kv_geom;
 
+/* 1 for the quantised types (int8, fp8): values with one scale per head vector. */
+static inline int kv_dtype_is_quant(int dtype)
+{
+    return dtype == KV_I8 || dtype == KV_FP8;
+}
+
+/* Bytes of one stored value (scales not counted). */
 static inline size_t kv_dtype_bytes(int dtype)
 {
-    return dtype == KV_F32 ? 4 : 2;
+    return dtype == KV_F32 ? 4 : kv_dtype_is_quant(dtype) ? 1 : 2;
 }
 
 static inline const char *kv_dtype_name(int dtype)
 {
-    return dtype == KV_F32 ? "f32" : dtype == KV_BF16 ? "bf16" : "f16";
+    static const char *const names[KV_N_DTYPES] = {"f16", "f32", "bf16", "int8", "fp8"};
+    return dtype >= 0 && dtype < KV_N_DTYPES ? names[dtype] : "?";
 }
 
-/* -1 when unknown. */
+/* -1 when unknown. Accepts the names of kv_dtype_name, plus "i8" and "fp8_e4m3". */
 static inline int kv_dtype_parse(const char *s)
 {
     if (!s) return -1;
-    if (s[0] == 'f' && s[1] == '1' && s[2] == '6' && !s[3]) return KV_F16;
-    if (s[0] == 'f' && s[1] == '3' && s[2] == '2' && !s[3]) return KV_F32;
-    if (s[0] == 'b' && s[1] == 'f' && s[2] == '1' && s[3] == '6' && !s[4]) return KV_BF16;
+    for (int d = 0; d < KV_N_DTYPES; d++)
+        if (!strcmp(s, kv_dtype_name(d))) return d;
+    if (!strcmp(s, "i8")) return KV_I8;
+    if (!strcmp(s, "fp8_e4m3") || !strcmp(s, "e4m3")) return KV_FP8;
     return -1;
 }
 
-/* 2 × n_layers × n_kv_heads × head_dim × bytes per value. */
+/* Bytes of one token's K (or V) vector of one kv head, its scale included. */
+static inline size_t kv_vec_bytes(const kv_geom *g)
+{
+    return (size_t)g->head_dim * kv_dtype_bytes(g->dtype) + (kv_dtype_is_quant(g->dtype) ? KV_SCALE_BYTES : 0);
+}
+
+/* Bytes of one (layer, K or V, block, kv head) tile: block_size vectors, scales included. */
+static inline size_t kv_tile_bytes(const kv_geom *g)
+{
+    return kv_vec_bytes(g) * (size_t)g->block_size;
+}
+
+/* 2 × n_layers × n_kv_heads × bytes per head vector. */
 static inline size_t kv_bytes_per_token(const kv_geom *g)
 {
-    return 2u * (size_t)g->n_layers * (size_t)g->n_kv_heads * (size_t)g->head_dim *
-           kv_dtype_bytes(g->dtype);
+    return 2u * (size_t)g->n_layers * (size_t)g->n_kv_heads * kv_vec_bytes(g);
 }
 
 static inline size_t kv_bytes_per_block(const kv_geom *g)
@@ -58,11 +107,84 @@ static inline size_t kv_bytes_per_block(const kv_geom *g)
     return kv_bytes_per_token(g) * (size_t)g->block_size;
 }
 
+/* Writes the formula of kv_bytes_per_token without its result into buf, e.g.
+ * "2 × 5 layers × 4 kv heads × 8 head dim × 2 bytes" (named) or "2 × 5 × 4 × (8 × 1 + 2)" for an
+ * int8 cache (unnamed). Returns what snprintf returns. (kv.c) */
+int kv_formula(const kv_geom *g, int named, char *buf, size_t len);
+
 /* Number of whole blocks that fit in budget_bytes. */
 static inline int64_t kv_blocks_for_budget(const kv_geom *g, size_t budget_bytes)
 {
     size_t b = kv_bytes_per_block(g);
     return b ? (int64_t)(budget_bytes / b) : 0;
+}
+
+/* ---- codecs of the quantised types ------------------------------------------------------- */
+
+/* The scale of a head vector whose largest magnitude is amax, before its rounding up to f16:
+ * amax / 127 (int8) or amax / 448 (fp8). */
+static inline KV_HD float kv_quant_scale(int dtype, float amax)
+{
+    return amax / (dtype == KV_FP8 ? KV_FP8_QMAX : KV_I8_QMAX);
+}
+
+/* int8 code of x for a vector whose stored scale is d, given inv = 1 / d (0 when d is 0):
+ * the nearest integer to x / d (ties to even), clamped to [-127, 127]; NaN becomes -127. */
+static inline KV_HD int8_t kv_i8_encode(float x, float inv)
+{
+    float v = fminf(fmaxf(x * inv, -KV_I8_QMAX), KV_I8_QMAX);
+    return (int8_t)rintf(v);
+}
+
+static inline KV_HD uint32_t kv__f32_bits(float f)
+{
+#ifdef __CUDA_ARCH__
+    return __float_as_uint(f);
+#else
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+#endif
+}
+
+static inline KV_HD float kv__bits_f32(uint32_t u)
+{
+#ifdef __CUDA_ARCH__
+    return __uint_as_float(u);
+#else
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+#endif
+}
+
+/* e4m3 (OCP FP8: 1 sign, 4 exponent bits of bias 7, 3 mantissa bits; no infinities, S.1111.111
+ * is NaN, largest finite 448) of x, rounded to nearest even, saturating to ±448. */
+static inline KV_HD uint8_t kv_e4m3_encode(float x)
+{
+    uint32_t u = kv__f32_bits(x);
+    uint8_t sign = (uint8_t)((u >> 24) & 0x80u);
+    float a = fabsf(x);
+    if (a != a) return (uint8_t)(sign | 0x7fu);
+    if (a >= KV_FP8_QMAX) return (uint8_t)(sign | 0x7eu);
+    if (a < 0.015625f) /* below 2^-6: subnormal steps of 2^-9 (8 rounds up to the smallest normal) */
+        return (uint8_t)(sign | (uint8_t)rintf(a * 512.0f));
+    uint32_t ua = u & 0x7fffffffu;
+    uint32_t r = ua + 0x7ffffu + ((ua >> 20) & 1u); /* round the 23-bit mantissa to 3 bits */
+    uint32_t e = (r >> 23) - 127u + 7u, m = (r >> 20) & 7u;
+    if (e > 15u || (e == 15u && m == 7u)) return (uint8_t)(sign | 0x7eu);
+    return (uint8_t)(sign | (e << 3) | m);
+}
+
+/* The value of an e4m3 code (exact in f32). */
+static inline KV_HD float kv_e4m3_decode(uint8_t b)
+{
+    uint32_t e = (b >> 3) & 15u, m = b & 7u;
+    float v;
+    if (e == 15u && m == 7u) v = NAN;
+    else if (e == 0) v = (float)m * 0.001953125f; /* m × 2^-9 */
+    else v = kv__bits_f32(((e + 120u) << 23) | (m << 20));
+    return (b & 0x80u) ? -v : v;
 }
 
 #endif

@@ -2,9 +2,10 @@
  * cmd_info.c — `kvserve info -m MODEL.gguf [--json]`: what a GGUF file holds (format, architecture,
  * hyperparameters, tensor types, vocabulary, chat template) and the KV memory formula in numbers:
  *
- *   KV bytes per token = 2 × n_layers × n_kv_heads × head_dim × bytes per value
+ *   KV bytes per token = 2 × n_layers × n_kv_heads × (head_dim × bytes per value [+ scale])
  *
- * for every KV dtype kvserve offers. A file that does not open (truncated, corrupt) is one line on
+ * for every KV dtype kvserve offers, with what a --kv-memory budget (default 2 GiB) holds in
+ * tokens and in sequences at the training context. A file that does not open (truncated, corrupt) is one line on
  * stderr and exit 1. Vocabulary-only files and unsupported architectures print what they can
  * (format and vocabulary) and exit 0; a supported model whose tensors do not bind exits 1.
  */
@@ -43,6 +44,8 @@ typedef struct info_data {
     uint64_t template_bytes;
     char template_first_line[81];
     const char *template_name;  /* detected or fallback template name */
+    size_t kv_budget;           /* --kv-memory: the budget the capacity lines assume */
+    int block_size;             /* --block-size */
 } info_data;
 
 static int64_t info_token_id(const gguf_file *f, const char *key)
@@ -113,17 +116,27 @@ static void info_gather(info_data *d)
     info_vocab(d);
 }
 
-static void info_kv_geom(const model_hparams *hp, int dtype, kv_geom *g)
+static void info_kv_geom(const model_hparams *hp, int dtype, int block_size, kv_geom *g)
 {
     memset(g, 0, sizeof *g);
     g->n_layers = hp->n_layers;
     g->n_kv_heads = hp->n_kv_heads;
     g->head_dim = hp->head_dim;
-    g->block_size = 16;
+    g->block_size = block_size > 0 ? block_size : 16;
     g->dtype = dtype;
 }
 
-static const int info_kv_dtypes[] = {KV_F32, KV_F16, KV_BF16};
+static const int info_kv_dtypes[] = {KV_F32, KV_F16, KV_BF16, KV_I8, KV_FP8};
+#define INFO_N_KV (sizeof info_kv_dtypes / sizeof info_kv_dtypes[0])
+
+/* What a KV budget holds in geometry g: tokens (whole blocks) and sequences at full context. */
+static void info_capacity(const kv_geom *g, size_t budget, int n_ctx, int64_t *tokens, int64_t *seqs)
+{
+    int64_t blocks = kv_blocks_for_budget(g, budget);
+    int64_t per_seq = n_ctx > 0 ? (n_ctx + g->block_size - 1) / g->block_size : 0;
+    *tokens = blocks * g->block_size;
+    *seqs = per_seq ? blocks / per_seq : 0;
+}
 
 static void info_print_text(const info_data *d)
 {
@@ -178,17 +191,22 @@ static void info_print_text(const info_data *d)
            "stored, quantised types included)\n", model_weight_bytes(d->m),
            8.0 * (double)model_weight_bytes(d->m) / (double)model_weight_elems(d->m),
            model_weight_bytes(d->m));
-    printf("KV cache:       bytes per token = 2 × n_layers × n_kv_heads × head_dim × bytes per value\n");
-    for (size_t i = 0; i < sizeof info_kv_dtypes / sizeof info_kv_dtypes[0]; i++) {
+    printf("KV cache:       bytes per token = 2 × n_layers × n_kv_heads × (head_dim × bytes per value"
+           " + a %d-byte scale for int8/fp8); capacity of --kv-memory %zu bytes in blocks of %d tokens\n",
+           KV_SCALE_BYTES, d->kv_budget, d->block_size);
+    for (size_t i = 0; i < INFO_N_KV; i++) {
         kv_geom g;
-        info_kv_geom(hp, info_kv_dtypes[i], &g);
-        printf("  KV bytes per token (%s):%s 2 × %d × %d × %d × %zu = %zu\n", kv_dtype_name(g.dtype),
-               g.dtype == KV_BF16 ? "" : " ",
-               g.n_layers, g.n_kv_heads, g.head_dim, kv_dtype_bytes(g.dtype),
-               kv_bytes_per_token(&g));
+        char formula[128], name[16];
+        int64_t tokens, seqs;
+        info_kv_geom(hp, info_kv_dtypes[i], d->block_size, &g);
+        kv_formula(&g, 0, formula, sizeof formula);
+        info_capacity(&g, d->kv_budget, hp->n_ctx_train, &tokens, &seqs);
+        snprintf(name, sizeof name, "(%s):", kv_dtype_name(g.dtype));
+        printf("  KV bytes per token %-7s %s = %zu; %lld tokens, %lld sequences at context %d\n", name, formula,
+               kv_bytes_per_token(&g), (long long)tokens, (long long)seqs, hp->n_ctx_train);
     }
     kv_geom g;
-    info_kv_geom(hp, KV_F16, &g);
+    info_kv_geom(hp, KV_F16, d->block_size, &g);
     printf("  at the training context (%d tokens), f16: %zu bytes per sequence\n", hp->n_ctx_train,
            kv_bytes_per_token(&g) * (size_t)hp->n_ctx_train);
 }
@@ -247,10 +265,18 @@ static int info_print_json(const info_data *d)
                                 8.0 * (double)model_weight_bytes(d->m) / (double)model_weight_elems(d->m));
         cJSON_AddNumberToObject(o, "weight_resident_bytes", (double)model_weight_bytes(d->m));
         cJSON *kv = cJSON_AddObjectToObject(o, "kv_bytes_per_token");
-        for (size_t i = 0; i < sizeof info_kv_dtypes / sizeof info_kv_dtypes[0]; i++) {
+        cJSON *cap = cJSON_AddObjectToObject(o, "kv_capacity");
+        cJSON_AddNumberToObject(cap, "kv_memory_bytes", (double)d->kv_budget);
+        cJSON_AddNumberToObject(cap, "block_size", d->block_size);
+        for (size_t i = 0; i < INFO_N_KV; i++) {
             kv_geom g;
-            info_kv_geom(hp, info_kv_dtypes[i], &g);
+            int64_t tokens, seqs;
+            info_kv_geom(hp, info_kv_dtypes[i], d->block_size, &g);
+            info_capacity(&g, d->kv_budget, hp->n_ctx_train, &tokens, &seqs);
             cJSON_AddNumberToObject(kv, kv_dtype_name(g.dtype), (double)kv_bytes_per_token(&g));
+            cJSON *c = cJSON_AddObjectToObject(cap, kv_dtype_name(g.dtype));
+            cJSON_AddNumberToObject(c, "tokens", (double)tokens);
+            cJSON_AddNumberToObject(c, "sequences_at_context", (double)seqs);
         }
     } else {
         cJSON_AddStringToObject(o, "model_error", d->why_no_model);
@@ -279,6 +305,8 @@ int cli_info(cli_opts *o)
     memset(&d, 0, sizeof d);
     d.path = o->model;
     d.f = f;
+    d.kv_budget = o->kv_memory_bytes;
+    d.block_size = o->block_size > 0 ? o->block_size : 16;
     info_gather(&d);
     model *m = NULL;
     int supported = !strcmp(d.arch, "llama") || !strcmp(d.arch, "qwen2");

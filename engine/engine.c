@@ -389,6 +389,12 @@ static int eng__step(engine *e, eng_evlist *out)
     return 1;
 }
 
+/* Blocks one sequence needs at most: its full context. */
+static int64_t eng__seq_blocks(const engine *e)
+{
+    return (e->n_ctx + e->g.block_size - 1) / e->g.block_size;
+}
+
 static void eng__update_stats(engine *e)
 {
     engine_stats *st = &e->stats;
@@ -421,6 +427,7 @@ static void eng__update_stats(engine *e)
     st->kv_blocks_cached = t ? rdx_n_blocks(t) : 0;
     st->kv_bytes_per_token = kv_bytes_per_token(&e->g);
     st->kv_capacity_tokens = (int64_t)e->n_blocks * e->g.block_size;
+    st->kv_capacity_seqs = e->n_blocks / eng__seq_blocks(e);
     st->block_size = e->g.block_size;
     st->prefix_cache_queries = ss.prefix_queries;
     st->prefix_cache_hits = ss.prefix_hits;
@@ -571,12 +578,13 @@ static void eng__log(const engine *e)
     const kv_geom *g = &e->g;
     size_t bpt = kv_bytes_per_token(g);
     int64_t cap = (int64_t)e->n_blocks * g->block_size;
-    int per_seq = (e->n_ctx + g->block_size - 1) / g->block_size;
+    char formula[160];
+    kv_formula(g, 1, formula, sizeof formula);
     fprintf(stderr,
-            "KV cache: 2 × %d layers × %d kv heads × %d head dim × %zu bytes = %zu bytes/token; "
+            "KV cache (%s): %s = %zu bytes/token; "
             "%d blocks of %d tokens = %lld tokens; max %d sequences at context %d\n",
-            g->n_layers, g->n_kv_heads, g->head_dim, kv_dtype_bytes(g->dtype), bpt, (int)e->n_blocks,
-            g->block_size, (long long)cap, per_seq ? (int)(e->n_blocks / per_seq) : 0, e->n_ctx);
+            kv_dtype_name(g->dtype), formula, bpt, (int)e->n_blocks,
+            g->block_size, (long long)cap, (int)(e->n_blocks / eng__seq_blocks(e)), e->n_ctx);
     char admit[48] = "";
     if (e->cfg.prefill_admit_tokens > 0)
         snprintf(admit, sizeof admit, " (admitting up to %d prefill tokens)", e->cfg.prefill_admit_tokens);

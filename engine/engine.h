@@ -169,8 +169,9 @@ typedef struct engine_stats {
     int64_t kv_blocks_cached;      /* held by the prefix cache */
     int64_t kv_blocks_idle;        /* held by the prefix cache alone (evictable: vLLM counts these
                                       free); refreshed at most every 100 ms */
-    size_t kv_bytes_per_token;
+    size_t kv_bytes_per_token;     /* the formula's total, scales of int8/fp8 included */
     int64_t kv_capacity_tokens;
+    int64_t kv_capacity_seqs;      /* sequences that fit at once at full context (or one window) */
     int block_size;
     int64_t prefix_cache_queries;  /* prompt tokens looked up */
     int64_t prefix_cache_hits;     /* prompt tokens found */

@@ -156,8 +156,9 @@ char *met_render(const met *m, const engine_stats *st, const char *model_name)
     hist(&b, lbl, "vllm:request_queue_time_seconds", "Arrival to first scheduling.", &m->queue);
     counter(&b, lbl, "kvserve_preemptions", "Sequences preempted for lack of KV blocks.", (double)st->preemptions);
     counter(&b, lbl, "kvserve_prefix_cache_evictions", "KV blocks evicted from the prefix cache.", (double)st->prefix_cache_evictions);
-    gauge(&b, lbl, "kvserve_kv_bytes_per_token", "KV bytes per token: 2 x layers x kv_heads x head_dim x bytes.", (double)st->kv_bytes_per_token);
+    gauge(&b, lbl, "kvserve_kv_bytes_per_token", "KV bytes per token: 2 x layers x kv_heads x (head_dim x bytes + the int8/fp8 scale).", (double)st->kv_bytes_per_token);
     gauge(&b, lbl, "kvserve_kv_capacity_tokens", "Tokens the KV arena holds.", (double)st->kv_capacity_tokens);
+    gauge(&b, lbl, "kvserve_kv_capacity_sequences", "Sequences the KV arena holds at once at full context (or one window).", (double)st->kv_capacity_seqs);
     gauge(&b, lbl, "kvserve_kv_blocks_total", "KV blocks in the arena.", (double)st->kv_blocks_total);
     gauge(&b, lbl, "kvserve_kv_blocks_used", "KV blocks referenced by sequences or the prefix cache.", (double)st->kv_blocks_used);
     gauge(&b, lbl, "kvserve_kv_blocks_cached", "KV blocks held by the prefix cache.", (double)st->kv_blocks_cached);

@@ -747,9 +747,10 @@ Test(server, auth_admission_and_metrics)
         "vllm:time_to_first_token_seconds_bucket", "vllm:inter_token_latency_seconds_count",
         "vllm:e2e_request_latency_seconds_sum", "vllm:request_queue_time_seconds_bucket",
         "kvserve_preemptions_total", "kvserve_prefix_cache_evictions_total", "kvserve_kv_bytes_per_token",
-        "kvserve_kv_capacity_tokens"};
+        "kvserve_kv_capacity_tokens", "kvserve_kv_capacity_sequences"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) cr_assert(strstr(r.body, names[i]), "missing %s", names[i]);
     cr_assert(sv_metric(r.body, "kvserve_kv_bytes_per_token") > 0);
+    cr_assert(sv_metric(r.body, "kvserve_kv_capacity_sequences") >= 1);
     sv_resp_free(&r);
     kill(sv.pid, SIGKILL);
     sv_wait_exit(5000);
