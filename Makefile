@@ -91,11 +91,19 @@ $(BUILD)/bench/%: $(BUILD)/bench/%.o $(BUILD)/libkvserve.a
 
 bench-progs: $(BENCH_PROGS)
 
-# The test binary finds the kvserve binary (for CLI and HTTP tests), the repository's test data
-# (tests/data) and the optional reference sets in ../shared through these.
-TEST_ENV := KVSERVE_BIN=$(abspath $(BUILD)/kvserve) KVSERVE_DATA=$(abspath tests/data) \
-            KVSERVE_SHARED=$(abspath ../shared)
-test: all $(BUILD)/test_kvserve
+# The CUDA attention kernels and K/V store under a CPU emulation of the CUDA built-ins
+# (cuda/check/attn_emu.cc): built with the C++ compiler alone, no CUDA toolkit needed.
+$(BUILD)/attn_emu: cuda/check/attn_emu.cc
+	@mkdir -p $(dir $@)
+	@echo "  CXX     $<"
+	$(Q)$(CXX) -std=c++17 -O2 -g -Wall -Wextra -Wno-unused-parameter -Wno-unknown-pragmas -Wno-unused-function \
+	    $(if $(filter 1,$(WERROR)),-Werror) -MMD -MP -I. -o $@ $< -lpthread
+
+# The test binary finds the kvserve binary (for CLI and HTTP tests), the kernel emulation, the
+# repository's test data (tests/data) and the optional reference sets in ../shared through these.
+TEST_ENV := KVSERVE_BIN=$(abspath $(BUILD)/kvserve) KVSERVE_ATTN_EMU=$(abspath $(BUILD)/attn_emu) \
+            KVSERVE_DATA=$(abspath tests/data) KVSERVE_SHARED=$(abspath ../shared)
+test: all $(BUILD)/test_kvserve $(BUILD)/attn_emu
 	$(Q)$(TEST_ENV) $(BUILD)/test_kvserve --jobs 2 $(TEST_ARGS)
 
 test-cuda: all $(BUILD)/test_kvserve

@@ -5,7 +5,8 @@
  * sequence: a single token for decode, a tile for prefill) and one kv head, and computes every
  * query head of that kv head's GQA group for those tokens at once, so each K/V tile read from the
  * pages serves rows = tokens × group-size queries. It walks the sequence's KV entries in tiles of
- * CUDA_ATTN_TK keys (gathered from the block table into shared memory, converted to f32), keeps
+ * CUDA_ATTN_TK keys (gathered from the block table into shared memory, converted to f32 — int8
+ * and e4m3 codes times their row's scale, so a quantised cache is never expanded), keeps
  * an online softmax per row (running max m, sum l, unnormalised output O), and masks causally:
  * new token i of a sequence with ctx_len entries after the step sees entries
  * 0 .. ctx_len − n_new + i. The cached prefix is just the leading entries of the same pages.
@@ -116,11 +117,16 @@ void cuda__op_attention(backend *be, int layer, const float *q, const be_attn *a
     a.scale = at->scale;
     a.softcap = at->softcap;
     a.window = at->window;
+    a.tile_elems = (int32_t)cuda_kv_tile_elems(&cb->kv);
     size_t smem = cuda__attn_smem(cb->attn_tile_tokens * a.gsize, a.head_dim);
     int rc;
-    if (cb->kv_dtype == KV_F32) rc = cuda__attn_launch<float>(cb, a, layer, smem);
-    else if (cb->kv_dtype == KV_BF16) rc = cuda__attn_launch<__nv_bfloat16>(cb, a, layer, smem);
-    else rc = cuda__attn_launch<__half>(cb, a, layer, smem);
+    switch (cb->kv_dtype) {
+    case KV_F32: rc = cuda__attn_launch<float>(cb, a, layer, smem); break;
+    case KV_BF16: rc = cuda__attn_launch<__nv_bfloat16>(cb, a, layer, smem); break;
+    case KV_I8: rc = cuda__attn_launch<int8_t>(cb, a, layer, smem); break;
+    case KV_FP8: rc = cuda__attn_launch<uint8_t>(cb, a, layer, smem); break;
+    default: rc = cuda__attn_launch<__half>(cb, a, layer, smem); break;
+    }
     if (rc || a.splits == 1) return;
     dim3 grid(n_heads, cb->meta.n_tokens);
     int threads = cuda_attn_reduce_threads(a.head_dim);

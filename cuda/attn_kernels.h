@@ -10,6 +10,7 @@
 #define KVSERVE_CUDA_ATTN_KERNELS_H
 
 #include "cuda/cuda_common.h"
+#include "cuda/kv_kernels.h"
 
 struct cuda__attn_args {
     const float *q;          /* [n_tokens][n_heads][head_dim] */
@@ -21,6 +22,7 @@ struct cuda__attn_args {
     float scale;             /* multiplies q·k */
     float softcap;           /* > 0: scores soft-capped at this (be_attn) */
     int32_t window;          /* > 0: sliding window (be_attn) */
+    int32_t tile_elems;      /* elements of one (block, kv head) tile (cuda_kv_tile_elems) */
 };
 
 static __device__ __forceinline__ float cuda__ldkv(float v)
@@ -34,6 +36,37 @@ static __device__ __forceinline__ float cuda__ldkv(__half v)
 static __device__ __forceinline__ float cuda__ldkv(__nv_bfloat16 v)
 {
     return __bfloat162float(v);
+}
+
+/* The quantised types: int8 codes (KV_I8) and e4m3 codes (KV_FP8), each tile followed by its
+ * rows' f16 scales. */
+static __device__ __forceinline__ float cuda__ldkv(int8_t v)
+{
+    return (float)v;
+}
+static __device__ __forceinline__ float cuda__ldkv(uint8_t v)
+{
+    return kv_e4m3_decode(v);
+}
+
+template <typename T> struct cuda__kv_quant {
+    static constexpr bool value = false;
+};
+template <> struct cuda__kv_quant<int8_t> {
+    static constexpr bool value = true;
+};
+template <> struct cuda__kv_quant<uint8_t> {
+    static constexpr bool value = true;
+};
+
+/* The scale of row `off` of the tile starting at element `tile` (1 for unquantised types). */
+template <typename T>
+static __device__ __forceinline__ float cuda__kv_row_scale(const T *base, int64_t tile, int block_size,
+                                                           int head_dim, int off)
+{
+    if (!cuda__kv_quant<T>::value) return 1.0f;
+    const uint8_t *p = (const uint8_t *)(base + tile + (int64_t)block_size * head_dim) + KV_SCALE_BYTES * off;
+    return cuda_kv_load_scale(p);
 }
 
 /* 16 bytes of K or V (4 f32, or 8 f16 / bf16) as f32, into o[16 / sizeof(T) / 4]. p is 16-byte
@@ -60,16 +93,26 @@ static __device__ __forceinline__ void cuda__ldkv16(const __nv_bfloat16 *p, floa
     o[1] = make_float4(c.x, c.y, d.x, d.y);
 }
 
-static __device__ __forceinline__ float cuda__warp_max(float v)
+static __device__ __forceinline__ void cuda__ldkv16(const int8_t *p, float4 *o)
 {
-    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    return v;
+    int4 u = *(const int4 *)p;
+    const int8_t *b = (const int8_t *)&u;
+#pragma unroll
+    for (int e = 0; e < 4; e++) o[e] = make_float4(b[4 * e], b[4 * e + 1], b[4 * e + 2], b[4 * e + 3]);
+}
+static __device__ __forceinline__ void cuda__ldkv16(const uint8_t *p, float4 *o)
+{
+    int4 u = *(const int4 *)p;
+    const uint8_t *b = (const uint8_t *)&u;
+#pragma unroll
+    for (int e = 0; e < 4; e++)
+        o[e] = make_float4(kv_e4m3_decode(b[4 * e]), kv_e4m3_decode(b[4 * e + 1]), kv_e4m3_decode(b[4 * e + 2]),
+                           kv_e4m3_decode(b[4 * e + 3]));
 }
 
-static __device__ __forceinline__ float cuda__warp_sum(float v)
+static __device__ __forceinline__ float4 cuda__scale4(float4 v, float s)
 {
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
+    return make_float4(v.x * s, v.y * s, v.z * s, v.w * s);
 }
 
 /* Row stride (floats) of the K tile in shared memory: padded so that lanes reading different
@@ -120,7 +163,8 @@ cuda__attn_k(cuda__attn_args a, const T *kp, const T *vp)
     float *Ls = Ms + rows;          /* [rows] running sum */
     float *As = Ls + rows;          /* [rows] rescale factor of this tile */
     constexpr int VEC = 16 / sizeof(T); /* elements per 16-byte load */
-    const bool vec_ok = D % VEC == 0;   /* rows are 16-byte aligned: vector loads and stores */
+    /* rows are 16-byte aligned (vector loads and stores) when rows and tiles are whole 16 bytes */
+    const bool vec_ok = D % VEC == 0 && (a.tile_elems * (int)sizeof(T)) % 16 == 0;
 
     for (int i = tid; i < rows * D; i += blockDim.x) {
         int r = i / D, d = i % D;
@@ -133,8 +177,8 @@ cuda__attn_k(cuda__attn_args a, const T *kp, const T *vp)
         Ms[r] = -INFINITY;
         Ls[r] = 0.0f;
     }
-    const int64_t head_off = (int64_t)g * a.block_size * D;
-    const int64_t blk_elems = (int64_t)a.n_kv_heads * a.block_size * D;
+    const int64_t head_off = (int64_t)g * a.tile_elems;
+    const int64_t blk_elems = (int64_t)a.n_kv_heads * a.tile_elems;
     for (int32_t kt = k_begin; kt < k_end; kt += TK) {
         __syncthreads(); /* the previous tile's K/V/S are no longer read */
         if (vec_ok) {
@@ -144,9 +188,20 @@ cuda__attn_k(cuda__attn_args a, const T *kp, const T *vp)
                 int32_t j = kt + c;
                 float4 kv[VEC / 4], vv[VEC / 4];
                 if (j < k_end) {
-                    int64_t o = (int64_t)bt[j / a.block_size] * blk_elems + head_off + (int64_t)(j % a.block_size) * D + d;
+                    int64_t t = (int64_t)bt[j / a.block_size] * blk_elems + head_off;
+                    int off = j % a.block_size;
+                    int64_t o = t + (int64_t)off * D + d;
                     cuda__ldkv16(kp + o, kv);
                     cuda__ldkv16(vp + o, vv);
+                    if (cuda__kv_quant<T>::value) {
+                        float sk = cuda__kv_row_scale(kp, t, a.block_size, D, off);
+                        float sv = cuda__kv_row_scale(vp, t, a.block_size, D, off);
+#pragma unroll
+                        for (int e = 0; e < VEC / 4; e++) {
+                            kv[e] = cuda__scale4(kv[e], sk);
+                            vv[e] = cuda__scale4(vv[e], sv);
+                        }
+                    }
                 } else {
 #pragma unroll
                     for (int e = 0; e < VEC / 4; e++) kv[e] = vv[e] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
@@ -163,9 +218,11 @@ cuda__attn_k(cuda__attn_args a, const T *kp, const T *vp)
                 int32_t j = kt + c;
                 float kv = 0.0f, vv = 0.0f;
                 if (j < k_end) {
-                    int64_t o = (int64_t)bt[j / a.block_size] * blk_elems + head_off + (int64_t)(j % a.block_size) * D + d;
-                    kv = cuda__ldkv(kp[o]);
-                    vv = cuda__ldkv(vp[o]);
+                    int64_t t = (int64_t)bt[j / a.block_size] * blk_elems + head_off;
+                    int off = j % a.block_size;
+                    int64_t o = t + (int64_t)off * D + d;
+                    kv = cuda__ldkv(kp[o]) * cuda__kv_row_scale(kp, t, a.block_size, D, off);
+                    vv = cuda__ldkv(vp[o]) * cuda__kv_row_scale(vp, t, a.block_size, D, off);
                 }
                 Ks[c * KP + d] = kv;
                 Vs[c * D + d] = vv;

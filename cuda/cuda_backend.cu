@@ -175,14 +175,9 @@ static int cuda__kv_init(backend *be, const kv_geom *g, int32_t n_blocks)
 {
     cuda_backend *cb = cuda__cb(be);
     if (n_blocks < 1 || g->n_layers < 1 || g->n_kv_heads < 1 || g->head_dim < 1 || g->block_size < 1) return -EINVAL;
-    if (g->dtype != KV_F16 && g->dtype != KV_BF16 && g->dtype != KV_F32) return -EINVAL;
+    if (g->dtype < 0 || g->dtype >= KV_N_DTYPES) return -EINVAL;
     if (cuda__use(cb)) return -EIO;
-    cuda_kv_layout l;
-    l.n_layers = g->n_layers;
-    l.n_kv_heads = g->n_kv_heads;
-    l.head_dim = g->head_dim;
-    l.block_size = g->block_size;
-    l.n_blocks = n_blocks;
+    cuda_kv_layout l = cuda_kv_layout_of(g, n_blocks);
     size_t bytes = (size_t)cuda_kv_total_elems(&l) * kv_dtype_bytes(g->dtype);
     void *p = NULL;
     if (CUDA_CHECK(cudaMalloc(&p, bytes))) {
@@ -210,7 +205,7 @@ static void cuda__kv_copy_block(backend *be, int32_t src, int32_t dst)
     cuda_backend *cb = cuda__cb(be);
     const cuda_kv_layout *l = &cb->kv;
     size_t es = kv_dtype_bytes(cb->kv_dtype);
-    size_t block_bytes = (size_t)l->n_kv_heads * l->block_size * l->head_dim * es;
+    size_t block_bytes = (size_t)l->n_kv_heads * cuda_kv_tile_elems(l) * es;
     size_t plane_bytes = (size_t)cuda_kv_plane_elems(l) * es;
     char *base = (char *)cb->kv_arena;
     /* One copy per (layer, K/V) plane: a single 2-D copy would need the plane size as its pitch,
@@ -493,14 +488,26 @@ extern "C" int cuda_kv_read(backend *be, int layer, int kind, int32_t slot, floa
     if (l->head_dim > 1024) return -EINVAL;
     /* The arena is written on the backend's (non-blocking) stream: wait for it first. */
     if (CB_CHECK(cb, cudaStreamSynchronize(cb->stream))) return -EIO;
+    const char *arena = (const char *)cb->kv_arena;
     for (int h = 0; h < l->n_kv_heads; h++) {
-        const char *p = (const char *)cb->kv_arena + (size_t)cuda_kv_slot_index(l, layer, kind, slot, h, 0) * es;
+        const char *p = arena + (size_t)cuda_kv_slot_index(l, layer, kind, slot, h, 0) * es;
         float *o = dst + (size_t)h * l->head_dim;
         if (es == 4) {
             if (CB_CHECK(cb, cudaMemcpy(o, p, (size_t)l->head_dim * 4, cudaMemcpyDeviceToHost))) return -EIO;
             continue;
         }
-        if (CB_CHECK(cb, cudaMemcpy(tmp, p, (size_t)l->head_dim * 2, cudaMemcpyDeviceToHost))) return -EIO;
+        if (CB_CHECK(cb, cudaMemcpy(tmp, p, (size_t)l->head_dim * es, cudaMemcpyDeviceToHost))) return -EIO;
+        if (kv_dtype_is_quant(cb->kv_dtype)) { /* codes, then the row's f16 scale */
+            uint8_t sc[KV_SCALE_BYTES];
+            int32_t blk = slot / l->block_size;
+            const char *sp = arena + cuda_kv_scale_index(l, layer, kind, blk, h, slot % l->block_size);
+            if (CB_CHECK(cb, cudaMemcpy(sc, sp, KV_SCALE_BYTES, cudaMemcpyDeviceToHost))) return -EIO;
+            float d = cuda_kv_load_scale(sc);
+            const uint8_t *q = (const uint8_t *)tmp;
+            for (int e = 0; e < l->head_dim; e++)
+                o[e] = d * (cb->kv_dtype == KV_I8 ? (float)(int8_t)q[e] : kv_e4m3_decode(q[e]));
+            continue;
+        }
         for (int d = 0; d < l->head_dim; d++)
             o[d] = cb->kv_dtype == KV_BF16 ? cuda_bf16_to_f32(tmp[d]) : cuda_f16_to_f32(tmp[d]);
     }

@@ -9,6 +9,7 @@
  *   launch geometry      cuda_div_up, cuda_grid_1d, cuda_attn_tile_tokens, cuda_attn_splits,
  *                        cuda_attn_reduce_threads, cuda_batch_is_pure_decode (CUDA graphs)
  *   KV block layout      cuda_kv_index: [n_layers][2 (K,V)][n_blocks][n_kv_heads][block_size][head_dim]
+ *                        (+ the f16 scales of each tile for int8 / fp8: cuda_kv_scale_index)
  *   batch metadata       cuda_meta_plan / cuda_meta_pack: one int32 buffer, one host→device copy
  *   attention work list  cuda_attn_plan: (sequence, first new token, n tokens) items
  *   online softmax       cuda_softmax_merge: combine two partial (max, sum) states
@@ -113,22 +114,44 @@ static inline int cuda_batch_is_pure_decode(const be_batch *b)
 
 /* ---- KV arena layout --------------------------------------------------------------------- */
 
-/* The arena is one allocation of elements (f16, bf16 or f32):
- *   [n_layers][2][n_blocks][n_kv_heads][block_size][head_dim]
- * kind 0 = K, 1 = V. One (block, kv head) is a contiguous block_size × head_dim tile, as on the
- * CPU, so the attention kernel streams whole rows of head_dim values with coalesced loads. */
+/* The arena is one allocation of elements (f32, f16, bf16, or bytes for int8 / fp8):
+ *   [n_layers][2][n_blocks][n_kv_heads][tile]
+ * kind 0 = K, 1 = V. One (block, kv head) is a contiguous tile: block_size × head_dim values
+ * (row-major, as on the CPU's V tiles), so the attention kernel streams whole rows of head_dim
+ * values with coalesced loads; a quantised tile then holds the block_size f16 scales of its
+ * rows (tile_extra = 2 × block_size bytes, see cache/kv.h). */
 typedef struct cuda_kv_layout {
     int n_layers;
     int n_kv_heads;
     int head_dim;
     int block_size; /* tokens per block */
     int32_t n_blocks;
+    int tile_extra; /* elements after a tile's values: 2 × block_size (bytes) for int8/fp8, else 0 */
 } cuda_kv_layout;
 
-/* Elements in one (layer, kind) plane: n_blocks × n_kv_heads × block_size × head_dim. */
+/* The layout of n_blocks blocks of geometry g. */
+static inline cuda_kv_layout cuda_kv_layout_of(const kv_geom *g, int32_t n_blocks)
+{
+    cuda_kv_layout l;
+    l.n_layers = g->n_layers;
+    l.n_kv_heads = g->n_kv_heads;
+    l.head_dim = g->head_dim;
+    l.block_size = g->block_size;
+    l.n_blocks = n_blocks;
+    l.tile_extra = kv_dtype_is_quant(g->dtype) ? KV_SCALE_BYTES * g->block_size : 0;
+    return l;
+}
+
+/* Elements of one (block, kv head) tile, scales included. */
+static inline CUDA_HD int64_t cuda_kv_tile_elems(const cuda_kv_layout *l)
+{
+    return (int64_t)l->block_size * l->head_dim + l->tile_extra;
+}
+
+/* Elements in one (layer, kind) plane: n_blocks × n_kv_heads tiles. */
 static inline CUDA_HD int64_t cuda_kv_plane_elems(const cuda_kv_layout *l)
 {
-    return (int64_t)l->n_blocks * l->n_kv_heads * l->block_size * l->head_dim;
+    return (int64_t)l->n_blocks * l->n_kv_heads * cuda_kv_tile_elems(l);
 }
 
 static inline CUDA_HD int64_t cuda_kv_total_elems(const cuda_kv_layout *l)
@@ -136,13 +159,27 @@ static inline CUDA_HD int64_t cuda_kv_total_elems(const cuda_kv_layout *l)
     return 2 * (int64_t)l->n_layers * cuda_kv_plane_elems(l);
 }
 
+/* Element index of the first value of tile (block, head) in plane (layer, kind). */
+static inline CUDA_HD int64_t cuda_kv_tile_index(const cuda_kv_layout *l, int layer, int kind, int32_t block,
+                                                 int head)
+{
+    int64_t plane = (int64_t)(layer * 2 + kind) * cuda_kv_plane_elems(l);
+    return plane + ((int64_t)block * l->n_kv_heads + head) * cuda_kv_tile_elems(l);
+}
+
 /* Element index of dimension d of kv head `head` at offset `off` in block `block`. */
 static inline CUDA_HD int64_t cuda_kv_index(const cuda_kv_layout *l, int layer, int kind, int32_t block,
                                             int head, int off, int d)
 {
-    int64_t plane = (int64_t)(layer * 2 + kind) * cuda_kv_plane_elems(l);
-    int64_t tile = ((int64_t)block * l->n_kv_heads + head) * l->block_size;
-    return plane + (tile + off) * l->head_dim + d;
+    return cuda_kv_tile_index(l, layer, kind, block, head) + (int64_t)off * l->head_dim + d;
+}
+
+/* Byte index (in a quantised arena) of the f16 scale of the vector at `off` of tile (block, head). */
+static inline CUDA_HD int64_t cuda_kv_scale_index(const cuda_kv_layout *l, int layer, int kind, int32_t block,
+                                                  int head, int off)
+{
+    return cuda_kv_tile_index(l, layer, kind, block, head) + (int64_t)l->block_size * l->head_dim +
+           KV_SCALE_BYTES * (int64_t)off;
 }
 
 /* Same, addressed by KV slot (block × block_size + offset). */
@@ -383,6 +420,25 @@ static inline CUDA_HD uint16_t cuda_f32_to_f16(float f)
     }
     uint32_t r = a + 0xfffu + ((a >> 13) & 1u);
     return (uint16_t)(sign | ((r - 0x38000000u) >> 13));
+}
+
+/* The f16 scale stored for a quantised head vector whose largest magnitude is amax (the rule of
+ * cache/kv.h: amax / QMAX rounded up to an f16), and in *inv the reciprocal of its value (0 when
+ * it is 0), which encodes the vector's values: kv_i8_encode(x, *inv) or kv_e4m3_encode(x * *inv). */
+static inline CUDA_HD uint16_t cuda_kv_scale(int dtype, float amax, float *inv)
+{
+    float s = kv_quant_scale(dtype, amax);
+    uint16_t h = cuda_f32_to_f16(s);
+    if (cuda_f16_to_f32(h) < s && h < 0x7c00u) h++; /* the next f16 up (s ≥ 0) */
+    float d = cuda_f16_to_f32(h);
+    *inv = d > 0.0f && d < INFINITY ? 1.0f / d : 0.0f;
+    return h;
+}
+
+/* The f16 scale at p (2 bytes, little-endian, any alignment) as f32. */
+static inline CUDA_HD float cuda_kv_load_scale(const uint8_t *p)
+{
+    return cuda_f16_to_f32((uint16_t)(p[0] | (p[1] << 8)));
 }
 
 /* Element i of a Q8_0 row (blocks of {f16 scale, int8 q[32]}, 34 bytes): scale × q. The product

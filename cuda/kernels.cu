@@ -11,6 +11,7 @@
  * the CUDA intrinsics they agree with.
  */
 #include "cuda/internal.h"
+#include "cuda/kv_kernels.h"
 #include "cuda/quant_common.h"
 
 extern "C" {
@@ -211,6 +212,24 @@ static __global__ void cuda__store_kv_k(float *k, const float *v, T *kp, T *vp, 
     }
 }
 
+/* The same for a quantised arena (T = int8_t or uint8_t codes, see cuda__store_q_row). */
+template <typename T>
+static __global__ void cuda__store_kv_q_k(float *k, const float *v, T *kp, T *vp, const int32_t *slots,
+                                          const int32_t *pos, cuda_kv_layout l, be_rope r, const float *ff)
+{
+    int t = blockIdx.x;
+    int kv_dim = l.n_kv_heads * l.head_dim;
+    float *kt = k + (int64_t)t * kv_dim;
+    if (r.rope_dims > 0) {
+        cuda__rope_row(kt, pos[t], r, ff);
+        __syncthreads();
+    }
+    int32_t slot = slots[t];
+    if (slot < 0) return;
+    cuda__store_q_row(kt, kp, l, slot);
+    cuda__store_q_row(v + (int64_t)t * kv_dim, vp, l, slot);
+}
+
 static void cuda__store_kv(cuda_backend *cb, int layer, float *k, const float *v, const be_rope *rope)
 {
     be_rope r;
@@ -231,6 +250,12 @@ static void cuda__store_kv(cuda_backend *cb, int layer, float *k, const float *v
     if (cb->kv_dtype == KV_F32) {
         float *a = (float *)cb->kv_arena;
         cuda__store_kv_k<<<n, 128, 0, cb->stream>>>(k, v, a + ko, a + vo, slots, pos, *l, r, ff);
+    } else if (cb->kv_dtype == KV_I8) {
+        int8_t *a = (int8_t *)cb->kv_arena;
+        cuda__store_kv_q_k<<<n, 128, 0, cb->stream>>>(k, v, a + ko, a + vo, slots, pos, *l, r, ff);
+    } else if (cb->kv_dtype == KV_FP8) {
+        uint8_t *a = (uint8_t *)cb->kv_arena;
+        cuda__store_kv_q_k<<<n, 128, 0, cb->stream>>>(k, v, a + ko, a + vo, slots, pos, *l, r, ff);
     } else if (cb->kv_dtype == KV_BF16) {
         __nv_bfloat16 *a = (__nv_bfloat16 *)cb->kv_arena;
         cuda__store_kv_k<<<n, 128, 0, cb->stream>>>(k, v, a + ko, a + vo, slots, pos, *l, r, ff);

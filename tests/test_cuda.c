@@ -130,6 +130,8 @@ Test(cuda, store_kv)
     tcu_expect(kc_check_store_kv(&e.c, KV_F16));
     tcu_expect(kc_check_store_kv(&e.c, KV_BF16));
     tcu_expect(kc_check_store_kv(&e.c, KV_F32));
+    tcu_expect(kc_check_store_kv(&e.c, KV_I8));
+    tcu_expect(kc_check_store_kv(&e.c, KV_FP8));
     tcu_close(&e);
 }
 
@@ -145,6 +147,10 @@ Test(cuda, attention)
         {"mixed-gqa8", 4, 30, 200, 1, 30, 32, 4, 64, KV_F32, 0.0f, 0},
         {"window", 4, 1, 400, 1, 40, 8, 2, 64, KV_F16, 0.0f, 33},
         {"window+softcap", 3, 600, 1500, 1, 1, 8, 4, 64, KV_F32, 20.0f, 100}, /* split-K past the window */
+        {"mixed", 5, 1, 300, 1, 30, 8, 2, 64, KV_I8, 0.0f, 0},
+        {"decode-long", 2, 600, 1500, 1, 1, 8, 2, 64, KV_I8, 0.0f, 0}, /* split-K */
+        {"mixed", 5, 1, 300, 1, 30, 8, 4, 8, KV_FP8, 0.0f, 0},         /* scalar loads */
+        {"window", 4, 1, 400, 1, 40, 8, 2, 64, KV_FP8, 0.0f, 33},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) tcu_expect(kc_check_attention(&e.c, &cases[i]));
     tcu_close(&e);

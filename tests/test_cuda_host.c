@@ -121,7 +121,7 @@ Test(cuda_host, pure_decode_batches)
 
 Test(cuda_host, kv_layout_bijective)
 {
-    cuda_kv_layout l = {3, 2, 8, 4, 5}; /* layers, kv heads, head_dim, block_size, n_blocks */
+    cuda_kv_layout l = {3, 2, 8, 4, 5, 0}; /* layers, kv heads, head_dim, block_size, n_blocks, no scales */
     int64_t total = cuda_kv_total_elems(&l);
     cr_assert_eq(total, 2 * 3 * 5 * 2 * 4 * 8);
     unsigned char *seen = calloc((size_t)total, 1);
@@ -141,11 +141,78 @@ Test(cuda_host, kv_layout_bijective)
     free(seen);
 }
 
+/* A quantised layout: every (block, head) tile is its values then 2 × block_size bytes of
+ * scales, with every byte of the arena owned by exactly one value or scale byte, and a tile's
+ * size the formula's (cache/kv.h kv_tile_bytes). */
+Test(cuda_host, kv_layout_quantised_bijective)
+{
+    kv_geom g = {2, 3, 6, 5, KV_I8};
+    cuda_kv_layout l = cuda_kv_layout_of(&g, 4);
+    cr_assert_eq(l.tile_extra, 2 * 5);
+    cr_assert_eq((size_t)cuda_kv_tile_elems(&l), kv_tile_bytes(&g));
+    int64_t total = cuda_kv_total_elems(&l);
+    cr_assert_eq((size_t)total, 4 * kv_bytes_per_block(&g), "%lld", (long long)total);
+    unsigned char *seen = calloc((size_t)total, 1);
+    for (int layer = 0; layer < l.n_layers; layer++)
+        for (int kind = 0; kind < 2; kind++)
+            for (int32_t blk = 0; blk < l.n_blocks; blk++)
+                for (int h = 0; h < l.n_kv_heads; h++)
+                    for (int off = 0; off < l.block_size; off++) {
+                        for (int d = 0; d < l.head_dim; d++) {
+                            int64_t i = cuda_kv_index(&l, layer, kind, blk, h, off, d);
+                            cr_assert(i >= 0 && i < total && !seen[i]);
+                            seen[i] = 1;
+                        }
+                        int64_t sc = cuda_kv_scale_index(&l, layer, kind, blk, h, off);
+                        cr_assert(sc >= 0 && sc + 1 < total && !seen[sc] && !seen[sc + 1]);
+                        seen[sc] = seen[sc + 1] = 1;
+                    }
+    for (int64_t i = 0; i < total; i++) cr_assert(seen[i], "byte %lld belongs to nothing", (long long)i);
+    free(seen);
+}
+
+/* The f16 scale of a quantised vector and its reciprocal: amax / QMAX rounded up to an f16, and 0
+ * for an all-zero vector (whose codes are then all 0). */
+Test(cuda_host, kv_scale)
+{
+    float inv;
+    cr_assert_eq(cuda_kv_scale(KV_I8, 0.0f, &inv), 0);
+    cr_assert_eq(inv, 0.0f);
+    cr_assert_eq(kv_i8_encode(3.0f, inv), 0);
+    uint16_t h = cuda_kv_scale(KV_I8, 12.7f, &inv); /* the smallest f16 ≥ 12.7 / 127 */
+    cr_assert_geq(cuda_f16_to_f32(h), 12.7f / 127);
+    cr_assert_lt(cuda_f16_to_f32((uint16_t)(h - 1)), 12.7f / 127);
+    cr_assert_float_eq(inv, 1.0f / cuda_f16_to_f32(h), 0);
+    h = cuda_kv_scale(KV_FP8, 448.0f, &inv);
+    cr_assert_eq(cuda_f16_to_f32(h), 1.0f);
+    uint8_t le[2] = {(uint8_t)(h & 0xff), (uint8_t)(h >> 8)};
+    cr_assert_eq(cuda_kv_load_scale(le), 1.0f);
+}
+
+/* The attention kernels and the quantising store, the source nvcc compiles, under the CPU
+ * emulation of cuda/check (attn_emu --quick: f32, int8 and e4m3 arenas, vector and scalar load
+ * paths, split-K), against float64 and the codecs of cache/kv.h. */
+Test(cuda_host, kernels_under_emulation, .timeout = 120)
+{
+    const char *bin = getenv("KVSERVE_ATTN_EMU");
+    if (!bin || !*bin) cr_skip_test("KVSERVE_ATTN_EMU is not set to the emulation binary (make test sets it)");
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "'%s' --quick", bin);
+    FILE *p = popen(cmd, "r");
+    cr_assert_not_null(p);
+    char line[256], out[4096] = "";
+    while (fgets(line, sizeof line, p)) strncat(out, line, sizeof out - strlen(out) - 1);
+    int st = pclose(p);
+    printf("%s", out);
+    cr_assert_eq(st, 0, "emulated kernels failed:\n%s", out);
+    cr_assert(strstr(out, "int8") && strstr(out, "fp8") && strstr(out, "f32"), "%s", out);
+}
+
 /* The CPU layout per layer and K/V is [n_blocks][n_kv_heads][block_size][head_dim] with every
  * layer's K then V: element (block, head, off, d) at the same offset on both backends. */
 Test(cuda_host, kv_layout_matches_cpu)
 {
-    cuda_kv_layout l = {4, 3, 16, 16, 7};
+    cuda_kv_layout l = {4, 3, 16, 16, 7, 0};
     size_t plane = (size_t)l.n_blocks * l.n_kv_heads * l.block_size * l.head_dim;
     for (int layer = 0; layer < l.n_layers; layer++)
         for (int kind = 0; kind < 2; kind++) {

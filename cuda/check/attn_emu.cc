@@ -1,15 +1,20 @@
 /*
- * attn_emu.cc — runs the CUDA attention kernels (cuda/attn_kernels.h, the very source nvcc
- * compiles) on the CPU through cuda/check/emu_cuda.h, and compares them with a float64 paged
- * attention reference: decode, prefill chunks over cached prefixes, GQA groups, head sizes that
- * are not multiples of 32, split-K with its reduction kernel, and the per-layer parameters
- * (be_attn: scale, soft-cap, sliding window).
+ * attn_emu.cc — runs the CUDA attention kernels (cuda/attn_kernels.h) and the quantising K/V
+ * store (cuda/kv_kernels.h), the very source nvcc compiles, on the CPU through
+ * cuda/check/emu_cuda.h, and compares them with references: attention against float64 paged
+ * attention over the values the arena holds (decode, prefill chunks over cached prefixes, GQA
+ * groups, head sizes that are not multiples of 32, block sizes whose tiles are not 16-byte
+ * aligned, split-K with its reduction kernel, the per-layer parameters of be_attn (scale,
+ * soft-cap, sliding window); f32, int8 and e4m3 arenas), and the store's codes and scales
+ * against the codecs of cache/kv.h, byte for byte.
  *
  * It needs no GPU and no CUDA toolkit (only a C++17 compiler and POSIX threads), so machines
- * without a GPU can still check the kernels' indexing, masking and online-softmax merging.
- * Built and run by `scripts/gpu-check.sh --emulate`. Exit status 0 when every case is within
- * 1e-5 relative error. Launch planning (items, splits) uses the same cuda_common.h helpers as
- * the backend.
+ * without a GPU can still check the kernels' indexing, masking, dequantisation and
+ * online-softmax merging. Built and run by `scripts/gpu-check.sh --emulate` (every case) and by
+ * `make test` (`--quick`: a few small cases). Exit status 0 when every attention case is within
+ * 1e-5 relative error of float64 over the stored values (the kernel computes in f32; its
+ * products of dequantised values are as exact as those of an f32 arena) and every stored byte
+ * matches. Launch planning (items, splits) uses the same cuda_common.h helpers as the backend.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,12 +35,36 @@ float sm[1 << 18];
 
 /* One emulated launch: every thread walks all blocks of the grid in order. */
 struct emu_launch {
-    int kind; /* 0 attention, 1 split reduction */
+    int kind; /* 0 attention, 1 split reduction, 2 quantising store (one block per token row) */
+    int dtype; /* enum kv_dtype of the arena: KV_F32, KV_I8 or KV_FP8 */
     cuda__attn_args a;
-    const float *kp, *vp;
+    const void *kp, *vp;
     int n_heads, head_dim, splits;
+    /* store: rows [n_rows][n_kv_heads × head_dim] into slots[n_rows] of plane `plane` */
+    const float *rows;
+    const int32_t *slots;
+    void *plane;
+    cuda_kv_layout l;
 };
 static emu_launch emu_l;
+
+static void emu_block()
+{
+    const emu_launch &e = emu_l;
+    if (e.kind == 1) {
+        cuda__attn_reduce_k(e.a.part, e.a.out, e.n_heads, e.head_dim, e.splits);
+    } else if (e.kind == 2) {
+        const float *row = e.rows + (size_t)blockIdx.x * e.l.n_kv_heads * e.l.head_dim;
+        if (e.dtype == KV_I8) cuda__store_q_row(row, (int8_t *)e.plane, e.l, e.slots[blockIdx.x]);
+        else cuda__store_q_row(row, (uint8_t *)e.plane, e.l, e.slots[blockIdx.x]);
+    } else if (e.dtype == KV_I8) {
+        cuda__attn_k<int8_t>(e.a, (const int8_t *)e.kp, (const int8_t *)e.vp);
+    } else if (e.dtype == KV_FP8) {
+        cuda__attn_k<uint8_t>(e.a, (const uint8_t *)e.kp, (const uint8_t *)e.vp);
+    } else {
+        cuda__attn_k<float>(e.a, (const float *)e.kp, (const float *)e.vp);
+    }
+}
 
 static void *emu_thread(void *p)
 {
@@ -44,8 +73,7 @@ static void *emu_thread(void *p)
         for (unsigned y = 0; y < gridDim.y; y++)
             for (unsigned x = 0; x < gridDim.x; x++) {
                 blockIdx.x = x, blockIdx.y = y, blockIdx.z = z;
-                if (emu_l.kind == 0) cuda__attn_k<float>(emu_l.a, emu_l.kp, emu_l.vp);
-                else cuda__attn_reduce_k(emu_l.a.part, emu_l.a.out, emu_l.n_heads, emu_l.head_dim, emu_l.splits);
+                emu_block();
                 __syncthreads(); /* the block is over before its shared memory is reused */
             }
     return NULL;
@@ -82,16 +110,81 @@ static int emu_int(int lo, int hi)
 }
 
 struct emu_case {
-    int n_seqs, max_ctx, max_new, n_heads, n_kv_heads, head_dim, n_sm;
+    int n_seqs, max_ctx, max_new, n_heads, n_kv_heads, head_dim, n_sm, block_size, dtype;
     float softcap; /* 0: off */
     int window;    /* 0: full causal */
     float scale;   /* 0: 1/sqrt(head_dim) */
 };
 
+/* The value the arena holds at (kind, slot, head, e) of plane pair (kp, vp) of one layer. */
+static double emu_value(const std::vector<uint8_t> &arena, const cuda_kv_layout &l, int dtype, int kind,
+                        int32_t slot, int h, int e)
+{
+    int64_t i = cuda_kv_slot_index(&l, 0, kind, slot, h, e);
+    if (dtype == KV_F32) return ((const float *)arena.data())[i];
+    int32_t blk = slot / l.block_size;
+    double d = cuda_kv_load_scale(&arena[cuda_kv_scale_index(&l, 0, kind, blk, h, slot % l.block_size)]);
+    return d * (dtype == KV_I8 ? (double)(int8_t)arena[i] : (double)kv_e4m3_decode(arena[i]));
+}
+
+/* Host reference of the quantising store: codes and scale of one head vector x[head_dim]. */
+static int emu_store_matches(const std::vector<uint8_t> &arena, const cuda_kv_layout &l, int dtype, int kind,
+                             int32_t slot, int h, const float *x)
+{
+    float amax = 0, inv;
+    for (int e = 0; e < l.head_dim; e++) amax = std::max(amax, fabsf(x[e]));
+    uint16_t sc = cuda_kv_scale(dtype, amax, &inv);
+    int32_t blk = slot / l.block_size;
+    const uint8_t *sp = &arena[cuda_kv_scale_index(&l, 0, kind, blk, h, slot % l.block_size)];
+    if ((uint16_t)(sp[0] | (sp[1] << 8)) != sc) return 0;
+    for (int e = 0; e < l.head_dim; e++) {
+        uint8_t want = dtype == KV_I8 ? (uint8_t)kv_i8_encode(x[e], inv) : kv_e4m3_encode(x[e] * inv);
+        if (arena[cuda_kv_slot_index(&l, 0, kind, slot, h, e)] != want) return 0;
+    }
+    return 1;
+}
+
+/* Fills every slot of the arena (one layer): f32 values directly, quantised ones through the
+ * emulated store kernel from random rows whose heads have different magnitudes (one head of
+ * every tenth row all zero). Returns 0 when a stored byte differs from the host codecs. */
+static int emu_fill(std::vector<uint8_t> &arena, const cuda_kv_layout &l, int dtype)
+{
+    int64_t plane = cuda_kv_plane_elems(&l);
+    if (dtype == KV_F32) {
+        float *f = (float *)arena.data();
+        for (int64_t i = 0; i < 2 * plane; i++) f[i] = emu_unif();
+        return 1;
+    }
+    int n_slots = l.n_blocks * l.block_size, dim = l.n_kv_heads * l.head_dim;
+    std::vector<float> rows((size_t)n_slots * dim);
+    std::vector<int32_t> slots(n_slots);
+    for (int r = 0; r < n_slots; r++) {
+        slots[r] = r;
+        for (int h = 0; h < l.n_kv_heads; h++) {
+            float mag = r % 10 == 3 && h == 0 ? 0.0f : (float)exp(3.0 * emu_unif());
+            for (int e = 0; e < l.head_dim; e++) rows[(size_t)r * dim + h * l.head_dim + e] = mag * emu_unif();
+        }
+    }
+    emu_l.kind = 2, emu_l.dtype = dtype, emu_l.rows = rows.data(), emu_l.slots = slots.data(), emu_l.l = l;
+    dim3 g;
+    g.x = (unsigned)n_slots;
+    for (int kind = 0; kind < 2; kind++) {
+        emu_l.plane = arena.data() + kind * plane;
+        emu_run(g, 64); /* two warps: each takes every other kv head */
+        for (int r = 0; r < n_slots; r++)
+            for (int h = 0; h < l.n_kv_heads; h++)
+                if (!emu_store_matches(arena, l, dtype, kind, r, h, &rows[(size_t)r * dim + h * l.head_dim])) {
+                    printf("  store mismatch: %s kind %d slot %d head %d\n", kv_dtype_name(dtype), kind, r, h);
+                    return 0;
+                }
+    }
+    return 1;
+}
+
 /* Random paged KV (shuffled block tables), random queries; the kernel's output against float64. */
 static double emu_check(const emu_case &c, int *splits_out)
 {
-    const int bs = 16, gsize = c.n_heads / c.n_kv_heads, D = c.head_dim;
+    const int bs = c.block_size, gsize = c.n_heads / c.n_kv_heads, D = c.head_dim;
     std::vector<int32_t> ctx(c.n_seqs), n_new(c.n_seqs), q_start(c.n_seqs + 1);
     int stride = (c.max_ctx + bs - 1) / bs, n_blocks = c.n_seqs * stride + 3;
     std::vector<int32_t> perm(n_blocks), bt((size_t)c.n_seqs * stride);
@@ -106,11 +199,12 @@ static double emu_check(const emu_case &c, int *splits_out)
         for (int j = 0; j < (ctx[s] + bs - 1) / bs; j++) bt[(size_t)s * stride + j] = perm[k++];
     }
     q_start[c.n_seqs] = n;
-    cuda_kv_layout l = {1, c.n_kv_heads, D, bs, n_blocks};
-    std::vector<float> arena(cuda_kv_total_elems(&l));
-    for (auto &x : arena) x = emu_unif();
+    kv_geom geom = {1, c.n_kv_heads, D, bs, c.dtype};
+    cuda_kv_layout l = cuda_kv_layout_of(&geom, n_blocks);
+    std::vector<uint8_t> arena((size_t)cuda_kv_total_elems(&l) * kv_dtype_bytes(c.dtype));
+    if (!emu_fill(arena, l, c.dtype)) return INFINITY;
     std::vector<float> q((size_t)n * c.n_heads * D), out((size_t)n * c.n_heads * D, 1e30f);
-    for (auto &x : q) x = 2 * emu_unif();
+    for (auto &x : q) x = 2 * emu_unif() / (c.dtype == KV_F32 ? 1.0f : 8.0f); /* quantised K are larger */
 
     be_batch b;
     memset(&b, 0, sizeof b);
@@ -131,9 +225,12 @@ static double emu_check(const emu_case &c, int *splits_out)
     a.bt_stride = stride, a.block_size = bs, a.n_kv_heads = c.n_kv_heads, a.n_heads = c.n_heads;
     a.head_dim = D, a.gsize = gsize, a.splits = splits, a.part_keys = part;
     a.scale = c.scale > 0 ? c.scale : 1.0f / sqrtf((float)D), a.softcap = c.softcap, a.window = c.window;
+    a.tile_elems = (int32_t)cuda_kv_tile_elems(&l);
+    size_t es = kv_dtype_bytes(c.dtype);
     emu_l.kind = 0;
+    emu_l.dtype = c.dtype;
     emu_l.kp = arena.data();
-    emu_l.vp = arena.data() + cuda_kv_plane_elems(&l);
+    emu_l.vp = arena.data() + cuda_kv_plane_elems(&l) * es;
     dim3 g;
     g.x = (unsigned)splits, g.y = (unsigned)c.n_kv_heads, g.z = (unsigned)n_items;
     emu_run(g, CUDA_ATTN_THREADS);
@@ -159,7 +256,7 @@ static double emu_check(const emu_case &c, int *splits_out)
                     int32_t slot = cuda_kv_entry_slot(row, bs, j);
                     double d = 0;
                     for (int e = 0; e < D; e++)
-                        d += (double)q[((size_t)t * c.n_heads + h) * D + e] * arena[cuda_kv_slot_index(&l, 0, 0, slot, kvh, e)];
+                        d += (double)q[((size_t)t * c.n_heads + h) * D + e] * emu_value(arena, l, c.dtype, 0, slot, kvh, e);
                     sc[j] = d * (c.scale > 0 ? c.scale : 1.0 / sqrt((double)D));
                     if (c.softcap > 0) sc[j] = c.softcap * tanh(sc[j] / c.softcap);
                     mx = std::max(mx, sc[j]);
@@ -168,7 +265,7 @@ static double emu_check(const emu_case &c, int *splits_out)
                 for (int e = 0; e < D; e++) {
                     double o = 0;
                     for (int j = lo; j <= qp; j++)
-                        o += exp(sc[j] - mx) / z * arena[cuda_kv_slot_index(&l, 0, 1, cuda_kv_entry_slot(row, bs, j), kvh, e)];
+                        o += exp(sc[j] - mx) / z * emu_value(arena, l, c.dtype, 1, cuda_kv_entry_slot(row, bs, j), kvh, e);
                     double got = out[((size_t)t * c.n_heads + h) * D + e];
                     if (!(fabs(got) < 1e29)) return INFINITY; /* unwritten or NaN */
                     num += (got - o) * (got - o);
@@ -179,35 +276,47 @@ static double emu_check(const emu_case &c, int *splits_out)
     return sqrt(num / den);
 }
 
-int main()
+int main(int argc, char **argv)
 {
+    const int quick = argc > 1 && !strcmp(argv[1], "--quick");
     const emu_case cases[] = {
-        /* seqs, max ctx, max new, heads, kv heads, head_dim, SMs (small → split-K) */
-        {5, 90, 1, 8, 4, 8, 100, 0.0f, 0, 0.0f},     /* decode, stories260K's shape */
-        {2, 900, 1, 8, 2, 64, 100, 0.0f, 0, 0.0f},   /* long decode: split-K */
-        {3, 300, 70, 4, 4, 64, 100, 0.0f, 0, 0.0f},  /* prefill chunks over cached prefixes, MHA */
-        {6, 300, 40, 16, 2, 32, 2, 0.0f, 0, 0.0f},   /* mixed decode + prefill, GQA 8 */
-        {4, 200, 30, 32, 4, 16, 100, 0.0f, 0, 0.0f}, /* mixed, GQA 8, two tokens per tile */
-        {1, 1300, 1, 2, 1, 40, 64, 0.0f, 0, 0.0f},   /* head_dim not a multiple of 32, split-K */
-        {2, 600, 200, 2, 2, 8, 4, 0.0f, 0, 0.0f},    /* long prefill split across partitions */
-        {3, 129, 64, 64, 1, 8, 100, 0.0f, 0, 0.0f},  /* MQA: a group larger than the row target */
-        {3, 150, 20, 4, 2, 10, 100, 0.0f, 0, 0.0f},  /* head_dim not a multiple of 4: the scalar load path */
-        /* seqs, ctx, new, heads, kv, hd, SMs, soft-cap, window, scale */
-        {4, 300, 40, 8, 4, 64, 100, 20.0f, 16, 0.0f},  /* Gemma 2: soft-cap + window, prefill */
-        {2, 900, 1, 8, 2, 64, 100, 0.0f, 100, 0.0f},   /* window with split-K: empty partitions */
-        {3, 200, 70, 4, 2, 16, 4, 50.0f, 1, 0.3f},     /* window of 1, another scale */
-        {2, 600, 200, 2, 2, 8, 4, 0.0f, 37, 0.0f},     /* long prefill, window across tiles */
+        /* seqs, max ctx, max new, heads, kv heads, head_dim, SMs (small → split-K), block, KV,
+         * soft-cap, window, scale */
+        {5, 90, 1, 8, 4, 8, 100, 16, KV_F32, 0.0f, 0, 0.0f},     /* decode, stories260K's shape */
+        {2, 900, 1, 8, 2, 64, 100, 16, KV_F32, 0.0f, 0, 0.0f},   /* long decode: split-K */
+        {3, 300, 70, 4, 4, 64, 100, 16, KV_F32, 0.0f, 0, 0.0f},  /* prefill chunks over cached prefixes, MHA */
+        {6, 300, 40, 16, 2, 32, 2, 16, KV_F32, 0.0f, 0, 0.0f},   /* mixed decode + prefill, GQA 8 */
+        {4, 200, 30, 32, 4, 16, 100, 16, KV_F32, 0.0f, 0, 0.0f}, /* mixed, GQA 8, two tokens per tile */
+        {1, 1300, 1, 2, 1, 40, 64, 16, KV_F32, 0.0f, 0, 0.0f},   /* head_dim not a multiple of 32, split-K */
+        {2, 600, 200, 2, 2, 8, 4, 16, KV_F32, 0.0f, 0, 0.0f},    /* long prefill split across partitions */
+        {3, 129, 64, 64, 1, 8, 100, 16, KV_F32, 0.0f, 0, 0.0f},  /* MQA: a group larger than the row target */
+        {3, 150, 20, 4, 2, 10, 100, 16, KV_F32, 0.0f, 0, 0.0f},  /* head_dim not a multiple of 4: scalar loads */
+        {4, 300, 40, 8, 4, 64, 100, 16, KV_F32, 20.0f, 16, 0.0f}, /* Gemma 2: soft-cap + window, prefill */
+        {2, 900, 1, 8, 2, 64, 100, 16, KV_F32, 0.0f, 100, 0.0f},  /* window with split-K: empty partitions */
+        {3, 200, 70, 4, 2, 16, 4, 16, KV_F32, 50.0f, 1, 0.3f},    /* window of 1, another scale */
+        {2, 600, 200, 2, 2, 8, 4, 16, KV_F32, 0.0f, 37, 0.0f},    /* long prefill, window across tiles */
+        {4, 120, 20, 8, 2, 64, 100, 16, KV_I8, 0.0f, 0, 0.0f},    /* int8: 16-byte loads, scales per row */
+        {2, 1300, 1, 4, 2, 64, 64, 16, KV_I8, 0.0f, 0, 0.0f},     /* int8 decode, split-K */
+        {3, 90, 30, 8, 4, 8, 100, 16, KV_I8, 0.0f, 0, 0.0f},      /* int8, head_dim 8: the scalar load path */
+        {3, 100, 25, 4, 2, 64, 100, 5, KV_I8, 0.0f, 0, 0.0f},     /* int8, tiles not 16-byte aligned */
+        {4, 120, 20, 8, 2, 64, 100, 16, KV_FP8, 0.0f, 0, 0.0f},   /* e4m3 */
+        {2, 1300, 1, 4, 1, 32, 64, 8, KV_FP8, 0.0f, 0, 0.0f},     /* e4m3 decode, split-K, MQA */
+        {3, 90, 30, 8, 4, 10, 100, 3, KV_FP8, 20.0f, 40, 0.0f},   /* e4m3, scalar path, odd block, window */
     };
-    printf("attention kernels under CPU emulation vs float64 (seed %#llx)\n", (unsigned long long)emu_rs);
-    int bad = 0;
-    for (const emu_case &c : cases) {
+    /* --quick (make test): one case of each load path and arena type, in a few seconds */
+    const int quick_cases[] = {0, 11, 13, 15, 16, 18, 19};
+    printf("attention kernels under CPU emulation vs float64 (seed %#llx)%s\n", (unsigned long long)emu_rs,
+           quick ? ", quick" : "");
+    int bad = 0, n_cases = quick ? (int)(sizeof quick_cases / sizeof quick_cases[0]) : (int)(sizeof cases / sizeof cases[0]);
+    for (int k = 0; k < n_cases; k++) {
+        const emu_case &c = cases[quick ? quick_cases[k] : k];
         int splits = 0;
         double e = emu_check(c, &splits);
         int ok = e < 1e-5;
         bad += !ok;
-        printf("  seqs %d ctx<=%d new<=%d heads %d/%d hd %d cap %g window %d: splits %d, rel err %.2e %s\n",
-               c.n_seqs, c.max_ctx, c.max_new, c.n_heads, c.n_kv_heads, c.head_dim, (double)c.softcap, c.window,
-               splits, e, ok ? "ok" : "FAIL");
+        printf("  %-4s seqs %d ctx<=%d new<=%d heads %d/%d hd %d block %d cap %g window %d: splits %d, "
+               "rel err %.2e %s\n", kv_dtype_name(c.dtype), c.n_seqs, c.max_ctx, c.max_new, c.n_heads, c.n_kv_heads,
+               c.head_dim, c.block_size, (double)c.softcap, c.window, splits, e, ok ? "ok" : "FAIL");
     }
     return bad ? 1 : 0;
 }

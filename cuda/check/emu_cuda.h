@@ -55,7 +55,8 @@ static inline float __shfl_xor_sync(unsigned mask, float v, int o)
 #define __expf expf
 using std::min;
 
-/* 16-bit KV types are not emulated: the emulation checks the f32-KV instantiation. */
+/* 16-bit KV types are not emulated: the emulation checks the f32, int8 and e4m3 instantiations
+ * (whose scales are read and written through cuda_common.h's software f16 conversions). */
 struct __half {
     uint16_t x;
 };
@@ -70,6 +71,9 @@ struct float4 {
 };
 struct uint4 {
     unsigned x, y, z, w;
+};
+struct int4 {
+    int x, y, z, w;
 };
 struct __half2 {
     uint32_t x;

@@ -543,6 +543,40 @@ static kc_result kc_check_attention(kc_ctx *c, const kc_attn_case *ac)
 }
 
 /* store_kv (exact after rounding to the KV type), the fused RoPE + store, and kv_copy_block. */
+/* One token's K or V row [H][D] as a cache of kv_dtype holds it: rounded to f16 / bf16, or
+ * quantised per head vector by the rule of cache/kv.h (the f16 scale rounded up, int8 or e4m3
+ * codes). */
+static void kc_kv_round(int kv_dtype, const float *src, int H, int D, float *dst)
+{
+    for (int h = 0; h < H; h++) {
+        const float *x = src + (size_t)h * D;
+        float *y = dst + (size_t)h * D, amax = 0, inv;
+        for (int e = 0; e < D; e++) amax = fmaxf(amax, fabsf(x[e]));
+        float d = cuda_f16_to_f32(cuda_kv_scale(kv_dtype, amax, &inv));
+        for (int e = 0; e < D; e++)
+            y[e] = kv_dtype == KV_F32    ? x[e]
+                   : kv_dtype == KV_BF16 ? dt_bf16_to_f32(dt_f32_to_bf16(x[e]))
+                   : kv_dtype == KV_I8   ? d * (float)kv_i8_encode(x[e], inv)
+                   : kv_dtype == KV_FP8  ? d * kv_e4m3_decode(kv_e4m3_encode(x[e] * inv))
+                                         : dt_f16_to_f32(dt_f32_to_f16(x[e]));
+    }
+}
+
+/* Relative error bound of a whole row after kc_kv_round, from the formats: half an ulp of f16
+ * (2^-11) or bf16 (2^-8) per element; int8 d / 2 per element with d ≤ amax / 127 × (1 + 2^-10),
+ * so ‖err‖ ≤ √D × amax / 254 × (1 + 2^-10) ≤ √D / 254 × 1.001 × ‖x‖; e4m3 2^-4 relative per
+ * element plus √D × 2^-10 × d ≤ √D × 2^-10 / 448 × 1.001 × ‖x‖. */
+static double kc_kv_round_bound(int kv_dtype, int D)
+{
+    switch (kv_dtype) {
+    case KV_F32: return 0;
+    case KV_BF16: return 1.0 / 256;
+    case KV_I8: return sqrt((double)D) / 254 * 1.001;
+    case KV_FP8: return 1.0 / 16 + sqrt((double)D) / 1024 / 448 * 1.001;
+    default: return 1.0 / 2048;
+    }
+}
+
 static kc_result kc_check_store_kv(kc_ctx *c, int kv_dtype)
 {
     char name[48];
@@ -576,13 +610,10 @@ static kc_result kc_check_store_kv(kc_ctx *c, int kv_dtype)
     for (int i = 0; i < n && worst == 0; i++)
         for (int kind = 0; kind < 2; kind++) {
             if (cuda_kv_read(c->gpu, 2, kind, kb.slots[i], row)) worst = INFINITY;
-            const float *src = (kind ? v : k) + (size_t)i * kv_dim;
-            for (int e = 0; e < kv_dim; e++) {
-                float want = kv_dtype == KV_F32 ? src[e]
-                             : kv_dtype == KV_BF16 ? dt_bf16_to_f32(dt_f32_to_bf16(src[e]))
-                                                   : dt_f16_to_f32(dt_f32_to_f16(src[e]));
-                if (row[e] != want) worst = INFINITY;
-            }
+            float want[1024];
+            kc_kv_round(kv_dtype, (kind ? v : k) + (size_t)i * kv_dim, H, D, want);
+            for (int e = 0; e < kv_dim; e++)
+                if (row[e] != want[e]) worst = INFINITY;
         }
     /* kv_copy_block: the block of token 0's slot, copied into a block nobody wrote */
     int32_t src_blk = kb.slots[0] / bs, dst_blk = -1;
@@ -617,8 +648,7 @@ static kc_result kc_check_store_kv(kc_ctx *c, int kv_dtype)
         float *stored = malloc(nk * 4);
         for (int i = 0; i < n; i++) cuda_kv_read(c->gpu, 0, 0, kb.slots[i], stored + (size_t)i * kv_dim);
         e = kc_relerr(stored, kroped, nk);
-        double round = kv_dtype == KV_F32 ? 0 : kv_dtype == KV_BF16 ? 4e-3 : 5e-4;
-        if (e > 1e-6 + round) worst = INFINITY;
+        if (e > 1e-6 + kc_kv_round_bound(kv_dtype, D)) worst = INFINITY;
         free(stored);
     } else {
         worst = INFINITY;
