@@ -1,10 +1,12 @@
 /*
  * sampler.c — one row of logits → one token, following the order documented in sampler.h:
  *
- *   allowed_token_ids / bad_words masks (-inf) → logit_bias → repetition (prompt + output, each distinct token once; HF rule: positive logits
- *   are divided by the penalty, negative ones multiplied) → presence / frequency (OpenAI rule,
- *   output tokens only: l -= frequency × count + presence × [count > 0]) → min_tokens (eog and
- *   stop ids set to -inf) → greedy argmax (lowest id on ties) when temperature == 0 → temperature →
+ *   grammar mask (smp_sample_masked) and allowed_token_ids / bad_words masks (-inf) →
+ *   logit_bias → repetition (prompt + output, each distinct token once; HF rule: positive
+ *   logits are divided by the penalty, negative ones multiplied) → presence / frequency (OpenAI
+ *   rule, output tokens only: l -= frequency × count + presence × [count > 0]) → min_tokens (eog
+ *   and stop ids set to -inf, unless the grammar allows nothing else) → greedy argmax (lowest id
+ *   on ties) when temperature == 0 → temperature →
  *   top_k → top_p → min_p → one uniform draw from the renormalised survivors.
  *
  * The filters work on a candidate list sorted by (logit desc, id asc), so ties and the draw are
@@ -193,9 +195,9 @@ static void smp__mask(const smp_params *p, float *l, int n, const smp_history *h
     }
 }
 
-/* The masks, logit_bias, penalties and the min_tokens ban, in place. */
+/* The masks, logit_bias, penalties and (when ban_eog) the min_tokens ban, in place. */
 static void smp__adjust(const smp_params *p, float *l, int n, const smp_history *h,
-                        const int32_t *eog, int n_eog)
+                        const int32_t *eog, int n_eog, int ban_eog)
 {
     smp__mask(p, l, n, h);
     for (int i = 0; i < p->n_logit_bias; i++)
@@ -227,7 +229,7 @@ static void smp__adjust(const smp_params *p, float *l, int n, const smp_history 
             free(seen);
         }
     }
-    if (h && h->n_output < p->min_tokens) {
+    if (ban_eog && h && h->n_output < p->min_tokens) {
         for (int i = 0; i < n_eog; i++)
             if (eog[i] >= 0 && eog[i] < n) l[eog[i]] = -INFINITY;
         for (int i = 0; i < p->n_stop_ids; i++)
@@ -370,28 +372,71 @@ void smp_score(const float *logits, int n_vocab, int32_t token, int n_top, smp_r
     out->rank = rank;
 }
 
+static inline int smp__allowed(const uint32_t *allow, int32_t id)
+{
+    return (allow[id >> 5] >> (id & 31)) & 1;
+}
+
+/* Masks logits outside allow; returns 1 when a token other than an eog id stays allowed. */
+static int smp__apply_mask(float *l, int n, const uint32_t *allow, const int32_t *eog, int n_eog)
+{
+    int other = 0;
+    for (int i = 0; i < n; i++) {
+        if (!smp__allowed(allow, i)) {
+            l[i] = -INFINITY;
+            continue;
+        }
+        int is_eog = 0;
+        for (int k = 0; k < n_eog && !is_eog; k++) is_eog = eog[k] == i;
+        other |= !is_eog;
+    }
+    return other;
+}
+
+/* The allowed token with the best raw logit (NaN never wins), or fallback when none is. */
+static int32_t smp__best_allowed(const float *raw, int n, const uint32_t *allow, int32_t fallback)
+{
+    int32_t best = -1;
+    for (int i = 0; i < n; i++)
+        if (smp__allowed(allow, i) && (best < 0 || raw[i] > raw[best] || (raw[best] != raw[best] && raw[i] == raw[i])))
+            best = i;
+    return best >= 0 ? best : fallback;
+}
+
 /* See sampler.h. logprob fields are filled only when p->n_logprobs ≥ 0 (else logprob = 0 and
  * n_top = 0). */
-void smp_sample(const smp_params *p, smp_rng *rng, float *logits, int n_vocab, const smp_history *h,
-                const int32_t *eog_ids, int n_eog, smp_result *out)
+void smp_sample_masked(const smp_params *p, smp_rng *rng, float *logits, int n_vocab,
+                       const smp_history *h, const int32_t *eog_ids, int n_eog,
+                       const uint32_t *allow, smp_result *out)
 {
     out->n_top = 0;
     out->rank = 0;
     out->logprob = 0.0f;
     float *raw = NULL;
     double lse = 0.0;
-    if (p->n_logprobs >= 0) {
-        int n_top = p->n_logprobs < SMP_MAX_LOGPROBS ? p->n_logprobs : SMP_MAX_LOGPROBS;
-        lse = smp__raw_stats(logits, n_vocab, out, n_top);
+    if (p->n_logprobs >= 0 || allow) {
+        if (p->n_logprobs >= 0) {
+            int n_top = p->n_logprobs < SMP_MAX_LOGPROBS ? p->n_logprobs : SMP_MAX_LOGPROBS;
+            lse = smp__raw_stats(logits, n_vocab, out, n_top);
+        }
         raw = malloc((size_t)n_vocab * sizeof *raw);
         if (raw) memcpy(raw, logits, (size_t)n_vocab * sizeof *raw);
     }
-    smp__adjust(p, logits, n_vocab, h, eog_ids, n_eog);
+    int ban_eog = allow ? smp__apply_mask(logits, n_vocab, allow, eog_ids, n_eog) : 1;
+    smp__adjust(p, logits, n_vocab, h, eog_ids, n_eog, ban_eog);
     int32_t tok =
         p->temperature <= 0.0f ? smp__argmax(logits, n_vocab) : smp__draw(p, rng, logits, n_vocab);
+    if (allow && !smp__allowed(allow, tok)) /* nothing allowed was drawable (-inf or NaN) */
+        tok = raw ? smp__best_allowed(raw, n_vocab, allow, tok) : tok;
     out->token = tok;
     if (p->n_logprobs >= 0 && raw) {
         out->logprob = (float)(raw[tok] - lse);
     }
     free(raw);
+}
+
+void smp_sample(const smp_params *p, smp_rng *rng, float *logits, int n_vocab, const smp_history *h,
+                const int32_t *eog_ids, int n_eog, smp_result *out)
+{
+    smp_sample_masked(p, rng, logits, n_vocab, h, eog_ids, n_eog, NULL, out);
 }

@@ -1,9 +1,11 @@
 /*
  * sampler.h — from one row of logits to one token, per request parameters.
  *
- * Order (as vLLM / llama.cpp): allowed_token_ids and bad_words masks → logit_bias →
- * repetition/presence/frequency penalties → min_tokens (end-of-generation and stop token ids
- * banned) → greedy if temperature == 0 → temperature → top_k → top_p → min_p → draw. Log-probabilities reported to clients are of the model's raw distribution
+ * Order (as vLLM / llama.cpp): grammar mask (smp_sample_masked), allowed_token_ids and
+ * bad_words masks → logit_bias → repetition/presence/frequency penalties → min_tokens
+ * (end-of-generation and stop token ids banned) → greedy if temperature == 0 → temperature →
+ * top_k → top_p → min_p → draw. Log-probabilities reported to clients are of the model's raw
+ * distribution
  * (log_softmax of the unmodified logits), as vLLM reports them.
  *
  * PRNG: each sequence owns a xoshiro256** state seeded through splitmix64 from the request's seed
@@ -90,5 +92,15 @@ void smp_score(const float *logits, int n_vocab, int32_t token, int n_top, smp_r
  * banned while n_output < min_tokens. Fills *out; always succeeds. */
 void smp_sample(const smp_params *p, smp_rng *rng, float *logits, int n_vocab,
                 const smp_history *h, const int32_t *eog_ids, int n_eog, smp_result *out);
+
+/* smp_sample under a token mask (a grammar's, engine/grammar.h layout: bit id % 32 of word
+ * id / 32 is token id; NULL: no mask). Tokens outside it are set to -inf before logit_bias,
+ * the penalties and every filter, so they can never be drawn; when the mask allows nothing but
+ * end-of-generation ids, min_tokens does not ban them (the output is complete). Reported
+ * log-probabilities stay those of the raw distribution. When every allowed token is -inf or
+ * NaN, the allowed token with the best raw logit is returned. */
+void smp_sample_masked(const smp_params *p, smp_rng *rng, float *logits, int n_vocab,
+                       const smp_history *h, const int32_t *eog_ids, int n_eog,
+                       const uint32_t *allow, smp_result *out);
 
 #endif

@@ -441,3 +441,79 @@ Test(sampler, params_copy_and_free)
     cr_assert_eq(b.n_bad, 0);
     cr_assert_eq(ids[1], 4);
 }
+
+/* ---- grammar masks (smp_sample_masked) ------------------------------------------------------ */
+
+Test(sampler, mask_is_absolute)
+{
+    /* Token 0 has by far the best logit and a +100 bias; masked, it is never drawn under any
+     * filter setting, and the survivors keep their relative odds. */
+    float base[8] = {20.0f, 1.0f, 0.5f, 3.0f, -1.0f, 2.0f, 0.0f, 4.0f};
+    uint32_t allow = (1u << 1) | (1u << 2) | (1u << 5);
+    int32_t bias_id = 0;
+    float bias = 100.0f;
+    smp_params p;
+    smp_params_default(&p);
+    p.n_logit_bias = 1;
+    p.bias_ids = &bias_id;
+    p.bias_vals = &bias;
+    p.temperature = 2.0f;
+    smp_rng r;
+    smp_rng_seed(&r, 99);
+    int counts[8] = {0};
+    for (int i = 0; i < 3000; i++) {
+        float l[8];
+        memcpy(l, base, sizeof l);
+        p.top_k = i % 3 == 0 ? 2 : 0;
+        p.top_p = i % 3 == 1 ? 0.9f : 1.0f;
+        p.min_p = i % 3 == 2 ? 0.05f : 0.0f;
+        smp_result res;
+        smp_sample_masked(&p, &r, l, 8, NULL, NULL, 0, &allow, &res);
+        cr_assert((allow >> res.token) & 1, "masked token %d drawn", res.token);
+        counts[res.token]++;
+    }
+    cr_assert(counts[5] > counts[1] && counts[1] > 0, "allowed tokens keep their order of odds");
+    /* greedy picks the best allowed token */
+    float l[8];
+    memcpy(l, base, sizeof l);
+    p.temperature = 0.0f;
+    smp_result res;
+    smp_sample_masked(&p, &r, l, 8, NULL, NULL, 0, &allow, &res);
+    cr_assert_eq(res.token, 5);
+}
+
+Test(sampler, mask_logprobs_raw_and_eog_when_complete)
+{
+    float base[4] = {2.0f, 1.0f, 0.0f, -1.0f};
+    smp_params p;
+    smp_params_default(&p);
+    p.n_logprobs = 2;
+    p.min_tokens = 10;
+    int32_t eog = 3;
+    int32_t out_ids[1] = {1};
+    smp_history h = {NULL, 0, out_ids, 1};
+    smp_rng r;
+    smp_rng_seed(&r, 1);
+    /* only the eog id is allowed: min_tokens yields to the grammar (the output is complete) */
+    uint32_t allow = 1u << 3;
+    float l[4];
+    memcpy(l, base, sizeof l);
+    smp_result res;
+    smp_sample_masked(&p, &r, l, 4, &h, &eog, 1, &allow, &res);
+    cr_assert_eq(res.token, 3);
+    double lse = log(exp(2.0) + exp(1.0) + exp(0.0) + exp(-1.0));
+    cr_assert_float_eq(res.logprob, -1.0 - lse, 1e-5, "log-prob of the raw distribution");
+    cr_assert_eq(res.top_ids[0], 0, "alternatives are the raw distribution's");
+    /* with another token allowed, min_tokens bans eog as usual */
+    allow = (1u << 3) | (1u << 2);
+    memcpy(l, base, sizeof l);
+    smp_sample_masked(&p, &r, l, 4, &h, &eog, 1, &allow, &res);
+    cr_assert_eq(res.token, 2);
+    /* every allowed logit NaN: still an allowed token */
+    float nanl[4] = {5.0f, NAN, NAN, 1.0f};
+    allow = (1u << 1) | (1u << 2);
+    p.temperature = 1.0f;
+    p.min_tokens = 0;
+    smp_sample_masked(&p, &r, nanl, 4, NULL, NULL, 0, &allow, &res);
+    cr_assert(res.token == 1 || res.token == 2);
+}
