@@ -48,6 +48,7 @@ struct engine {
     int n_ctx, n_vocab;
     const int32_t *eog;
     int n_eog;
+    gr_vocab *gvoc;         /* the vocabulary as grammars see it, built at the first constrained request */
     pthread_t thread;
     int thread_started;
 
@@ -106,6 +107,7 @@ static void eng__free_request_arrays(engine_request *r)
     smp_params_free_arrays(&r->sampling);
     for (int i = 0; r->stop && i < r->n_stop; i++) free(r->stop[i]);
     free(r->stop);
+    gr_unref(r->grammar);
 }
 
 static void eng__req_free(eng_req *q)
@@ -264,6 +266,18 @@ static void eng__intake(engine *e, eng_req *q, eng_evlist *out)
     s->plp_top = q->r.prompt_top >= 0 ? q->r.prompt_top : q->r.sampling.n_logprobs;
     s->sp = q->r.sampling;
     smp_rng_seed(&s->rng, s->sp.seed);
+    if (q->r.grammar) {
+        if (!e->gvoc && !(e->gvoc = gr_vocab_create(e->cfg.tok, e->n_vocab))) {
+            seq_destroy(s);
+            q->seqs[0] = NULL;
+            goto fail;
+        }
+        if (!(s->gm = gr_matcher_create(q->r.grammar, e->gvoc))) {
+            seq_destroy(s);
+            q->seqs[0] = NULL;
+            goto fail;
+        }
+    }
     s->arrival_us = q->arrival_us;
     if (sched_add(e->sc, s)) {
         q->seqs[0] = NULL;
@@ -324,7 +338,8 @@ static void eng__on_sample(engine *e, const sched_sample *sm, eng_evlist *out)
     size_t dl = 0;
     /* A stop token's own text is cut, as a stop string is, unless include_stop_str. */
     int cut = s->stop_token >= 0 && !q->r.include_stop_str;
-    int rc = cut ? 0 : detok_push(&q->dt[idx], sm->r.token, &d, &dl);
+    int halt = sm->kind == SCHED_HALT; /* finished without a token */
+    int rc = cut || halt ? 0 : detok_push(&q->dt[idx], sm->r.token, &d, &dl);
     int finish = s->finish;
     if (rc == 1) {
         finish = ENGINE_FINISH_STOP;
@@ -342,7 +357,7 @@ static void eng__on_sample(engine *e, const sched_sample *sm, eng_evlist *out)
             }
         }
     }
-    engine_event *ev = eng__event(q, idx, text ? text : "", tl, &sm->r, finish);
+    engine_event *ev = eng__event(q, idx, text ? text : "", tl, halt ? NULL : &sm->r, finish);
     if (ev && finish == ENGINE_FINISH_STOP) {
         ev->stop_str = rc == 1 ? q->dt[idx].matched : -1;
         ev->stop_token = rc == 1 ? -1 : s->stop_token;
@@ -436,6 +451,8 @@ static void eng__update_stats(engine *e)
     st->prompt_tokens = e->prompt_tokens_done;
     st->generation_tokens = ss.generated;
     st->steps = ss.steps;
+    st->grammar_masks = ss.grammar_masks;
+    st->grammar_mask_us = ss.grammar_mask_us;
     st->max_seqs = e->cfg.max_seqs;
     st->max_batch_tokens = e->cfg.max_batch_tokens;
     e->queued_waiting = sched_num_waiting(e->sc);
@@ -726,6 +743,7 @@ void engine_destroy(engine *e, int drain)
     }
     free(e->cancels);
     sched_destroy(e->sc);
+    gr_vocab_destroy(e->gvoc);
     fwd_destroy(e->f);
     be_destroy(e->be);
     pthread_mutex_destroy(&e->mu);

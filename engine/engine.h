@@ -19,6 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "engine/grammar.h"
 #include "engine/model.h"
 #include "engine/sampler.h"
 #include "engine/tokenizer.h"
@@ -94,6 +95,10 @@ typedef struct engine_request {
                                   computed in full (no prefix-cache reuse); max_tokens may then be 0 */
     int prompt_top;            /* alternatives per scored prompt token (0 .. SMP_MAX_LOGPROBS);
                                   < 0: sampling.n_logprobs */
+    gr_grammar *grammar;       /* structured output: every choice's text must be a sentence of it
+                                  (each choice its own matcher; end-of-generation only when
+                                  complete); NULL: unconstrained. A reference the engine owns
+                                  after submit (released with the request) */
 } engine_request;
 
 typedef struct engine_usage {
@@ -182,6 +187,8 @@ typedef struct engine_stats {
     int64_t steps;
     uint64_t iter_tokens[ENGINE_ITER_BUCKETS + 1]; /* steps by tokens computed */
     int64_t iter_tokens_sum;       /* tokens computed over all steps */
+    int64_t grammar_masks;         /* token masks computed for constrained sequences */
+    int64_t grammar_mask_us;       /* microseconds spent on them (engine thread) */
     int max_seqs;                  /* the running cap in effect (defaults resolved per device) */
     int max_batch_tokens;          /* the step token budget in effect */
 } engine_stats;

@@ -44,6 +44,7 @@ struct sched {
     float *logits;           /* [sched_max_logits(max_seqs)][n_vocab] */
     int lp_left;             /* prompt log-prob rows still free in the step being planned */
     float *scratch;          /* [n_vocab] sampler scratch */
+    uint32_t *mask;          /* [GR_MASK_WORDS(n_vocab)] grammar mask, from the first constrained sample */
     sched_sample *samples;   /* [cap_samples] */
     int cap_samples;
     int32_t *match_buf;      /* [max_blocks] rdx_match output */
@@ -111,6 +112,7 @@ void sched_destroy(sched *sc)
     free(sc->plan);
     free(sc->logits);
     free(sc->scratch);
+    free(sc->mask);
     free(sc->samples);
     free(sc->match_buf);
     free(sc->lpm_len);
@@ -456,13 +458,42 @@ static int sched__add_sample(sched *sc, int *n, seq *s, const smp_result *r, int
     return 0;
 }
 
-/* Samples one token for s from a logits row and applies the stop rules. */
+/* The grammar's mask for s's next token into sc->mask; returns the allowed count or -ENOMEM. */
+static int sched__mask(sched *sc, seq *s)
+{
+    if (!sc->mask && !(sc->mask = malloc(GR_MASK_WORDS(sc->c.n_vocab) * sizeof *sc->mask))) return -ENOMEM;
+    int64_t t0 = engine_now_us();
+    int n = gr_matcher_fill_mask(s->gm, sc->mask);
+    sc->st.grammar_masks++;
+    sc->st.grammar_mask_us += engine_now_us() - t0;
+    return n;
+}
+
+/* Ends s without a token (its grammar allows none, or rejected what was drawn). */
+static int sched__halt(sched *sc, seq *s, int finish, int *n_out)
+{
+    smp_result none = {0};
+    s->finish = finish;
+    return sched__add_sample(sc, n_out, s, &none, SCHED_HALT, 0);
+}
+
+/* Samples one token for s from a logits row (under its grammar's mask when constrained) and
+ * applies the stop rules. */
 static int sched__sample(sched *sc, seq *s, const float *row, int *n_out)
 {
     smp_result r;
     memcpy(sc->scratch, row, (size_t)sc->c.n_vocab * sizeof(float));
     smp_history h = {s->tokens, s->n_prompt, s->tokens + s->n_prompt, seq_n_output(s)};
-    smp_sample(&s->sp, &s->rng, sc->scratch, sc->c.n_vocab, &h, sc->c.eog_ids, sc->c.n_eog, &r);
+    const uint32_t *allow = NULL;
+    if (s->gm) {
+        int n = sched__mask(sc, s);
+        if (n < 0) return n;
+        if (n == 0)
+            return sched__halt(sc, s, gr_matcher_is_accepting(s->gm) ? ENGINE_FINISH_STOP : ENGINE_FINISH_LENGTH, n_out);
+        allow = sc->mask;
+    }
+    smp_sample_masked(&s->sp, &s->rng, sc->scratch, sc->c.n_vocab, &h, sc->c.eog_ids, sc->c.n_eog, allow, &r);
+    if (s->gm && gr_matcher_accept(s->gm, r.token)) return sched__halt(sc, s, ENGINE_FINISH_ERROR, n_out);
     if (seq_append(s, r.token)) return -ENOMEM;
     s->cum_logprob += r.logprob;
     if (!s->first_token_us) s->first_token_us = engine_now_us();

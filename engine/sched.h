@@ -68,6 +68,8 @@ enum sched_sample_kind {
     SCHED_TOKEN = 0,  /* r: a sampled token */
     SCHED_PROMPT,     /* r: prompt token `pos` scored (logprob NaN for pos 0, which has none) */
     SCHED_END,        /* the sequence finished without a token (max_tokens 0 after scoring) */
+    SCHED_HALT,       /* one choice finished without a token: its grammar allows none (the
+                         vocabulary cannot continue it); s->finish says stop or length */
 };
 
 /* One result of a step for one sequence, produced by sched_step. */
@@ -86,6 +88,8 @@ typedef struct sched_stats {
     int64_t preemptions;
     int64_t generated;        /* tokens sampled */
     int64_t step_tokens;      /* tokens computed in total */
+    int64_t grammar_masks;    /* token masks computed for constrained sequences */
+    int64_t grammar_mask_us;  /* time spent computing them */
 } sched_stats;
 
 typedef struct sched sched;

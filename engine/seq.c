@@ -34,6 +34,7 @@ void seq_destroy(seq *s)
     if (!s) return;
     free(s->tokens);
     free(s->block_table);
+    gr_matcher_destroy(s->gm);
     free(s);
 }
 
@@ -71,7 +72,10 @@ seq *seq_clone(const seq *s)
     c->block_table = NULL;
     c->bt_cap = 0;
     c->n_blocks = 0;
-    if (!c->tokens) {
+    c->gm = s->gm ? gr_matcher_clone(s->gm) : NULL;
+    if (!c->tokens || (s->gm && !c->gm)) {
+        free(c->tokens);
+        gr_matcher_destroy(c->gm);
         free(c);
         return NULL;
     }

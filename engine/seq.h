@@ -22,6 +22,7 @@
 
 #include <stdint.h>
 
+#include "engine/grammar.h"
 #include "engine/sampler.h"
 
 enum seq_status { SEQ_WAITING = 0, SEQ_RUNNING = 1, SEQ_FINISHED = 2 };
@@ -46,6 +47,9 @@ typedef struct seq {
 
     smp_params sp;          /* sampling parameters (arrays borrowed from the request) */
     smp_rng rng;            /* this choice's random stream; survives preemption */
+    gr_matcher *gm;         /* owned grammar state (structured output), NULL when unconstrained;
+                               it advances only with sampled tokens, so preemption (which only
+                               recomputes K/V) leaves it as it is */
 
     int status;             /* enum seq_status */
     int finish;             /* enum engine_finish once decided, else 0 */
@@ -77,8 +81,9 @@ static inline int seq_n_output(const seq *s)
     return s->n_tokens - s->n_prompt;
 }
 
-/* A copy of s (tokens, computed count, parameters, timestamps) that shares none of its blocks:
- * the caller fills the child's block table. NULL on -ENOMEM. */
+/* A copy of s (tokens, computed count, parameters, timestamps, its own copy of the grammar
+ * state) that shares none of its blocks: the caller fills the child's block table. NULL on
+ * -ENOMEM. */
 seq *seq_clone(const seq *s);
 
 #endif

@@ -165,6 +165,10 @@ static void ts_env_fini(ts_env *e)
     free(e->f.kv_pos);
 }
 
+/* When set, sequences are constrained by this grammar over ts_gv (the reference too). */
+static gr_grammar *ts_gr;
+static gr_vocab *ts_gv;
+
 static seq *ts_seq(const int32_t *prompt, int n_prompt, int max_tokens, float temp, uint64_t seed)
 {
     seq *s = seq_create(prompt, n_prompt, max_tokens);
@@ -174,6 +178,7 @@ static seq *ts_seq(const int32_t *prompt, int n_prompt, int max_tokens, float te
     s->sp.seed = seed;
     s->sp.has_seed = 1;
     smp_rng_seed(&s->rng, seed);
+    if (ts_gr) cr_assert_not_null(s->gm = gr_matcher_create(ts_gr, ts_gv));
     return s;
 }
 
@@ -191,6 +196,8 @@ static int ts_reference(const ts_fake *f, const int32_t *prompt, int n_prompt, i
     smp_rng rng;
     smp_rng_seed(&rng, seed);
     int32_t eog = TS_EOG;
+    gr_matcher *m = ts_gr ? gr_matcher_create(ts_gr, ts_gv) : NULL;
+    uint32_t mask[GR_MASK_WORDS(TS_VOCAB)];
     while (n_out < max_tokens && n < 256) {
         uint64_t h = 0;
         for (int k = 0; k < n; k++) h = ts_hash_step(h, toks[k], k);
@@ -198,11 +205,14 @@ static int ts_reference(const ts_fake *f, const int32_t *prompt, int n_prompt, i
         ts_logits(f, h, lg);
         smp_history hist = {toks, n_prompt, toks + n_prompt, n_out};
         smp_result r;
-        smp_sample(&p, &rng, lg, TS_VOCAB, &hist, &eog, 1, &r);
+        if (m && gr_matcher_fill_mask(m, mask) == 0) break;
+        smp_sample_masked(&p, &rng, lg, TS_VOCAB, &hist, &eog, 1, m ? mask : NULL, &r);
+        if (m) cr_assert_eq(gr_matcher_accept(m, r.token), 0);
         toks[n++] = r.token;
         out[n_out++] = r.token;
         if (r.token == TS_EOG && !ignore_eos) break;
     }
+    gr_matcher_destroy(m);
     return n_out;
 }
 
@@ -298,6 +308,8 @@ Test(sched, chunked_prefill_splits_and_decode_priority)
     ts_env_fini(&e);
 }
 
+static void ts_expect_grammar(const seq *s);
+
 /* Runs n requests through a pool of n_blocks and checks every output against the reference. */
 static void ts_workload(int n_blocks, int max_seqs, int budget, int prefix, int n, uint64_t seed,
                         int64_t *preempt_out)
@@ -317,6 +329,7 @@ static void ts_workload(int n_blocks, int max_seqs, int budget, int prefix, int 
     ts_drain(&e);
     for (int i = 0; i < n; i++) {
         ts_expect(&e.f, s[i], 0);
+        if (ts_gr) ts_expect_grammar(s[i]);
         seq_destroy(s[i]);
     }
     sched_stats st;
@@ -707,4 +720,95 @@ Test(sched, lpm_aging_bounds_the_wait)
     seq_destroy(cold);
     for (int i = 0; i < 6; i++) seq_destroy(hot[i]);
     ts_env_fini(&e);
+}
+
+/* ---- structured output ----------------------------------------------------------------------- */
+
+/* Token v ≥ 3 spells one or two characters of "(),0123456789"; 0..2 are special (2 = eog). */
+static void ts_grammar_setup(const char *gbnf)
+{
+    static const char alpha[] = "(),0123456789";
+    char *bytes[TS_VOCAB] = {0};
+    int lens[TS_VOCAB] = {0};
+    char buf[TS_VOCAB][3];
+    for (int v = 3; v < TS_VOCAB; v++) {
+        int k = v - 3, na = (int)sizeof alpha - 1;
+        if (k < na) {
+            buf[v][0] = alpha[k];
+            lens[v] = 1;
+        } else {
+            buf[v][0] = alpha[(k * 7) % na];
+            buf[v][1] = alpha[(k * 11 + 3) % na];
+            lens[v] = 2;
+        }
+        bytes[v] = buf[v];
+    }
+    int32_t eog = TS_EOG;
+    ts_gv = gr_vocab_create_raw(TS_VOCAB, (const char *const *)bytes, lens, &eog, 1);
+    gr_error err;
+    ts_gr = gr_compile_gbnf(gbnf, strlen(gbnf), NULL, &err);
+    cr_assert_not_null(ts_gr, "%s", err.msg);
+}
+
+static void ts_grammar_teardown(void)
+{
+    gr_unref(ts_gr);
+    gr_vocab_destroy(ts_gv);
+    ts_gr = NULL;
+    ts_gv = NULL;
+}
+
+/* The output of s is a viable prefix, and a complete sentence when it stopped. */
+static void ts_expect_grammar(const seq *s)
+{
+    gr_matcher *m = gr_matcher_create(ts_gr, ts_gv);
+    for (int i = s->n_prompt; i < s->n_tokens; i++)
+        cr_assert_eq(gr_matcher_accept(m, s->tokens[i]), 0, "choice %d: token %d breaks the grammar", s->index, i - s->n_prompt);
+    if (s->finish == ENGINE_FINISH_STOP) cr_assert(gr_matcher_is_terminated(m), "stopped before the structure was complete");
+    gr_matcher_destroy(m);
+}
+
+static const char TS_NESTED[] = "root ::= \"(\" item (\",\" item){0,3} \")\"\nitem ::= [0-9]{1,3} | root\n";
+
+Test(sched, grammar_survives_preemption)
+{
+    ts_grammar_setup(TS_NESTED);
+    printf("sched/grammar_survives_preemption: seeds 1..4\n");
+    for (uint64_t seed = 1; seed <= 4; seed++) {
+        int64_t pre = -1;
+        ts_workload(24, 8, 32, 1, 12, seed, &pre);
+        cr_assert_gt(pre, 0, "a pool of 24 blocks must force preemption");
+    }
+    ts_grammar_teardown();
+}
+
+Test(sched, grammar_choices_have_their_own_state)
+{
+    ts_grammar_setup(TS_NESTED);
+    ts_env e;
+    ts_env_init(&e, 128, 8, 64, 1);
+    int32_t p[10];
+    ts_prompt(p, 9, 3);
+    seq *s = ts_seq(p, 9, 60, 1.5f, 7);
+    s->n_choices = 4;
+    sched_add(e.sc, s);
+    sched_sample *sm;
+    cr_assert_eq(sched_step(e.sc, &sm), 4);
+    seq *kids[4] = {0};
+    for (int i = 0; i < 4; i++) kids[sm[i].s->index] = sm[i].s;
+    for (int i = 1; i < 4; i++) cr_assert(kids[i]->gm && kids[i]->gm != s->gm, "each choice owns a matcher");
+    ts_drain(&e);
+    int stopped = 0;
+    for (int i = 0; i < 4; i++) {
+        ts_expect(&e.f, kids[i], 0);
+        ts_expect_grammar(kids[i]);
+        stopped += kids[i]->finish == ENGINE_FINISH_STOP;
+    }
+    cr_assert_gt(stopped, 0, "some choice should complete its structure within 60 tokens");
+    sched_stats st;
+    sched_get_stats(e.sc, &st);
+    cr_assert_gt(st.grammar_masks, 0);
+    for (int i = 0; i < 4; i++) seq_destroy(kids[i]);
+    ts_env_fini(&e);
+    ts_grammar_teardown();
 }
