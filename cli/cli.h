@@ -60,7 +60,16 @@ typedef struct cli_opts {
     const char *output;         /* -o */
     int dim, layers, heads, kv_heads, ffn, vocab, context;
     const char *type;           /* f32|f16|bf16|q8_0 */
-    const char *arch;           /* llama|qwen2 */
+    const char *arch;           /* llama|qwen2|qwen3|gemma2|gemma3|phi3 */
+    int head_dim, rope_dims;    /* 0: dim / heads, the head size */
+    double rope_base, rope_base_swa; /* 0: default / not written */
+    int swa_window, swa_pattern; /* 0 / -1: not written */
+    double attn_softcap, final_softcap; /* 0: not written */
+    const char *rope_scaling;   /* rope.scaling.type or NULL */
+    double rope_factor, rope_attn_factor; /* 0: not written */
+    int rope_orig_ctx;          /* 0: not written */
+    int rope_freqs, fused_qkv, qkv_bias, tied; /* flags */
+    double norm_std;            /* 0: norms 1 */
     /* misc */
     int verbose;
     int help;

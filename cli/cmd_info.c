@@ -5,7 +5,9 @@
  *   KV bytes per token = 2 × n_layers × n_kv_heads × (head_dim × bytes per value [+ scale])
  *
  * for every KV dtype kvserve offers, with what a --kv-memory budget (default 2 GiB) holds in
- * tokens and in sequences at the training context. A file that does not open (truncated, corrupt) is one line on
+ * tokens and in sequences at the training context, and split by layer type (global and
+ * sliding-window layers), with the architecture's features (model_features). A file that does
+ * not open (truncated, corrupt) is one line on
  * stderr and exit 1. Vocabulary-only files and unsupported architectures print what they can
  * (format and vocabulary) and exit 0; a supported model whose tensors do not bind exits 1.
  */
@@ -152,8 +154,14 @@ static void info_print_text(const info_data *d)
         printf("hparams:        n_embd %d, n_layers %d, n_heads %d, n_kv_heads %d, head_dim %d, "
                "n_ff %d, n_vocab %d, n_ctx_train %d\n", hp->n_embd, hp->n_layers, hp->n_heads,
                hp->n_kv_heads, hp->head_dim, hp->n_ff, hp->n_vocab, hp->n_ctx_train);
-        printf("rope:           %d dims, base %g, %s\n", hp->rope_dims, (double)hp->rope_base,
-               hp->rope_neox ? "NEOX (rotate halves)" : "adjacent pairs");
+        printf("rope:           %d dims, base %g, %s, scaling %s", hp->rope_dims, (double)hp->rope_base,
+               hp->rope_neox ? "NEOX (rotate halves)" : "adjacent pairs",
+               hp->rope_freq_scale == 1.0f && hp->rope_scaling != MODEL_ROPE_SCALING_YARN
+                   ? "none" : model_rope_scaling_name(hp->rope_scaling));
+        if (hp->rope_freq_scale != 1.0f) printf(" x%g", (double)(1.0f / hp->rope_freq_scale));
+        printf("%s\n", hp->has_rope_freqs ? ", rope_freqs.weight" : "");
+        char feats[512];
+        printf("features:       %s\n", model_features(hp, feats, sizeof feats));
         printf("rms_eps:        %g\n", (double)hp->rms_eps);
         printf("output:         %s\n", hp->tied_output ? "tied to token_embd.weight"
                                                        : "separate output.weight");
@@ -209,6 +217,8 @@ static void info_print_text(const info_data *d)
     info_kv_geom(hp, KV_F16, d->block_size, &g);
     printf("  at the training context (%d tokens), f16: %zu bytes per sequence\n", hp->n_ctx_train,
            kv_bytes_per_token(&g) * (size_t)hp->n_ctx_train);
+    char by_type[512];
+    printf("  by layer type (f16): %s\n", model_kv_by_layer_type(hp, kv_vec_bytes(&g), by_type, sizeof by_type));
 }
 
 static int info_print_json(const info_data *d)
@@ -260,6 +270,15 @@ static int info_print_json(const info_data *d)
         cJSON_AddBoolToObject(h, "rope_neox", hp->rope_neox);
         cJSON_AddNumberToObject(h, "rms_eps", hp->rms_eps);
         cJSON_AddBoolToObject(h, "tied_output", hp->tied_output);
+        cJSON_AddStringToObject(h, "rope_scaling", model_rope_scaling_name(hp->rope_scaling));
+        cJSON_AddNumberToObject(h, "rope_freq_scale", hp->rope_freq_scale);
+        cJSON_AddBoolToObject(h, "rope_freqs", hp->has_rope_freqs);
+        cJSON_AddNumberToObject(h, "sliding_window", hp->swa_window);
+        cJSON_AddNumberToObject(h, "sliding_window_layers", model_n_swa_layers(hp));
+        cJSON_AddNumberToObject(h, "attn_softcap", hp->attn_softcap);
+        cJSON_AddNumberToObject(h, "final_softcap", hp->final_softcap);
+        char feats[512];
+        cJSON_AddStringToObject(o, "features", model_features(hp, feats, sizeof feats));
         cJSON_AddNumberToObject(o, "weight_bytes", (double)model_weight_bytes(d->m));
         cJSON_AddNumberToObject(o, "weight_bits_per_weight",
                                 8.0 * (double)model_weight_bytes(d->m) / (double)model_weight_elems(d->m));
@@ -309,7 +328,7 @@ int cli_info(cli_opts *o)
     d.block_size = o->block_size > 0 ? o->block_size : 16;
     info_gather(&d);
     model *m = NULL;
-    int supported = !strcmp(d.arch, "llama") || !strcmp(d.arch, "qwen2");
+    int supported = model_arch_is_supported(d.arch);
     if (model_load_gguf(f, o->model, &m, d.why_no_model, sizeof d.why_no_model)) {
         if (supported && gguf_n_tensors(f) > 0) { /* a model file that is broken */
             fprintf(stderr, "kvserve info: %s\n", d.why_no_model);

@@ -1,7 +1,9 @@
 /*
  * cmd_mkmodel.c — `kvserve mkmodel -o OUT.gguf [--dim N --layers N --heads N --kv-heads N
- * --ffn N --vocab N --context N --type f32|f16|bf16|q8_0 --arch llama|qwen2 --seed N]`:
- * writes a synthetic model (random weights, working SentencePiece vocabulary) via mkm_write.
+ * --ffn N --vocab N --context N --type f32|f16|bf16|q8_0 --arch ARCH --seed N` and the
+ * architecture options (--head-dim, --rope-dims, --swa-window, --attn-softcap, --rope-scaling,
+ * --fused-qkv, ...; `kvserve mkmodel --help`)]: writes a synthetic model (random weights,
+ * working SentencePiece vocabulary) via mkm_write.
  */
 #include <stdio.h>
 #include <strings.h>
@@ -44,6 +46,23 @@ int cli_mkmodel(cli_opts *o)
     p.context = o->context;
     p.type = parse_type(o->type);
     if (o->seed >= 0) p.seed = (uint64_t)o->seed;
+    p.head_dim = o->head_dim;
+    p.rope_dims = o->rope_dims;
+    p.rope_base = (float)o->rope_base;
+    p.rope_base_swa = (float)o->rope_base_swa;
+    p.swa_window = o->swa_window;
+    p.swa_pattern = o->swa_pattern;
+    p.attn_softcap = (float)o->attn_softcap;
+    p.final_softcap = (float)o->final_softcap;
+    p.rope_scaling = o->rope_scaling;
+    p.rope_factor = (float)o->rope_factor;
+    p.rope_ctx_orig = o->rope_orig_ctx;
+    p.rope_attn_factor = (float)o->rope_attn_factor;
+    p.rope_freqs = o->rope_freqs;
+    p.fused_qkv = o->fused_qkv;
+    p.qkv_bias = o->qkv_bias;
+    p.tied = o->tied;
+    p.norm_std = (float)o->norm_std;
     if (p.type < 0) {
         fprintf(stderr, "kvserve mkmodel: unknown --type '%s' (f32, f16, bf16 or q8_0)\n", o->type);
         return 2;

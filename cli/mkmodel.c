@@ -1,5 +1,5 @@
 /*
- * mkmodel.c — streaming GGUF writer and synthetic Llama/Qwen2 models with working vocabularies.
+ * mkmodel.c — streaming GGUF writer and synthetic models of every architecture kvserve loads.
  *
  * Writer: metadata is serialised into a byte buffer as it is added; tensors are described by
  * name, type and shape, and their offsets follow from the shapes (each tensor starts at a
@@ -7,11 +7,10 @@
  * come from a callback and are converted to the tensor's type on the way out.
  *
  * Models: weights are normal(0, 0.02) from Box–Muller over splitmix64, one generator per tensor
- * seeded from (seed, tensor index), so a file is a pure function of its parameters. Norms are 1.
- * The vocabulary is generated deterministically: control and byte tokens, the caller's extra
- * tokens, then pieces ("▁" + letters, common English words with every prefix, then every
- * letter string by length) so that any requested size works and every piece can be reached by
- * merges. Callers: cli/cmd_mkmodel.c, tests, benchmarks.
+ * seeded from (seed, tensor index), so a file is a pure function of its parameters. Norms are 1
+ * (or 1 + normal(0, norm_std)). Each architecture gets the keys and tensors llama.cpp reads for
+ * it (the tensor list of add_tensors, the keys of write_arch_keys). The vocabulary comes from
+ * mkmodel_vocab.c. Callers: cli/cmd_mkmodel.c, tests, benchmarks.
  */
 #include "cli/mkmodel.h"
 
@@ -25,6 +24,7 @@
 #include "engine/dtype.h"
 #include "engine/gguf.h"
 #include "engine/sampler.h"
+#include "cli/mkmodel_internal.h"
 
 #define MKM_ALIGN 32
 
@@ -331,11 +331,14 @@ int mkm_writer_write(mkm_writer *w, const char *path, mkm_row_fn fn, void *ctx, 
 
 /* ---- weights ------------------------------------------------------------------------------ */
 
-enum { MKM_RANDOM = 0, MKM_ONES = 1 };
+enum { MKM_RANDOM = 0, MKM_ONES = 1, MKM_ROPE_FREQS = 2 };
 
 typedef struct mkm__gen {
-    const uint8_t *kind; /* [n_tensors] MKM_RANDOM or MKM_ONES */
+    const uint8_t *kind; /* [n_tensors] MKM_RANDOM, MKM_ONES or MKM_ROPE_FREQS */
     uint64_t seed;
+    float norm_std;      /* MKM_ONES: 1 + normal(0, norm_std) */
+    float rope_base;     /* MKM_ROPE_FREQS: the rope base and dims the factors are for */
+    int rope_dims;
     int cur;             /* tensor the generator state belongs to, -1 none */
     uint64_t state;
     int have_spare;
@@ -360,11 +363,30 @@ static float gen_normal(mkm__gen *g)
     return rad * cs;
 }
 
+/* Llama 3.1's rope_freqs: per rotation pair, 1 for wavelengths below 8192/4, 8 above 8192/1,
+ * and a smooth blend in between (the formula of the HF → GGUF converter, in float). */
+static void llama3_factors(const mkm__gen *g, float *dst, int64_t n)
+{
+    const float factor = 8.0f, low = 1.0f, high = 4.0f, old_ctx = 8192.0f;
+    for (int64_t i = 0; i < n; i++) {
+        float freq = 1.0f / powf(g->rope_base, (float)(2 * i) / (float)g->rope_dims);
+        float wavelen = 2.0f * (float)M_PI / freq;
+        if (wavelen < old_ctx / high)
+            dst[i] = 1.0f;
+        else if (wavelen > old_ctx / low)
+            dst[i] = factor;
+        else {
+            float smooth = (old_ctx / wavelen - low) / (high - low);
+            dst[i] = 1.0f / ((1.0f - smooth) / factor + smooth);
+        }
+    }
+}
+
 static void gen_row(void *ctx, int tensor, int64_t row, float *dst, int64_t n)
 {
     mkm__gen *g = ctx;
-    if (g->kind[tensor] == MKM_ONES) {
-        for (int64_t i = 0; i < n; i++) dst[i] = 1.0f;
+    if (g->kind[tensor] == MKM_ROPE_FREQS) {
+        llama3_factors(g, dst, n);
         return;
     }
     if (g->cur != tensor) {
@@ -372,268 +394,11 @@ static void gen_row(void *ctx, int tensor, int64_t row, float *dst, int64_t n)
         g->state = g->seed ^ (0xd1b54a32d192ed03ull * (uint64_t)(tensor + 1));
         g->have_spare = 0;
     }
+    if (g->kind[tensor] == MKM_ONES) {
+        for (int64_t i = 0; i < n; i++) dst[i] = g->norm_std > 0 ? 1.0f + g->norm_std * gen_normal(g) : 1.0f;
+        return;
+    }
     for (int64_t i = 0; i < n; i++) dst[i] = 0.02f * gen_normal(g);
-}
-
-/* ---- vocabulary --------------------------------------------------------------------------- */
-
-typedef struct mkm__vocab {
-    char **tok;       /* [n] token texts (owned) */
-    float *score;     /* [n] */
-    int32_t *type;    /* [n] 1 normal, 2 unknown, 3 control, 6 byte */
-    int n, cap;       /* cap = the requested vocabulary size */
-    uint32_t *set;    /* hash of token text → index + 1; [set_cap] */
-    uint64_t set_cap;
-    char **merges;    /* gpt2: "left right" per merged token (owned) */
-    int n_merges;
-    int gpt2;
-    char sym[256][4]; /* text of each byte in token form (gpt2 byte-level map, or spm: "▁" for ' ') */
-    int oom;
-} mkm__vocab;
-
-static uint64_t vocab_hash(const char *s)
-{
-    uint64_t h = 1469598103934665603ull;
-    for (; *s; s++) h = (h ^ (uint8_t)*s) * 1099511628211ull;
-    return h;
-}
-
-static int vocab_has(const mkm__vocab *v, const char *s)
-{
-    for (uint64_t h = vocab_hash(s) & (v->set_cap - 1); v->set[h]; h = (h + 1) & (v->set_cap - 1))
-        if (!strcmp(v->tok[v->set[h] - 1], s)) return 1;
-    return 0;
-}
-
-/* Adds token s unless present or full: 1 added, 0 not, -ENOMEM. */
-static int vocab_add(mkm__vocab *v, const char *s, float score, int type)
-{
-    if (v->n >= v->cap || vocab_has(v, s)) return 0;
-    char *c = strdup(s);
-    if (!c) return v->oom = -ENOMEM;
-    uint64_t h = vocab_hash(s) & (v->set_cap - 1);
-    while (v->set[h]) h = (h + 1) & (v->set_cap - 1);
-    v->set[h] = (uint32_t)v->n + 1;
-    v->tok[v->n] = c;
-    v->score[v->n] = score;
-    v->type[v->n] = type;
-    v->n++;
-    return 1;
-}
-
-static void put_utf8(char *out, unsigned cp)
-{
-    if (cp < 0x80) {
-        out[0] = (char)cp;
-        out[1] = 0;
-    } else if (cp < 0x800) {
-        out[0] = (char)(0xc0 | (cp >> 6));
-        out[1] = (char)(0x80 | (cp & 0x3f));
-        out[2] = 0;
-    } else {
-        out[0] = (char)(0xe0 | (cp >> 12));
-        out[1] = (char)(0x80 | ((cp >> 6) & 0x3f));
-        out[2] = (char)(0x80 | (cp & 0x3f));
-        out[3] = 0;
-    }
-}
-
-/* GPT-2's byte → printable code point map, in its token order: order[i] is the byte of id i. */
-static void gpt2_bytes(mkm__vocab *v, uint8_t order[256])
-{
-    int n = 0, extra = 0;
-    for (int pass = 0; pass < 2; pass++)
-        for (int b = 0; b < 256; b++) {
-            int printable = (b >= '!' && b <= '~') || (b >= 0xa1 && b <= 0xac) || b >= 0xae;
-            if (pass == 0 && printable) {
-                put_utf8(v->sym[b], (unsigned)b);
-                order[n++] = (uint8_t)b;
-            } else if (pass == 1 && !printable) {
-                put_utf8(v->sym[b], 256u + (unsigned)extra++);
-                order[n++] = (uint8_t)b;
-            }
-        }
-}
-
-/* Token form of raw ASCII text s[0..len). */
-static void to_token(const mkm__vocab *v, const char *s, size_t len, char *out, size_t out_len)
-{
-    size_t o = 0;
-    for (size_t i = 0; i < len; i++) {
-        const char *t = v->sym[(uint8_t)s[i]];
-        size_t n = strlen(t);
-        if (o + n + 1 > out_len) break;
-        memcpy(out + o, t, n);
-        o += n;
-    }
-    out[o] = 0;
-}
-
-/* Offers raw piece s as a token: single symbols directly, longer ones only when their prefix
- * (all but the last byte) is a token, so that merges reach them. */
-static void offer(mkm__vocab *v, const char *s)
-{
-    char tok[128], left[128], right[16];
-    size_t len = strlen(s);
-    to_token(v, s, len, tok, sizeof tok);
-    if (v->n >= v->cap || vocab_has(v, tok)) return;
-    if (len > 1) {
-        to_token(v, s, len - 1, left, sizeof left);
-        if (!vocab_has(v, left)) return;
-        to_token(v, s + len - 1, 1, right, sizeof right);
-        if (!vocab_has(v, right)) return;
-    }
-    int added = vocab_add(v, tok, -(float)v->n, 1);
-    if (added == 1 && v->gpt2 && len > 1) {
-        char *m = malloc(strlen(left) + strlen(right) + 2);
-        if (!m) {
-            v->oom = -ENOMEM;
-            return;
-        }
-        sprintf(m, "%s %s", left, right);
-        v->merges[v->n_merges++] = m;
-    }
-}
-
-static const char mkm_letters[] = "etaoinshrdlcumwfgypbvkjxqz";
-
-/* Fills the vocabulary with pieces until it is full. */
-static void add_pieces(mkm__vocab *v)
-{
-    static const char *singles = " etaoinshrdlcumwfgypbvkjxqzETAOINSHRDLCUMWFGYPBVKJXQZ"
-                                 "0123456789.,!?'\"-:;()";
-    static const char *words[] = {
-        " the", " a", " and", " to", " was", " he", " she", " it", " of", " in", " they",
-        " her", " his", " said", " with", " you", " that", " for", " on", " is", " one", " day",
-        " once", " upon", " time", " there", " little", " girl", " boy", " named", " play",
-        " happy", " big", " saw", " mom", " friend", " went", " very", " not", " but", " so",
-        " Once", " The", " She", " He", " They", " Lily", " Tom", " hello", " world", "er",
-        "in", "ing", "ed", "ly", "es", "re", "on", "an", "at", "en", "nd", "or", "th", "he",
-    };
-    char s[8];
-    for (const char *c = singles; *c; c++) {
-        s[0] = *c;
-        s[1] = 0;
-        offer(v, s);
-    }
-    for (size_t i = 0; i < sizeof words / sizeof words[0]; i++) {
-        size_t n = strlen(words[i]);
-        for (size_t k = 2; k <= n && k < sizeof s; k++) {
-            memcpy(s, words[i], k);
-            s[k] = 0;
-            offer(v, s);
-        }
-    }
-    /* Every letter string by length, word-initial first: enough for any vocabulary. */
-    for (int len = 1; len <= 5 && v->n < v->cap && !v->oom; len++) {
-        for (int initial = 1; initial >= 0 && v->n < v->cap; initial--) {
-            int idx[5] = {0};
-            for (;;) {
-                int o = 0;
-                if (initial) s[o++] = ' ';
-                for (int k = 0; k < len; k++) s[o++] = mkm_letters[idx[k]];
-                s[o] = 0;
-                offer(v, s);
-                if (v->n >= v->cap) return;
-                int k = len - 1;
-                while (k >= 0 && ++idx[k] == 26) idx[k--] = 0;
-                if (k < 0) break;
-            }
-        }
-    }
-}
-
-static void vocab_free(mkm__vocab *v)
-{
-    for (int i = 0; i < v->n; i++) free(v->tok[i]);
-    for (int i = 0; i < v->n_merges; i++) free(v->merges[i]);
-    free(v->tok);
-    free(v->score);
-    free(v->type);
-    free(v->set);
-    free(v->merges);
-}
-
-/* Builds the vocabulary of p and writes the tokenizer.* keys. */
-static int write_vocab(mkm_writer *w, const mkm_params *p, char *err, size_t err_len)
-{
-    mkm__vocab v = {.cap = p->vocab};
-    v.gpt2 = p->tokenizer && !strcmp(p->tokenizer, "gpt2");
-    if (p->tokenizer && !v.gpt2 && strcmp(p->tokenizer, "spm")) {
-        snprintf(err, err_len, "mkmodel: tokenizer must be spm or gpt2, not '%s'", p->tokenizer);
-        return -EINVAL;
-    }
-    int has_eot = 0;
-    for (int i = 0; i < p->n_extra; i++) has_eot |= !strcmp(p->extra_tokens[i], "<|endoftext|>");
-    int need = (v.gpt2 ? 256 + !has_eot : 259) + p->n_extra;
-    if (p->vocab < need) {
-        snprintf(err, err_len, "mkmodel: vocab %d is too small: this tokenizer needs at least %d",
-                 p->vocab, need);
-        return -EINVAL;
-    }
-    v.set_cap = 64;
-    while (v.set_cap < 2 * (uint64_t)p->vocab) v.set_cap <<= 1;
-    v.tok = calloc((size_t)p->vocab, sizeof *v.tok);
-    v.score = calloc((size_t)p->vocab, sizeof *v.score);
-    v.type = calloc((size_t)p->vocab, sizeof *v.type);
-    v.set = calloc(v.set_cap, sizeof *v.set);
-    v.merges = calloc((size_t)p->vocab, sizeof *v.merges);
-    int rc = v.tok && v.score && v.type && v.set && v.merges ? 0 : -ENOMEM;
-    int32_t bos = 1, eos = 2;
-    char t[16];
-    if (!rc && !v.gpt2) {
-        for (int b = 0; b < 256; b++) snprintf(v.sym[b], sizeof v.sym[b], "%c", b ? b : ' ');
-        strcpy(v.sym[' '], "\xe2\x96\x81"); /* ▁ */
-        vocab_add(&v, "<unk>", 0, 2);
-        vocab_add(&v, "<s>", 0, 3);
-        vocab_add(&v, "</s>", 0, 3);
-        for (int b = 0; b < 256; b++) {
-            snprintf(t, sizeof t, "<0x%02X>", b);
-            vocab_add(&v, t, 0, 6);
-        }
-        for (int i = 0; i < p->n_extra; i++)
-            if (vocab_add(&v, p->extra_tokens[i], 0, 3) != 1 && !v.oom) rc = -EINVAL;
-        add_pieces(&v);
-    } else if (!rc) {
-        uint8_t order[256];
-        gpt2_bytes(&v, order);
-        for (int i = 0; i < 256; i++) vocab_add(&v, v.sym[order[i]], 0, 1);
-        v.cap = p->vocab - p->n_extra - !has_eot;
-        add_pieces(&v);
-        v.cap = p->vocab;
-        if (!has_eot) vocab_add(&v, "<|endoftext|>", 0, 3);
-        for (int i = 0; i < p->n_extra; i++)
-            if (vocab_add(&v, p->extra_tokens[i], 0, 3) != 1 && !v.oom) rc = -EINVAL;
-        for (int i = 0; i < v.n; i++)
-            if (!strcmp(v.tok[i], "<|endoftext|>")) bos = eos = i;
-    }
-    if (!rc && v.oom) rc = -ENOMEM;
-    if (rc == -EINVAL)
-        snprintf(err, err_len, "mkmodel: an extra token is a duplicate of another token");
-    else if (!rc && v.n != p->vocab) {
-        snprintf(err, err_len, "mkmodel: could only generate %d of %d tokens", v.n, p->vocab);
-        rc = -EINVAL;
-    }
-    if (!rc) {
-        mkm_kv_str(w, "tokenizer.ggml.model", v.gpt2 ? "gpt2" : "llama");
-        mkm_kv_str(w, "tokenizer.ggml.pre", v.gpt2 ? "gpt-2" : "default");
-        mkm_kv_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)v.tok, v.n);
-        if (!v.gpt2) mkm_kv_arr_f32(w, "tokenizer.ggml.scores", v.score, v.n);
-        mkm_kv_arr_i32(w, "tokenizer.ggml.token_type", v.type, v.n);
-        if (v.gpt2) mkm_kv_arr_str(w, "tokenizer.ggml.merges", (const char *const *)v.merges,
-                                   v.n_merges);
-        mkm_kv_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)bos);
-        mkm_kv_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)eos);
-        if (!v.gpt2) mkm_kv_u32(w, "tokenizer.ggml.unknown_token_id", 0);
-        mkm_kv_bool(w, "tokenizer.ggml.add_bos_token", !v.gpt2);
-        mkm_kv_bool(w, "tokenizer.ggml.add_eos_token", 0);
-        if (!v.gpt2) mkm_kv_bool(w, "tokenizer.ggml.add_space_prefix", 1);
-        if (p->chat_template) mkm_kv_str(w, "tokenizer.chat_template", p->chat_template);
-    } else if (rc == -ENOMEM) {
-        snprintf(err, err_len, "mkmodel: out of memory");
-    }
-    vocab_free(&v);
-    return rc;
 }
 
 /* ---- parameters and tensors --------------------------------------------------------------- */
@@ -649,6 +414,7 @@ void mkm_params_default(mkm_params *p)
     p->context = 2048;
     p->type = DT_F32;
     p->seed = 1234;
+    p->swa_pattern = -1;
 }
 
 static int file_type_of(int type)
@@ -657,17 +423,47 @@ static int file_type_of(int type)
     return type == DT_F16 ? 1 : type == DT_Q8_0 ? 7 : type == DT_BF16 ? 32 : 0;
 }
 
-/* Adds every weight tensor; kind[i] says how to fill tensor i. 0 or -EINVAL/-ENOMEM. */
-static int add_tensors(mkm_writer *w, const mkm_params *p, int ffn, int kvh, uint8_t *kind,
-                       char *err, size_t err_len)
+/* What each architecture's files hold (the tensors llama.cpp's loader creates for it). */
+typedef struct mkm__arch {
+    const char *name;
+    int qkv_bias;   /* q/k/v biases always */
+    int qk_norm;    /* attn_q_norm / attn_k_norm */
+    int post_norms; /* post_attention_norm / post_ffw_norm */
+    int fused;      /* attn_qkv and gate+up in ffn_up (phi3) */
+    int tie_always; /* no output.weight whatever p->tied says (gemma2) */
+} mkm__arch;
+
+static const mkm__arch mkm_arches[] = {
+    {"llama", 0, 0, 0, 0, 0}, {"qwen2", 1, 0, 0, 0, 0},  {"qwen3", 0, 1, 0, 0, 0},
+    {"gemma2", 0, 0, 1, 0, 1}, {"gemma3", 0, 1, 1, 0, 0}, {"phi3", 0, 0, 0, 1, 0},
+};
+
+static const mkm__arch *arch_of(const char *name)
 {
-    int64_t d = p->dim, hd = p->dim / p->heads, q = hd * p->heads, kv = hd * kvh, ff = ffn;
+    for (size_t i = 0; name && i < sizeof mkm_arches / sizeof mkm_arches[0]; i++)
+        if (!strcmp(name, mkm_arches[i].name)) return &mkm_arches[i];
+    return NULL;
+}
+
+/* The shape of a model once defaults are resolved. */
+typedef struct mkm__shape {
+    const mkm__arch *a;
+    int ffn, kvh, hd, rope_dims;
+} mkm__shape;
+
+/* Adds every weight tensor; kind[i] says how to fill tensor i. 0 or -EINVAL/-ENOMEM. */
+static int add_tensors(mkm_writer *w, const mkm_params *p, const mkm__shape *sh, uint8_t *kind, char *err,
+                       size_t err_len)
+{
+    int64_t d = p->dim, q = (int64_t)sh->hd * p->heads, kv = (int64_t)sh->hd * sh->kvh, ff = sh->ffn;
+    const mkm__arch *a = sh->a;
+    int fused = a->fused || p->fused_qkv, bias = a->qkv_bias || p->qkv_bias;
     char name[64];
     int rc = 0;
 #define T(nm, k, typ, ne0, ne1)                                                             \
     do {                                                                                    \
         int64_t ne_[2] = {ne0, ne1};                                                        \
-        int r_ = rc ? rc : mkm_tensor(w, nm, typ, ne1 ? 2 : 1, ne_);                        \
+        int r_ = rc ? rc : mkm_tensor(w, nm, typ, (ne1) != 0 ? 2 : 1, ne_);                    \
         if (r_ >= 0 && !rc) kind[r_] = k;                                                   \
         else if (!rc) {                                                                     \
             rc = r_;                                                                        \
@@ -678,53 +474,96 @@ static int add_tensors(mkm_writer *w, const mkm_params *p, int ffn, int kvh, uin
     } while (0)
     T("token_embd.weight", MKM_RANDOM, p->type, d, p->vocab);
     T("output_norm.weight", MKM_ONES, DT_F32, d, 0);
-    if (!p->tied) T("output.weight", MKM_RANDOM, p->type, d, p->vocab);
-    int qwen = !strcmp(p->arch, "qwen2");
+    if (!p->tied && !a->tie_always) T("output.weight", MKM_RANDOM, p->type, d, p->vocab);
+    if (p->rope_freqs) T("rope_freqs.weight", MKM_ROPE_FREQS, DT_F32, sh->rope_dims / 2, 0);
     for (int l = 0; l < p->layers && !rc; l++) {
 #define L(suffix) (snprintf(name, sizeof name, "blk.%d.%s", l, suffix), name)
         T(L("attn_norm.weight"), MKM_ONES, DT_F32, d, 0);
-        T(L("attn_q.weight"), MKM_RANDOM, p->type, d, q);
-        T(L("attn_k.weight"), MKM_RANDOM, p->type, d, kv);
-        T(L("attn_v.weight"), MKM_RANDOM, p->type, d, kv);
-        if (qwen) {
-            T(L("attn_q.bias"), MKM_RANDOM, DT_F32, q, 0);
-            T(L("attn_k.bias"), MKM_RANDOM, DT_F32, kv, 0);
-            T(L("attn_v.bias"), MKM_RANDOM, DT_F32, kv, 0);
+        if (fused) {
+            T(L("attn_qkv.weight"), MKM_RANDOM, p->type, d, q + 2 * kv);
+            if (bias) T(L("attn_qkv.bias"), MKM_RANDOM, DT_F32, q + 2 * kv, 0);
+        } else {
+            T(L("attn_q.weight"), MKM_RANDOM, p->type, d, q);
+            T(L("attn_k.weight"), MKM_RANDOM, p->type, d, kv);
+            T(L("attn_v.weight"), MKM_RANDOM, p->type, d, kv);
+            if (bias) {
+                T(L("attn_q.bias"), MKM_RANDOM, DT_F32, q, 0);
+                T(L("attn_k.bias"), MKM_RANDOM, DT_F32, kv, 0);
+                T(L("attn_v.bias"), MKM_RANDOM, DT_F32, kv, 0);
+            }
+        }
+        if (a->qk_norm) {
+            T(L("attn_q_norm.weight"), MKM_ONES, DT_F32, sh->hd, 0);
+            T(L("attn_k_norm.weight"), MKM_ONES, DT_F32, sh->hd, 0);
         }
         T(L("attn_output.weight"), MKM_RANDOM, p->type, q, d);
+        if (a->post_norms) T(L("post_attention_norm.weight"), MKM_ONES, DT_F32, d, 0);
         T(L("ffn_norm.weight"), MKM_ONES, DT_F32, d, 0);
-        T(L("ffn_gate.weight"), MKM_RANDOM, p->type, d, ff);
-        T(L("ffn_up.weight"), MKM_RANDOM, p->type, d, ff);
+        if (a->fused) {
+            T(L("ffn_up.weight"), MKM_RANDOM, p->type, d, 2 * ff);
+        } else {
+            T(L("ffn_gate.weight"), MKM_RANDOM, p->type, d, ff);
+            T(L("ffn_up.weight"), MKM_RANDOM, p->type, d, ff);
+        }
         T(L("ffn_down.weight"), MKM_RANDOM, p->type, ff, d);
+        if (a->post_norms) T(L("post_ffw_norm.weight"), MKM_ONES, DT_F32, d, 0);
 #undef L
     }
 #undef T
     return rc < 0 ? rc : 0;
 }
 
-static int check_params(const mkm_params *p, int *ffn, int *kvh, char *err, size_t err_len)
+/* Why the architecture options of p do not fit its architecture, or NULL. */
+static const char *check_arch_options(const mkm_params *p, const mkm__shape *sh)
 {
-    *kvh = p->kv_heads ? p->kv_heads : p->heads;
-    *ffn = p->ffn ? p->ffn : (4 * p->dim + 31) / 32 * 32;
+    const char *n = sh->a->name;
+    int gemma = !strncmp(n, "gemma", 5), phi3 = !strcmp(n, "phi3"), llama = !strcmp(n, "llama");
+    if (sh->rope_dims > sh->hd || sh->rope_dims < 2 || sh->rope_dims % 2)
+        return "rope dims must be even and at most the head size";
+    if (sh->rope_dims != sh->hd && !gemma && !phi3) return "partial rope needs gemma2, gemma3 or phi3";
+    if ((p->swa_window || p->swa_pattern >= 0 || p->rope_base_swa > 0) && !gemma)
+        return "sliding-window options need gemma2 or gemma3";
+    if (p->swa_window < 0 || p->swa_pattern < -1) return "the window and its pattern must not be negative";
+    if (p->attn_softcap < 0 || p->final_softcap < 0 || (p->attn_softcap > 0 && strcmp(n, "gemma2")))
+        return "soft-caps must be positive, the attention soft-cap gemma2 only";
+    if (p->final_softcap > 0 && !gemma) return "the final soft-cap needs gemma2 or gemma3";
+    if (p->rope_freqs && !llama) return "rope_freqs.weight needs llama";
+    if (p->rope_factor < 0 || p->rope_ctx_orig < 0 || p->rope_attn_factor < 0)
+        return "rope scaling numbers must not be negative";
+    return NULL;
+}
+
+static int check_params(const mkm_params *p, mkm__shape *sh, char *err, size_t err_len)
+{
+    memset(sh, 0, sizeof *sh);
+    sh->a = arch_of(p->arch);
+    sh->kvh = p->kv_heads ? p->kv_heads : p->heads;
+    sh->ffn = p->ffn ? p->ffn : (4 * p->dim + 31) / 32 * 32;
+    sh->hd = p->head_dim ? p->head_dim : p->heads > 0 ? p->dim / p->heads : 0;
+    sh->rope_dims = p->rope_dims ? p->rope_dims : sh->hd;
     const char *why = NULL;
-    if (!p->arch || (strcmp(p->arch, "llama") && strcmp(p->arch, "qwen2")))
-        why = "arch must be llama or qwen2";
-    else if (p->dim < 1 || p->layers < 1 || p->heads < 1 || *kvh < 1 || *ffn < 1 || p->context < 1)
-        why = "dim, layers, heads, kv heads, ffn and context must be positive";
-    else if (p->dim > (1 << 16) || p->layers > 1024 || *ffn > (1 << 18) || p->vocab > (1 << 22))
+    if (!sh->a)
+        why = "arch must be llama, qwen2, qwen3, gemma2, gemma3 or phi3";
+    else if (p->dim < 1 || p->layers < 1 || p->heads < 1 || sh->kvh < 1 || sh->ffn < 1 || p->context < 1 ||
+             p->head_dim < 0 || p->rope_dims < 0)
+        why = "dim, layers, heads, kv heads, ffn, context, head dim and rope dims must be positive";
+    else if (p->dim > (1 << 16) || p->layers > 1024 || sh->ffn > (1 << 18) || p->vocab > (1 << 22) ||
+             sh->hd > 4096)
         why = "a dimension is too large";
-    else if (p->dim % p->heads)
-        why = "dim must be a multiple of heads";
-    else if (p->heads % *kvh)
+    else if (!p->head_dim && p->dim % p->heads)
+        why = "dim must be a multiple of heads (or give the head size)";
+    else if (p->heads % sh->kvh)
         why = "heads must be a multiple of kv heads";
-    else if ((p->dim / p->heads) % 2)
-        why = "the head size (dim / heads) must be even for RoPE";
+    else if (sh->hd % 2)
+        why = "the head size must be even for RoPE";
     else if (!writable_type(p->type))
         why = "type must be F32, F16, BF16 or Q8_0";
-    else if (p->type == DT_Q8_0 && (p->dim % 32 || *ffn % 32))
-        why = "Q8_0 needs dim and ffn to be multiples of 32";
+    else if (p->type == DT_Q8_0 && (p->dim % 32 || sh->ffn % 32 || ((int64_t)sh->hd * p->heads) % 32))
+        why = "Q8_0 needs dim, ffn and heads × head size to be multiples of 32";
     else if (p->n_extra < 0 || (p->n_extra && !p->extra_tokens))
         why = "bad extra token list";
+    else
+        why = check_arch_options(p, sh);
     if (why) {
         snprintf(err, err_len, "mkmodel: %s", why);
         return -EINVAL;
@@ -732,38 +571,64 @@ static int check_params(const mkm_params *p, int *ffn, int *kvh, char *err, size
     return 0;
 }
 
+/* The hyperparameter keys: the common ones, then each option that was set. */
+static void write_arch_keys(mkm_writer *w, const mkm_params *p, const mkm__shape *sh)
+{
+    const char *a = p->arch;
+    char key[128];
+#define AK(suffix) (snprintf(key, sizeof key, "%s.%s", a, suffix), key)
+    mkm_kv_u32(w, AK("context_length"), (uint32_t)p->context);
+    mkm_kv_u32(w, AK("embedding_length"), (uint32_t)p->dim);
+    mkm_kv_u32(w, AK("block_count"), (uint32_t)p->layers);
+    mkm_kv_u32(w, AK("feed_forward_length"), (uint32_t)sh->ffn);
+    mkm_kv_u32(w, AK("attention.head_count"), (uint32_t)p->heads);
+    mkm_kv_u32(w, AK("attention.head_count_kv"), (uint32_t)sh->kvh);
+    if (p->head_dim) {
+        mkm_kv_u32(w, AK("attention.key_length"), (uint32_t)sh->hd);
+        mkm_kv_u32(w, AK("attention.value_length"), (uint32_t)sh->hd);
+    }
+    mkm_kv_u32(w, AK("rope.dimension_count"), (uint32_t)sh->rope_dims);
+    mkm_kv_f32(w, AK("rope.freq_base"), p->rope_base > 0 ? p->rope_base : 10000.0f);
+    mkm_kv_f32(w, AK("attention.layer_norm_rms_epsilon"), p->rms_eps > 0 ? p->rms_eps : 1e-5f);
+    mkm_kv_u32(w, AK("vocab_size"), (uint32_t)p->vocab);
+    if (p->swa_window) mkm_kv_u32(w, AK("attention.sliding_window"), (uint32_t)p->swa_window);
+    if (p->swa_pattern >= 0) mkm_kv_u32(w, AK("attention.sliding_window_pattern"), (uint32_t)p->swa_pattern);
+    if (p->rope_base_swa > 0) mkm_kv_f32(w, AK("rope.freq_base_swa"), p->rope_base_swa);
+    if (p->attn_softcap > 0) mkm_kv_f32(w, AK("attn_logit_softcapping"), p->attn_softcap);
+    if (p->final_softcap > 0) mkm_kv_f32(w, AK("final_logit_softcapping"), p->final_softcap);
+    if (p->rope_scaling) mkm_kv_str(w, AK("rope.scaling.type"), p->rope_scaling);
+    if (p->rope_factor > 0) mkm_kv_f32(w, AK("rope.scaling.factor"), p->rope_factor);
+    if (p->rope_ctx_orig > 0) mkm_kv_u32(w, AK("rope.scaling.original_context_length"), (uint32_t)p->rope_ctx_orig);
+    if (p->rope_attn_factor > 0) mkm_kv_f32(w, AK("rope.scaling.attn_factor"), p->rope_attn_factor);
+#undef AK
+}
+
+/* Tensors a model of p holds at most: 3 global + 16 per layer. */
+static size_t max_tensors(const mkm_params *p)
+{
+    return 4 + (size_t)p->layers * 16;
+}
+
 int mkm_write(const char *path, const mkm_params *p, char *err, size_t err_len)
 {
-    int ffn, kvh;
-    int rc = check_params(p, &ffn, &kvh, err, err_len);
+    mkm__shape sh;
+    int rc = check_params(p, &sh, err, err_len);
     if (rc) return rc;
     mkm_writer *w = mkm_writer_create();
-    uint8_t *kind = calloc(3 + (size_t)p->layers * 16, 1);
+    uint8_t *kind = calloc(max_tensors(p), 1);
     if (!w || !kind) {
         snprintf(err, err_len, "mkmodel: out of memory");
         rc = -ENOMEM;
         goto out;
     }
-    const char *a = p->arch;
-    char key[128];
-#define AK(suffix) (snprintf(key, sizeof key, "%s.%s", a, suffix), key)
-    mkm_kv_str(w, "general.architecture", a);
+    mkm_kv_str(w, "general.architecture", p->arch);
     mkm_kv_str(w, "general.name", p->name ? p->name : "mkmodel");
     mkm_kv_u32(w, "general.file_type", (uint32_t)file_type_of(p->type));
-    mkm_kv_u32(w, AK("context_length"), (uint32_t)p->context);
-    mkm_kv_u32(w, AK("embedding_length"), (uint32_t)p->dim);
-    mkm_kv_u32(w, AK("block_count"), (uint32_t)p->layers);
-    mkm_kv_u32(w, AK("feed_forward_length"), (uint32_t)ffn);
-    mkm_kv_u32(w, AK("attention.head_count"), (uint32_t)p->heads);
-    mkm_kv_u32(w, AK("attention.head_count_kv"), (uint32_t)kvh);
-    mkm_kv_u32(w, AK("rope.dimension_count"), (uint32_t)(p->dim / p->heads));
-    mkm_kv_f32(w, AK("rope.freq_base"), p->rope_base > 0 ? p->rope_base : 10000.0f);
-    mkm_kv_f32(w, AK("attention.layer_norm_rms_epsilon"), p->rms_eps > 0 ? p->rms_eps : 1e-5f);
-    mkm_kv_u32(w, AK("vocab_size"), (uint32_t)p->vocab);
-#undef AK
-    if ((rc = write_vocab(w, p, err, err_len))) goto out;
-    if ((rc = add_tensors(w, p, ffn, kvh, kind, err, err_len))) goto out;
-    mkm__gen g = {.kind = kind, .seed = p->seed, .cur = -1};
+    write_arch_keys(w, p, &sh);
+    if ((rc = mkm__write_vocab(w, p, err, err_len))) goto out;
+    if ((rc = add_tensors(w, p, &sh, kind, err, err_len))) goto out;
+    mkm__gen g = {.kind = kind, .seed = p->seed, .norm_std = p->norm_std,
+                  .rope_base = p->rope_base > 0 ? p->rope_base : 10000.0f, .rope_dims = sh.rope_dims, .cur = -1};
     rc = mkm_writer_write(w, path, gen_row, &g, err, err_len);
 out:
     free(kind);

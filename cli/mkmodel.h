@@ -5,9 +5,13 @@
  * header, metadata, tensor table, padding, and each tensor's rows as a callback produces them
  * (converted to the tensor's type on the way), so a multi-gigabyte model never sits in memory.
  *
- * mkm_write() builds a whole model: random weights normal(0, 0.02) from a fixed-seed generator,
- * norms 1, qwen2 biases random, and a working vocabulary (SentencePiece "llama" or byte-level
- * "gpt2" flavour). Used by `kvserve mkmodel`, the tests and the benchmarks.
+ * mkm_write() builds a whole model of any architecture kvserve loads (llama, qwen2, qwen3,
+ * gemma2, gemma3, phi3) with the keys and tensors llama.cpp reads for it: random weights
+ * normal(0, 0.02) from a fixed-seed generator, norms 1 (or 1 + normal(0, norm_std)), biases
+ * random, and a working vocabulary (SentencePiece "llama" or byte-level "gpt2" flavour). Each
+ * architecture option (head size, partial RoPE, windows, soft-caps, RoPE scaling, fused
+ * tensors) can be set so that tests cover shapes the reference files do not. Used by
+ * `kvserve mkmodel`, the tests and the benchmarks.
  */
 #ifndef KVSERVE_MKMODEL_H
 #define KVSERVE_MKMODEL_H
@@ -55,12 +59,28 @@ void mkm_quantize_row(int type, const float *src, void *dst, int64_t n);
 /* ---- synthetic models -------------------------------------------------------------------- */
 
 typedef struct mkm_params {
-    const char *arch;       /* "llama" or "qwen2" */
+    const char *arch;       /* "llama", "qwen2", "qwen3", "gemma2", "gemma3" or "phi3" */
     const char *name;       /* general.name; NULL: "mkmodel" */
     int dim;                /* embedding size */
     int layers;
-    int heads;              /* query heads; dim % heads == 0 */
+    int heads;              /* query heads; dim % heads == 0 unless head_dim is set */
     int kv_heads;           /* 0: = heads; heads % kv_heads == 0 */
+    int head_dim;           /* 0: dim / heads; else attention.key_length (qwen3, gemma, phi3) */
+    int rope_dims;          /* 0: the head size; less rotates part of each head (gemma, phi3) */
+    int swa_window;         /* gemma: attention.sliding_window (0: not written) */
+    int swa_pattern;        /* gemma: attention.sliding_window_pattern (-1: not written) */
+    float rope_base_swa;    /* gemma: rope.freq_base_swa (0: not written) */
+    float attn_softcap;     /* gemma2: attn_logit_softcapping (0: not written) */
+    float final_softcap;    /* gemma2/gemma3: final_logit_softcapping (0: not written) */
+    const char *rope_scaling; /* rope.scaling.type, e.g. "linear" or "yarn" (NULL: not written) */
+    float rope_factor;      /* rope.scaling.factor (0: not written) */
+    int rope_ctx_orig;      /* rope.scaling.original_context_length (0: not written) */
+    float rope_attn_factor; /* rope.scaling.attn_factor (0: not written) */
+    int rope_freqs;         /* llama: 1 writes rope_freqs.weight with Llama 3.1's factors
+                               (factor 8, low 1, high 4, original context 8192) */
+    int fused_qkv;          /* 1: one attn_qkv instead of attn_q/k/v (phi3 always fuses) */
+    int qkv_bias;           /* 1: q/k/v biases (qwen2 always has them) */
+    float norm_std;         /* 0: norm weights 1; else 1 + normal(0, norm_std) */
     int ffn;                /* 0: 4 × dim rounded up to a multiple of 32 */
     int vocab;              /* ≥ 3 + 256 + n_extra (spm) or 256 + n_extra + 1 (gpt2) */
     int context;            /* context_length */
@@ -76,7 +96,7 @@ typedef struct mkm_params {
 } mkm_params;
 
 /* Fills the defaults: llama, dim 64, 2 layers, 4 heads, vocab 512, context 2048, F32, seed 1234,
- * spm tokenizer, no extra tokens. */
+ * spm tokenizer, no extra tokens, no architecture options (swa_pattern -1). */
 void mkm_params_default(mkm_params *p);
 
 /* Writes a synthetic model to path. 0, or -EINVAL (bad parameters) / -EIO / -ENOMEM with a

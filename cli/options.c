@@ -76,7 +76,24 @@ static const opt table[] = {
     {"vocab", 0, O_INT, OFF(vocab), "512", "mkmodel", "vocabulary size (≥ 259)"},
     {"context", 0, O_INT, OFF(context), "2048", "mkmodel", "context length"},
     {"type", 0, O_STR, OFF(type), "f32", "mkmodel", "weight type: f32, f16, bf16 or q8_0"},
-    {"arch", 0, O_STR, OFF(arch), "llama", "mkmodel", "architecture: llama or qwen2"},
+    {"arch", 0, O_STR, OFF(arch), "llama", "mkmodel", "architecture: llama, qwen2, qwen3, gemma2, gemma3 or phi3"},
+    {"head-dim", 0, O_INT, OFF(head_dim), "dim / heads", "mkmodel", "head size (attention.key_length)"},
+    {"rope-dims", 0, O_INT, OFF(rope_dims), "head size", "mkmodel", "rotated dims per head (less: partial RoPE, gemma/phi3)"},
+    {"rope-base", 0, O_DBL, OFF(rope_base), "10000", "mkmodel", "rope.freq_base"},
+    {"rope-base-swa", 0, O_DBL, OFF(rope_base_swa), "not written", "mkmodel", "gemma: rope.freq_base_swa of the sliding layers"},
+    {"swa-window", 0, O_INT, OFF(swa_window), "not written", "mkmodel", "gemma: attention.sliding_window"},
+    {"swa-pattern", 0, O_INT, OFF(swa_pattern), "not written", "mkmodel", "gemma: attention.sliding_window_pattern"},
+    {"attn-softcap", 0, O_DBL, OFF(attn_softcap), "not written", "mkmodel", "gemma2: attn_logit_softcapping"},
+    {"final-softcap", 0, O_DBL, OFF(final_softcap), "not written", "mkmodel", "gemma: final_logit_softcapping"},
+    {"rope-scaling", 0, O_STR, OFF(rope_scaling), "not written", "mkmodel", "rope.scaling.type (linear, yarn, ...)"},
+    {"rope-factor", 0, O_DBL, OFF(rope_factor), "not written", "mkmodel", "rope.scaling.factor"},
+    {"rope-orig-ctx", 0, O_INT, OFF(rope_orig_ctx), "not written", "mkmodel", "rope.scaling.original_context_length"},
+    {"rope-attn-factor", 0, O_DBL, OFF(rope_attn_factor), "not written", "mkmodel", "rope.scaling.attn_factor"},
+    {"rope-freqs", 0, O_FLAG, OFF(rope_freqs), NULL, "mkmodel", "llama: write rope_freqs.weight (Llama 3.1 factors)"},
+    {"fused-qkv", 0, O_FLAG, OFF(fused_qkv), NULL, "mkmodel", "one attn_qkv tensor instead of attn_q/k/v"},
+    {"qkv-bias", 0, O_FLAG, OFF(qkv_bias), NULL, "mkmodel", "q/k/v biases (qwen2 always has them)"},
+    {"tied", 0, O_FLAG, OFF(tied), NULL, "mkmodel", "no output.weight: the LM head is the embedding"},
+    {"norm-std", 0, O_DBL, OFF(norm_std), "0", "mkmodel", "norm weights 1 + normal(0, this) instead of 1"},
     {"verbose", 'v', O_FLAG, OFF(verbose), NULL, "*", "more logging"},
     {"help", 'h', O_FLAG, OFF(help), NULL, "*", "this help"},
 };
@@ -114,6 +131,7 @@ void cli_opts_default(cli_opts *o)
     o->context = 2048;
     o->type = "f32";
     o->arch = "llama";
+    o->swa_pattern = -1;
 }
 
 static int accepts(const opt *p, const char *cmd)

@@ -597,11 +597,17 @@ static void eng__log(const engine *e)
     int64_t cap = (int64_t)e->n_blocks * g->block_size;
     char formula[160];
     kv_formula(g, 1, formula, sizeof formula);
+    const model_hparams *hp = &e->cfg.model->hp;
+    char feats[512], by_type[512];
+    fprintf(stderr, "model: %s, %d layers; %s\n", hp->arch_name, hp->n_layers, model_features(hp, feats, sizeof feats));
     fprintf(stderr,
             "KV cache (%s): %s = %zu bytes/token; "
             "%d blocks of %d tokens = %lld tokens; max %d sequences at context %d\n",
             kv_dtype_name(g->dtype), formula, bpt, (int)e->n_blocks,
             g->block_size, (long long)cap, (int)(e->n_blocks / eng__seq_blocks(e)), e->n_ctx);
+    if (model_n_swa_layers(hp))
+        fprintf(stderr, "KV cache by layer type: %s (every layer keeps every token's K/V today)\n",
+                model_kv_by_layer_type(hp, kv_vec_bytes(g), by_type, sizeof by_type));
     char admit[48] = "";
     if (e->cfg.prefill_admit_tokens > 0)
         snprintf(admit, sizeof admit, " (admitting up to %d prefill tokens)", e->cfg.prefill_admit_tokens);

@@ -1,5 +1,12 @@
 /*
- * forward.c — the Llama/Qwen2 model graph, once, against the backend ops of backend.h.
+ * forward.c — the model graph of every architecture, once, against the backend ops of backend.h.
+ *
+ * One block with per-architecture switches taken from the hyperparameters (model.h): biases
+ * where the file has them, q/k RMSNorm per head (qwen3, gemma3), RoPE per layer (partial,
+ * NeoX or adjacent pairs, a second base and no scaling on gemma3's sliding layers, linear /
+ * YaRN scaling, rope_freqs), attention with the layer's scale, soft-cap and window,
+ * post-attention / post-FFN norms (gemma), SwiGLU or GeGLU, the embedding scale and the final
+ * soft-cap. Fused tensors arrive as views (model.c), so the graph always sees q/k/v and gate/up.
  *
  * fwd_create uploads every weight, allocates the KV arena and the activation scratch (sized for
  * max_tokens rows and max_logits logit rows); fwd_run walks one varlen batch through the layers.
@@ -21,11 +28,20 @@
 typedef struct fwd_layer {
     be_weight attn_norm;      /* [dim] */
     be_weight wq, wk, wv, wo; /* [dim → q_dim], [dim → kv_dim] ×2, [q_dim → dim] */
-    be_weight bq, bk, bv;     /* qwen2 biases; data NULL when absent */
+    be_weight bq, bk, bv, bo; /* biases; data NULL when absent */
+    be_weight q_norm, k_norm; /* [head_dim] (qwen3, gemma3); data NULL when absent */
+    be_weight post_attn_norm; /* [dim] (gemma) */
     be_weight ffn_norm;       /* [dim] */
     be_weight w_gate, w_up;   /* [dim → n_ff] */
     be_weight w_down;         /* [n_ff → dim] */
+    be_weight b_gate, b_up, b_down; /* FFN biases (llama, optional) */
+    be_weight post_ffn_norm;  /* [dim] (gemma) */
+    be_rope rope_q, rope_k;   /* this layer's RoPE for q and k */
+    be_attn attn;             /* this layer's scale, soft-cap and window */
 } fwd_layer;
+
+/* The model_tensor ↔ be_weight pairs of a layer, in one order for upload and free. */
+#define FWD_LAYER_WEIGHTS 20
 
 struct fwd {
     const model *m; /* borrowed */
@@ -37,6 +53,8 @@ struct fwd {
     be_weight tok_embd;    /* [dim × n_vocab] */
     be_weight output_norm; /* [dim] */
     be_weight output;      /* [dim → n_vocab]; a copy of tok_embd's handle when tied */
+    be_weight output_b;    /* [n_vocab] LM-head bias, or data NULL */
+    be_weight rope_freqs;  /* [rope_dims / 2] frequency divisors, or data NULL */
     int output_shared;     /* 1: output is tok_embd's upload (free once) */
     fwd_layer *layers;     /* [n_layers] */
 
@@ -65,26 +83,57 @@ static void fwd__wfree(fwd *f, be_weight *w)
     memset(w, 0, sizeof *w);
 }
 
+/* The layer's weights and their model tensors, FWD_LAYER_WEIGHTS of each. */
+static void fwd__layer_pairs(const model_layer *ml, fwd_layer *l, const model_tensor **src, be_weight **dst)
+{
+    const model_tensor *s[FWD_LAYER_WEIGHTS] = {
+        &ml->attn_norm, &ml->wq,     &ml->wk,     &ml->wv,       &ml->wo,     &ml->bq,     &ml->bk,
+        &ml->bv,        &ml->bo,     &ml->q_norm, &ml->k_norm,   &ml->post_attn_norm, &ml->ffn_norm,
+        &ml->w_gate,    &ml->w_up,   &ml->w_down, &ml->b_gate,   &ml->b_up,   &ml->b_down, &ml->post_ffn_norm};
+    be_weight *d[FWD_LAYER_WEIGHTS] = {&l->attn_norm, &l->wq,     &l->wk,     &l->wv,       &l->wo,
+                                       &l->bq,        &l->bk,     &l->bv,     &l->bo,       &l->q_norm,
+                                       &l->k_norm,    &l->post_attn_norm,     &l->ffn_norm, &l->w_gate,
+                                       &l->w_up,      &l->w_down, &l->b_gate, &l->b_up,     &l->b_down,
+                                       &l->post_ffn_norm};
+    memcpy(src, s, sizeof s);
+    memcpy(dst, d, sizeof d);
+}
+
 static int fwd__upload_layer(fwd *f, const model_layer *ml, fwd_layer *l)
 {
-    const model_tensor *src[] = {&ml->attn_norm, &ml->wq,     &ml->wk,   &ml->wv,
-                                 &ml->wo,        &ml->bq,     &ml->bk,   &ml->bv,
-                                 &ml->ffn_norm,  &ml->w_gate, &ml->w_up, &ml->w_down};
-    be_weight *dst[] = {&l->attn_norm, &l->wq, &l->wk,       &l->wv,     &l->wo,   &l->bq,
-                        &l->bk,        &l->bv, &l->ffn_norm, &l->w_gate, &l->w_up, &l->w_down};
-    for (size_t i = 0; i < sizeof src / sizeof src[0]; i++) {
+    const model_tensor *src[FWD_LAYER_WEIGHTS];
+    be_weight *dst[FWD_LAYER_WEIGHTS];
+    fwd__layer_pairs(ml, l, src, dst);
+    for (size_t i = 0; i < FWD_LAYER_WEIGHTS; i++) {
         int rc = fwd__upload(f, src[i], dst[i]);
         if (rc) return rc;
     }
     return 0;
 }
 
-static void fwd__free_layer(fwd *f, fwd_layer *l)
+static void fwd__free_layer(fwd *f, const model_layer *ml, fwd_layer *l)
 {
-    be_weight *w[] = {&l->attn_norm, &l->wq, &l->wk,       &l->wv,     &l->wo,   &l->bq,
-                      &l->bk,        &l->bv, &l->ffn_norm, &l->w_gate, &l->w_up, &l->w_down};
-    for (size_t i = 0; i < sizeof w / sizeof w[0]; i++)
-        fwd__wfree(f, w[i]);
+    const model_tensor *src[FWD_LAYER_WEIGHTS];
+    be_weight *dst[FWD_LAYER_WEIGHTS];
+    fwd__layer_pairs(ml, l, src, dst);
+    for (size_t i = 0; i < FWD_LAYER_WEIGHTS; i++) fwd__wfree(f, dst[i]);
+}
+
+/* Layer li's RoPE (for q and k) and attention parameters, from the hyperparameters. */
+static void fwd__layer_params(fwd *f, int li, fwd_layer *l)
+{
+    const model_hparams *hp = &f->m->hp;
+    model_rope mr;
+    model_layer_rope(hp, li, &mr);
+    be_rope r = {.n_heads = hp->n_heads, .head_dim = hp->head_dim, .rope_dims = mr.dims, .base = mr.base,
+                 .neox = mr.neox, .freq_scale = mr.freq_scale, .ext_factor = mr.ext_factor,
+                 .corr_lo = mr.corr_lo, .corr_hi = mr.corr_hi, .mscale = mr.mscale,
+                 .freq_factors = f->rope_freqs.data ? &f->rope_freqs : NULL};
+    l->rope_q = r;
+    l->rope_k = r;
+    l->rope_k.n_heads = hp->n_kv_heads;
+    l->attn = (be_attn){.n_heads = hp->n_heads, .scale = model_attn_scale(hp), .softcap = hp->attn_softcap,
+                        .window = model_layer_window(hp, li)};
 }
 
 /* Allocates every scratch buffer; 0 or -ENOMEM. */
@@ -117,9 +166,11 @@ void fwd_destroy(fwd *f)
         if (bufs[i]) f->be->ops->free(f->be, bufs[i]);
     if (f->layers)
         for (int l = 0; l < f->m->hp.n_layers; l++)
-            fwd__free_layer(f, &f->layers[l]);
+            fwd__free_layer(f, &f->m->layers[l], &f->layers[l]);
     free(f->layers);
     if (!f->output_shared) fwd__wfree(f, &f->output);
+    fwd__wfree(f, &f->output_b);
+    fwd__wfree(f, &f->rope_freqs);
     fwd__wfree(f, &f->output_norm);
     fwd__wfree(f, &f->tok_embd);
     free(f);
@@ -160,8 +211,12 @@ fwd *fwd_create(const model *m, backend *be, const kv_geom *g, int32_t n_blocks,
         else
             rc = fwd__upload(f, &m->output, &f->output);
     }
-    for (int l = 0; !rc && l < hp->n_layers; l++)
+    if (!rc) rc = fwd__upload(f, &m->output_b, &f->output_b);
+    if (!rc) rc = fwd__upload(f, &m->rope_freqs, &f->rope_freqs);
+    for (int l = 0; !rc && l < hp->n_layers; l++) {
         rc = fwd__upload_layer(f, &m->layers[l], &f->layers[l]);
+        fwd__layer_params(f, l, &f->layers[l]);
+    }
     if (rc) {
         snprintf(err, err_len, "forward: uploading the weights to the %s backend failed (%s)",
                  be->name, strerror(-rc));
@@ -193,6 +248,12 @@ backend *fwd_backend(fwd *f)
     return f->be;
 }
 
+/* A bias argument for matmul: NULL when the weight has none. */
+static const be_weight *fwd__bias(const be_weight *b)
+{
+    return b->data ? b : NULL;
+}
+
 /* One transformer block over the batch's n rows of f->x (in place). */
 static void fwd__layer(fwd *f, int li, int n)
 {
@@ -201,30 +262,34 @@ static void fwd__layer(fwd *f, int li, int n)
     const be_ops *op = f->be->ops;
     backend *be = f->be;
     int dim = hp->n_embd;
-    be_rope rq = {.n_heads = hp->n_heads, .head_dim = hp->head_dim, .rope_dims = hp->rope_dims,
-                  .base = hp->rope_base, .neox = hp->rope_neox};
-    be_rope rk = rq;
-    rk.n_heads = hp->n_kv_heads;
 
-    /* attention: x += Wo · attn(rope(Wq·n(x)), rope(Wk·n(x)), Wv·n(x)) */
+    /* attention: x += post_norm(Wo · attn(rope(qk_norm(Wq·n(x))), rope(qk_norm(Wk·n(x))), Wv·n(x))) */
     op->rmsnorm(be, f->x, &l->attn_norm, hp->rms_eps, n, dim, f->xb);
-    op->matmul(be, f->xb, n, &l->wq, l->bq.data ? &l->bq : NULL, f->q);
-    op->matmul(be, f->xb, n, &l->wk, l->bk.data ? &l->bk : NULL, f->k);
-    op->matmul(be, f->xb, n, &l->wv, l->bv.data ? &l->bv : NULL, f->v);
-    op->rope(be, f->q, &rq);
-    op->rope(be, f->k, &rk);
+    op->matmul(be, f->xb, n, &l->wq, fwd__bias(&l->bq), f->q);
+    op->matmul(be, f->xb, n, &l->wk, fwd__bias(&l->bk), f->k);
+    op->matmul(be, f->xb, n, &l->wv, fwd__bias(&l->bv), f->v);
+    if (l->q_norm.data) { /* per head: rows of head_dim */
+        op->rmsnorm(be, f->q, &l->q_norm, hp->rms_eps, n * hp->n_heads, hp->head_dim, f->q);
+        op->rmsnorm(be, f->k, &l->k_norm, hp->rms_eps, n * hp->n_kv_heads, hp->head_dim, f->k);
+    }
+    op->rope(be, f->q, &l->rope_q);
+    op->rope(be, f->k, &l->rope_k);
     op->store_kv(be, li, f->k, f->v);
-    be_attn at = {hp->n_heads, 1.0f / sqrtf((float)hp->head_dim), 0.0f, 0};
-    op->attention(be, li, f->q, &at, f->att);
-    op->matmul(be, f->att, n, &l->wo, NULL, f->xb);
+    op->attention(be, li, f->q, &l->attn, f->att);
+    op->matmul(be, f->att, n, &l->wo, fwd__bias(&l->bo), f->xb);
+    if (l->post_attn_norm.data) op->rmsnorm(be, f->xb, &l->post_attn_norm, hp->rms_eps, n, dim, f->xb);
     op->add(be, f->x, f->xb, (int64_t)n * dim);
 
-    /* feed-forward: x += Wdown · (silu(Wgate·n(x)) * Wup·n(x)) */
+    /* feed-forward: x += post_norm(Wdown · (act(Wgate·n(x)) * Wup·n(x))) */
     op->rmsnorm(be, f->x, &l->ffn_norm, hp->rms_eps, n, dim, f->xb);
-    op->matmul(be, f->xb, n, &l->w_gate, NULL, f->hb);
-    op->matmul(be, f->xb, n, &l->w_up, NULL, f->hb2);
-    op->silu_mul(be, f->hb, f->hb2, (int64_t)n * hp->n_ff);
-    op->matmul(be, f->hb, n, &l->w_down, NULL, f->xb);
+    op->matmul(be, f->xb, n, &l->w_gate, fwd__bias(&l->b_gate), f->hb);
+    op->matmul(be, f->xb, n, &l->w_up, fwd__bias(&l->b_up), f->hb2);
+    if (hp->ffn_act == MODEL_ACT_GELU_TANH)
+        op->gelu_mul(be, f->hb, f->hb2, (int64_t)n * hp->n_ff);
+    else
+        op->silu_mul(be, f->hb, f->hb2, (int64_t)n * hp->n_ff);
+    op->matmul(be, f->hb, n, &l->w_down, fwd__bias(&l->b_down), f->xb);
+    if (l->post_ffn_norm.data) op->rmsnorm(be, f->xb, &l->post_ffn_norm, hp->rms_eps, n, dim, f->xb);
     op->add(be, f->x, f->xb, (int64_t)n * dim);
 }
 
@@ -241,6 +306,7 @@ int fwd_run(fwd *f, const be_batch *b, float *logits)
     int n = b->n_tokens;
 
     op->embed(be, &f->tok_embd, f->x);
+    if (model_embd_scale(hp) != 1.0f) op->scale(be, f->x, model_embd_scale(hp), (int64_t)n * hp->n_embd);
     for (int l = 0; l < hp->n_layers; l++)
         fwd__layer(f, l, n);
     if (b->n_logits == 0) return op->sync(be);
@@ -248,6 +314,8 @@ int fwd_run(fwd *f, const be_batch *b, float *logits)
     /* final norm and LM head only on the rows that sample */
     op->gather_rows(be, f->x, hp->n_embd, f->lx);
     op->rmsnorm(be, f->lx, &f->output_norm, hp->rms_eps, b->n_logits, hp->n_embd, f->lx);
-    op->matmul(be, f->lx, b->n_logits, &f->output, NULL, f->logits);
+    op->matmul(be, f->lx, b->n_logits, &f->output, fwd__bias(&f->output_b), f->logits);
+    if (hp->final_softcap > 0)
+        op->softcap(be, f->logits, hp->final_softcap, (int64_t)b->n_logits * hp->n_vocab);
     return op->to_host(be, f->logits, (size_t)b->n_logits * hp->n_vocab, logits);
 }

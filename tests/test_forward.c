@@ -1,7 +1,10 @@
 /*
  * test_forward.c — the whole forward pass against the float64 reference (tests/ref_forward.c).
  *
- * For synthetic models of several weight types and both architectures, the logits of a 37-token
+ * For synthetic models of several weight types and every architecture (with shapes and options
+ * the reference files do not have: other head sizes, partial RoPE, windows shorter than a
+ * block and across blocks, soft-caps, RoPE scaling with rope_freqs, fused tensors, random norm
+ * weights), the logits of a 37-token
  * prefill plus 20 greedy decode steps must agree with the reference whether the prompt goes in
  * (a) at once, (b) in chunks of 7, or (c) interleaved with two other sequences of different
  * lengths in the same batches, with shuffled (non-contiguous) block tables, for a block size of
@@ -24,6 +27,7 @@
 #include "engine/forward.h"
 #include "engine/model.h"
 #include "tests/ref_forward.h"
+#include "tests/test_util.h"
 
 #define TF_MAX_SEQS 3
 #define TF_PROMPT 37
@@ -55,28 +59,44 @@ typedef struct tf_ctx {
     char path[512];
 } tf_ctx;
 
-static void tf_open(tf_ctx *c, const char *arch, int type, int ffn, uint64_t seed)
+/* Tolerance of an f16 arena for models with q/k norms. A K or V value that lies within f32
+ * rounding of an f16 rounding point can round the other way than the reference's (which rounds
+ * from float64): q/k-normed keys are O(1), so one such flip moves one key by an f16 half-ulp
+ * (2^-11 ≈ 5e-4) and the logits by that times the attention's gain (O(1) at these shapes, over
+ * logits of O(1)); 3e-4 of max |logit| allows a few flips, not a wrong op (a missing window,
+ * norm or base moves them by 1e-2 and more). */
+#define TF_KV16_NORMED_TOL 3e-4
+
+/* The test's base shape: 3 layers, 64 wide, 8 heads over 2 kv heads, vocab 300, context 256. */
+static void tf_params(mkm_params *p, const char *arch, int type, int ffn, uint64_t seed)
 {
-    mkm_params p;
-    mkm_params_default(&p);
-    p.arch = arch;
-    p.dim = 64;
-    p.layers = 3;
-    p.heads = 8;
-    p.kv_heads = 2;
-    p.ffn = ffn;
-    p.vocab = 300;
-    p.context = 256;
-    p.type = type;
-    p.seed = seed;
-    const char *tmp = getenv("TMPDIR");
-    snprintf(c->path, sizeof c->path, "%s/kvserve_test_forward_%d_%s_%d.gguf",
-             tmp && *tmp ? tmp : "/tmp", (int)getpid(), arch, type);
+    mkm_params_default(p);
+    p->arch = arch;
+    p->dim = 64;
+    p->layers = 3;
+    p->heads = 8;
+    p->kv_heads = 2;
+    p->ffn = ffn;
+    p->vocab = 300;
+    p->context = 256;
+    p->type = type;
+    p->seed = seed;
+}
+
+static void tf_open_p(tf_ctx *c, const mkm_params *p)
+{
+    tu_write_mkmodel(p, "forward", c->path, sizeof c->path);
     char err[512];
-    cr_assert_eq(mkm_write(c->path, &p, err, sizeof err), 0, "mkm_write: %s", err);
     cr_assert_eq(model_load(c->path, &c->m, err, sizeof err), 0, "model_load: %s", err);
     c->n_vocab = c->m->hp.n_vocab;
     c->rf = NULL;
+}
+
+static void tf_open(tf_ctx *c, const char *arch, int type, int ffn, uint64_t seed)
+{
+    mkm_params p;
+    tf_params(&p, arch, type, ffn, seed);
+    tf_open_p(c, &p);
 }
 
 static void tf_close(tf_ctx *c)
@@ -312,6 +332,114 @@ Test(forward, qwen2_f32, .timeout = 120)
     cr_assert_not_null(c.m->layers[0].bq.data, "qwen2 model without Q bias");
     tf_modes(&c, KV_F32, 16, 1e-5, "qwen2 F32");
     tf_modes(&c, KV_F32, 5, 1e-5, "qwen2 F32");
+    tf_close(&c);
+}
+
+/* qwen3: per-head q/k norms (random norm weights, so a skipped norm shows), a head size that is
+ * not dim / heads (q is 8 × 24 = 192 wide), GQA. */
+Test(forward, qwen3_qk_norm_head_dim, .timeout = 120)
+{
+    tf_ctx c;
+    mkm_params p;
+    tf_params(&p, "qwen3", DT_F32, 96, 21);
+    p.head_dim = 24;
+    p.norm_std = 0.2f;
+    tf_open_p(&c, &p);
+    cr_assert(c.m->hp.qk_norm && c.m->hp.head_dim == 24 && c.m->layers[0].q_norm.data);
+    tf_modes(&c, KV_F32, 16, 1e-5, "qwen3 F32");
+    tf_modes(&c, KV_F16, 5, TF_KV16_NORMED_TOL, "qwen3 F32");
+    tf_close(&c);
+}
+
+/* gemma2: GeGLU, embedding scale, post norms, attention and final soft-caps, a window of 11 on
+ * layers 0 and 2 of 3 (pattern 2: windows shorter than a block of 16, across blocks of 5), head
+ * size 16 with 12 rotating dims. */
+Test(forward, gemma2_window_softcaps, .timeout = 120)
+{
+    tf_ctx c;
+    mkm_params p;
+    tf_params(&p, "gemma2", DT_F32, 96, 22);
+    p.head_dim = 16;
+    p.rope_dims = 12;
+    p.swa_window = 11;
+    p.attn_softcap = 3.0f; /* low caps so that they bite at this weight scale */
+    p.final_softcap = 0.5f;
+    p.norm_std = 0.3f;
+    p.tied = 1;
+    tf_open_p(&c, &p);
+    const model_hparams *hp = &c.m->hp;
+    cr_assert(model_layer_window(hp, 0) == 11 && model_layer_window(hp, 1) == 0 && model_layer_window(hp, 2) == 11);
+    cr_assert(hp->ffn_act == MODEL_ACT_GELU_TANH && hp->post_norms && hp->embd_scale == 8.0f);
+    tf_modes(&c, KV_F32, 16, 1e-5, "gemma2 F32");
+    tf_modes(&c, KV_F32, 5, 1e-5, "gemma2 F32");
+    tf_close(&c);
+}
+
+/* gemma3: q/k norms, window 9 on layers 0 and 1 of 3 (pattern 3), separate RoPE bases, linear
+ * RoPE scaling on the global layer only, a final soft-cap, F16 weights. */
+Test(forward, gemma3_pattern_two_bases, .timeout = 120)
+{
+    tf_ctx c;
+    mkm_params p;
+    tf_params(&p, "gemma3", DT_F16, 96, 23);
+    p.swa_window = 9;
+    p.swa_pattern = 3;
+    p.rope_base = 1000000.0f;
+    p.rope_base_swa = 10000.0f;
+    p.rope_scaling = "linear";
+    p.rope_factor = 8.0f;
+    p.final_softcap = 6.0f;
+    p.norm_std = 0.3f;
+    tf_open_p(&c, &p);
+    model_rope r0, r2;
+    model_layer_rope(&c.m->hp, 0, &r0);
+    model_layer_rope(&c.m->hp, 2, &r2);
+    cr_assert(r0.base == 10000.0f && r0.freq_scale == 1.0f && r2.base == 1000000.0f && r2.freq_scale == 0.125f);
+    tf_modes(&c, KV_F32, 16, 1e-5, "gemma3 F16");
+    tf_modes(&c, KV_F16, 5, TF_KV16_NORMED_TOL, "gemma3 F16");
+    tf_close(&c);
+}
+
+/* phi3: fused attn_qkv (with a fused bias) and gate+up, partial NeoX RoPE (6 of 8 dims). */
+Test(forward, phi3_fused_partial_rope, .timeout = 120)
+{
+    tf_ctx c;
+    mkm_params p;
+    tf_params(&p, "phi3", DT_BF16, 96, 24);
+    p.rope_dims = 6;
+    p.qkv_bias = 1;
+    tf_open_p(&c, &p);
+    cr_assert(c.m->hp.fused_qkv && c.m->hp.fused_gate_up && c.m->layers[1].bk.data);
+    tf_modes(&c, KV_F32, 16, 1e-5, "phi3 BF16");
+    tf_modes(&c, KV_F32, 5, 1e-5, "phi3 BF16");
+    tf_close(&c);
+}
+
+/* llama with Llama-3.1 rope_freqs and YaRN (factor 4 over an original context of 64, attention
+ * factor 1.5), a fused qkv on Q8_0, and the same graph with linear scaling. */
+Test(forward, llama_rope_scaling, .timeout = 120)
+{
+    tf_ctx c;
+    mkm_params p;
+    tf_params(&p, "llama", DT_Q8_0, 96, 25);
+    p.rope_freqs = 1;
+    p.rope_scaling = "yarn";
+    p.rope_factor = 4.0f;
+    p.rope_ctx_orig = 64;
+    p.rope_attn_factor = 1.5f;
+    p.fused_qkv = 1;
+    p.rope_base = 500.0f; /* a small base puts the wavelengths across the ramp at this context */
+    tf_open_p(&c, &p);
+    model_rope r;
+    model_layer_rope(&c.m->hp, 0, &r);
+    cr_assert(c.m->hp.has_rope_freqs && r.ext_factor == 1.0f && r.corr_hi > r.corr_lo && r.mscale > 1.5f);
+    tf_modes(&c, KV_F32, 16, 3e-2, "llama yarn+rope_freqs Q8_0");
+    tf_close(&c);
+    tf_params(&p, "llama", DT_F32, 96, 26);
+    p.rope_scaling = "linear";
+    p.rope_factor = 3.0f;
+    tf_open_p(&c, &p);
+    tf_modes(&c, KV_F32, 5, 1e-5, "llama linear F32");
     tf_close(&c);
 }
 
