@@ -67,6 +67,7 @@ static void ta_score(engine *e, ta_wait *w, const int32_t *toks, int n, ta_score
     q.n = 1;
     q.max_tokens = 0;
     q.prompt_logprobs = 1;
+    q.prompt_top = TA_TOP;
     smp_params_default(&q.sampling);
     q.sampling.temperature = 0;
     q.sampling.n_logprobs = TA_TOP;
