@@ -107,7 +107,24 @@ def summarize(records, duration_s, pcts=(90, 99)):
     cached = sum(r.get("cached_tokens") or 0 for r in ok)
     s["total_cached_tokens"] = cached
     s["usage_cache_hit_rate"] = (cached / s["total_input_tokens"]) if s["total_input_tokens"] else None
+    s.update(served_by_counts(records))
     return s
+
+
+def served_by_counts(records):
+    """Behind a balancer: {served_by_requests: {replica: requests answered}, served_by_jobs:
+    {replica: jobs (conversations) it answered at least one request of}}, or {} when no record
+    names a replica."""
+    reqs, jobs = {}, {}
+    for r in records:
+        name = r.get("served_by")
+        if name:
+            reqs[name] = reqs.get(name, 0) + 1
+            jobs.setdefault(name, set()).add(r.get("job"))
+    if not reqs:
+        return {}
+    return {"served_by_requests": dict(sorted(reqs.items())),
+            "served_by_jobs": {k: len(v) for k, v in sorted(jobs.items())}}
 
 
 # ----------------------------------------------------------------------------- parsing
@@ -423,19 +440,27 @@ def build_body(model, t, history, chat, args):
     return body
 
 
-def stream_request(target, path, body, chat, timeout):
-    """Sends one streamed request and times it. Returns {success, error, usage, text, t_start,
-    content_times, t_end}; the times are time.perf_counter() seconds. Never raises: any failure
-    (connection, HTTP status, error event, bad JSON, --timeout) is the request's error."""
-    rec = {"success": False, "error": None, "text": "", "usage": None}
+def stream_request(target, path, body, chat, timeout, headers=None, served_by_header=None):
+    """Sends one streamed request (with the extra headers, if any) and times it. Returns
+    {success, error, usage, text, t_start, content_times, t_end, http_status, served_by,
+    start_unix_s}; the
+    times are time.perf_counter() seconds, served_by the value of the response header
+    served_by_header (which replica behind a balancer answered). Never raises: any failure
+    (connection, HTTP status, error event, a stream cut before [DONE], bad JSON, --timeout) is
+    the request's error."""
+    rec = {"success": False, "error": None, "text": "", "usage": None, "http_status": None,
+           "served_by": None, "start_unix_s": time.time()}
     content_times, parts = [], []
     t_start = time.perf_counter()
     deadline = t_start + timeout
     c = target.conn(timeout)
     try:
         c.request("POST", target.prefix + path, body=json.dumps(body).encode(),
-                  headers=dict(target.headers, Accept="text/event-stream"))
+                  headers=dict(target.headers, Accept="text/event-stream", **(headers or {})))
         r = c.getresponse()
+        rec["http_status"] = r.status
+        if served_by_header:
+            rec["served_by"] = r.getheader(served_by_header)
         if r.status != 200:
             raise RuntimeError("HTTP %d: %s" % (r.status, r.read(2048).decode("utf-8", "replace")[:300]))
         sse, done = SSEParser(), False
@@ -461,8 +486,10 @@ def stream_request(target, path, body, chat, timeout):
                 break
             if now > deadline:
                 raise TimeoutError("request exceeded --timeout %.0f s" % timeout)
-        rec["success"] = bool(content_times)
-        if not content_times:
+        rec["success"] = done and bool(content_times)
+        if not done:
+            rec["error"] = "stream ended before [DONE]"
+        elif not content_times:
             rec["error"] = "no text received"
     except Exception as e:  # every failure of one request is that request's result
         rec["error"] = "%s: %s" % (type(e).__name__, e)
@@ -487,11 +514,14 @@ def finish_record(raw, t0, est_prompt_len, chunks_as_tokens=True):
         "success": raw["success"],
         "error": raw["error"],
         "start_s": raw["t_start"] - t0,
+        "start_unix_s": raw.get("start_unix_s"),
         "prompt_tokens": usage.get("prompt_tokens", est_prompt_len),
         "prompt_tokens_estimated": est_prompt_len,
         "output_tokens": out_tokens,
         "cached_tokens": details.get("cached_tokens"),
         "n_chunks": len(raw["content_times"]),
+        "http_status": raw.get("http_status"),
+        "served_by": raw.get("served_by"),
     }
     rec.update(m)
     return rec
@@ -510,11 +540,14 @@ def run_jobs(target, model, jobs, args, chat, path, offsets, max_duration):
 
     def run_job(ji):
         history = []
+        # One session id per job (a conversation, or a single request), the same for its turns.
+        headers = {"x-session-id": "s%d-%d" % (args.seed, ji)} if args.session_header else None
         for ti, t in enumerate(jobs[ji]):
             if time.perf_counter() > stop_at:
                 return
             body = build_body(model, t, history, chat, args)
-            raw = stream_request(target, path, body, chat, args.timeout)
+            raw = stream_request(target, path, body, chat, args.timeout, headers,
+                                 args.served_by_header)
             rec = finish_record(raw, t0, t["prompt_len"])
             rec.update({"job": ji, "turn": ti})
             with lock:
@@ -565,6 +598,10 @@ def format_table(s, pcts):
         row("Prefix cache hit rate (/metrics):", s["prefix_cache_hit_rate"], "{:<10.4f}")
     if s.get("usage_cache_hit_rate") is not None and s.get("total_cached_tokens"):
         row("Cached prompt tokens (usage) ratio:", s["usage_cache_hit_rate"], "{:<10.4f}")
+    for key, title in (("served_by_requests", "Requests per replica:"),
+                       ("served_by_jobs", "Conversations per replica:")):
+        if s.get(key):
+            row(title, " ".join("%s=%d" % kv for kv in s[key].items()))
     for key, title, name in (("ttft", "Time to First Token", "TTFT"),
                              ("tpot", "Time per Output Token (excl. 1st token)", "TPOT"),
                              ("itl", "Inter-token Latency", "ITL"),

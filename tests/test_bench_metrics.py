@@ -226,6 +226,7 @@ class FakeState:
     def __init__(self):
         self.lock = threading.Lock()
         self.bodies = []
+        self.sessions = []
         self.queries = 0
         self.hits = 0
 
@@ -234,7 +235,9 @@ class FakeHandler(BaseHTTPRequestHandler):
     """A tiny OpenAI-style server: /v1/models, /tokenize (2 tokens per word), /metrics
     (prefix-cache counters: half of every prompt "hits"), and streamed completions and chat
     completions of min(max_tokens, 4) chunks CHUNK_GAP_S apart. A prompt containing FAIL gets
-    HTTP 500; one containing BROKEN gets an error event mid-stream. Chat streams use chunked
+    HTTP 500; one containing BROKEN gets an error event mid-stream; one containing CUT stops
+    after one chunk, without [DONE], as a replica that dies would. Every response names its
+    "replica" in x-kvserve-replica, and x-session-id headers are recorded. Chat streams use chunked
     transfer encoding, completions streams end when the connection closes: clients meet both."""
 
     protocol_version = "HTTP/1.1"
@@ -279,6 +282,7 @@ class FakeHandler(BaseHTTPRequestHandler):
         text = json.dumps(body["messages"]) if chat else body["prompt"]
         with st.lock:
             st.bodies.append(body)
+            st.sessions.append(self.headers.get("x-session-id"))
         if "FAIL" in text:
             return self._json(500, {"error": {"message": "boom"}})
         n_prompt = 2 * len(text.split())
@@ -287,6 +291,7 @@ class FakeHandler(BaseHTTPRequestHandler):
             st.hits += n_prompt // 2
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
+        self.send_header("x-kvserve-replica", "fake-replica")
         if chat:
             self.send_header("Transfer-Encoding", "chunked")
         else:
@@ -316,6 +321,8 @@ class FakeHandler(BaseHTTPRequestHandler):
             time.sleep(CHUNK_GAP_S)
             if "BROKEN" in text and i == 1:
                 send({"error": {"message": "engine died"}})
+                break
+            if "CUT" in text and i == 1:
                 break
             send({"choices": [choice("w%d " % i)]})
         else:
@@ -411,14 +418,43 @@ class EndToEnd(unittest.TestCase):
     def test_failures_are_counted(self):
         path = os.path.join(self.tmp.name, "p.jsonl")
         with open(path, "w", encoding="utf-8") as f:
-            for p in ("hello there", "please FAIL now", "a BROKEN stream", "fine words here"):
+            for p in ("hello there", "please FAIL now", "a BROKEN stream", "fine words here",
+                      "a CUT stream"):
                 f.write(json.dumps({"prompt": p, "output_len": 4}) + "\n")
         rc, s, _ = self.run_main("--dataset", "jsonl", "--dataset-path", path, "--seed", "1")
         self.assertEqual(rc, 0)
-        self.assertEqual((s["completed"], s["failed"]), (2, 2))
-        errs = sorted(r["error"] for r in s["requests"] if r["error"])
-        self.assertIn("HTTP 500", errs[0] + errs[1])
-        self.assertIn("engine died", errs[0] + errs[1])
+        self.assertEqual((s["completed"], s["failed"]), (2, 3))
+        errs = " | ".join(sorted(r["error"] for r in s["requests"] if r["error"]))
+        self.assertIn("HTTP 500", errs)
+        self.assertIn("engine died", errs)
+        self.assertIn("stream ended before [DONE]", errs)  # text arrived, but the stream was cut
+        by_status = sorted((r["http_status"], r["n_chunks"]) for r in s["requests"] if not r["success"])
+        self.assertEqual(by_status, [(200, 1), (200, 1), (500, 0)])
+
+    def test_session_header_and_replica_counts(self):
+        with self.server.state.lock:
+            self.server.state.sessions.clear()
+        rc, s, text = self.run_main("--dataset", "multi-turn", "--endpoint", "chat",
+                                    "--mt-num-conversations", "3", "--mt-turns", "2",
+                                    "--mt-question-len", "6", "--random-output-len", "2",
+                                    "--session-header", "--seed", "9")
+        self.assertEqual((rc, s["completed"]), (0, 6))
+        with self.server.state.lock:
+            sessions = list(self.server.state.sessions)
+        # One id per conversation, sent with each of its turns, different between conversations.
+        self.assertEqual(len(sessions), 6)
+        self.assertEqual(sorted(set(sessions)), ["s9-0", "s9-1", "s9-2"])
+        self.assertTrue(all(sessions.count(x) == 2 for x in sessions))
+        self.assertEqual(s["served_by_requests"], {"fake-replica": 6})
+        self.assertEqual(s["served_by_jobs"], {"fake-replica": 3})
+        self.assertTrue(all(r["served_by"] == "fake-replica" for r in s["requests"]))
+        self.assertIn("Conversations per replica:", text)
+        rc, s, _ = self.run_main("--dataset", "random", "--num-prompts", "2", "--random-input-len",
+                                 "4", "--random-output-len", "2", "--served-by-header", "")
+        self.assertEqual(rc, 0)
+        self.assertNotIn("served_by_requests", s)
+        with self.server.state.lock:
+            self.assertEqual(self.server.state.sessions[-2:], [None, None])
 
     def test_shared_prefix_via_executable(self):
         out = os.path.join(self.tmp.name, "exe.json")
