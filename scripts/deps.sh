@@ -3,7 +3,8 @@
 # Idempotent and silent when everything is present. Called by `make`, `make run`, `make test`.
 set -euo pipefail
 pkgs=(build-essential pkg-config libmicrohttpd-dev libcjson-dev libuv1-dev libcriterion-dev
-      libpcre2-dev libcurl4-openssl-dev clang libclang-rt-14-dev python3 gnuplot-nox)
+      libpcre2-dev libcurl4-openssl-dev clang libclang-rt-14-dev python3 gnuplot-nox
+      haproxy)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
