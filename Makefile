@@ -50,8 +50,9 @@ endif
 # --- sources ----------------------------------------------------------------
 LIB_SRCS := $(wildcard engine/*.c cache/*.c cpu/*.c server/*.c) $(filter-out cli/main.c,$(wildcard cli/*.c))
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o)
-# tests/ref_*.c: shared test helpers (e.g. the float64 reference forward pass).
-TEST_SRCS := $(wildcard tests/test_*.c tests/ref_*.c)
+# tests/ref_*.c, tests/*_harness.c: shared test helpers (the float64 reference forward pass, a
+# server child process and its clients).
+TEST_SRCS := $(wildcard tests/test_*.c tests/ref_*.c tests/*_harness.c)
 TEST_OBJS := $(TEST_SRCS:%.c=$(BUILD)/%.o)
 FUZZ_SRCS := $(wildcard tests/fuzz/fuzz_*.c)
 # Stand-alone benchmark programs: bench/NAME.c -> $(BUILD)/bench/NAME (linked with the library).

@@ -19,6 +19,7 @@
 #include <sys/socket.h>
 #include <time.h>
 
+#include "server/gate.h"
 #include "server/internal.h"
 
 /* ---- request objects ------------------------------------------------------------------------ */
@@ -170,6 +171,45 @@ static enum MHD_Result reply_fail(srv_req *r, int status, const char *type, cons
     oai_error e;
     oai_fail(&e, status, type, code, NULL, fmt, arg);
     return srv__reply_error(r, &e);
+}
+
+static const char *reason_phrase(int status)
+{
+    switch (status) {
+    case 400: return "Bad Request";
+    case 413: return "Content Too Large";
+    case 431: return "Request Header Fields Too Large";
+    case 503: return "Service Unavailable";
+    case 505: return "HTTP Version Not Supported";
+    default: return "Error";
+    }
+}
+
+char *srv__gate_response(srv *s, int status, const char *message, const char *method,
+                         const char *path, size_t *len)
+{
+    oai_error e;
+    const char *code = status == 413 ? "request_too_large" : status == 503 ? "server_is_overloaded"
+                                                                           : "malformed_http_request";
+    oai_fail(&e, status, status == 503 ? "server_error" : "invalid_request_error", code, NULL,
+             "%s", message);
+    char *j = oai_error_json(&e);
+    char id[48];
+    mint_id(id, sizeof id, "req-");
+    char *out = NULL;
+    int n = j ? asprintf(&out,
+                         "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
+                         "Connection: close\r\nx-request-id: %s\r\n%s\r\n%s",
+                         status, reason_phrase(status), strlen(j), id, status == 503 ? "Retry-After: 1\r\n" : "", j)
+              : -1;
+    free(j);
+    fprintf(stderr, "%s %s %d prompt_tokens=0 output_tokens=0 0.0ms id=%s (rejected: %s)\n",
+            method && *method ? method : "-", path && *path ? path : "-", status, id, message);
+    s->met.http_requests++;
+    s->met.http_errors++;
+    if (n < 0) return NULL;
+    *len = (size_t)n;
+    return out;
 }
 
 /* ---- streams -------------------------------------------------------------------------------- */
@@ -473,20 +513,6 @@ void srv__http_run(srv *s)
         uv_timer_start(&s->mhd_timer, on_mhd_timer, 1000, 0);
 }
 
-/* Resolves cfg->host into a socket address. */
-static int resolve(const char *host, int port, struct sockaddr_storage *ss, int *v6)
-{
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE};
-    struct addrinfo *res = NULL;
-    char ps[16];
-    snprintf(ps, sizeof ps, "%d", port);
-    if (getaddrinfo(host && *host ? host : NULL, ps, &hints, &res) || !res) return -EINVAL;
-    memcpy(ss, res->ai_addr, res->ai_addrlen);
-    *v6 = res->ai_family == AF_INET6;
-    freeaddrinfo(res);
-    return 0;
-}
-
 /* libmicrohttpd's own messages, marked as such in the log. */
 static void on_mhd_log(void *cls, const char *fmt, va_list ap)
 {
@@ -495,35 +521,29 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap)
     vsnprintf(msg, sizeof msg, fmt, ap);
     size_t n = strlen(msg);
     while (n && msg[n - 1] == '\n') msg[--n] = 0;
+    /* MHD's connections are the gate's socketpairs: TCP options do not apply to them (the gate
+     * sets TCP_NODELAY on the client's socket), so their failures say nothing. */
+    if (strstr(msg, "TCP_NODELAY") || strstr(msg, "TCP_CORK") || strstr(msg, "Failed to push the data"))
+        return;
     fprintf(stderr, "kvserve: http: %s\n", msg);
 }
 
 int srv__http_start(srv *s, char *err, size_t err_len)
 {
-    struct sockaddr_storage ss;
-    int v6 = 0;
-    if (resolve(s->cfg->host, s->cfg->port, &ss, &v6)) {
-        snprintf(err, err_len, "cannot resolve listen address '%s'", s->cfg->host);
-        return -EINVAL;
-    }
-    unsigned flags = MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
-    if (v6) flags |= MHD_USE_DUAL_STACK;
-    s->d = MHD_start_daemon(flags, (uint16_t)s->cfg->port, NULL, NULL, on_access, s,
+    /* MHD gets its connections from the gate (MHD_add_connection), never from a socket of its
+     * own: every request it sees has passed the gate's framing checks. */
+    unsigned flags = MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG | MHD_USE_NO_LISTEN_SOCKET;
+    s->d = MHD_start_daemon(flags, 0, NULL, NULL, on_access, s,
                             MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, s, /* first, as MHD wants */
-                            MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
                             MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
                             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)600,
                             MHD_OPTION_CONNECTION_LIMIT, (unsigned)4000,
                             MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)65536,
-                            MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)1024,
                             MHD_OPTION_END);
     if (!s->d) {
-        snprintf(err, err_len, "cannot listen on %s:%d (address in use or not permitted)",
-                 s->cfg->host, s->cfg->port);
-        return -EADDRINUSE;
+        snprintf(err, err_len, "cannot start the HTTP daemon");
+        return -EIO;
     }
-    const union MHD_DaemonInfo *pi = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
-    s->port = pi && pi->port ? pi->port : s->cfg->port;
     const union MHD_DaemonInfo *ei = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_EPOLL_FD);
     if (!ei || uv_poll_init(&s->loop, &s->mhd_poll, ei->epoll_fd)) {
         snprintf(err, err_len, "cannot watch the HTTP daemon's epoll descriptor");
@@ -535,6 +555,8 @@ int srv__http_start(srv *s, char *err, size_t err_len)
     uv_poll_start(&s->mhd_poll, UV_READABLE, on_mhd_poll);
     uv_timer_init(&s->loop, &s->mhd_timer);
     s->mhd_timer.data = s;
+    int rc = gate_listen(s, s->cfg->host, s->cfg->port, s->cfg->max_body_bytes, &s->port, err, err_len);
+    if (rc) return rc;
     srv__http_run(s);
     return 0;
 }
@@ -548,6 +570,7 @@ void srv__http_stop(srv *s)
         srv__req_resume(r);
     }
     for (int i = 0; i < 3; i++) MHD_run(s->d);
+    gate_close(s);
     uv_poll_stop(&s->mhd_poll);
     uv_timer_stop(&s->mhd_timer);
     MHD_stop_daemon(s->d);

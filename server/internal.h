@@ -130,6 +130,10 @@ struct srv {
     int drain_expired;
     int stopping;
     int port;                    /* bound port */
+    uv_tcp_t listener;           /* the listening socket (gate.c) */
+    int listener_open;
+    struct gate_conn *gate_conns; /* every relayed connection */
+    int n_gate_conns;
     uv_work_t load_req;          /* model + tokenizer load on a libuv worker thread */
     int load_rc;                 /* its result (0 or negative errno) */
     char load_err[512];
@@ -149,6 +153,10 @@ enum MHD_Result srv__reply_error(srv_req *r, const oai_error *e);
 void srv__check_drain(srv *s);
 enum MHD_Result srv__stream_begin(srv_req *r);
 void srv__watch_start(srv_req *r);
+/* The whole HTTP response (status line, headers, OpenAI JSON error) the gate sends for a framing
+ * error, with Connection: close; logs it like any request and counts it. malloc'd, *len set. */
+char *srv__gate_response(srv *s, int status, const char *message, const char *method,
+                         const char *path, size_t *len);
 
 /* prep.c */
 /* Suspends r and prepares it on a worker thread: kind OAI_COMPLETION / OAI_CHAT (parse, prompts,

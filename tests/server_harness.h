@@ -1,0 +1,62 @@
+/*
+ * server_harness.h — a `kvserve serve` child process on a free loopback port for end-to-end
+ * tests, and two clients: raw bytes over a socket (for framing tests, where a real HTTP client
+ * would not send what is being tested) and a one-shot HTTP request with libcurl. Everything
+ * waits by polling with a deadline; the child dies with the test (PR_SET_PDEATHSIG).
+ * (No tests here; tests/server_harness.c is linked into the test binary.)
+ */
+#ifndef KVSERVE_SERVER_HARNESS_H
+#define KVSERVE_SERVER_HARNESS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+typedef struct th_server {
+    pid_t pid;
+    int port;
+    char dir[256];     /* temp dir with the log */
+    char log[320];
+} th_server;
+
+/* The kvserve binary: $KVSERVE_BIN, else build/kvserve. */
+const char *th_bin(void);
+/* Monotonic milliseconds. */
+int64_t th_now_ms(void);
+
+/* Starts `kvserve serve -m MODEL --port P --threads 1 ARGS...` (model NULL: the in-repo
+ * stories260K) with extra environment entries env (NULL-terminated "K=V", may be NULL) and waits
+ * up to 15 s for /health to say 200 (wait_healthy) or just for the port (not). Fails the test
+ * on error; skips it when the binary is missing. */
+void th_start(th_server *t, const char *model, const char *const *args, const char *const *env,
+              int wait_healthy);
+/* SIGKILLs the server if it still runs and removes its files. */
+void th_stop(th_server *t);
+/* Sends sig and waits up to ms for the exit; returns the wait status, or -1 on timeout. */
+int th_signal_wait(th_server *t, int sig, int ms);
+/* The server's log so far (malloc'd). */
+char *th_log(const th_server *t);
+
+/* Response of a raw exchange or an HTTP request. */
+typedef struct th_resp {
+    long status;       /* first status line's code, 0 when none */
+    char *raw;         /* everything received (raw exchange), NUL-terminated */
+    size_t raw_len;
+    char *body;        /* the body (HTTP), NUL-terminated */
+    char *headers;
+    int closed;        /* raw: the server closed the connection within the wait */
+    int64_t ms;        /* time to the first byte (raw) or the whole response (HTTP) */
+} th_resp;
+
+/* Connects, sends data[0..n), half-closes when shut_wr, and reads until the server closes or
+ * wait_ms pass. */
+th_resp th_raw(int port, const char *data, size_t n, int shut_wr, int wait_ms);
+/* One HTTP request with libcurl (method NULL: GET without body, POST with one); extra: one
+ * header line or NULL. */
+th_resp th_http(int port, const char *method, const char *path, const char *body, const char *extra);
+void th_resp_free(th_resp *r);
+
+/* Counts the status lines ("HTTP/1.x NNN") in a raw response (wherever they start). */
+int th_count_status_lines(const char *raw);
+
+#endif
