@@ -71,7 +71,7 @@ JOBS=$(nproc 2>/dev/null || echo 2)
 OBJS=""
 pids=""
 n=0
-for src in cuda/*.cu engine/gguf.c engine/model.c engine/dtype.c engine/forward.c engine/sampler.c \
+for src in cuda/*.cu engine/gguf.c engine/model.c engine/model_hparams.c engine/dtype.c engine/forward.c engine/sampler.c \
            engine/backend.c cache/*.c cpu/*.c cuda/check/gpu_check.c; do
     obj="$B/$(echo "$src" | tr / _).o"
     OBJS="$OBJS $obj"
