@@ -19,7 +19,9 @@ PKG_CFLAGS = $(eval PKG_CFLAGS := $$(shell pkg-config --cflags $(PKGS) 2>/dev/nu
 PKG_LIBS = $(eval PKG_LIBS := $$(shell pkg-config --libs $(PKGS) 2>/dev/null))$(PKG_LIBS)
 
 OPT ?= -O2
-ARCH ?= -march=native
+# Extra target flags for every file. Empty by default: the binary runs on any CPU of the target
+# architecture and picks its SIMD level at run time (cpu/isa.c). E.g. ARCH=-march=native.
+ARCH ?=
 CFLAGS_BASE = -std=c11 -D_GNU_SOURCE -g $(ARCH) -Wall -Wextra -Wshadow -Wno-unused-parameter \
                -fno-strict-aliasing -MMD -MP -I. $(PKG_CFLAGS) $(if $(filter 1,$(WERROR)),-Werror)
 CFLAGS += $(OPT) $(CFLAGS_BASE)
@@ -47,8 +49,27 @@ CUDA_OBJS :=
 CUDA_LIBS :=
 endif
 
+# --- CPU kernels per SIMD level ---------------------------------------------
+# A file of cpu/ named after a level gets that level's target flags and runs only when the CPU
+# has it (cpu/internal.h); every other file is built for the baseline target.
+ISA_AVX2 := -mavx2 -mfma -mf16c
+ISA_AVX512 := $(ISA_AVX2) -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512cd
+ISA_VNNI := $(ISA_AVX512) -mavx512vnni
+ISA_DOTPROD := -march=armv8.2-a+dotprod
+isa_flags = $(if $(filter %_avx2.c,$1),$(ISA_AVX2),$(if $(filter %_avx512.c,$1),$(ISA_AVX512),$(if \
+            $(filter %_vnni.c,$1),$(ISA_VNNI),$(if $(filter %_dotprod.c,$1),$(ISA_DOTPROD)))))
+TARGET_MACHINE := $(shell $(CC) -dumpmachine 2>/dev/null)
+ifneq ($(filter x86_64%,$(TARGET_MACHINE)),)
+CPU_SKIP := %_neon.c %_dotprod.c
+else ifneq ($(filter aarch64%,$(TARGET_MACHINE)),)
+CPU_SKIP := %_avx2.c %_avx512.c %_vnni.c
+else
+CPU_SKIP := %_avx2.c %_avx512.c %_vnni.c %_neon.c %_dotprod.c
+endif
+
 # --- sources ----------------------------------------------------------------
-LIB_SRCS := $(wildcard engine/*.c cache/*.c cpu/*.c server/*.c) $(filter-out cli/main.c,$(wildcard cli/*.c))
+LIB_SRCS := $(filter-out $(CPU_SKIP),$(wildcard engine/*.c cache/*.c cpu/*.c server/*.c)) \
+            $(filter-out cli/main.c,$(wildcard cli/*.c))
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o)
 # tests/ref_*.c, tests/*_harness.c: shared test helpers (the float64 reference forward pass, a
 # server child process and its clients).
@@ -75,7 +96,7 @@ $(BUILD)/kvserve: $(BUILD)/cli/main.o $(BUILD)/libkvserve.a
 $(BUILD)/%.o: %.c | deps
 	@mkdir -p $(dir $@)
 	@echo "  CC      $<"
-	$(Q)$(CC) $(CFLAGS) -c -o $@ $<
+	$(Q)$(CC) $(CFLAGS) $(call isa_flags,$<) -c -o $@ $<
 
 $(BUILD)/%.o: %.cu | deps
 	@mkdir -p $(dir $@)
@@ -121,10 +142,16 @@ asan: deps
 
 FUZZ_CFLAGS = -std=c11 -D_GNU_SOURCE -g -O1 -I. $(PKG_CFLAGS) -fsanitize=fuzzer,address,undefined -ffunction-sections -fdata-sections -Wl,--gc-sections
 FUZZ_LIB_SRCS := $(filter-out server/server.c server/http.c server/gen.c cli/cmd_serve.c,$(LIB_SRCS))
-fuzz: deps
-	@mkdir -p $(BUILD)/fuzz
+FUZZ_OBJS := $(FUZZ_LIB_SRCS:%.c=$(BUILD)/fuzz/obj/%.o)
+$(BUILD)/fuzz/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(Q)clang $(FUZZ_CFLAGS) $(call isa_flags,$<) -c -o $@ $<
+# An archive, so that each target links only the objects it needs.
+$(BUILD)/fuzz/libfuzz.a: $(FUZZ_OBJS)
+	$(Q)rm -f $@ && ar rcs $@ $^
+fuzz: deps $(BUILD)/fuzz/libfuzz.a
 	$(Q)for f in $(FUZZ_SRCS); do n=$$(basename $$f .c); echo "  FUZZ    $$n"; \
-	    clang $(FUZZ_CFLAGS) -o $(BUILD)/fuzz/$$n $$f $(FUZZ_LIB_SRCS) $(LDLIBS) || exit 1; done
+	    clang $(FUZZ_CFLAGS) -o $(BUILD)/fuzz/$$n $$f $(BUILD)/fuzz/libfuzz.a $(LDLIBS) || exit 1; done
 
 # The default model is the repository's own stories260K (tests/data, MIT: see tests/data/README.md).
 MODEL ?= tests/data/stories260K.gguf

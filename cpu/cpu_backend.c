@@ -3,10 +3,12 @@
  * batch metadata and the trivial ops. The kernels live in matmul.c, attention.c and ops.c; the
  * workers in threadpool.c.
  *
- * Weights keep a zero-copy view of the model's mapping (data) and, for matrices, a copy packed
- * once at upload into the layout of the GEMM microkernels (extra: see gemm.c, gemm_q8.c), the
- * same size as the file's data; matmul reads only the copy, embed only the mapping. Without
- * AVX-512 (F32/F16/BF16) or VNNI (Q8_0) nothing is packed and matmul reads the mapping.
+ * Each backend runs the kernels of one SIMD level (cpu/cpu.h), chosen when it is created; its
+ * table (cpu__kern, filled by isa.c) decides everything level-specific, including the layout
+ * of packed weights. Weights keep a zero-copy view of the model's mapping (data) and, for
+ * matrices whose type has a packed layout at this level, a copy packed once at upload (extra:
+ * see gemm_*.c), the same size as the file's data; matmul then reads only the copy, embed only
+ * the mapping. Where the level has no packed layout, matmul reads the mapping.
  * Backend memory is ordinary host memory, 64-byte aligned. The engine thread drives
  * the backend and takes part in every op as worker 0; ops are synchronous, so sync is a no-op.
  */
@@ -17,6 +19,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "cpu/cpu.h"
 #include "cpu/internal.h"
 #include "engine/dtype.h"
 
@@ -86,21 +89,21 @@ static void *packed_alloc(cpu__backend *c, size_t bytes)
 static int cpu_weight_upload(backend *be, const model_tensor *src, be_weight *dst)
 {
     cpu__backend *c = cb(be);
-    if (!dt_is_supported(src->type)) return -EINVAL;
+    if (!dt_is_supported(src->type) || src->type < 0 || src->type >= CPU__MM_TYPES ||
+        !c->k.mm[src->type].dot)
+        return -EINVAL;
     if (src->ne[0] % dt_block_elems(src->type)) return -EINVAL;
     be_weight w = {.type = src->type, .n_in = src->ne[0], .n_out = src->ne[1],
                    .data = (void *)src->data}; /* zero copy: the mapping outlives its use */
-    /* Matrices also get a copy in the layout of the GEMM microkernels, packed once here rather
-     * than on every call; matmul.c uses it for every number of rows, so the mapping's pages
-     * are then only read by embed. */
-    size_t bytes = w.n_out <= 1 || cpu__quant_handles(w.type) ? 0
-                   : w.type == DT_Q8_0 ? cpu__gemm_q8_packed_bytes(w.n_in, w.n_out)
-                                       : cpu__gemm_panel_packed_bytes(w.type, w.n_in, w.n_out);
+    /* Matrices also get a copy in the layout of the level's GEMM, packed once here rather than
+     * on every call; matmul.c uses it for every number of rows, so the mapping's pages are
+     * then only read by embed. */
+    const cpu__mm_packed *pk = &c->k.mm[w.type].packed;
+    size_t bytes = w.n_out > 1 && pk->run ? pk->bytes(w.n_in, w.n_out) : 0;
     if (bytes) {
         w.extra = packed_alloc(c, bytes);
         if (!w.extra) return -ENOMEM;
-        if (w.type == DT_Q8_0) cpu__gemm_q8_prepack(&w, w.extra);
-        else cpu__gemm_panel_prepack(&w, w.extra);
+        pk->pack(&w, w.extra);
     }
     *dst = w;
     return 0;
@@ -299,20 +302,7 @@ static const be_ops cpu_ops = {
     .sync = cpu_sync,
 };
 
-static const char *simd_name(void)
-{
-#if defined(__AVX512F__) && defined(__AVX512VNNI__)
-    return "AVX-512 + VNNI";
-#elif defined(__AVX512F__)
-    return "AVX-512";
-#elif defined(__AVX2__)
-    return "AVX2";
-#else
-    return "scalar";
-#endif
-}
-
-backend *cpu_backend_create(int n_threads)
+backend *cpu__backend_create(int n_threads, int isa, unsigned features)
 {
     if (n_threads <= 0) {
         long n = sysconf(_SC_NPROCESSORS_ONLN);
@@ -327,9 +317,40 @@ backend *cpu_backend_create(int n_threads)
         return NULL;
     }
     c->n_threads = n_threads;
+    cpu__kern_init(&c->k, isa, features);
     c->base.ops = &cpu_ops;
     c->base.name = "cpu";
-    snprintf(c->base.desc, sizeof c->base.desc, "CPU, %d thread%s, %s", n_threads,
-             n_threads == 1 ? "" : "s", simd_name());
+    char feat[32] = "";
+    if (features & (CPU_FEAT_VNNI | CPU_FEAT_BF16 | CPU_FEAT_DOTPROD))
+        snprintf(feat, sizeof feat, " (%s%s%s)", features & CPU_FEAT_VNNI ? "+vnni" : "",
+                 features & CPU_FEAT_BF16 ? "+bf16" : "", features & CPU_FEAT_DOTPROD ? "+dotprod" : "");
+    snprintf(c->base.desc, sizeof c->base.desc, "CPU, %d thread%s, %s%s", n_threads,
+             n_threads == 1 ? "" : "s", cpu_isa_name(isa), feat);
     return &c->base;
+}
+
+/* The sub-features that level isa can use of those the CPU has. */
+static unsigned features_for(int isa)
+{
+    unsigned f = cpu_isa_features();
+    if (isa == CPU_ISA_AVX512) return f & (CPU_FEAT_VNNI | CPU_FEAT_BF16);
+    if (isa == CPU_ISA_NEON) return f & CPU_FEAT_DOTPROD;
+    return 0;
+}
+
+backend *cpu_backend_create_isa(int n_threads, int isa)
+{
+    if (!cpu_isa_supported(isa)) return NULL;
+    return cpu__backend_create(n_threads, isa, features_for(isa));
+}
+
+backend *cpu_backend_create(int n_threads)
+{
+    int isa;
+    char err[160];
+    if (cpu_isa_default(&isa, err, sizeof err)) {
+        fprintf(stderr, "kvserve: %s\n", err);
+        return NULL;
+    }
+    return cpu_backend_create_isa(n_threads, isa);
 }

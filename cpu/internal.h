@@ -1,6 +1,7 @@
 /*
- * internal.h — what the files of cpu/ share: the worker pool, the backend's private state and
- * the kernels each file provides to cpu_backend.c. Nothing outside cpu/ includes this.
+ * internal.h — what the files of cpu/ share: the worker pool, the table of per-level kernels
+ * (and how to add one), the backend's private state and the drivers cpu_backend.c calls.
+ * Outside cpu/ only the CPU tests and bench/bench_cpu.c include it.
  *
  * Symbols here carry the folder prefix with a double underscore (cpu__) because they are
  * shared between the files of cpu/ but are no part of the backend interface.
@@ -33,6 +34,169 @@ int cpu__pool_size(const cpu__pool *p);
  * pool may call it. */
 void cpu__pool_for(cpu__pool *p, int64_t n_items, int64_t chunk, cpu__range_fn fn, void *arg);
 
+/* ---- the kernel table: one per SIMD level (isa.c) ------------------------------------------
+ *
+ * Everything that depends on the SIMD level is reached through a cpu__kern, which each backend
+ * fills once when it is created (cpu__kern_init). The drivers (matmul.c, attention.c, ops.c,
+ * built for the baseline target) cut the work, thread it and call the table's kernels; the
+ * kernels live in files named after their level and built with its target flags:
+ *
+ *   cpu/NAME.c          scalar reference kernels next to the driver, no extra flags
+ *   cpu/NAME_avx2.c     -mavx2 -mfma -mf16c
+ *   cpu/NAME_avx512.c   the above + -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512cd
+ *   cpu/NAME_vnni.c     the above + -mavx512vnni (used only when the CPU has VNNI)
+ *   cpu/NAME_neon.c     aarch64 Advanced SIMD (baseline there; dotprod kernels: NAME_dotprod.c)
+ *
+ * Code in a level's file runs only through the table of a backend at that level (or above), so
+ * nothing built with AVX-512 flags can run on an AVX2 machine. For the same reason a level's
+ * file must not be the one that provides an external symbol other files call directly, and
+ * shared headers hold no SIMD code: helpers for one level go into cpu/simd_x86.h (included
+ * only by *_avx2.c / *_avx512.c / *_vnni.c) or a header of its own.
+ *
+ * How to add a kernel (for every level):
+ *  1. Add the entry to struct cpu__kern below, with a comment stating its exact contract
+ *     (shapes, strides, what it may assume, what it writes). For a new weight type, the entry
+ *     is k->mm[DT_X]: choose its activation format (cpu__act; add one to matmul.c's converter
+ *     if no existing one fits: it must be the same at every level).
+ *  2. Write the scalar reference in the driver's file (or cpu/NAME.c) and set it in that file's
+ *     cpu__*_fill_scalar. Every entry has a scalar variant: tables are filled from scalar up.
+ *  3. Write the variants in cpu/NAME_avx2.c, cpu/NAME_avx512.c (and _vnni.c when it needs
+ *     VNNI) and cpu/NAME_neon.c, each setting its entries in its own cpu__NAME_fill_LEVEL,
+ *     declared at the end of this file and called from cpu__kern_init (isa.c). A level that
+ *     has no variant yet keeps the one of the level below (avx512 → avx2 → scalar; neon →
+ *     scalar). A matmul descriptor's packed or plain part is replaced whole (its layout, its
+ *     alignment and its run belong together); set the part's isa to your level.
+ *  4. Test it in tests/test_cpu*.c at every level: the tests loop over cput_levels(), which
+ *     are all the levels the machine supports, against a float64 reference with a tolerance
+ *     derived from the arithmetic (unit roundoff × reduction length), never from one
+ *     machine's observed error.
+ * The Makefile gives each file its flags from its suffix; new files need no Makefile change. */
+
+typedef struct cpu__backend cpu__backend;
+
+/* An activation block quantised for Q8_0 dot products: value = d * q[i]. */
+typedef struct cpu__q8x {
+    float d;
+    int8_t q[32];
+} cpu__q8x; /* 36 bytes */
+
+/* One matmul as the workers see it. Work is handed out in units of t->unit outputs by
+ * cpu__pool_for, so a thread that the OS delays does not hold up the others: they take its
+ * units. */
+typedef struct cpu__mm_task {
+    cpu__backend *c;
+    const float *x;      /* [n_rows][n_in] */
+    int n_rows;
+    const be_weight *w;
+    const float *bias;   /* [n_out] or NULL */
+    float *out;          /* [n_rows][n_out] */
+    const cpu__q8x *xq;  /* CPU__ACT_Q8_0: quantised activations [n_rows][n_in / 32] */
+    const int32_t *xsum; /* CPU__ACT_Q8_0: -128 × Σ q of each block of xq, [n_rows][n_in / 32] */
+    int64_t n_units;     /* units of work */
+    int64_t unit;        /* outputs per unit */
+} cpu__mm_task;
+
+/* Weight types a table can hold matmul kernels for: indexed by enum dt_type. */
+#define CPU__MM_TYPES 32
+/* KV element types: indexed by enum kv_dtype. */
+#define CPU__KV_TYPES 8
+
+/* What matmul.c converts the activations x into before calling a weight type's kernels. */
+enum cpu__act {
+    CPU__ACT_F32 = 0,  /* x itself, f32 [n_rows][n_in] */
+    CPU__ACT_Q8_0 = 1, /* t->xq and t->xsum: blocks of 32 int8 with an f32 scale (cpu__q8x) */
+};
+
+/* A copy of a matrix packed once at upload into a level's own layout (be_weight.extra). */
+typedef struct cpu__mm_packed {
+    int isa;                                      /* level that provides it */
+    size_t (*bytes)(int64_t n_in, int64_t n_out); /* size of the copy; 0: no copy for this shape */
+    void (*pack)(const be_weight *w, void *dst);  /* writes it from w->data */
+    int (*align)(int n_rows);                     /* outputs per unit must be a multiple of this */
+    size_t (*scratch)(const be_weight *w, int n_rows); /* per-thread scratch bytes (NULL: none) */
+    cpu__range_fn run;                            /* parallel-for body over cpu__mm_task units */
+} cpu__mm_packed;
+
+/* A GEMM over the file's layout (no packed copy) worth it from min_rows activation rows on. */
+typedef struct cpu__mm_plain {
+    int isa;
+    int min_rows;
+    int align;                                         /* outputs per unit: a multiple of this */
+    size_t (*scratch)(const be_weight *w, int n_rows); /* per-thread scratch bytes (NULL: none) */
+    cpu__range_fn run;                                 /* parallel-for body over cpu__mm_task units */
+} cpu__mm_plain;
+
+/* Everything a level does with one weight type. dot is required (the fallback for every
+ * shape: GEMV and column-blocked dot products); packed and plain are optional (run NULL). */
+typedef struct cpu__mm_kern {
+    int act;     /* enum cpu__act, the same at every level */
+    int dot_isa; /* level that provides dot */
+    /* Σ_i w[i] · x[i] over one weight row in the file's layout (n_in elements) and one
+     * activation row in format act. */
+    float (*dot)(const void *w, const void *x, int64_t n_in);
+    cpu__mm_packed packed;
+    cpu__mm_plain plain;
+} cpu__mm_kern;
+
+/* Attention works on chunks of up to CPU__ATTN_KCH keys converted to f32 (kt transposed,
+ * [head_dim][KCH]; vt [KCH][head_dim]) and up to CPU__ATTN_AR query rows per kernel call. */
+#define CPU__ATTN_KCH 64
+#define CPU__ATTN_AR 4
+
+/* The decode fast path: one query row (one token, one head, no GQA grouping) over its
+ * sequence's paged K/V in the arena's own element type. */
+typedef struct cpu__attn_row {
+    const void *k, *v; /* the layer's K and V arena */
+    const int32_t *bt; /* block table of the sequence */
+    int lo, n_ctx;     /* KV entries the row attends to: lo .. n_ctx - 1 (lo > 0: a window) */
+    int head_dim, block_size, n_kv_heads, kvh;
+    float scale;    /* of q·k */
+    float softcap;  /* > 0: scores become softcap · tanh(score / softcap) */
+    const float *q; /* [head_dim] */
+    float *out;     /* [head_dim] */
+    float *scr;     /* thread scratch: max(block_size, 256) + head_dim floats */
+} cpu__attn_row;
+
+typedef struct cpu__kern {
+    int isa;           /* enum cpu_isa */
+    unsigned features; /* CPU_FEAT_* bits in use */
+
+    /* ---- matmul (matmul.c) ---- */
+    cpu__mm_kern mm[CPU__MM_TYPES];
+    /* Per block of 32: d = max|x| / 127, q = round-to-nearest-even(x · (1/d)) (0 when d = 0),
+     * n a multiple of 32. Every level must give exactly the scalar result. */
+    void (*quantise_q8)(const float *x, cpu__q8x *out, int64_t n);
+
+    /* ---- attention (attention.c) ---- */
+    /* dst[r][0..n) = src[r][0..n) as f32 for rows r < rows: src of KV dtype with a row stride
+     * of src_stride elements, dst with dst_stride floats. */
+    void (*kv_to_f32)(int dtype, const void *src, size_t src_stride, float *dst, size_t dst_stride,
+                      int rows, int n);
+    /* dst[0..n) = src[0..n) in KV dtype, rounding to nearest even. */
+    void (*f32_to_kv)(int dtype, const float *src, void *dst, int64_t n);
+    /* One online-softmax step of ar ≤ CPU__ATTN_AR query rows over a chunk of keys: row a
+     * (query qa[a]) sees keys lo[a] .. nv[a] - 1 of the chunk (none when lo[a] ≥ nv[a];
+     * nmax = max nv ≤ CPU__ATTN_KCH); its scores are scale · q·k, soft-capped when cap > 0
+     * (be_softcap), and its state mx[a] (running max), l[a] (running sum) and acc[a · hd ..]
+     * (unnormalised output) is updated. S: scratch of ar × CPU__ATTN_KCH floats. */
+    void (*attn_chunk)(int ar, const float *const *qa, const int *lo, const int *nv, int nmax,
+                       const float *kt, const float *vt, int hd, float scale, float cap, float *S,
+                       float *mx, float *l, float *acc);
+    int attn_isa; /* level that provides attn_chunk */
+    /* Optional, per KV dtype: the decode fast path for block sizes that are multiples of 16. */
+    void (*attn_decode[CPU__KV_TYPES])(const cpu__attn_row *a);
+
+    /* ---- row-wise ops (ops.c) ---- */
+    float (*sum_squares)(const float *x, int64_t n);                /* Σ x[i]² */
+    void (*silu_mul)(float *gate, const float *up, int64_t n);     /* gate = silu(gate) · up */
+} cpu__kern;
+
+/* Per-thread scratch bytes of the f32 panel GEMMs (a KC × NR panel and a row of KC). */
+#define CPU__PANEL_NR 32  /* outputs per panel */
+#define CPU__PANEL_KC 128 /* inputs per panel: the panel (16 KiB) stays in L1 */
+#define CPU__PANEL_MR 6   /* activation rows of the microkernel */
+#define CPU__PANEL_SCRATCH (((size_t)CPU__PANEL_KC * CPU__PANEL_NR + CPU__PANEL_KC) * sizeof(float) + 64)
+
 /* ---- backend state (cpu_backend.c) --------------------------------------------------------- */
 
 /* Per-thread scratch, grown by the calling thread before a task that needs it (never inside one). */
@@ -56,7 +220,7 @@ struct cpu__chunk {
     int live;    /* copies not yet freed */
 };
 
-typedef struct cpu__backend {
+struct cpu__backend {
     backend base; /* must stay first: the vtable's backend * is this struct */
     cpu__pool *pool;
     int n_threads;
@@ -80,7 +244,8 @@ typedef struct cpu__backend {
     cpu__scratch tiles;                     /* attention's plan for the step: units and groups */
     int64_t attn_n_tiles;                   /* units in that plan */
     cpu__chunk *chunks;                     /* packed weight copies (cpu_backend.c), newest first */
-} cpu__backend;
+    cpu__kern k;                            /* the kernels of this backend's level */
+};
 
 
 /* Makes sure buffer s holds at least bytes (64-byte aligned); contents are not kept. 0 or -ENOMEM. */
@@ -95,95 +260,11 @@ static inline void *cpu__kv_v(const cpu__backend *c, int layer)
     return (char *)c->kv_mem + ((size_t)layer * 2 + 1) * c->kv_layer_bytes;
 }
 
-/* ---- kernels ------------------------------------------------------------------------------- */
+/* ---- kernels: the driver side (files without a level suffix) ------------------------------- */
 
-#ifdef __AVX512F__
-#include <immintrin.h>
-
-/* e^x, float accuracy (a few ulp) for x ≥ -87; Cephes' polynomial on the reduced argument. */
-static inline __m512 cpu__exp512(__m512 x)
-{
-    x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
-    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-    p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-    return _mm512_scalef_ps(p, n);
-}
-#endif
-
-
-/* matmul.c: out[r][o] = x[r] · W[o] (+ bias[o]). */
+/* matmul.c: out[r][o] = x[r] · W[o] (+ bias[o]), through the backend's kernel table. */
 void cpu__matmul(cpu__backend *c, const float *x, int n_rows, const be_weight *w,
                  const be_weight *bias, float *out);
-
-/* An activation block quantised for Q8_0 dot products: value = d * q[i]. */
-typedef struct cpu__q8x {
-    float d;
-    int8_t q[32];
-} cpu__q8x; /* 36 bytes */
-
-/* One matmul as the workers see it. Work is handed out in units (column tiles or output
- * chunks) by cpu__pool_for, so a thread that the OS delays does not hold up the others: they
- * take its units. */
-typedef struct cpu__mm_task {
-    cpu__backend *c;
-    const float *x;     /* [n_rows][n_in] */
-    int n_rows;
-    const be_weight *w;
-    const float *bias;  /* [n_out] or NULL */
-    float *out;         /* [n_rows][n_out] */
-    const cpu__q8x *xq; /* Q8_0: quantised activations [n_rows][n_in / 32] */
-    const int32_t *xsum; /* Q8_0 GEMM: -128 × Σ q of each block of xq, [n_rows][n_in / 32] */
-    int64_t n_units;    /* units of work */
-    int64_t unit;       /* outputs per unit */
-} cpu__mm_task;
-
-/* gemm.c: packed-panel GEMM for F32/F16/BF16 weights (many rows). */
-#define CPU__PANEL_NR 32   /* outputs per panel (two 16-float vectors) */
-#define CPU__PANEL_KC 128  /* inputs per panel: the panel (16 KiB) stays in L1 */
-#define CPU__PANEL_MR 6    /* activation rows of the microkernel */
-/* Per-thread scratch bytes the panel GEMM needs. */
-size_t cpu__gemm_panel_scratch_bytes(void);
-/* Parallel-for body over units [lo_unit, hi_unit) of t->unit outputs (multiples of 32). */
-void cpu__gemm_panel_run(void *task, int64_t lo_unit, int64_t hi_unit, int ith);
-/* The same GEMM on F32/F16/BF16 weights packed once at upload (be_weight.extra): tiles of 32
- * outputs, each [n_in][32] elements of the weight's type. packed_bytes is 0 where the build has
- * no such kernel (no AVX-512); prepacked_run is a parallel-for body for any number of rows
- * (units multiples of 32 outputs) that needs cpu__gemm_panel_scratch_bytes() of per-thread
- * scratch when an F16/BF16 weight meets more than 6 rows. */
-size_t cpu__gemm_panel_packed_bytes(int type, int64_t n_in, int64_t n_out);
-void cpu__gemm_panel_prepack(const be_weight *w, void *dst);
-void cpu__gemm_panel_prepacked_run(void *task, int64_t lo_unit, int64_t hi_unit, int ith);
-
-/* gemm_q8.c: VNNI GEMM for Q8_0 weights over quantised activations (xq) and their block sums
- * (xsum). Units are multiples of 16 outputs. Only usable when cpu__gemm_q8_available(). */
-int cpu__gemm_q8_available(void);
-size_t cpu__gemm_q8_scratch_bytes(void);
-void cpu__gemm_q8_run(void *task, int64_t lo_unit, int64_t hi_unit, int ith);
-/* The same GEMM on weights packed once at upload (be_weight.extra): 16-output tiles, each
- * [n_in / 32] blocks of 544 bytes (weights + 128 interleaved by 4 inputs, then f16 scales).
- * cpu__gemm_q8_packed_bytes: the size of that copy (0 without VNNI); cpu__gemm_q8_prepack
- * writes it. cpu__gemm_q8_prepacked_run is a parallel-for body for any number of rows (no
- * scratch); its units must be multiples of cpu__gemm_q8_align(n_rows) outputs. */
-size_t cpu__gemm_q8_packed_bytes(int64_t n_in, int64_t n_out);
-void cpu__gemm_q8_prepack(const be_weight *w, void *dst);
-int cpu__gemm_q8_align(int n_rows);
-void cpu__gemm_q8_prepacked_run(void *task, int64_t lo_unit, int64_t hi_unit, int ith);
-
-/* quant.c: the portable matmul for the quantised types other than Q8_0 (Q4_0 … IQ4_XS), read
- * straight from the file's blocks. cpu__quant_handles says which types it takes;
- * cpu__quant_matmul runs t (x, n_rows, w, bias, out set) on the pool: 0 or -ENOMEM (out of
- * scratch; nothing written). */
-int cpu__quant_handles(int type);
-int cpu__quant_matmul(cpu__backend *c, const cpu__mm_task *t);
 
 /* attention.c */
 void cpu__store_kv(cpu__backend *c, int layer, const float *k, const float *v);
@@ -202,5 +283,28 @@ void cpu__gelu_mul(cpu__backend *c, float *gate, const float *up, int64_t n);
 void cpu__scale(cpu__backend *c, float *x, float s, int64_t n);
 void cpu__softcap(cpu__backend *c, float *x, float cap, int64_t n);
 void cpu__add(cpu__backend *c, float *x, const float *y, int64_t n);
+
+/* isa.c: fills table k with the kernels of level isa (enum cpu_isa) and sub-features
+ * (CPU_FEAT_* bits); the caller has checked that the CPU runs them. */
+void cpu__kern_init(cpu__kern *k, int isa, unsigned features);
+
+/* cpu_backend.c: a backend at level isa with the given sub-features (a subset of what the CPU
+ * has: the tests also run AVX-512 without VNNI). NULL when out of memory. */
+backend *cpu__backend_create(int n_threads, int isa, unsigned features);
+
+/* Fill functions, one per file of kernels: each sets the entries its file implements. */
+void cpu__matmul_fill_scalar(cpu__kern *k);    /* matmul.c */
+void cpu__attention_fill_scalar(cpu__kern *k); /* attention.c */
+void cpu__ops_fill_scalar(cpu__kern *k);       /* ops.c */
+void cpu__quant_fill_scalar(cpu__kern *k);     /* quant.c */
+#if defined(__x86_64__)
+void cpu__matmul_fill_avx2(cpu__kern *k);      /* matmul_avx2.c */
+void cpu__gemm_fill_avx2(cpu__kern *k);        /* gemm_avx2.c */
+void cpu__matmul_fill_avx512(cpu__kern *k);    /* matmul_avx512.c */
+void cpu__gemm_fill_avx512(cpu__kern *k);      /* gemm_avx512.c */
+void cpu__attention_fill_avx512(cpu__kern *k); /* attention_avx512.c */
+void cpu__ops_fill_avx512(cpu__kern *k);       /* ops_avx512.c */
+void cpu__gemm_q8_fill_vnni(cpu__kern *k);     /* gemm_q8_vnni.c */
+#endif
 
 #endif

@@ -6,17 +6,15 @@
  * These are memory-light next to the matmuls; each is split across the pool by rows (or by
  * element ranges) only when there is enough work to pay for a dispatch, and otherwise runs on
  * the calling thread. All math is f32 except RoPE's angles, which are computed in double so that
- * long positions keep their accuracy.
+ * long positions keep their accuracy. The row kernels that depend on the SIMD level (sum of
+ * squares, silu_mul) come from the backend's table; their scalar references are here.
  */
 #include <math.h>
 #include <string.h>
 
+#include "cpu/cpu.h"
 #include "cpu/internal.h"
 #include "engine/dtype.h"
-
-#ifdef __AVX512F__
-#include <immintrin.h>
-#endif
 
 /* Floats of work per chunk of a parallel op: an op smaller than one chunk runs on the calling
  * thread alone, because a dispatch would cost more than it saves. */
@@ -57,6 +55,7 @@ void cpu__embed(cpu__backend *c, const be_weight *emb, float *out)
 /* ---- rmsnorm ------------------------------------------------------------------------------- */
 
 typedef struct norm_task {
+    const cpu__kern *k;
     const float *x;
     const float *w;
     float eps;
@@ -64,25 +63,10 @@ typedef struct norm_task {
     float *out;
 } norm_task;
 
-static float sum_squares(const float *x, int n)
-{
-    int i = 0;
-    float s = 0;
-#ifdef __AVX512F__
-    __m512 acc = _mm512_setzero_ps();
-    for (; i + 16 <= n; i += 16) {
-        __m512 v = _mm512_loadu_ps(x + i);
-        acc = _mm512_fmadd_ps(v, v, acc);
-    }
-    s = _mm512_reduce_add_ps(acc);
-#endif
-    for (; i < n; i++) s += x[i] * x[i];
-    return s;
-}
-
 static void norm_run(void *v, int64_t lo, int64_t hi, int ith)
 {
     norm_task *t = v;
+    float (*sum_squares)(const float *, int64_t) = t->k->sum_squares;
     for (int64_t r = lo; r < hi; r++) {
         const float *x = t->x + r * t->dim;
         float *o = t->out + r * t->dim;
@@ -94,7 +78,7 @@ static void norm_run(void *v, int64_t lo, int64_t hi, int ith)
 void cpu__rmsnorm(cpu__backend *c, const float *x, const be_weight *w, float eps, int n_rows,
                   int dim, float *out)
 {
-    norm_task t = {x, w->data, eps, n_rows, dim, out};
+    norm_task t = {&c->k, x, w->data, eps, n_rows, dim, out};
     cpu__pool_for(c->pool, n_rows, rows_per_chunk(dim), norm_run, &t);
 }
 
@@ -152,6 +136,7 @@ void cpu__rope(cpu__backend *c, float *x, const be_rope *r)
 /* ---- element-wise: silu_mul, gelu_mul, scale, softcap, add ------------------------------------ */
 
 typedef struct ew_task {
+    const cpu__kern *k;
     float *a;
     const float *b;
     int64_t n;
@@ -161,19 +146,7 @@ typedef struct ew_task {
 static void silu_mul_run(void *v, int64_t lo, int64_t hi, int ith)
 {
     ew_task *t = v;
-    int64_t i = lo;
-#ifdef __AVX512F__
-    for (; i + 16 <= hi; i += 16) {
-        __m512 g = _mm512_loadu_ps(t->a + i);
-        __m512 e = cpu__exp512(_mm512_sub_ps(_mm512_setzero_ps(), g));
-        __m512 sg = _mm512_div_ps(g, _mm512_add_ps(_mm512_set1_ps(1.0f), e));
-        _mm512_storeu_ps(t->a + i, _mm512_mul_ps(sg, _mm512_loadu_ps(t->b + i)));
-    }
-#endif
-    for (; i < hi; i++) {
-        float g = t->a[i];
-        t->a[i] = g / (1.0f + expf(-g)) * t->b[i];
-    }
+    t->k->silu_mul(t->a + lo, t->b + lo, hi - lo);
 }
 
 /* GeGLU and soft-capping are portable C: they run on Gemma's FFN and logits only, where the
@@ -204,30 +177,53 @@ static void add_run(void *v, int64_t lo, int64_t hi, int ith)
 
 void cpu__silu_mul(cpu__backend *c, float *gate, const float *up, int64_t n)
 {
-    ew_task t = {gate, up, n, 0.0f};
+    ew_task t = {&c->k, gate, up, n, 0.0f};
     cpu__pool_for(c->pool, n, CHUNK_FLOATS / 4, silu_mul_run, &t);
 }
 
 void cpu__gelu_mul(cpu__backend *c, float *gate, const float *up, int64_t n)
 {
-    ew_task t = {gate, up, n, 0.0f};
+    ew_task t = {&c->k, gate, up, n, 0.0f};
     cpu__pool_for(c->pool, n, CHUNK_FLOATS / 8, gelu_mul_run, &t);
 }
 
 void cpu__scale(cpu__backend *c, float *x, float s, int64_t n)
 {
-    ew_task t = {x, NULL, n, s};
+    ew_task t = {&c->k, x, NULL, n, s};
     cpu__pool_for(c->pool, n, CHUNK_FLOATS, scale_run, &t);
 }
 
 void cpu__softcap(cpu__backend *c, float *x, float cap, int64_t n)
 {
-    ew_task t = {x, NULL, n, cap};
+    ew_task t = {&c->k, x, NULL, n, cap};
     cpu__pool_for(c->pool, n, CHUNK_FLOATS / 8, softcap_run, &t);
 }
 
 void cpu__add(cpu__backend *c, float *x, const float *y, int64_t n)
 {
-    ew_task t = {x, y, n, 0.0f};
+    ew_task t = {&c->k, x, y, n, 0.0f};
     cpu__pool_for(c->pool, n, CHUNK_FLOATS, add_run, &t);
+}
+
+/* ---- scalar reference kernels ---------------------------------------------------------------- */
+
+static float sum_squares_scalar(const float *x, int64_t n)
+{
+    float s = 0;
+    for (int64_t i = 0; i < n; i++) s += x[i] * x[i];
+    return s;
+}
+
+static void silu_mul_scalar(float *gate, const float *up, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) {
+        float g = gate[i];
+        gate[i] = g / (1.0f + expf(-g)) * up[i];
+    }
+}
+
+void cpu__ops_fill_scalar(cpu__kern *k)
+{
+    k->sum_squares = sum_squares_scalar;
+    k->silu_mul = silu_mul_scalar;
 }

@@ -1,38 +1,30 @@
 /*
- * quant.c — matmul for the quantised weight types that have no SIMD kernel of their own yet
- * (Q4_0, Q4_1, Q5_0, Q5_1, Q2_K … Q6_K, IQ4_NL, IQ4_XS): the portable reference path.
+ * quant.c — the scalar reference matmul kernels of the quantised weight types other than Q8_0
+ * (Q4_0, Q4_1, Q5_0, Q5_1, Q2_K … Q6_K, IQ4_NL, IQ4_XS), as entries of the kernel table
+ * (cpu/internal.h): no level has SIMD kernels for them yet, so every level runs these.
  *
- * Each thread takes units of outputs; for each output it dequantises the weight row once into
+ * The plain run takes units of outputs; for each output it dequantises the weight row once into
  * its scratch (dt_to_f32, exact) and dots it with every activation row in f32, left to right,
- * so a row's result does not depend on the batch or the thread count. The weights stay as the
- * file stores them (the mapping): nothing is copied or expanded at upload.
- *
- * Called by matmul.c for the types cpu__quant_handles accepts.
+ * so a row's result does not depend on the batch or the thread count. It serves every number
+ * of rows (min_rows 1); the row dot product (block by block through a stack buffer) is the
+ * table's required fallback. The weights stay as the file stores them (the mapping): nothing is
+ * copied or expanded at upload.
  */
-#include <errno.h>
-
+#include "cpu/cpu.h"
 #include "cpu/internal.h"
 #include "engine/dtype.h"
 
-int cpu__quant_handles(int type)
-{
-    return dt_is_supported(type) && dt_block_elems(type) > 1 && type != DT_Q8_0;
-}
-
-typedef struct quant_mm {
-    const cpu__mm_task *t;
-    int64_t unit; /* outputs per unit */
-} quant_mm;
+/* Elements of the largest block (the K-quants' 256). */
+#define MAX_BLOCK 256
 
 static void quant_run(void *arg, int64_t lo_unit, int64_t hi_unit, int ith)
 {
-    const quant_mm *q = arg;
-    const cpu__mm_task *t = q->t;
+    const cpu__mm_task *t = arg;
     const be_weight *w = t->w;
     int64_t n_in = w->n_in, n_out = w->n_out;
     size_t rb = dt_row_bytes(w->type, n_in);
     float *row = t->c->scratch[ith].p;
-    int64_t lo = lo_unit * q->unit, hi = hi_unit * q->unit < n_out ? hi_unit * q->unit : n_out;
+    int64_t lo = lo_unit * t->unit, hi = hi_unit * t->unit < n_out ? hi_unit * t->unit : n_out;
     for (int64_t o = lo; o < hi; o++) {
         dt_to_f32(w->type, (const char *)w->data + (size_t)o * rb, row, n_in);
         float b = t->bias ? t->bias[o] : 0.0f;
@@ -45,16 +37,53 @@ static void quant_run(void *arg, int64_t lo_unit, int64_t hi_unit, int ith)
     }
 }
 
-int cpu__quant_matmul(cpu__backend *c, const cpu__mm_task *t)
+static size_t quant_scratch(const be_weight *w, int n_rows)
 {
-    int nth = c->n_threads;
-    for (int i = 0; i < nth; i++)
-        if (cpu__scratch_reserve(&c->scratch[i], (size_t)t->w->n_in * sizeof(float))) return -ENOMEM;
-    quant_mm q = {t, (t->w->n_out + 8 * nth - 1) / (8 * nth)};
-    int64_t n_units = (t->w->n_out + q.unit - 1) / q.unit;
-    if ((int64_t)t->n_rows * t->w->n_in * t->w->n_out < 65536)
-        quant_run(&q, 0, n_units, 0);
-    else
-        cpu__pool_for(c->pool, n_units, 1, quant_run, &q);
-    return 0;
+    return (size_t)w->n_in * sizeof(float);
+}
+
+/* One weight row against one f32 activation row: each block dequantised, then dotted. */
+static float quant_dot(int type, const void *w, const float *x, int64_t n)
+{
+    int qk = dt_block_elems(type);
+    size_t bb = dt_row_bytes(type, qk);
+    float tmp[MAX_BLOCK], s = 0;
+    for (int64_t b = 0; b < n / qk; b++) {
+        dt_to_f32(type, (const char *)w + (size_t)b * bb, tmp, qk);
+        for (int i = 0; i < qk; i++) s += tmp[i] * x[b * qk + i];
+    }
+    return s;
+}
+
+#define QUANT_DOT(T)                                                                               \
+    static float dot_##T(const void *w, const void *x, int64_t n)                                   \
+    {                                                                                              \
+        return quant_dot(DT_##T, w, x, n);                                                         \
+    }
+QUANT_DOT(Q4_0)
+QUANT_DOT(Q4_1)
+QUANT_DOT(Q5_0)
+QUANT_DOT(Q5_1)
+QUANT_DOT(Q2_K)
+QUANT_DOT(Q3_K)
+QUANT_DOT(Q4_K)
+QUANT_DOT(Q5_K)
+QUANT_DOT(Q6_K)
+QUANT_DOT(IQ4_NL)
+QUANT_DOT(IQ4_XS)
+
+void cpu__quant_fill_scalar(cpu__kern *k)
+{
+    static const struct {
+        int type;
+        float (*dot)(const void *, const void *, int64_t);
+    } types[] = {{DT_Q4_0, dot_Q4_0}, {DT_Q4_1, dot_Q4_1}, {DT_Q5_0, dot_Q5_0}, {DT_Q5_1, dot_Q5_1},
+                 {DT_Q2_K, dot_Q2_K}, {DT_Q3_K, dot_Q3_K}, {DT_Q4_K, dot_Q4_K}, {DT_Q5_K, dot_Q5_K},
+                 {DT_Q6_K, dot_Q6_K}, {DT_IQ4_NL, dot_IQ4_NL}, {DT_IQ4_XS, dot_IQ4_XS}};
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+        if (!dt_is_supported(types[i].type) || dt_block_elems(types[i].type) > MAX_BLOCK) continue;
+        k->mm[types[i].type] = (cpu__mm_kern){
+            .act = CPU__ACT_F32, .dot_isa = CPU_ISA_SCALAR, .dot = types[i].dot,
+            .plain = {.isa = CPU_ISA_SCALAR, .min_rows = 1, .align = 1, .scratch = quant_scratch, .run = quant_run}};
+    }
 }

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "cpu/cpu.h"
 #include "engine/backend.h"
 
 #ifndef KVSERVE_CUDA
@@ -22,6 +23,16 @@ int cuda_is_available(char *why, size_t why_len)
 }
 #endif
 
+/* The CPU backend at the default SIMD level (KVSERVE_CPU_ISA may lower it). */
+static backend *cpu_create(int n_threads, char *err, size_t err_len)
+{
+    int isa;
+    if (cpu_isa_default(&isa, err, err_len)) return NULL;
+    backend *be = cpu_backend_create_isa(n_threads, isa);
+    if (!be) snprintf(err, err_len, "CPU backend: out of memory or cannot start its threads");
+    return be;
+}
+
 backend *be_create(const char *device, int n_threads, char *err, size_t err_len)
 {
     if (!device || !strcmp(device, "auto")) {
@@ -30,9 +41,9 @@ backend *be_create(const char *device, int n_threads, char *err, size_t err_len)
             backend *be = cuda_backend_create(0, err, err_len);
             if (be) return be;
         }
-        return cpu_backend_create(n_threads);
+        return cpu_create(n_threads, err, err_len);
     }
-    if (!strcmp(device, "cpu")) return cpu_backend_create(n_threads);
+    if (!strcmp(device, "cpu")) return cpu_create(n_threads, err, err_len);
     if (!strcmp(device, "cuda")) {
         if (!cuda_is_available(err, err_len)) return NULL;
         return cuda_backend_create(0, err, err_len);

@@ -60,7 +60,7 @@ mkdir -p "$B"
 
 WERR=
 [ "$BUILD_ONLY" = 1 ] && WERR=-Werror
-CFLAGS="-std=c11 -D_GNU_SOURCE -O2 -g -march=native -Wall -Wextra -Wshadow -Wno-unused-parameter \
+CFLAGS="-std=c11 -D_GNU_SOURCE -O2 -g -Wall -Wextra -Wshadow -Wno-unused-parameter \
  -fno-strict-aliasing -I. -I$CUDA_HOME/include -DKVSERVE_CUDA=1 $WERR"
 NVFLAGS="-O2 -std=c++17 -arch=sm_90 -I. -Xcompiler -Wall,-Wno-unused-parameter"
 [ "$BUILD_ONLY" = 1 ] && NVFLAGS="$NVFLAGS -Werror all-warnings -Xcompiler -Werror"
@@ -75,8 +75,15 @@ for src in cuda/*.cu engine/gguf.c engine/model.c engine/model_hparams.c engine/
            engine/backend.c cache/*.c cpu/*.c cuda/check/gpu_check.c; do
     obj="$B/$(echo "$src" | tr / _).o"
     OBJS="$OBJS $obj"
+    # the CPU kernels of each SIMD level get that level's flags (as in the Makefile)
     case "$src" in
     *.cu) $NVCC $NVFLAGS -c -o "$obj" "$src" & ;;
+    *_neon.c|*_dotprod.c) OBJS=${OBJS% "$obj"}; continue ;;
+    *_avx2.c) $CC $CFLAGS -mavx2 -mfma -mf16c -c -o "$obj" "$src" & ;;
+    *_avx512.c) $CC $CFLAGS -mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512cd \
+                    -c -o "$obj" "$src" & ;;
+    *_vnni.c) $CC $CFLAGS -mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512cd \
+                  -mavx512vnni -c -o "$obj" "$src" & ;;
     *) $CC $CFLAGS -c -o "$obj" "$src" & ;;
     esac
     pids="$pids $!"

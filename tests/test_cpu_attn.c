@@ -6,9 +6,9 @@
  *
  * The batch mixes the cases the engine produces in one step: a prefill chunk on top of a cached
  * prefix, decode tokens of other sequences, a fresh prefill, a one-token sequence and a long
- * chunk (more new tokens than the kernel's query tile). The
- * reference sees the K/V values after rounding to the arena's dtype, so the tolerance only
- * covers f32 arithmetic.
+ * chunk (more new tokens than the kernel's query tile), at every SIMD level this machine
+ * supports. The reference sees the K/V values after rounding to the arena's dtype, so the
+ * tolerance only covers f32 arithmetic, derived from it (cpua_tol).
  */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -17,6 +17,7 @@
 
 #include "engine/backend.h"
 #include "engine/dtype.h"
+#include "tests/test_util.h"
 
 static uint64_t cpua_rng;
 
@@ -36,8 +37,6 @@ static float cpua_round(int dtype, float f)
     return f;
 }
 
-#define CPUA_NSEQ 5
-
 typedef struct cpua_case {
     int head_dim, gqa, block_size, dtype, threads;
     float scale;   /* 0: 1/sqrt(head_dim) */
@@ -52,28 +51,55 @@ static be_attn cpua_attn(const cpua_case *tc, int n_heads)
     return a;
 }
 
-/* The float64 reference of one query row q [hd] over keys 0 .. last whose K and V rows (already
- * rounded to the arena's dtype on the way, through cpua_round) are k[j], v[j]: out[hd]. */
-static void cpua_ref(const cpua_case *tc, const float *q, int last, const float *const *k,
-                     const float *const *v, double *sc, double *out)
+static double cpua_gamma(double n)
 {
-    int hd = tc->head_dim;
-    double scale = tc->scale > 0 ? tc->scale : 1.0 / sqrt((double)hd), m = -INFINITY, l = 0;
-    int first = tc->window > 0 && last - tc->window + 1 > 0 ? last - tc->window + 1 : 0;
+    const double u = 0x1p-24;
+    return n * u / (1 - n * u);
+}
+
+/* Reference attention of one query row in float64 and its error bound. q [hd]; the query at KV
+ * index last sees keys first .. last (first > 0 in a window), whose K and V are at kr[j] and
+ * vr[j] (rounded here to the arena's dtype). Scores are f32 sums of hd products scaled once
+ * (γ_{hd+3} of scale · Σ|q k|, the subtraction of the running max included); a soft-cap
+ * (derivative ≤ 1) passes that on and adds a division, tanhf and a product (3u · cap). The
+ * softmax and P·V are f32 sums over n keys with an exp of a few ulp and one rescale per chunk
+ * of 16 or more keys (γ_{n + n/16 + 16}); an error δ in a score moves the output by at most
+ * 2δ · Σ p|v|. Writes out_ref[hd] and tol[hd]. */
+static void cpua_ref_row(const cpua_case *tc, const float *q, int last, const float *const *kr,
+                         const float *const *vr, double *sc, double *out_ref, double *tol)
+{
+    int hd = tc->head_dim, dtype = tc->dtype;
+    double scale = tc->scale > 0 ? tc->scale : 1.0 / sqrt((double)hd), m = -INFINITY, l = 0, mag = 0;
+    int first = tc->window > 0 && last - tc->window + 1 > 0 ? last - tc->window + 1 : 0, n = last + 1 - first;
     for (int j = first; j <= last; j++) {
-        double d = 0;
-        for (int e = 0; e < hd; e++) d += (double)q[e] * cpua_round(tc->dtype, k[j][e]);
+        double d = 0, a = 0;
+        for (int e = 0; e < hd; e++) {
+            double k = cpua_round(dtype, kr[j][e]);
+            d += (double)q[e] * k;
+            a += fabs((double)q[e] * k);
+        }
         sc[j] = d * scale;
         if (tc->softcap > 0) sc[j] = tc->softcap * tanh(sc[j] / tc->softcap);
+        mag = fmax(mag, a * scale);
         m = fmax(m, sc[j]);
     }
     for (int j = first; j <= last; j++) l += exp(sc[j] - m);
+    double ds = cpua_gamma(hd + 3) * mag + (tc->softcap > 0 ? 3 * 0x1p-24 * tc->softcap : 0);
+    double dr = cpua_gamma(n + n / 16 + 16);
     for (int e = 0; e < hd; e++) {
-        double r = 0;
-        for (int j = first; j <= last; j++) r += exp(sc[j] - m) / l * cpua_round(tc->dtype, v[j][e]);
-        out[e] = r;
+        double r = 0, w = 0;
+        for (int j = first; j <= last; j++) {
+            double p = exp(sc[j] - m) / l, v = cpua_round(dtype, vr[j][e]);
+            r += p * v;
+            w += p * fabs(v);
+        }
+        out_ref[e] = r;
+        tol[e] = w * (2 * ds + 2 * dr) + 1e-30;
     }
 }
+
+#define CPUA_NSEQ 5
+
 
 static void cpua_run(const cpua_case *tc)
 {
@@ -121,13 +147,7 @@ static void cpua_run(const cpua_case *tc)
             }
         }
 
-    backend *be = cpu_backend_create(tc->threads);
-    cr_assert(be);
-    kv_geom g = {.n_layers = 2, .n_kv_heads = n_kv, .head_dim = hd, .block_size = bs, .dtype = tc->dtype};
-    cr_assert_eq(be->ops->kv_init(be, &g, n_blocks), 0);
-
-    /* Cached prefixes: every entry but the new tokens, written by a store-only step. Layer 0
-     * gets different values so that a layer mix-up shows. */
+    /* The cached prefixes (every entry but the new tokens) and the step's new tokens. */
     int n_hist = 0, n_tok = 0;
     float *hk = malloc((size_t)total * kv_dim * 4), *hv = malloc((size_t)total * kv_dim * 4);
     int32_t *hslot = malloc((size_t)total * 4);
@@ -137,12 +157,6 @@ static void cpua_run(const cpua_case *tc)
             memcpy(hv + (size_t)n_hist * kv_dim, V + (size_t)(base[s] + j) * kv_dim, (size_t)kv_dim * 4);
             hslot[n_hist] = slot[base[s] + j];
         }
-    be_batch hb = {.n_tokens = n_hist, .slots = hslot, .n_seqs = 0};
-    cr_assert_eq(be->ops->begin(be, &hb), 0);
-    be->ops->store_kv(be, 1, hk, hv);
-    be->ops->store_kv(be, 0, hv, hk);
-
-    /* The step: new tokens of every sequence, their K/V stored, then attention. */
     float *nk = malloc((size_t)total * kv_dim * 4), *nv = malloc((size_t)total * kv_dim * 4);
     int32_t *nslot = malloc((size_t)total * 4), *pos = malloc((size_t)total * 4);
     for (int s = 0; s < CPUA_NSEQ; s++) {
@@ -155,54 +169,70 @@ static void cpua_run(const cpua_case *tc)
         }
     }
     q_start[CPUA_NSEQ] = n_tok;
-    be_batch b = {.n_tokens = n_tok, .tokens = pos, .positions = pos, .slots = nslot,
-                  .n_seqs = CPUA_NSEQ, .q_start = q_start, .ctx_len = ctx, .block_table = bt,
-                  .bt_stride = bt_stride, .n_logits = 0, .logit_rows = pos};
-    cr_assert_eq(be->ops->begin(be, &b), 0);
-    be->ops->store_kv(be, 1, nk, nv);
-    be->ops->store_kv(be, 0, nv, nk);
     float *q = malloc((size_t)n_tok * q_dim * 4), *out = malloc((size_t)n_tok * q_dim * 4);
     for (size_t i = 0; i < (size_t)n_tok * q_dim; i++) q[i] = cpua_rand();
-    for (size_t i = 0; i < (size_t)n_tok * q_dim; i++) out[i] = NAN;
-    be_attn at = cpua_attn(tc, n_heads);
-    be->ops->attention(be, 1, q, &at, out);
 
-    /* Reference in double over the rounded K/V. */
-    double *sc = malloc((size_t)total * sizeof(double)), *ref = malloc((size_t)hd * sizeof(double));
+    /* Reference in double over the rounded K/V, once for every level. */
+    double *ref = malloc((size_t)n_tok * q_dim * sizeof(double)), *tol = malloc((size_t)n_tok * q_dim * sizeof(double));
+    double *sc = malloc((size_t)total * sizeof(double));
     const float **kr = malloc((size_t)total * sizeof *kr), **vr = malloc((size_t)total * sizeof *vr);
     for (int s = 0; s < CPUA_NSEQ; s++)
         for (int i = q_start[s]; i < q_start[s + 1]; i++)
             for (int h = 0; h < n_heads; h++) {
-                int kh = h / tc->gqa;
+                size_t at = ((size_t)i * n_heads + h) * hd;
                 for (int j = 0; j <= pos[i]; j++) {
-                    kr[j] = K + (size_t)(base[s] + j) * kv_dim + kh * hd;
-                    vr[j] = V + (size_t)(base[s] + j) * kv_dim + kh * hd;
+                    kr[j] = K + (size_t)(base[s] + j) * kv_dim + (h / tc->gqa) * hd;
+                    vr[j] = V + (size_t)(base[s] + j) * kv_dim + (h / tc->gqa) * hd;
                 }
-                cpua_ref(tc, q + ((size_t)i * n_heads + h) * hd, pos[i], kr, vr, sc, ref);
-                for (int e = 0; e < hd; e++) {
-                    float got = out[((size_t)i * n_heads + h) * hd + e];
-                    cr_assert(fabs(got - ref[e]) <= 2e-5 + 2e-5 * fabs(ref[e]),
-                              "attention hd=%d gqa=%d bs=%d dtype=%s threads=%d scale %g cap %g window %d "
-                              "seed=%lu: seq %d token %d head %d dim %d: got %g want %g",
-                              hd, tc->gqa, bs, kv_dtype_name(tc->dtype), tc->threads, (double)at.scale,
-                              (double)tc->softcap, tc->window, (unsigned long)seed, s, i, h, e, (double)got,
-                              ref[e]);
-                }
+                cpua_ref_row(tc, q + at, pos[i], kr, vr, sc, ref + at, tol + at);
             }
-    free(kr), free(vr), free(ref);
 
-    /* kv_copy_block: moving sequence 1's first block to a spare block changes nothing. */
-    float *out2 = malloc((size_t)n_tok * q_dim * 4);
-    for (size_t i = 0; i < (size_t)n_tok * q_dim; i++) out2[i] = NAN;
-    be->ops->kv_copy_block(be, bt[1 * bt_stride], spare);
-    bt[1 * bt_stride] = spare;
-    cr_assert_eq(be->ops->begin(be, &b), 0);
-    be->ops->attention(be, 1, q, &at, out2);
-    cr_assert_eq(memcmp(out, out2, (size_t)n_tok * q_dim * 4), 0, "kv_copy_block");
+    tu_cpu_level lv[TU_MAX_LEVELS];
+    int n_lv = tu_cpu_levels(lv);
+    for (int li = 0; li < n_lv; li++) {
+        backend *be = tu_cpu_backend(&lv[li], tc->threads);
+        kv_geom g = {.n_layers = 2, .n_kv_heads = n_kv, .head_dim = hd, .block_size = bs, .dtype = tc->dtype};
+        cr_assert_eq(be->ops->kv_init(be, &g, n_blocks), 0);
+        /* A store-only step writes the cached prefixes; layer 0 gets different values so that
+         * a layer mix-up shows. */
+        be_batch hb = {.n_tokens = n_hist, .slots = hslot, .n_seqs = 0};
+        cr_assert_eq(be->ops->begin(be, &hb), 0);
+        be->ops->store_kv(be, 1, hk, hv);
+        be->ops->store_kv(be, 0, hv, hk);
+        /* The step: new tokens of every sequence, their K/V stored, then attention. */
+        be_batch b = {.n_tokens = n_tok, .tokens = pos, .positions = pos, .slots = nslot,
+                      .n_seqs = CPUA_NSEQ, .q_start = q_start, .ctx_len = ctx, .block_table = bt,
+                      .bt_stride = bt_stride, .n_logits = 0, .logit_rows = pos};
+        cr_assert_eq(be->ops->begin(be, &b), 0);
+        be->ops->store_kv(be, 1, nk, nv);
+        be->ops->store_kv(be, 0, nv, nk);
+        for (size_t i = 0; i < (size_t)n_tok * q_dim; i++) out[i] = NAN;
+        be_attn at = cpua_attn(tc, n_heads);
+        be->ops->attention(be, 1, q, &at, out);
+        for (size_t e = 0; e < (size_t)n_tok * q_dim; e++)
+            cr_assert(fabs(out[e] - ref[e]) <= tol[e],
+                      "attention at %s hd=%d gqa=%d bs=%d dtype=%s threads=%d scale %g cap %g window %d "
+                      "seed=%lu: token %zu head %zu dim %zu: got %g want %g (tolerance %g)",
+                      lv[li].name, hd, tc->gqa, bs, kv_dtype_name(tc->dtype), tc->threads, (double)at.scale,
+                      (double)tc->softcap, tc->window, (unsigned long)seed,
+                      e / q_dim, e % q_dim / hd, e % hd, (double)out[e], ref[e], tol[e]);
 
-    be_destroy(be);
+        /* kv_copy_block: moving sequence 1's first block to a spare block changes nothing. */
+        float *out2 = malloc((size_t)n_tok * q_dim * 4);
+        for (size_t i = 0; i < (size_t)n_tok * q_dim; i++) out2[i] = NAN;
+        int32_t keep = bt[1 * bt_stride];
+        be->ops->kv_copy_block(be, keep, spare);
+        bt[1 * bt_stride] = spare;
+        cr_assert_eq(be->ops->begin(be, &b), 0);
+        be->ops->attention(be, 1, q, &at, out2);
+        cr_assert_eq(memcmp(out, out2, (size_t)n_tok * q_dim * 4), 0, "kv_copy_block at %s", lv[li].name);
+        bt[1 * bt_stride] = keep;
+        free(out2);
+        be_destroy(be);
+    }
     free(perm), free(bt), free(K), free(V), free(slot), free(hk), free(hv), free(hslot);
-    free(nk), free(nv), free(nslot), free(pos), free(q), free(out), free(out2), free(sc);
+    free(nk), free(nv), free(nslot), free(pos), free(q), free(out), free(sc), free(ref), free(tol);
+    free(kr), free(vr);
 }
 
 Test(cpu, attention_paged_gqa)
@@ -283,14 +313,6 @@ static void cpua_shared_run(const cpua_case *tc)
             V[(size_t)i * kv_dim + d] = cpua_rand();
         }
     }
-    backend *be = cpu_backend_create(tc->threads);
-    cr_assert(be);
-    kv_geom g = {.n_layers = 1, .n_kv_heads = n_kv, .head_dim = hd, .block_size = bs, .dtype = tc->dtype};
-    cr_assert_eq(be->ops->kv_init(be, &g, n_blocks), 0);
-    be_batch hb = {.n_tokens = n_slots, .slots = all, .n_seqs = 0};
-    cr_assert_eq(be->ops->begin(be, &hb), 0);
-    be->ops->store_kv(be, 0, K, V);
-
     int q_start[CPUA_SSEQ + 1], n_tok = 0;
     int32_t pos[CPUA_SSEQ * 9];
     for (int s = 0; s < CPUA_SSEQ; s++) {
@@ -298,40 +320,53 @@ static void cpua_shared_run(const cpua_case *tc)
         for (int j = ctx[s] - n_new[s]; j < ctx[s]; j++) pos[n_tok++] = j;
     }
     q_start[CPUA_SSEQ] = n_tok;
-    be_batch b = {.n_tokens = n_tok, .tokens = pos, .positions = pos, .slots = pos,
-                  .n_seqs = CPUA_SSEQ, .q_start = q_start, .ctx_len = ctx, .block_table = bt,
-                  .bt_stride = bt_stride, .n_logits = 0, .logit_rows = pos};
-    cr_assert_eq(be->ops->begin(be, &b), 0);
     float *q = malloc((size_t)n_tok * q_dim * 4), *out = malloc((size_t)n_tok * q_dim * 4);
     for (size_t i = 0; i < (size_t)n_tok * q_dim; i++) q[i] = cpua_rand();
-    for (size_t i = 0; i < (size_t)n_tok * q_dim; i++) out[i] = NAN;
-    be_attn at = cpua_attn(tc, n_heads);
-    be->ops->attention(be, 0, q, &at, out);
 
+    /* Reference: float64 reads through each sequence's own table. */
     int max_ctx = bt_stride * bs;
-    double *sc = malloc((size_t)max_ctx * sizeof(double)), *ref = malloc((size_t)hd * sizeof(double));
+    double *ref = malloc((size_t)n_tok * q_dim * sizeof(double)), *tol = malloc((size_t)n_tok * q_dim * sizeof(double));
+    double *sc = malloc((size_t)max_ctx * sizeof(double));
     const float **kr = malloc((size_t)max_ctx * sizeof *kr), **vr = malloc((size_t)max_ctx * sizeof *vr);
     for (int s = 0; s < CPUA_SSEQ; s++)
         for (int i = q_start[s]; i < q_start[s + 1]; i++)
             for (int h = 0; h < n_heads; h++) {
-                int kh = h / tc->gqa;
+                size_t at = ((size_t)i * n_heads + h) * hd;
                 for (int j = 0; j <= pos[i]; j++) {
-                    size_t o = (size_t)(bt[s * bt_stride + j / bs] * bs + j % bs) * kv_dim + kh * hd;
-                    kr[j] = K + o;
-                    vr[j] = V + o;
+                    size_t e = (size_t)(bt[s * bt_stride + j / bs] * bs + j % bs) * kv_dim + (h / tc->gqa) * hd;
+                    kr[j] = K + e;
+                    vr[j] = V + e;
                 }
-                cpua_ref(tc, q + ((size_t)i * n_heads + h) * hd, pos[i], kr, vr, sc, ref);
-                for (int e = 0; e < hd; e++) {
-                    float got = out[((size_t)i * n_heads + h) * hd + e];
-                    cr_assert(fabs(got - ref[e]) <= 2e-5 + 2e-5 * fabs(ref[e]),
-                              "shared-prefix attention hd=%d gqa=%d bs=%d dtype=%s threads=%d window %d cap %g: "
-                              "seq %d token %d head %d dim %d: got %g want %g",
-                              hd, tc->gqa, bs, kv_dtype_name(tc->dtype), tc->threads, tc->window,
-                              (double)tc->softcap, s, i, h, e, (double)got, ref[e]);
-                }
+                cpua_ref_row(tc, q + at, pos[i], kr, vr, sc, ref + at, tol + at);
             }
-    be_destroy(be);
-    free(bt), free(K), free(V), free(all), free(q), free(out), free(sc), free(ref), free(kr), free(vr);
+
+    tu_cpu_level lv[TU_MAX_LEVELS];
+    int n_lv = tu_cpu_levels(lv);
+    for (int li = 0; li < n_lv; li++) {
+        backend *be = tu_cpu_backend(&lv[li], tc->threads);
+        kv_geom g = {.n_layers = 1, .n_kv_heads = n_kv, .head_dim = hd, .block_size = bs, .dtype = tc->dtype};
+        cr_assert_eq(be->ops->kv_init(be, &g, n_blocks), 0);
+        be_batch hb = {.n_tokens = n_slots, .slots = all, .n_seqs = 0};
+        cr_assert_eq(be->ops->begin(be, &hb), 0);
+        be->ops->store_kv(be, 0, K, V);
+        be_batch b = {.n_tokens = n_tok, .tokens = pos, .positions = pos, .slots = pos,
+                      .n_seqs = CPUA_SSEQ, .q_start = q_start, .ctx_len = ctx, .block_table = bt,
+                      .bt_stride = bt_stride, .n_logits = 0, .logit_rows = pos};
+        cr_assert_eq(be->ops->begin(be, &b), 0);
+        for (size_t i = 0; i < (size_t)n_tok * q_dim; i++) out[i] = NAN;
+        be_attn at = cpua_attn(tc, n_heads);
+        be->ops->attention(be, 0, q, &at, out);
+        for (size_t e = 0; e < (size_t)n_tok * q_dim; e++)
+            cr_assert(fabs(out[e] - ref[e]) <= tol[e],
+                      "shared-prefix attention at %s hd=%d gqa=%d bs=%d dtype=%s threads=%d window %d cap %g: "
+                      "token %zu head %zu dim %zu: got %g want %g (tolerance %g)",
+                      lv[li].name, hd, tc->gqa, bs, kv_dtype_name(tc->dtype), tc->threads, tc->window,
+                      (double)tc->softcap, e / q_dim,
+                      e % q_dim / hd, e % hd, (double)out[e], ref[e], tol[e]);
+        be_destroy(be);
+    }
+    free(bt), free(K), free(V), free(all), free(q), free(out), free(sc), free(ref), free(tol);
+    free(kr), free(vr);
 }
 
 Test(cpu, attention_shared_prefix_groups)

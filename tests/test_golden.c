@@ -1,8 +1,9 @@
 /*
  * test_golden.c — the real stories260K model must reproduce its recorded greedy outputs exactly.
  *
- * Through fwd directly (one sequence, default f16 KV, block size 16): every case of
- * stories260K.golden.json, and the logits probe within its tolerance. Through the CLI: `kvserve
+ * Through fwd directly (one sequence, default f16 KV, block size 16), at every SIMD level this
+ * machine supports: every case of stories260K.golden.json, and the logits probe within its
+ * tolerance. Through the CLI: `kvserve
  * generate` prints exactly the golden completion text. Skips (with a message) when the shared
  * model directory or the kvserve binary is absent.
  */
@@ -103,10 +104,9 @@ static int tg_ids(const cJSON *arr, int32_t *out, int cap)
     return n;
 }
 
-static fwd *tg_fwd(const model *m, backend **be, int kv_dtype, int n_blocks)
+static fwd *tg_fwd(const model *m, backend **be, int kv_dtype, int n_blocks, const tu_cpu_level *lv)
 {
-    *be = cpu_backend_create(2);
-    cr_assert_not_null(*be);
+    *be = tu_cpu_backend(lv, 2);
     kv_geom g = {m->hp.n_layers, m->hp.n_kv_heads, m->hp.head_dim, TG_BLOCK, kv_dtype};
     char err[512];
     fwd *f = fwd_create(m, *be, &g, n_blocks, 512, 8, err, sizeof err);
@@ -120,42 +120,47 @@ Test(golden, greedy_cases)
     cJSON *j = tg_load(&m);
     backend *be;
     const int n_blocks = 512 / TG_BLOCK;
-    fwd *f = tg_fwd(m, &be, KV_F16, n_blocks);
     int n_vocab = m->hp.n_vocab;
     float *logits = malloc((size_t)n_vocab * sizeof *logits);
-    const cJSON *c;
-    int n_cases = 0;
-    cJSON_ArrayForEach(c, cJSON_GetObjectItem(j, "cases"))
-    {
-        const char *name = cJSON_GetObjectItem(c, "name")->valuestring;
-        int32_t ids[1024], want[1024];
-        int n_prompt = tg_ids(cJSON_GetObjectItem(c, "prompt_token_ids"), ids, 1024);
-        int n_want = tg_ids(cJSON_GetObjectItem(c, "generated_token_ids"), want, 1024);
-        int max_new = cJSON_GetObjectItem(c, "max_new_tokens")->valueint;
-        int stop_on_bos = cJSON_IsTrue(cJSON_GetObjectItem(c, "stop_on_bos"));
-        cr_assert_eq(n_want, cJSON_GetObjectItem(c, "n_generated")->valueint);
+    tu_cpu_level lv[TU_MAX_LEVELS];
+    int n_lv = tu_cpu_levels(lv);
+    for (int li = 0; li < n_lv; li++) {
+        fwd *f = tg_fwd(m, &be, KV_F16, n_blocks, &lv[li]);
+        const cJSON *c;
+        int n_cases = 0;
+        cJSON_ArrayForEach(c, cJSON_GetObjectItem(j, "cases"))
+        {
+            const char *name = cJSON_GetObjectItem(c, "name")->valuestring;
+            int32_t ids[1024], want[1024];
+            int n_prompt = tg_ids(cJSON_GetObjectItem(c, "prompt_token_ids"), ids, 1024);
+            int n_want = tg_ids(cJSON_GetObjectItem(c, "generated_token_ids"), want, 1024);
+            int max_new = cJSON_GetObjectItem(c, "max_new_tokens")->valueint;
+            int stop_on_bos = cJSON_IsTrue(cJSON_GetObjectItem(c, "stop_on_bos"));
+            cr_assert_eq(n_want, cJSON_GetObjectItem(c, "n_generated")->valueint);
 
-        tg_seq s;
-        tg_seq_init(&s, f, n_blocks);
-        tg_feed(&s, ids, n_prompt, 1, logits);
-        int n_gen = 0;
-        while (n_gen < max_new) {
-            int32_t t = tg_argmax(logits, n_vocab);
-            if (stop_on_bos && t == 1) break;
-            cr_assert(n_gen < n_want, "%s: generated more than the %d golden tokens", name, n_want);
-            cr_assert_eq(t, want[n_gen], "%s: token %d is %d, golden %d", name, n_gen, t,
-                         want[n_gen]);
-            ids[n_prompt + n_gen++] = t;
-            if (n_gen == max_new) break;
-            tg_feed(&s, &t, 1, 1, logits);
+            tg_seq s;
+            tg_seq_init(&s, f, n_blocks);
+            tg_feed(&s, ids, n_prompt, 1, logits);
+            int n_gen = 0;
+            while (n_gen < max_new) {
+                int32_t t = tg_argmax(logits, n_vocab);
+                if (stop_on_bos && t == 1) break;
+                cr_assert(n_gen < n_want, "%s at %s: generated more than the %d golden tokens",
+                          name, lv[li].name, n_want);
+                cr_assert_eq(t, want[n_gen], "%s at %s: token %d is %d, golden %d", name,
+                             lv[li].name, n_gen, t, want[n_gen]);
+                ids[n_prompt + n_gen++] = t;
+                if (n_gen == max_new) break;
+                tg_feed(&s, &t, 1, 1, logits);
+            }
+            cr_assert_eq(n_gen, n_want, "%s: %d tokens generated, golden %d", name, n_gen, n_want);
+            n_cases++;
         }
-        cr_assert_eq(n_gen, n_want, "%s: %d tokens generated, golden %d", name, n_gen, n_want);
-        n_cases++;
+        cr_assert(n_cases >= 13, "only %d golden cases", n_cases);
+        fwd_destroy(f);
+        be_destroy(be);
     }
-    cr_assert(n_cases >= 13, "only %d golden cases", n_cases);
     free(logits);
-    fwd_destroy(f);
-    be_destroy(be);
     model_destroy(m);
     cJSON_Delete(j);
 }
@@ -173,37 +178,40 @@ Test(golden, logits_probe)
     int n_vocab = m->hp.n_vocab;
     float *logits = malloc((size_t)8 * n_vocab * sizeof *logits);
     int kvs[2] = {KV_F16, KV_F32};
-    for (int k = 0; k < 2; k++) {
-        for (int mode = 0; mode < 2; mode++) {
-            backend *be;
-            fwd *f = tg_fwd(m, &be, kvs[k], 4);
-            tg_seq s;
-            tg_seq_init(&s, f, 4);
-            if (mode == 0)
-                for (int i = 0; i < n; i++)
-                    tg_feed(&s, &ids[i], 1, 1, logits + (size_t)i * n_vocab);
-            else
-                tg_feed(&s, ids, n, n, logits);
-            double worst = 0.0;
-            for (int p = 0; p < n; p++) {
-                const cJSON *row = cJSON_GetArrayItem(rows, p);
-                for (int v = 0; v < n_vocab; v++) {
-                    double d = fabs(logits[(size_t)p * n_vocab + v] -
-                                    cJSON_GetArrayItem(row, v)->valuedouble);
-                    if (d > worst) worst = d;
+    tu_cpu_level lv[TU_MAX_LEVELS];
+    int n_lv = tu_cpu_levels(lv);
+    for (int li = 0; li < n_lv; li++)
+        for (int k = 0; k < 2; k++) {
+            for (int mode = 0; mode < 2; mode++) {
+                backend *be;
+                fwd *f = tg_fwd(m, &be, kvs[k], 4, &lv[li]);
+                tg_seq s;
+                tg_seq_init(&s, f, 4);
+                if (mode == 0)
+                    for (int i = 0; i < n; i++)
+                        tg_feed(&s, &ids[i], 1, 1, logits + (size_t)i * n_vocab);
+                else
+                    tg_feed(&s, ids, n, n, logits);
+                double worst = 0.0;
+                for (int p = 0; p < n; p++) {
+                    const cJSON *row = cJSON_GetArrayItem(rows, p);
+                    for (int v = 0; v < n_vocab; v++) {
+                        double d = fabs(logits[(size_t)p * n_vocab + v] -
+                                        cJSON_GetArrayItem(row, v)->valuedouble);
+                        if (d > worst) worst = d;
+                    }
                 }
+                /* The golden tolerance holds for f32 K/V; f16 K/V round each cached value by up to
+                 * 2^-11 relative, which moves these logits by up to about 1e-2. */
+                double lim = kvs[k] == KV_F32 ? tol : 20 * tol;
+                printf("golden logits_probe %s kv %s %s: max |diff| %.3g\n", lv[li].name,
+                       kv_dtype_name(kvs[k]), mode ? "prefill" : "step by step", worst);
+                cr_assert(worst <= lim, "%s kv %s, %s: max |logit - golden| = %g > %g", lv[li].name,
+                          kv_dtype_name(kvs[k]), mode ? "prefill" : "step by step", worst, lim);
+                fwd_destroy(f);
+                be_destroy(be);
             }
-            /* The golden tolerance holds for f32 K/V; f16 K/V round each cached value by up to
-             * 2^-11 relative, which moves these logits by up to about 1e-2. */
-            double lim = kvs[k] == KV_F32 ? tol : 20 * tol;
-            printf("golden logits_probe kv %s %s: max |diff| %.3g\n", kv_dtype_name(kvs[k]),
-                   mode ? "prefill" : "step by step", worst);
-            cr_assert(worst <= lim, "kv %s, %s: max |logit - golden| = %g > %g",
-                      kv_dtype_name(kvs[k]), mode ? "prefill" : "step by step", worst, lim);
-            fwd_destroy(f);
-            be_destroy(be);
         }
-    }
     free(logits);
     model_destroy(m);
     cJSON_Delete(j);

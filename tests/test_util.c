@@ -9,6 +9,8 @@
 
 #include "engine/dtype.h"
 #include "engine/sampler.h"
+#include "cpu/cpu.h"
+#include "cpu/internal.h"
 #include "tests/test_util.h"
 
 const char *tu_data_dir(void)
@@ -76,4 +78,33 @@ void tu_random_blocks(int type, int64_t n_blocks, uint64_t *rng, void *dst)
             uint16_t h = (uint16_t)((r & 0x8000) | (3 + (r >> 16) % 9) << 10 | ((r >> 32) & 0x3FF));
             memcpy(p + (size_t)b * bb + off[k], &h, 2);
         }
+}
+
+int tu_cpu_levels(tu_cpu_level *out)
+{
+    int n = 0;
+    unsigned feats = cpu_isa_features();
+    for (int isa = 0; isa < CPU_ISA_COUNT; isa++) {
+        if (!cpu_isa_supported(isa)) continue;
+        unsigned own = isa == CPU_ISA_AVX512 ? feats & (CPU_FEAT_VNNI | CPU_FEAT_BF16)
+                       : isa == CPU_ISA_NEON ? feats & CPU_FEAT_DOTPROD : 0;
+        if (own) { /* the level without its sub-features first */
+            out[n] = (tu_cpu_level){.isa = isa, .features = 0};
+            snprintf(out[n].name, sizeof out[n].name, "%s", cpu_isa_name(isa));
+            n++;
+        }
+        out[n] = (tu_cpu_level){.isa = isa, .features = own};
+        snprintf(out[n].name, sizeof out[n].name, "%s%s%s%s", cpu_isa_name(isa),
+                 own & CPU_FEAT_VNNI ? "+vnni" : "", own & CPU_FEAT_BF16 ? "+bf16" : "",
+                 own & CPU_FEAT_DOTPROD ? "+dotprod" : "");
+        n++;
+    }
+    return n;
+}
+
+backend *tu_cpu_backend(const tu_cpu_level *l, int n_threads)
+{
+    backend *be = cpu__backend_create(n_threads, l->isa, l->features);
+    cr_assert_not_null(be, "cannot create a CPU backend at level %s", l->name);
+    return be;
 }

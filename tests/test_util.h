@@ -14,6 +14,8 @@
  * and non-empty, else "tests/data" (relative to the repository root, where `make test` runs). */
 const char *tu_data_dir(void);
 
+struct backend;
+
 /* The shared data folder (reference sets too large for the repository): $KVSERVE_SHARED when set and non-empty, else "../shared". */
 const char *tu_shared_dir(void);
 
@@ -30,5 +32,23 @@ void tu_write_mkmodel(const mkm_params *p, const char *tag, char *path, size_t n
  * [2^-12, 2^-4] and either sign, so that values are finite and of sizes weights have. Every
  * bit pattern of the other bytes is a valid block. */
 void tu_random_blocks(int type, int64_t n_blocks, uint64_t *rng, void *dst);
+
+/* A configuration of the CPU backend's kernels: a SIMD level and the sub-features it uses. */
+typedef struct tu_cpu_level {
+    int isa;           /* enum cpu_isa */
+    unsigned features; /* CPU_FEAT_* bits */
+    char name[32];     /* e.g. "avx512+vnni", for messages */
+} tu_cpu_level;
+
+#define TU_MAX_LEVELS 8
+
+/* Every configuration this machine can run, lowest first: scalar, then each supported level,
+ * AVX-512 also without its sub-features (so an AVX-512 machine tests the kernels a CPU without
+ * VNNI would use). Fills out[0 .. TU_MAX_LEVELS) and returns how many. */
+int tu_cpu_levels(tu_cpu_level *out);
+
+/* A CPU backend at configuration l with n_threads threads; fails the calling test when it
+ * cannot be created. */
+struct backend *tu_cpu_backend(const tu_cpu_level *l, int n_threads);
 
 #endif

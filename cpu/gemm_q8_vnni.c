@@ -1,5 +1,5 @@
 /*
- * gemm_q8.c — the compute-bound matmul for Q8_0 weights, in int8 with AVX512-VNNI:
+ * gemm_q8_vnni.c — the matmul for Q8_0 weights in int8 with AVX512-VNNI, every number of rows:
  * out[r][o] = Σ_blocks d_w[o][b] · d_x[r][b] · Σ_i q_w[o][b][i] · q_x[r][b][i].
  *
  * vpdpbusd multiplies unsigned by signed bytes. The weights are therefore stored offset to
@@ -12,8 +12,8 @@
  * blocks of 32 inputs as [nb][k/4][16 outputs][4 bytes] (512 bytes a block, 64-byte aligned),
  * then the f16 scales [nb][16]: 544 bytes a block, as many as the file's Q8_0 blocks, so a
  * memory-bound decode reads no more than it would from the file. Weights uploaded through
- * the backend are packed so once, for the whole matrix (cpu__gemm_q8_prepack); for weights
- * without that copy a thread packs each tile slice of KCB blocks into scratch per call.
+ * the backend are packed so once, for the whole matrix (the table's packed entry); weights
+ * without the copy go through the row dot product below (vpdpbusd on the file's blocks).
  *
  * The microkernel keeps mr rows × nt tiles: for each group of 4 inputs it loads one 64-byte
  * vector per tile and issues one vpdpbusd per row and tile with the row's 4 activation bytes
@@ -25,14 +25,10 @@
  */
 #include <string.h>
 
+#include "cpu/cpu.h"
 #include "cpu/internal.h"
+#include "cpu/simd_x86.h"
 #include "engine/dtype.h"
-
-#ifdef __AVX512F__
-#include <immintrin.h>
-#endif
-
-#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
 
 #define NR 16
 #define MR 8
@@ -44,16 +40,6 @@
 static size_t tile_bytes(int64_t nb)
 {
     return ((size_t)nb * (QB + DB) + 63) & ~(size_t)63;
-}
-
-int cpu__gemm_q8_available(void)
-{
-    return 1;
-}
-
-size_t cpu__gemm_q8_scratch_bytes(void)
-{
-    return tile_bytes(KCB) + 64;
 }
 
 /* Packs blocks [b0, b0 + nb) of outputs [o0, o0 + 16) into a tile of nbt blocks at tq (blocks
@@ -80,12 +66,12 @@ static void pack(const be_weight *w, int64_t o0, int64_t b0, int64_t nb, uint8_t
     }
 }
 
-size_t cpu__gemm_q8_packed_bytes(int64_t n_in, int64_t n_out)
+static size_t packed_bytes(int64_t n_in, int64_t n_out)
 {
     return (size_t)((n_out + NR - 1) / NR) * tile_bytes(n_in / 32);
 }
 
-void cpu__gemm_q8_prepack(const be_weight *w, void *dst)
+static void prepack(const be_weight *w, void *dst)
 {
     int64_t nb = w->n_in / 32;
     for (int64_t o0 = 0; o0 < w->n_out; o0 += NR)
@@ -177,20 +163,6 @@ static void ukernel_any(int mr, int nt, const uint8_t *q, const uint16_t *d, siz
 #undef UK
 }
 
-/* Brings the weights of the panel at (o0, b0) into L2 ahead of packing: packing reads 16 rows
- * at once, too many streams for the hardware prefetcher. */
-static void prefetch_panel(const be_weight *w, int64_t o0, int64_t b0)
-{
-    int64_t nb_all = w->n_in / 32;
-    if (o0 >= w->n_out || b0 >= nb_all) return;
-    size_t rb = dt_row_bytes(DT_Q8_0, w->n_in);
-    size_t bytes = (size_t)(nb_all - b0 < KCB ? nb_all - b0 : KCB) * sizeof(dt_block_q8_0);
-    for (int j = 0; j < NR && o0 + j < w->n_out; j++) {
-        const char *q = (const char *)w->data + (size_t)(o0 + j) * rb + (size_t)b0 * sizeof(dt_block_q8_0);
-        for (size_t off = 0; off < bytes; off += 64) _mm_prefetch(q + off, _MM_HINT_T1);
-    }
-}
-
 /* Runs rows × tiles [o0, o0 + 16 nt) over blocks [b0, b0 + nb) of tiles at q / d. */
 static void slice_rows(const cpu__mm_task *t, int nt, const uint8_t *q, const uint16_t *d, size_t ldt,
                        int64_t o0, int64_t b0, int nb, __mmask16 m)
@@ -211,36 +183,7 @@ static void add_bias(const cpu__mm_task *t, int64_t lo, int64_t hi)
             for (int64_t o = lo; o < hi; o++) t->out[(size_t)r * t->w->n_out + o] += t->bias[o];
 }
 
-/* One tile of 16 outputs from o0, packing each slice into scratch p. */
-static void tile(const cpu__mm_task *t, int64_t o0, uint8_t *p)
-{
-    const be_weight *w = t->w;
-    int64_t nb_all = w->n_in / 32, n_out = w->n_out;
-    int ncols = n_out - o0 < NR ? (int)(n_out - o0) : NR;
-    __mmask16 m = ncols >= 16 ? 0xffff : (__mmask16)((1u << ncols) - 1);
-    for (int64_t b0 = 0; b0 < nb_all; b0 += KCB) {
-        int nb = nb_all - b0 < KCB ? (int)(nb_all - b0) : KCB;
-        pack(w, o0, b0, nb, p, KCB);
-        if (b0 + KCB < nb_all)
-            prefetch_panel(w, o0, b0 + KCB);
-        else
-            prefetch_panel(w, o0 + NR, 0);
-        slice_rows(t, 1, p, (const uint16_t *)(p + KCB * QB), 0, o0, b0, nb, m);
-    }
-    add_bias(t, o0, o0 + ncols);
-}
-
-void cpu__gemm_q8_run(void *task, int64_t lo_unit, int64_t hi_unit, int ith)
-{
-    cpu__mm_task *t = task;
-    uint8_t *p = t->c->scratch[ith].p;
-    for (int64_t u = lo_unit; u < hi_unit; u++) {
-        int64_t lo = u * t->unit, hi = lo + t->unit < t->w->n_out ? lo + t->unit : t->w->n_out;
-        for (int64_t o0 = lo; o0 < hi; o0 += NR) tile(t, o0, p);
-    }
-}
-
-int cpu__gemm_q8_align(int n_rows)
+static int packed_align(int n_rows)
 {
     return NR * tiles_for(n_rows < MR ? n_rows : MR);
 }
@@ -275,7 +218,7 @@ static void prepacked_range(const cpu__mm_task *t, int64_t lo, int64_t hi)
     }
 }
 
-void cpu__gemm_q8_prepacked_run(void *task, int64_t lo_unit, int64_t hi_unit, int ith)
+static void prepacked_run(void *task, int64_t lo_unit, int64_t hi_unit, int ith)
 {
     cpu__mm_task *t = task;
     for (int64_t u = lo_unit; u < hi_unit; u++) {
@@ -284,43 +227,37 @@ void cpu__gemm_q8_prepacked_run(void *task, int64_t lo_unit, int64_t hi_unit, in
     }
 }
 
-#else /* no AVX512-VNNI: matmul.c keeps using its dot-product tiles */
-
-int cpu__gemm_q8_available(void)
+/* The row dot product on the file's blocks: |w| (unsigned) × x with w's sign (signed), one
+ * vpdpbusd per block, two chains. */
+static float dot_q8(const void *wv, const void *xv, int64_t n)
 {
-    return 0;
+    const dt_block_q8_0 *w = wv;
+    const cpu__q8x *x = xv;
+    int64_t nb = n / 32, b = 0;
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+    for (; b + 2 <= nb; b += 2) {
+        __m256i w0 = _mm256_loadu_si256((const void *)w[b].q);
+        __m256i w1 = _mm256_loadu_si256((const void *)w[b + 1].q);
+        __m256i x0 = _mm256_sign_epi8(_mm256_loadu_si256((const void *)x[b].q), w0);
+        __m256i x1 = _mm256_sign_epi8(_mm256_loadu_si256((const void *)x[b + 1].q), w1);
+        __m256i p0 = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_abs_epi8(w0), x0);
+        __m256i p1 = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_abs_epi8(w1), x1);
+        a0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p0), _mm256_set1_ps(_cvtsh_ss(w[b].d) * x[b].d), a0);
+        a1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p1), _mm256_set1_ps(_cvtsh_ss(w[b + 1].d) * x[b + 1].d), a1);
+    }
+    for (; b < nb; b++) {
+        __m256i wq = _mm256_loadu_si256((const void *)w[b].q);
+        __m256i p = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_abs_epi8(wq),
+                                        _mm256_sign_epi8(_mm256_loadu_si256((const void *)x[b].q), wq));
+        a0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(_cvtsh_ss(w[b].d) * x[b].d), a0);
+    }
+    return cpu__hsum256(_mm256_add_ps(a0, a1));
 }
 
-size_t cpu__gemm_q8_scratch_bytes(void)
+void cpu__gemm_q8_fill_vnni(cpu__kern *k)
 {
-    return 0;
+    k->mm[DT_Q8_0].dot = dot_q8;
+    k->mm[DT_Q8_0].dot_isa = CPU_ISA_AVX512;
+    k->mm[DT_Q8_0].packed = (cpu__mm_packed){.isa = CPU_ISA_AVX512, .bytes = packed_bytes, .pack = prepack,
+                                             .align = packed_align, .scratch = NULL, .run = prepacked_run};
 }
-
-void cpu__gemm_q8_run(void *task, int64_t lo_unit, int64_t hi_unit, int ith)
-{
-    (void)task, (void)lo_unit, (void)hi_unit, (void)ith;
-}
-
-size_t cpu__gemm_q8_packed_bytes(int64_t n_in, int64_t n_out)
-{
-    (void)n_in, (void)n_out;
-    return 0;
-}
-
-void cpu__gemm_q8_prepack(const be_weight *w, void *dst)
-{
-    (void)w, (void)dst;
-}
-
-int cpu__gemm_q8_align(int n_rows)
-{
-    (void)n_rows;
-    return 16;
-}
-
-void cpu__gemm_q8_prepacked_run(void *task, int64_t lo_unit, int64_t hi_unit, int ith)
-{
-    (void)task, (void)lo_unit, (void)hi_unit, (void)ith;
-}
-
-#endif

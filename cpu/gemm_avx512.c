@@ -1,50 +1,35 @@
 /*
- * gemm.c — the compute-bound matmul for F32, F16 and BF16 weights and many activation rows
+ * gemm_avx512.c — the AVX-512 GEMM for F32, F16 and BF16 weights and many activation rows
  * (prefill, batched decode): out[r][o] = Σ_i x[r][i] · W[o][i].
  *
- * Classic packed-panel GEMM. A thread takes a column tile of CPU__PANEL_NR = 32 outputs; for
- * each slice of CPU__PANEL_KC = 128 inputs it converts the tile's weights once into an f32
- * panel laid out [k][32] (16 KiB: it stays in L1), then sweeps every activation row over it with
- * a 6 × 32 register microkernel: per input k, two panel vectors are loaded and each of the six
- * rows' x[k] is broadcast into two FMAs, so twelve FMAs share two loads. Partial sums live in
- * `out` between slices. Weight conversion (F16 via F16C, BF16 by a shift) is paid once per
- * panel and amortised over all rows, which is why matmul.c only comes here for ≥ 16 rows.
+ * Classic packed-panel GEMM. A thread takes a column tile of NR = 32 outputs. The microkernel
+ * keeps 6 rows × 32 outputs in twelve zmm accumulators: per input k, two panel vectors are
+ * loaded and each of the six rows' x[k] is broadcast into two FMAs, so twelve FMAs share two
+ * loads. Partial sums live in `out` between slices.
  *
- * Column tails are handled by zero-padding the panel and masking the stores; row tails by
+ * Two ways to get the panel:
+ *  - packed at upload (the table's packed entry): each tile of 32 outputs is stored once as
+ *    [n_in][32] elements of the weight's own type (zero past n_out); the microkernel converts
+ *    F16 (F16C) and BF16 (a shift) as it loads, or, with more than 6 rows, a KC-deep slice is
+ *    converted to f32 once for all row groups. Used for every number of rows, so each weight is
+ *    read once per call and a row's sums are formed in the same order whatever the batch.
+ *  - per call (the plain entry, for weights without the copy, ≥ 16 rows): for each slice of
+ *    KC = 128 inputs the tile's weights are converted into an f32 panel [k][32] (16 KiB: it
+ *    stays in L1) with in-register 16 × 16 transposes.
+ * Column tails are zero-padded in the panel and masked at the stores; row tails run
  * microkernel variants for 1..5 rows.
  */
 #include <string.h>
 
+#include "cpu/cpu.h"
 #include "cpu/internal.h"
+#include "cpu/simd_x86.h"
 #include "engine/dtype.h"
-
-#if defined(__AVX512F__) || defined(__AVX2__)
-#include <immintrin.h>
-#endif
 
 #define NR CPU__PANEL_NR
 #define KC CPU__PANEL_KC
 #define MR CPU__PANEL_MR
 
-size_t cpu__gemm_panel_scratch_bytes(void)
-{
-    return ((size_t)KC * NR + KC) * sizeof(float) + 64;
-}
-
-#ifndef __AVX512F__
-/* dst[0..n) = row elements k0 .. k0+n as f32. */
-static void convert_span(int type, const void *row, int64_t k0, int n, float *dst)
-{
-    if (type == DT_F32) {
-        memcpy(dst, (const float *)row + k0, (size_t)n * sizeof(float));
-        return;
-    }
-    const uint16_t *s = (const uint16_t *)row + k0;
-    for (int i = 0; i < n; i++) dst[i] = type == DT_F16 ? dt_f16_to_f32(s[i]) : dt_bf16_to_f32(s[i]);
-}
-#endif
-
-#ifdef __AVX512F__
 /* In-register transpose of a 16 × 16 block of floats (rows r[0..16) become columns). */
 static inline void transpose16(__m512 r[16])
 {
@@ -81,9 +66,8 @@ static inline __m512 load16(int type, const void *row, int64_t i, __mmask16 m)
 
 /* panel[k][j] = W[o0 + j][k0 + k] as f32, zero for outputs past n_out: 16 × 16 blocks are
  * loaded along the rows, converted and transposed in registers. */
-static void pack_panel(const be_weight *w, int64_t o0, int64_t k0, int kc, float *panel, float *tmp)
+static void pack_panel(const be_weight *w, int64_t o0, int64_t k0, int kc, float *panel)
 {
-    (void)tmp;
     size_t rb = dt_row_bytes(w->type, w->n_in);
     for (int j0 = 0; j0 < NR; j0 += 16)
         for (int k = 0; k < kc; k += 16) {
@@ -98,29 +82,7 @@ static void pack_panel(const be_weight *w, int64_t o0, int64_t k0, int kc, float
             for (int kk = 0; kk < nk; kk++) _mm512_store_ps(panel + (size_t)(k + kk) * NR + j0, r[kk]);
         }
 }
-#else
-/* panel[k][j] = W[o0 + j][k0 + k] as f32, zero for outputs past n_out. */
-static void pack_panel(const be_weight *w, int64_t o0, int64_t k0, int kc, float *panel, float *tmp)
-{
-    size_t rb = dt_row_bytes(w->type, w->n_in);
-    for (int j = 0; j < NR; j++) {
-        if (o0 + j >= w->n_out) {
-            for (int k = 0; k < kc; k++) panel[k * NR + j] = 0;
-            continue;
-        }
-        const char *row = (const char *)w->data + (size_t)(o0 + j) * rb;
-        if (w->type == DT_F32) {
-            const float *src = (const float *)row + k0;
-            for (int k = 0; k < kc; k++) panel[k * NR + j] = src[k];
-        } else {
-            convert_span(w->type, row, k0, kc, tmp);
-            for (int k = 0; k < kc; k++) panel[k * NR + j] = tmp[k];
-        }
-    }
-}
-#endif
 
-#ifdef __AVX512F__
 /* 16 panel elements from index i as f32: the panel holds f32 (packed per call) or, packed at
  * upload, the weights' own type. */
 static inline __attribute__((always_inline)) __m512 panel16(int type, const void *panel, int64_t i)
@@ -192,78 +154,13 @@ static void ukernel_any(int mr, const float *panel, const float *x, int64_t ldx,
 {
     ukernel_typed(DT_F32, mr, panel, x, ldx, kc, c, ldc, ncols, load_c);
 }
-#elif defined(__AVX2__) && defined(__FMA__)
-/* AVX2 fallback: 16 ymm registers hold 6 rows × 16 columns, so a panel is swept in two halves. */
-static inline __attribute__((always_inline)) void ukernel16(int mr, const float *panel,
-                                                            const float *x, int64_t ldx, int kc,
-                                                            float *c, int64_t ldc, int load_c)
-{
-    __m256 acc[MR][2];
-#pragma GCC unroll 16
-    for (int r = 0; r < mr; r++) {
-        acc[r][0] = load_c ? _mm256_loadu_ps(c + r * ldc) : _mm256_setzero_ps();
-        acc[r][1] = load_c ? _mm256_loadu_ps(c + r * ldc + 8) : _mm256_setzero_ps();
-    }
-    for (int k = 0; k < kc; k++) {
-        __m256 b0 = _mm256_loadu_ps(panel + k * NR), b1 = _mm256_loadu_ps(panel + k * NR + 8);
-#pragma GCC unroll 16
-        for (int r = 0; r < mr; r++) {
-            __m256 a = _mm256_broadcast_ss(x + r * ldx + k);
-            acc[r][0] = _mm256_fmadd_ps(a, b0, acc[r][0]);
-            acc[r][1] = _mm256_fmadd_ps(a, b1, acc[r][1]);
-        }
-    }
-#pragma GCC unroll 16
-    for (int r = 0; r < mr; r++) {
-        _mm256_storeu_ps(c + r * ldc, acc[r][0]);
-        _mm256_storeu_ps(c + r * ldc + 8, acc[r][1]);
-    }
-}
 
-static void ukernel_any(int mr, const float *panel, const float *x, int64_t ldx, int kc, float *c,
-                        int64_t ldc, int ncols, int load_c)
-{
-    for (int half = 0; half < NR; half += 16) {
-        if (ncols - half >= 16) {
-            switch (mr) {
-            case 6: ukernel16(6, panel + half, x, ldx, kc, c + half, ldc, load_c); break;
-            case 5: ukernel16(5, panel + half, x, ldx, kc, c + half, ldc, load_c); break;
-            case 4: ukernel16(4, panel + half, x, ldx, kc, c + half, ldc, load_c); break;
-            case 3: ukernel16(3, panel + half, x, ldx, kc, c + half, ldc, load_c); break;
-            case 2: ukernel16(2, panel + half, x, ldx, kc, c + half, ldc, load_c); break;
-            default: ukernel16(1, panel + half, x, ldx, kc, c + half, ldc, load_c); break;
-            }
-            continue;
-        }
-        for (int r = 0; r < mr; r++) /* column tail */
-            for (int j = half; j < ncols; j++) {
-                float sum = load_c ? c[r * ldc + j] : 0.0f;
-                for (int k = 0; k < kc; k++) sum += x[r * ldx + k] * panel[k * NR + j];
-                c[r * ldc + j] = sum;
-            }
-    }
-}
-#else
-static void ukernel_any(int mr, const float *panel, const float *x, int64_t ldx, int kc, float *c,
-                        int64_t ldc, int ncols, int load_c)
-{
-    for (int r = 0; r < mr; r++)
-        for (int j = 0; j < ncols; j++) {
-            float s = load_c ? c[r * ldc + j] : 0.0f;
-            for (int k = 0; k < kc; k++) s += x[r * ldx + k] * panel[k * NR + j];
-            c[r * ldc + j] = s;
-        }
-}
-#endif
-
-/* All rows × one column tile of up to NR outputs starting at o0. */
 /* Asks for the weights of the panel at (o0, k0) to be brought into L2. Packing reads 32 rows
  * at once, too many streams for the hardware prefetcher, so without this every line of the
  * panel would be a cache miss on the critical path; issued one panel ahead, the loads overlap
  * with the microkernel's work on the current panel. */
 static void prefetch_panel(const be_weight *w, int64_t o0, int64_t k0)
 {
-#if defined(__AVX512F__) || defined(__AVX2__)
     if (o0 >= w->n_out || k0 >= w->n_in) return;
     size_t rb = dt_row_bytes(w->type, w->n_in), eb = dt_row_bytes(w->type, 1);
     int kc = w->n_in - k0 < KC ? (int)(w->n_in - k0) : KC;
@@ -271,19 +168,16 @@ static void prefetch_panel(const be_weight *w, int64_t o0, int64_t k0)
         const char *p = (const char *)w->data + (size_t)(o0 + j) * rb + (size_t)k0 * eb;
         for (size_t off = 0; off < (size_t)kc * eb; off += 64) _mm_prefetch(p + off, _MM_HINT_T1);
     }
-#else
-    (void)w, (void)o0, (void)k0;
-#endif
 }
 
-static void panel_tile(const cpu__mm_task *t, int64_t o0, float *panel, float *tmp)
+static void panel_tile(const cpu__mm_task *t, int64_t o0, float *panel)
 {
     const be_weight *w = t->w;
     int64_t n_in = w->n_in, n_out = w->n_out;
     int ncols = n_out - o0 < NR ? (int)(n_out - o0) : NR;
     for (int64_t k0 = 0; k0 < n_in; k0 += KC) {
         int kc = n_in - k0 < KC ? (int)(n_in - k0) : KC;
-        pack_panel(w, o0, k0, kc, panel, tmp);
+        pack_panel(w, o0, k0, kc, panel);
         if (k0 + KC < n_in)
             prefetch_panel(w, o0, k0 + KC);
         else
@@ -299,47 +193,35 @@ static void panel_tile(const cpu__mm_task *t, int64_t o0, float *panel, float *t
             for (int j = 0; j < ncols; j++) t->out[(size_t)r * n_out + o0 + j] += t->bias[o0 + j];
 }
 
-void cpu__gemm_panel_run(void *task, int64_t lo_unit, int64_t hi_unit, int ith)
+static void panel_run(void *task, int64_t lo_unit, int64_t hi_unit, int ith)
 {
     cpu__mm_task *t = task;
-    float *panel = t->c->scratch[ith].p, *tmp = panel + (size_t)KC * NR;
+    float *panel = t->c->scratch[ith].p;
     for (int64_t u = lo_unit; u < hi_unit; u++) {
         int64_t lo = u * t->unit, hi = lo + t->unit < t->w->n_out ? lo + t->unit : t->w->n_out;
-        for (int64_t o0 = lo; o0 < hi; o0 += NR) panel_tile(t, o0, panel, tmp);
+        for (int64_t o0 = lo; o0 < hi; o0 += NR) panel_tile(t, o0, panel);
     }
 }
 
-/* ---- weights packed at upload ---------------------------------------------------------------
- * Each tile of 32 outputs is stored as [n_in][32] elements of the weight's own type (zero past
- * n_out): the panels above, for the whole depth, made once. The microkernel converts F16/BF16
- * as it loads. Used for every number of rows, so each weight is read once per call, with no
- * packing, and a row's sums are formed in the same order whatever the batch. */
+/* ---- weights packed at upload ------------------------------------------------------------- */
 
-size_t cpu__gemm_panel_packed_bytes(int type, int64_t n_in, int64_t n_out)
+static size_t packed_bytes(int type, int64_t n_in, int64_t n_out)
 {
-#ifdef __AVX512F__
-    if (type != DT_F32 && type != DT_F16 && type != DT_BF16) return 0;
     return (size_t)((n_out + NR - 1) / NR) * (size_t)n_in * NR * dt_row_bytes(type, 1);
-#else
-    (void)type, (void)n_in, (void)n_out;
-    return 0;
-#endif
 }
 
-void cpu__gemm_panel_prepack(const be_weight *w, void *dst)
+static void prepack(const be_weight *w, void *dst)
 {
     size_t es = dt_row_bytes(w->type, 1), rb = dt_row_bytes(w->type, w->n_in);
     size_t tb = (size_t)w->n_in * NR * es;
     for (int64_t o0 = 0; o0 < w->n_out; o0 += NR) {
         char *tile = (char *)dst + (size_t)(o0 / NR) * tb;
-#ifdef __AVX512F__
         if (w->type == DT_F32) { /* the per-call packer's in-register transposes, slice by slice */
             for (int64_t k0 = 0; k0 < w->n_in; k0 += KC)
                 pack_panel(w, o0, k0, w->n_in - k0 < KC ? (int)(w->n_in - k0) : KC,
-                           (float *)tile + (size_t)k0 * NR, NULL);
+                           (float *)tile + (size_t)k0 * NR);
             continue;
         }
-#endif
         for (int64_t k0 = 0; k0 < w->n_in; k0 += 64) {
             int64_t ke = k0 + 64 < w->n_in ? k0 + 64 : w->n_in;
             for (int j = 0; j < NR; j++) {
@@ -357,16 +239,13 @@ void cpu__gemm_panel_prepack(const be_weight *w, void *dst)
     }
 }
 
-#ifdef __AVX512F__
 static void prefetch_bytes(const char *p, size_t bytes)
 {
     for (size_t off = 0; off < bytes; off += 64) _mm_prefetch(p + off, _MM_HINT_T1);
 }
-#endif
 
-void cpu__gemm_panel_prepacked_run(void *task, int64_t lo_unit, int64_t hi_unit, int ith)
+static void prepacked_run(void *task, int64_t lo_unit, int64_t hi_unit, int ith)
 {
-#ifdef __AVX512F__
     cpu__mm_task *t = task;
     const be_weight *w = t->w;
     int64_t n_in = w->n_in, n_out = w->n_out;
@@ -403,7 +282,44 @@ void cpu__gemm_panel_prepacked_run(void *task, int64_t lo_unit, int64_t hi_unit,
                     for (int j = 0; j < ncols; j++) t->out[(size_t)r * n_out + o0 + j] += t->bias[o0 + j];
         }
     }
-#else
-    (void)task, (void)lo_unit, (void)hi_unit, (void)ith;
-#endif
+}
+
+static size_t packed_bytes_f32(int64_t n_in, int64_t n_out)
+{
+    return packed_bytes(DT_F32, n_in, n_out);
+}
+
+static size_t packed_bytes_16(int64_t n_in, int64_t n_out)
+{
+    return packed_bytes(DT_F16, n_in, n_out); /* BF16 elements are as wide */
+}
+
+static int packed_align(int n_rows)
+{
+    return NR;
+}
+
+/* F16/BF16 tiles met by more than one row group are converted to f32 slices in scratch. */
+static size_t packed_scratch(const be_weight *w, int n_rows)
+{
+    return n_rows > MR ? CPU__PANEL_SCRATCH : 0;
+}
+
+static size_t panel_scratch(const be_weight *w, int n_rows)
+{
+    return CPU__PANEL_SCRATCH;
+}
+
+void cpu__gemm_fill_avx512(cpu__kern *k)
+{
+    const cpu__mm_plain plain = {.isa = CPU_ISA_AVX512, .min_rows = 16, .align = NR,
+                                 .scratch = panel_scratch, .run = panel_run};
+    cpu__mm_packed packed = {.isa = CPU_ISA_AVX512, .bytes = packed_bytes_f32, .pack = prepack,
+                             .align = packed_align, .scratch = NULL, .run = prepacked_run};
+    k->mm[DT_F32].plain = plain;
+    k->mm[DT_F32].packed = packed;
+    packed.bytes = packed_bytes_16;
+    packed.scratch = packed_scratch;
+    k->mm[DT_F16].plain = k->mm[DT_BF16].plain = plain;
+    k->mm[DT_F16].packed = k->mm[DT_BF16].packed = packed;
 }
