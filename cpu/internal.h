@@ -300,6 +300,8 @@ void cpu__quant_fill_scalar(cpu__kern *k);     /* quant.c */
 #if defined(__x86_64__)
 void cpu__matmul_fill_avx2(cpu__kern *k);      /* matmul_avx2.c */
 void cpu__gemm_fill_avx2(cpu__kern *k);        /* gemm_avx2.c */
+void cpu__attention_fill_avx2(cpu__kern *k);   /* attention_avx2.c */
+void cpu__ops_fill_avx2(cpu__kern *k);         /* ops_avx2.c */
 void cpu__matmul_fill_avx512(cpu__kern *k);    /* matmul_avx512.c */
 void cpu__gemm_fill_avx512(cpu__kern *k);      /* gemm_avx512.c */
 void cpu__attention_fill_avx512(cpu__kern *k); /* attention_avx512.c */

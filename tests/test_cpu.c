@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu/cpu.h"
 #include "cpu/internal.h"
 #include "engine/backend.h"
 #include "engine/dtype.h"
@@ -478,4 +479,38 @@ Test(cpu, pool_for_runs_every_item_once)
         cpu__pool_destroy(p);
     }
     free(hits);
+}
+
+/* ---- the Q8_0 activation quantiser --------------------------------------------------------- */
+
+/* Every level's quantiser gives exactly the scalar blocks (matmul results then agree across
+ * levels up to f32 summation order): random rows, rows with exact rounding ties (x·(1/d) = k +
+ * 1/2), zero blocks and blocks with one non-zero value. */
+Test(cpu, quantise_q8_is_exact_at_every_level)
+{
+    enum { N = 32 * 40 };
+    float *x = malloc(N * sizeof *x);
+    cput_seed(21);
+    for (int i = 0; i < N; i++) x[i] = cput_rand() * 3.0f;
+    for (int i = 32 * 10; i < 32 * 20; i++) /* max 63.5: d = 0.5, and x / d = m + 1/2 exactly */
+        x[i] = i % 32 == 0 ? 63.5f : ((float)((int)(cput_u32() % 254) - 127) + 0.5f) * 0.5f;
+    for (int i = 32 * 20; i < 32 * 21; i++) x[i] = 0.0f;
+    for (int i = 32 * 21; i < 32 * 22; i++) x[i] = i == 32 * 21 + 7 ? -1e-3f : 0.0f;
+    cpu__kern ref, k;
+    cpu__kern_init(&ref, CPU_ISA_SCALAR, 0);
+    cpu__q8x *a = malloc(N / 32 * sizeof *a), *b = malloc(N / 32 * sizeof *b);
+    ref.quantise_q8(x, a, N);
+    tu_cpu_level lv[TU_MAX_LEVELS];
+    int n_lv = tu_cpu_levels(lv);
+    for (int li = 0; li < n_lv; li++) {
+        cpu__kern_init(&k, lv[li].isa, lv[li].features);
+        memset(b, 0x55, N / 32 * sizeof *b);
+        k.quantise_q8(x, b, N);
+        for (int blk = 0; blk < N / 32; blk++) {
+            cr_assert_eq(memcmp(&a[blk].d, &b[blk].d, sizeof a[blk].d), 0, "%s block %d: scale %g vs %g", lv[li].name,
+                         blk, (double)b[blk].d, (double)a[blk].d);
+            cr_assert_eq(memcmp(a[blk].q, b[blk].q, 32), 0, "%s block %d: quantised values differ", lv[li].name, blk);
+        }
+    }
+    free(x), free(a), free(b);
 }

@@ -1,0 +1,361 @@
+/*
+ * attention_avx2.c — the AVX2 + FMA + F16C kernels of attention.c: K/V conversions, the chunk
+ * step of the online softmax for up to CPU__ATTN_AR query rows, and the single-row f16 decode
+ * path. The same algorithms as attention_avx512.c with 8-float vectors and 16 registers:
+ *
+ *  - scores: 4 rows × 16 keys per pass (8 accumulators): per dimension two K vectors are loaded
+ *    from the transposed chunk and each row's broadcast q[d] feeds two FMAs;
+ *  - P·V: 4 rows × 16 dimensions per pass: per key two V vectors serve every row;
+ *  - the softmax step over each row's scores with the polynomial e^x of simd_x86.h.
+ * Tails (keys or dimensions not a multiple of 8) use masked loads and stores (vmaskmovps), so
+ * nothing outside a buffer's valid part is read or written; conversions finish tails in scalar
+ * code.
+ */
+#include <float.h>
+#include <math.h>
+#include <string.h>
+
+#include "cpu/cpu.h"
+#include "cpu/internal.h"
+#include "cpu/simd_x86.h"
+#include "engine/dtype.h"
+
+#define KCH CPU__ATTN_KCH
+#define AR CPU__ATTN_AR
+
+/* An int mask for vmaskmovps with lanes 0 .. n-1 set (n ≥ 8: all). */
+static inline __m256i mask8(int n)
+{
+    static const int32_t m[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
+    return _mm256_loadu_si256((const void *)(m + 8 - (n >= 8 ? 8 : n < 0 ? 0 : n)));
+}
+
+/* ---- conversions --------------------------------------------------------------------------- */
+
+static inline __attribute__((always_inline)) __m256 load8(int dtype, const void *p)
+{
+    if (dtype == KV_F32) return _mm256_loadu_ps(p);
+    __m128i h = _mm_loadu_si128(p);
+    if (dtype == KV_F16) return _mm256_cvtph_ps(h);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+static inline __attribute__((always_inline)) void rows_to_f32(int dtype, const void *src, size_t src_stride,
+                                                              float *dst, size_t dst_stride, int rows, int n)
+{
+    size_t eb = kv_dtype_bytes(dtype);
+    for (int r = 0; r < rows; r++) {
+        const char *s = (const char *)src + (size_t)r * src_stride * eb;
+        float *d = dst + (size_t)r * dst_stride;
+        int i = 0;
+        for (; i + 8 <= n; i += 8) _mm256_storeu_ps(d + i, load8(dtype, s + (size_t)i * eb));
+        for (; i < n; i++)
+            d[i] = dtype == KV_F32   ? ((const float *)s)[i]
+                   : dtype == KV_F16 ? dt_f16_to_f32(((const uint16_t *)s)[i])
+                                     : dt_bf16_to_f32(((const uint16_t *)s)[i]);
+    }
+}
+
+static void kv_to_f32(int dtype, const void *src, size_t src_stride, float *dst, size_t dst_stride, int rows, int n)
+{
+    switch (dtype) {
+    case KV_F16: rows_to_f32(KV_F16, src, src_stride, dst, dst_stride, rows, n); break;
+    case KV_BF16: rows_to_f32(KV_BF16, src, src_stride, dst, dst_stride, rows, n); break;
+    default: rows_to_f32(KV_F32, src, src_stride, dst, dst_stride, rows, n); break;
+    }
+}
+
+static void f32_to_kv(int dtype, const float *src, void *dst, int64_t n)
+{
+    int64_t i = 0;
+    if (dtype == KV_F32) {
+        memcpy(dst, src, (size_t)n * 4);
+        return;
+    }
+    uint16_t *d = dst;
+    if (dtype == KV_F16)
+        for (; i + 8 <= n; i += 8)
+            _mm_storeu_si128((void *)(d + i), _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
+    for (; i < n; i++) d[i] = dtype == KV_F16 ? dt_f32_to_f16(src[i]) : dt_f32_to_bf16(src[i]);
+}
+
+/* ---- the softmax step ---------------------------------------------------------------------- */
+
+/* max(m, sc[0 .. nv)). */
+static float max_of(const float *sc, int nv, float m)
+{
+    __m256 v = _mm256_set1_ps(m);
+    int j = 0;
+    for (; j + 8 <= nv; j += 8) v = _mm256_max_ps(v, _mm256_loadu_ps(sc + j));
+    float r = cpu__hmax256(v);
+    for (; j < nv; j++) r = sc[j] > r ? sc[j] : r;
+    return r;
+}
+
+/* sc[j] = exp(sc[j] - m) for j < nv; returns their sum. */
+static float exp_shift(float *sc, int nv, float m)
+{
+    __m256 sum = _mm256_setzero_ps(), vm = _mm256_set1_ps(m);
+    for (int j = 0; j < nv; j += 8) {
+        __m256i k = mask8(nv - j);
+        __m256 e = cpu__exp256(_mm256_sub_ps(_mm256_maskload_ps(sc + j, k), vm));
+        e = _mm256_and_ps(e, _mm256_castsi256_ps(k));
+        _mm256_maskstore_ps(sc + j, k, e);
+        sum = _mm256_add_ps(sum, e);
+    }
+    return cpu__hsum256(sum);
+}
+
+/* One online-softmax step of a query row over the scores sc[0 .. nv) of a chunk, of which only
+ * sc[s .. nv) are keys the row sees: soft-caps those (cap > 0), folds them into the running
+ * max *m and sum *l, leaves their probabilities in sc[s .. nv) and 0 in sc[0 .. s). Returns the
+ * factor that rescales the row's accumulator. */
+static float softmax_step(float *sc, int s, int nv, float cap, float *m, float *l)
+{
+    if (s > nv) s = nv;
+    for (int j = 0; j < s; j++) sc[j] = 0.0f;
+    if (s == nv) return 1.0f;
+    if (cap > 0.0f)
+        for (int j = s; j < nv; j++) sc[j] = be_softcap(sc[j], cap);
+    float mn = max_of(sc + s, nv - s, *m);
+    float corr = mn == *m ? 1.0f : expf(*m - mn);
+    *l = *l * corr + exp_shift(sc + s, nv - s, mn);
+    *m = mn;
+    return corr;
+}
+
+/* ---- the chunk step -------------------------------------------------------------------------- */
+
+/* Two vectors from p: plain loads when both are whole (full), else masked by m0, m1. */
+static inline __attribute__((always_inline)) void load2(int full, const float *p, __m256i m0, __m256i m1,
+                                                        __m256 *v0, __m256 *v1)
+{
+    *v0 = full ? _mm256_loadu_ps(p) : _mm256_maskload_ps(p, m0);
+    *v1 = full ? _mm256_loadu_ps(p + 8) : _mm256_maskload_ps(p + 8, m1);
+}
+
+/* Scores of 16 keys from jc (see scores_rows). */
+static inline __attribute__((always_inline)) void scores16(int ar, int full, const float *const *qa,
+                                                           const float *kt, int hd, int jc, int nv, float scale,
+                                                           float *S)
+{
+    __m256i m0 = mask8(nv - jc), m1 = mask8(nv - jc - 8);
+    __m256 acc[AR][2];
+#pragma GCC unroll 4
+    for (int a = 0; a < ar; a++) acc[a][0] = acc[a][1] = _mm256_setzero_ps();
+    for (int d = 0; d < hd; d++) {
+        __m256 k0, k1;
+        load2(full, kt + (size_t)d * KCH + jc, m0, m1, &k0, &k1);
+#pragma GCC unroll 4
+        for (int a = 0; a < ar; a++) {
+            __m256 qv = _mm256_broadcast_ss(qa[a] + d);
+            acc[a][0] = _mm256_fmadd_ps(qv, k0, acc[a][0]);
+            acc[a][1] = _mm256_fmadd_ps(qv, k1, acc[a][1]);
+        }
+    }
+    __m256 vs = _mm256_set1_ps(scale);
+#pragma GCC unroll 4
+    for (int a = 0; a < ar; a++) {
+        _mm256_storeu_ps(S + a * KCH + jc, _mm256_mul_ps(acc[a][0], vs));
+        _mm256_storeu_ps(S + a * KCH + jc + 8, _mm256_mul_ps(acc[a][1], vs));
+    }
+}
+
+/* S[a][j] = scale · q_a · K[j] for rows a < ar and keys j < nv of the transposed chunk kt
+ * [hd][KCH], 16 keys per pass (S has room for KCH per row, so whole vectors are stored). */
+static inline __attribute__((always_inline)) void scores_rows(int ar, const float *const *qa, const float *kt,
+                                                              int hd, int nv, float scale, float *S)
+{
+    for (int jc = 0; jc < nv; jc += 16) {
+        if (nv - jc >= 16) scores16(ar, 1, qa, kt, hd, jc, nv, scale, S);
+        else scores16(ar, 0, qa, kt, hd, jc, nv, scale, S);
+    }
+}
+
+/* P·V of 16 dimensions from dc (see pv_rows). */
+static inline __attribute__((always_inline)) void pv16(int ar, int full, float *acc, const float *corr,
+                                                       const float *S, const float *vt, int nv, int hd, int dc)
+{
+    __m256i m0 = mask8(hd - dc), m1 = mask8(hd - dc - 8);
+    __m256 x[AR][2];
+#pragma GCC unroll 4
+    for (int a = 0; a < ar; a++) {
+        __m256 c = _mm256_set1_ps(corr[a]);
+        load2(full, acc + (size_t)a * hd + dc, m0, m1, &x[a][0], &x[a][1]);
+        x[a][0] = _mm256_mul_ps(x[a][0], c);
+        x[a][1] = _mm256_mul_ps(x[a][1], c);
+    }
+    for (int j = 0; j < nv; j++) {
+        __m256 v0, v1;
+        load2(full, vt + (size_t)j * hd + dc, m0, m1, &v0, &v1);
+#pragma GCC unroll 4
+        for (int a = 0; a < ar; a++) {
+            __m256 p = _mm256_broadcast_ss(S + a * KCH + j);
+            x[a][0] = _mm256_fmadd_ps(p, v0, x[a][0]);
+            x[a][1] = _mm256_fmadd_ps(p, v1, x[a][1]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int a = 0; a < ar; a++) {
+        _mm256_maskstore_ps(acc + (size_t)a * hd + dc, m0, x[a][0]);
+        _mm256_maskstore_ps(acc + (size_t)a * hd + dc + 8, m1, x[a][1]);
+    }
+}
+
+/* acc[a] = acc[a] · corr[a] + Σ_j S[a][j] · V[j] for rows a < ar (accumulators hd apart) and
+ * keys j < nv of the f32 chunk vt [nv][hd], 16 dimensions per pass. */
+static inline __attribute__((always_inline)) void pv_rows(int ar, float *acc, const float *corr, const float *S,
+                                                          const float *vt, int nv, int hd)
+{
+    for (int dc = 0; dc < hd; dc += 16) {
+        if (hd - dc >= 16) pv16(ar, 1, acc, corr, S, vt, nv, hd, dc);
+        else pv16(ar, 0, acc, corr, S, vt, nv, hd, dc);
+    }
+}
+
+static void rows_any(int ar, const float *const *qa, const float *kt, const float *vt, int hd, int nv,
+                     float scale, float *S, float *acc, const float *corr, int pass)
+{
+    switch (ar) {
+    case 4: pass ? pv_rows(4, acc, corr, S, vt, nv, hd) : scores_rows(4, qa, kt, hd, nv, scale, S); break;
+    case 3: pass ? pv_rows(3, acc, corr, S, vt, nv, hd) : scores_rows(3, qa, kt, hd, nv, scale, S); break;
+    case 2: pass ? pv_rows(2, acc, corr, S, vt, nv, hd) : scores_rows(2, qa, kt, hd, nv, scale, S); break;
+    default: pass ? pv_rows(1, acc, corr, S, vt, nv, hd) : scores_rows(1, qa, kt, hd, nv, scale, S); break;
+    }
+}
+
+static void attn_chunk(int ar, const float *const *qa, const int *lo, const int *nv, int nmax, const float *kt,
+                       const float *vt, int hd, float scale, float cap, float *S, float *mx, float *l, float *acc)
+{
+    float corr[AR] = {1.0f, 1.0f, 1.0f, 1.0f};
+    if (nmax == 0) return;
+    rows_any(ar, qa, kt, vt, hd, nmax, scale, S, acc, corr, 0);
+    for (int a = 0; a < ar; a++) {
+        float *sa = S + a * KCH;
+        corr[a] = softmax_step(sa, lo[a], nv[a], cap, &mx[a], &l[a]);
+        for (int j = nv[a] > 0 ? nv[a] : 0; j < nmax; j++) sa[j] = 0.0f; /* past the row's causal limit */
+    }
+    rows_any(ar, qa, kt, vt, hd, nmax, scale, S, acc, corr, 1);
+}
+
+/* ---- the single-row decode path ---------------------------------------------------------------- */
+
+/* Keys per softmax step of the decode path (a multiple of the block size): see
+ * attention_avx512.c. */
+#define DCH 256
+
+static int direct_chunk(int bs)
+{
+    return bs >= DCH ? bs : DCH / bs * bs;
+}
+
+/* sc[0 .. nv) = scale · q · K[j] for the keys of one transposed f16 tile kt [hd][bs] (bs a
+ * multiple of 16; keys past nv are computed from the tile's stale slots and not stored). Per 16
+ * keys, two dimensions at a time: four FMA chains. */
+static inline void scores_f16(const float *q, const uint16_t *kt, int bs, int hd, int nv, float scale, float *sc)
+{
+    for (int jc = 0; jc < nv; jc += 16) {
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        int d = 0;
+        for (; d + 2 <= hd; d += 2) {
+            const uint16_t *k = kt + (size_t)d * bs + jc;
+            __m256 q0 = _mm256_broadcast_ss(q + d), q1 = _mm256_broadcast_ss(q + d + 1);
+            a0 = _mm256_fmadd_ps(q0, _mm256_cvtph_ps(_mm_loadu_si128((const void *)k)), a0);
+            a1 = _mm256_fmadd_ps(q0, _mm256_cvtph_ps(_mm_loadu_si128((const void *)(k + 8))), a1);
+            a2 = _mm256_fmadd_ps(q1, _mm256_cvtph_ps(_mm_loadu_si128((const void *)(k + bs))), a2);
+            a3 = _mm256_fmadd_ps(q1, _mm256_cvtph_ps(_mm_loadu_si128((const void *)(k + bs + 8))), a3);
+        }
+        if (d < hd) {
+            const uint16_t *k = kt + (size_t)d * bs + jc;
+            __m256 q0 = _mm256_broadcast_ss(q + d);
+            a0 = _mm256_fmadd_ps(q0, _mm256_cvtph_ps(_mm_loadu_si128((const void *)k)), a0);
+            a1 = _mm256_fmadd_ps(q0, _mm256_cvtph_ps(_mm_loadu_si128((const void *)(k + 8))), a1);
+        }
+        __m256 vs = _mm256_set1_ps(scale);
+        __m256 s0 = _mm256_mul_ps(_mm256_add_ps(a0, a2), vs), s1 = _mm256_mul_ps(_mm256_add_ps(a1, a3), vs);
+        _mm256_maskstore_ps(sc + jc, mask8(nv - jc), s0);
+        _mm256_maskstore_ps(sc + jc + 8, mask8(nv - jc - 8), s1);
+    }
+}
+
+/* acc[0 .. hd) = acc · corr + Σ_j p[j] · V[j] over the f16 rows of the chunk's blocks. */
+static void pv_f16(const cpu__attn_row *a, int j0, int nch, const float *p, float corr, float *acc)
+{
+    int hd = a->head_dim, bs = a->block_size;
+    size_t tile = (size_t)bs * hd;
+    const uint16_t *vb = a->v;
+    for (int dc = 0; dc < hd; dc += 32) { /* 32 dimensions at a time: four FMA chains */
+        __m256i mk[4];
+        __m256 x[4];
+        int full = hd - dc >= 32;
+#pragma GCC unroll 4
+        for (int u = 0; u < 4; u++) {
+            mk[u] = mask8(hd - dc - 8 * u);
+            x[u] = _mm256_mul_ps(_mm256_maskload_ps(acc + dc + 8 * u, mk[u]), _mm256_set1_ps(corr));
+        }
+        for (int jb = 0; jb < nch; jb += bs) {
+            const uint16_t *vt = vb + ((size_t)a->bt[(j0 + jb) / bs] * a->n_kv_heads + a->kvh) * tile + dc;
+            int nv = nch - jb < bs ? nch - jb : bs;
+            for (int j = 0; j < nv; j++) {
+                __m256 pj = _mm256_broadcast_ss(p + jb + j);
+                const uint16_t *v = vt + (size_t)j * hd;
+                if (full) {
+#pragma GCC unroll 4
+                    for (int u = 0; u < 4; u++)
+                        x[u] = _mm256_fmadd_ps(pj, _mm256_cvtph_ps(_mm_loadu_si128((const void *)(v + 8 * u))), x[u]);
+                } else { /* the last dimensions: whole vectors, then one partial (copied) */
+                    for (int u = 0; u < 4 && dc + 8 * u < hd; u++) {
+                        __m128i h;
+                        if (dc + 8 * u + 8 <= hd) {
+                            h = _mm_loadu_si128((const void *)(v + 8 * u));
+                        } else {
+                            uint16_t tmp[8] = {0};
+                            memcpy(tmp, v + 8 * u, (size_t)(hd - dc - 8 * u) * 2);
+                            h = _mm_loadu_si128((const void *)tmp);
+                        }
+                        x[u] = _mm256_fmadd_ps(pj, _mm256_cvtph_ps(h), x[u]);
+                    }
+                }
+            }
+        }
+#pragma GCC unroll 4
+        for (int u = 0; u < 4; u++) _mm256_maskstore_ps(acc + dc + 8 * u, mk[u], x[u]);
+    }
+}
+
+/* Decode path for an f16 arena with 16-aligned blocks and a single query row: every K/V element
+ * is used exactly once, so it is converted inside the FMAs instead of through f32 buffers. */
+static void attn_decode_f16(const cpu__attn_row *a)
+{
+    int hd = a->head_dim, bs = a->block_size, n_ctx = a->n_ctx, ch = direct_chunk(bs), h = a->kvh;
+    int lo = a->lo, start = lo / bs * bs; /* whole blocks from the window's first */
+    size_t tile = (size_t)bs * hd;
+    const uint16_t *kb = a->k, *vb = a->v;
+    float *sc = a->scr, *acc = sc + ch, mx = -FLT_MAX, l = 0;
+    memset(acc, 0, (size_t)hd * sizeof(float));
+    for (int j0 = start; j0 < n_ctx; j0 += ch) {
+        int nch = n_ctx - j0 < ch ? n_ctx - j0 : ch;
+        for (int jb = 0; jb < nch; jb += bs) {
+            size_t at = ((size_t)a->bt[(j0 + jb) / bs] * a->n_kv_heads + h) * tile;
+            if (j0 + jb + bs < n_ctx) { /* the next K tile is elsewhere: start fetching it now */
+                size_t nx = ((size_t)a->bt[(j0 + jb) / bs + 1] * a->n_kv_heads + h) * tile;
+                for (size_t off = 0; off < tile * 2; off += 64) _mm_prefetch((const char *)(kb + nx) + off, _MM_HINT_T0);
+            }
+            for (size_t off = 0; off < tile * 2; off += 64) _mm_prefetch((const char *)(vb + at) + off, _MM_HINT_T1);
+            scores_f16(a->q, kb + at, bs, hd, nch - jb < bs ? nch - jb : bs, a->scale, sc + jb);
+        }
+        float corr = softmax_step(sc, lo - j0 > 0 ? lo - j0 : 0, nch, a->softcap, &mx, &l);
+        pv_f16(a, j0, nch, sc, corr, acc);
+    }
+    float inv = 1.0f / l;
+    for (int d = 0; d < hd; d++) a->out[d] = acc[d] * inv;
+}
+
+void cpu__attention_fill_avx2(cpu__kern *k)
+{
+    k->kv_to_f32 = kv_to_f32;
+    k->f32_to_kv = f32_to_kv;
+    k->attn_chunk = attn_chunk;
+    k->attn_isa = CPU_ISA_AVX2;
+    k->attn_decode[KV_F16] = attn_decode_f16;
+}
