@@ -2,7 +2,8 @@
 # gpu-check.sh — build and run the CUDA backend's GPU check program (cuda/check/gpu_check.c).
 #
 #   scripts/gpu-check.sh [OUTDIR]              build, then run: kernels vs the CPU backend, the
-#                                              stories260K golden ids on the GPU, benchmarks; logs
+#                                              stories260K golden ids on the GPU, every architecture's
+#                                              logits vs the CPU backend, benchmarks; logs
 #                                              and results.tsv under OUTDIR (default build/gpu-check-out)
 #   scripts/gpu-check.sh --build-only          only build (CI: proves the check binary compiles and links)
 #   scripts/gpu-check.sh --prepare [DATA_DIR]  copy stories260K.gguf and its golden ids (as plain text)
@@ -14,7 +15,7 @@
 #                                              CPU (cuda/check/attn_emu.cc) against float64 (~1 min)
 #
 # Needs only the CUDA toolkit (nvcc, cuBLAS) and a C compiler: no -dev packages, no network.
-# The program is built from engine/ cache/ cpu/ cuda/ sources with -arch=sm_90 into
+# The program is built from engine/ cache/ cpu/ cuda/ and cli/mkmodel*.c sources with -arch=sm_90 into
 # build/gpu-check/. Exit status: 0 all checks pass, 1 a check failed, 2 no GPU or build error.
 set -eu
 cd "$(dirname "$0")/.."
@@ -72,7 +73,7 @@ OBJS=""
 pids=""
 n=0
 for src in cuda/*.cu engine/gguf.c engine/model.c engine/model_hparams.c engine/dtype.c engine/forward.c engine/sampler.c \
-           engine/backend.c cache/*.c cpu/*.c cuda/check/gpu_check.c; do
+           engine/backend.c cache/*.c cpu/*.c cli/mkmodel.c cli/mkmodel_vocab.c cuda/check/gpu_check.c; do
     obj="$B/$(echo "$src" | tr / _).o"
     OBJS="$OBJS $obj"
     # the CPU kernels of each SIMD level get that level's flags (as in the Makefile)

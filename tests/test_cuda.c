@@ -234,3 +234,12 @@ Test(cuda, generate_matches_cpu, .timeout = 120)
 }
 
 #endif
+
+/* A synthetic model of every architecture, logits through the whole graph on both backends. */
+Test(cuda, every_architecture)
+{
+    tcu_env e;
+    tcu_open(&e, 0xa2c4, "every_architecture");
+    for (int a = 0; a < KC_N_ARCHS; a++) tcu_expect(kc_check_arch(&e.c, a));
+    tcu_close(&e);
+}

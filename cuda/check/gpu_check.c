@@ -1,12 +1,15 @@
 /*
  * gpu_check.c — the self-contained GPU check program that scripts/gpu-check.sh builds and runs.
  *
- * Built from engine/ (GGUF, model, forward, sampler), cache/, cpu/ and cuda/ only: no HTTP, JSON,
+ * Built from engine/ (GGUF, model, forward, sampler), cache/, cpu/, cuda/ and the synthetic-model
+ * writer (cli/mkmodel*.c) only: no HTTP, JSON,
  * test framework or regex library, so it builds on a GPU machine that has just the CUDA toolkit
  * and a C compiler. In order, it:
  *   1. checks every CUDA op against the CPU backend at realistic sizes (cuda/check/kernel_checks.c);
  *   2. runs the stories260K golden greedy cases end to end on the GPU, all cases in one varlen batch
- *      (token ids from a text file, no tokenizer), with f16 and f32 KV;
+ *      (token ids from a text file, no tokenizer), with f16 and f32 KV; then a synthetic model of
+ *      every architecture with its features switched on (windows, soft-caps, q/k norms, fused
+ *      tensors, partial and scaled RoPE), prefill and decode logits against the CPU backend;
  *   3. benchmarks: device-to-device copy bandwidth (the memory ceiling), cuBLAS BF16 GEMM (the
  *      matrix ceiling), the backend's matmul, decode attention bandwidth, and batch-1 / batched
  *      decode of a TinyLlama-1.1B-shaped random BF16 model built in memory;
@@ -300,6 +303,14 @@ static void gc_golden(backend *gpu, const char *model_path, const char *golden_p
         gc_add(what, v, quant ? "reported (int8/fp8 round K/V)" : "all exact", quant ? (ok >= 0 ? -1 : 0) : ok == n);
     }
     model_destroy(m);
+}
+
+/* ---- 2b. every architecture: CUDA logits against the CPU backend ---------------------------- */
+
+static void gc_archs(kc_ctx *c)
+{
+    printf("== every architecture: CUDA logits vs the CPU backend\n");
+    for (int a = 0; a < KC_N_ARCHS; a++) gc_report(kc_check_arch(c, a));
 }
 
 /* ---- 3. benchmarks ------------------------------------------------------------------------- */
@@ -678,6 +689,9 @@ int main(int argc, char **argv)
     gc_kernels(gpu, cpu, quick);
     printf("  (%.1f s)\n", gc_now() - t0);
     gc_golden(gpu, model_path, golden);
+    printf("  (%.1f s)\n", gc_now() - t0);
+    kc_ctx kc = {gpu, cpu, 0x61726368, !quick};
+    gc_archs(&kc);
     printf("  (%.1f s)\n", gc_now() - t0);
     be_destroy(cpu);
     gc_bench(gpu, quick);

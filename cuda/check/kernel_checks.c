@@ -4,19 +4,24 @@
  *
  * Included (not linked) by tests/test_cuda.c (Criterion, small sizes) and by
  * cuda/check/gpu_check.c (realistic sizes, a table of results), so both run the same checks.
- * Uses only engine/backend.h and cuda/cuda_backend.h: no CUDA headers, so it compiles wherever
- * the backend's C interface does. Each check returns a kc_result: the relative error
+ * Uses only engine/backend.h and cuda/cuda_backend.h (and, for the whole-model check of every
+ * architecture, engine/forward.h and the synthetic-model writer cli/mkmodel.h): no CUDA headers,
+ * so it compiles wherever the backend's C interface does. Each check returns a kc_result: the relative error
  * ‖gpu − ref‖ / ‖ref‖ (float64), its tolerance and a note; NaN counts as a failure.
  */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cuda/cuda_backend.h"
 #include "cuda/cuda_common.h"
 #include "engine/backend.h"
 #include "engine/dtype.h"
+#include "engine/forward.h"
+#include "engine/sampler.h"
+#include "cli/mkmodel.h"
 
 typedef struct kc_ctx {
     backend *gpu;  /* the CUDA backend under test (borrowed) */
@@ -658,4 +663,97 @@ static kc_result kc_check_store_kv(kc_ctx *c, int kv_dtype)
     c->cpu->ops->free(c->cpu, kc);
     kc_batch_free(&kb);
     return kc_res(name, worst, 1e-6, "bit-exact store, copy; fused rope");
+}
+
+/* ---- whole models of every architecture ------------------------------------------------------- */
+
+#define KC_N_ARCHS 5
+
+/* Logits of one sequence (a prompt, then greedy decode steps chosen by the CPU) through fwd on
+ * both backends; the worst max |Δ| over max |logit| of a row. */
+static double kc_arch_run(kc_ctx *c, const model *m, int n_prompt, int n_steps)
+{
+    const int bs = 16, V = m->hp.n_vocab, nb = (n_prompt + n_steps) / bs + 1, cap = n_prompt + n_steps + 1;
+    kv_geom g = {m->hp.n_layers, m->hp.n_kv_heads, m->hp.head_dim, bs, KV_F32};
+    char err[512];
+    backend *be[2] = {c->gpu, c->cpu};
+    fwd *f[2];
+    for (int k = 0; k < 2; k++) f[k] = fwd_create(m, be[k], &g, nb, n_prompt, n_prompt, err, sizeof err);
+    double worst = f[0] && f[1] ? 0 : INFINITY;
+    int32_t *toks = malloc((size_t)cap * 4), *pos = malloc((size_t)cap * 4), *slots = malloc((size_t)cap * 4);
+    int32_t *rows = malloc((size_t)cap * 4), *bt = malloc((size_t)nb * 4), q_start[2], ctx;
+    float *lg[2] = {malloc((size_t)n_prompt * V * 4), malloc((size_t)n_prompt * V * 4)};
+    for (int i = 0; i < nb; i++) bt[i] = (i * 3 + 1) % nb; /* 3 is coprime to nb unless nb % 3 == 0 */
+    if (nb % 3 == 0)
+        for (int i = 0; i < nb; i++) bt[i] = nb - 1 - i;
+    for (int i = 0; i < n_prompt; i++) toks[i] = 3 + (int32_t)(kc_next(c) % (uint64_t)(V - 3));
+    for (int done = 0, step = 0; worst < INFINITY && step <= n_steps; step++) {
+        int n = step == 0 ? n_prompt : 1;
+        for (int i = 0; i < n; i++) {
+            pos[i] = done + i;
+            slots[i] = cuda_kv_entry_slot(bt, bs, done + i);
+            rows[i] = i;
+        }
+        q_start[0] = 0, q_start[1] = n, ctx = done + n;
+        be_batch b = {.n_tokens = n, .tokens = toks + done, .positions = pos, .slots = slots, .n_seqs = 1,
+                      .q_start = q_start, .ctx_len = &ctx, .block_table = bt, .bt_stride = nb, .n_logits = n,
+                      .logit_rows = rows};
+        for (int k = 0; k < 2; k++) {
+            for (size_t i = 0; i < (size_t)n * V; i++) lg[k][i] = NAN;
+            if (fwd_run(f[k], &b, lg[k])) worst = INFINITY;
+        }
+        for (int r = 0; worst < INFINITY && r < n; r++) {
+            const float *x = lg[0] + (size_t)r * V, *y = lg[1] + (size_t)r * V;
+            double d = 0, mx = 1e-6;
+            for (int i = 0; i < V; i++) {
+                d = isnan(x[i]) || isnan(y[i]) ? INFINITY : fmax(d, fabs((double)x[i] - y[i]));
+                mx = fmax(mx, fabs((double)y[i]));
+            }
+            worst = fmax(worst, d / mx);
+        }
+        done += n;
+        int32_t best = 0; /* the CPU's greedy token goes on */
+        for (int i = 1; i < V; i++)
+            if (lg[1][(size_t)(n - 1) * V + i] > lg[1][(size_t)(n - 1) * V + best]) best = i;
+        toks[done] = best;
+    }
+    for (int k = 0; k < 2; k++) {
+        fwd_destroy(f[k]);
+        free(lg[k]);
+    }
+    free(toks), free(pos), free(slots), free(rows), free(bt);
+    return worst;
+}
+
+/* A synthetic model of architecture `which` (0 .. KC_N_ARCHS - 1) with its features switched on
+ * (qwen3: another head size; gemma2: windows shorter than a block, soft-caps, partial RoPE;
+ * gemma3: a pattern, two bases, scaling on the global layers; phi3: fused tensors with a bias,
+ * partial RoPE; llama: YaRN and rope_freqs with a fused qkv), F32 weights and f32 KV so that both
+ * sides run FP32 GEMMs: they differ by summation order only, ~1e-6 of the logits. */
+static kc_result kc_check_arch(kc_ctx *c, int which)
+{
+    static const char *const arches[KC_N_ARCHS] = {"qwen3", "gemma2", "gemma3", "phi3", "llama"};
+    mkm_params p;
+    mkm_params_default(&p);
+    p.arch = arches[which];
+    p.dim = c->big ? 256 : 64, p.layers = 3, p.heads = 8, p.kv_heads = 2, p.ffn = c->big ? 512 : 96;
+    p.context = 512, p.vocab = 300, p.norm_std = 0.2f, p.seed = 77 + (uint64_t)which;
+    if (which == 0) p.head_dim = c->big ? 48 : 16;
+    if (which == 1) p.swa_window = 11, p.attn_softcap = 5.0f, p.final_softcap = 3.0f, p.head_dim = 16, p.rope_dims = 12;
+    if (which == 2) p.swa_window = 9, p.swa_pattern = 3, p.rope_base = 1e6f, p.rope_scaling = "linear", p.rope_factor = 8;
+    if (which == 3) p.rope_dims = 6, p.qkv_bias = 1;
+    if (which == 4) p.rope_freqs = 1, p.rope_scaling = "yarn", p.rope_factor = 4, p.rope_ctx_orig = 32, p.fused_qkv = 1;
+    char path[512], err[512], name[48], note[96] = "";
+    const char *tmp = getenv("TMPDIR");
+    snprintf(path, sizeof path, "%s/kvserve-kc-%s-%d.gguf", tmp && *tmp ? tmp : "/tmp", arches[which], (int)getpid());
+    snprintf(name, sizeof name, "arch %s logits", arches[which]);
+    model *m = NULL;
+    double e = INFINITY;
+    if (mkm_write(path, &p, err, sizeof err) || model_load(path, &m, err, sizeof err))
+        snprintf(note, sizeof note, "%.95s", err);
+    else
+        e = kc_arch_run(c, m, c->big ? 40 : 20, c->big ? 24 : 8);
+    model_destroy(m);
+    remove(path);
+    return kc_res(name, e, 1e-4, note);
 }
