@@ -34,6 +34,8 @@ typedef struct cli_opts {
     const char *chat_template;
     int max_queued_requests;
     int64_t max_queued_tokens;
+    int max_model_len;          /* 0: the model's context */
+    const char *allowed_origins; /* NULL: CORS off */
     double drain_timeout_s;
     double sse_ping_interval_s;
     size_t max_body_bytes;

@@ -318,6 +318,7 @@ static int bn_config(const cli_opts *o, engine_config *c)
     int64_t total = (int64_t)o->requests * (o->turns > 1 ? o->turns : 1);
     c->max_queued_requests = total + 16 > 1 << 30 ? 1 << 30 : (int)total + 16;
     c->max_queued_tokens = INT64_MAX / 2;
+    c->max_model_len = o->max_model_len;
     return 0;
 }
 

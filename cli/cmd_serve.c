@@ -54,6 +54,13 @@ int cli_serve(cli_opts *o)
     e->prefix_cache = !o->no_prefix_cache;
     e->max_queued_requests = o->max_queued_requests;
     e->max_queued_tokens = o->max_queued_tokens;
+    e->max_model_len = o->max_model_len;
+    if (o->max_model_len < 0) {
+        fprintf(stderr, "kvserve serve: --max-model-len must be positive\n");
+        return 2;
+    }
+    c.allowed_origins = o->allowed_origins && *o->allowed_origins ? o->allowed_origins : NULL;
+    c.verbose = o->verbose;
     e->quiet = 0;
     return srv_run(&c);
 }

@@ -463,6 +463,11 @@ int tok_n_vocab(const tokenizer *t)
 {
     return t->n_vocab;
 }
+
+size_t tok_max_token_bytes(const tokenizer *t)
+{
+    return t->max_piece_len > 0 ? t->max_piece_len : 1;
+}
 int32_t tok_bos(const tokenizer *t)
 {
     return t->bos;

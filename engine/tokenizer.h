@@ -60,6 +60,11 @@ int32_t tok_find(const tokenizer *t, const char *s);
 int tok_encode(const tokenizer *t, const char *text, size_t len, int add_special, int parse_special,
                int32_t *out, int cap);
 
+/* At most this many bytes of text become one token (the longest piece as stored, which is never
+ * shorter than the text it stands for), so a text of n bytes needs at least n / this many
+ * tokens: the cheap bound that refuses a prompt far beyond the context without encoding it. */
+size_t tok_max_token_bytes(const tokenizer *t);
+
 /* Raw bytes of one token: ▁ → space for SPM, byte tokens → their byte, byte-level BPE symbols →
  * their bytes, control tokens → nothing (unless render_special, then their text).
  * Writes up to cap bytes and returns the full length. */

@@ -19,6 +19,9 @@
 #include <sys/socket.h>
 #include <time.h>
 
+#include <cjson/cJSON.h>
+
+#include "engine/utf8.h"
 #include "server/gate.h"
 #include "server/internal.h"
 
@@ -123,10 +126,71 @@ static void watch_start(srv_req *r)
 
 /* ---- replies -------------------------------------------------------------------------------- */
 
+static enum MHD_Result reply_fail(srv_req *r, int status, const char *type, const char *code,
+                                  const char *fmt, const char *arg);
+
+/* ---- CORS (--allowed-origins) ------------------------------------------------------------ */
+
+/* The value for Access-Control-Allow-Origin when r's Origin is allowed, else NULL. */
+static const char *cors_origin(srv_req *r)
+{
+    const char *list = r->s->cfg->allowed_origins;
+    if (!list || !r->conn) return NULL;
+    const char *o = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Origin");
+    if (!o || !*o) return NULL;
+    size_t ol = strlen(o);
+    for (const char *p = list; *p;) {
+        while (*p == ' ' || *p == ',') p++;
+        const char *e = p;
+        while (*e && *e != ',') e++;
+        const char *t = e;
+        while (t > p && t[-1] == ' ') t--;
+        if (t - p == 1 && *p == '*') return "*";
+        if ((size_t)(t - p) == ol && !strncmp(p, o, ol)) return o;
+        p = e;
+    }
+    return NULL;
+}
+
+static void add_cors_headers(srv_req *r, struct MHD_Response *resp)
+{
+    const char *allow = cors_origin(r);
+    if (!allow) return;
+    MHD_add_response_header(resp, "Access-Control-Allow-Origin", allow);
+    if (strcmp(allow, "*")) MHD_add_response_header(resp, "Vary", "Origin");
+    MHD_add_response_header(resp, "Access-Control-Expose-Headers", "x-request-id");
+}
+
+/* A browser's preflight (OPTIONS with Access-Control-Request-Method): 204 with what the API
+ * allows, or 400 for an origin not in the list. Answered before authentication, as browsers
+ * send no credentials with it. */
+static enum MHD_Result do_preflight(srv_req *r)
+{
+    const char *allow = cors_origin(r);
+    if (!allow) return reply_fail(r, 400, "invalid_request_error", "cors_origin_not_allowed",
+                                  "Disallowed CORS origin%s", "");
+    struct MHD_Response *resp = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+    if (!resp) return MHD_NO;
+    MHD_add_response_header(resp, "x-request-id", r->req_id);
+    add_cors_headers(r, resp);
+    MHD_add_response_header(resp, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+    const char *h = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Access-Control-Request-Headers");
+    int ok = h && *h && strlen(h) < 1024;
+    for (const char *p = h; ok && *p; p++) ok = *p >= ' ' && *p < 0x7f;
+    MHD_add_response_header(resp, "Access-Control-Allow-Headers",
+                            ok ? h : "Authorization, Content-Type, X-Request-Id");
+    MHD_add_response_header(resp, "Access-Control-Max-Age", "600");
+    r->status = 204;
+    enum MHD_Result ret = MHD_queue_response(r->conn, 204, resp);
+    MHD_destroy_response(resp);
+    return ret;
+}
+
 static void add_common_headers(srv_req *r, struct MHD_Response *resp, const char *ctype)
 {
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
     MHD_add_response_header(resp, "x-request-id", r->req_id);
+    add_cors_headers(r, resp);
     if (r->s->draining) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
 }
 
@@ -311,21 +375,28 @@ static enum MHD_Result do_metrics(srv_req *r)
     return srv__reply(r, 200, "text/plain; version=0.0.4; charset=utf-8", t, t ? strlen(t) : 0);
 }
 
+/* One model card (the served model), or the list holding it. */
 static char *model_json(srv *s, int list)
 {
-    char name[600];
-    size_t o = 0;
-    for (const char *p = s->model_id; *p && o < sizeof name - 3; p++) {
-        if (*p == '"' || *p == '\\') name[o++] = '\\';
-        name[o++] = *p;
+    char *id = utf8_sanitize(s->model_id, strlen(s->model_id)); /* a file name may be any bytes */
+    if (!id) return NULL;
+    cJSON *m = cJSON_CreateObject();
+    cJSON_AddStringToObject(m, "id", id);
+    cJSON_AddStringToObject(m, "object", "model");
+    cJSON_AddNumberToObject(m, "created", (double)s->created);
+    cJSON_AddStringToObject(m, "owned_by", "kvserve");
+    cJSON_AddStringToObject(m, "root", id);
+    cJSON_AddNullToObject(m, "parent");
+    cJSON_AddNumberToObject(m, "max_model_len", s->n_ctx);
+    free(id);
+    cJSON *o = m;
+    if (list) {
+        o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "object", "list");
+        cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "data"), m);
     }
-    name[o] = 0;
-    char *out = NULL;
-    const char *fmt = list ? "{\"object\":\"list\",\"data\":[{\"id\":\"%s\",\"object\":\"model\",\"created\":%lld,"
-                             "\"owned_by\":\"kvserve\",\"root\":\"%s\",\"parent\":null,\"max_model_len\":%d}]}"
-                           : "{\"id\":\"%s\",\"object\":\"model\",\"created\":%lld,\"owned_by\":\"kvserve\","
-                             "\"root\":\"%s\",\"parent\":null,\"max_model_len\":%d}";
-    if (asprintf(&out, fmt, name, (long long)s->created, name, s->n_ctx) < 0) return NULL;
+    char *out = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
     return out;
 }
 
@@ -372,6 +443,9 @@ static enum MHD_Result dispatch(srv_req *r)
     srv *s = r->s;
     const char *want = NULL;
     int rt = route_of(r->path, &want);
+    if (!strcmp(r->method, "OPTIONS") && s->cfg->allowed_origins &&
+        MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Access-Control-Request-Method"))
+        return do_preflight(r);
     int guarded = !strncmp(r->path, "/v1/", 4) || rt == R_TOK || rt == R_DETOK;
     if (guarded && !auth_ok(r))
         return reply_fail(r, 401, "invalid_request_error", "invalid_api_key",
@@ -475,9 +549,13 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     }
     if (!r->status) r->status = 499; /* nothing was sent: the client went away */
     double ms = (double)(engine_now_us() - r->start_us) / 1000.0;
-    fprintf(stderr, "%s %s %d prompt_tokens=%d output_tokens=%d %.1fms id=%s%s\n", r->method,
+    /* At -v the fields a client sent in vain are named (the parse state is the worker's while
+     * the request is still being prepared). */
+    const char *ign = s->cfg->verbose && r->phase != SRV_PHASE_PREP ? r->oreq.ignored : NULL;
+    fprintf(stderr, "%s %s %d prompt_tokens=%d output_tokens=%d %.1fms id=%s%s%s%s\n", r->method,
             r->path, r->status, r->n_prompt_tokens, r->n_output_tokens, ms, r->req_id,
-            toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (client gone)");
+            toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (client gone)", ign ? " ignored=" : "",
+            ign ? ign : "");
     s->met.http_requests++;
     if (r->status >= 400) s->met.http_errors++;
     if (r->counted_active) {

@@ -61,9 +61,29 @@ static int fit_context(srv *s, const oai_request *q, int n, int64_t kv_tokens, i
     return 0;
 }
 
-/* Prompt p's token ids into *ids / *n, truncated to truncate_prompt_tokens. */
+/* Text bytes prompt p renders at least (chat: the message contents). */
+static size_t prompt_bytes(const oai_request *q, int p)
+{
+    size_t b = 0;
+    if (q->kind == OAI_CHAT)
+        for (int i = 0; i < q->n_msgs; i++) b += strlen(q->msgs[i].content);
+    else if (q->prompts[p].text)
+        b = strlen(q->prompts[p].text);
+    return b;
+}
+
+/* Prompt p's token ids into *ids / *n, truncated to truncate_prompt_tokens. A text so long that
+ * it cannot fit the context whatever its tokens is refused before it is encoded (without
+ * truncation, which needs the tokens). */
 static int prompt_ids(srv *s, const oai_request *q, int p, int32_t **ids, int *n, oai_error *e)
 {
+    size_t least = prompt_bytes(q, p) / tok_max_token_bytes(s->tok);
+    if (!q->truncate_prompt_tokens && least > (size_t)s->n_ctx)
+        return oai_fail(e, 400, "invalid_request_error", "context_length_exceeded",
+                        q->kind == OAI_CHAT ? "messages" : "prompt",
+                        "This model's maximum context length is %d tokens. However, your prompt "
+                        "needs at least %zu tokens. Please reduce the prompt.",
+                        s->n_ctx, least);
     int rc;
     if (q->kind == OAI_CHAT) {
         rc = srv__chat_ids(s, q->msgs, q->n_msgs, q->add_generation_prompt, ids, n, e);

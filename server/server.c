@@ -213,6 +213,9 @@ static void load_done(uv_work_t *w, int status)
         return;
     }
     s->e = e;
+    engine_stats st;
+    engine_get_stats(e, &st);
+    s->n_ctx = st.n_ctx; /* --max-model-len, or the model's */
     int v6 = strchr(cfg->host, ':') != NULL;
     fprintf(stderr, "kvserve: serving '%s' (context %d, chat template %s) on http://%s%s%s:%d\n",
             s->model_id, s->n_ctx, chat_template_name(s->chat_tmpl), v6 ? "[" : "", cfg->host,

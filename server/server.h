@@ -22,6 +22,8 @@ typedef struct srv_config {
     size_t max_body_bytes;         /* larger bodies get 413 */
     double drain_timeout_s;        /* SIGTERM: seconds to finish in-flight requests */
     double sse_ping_interval_s;    /* seconds between ': ping' comments on idle streams */
+    const char *allowed_origins;   /* CORS: "*" or comma-separated origins; NULL: off */
+    int verbose;                   /* 1: the access log names ignored request fields */
     engine_config engine;          /* engine settings; model, tok and wake are set by the server */
 } srv_config;
 

@@ -59,7 +59,7 @@ static int th_port_open(int port)
 }
 
 void th_start(th_server *t, const char *model, const char *const *args, const char *const *env,
-              int wait_healthy)
+              int wait)
 {
     memset(t, 0, sizeof *t);
     struct stat st;
@@ -88,9 +88,10 @@ void th_start(th_server *t, const char *model, const char *const *args, const ch
         _exit(127);
     }
     t->pid = pid;
+    if (wait == TH_WAIT_NONE) return;
     int64_t deadline = th_now_ms() + 15000;
     for (;;) {
-        if (wait_healthy) {
+        if (wait == TH_WAIT_HEALTHY) {
             th_resp r = th_http(t->port, NULL, "/health", NULL, NULL);
             long code = r.status;
             th_resp_free(&r);
@@ -206,7 +207,14 @@ th_resp th_http(int port, const char *method, const char *path, const char *body
     CURL *c = curl_easy_init();
     th_buf b = {0}, h = {0};
     struct curl_slist *hl = curl_slist_append(NULL, "Content-Type: application/json");
-    if (extra) hl = curl_slist_append(hl, extra);
+    for (const char *p = extra; p && *p;) { /* header lines separated by CRLF */
+        const char *e = strstr(p, "\r\n");
+        size_t n = e ? (size_t)(e - p) : strlen(p);
+        char line[1024];
+        snprintf(line, sizeof line, "%.*s", (int)n, p);
+        hl = curl_slist_append(hl, line);
+        p = e ? e + 2 : p + n;
+    }
     curl_easy_setopt(c, CURLOPT_URL, url);
     curl_easy_setopt(c, CURLOPT_HTTPHEADER, hl);
     curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, th_write);

@@ -24,12 +24,15 @@ const char *th_bin(void);
 /* Monotonic milliseconds. */
 int64_t th_now_ms(void);
 
+enum { TH_WAIT_PORT = 0, TH_WAIT_HEALTHY = 1, TH_WAIT_NONE = 2 };
+
 /* Starts `kvserve serve -m MODEL --port P --threads 1 ARGS...` (model NULL: the in-repo
  * stories260K) with extra environment entries env (NULL-terminated "K=V", may be NULL) and waits
- * up to 15 s for /health to say 200 (wait_healthy) or just for the port (not). Fails the test
- * on error; skips it when the binary is missing. */
+ * up to 15 s for /health to say 200 (TH_WAIT_HEALTHY), for the port (TH_WAIT_PORT), or not at
+ * all (TH_WAIT_NONE). Fails the test when it exits while waited for; skips it when the binary is
+ * missing. */
 void th_start(th_server *t, const char *model, const char *const *args, const char *const *env,
-              int wait_healthy);
+              int wait);
 /* SIGKILLs the server if it still runs and removes its files. */
 void th_stop(th_server *t);
 /* Sends sig and waits up to ms for the exit; returns the wait status, or -1 on timeout. */
@@ -51,8 +54,8 @@ typedef struct th_resp {
 /* Connects, sends data[0..n), half-closes when shut_wr, and reads until the server closes or
  * wait_ms pass. */
 th_resp th_raw(int port, const char *data, size_t n, int shut_wr, int wait_ms);
-/* One HTTP request with libcurl (method NULL: GET without body, POST with one); extra: one
- * header line or NULL. */
+/* One HTTP request with libcurl (method NULL: GET without body, POST with one); extra: header
+ * lines separated by CRLF, or NULL. */
 th_resp th_http(int port, const char *method, const char *path, const char *body, const char *extra);
 void th_resp_free(th_resp *r);
 

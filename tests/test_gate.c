@@ -207,7 +207,7 @@ static th_server tg_srv;
 static void tg_start(void)
 {
     static const char *const args[] = {"--max-body", "1000", "--kv-memory", "16MiB", NULL};
-    th_start(&tg_srv, NULL, args, NULL, 1);
+    th_start(&tg_srv, NULL, args, NULL, TH_WAIT_HEALTHY);
 }
 
 static void tg_stop(void)
