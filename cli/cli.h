@@ -39,6 +39,7 @@ typedef struct cli_opts {
     double drain_timeout_s;
     double sse_ping_interval_s;
     size_t max_body_bytes;
+    int grammar_cache;          /* --grammar-cache N (0: off) */
     /* generate / tokenize */
     const char *prompt;         /* -p */
     int n_predict;              /* -n */

@@ -26,8 +26,9 @@ int cli_serve(cli_opts *o)
     c.max_body_bytes = o->max_body_bytes;
     c.drain_timeout_s = o->drain_timeout_s;
     c.sse_ping_interval_s = o->sse_ping_interval_s;
-    if (o->port < 0 || o->port > 65535 || c.drain_timeout_s < 0 || c.sse_ping_interval_s <= 0) {
-        fprintf(stderr, "kvserve serve: --port, --drain-timeout or --sse-ping-interval out of range\n");
+    c.grammar_cache = o->grammar_cache;
+    if (o->port < 0 || o->port > 65535 || c.drain_timeout_s < 0 || c.sse_ping_interval_s <= 0 || c.grammar_cache < 0) {
+        fprintf(stderr, "kvserve serve: --port, --drain-timeout, --sse-ping-interval or --grammar-cache out of range\n");
         return 2;
     }
     engine_config *e = &c.engine;

@@ -52,6 +52,7 @@ static const opt table[] = {
     {"drain-timeout", 0, O_DBL, OFF(drain_timeout_s), "30", "serve", "seconds to finish in-flight requests on SIGTERM"},
     {"sse-ping-interval", 0, O_DBL, OFF(sse_ping_interval_s), "15", "serve", "seconds between ': ping' comments while a stream waits"},
     {"max-body", 0, O_SIZE, OFF(max_body_bytes), "16MiB", "serve", "largest request body accepted (413 beyond)"},
+    {"grammar-cache", 0, O_INT, OFF(grammar_cache), "64", "serve", "compiled structured-output grammars kept, least recently used dropped first (0 = compile every request)"},
     {"prompt", 'p', O_STR, OFF(prompt), "\"\"", "generate", "prompt text"},
     {"n-predict", 'n', O_INT, OFF(n_predict), "128", "generate", "tokens to generate"},
     {"temperature", 0, O_DBL, OFF(temperature), "0.8", "generate", "sampling temperature (0 = greedy)"},
@@ -118,6 +119,7 @@ void cli_opts_default(cli_opts *o)
     o->drain_timeout_s = 30;
     o->sse_ping_interval_s = 15;
     o->max_body_bytes = (size_t)16 << 20;
+    o->grammar_cache = 64;
     o->prompt = "";
     o->n_predict = 128;
     o->temperature = 0.8;

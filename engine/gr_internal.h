@@ -40,25 +40,6 @@
 #define GR_MAX_DEPTH 2048             /* matcher stack depth (nesting of recursive rules) */
 #define GR_MAX_VISIT 8192             /* (state, stack) pairs visited building one configuration */
 
-/* ---- text buffer -------------------------------------------------------------------------- */
-
-/* A growable NUL-terminated string; oom is sticky (every later append is a no-op). */
-typedef struct gr_buf {
-    char *p;
-    size_t n, cap;
-    int oom;
-} gr_buf;
-
-void gr__buf_put(gr_buf *b, const char *s, size_t n);
-void gr__buf_puts(gr_buf *b, const char *s);
-void gr__buf_printf(gr_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* Appends a GBNF string literal "..." for s[0..n) (bytes ≥ 0x80 pass through as UTF-8). */
-void gr__buf_literal(gr_buf *b, const char *s, size_t n);
-/* Appends code point c as it may appear inside a GBNF literal or class. */
-void gr__buf_cp(gr_buf *b, uint32_t c);
-/* Detaches the string (the caller frees it); NULL when out of memory. */
-char *gr__buf_take(gr_buf *b);
-
 /* Fills err (pos may be -1) and returns -EINVAL. */
 int gr__fail(gr_error *err, int pos, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 

@@ -188,28 +188,28 @@ static void emit_json_set(gr_buf *b, cset *s)
         }
     }
     int alts = 0;
-    gr__buf_puts(b, "(");
+    gr_buf_puts(b, "(");
     if (plain.n) {
-        gr__buf_puts(b, "[");
+        gr_buf_puts(b, "[");
         for (int i = 0; i < plain.n; i++) {
-            gr__buf_cp(b, plain.r[i].lo);
+            gr_buf_cp(b, plain.r[i].lo);
             if (plain.r[i].hi != plain.r[i].lo) {
-                gr__buf_puts(b, "-");
-                gr__buf_cp(b, plain.r[i].hi);
+                gr_buf_puts(b, "-");
+                gr_buf_cp(b, plain.r[i].hi);
             }
         }
-        gr__buf_puts(b, "]");
+        gr_buf_puts(b, "]");
         alts++;
     }
-    if (quote) gr__buf_puts(b, alts++ ? " | \"\\\\\\\"\"" : "\"\\\\\\\"\"");
-    if (bslash) gr__buf_puts(b, alts++ ? " | \"\\\\\\\\\"" : "\"\\\\\\\\\"");
+    if (quote) gr_buf_puts(b, alts++ ? " | \"\\\\\\\"\"" : "\"\\\\\\\"\"");
+    if (bslash) gr_buf_puts(b, alts++ ? " | \"\\\\\\\\\"" : "\"\\\\\\\\\"");
     static const char *short_esc[32] = {['\b'] = "b", ['\f'] = "f", ['\n'] = "n", ['\r'] = "r", ['\t'] = "t"};
     for (int i = 0; i < nctl; i++) {
-        if (alts++) gr__buf_puts(b, " | ");
-        if (short_esc[ctl[i]]) gr__buf_printf(b, "\"\\\\%s\"", short_esc[ctl[i]]);
-        else gr__buf_printf(b, "\"\\\\u00%02x\"", (unsigned)ctl[i]);
+        if (alts++) gr_buf_puts(b, " | ");
+        if (short_esc[ctl[i]]) gr_buf_printf(b, "\"\\\\%s\"", short_esc[ctl[i]]);
+        else gr_buf_printf(b, "\"\\\\u00%02x\"", (unsigned)ctl[i]);
     }
-    gr__buf_puts(b, ")");
+    gr_buf_puts(b, ")");
     if (plain.oom) b->oom = 1;
     cs_free(&plain);
 }
@@ -224,20 +224,20 @@ static void emit_set(rx *r, gr_buf *b, cset *s)
         return;
     }
     if (s->n == 1 && s->r[0].lo == s->r[0].hi) {
-        gr__buf_puts(b, "\"");
-        gr__buf_cp(b, s->r[0].lo);
-        gr__buf_puts(b, "\"");
+        gr_buf_puts(b, "\"");
+        gr_buf_cp(b, s->r[0].lo);
+        gr_buf_puts(b, "\"");
         return;
     }
-    gr__buf_puts(b, "[");
+    gr_buf_puts(b, "[");
     for (int i = 0; i < s->n; i++) {
-        gr__buf_cp(b, s->r[i].lo);
+        gr_buf_cp(b, s->r[i].lo);
         if (s->r[i].hi != s->r[i].lo) {
-            gr__buf_puts(b, "-");
-            gr__buf_cp(b, s->r[i].hi);
+            gr_buf_puts(b, "-");
+            gr_buf_cp(b, s->r[i].hi);
         }
     }
-    gr__buf_puts(b, "]");
+    gr_buf_puts(b, "]");
 }
 
 static int hexv(int c)
@@ -403,9 +403,9 @@ static int parse_group(rx *r, gr_buf *b)
         }
     }
     if (++r->depth > GR_MAX_NEST) return rx_fail(r, at, "groups nested too deeply");
-    gr__buf_puts(b, "(");
+    gr_buf_puts(b, "(");
     int rc = parse_alt(r, b, 0);
-    gr__buf_puts(b, ")");
+    gr_buf_puts(b, ")");
     r->depth--;
     if (rc) return rc;
     if (r->i >= r->n || r->s[r->i] != ')') return rx_fail(r, at, "unclosed '('");
@@ -496,7 +496,7 @@ static int parse_seq(rx *r, gr_buf *b, int top, int *anch)
 {
     *anch = 0;
     int items = 0, rc = 0;
-    gr__buf_puts(b, "(");
+    gr_buf_puts(b, "(");
     while (!rc && r->i < r->n) {
         unsigned char c = r->s[r->i];
         if (c == '|' || c == ')') break;
@@ -515,15 +515,15 @@ static int parse_seq(rx *r, gr_buf *b, int top, int *anch)
         int q;
         if ((rc = parse_atom(r, &a)) == 0 && (q = parse_quant(r, &m, &n)) < 0) rc = q;
         if (!rc) {
-            gr__buf_puts(b, q ? " (" : " ");
-            gr__buf_put(b, a.p ? a.p : "", a.n);
+            gr_buf_puts(b, q ? " (" : " ");
+            gr_buf_put(b, a.p ? a.p : "", a.n);
             if (q) {
-                gr__buf_puts(b, ")");
-                if (n < 0 && m == 0) gr__buf_puts(b, "*");
-                else if (n < 0 && m == 1) gr__buf_puts(b, "+");
-                else if (n < 0) gr__buf_printf(b, "{%ld,}", m);
-                else if (m == 0 && n == 1) gr__buf_puts(b, "?");
-                else gr__buf_printf(b, "{%ld,%ld}", m, n);
+                gr_buf_puts(b, ")");
+                if (n < 0 && m == 0) gr_buf_puts(b, "*");
+                else if (n < 0 && m == 1) gr_buf_puts(b, "+");
+                else if (n < 0) gr_buf_printf(b, "{%ld,}", m);
+                else if (m == 0 && n == 1) gr_buf_puts(b, "?");
+                else gr_buf_printf(b, "{%ld,%ld}", m, n);
             }
             if (a.oom) b->oom = 1;
         }
@@ -531,18 +531,18 @@ static int parse_seq(rx *r, gr_buf *b, int top, int *anch)
         items++;
     }
     if (rc) return rc;
-    if (!items) gr__buf_puts(b, " \"\"");
-    gr__buf_puts(b, " )");
+    if (!items) gr_buf_puts(b, " \"\"");
+    gr_buf_puts(b, " )");
     return 0;
 }
 
 static int parse_alt(rx *r, gr_buf *b, int top)
 {
     int first = 1;
-    gr__buf_puts(b, "(");
+    gr_buf_puts(b, "(");
     for (;;) {
         int anch;
-        gr__buf_puts(b, first ? " " : " | ");
+        gr_buf_puts(b, first ? " " : " | ");
         first = 0;
         gr_buf sb = {0};
         if (parse_seq(r, &sb, top, &anch)) {
@@ -551,16 +551,16 @@ static int parse_alt(rx *r, gr_buf *b, int top)
         }
         int search = top && r->mode == GR_RE_JSON_SEARCH;
         if (search && !(anch & 1)) {
-            gr__buf_puts(b, JSON_ANY);
-            gr__buf_puts(b, "* ");
+            gr_buf_puts(b, JSON_ANY);
+            gr_buf_puts(b, "* ");
         }
-        gr__buf_put(b, sb.p ? sb.p : "", sb.n);
+        gr_buf_put(b, sb.p ? sb.p : "", sb.n);
         if (sb.oom) b->oom = 1;
         free(sb.p);
         if (search && !(anch & 2)) {
-            gr__buf_puts(b, " ");
-            gr__buf_puts(b, JSON_ANY);
-            gr__buf_puts(b, "*");
+            gr_buf_puts(b, " ");
+            gr_buf_puts(b, JSON_ANY);
+            gr_buf_puts(b, "*");
         }
         if (r->i < r->n && r->s[r->i] == '|') {
             r->i++;
@@ -568,7 +568,7 @@ static int parse_alt(rx *r, gr_buf *b, int top)
         }
         break;
     }
-    gr__buf_puts(b, " )");
+    gr_buf_puts(b, " )");
     return 0;
 }
 
@@ -587,5 +587,5 @@ char *gr_regex_to_gbnf(const char *re, size_t len, int mode, gr_error *err)
         free(b.p);
         return NULL;
     }
-    return gr__buf_take(&b);
+    return gr_buf_take(&b);
 }

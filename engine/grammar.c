@@ -17,7 +17,7 @@
 
 /* ---- text and UTF-8 helpers ----------------------------------------------------------------- */
 
-void gr__buf_put(gr_buf *b, const char *s, size_t n)
+void gr_buf_put(gr_buf *b, const char *s, size_t n)
 {
     if (b->oom) return;
     if (b->n + n + 1 > b->cap) {
@@ -36,12 +36,12 @@ void gr__buf_put(gr_buf *b, const char *s, size_t n)
     b->p[b->n] = 0;
 }
 
-void gr__buf_puts(gr_buf *b, const char *s)
+void gr_buf_puts(gr_buf *b, const char *s)
 {
-    gr__buf_put(b, s, strlen(s));
+    gr_buf_put(b, s, strlen(s));
 }
 
-void gr__buf_printf(gr_buf *b, const char *fmt, ...)
+void gr_buf_printf(gr_buf *b, const char *fmt, ...)
 {
     char tmp[512];
     va_list ap;
@@ -53,7 +53,7 @@ void gr__buf_printf(gr_buf *b, const char *fmt, ...)
         return;
     }
     if ((size_t)n < sizeof tmp) {
-        gr__buf_put(b, tmp, (size_t)n);
+        gr_buf_put(b, tmp, (size_t)n);
         return;
     }
     char *big = malloc((size_t)n + 1);
@@ -64,32 +64,32 @@ void gr__buf_printf(gr_buf *b, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(big, (size_t)n + 1, fmt, ap);
     va_end(ap);
-    gr__buf_put(b, big, (size_t)n);
+    gr_buf_put(b, big, (size_t)n);
     free(big);
 }
 
-void gr__buf_cp(gr_buf *b, uint32_t c)
+void gr_buf_cp(gr_buf *b, uint32_t c)
 {
     char t[16];
     if (c == '"' || c == '\\' || c == '[' || c == ']' || c == '-' || c == '^' || c == '\'') {
         t[0] = '\\';
         t[1] = (char)c;
-        gr__buf_put(b, t, 2);
+        gr_buf_put(b, t, 2);
     } else if (c >= 0x20 && c < 0x7f) {
         t[0] = (char)c;
-        gr__buf_put(b, t, 1);
+        gr_buf_put(b, t, 1);
     } else if (c < 0x80) {
-        gr__buf_printf(b, "\\x%02X", (unsigned)c);
+        gr_buf_printf(b, "\\x%02X", (unsigned)c);
     } else if (c <= 0xFFFF) {
-        gr__buf_printf(b, "\\u%04X", (unsigned)c);
+        gr_buf_printf(b, "\\u%04X", (unsigned)c);
     } else {
-        gr__buf_printf(b, "\\U%08X", (unsigned)c);
+        gr_buf_printf(b, "\\U%08X", (unsigned)c);
     }
 }
 
-void gr__buf_literal(gr_buf *b, const char *s, size_t n)
+void gr_buf_literal(gr_buf *b, const char *s, size_t n)
 {
-    gr__buf_put(b, "\"", 1);
+    gr_buf_put(b, "\"", 1);
     for (size_t i = 0; i < n;) {
         uint32_t cp;
         int l = gr__utf8_decode((const unsigned char *)s + i, n - i, &cp);
@@ -97,20 +97,20 @@ void gr__buf_literal(gr_buf *b, const char *s, size_t n)
             b->oom = 1;
             return;
         }
-        gr__buf_cp(b, cp);
+        gr_buf_cp(b, cp);
         i += (size_t)l;
     }
-    gr__buf_put(b, "\"", 1);
+    gr_buf_put(b, "\"", 1);
 }
 
-char *gr__buf_take(gr_buf *b)
+char *gr_buf_take(gr_buf *b)
 {
     if (b->oom) {
         free(b->p);
         memset(b, 0, sizeof *b);
         return NULL;
     }
-    if (!b->p) gr__buf_put(b, "", 0);
+    if (!b->p) gr_buf_put(b, "", 0);
     char *p = b->p;
     memset(b, 0, sizeof *b);
     return p;
@@ -241,11 +241,11 @@ gr_grammar *gr_compile_regex(const char *re, size_t len, gr_error *err)
     char *expr = gr_regex_to_gbnf(re, len, GR_RE_FULL, err);
     if (!expr) return NULL;
     gr_buf b = {0};
-    gr__buf_puts(&b, "root ::= ");
-    gr__buf_puts(&b, expr);
-    gr__buf_puts(&b, "\n");
+    gr_buf_puts(&b, "root ::= ");
+    gr_buf_puts(&b, expr);
+    gr_buf_puts(&b, "\n");
     free(expr);
-    return compile_generated(gr__buf_take(&b), err);
+    return compile_generated(gr_buf_take(&b), err);
 }
 
 gr_grammar *gr_compile_choice(const char *const *choices, const size_t *lens, int n, gr_error *err)
@@ -269,20 +269,20 @@ gr_grammar *gr_compile_choice(const char *const *choices, const size_t *lens, in
             k += (size_t)l;
         }
     gr_buf b = {0};
-    gr__buf_puts(&b, "root ::= ");
+    gr_buf_puts(&b, "root ::= ");
     for (int i = 0; i < n; i++) {
-        if (i) gr__buf_puts(&b, " | ");
-        gr__buf_literal(&b, choices[i], lens[i]);
+        if (i) gr_buf_puts(&b, " | ");
+        gr_buf_literal(&b, choices[i], lens[i]);
     }
-    gr__buf_puts(&b, "\n");
-    return compile_generated(gr__buf_take(&b), err);
+    gr_buf_puts(&b, "\n");
+    return compile_generated(gr_buf_take(&b), err);
 }
 
 char *gr_gbnf_literal(const char *s, size_t len)
 {
     gr_buf b = {0};
-    gr__buf_literal(&b, s, len);
-    return gr__buf_take(&b);
+    gr_buf_literal(&b, s, len);
+    return gr_buf_take(&b);
 }
 
 gr_grammar *gr_ref(gr_grammar *g)

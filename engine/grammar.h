@@ -104,8 +104,28 @@ enum gr_regex_mode {
  * (err->pos: the offset in re). */
 char *gr_regex_to_gbnf(const char *re, size_t len, int mode, gr_error *err);
 
-/* A GBNF literal "…" matching exactly s[0..len). malloc'd; NULL when out of memory. */
+/* A GBNF literal "…" matching exactly s[0..len). malloc'd; NULL when out of memory or when s
+ * is not valid UTF-8. */
 char *gr_gbnf_literal(const char *s, size_t len);
+
+/* A growable NUL-terminated string for writing grammar text; oom is sticky (every later append
+ * is a no-op and gr_buf_take returns NULL). Zero-initialise it; gr_buf_take hands the string
+ * over (or frees it on oom) and resets the buffer. */
+typedef struct gr_buf {
+    char *p;
+    size_t n, cap;
+    int oom;
+} gr_buf;
+
+void gr_buf_put(gr_buf *b, const char *s, size_t n);
+void gr_buf_puts(gr_buf *b, const char *s);
+void gr_buf_printf(gr_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Appends a GBNF literal "..." for the UTF-8 text s[0..n) (invalid UTF-8 sets oom). */
+void gr_buf_literal(gr_buf *b, const char *s, size_t n);
+/* Appends code point c escaped as it may appear inside a GBNF literal or class. */
+void gr_buf_cp(gr_buf *b, uint32_t c);
+/* The string (the caller frees it), or NULL after oom. */
+char *gr_buf_take(gr_buf *b);
 
 /* ---- vocabularies ------------------------------------------------------------------------ */
 

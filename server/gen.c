@@ -155,6 +155,7 @@ static int fill_engine_request(const oai_request *q, int32_t *ids, int n_ids, in
         for (int i = 0; i < q->n_stop; i++)
             if (!(er->stop[er->n_stop++] = strdup(q->stop[i]))) goto oom;
     }
+    er->grammar = gr_ref(q->grammar);
     return 0;
 oom:
     er->prompt = NULL;
@@ -167,6 +168,7 @@ oom:
 static void free_engine_request(engine_request *er)
 {
     free(er->prompt);
+    gr_unref(er->grammar);
     smp_params_free_arrays(&er->sampling);
     for (int i = 0; i < er->n_stop; i++) free(er->stop[i]);
     free(er->stop);

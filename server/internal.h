@@ -111,6 +111,7 @@ struct srv {
     model *m;
     tokenizer *tok;
     engine *e;
+    gr_cache *grammars;          /* compiled structured-output grammars by source (thread-safe) */
     int chat_tmpl;
     char model_id[256];
     int n_ctx;

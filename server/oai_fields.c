@@ -31,6 +31,8 @@ static const char *const known_fields[] = {
     "repetition_penalty", "min_tokens", "ignore_eos", "seed", "logit_bias", "response_format",
     "tools", "add_generation_prompt", "stop_token_ids", "include_stop_str_in_output",
     "allowed_token_ids", "bad_words", "prompt_logprobs", "truncate_prompt_tokens", "suffix",
+    "guided_json", "guided_regex", "guided_choice", "guided_grammar", "structured_outputs",
+    "grammar", "json_schema",
 };
 
 /* An array of token ids below n_vocab into a malloc'd list. Absent/null leaves *ids NULL. */

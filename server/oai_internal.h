@@ -9,6 +9,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "engine/grammar.h"
 #include "server/openai.h"
 
 /* Integer field of o in [lo, hi] into *out (left alone when absent or null). 0 or -EINVAL with
@@ -40,5 +41,25 @@ void oai__add_stop_reason(cJSON *choice, const oai_resp *r, const oai_choice *c,
 cJSON *oai__prompt_logprobs_json(const oai_resp *r, const oai_lp *lps, int n);
 /* A token's text as logprobs show it (invalid UTF-8 → U+FFFD; "token_id:N" with token_ids). */
 cJSON *oai__token_string(const oai_resp *r, int32_t id);
+
+/* ---- structured outputs (oai_structured.c, oai_schema.c, oai_numrange.c) ------------------- */
+
+/* The response_format / guided_* / structured_outputs / grammar / json_schema fields into
+ * r->grammar, compiled (through lim->grammars when set). At most one of them may constrain a
+ * request. 0 or -EINVAL with e filled (400 naming the field, the position and the reason). */
+int oai__parse_structured(const cJSON *root, const oai_limits *lim, oai_request *r, oai_error *e);
+
+/* A bound of a numeric range: set = 0 for none; excl = 1 for an exclusive one. */
+typedef struct oai_bound {
+    int set;
+    int64_t v;  /* |v| ≤ 10^18 */
+    int excl;
+} oai_bound;
+
+/* GBNF for the JSON integers in lo..hi (inclusive bounds), appended to e; -1 when empty. */
+int oai__int_range(gr_buf *e, const oai_bound *lo, const oai_bound *hi);
+/* GBNF for the JSON numbers in lo..hi (whole bounds, each inclusive or exclusive); -1 when
+ * empty. */
+int oai__number_range(gr_buf *e, const oai_bound *lo, const oai_bound *hi);
 
 #endif

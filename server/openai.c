@@ -404,17 +404,6 @@ static int parse_logprobs(const cJSON *root, oai_request *r, oai_error *e)
 
 static int parse_chat_extras(const cJSON *root, oai_request *r, oai_error *e)
 {
-    const cJSON *rf = cJSON_GetObjectItemCaseSensitive(root, "response_format");
-    if (!is_absent(rf)) {
-        const cJSON *t = cJSON_GetObjectItemCaseSensitive(rf, "type");
-        if (!cJSON_IsObject(rf) || !cJSON_IsString(t))
-            return bad_type(e, "response_format", "an object with a 'type'");
-        if (strcmp(t->valuestring, "text"))
-            return oai_fail(e, 400, ERR_INVALID, "invalid_value", "response_format",
-                            "response_format type '%s' is not supported by this server (only "
-                            "'text'); structured output is not implemented",
-                            t->valuestring);
-    }
     const cJSON *tools = cJSON_GetObjectItemCaseSensitive(root, "tools");
     if (cJSON_IsArray(tools) && cJSON_GetArraySize(tools) > 0)
         return oai_fail(e, 400, ERR_INVALID, "invalid_value", "tools",
@@ -490,6 +479,7 @@ int oai_parse(int kind, const char *body, size_t len, const oai_limits *lim, oai
     } else {
         rc = parse_common(root, lim, out, err);
         if (!rc) rc = kind == OAI_CHAT ? parse_chat_extras(root, out, err) : parse_prompt(root, lim, out, err);
+        if (!rc) rc = oai__parse_structured(root, lim, out, err); /* last: it may compile */
     }
     cJSON_Delete(root);
     if (rc) oai_request_free(out);
@@ -518,6 +508,7 @@ void oai_request_free(oai_request *r)
     free(r->stop);
     smp_params_free_arrays(&r->sampling);
     oai__free_vllm(r);
+    gr_unref(r->grammar);
     memset(r, 0, sizeof *r);
 }
 

@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "engine/engine.h"
+#include "engine/grammar.h"
 #include "engine/sampler.h"
 
 enum oai_kind { OAI_COMPLETION = 0, OAI_CHAT = 1 };
@@ -73,11 +74,15 @@ typedef struct oai_request {
     int prompt_logprobs;          /* -1: none; else alternatives per prompt token (0..20) */
     int truncate_prompt_tokens;   /* 0: off; else keep the last N prompt tokens */
     char *ignored;                /* owned: the unknown top-level fields, comma-separated, or NULL */
+    gr_grammar *grammar;          /* structured output (server/oai_structured.c): a reference the
+                                     request owns, NULL when unconstrained */
 } oai_request;
 
 typedef struct oai_limits {
     const char *model_name;       /* the served model id; others are 404 */
     int n_vocab;                  /* token ids must be below this */
+    gr_cache *grammars;           /* compiled structured-output grammars (borrowed; NULL: compile
+                                     every time) */
 } oai_limits;
 
 /* The body checks every parser below starts with: valid UTF-8, no raw control character inside

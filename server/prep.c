@@ -239,7 +239,7 @@ static int alloc_state(srv_req *r)
 static int prep_generation(srv_req *r, oai_error *e)
 {
     srv *s = r->s;
-    oai_limits lim = {s->model_id, s->n_vocab};
+    oai_limits lim = {s->model_id, s->n_vocab, s->grammars};
     if (oai_parse(r->prep_kind, r->body ? r->body : "", r->body_len, &lim, &r->oreq, e)) return -EINVAL;
     if (build_prompts(r, e) || build_bad_words(r, e)) return -EINVAL;
     if (alloc_state(r)) return oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
@@ -276,7 +276,7 @@ static int prep_detokenize(srv_req *r, oai_error *e)
 {
     srv *s = r->s;
     oai_tok_request t;
-    oai_limits lim = {s->model_id, s->n_vocab};
+    oai_limits lim = {s->model_id, s->n_vocab, NULL};
     if (oai_parse_detokenize(r->body ? r->body : "", r->body_len, &lim, &t, e)) return -EINVAL;
     int len = t.n_tokens ? tok_decode(s->tok, t.tokens, t.n_tokens, 1, NULL, 0) : 0;
     char *text = malloc((size_t)(len > 0 ? len : 0) + 1);

@@ -157,6 +157,8 @@ static void teardown(srv *s)
     srv__http_stop(s);
     if (s->e) engine_destroy(s->e, 0);
     s->e = NULL;
+    gr_cache_destroy(s->grammars);
+    s->grammars = NULL;
     close_handle((uv_handle_t *)&s->wake);
     close_handle((uv_handle_t *)&s->ping_timer);
     close_handle((uv_handle_t *)&s->drain_timer);
@@ -244,6 +246,12 @@ int srv_run(const srv_config *cfg)
     uv_signal_init(&s->loop, &s->sig_int);
     s->sig_term.data = s->sig_int.data = s;
     model_id_of(cfg, s->model_id, sizeof s->model_id);
+    /* Grammars with their cached masks: entries from the flag, at most 1 GiB in all. */
+    if (cfg->grammar_cache > 0 && !(s->grammars = gr_cache_create(cfg->grammar_cache, (size_t)1 << 30))) {
+        fprintf(stderr, "kvserve serve: out of memory\n");
+        s->exit_code = 1;
+        goto out;
+    }
     /* Listen first so that probes get 503 "loading" rather than a refused connection. */
     if (srv__http_start(s, err, sizeof err)) {
         fprintf(stderr, "kvserve serve: %s\n", err);

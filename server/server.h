@@ -24,6 +24,7 @@ typedef struct srv_config {
     double sse_ping_interval_s;    /* seconds between ': ping' comments on idle streams */
     const char *allowed_origins;   /* CORS: "*" or comma-separated origins; NULL: off */
     int verbose;                   /* 1: the access log names ignored request fields */
+    int grammar_cache;             /* compiled structured-output grammars kept (0: none) */
     engine_config engine;          /* engine settings; model, tok and wake are set by the server */
 } srv_config;
 

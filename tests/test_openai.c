@@ -11,7 +11,7 @@
 #include "server/metrics.h"
 #include "server/openai.h"
 
-static const oai_limits oa_lim = {"tiny", 512};
+static const oai_limits oa_lim = {"tiny", 512, NULL};
 
 static int oa_parse(int kind, const char *body, oai_request *r, oai_error *e)
 {
@@ -184,7 +184,7 @@ Test(openai, chat_parsing)
            400, "invalid_value", "messages[1].content[1]");
     oa_bad(OAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\"}]}]}", 400, "invalid_type", "messages[0].content[0]");
     oa_bad(OAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"x\"}}}",
-           400, "invalid_value", "response_format");
+           400, "missing_required_parameter", "response_format.json_schema.schema");
     oa_bad(OAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]}",
            400, "invalid_value", "tools");
     oa_bad(OAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"max_completion_tokens\":0}", 400, "invalid_value", "max_completion_tokens");

@@ -667,7 +667,7 @@ Test(server, errors)
     SV_ERR("/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"a\"},"
                                    "{\"type\":\"image_url\",\"image_url\":{\"url\":\"http://x\"}}]}]}",
            400, "invalid_value", "messages[0].content[1]");
-    SV_ERR("/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"response_format\":{\"type\":\"json_object\"}}",
+    SV_ERR("/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"response_format\":{\"type\":\"xml\"}}",
            400, "invalid_value", "response_format");
     SV_ERR("/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"top_logprobs\":2}",
            400, "invalid_value", "top_logprobs");

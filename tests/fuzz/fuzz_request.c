@@ -16,7 +16,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size < 1) return 0;
-    static const oai_limits lim = {"model", 1000};
+    static const oai_limits lim = {"model", 1000, NULL};
     int which = data[0] & 3;
     const char *body = (const char *)data + 1;
     size_t len = size - 1;
