@@ -3,7 +3,7 @@
 # Idempotent and silent when everything is present. Called by `make`, `make run`, `make test`.
 set -euo pipefail
 pkgs=(build-essential pkg-config libmicrohttpd-dev libcjson-dev libuv1-dev libcriterion-dev
-      libpcre2-dev libcurl4-openssl-dev clang libclang-rt-14-dev python3 gnuplot-nox
+      libpcre2-dev libcurl4-openssl-dev clang libclang-rt-14-dev python3 python3-jsonschema gnuplot-nox
       haproxy)
 missing=()
 for p in "${pkgs[@]}"; do

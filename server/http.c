@@ -371,6 +371,8 @@ static enum MHD_Result do_metrics(srv_req *r)
 {
     engine_stats st;
     if (r->s->e) engine_get_stats(r->s->e, &st);
+    if (r->s->grammars)
+        gr_cache_stats(r->s->grammars, &r->s->met.grammar_entries, &r->s->met.grammar_lookups, &r->s->met.grammar_hits);
     char *t = met_render(&r->s->met, r->s->e ? &st : NULL, r->s->model_id);
     return srv__reply(r, 200, "text/plain; version=0.0.4; charset=utf-8", t, t ? strlen(t) : 0);
 }

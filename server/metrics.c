@@ -164,6 +164,11 @@ char *met_render(const met *m, const engine_stats *st, const char *model_name)
     gauge(&b, lbl, "kvserve_kv_blocks_cached", "KV blocks held by the prefix cache.", (double)st->kv_blocks_cached);
     gauge(&b, lbl, "kvserve_engine_alive", "1 while the engine thread runs.", st->alive);
     counter(&b, lbl, "kvserve_engine_steps", "Engine steps.", (double)st->steps);
+    counter(&b, lbl, "kvserve_grammar_masks", "Token masks computed for structured-output sequences.", (double)st->grammar_masks);
+    counter(&b, lbl, "kvserve_grammar_mask_seconds", "Time the engine spent computing those masks.", (double)st->grammar_mask_us * 1e-6);
+    counter(&b, lbl, "kvserve_grammar_cache_lookups", "Structured-output grammars looked up in the compiled-grammar cache.", (double)m->grammar_lookups);
+    counter(&b, lbl, "kvserve_grammar_cache_hits", "Of which found (no compilation).", (double)m->grammar_hits);
+    gauge(&b, lbl, "kvserve_grammar_cache_entries", "Compiled grammars in the cache.", m->grammar_entries);
     counter(&b, lbl, "kvserve_http_requests", "HTTP requests answered.", (double)m->http_requests);
     counter(&b, lbl, "kvserve_http_errors", "HTTP requests answered with a status of 400 or more.", (double)m->http_errors);
     if (b.oom) {

@@ -34,6 +34,9 @@ typedef struct met {
     uint64_t success[MET_N_REASONS]; /* finished choices by reason */
     uint64_t http_requests;          /* every HTTP request answered */
     uint64_t http_errors;            /* answered with status ≥ 400 */
+    int64_t grammar_lookups;         /* structured-output grammar cache: lookups, hits, entries */
+    int64_t grammar_hits;            /* (copied from the cache before each render) */
+    int grammar_entries;
 } met;
 
 void met_init(met *m);

@@ -360,7 +360,7 @@ static int gen_array(sc *c, const cJSON *s, gr_buf *e)
     if (prefix && !cJSON_IsArray(prefix)) return fail(c, "'prefixItems' must be an array of schemas");
     int m = prefix ? cJSON_GetArraySize(prefix) : 0, no_more = items && cJSON_IsFalse(items);
     if (no_more && mn > m) return fail(c, "minItems needs more items than prefixItems allows");
-    long top = no_more ? m : mx; /* the most items possible (-1: unbounded) */
+    long top = no_more && (mx < 0 || mx > m) ? m : mx; /* the most items possible (-1: unbounded) */
     if (top >= 0 && top < m) m = (int)top;
     gr_buf it = {0};
     if (!no_more && (top < 0 || top > m)) {

@@ -16,22 +16,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/gguf.h"
 #include "engine/grammar.h"
+#include "engine/tokenizer.h"
+#include "tests/grammar_harness.h"
 #include "tests/test_util.h"
-
-static uint64_t tg_rng(uint64_t *s)
-{
-    *s ^= *s << 13;
-    *s ^= *s >> 7;
-    *s ^= *s << 17;
-    return *s;
-}
-
-static uint64_t tg_seed(uint64_t fallback)
-{
-    const char *e = getenv("KVSERVE_TEST_SEED");
-    return e && *e ? strtoull(e, NULL, 0) : fallback;
-}
 
 static gr_grammar *tg_compile(const char *src)
 {
@@ -186,65 +175,8 @@ Test(grammar, regex_and_choice_front_ends)
 
 /* ---- masks against the oracle ---------------------------------------------------------------- */
 
-typedef struct tg_voc {
-    char *tok[600];
-    int len[600];
-    int n;
-    int32_t eog;
-    gr_vocab *v;
-} tg_voc;
-
-/* A vocabulary over alpha: every single byte of it, random strings of 2..5 of its characters,
- * the pieces of the multi-byte characters split in every way, and an end-of-generation id. */
-static void tg_voc_make(tg_voc *tv, const char *alpha, uint64_t *rng, int n_random)
-{
-    memset(tv, 0, sizeof *tv);
-    size_t na = strlen(alpha);
-    for (size_t i = 0; i < na; i++) {
-        char b[2] = {alpha[i], 0};
-        int dup = 0;
-        for (int k = 0; k < tv->n; k++) dup |= tv->len[k] == 1 && tv->tok[k][0] == b[0];
-        if (dup) continue;
-        tv->tok[tv->n] = strdup(b);
-        tv->len[tv->n++] = 1;
-    }
-    /* multi-byte characters: whole, split, and glued to ASCII neighbours */
-    const char *pieces[] = {"\xc3\xa9", "\xc3", "\xa9", "a\xc3", "\xa9" "b", "\xe2\x82\xac", "\xe2\x82", "\xac\"", "\xf0\x9f\x98\x80", "\xf0\x9f", "\x98\x80"};
-    for (size_t i = 0; i < sizeof pieces / sizeof *pieces; i++) {
-        tv->tok[tv->n] = strdup(pieces[i]);
-        tv->len[tv->n++] = (int)strlen(pieces[i]);
-    }
-    /* every byte of those as a token of its own, as byte fallback and byte-level BPE have */
-    const char *high = "\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80";
-    for (const char *h = high; *h; h++) {
-        tv->tok[tv->n] = malloc(2);
-        tv->tok[tv->n][0] = *h;
-        tv->tok[tv->n][1] = 0;
-        tv->len[tv->n++] = 1;
-    }
-    for (int i = 0; i < n_random && tv->n < 590; i++) {
-        int l = 2 + (int)(tg_rng(rng) % 4);
-        char b[8];
-        for (int k = 0; k < l; k++) b[k] = alpha[tg_rng(rng) % na];
-        b[l] = 0;
-        tv->tok[tv->n] = strdup(b);
-        tv->len[tv->n++] = l;
-    }
-    tv->eog = tv->n;
-    tv->tok[tv->n] = NULL;
-    tv->len[tv->n++] = 0;
-    tv->v = gr_vocab_create_raw(tv->n, (const char *const *)tv->tok, tv->len, &tv->eog, 1);
-    cr_assert_not_null(tv->v);
-}
-
-static void tg_voc_free(tg_voc *tv)
-{
-    for (int i = 0; i < tv->n; i++) free(tv->tok[i]);
-    gr_vocab_destroy(tv->v);
-}
-
 /* Compares m's mask with the oracle; returns the allowed count. */
-static int tg_check_mask(gr_matcher *m, const tg_voc *tv, uint32_t *mask, const char *ctx)
+static int tg_check_mask(gr_matcher *m, const gh_voc *tv, uint32_t *mask, const char *ctx)
 {
     int n = gr_matcher_fill_mask(m, mask);
     cr_assert(n >= 0);
@@ -268,10 +200,10 @@ static void tg_walks(const char *src, const char *alpha, uint64_t seed, int walk
 {
     fprintf(stderr, "grammar/walks: seed %llu (replay with KVSERVE_TEST_SEED)\n", (unsigned long long)seed);
     uint64_t rng = seed;
-    tg_voc tv;
-    tg_voc_make(&tv, alpha, &rng, 300);
+    gh_voc tv;
+    gh_voc_make(&tv, alpha, NULL, &rng, 300);
     gr_grammar *g = tg_compile(src);
-    uint32_t mask[GR_MASK_WORDS(600)];
+    uint32_t mask[GR_MASK_WORDS(GH_MAX_TOK)];
     for (int w = 0; w < walks; w++) {
         gr_matcher *m = gr_matcher_create(g, tv.v);
         char out[4096];
@@ -280,7 +212,7 @@ static void tg_walks(const char *src, const char *alpha, uint64_t seed, int walk
         for (int step = 0; step < max_steps; step++) {
             int n = tg_check_mask(m, &tv, mask, out);
             cr_assert(n > 0, "dead end after '%s'", out);
-            int pick = (int)(tg_rng(&rng) % (uint64_t)n), t = -1;
+            int pick = (int)(gh_rng(&rng) % (uint64_t)n), t = -1;
             for (int k = 0; k < tv.n; k++)
                 if ((mask[k >> 5] >> (k & 31)) & 1 && pick-- == 0) {
                     t = k;
@@ -299,7 +231,7 @@ static void tg_walks(const char *src, const char *alpha, uint64_t seed, int walk
         gr_matcher_destroy(m);
     }
     gr_unref(g);
-    tg_voc_free(&tv);
+    gh_voc_free(&tv);
 }
 
 static const char TG_JSON[] =
@@ -313,24 +245,24 @@ static const char TG_JSON[] =
 
 Test(grammar, masks_match_oracle_json)
 {
-    tg_walks(TG_JSON, "{}[],:\" \n\t0123456789-.abeflnrstu\\", tg_seed(0x6a501), 12, 60);
+    tg_walks(TG_JSON, "{}[],:\" \n\t0123456789-.abeflnrstu\\", gh_seed(0x6a501), 12, 60);
 }
 
 Test(grammar, masks_match_oracle_recursive_and_regular)
 {
-    tg_walks("root ::= expr\nexpr ::= expr [+*] term | term\nterm ::= [0-9]{1,3} | \"(\" expr \")\"", "()+*0123456789", tg_seed(0x6a502), 12, 40);
-    tg_walks("root ::= [a-c]{2,4} (\"x\" | \"yz\")* \"\\u00e9\" [\\u20ac-\\u20ac]? \"!\"", "abcxyz!", tg_seed(0x6a503), 12, 30);
-    tg_walks("root ::= (\"a\" | \"ab\" | \"abc\")+ \"\\\"\" | \"\\U0001F600\"+", "abc\"", tg_seed(0x6a504), 12, 30);
+    tg_walks("root ::= expr\nexpr ::= expr [+*] term | term\nterm ::= [0-9]{1,3} | \"(\" expr \")\"", "()+*0123456789", gh_seed(0x6a502), 12, 40);
+    tg_walks("root ::= [a-c]{2,4} (\"x\" | \"yz\")* \"\\u00e9\" [\\u20ac-\\u20ac]? \"!\"", "abcxyz!", gh_seed(0x6a503), 12, 30);
+    tg_walks("root ::= (\"a\" | \"ab\" | \"abc\")+ \"\\\"\" | \"\\U0001F600\"+", "abc\"", gh_seed(0x6a504), 12, 30);
 }
 
 Test(grammar, masks_done_eog_and_dead_paths)
 {
     uint64_t rng = 7;
-    tg_voc tv;
-    tg_voc_make(&tv, "ab", &rng, 20);
+    gh_voc tv;
+    gh_voc_make(&tv, "ab", NULL, &rng, 20);
     gr_grammar *g = tg_compile("root ::= \"ab\"");
     gr_matcher *m = gr_matcher_create(g, tv.v);
-    uint32_t mask[GR_MASK_WORDS(600)];
+    uint32_t mask[GR_MASK_WORDS(GH_MAX_TOK)];
     cr_assert_eq(gr_matcher_accept(m, tv.eog), -EINVAL, "end of generation before the output is complete");
     cr_assert_eq(gr_matcher_accept_bytes(m, "ab", 2), 0);
     cr_assert(gr_matcher_is_done(m));
@@ -342,7 +274,7 @@ Test(grammar, masks_done_eog_and_dead_paths)
     cr_assert_eq(gr_matcher_fill_mask(m, mask), 1);
     gr_matcher_destroy(m);
     gr_unref(g);
-    tg_voc_free(&tv);
+    gh_voc_free(&tv);
 }
 
 Test(grammar, nesting_depth_is_bounded)
@@ -381,4 +313,175 @@ Test(grammar, cache_is_lru_by_key)
     gr_unref(b);
     gr_unref(d);
     gr_cache_destroy(c);
+}
+
+/* ---- regexes against Python's re.fullmatch ------------------------------------------------ */
+
+static const char *const TG_REGEXES[] = {
+    "[a-c]{2,4}(x|yz)*", "\\d{3}-\\d{4}", "(ab|a)*b?", "[^a-c\\n]{1,3}[0-9]+", "\\w+@\\w+\\.(com|org)",
+    "\\u00e9+\\u20ac?\\s[a-z]", "(a|b|c){0,3}\\.[0-9]{2}", "x*y*z*", "-?\\d+(\\.\\d+)?", "[A-Z][a-z]{1,3}( [A-Z][a-z]{1,3})?",
+    "^(a|b)+c$", ".{2}x", "[\\d.-]+", "(?:ab){2}|(?P<n>z+)", NULL};
+
+/* Appends s as a JSON string to b. */
+static void tg_json_str(gr_buf *b, const char *s, size_t n)
+{
+    gr_buf_puts(b, "\"");
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == '"' || c == '\\') gr_buf_printf(b, "\\%c", c);
+        else if (c < 0x20) gr_buf_printf(b, "\\u%04x", c);
+        else gr_buf_put(b, s + i, 1);
+    }
+    gr_buf_puts(b, "\"");
+}
+
+/* The k-th verdict of the JSON line `line` ({"ok": [...]}). */
+static int tg_verdict(const char *line, int k)
+{
+    const char *p = strstr(line, "\"ok\": [");
+    cr_assert_not_null(p, "bad reply: %s", line);
+    p += 7;
+    for (int i = 0; i < k; i++) p = strchr(p, ',') + 1;
+    while (*p == ' ') p++;
+    return *p == 't';
+}
+
+Test(grammar, regex_outputs_fullmatch_in_python)
+{
+    uint64_t seed = gh_seed(0x7e9e), rng = seed;
+    fprintf(stderr, "grammar/regex: seed %llu (replay with KVSERVE_TEST_SEED)\n", (unsigned long long)seed);
+    static const char *const extra[] = {"a-1", "-9", "yzx", ".c", "com", "@a", "b.", "1.", "Ab", " B", "ab", NULL};
+    gh_voc tv;
+    gh_voc_make(&tv, "abcdefghijklmnopqrstuvwxyzABZ0123456789-.@_ \n", extra, &rng, 120);
+    /* the enumerated candidates: every string of up to 3 characters over this alphabet */
+    static const char *const alpha[] = {"a", "b", "c", "x", "z", "0", "9", "-", ".", " ", "\xc3\xa9", "A"};
+    const int na = 12;
+    char (*cands)[16] = malloc(2000 * sizeof *cands);
+    int nc = 0;
+    for (int len = 0; len <= 3; len++) {
+        int idx[3] = {0};
+        for (;;) {
+            cands[nc][0] = 0;
+            for (int k = 0; k < len; k++) strcat(cands[nc], alpha[idx[k]]);
+            nc++;
+            int k = len - 1;
+            while (k >= 0 && ++idx[k] == na) idx[k--] = 0;
+            if (k < 0) break;
+        }
+    }
+    gr_buf q = {0};
+    char outs[16][20][256];
+    int n_out[16] = {0};
+    int nr = 0;
+    for (; TG_REGEXES[nr]; nr++) {
+        gr_error e;
+        gr_grammar *g = gr_compile_regex(TG_REGEXES[nr], strlen(TG_REGEXES[nr]), &e);
+        cr_assert_not_null(g, "'%s': %s", TG_REGEXES[nr], e.msg);
+        for (int w = 0; w < 20; w++)
+            if (gh_generate(g, &tv, &rng, 8, 60, NULL, outs[nr][n_out[nr]], sizeof outs[nr][0])) n_out[nr]++;
+        cr_assert_gt(n_out[nr], 10, "'%s': most generations should finish", TG_REGEXES[nr]);
+        gr_unref(g);
+        gr_buf_puts(&q, "{\"re\": ");
+        tg_json_str(&q, TG_REGEXES[nr], strlen(TG_REGEXES[nr]));
+        gr_buf_puts(&q, ", \"strings\": [");
+        for (int i = 0; i < n_out[nr] + nc; i++) {
+            const char *t = i < n_out[nr] ? outs[nr][i] : cands[i - n_out[nr]];
+            if (i) gr_buf_puts(&q, ", ");
+            tg_json_str(&q, t, strlen(t));
+        }
+        gr_buf_puts(&q, "]}\n");
+    }
+    char *input = gr_buf_take(&q);
+    char *reply = gh_python(input);
+    free(input);
+    char *line = reply;
+    for (int r = 0; r < nr; r++) {
+        char *nl = strchr(line, '\n');
+        cr_assert_not_null(nl);
+        *nl = 0;
+        gr_grammar *g = gr_compile_regex(TG_REGEXES[r], strlen(TG_REGEXES[r]), NULL);
+        for (int i = 0; i < n_out[r]; i++)
+            cr_assert(tg_verdict(line, i), "'%s' generated '%s', which Python's re.fullmatch rejects", TG_REGEXES[r], outs[r][i]);
+        for (int i = 0; i < nc; i++) {
+            int py = tg_verdict(line, n_out[r] + i), ours = tg_match(g, cands[i], strlen(cands[i])) == 1;
+            cr_assert_eq(ours, py, "'%s' on '%s': grammar %d, Python %d", TG_REGEXES[r], cands[i], ours, py);
+        }
+        gr_unref(g);
+        line = nl + 1;
+    }
+    free(reply);
+    free(cands);
+    gh_voc_free(&tv);
+}
+
+/* ---- real vocabularies ------------------------------------------------------------------------ */
+
+/* Loads ../shared/models/vocab/NAME's tokenizer (skips when absent). */
+static tokenizer *tg_real_tok(const char *name, gguf_file **f)
+{
+    char path[1024], err[256];
+    snprintf(path, sizeof path, "%s/models/vocab/%s", tu_shared_dir(), name);
+    if (access(path, R_OK)) cr_skip_test("%s is missing (the shared models folder is not here)", path);
+    cr_assert_eq(gguf_open(path, f, err, sizeof err), 0, "%s", err);
+    tokenizer *t = tok_create(*f, err, sizeof err);
+    cr_assert_not_null(t, "%s", err);
+    return t;
+}
+
+/* A few steps of a random walk under g on t's vocabulary; at each, the mask against the oracle
+ * (a clone accepting each token) and the tokens whose bytes end inside a UTF-8 character. */
+static void tg_real_walk(const char *name, const char *src, uint64_t seed)
+{
+    gguf_file *f;
+    tokenizer *t = tg_real_tok(name, &f);
+    int nv = tok_n_vocab(t);
+    gr_vocab *v = gr_vocab_create(t, nv);
+    cr_assert_not_null(v);
+    gr_grammar *g = tg_compile(src);
+    gr_matcher *m = gr_matcher_create(g, v);
+    uint32_t *mask = malloc(GR_MASK_WORDS(nv) * sizeof *mask);
+    uint64_t rng = seed;
+    int partial = 0;
+    for (int step = 0; step < 6; step++) {
+        int n = gr_matcher_fill_mask(m, mask), count = 0;
+        cr_assert(n > 0);
+        for (int id = 0; id < nv; id++) {
+            gr_matcher *c = gr_matcher_clone(m);
+            int ok = gr_matcher_accept(c, id) == 0;
+            gr_matcher_destroy(c);
+            cr_assert_eq(gh_allowed(mask, id), ok, "%s step %d token %d ('%s'): mask %d, oracle %d", name, step, id, tok_piece(t, id),
+                         gh_allowed(mask, id), ok);
+            count += ok;
+            if (ok && !partial) { /* a token ending inside a character (a lead byte without its tail) */
+                char b[64];
+                int l = tok_token_bytes(t, id, 0, b, sizeof b);
+                partial = l > 0 && l <= 64 && ((unsigned char)b[l - 1] >= 0xC0 || ((unsigned char)b[l - 1] >= 0x80 && l == 1));
+            }
+        }
+        cr_assert_eq(n, count);
+        int pick = (int)(gh_rng(&rng) % (uint64_t)n), tk = -1;
+        for (int id = 0; id < nv && tk < 0; id++)
+            if (gh_allowed(mask, id) && pick-- == 0) tk = id;
+        cr_assert_eq(gr_matcher_accept(m, tk), 0);
+        if (gr_matcher_is_terminated(m)) break;
+    }
+    cr_assert(partial, "%s: some allowed token should end inside a UTF-8 character", name);
+    free(mask);
+    gr_matcher_destroy(m);
+    gr_unref(g);
+    gr_vocab_destroy(v);
+    tok_destroy(t);
+    gguf_close(f);
+}
+
+static const char TG_TEXT[] = "root ::= \"\\\"\" [^\"\\\\\\x00-\\x1F]{0,40} \"\\\"\"\n";
+
+Test(grammar, masks_on_real_spm_vocabulary)
+{
+    tg_real_walk("ggml-vocab-llama-spm.gguf", TG_TEXT, gh_seed(41));
+}
+
+Test(grammar, masks_on_real_bpe_vocabulary)
+{
+    tg_real_walk("ggml-vocab-gpt-2.gguf", TG_TEXT, gh_seed(42));
 }

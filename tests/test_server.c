@@ -1034,3 +1034,58 @@ Test(server, drain_timeout_cancels_the_rest)
     int status = sv_wait_exit(10000);
     cr_assert(status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 0, "exit status %d", status);
 }
+
+/* Structured outputs over HTTP: a schema-constrained chat (n = 2) parses as JSON with the
+ * required keys, a streamed regex completion's deltas add up to a full match, a bad grammar is
+ * a 400 naming the place, and a repeated schema is served from the grammar cache. */
+Test(server, structured_outputs)
+{
+    sv_start();
+    const char *chat = "{\"messages\":[{\"role\":\"user\",\"content\":\"a story\"}],\"max_tokens\":300,\"n\":2,\"temperature\":1,"
+                       "\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"s\",\"schema\":{\"type\":\"object\","
+                       "\"properties\":{\"title\":{\"type\":\"string\",\"maxLength\":20},\"pages\":{\"type\":\"integer\",\"minimum\":1,\"maximum\":9}},"
+                       "\"required\":[\"title\",\"pages\"]}}}}";
+    for (int rep = 0; rep < 2; rep++) {
+        sv_resp r = sv_post("/v1/chat/completions", chat);
+        cr_assert_eq(r.status, 200, "%s", r.body);
+        cJSON *j = cJSON_Parse(r.body);
+        const cJSON *c;
+        cJSON_ArrayForEach(c, cJSON_GetObjectItem(j, "choices"))
+        {
+            const char *fin = cJSON_GetObjectItem(c, "finish_reason")->valuestring;
+            const char *content = cJSON_GetObjectItem(cJSON_GetObjectItem(c, "message"), "content")->valuestring;
+            if (strcmp(fin, "stop")) continue;
+            cJSON *doc = cJSON_Parse(content);
+            cr_assert_not_null(doc, "not JSON: %s", content);
+            cr_assert(cJSON_IsString(cJSON_GetObjectItem(doc, "title")), "%s", content);
+            double pages = cJSON_GetObjectItem(doc, "pages")->valuedouble;
+            cr_assert(pages >= 1 && pages <= 9, "%s", content);
+            cJSON_Delete(doc);
+        }
+        cJSON_Delete(j);
+        sv_resp_free(&r);
+    }
+    sv_resp r = sv_post("/v1/completions", "{\"prompt\":\"Once\",\"max_tokens\":40,\"stream\":true,\"guided_regex\":\"[a-z]{2,5}( [a-z]{1,4}){2}\\\\.\"}");
+    cr_assert_eq(r.status, 200);
+    sv_stream st;
+    sv_parse_stream(r.body, 0, &st);
+    cr_assert(st.done);
+    const char *t = st.text[0];
+    size_t n = strlen(t);
+    cr_assert(n > 4 && t[n - 1] == '.', "streamed text '%s'", t);
+    int spaces = 0;
+    for (size_t i = 0; i < n - 1; i++) {
+        cr_assert(t[i] == ' ' || (t[i] >= 'a' && t[i] <= 'z'), "streamed text '%s'", t);
+        spaces += t[i] == ' ';
+    }
+    cr_assert_eq(spaces, 2, "streamed text '%s'", t);
+    sv_resp_free(&r);
+    r = sv_post("/v1/completions", "{\"prompt\":\"x\",\"grammar\":\"root ::= \\\"a\\\" (b\"}");
+    sv_check_error(&r, 400, "invalid_value", "grammar");
+    cr_assert(strstr(r.body, "line 1, column 14: unclosed") != NULL, "%s", r.body);
+    sv_resp_free(&r);
+    r = sv_http(NULL, "/metrics", NULL, NULL, NULL);
+    cr_assert_geq(sv_metric(r.body, "kvserve_grammar_cache_hits_total"), 1, "the repeated schema was a cache hit");
+    cr_assert_gt(sv_metric(r.body, "kvserve_grammar_masks_total"), 0);
+    sv_resp_free(&r);
+}
