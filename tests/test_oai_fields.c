@@ -20,7 +20,7 @@
 #include "tests/server_harness.h"
 #include "tests/test_util.h"
 
-static const oai_limits tf_lim = {"m", 512};
+static const oai_limits tf_lim = {"m", 512, NULL};
 
 static int tf_parse(int kind, const char *body, oai_request *r, oai_error *e)
 {
