@@ -6,13 +6,14 @@
 # Starts `scripts/cluster` on the synthetic TinyLlama-110M-shaped Q8_0 model (written once with
 # `kvserve mkmodel`, as scripts/bench_matrix.sh does): once with 1 replica (the baseline), then
 # with 3 replicas (the threads split between them) routed by plain round-robin, by a plain
-# consistent hash, by the bounded-load hash, and by the default config (bounded-load hash + stick
-# table). Each drives the multi-turn chat and shared-prefix workloads of the serving matrix
-# through HAProxy, once keyed on the body and once with --session-header; the same seeds in every
-# setup, so the same prompts. Results: OUTDIR/*.json (bench_serving --save-json) and
+# consistent hash, by the bounded-load hash, by the default config (bounded-load hash + stick
+# table) and by least connections + stick table. Each drives the multi-turn chat and
+# shared-prefix workloads of the serving matrix through HAProxy, once keyed on the body and once
+# with --session-header; the same seeds in every setup, so the same prompts. Results: OUTDIR/*.json (bench_serving --save-json) and
 # OUTDIR/results.md (hit rate from the responses' usage, ratio to 1 replica, requests and
 # conversations per replica, mean TTFT). Environment: THREADS (all replicas together, default 2),
-# KVSERVE_BENCH_DIR (where the model file is kept). Every run is bounded in requests and time.
+# KVSERVE_BENCH_DIR (where the model file is kept), SETUPS (the setups to run, default all; the
+# table is made from whatever JSON OUTDIR holds). Every run is bounded in requests and time.
 set -euo pipefail
 
 BIN=${1:-build/kvserve}
@@ -73,26 +74,36 @@ run_setup() { # name, replicas, cluster flags... (environment: the config's knob
     stop_cluster
 }
 
-: >"$OUT/cluster.log"
-run_setup single 1
-KVSERVE_BALANCE=roundrobin KVSERVE_STICK_MAX_INFLIGHT=0 run_setup roundrobin 3
-KVSERVE_HASH_BALANCE_FACTOR=0 KVSERVE_STICK_MAX_INFLIGHT=0 run_setup hash 3
-KVSERVE_STICK_MAX_INFLIGHT=0 run_setup bounded 3
-run_setup default 3
+touch "$OUT/cluster.log"
+for setup in ${SETUPS:-single roundrobin hash bounded default leastconn}; do
+    case $setup in
+        single) run_setup single 1 ;;
+        roundrobin) run_setup roundrobin 3 --balance roundrobin ;;
+        hash) KVSERVE_HASH_BALANCE_FACTOR=0 KVSERVE_STICK_MAX_INFLIGHT=0 run_setup hash 3 ;;
+        bounded) KVSERVE_STICK_MAX_INFLIGHT=0 run_setup bounded 3 ;;
+        default) run_setup default 3 ;;
+        leastconn) run_setup leastconn 3 --balance leastconn ;;
+        *) echo "unknown setup $setup" >&2; exit 2 ;;
+    esac
+done
 
 python3 - "$OUT" <<'PY'
 import json, os, sys
 out = sys.argv[1]
 rows = [("single", "1 replica"), ("roundrobin", "3, round-robin"),
         ("hash", "3, consistent hash"), ("bounded", "3, hash + bounded load 150"),
-        ("default", "3, hash + bounded load + stick table (default)")]
+        ("default", "3, hash + bounded load + stick table (default)"),
+        ("leastconn", "3, least connections + stick table")]
 lines = ["| workload | key | routing | done | hit rate | × 1 replica | requests per replica | "
          "conversations per replica | mean TTFT ms |", "|---|---|---|---:|---:|---:|---|---|---:|"]
 for wl, wname in (("mt", "multi-turn chat 8×4, c 4"), ("sp", "shared prefix 4×8, c 8")):
     for key in ("body", "session"):
         base = json.load(open(os.path.join(out, "single-%s-%s.json" % (wl, key))))
         for name, title in rows:
-            r = json.load(open(os.path.join(out, "%s-%s-%s.json" % (name, wl, key))))
+            path = os.path.join(out, "%s-%s-%s.json" % (name, wl, key))
+            if not os.path.exists(path):
+                continue
+            r = json.load(open(path))
             h, b = r["usage_cache_hit_rate"] or 0.0, base["usage_cache_hit_rate"] or 0.0
             per = lambda d: " / ".join(str((d or {}).get("replica%d" % k, 0)) for k in (1, 2, 3)) \
                 if name != "single" else "-"
@@ -100,6 +111,26 @@ for wl, wname in (("mt", "multi-turn chat 8×4, c 4"), ("sp", "shared prefix 4×
                 wname, "x-session-id" if key == "session" else "body", title, r["completed"],
                 len(r["requests"]), h, h / b if b else 0.0, per(r.get("served_by_requests")),
                 per(r.get("served_by_jobs")), r["mean_ttft_ms"] or 0.0))
-open(os.path.join(out, "results.md"), "w").write("\n".join(lines) + "\n")
-print("\n".join(lines))
+# The README's compact form: one row per routing, one column per workload and key: the hit rate,
+# its ratio to 1 replica, and the conversations (groups' requests) each replica served.
+cols = [("mt", "body"), ("mt", "session"), ("sp", "body"), ("sp", "session")]
+short = ["| routing | multi-turn, body key | multi-turn, x-session-id | shared prefix, body key | "
+         "shared prefix, x-session-id |", "|---|---|---|---|---|"]
+for name, title in rows:
+    cells = []
+    for wl, key in cols:
+        path = os.path.join(out, "%s-%s-%s.json" % (name, wl, key))
+        if not os.path.exists(path):
+            cells.append("-")
+            continue
+        r = json.load(open(path))
+        b = json.load(open(os.path.join(out, "single-%s-%s.json" % (wl, key))))
+        h, hb = r["usage_cache_hit_rate"] or 0.0, b["usage_cache_hit_rate"] or 0.0
+        jobs = r.get("served_by_jobs") or {}
+        spread = "" if name == "single" else " [%s]" % "/".join(
+            str(jobs.get("replica%d" % k, 0)) for k in (1, 2, 3))
+        cells.append("%.3f (%.2f×)%s" % (h, h / hb if hb else 0.0, spread))
+    short.append("| %s | %s |" % (title, " | ".join(cells)))
+open(os.path.join(out, "results.md"), "w").write("\n".join(short + [""] + lines) + "\n")
+print("\n".join(short + [""] + lines))
 PY
