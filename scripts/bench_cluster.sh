@@ -9,8 +9,9 @@
 # consistent hash, by the bounded-load hash, by the default config (bounded-load hash + stick
 # table) and by least connections + stick table. Each drives the multi-turn chat and
 # shared-prefix workloads of the serving matrix through HAProxy, once keyed on the body and once
-# with --session-header; the same seeds in every setup, so the same prompts. Results: OUTDIR/*.json (bench_serving --save-json) and
-# OUTDIR/results.md (hit rate from the responses' usage, ratio to 1 replica, requests and
+# with --session-header; the same seeds in every setup, so the same prompts. Results:
+# OUTDIR/*.json (bench_serving --save-json) and OUTDIR/results.md (the README's compact table,
+# then every run: hit rate from the responses' usage, ratio to 1 replica, requests and
 # conversations per replica, mean TTFT). Environment: THREADS (all replicas together, default 2),
 # KVSERVE_BENCH_DIR (where the model file is kept), SETUPS (the setups to run, default all; the
 # table is made from whatever JSON OUTDIR holds). Every run is bounded in requests and time.
