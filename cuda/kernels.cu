@@ -279,79 +279,57 @@ extern "C" void cuda_rope_store_kv(backend *be, int layer, float *k, const float
 
 /* ---- elementwise ------------------------------------------------------------------------- */
 
-static __global__ void cuda__silu_mul_k(float *g, const float *u, int64_t n)
+/* The element-wise ops share one grid-stride kernel: the op is uniform across the grid, so the
+ * switch costs no divergence. */
+enum { CUDA_EW_SILU_MUL, CUDA_EW_GELU_MUL, CUDA_EW_ADD, CUDA_EW_SCALE, CUDA_EW_SOFTCAP };
+
+static __global__ void cuda__ew_k(int op, float *x, const float *y, float s, int64_t n)
 {
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-        g[i] = cuda_silu_mul(g[i], u[i]);
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        switch (op) {
+        case CUDA_EW_SILU_MUL: x[i] = cuda_silu_mul(x[i], y[i]); break;
+        case CUDA_EW_GELU_MUL: x[i] = be_gelu_tanh(x[i]) * y[i]; break;
+        case CUDA_EW_ADD: x[i] += y[i]; break;
+        case CUDA_EW_SCALE: x[i] *= s; break;
+        default: x[i] = be_softcap(x[i], s); break;
+        }
+    }
+}
+
+/* x[i] = op(x[i], y[i] or s) for n elements. */
+static void cuda__ew(backend *be, int op, float *x, const float *y, float s, int64_t n)
+{
+    cuda_backend *cb = cuda__cb(be);
+    if (cuda__graph_skip(cb)) return;
+    if (n <= 0) return;
+    unsigned g = cuda_grid_1d(n, CUDA_EW_THREADS, CUDA_EW_MAX_BLOCKS);
+    cuda__ew_k<<<g, CUDA_EW_THREADS, 0, cb->stream>>>(op, x, y, s, n);
+    CB_CHECK_LAUNCH(cb);
 }
 
 void cuda__op_silu_mul(backend *be, float *gate, const float *up, int64_t n)
 {
-    cuda_backend *cb = cuda__cb(be);
-    if (cuda__graph_skip(cb)) return;
-    if (n <= 0) return;
-    unsigned g = cuda_grid_1d(n, CUDA_EW_THREADS, CUDA_EW_MAX_BLOCKS);
-    cuda__silu_mul_k<<<g, CUDA_EW_THREADS, 0, cb->stream>>>(gate, up, n);
-    CB_CHECK_LAUNCH(cb);
-}
-
-static __global__ void cuda__gelu_mul_k(float *g, const float *u, int64_t n)
-{
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-        g[i] = be_gelu_tanh(g[i]) * u[i];
+    cuda__ew(be, CUDA_EW_SILU_MUL, gate, up, 0.0f, n);
 }
 
 void cuda__op_gelu_mul(backend *be, float *gate, const float *up, int64_t n)
 {
-    cuda_backend *cb = cuda__cb(be);
-    if (cuda__graph_skip(cb)) return;
-    if (n <= 0) return;
-    unsigned g = cuda_grid_1d(n, CUDA_EW_THREADS, CUDA_EW_MAX_BLOCKS);
-    cuda__gelu_mul_k<<<g, CUDA_EW_THREADS, 0, cb->stream>>>(gate, up, n);
-    CB_CHECK_LAUNCH(cb);
-}
-
-/* x[i] = cap · tanh(x[i] / cap) when cap > 0, else x[i] *= s. */
-static __global__ void cuda__scale_cap_k(float *x, float s, float cap, int64_t n)
-{
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-        x[i] = cap > 0.0f ? be_softcap(x[i], cap) : x[i] * s;
-}
-
-static void cuda__scale_cap(backend *be, float *x, float s, float cap, int64_t n)
-{
-    cuda_backend *cb = cuda__cb(be);
-    if (cuda__graph_skip(cb)) return;
-    if (n <= 0) return;
-    unsigned g = cuda_grid_1d(n, CUDA_EW_THREADS, CUDA_EW_MAX_BLOCKS);
-    cuda__scale_cap_k<<<g, CUDA_EW_THREADS, 0, cb->stream>>>(x, s, cap, n);
-    CB_CHECK_LAUNCH(cb);
+    cuda__ew(be, CUDA_EW_GELU_MUL, gate, up, 0.0f, n);
 }
 
 void cuda__op_scale(backend *be, float *x, float s, int64_t n)
 {
-    cuda__scale_cap(be, x, s, 0.0f, n);
+    cuda__ew(be, CUDA_EW_SCALE, x, NULL, s, n);
 }
 
 void cuda__op_softcap(backend *be, float *x, float cap, int64_t n)
 {
-    cuda__scale_cap(be, x, 1.0f, cap, n);
-}
-
-static __global__ void cuda__add_k(float *x, const float *y, int64_t n)
-{
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-        x[i] += y[i];
+    cuda__ew(be, CUDA_EW_SOFTCAP, x, NULL, cap, n);
 }
 
 void cuda__op_add(backend *be, float *x, const float *y, int64_t n)
 {
-    cuda_backend *cb = cuda__cb(be);
-    if (cuda__graph_skip(cb)) return;
-    if (n <= 0) return;
-    unsigned g = cuda_grid_1d(n, CUDA_EW_THREADS, CUDA_EW_MAX_BLOCKS);
-    cuda__add_k<<<g, CUDA_EW_THREADS, 0, cb->stream>>>(x, y, n);
-    CB_CHECK_LAUNCH(cb);
+    cuda__ew(be, CUDA_EW_ADD, x, y, 0.0f, n);
 }
 
 static __global__ void cuda__gather_k(const float *x, int dim, const int32_t *rows, float *out)
