@@ -9,6 +9,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "engine/grammar.h"
+
 /* Every option's parsed value. Strings point into argv or into the config file's storage. */
 typedef struct cli_opts {
     /* model and device */
@@ -52,6 +54,8 @@ typedef struct cli_opts {
     int ids;
     int no_bos;
     int special;
+    const char *json_schema;    /* --json-schema FILE (generate, bench) */
+    const char *grammar_file;   /* --grammar FILE: GBNF (generate, bench) */
     /* bench */
     int requests;
     const char *input_len;      /* "MIN:MAX" */
@@ -111,5 +115,10 @@ int cli_detokenize(cli_opts *o);
 int cli_generate(cli_opts *o);
 int cli_bench(cli_opts *o);
 int cli_mkmodel(cli_opts *o);
+
+/* The grammar of --json-schema / --grammar (cli/structured.c): *out stays NULL without either;
+ * *compile_ms is the CPU time the schema conversion and compilation took. 0, or -1 after printing
+ * a one-line error prefixed with "kvserve CMD". */
+int cli_grammar(const cli_opts *o, const char *cmd, gr_grammar **out, double *compile_ms);
 
 #endif

@@ -6,6 +6,8 @@
  * caps it), prefill in chunks of up to --max-batch-tokens, then one decode step per token.
  * Text is written as it is produced; bytes of an unfinished UTF-8 character are held back until
  * the character completes. The last line on stderr is a JSON object with the timings.
+ * --json-schema FILE / --grammar FILE constrain the completion (engine/grammar.h): each token is
+ * drawn under the matcher's mask, and the completion ends when the structure is complete.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -260,6 +262,24 @@ int cli_generate(cli_opts *o)
         return 1;
     }
     int n_vocab = g.m->hp.n_vocab;
+    /* --json-schema / --grammar: a matcher over the model's vocabulary */
+    gr_grammar *gram;
+    double compile_ms;
+    if (cli_grammar(o, "generate", &gram, &compile_ms)) {
+        gen__fini(&g);
+        return 1;
+    }
+    gr_vocab *gvoc = gram ? gr_vocab_create(g.tok, n_vocab) : NULL;
+    gr_matcher *gm = gvoc ? gr_matcher_create(gram, gvoc) : NULL;
+    uint32_t *mask = gm ? malloc(GR_MASK_WORDS(n_vocab) * sizeof *mask) : NULL;
+    gr_unref(gram);
+    if (gram && !mask) {
+        fprintf(stderr, "kvserve generate: out of memory\n");
+        gr_matcher_destroy(gm);
+        gr_vocab_destroy(gvoc);
+        gen__fini(&g);
+        return 1;
+    }
     int32_t *pos = malloc((size_t)g.chunk * sizeof *pos),
             *slots = malloc((size_t)g.chunk * sizeof *slots);
     smp_params sp;
@@ -278,7 +298,9 @@ int cli_generate(cli_opts *o)
     while (!rc && n_gen < g.n_predict) {
         smp_history h = {g.ids, g.n_prompt, g.ids + g.n_prompt, n_gen};
         smp_result res;
-        smp_sample(&sp, &rng, g.logits, n_vocab, &h, eog, n_eog, &res);
+        if (gm && gr_matcher_fill_mask(gm, mask) <= 0) break; /* nothing can follow */
+        smp_sample_masked(&sp, &rng, g.logits, n_vocab, &h, eog, n_eog, mask, &res);
+        if (gm && gr_matcher_accept(gm, res.token)) break;
         if (!o->ignore_eos && tok_is_eog(g.tok, res.token)) break;
         g.ids[g.n_prompt + n_gen++] = res.token;
         if (o->ids) {
@@ -308,6 +330,9 @@ int cli_generate(cli_opts *o)
             decode_ms > 0 ? (n_gen - 1) / (decode_ms / 1e3) : 0.0);
     free(pos);
     free(slots);
+    free(mask);
+    gr_matcher_destroy(gm);
+    gr_vocab_destroy(gvoc);
     gen__fini(&g);
     return rc ? 1 : 0;
 }

@@ -62,6 +62,8 @@ static const opt table[] = {
     {"seed", 0, O_I64, OFF(seed), "random", "generate bench mkmodel", "sampling seed (mkmodel: weights seed, default 1234)"},
     {"ignore-eos", 0, O_FLAG, OFF(ignore_eos), NULL, "generate", "do not stop at end-of-generation tokens"},
     {"ids", 0, O_FLAG, OFF(ids), NULL, "generate", "print generated token ids instead of text"},
+    {"json-schema", 0, O_STR, OFF(json_schema), NULL, "generate bench", "constrain the output to JSON valid for the schema in this file"},
+    {"grammar", 0, O_STR, OFF(grammar_file), NULL, "generate bench", "constrain the output to the GBNF grammar in this file (start rule 'root')"},
     {"no-bos", 0, O_FLAG, OFF(no_bos), NULL, "tokenize", "add no special tokens"},
     {"special", 0, O_FLAG, OFF(special), NULL, "tokenize", "match control tokens written in the text"},
     {"requests", 0, O_INT, OFF(requests), "256", "bench", "number of requests"},

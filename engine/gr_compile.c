@@ -104,6 +104,7 @@ out:
 
 typedef struct cc {
     gr_rules *R;
+    int cap;         /* entries of the arrays below (≥ R->n_rules) */
     int *called;     /* [n_rules] compiled rule id, or -1 (inlined) */
     int n_called;
     int64_t *size;   /* [n_rules] NFA states when inlined (saturating) */
@@ -135,10 +136,51 @@ static void mark_called(cc *c, int rule)
 
 static int walk_rule(cc *c, int rule, int depth);
 
+/* A repeated child at least this large, repeated into more than GR_INLINE_LIMIT states, becomes
+ * a called rule: each repetition is then one call edge, not a copy (x{0,999} of an object). */
+#define GR_REP_CALL_MIN 64
+
+/* Makes node child the body of a new called rule (walked already: its size is k); returns the
+ * rule, or -1 on error. */
+static int child_rule(cc *c, int child, int64_t k)
+{
+    gr_rules *R = c->R;
+    if (R->n_rules >= GR_MAX_RULES) return gr__fail(c->err, -1, "too many rules (more than %d)", GR_MAX_RULES), -1;
+    if (R->n_rules == c->cap) {
+        int cap = c->cap * 2 + 8;
+        int *called = realloc(c->called, sizeof(int) * (size_t)cap);
+        if (called) c->called = called;
+        int64_t *size = realloc(c->size, sizeof(int64_t) * (size_t)cap);
+        if (size) c->size = size;
+        int *color = realloc(c->color, sizeof(int) * (size_t)cap);
+        if (color) c->color = color;
+        int *uses = realloc(c->uses, sizeof(int) * (size_t)cap);
+        if (uses) c->uses = uses;
+        int *order = realloc(c->order, sizeof(int) * (size_t)cap);
+        if (order) c->order = order;
+        if (!called || !size || !color || !uses || !order) return gr__fail(c->err, -1, "out of memory"), -1;
+        c->cap = cap;
+    }
+    static const char name[] = "(repeated part)";
+    if (grow((void **)&R->rules, &R->cap_rules, (int64_t)R->n_rules + 1, sizeof *R->rules) ||
+        grow((void **)&R->names, &R->cap_names, (int64_t)R->n_names + (int64_t)sizeof name, 1))
+        return gr__fail(c->err, -1, "out of memory"), -1;
+    memcpy(R->names + R->n_names, name, sizeof name);
+    int r = R->n_rules++;
+    R->rules[r] = (gr_rule){R->n_names, child, -1, -1};
+    R->n_names += (int)sizeof name;
+    c->called[r] = -1;
+    c->size[r] = k;
+    c->color[r] = 2;
+    c->uses[r] = 1;
+    mark_called(c, r);
+    return r;
+}
+
 /* Visits the references under node (depth-first) and returns its inlined size. */
 static int64_t walk_node(cc *c, int id, int depth)
 {
-    const gr_ast *a = &c->R->ast[id];
+    const gr_ast node = c->R->ast[id], *a = &node; /* a copy: walking may grow the tree */
     int64_t s = 0;
     switch (a->kind) {
     case GRA_EMPTY: return 1;
@@ -153,9 +195,18 @@ static int64_t walk_node(cc *c, int id, int depth)
         }
         return s;
     case GRA_REP: {
-        int64_t k = walk_node(c, a->a, depth);
+        int child = a->a;
+        int64_t reps = a->max < 0 ? (int64_t)a->min + 1 : a->max;
+        int64_t k = walk_node(c, child, depth);
         if (k < 0) return -1;
-        return sat_add(sat_mul(k + 1, a->max < 0 ? (int64_t)a->min + 1 : a->max), 2);
+        if (k >= GR_REP_CALL_MIN && sat_mul(k + 1, reps) > GR_INLINE_LIMIT) {
+            int r = child_rule(c, child, k);
+            int ref = r < 0 ? -1 : add_node(c->R, (gr_ast){GRA_REF, r, 0, 0, 0});
+            if (ref < 0) return r < 0 ? -1 : (gr__fail(c->err, -1, "out of memory"), -1);
+            c->R->ast[id].a = ref; /* the tree may have moved: index it again */
+            k = 1;
+        }
+        return sat_add(sat_mul(k + 1, reps), 2);
     }
     case GRA_REF:
         if (c->color[a->a] == 1) { /* reached again while inside it: a cycle */
@@ -349,11 +400,11 @@ int gr__compile_rules(gr_rules *R, int root, gr_grammar *g, gr_error *err)
     int n = R->n_rules, rc = 0;
     for (int r = 0; r < n && !rc; r++)
         if (unleft_rule(R, r)) rc = (gr__fail(err, -1, "out of memory"), -ENOMEM);
-    cc c = {R, malloc(sizeof(int) * (size_t)n), 0, malloc(sizeof(int64_t) * (size_t)n),
+    cc c = {R, n, malloc(sizeof(int) * (size_t)n), 0, malloc(sizeof(int64_t) * (size_t)n),
             calloc((size_t)n, sizeof(int)), calloc((size_t)n, sizeof(int)), malloc(sizeof(int) * (size_t)n), err};
     gr_nfa f = {0};
-    const char **names = malloc(sizeof(char *) * (size_t)n);
-    if (!rc && (!c.called || !c.size || !c.color || !c.uses || !c.order || !names))
+    const char **names = NULL;
+    if (!rc && (!c.called || !c.size || !c.color || !c.uses || !c.order))
         rc = (gr__fail(err, -1, "out of memory"), -ENOMEM);
     if (!rc) {
         for (int r = 0; r < n; r++) c.called[r] = -1;
@@ -369,6 +420,7 @@ int gr__compile_rules(gr_rules *R, int root, gr_grammar *g, gr_error *err)
                           (long long)total, GR_MAX_NFA);
     }
     if (!rc) rc = nfa_build(&c, &f, deadline, err);
+    if (!rc && !(names = malloc(sizeof(char *) * (size_t)c.n_called))) rc = (gr__fail(err, -1, "out of memory"), -ENOMEM);
     if (!rc) {
         for (int r = 0; r < c.n_called; r++) names[r] = gr__rule_name(R, c.order[r]);
         f.names = names;

@@ -88,7 +88,8 @@ Test(grammar, syntax_errors_name_the_place)
     for (int i = 0; i < 300; i++) deep[k++] = ')';
     deep[k] = 0;
     tg_error(deep, 0, 0, "nested too deeply");
-    tg_error("root ::= (\"ab\"{1000}){1000}", 0, 0, "too large");
+    tg_error("root ::= [a-z]{100000} [a-z]{100000} [a-z]{100000}", 0, 0, "too large");
+    tg_error("root ::= ([a-z]{30}){100000} [a-z]{100000}", 0, 0, "too large");
 }
 
 Test(grammar, languages_of_small_grammars)
@@ -253,6 +254,8 @@ Test(grammar, masks_match_oracle_recursive_and_regular)
     tg_walks("root ::= expr\nexpr ::= expr [+*] term | term\nterm ::= [0-9]{1,3} | \"(\" expr \")\"", "()+*0123456789", gh_seed(0x6a502), 12, 40);
     tg_walks("root ::= [a-c]{2,4} (\"x\" | \"yz\")* \"\\u00e9\" [\\u20ac-\\u20ac]? \"!\"", "abcxyz!", gh_seed(0x6a503), 12, 30);
     tg_walks("root ::= (\"a\" | \"ab\" | \"abc\")+ \"\\\"\" | \"\\U0001F600\"+", "abc\"", gh_seed(0x6a504), 12, 30);
+    /* a large part repeated many times becomes a called rule (not 400 copies) */
+    tg_walks("root ::= (\"<\" [a-c]{8} (\">\" | \"/>\")){0,400} \".\"", "<>/abc.", gh_seed(0x6a505), 12, 40);
 }
 
 Test(grammar, masks_done_eog_and_dead_paths)

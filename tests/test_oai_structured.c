@@ -224,3 +224,48 @@ Test(oai_structured_model, completion_rate_on_stories260k)
     cr_assert_gt(st.grammar_masks, 0);
     engine_destroy(e, 0);
 }
+
+/* `kvserve generate --json-schema FILE` prints a document that validates; a bad grammar file is
+ * a one-line error naming the place, exit status 1. */
+Test(oai_structured_model, generate_cli_flags)
+{
+    TE_NEED_MODEL();
+    const char *bin = getenv("KVSERVE_BIN");
+    if (!bin || !*bin) bin = "build/kvserve";
+    const char *dir = getenv("TMPDIR");
+    char schema[512], gram[512], cmd[2048], out[4096] = "";
+    snprintf(schema, sizeof schema, "%s/kvserve-gen-schema-%d.json", dir && *dir ? dir : "/tmp", (int)getpid());
+    snprintf(gram, sizeof gram, "%s/kvserve-gen-grammar-%d.gbnf", dir && *dir ? dir : "/tmp", (int)getpid());
+    FILE *f = fopen(schema, "w");
+    fputs(TST_SCHEMAS[0], f);
+    fclose(f);
+    f = fopen(gram, "w");
+    fputs("root ::= \"a\"\n  | b\n", f);
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "'%s' generate -m '%s/stories260K.gguf' -p 'Once upon a time' -n 300 --seed 5 --json-schema '%s' 2>/dev/null",
+             bin, tu_data_dir(), schema);
+    FILE *p = popen(cmd, "r");
+    size_t n = fread(out, 1, sizeof out - 1, p);
+    out[n] = 0;
+    cr_assert_eq(pclose(p), 0);
+    gr_buf q = {0};
+    cJSON *js = cJSON_CreateString(out);
+    char *jt = cJSON_PrintUnformatted(js);
+    gr_buf_printf(&q, "{\"schema\": %s, \"docs\": [%s]}\n", TST_SCHEMAS[0], jt);
+    free(jt);
+    cJSON_Delete(js);
+    char *input = gr_buf_take(&q);
+    char *reply = gh_python(input);
+    cr_assert_null(strstr(reply, "false"), "generate printed '%s': %s", out, reply);
+    free(reply);
+    free(input);
+    snprintf(cmd, sizeof cmd, "'%s' generate -m '%s/stories260K.gguf' --grammar '%s' 2>&1 >/dev/null", bin, tu_data_dir(), gram);
+    p = popen(cmd, "r");
+    n = fread(out, 1, sizeof out - 1, p);
+    out[n] = 0;
+    int st = pclose(p);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 1);
+    cr_assert(strstr(out, ":2:5: undefined rule 'b'") != NULL, "%s", out);
+    unlink(schema);
+    unlink(gram);
+}
