@@ -33,7 +33,9 @@ typedef struct cli_opts {
     const char *config;
     const char *api_key;
     const char *served_model_name;
-    const char *chat_template;
+    const char *chat_template;  /* serve: a built-in name, @FILE or text; mkmodel: a file */
+    const char *reasoning_parser; /* serve: deepseek_r1, qwen3 or none */
+    const char *tool_call_parser; /* serve: auto, hermes, llama3_json, mistral, json or none */
     int max_queued_requests;
     int64_t max_queued_tokens;
     int max_model_len;          /* 0: the model's context */
@@ -115,6 +117,7 @@ int cli_detokenize(cli_opts *o);
 int cli_generate(cli_opts *o);
 int cli_bench(cli_opts *o);
 int cli_mkmodel(cli_opts *o);
+int cli_render_chat(cli_opts *o);
 
 /* The grammar of --json-schema / --grammar (cli/structured.c): *out stays NULL without either;
  * *compile_ms is the CPU time the schema conversion and compilation took. 0, or -1 after printing

@@ -2,10 +2,13 @@
  * cmd_mkmodel.c — `kvserve mkmodel -o OUT.gguf [--dim N --layers N --heads N --kv-heads N
  * --ffn N --vocab N --context N --type f32|f16|bf16|q8_0 --arch ARCH --seed N` and the
  * architecture options (--head-dim, --rope-dims, --swa-window, --attn-softcap, --rope-scaling,
- * --fused-qkv, ...; `kvserve mkmodel --help`)]: writes a synthetic model (random weights,
- * working SentencePiece vocabulary) via mkm_write.
+ * --fused-qkv, ...; `kvserve mkmodel --help`) --chat-template FILE]: writes a synthetic model
+ * (random weights, working SentencePiece vocabulary, the file's text as tokenizer.chat_template)
+ * via mkm_write.
  */
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <strings.h>
 #include <time.h>
 
@@ -67,10 +70,37 @@ int cli_mkmodel(cli_opts *o)
         fprintf(stderr, "kvserve mkmodel: unknown --type '%s' (f32, f16, bf16 or q8_0)\n", o->type);
         return 2;
     }
+    char *tmpl = NULL;
+    if (o->chat_template) {
+        /* the file's bytes, as they are, become tokenizer.chat_template */
+        FILE *fp = fopen(o->chat_template, "rb");
+        long n = -1;
+        if (fp && !fseek(fp, 0, SEEK_END)) n = ftell(fp);
+        if (fp && n >= 0 && !fseek(fp, 0, SEEK_SET) && (tmpl = malloc((size_t)n + 1)) &&
+            fread(tmpl, 1, (size_t)n, fp) == (size_t)n)
+            tmpl[n] = 0;
+        else {
+            free(tmpl);
+            tmpl = NULL;
+        }
+        if (fp) fclose(fp);
+        if (!tmpl) {
+            fprintf(stderr, "kvserve mkmodel: cannot read the chat template file '%s'\n", o->chat_template);
+            return 2;
+        }
+        if (strlen(tmpl) != (size_t)n) {
+            fprintf(stderr, "kvserve mkmodel: the chat template file '%s' holds a NUL byte\n", o->chat_template);
+            free(tmpl);
+            return 2;
+        }
+        p.chat_template = tmpl;
+    }
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     char err[512];
-    if (mkm_write(o->output, &p, err, sizeof err)) {
+    int rc = mkm_write(o->output, &p, err, sizeof err);
+    free(tmpl);
+    if (rc) {
         fprintf(stderr, "kvserve %s\n", err);
         return 1;
     }

@@ -19,13 +19,14 @@ static const struct {
     {"tokenize", cli_tokenize, "print the token ids of a text"},
     {"detokenize", cli_detokenize, "print the text of token ids"},
     {"mkmodel", cli_mkmodel, "write a GGUF with random weights of any Llama shape"},
+    {"render-chat", cli_render_chat, "render a chat template: JSON on stdin, the exact text on stdout"},
 };
 
 static void usage(void)
 {
     printf("usage: kvserve [COMMAND] [OPTIONS]\n\ncommands:\n");
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        printf("  %-11s %s\n", commands[i].name, commands[i].what);
+        printf("  %-12s %s\n", commands[i].name, commands[i].what);
     printf("\n`kvserve COMMAND --help` lists a command's options.\n");
 }
 

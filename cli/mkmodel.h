@@ -93,6 +93,7 @@ typedef struct mkm_params {
     const char **extra_tokens; /* control tokens added after the byte tokens, e.g. "<|im_start|>" */
     int n_extra;
     const char *chat_template; /* written as tokenizer.chat_template when non-NULL */
+    const char *chat_template_tool_use; /* tokenizer.chat_template.tool_use when non-NULL */
 } mkm_params;
 
 /* Fills the defaults: llama, dim 64, 2 layers, 4 heads, vocab 512, context 2048, F32, seed 1234,

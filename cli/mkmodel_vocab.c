@@ -268,6 +268,8 @@ int mkm__write_vocab(mkm_writer *w, const mkm_params *p, char *err, size_t err_l
         mkm_kv_bool(w, "tokenizer.ggml.add_eos_token", 0);
         if (!v.gpt2) mkm_kv_bool(w, "tokenizer.ggml.add_space_prefix", 1);
         if (p->chat_template) mkm_kv_str(w, "tokenizer.chat_template", p->chat_template);
+        if (p->chat_template_tool_use)
+            mkm_kv_str(w, "tokenizer.chat_template.tool_use", p->chat_template_tool_use);
     } else if (rc == -ENOMEM) {
         snprintf(err, err_len, "mkmodel: out of memory");
     }
