@@ -7,6 +7,7 @@
 #include "cache/kv.h"
 #include "cli/cli.h"
 #include "server/server.h"
+#include "server/toolcall.h"
 
 int cli_serve(cli_opts *o)
 {
@@ -23,6 +24,15 @@ int cli_serve(cli_opts *o)
     c.port = o->port;
     c.api_key = o->api_key && *o->api_key ? o->api_key : NULL;
     c.chat_template = o->chat_template;
+    c.tool_call_parser = o->tool_call_parser;
+    c.reasoning_parser = o->reasoning_parser;
+    if ((o->tool_call_parser && tc_syntax_by_name(o->tool_call_parser) == -1) ||
+        tc_reasoning_by_name(o->reasoning_parser) < 0) {
+        fprintf(stderr, "kvserve serve: unknown %s '%s' (see kvserve serve --help)\n",
+                o->tool_call_parser && tc_syntax_by_name(o->tool_call_parser) == -1 ? "--tool-call-parser" : "--reasoning-parser",
+                o->tool_call_parser && tc_syntax_by_name(o->tool_call_parser) == -1 ? o->tool_call_parser : o->reasoning_parser);
+        return 2;
+    }
     c.max_body_bytes = o->max_body_bytes;
     c.drain_timeout_s = o->drain_timeout_s;
     c.sse_ping_interval_s = o->sse_ping_interval_s;

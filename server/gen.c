@@ -17,6 +17,8 @@
 
 #include "engine/chat.h"
 #include "server/internal.h"
+#include "server/oai_chat.h"
+#include "server/toolcall.h"
 
 /* ---- engine id → sub ------------------------------------------------------------------------ */
 
@@ -84,24 +86,32 @@ int srv__text_ids(srv *s, const char *text, int add_special, int32_t **ids, int 
     return encode(s, text, add_special, 0, ids, n_ids, e);
 }
 
-int srv__chat_ids(srv *s, const oai_msg *msgs, int n_msgs, int add_generation_prompt,
-                  int32_t **ids, int *n_ids, oai_error *e)
+int srv__chat_ids(srv *s, const oai_chat *ch, int add_generation_prompt, int32_t **ids,
+                  int *n_ids, oai_error *e)
 {
-    chat_msg *cm = malloc(sizeof *cm * (size_t)n_msgs);
-    if (!cm) return oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
-    for (int i = 0; i < n_msgs; i++) {
-        cm[i].role = msgs[i].role;
-        cm[i].content = msgs[i].content;
+    jinja_ctx *c = jinja_ctx_create(NULL);
+    if (!c) return oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+    chat_vars v;
+    int rc = oai_chat_vars(ch, c, add_generation_prompt, &v, e);
+    char *text = NULL, err[600] = "";
+    size_t len = 0;
+    int add_bos = 0;
+    if (!rc) {
+        int r = chat_tmpl_render(s->tmpl, &v, &text, &len, &add_bos, err, sizeof err);
+        if (r == -ENOMEM)
+            rc = oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+        else if (r)
+            rc = oai_fail(e, 400, "invalid_request_error", "invalid_value", "messages",
+                          "the chat template cannot render these messages: %s", err);
     }
-    char err[256] = "";
-    int add_bos = tok_add_bos(s->tok) && tok_bos(s->tok) >= 0;
-    char *text = chat_render(s->chat_tmpl, cm, n_msgs, add_generation_prompt, s->tok, !add_bos, err,
-                             sizeof err);
-    free(cm);
-    if (!text)
+    jinja_ctx_destroy(c);
+    if (rc) return rc;
+    if (strlen(text) != len) {
+        free(text);
         return oai_fail(e, 400, "invalid_request_error", "invalid_value", "messages",
-                        "the chat template cannot render these messages: %s", err);
-    int rc = encode(s, text, add_bos, 1, ids, n_ids, e);
+                        "the chat template rendered a NUL character");
+    }
+    rc = encode(s, text, add_bos, 1, ids, n_ids, e);
     free(text);
     return rc;
 }
@@ -345,6 +355,19 @@ static int cmp_mean_lp(const void *a, const void *b)
     return mx < my ? 1 : mx > my ? -1 : 0;
 }
 
+/* The choice's reader of reasoning and tool calls, created on first use; NULL when the request
+ * needs none (or memory ran out: the text then goes out as it is). */
+static oai_chat_state *chat_reader(srv_req *r, oai_choice *c)
+{
+    const oai_chat *ch = r->oreq.chat;
+    if (c->chat || !ch || (ch->syntax == TC_SYNTAX_NONE && ch->reasoning == TC_REASON_NONE)) return c->chat;
+    uint64_t seed = 0x9E3779B97F4A7C15ull * (uint64_t)(c - r->choices + 1);
+    for (const char *p = r->id; *p; p++)
+        seed = (seed ^ (unsigned char)*p) * 0x100000001B3ull;
+    c->chat = oai_chat_state_create(ch, seed);
+    return c->chat;
+}
+
 /* Every choice finished: write the tail of the stream or build the whole response. */
 static void finish_request(srv_req *r)
 {
@@ -375,6 +398,11 @@ static void finish_request(srv_req *r)
         r->result_status = e.status;
     } else {
         int bo = q->best_of, nn = q->n;
+        for (int i = 0; q->kind == OAI_CHAT && i < r->n_choices; i++) {
+            oai_choice *c = &r->choices[i];
+            int oom;
+            if (chat_reader(r, c)) oai_chat_feed(NULL, c, c->text ? c->text : "", c->text_len, 1, NULL, 0, &oom);
+        }
         oai_choice *sel = malloc(sizeof *sel * (size_t)(r->n_subs * nn) + 1);
         if (sel) {
             for (int p = 0; p < r->n_subs; p++) {
@@ -432,7 +460,11 @@ static void stream_event(srv_req *r, int p, oai_choice *c, const engine_event *e
     }
     int fin = ev->finish == ENGINE_FINISH_STOP || ev->finish == ENGINE_FINISH_LENGTH ? ev->finish : 0;
     if (q->kind == OAI_CHAT) {
-        if (ev->text_len || has_lp)
+        if (chat_reader(r, c)) { /* reasoning / tool calls: the reader decides what goes out */
+            int oom;
+            char *chunks = oai_chat_feed(rs, c, ev->text, ev->text_len, fin != 0, lp, has_lp, &oom);
+            if (chunks || oom) emit(r, chunks);
+        } else if (ev->text_len || has_lp)
             emit(r, oai_chunk_sse(rs, c, 0, ev->text, ev->text_len, lp, has_lp, 0, 0));
         if (fin) emit(r, oai_chunk_sse(rs, c, 0, "", 0, NULL, 0, 0, fin));
     } else if (ev->text_len || has_lp || fin) {

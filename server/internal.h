@@ -15,6 +15,7 @@
 #include <stdint.h>
 #include <uv.h>
 
+#include "engine/chat.h"
 #include "engine/engine.h"
 #include "engine/model.h"
 #include "engine/tokenizer.h"
@@ -112,7 +113,9 @@ struct srv {
     tokenizer *tok;
     engine *e;
     gr_cache *grammars;          /* compiled structured-output grammars by source (thread-safe) */
-    int chat_tmpl;
+    chat_tmpl *tmpl;             /* the chat template (immutable: preparation threads share it) */
+    int tool_syntax;             /* enum tc_syntax of the template's family (or --tool-call-parser) */
+    int reasoning;               /* enum tc_reasoning (--reasoning-parser) */
     char model_id[256];
     int n_ctx;
     int n_vocab;
@@ -178,9 +181,10 @@ void srv__gen_cancel(srv_req *r);
 void srv__gen_free(srv_req *r);
 enum MHD_Result srv__tokenize(srv_req *r);
 enum MHD_Result srv__detokenize(srv_req *r);
-/* Renders a chat into token ids (malloc'd *ids). 0 or -EINVAL with e filled. */
-int srv__chat_ids(srv *s, const oai_msg *msgs, int n_msgs, int add_generation_prompt,
-                  int32_t **ids, int *n_ids, oai_error *e);
+/* Renders a chat (its template inputs in ch) into token ids (malloc'd *ids). 0 or -EINVAL with
+ * e filled (400 when the template fails on the request). */
+int srv__chat_ids(srv *s, const struct oai_chat *ch, int add_generation_prompt, int32_t **ids,
+                  int *n_ids, oai_error *e);
 int srv__text_ids(srv *s, const char *text, int add_special, int32_t **ids, int *n_ids, oai_error *e);
 void srv__stream_append(srv_req *r, const char *s, size_t n);
 

@@ -33,6 +33,8 @@ static const char *const known_fields[] = {
     "allowed_token_ids", "bad_words", "prompt_logprobs", "truncate_prompt_tokens", "suffix",
     "guided_json", "guided_regex", "guided_choice", "guided_grammar", "structured_outputs",
     "grammar", "json_schema",
+    "tool_choice", "parallel_tool_calls", "functions", "function_call", "chat_template",
+    "chat_template_kwargs",
 };
 
 /* An array of token ids below n_vocab into a malloc'd list. Absent/null leaves *ids NULL. */

@@ -39,6 +39,10 @@ void oai__add_stop_reason(cJSON *choice, const oai_resp *r, const oai_choice *c,
  * {"<id>": {"logprob", "rank", "decoded_token"}} for the prompt token and r->prompt_logprobs
  * alternatives. */
 cJSON *oai__prompt_logprobs_json(const oai_resp *r, const oai_lp *lps, int n);
+/* One chat stream chunk for choice c with the given delta object (consumed), the logprobs of
+ * lps[0..n_lps) and finish (0: none). malloc'd "data: {...}\n\n", or NULL. */
+char *oai__chat_chunk(const oai_resp *r, const oai_choice *c, cJSON *delta, const oai_lp *lps,
+                      int n_lps, int finish);
 /* A token's text as logprobs show it (invalid UTF-8 → U+FFFD; "token_id:N" with token_ids). */
 cJSON *oai__token_string(const oai_resp *r, int32_t id);
 

@@ -11,6 +11,7 @@
 #include <cjson/cJSON.h>
 
 #include "engine/utf8.h"
+#include "server/oai_chat.h"
 #include "server/oai_internal.h"
 #include <errno.h>
 #include <math.h>
@@ -402,13 +403,12 @@ static int parse_logprobs(const cJSON *root, oai_request *r, oai_error *e)
     return 0;
 }
 
-static int parse_chat_extras(const cJSON *root, oai_request *r, oai_error *e)
+static int parse_chat_extras(const cJSON *root, const char *body, size_t len, oai_request *r,
+                             oai_error *e)
 {
-    const cJSON *tools = cJSON_GetObjectItemCaseSensitive(root, "tools");
-    if (cJSON_IsArray(tools) && cJSON_GetArraySize(tools) > 0)
-        return oai_fail(e, 400, ERR_INVALID, "invalid_value", "tools",
-                        "tool calling is not supported by this server");
-    int rc = get_bool(root, "add_generation_prompt", &r->add_generation_prompt, e);
+    int rc = oai__parse_chat(root, body, len, &r->chat, e);
+    if (rc) return rc;
+    rc = get_bool(root, "add_generation_prompt", &r->add_generation_prompt, e);
     if (rc) return rc;
     return parse_messages(root, &r->msgs, &r->n_msgs, e);
 }
@@ -478,7 +478,7 @@ int oai_parse(int kind, const char *body, size_t len, const oai_limits *lim, oai
         rc = oai_fail(err, 400, ERR_INVALID, "invalid_json", NULL, "The request body must be a JSON object");
     } else {
         rc = parse_common(root, lim, out, err);
-        if (!rc) rc = kind == OAI_CHAT ? parse_chat_extras(root, out, err) : parse_prompt(root, lim, out, err);
+        if (!rc) rc = kind == OAI_CHAT ? parse_chat_extras(root, body, len, out, err) : parse_prompt(root, lim, out, err);
         if (!rc) rc = oai__parse_structured(root, lim, out, err); /* last: it may compile */
     }
     cJSON_Delete(root);
@@ -509,6 +509,7 @@ void oai_request_free(oai_request *r)
     smp_params_free_arrays(&r->sampling);
     oai__free_vllm(r);
     gr_unref(r->grammar);
+    oai_chat_free(r->chat);
     memset(r, 0, sizeof *r);
 }
 
@@ -530,6 +531,7 @@ int oai_parse_tokenize(const char *body, size_t len, oai_tok_request *out, oai_e
         rc = bad_type(e, "prompt", "a string");
     } else if (cJSON_GetObjectItemCaseSensitive(root, "messages")) {
         rc = parse_messages(root, &out->msgs, &out->n_msgs, e);
+        if (!rc) rc = oai__parse_chat(root, body, len, &out->chat, e);
     } else {
         rc = oai_fail(e, 400, ERR_INVALID, "missing_required_parameter", "prompt",
                       "either 'prompt' or 'messages' is required");
@@ -567,6 +569,7 @@ void oai_tok_request_free(oai_tok_request *r)
     free(r->prompt);
     free_msgs(r->msgs, r->n_msgs);
     free(r->tokens);
+    oai_chat_free(r->chat);
     memset(r, 0, sizeof *r);
 }
 
@@ -618,6 +621,7 @@ void oai_choice_free(oai_choice *c)
     free(c->text);
     free(c->lps);
     free(c->plps);
+    oai_chat_state_free(c->chat);
     memset(c, 0, sizeof *c);
 }
 
@@ -785,9 +789,9 @@ static cJSON *usage_json(const oai_usage *u)
     return o;
 }
 
-static void add_finish(cJSON *o, int finish)
+static void add_finish(cJSON *o, const oai_choice *c, int finish)
 {
-    const char *f = oai_finish_name(finish);
+    const char *f = c && c->chat ? oai__chat_finish(c, finish) : oai_finish_name(finish);
     if (f) cJSON_AddStringToObject(o, "finish_reason", f);
     else cJSON_AddNullToObject(o, "finish_reason");
 }
@@ -810,13 +814,16 @@ char *oai_response_json(const oai_resp *r, const oai_choice *choices, int n, con
         if (chat) {
             cJSON *m = cJSON_AddObjectToObject(ch, "message");
             cJSON_AddStringToObject(m, "role", "assistant");
-            cJSON_AddStringToObject(m, "content", c->text ? c->text : "");
+            if (c->chat)
+                oai__chat_message(m, c);
+            else
+                cJSON_AddStringToObject(m, "content", c->text ? c->text : "");
             cJSON_AddNullToObject(m, "refusal");
         } else {
             cJSON_AddStringToObject(ch, "text", c->text ? c->text : "");
         }
         cJSON_AddItemToObject(ch, "logprobs", lp_or_null(r, c->lps, c->n_lps, c->text_offset));
-        add_finish(ch, c->finish);
+        add_finish(ch, chat ? c : NULL, c->finish);
         oai__add_stop_reason(ch, r, c, c->finish);
         if (!chat && r->prompt_logprobs >= 0)
             cJSON_AddItemToObject(ch, "prompt_logprobs", oai__prompt_logprobs_json(r, c->plps, c->n_plps));
@@ -850,7 +857,16 @@ char *oai_chunk_sse(const oai_resp *r, const oai_choice *c, int role, const char
 {
     int index = c->index;
     int chat = r->kind == OAI_CHAT;
-    cJSON *o = head(r, chat ? "chat.completion.chunk" : "text_completion");
+    if (chat) {
+        char *t = strndup(text ? text : "", text ? len : 0);
+        if (!t) return NULL;
+        cJSON *d = cJSON_CreateObject();
+        if (role) cJSON_AddStringToObject(d, "role", "assistant");
+        if (role || len || n_lps) cJSON_AddStringToObject(d, "content", t);
+        free(t);
+        return oai__chat_chunk(r, c, d, lps, n_lps, finish);
+    }
+    cJSON *o = head(r, "text_completion");
     cJSON *arr = cJSON_AddArrayToObject(o, "choices");
     cJSON *ch = cJSON_CreateObject();
     cJSON_AddNumberToObject(ch, "index", index);
@@ -860,18 +876,29 @@ char *oai_chunk_sse(const oai_resp *r, const oai_choice *c, int role, const char
         cJSON_Delete(ch);
         return NULL;
     }
-    if (chat) {
-        cJSON *d = cJSON_AddObjectToObject(ch, "delta");
-        if (role) cJSON_AddStringToObject(d, "role", "assistant");
-        if (role || len || n_lps) cJSON_AddStringToObject(d, "content", t);
-        cJSON_AddItemToObject(ch, "logprobs", n_lps ? lp_or_null(r, lps, n_lps, 0) : cJSON_CreateNull());
-    } else {
-        cJSON_AddStringToObject(ch, "text", t);
-        cJSON_AddItemToObject(ch, "logprobs",
-                              r->logprobs >= 0 ? completion_logprobs(r, lps, n_lps, text_offset) : cJSON_CreateNull());
-    }
+    cJSON_AddStringToObject(ch, "text", t);
+    cJSON_AddItemToObject(ch, "logprobs",
+                          r->logprobs >= 0 ? completion_logprobs(r, lps, n_lps, text_offset) : cJSON_CreateNull());
     free(t);
-    add_finish(ch, finish);
+    add_finish(ch, NULL, finish);
+    oai__add_stop_reason(ch, r, c, finish);
+    cJSON_AddItemToArray(arr, ch);
+    if (r->include_usage) cJSON_AddNullToObject(o, "usage");
+    char *json = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return sse_wrap(json);
+}
+
+char *oai__chat_chunk(const oai_resp *r, const oai_choice *c, cJSON *delta, const oai_lp *lps,
+                      int n_lps, int finish)
+{
+    cJSON *o = head(r, "chat.completion.chunk");
+    cJSON *arr = cJSON_AddArrayToObject(o, "choices");
+    cJSON *ch = cJSON_CreateObject();
+    cJSON_AddNumberToObject(ch, "index", c->index);
+    cJSON_AddItemToObject(ch, "delta", delta);
+    cJSON_AddItemToObject(ch, "logprobs", n_lps ? lp_or_null(r, lps, n_lps, 0) : cJSON_CreateNull());
+    add_finish(ch, c, finish);
     oai__add_stop_reason(ch, r, c, finish);
     cJSON_AddItemToArray(arr, ch);
     if (r->include_usage) cJSON_AddNullToObject(o, "usage");

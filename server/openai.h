@@ -76,6 +76,8 @@ typedef struct oai_request {
     char *ignored;                /* owned: the unknown top-level fields, comma-separated, or NULL */
     gr_grammar *grammar;          /* structured output (server/oai_structured.c): a reference the
                                      request owns, NULL when unconstrained */
+    struct oai_chat *chat;        /* chat: tools, tool_choice, the template's inputs (owned;
+                                     server/oai_chat.h) */
 } oai_request;
 
 typedef struct oai_limits {
@@ -106,6 +108,7 @@ typedef struct oai_tok_request {
     int add_generation_prompt;    /* default 1 */
     int32_t *tokens;              /* detokenize: owned [n_tokens] */
     int n_tokens;
+    struct oai_chat *chat;        /* messages: the template's inputs (owned; server/oai_chat.h) */
 } oai_tok_request;
 
 int oai_parse_tokenize(const char *body, size_t len, oai_tok_request *out, oai_error *err);
@@ -141,6 +144,8 @@ typedef struct oai_choice {
     int n_tokens;                 /* generated tokens */
     double cum_logprob;           /* sum over generated tokens */
     int started;                  /* streaming: first chunk (chat role) went out */
+    struct oai_chat_state *chat;  /* chat with tools or a reasoning parser: the reader of the
+                                     output (owned; server/oai_chat.h), else NULL */
 } oai_choice;
 
 enum oai_stop_kind { OAI_STOP_NONE = 0, OAI_STOP_STR, OAI_STOP_TOKEN };

@@ -25,6 +25,8 @@
 
 #include "engine/utf8.h"
 #include "server/internal.h"
+#include "server/oai_chat.h"
+#include "server/toolcall.h"
 
 /* Completions with echo and logprobs score the prompt tokens too (and so does prompt_logprobs). */
 static int echo_logprobs(const oai_request *q)
@@ -61,6 +63,19 @@ static int fit_context(srv *s, const oai_request *q, int n, int64_t kv_tokens, i
     return 0;
 }
 
+/* How a chat answer is read: the reasoning parser, and the tool-call syntax when tools may be
+ * called (the template's family, or that of the request's own template). */
+static void chat_output_mode(srv *s, oai_chat *ch)
+{
+    const char *parser = s->cfg->tool_call_parser;
+    ch->reasoning = s->reasoning;
+    ch->syntax = TC_SYNTAX_NONE;
+    if (!ch->n_tools || ch->tool_choice == OAI_TOOLS_NONE) return;
+    ch->syntax = s->tool_syntax;
+    if (ch->chat_template && (!parser || !strcmp(parser, "auto")))
+        ch->syntax = tc_syntax_detect(ch->chat_template);
+}
+
 /* Text bytes prompt p renders at least (chat: the message contents). */
 static size_t prompt_bytes(const oai_request *q, int p)
 {
@@ -86,7 +101,8 @@ static int prompt_ids(srv *s, const oai_request *q, int p, int32_t **ids, int *n
                         s->n_ctx, least);
     int rc;
     if (q->kind == OAI_CHAT) {
-        rc = srv__chat_ids(s, q->msgs, q->n_msgs, q->add_generation_prompt, ids, n, e);
+        rc = srv__chat_ids(s, q->chat, q->add_generation_prompt, ids, n, e);
+        if (!rc) chat_output_mode(s, q->chat);
     } else if (q->prompts[p].text) {
         rc = srv__text_ids(s, q->prompts[p].text, 1, ids, n, e);
     } else {
@@ -255,7 +271,7 @@ static int prep_tokenize(srv_req *r, oai_error *e)
     int32_t *ids = NULL;
     int n = 0;
     int rc = t.prompt ? srv__text_ids(s, t.prompt, t.add_special, &ids, &n, e)
-                      : srv__chat_ids(s, t.msgs, t.n_msgs, t.add_generation_prompt, &ids, &n, e);
+                      : srv__chat_ids(s, t.chat, t.add_generation_prompt, &ids, &n, e);
     oai_tok_request_free(&t);
     if (rc) return rc;
     size_t cap = 64 + (size_t)n * 12;

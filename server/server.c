@@ -21,6 +21,7 @@
 
 #include "engine/chat.h"
 #include "server/internal.h"
+#include "server/toolcall.h"
 
 /* sd_notify(3)'s datagram protocol, without libsystemd. Silent when NOTIFY_SOCKET is unset. */
 static void srv_notify(const char *msg)
@@ -125,21 +126,16 @@ static int load(srv *s, char *err, size_t err_len)
     if (model_load(c->model_path, &s->m, err, err_len)) return -EINVAL;
     s->tok = tok_create(s->m->gguf, err, err_len);
     if (!s->tok) return -EINVAL;
-    if (c->chat_template && *c->chat_template) {
-        s->chat_tmpl = chat_template_by_name(c->chat_template);
-        if (s->chat_tmpl < 0) {
-            snprintf(err, err_len, "unknown chat template '%s'", c->chat_template);
-            return -EINVAL;
-        }
-    } else {
-        gguf_str js;
-        char *jinja = NULL;
-        if (!gguf_get_str(s->m->gguf, "tokenizer.chat_template", &js)) {
-            jinja = malloc(js.len + 1);
-            if (jinja) gguf_str_copy(js, jinja, js.len + 1);
-        }
-        s->chat_tmpl = chat_template_detect(jinja, s->tok);
-        free(jinja);
+    chat_config cc = {c->chat_template, s->m->gguf, s->tok};
+    s->tmpl = chat_tmpl_create(&cc, err, err_len);
+    if (!s->tmpl) return -EINVAL;
+    s->tool_syntax = tc_syntax_by_name(c->tool_call_parser ? c->tool_call_parser : "auto");
+    if (s->tool_syntax == -2) s->tool_syntax = tc_syntax_detect(chat_tmpl_source(s->tmpl, 1));
+    s->reasoning = tc_reasoning_by_name(c->reasoning_parser);
+    if (s->tool_syntax < 0 || s->reasoning < 0) {
+        snprintf(err, err_len, "unknown %s '%s'", s->tool_syntax < 0 ? "--tool-call-parser" : "--reasoning-parser",
+                 s->tool_syntax < 0 ? c->tool_call_parser : c->reasoning_parser);
+        return -EINVAL;
     }
     s->n_ctx = s->m->hp.n_ctx_train;
     s->n_vocab = tok_n_vocab(s->tok);
@@ -175,6 +171,7 @@ static void teardown(srv *s)
         srv__req_maybe_free(r);
     }
     uv_loop_close(&s->loop);
+    chat_tmpl_destroy(s->tmpl); /* it borrows the tokenizer */
     tok_destroy(s->tok);
     model_destroy(s->m);
 }
@@ -219,9 +216,11 @@ static void load_done(uv_work_t *w, int status)
     engine_get_stats(e, &st);
     s->n_ctx = st.n_ctx; /* --max-model-len, or the model's */
     int v6 = strchr(cfg->host, ':') != NULL;
-    fprintf(stderr, "kvserve: serving '%s' (context %d, chat template %s) on http://%s%s%s:%d\n",
-            s->model_id, s->n_ctx, chat_template_name(s->chat_tmpl), v6 ? "[" : "", cfg->host,
-            v6 ? "]" : "", s->port);
+    fprintf(stderr, "kvserve: serving '%s' (context %d, chat template %s, tool calls %s%s%s) on "
+            "http://%s%s%s:%d\n",
+            s->model_id, s->n_ctx, chat_tmpl_describe(s->tmpl), tc_syntax_name(s->tool_syntax),
+            s->reasoning ? ", reasoning " : "", s->reasoning == TC_REASON_QWEN3 ? "qwen3" : s->reasoning ? "deepseek_r1" : "",
+            v6 ? "[" : "", cfg->host, v6 ? "]" : "", s->port);
     char ready[512];
     snprintf(ready, sizeof ready, "READY=1\nSTATUS=serving %s on port %d", s->model_id, s->port);
     srv_notify(ready);

@@ -185,8 +185,8 @@ Test(openai, chat_parsing)
     oa_bad(OAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\"}]}]}", 400, "invalid_type", "messages[0].content[0]");
     oa_bad(OAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"x\"}}}",
            400, "missing_required_parameter", "response_format.json_schema.schema");
-    oa_bad(OAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]}",
-           400, "invalid_value", "tools");
+    oa_bad(OAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"tools\":[{\"type\":\"function\",\"function\":{}}]}",
+           400, "invalid_type", "tools[0].function.name");
     oa_bad(OAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"max_completion_tokens\":0}", 400, "invalid_value", "max_completion_tokens");
     oa_bad(OAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"top_logprobs\":3}", 400, "invalid_value", "top_logprobs");
     oa_bad(OAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"logprobs\":true,\"top_logprobs\":30}", 400, "invalid_value", "top_logprobs");

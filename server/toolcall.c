@@ -1,0 +1,732 @@
+/*
+ * toolcall.c — the reasoning and tool-call parsers of toolcall.h.
+ *
+ * Both stages keep the text they cannot decide yet in a buffer and re-read it on every feed:
+ * the reasoning stage holds a possible <think> / </think> prefix; the tool-call stage holds a
+ * possible marker prefix in content, and in a call everything from the call's start, which it
+ * re-scans with an incremental JSON object scanner (how far the name and the arguments value
+ * got) and emits only what is new. A finished call, or content that cannot start a marker any
+ * more, is committed and dropped from the buffer, so a long answer costs linear time. Call
+ * bodies that are not JSON are read when complete: Qwen3-Coder's <function=NAME><parameter=K>…
+ * and GLM's NAME<arg_key>K</arg_key><arg_value>V</arg_value> inside <tool_call>. The JSON
+ * scanning is in toolcall_scan.c. Callers: server/oai_chat.c; tests/test_toolcall.c.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server/toolcall_internal.h"
+
+/* ---- names ------------------------------------------------------------------------------- */
+
+static const char *const syntax_names[] = {"none",    "hermes", "llama3_json",
+                                           "mistral", "json",   "args"};
+
+int tc_syntax_by_name(const char *name)
+{
+    if (!name) return -1;
+    if (!strcmp(name, "auto")) return -2;
+    for (int i = 0; i < (int)(sizeof syntax_names / sizeof syntax_names[0]); i++)
+        if (!strcmp(name, syntax_names[i]) && i != TC_ARGS) return i;
+    if (!strcmp(name, "qwen") || !strcmp(name, "qwen3_coder") || !strcmp(name, "glm45"))
+        return TC_HERMES;
+    if (!strcmp(name, "llama3") || !strcmp(name, "llama")) return TC_LLAMA3_JSON;
+    return -1;
+}
+
+const char *tc_syntax_name(int s)
+{
+    return s >= 0 && s <= TC_ARGS ? syntax_names[s] : "?";
+}
+
+int tc_syntax_detect(const char *t)
+{
+    if (!t) return TC_JSON;
+    if (strstr(t, "<tool_call>")) return TC_HERMES;
+    if (strstr(t, "[TOOL_CALLS]")) return TC_MISTRAL;
+    if (strstr(t, "<|python_tag|>") || strstr(t, "<|start_header_id|>")) return TC_LLAMA3_JSON;
+    return TC_JSON;
+}
+
+int tc_reasoning_by_name(const char *name)
+{
+    if (!name || !strcmp(name, "none") || !*name) return TC_REASON_NONE;
+    if (!strcmp(name, "deepseek_r1") || !strcmp(name, "deepseek")) return TC_REASON_DEEPSEEK_R1;
+    if (!strcmp(name, "qwen3")) return TC_REASON_QWEN3;
+    return -1;
+}
+
+enum { R_START, R_THINK, R_CONTENT };
+enum { T_START, T_CONTENT, T_CALL, T_ARRAY, T_TAIL, T_ARGS_ONLY, T_AFTER };
+
+struct tc_parser {
+    int syntax, reasoning;
+    char *forced;
+    uint64_t rng;
+    int oom;
+    tc_emit_fn emit;
+    void *ud;
+    /* reasoning stage */
+    int rmode;
+    tbuf r;
+    /* tool-call stage */
+    int tmode;
+    tbuf t;          /* undecided text, from the last commit point */
+    int after_call;  /* content right after a call: its leading white space is dropped */
+    int cur;         /* the call being read, or -1 */
+    int cur_named;   /* its TC_D_CALL went out */
+    size_t cur_args; /* bytes of its arguments emitted */
+    int array_close; /* T_ARRAY: the closing bracket (']' ) */
+    /* what was read */
+    tbuf content, reason;
+    int has_reason;
+    tc_call *calls;
+    int n_calls;
+};
+
+/* ---- output ------------------------------------------------------------------------------- */
+
+static void out_content(tc_parser *p, const char *s, size_t n)
+{
+    if (p->after_call) {
+        while (n && (*s == ' ' || *s == '\n' || *s == '\r' || *s == '\t'))
+            s++, n--;
+        if (!n) return;
+        p->after_call = 0;
+    }
+    if (!n) return;
+    if (tc__tb_add(&p->content, s, n)) p->oom = 1;
+    tc_delta d = {TC_D_CONTENT, 0, s, n, NULL, NULL};
+    if (p->emit) p->emit(p->ud, &d);
+}
+
+static void out_reason(tc_parser *p, const char *s, size_t n)
+{
+    p->has_reason = 1;
+    if (!n) return;
+    if (tc__tb_add(&p->reason, s, n)) p->oom = 1;
+    tc_delta d = {TC_D_REASONING, 0, s, n, NULL, NULL};
+    if (p->emit) p->emit(p->ud, &d);
+}
+
+static void make_id(tc_parser *p, char *id)
+{
+    static const char al[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+    int mistral = p->syntax == TC_MISTRAL, n = mistral ? 9 : 24, o = 0;
+    if (!mistral) o = snprintf(id, 8, "call_");
+    for (int i = 0; i < n; i++) {
+        p->rng += 0x9E3779B97F4A7C15ull;
+        uint64_t z = p->rng;
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+        id[o++] = al[(z ^ (z >> 31)) % (sizeof al - 1)];
+    }
+    id[o] = 0;
+}
+
+static void call_begin(tc_parser *p)
+{
+    tc_call *nc = realloc(p->calls, sizeof *nc * (size_t)(p->n_calls + 1));
+    if (!nc) {
+        p->oom = 1;
+        return;
+    }
+    p->calls = nc;
+    tc_call *c = &nc[p->n_calls];
+    memset(c, 0, sizeof *c);
+    make_id(p, c->id);
+    c->args = calloc(1, 1);
+    if (!c->args) p->oom = 1;
+    p->cur = p->n_calls++;
+    p->cur_named = 0;
+    p->cur_args = 0;
+}
+
+static void call_name(tc_parser *p, const char *name, size_t n)
+{
+    tc_call *c = &p->calls[p->cur];
+    c->name = strndup(name, n);
+    if (!c->name) {
+        p->oom = 1;
+        return;
+    }
+    p->cur_named = 1;
+    tc_delta d = {TC_D_CALL, p->cur, NULL, 0, c->id, c->name};
+    if (p->emit) p->emit(p->ud, &d);
+}
+
+static void call_args(tc_parser *p, const char *s, size_t n)
+{
+    if (!n) return;
+    tc_call *c = &p->calls[p->cur];
+    char *a = realloc(c->args, c->args_len + n + 1);
+    if (!a) {
+        p->oom = 1;
+        return;
+    }
+    memcpy(a + c->args_len, s, n);
+    c->args_len += n;
+    a[c->args_len] = 0;
+    c->args = a;
+    p->cur_args += n;
+    tc_delta d = {TC_D_ARGS, p->cur, s, n, NULL, NULL};
+    if (p->emit) p->emit(p->ud, &d);
+}
+
+static void call_end(tc_parser *p)
+{
+    if (p->cur >= 0 && !p->calls[p->cur].args_len) call_args(p, "{}", 2);
+    p->cur = -1;
+    p->after_call = 1;
+}
+
+/* Drops the call being read (its body was not a call after all). */
+static void call_abandon(tc_parser *p)
+{
+    if (p->cur < 0) return;
+    if (p->cur_named) { /* already streamed: it stays, as far as it got */
+        call_end(p);
+        return;
+    }
+    free(p->calls[p->cur].name);
+    free(p->calls[p->cur].args);
+    p->n_calls--;
+    p->cur = -1;
+}
+
+/* Emits what the scan of the current call object adds: its name once, then its arguments up to
+ * where they are certain. Returns 1 when the object is complete and was a call, 0 when more
+ * text is needed, -1 when it is not a call. */
+static int feed_obj(tc_parser *p, const char *s, size_t n, size_t start, size_t *end, int final)
+{
+    jobj o;
+    tc__scan_obj(s, n, start, &o);
+    if (o.state < 0) return -1;
+    if (o.state == 1 && !o.name_done && o.fn_done) { /* {"type": "function", "function": {...}} */
+        jobj inner;
+        tc__scan_obj(s, o.fn_b, o.fn_a, &inner);
+        if (inner.state == 1) {
+            size_t e;
+            if (p->cur < 0) call_begin(p);
+            int r = feed_obj(p, s, o.fn_b, o.fn_a, &e, 1);
+            *end = o.end;
+            return r;
+        }
+    }
+    if (!o.name_done && (o.state == 1 || final)) return -1;
+    if (p->cur < 0) call_begin(p);
+    if (p->oom) return -1;
+    if (o.name_done && !p->cur_named) {
+        size_t ln;
+        char *name = tc__json_unescape(s + o.name_a, o.name_b - o.name_a, &ln);
+        if (!name) {
+            p->oom = 1;
+            return -1;
+        }
+        call_name(p, name, ln);
+        free(name);
+    }
+    if (p->cur_named && o.has_args) {
+        char k = s[o.args_a];
+        if (k == '"') {
+            if (o.args_done && !p->cur_args) {
+                size_t ln;
+                char *a = tc__json_unescape(s + o.args_a + 1, o.args_b - o.args_a - 2, &ln);
+                if (!a)
+                    p->oom = 1;
+                else
+                    call_args(p, a, ln ? ln : 0);
+                if (a && !ln) call_args(p, "{}", 2);
+                free(a);
+            }
+        } else {
+            size_t b = o.args_b;
+            if (!o.args_done)
+                while (b > o.args_a && tc__is_ws(s[b - 1]))
+                    b--;
+            if ((k == '{' || k == '[' || o.args_done) && b > o.args_a + p->cur_args)
+                call_args(p, s + o.args_a + p->cur_args, b - o.args_a - p->cur_args);
+        }
+    }
+    if (o.state != 1) return 0;
+    *end = o.end;
+    return 1;
+}
+
+/* ---- non-JSON call bodies (complete) ------------------------------------------------------ */
+
+/* <function=NAME><parameter=K>V</parameter>…</function> (Qwen3-Coder), or NAME followed by
+ * <arg_key>K</arg_key><arg_value>V</arg_value> pairs (GLM). 1 when one was read. */
+static int xml_body(tc_parser *p, const char *s, size_t n)
+{
+    const char *e = s + n, *name, *name_end, *q;
+    int glm = 0;
+    const char *f = tc__find(s, n, "<function=");
+    if (f) {
+        name = f + 10;
+        name_end = memchr(name, '>', (size_t)(e - name));
+        if (!name_end) return 0;
+        q = name_end + 1;
+    } else {
+        glm = 1;
+        while (s < e && tc__is_ws(*s))
+            s++;
+        name = s;
+        q = tc__find(s, (size_t)(e - s), "<arg_key>");
+        name_end = q ? q : e;
+        while (name_end > name && tc__is_ws(name_end[-1]))
+            name_end--;
+        for (const char *c = name; c < name_end; c++)
+            if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') ||
+                  (*c >= '0' && *c <= '9') || strchr("_.-:", *c) || (unsigned char)*c >= 0x80))
+                return 0;
+        if (name_end == name) return 0;
+        if (!q) q = e;
+    }
+    tbuf args = {0};
+    tc__tb_add(&args, "{", 1);
+    int first = 1;
+    for (;;) {
+        const char *ko = tc__find(q, (size_t)(e - q), glm ? "<arg_key>" : "<parameter=");
+        if (!ko) break;
+        const char *ka = ko + (glm ? 9 : 11);
+        const char *kb = tc__find(ka, (size_t)(e - ka), glm ? "</arg_key>" : ">");
+        if (!kb) break;
+        const char *va = glm ? tc__find(kb, (size_t)(e - kb), "<arg_value>") : kb + 1;
+        if (!va) break;
+        if (glm) va += 11;
+        const char *vb = tc__find(va, (size_t)(e - va), glm ? "</arg_value>" : "</parameter>");
+        if (!vb) vb = e;
+        if (!first) tc__tb_add(&args, ", ", 2);
+        first = 0;
+        tc__json_value_of(&args, ka, (size_t)(kb - ka));
+        tc__tb_add(&args, ": ", 2);
+        tc__json_value_of(&args, va, (size_t)(vb - va));
+        q = vb;
+    }
+    tc__tb_add(&args, "}", 1);
+    if (!args.s) {
+        p->oom = 1;
+        return 0;
+    }
+    if (p->cur < 0) call_begin(p);
+    if (!p->oom) {
+        call_name(p, name, (size_t)(name_end - name));
+        if (!p->oom) call_args(p, args.s, args.n);
+    }
+    free(args.s);
+    return !p->oom;
+}
+
+/* ---- the tool-call stage ------------------------------------------------------------------ */
+
+/* The length of the longest suffix of s[0..n) that is a proper prefix of marker. */
+static size_t partial_suffix(const char *s, size_t n, const char *marker)
+{
+    size_t m = strlen(marker);
+    for (size_t k = m - 1 < n ? m - 1 : n; k > 0; k--)
+        if (!memcmp(s + n - k, marker, k)) return k;
+    return 0;
+}
+
+/* Content until the syntax's call marker; returns 1 when the marker was consumed. */
+static int stage_content(tc_parser *p, size_t *pos, int final)
+{
+    const char *marker = p->syntax == TC_HERMES    ? "<tool_call>"
+                         : p->syntax == TC_MISTRAL ? "[TOOL_CALLS]"
+                                                   : NULL;
+    const char *s = p->t.s + *pos;
+    size_t n = p->t.n - *pos;
+    const char *m = marker ? tc__find(s, n, marker) : NULL;
+    if (m) {
+        out_content(p, s, (size_t)(m - s));
+        *pos += (size_t)(m - s) + strlen(marker);
+        return 1;
+    }
+    size_t hold = marker && !final ? partial_suffix(s, n, marker) : 0;
+    out_content(p, s, n - hold);
+    *pos += n - hold;
+    return 0;
+}
+
+/* A call's body inside <tool_call>…</tool_call>. Returns 1 when the call is done, 0 to wait. */
+static int stage_hermes_call(tc_parser *p, size_t *pos, int final)
+{
+    const char *s = p->t.s + *pos;
+    size_t n = p->t.n - *pos, i = tc__skip_ws(s, n, 0);
+    const char *close = tc__find(s, n, "</tool_call>");
+    size_t body = close ? (size_t)(close - s) : n;
+    if (i < body && s[i] == '{') {
+        size_t end;
+        int r = feed_obj(p, s, body, i, &end, close || final);
+        if (r >= 0 && !close && !final) return 0; /* the closing tag is still to come */
+        if (r == 1 || p->cur_named) {
+            call_end(p);
+            *pos += close ? body + 12 : n;
+            return 1;
+        }
+        call_abandon(p);
+    } else if (!close && !final)
+        return 0;
+    else if (xml_body(p, s, body)) {
+        call_end(p);
+        *pos += close ? body + 12 : n;
+        return 1;
+    }
+    /* not a call: the text is content after all */
+    out_content(p, "<tool_call>", 11);
+    out_content(p, s, close ? body + 12 : n);
+    *pos += close ? body + 12 : n;
+    return 1;
+}
+
+/* [ {call}, {call} ] — returns 1 when the array ended (or was abandoned), 0 to wait. */
+static int stage_array(tc_parser *p, size_t *pos, int final)
+{
+    for (;;) {
+        const char *s = p->t.s + *pos;
+        size_t n = p->t.n - *pos, i = tc__skip_ws(s, n, 0);
+        while (i < n && s[i] == ',')
+            i = tc__skip_ws(s, n, i + 1);
+        if (i >= n) return final;
+        if (s[i] == ']') {
+            *pos += i + 1;
+            return 1;
+        }
+        if (s[i] != '{') {
+            out_content(p, s + i, n - i);
+            *pos += n;
+            return 1;
+        }
+        size_t end;
+        int r = feed_obj(p, s, n, i, &end, final);
+        if (r == 0) {
+            if (final && p->cur_named) call_end(p);
+            return final;
+        }
+        if (r < 0) {
+            call_abandon(p);
+            out_content(p, s + i, n - i);
+            *pos += n;
+            return 1;
+        }
+        call_end(p);
+        *pos += end;
+    }
+}
+
+/* Mistral after [TOOL_CALLS]: a JSON array, or name[ARGS]{...} (with an optional [CALL_ID]). */
+static int stage_mistral_call(tc_parser *p, size_t *pos, int final)
+{
+    const char *s = p->t.s + *pos;
+    size_t n = p->t.n - *pos, i = tc__skip_ws(s, n, 0);
+    if (i >= n) return final;
+    if (s[i] == '[') {
+        *pos += i + 1;
+        p->tmode = T_ARRAY;
+        return stage_array(p, pos, final);
+    }
+    const char *args = tc__find(s + i, n - i, "[ARGS]"), *cid = tc__find(s + i, n - i, "[CALL_ID]");
+    const char *name_end = cid && (!args || cid < args) ? cid : args;
+    if (!args) {
+        if (final) {
+            out_content(p, s, n);
+            *pos += n;
+            return 1;
+        }
+        return 0;
+    }
+    if (p->cur < 0) {
+        call_begin(p);
+        if (p->oom) return 1;
+        call_name(p, s + i, (size_t)(name_end - s - i));
+    }
+    size_t a = (size_t)(args - s) + 6, b = tc__skip_ws(s, n, a);
+    int done = 0;
+    size_t e = b < n ? tc__skip_value(s, n, b, &done) : n;
+    if (e == (size_t)-1) {
+        call_end(p);
+        *pos += b;
+        return 1;
+    }
+    size_t vis = e;
+    if (!done)
+        while (vis > b && tc__is_ws(s[vis - 1]))
+            vis--;
+    if (b < n && vis > b + p->cur_args) call_args(p, s + b + p->cur_args, vis - b - p->cur_args);
+    if (!done && !final) return 0;
+    call_end(p);
+    *pos += e;
+    return 1;
+}
+
+/* The start of a llama3_json / json output: a call object or array, or content. */
+static int stage_start(tc_parser *p, size_t *pos, int final)
+{
+    const char *s = p->t.s + *pos;
+    size_t n = p->t.n - *pos, i = tc__skip_ws(s, n, 0);
+    static const char tag[] = "<|python_tag|>";
+    if (p->syntax == TC_LLAMA3_JSON && n - i < sizeof tag - 1 && !memcmp(s + i, tag, n - i) &&
+        !final)
+        return 0;
+    if (p->syntax == TC_LLAMA3_JSON && n - i >= sizeof tag - 1 &&
+        !memcmp(s + i, tag, sizeof tag - 1))
+        i = tc__skip_ws(s, n, i + sizeof tag - 1);
+    if (p->syntax == TC_JSON && n - i >= 3 && !memcmp(s + i, "```", 3)) {
+        const char *nl = memchr(s + i, '\n', n - i);
+        if (!nl && !final) return 0;
+        if (nl) i = tc__skip_ws(s, n, (size_t)(nl - s) + 1);
+    } else if (p->syntax == TC_JSON && n - i < 3 && !memcmp(s + i, "```", n - i) && !final)
+        return 0;
+    if (i >= n) {
+        if (!final) return 0;
+        out_content(p, s, n);
+        *pos += n;
+        p->tmode = T_TAIL;
+        return 1;
+    }
+    if (s[i] == '[') {
+        *pos += i + 1;
+        p->tmode = T_ARRAY;
+        return 1;
+    }
+    if (s[i] == '{') {
+        jobj o;
+        tc__scan_obj(s, n, i, &o);
+        if (o.state == 1 && !o.name_done && !o.fn_done && o.tc_done) { /* {"tool_calls": [...]} */
+            for (size_t k = o.tc_a + 1; k < o.tc_b - 1;) {
+                k = tc__skip_ws(s, o.tc_b - 1, k);
+                if (k < o.tc_b - 1 && s[k] == ',') k = tc__skip_ws(s, o.tc_b - 1, k + 1);
+                if (k >= o.tc_b - 1 || s[k] != '{') break;
+                size_t end;
+                int r = feed_obj(p, s, o.tc_b - 1, k, &end, 1);
+                if (r != 1) {
+                    call_abandon(p);
+                    break;
+                }
+                call_end(p);
+                k = end;
+            }
+            *pos += o.end;
+            p->tmode = T_AFTER;
+            return 1;
+        }
+        size_t end;
+        int r = feed_obj(p, s, n, i, &end, final);
+        if (r == 0) {
+            if (final && p->cur_named) {
+                call_end(p);
+                *pos += n;
+                p->tmode = T_TAIL;
+                return 1;
+            }
+            return 0;
+        }
+        if (r == 1) {
+            call_end(p);
+            *pos += end;
+            p->tmode = T_AFTER;
+            return 1;
+        }
+        call_abandon(p);
+    }
+    out_content(p, s, n); /* not a call: all of it is content */
+    *pos += n;
+    p->tmode = T_TAIL;
+    return 1;
+}
+
+/* After a llama3_json / json call: ';' and another call, a closing fence, or content. */
+static int stage_after(tc_parser *p, size_t *pos, int final)
+{
+    const char *s = p->t.s + *pos;
+    size_t n = p->t.n - *pos, i = tc__skip_ws(s, n, 0);
+    if (i >= n) {
+        if (final) *pos += n;
+        return final;
+    }
+    if (s[i] == ';' || s[i] == ',') {
+        *pos += i + 1;
+        p->tmode = T_START;
+        return 1;
+    }
+    if (p->syntax == TC_JSON && n - i < 3 && !memcmp(s + i, "```", n - i) && !final) return 0;
+    if (p->syntax == TC_JSON && n - i >= 3 && !memcmp(s + i, "```", 3)) i += 3;
+    *pos += i;
+    p->tmode = T_TAIL;
+    return 1;
+}
+
+static void stage_args_only(tc_parser *p, size_t *pos, int final)
+{
+    const char *s = p->t.s + *pos;
+    size_t n = p->t.n - *pos, a = p->cur_args ? 0 : tc__skip_ws(s, n, 0), b = n;
+    while (b > a && tc__is_ws(s[b - 1])) /* trailing white space waits for what follows it */
+        b--;
+    if (b > a) call_args(p, s + a, b - a);
+    *pos += final ? n : b;
+    if (final) call_end(p);
+}
+
+/* Runs the tool-call stage over the undecided text, committing what it decides: each step
+ * returns 1 when it decided something and the next one may go on, 0 when it waits for text. A
+ * call being read keeps its text from its start (the step does not move pos past it). */
+static void stage_tools(tc_parser *p, int final)
+{
+    size_t pos = 0;
+    while (!p->oom) {
+        size_t before = pos;
+        int mode = p->tmode, go = 0;
+        switch (p->tmode) {
+        case T_START:
+            go = stage_start(p, &pos, final);
+            break;
+        case T_CONTENT:
+            go = stage_content(p, &pos, final);
+            if (go) p->tmode = T_CALL;
+            break;
+        case T_CALL:
+            go = p->syntax == TC_MISTRAL ? stage_mistral_call(p, &pos, final)
+                                         : stage_hermes_call(p, &pos, final);
+            if (go && p->tmode == T_CALL) p->tmode = T_CONTENT;
+            break;
+        case T_ARRAY:
+            go = stage_array(p, &pos, final);
+            if (go) p->tmode = p->syntax == TC_MISTRAL ? T_CONTENT : T_AFTER;
+            break;
+        case T_AFTER:
+            go = stage_after(p, &pos, final);
+            break;
+        case T_ARGS_ONLY:
+            stage_args_only(p, &pos, final);
+            break;
+        default:
+            out_content(p, p->t.s + pos, p->t.n - pos);
+            pos = p->t.n;
+        }
+        if (!go || (pos == before && p->tmode == mode)) break;
+    }
+    tc__tb_drop(&p->t, pos);
+}
+
+/* ---- the reasoning stage ------------------------------------------------------------------ */
+
+static void to_tools(tc_parser *p, const char *s, size_t n)
+{
+    if (tc__tb_add(&p->t, s, n)) p->oom = 1;
+}
+
+static void stage_reasoning(tc_parser *p, int final)
+{
+    static const char open[] = "<think>", close[] = "</think>";
+    for (;;) {
+        const char *s = p->r.s ? p->r.s : "";
+        size_t n = p->r.n;
+        if (p->rmode == R_START) {
+            size_t i = tc__skip_ws(s, n, 0);
+            size_t k = n - i < sizeof open - 1 ? n - i : sizeof open - 1;
+            if (!memcmp(s + i, open, k) && k < sizeof open - 1 && !final) return;
+            if (k == sizeof open - 1 && !memcmp(s + i, open, k)) {
+                tc__tb_drop(&p->r, i + k);
+                p->rmode = R_THINK;
+                continue;
+            }
+            p->rmode = p->reasoning == TC_REASON_DEEPSEEK_R1 ? R_THINK : R_CONTENT;
+            continue;
+        }
+        if (p->rmode == R_THINK) {
+            const char *m = tc__find(s, n, close);
+            if (m) {
+                out_reason(p, s, (size_t)(m - s));
+                tc__tb_drop(&p->r, (size_t)(m - s) + sizeof close - 1);
+                p->rmode = R_CONTENT;
+                continue;
+            }
+            size_t hold = final ? 0 : partial_suffix(s, n, close);
+            out_reason(p, s, n - hold);
+            tc__tb_drop(&p->r, n - hold);
+            return;
+        }
+        to_tools(p, s, n);
+        tc__tb_drop(&p->r, n);
+        return;
+    }
+}
+
+/* ---- public ------------------------------------------------------------------------------- */
+
+tc_parser *tc_parser_create(int syntax, int reasoning, const char *forced_name, uint64_t id_seed)
+{
+    tc_parser *p = calloc(1, sizeof *p);
+    if (!p) return NULL;
+    p->syntax = syntax;
+    p->reasoning = reasoning;
+    p->rng = id_seed;
+    p->cur = -1;
+    p->rmode = reasoning ? R_START : R_CONTENT;
+    p->tmode = syntax == TC_LLAMA3_JSON || syntax == TC_JSON ? T_START
+               : syntax == TC_ARGS                           ? T_ARGS_ONLY
+               : syntax == TC_SYNTAX_NONE                    ? T_TAIL
+                                                             : T_CONTENT;
+    if (forced_name && !(p->forced = strdup(forced_name))) {
+        free(p);
+        return NULL;
+    }
+    return p;
+}
+
+void tc_parser_destroy(tc_parser *p)
+{
+    if (!p) return;
+    for (int i = 0; i < p->n_calls; i++) {
+        free(p->calls[i].name);
+        free(p->calls[i].args);
+    }
+    free(p->calls);
+    free(p->r.s);
+    free(p->t.s);
+    free(p->content.s);
+    free(p->reason.s);
+    free(p->forced);
+    free(p);
+}
+
+int tc_parser_feed(tc_parser *p, const char *text, size_t n, int final, tc_emit_fn emit, void *ud)
+{
+    if (p->oom) return -ENOMEM;
+    p->emit = emit;
+    p->ud = ud;
+    if (p->syntax == TC_ARGS && !p->n_calls) {
+        call_begin(p);
+        if (!p->oom) call_name(p, p->forced ? p->forced : "", p->forced ? strlen(p->forced) : 0);
+    }
+    if (tc__tb_add(&p->r, text, n)) p->oom = 1;
+    if (!p->oom) stage_reasoning(p, final);
+    if (!p->oom) stage_tools(p, final);
+    p->emit = NULL;
+    p->ud = NULL;
+    return p->oom ? -ENOMEM : 0;
+}
+
+const char *tc_parser_content(const tc_parser *p, size_t *len)
+{
+    if (len) *len = p->content.n;
+    return p->content.s ? p->content.s : "";
+}
+
+const char *tc_parser_reasoning(const tc_parser *p, size_t *len)
+{
+    if (len) *len = p->reason.n;
+    return p->has_reason ? (p->reason.s ? p->reason.s : "") : NULL;
+}
+
+int tc_parser_n_calls(const tc_parser *p)
+{
+    return p->n_calls;
+}
+
+const tc_call *tc_parser_call(const tc_parser *p, int i)
+{
+    return i >= 0 && i < p->n_calls ? &p->calls[i] : NULL;
+}

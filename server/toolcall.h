@@ -1,0 +1,87 @@
+/*
+ * toolcall.h — reading a chat model's output: reasoning inside <think>…</think>, and tool calls
+ * in the call syntax of the model's family, into OpenAI's message fields, in full and as stream
+ * deltas.
+ *
+ *   generated text ─► reasoning stage ──► reasoning_content
+ *                          │ the rest
+ *                          ▼
+ *                     tool-call stage ──► content, tool_calls[i] = {id, name, arguments}
+ *
+ * Syntaxes: hermes (Qwen, Hermes: <tool_call>{"name": …, "arguments": {…}}</tool_call>, several
+ * allowed), llama3_json (Llama 3.x: the output starts with {"name": …, "parameters": {…}},
+ * optionally after <|python_tag|>, several separated by ';'), mistral ([TOOL_CALLS] followed by a
+ * JSON array of {"name", "arguments"}, or by name[ARGS]{…} per call, optionally [CALL_ID]id),
+ * json (the generic fallback: the output is a call object, an array of them, or
+ * {"tool_calls": [...]}, optionally in a ``` fence; it is also what tool_choice "required"
+ * constrains the output to) and args (tool_choice naming a function: the whole output is that
+ * function's arguments). A call object may also have OpenAI's shape {"function": {"name",
+ * "arguments"}}. Arguments keep the model's own JSON text (a string value is decoded: it already
+ * holds JSON), so the streamed pieces add up to exactly the non-streamed string.
+ *
+ * Reasoning parsers: deepseek_r1 (the output starts inside the reasoning, an opening <think>
+ * optional, up to </think>; no </think> means all of it was reasoning) and qwen3 (reasoning only
+ * when the output opens with <think>, up to </think> or the end).
+ *
+ * Streaming holds back only what could still turn into a marker or a call, so the concatenated
+ * deltas equal the final fields. Pure functions of the text: no server state, any thread.
+ */
+#ifndef KVSERVE_TOOLCALL_H
+#define KVSERVE_TOOLCALL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum tc_syntax { TC_SYNTAX_NONE = 0, TC_HERMES, TC_LLAMA3_JSON, TC_MISTRAL, TC_JSON, TC_ARGS };
+enum tc_reasoning { TC_REASON_NONE = 0, TC_REASON_DEEPSEEK_R1, TC_REASON_QWEN3 };
+
+/* By name ("hermes", "llama3_json", "mistral", "json", "none"; "auto" is -2), or -1. */
+int tc_syntax_by_name(const char *name);
+const char *tc_syntax_name(int syntax);
+/* The syntax a chat template teaches its model, from its markers (json when none is known). */
+int tc_syntax_detect(const char *template_text);
+/* "deepseek_r1", "qwen3" (and "none"), or -1. */
+int tc_reasoning_by_name(const char *name);
+
+enum tc_delta_kind {
+    TC_D_CONTENT,   /* text: more content */
+    TC_D_REASONING, /* text: more reasoning */
+    TC_D_CALL,      /* a new tool call: index, id, name */
+    TC_D_ARGS       /* text: more arguments of call index */
+};
+
+typedef struct tc_delta {
+    int kind; /* enum tc_delta_kind */
+    int index;
+    const char *text;
+    size_t len;
+    const char *id, *name;
+} tc_delta;
+
+typedef void (*tc_emit_fn)(void *ud, const tc_delta *d);
+
+typedef struct tc_call {
+    char id[40];
+    char *name; /* NUL-terminated, owned */
+    char *args; /* NUL-terminated, owned ("" until arguments arrive) */
+    size_t args_len;
+} tc_call;
+
+typedef struct tc_parser tc_parser;
+
+/* A parser for one choice's output. forced_name: TC_ARGS's function (copied). id_seed makes
+ * the call ids ("call_" + 24 characters; 9 alphanumerics for mistral). NULL when out of memory. */
+tc_parser *tc_parser_create(int syntax, int reasoning, const char *forced_name, uint64_t id_seed);
+void tc_parser_destroy(tc_parser *p);
+
+/* Feeds the next piece of output; final = 1 with the last one (n may be 0). Each delta goes to
+ * emit (NULL: none) as it becomes certain. 0, or -ENOMEM (the parser is then unusable). */
+int tc_parser_feed(tc_parser *p, const char *text, size_t n, int final, tc_emit_fn emit, void *ud);
+
+/* What was read so far: the content, the reasoning (NULL when there was none) and the calls. */
+const char *tc_parser_content(const tc_parser *p, size_t *len);
+const char *tc_parser_reasoning(const tc_parser *p, size_t *len);
+int tc_parser_n_calls(const tc_parser *p);
+const tc_call *tc_parser_call(const tc_parser *p, int i);
+
+#endif
