@@ -47,13 +47,77 @@ enum kv_dtype { KV_F16 = 0, KV_F32 = 1, KV_BF16 = 2, KV_I8 = 3, KV_FP8 = 4 };
 #define KV_I8_QMAX 127.0f
 #define KV_FP8_QMAX 448.0f
 
+/* ---- layer groups and their retention rules --------------------------------------------- */
+
+/* Layers that keep their KV by the same rule form a group; each group has its own blocks (its
+ * own pool and arena) and each sequence one block table per group, so a group whose rule drops
+ * old entries frees memory while the others keep theirs (docs/kv-windows.md). */
+#define KV_MAX_GROUPS 4
+#define KV_MAX_LAYERS 256
+
+enum kv_keep {
+    KV_KEEP_ALL = 0,    /* every entry, for the sequence's life (full attention) */
+    KV_KEEP_WINDOW = 1, /* the model's sliding window: a token attends to the last `window`
+                           positions (itself included); blocks every future token's window has
+                           left are released */
+    KV_KEEP_SINKS = 2,  /* StreamingLLM: the first `sinks` tokens (whole blocks) and the most
+                           recent ones, at most `window` entries in all; when a token would make
+                           it window + 1, the oldest block after the sinks is released */
+};
+
+typedef struct kv_rule {
+    int keep;   /* enum kv_keep */
+    int window; /* KV_KEEP_WINDOW: positions a token sees; KV_KEEP_SINKS: most entries kept */
+    int sinks;  /* KV_KEEP_SINKS: leading tokens kept, rounded up to whole blocks */
+} kv_rule;
+
 typedef struct kv_geom {
     int n_layers;
     int n_kv_heads;
     int head_dim;
     int block_size; /* tokens per block */
     int dtype;      /* enum kv_dtype */
+    int n_groups;   /* layer groups; 0 means one: every layer in group 0, keeping everything */
+    kv_rule rule[KV_MAX_GROUPS];          /* each group's rule */
+    uint8_t layer_group[KV_MAX_LAYERS];   /* each layer's group (n_groups > 1) */
 } kv_geom;
+
+/* A geometry of one group of every layer, keeping everything. */
+static inline kv_geom kv_geom_make(int n_layers, int n_kv_heads, int head_dim, int block_size, int dtype)
+{
+    kv_geom g;
+    memset(&g, 0, sizeof g);
+    g.n_layers = n_layers;
+    g.n_kv_heads = n_kv_heads;
+    g.head_dim = head_dim;
+    g.block_size = block_size;
+    g.dtype = dtype;
+    return g;
+}
+
+static inline int kv_n_groups(const kv_geom *g)
+{
+    return g->n_groups > 1 ? g->n_groups : 1;
+}
+
+static inline int kv_group_of(const kv_geom *g, int layer)
+{
+    return g->n_groups > 1 ? g->layer_group[layer] : 0;
+}
+
+static inline int kv_group_layers(const kv_geom *g, int group)
+{
+    if (g->n_groups <= 1) return g->n_layers;
+    int n = 0;
+    for (int l = 0; l < g->n_layers; l++) n += g->layer_group[l] == group;
+    return n;
+}
+
+/* Blocks of sinks a rule keeps (KV_KEEP_SINKS: sinks rounded up to whole blocks; else 0). */
+static inline int kv_sink_blocks(const kv_rule *r, int block_size)
+{
+    return r->keep == KV_KEEP_SINKS ? (r->sinks + block_size - 1) / block_size : 0;
+}
 
 /* 1 for the quantised types (int8, fp8): values with one scale per head vector. */
 static inline int kv_dtype_is_quant(int dtype)
@@ -96,15 +160,41 @@ static inline size_t kv_tile_bytes(const kv_geom *g)
     return kv_vec_bytes(g) * (size_t)g->block_size;
 }
 
-/* 2 × n_layers × n_kv_heads × bytes per head vector. */
+/* 2 × n_layers × n_kv_heads × bytes per head vector: every layer, all groups together. */
 static inline size_t kv_bytes_per_token(const kv_geom *g)
 {
     return 2u * (size_t)g->n_layers * (size_t)g->n_kv_heads * kv_vec_bytes(g);
 }
 
+/* The same for the layers of one group. */
+static inline size_t kv_group_bytes_per_token(const kv_geom *g, int group)
+{
+    return 2u * (size_t)kv_group_layers(g, group) * (size_t)g->n_kv_heads * kv_vec_bytes(g);
+}
+
+/* Bytes of one block of one group (every layer of the group, K and V). */
+static inline size_t kv_group_bytes_per_block(const kv_geom *g, int group)
+{
+    return kv_group_bytes_per_token(g, group) * (size_t)g->block_size;
+}
+
+/* Bytes of one block of every layer (the single-group geometry's block). */
 static inline size_t kv_bytes_per_block(const kv_geom *g)
 {
     return kv_bytes_per_token(g) * (size_t)g->block_size;
+}
+
+/* Most blocks one sequence holds at once in a group: its whole context (n_ctx tokens) when the
+ * group keeps everything; one window of entries under KV_KEEP_SINKS; under KV_KEEP_WINDOW the
+ * window plus one step's chunk of new tokens (max_chunk) and the block the window starts in.
+ * Never more than the whole context. */
+static inline int64_t kv_group_seq_blocks(const kv_geom *g, int group, int64_t n_ctx, int max_chunk)
+{
+    const kv_rule *r = &g->rule[group];
+    int64_t bs = g->block_size, all = (n_ctx + bs - 1) / bs, n = all;
+    if (r->keep == KV_KEEP_SINKS) n = (r->window + bs - 1) / bs;
+    else if (r->keep == KV_KEEP_WINDOW) n = (r->window + max_chunk + bs - 2) / bs + 1;
+    return n < all ? n : all;
 }
 
 /* Writes the formula of kv_bytes_per_token without its result into buf, e.g.
@@ -112,12 +202,17 @@ static inline size_t kv_bytes_per_block(const kv_geom *g)
  * int8 cache (unnamed). Returns what snprintf returns. (kv.c) */
 int kv_formula(const kv_geom *g, int named, char *buf, size_t len);
 
-/* Number of whole blocks that fit in budget_bytes. */
+/* Number of whole blocks that fit in budget_bytes (one group of every layer). */
 static inline int64_t kv_blocks_for_budget(const kv_geom *g, size_t budget_bytes)
 {
     size_t b = kv_bytes_per_block(g);
     return b ? (int64_t)(budget_bytes / b) : 0;
 }
+
+/* Splits budget_bytes between the groups in proportion to what one sequence of n_ctx tokens
+ * holds in each (kv_group_seq_blocks), so every group runs out at the same number of
+ * sequences; n_blocks[group] gets each group's blocks. Returns how many such sequences fit. */
+int64_t kv_split_budget(const kv_geom *g, size_t budget_bytes, int64_t n_ctx, int max_chunk, int64_t *n_blocks);
 
 /* ---- codecs of the quantised types ------------------------------------------------------- */
 

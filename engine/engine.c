@@ -653,7 +653,7 @@ static int eng__setup(engine *e, char *err, size_t err_len)
                     c->max_batch_tokens, c->max_seqs);
         c->max_batch_tokens = c->max_seqs;
     }
-    e->g = (kv_geom){hp->n_layers, hp->n_kv_heads, hp->head_dim, c->block_size, c->kv_dtype};
+    e->g = kv_geom_make(hp->n_layers, hp->n_kv_heads, hp->head_dim, c->block_size, c->kv_dtype);
     int n_train = hp->n_ctx_train > 0 ? hp->n_ctx_train : 2048;
     if (c->max_model_len < 0 || c->max_model_len > n_train) {
         snprintf(err, err_len, "max-model-len %d is outside 1 .. %d (the model's context length)",

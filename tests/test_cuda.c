@@ -165,7 +165,7 @@ static void tcu_generate(const model *m, backend *be, int kv_dtype, int32_t ids[
     const int bs = 16, stride = 8;
     static const int32_t prompts[TCU_SEQS][5] = {{1, 403, 407, 261, 378}, {1, 317, 269, 274, 287}, {1, 291, 280, 294, 0}};
     const int n_prompt[TCU_SEQS] = {5, 5, 4};
-    kv_geom g = {m->hp.n_layers, m->hp.n_kv_heads, m->hp.head_dim, bs, kv_dtype};
+    kv_geom g = kv_geom_make(m->hp.n_layers, m->hp.n_kv_heads, m->hp.head_dim, bs, kv_dtype);
     char err[256];
     fwd *f = fwd_create(m, be, &g, TCU_SEQS * stride, 64, TCU_SEQS, err, sizeof err);
     cr_assert_not_null(f, "%s", err);

@@ -146,7 +146,7 @@ Test(cuda_host, kv_layout_bijective)
  * size the formula's (cache/kv.h kv_tile_bytes). */
 Test(cuda_host, kv_layout_quantised_bijective)
 {
-    kv_geom g = {2, 3, 6, 5, KV_I8};
+    kv_geom g = kv_geom_make(2, 3, 6, 5, KV_I8);
     cuda_kv_layout l = cuda_kv_layout_of(&g, 4);
     cr_assert_eq(l.tile_extra, 2 * 5);
     cr_assert_eq((size_t)cuda_kv_tile_elems(&l), kv_tile_bytes(&g));

@@ -275,7 +275,7 @@ static void tf_modes(tf_ctx *c, int kv_dtype, int bs, double qtol, const char *w
     tf_seq_make(c, &seqs[2], 51, 9, &rng);
     size_t cross_n = (size_t)3 * 128 * c->n_vocab;
     double *cross[3];
-    kv_geom g = {c->m->hp.n_layers, c->m->hp.n_kv_heads, c->m->hp.head_dim, bs, kv_dtype};
+    kv_geom g = kv_geom_make(c->m->hp.n_layers, c->m->hp.n_kv_heads, c->m->hp.head_dim, bs, kv_dtype);
     for (int li = 0; li < n_lv; li++) {
         backend *be = tu_cpu_backend(&lv[li], 2);
         for (int mode = 0; mode < 3; mode++) {
@@ -475,7 +475,7 @@ Test(forward, rejects_bad_geometry_and_oversized_batches)
     backend *be = cpu_backend_create(1);
     cr_assert_not_null(be);
     char err[512] = "";
-    kv_geom g = {c.m->hp.n_layers, c.m->hp.n_kv_heads + 1, c.m->hp.head_dim, 16, KV_F32};
+    kv_geom g = kv_geom_make(c.m->hp.n_layers, c.m->hp.n_kv_heads + 1, c.m->hp.head_dim, 16, KV_F32);
     cr_assert_null(fwd_create(c.m, be, &g, 4, 8, 1, err, sizeof err));
     cr_assert(strstr(err, "geometry"), "message: %s", err);
     g.n_kv_heads = c.m->hp.n_kv_heads;

@@ -107,7 +107,7 @@ static int tg_ids(const cJSON *arr, int32_t *out, int cap)
 static fwd *tg_fwd(const model *m, backend **be, int kv_dtype, int n_blocks, const tu_cpu_level *lv)
 {
     *be = tu_cpu_backend(lv, 2);
-    kv_geom g = {m->hp.n_layers, m->hp.n_kv_heads, m->hp.head_dim, TG_BLOCK, kv_dtype};
+    kv_geom g = kv_geom_make(m->hp.n_layers, m->hp.n_kv_heads, m->hp.head_dim, TG_BLOCK, kv_dtype);
     char err[512];
     fwd *f = fwd_create(m, *be, &g, n_blocks, 512, 8, err, sizeof err);
     cr_assert_not_null(f, "fwd_create: %s", err);

@@ -42,7 +42,7 @@ Test(kv, dtypes_parse_and_name)
  * the issue's bound: at head size 64 an int8 token takes at most 0.6 × an f16 one. */
 Test(kv, formula_counts_scales)
 {
-    kv_geom g = {5, 4, 8, 16, KV_I8};
+    kv_geom g = kv_geom_make(5, 4, 8, 16, KV_I8);
     cr_assert_eq(kv_vec_bytes(&g), 8 + 2);
     cr_assert_eq(kv_bytes_per_token(&g), 2 * 5 * 4 * 10);
     cr_assert_eq(kv_tile_bytes(&g), 16 * 10);
@@ -56,7 +56,7 @@ Test(kv, formula_counts_scales)
     kv_formula(&g, 1, buf, sizeof buf);
     cr_assert_str_eq(buf, "2 × 5 layers × 4 kv heads × 8 head dim × 2 bytes");
     cr_assert_eq(kv_bytes_per_token(&g), 640);
-    kv_geom h64 = {12, 12, 64, 16, KV_F16}, q64 = h64; /* the TinyLlama-110M shape */
+    kv_geom h64 = kv_geom_make(12, 12, 64, 16, KV_F16), q64 = h64; /* the TinyLlama-110M shape */
     q64.dtype = KV_I8;
     cr_assert_leq(kv_bytes_per_token(&q64) * 10, kv_bytes_per_token(&h64) * 6);
     q64.dtype = KV_FP8;

@@ -199,7 +199,7 @@ static double emu_check(const emu_case &c, int *splits_out)
         for (int j = 0; j < (ctx[s] + bs - 1) / bs; j++) bt[(size_t)s * stride + j] = perm[k++];
     }
     q_start[c.n_seqs] = n;
-    kv_geom geom = {1, c.n_kv_heads, D, bs, c.dtype};
+    kv_geom geom = kv_geom_make(1, c.n_kv_heads, D, bs, c.dtype);
     cuda_kv_layout l = cuda_kv_layout_of(&geom, n_blocks);
     std::vector<uint8_t> arena((size_t)cuda_kv_total_elems(&l) * kv_dtype_bytes(c.dtype));
     if (!emu_fill(arena, l, c.dtype)) return INFINITY;

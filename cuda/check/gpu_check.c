@@ -190,7 +190,7 @@ static int32_t gc_argmax(const float *x, int n)
 static int gc_golden_run(const model *m, backend *be, gc_case *cs, int n_cases, int kv_dtype, double *tok_s)
 {
     const int bs = 16, max_blocks = 512 / bs + 2;
-    kv_geom g = {m->hp.n_layers, m->hp.n_kv_heads, m->hp.head_dim, bs, kv_dtype};
+    kv_geom g = kv_geom_make(m->hp.n_layers, m->hp.n_kv_heads, m->hp.head_dim, bs, kv_dtype);
     char err[512];
     fwd *f = fwd_create(m, be, &g, n_cases * max_blocks, 1024 * 16, n_cases, err, sizeof err);
     if (!f) {
@@ -410,7 +410,7 @@ static double gc_bench_attention_ex(backend *be, int n_seqs, int ctx_len, int n_
                                     double *tflops, double *step_us)
 {
     const int bs = 16, H = 32, KVH = 4, D = 64, kv_dim = KVH * D;
-    kv_geom g = {1, KVH, D, bs, kv_dtype};
+    kv_geom g = kv_geom_make(1, KVH, D, bs, kv_dtype);
     int per = (ctx_len + bs - 1) / bs;
     int32_t n_blocks = n_seqs * per;
     if (be->ops->kv_init(be, &g, n_blocks)) return 0;
@@ -623,7 +623,7 @@ static void gc_bench(backend *gpu, int quick)
     gc_model gm;
     gc_tinyllama(&gm);
     const int bs = 16, prompt = 128, steps = quick ? 16 : 64, batch = 64, stride = (prompt + steps + bs) / bs + 1;
-    kv_geom g = {gm.m.hp.n_layers, gm.m.hp.n_kv_heads, gm.m.hp.head_dim, bs, KV_F16};
+    kv_geom g = kv_geom_make(gm.m.hp.n_layers, gm.m.hp.n_kv_heads, gm.m.hp.head_dim, bs, KV_F16);
     char err[512];
     fwd *f = fwd_create(&gm.m, gpu, &g, batch * stride, batch * prompt, batch, err, sizeof err);
     if (!f) {

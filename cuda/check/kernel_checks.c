@@ -491,7 +491,7 @@ static kc_result kc_check_attention(kc_ctx *c, const kc_attn_case *ac)
     char name[48], note[96];
     snprintf(name, sizeof name, "attn %s %s", ac->label, kv_dtype_name(ac->kv_dtype));
     const int bs = 16, layer = 1, S = ac->n_seqs;
-    kv_geom g = {2, ac->n_kv_heads, ac->head_dim, bs, ac->kv_dtype};
+    kv_geom g = kv_geom_make(2, ac->n_kv_heads, ac->head_dim, bs, ac->kv_dtype);
     int32_t *ctx = malloc((size_t)S * 4), *n_new = malloc((size_t)S * 4);
     int bt_stride = (int)cuda_div_up(ac->max_ctx, bs), total_blocks = 0;
     for (int s = 0; s < S; s++) {
@@ -588,7 +588,7 @@ static kc_result kc_check_store_kv(kc_ctx *c, int kv_dtype)
     snprintf(name, sizeof name, "store_kv+rope+copy %s", kv_dtype_name(kv_dtype));
     const int bs = 16, H = c->big ? 8 : 2, D = c->big ? 128 : 8, n = c->big ? 300 : 20, kv_dim = H * D;
     int32_t n_blocks = (int32_t)cuda_div_up(n, bs) * 3 + 2;
-    kv_geom g = {3, H, D, bs, kv_dtype};
+    kv_geom g = kv_geom_make(3, H, D, bs, kv_dtype);
     if (c->gpu->ops->kv_init(c->gpu, &g, n_blocks) || c->cpu->ops->kv_init(c->cpu, &g, n_blocks))
         return kc_res(name, INFINITY, 0, "kv_init failed");
     kc_batch kb;
@@ -674,7 +674,7 @@ static kc_result kc_check_store_kv(kc_ctx *c, int kv_dtype)
 static double kc_arch_run(kc_ctx *c, const model *m, int n_prompt, int n_steps)
 {
     const int bs = 16, V = m->hp.n_vocab, nb = (n_prompt + n_steps) / bs + 1, cap = n_prompt + n_steps + 1;
-    kv_geom g = {m->hp.n_layers, m->hp.n_kv_heads, m->hp.head_dim, bs, KV_F32};
+    kv_geom g = kv_geom_make(m->hp.n_layers, m->hp.n_kv_heads, m->hp.head_dim, bs, KV_F32);
     char err[512];
     backend *be[2] = {c->gpu, c->cpu};
     fwd *f[2];
