@@ -312,8 +312,7 @@ static double bench_attn(backend *be, int n_seqs, int ctx, int n_new, int shared
         }
     }
     qs[n_seqs] = nt;
-    be_batch b = {.n_tokens = nt, .tokens = tok, .positions = pos, .slots = slot, .n_seqs = n_seqs,
-                  .q_start = qs, .ctx_len = cl, .block_table = bt, .bt_stride = nbps};
+    be_batch b = {.n_tokens = nt, .tokens = tok, .positions = pos, .n_seqs = n_seqs, .q_start = qs, .n_kv = 1, .kv = {{.slots = slot, .ctx_len = cl, .block_table = bt, .bt_stride = nbps}}};
     float *q = malloc((size_t)nt * n_heads * hd * 4), *out = malloc((size_t)nt * n_heads * hd * 4);
     for (int i = 0; i < nt * n_heads * hd; i++) q[i] = (float)(next() % 1000) / 500.0f - 1;
     be->ops->begin(be, &b);
@@ -321,7 +320,7 @@ static double bench_attn(backend *be, int n_seqs, int ctx, int n_new, int shared
     int inner = n_new > 1 ? 12 : 48;
     for (int rep = 0; rep < 7; rep++) {
         double t0 = kernel_s();
-        be_attn at = {n_heads, 1.0f / sqrtf((float)hd), 0.0f, 0};
+        be_attn at = {n_heads, 1.0f / sqrtf((float)hd), 0.0f, 0, NULL};
         for (int k = 0; k < inner; k++) be->ops->attention(be, k % g.n_layers, q, &at, out);
         t[rep] = (kernel_s() - t0) / inner;
     }

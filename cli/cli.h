@@ -20,8 +20,10 @@ typedef struct cli_opts {
     /* KV cache and scheduler */
     size_t kv_memory_bytes;     /* --kv-memory SIZE */
     double gpu_memory_utilization;
-    const char *kv_dtype;       /* f16|f32|bf16 */
+    const char *kv_dtype;       /* f16|f32|bf16|int8|fp8 */
     int block_size;
+    int kv_window;              /* --kv-window N: sinks + window (0: off) */
+    int kv_sinks;               /* --kv-sinks S */
     int max_seqs;               /* 0: 64 on CPU, 256 on GPU */
     int max_batch_tokens;       /* 0: 512 on CPU, 8192 on GPU */
     int prefill_admit_tokens;   /* 0: 64 on CPU, no limit on GPU; < 0: no limit */

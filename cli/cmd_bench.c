@@ -315,6 +315,8 @@ static int bn_config(const cli_opts *o, engine_config *c)
     c->gpu_memory_utilization = o->gpu_memory_utilization;
     c->kv_dtype = kv_dtype_parse(o->kv_dtype);
     c->block_size = o->block_size;
+    c->kv_window = o->kv_window;
+    c->kv_sinks = o->kv_sinks;
     c->max_seqs = o->max_seqs;
     c->max_batch_tokens = o->max_batch_tokens;
     c->prefill_admit_tokens = o->prefill_admit_tokens;

@@ -199,7 +199,7 @@ static int gen__setup(gen_state *g, const cli_opts *o)
         fprintf(stderr, "kvserve generate: out of memory\n");
         return -1;
     }
-    g->f = fwd_create(g->m, g->be, &g->geom, g->n_blocks, g->chunk, 1, err, sizeof err);
+    g->f = fwd_create(g->m, g->be, &g->geom, &g->n_blocks, g->chunk, 1, err, sizeof err);
     if (!g->f) {
         fprintf(stderr, "kvserve generate: %s\n", err);
         return -1;
@@ -225,14 +225,12 @@ static int gen__step(gen_state *g, int start, int n, int want_logits, int32_t *p
         .n_tokens = n,
         .tokens = g->ids + start,
         .positions = pos,
-        .slots = slots,
         .n_seqs = 1,
         .q_start = q_start,
-        .ctx_len = &ctx_len,
-        .block_table = g->blocks,
-        .bt_stride = g->n_blocks,
         .n_logits = want_logits ? 1 : 0,
         .logit_rows = &row,
+        .n_kv = 1,
+        .kv = {{.slots = slots, .ctx_len = &ctx_len, .block_table = g->blocks, .bt_stride = g->n_blocks}},
     };
     return fwd_run(g->f, &b, g->logits);
 }

@@ -53,6 +53,8 @@ int cli_serve(cli_opts *o)
         return 2;
     }
     e->block_size = o->block_size;
+    e->kv_window = o->kv_window;
+    e->kv_sinks = o->kv_sinks;
     e->max_seqs = o->max_seqs;
     e->max_batch_tokens = o->max_batch_tokens;
     e->prefill_admit_tokens = o->prefill_admit_tokens;

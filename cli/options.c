@@ -35,6 +35,8 @@ static const opt table[] = {
     {"gpu-memory-utilization", 0, O_DBL, OFF(gpu_memory_utilization), "0.90", ENGINE_CMDS, "fraction of free GPU memory for weights and KV"},
     {"kv-dtype", 0, O_STR, OFF(kv_dtype), "f16", ENGINE_CMDS, "KV cache element type: f16, bf16, f32, int8 (a scale per token and kv head) or fp8 (e4m3, CUDA)"},
     {"block-size", 0, O_INT, OFF(block_size), "16", ENGINE_CMDS " info", "tokens per KV block"},
+    {"kv-window", 0, O_INT, OFF(kv_window), "0 (off)", "serve bench", "attention sinks + window: a sequence keeps at most N KV entries (its first --kv-sinks tokens and its latest), constant memory, and may run past the context"},
+    {"kv-sinks", 0, O_INT, OFF(kv_sinks), "4", "serve bench", "with --kv-window: leading tokens always kept (rounded up to whole blocks)"},
     {"max-seqs", 0, O_INT, OFF(max_seqs), "64 cpu / 256 gpu", ENGINE_CMDS, "most sequences running at once"},
     {"max-batch-tokens", 0, O_INT, OFF(max_batch_tokens), "512 cpu / 8192 gpu", ENGINE_CMDS, "token budget of one engine step"},
     {"prefill-admit-tokens", 0, O_INT, OFF(prefill_admit_tokens), "64 cpu / off gpu", "serve bench", "admit no further prompt into a step that already holds this many prefill tokens (-1 = off)"},
@@ -115,6 +117,7 @@ void cli_opts_default(cli_opts *o)
     o->gpu_memory_utilization = 0.90;
     o->kv_dtype = "f16";
     o->block_size = 16;
+    o->kv_sinks = 4;
     o->schedule = "fcfs";
     o->host = "127.0.0.1";
     o->port = 8000;

@@ -21,6 +21,10 @@
  * index inclusive (the causal rule of engine/backend.h). Threads take tasks one at a time, kv head by kv head and latest tile
  * first within a head, so that a head's K/V stays cached across its tiles and the long rows of
  * a prefill chunk spread evenly.
+ *
+ * Attention sinks (a window that moved, backend.h): a sequence's first sinks[s] entries are one
+ * span met by be_attn.q_sink, the rest another met by q; such sequences take neither the decode
+ * fast path nor a shared-prefix group (members' sinks would meet different queries).
  */
 #include <errno.h>
 #include <float.h>
@@ -105,7 +109,7 @@ void cpu__attention_fill_scalar(cpu__kern *k)
 void cpu__store_kv(cpu__backend *c, int layer, const float *k, const float *v)
 {
     const kv_geom *g = &c->kv;
-    const be_batch *b = &c->batch;
+    const cpu__batch *b = &c->batch;
     size_t eb = kv_dtype_bytes(g->dtype), tile = (size_t)g->block_size * g->head_dim;
     int kv_dim = g->n_kv_heads * g->head_dim, hd = g->head_dim, bs = g->block_size;
     char *kb = cpu__kv_k(c, layer), *vb = cpu__kv_v(c, layer);
@@ -249,7 +253,7 @@ static void attn_tile_run(const attn_task *t, float *scr, const attn_tile *tl, i
 {
     cpu__backend *c = t->c;
     const kv_geom *g = &c->kv;
-    const be_batch *b = &c->batch;
+    const cpu__batch *b = &c->batch;
     int hd = g->head_dim, gq = t->n_heads / g->n_kv_heads;
     int nt = tl->i1 - tl->i0, rows = nt * gq;
     float *mx = scr + 2 * (size_t)hd * KCH + 4 * KCH, *l = mx + rows, *acc = l + rows;
@@ -277,8 +281,16 @@ static void attn_tile_run(const attn_task *t, float *scr, const attn_tile *tl, i
                       (m + 1) * gq, mx, l, acc);
         }
     } else { /* consecutive tokens: the first has the lowest window start */
-        attn_span(t, scr, &rm, kvh, b->block_table + (size_t)tl->seq * b->bt_stride,
-                  row_lo(t, c->tok_kvpos[tl->i0]), c->tok_kvpos[tl->i1 - 1] + 1, 0, rows, mx, l, acc);
+        const int32_t *bt = b->block_table + (size_t)tl->seq * b->bt_stride;
+        int lo = row_lo(t, c->tok_kvpos[tl->i0]), hi = c->tok_kvpos[tl->i1 - 1] + 1;
+        int n_sink = b->sinks ? b->sinks[tl->seq] : 0;
+        if (n_sink > lo) { /* attention sinks: met by the queries rotated to their cache position */
+            attn_task ts = *t;
+            ts.q = t->a->q_sink;
+            attn_span(&ts, scr, &rm, kvh, bt, lo, n_sink < hi ? n_sink : hi, 0, rows, mx, l, acc);
+            lo = n_sink;
+        }
+        if (lo < hi) attn_span(t, scr, &rm, kvh, bt, lo, hi, 0, rows, mx, l, acc);
     }
     for (int r = 0; r < rows; r++) {
         float *o = t->out + ((size_t)row_tok(&rm, r / gq) * t->n_heads + (size_t)kvh * gq + r % gq) * hd;
@@ -303,9 +315,9 @@ static void attn_run(void *v, int64_t lo, int64_t hi, int ith)
     for (int64_t k = lo; k < hi; k++) {
         const attn_tile *tl = &t->tiles[t->n_tiles - 1 - k % t->n_tiles];
         int kvh = (int)(k / t->n_tiles);
-        if (decode && !tl->shared && tl->i1 - tl->i0 == 1) {
+        if (decode && !tl->shared && tl->i1 - tl->i0 == 1 && !(c->batch.sinks && c->batch.sinks[tl->seq])) {
             int i = tl->i0;
-            const be_batch *b = &c->batch;
+            const cpu__batch *b = &c->batch;
             cpu__attn_row a = {cpu__kv_k(c, t->layer), cpu__kv_v(c, t->layer),
                                b->block_table + (size_t)tl->seq * b->bt_stride, row_lo(t, c->tok_kvpos[i]),
                                c->tok_kvpos[i] + 1, g->head_dim, g->block_size, g->n_kv_heads, kvh,
@@ -326,7 +338,7 @@ static void attn_run(void *v, int64_t lo, int64_t hi, int ith)
 #define GROUP_MIN_SHARED 64
 
 typedef struct plan_ctx {
-    const be_batch *b;
+    const cpu__batch *b;
     const int32_t *nb; /* blocks of each sequence's table in use */
 } plan_ctx;
 
@@ -368,7 +380,7 @@ static void sort_by_table(const plan_ctx *p, int32_t *v, int32_t *tmp, int n)
 }
 
 /* The plan's buffer: max_tiles units, then the group tokens (one per batch token at most). */
-static size_t plan_max_tiles(const be_batch *b)
+static size_t plan_max_tiles(const cpu__batch *b)
 {
     return (size_t)b->n_tokens + (size_t)b->n_seqs;
 }
@@ -380,7 +392,7 @@ static int32_t *plan_gtoks(const cpu__backend *c)
 
 int cpu__attention_plan(cpu__backend *c)
 {
-    const be_batch *b = &c->batch;
+    const cpu__batch *b = &c->batch;
     int bs = c->kv.block_size, ns = b->n_seqs;
     size_t bytes = plan_max_tiles(b) * sizeof(attn_tile) + (size_t)(b->n_tokens + 3 * ns + 1) * sizeof(int32_t);
     c->attn_n_tiles = 0;
@@ -394,7 +406,7 @@ int cpu__attention_plan(cpu__backend *c)
     /* Sequences decoding one token go to grouping; the others are cut into tiles of QT tokens. */
     for (int s = 0; s < ns; s++) {
         nb[s] = (b->ctx_len[s] + bs - 1) / bs;
-        if (b->q_start[s + 1] - b->q_start[s] == 1 && b->ctx_len[s] > GROUP_MIN_SHARED) {
+        if (b->q_start[s + 1] - b->q_start[s] == 1 && b->ctx_len[s] > GROUP_MIN_SHARED && !(b->sinks && b->sinks[s])) {
             dec[n_dec++] = s;
             continue;
         }
@@ -438,7 +450,7 @@ int cpu__attention_plan(cpu__backend *c)
 void cpu__attention(cpu__backend *c, int layer, const float *q, const be_attn *a, float *out)
 {
     int n_heads = a->n_heads;
-    const be_batch *b = &c->batch;
+    const cpu__batch *b = &c->batch;
     size_t bytes = attn_scratch_floats(&c->kv, n_heads / c->kv.n_kv_heads) * sizeof(float);
     int rc = c->batch.n_seqs && !c->attn_n_tiles ? -ENOMEM : 0; /* begin could not plan */
     for (int i = 0; i < c->n_threads && !rc; i++) rc = cpu__scratch_reserve(&c->scratch[i], bytes);

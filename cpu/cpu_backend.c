@@ -55,7 +55,7 @@ static void cpu_destroy(backend *be)
     free(c->tiles.p);
     free(c->tok_seq);
     free(c->tok_kvpos);
-    free(c->kv_mem);
+    for (int k = 0; k < KV_MAX_GROUPS; k++) free(c->kv_mem[k]);
     free(c);
 }
 
@@ -131,30 +131,50 @@ static size_t cpu_mem_available(backend *be)
     return 0;
 }
 
-static int cpu_kv_init(backend *be, const kv_geom *g, int32_t n_blocks)
+/* One allocation per layer group: its layers' K then V, each [n_blocks][n_kv_heads][tile]. All
+ * or nothing: on failure the previous arena stays. */
+static int cpu_kv_init(backend *be, const kv_geom *g, const int32_t *n_blocks)
 {
     cpu__backend *c = cb(be);
-    if (g->n_layers <= 0 || g->n_kv_heads <= 0 || g->head_dim <= 0 || g->block_size <= 0 ||
-        n_blocks <= 0 || (g->dtype != KV_F16 && g->dtype != KV_F32 && g->dtype != KV_BF16))
+    int ng = kv_n_groups(g);
+    if (g->n_layers <= 0 || g->n_layers > KV_MAX_LAYERS || g->n_kv_heads <= 0 || g->head_dim <= 0 ||
+        g->block_size <= 0 || ng > KV_MAX_GROUPS || (g->dtype != KV_F16 && g->dtype != KV_F32 && g->dtype != KV_BF16))
         return -EINVAL;
-    size_t layer = (size_t)n_blocks * g->n_kv_heads * g->block_size * g->head_dim *
-                   kv_dtype_bytes(g->dtype);
-    layer = (layer + 63) & ~(size_t)63;
-    void *mem = aligned_alloc(64, layer * 2 * (size_t)g->n_layers);
-    if (!mem) return -ENOMEM;
-    free(c->kv_mem);
-    c->kv_mem = mem;
+    void *mem[KV_MAX_GROUPS] = {NULL};
+    size_t layer[KV_MAX_GROUPS];
+    int rc = 0;
+    for (int k = 0; k < ng && !rc; k++) {
+        if (n_blocks[k] <= 0 || kv_group_layers(g, k) <= 0) {
+            rc = -EINVAL;
+            break;
+        }
+        layer[k] = ((size_t)n_blocks[k] * g->n_kv_heads * kv_tile_bytes(g) + 63) & ~(size_t)63;
+        mem[k] = aligned_alloc(64, layer[k] * 2 * (size_t)kv_group_layers(g, k));
+        if (!mem[k]) rc = -ENOMEM;
+    }
+    if (rc) {
+        for (int k = 0; k < ng; k++) free(mem[k]);
+        return rc;
+    }
+    for (int k = 0; k < KV_MAX_GROUPS; k++) {
+        free(c->kv_mem[k]);
+        c->kv_mem[k] = k < ng ? mem[k] : NULL;
+        c->n_blocks[k] = k < ng ? n_blocks[k] : 0;
+        c->kv_layer_bytes[k] = k < ng ? layer[k] : 0;
+    }
+    int seen[KV_MAX_GROUPS] = {0};
+    for (int l = 0; l < g->n_layers; l++) c->kv_index[l] = seen[kv_group_of(g, l)]++;
     c->kv = *g;
-    c->n_blocks = n_blocks;
-    c->kv_layer_bytes = layer;
+    c->group = -1;
     return 0;
 }
 
-static void cpu_kv_copy_block(backend *be, int32_t src, int32_t dst)
+static void cpu_kv_copy_block(backend *be, int group, int32_t src, int32_t dst)
 {
     cpu__backend *c = cb(be);
-    size_t bb = (size_t)c->kv.n_kv_heads * c->kv.block_size * c->kv.head_dim * kv_dtype_bytes(c->kv.dtype);
+    size_t bb = (size_t)c->kv.n_kv_heads * kv_tile_bytes(&c->kv);
     for (int l = 0; l < c->kv.n_layers; l++) {
+        if (kv_group_of(&c->kv, l) != group) continue;
         char *k = cpu__kv_k(c, l), *v = cpu__kv_v(c, l);
         memcpy(k + (size_t)dst * bb, k + (size_t)src * bb, bb);
         memcpy(v + (size_t)dst * bb, v + (size_t)src * bb, bb);
@@ -172,7 +192,37 @@ static void cpu_free(backend *be, void *p)
     free(p);
 }
 
-/* Records the batch and, per token, its sequence and KV index (for attention). */
+int cpu__select_group(cpu__backend *c, int g)
+{
+    const be_batch *b = &c->step;
+    const be_kv *kv = be_batch_kv(b, g);
+    if (c->group == g) return 0;
+    c->batch = (cpu__batch){
+        .n_tokens = b->n_tokens,
+        .tokens = b->tokens,
+        .positions = b->positions,
+        .slots = kv->slots,
+        .n_seqs = b->n_seqs,
+        .q_start = b->q_start,
+        .ctx_len = kv->ctx_len,
+        .block_table = kv->block_table,
+        .bt_stride = kv->bt_stride,
+        .n_logits = b->n_logits,
+        .logit_rows = b->logit_rows,
+        .sinks = kv->sinks,
+        .sink_shift = kv->sink_shift,
+    };
+    for (int s = 0; s < b->n_seqs; s++) {
+        int n_new = b->q_start[s + 1] - b->q_start[s];
+        for (int i = b->q_start[s]; i < b->q_start[s + 1]; i++) c->tok_kvpos[i] = kv->ctx_len[s] - n_new + (i - b->q_start[s]);
+    }
+    int rc = cpu__attention_plan(c);
+    c->group = rc ? -1 : g;
+    return rc;
+}
+
+/* Records the batch and, per token, its sequence; selects group 0's view (KV indices and the
+ * attention plan), which a single-group model keeps for the whole step. */
 static int cpu_begin(backend *be, const be_batch *b)
 {
     cpu__backend *c = cb(be);
@@ -190,15 +240,11 @@ static int cpu_begin(backend *be, const be_batch *b)
         c->tok_kvpos = p;
         c->tok_cap = cap;
     }
-    c->batch = *b;
-    for (int s = 0; s < b->n_seqs; s++) {
-        int n_new = b->q_start[s + 1] - b->q_start[s];
-        for (int i = b->q_start[s]; i < b->q_start[s + 1]; i++) {
-            c->tok_seq[i] = s;
-            c->tok_kvpos[i] = b->ctx_len[s] - n_new + (i - b->q_start[s]);
-        }
-    }
-    return cpu__attention_plan(c);
+    c->step = *b;
+    for (int s = 0; s < b->n_seqs; s++)
+        for (int i = b->q_start[s]; i < b->q_start[s + 1]; i++) c->tok_seq[i] = s;
+    c->group = -1;
+    return cpu__select_group(c, 0);
 }
 
 static void cpu_embed(backend *be, const be_weight *emb, float *out)
@@ -223,13 +269,23 @@ static void cpu_rope(backend *be, float *x, const be_rope *r)
     cpu__rope(cb(be), x, r);
 }
 
+static void cpu_rope_shift(backend *be, const float *x, float *out, const be_rope *r, int group)
+{
+    cpu__select_group(cb(be), group); /* the view's sink shifts are set even if planning fails */
+    cpu__rope_shift(cb(be), x, out, r);
+}
+
+/* The layer's group view first (a no-op within a single-group model): its slots for the store,
+ * its tables, KV indices and plan for attention (a failed plan poisons attention's output). */
 static void cpu_store_kv(backend *be, int layer, const float *k, const float *v)
 {
+    cpu__select_group(cb(be), kv_group_of(&cb(be)->kv, layer));
     cpu__store_kv(cb(be), layer, k, v);
 }
 
 static void cpu_attention(backend *be, int layer, const float *q, const be_attn *a, float *out)
 {
+    cpu__select_group(cb(be), kv_group_of(&cb(be)->kv, layer));
     cpu__attention(cb(be), layer, q, a, out);
 }
 
@@ -260,7 +316,7 @@ static void cpu_add(backend *be, float *x, const float *y, int64_t n)
 
 static void cpu_gather_rows(backend *be, const float *x, int dim, float *out)
 {
-    const be_batch *b = &cb(be)->batch;
+    const cpu__batch *b = &cb(be)->batch;
     for (int j = 0; j < b->n_logits; j++)
         memmove(out + (size_t)j * dim, x + (size_t)b->logit_rows[j] * dim, (size_t)dim * sizeof(float));
 }
@@ -290,6 +346,7 @@ static const be_ops cpu_ops = {
     .rmsnorm = cpu_rmsnorm,
     .matmul = cpu_matmul,
     .rope = cpu_rope,
+    .rope_shift = cpu_rope_shift,
     .store_kv = cpu_store_kv,
     .attention = cpu_attention,
     .silu_mul = cpu_silu_mul,

@@ -220,14 +220,33 @@ struct cpu__chunk {
     int live;    /* copies not yet freed */
 };
 
+/* The step as the kernels index it: the batch with the KV view of one layer group spelled out
+ * (the group of the layer being computed; cpu__select_group switches it). */
+typedef struct cpu__batch {
+    int32_t n_tokens;
+    const int32_t *tokens, *positions;
+    const int32_t *slots;       /* the group's: [n_tokens] */
+    int32_t n_seqs;
+    const int32_t *q_start;
+    const int32_t *ctx_len;     /* the group's: [n_seqs] */
+    const int32_t *block_table; /* the group's: [n_seqs][bt_stride] */
+    int32_t bt_stride;
+    int32_t n_logits;
+    const int32_t *logit_rows;
+    const int32_t *sinks;       /* the group's: [n_seqs] or NULL (be_kv) */
+    const int32_t *sink_shift;
+} cpu__batch;
+
 struct cpu__backend {
     backend base; /* must stay first: the vtable's backend * is this struct */
     cpu__pool *pool;
     int n_threads;
 
-    be_batch batch;       /* the current step's metadata (arrays borrowed until the next begin) */
+    be_batch step;        /* the current step's metadata (arrays borrowed until the next begin) */
+    cpu__batch batch;     /* the step with the KV view of group `group` */
+    int group;            /* the layer group batch describes (-1: none yet this step) */
     int32_t *tok_seq;     /* [n_tokens] sequence of each token of the batch */
-    int32_t *tok_kvpos;   /* [n_tokens] KV index of each token within its sequence */
+    int32_t *tok_kvpos;   /* [n_tokens] KV index of each token within its sequence (group's) */
     int32_t tok_cap;      /* capacity of the two arrays above */
 
     /* KV arena. Per layer and per K/V: [n_blocks][n_kv_heads][tile] of kv.dtype, so a
@@ -235,9 +254,10 @@ struct cpu__backend {
      * tile V is [block_size][head_dim] and K is transposed, [head_dim][block_size]: see
      * attention.c for why. */
     kv_geom kv;
-    int32_t n_blocks;
-    void *kv_mem;        /* one allocation holding every layer's K then V */
-    size_t kv_layer_bytes; /* bytes of one layer's K (equally V) */
+    int32_t n_blocks[KV_MAX_GROUPS];  /* per layer group */
+    void *kv_mem[KV_MAX_GROUPS];      /* per group: one allocation holding its layers' K then V */
+    size_t kv_layer_bytes[KV_MAX_GROUPS]; /* bytes of one layer's K (equally V) in each group */
+    int kv_index[KV_MAX_LAYERS];      /* each layer's place among its group's layers */
 
     cpu__scratch scratch[CPU__MAX_THREADS]; /* per thread */
     cpu__scratch shared;                    /* e.g. the quantised activations of a matmul */
@@ -253,12 +273,18 @@ int cpu__scratch_reserve(cpu__scratch *s, size_t bytes);
 
 static inline void *cpu__kv_k(const cpu__backend *c, int layer)
 {
-    return (char *)c->kv_mem + (size_t)layer * 2 * c->kv_layer_bytes;
+    int g = kv_group_of(&c->kv, layer);
+    return (char *)c->kv_mem[g] + (size_t)c->kv_index[layer] * 2 * c->kv_layer_bytes[g];
 }
 static inline void *cpu__kv_v(const cpu__backend *c, int layer)
 {
-    return (char *)c->kv_mem + ((size_t)layer * 2 + 1) * c->kv_layer_bytes;
+    int g = kv_group_of(&c->kv, layer);
+    return (char *)c->kv_mem[g] + ((size_t)c->kv_index[layer] * 2 + 1) * c->kv_layer_bytes[g];
 }
+
+/* Makes c->batch (and the per-token KV indices, and attention's plan) describe layer group g's
+ * view of the step. 0 or -ENOMEM (cpu_backend.c). */
+int cpu__select_group(cpu__backend *c, int g);
 
 /* ---- kernels: the driver side (files without a level suffix) ------------------------------- */
 
@@ -278,6 +304,8 @@ void cpu__embed(cpu__backend *c, const be_weight *emb, float *out);
 void cpu__rmsnorm(cpu__backend *c, const float *x, const be_weight *w, float eps, int n_rows,
                   int dim, float *out);
 void cpu__rope(cpu__backend *c, float *x, const be_rope *r);
+/* out = x rotated by −sink_shift of each token's sequence in the current group (be_ops.rope_shift). */
+void cpu__rope_shift(cpu__backend *c, const float *x, float *out, const be_rope *r);
 void cpu__silu_mul(cpu__backend *c, float *gate, const float *up, int64_t n);
 void cpu__gelu_mul(cpu__backend *c, float *gate, const float *up, int64_t n);
 void cpu__scale(cpu__backend *c, float *x, float s, int64_t n);

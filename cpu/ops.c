@@ -36,7 +36,7 @@ typedef struct embed_task {
 static void embed_run(void *v, int64_t lo, int64_t hi, int ith)
 {
     embed_task *t = v;
-    const be_batch *b = &t->c->batch;
+    const cpu__batch *b = &t->c->batch;
     int64_t n_in = t->emb->n_in;
     size_t row_bytes = dt_row_bytes(t->emb->type, n_in);
     for (int64_t i = lo; i < hi; i++) {
@@ -89,14 +89,15 @@ void cpu__rmsnorm(cpu__backend *c, const float *x, const be_weight *w, float eps
 typedef struct rope_task {
     cpu__backend *c;
     float *x;
+    const float *src;       /* rope_shift: rows copied from here first, then rotated by −shift */
     const be_rope *r;
     const double *inv_freq; /* [rope_dims / 2] */
 } rope_task;
 
-static void rope_token(float *x, const be_rope *r, const double *inv_freq, int32_t pos)
+static void rope_token(float *x, const be_rope *r, const double *inv_freq, int32_t pos, float ms)
 {
     int half = r->rope_dims / 2;
-    float cs[ROPE_MAX_PAIRS], sn[ROPE_MAX_PAIRS], ms = be_rope_mscale(r);
+    float cs[ROPE_MAX_PAIRS], sn[ROPE_MAX_PAIRS];
     for (int i = 0; i < half; i++) {
         double a = (double)pos * inv_freq[i];
         cs[i] = (float)cos(a) * ms;
@@ -116,21 +117,39 @@ static void rope_token(float *x, const be_rope *r, const double *inv_freq, int32
 static void rope_run(void *v, int64_t lo, int64_t hi, int ith)
 {
     rope_task *t = v;
-    const be_batch *b = &t->c->batch;
+    const cpu__batch *b = &t->c->batch;
     int64_t row = (int64_t)t->r->n_heads * t->r->head_dim;
-    for (int64_t i = lo; i < hi; i++) rope_token(t->x + i * row, t->r, t->inv_freq, b->positions[i]);
+    for (int64_t i = lo; i < hi; i++) {
+        if (!t->src) {
+            rope_token(t->x + i * row, t->r, t->inv_freq, b->positions[i], be_rope_mscale(t->r));
+            continue;
+        }
+        memcpy(t->x + i * row, t->src + i * row, (size_t)row * sizeof(float));
+        int32_t shift = b->sinks ? b->sink_shift[t->c->tok_seq[i]] : 0;
+        if (shift) rope_token(t->x + i * row, t->r, t->inv_freq, -shift, 1.0f); /* a pure rotation */
+    }
 }
 
-void cpu__rope(cpu__backend *c, float *x, const be_rope *r)
+static void rope_go(cpu__backend *c, float *x, const float *src, const be_rope *r)
 {
     double inv_freq[ROPE_MAX_PAIRS];
     int half = r->rope_dims / 2;
     if (half > ROPE_MAX_PAIRS) half = ROPE_MAX_PAIRS; /* head_dim > 1024 is not a real model */
     const float *ff = r->freq_factors ? r->freq_factors->data : NULL;
     for (int i = 0; i < half; i++) inv_freq[i] = be_rope_freq(r, i, ff ? ff[i] : 1.0f);
-    rope_task t = {c, x, r, inv_freq};
+    rope_task t = {c, x, src, r, inv_freq};
     cpu__pool_for(c->pool, c->batch.n_tokens, rows_per_chunk((int64_t)r->n_heads * r->head_dim) / 4 + 1,
                   rope_run, &t);
+}
+
+void cpu__rope(cpu__backend *c, float *x, const be_rope *r)
+{
+    rope_go(c, x, NULL, r);
+}
+
+void cpu__rope_shift(cpu__backend *c, const float *x, float *out, const be_rope *r)
+{
+    rope_go(c, out, x, r);
 }
 
 /* ---- element-wise: silu_mul, gelu_mul, scale, softcap, add ------------------------------------ */

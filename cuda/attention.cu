@@ -21,8 +21,10 @@
  *
  * Grid: (splits, n_kv_heads, items); CUDA_ATTN_THREADS threads; dynamic shared memory of
  * TK × (padded head_dim + head_dim) + rows × (2 head_dim + TK + 3) floats (cuda__attn_smem).
- * The kernels themselves are in attn_kernels.h (also run under CPU emulation); this file plans
- * the work list once per step and launches them.
+ * Each layer reads its layer group's arena and view of the batch (block tables, context
+ * lengths); attention sinks (a moved StreamingLLM window) are one more key range, met by
+ * be_attn.q_sink instead of q. The kernels themselves are in attn_kernels.h (also run under CPU
+ * emulation); this file plans the work list once per step and launches them.
  *
  * Not yet done: the QK and PV products use CUDA-core FMAs from shared memory, not tensor cores
  * (mma / wgmma), so long prefills are compute-bound well below the GPU's matrix rate.
@@ -72,11 +74,10 @@ template <typename T> static int cuda__attn_launch(cuda_backend *cb, const cuda_
     if (smem > 48 * 1024 &&
         CB_CHECK(cb, cudaFuncSetAttribute(cuda__attn_k<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem)))
         return -EIO;
-    const T *arena = (const T *)cb->kv_arena;
-    int64_t plane = cuda_kv_plane_elems(&cb->kv);
+    const cuda_kv_layout *l;
+    const T *kp = (const T *)cuda__kv_plane(cb, layer, 0, &l), *vp = (const T *)cuda__kv_plane(cb, layer, 1, &l);
     dim3 grid(a.splits, cb->kv.n_kv_heads, cb->attn_items);
-    cuda__attn_k<T><<<grid, CUDA_ATTN_THREADS, smem, cb->stream>>>(a, arena + 2 * layer * plane,
-                                                                    arena + (2 * layer + 1) * plane);
+    cuda__attn_k<T><<<grid, CUDA_ATTN_THREADS, smem, cb->stream>>>(a, kp, vp);
     return CB_CHECK_LAUNCH(cb);
 }
 
@@ -103,10 +104,13 @@ void cuda__op_attention(backend *be, int layer, const float *q, const be_attn *a
     a.out = out;
     a.part = cb->attn_scratch;
     a.q_start = cuda__meta(cb, cb->meta.q_start);
-    a.ctx_len = cuda__meta(cb, cb->meta.ctx_len);
-    a.block_table = cuda__meta(cb, cb->meta.block_table);
+    const cuda_meta_kv *mk = &cb->meta.kv[cb->meta.n_kv > 1 ? cb->kv_group[layer] : 0];
+    a.ctx_len = cuda__meta(cb, mk->ctx_len);
+    a.block_table = cuda__meta(cb, mk->block_table);
     a.items = cuda__meta(cb, cb->meta.total);
-    a.bt_stride = cb->meta.bt_stride;
+    a.bt_stride = mk->bt_stride;
+    a.sinks = mk->sinks >= 0 && at->q_sink ? cuda__meta(cb, mk->sinks) : NULL;
+    a.q_sink = at->q_sink;
     a.block_size = cb->kv.block_size;
     a.n_kv_heads = cb->kv.n_kv_heads;
     a.n_heads = n_heads;

@@ -23,7 +23,22 @@ struct cuda__attn_args {
     float softcap;           /* > 0: scores soft-capped at this (be_attn) */
     int32_t window;          /* > 0: sliding window (be_attn) */
     int32_t tile_elems;      /* elements of one (block, kv head) tile (cuda_kv_tile_elems) */
+    const int32_t *sinks;    /* [n_seqs] leading entries met by q_sink, or NULL (be_kv) */
+    const float *q_sink;     /* with sinks: the queries that meet them, shaped like q */
 };
+
+/* Qs[rows][D] = the item's query rows of kv head group g from q (pre-scaled). */
+static __device__ __forceinline__ void cuda__attn_load_q(const cuda__attn_args &a, const float *q, float *Qs,
+                                                         int s, int t0, int g, int rows)
+{
+    const int D = a.head_dim, qstride = a.n_heads * D;
+    for (int i = threadIdx.x; i < rows * D; i += blockDim.x) {
+        int r = i / D, d = i % D;
+        int64_t tok = a.q_start[s] + t0 + r / a.gsize;
+        int h = g * a.gsize + r % a.gsize;
+        Qs[i] = q[tok * qstride + h * D + d] * a.scale;
+    }
+}
 
 static __device__ __forceinline__ float cuda__ldkv(float v)
 {
@@ -166,28 +181,31 @@ cuda__attn_k(cuda__attn_args a, const T *kp, const T *vp)
     /* rows are 16-byte aligned (vector loads and stores) when rows and tiles are whole 16 bytes */
     const bool vec_ok = D % VEC == 0 && (a.tile_elems * (int)sizeof(T)) % 16 == 0;
 
-    for (int i = tid; i < rows * D; i += blockDim.x) {
-        int r = i / D, d = i % D;
-        int64_t tok = a.q_start[s] + t0 + r / a.gsize;
-        int h = g * a.gsize + r % a.gsize;
-        Qs[i] = a.q[tok * qstride + h * D + d] * a.scale;
-        Os[i] = 0.0f;
-    }
+    /* Attention sinks: keys below n_sink meet q_sink, the rest q; no tile straddles the two. */
+    const int32_t n_sink = a.sinks ? a.sinks[s] : 0;
+    cuda__attn_load_q(a, k_begin < n_sink ? a.q_sink : a.q, Qs, s, t0, g, rows);
+    for (int i = tid; i < rows * D; i += blockDim.x) Os[i] = 0.0f;
     for (int r = tid; r < rows; r += blockDim.x) {
         Ms[r] = -INFINITY;
         Ls[r] = 0.0f;
     }
     const int64_t head_off = (int64_t)g * a.tile_elems;
     const int64_t blk_elems = (int64_t)a.n_kv_heads * a.tile_elems;
-    for (int32_t kt = k_begin; kt < k_end; kt += TK) {
-        __syncthreads(); /* the previous tile's K/V/S are no longer read */
+    for (int32_t kt = k_begin, kt_end; kt < k_end; kt = kt_end) {
+        kt_end = min(k_end, kt + TK);
+        if (kt < n_sink) kt_end = min(kt_end, n_sink);
+        __syncthreads(); /* the previous tile's K/V/S (and Q) are no longer read */
+        if (kt == n_sink && kt > k_begin) { /* past the sinks: the ordinary queries */
+            cuda__attn_load_q(a, a.q, Qs, s, t0, g, rows);
+            __syncthreads();
+        }
         if (vec_ok) {
             const int DV = D / VEC;
             for (int i = tid; i < TK * DV; i += blockDim.x) {
                 int c = i / DV, d = (i % DV) * VEC;
                 int32_t j = kt + c;
                 float4 kv[VEC / 4], vv[VEC / 4];
-                if (j < k_end) {
+                if (j < kt_end) {
                     int64_t t = (int64_t)bt[j / a.block_size] * blk_elems + head_off;
                     int off = j % a.block_size;
                     int64_t o = t + (int64_t)off * D + d;
@@ -217,7 +235,7 @@ cuda__attn_k(cuda__attn_args a, const T *kp, const T *vp)
                 int c = i / D, d = i % D;
                 int32_t j = kt + c;
                 float kv = 0.0f, vv = 0.0f;
-                if (j < k_end) {
+                if (j < kt_end) {
                     int64_t t = (int64_t)bt[j / a.block_size] * blk_elems + head_off;
                     int off = j % a.block_size;
                     int64_t o = t + (int64_t)off * D + d;
@@ -233,7 +251,7 @@ cuda__attn_k(cuda__attn_args a, const T *kp, const T *vp)
             int r = i / TK, c = i % TK;
             int32_t j = kt + c, qpos = base + t0 + r / a.gsize;
             float sc = -INFINITY;
-            if (j < k_end && j <= qpos && (a.window <= 0 || qpos - j < a.window)) {
+            if (j < kt_end && j <= qpos && (a.window <= 0 || qpos - j < a.window)) {
                 const float *qr = Qs + r * D, *kr = Ks + c * KP;
                 float acc = 0.0f;
                 if (D % 4 == 0) {

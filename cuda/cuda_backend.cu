@@ -171,43 +171,76 @@ static void cuda__weight_free(backend *be, be_weight *w)
 
 /* ---- KV arena ---------------------------------------------------------------------------- */
 
-static int cuda__kv_init(backend *be, const kv_geom *g, int32_t n_blocks)
+/* Frees every group's arena (cudaFree waits for work that uses it). */
+static void cuda__kv_free(cuda_backend *cb)
+{
+    for (int k = 0; k < KV_MAX_GROUPS; k++) {
+        if (cb->kv_arena[k]) CB_CHECK(cb, cudaFree(cb->kv_arena[k]));
+        cb->kv_arena[k] = NULL;
+    }
+}
+
+/* One zeroed allocation per layer group. All or nothing: on failure the previous arena stays. */
+static int cuda__kv_init(backend *be, const kv_geom *g, const int32_t *n_blocks)
 {
     cuda_backend *cb = cuda__cb(be);
-    if (n_blocks < 1 || g->n_layers < 1 || g->n_kv_heads < 1 || g->head_dim < 1 || g->block_size < 1) return -EINVAL;
+    int ng = kv_n_groups(g);
+    if (g->n_layers < 1 || g->n_layers > KV_MAX_LAYERS || g->n_kv_heads < 1 || g->head_dim < 1 ||
+        g->block_size < 1 || ng > KV_MAX_GROUPS)
+        return -EINVAL;
     if (g->dtype < 0 || g->dtype >= KV_N_DTYPES) return -EINVAL;
+    for (int k = 0; k < ng; k++)
+        if (n_blocks[k] < 1 || kv_group_layers(g, k) < 1) return -EINVAL;
     if (cuda__use(cb)) return -EIO;
-    cuda_kv_layout l = cuda_kv_layout_of(g, n_blocks);
-    size_t bytes = (size_t)cuda_kv_total_elems(&l) * kv_dtype_bytes(g->dtype);
-    void *p = NULL;
-    if (CUDA_CHECK(cudaMalloc(&p, bytes))) {
-        cudaGetLastError();
-        return -ENOMEM;
+    void *p[KV_MAX_GROUPS] = {NULL};
+    cuda_kv_layout lg[KV_MAX_GROUPS];
+    for (int k = 0; k < ng; k++) {
+        lg[k] = cuda_kv_layout_of(g, n_blocks[k]);
+        lg[k].n_layers = kv_group_layers(g, k);
+        size_t bytes = (size_t)cuda_kv_total_elems(&lg[k]) * kv_dtype_bytes(g->dtype);
+        int rc = 0;
+        if (CUDA_CHECK(cudaMalloc(&p[k], bytes))) {
+            cudaGetLastError();
+            p[k] = NULL;
+            rc = -ENOMEM;
+        } else if (CB_CHECK(cb, cudaMemsetAsync(p[k], 0, bytes, cb->stream))) {
+            rc = -EIO; /* zeroed, so that a read of a never-written slot is finite */
+        }
+        if (rc) {
+            for (int j = 0; j <= k; j++)
+                if (p[j]) cudaFree(p[j]);
+            return rc;
+        }
     }
-    /* Zero, so that a read of a never-written slot is finite (masked entries are never read). */
-    if (CB_CHECK(cb, cudaMemsetAsync(p, 0, bytes, cb->stream))) {
-        cudaFree(p);
-        return -EIO;
-    }
-    /* A second kv_init replaces the arena (as on the CPU); cudaFree waits for work that uses it. */
-    if (cb->kv_arena) CB_CHECK(cb, cudaFree(cb->kv_arena));
+    /* A second kv_init replaces the arena (as on the CPU). */
+    cuda__kv_free(cb);
     cuda__graphs_reset(cb);
     cb->steps_done = 0; /* a new model or geometry: graphs wait for fresh eager steps */
     cb->model_heads = 0;
-    cb->kv = l;
+    cb->kv = cuda_kv_layout_of(g, n_blocks[0]);
     cb->kv_dtype = g->dtype;
-    cb->kv_arena = p;
+    cb->kv_groups = ng;
+    int seen[KV_MAX_GROUPS] = {0};
+    for (int l = 0; l < g->n_layers; l++) {
+        cb->kv_group[l] = (uint8_t)kv_group_of(g, l);
+        cb->kv_index[l] = seen[cb->kv_group[l]]++;
+    }
+    for (int k = 0; k < KV_MAX_GROUPS; k++) {
+        cb->kv_arena[k] = k < ng ? p[k] : NULL;
+        cb->kv_blocks[k] = k < ng ? n_blocks[k] : 0;
+        if (k < ng) cb->kvg[k] = lg[k];
+    }
     return 0;
 }
 
-static void cuda__kv_copy_block(backend *be, int32_t src, int32_t dst)
+static void cuda__kv_copy_block(backend *be, int group, int32_t src, int32_t dst)
 {
     cuda_backend *cb = cuda__cb(be);
-    const cuda_kv_layout *l = &cb->kv;
+    const cuda_kv_layout *l = &cb->kvg[group];
     size_t es = kv_dtype_bytes(cb->kv_dtype);
     size_t block_bytes = (size_t)l->n_kv_heads * cuda_kv_tile_elems(l) * es;
     size_t plane_bytes = (size_t)cuda_kv_plane_elems(l) * es;
-    char *base = (char *)cb->kv_arena;
+    char *base = (char *)cb->kv_arena[group];
     /* One copy per (layer, K/V) plane: a single 2-D copy would need the plane size as its pitch,
      * which exceeds the runtime's pitch limit for arenas of a few GiB per plane. */
     for (size_t p = 0; p < 2 * (size_t)l->n_layers; p++)
@@ -230,23 +263,31 @@ void cuda__graphs_reset(cuda_backend *cb)
  * and it is pure decode: one new token per sequence, each of them a logit row. */
 static int cuda__graph_eligible(const cuda_backend *cb, const be_batch *b)
 {
-    if (!cb->graphs_on || cb->error || cb->steps_done < 2 || cb->model_heads <= 0 || !cb->kv_arena) return 0;
+    if (!cb->graphs_on || cb->error || cb->steps_done < 2 || cb->model_heads <= 0 || !cb->kv_arena[0]) return 0;
     return cuda_batch_is_pure_decode(b);
 }
 
 /* Plans attention for the longest context the block table allows (so the launch shape does not
  * depend on the actual lengths), makes sure the conversion buffer is large enough, then either
  * selects the captured graph of this shape or starts capturing one. */
+/* The widest block-table stride of the batch's groups: the graph's shape key. */
+static int32_t cuda__bt_stride(const cuda_meta_layout *L)
+{
+    int32_t m = 0;
+    for (int g = 0; g < L->n_kv; g++) m = L->kv[g].bt_stride > m ? L->kv[g].bt_stride : m;
+    return m;
+}
+
 static int cuda__graph_begin(cuda_backend *cb, const be_batch *b)
 {
-    int32_t bound = b->bt_stride * cb->kv.block_size;
+    int32_t stride = cuda__bt_stride(&cb->meta), bound = stride * cb->kv.block_size;
     int rc = cuda__attn_plan(cb, cb->model_heads, bound);
     if (rc) return rc;
     size_t conv = (size_t)b->n_tokens * (size_t)cb->max_n_in * 2;
     rc = cuda__grow(cb, &cb->conv, &cb->conv_bytes, conv);
     if (rc) return rc;
     for (int i = 0; i < cb->n_graphs; i++)
-        if (cb->graphs[i].n_tokens == b->n_tokens && cb->graphs[i].bt_stride == b->bt_stride) {
+        if (cb->graphs[i].n_tokens == b->n_tokens && cb->graphs[i].bt_stride == stride) {
             cb->graph_mode = 2;
             cb->graph_slot = i;
             return 0;
@@ -276,7 +317,7 @@ static int cuda__graph_end(cuda_backend *cb)
         if (graph) cudaGraphDestroy(graph);
         if (rc) return -EIO;
         g->n_tokens = cb->meta.n_tokens;
-        g->bt_stride = cb->meta.bt_stride;
+        g->bt_stride = cuda__bt_stride(&cb->meta);
         g->n_ops = cb->graph_ops;
         cb->n_graphs++;
     } else if (cb->graph_ops != g->n_ops) {
@@ -323,7 +364,8 @@ static int cuda__begin(backend *be, const be_batch *b)
     cuda_backend *cb = cuda__cb(be);
     cuda_meta_layout L;
     int rc = cuda_meta_plan(b, &L);
-    if (!rc && cb->kv_arena) rc = cuda_meta_check_kv(b, cb->kv.block_size, cb->kv.n_blocks);
+    if (!rc && (b->n_kv > 1 ? b->n_kv : 1) > (cb->kv_groups > 0 ? cb->kv_groups : 1)) rc = -EINVAL;
+    if (!rc && cb->kv_arena[0]) rc = cuda_meta_check_kv(b, cb->kv.block_size, cb->kv_blocks);
     if (rc) return rc;
     if (cuda__use(cb)) return -EIO;
     /* The pinned buffer may still be read by the previous step's copies. */
@@ -379,7 +421,8 @@ static void cuda__destroy(backend *be)
     }
     cuda__graphs_reset(cb);
     if (cb->stream) cudaStreamSynchronize(cb->stream);
-    if (cb->kv_arena) cudaFree(cb->kv_arena);
+    for (int k = 0; k < KV_MAX_GROUPS; k++)
+        if (cb->kv_arena[k]) cudaFree(cb->kv_arena[k]);
     if (cb->meta_host) cudaFreeHost(cb->meta_host);
     if (cb->meta_dev) cudaFree(cb->meta_dev);
     if (cb->attn_scratch) cudaFree(cb->attn_scratch);
@@ -405,6 +448,7 @@ static const be_ops cuda__ops = {
     cuda__op_rmsnorm,
     cuda__op_matmul,
     cuda__op_rope,
+    cuda__op_rope_shift,
     cuda__op_store_kv,
     cuda__op_attention,
     cuda__op_silu_mul,
@@ -479,18 +523,16 @@ extern "C" int cuda_upload_f32(backend *be, float *dst, const float *src, size_t
 extern "C" int cuda_kv_read(backend *be, int layer, int kind, int32_t slot, float *dst)
 {
     cuda_backend *cb = cuda__cb(be);
-    const cuda_kv_layout *l = &cb->kv;
-    if (!cb->kv_arena || layer < 0 || layer >= l->n_layers || kind < 0 || kind > 1 || slot < 0 ||
-        slot >= l->n_blocks * l->block_size)
-        return -EINVAL;
+    if (!cb->kv_arena[0] || layer < 0 || layer >= cb->kv.n_layers || kind < 0 || kind > 1 || slot < 0) return -EINVAL;
+    const cuda_kv_layout *l;
+    const char *plane = cuda__kv_plane(cb, layer, kind, &l);
+    if (slot >= l->n_blocks * l->block_size || l->head_dim > 1024) return -EINVAL;
     size_t es = kv_dtype_bytes(cb->kv_dtype);
     uint16_t tmp[1024];
-    if (l->head_dim > 1024) return -EINVAL;
     /* The arena is written on the backend's (non-blocking) stream: wait for it first. */
     if (CB_CHECK(cb, cudaStreamSynchronize(cb->stream))) return -EIO;
-    const char *arena = (const char *)cb->kv_arena;
     for (int h = 0; h < l->n_kv_heads; h++) {
-        const char *p = arena + (size_t)cuda_kv_slot_index(l, layer, kind, slot, h, 0) * es;
+        const char *p = plane + (size_t)cuda_kv_slot_index(l, 0, 0, slot, h, 0) * es;
         float *o = dst + (size_t)h * l->head_dim;
         if (es == 4) {
             if (CB_CHECK(cb, cudaMemcpy(o, p, (size_t)l->head_dim * 4, cudaMemcpyDeviceToHost))) return -EIO;
@@ -499,8 +541,7 @@ extern "C" int cuda_kv_read(backend *be, int layer, int kind, int32_t slot, floa
         if (CB_CHECK(cb, cudaMemcpy(tmp, p, (size_t)l->head_dim * es, cudaMemcpyDeviceToHost))) return -EIO;
         if (kv_dtype_is_quant(cb->kv_dtype)) { /* codes, then the row's f16 scale */
             uint8_t sc[KV_SCALE_BYTES];
-            int32_t blk = slot / l->block_size;
-            const char *sp = arena + cuda_kv_scale_index(l, layer, kind, blk, h, slot % l->block_size);
+            const char *sp = plane + cuda_kv_scale_index(l, 0, 0, slot / l->block_size, h, slot % l->block_size);
             if (CB_CHECK(cb, cudaMemcpy(sc, sp, KV_SCALE_BYTES, cudaMemcpyDeviceToHost))) return -EIO;
             float d = cuda_kv_load_scale(sc);
             const uint8_t *q = (const uint8_t *)tmp;

@@ -45,10 +45,17 @@ typedef struct cuda_backend {
     void *blas_ws;        /* cuBLAS workspace we own, so captured GEMMs never allocate */
     int error;            /* 0, or -EIO after the first failed call (sticky) */
 
-    /* KV arena (kv_init) */
-    cuda_kv_layout kv;
+    /* KV arena (kv_init): one allocation per layer group, each [its layers][2][n_blocks][n_kv_heads]
+     * [tile] (cuda_common.h); every group shares the tile shape */
+    cuda_kv_layout kv;    /* the shape (n_kv_heads, head_dim, block_size, tile_extra); n_layers all
+                             layers, n_blocks group 0's */
     int kv_dtype;         /* enum kv_dtype */
-    void *kv_arena;       /* [n_layers][2][n_blocks][n_kv_heads][block_size][head_dim] */
+    int kv_groups;        /* layer groups */
+    cuda_kv_layout kvg[KV_MAX_GROUPS]; /* each group's layout (its layers, its blocks) */
+    void *kv_arena[KV_MAX_GROUPS];
+    int32_t kv_blocks[KV_MAX_GROUPS];  /* n_blocks of each group */
+    uint8_t kv_group[KV_MAX_LAYERS];   /* group of each layer */
+    int kv_index[KV_MAX_LAYERS];       /* place of each layer among its group's */
 
     /* Batch metadata (begin): packed int32s, pinned on the host and mirrored on the device. The
      * attention items follow the metadata at offset meta.total. meta_done is recorded after every
@@ -120,6 +127,16 @@ void cuda__graphs_reset(cuda_backend *cb);
  * partitions for that many keys instead of the batch's actual longest context (graphs). */
 int cuda__attn_plan(cuda_backend *cb, int n_heads, int32_t max_kv_bound);
 
+/* The (layer, kind) plane of the KV arena (kind 0 K, 1 V), as bytes; *l gets its group's layout,
+ * whose plane-relative indices (cuda_kv_tile_index with layer 0, kind 0) address it. */
+static inline char *cuda__kv_plane(const cuda_backend *cb, int layer, int kind, const cuda_kv_layout **l)
+{
+    int g = cb->kv_group[layer];
+    *l = &cb->kvg[g];
+    size_t plane = (size_t)cuda_kv_plane_elems(*l) * kv_dtype_bytes(cb->kv_dtype);
+    return (char *)cb->kv_arena[g] + (size_t)(2 * cb->kv_index[layer] + kind) * plane;
+}
+
 /* Device-side pointer to the packed batch metadata array at int32 offset off. */
 static inline const int32_t *cuda__meta(const cuda_backend *cb, int32_t off)
 {
@@ -134,6 +151,7 @@ void cuda__op_embed(backend *be, const be_weight *emb, float *out);
 void cuda__op_rmsnorm(backend *be, const float *x, const be_weight *w, float eps, int n_rows, int dim,
                       float *out);
 void cuda__op_rope(backend *be, float *x, const be_rope *r);
+void cuda__op_rope_shift(backend *be, const float *x, float *out, const be_rope *r, int group);
 void cuda__op_store_kv(backend *be, int layer, const float *k, const float *v);
 void cuda__op_silu_mul(backend *be, float *gate, const float *up, int64_t n);
 void cuda__op_gelu_mul(backend *be, float *gate, const float *up, int64_t n);

@@ -189,6 +189,43 @@ void cuda__op_rope(backend *be, float *x, const be_rope *r)
     CB_CHECK_LAUNCH(cb);
 }
 
+/* out row t = x row t rotated by −shift of its sequence (sinks NULL: 0), a pure rotation (r's
+ * mscale is 1). The sequence of token t: the last s with q_start[s] ≤ t. */
+static __global__ void cuda__rope_shift_k(const float *x, float *out, const int32_t *q_start, int n_seqs,
+                                          const int32_t *sinks, const int32_t *shift, be_rope r, const float *ff)
+{
+    int t = blockIdx.x, lo = 0, hi = n_seqs - 1;
+    while (lo < hi) { /* binary search: q_start is increasing */
+        int mid = (lo + hi + 1) / 2;
+        if (q_start[mid] <= t) lo = mid;
+        else hi = mid - 1;
+    }
+    int64_t row = (int64_t)r.n_heads * r.head_dim;
+    const float *xs = x + t * row;
+    float *o = out + t * row;
+    for (int64_t i = threadIdx.x; i < row; i += blockDim.x) o[i] = xs[i];
+    __syncthreads();
+    int sh = sinks ? shift[lo] : 0;
+    if (sh) cuda__rope_row(o, -sh, r, ff);
+}
+
+void cuda__op_rope_shift(backend *be, const float *x, float *out, const be_rope *r, int group)
+{
+    cuda_backend *cb = cuda__cb(be);
+    if (cuda__graph_skip(cb)) return;
+    int n = cb->meta.n_tokens;
+    if (n <= 0) return;
+    const cuda_meta_kv *mk = &cb->meta.kv[cb->meta.n_kv > 1 ? group : 0];
+    be_rope rv = *r;
+    rv.freq_factors = NULL;
+    rv.mscale = 1.0f; /* the queries are scaled already */
+    const int32_t *sinks = mk->sinks >= 0 ? cuda__meta(cb, mk->sinks) : NULL;
+    const int32_t *shift = mk->sinks >= 0 ? cuda__meta(cb, mk->sink_shift) : NULL;
+    cuda__rope_shift_k<<<n, 128, 0, cb->stream>>>(x, out, cuda__meta(cb, cb->meta.q_start), cb->meta.n_seqs, sinks,
+                                                  shift, rv, cuda__rope_ff(r));
+    CB_CHECK_LAUNCH(cb);
+}
+
 /* Writes token t's k and v rows into the arena planes of one layer at its slot; with rope
  * (r.rope_dims > 0) k is rotated first, in place, and the rotated values are stored. */
 template <typename T>
@@ -243,26 +280,20 @@ static void cuda__store_kv(cuda_backend *cb, int layer, float *k, const float *v
     const float *ff = rope ? cuda__rope_ff(rope) : NULL;
     int n = cb->meta.n_tokens;
     if (n <= 0) return;
-    const cuda_kv_layout *l = &cb->kv;
-    int64_t plane = cuda_kv_plane_elems(l);
-    int64_t ko = (int64_t)(2 * layer) * plane, vo = ko + plane;
-    const int32_t *slots = cuda__meta(cb, cb->meta.slots), *pos = cuda__meta(cb, cb->meta.positions);
-    if (cb->kv_dtype == KV_F32) {
-        float *a = (float *)cb->kv_arena;
-        cuda__store_kv_k<<<n, 128, 0, cb->stream>>>(k, v, a + ko, a + vo, slots, pos, *l, r, ff);
-    } else if (cb->kv_dtype == KV_I8) {
-        int8_t *a = (int8_t *)cb->kv_arena;
-        cuda__store_kv_q_k<<<n, 128, 0, cb->stream>>>(k, v, a + ko, a + vo, slots, pos, *l, r, ff);
-    } else if (cb->kv_dtype == KV_FP8) {
-        uint8_t *a = (uint8_t *)cb->kv_arena;
-        cuda__store_kv_q_k<<<n, 128, 0, cb->stream>>>(k, v, a + ko, a + vo, slots, pos, *l, r, ff);
-    } else if (cb->kv_dtype == KV_BF16) {
-        __nv_bfloat16 *a = (__nv_bfloat16 *)cb->kv_arena;
-        cuda__store_kv_k<<<n, 128, 0, cb->stream>>>(k, v, a + ko, a + vo, slots, pos, *l, r, ff);
-    } else {
-        __half *a = (__half *)cb->kv_arena;
-        cuda__store_kv_k<<<n, 128, 0, cb->stream>>>(k, v, a + ko, a + vo, slots, pos, *l, r, ff);
-    }
+    const cuda_kv_layout *l;
+    char *kb = cuda__kv_plane(cb, layer, 0, &l), *vb = cuda__kv_plane(cb, layer, 1, &l);
+    const cuda_meta_kv *mk = &cb->meta.kv[cb->meta.n_kv > 1 ? cb->kv_group[layer] : 0];
+    const int32_t *slots = cuda__meta(cb, mk->slots), *pos = cuda__meta(cb, cb->meta.positions);
+    if (cb->kv_dtype == KV_F32)
+        cuda__store_kv_k<<<n, 128, 0, cb->stream>>>(k, v, (float *)kb, (float *)vb, slots, pos, *l, r, ff);
+    else if (cb->kv_dtype == KV_I8)
+        cuda__store_kv_q_k<<<n, 128, 0, cb->stream>>>(k, v, (int8_t *)kb, (int8_t *)vb, slots, pos, *l, r, ff);
+    else if (cb->kv_dtype == KV_FP8)
+        cuda__store_kv_q_k<<<n, 128, 0, cb->stream>>>(k, v, (uint8_t *)kb, (uint8_t *)vb, slots, pos, *l, r, ff);
+    else if (cb->kv_dtype == KV_BF16)
+        cuda__store_kv_k<<<n, 128, 0, cb->stream>>>(k, v, (__nv_bfloat16 *)kb, (__nv_bfloat16 *)vb, slots, pos, *l, r, ff);
+    else
+        cuda__store_kv_k<<<n, 128, 0, cb->stream>>>(k, v, (__half *)kb, (__half *)vb, slots, pos, *l, r, ff);
     CB_CHECK_LAUNCH(cb);
 }
 

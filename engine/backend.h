@@ -9,11 +9,19 @@
  * are f32 row-major [rows][cols] on every backend. Only logits (and batch metadata) cross.
  *
  * The varlen batch (vLLM style): one flat list of new tokens from any mix of sequences — prefill
- * chunks and single decode tokens. Sequence s owns tokens q_start[s] .. q_start[s+1]-1 and has
- * ctx_len[s] KV entries after this step (cached + new), indexed through its block-table row:
- * KV entry j of sequence s lives in slot block_table[s][j / block_size] * block_size +
- * j % block_size. New token i of sequence s (i counted from 0 within the sequence) is KV entry
- * ctx_len[s] - n_new[s] + i and attends causally to entries 0 .. that index inclusive.
+ * chunks and single decode tokens. Sequence s owns tokens q_start[s] .. q_start[s+1]-1. The KV
+ * cache is described per layer group (kv[g], cache/kv.h: layers sharing a retention rule share
+ * blocks): in group g, sequence s has ctx_len[s] KV entries after this step (cached + new),
+ * indexed through its block-table row: KV entry j lives in slot block_table[s][j / block_size] *
+ * block_size + j % block_size of the group's arena. New token i of sequence s (i counted from 0
+ * within the sequence) is KV entry ctx_len[s] - n_new[s] + i and attends causally to entries
+ * 0 .. that index inclusive (narrowed by a layer's sliding window, be_attn). The RoPE position of
+ * a token is positions[], which may exceed its KV index once a group has dropped entries: a
+ * window keeps relative positions, so queries and the entries after the dropped ones meet at
+ * their true distance. Attention sinks (the first sinks[s] entries, kept while later ones are
+ * dropped: StreamingLLM) sit sink_shift[s] positions closer to the queries than their rotation
+ * says; the attention op meets them with be_attn.q_sink (the queries rotated back by that shift,
+ * rope_shift), so every entry is seen at its position within the cache.
  *
  * Threading: a backend is driven by one thread (the engine thread); ops run in call order
  * (a GPU backend may queue them asynchronously until logits_to_host or sync).
@@ -28,19 +36,35 @@
 #include "cache/kv.h"
 #include "engine/model.h"
 
+/* One layer group's view of the batch's KV. */
+typedef struct be_kv {
+    const int32_t *slots;       /* [n_tokens] KV slot each token's K/V is written to (< 0: none) */
+    const int32_t *ctx_len;     /* [n_seqs] KV entries after this step */
+    const int32_t *block_table; /* [n_seqs][bt_stride] block ids */
+    int32_t bt_stride;          /* row stride of block_table, ≥ max blocks of any sequence */
+    const int32_t *sinks;       /* [n_seqs] leading entries met by the sink queries (0: none), or
+                                   NULL when no sequence of the step has any */
+    const int32_t *sink_shift;  /* [n_seqs] positions the sinks sit closer than their rotation says
+                                   (with sinks; the rope_shift op's shift) */
+} be_kv;
+
 typedef struct be_batch {
     int32_t n_tokens;
     const int32_t *tokens;      /* [n_tokens] token ids */
     const int32_t *positions;   /* [n_tokens] RoPE positions */
-    const int32_t *slots;       /* [n_tokens] KV slot each token's K/V is written to */
     int32_t n_seqs;
     const int32_t *q_start;     /* [n_seqs + 1] token offsets; q_start[n_seqs] == n_tokens */
-    const int32_t *ctx_len;     /* [n_seqs] KV entries after this step */
-    const int32_t *block_table; /* [n_seqs][bt_stride] block ids */
-    int32_t bt_stride;          /* row stride of block_table, ≥ max blocks of any sequence */
     int32_t n_logits;
     const int32_t *logit_rows;  /* [n_logits] token indices whose logits are wanted, in order */
+    int32_t n_kv;               /* layer groups in kv (0 means 1) */
+    be_kv kv[KV_MAX_GROUPS];    /* per layer group (cache/kv.h kv_group_of) */
 } be_batch;
+
+/* The view of group g (kv[0] when the batch describes one group). */
+static inline const be_kv *be_batch_kv(const be_batch *b, int g)
+{
+    return &b->kv[b->n_kv > 1 ? g : 0];
+}
 
 /* A weight matrix or vector in backend memory. */
 typedef struct be_weight {
@@ -111,6 +135,8 @@ typedef struct be_attn {
     float scale;    /* multiplies q·k, e.g. 1/sqrt(head_dim) */
     float softcap;  /* > 0: attention-logit soft-capping (Gemma 2); 0: off */
     int32_t window; /* > 0: sliding window of this many positions; 0: full causal */
+    const float *q_sink; /* when the layer's group view has sinks: the queries that meet them
+                            (q after rope_shift, same shape as q); else NULL */
 } be_attn;
 
 /* tanh-approximated GELU: 0.5 x (1 + tanh(sqrt(2/π) (x + 0.044715 x³))), as GeGLU uses it. */
@@ -138,10 +164,12 @@ typedef struct be_ops {
 
     /* Free device memory in bytes, or 0 when the KV budget comes from --kv-memory (CPU). */
     size_t (*mem_available)(backend *be);
-    /* Allocates the KV arena: n_blocks blocks of geometry g, K and V for every layer. */
-    int (*kv_init)(backend *be, const kv_geom *g, int32_t n_blocks);
-    /* Copies block src to block dst in every layer, K and V (n>1 forks copy a partial block). */
-    void (*kv_copy_block)(backend *be, int32_t src, int32_t dst);
+    /* Allocates the KV arena of geometry g: n_blocks[k] blocks for layer group k (one entry per
+     * kv_n_groups(g)), K and V for every layer of the group. 0 or a negative errno. */
+    int (*kv_init)(backend *be, const kv_geom *g, const int32_t *n_blocks);
+    /* Copies block src to block dst of layer group `group`, in each of its layers, K and V (n > 1
+     * forks copy a partial block). */
+    void (*kv_copy_block)(backend *be, int group, int32_t src, int32_t dst);
 
     /* Activation scratch: n_floats f32 in backend memory, or NULL. */
     float *(*alloc)(backend *be, size_t n_floats);
@@ -161,11 +189,18 @@ typedef struct be_ops {
                    const be_weight *bias, float *out);
     /* Rotates x [n_tokens][n_heads * head_dim] in place at the batch's positions. */
     void (*rope)(backend *be, float *x, const be_rope *r);
-    /* Writes k and v [n_tokens][kv_dim] of layer into the KV arena at the batch's slots. */
+    /* out = x (rotated queries, [n_tokens][n_heads * head_dim]) rotated further by −sink_shift of
+     * each token's sequence in layer group `group`: the angle −shift · be_rope_freq of every
+     * pair, a pure rotation (mscale is not applied again). The queries then meet the group's
+     * sinks at their position within the cache. Only called when the group view has sinks. */
+    void (*rope_shift)(backend *be, const float *x, float *out, const be_rope *r, int group);
+    /* Writes k and v [n_tokens][kv_dim] of layer into the KV arena at the batch's slots (those
+     * of the layer's group). */
     void (*store_kv)(backend *be, int layer, const float *k, const float *v);
-    /* Causal attention of q [n_tokens][a->n_heads * head_dim] over the paged KV of layer, with
-     * GQA (query head h reads kv head h / (n_heads / n_kv_heads)), the scale, soft-cap and
-     * sliding window of *a (see be_attn); out [n_tokens][n_heads * head_dim]. */
+    /* Causal attention of q [n_tokens][a->n_heads * head_dim] over the paged KV of layer (its
+     * group's view), with GQA (query head h reads kv head h / (n_heads / n_kv_heads)), the
+     * scale, soft-cap and sliding window of *a (see be_attn), and a->q_sink for the sink
+     * entries; out [n_tokens][n_heads * head_dim]. */
     void (*attention)(backend *be, int layer, const float *q, const be_attn *a, float *out);
     /* gate[i] = silu(gate[i]) * up[i] for n elements. */
     void (*silu_mul)(backend *be, float *gate, const float *up, int64_t n);

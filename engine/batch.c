@@ -1,6 +1,7 @@
 /*
- * batch.c — step → be_batch (see batch.h). Pure bookkeeping: positions are KV indices, the block
- * table rows are copied with a stride equal to the largest table in this step.
+ * batch.c — step → be_batch (see batch.h). Pure bookkeeping: positions are token indices; in
+ * each layer group the block table rows are copied with a stride equal to the largest table in
+ * this step, and a token's cache index is its token index less the entries its group dropped.
  */
 #include "engine/batch.h"
 
@@ -16,12 +17,18 @@ int batch_init(batch_buf *bb, int max_tokens, int max_seqs, int max_logits)
     bb->max_logits = max_logits;
     bb->tokens = malloc((size_t)max_tokens * sizeof(int32_t));
     bb->positions = malloc((size_t)max_tokens * sizeof(int32_t));
-    bb->slots = malloc((size_t)max_tokens * sizeof(int32_t));
     bb->q_start = malloc((size_t)(max_seqs + 1) * sizeof(int32_t));
-    bb->ctx_len = malloc((size_t)max_seqs * sizeof(int32_t));
     bb->logit_rows = malloc((size_t)max_logits * sizeof(int32_t));
-    if (!bb->tokens || !bb->positions || !bb->slots || !bb->q_start || !bb->ctx_len ||
-        !bb->logit_rows) {
+    int ok = bb->tokens && bb->positions && bb->q_start && bb->logit_rows;
+    for (int g = 0; g < KV_MAX_GROUPS && ok; g++) {
+        batch_kv *k = &bb->kv[g];
+        k->slots = malloc((size_t)max_tokens * sizeof(int32_t));
+        k->ctx_len = malloc((size_t)max_seqs * sizeof(int32_t));
+        k->sinks = malloc((size_t)max_seqs * sizeof(int32_t));
+        k->sink_shift = malloc((size_t)max_seqs * sizeof(int32_t));
+        ok = k->slots && k->ctx_len && k->sinks && k->sink_shift;
+    }
+    if (!ok) {
         batch_fini(bb);
         return -ENOMEM;
     }
@@ -32,62 +39,102 @@ void batch_fini(batch_buf *bb)
 {
     free(bb->tokens);
     free(bb->positions);
-    free(bb->slots);
     free(bb->q_start);
-    free(bb->ctx_len);
     free(bb->logit_rows);
-    free(bb->block_table);
+    for (int g = 0; g < KV_MAX_GROUPS; g++) {
+        batch_kv *k = &bb->kv[g];
+        free(k->slots);
+        free(k->ctx_len);
+        free(k->sinks);
+        free(k->sink_shift);
+        free(k->block_table);
+    }
     memset(bb, 0, sizeof *bb);
 }
 
-int batch_build(batch_buf *bb, const batch_entry *e, int n, int block_size)
+/* Cache entries of s in group g after its n_new tokens. */
+static int batch__len(const seq *s, int g, int n_new, int bs)
+{
+    return s->n_computed + n_new - s->kv[g].dropped * bs;
+}
+
+/* The view of group g: block tables, slots of the new tokens, and the sinks of sequences whose
+ * window has moved. 0 or -ENOMEM. */
+static int batch__group(batch_buf *bb, const batch_entry *e, int n, int bs, int g, const kv_rule *rule)
+{
+    batch_kv *k = &bb->kv[g];
+    int stride = 1, any_sinks = 0;
+    for (int i = 0; i < n; i++) {
+        int nb = (batch__len(e[i].s, g, e[i].n_new, bs) + bs - 1) / bs;
+        if (nb > stride) stride = nb;
+    }
+    if ((int64_t)n * stride > k->bt_cap) {
+        int64_t cap = (int64_t)bb->max_seqs * stride;
+        int32_t *bt = realloc(k->block_table, (size_t)cap * sizeof *bt);
+        if (!bt) return -ENOMEM;
+        k->block_table = bt;
+        k->bt_cap = cap;
+    }
+    int sink_len = rule ? kv_sink_blocks(rule, bs) * bs : 0;
+    for (int i = 0, t = 0; i < n; i++) {
+        const seq *s = e[i].s;
+        const seq_kv *sk = &s->kv[g];
+        int end = batch__len(s, g, e[i].n_new, bs), off = sk->dropped * bs;
+        k->ctx_len[i] = end;
+        memcpy(k->block_table + (int64_t)i * stride, sk->bt, (size_t)((end + bs - 1) / bs) * sizeof(int32_t));
+        for (int p = s->n_computed; p < s->n_computed + e[i].n_new; p++, t++) {
+            int j = p - off; /* the token's cache index */
+            k->slots[t] = sk->bt[j / bs] * bs + j % bs;
+        }
+        k->sinks[i] = sk->dropped && sink_len ? sink_len : 0;
+        k->sink_shift[i] = k->sinks[i] ? off : 0;
+        any_sinks |= k->sinks[i] > 0;
+    }
+    bb->b.kv[g] = (be_kv){
+        .slots = k->slots,
+        .ctx_len = k->ctx_len,
+        .block_table = k->block_table,
+        .bt_stride = stride,
+        .sinks = any_sinks ? k->sinks : NULL,
+        .sink_shift = any_sinks ? k->sink_shift : NULL,
+    };
+    return 0;
+}
+
+int batch_build(batch_buf *bb, const batch_entry *e, int n, int block_size, int n_groups, const kv_rule *rules)
 {
     if (n > bb->max_seqs) return -EINVAL;
-    int n_tok = 0, stride = 1, n_rows = 0;
+    int n_tok = 0, n_rows = 0, ng = n_groups > 1 ? n_groups : 1;
     for (int i = 0; i < n; i++) {
         n_tok += e[i].n_new;
         n_rows += e[i].lp_rows + e[i].samples;
         if (e[i].lp_rows && (e[i].lp_from < 0 || e[i].lp_from + e[i].lp_rows > e[i].n_new)) return -EINVAL;
-        int nb = (e[i].s->n_computed + e[i].n_new + block_size - 1) / block_size;
-        if (nb > stride) stride = nb;
     }
     if (n_tok > bb->max_tokens || n_rows > bb->max_logits) return -EINVAL;
-    if ((int64_t)n * stride > bb->bt_cap) {
-        int64_t cap = (int64_t)bb->max_seqs * stride;
-        int32_t *bt = realloc(bb->block_table, (size_t)cap * sizeof *bt);
-        if (!bt) return -ENOMEM;
-        bb->block_table = bt;
-        bb->bt_cap = cap;
+    for (int g = 0; g < ng; g++) {
+        int rc = batch__group(bb, e, n, block_size, g, rules ? &rules[g] : NULL);
+        if (rc) return rc;
     }
     int t = 0, n_logits = 0;
     for (int i = 0; i < n; i++) {
         const seq *s = e[i].s;
         int start = s->n_computed, end = start + e[i].n_new;
         bb->q_start[i] = t;
-        bb->ctx_len[i] = end;
-        int nb = (end + block_size - 1) / block_size;
-        memcpy(bb->block_table + (int64_t)i * stride, s->block_table, (size_t)nb * sizeof(int32_t));
         for (int k = 0; k < e[i].lp_rows; k++) bb->logit_rows[n_logits++] = t + e[i].lp_from + k;
         for (int p = start; p < end; p++, t++) {
             bb->tokens[t] = s->tokens[p];
             bb->positions[t] = p;
-            bb->slots[t] = s->block_table[p / block_size] * block_size + p % block_size;
         }
         if (e[i].samples) bb->logit_rows[n_logits++] = t - 1;
     }
     bb->q_start[n] = t;
-    bb->b = (be_batch){
-        .n_tokens = t,
-        .tokens = bb->tokens,
-        .positions = bb->positions,
-        .slots = bb->slots,
-        .n_seqs = n,
-        .q_start = bb->q_start,
-        .ctx_len = bb->ctx_len,
-        .block_table = bb->block_table,
-        .bt_stride = stride,
-        .n_logits = n_logits,
-        .logit_rows = bb->logit_rows,
-    };
+    bb->b.n_tokens = t;
+    bb->b.tokens = bb->tokens;
+    bb->b.positions = bb->positions;
+    bb->b.n_seqs = n;
+    bb->b.q_start = bb->q_start;
+    bb->b.n_logits = n_logits;
+    bb->b.logit_rows = bb->logit_rows;
+    bb->b.n_kv = ng;
     return 0;
 }

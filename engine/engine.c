@@ -44,7 +44,7 @@ struct engine {
     fwd *f;
     sched *sc;
     kv_geom g;
-    int32_t n_blocks;
+    int32_t n_blocks[KV_MAX_GROUPS]; /* per layer group */
     int n_ctx, n_vocab;
     const int32_t *eog;
     int n_eog;
@@ -404,10 +404,29 @@ static int eng__step(engine *e, eng_evlist *out)
     return 1;
 }
 
-/* Blocks one sequence needs at most: its full context. */
-static int64_t eng__seq_blocks(const engine *e)
+/* Blocks one sequence holds at most in layer group k: its full context, or one window. */
+static int64_t eng__seq_blocks(const engine *e, int k)
 {
-    return (e->n_ctx + e->g.block_size - 1) / e->g.block_size;
+    return kv_group_seq_blocks(&e->g, k, e->n_ctx, e->cfg.max_batch_tokens);
+}
+
+/* Sequences that fit at once at their largest (the group that runs out first decides). */
+static int64_t eng__seq_capacity(const engine *e)
+{
+    int64_t n = INT64_MAX;
+    for (int k = 0; k < kv_n_groups(&e->g); k++) {
+        int64_t c = e->n_blocks[k] / eng__seq_blocks(e, k);
+        n = c < n ? c : n;
+    }
+    return n;
+}
+
+/* 1 when no layer group keeps everything: sequences may run past the context. */
+static int eng__unbounded(const engine *e)
+{
+    for (int k = 0; k < kv_n_groups(&e->g); k++)
+        if (e->g.rule[k].keep == KV_KEEP_ALL) return 0;
+    return 1;
 }
 
 static void eng__update_stats(engine *e)
@@ -415,7 +434,6 @@ static void eng__update_stats(engine *e)
     engine_stats *st = &e->stats;
     sched_stats ss;
     sched_get_stats(e->sc, &ss);
-    block_pool *bp = sched_pool(e->sc);
     rdx_tree *t = sched_tree(e->sc);
     int64_t now = engine_now_us();
     st->alive = !e->failed;
@@ -437,12 +455,17 @@ static void eng__update_stats(engine *e)
     }
     st->num_running = sched_num_running(e->sc);
     st->num_waiting = sched_num_waiting(e->sc) + e->n_sub;
-    st->kv_blocks_total = bp_num_blocks(bp);
-    st->kv_blocks_used = bp_num_blocks(bp) - bp_num_free(bp);
+    st->kv_blocks_total = st->kv_blocks_used = 0;
+    for (int k = 0; k < sched_n_groups(e->sc); k++) {
+        block_pool *gp = sched_group_pool(e->sc, k);
+        st->kv_blocks_total += bp_num_blocks(gp);
+        st->kv_blocks_used += bp_num_blocks(gp) - bp_num_free(gp);
+    }
     st->kv_blocks_cached = t ? rdx_n_blocks(t) : 0;
     st->kv_bytes_per_token = kv_bytes_per_token(&e->g);
-    st->kv_capacity_tokens = (int64_t)e->n_blocks * e->g.block_size;
-    st->kv_capacity_seqs = e->n_blocks / eng__seq_blocks(e);
+    st->kv_capacity_tokens = (int64_t)e->n_blocks[0] * e->g.block_size;
+    st->kv_capacity_seqs = eng__seq_capacity(e);
+    st->kv_window = e->cfg.kv_window;
     st->block_size = e->g.block_size;
     st->prefix_cache_queries = ss.prefix_queries;
     st->prefix_cache_hits = ss.prefix_hits;
@@ -570,15 +593,17 @@ static int eng__run(void *ud, const be_batch *b, float *logits)
     return fwd_run(ud, b, logits);
 }
 
-static void eng__copy_block(void *ud, int32_t src, int32_t dst)
+static void eng__copy_block(void *ud, int group, int32_t src, int32_t dst)
 {
     backend *be = fwd_backend(ud);
-    be->ops->kv_copy_block(be, src, dst);
+    be->ops->kv_copy_block(be, group, src, dst);
 }
 
-/* KV blocks from the budget: --kv-memory on the CPU, a share of free memory on a GPU. */
-static int32_t eng__n_blocks(const engine_config *c, backend *be, const kv_geom *g)
+/* KV blocks of every layer group from the budget (--kv-memory on the CPU, a share of free
+ * memory on a GPU), split so that every group holds the same number of sequences. */
+static void eng__n_blocks(engine *e, backend *be)
 {
+    const engine_config *c = &e->cfg;
     size_t avail = be->ops->mem_available(be);
     size_t budget = c->kv_memory_bytes;
     if (avail) {
@@ -586,25 +611,52 @@ static int32_t eng__n_blocks(const engine_config *c, backend *be, const kv_geom 
         double w = (double)model_weight_bytes(c->model) + (double)(512u << 20); /* + activations */
         budget = use > w ? (size_t)(use - w) : 0;
     }
-    int64_t n = kv_blocks_for_budget(g, budget);
-    return n > INT32_MAX / 2 ? INT32_MAX / 2 : (int32_t)n;
+    int64_t n[KV_MAX_GROUPS];
+    kv_split_budget(&e->g, budget, e->n_ctx, c->max_batch_tokens, n);
+    for (int k = 0; k < kv_n_groups(&e->g); k++) e->n_blocks[k] = n[k] > INT32_MAX / 2 ? INT32_MAX / 2 : (int32_t)n[k];
+}
+
+/* The layer groups and their rules: with --kv-window, every layer keeps sinks + a window
+ * (KV_KEEP_SINKS); otherwise one group keeps everything. (A model's own sliding-window layers
+ * become KV_KEEP_WINDOW groups here when the model says which layers they are.) 0, or -1 with
+ * err filled when the window cannot be used. */
+static int eng__kv_groups(engine *e, char *err, size_t err_len)
+{
+    const engine_config *c = &e->cfg;
+    int bs = c->block_size;
+    if (c->kv_window <= 0) return 0;
+    kv_rule r = {KV_KEEP_SINKS, c->kv_window, c->kv_sinks};
+    if (c->kv_sinks < 0 || c->kv_window > e->n_ctx || c->kv_window < (kv_sink_blocks(&r, bs) + 1) * bs) {
+        snprintf(err, err_len,
+                 "kv-window %d with kv-sinks %d: the window must hold the sinks (rounded up to blocks of %d) "
+                 "plus one block, and at most the context length %d",
+                 c->kv_window, c->kv_sinks, bs, e->n_ctx);
+        return -1;
+    }
+    e->g.rule[0] = r;
+    return 0;
 }
 
 static void eng__log(const engine *e)
 {
     const kv_geom *g = &e->g;
     size_t bpt = kv_bytes_per_token(g);
-    int64_t cap = (int64_t)e->n_blocks * g->block_size;
-    char formula[160];
+    int64_t cap = (int64_t)e->n_blocks[0] * g->block_size;
+    char formula[160], at[96];
     kv_formula(g, 1, formula, sizeof formula);
     const model_hparams *hp = &e->cfg.model->hp;
     char feats[512], by_type[512];
     fprintf(stderr, "model: %s, %d layers; %s\n", hp->arch_name, hp->n_layers, model_features(hp, feats, sizeof feats));
+    const kv_rule *r = &g->rule[0];
+    if (r->keep == KV_KEEP_SINKS)
+        snprintf(at, sizeof at, "a window of %d (%d sinks)", r->window, kv_sink_blocks(r, g->block_size) * g->block_size);
+    else
+        snprintf(at, sizeof at, "context %d", e->n_ctx);
     fprintf(stderr,
             "KV cache (%s): %s = %zu bytes/token; "
-            "%d blocks of %d tokens = %lld tokens; max %d sequences at context %d\n",
-            kv_dtype_name(g->dtype), formula, bpt, (int)e->n_blocks,
-            g->block_size, (long long)cap, (int)(e->n_blocks / eng__seq_blocks(e)), e->n_ctx);
+            "%d blocks of %d tokens = %lld tokens; max %lld sequences at %s\n",
+            kv_dtype_name(g->dtype), formula, bpt, (int)e->n_blocks[0], g->block_size, (long long)cap,
+            (long long)eng__seq_capacity(e), at);
     if (model_n_swa_layers(hp))
         fprintf(stderr, "KV cache by layer type: %s (every layer keeps every token's K/V today)\n",
                 model_kv_by_layer_type(hp, kv_vec_bytes(g), by_type, sizeof by_type));
@@ -613,21 +665,29 @@ static void eng__log(const engine *e)
         snprintf(admit, sizeof admit, " (admitting up to %d prefill tokens)", e->cfg.prefill_admit_tokens);
     fprintf(stderr, "engine: %s; max %d sequences, %d tokens per step%s, prefix cache %s, %s\n",
             e->be->desc, e->cfg.max_seqs, e->cfg.max_batch_tokens, admit,
-            e->cfg.prefix_cache ? "on" : "off", e->cfg.schedule == ENGINE_SCHED_LPM ? "lpm" : "fcfs");
+            e->cfg.prefix_cache && kv_n_groups(g) == 1 ? "on" : "off",
+            e->cfg.schedule == ENGINE_SCHED_LPM ? "lpm" : "fcfs");
 }
 
-/* The KV budget must hold one sequence at the full context (as vLLM requires at start-up). */
+/* The KV budget must hold one sequence at its largest in every group: the full context (as
+ * vLLM requires at start-up), or one window. */
 static int eng__check_budget(const engine *e, char *err, size_t err_len)
 {
-    int64_t need = ((int64_t)e->n_ctx + e->g.block_size - 1) / e->g.block_size;
-    if (e->n_blocks >= need && e->n_blocks >= 1) return 0;
-    snprintf(err, err_len,
-             "the KV budget holds %lld tokens (%d blocks of %d, %zu bytes/token), less than one "
-             "sequence at the context length %d; raise --kv-memory (or "
-             "--gpu-memory-utilization) or lower --max-model-len",
-             (long long)e->n_blocks * e->g.block_size, (int)e->n_blocks, e->g.block_size,
-             kv_bytes_per_token(&e->g), e->n_ctx);
-    return -1;
+    for (int k = 0; k < kv_n_groups(&e->g); k++) {
+        int64_t need = eng__seq_blocks(e, k);
+        if (e->n_blocks[k] >= need && e->n_blocks[k] >= 1) continue;
+        const kv_rule *r = &e->g.rule[k];
+        char what[64];
+        if (r->keep == KV_KEEP_ALL) snprintf(what, sizeof what, "the context length %d", e->n_ctx);
+        else snprintf(what, sizeof what, "one window of %d", r->window);
+        snprintf(err, err_len,
+                 "the KV budget holds %lld tokens (%d blocks of %d, %zu bytes/token), less than one "
+                 "sequence at %s; raise --kv-memory (or --gpu-memory-utilization) or lower %s",
+                 (long long)e->n_blocks[k] * e->g.block_size, (int)e->n_blocks[k], e->g.block_size,
+                 kv_bytes_per_token(&e->g), what, r->keep == KV_KEEP_ALL ? "--max-model-len" : "--kv-window");
+        return -1;
+    }
+    return 0;
 }
 
 /* Backend, KV arena, model runner and scheduler. 0, or -1 with err filled. */
@@ -662,7 +722,8 @@ static int eng__setup(engine *e, char *err, size_t err_len)
     }
     e->n_ctx = c->max_model_len > 0 ? c->max_model_len : n_train;
     e->n_vocab = hp->n_vocab;
-    e->n_blocks = eng__n_blocks(c, e->be, &e->g);
+    if (eng__kv_groups(e, err, err_len)) return -1;
+    eng__n_blocks(e, e->be);
     if (eng__check_budget(e, err, err_len)) return -1;
     e->f = fwd_create(c->model, e->be, &e->g, e->n_blocks, c->max_batch_tokens, sched_max_logits(c->max_seqs), err,
                       err_len);
@@ -670,7 +731,8 @@ static int eng__setup(engine *e, char *err, size_t err_len)
     e->n_eog = tok_eog_ids(c->tok, &e->eog);
     sched_config sc = {
         .block_size = c->block_size,
-        .n_blocks = e->n_blocks,
+        .n_blocks = e->n_blocks[0],
+        .n_groups = kv_n_groups(&e->g),
         .max_seqs = c->max_seqs,
         .max_batch_tokens = c->max_batch_tokens,
         .prefill_admit_tokens = c->prefill_admit_tokens,
@@ -681,6 +743,10 @@ static int eng__setup(engine *e, char *err, size_t err_len)
         .eog_ids = e->eog,
         .n_eog = e->n_eog,
     };
+    for (int k = 0; k < kv_n_groups(&e->g); k++) {
+        sc.rule[k] = e->g.rule[k];
+        sc.group_blocks[k] = e->n_blocks[k];
+    }
     sched_runner r = {eng__run, eng__copy_block, e->f};
     e->sc = sched_create(&sc, &r);
     if (!e->sc) {
@@ -764,9 +830,14 @@ static int eng__validate(const engine *e, const engine_request *req)
         req->max_tokens < 0 || req->n_stop < 0 || req->n_stop > ENGINE_MAX_STOP ||
         (req->n_stop > 0 && !req->stop) || req->prompt_top > SMP_MAX_LOGPROBS)
         return -EINVAL;
-    if ((int64_t)req->n_prompt + req->max_tokens > e->n_ctx) return -EINVAL;
-    int64_t blocks = ((int64_t)req->n_prompt + req->max_tokens + e->g.block_size - 1) / e->g.block_size;
-    if (blocks > e->n_blocks) return -EINVAL;
+    if (eng__unbounded(e)) { /* a window: the prompt is capped, the output is not */
+        if (req->n_prompt > e->n_ctx) return -EINVAL;
+    } else {
+        if ((int64_t)req->n_prompt + req->max_tokens > e->n_ctx) return -EINVAL;
+        int64_t blocks = ((int64_t)req->n_prompt + req->max_tokens + e->g.block_size - 1) / e->g.block_size;
+        for (int k = 0; k < kv_n_groups(&e->g); k++)
+            if (e->g.rule[k].keep == KV_KEEP_ALL && blocks > e->n_blocks[k]) return -EINVAL;
+    }
     for (int i = 0; i < req->n_prompt; i++)
         if (req->prompt[i] < 0 || req->prompt[i] >= e->n_vocab) return -EINVAL;
     return 0;

@@ -37,6 +37,11 @@ typedef struct engine_config {
     double gpu_memory_utilization; /* GPU: fraction of free memory for weights + KV */
     int kv_dtype;                /* enum kv_dtype */
     int block_size;              /* tokens per KV block */
+    int kv_window;               /* > 0: attention sinks + window (StreamingLLM) for the layers
+                                    that keep everything: a sequence keeps at most this many KV
+                                    entries, its first kv_sinks tokens and the latest ones, and
+                                    may run past the context; 0: off */
+    int kv_sinks;                /* with kv_window: leading tokens kept (whole blocks) */
     int max_seqs;                /* running sequences cap */
     int max_batch_tokens;        /* tokens per step */
     int prefill_admit_tokens;    /* no further admission into a step holding this many prefill
@@ -167,6 +172,8 @@ typedef struct engine_stats {
                                       every ENGINE_HEARTBEAT_MS while idle; stale only when a
                                       step is stuck */
     int n_ctx;                     /* the context limit in effect (max_model_len) */
+    int kv_window;                 /* > 0: sinks + window on: prompts are capped at n_ctx, outputs
+                                      only by max_tokens */
     int num_running;
     int num_waiting;
     int64_t kv_blocks_total;

@@ -49,6 +49,7 @@ struct fwd {
     kv_geom geom;
     int max_tokens, max_logits;
     int q_dim, kv_dim;
+    const be_batch *b;     /* the batch of the step being run (borrowed during fwd_run) */
 
     be_weight tok_embd;    /* [dim × n_vocab] */
     be_weight output_norm; /* [dim] */
@@ -62,6 +63,7 @@ struct fwd {
     float *x;      /* [max_tokens][dim]     residual stream */
     float *xb;     /* [max_tokens][dim]     normed input / projection output */
     float *q;      /* [max_tokens][q_dim] */
+    float *qs;     /* [max_tokens][q_dim]   the queries as they meet attention sinks */
     float *k, *v;  /* [max_tokens][kv_dim] */
     float *att;    /* [max_tokens][q_dim]   attention output */
     float *hb;     /* [max_tokens][n_ff]    gate, then silu(gate) * up */
@@ -146,7 +148,7 @@ static int fwd__alloc_scratch(fwd *f)
         float **p;
         size_t n;
     } s[] = {
-        {&f->x, T * hp->n_embd},       {&f->xb, T * wide},      {&f->q, T * f->q_dim},
+        {&f->x, T * hp->n_embd},       {&f->xb, T * wide},      {&f->q, T * f->q_dim}, {&f->qs, T * f->q_dim},
         {&f->k, T * f->kv_dim},        {&f->v, T * f->kv_dim},  {&f->att, T * f->q_dim},
         {&f->hb, T * hp->n_ff},        {&f->hb2, T * hp->n_ff}, {&f->lx, L * hp->n_embd},
         {&f->logits, L * hp->n_vocab},
@@ -161,7 +163,7 @@ static int fwd__alloc_scratch(fwd *f)
 void fwd_destroy(fwd *f)
 {
     if (!f) return;
-    float *bufs[] = {f->x, f->xb, f->q, f->k, f->v, f->att, f->hb, f->hb2, f->lx, f->logits};
+    float *bufs[] = {f->x, f->xb, f->q, f->qs, f->k, f->v, f->att, f->hb, f->hb2, f->lx, f->logits};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) f->be->ops->free(f->be, bufs[i]);
     if (f->layers)
@@ -176,17 +178,22 @@ void fwd_destroy(fwd *f)
     free(f);
 }
 
-fwd *fwd_create(const model *m, backend *be, const kv_geom *g, int32_t n_blocks, int max_tokens,
+fwd *fwd_create(const model *m, backend *be, const kv_geom *g, const int32_t *n_blocks, int max_tokens,
                 int max_logits, char *err, size_t err_len)
 {
     const model_hparams *hp = &m->hp;
-    if (g->n_layers != hp->n_layers || g->n_kv_heads != hp->n_kv_heads ||
-        g->head_dim != hp->head_dim || g->block_size <= 0 || n_blocks <= 0 || max_tokens <= 0 ||
-        max_logits <= 0) {
+    int blocks_ok = 1;
+    size_t kv_bytes = 0;
+    for (int k = 0; k < kv_n_groups(g); k++) {
+        blocks_ok &= n_blocks[k] > 0;
+        kv_bytes += kv_group_bytes_per_block(g, k) * (size_t)n_blocks[k];
+    }
+    if (g->n_layers != hp->n_layers || g->n_kv_heads != hp->n_kv_heads || g->n_layers > KV_MAX_LAYERS ||
+        g->head_dim != hp->head_dim || g->block_size <= 0 || !blocks_ok || max_tokens <= 0 || max_logits <= 0) {
         snprintf(err, err_len,
                  "forward: KV geometry (%d layers, %d kv heads, head dim %d, block %d, "
                  "%d blocks) does not fit the model (%d, %d, %d) or a size is not positive",
-                 g->n_layers, g->n_kv_heads, g->head_dim, g->block_size, (int)n_blocks,
+                 g->n_layers, g->n_kv_heads, g->head_dim, g->block_size, (int)n_blocks[0],
                  hp->n_layers, hp->n_kv_heads, hp->head_dim);
         return NULL;
     }
@@ -226,7 +233,7 @@ fwd *fwd_create(const model *m, backend *be, const kv_geom *g, int32_t n_blocks,
     rc = be->ops->kv_init(be, g, n_blocks);
     if (rc) {
         snprintf(err, err_len, "forward: allocating %d KV blocks (%zu bytes) failed (%s)",
-                 (int)n_blocks, kv_bytes_per_block(g) * (size_t)n_blocks, strerror(-rc));
+                 (int)n_blocks[0], kv_bytes, strerror(-rc));
         fwd_destroy(f);
         return NULL;
     }
@@ -275,7 +282,14 @@ static void fwd__layer(fwd *f, int li, int n)
     op->rope(be, f->q, &l->rope_q);
     op->rope(be, f->k, &l->rope_k);
     op->store_kv(be, li, f->k, f->v);
-    op->attention(be, li, f->q, &l->attn, f->att);
+    be_attn at = l->attn;
+    at.q_sink = NULL;
+    int grp = kv_group_of(&f->geom, li);
+    if (be_batch_kv(f->b, grp)->sinks) { /* attention sinks whose window has moved */
+        op->rope_shift(be, f->q, f->qs, &l->rope_q, grp);
+        at.q_sink = f->qs;
+    }
+    op->attention(be, li, f->q, &at, f->att);
     op->matmul(be, f->att, n, &l->wo, fwd__bias(&l->bo), f->xb);
     if (l->post_attn_norm.data) op->rmsnorm(be, f->xb, &l->post_attn_norm, hp->rms_eps, n, dim, f->xb);
     op->add(be, f->x, f->xb, (int64_t)n * dim);
@@ -304,6 +318,7 @@ int fwd_run(fwd *f, const be_batch *b, float *logits)
     int rc = op->begin(be, b);
     if (rc) return rc;
     int n = b->n_tokens;
+    f->b = b;
 
     op->embed(be, &f->tok_embd, f->x);
     if (model_embd_scale(hp) != 1.0f) op->scale(be, f->x, model_embd_scale(hp), (int64_t)n * hp->n_embd);

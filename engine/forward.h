@@ -3,7 +3,8 @@
  *
  * Per layer:  h = x + Wo·attn(rope(Wq·n(x)), rope(Wk·n(x)), Wv·n(x))   with n = RMSNorm
  *             x = h + Wdown·(silu(Wgate·n(h)) * Wup·n(h))
- * then the final norm and the LM head for the batch's logit rows only.
+ * then the final norm and the LM head for the batch's logit rows only. A layer whose group has
+ * attention sinks that moved also rotates its queries to meet them (rope_shift, backend.h).
  */
 #ifndef KVSERVE_FORWARD_H
 #define KVSERVE_FORWARD_H
@@ -16,10 +17,11 @@
 
 typedef struct fwd fwd;
 
-/* Uploads the model's weights to be, allocates the KV arena (n_blocks of geometry g) and the
+/* Uploads the model's weights to be, allocates the KV arena (n_blocks[k] blocks of layer group
+ * k of geometry g) and the
  * activation scratch for batches of up to max_tokens tokens and max_logits logit rows.
  * The model and backend are borrowed and must outlive the fwd. NULL with a message on failure. */
-fwd *fwd_create(const model *m, backend *be, const kv_geom *g, int32_t n_blocks, int max_tokens,
+fwd *fwd_create(const model *m, backend *be, const kv_geom *g, const int32_t *n_blocks, int max_tokens,
                 int max_logits, char *err, size_t err_len);
 void fwd_destroy(fwd *f);
 

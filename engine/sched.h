@@ -16,7 +16,12 @@
  *             whose step ended at their last token sample one (n > 1 requests fork here), and
  *             the sequences that reached end-of-generation or their length limit are released.
  *
- * The scheduler owns the block pool and the radix tree; it borrows the sequences (their owner
+ * Windows (docs/kv-windows.md): each layer group keeps its blocks by its rule (cache/kv.h). A
+ * running sequence first releases what its groups' rules let go (sched_kv.c), a step never takes
+ * a sequence past a sinks group's window, and a sequence whose window has moved stops offering
+ * blocks to the prefix cache.
+ *
+ * The scheduler owns the block pools and the radix tree; it borrows the sequences (their owner
  * frees them after release). Engine thread only.
  */
 #ifndef KVSERVE_SCHED_H
@@ -34,14 +39,18 @@
 typedef struct sched_runner {
     /* Computes the batch; writes logits [b->n_logits][n_vocab]. 0 or a negative errno. */
     int (*run)(void *ud, const be_batch *b, float *logits);
-    /* Copies the K/V of block src into block dst (copy-on-write of a shared partial block). */
-    void (*copy_block)(void *ud, int32_t src, int32_t dst);
+    /* Copies the K/V of block src into block dst of layer group `group` (copy-on-write of a
+     * shared partial block). */
+    void (*copy_block)(void *ud, int group, int32_t src, int32_t dst);
     void *ud;
 } sched_runner;
 
 typedef struct sched_config {
     int block_size;         /* tokens per KV block */
-    int32_t n_blocks;       /* KV blocks in the pool */
+    int32_t n_blocks;       /* KV blocks in the pool of group 0 (the only group unless n_groups > 1) */
+    int n_groups;           /* layer groups (0 or 1: one); the radix cache needs just one */
+    kv_rule rule[KV_MAX_GROUPS];          /* each group's retention rule (zero: keep all) */
+    int32_t group_blocks[KV_MAX_GROUPS];  /* n_groups > 1: blocks of groups 1 .. n_groups - 1 */
     int max_seqs;           /* running sequences cap */
     int max_batch_tokens;   /* tokens per step */
     int prefill_admit_tokens; /* no new admission once a step holds this many prefill tokens (≤ 0: no limit) */
@@ -49,7 +58,8 @@ typedef struct sched_config {
     int prefix_cache;       /* 1: radix prefix cache on */
     int lpm_aging_steps;    /* lpm: a request waiting this many steps goes first (≤ 0: 64) */
     int n_vocab;
-    int n_ctx;              /* context limit: a sequence stops ('length') at n_ctx tokens */
+    int n_ctx;              /* context limit: a sequence stops ('length') at n_ctx tokens, unless
+                               no group keeps everything (every group is windowed) */
     const int32_t *eog_ids; /* [n_eog] end-of-generation ids (borrowed) */
     int n_eog;
 } sched_config;
@@ -94,8 +104,9 @@ typedef struct sched_stats {
 
 typedef struct sched sched;
 
-/* A scheduler with its own block pool (and radix tree when prefix_cache). The runner is copied.
- * NULL on -ENOMEM. */
+/* A scheduler with its own block pools, one per layer group (and a radix tree when prefix_cache
+ * and there is one group). The runner is copied. NULL on -ENOMEM, or -EINVAL when a window rule
+ * cannot hold its sinks plus one block. */
 sched *sched_create(const sched_config *c, const sched_runner *r);
 /* Destroys the tree and the pool; every sequence must have been released. */
 void sched_destroy(sched *sc);
@@ -120,11 +131,15 @@ int sched_num_waiting(const sched *sc);
 /* Prompt + output tokens of the waiting sequences. */
 int64_t sched_waiting_tokens(const sched *sc);
 void sched_get_stats(const sched *sc, sched_stats *out);
-block_pool *sched_pool(sched *sc);
+block_pool *sched_pool(sched *sc); /* group 0's */
+/* The pool of layer group g (0 ≤ g < the number of groups). */
+block_pool *sched_group_pool(sched *sc, int g);
+int sched_n_groups(const sched *sc);
 rdx_tree *sched_tree(sched *sc); /* NULL when the prefix cache is off */
 
 /* Asserts the invariants: pool and tree checks, every reference accounted for by a running
- * sequence or the tree, waiting sequences hold no blocks. */
+ * sequence or the tree, each running sequence holding exactly the blocks of its cache length in
+ * every group (and no more than its window), waiting sequences hold no blocks. */
 void sched_check(const sched *sc);
 
 #endif

@@ -33,7 +33,7 @@ void seq_destroy(seq *s)
 {
     if (!s) return;
     free(s->tokens);
-    free(s->block_table);
+    for (int g = 0; g < KV_MAX_GROUPS; g++) free(s->kv[g].bt);
     gr_matcher_destroy(s->gm);
     free(s);
 }
@@ -51,15 +51,16 @@ int seq_append(seq *s, int32_t token)
     return 0;
 }
 
-int seq_reserve_blocks(seq *s, int n)
+int seq_reserve_blocks(seq *s, int g, int n)
 {
-    if (n <= s->bt_cap) return 0;
-    int cap = s->bt_cap ? s->bt_cap : 8;
+    seq_kv *k = &s->kv[g];
+    if (n <= k->cap) return 0;
+    int cap = k->cap ? k->cap : 8;
     while (cap < n) cap *= 2;
-    int32_t *b = realloc(s->block_table, (size_t)cap * sizeof *b);
+    int32_t *b = realloc(k->bt, (size_t)cap * sizeof *b);
     if (!b) return -ENOMEM;
-    s->block_table = b;
-    s->bt_cap = cap;
+    k->bt = b;
+    k->cap = cap;
     return 0;
 }
 
@@ -69,9 +70,7 @@ seq *seq_clone(const seq *s)
     if (!c) return NULL;
     *c = *s;
     c->tokens = malloc((size_t)s->cap * sizeof *c->tokens);
-    c->block_table = NULL;
-    c->bt_cap = 0;
-    c->n_blocks = 0;
+    memset(c->kv, 0, sizeof c->kv);
     c->gm = s->gm ? gr_matcher_clone(s->gm) : NULL;
     if (!c->tokens || (s->gm && !c->gm)) {
         free(c->tokens);

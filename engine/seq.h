@@ -5,11 +5,17 @@
  *             0                          n_prompt             n_tokens
  *   KV:      [ computed ............ | not yet ]
  *             0               n_computed
- *   blocks:  block_table[i] holds KV entries i*bs .. i*bs+bs-1; n_blocks = blocks held
+ *   blocks, per layer group g (kv[g]):
+ *            [ sinks | dropped ........ | kept ............... ]    tokens
+ *            [ bt[0 .. sink blocks)     | bt[sink blocks ..)   ]    bt: the compacted table
+ *   KV entry j of group g (its "cache index", 0 .. kv_len) is token j for j below the sinks'
+ *   end and token j + dropped × bs after it; it lives in bt[j / bs] at offset j % bs. A group
+ *   that keeps everything never drops (the cache index is the token index).
  *
- * Invariants: n_computed ≤ n_tokens; the sequence holds one block-pool reference on each of
- * block_table[0 .. n_blocks); n_blocks ≥ ceil(n_computed / block_size) while RUNNING and 0
- * while WAITING (a preempted sequence gave its blocks back) or FINISHED.
+ * Invariants: n_computed ≤ n_tokens; the sequence holds one block-pool reference (in its
+ * group's pool) on each of kv[g].bt[0 .. n_blocks); n_blocks = ceil(kv_len / block_size) with
+ * kv_len = n_computed − dropped × block_size while RUNNING, and 0 while WAITING (a preempted
+ * sequence gave its blocks back and recomputes from token 0) or FINISHED.
  * A step that ends exactly at n_tokens samples the next token; any other step (prefill chunks,
  * the recomputation of a preempted sequence) only writes K/V. That is what keeps a preempted
  * sequence's random stream, and therefore its tokens, unchanged.
@@ -22,10 +28,19 @@
 
 #include <stdint.h>
 
+#include "cache/kv.h"
 #include "engine/grammar.h"
 #include "engine/sampler.h"
 
 enum seq_status { SEQ_WAITING = 0, SEQ_RUNNING = 1, SEQ_FINISHED = 2 };
+
+/* A sequence's blocks in one layer group. */
+typedef struct seq_kv {
+    int32_t *bt;  /* [cap] block ids, compacted: the sink blocks, then the kept ones */
+    int n_blocks; /* ids in bt (references held) */
+    int cap;
+    int dropped;  /* blocks released after the sinks (or at the front) as the window moved */
+} seq_kv;
 
 typedef struct seq {
     uint64_t req_id;        /* request id from engine_submit */
@@ -40,9 +55,7 @@ typedef struct seq {
     int n_computed;         /* tokens whose K/V is in the cache */
     int max_tokens;         /* output tokens allowed */
 
-    int32_t *block_table;   /* [bt_cap] block ids */
-    int n_blocks;
-    int bt_cap;
+    seq_kv kv[KV_MAX_GROUPS]; /* per layer group: its block table (engine/sched.c's rules) */
     int n_inserted;         /* leading full blocks already offered to the prefix cache */
 
     smp_params sp;          /* sampling parameters (arrays borrowed from the request) */
@@ -73,8 +86,8 @@ void seq_destroy(seq *s);
 
 /* Appends a token id (growing the array). 0 or -ENOMEM. */
 int seq_append(seq *s, int32_t token);
-/* Makes room for n block ids in block_table. 0 or -ENOMEM. */
-int seq_reserve_blocks(seq *s, int n);
+/* Makes room for n block ids in the table of layer group g. 0 or -ENOMEM. */
+int seq_reserve_blocks(seq *s, int g, int n);
 /* Output tokens so far. */
 static inline int seq_n_output(const seq *s)
 {

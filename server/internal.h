@@ -74,6 +74,7 @@ struct srv_req {
     int prep_rc;                 /* 0, or negative with prep_err filled */
     oai_error prep_err;
     int64_t prep_kv_tokens;      /* KV capacity in tokens when the job was queued */
+    int prep_windowed;           /* 1: the engine runs a KV window (prompts alone are capped) */
     int32_t **prep_ids;          /* [n_prep] token ids per prompt (owned until submitted) */
     int *prep_n, *prep_max;      /* [n_prep] prompt lengths, max_tokens per prompt */
     int n_prep;

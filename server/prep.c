@@ -44,15 +44,18 @@ int srv__prompt_logprobs_shown(const oai_request *q)
     return q->prompt_logprobs >= 0 ? q->prompt_logprobs : echo_logprobs(q) ? q->logprobs : -1;
 }
 
-/* The context check of one prompt: its max_tokens (the default when absent) into *mx. */
-static int fit_context(srv *s, const oai_request *q, int n, int64_t kv_tokens, int *mx, oai_error *e)
+/* The context check of one prompt: its max_tokens (the default when absent) into *mx. With a
+ * KV window (--kv-window) the context caps the prompt alone: an explicit max_tokens may run past
+ * it, and a chat without one still stops at the context. */
+static int fit_context(srv *s, const oai_request *q, int n, int64_t kv_tokens, int windowed, int *mx, oai_error *e)
 {
     /* Without max_tokens, chat may fill the context (or what the KV cache holds of it). */
     int limit = s->n_ctx;
-    if (kv_tokens > 0 && kv_tokens < limit) limit = (int)kv_tokens;
+    if (kv_tokens > 0 && kv_tokens < limit && !windowed) limit = (int)kv_tokens;
     int want = q->max_tokens >= 0 ? q->max_tokens : q->kind == OAI_CHAT ? limit - n : 16;
     if (q->max_tokens < 0 && n + want > limit) want = limit - n;
-    if (n >= limit || want < 0 || n + want > s->n_ctx)
+    int past = windowed ? n > s->n_ctx : n + want > s->n_ctx;
+    if ((windowed ? n > limit : n >= limit) || want < 0 || past)
         return oai_fail(e, 400, "invalid_request_error", "context_length_exceeded",
                         q->kind == OAI_CHAT ? "messages" : "prompt",
                         "This model's maximum context length is %d tokens. However, you requested "
@@ -140,7 +143,7 @@ static int build_prompts(srv_req *r, oai_error *e)
         rc = prompt_ids(s, q, p, &ids[p], &n[p], e);
         if (!rc && n[p] == 0)
             rc = oai_fail(e, 400, "invalid_request_error", "invalid_value", "prompt", "the prompt is empty");
-        if (!rc) rc = fit_context(s, q, n[p], r->prep_kv_tokens, &mx[p], e);
+        if (!rc) rc = fit_context(s, q, n[p], r->prep_kv_tokens, r->prep_windowed, &mx[p], e);
     }
     if (rc) {
         for (int p = 0; ids && p < np; p++) free(ids[p]);
@@ -349,6 +352,7 @@ enum MHD_Result srv__prep_start(srv_req *r, int kind)
         engine_stats st;
         engine_get_stats(s->e, &st);
         r->prep_kv_tokens = st.kv_capacity_tokens;
+        r->prep_windowed = st.kv_window > 0;
     }
     r->prep_work.data = r;
     if (uv_queue_work(&s->loop, &r->prep_work, prep_work, prep_done)) {

@@ -219,9 +219,9 @@ static be_batch cput_flat_batch(int n_tokens, int32_t *tokens, int32_t *pos)
     q_start[0] = 0;
     q_start[1] = n_tokens;
     ctx[0] = n_tokens;
-    return (be_batch){.n_tokens = n_tokens, .tokens = tokens, .positions = pos, .slots = pos,
-                      .n_seqs = 1, .q_start = q_start, .ctx_len = ctx, .block_table = bt,
-                      .bt_stride = 1, .n_logits = 0, .logit_rows = rows};
+    return (be_batch){.n_tokens = n_tokens, .tokens = tokens, .positions = pos, 
+                      .n_seqs = 1, .q_start = q_start,  
+                       .n_logits = 0, .logit_rows = rows, .n_kv = 1, .kv = {{.slots = pos, .ctx_len = ctx, .block_table = bt, .bt_stride = 1}}};
 }
 
 Test(cpu, embed)

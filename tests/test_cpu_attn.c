@@ -47,7 +47,7 @@ typedef struct cpua_case {
 static be_attn cpua_attn(const cpua_case *tc, int n_heads)
 {
     be_attn a = {n_heads, tc->scale > 0 ? tc->scale : 1.0f / sqrtf((float)tc->head_dim), tc->softcap,
-                 tc->window};
+                 tc->window, NULL};
     return a;
 }
 
@@ -192,17 +192,15 @@ static void cpua_run(const cpua_case *tc)
     for (int li = 0; li < n_lv; li++) {
         backend *be = tu_cpu_backend(&lv[li], tc->threads);
         kv_geom g = {.n_layers = 2, .n_kv_heads = n_kv, .head_dim = hd, .block_size = bs, .dtype = tc->dtype};
-        cr_assert_eq(be->ops->kv_init(be, &g, n_blocks), 0);
+        cr_assert_eq(be->ops->kv_init(be, &g, &n_blocks), 0);
         /* A store-only step writes the cached prefixes; layer 0 gets different values so that
          * a layer mix-up shows. */
-        be_batch hb = {.n_tokens = n_hist, .slots = hslot, .n_seqs = 0};
+        be_batch hb = {.n_tokens = n_hist, .n_seqs = 0, .n_kv = 1, .kv = {{.slots = hslot}}};
         cr_assert_eq(be->ops->begin(be, &hb), 0);
         be->ops->store_kv(be, 1, hk, hv);
         be->ops->store_kv(be, 0, hv, hk);
         /* The step: new tokens of every sequence, their K/V stored, then attention. */
-        be_batch b = {.n_tokens = n_tok, .tokens = pos, .positions = pos, .slots = nslot,
-                      .n_seqs = CPUA_NSEQ, .q_start = q_start, .ctx_len = ctx, .block_table = bt,
-                      .bt_stride = bt_stride, .n_logits = 0, .logit_rows = pos};
+        be_batch b = {.n_tokens = n_tok, .tokens = pos, .positions = pos, .n_seqs = CPUA_NSEQ, .q_start = q_start, .n_logits = 0, .logit_rows = pos, .n_kv = 1, .kv = {{.slots = nslot, .ctx_len = ctx, .block_table = bt, .bt_stride = bt_stride}}};
         cr_assert_eq(be->ops->begin(be, &b), 0);
         be->ops->store_kv(be, 1, nk, nv);
         be->ops->store_kv(be, 0, nv, nk);
@@ -221,7 +219,7 @@ static void cpua_run(const cpua_case *tc)
         float *out2 = malloc((size_t)n_tok * q_dim * 4);
         for (size_t i = 0; i < (size_t)n_tok * q_dim; i++) out2[i] = NAN;
         int32_t keep = bt[1 * bt_stride];
-        be->ops->kv_copy_block(be, keep, spare);
+        be->ops->kv_copy_block(be, 0, keep, spare);
         bt[1 * bt_stride] = spare;
         cr_assert_eq(be->ops->begin(be, &b), 0);
         be->ops->attention(be, 1, q, &at, out2);
@@ -345,13 +343,11 @@ static void cpua_shared_run(const cpua_case *tc)
     for (int li = 0; li < n_lv; li++) {
         backend *be = tu_cpu_backend(&lv[li], tc->threads);
         kv_geom g = {.n_layers = 1, .n_kv_heads = n_kv, .head_dim = hd, .block_size = bs, .dtype = tc->dtype};
-        cr_assert_eq(be->ops->kv_init(be, &g, n_blocks), 0);
-        be_batch hb = {.n_tokens = n_slots, .slots = all, .n_seqs = 0};
+        cr_assert_eq(be->ops->kv_init(be, &g, &n_blocks), 0);
+        be_batch hb = {.n_tokens = n_slots, .n_seqs = 0, .n_kv = 1, .kv = {{.slots = all}}};
         cr_assert_eq(be->ops->begin(be, &hb), 0);
         be->ops->store_kv(be, 0, K, V);
-        be_batch b = {.n_tokens = n_tok, .tokens = pos, .positions = pos, .slots = pos,
-                      .n_seqs = CPUA_SSEQ, .q_start = q_start, .ctx_len = ctx, .block_table = bt,
-                      .bt_stride = bt_stride, .n_logits = 0, .logit_rows = pos};
+        be_batch b = {.n_tokens = n_tok, .tokens = pos, .positions = pos, .n_seqs = CPUA_SSEQ, .q_start = q_start, .n_logits = 0, .logit_rows = pos, .n_kv = 1, .kv = {{.slots = pos, .ctx_len = ctx, .block_table = bt, .bt_stride = bt_stride}}};
         cr_assert_eq(be->ops->begin(be, &b), 0);
         for (size_t i = 0; i < (size_t)n_tok * q_dim; i++) out[i] = NAN;
         be_attn at = cpua_attn(tc, n_heads);

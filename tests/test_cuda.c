@@ -167,7 +167,8 @@ static void tcu_generate(const model *m, backend *be, int kv_dtype, int32_t ids[
     const int n_prompt[TCU_SEQS] = {5, 5, 4};
     kv_geom g = kv_geom_make(m->hp.n_layers, m->hp.n_kv_heads, m->hp.head_dim, bs, kv_dtype);
     char err[256];
-    fwd *f = fwd_create(m, be, &g, TCU_SEQS * stride, 64, TCU_SEQS, err, sizeof err);
+    const int32_t n_blocks = TCU_SEQS * stride;
+    fwd *f = fwd_create(m, be, &g, &n_blocks, 64, TCU_SEQS, err, sizeof err);
     cr_assert_not_null(f, "%s", err);
     int32_t tokens[16], pos[16], slots[16], q_start[TCU_SEQS + 1], ctx[TCU_SEQS], rows[TCU_SEQS], bt[TCU_SEQS * 8];
     float *logits = malloc((size_t)TCU_SEQS * m->hp.n_vocab * sizeof *logits);
@@ -189,7 +190,7 @@ static void tcu_generate(const model *m, backend *be, int kv_dtype, int32_t ids[
             q_start[s + 1] = n;
         }
         if (st == TCU_STEPS) break;
-        be_batch b = {n, tokens, pos, slots, TCU_SEQS, q_start, ctx, bt, stride, TCU_SEQS, rows};
+        be_batch b = {.n_tokens = n, .tokens = tokens, .positions = pos, .n_seqs = TCU_SEQS, .q_start = q_start, .n_logits = TCU_SEQS, .logit_rows = rows, .n_kv = 1, .kv = {{.slots = slots, .ctx_len = ctx, .block_table = bt, .bt_stride = stride}}};
         cr_assert_eq(fwd_run(f, &b, logits), 0, "step %d", st);
         for (int s = 0; s < TCU_SEQS; s++) {
             const float *l = logits + (size_t)s * m->hp.n_vocab;

@@ -102,7 +102,7 @@ Test(cuda_host, pure_decode_batches)
 {
     int32_t tok[3] = {5, 6, 7}, pos[3] = {9, 3, 4}, slots[3] = {1, 2, 3}, q_start[4] = {0, 1, 2, 3};
     int32_t ctx[3] = {10, 4, 5}, bt[3] = {0, 1, 2}, rows[3] = {0, 1, 2};
-    be_batch b = {3, tok, pos, slots, 3, q_start, ctx, bt, 1, 3, rows};
+    be_batch b = {.n_tokens = 3, .tokens = tok, .positions = pos, .n_seqs = 3, .q_start = q_start, .n_logits = 3, .logit_rows = rows, .n_kv = 1, .kv = {{.slots = slots, .ctx_len = ctx, .block_table = bt, .bt_stride = 1}}};
     cr_assert(cuda_batch_is_pure_decode(&b));
     rows[1] = 2;
     cr_assert(!cuda_batch_is_pure_decode(&b), "logit rows out of order");
@@ -111,9 +111,9 @@ Test(cuda_host, pure_decode_batches)
     cr_assert(!cuda_batch_is_pure_decode(&b), "a sequence without logits");
     b.n_logits = 3;
     int32_t q2[3] = {0, 2, 3};
-    be_batch p = {3, tok, pos, slots, 2, q2, ctx, bt, 1, 2, rows};
+    be_batch p = {.n_tokens = 3, .tokens = tok, .positions = pos, .n_seqs = 2, .q_start = q2, .n_logits = 2, .logit_rows = rows, .n_kv = 1, .kv = {{.slots = slots, .ctx_len = ctx, .block_table = bt, .bt_stride = 1}}};
     cr_assert(!cuda_batch_is_pure_decode(&p), "a prefill chunk");
-    be_batch e = {0, tok, pos, slots, 0, q_start, ctx, bt, 1, 0, rows};
+    be_batch e = {.n_tokens = 0, .tokens = tok, .positions = pos, .n_seqs = 0, .q_start = q_start, .n_logits = 0, .logit_rows = rows, .n_kv = 1, .kv = {{.slots = slots, .ctx_len = ctx, .block_table = bt, .bt_stride = 1}}};
     cr_assert(!cuda_batch_is_pure_decode(&e), "an empty batch");
 }
 
@@ -234,6 +234,7 @@ Test(cuda_host, kv_layout_matches_cpu)
 typedef struct tch_batch {
     be_batch b;
     int32_t tokens[512], positions[512], slots[512], q_start[33], ctx_len[32], bt[32 * 40], logit_rows[64];
+    int32_t slots2[512], ctx2[32], bt2[32 * 40], sinks2[32], shift2[32]; /* a second layer group */
 } tch_batch;
 
 /* A random valid varlen batch: mixed decode tokens and prefill chunks over cached prefixes. */
@@ -258,9 +259,22 @@ static void tch_random_batch(uint64_t *s, tch_batch *t, int block_size)
     }
     int n_logits = n ? tch_int(s, 0, n < 64 ? n : 64) : 0;
     for (int j = 0; j < n_logits; j++) t->logit_rows[j] = tch_int(s, 0, n - 1);
-    be_batch b = {n, t->tokens, t->positions, t->slots, n_seqs, t->q_start, t->ctx_len, t->bt, 40,
-                  n_logits, t->logit_rows};
+    be_batch b = {.n_tokens = n, .tokens = t->tokens, .positions = t->positions, .n_seqs = n_seqs, .q_start = t->q_start, .n_logits = n_logits, .logit_rows = t->logit_rows, .n_kv = 1, .kv = {{.slots = t->slots, .ctx_len = t->ctx_len, .block_table = t->bt, .bt_stride = 40}}};
     t->b = b;
+    if (tch_int(s, 0, 1)) { /* a second group whose window dropped entries: shorter caches, sinks */
+        for (int q = 0; q < n_seqs; q++) {
+            int n_new = t->q_start[q + 1] - t->q_start[q], drop = tch_int(s, 0, (t->ctx_len[q] - n_new) / block_size);
+            t->ctx2[q] = t->ctx_len[q] - drop * block_size;
+            t->sinks2[q] = drop ? block_size : 0;
+            t->shift2[q] = drop * block_size;
+            for (int j = 0; j < 40; j++) t->bt2[q * 40 + j] = tch_int(s, 0, 99);
+            for (int i = 0; i < n_new; i++)
+                t->slots2[t->q_start[q] + i] = cuda_kv_entry_slot(t->bt2 + q * 40, block_size, t->ctx2[q] - n_new + i);
+        }
+        t->b.n_kv = 2;
+        t->b.kv[1] = (be_kv){.slots = t->slots2, .ctx_len = t->ctx2, .block_table = t->bt2, .bt_stride = 40,
+                             .sinks = t->sinks2, .sink_shift = t->shift2};
+    }
 }
 
 Test(cuda_host, meta_pack_random)
@@ -277,23 +291,39 @@ Test(cuda_host, meta_pack_random)
         cr_assert_leq(L.total, (int32_t)(sizeof buf / sizeof buf[0]));
         for (int i = 0; i < L.total; i++) buf[i] = 0x7eadbeef; /* poison */
         cuda_meta_pack(b, &L, buf);
-        cr_assert_eq(L.total, 3 * b->n_tokens + 2 * b->n_seqs + 1 + b->n_seqs * b->bt_stride + b->n_logits);
+        int32_t want = 2 * b->n_tokens + b->n_seqs + 1 + b->n_logits;
+        for (int g = 0; g < b->n_kv; g++)
+            want += b->n_tokens + b->n_seqs + b->n_seqs * b->kv[g].bt_stride + (b->kv[g].sinks ? 2 * b->n_seqs : 0);
+        cr_assert_eq(L.total, want);
         for (int i = 0; i < L.total; i++) cr_assert_neq(buf[i], 0x7eadbeef, "int %d of the buffer unwritten", i);
-        int32_t max_ctx = 0;
         for (int i = 0; i < b->n_tokens; i++) {
             cr_assert_eq(buf[L.tokens + i], b->tokens[i]);
             cr_assert_eq(buf[L.positions + i], b->positions[i]);
-            cr_assert_eq(buf[L.slots + i], b->slots[i]);
         }
         for (int q = 0; q <= b->n_seqs; q++) cr_assert_eq(buf[L.q_start + q], b->q_start[q]);
-        for (int q = 0; q < b->n_seqs; q++) {
-            cr_assert_eq(buf[L.ctx_len + q], b->ctx_len[q]);
-            if (b->ctx_len[q] > max_ctx) max_ctx = b->ctx_len[q];
-            for (int j = 0; j < b->bt_stride; j++)
-                cr_assert_eq(buf[L.block_table + q * b->bt_stride + j], b->block_table[q * b->bt_stride + j]);
-        }
         for (int j = 0; j < b->n_logits; j++) cr_assert_eq(buf[L.logit_rows + j], b->logit_rows[j]);
-        cr_assert_eq(L.max_ctx, max_ctx);
+        int32_t max_all = 0;
+        cr_assert_eq(L.n_kv, b->n_kv);
+        for (int g = 0; g < b->n_kv; g++) {
+            const be_kv *v = &b->kv[g];
+            const cuda_meta_kv *k = &L.kv[g];
+            int32_t max_ctx = 0;
+            for (int i = 0; i < b->n_tokens; i++) cr_assert_eq(buf[k->slots + i], v->slots[i]);
+            for (int q = 0; q < b->n_seqs; q++) {
+                cr_assert_eq(buf[k->ctx_len + q], v->ctx_len[q]);
+                if (v->ctx_len[q] > max_ctx) max_ctx = v->ctx_len[q];
+                for (int j = 0; j < v->bt_stride; j++)
+                    cr_assert_eq(buf[k->block_table + q * v->bt_stride + j], v->block_table[q * v->bt_stride + j]);
+                if (v->sinks) {
+                    cr_assert_eq(buf[k->sinks + q], v->sinks[q]);
+                    cr_assert_eq(buf[k->sink_shift + q], v->sink_shift[q]);
+                }
+            }
+            cr_assert(v->sinks || (k->sinks < 0 && k->sink_shift < 0));
+            cr_assert_eq(k->max_ctx, max_ctx);
+            max_all = max_ctx > max_all ? max_ctx : max_all;
+        }
+        cr_assert_eq(L.max_ctx, max_all);
     }
 }
 
@@ -323,22 +353,23 @@ Test(cuda_host, meta_check_kv_bounds)
 {
     uint64_t s = 0x6b76;
     static tch_batch t;
+    const int32_t nb[2] = {1000, 100};
     for (int it = 0; it < 500; it++) {
         tch_random_batch(&s, &t, 16);
         /* tch_random_batch draws block ids below 1000 and contexts of at most 40 blocks */
-        cr_assert_eq(cuda_meta_check_kv(&t.b, 16, 1000), 0);
+        cr_assert_eq(cuda_meta_check_kv(&t.b, 16, nb), 0);
         if (t.b.n_seqs == 0) continue;
         int q = tch_int(&s, 0, t.b.n_seqs - 1);
         if (t.ctx_len[q] == 0) continue;
         int32_t keep = t.bt[q * 40];
         t.bt[q * 40] = 1000; /* first block of a sequence outside the arena */
-        cr_assert_eq(cuda_meta_check_kv(&t.b, 16, 1000), -EINVAL);
+        cr_assert_eq(cuda_meta_check_kv(&t.b, 16, nb), -EINVAL);
         t.bt[q * 40] = -1;
-        cr_assert_eq(cuda_meta_check_kv(&t.b, 16, 1000), -EINVAL);
+        cr_assert_eq(cuda_meta_check_kv(&t.b, 16, nb), -EINVAL);
         t.bt[q * 40] = keep;
         if (t.b.n_tokens > 0) {
             t.slots[0] = 1000 * 16;
-            cr_assert_eq(cuda_meta_check_kv(&t.b, 16, 1000), -EINVAL, "a slot past the arena");
+            cr_assert_eq(cuda_meta_check_kv(&t.b, 16, nb), -EINVAL, "a slot past the arena");
         }
     }
 }
@@ -367,7 +398,9 @@ Test(cuda_host, attn_plan_covers_every_token_once)
             int32_t n_new = b->q_start[q + 1] - b->q_start[q];
             cr_assert(nt >= 1 && nt <= tile && t0 >= 0 && t0 + nt <= n_new);
             for (int i = 0; i < nt; i++) owner[b->q_start[q] + t0 + i]++;
-            int32_t hi = b->ctx_len[q] - n_new + t0 + nt;
+            int32_t ctx = 0;
+            for (int g = 0; g < b->n_kv; g++) ctx = b->kv[g].ctx_len[q] > ctx ? b->kv[g].ctx_len[q] : ctx;
+            int32_t hi = ctx - n_new + t0 + nt;
             if (hi > mk) mk = hi;
         }
         for (int i = 0; i < b->n_tokens; i++) cr_assert_eq(owner[i], 1, "token %d covered %d times", i, owner[i]);
@@ -499,7 +532,7 @@ Test(cuda_host, rope_matches_cpu_backend)
             }
             for (int t = 0; t < T; t++) pos[t] = t == 0 ? 0 : tch_int(&s, 1, 130000);
             for (int i = 0; i < T * H * D; i++) x[i] = ref[i] = tch_unif(&s);
-            be_batch b = {T, zeros, pos, zeros, 1, q_start, ctx, bt, 1, 0, NULL};
+            be_batch b = {.n_tokens = T, .tokens = zeros, .positions = pos, .n_seqs = 1, .q_start = q_start, .n_logits = 0, .logit_rows = NULL, .n_kv = 1, .kv = {{.slots = zeros, .ctx_len = ctx, .block_table = bt, .bt_stride = 1}}};
             cr_assert_eq(be->ops->begin(be, &b), 0);
             be->ops->rope(be, x, &r);
             for (int t = 0; t < T; t++) tch_rope_row(ref + t * H * D, pos[t], &r, scaled ? ff : NULL);

@@ -181,17 +181,7 @@ static double tf_run(tf_ctx *c, fwd *f, tf_seq *seqs, int n_seqs, int bs, int lo
         }
         if (!ns) break;
         q_start[ns] = n;
-        be_batch b = {.n_tokens = n,
-                      .tokens = toks,
-                      .positions = pos,
-                      .slots = slots,
-                      .n_seqs = ns,
-                      .q_start = q_start,
-                      .ctx_len = ctx,
-                      .block_table = bt,
-                      .bt_stride = 64,
-                      .n_logits = nl,
-                      .logit_rows = rows};
+        be_batch b = {.n_tokens = n, .tokens = toks, .positions = pos, .n_seqs = ns, .q_start = q_start, .n_logits = nl, .logit_rows = rows, .n_kv = 1, .kv = {{.slots = slots, .ctx_len = ctx, .block_table = bt, .bt_stride = 64}}};
         for (size_t i = 0; i < (size_t)MAXT * c->n_vocab; i++)
             logits[i] = NAN;
         cr_assert_eq(fwd_run(f, &b, logits), 0);
@@ -286,7 +276,7 @@ static void tf_modes(tf_ctx *c, int kv_dtype, int bs, double qtol, const char *w
             seqs[2].chunk = 13;
             int32_t n_blocks = tf_tables(seqs, n_seqs, bs, &rng);
             char err[512];
-            fwd *f = fwd_create(c->m, be, &g, n_blocks, 256, 256, err, sizeof err);
+            fwd *f = fwd_create(c->m, be, &g, &n_blocks, 256, 256, err, sizeof err);
             cr_assert_not_null(f, "fwd_create: %s", err);
             double w = tf_run(c, f, seqs, n_seqs, bs, mode == 1, &rng, cross[mode]);
             printf("  %s mode %c: max relative logit error %.3g (tolerance %.3g)\n", lv[li].name, 'a' + mode,
@@ -475,11 +465,12 @@ Test(forward, rejects_bad_geometry_and_oversized_batches)
     backend *be = cpu_backend_create(1);
     cr_assert_not_null(be);
     char err[512] = "";
+    const int32_t four = 4;
     kv_geom g = kv_geom_make(c.m->hp.n_layers, c.m->hp.n_kv_heads + 1, c.m->hp.head_dim, 16, KV_F32);
-    cr_assert_null(fwd_create(c.m, be, &g, 4, 8, 1, err, sizeof err));
+    cr_assert_null(fwd_create(c.m, be, &g, &four, 8, 1, err, sizeof err));
     cr_assert(strstr(err, "geometry"), "message: %s", err);
     g.n_kv_heads = c.m->hp.n_kv_heads;
-    fwd *f = fwd_create(c.m, be, &g, 4, 8, 1, err, sizeof err);
+    fwd *f = fwd_create(c.m, be, &g, &four, 8, 1, err, sizeof err);
     cr_assert_not_null(f, "%s", err);
     cr_assert_eq(fwd_backend(f), be);
     int32_t toks[9] = {5, 6, 7, 8, 9, 10, 11, 12, 13}, pos[9], slots[9], q_start[2] = {0, 9},
@@ -487,17 +478,7 @@ Test(forward, rejects_bad_geometry_and_oversized_batches)
     int32_t bt[4] = {0, 1, 2, 3}, row = 8;
     for (int i = 0; i < 9; i++)
         pos[i] = slots[i] = i;
-    be_batch b = {.n_tokens = 9,
-                  .tokens = toks,
-                  .positions = pos,
-                  .slots = slots,
-                  .n_seqs = 1,
-                  .q_start = q_start,
-                  .ctx_len = &ctx,
-                  .block_table = bt,
-                  .bt_stride = 4,
-                  .n_logits = 1,
-                  .logit_rows = &row};
+    be_batch b = {.n_tokens = 9, .tokens = toks, .positions = pos, .n_seqs = 1, .q_start = q_start, .n_logits = 1, .logit_rows = &row, .n_kv = 1, .kv = {{.slots = slots, .ctx_len = &ctx, .block_table = bt, .bt_stride = 4}}};
     float *logits = malloc((size_t)c.n_vocab * sizeof *logits);
     cr_assert_eq(fwd_run(f, &b, logits), -EINVAL, "9 tokens > max_tokens 8");
     b.n_tokens = q_start[1] = ctx = 8;

@@ -72,17 +72,7 @@ static void tg_feed(tg_seq *s, const int32_t *toks, int n, int n_logits, float *
     for (int i = 0; i < n_logits; i++)
         rows[i] = n - n_logits + i;
     int32_t q_start[2] = {0, n}, ctx = s->len + n;
-    be_batch b = {.n_tokens = n,
-                  .tokens = toks,
-                  .positions = pos,
-                  .slots = slots,
-                  .n_seqs = 1,
-                  .q_start = q_start,
-                  .ctx_len = &ctx,
-                  .block_table = s->bt,
-                  .bt_stride = s->n_blocks,
-                  .n_logits = n_logits,
-                  .logit_rows = rows};
+    be_batch b = {.n_tokens = n, .tokens = toks, .positions = pos, .n_seqs = 1, .q_start = q_start, .n_logits = n_logits, .logit_rows = rows, .n_kv = 1, .kv = {{.slots = slots, .ctx_len = &ctx, .block_table = s->bt, .bt_stride = s->n_blocks}}};
     cr_assert_eq(fwd_run(s->f, &b, logits), 0);
     s->len += n;
 }
@@ -109,7 +99,7 @@ static fwd *tg_fwd(const model *m, backend **be, int kv_dtype, int n_blocks, con
     *be = tu_cpu_backend(lv, 2);
     kv_geom g = kv_geom_make(m->hp.n_layers, m->hp.n_kv_heads, m->hp.head_dim, TG_BLOCK, kv_dtype);
     char err[512];
-    fwd *f = fwd_create(m, *be, &g, n_blocks, 512, 8, err, sizeof err);
+    fwd *f = fwd_create(m, *be, &g, &n_blocks, 512, 8, err, sizeof err);
     cr_assert_not_null(f, "fwd_create: %s", err);
     return f;
 }

@@ -66,15 +66,17 @@ static int ts_run(void *ud, const be_batch *b, float *logits)
         f->step_seqs[f->n_steps] = b->n_seqs;
     }
     f->n_steps++;
+    const be_kv *kv = be_batch_kv(b, 0); /* one layer group (windows: test_sched_kv.c) */
+    cr_assert_eq(b->n_kv, 1);
     for (int i = 0; i < b->n_tokens; i++) {
-        cr_assert(b->slots[i] >= 0 && b->slots[i] < f->n_blocks * f->bs);
-        f->kv_tok[b->slots[i]] = b->tokens[i];
-        f->kv_pos[b->slots[i]] = b->positions[i];
+        cr_assert(kv->slots[i] >= 0 && kv->slots[i] < f->n_blocks * f->bs);
+        f->kv_tok[kv->slots[i]] = b->tokens[i];
+        f->kv_pos[kv->slots[i]] = b->positions[i];
     }
     int row = 0;
     for (int s = 0; s < b->n_seqs; s++) {
         int n_new = b->q_start[s + 1] - b->q_start[s];
-        int first = b->ctx_len[s] - n_new;
+        int first = kv->ctx_len[s] - n_new;
         for (int i = 0; i < n_new; i++)
             cr_assert_eq(b->positions[b->q_start[s] + i], first + i);
         /* Rows inside this sequence's tokens, in order: the logits after each such token. */
@@ -83,7 +85,7 @@ static int ts_run(void *ud, const be_batch *b, float *logits)
             int len = first + (b->logit_rows[row] - b->q_start[s]) + 1;
             uint64_t h = 0;
             for (int k = 0; k < len; k++) {
-                int32_t blk = b->block_table[(int64_t)s * b->bt_stride + k / f->bs];
+                int32_t blk = kv->block_table[(int64_t)s * kv->bt_stride + k / f->bs];
                 int slot = blk * f->bs + k % f->bs;
                 cr_assert_eq(f->kv_pos[slot], k, "KV entry %d of a sequence holds position %d",
                              k, f->kv_pos[slot]);
@@ -97,9 +99,10 @@ static int ts_run(void *ud, const be_batch *b, float *logits)
     return 0;
 }
 
-static void ts_copy(void *ud, int32_t src, int32_t dst)
+static void ts_copy(void *ud, int group, int32_t src, int32_t dst)
 {
     ts_fake *f = ud;
+    cr_assert_eq(group, 0);
     memcpy(f->kv_tok + dst * f->bs, f->kv_tok + src * f->bs, (size_t)f->bs * sizeof(int32_t));
     memcpy(f->kv_pos + dst * f->bs, f->kv_pos + src * f->bs, (size_t)f->bs * sizeof(int32_t));
 }
@@ -409,9 +412,9 @@ Test(sched, n_choices_fork_share_and_diverge)
     cr_assert_eq(kids[0], s);
     block_pool *bp = sched_pool(e.sc);
     /* Full prompt blocks: 4 choices + the cache; the partial block: the 4 choices. */
-    cr_assert_eq(bp_refcount(bp, s->block_table[0]), 5);
-    cr_assert_eq(bp_refcount(bp, s->block_table[4]), 4);
-    for (int i = 1; i < 4; i++) cr_assert_eq(kids[i]->block_table[4], s->block_table[4]);
+    cr_assert_eq(bp_refcount(bp, s->kv[0].bt[0]), 5);
+    cr_assert_eq(bp_refcount(bp, s->kv[0].bt[4]), 4);
+    for (int i = 1; i < 4; i++) cr_assert_eq(kids[i]->kv[0].bt[4], s->kv[0].bt[4]);
     ts_drain(&e);
     int differ = 0;
     for (int i = 0; i < 4; i++) {

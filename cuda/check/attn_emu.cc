@@ -5,7 +5,8 @@
  * attention over the values the arena holds (decode, prefill chunks over cached prefixes, GQA
  * groups, head sizes that are not multiples of 32, block sizes whose tiles are not 16-byte
  * aligned, split-K with its reduction kernel, the per-layer parameters of be_attn (scale,
- * soft-cap, sliding window); f32, int8 and e4m3 arenas), and the store's codes and scales
+ * soft-cap, sliding window), attention sinks met by their own queries; f32, int8 and e4m3
+ * arenas), and the store's codes and scales
  * against the codecs of cache/kv.h, byte for byte.
  *
  * It needs no GPU and no CUDA toolkit (only a C++17 compiler and POSIX threads), so machines
@@ -114,6 +115,7 @@ struct emu_case {
     float softcap; /* 0: off */
     int window;    /* 0: full causal */
     float scale;   /* 0: 1/sqrt(head_dim) */
+    int sinks;     /* > 0: every sequence longer than this meets its first `sinks` keys with q_sink */
 };
 
 /* The value the arena holds at (kind, slot, head, e) of plane pair (kp, vp) of one layer. */
@@ -203,13 +205,16 @@ static double emu_check(const emu_case &c, int *splits_out)
     cuda_kv_layout l = cuda_kv_layout_of(&geom, n_blocks);
     std::vector<uint8_t> arena((size_t)cuda_kv_total_elems(&l) * kv_dtype_bytes(c.dtype));
     if (!emu_fill(arena, l, c.dtype)) return INFINITY;
-    std::vector<float> q((size_t)n * c.n_heads * D), out((size_t)n * c.n_heads * D, 1e30f);
+    std::vector<float> q((size_t)n * c.n_heads * D), qs(q.size()), out((size_t)n * c.n_heads * D, 1e30f);
     for (auto &x : q) x = 2 * emu_unif() / (c.dtype == KV_F32 ? 1.0f : 8.0f); /* quantised K are larger */
+    for (auto &x : qs) x = 2 * emu_unif() / (c.dtype == KV_F32 ? 1.0f : 8.0f);
+    std::vector<int32_t> sinks(c.n_seqs);
+    for (int s = 0; s < c.n_seqs; s++) sinks[s] = c.sinks > 0 && ctx[s] > c.sinks ? c.sinks : 0;
 
     be_batch b;
     memset(&b, 0, sizeof b);
-    b.n_tokens = n, b.n_seqs = c.n_seqs, b.q_start = q_start.data(), b.ctx_len = ctx.data();
-    b.block_table = bt.data(), b.bt_stride = stride;
+    b.n_tokens = n, b.n_seqs = c.n_seqs, b.q_start = q_start.data(), b.n_kv = 1;
+    b.kv[0].ctx_len = ctx.data(), b.kv[0].block_table = bt.data(), b.kv[0].bt_stride = stride;
     int tile = cuda_attn_tile_tokens(gsize);
     std::vector<int32_t> items((size_t)CUDA_ATTN_ITEM_INTS * n);
     int32_t max_kv = 0, part = 0;
@@ -226,6 +231,7 @@ static double emu_check(const emu_case &c, int *splits_out)
     a.head_dim = D, a.gsize = gsize, a.splits = splits, a.part_keys = part;
     a.scale = c.scale > 0 ? c.scale : 1.0f / sqrtf((float)D), a.softcap = c.softcap, a.window = c.window;
     a.tile_elems = (int32_t)cuda_kv_tile_elems(&l);
+    a.sinks = c.sinks > 0 ? sinks.data() : NULL, a.q_sink = qs.data();
     size_t es = kv_dtype_bytes(c.dtype);
     emu_l.kind = 0;
     emu_l.dtype = c.dtype;
@@ -254,9 +260,9 @@ static double emu_check(const emu_case &c, int *splits_out)
                 int lo = c.window > 0 && qp - c.window + 1 > 0 ? qp - c.window + 1 : 0;
                 for (int j = lo; j <= qp; j++) {
                     int32_t slot = cuda_kv_entry_slot(row, bs, j);
+                    const float *qr = (j < sinks[s] ? qs.data() : q.data()) + ((size_t)t * c.n_heads + h) * D;
                     double d = 0;
-                    for (int e = 0; e < D; e++)
-                        d += (double)q[((size_t)t * c.n_heads + h) * D + e] * emu_value(arena, l, c.dtype, 0, slot, kvh, e);
+                    for (int e = 0; e < D; e++) d += (double)qr[e] * emu_value(arena, l, c.dtype, 0, slot, kvh, e);
                     sc[j] = d * (c.scale > 0 ? c.scale : 1.0 / sqrt((double)D));
                     if (c.softcap > 0) sc[j] = c.softcap * tanh(sc[j] / c.softcap);
                     mx = std::max(mx, sc[j]);
@@ -282,29 +288,33 @@ int main(int argc, char **argv)
     const emu_case cases[] = {
         /* seqs, max ctx, max new, heads, kv heads, head_dim, SMs (small → split-K), block, KV,
          * soft-cap, window, scale */
-        {5, 90, 1, 8, 4, 8, 100, 16, KV_F32, 0.0f, 0, 0.0f},     /* decode, stories260K's shape */
-        {2, 900, 1, 8, 2, 64, 100, 16, KV_F32, 0.0f, 0, 0.0f},   /* long decode: split-K */
-        {3, 300, 70, 4, 4, 64, 100, 16, KV_F32, 0.0f, 0, 0.0f},  /* prefill chunks over cached prefixes, MHA */
-        {6, 300, 40, 16, 2, 32, 2, 16, KV_F32, 0.0f, 0, 0.0f},   /* mixed decode + prefill, GQA 8 */
-        {4, 200, 30, 32, 4, 16, 100, 16, KV_F32, 0.0f, 0, 0.0f}, /* mixed, GQA 8, two tokens per tile */
-        {1, 1300, 1, 2, 1, 40, 64, 16, KV_F32, 0.0f, 0, 0.0f},   /* head_dim not a multiple of 32, split-K */
-        {2, 600, 200, 2, 2, 8, 4, 16, KV_F32, 0.0f, 0, 0.0f},    /* long prefill split across partitions */
-        {3, 129, 64, 64, 1, 8, 100, 16, KV_F32, 0.0f, 0, 0.0f},  /* MQA: a group larger than the row target */
-        {3, 150, 20, 4, 2, 10, 100, 16, KV_F32, 0.0f, 0, 0.0f},  /* head_dim not a multiple of 4: scalar loads */
-        {4, 300, 40, 8, 4, 64, 100, 16, KV_F32, 20.0f, 16, 0.0f}, /* Gemma 2: soft-cap + window, prefill */
-        {2, 900, 1, 8, 2, 64, 100, 16, KV_F32, 0.0f, 100, 0.0f},  /* window with split-K: empty partitions */
-        {3, 200, 70, 4, 2, 16, 4, 16, KV_F32, 50.0f, 1, 0.3f},    /* window of 1, another scale */
-        {2, 600, 200, 2, 2, 8, 4, 16, KV_F32, 0.0f, 37, 0.0f},    /* long prefill, window across tiles */
-        {4, 120, 20, 8, 2, 64, 100, 16, KV_I8, 0.0f, 0, 0.0f},    /* int8: 16-byte loads, scales per row */
-        {2, 1300, 1, 4, 2, 64, 64, 16, KV_I8, 0.0f, 0, 0.0f},     /* int8 decode, split-K */
-        {3, 90, 30, 8, 4, 8, 100, 16, KV_I8, 0.0f, 0, 0.0f},      /* int8, head_dim 8: the scalar load path */
-        {3, 100, 25, 4, 2, 64, 100, 5, KV_I8, 0.0f, 0, 0.0f},     /* int8, tiles not 16-byte aligned */
-        {4, 120, 20, 8, 2, 64, 100, 16, KV_FP8, 0.0f, 0, 0.0f},   /* e4m3 */
-        {2, 1300, 1, 4, 1, 32, 64, 8, KV_FP8, 0.0f, 0, 0.0f},     /* e4m3 decode, split-K, MQA */
-        {3, 90, 30, 8, 4, 10, 100, 3, KV_FP8, 20.0f, 40, 0.0f},   /* e4m3, scalar path, odd block, window */
+        {5, 90, 1, 8, 4, 8, 100, 16, KV_F32, 0.0f, 0, 0.0f, 0},     /* decode, stories260K's shape */
+        {2, 900, 1, 8, 2, 64, 100, 16, KV_F32, 0.0f, 0, 0.0f, 0},   /* long decode: split-K */
+        {3, 300, 70, 4, 4, 64, 100, 16, KV_F32, 0.0f, 0, 0.0f, 0},  /* prefill chunks over cached prefixes, MHA */
+        {6, 300, 40, 16, 2, 32, 2, 16, KV_F32, 0.0f, 0, 0.0f, 0},   /* mixed decode + prefill, GQA 8 */
+        {4, 200, 30, 32, 4, 16, 100, 16, KV_F32, 0.0f, 0, 0.0f, 0}, /* mixed, GQA 8, two tokens per tile */
+        {1, 1300, 1, 2, 1, 40, 64, 16, KV_F32, 0.0f, 0, 0.0f, 0},   /* head_dim not a multiple of 32, split-K */
+        {2, 600, 200, 2, 2, 8, 4, 16, KV_F32, 0.0f, 0, 0.0f, 0},    /* long prefill split across partitions */
+        {3, 129, 64, 64, 1, 8, 100, 16, KV_F32, 0.0f, 0, 0.0f, 0},  /* MQA: a group larger than the row target */
+        {3, 150, 20, 4, 2, 10, 100, 16, KV_F32, 0.0f, 0, 0.0f, 0},  /* head_dim not a multiple of 4: scalar loads */
+        {4, 300, 40, 8, 4, 64, 100, 16, KV_F32, 20.0f, 16, 0.0f, 0}, /* Gemma 2: soft-cap + window, prefill */
+        {2, 900, 1, 8, 2, 64, 100, 16, KV_F32, 0.0f, 100, 0.0f, 0},  /* window with split-K: empty partitions */
+        {3, 200, 70, 4, 2, 16, 4, 16, KV_F32, 50.0f, 1, 0.3f, 0},    /* window of 1, another scale */
+        {2, 600, 200, 2, 2, 8, 4, 16, KV_F32, 0.0f, 37, 0.0f, 0},    /* long prefill, window across tiles */
+        {4, 120, 20, 8, 2, 64, 100, 16, KV_I8, 0.0f, 0, 0.0f, 0},    /* int8: 16-byte loads, scales per row */
+        {2, 1300, 1, 4, 2, 64, 64, 16, KV_I8, 0.0f, 0, 0.0f, 0},     /* int8 decode, split-K */
+        {3, 90, 30, 8, 4, 8, 100, 16, KV_I8, 0.0f, 0, 0.0f, 0},      /* int8, head_dim 8: the scalar load path */
+        {3, 100, 25, 4, 2, 64, 100, 5, KV_I8, 0.0f, 0, 0.0f, 0},     /* int8, tiles not 16-byte aligned */
+        {4, 120, 20, 8, 2, 64, 100, 16, KV_FP8, 0.0f, 0, 0.0f, 0},   /* e4m3 */
+        {2, 1300, 1, 4, 1, 32, 64, 8, KV_FP8, 0.0f, 0, 0.0f, 0},     /* e4m3 decode, split-K, MQA */
+        {3, 90, 30, 8, 4, 10, 100, 3, KV_FP8, 20.0f, 40, 0.0f, 0},   /* e4m3, scalar path, odd block, window */
+        {4, 300, 40, 8, 2, 64, 100, 16, KV_F32, 0.0f, 0, 0.0f, 16},  /* attention sinks: prefill + decode */
+        {2, 1300, 1, 4, 2, 64, 64, 16, KV_I8, 0.0f, 0, 0.0f, 48},    /* sinks with split-K, int8 */
+        {3, 120, 20, 4, 2, 10, 100, 4, KV_FP8, 0.0f, 0, 0.0f, 8},    /* sinks, scalar loads, e4m3 */
+        {3, 100, 12, 4, 2, 16, 100, 16, KV_I8, 0.0f, 0, 0.0f, 16},   /* sinks, a small int8 case (--quick) */
     };
     /* --quick (make test): one case of each load path and arena type, in a few seconds */
-    const int quick_cases[] = {0, 11, 13, 15, 16, 18, 19};
+    const int quick_cases[] = {0, 15, 16, 18, 19, 22, 23};
     printf("attention kernels under CPU emulation vs float64 (seed %#llx)%s\n", (unsigned long long)emu_rs,
            quick ? ", quick" : "");
     int bad = 0, n_cases = quick ? (int)(sizeof quick_cases / sizeof quick_cases[0]) : (int)(sizeof cases / sizeof cases[0]);
@@ -314,9 +324,9 @@ int main(int argc, char **argv)
         double e = emu_check(c, &splits);
         int ok = e < 1e-5;
         bad += !ok;
-        printf("  %-4s seqs %d ctx<=%d new<=%d heads %d/%d hd %d block %d cap %g window %d: splits %d, "
+        printf("  %-4s seqs %d ctx<=%d new<=%d heads %d/%d hd %d block %d cap %g window %d sinks %d: splits %d, "
                "rel err %.2e %s\n", kv_dtype_name(c.dtype), c.n_seqs, c.max_ctx, c.max_new, c.n_heads, c.n_kv_heads,
-               c.head_dim, c.block_size, (double)c.softcap, c.window, splits, e, ok ? "ok" : "FAIL");
+               c.head_dim, c.block_size, (double)c.softcap, c.window, c.sinks, splits, e, ok ? "ok" : "FAIL");
     }
     return bad ? 1 : 0;
 }

@@ -192,7 +192,8 @@ static int gc_golden_run(const model *m, backend *be, gc_case *cs, int n_cases, 
     const int bs = 16, max_blocks = 512 / bs + 2;
     kv_geom g = kv_geom_make(m->hp.n_layers, m->hp.n_kv_heads, m->hp.head_dim, bs, kv_dtype);
     char err[512];
-    fwd *f = fwd_create(m, be, &g, n_cases * max_blocks, 1024 * 16, n_cases, err, sizeof err);
+    const int32_t n_blocks = n_cases * max_blocks;
+    fwd *f = fwd_create(m, be, &g, &n_blocks, 1024 * 16, n_cases, err, sizeof err);
     if (!f) {
         fprintf(stderr, "gpu-check: %s\n", err);
         return -1;
@@ -233,7 +234,7 @@ static int gc_golden_run(const model *m, backend *be, gc_case *cs, int n_cases, 
         /* block-table rows of the live cases, in batch order */
         int32_t *btb = malloc((size_t)ns * max_blocks * 4);
         for (int s = 0; s < ns; s++) memcpy(btb + s * max_blocks, bt + seq_of[s] * max_blocks, (size_t)max_blocks * 4);
-        be_batch b = {n, tokens, pos, slots, ns, q_start, ctx, btb, max_blocks, ns, rows};
+        be_batch b = {.n_tokens = n, .tokens = tokens, .positions = pos, .n_seqs = ns, .q_start = q_start, .n_logits = ns, .logit_rows = rows, .n_kv = 1, .kv = {{.slots = slots, .ctx_len = ctx, .block_table = btb, .bt_stride = max_blocks}}};
         rc = fwd_run(f, &b, logits);
         free(btb);
         if (rc) {
@@ -413,7 +414,7 @@ static double gc_bench_attention_ex(backend *be, int n_seqs, int ctx_len, int n_
     kv_geom g = kv_geom_make(1, KVH, D, bs, kv_dtype);
     int per = (ctx_len + bs - 1) / bs;
     int32_t n_blocks = n_seqs * per;
-    if (be->ops->kv_init(be, &g, n_blocks)) return 0;
+    if (be->ops->kv_init(be, &g, &n_blocks)) return 0;
     int32_t *bt = malloc((size_t)n_blocks * 4), *ctx = malloc((size_t)n_seqs * 4), *nn = malloc((size_t)n_seqs * 4);
     for (int i = 0; i < n_blocks; i++) bt[i] = i;
     for (int s = 0; s < n_seqs; s++) ctx[s] = ctx_len, nn[s] = n_new_tok;
@@ -443,7 +444,7 @@ static double gc_bench_attention_ex(backend *be, int n_seqs, int ctx_len, int n_
     for (int r = -2; r < 7; r++) {
         be->ops->sync(be);
         double t0 = gc_now();
-        be_attn at = {H, 1.0f / sqrtf((float)D), 0.0f, 0};
+        be_attn at = {H, 1.0f / sqrtf((float)D), 0.0f, 0, NULL};
         for (int i = 0; i < reps; i++) be->ops->attention(be, 0, q, &at, o);
         be->ops->sync(be);
         if (r >= 0) t[r] = (gc_now() - t0) / reps;
@@ -565,7 +566,7 @@ static double gc_bench_decode(fwd *f, const model *m, int n_seqs, int prompt, in
             rows[s] = n - 1;
             q_start[s + 1] = n;
         }
-        be_batch b = {n, tokens, pos, slots, n_seqs, q_start, ctx, bt, bt_stride, n_seqs, rows};
+        be_batch b = {.n_tokens = n, .tokens = tokens, .positions = pos, .n_seqs = n_seqs, .q_start = q_start, .n_logits = n_seqs, .logit_rows = rows, .n_kv = 1, .kv = {{.slots = slots, .ctx_len = ctx, .block_table = bt, .bt_stride = bt_stride}}};
         if (fwd_run(f, &b, logits)) return 0;
         if (st == 0) t0 = gc_now(); /* time the decode steps only */
     }
@@ -625,7 +626,8 @@ static void gc_bench(backend *gpu, int quick)
     const int bs = 16, prompt = 128, steps = quick ? 16 : 64, batch = 64, stride = (prompt + steps + bs) / bs + 1;
     kv_geom g = kv_geom_make(gm.m.hp.n_layers, gm.m.hp.n_kv_heads, gm.m.hp.head_dim, bs, KV_F16);
     char err[512];
-    fwd *f = fwd_create(&gm.m, gpu, &g, batch * stride, batch * prompt, batch, err, sizeof err);
+    const int32_t n_blocks = batch * stride;
+    fwd *f = fwd_create(&gm.m, gpu, &g, &n_blocks, batch * prompt, batch, err, sizeof err);
     if (!f) {
         printf("  tinyllama: %s\n", err);
         gc_add("tinyllama decode", "not run", err, 0);

@@ -216,7 +216,7 @@ static void kc_batch_simple(kc_ctx *c, kc_batch *kb, int n, int vocab)
     kb->q_start[0] = 0;
     kb->q_start[1] = n;
     kb->ctx_len[0] = n;
-    be_batch b = {n, kb->tokens, kb->positions, kb->slots, 1, kb->q_start, kb->ctx_len, kb->bt, n_bt, n, kb->logit_rows};
+    be_batch b = {.n_tokens = n, .tokens = kb->tokens, .positions = kb->positions, .n_seqs = 1, .q_start = kb->q_start, .n_logits = n, .logit_rows = kb->logit_rows, .n_kv = 1, .kv = {{.slots = kb->slots, .ctx_len = kb->ctx_len, .block_table = kb->bt, .bt_stride = n_bt}}};
     kb->b = b;
 }
 
@@ -481,8 +481,7 @@ static void kc_attn_batch(kc_batch *kb, int n_seqs, const int32_t *ctx, const in
         kb->q_start[s + 1] = (int32_t)t;
         kb->ctx_len[s] = ctx[s];
     }
-    be_batch b = {(int32_t)n, kb->tokens, kb->positions, kb->slots, n_seqs, kb->q_start, kb->ctx_len, kb->bt,
-                  bt_stride, 0, NULL};
+    be_batch b = {.n_tokens = (int32_t)n, .tokens = kb->tokens, .positions = kb->positions, .n_seqs = n_seqs, .q_start = kb->q_start, .n_logits = 0, .logit_rows = NULL, .n_kv = 1, .kv = {{.slots = kb->slots, .ctx_len = kb->ctx_len, .block_table = kb->bt, .bt_stride = bt_stride}}};
     kb->b = b;
 }
 
@@ -514,7 +513,7 @@ static kc_result kc_check_attention(kc_ctx *c, const kc_attn_case *ac)
     backend *bes[2] = {c->gpu, c->cpu};
     double err = INFINITY;
     snprintf(note, sizeof note, "kv_init failed");
-    if (!c->gpu->ops->kv_init(c->gpu, &g, n_blocks) && !c->cpu->ops->kv_init(c->cpu, &g, n_blocks)) {
+    if (!c->gpu->ops->kv_init(c->gpu, &g, &n_blocks) && !c->cpu->ops->kv_init(c->cpu, &g, &n_blocks)) {
         int kv_dim = ac->n_kv_heads * ac->head_dim, q_dim = ac->n_heads * ac->head_dim;
         kc_batch fb, ab;
         kc_attn_batch(&fb, S, ctx, n_new, bt, bt_stride, bs, 1);
@@ -530,7 +529,7 @@ static kc_result kc_check_attention(kc_ctx *c, const kc_attn_case *ac)
             be->ops->begin(be, &fb.b);
             be->ops->store_kv(be, layer, kd, vd);
             be->ops->begin(be, &ab.b);
-            be_attn at = {ac->n_heads, 1.0f / sqrtf((float)ac->head_dim), ac->softcap, ac->window};
+            be_attn at = {ac->n_heads, 1.0f / sqrtf((float)ac->head_dim), ac->softcap, ac->window, NULL};
             be->ops->attention(be, layer, qd, &at, od);
             out[b] = kc_get(be, od, nq);
             be->ops->free(be, kd), be->ops->free(be, vd), be->ops->free(be, qd), be->ops->free(be, od);
@@ -589,7 +588,7 @@ static kc_result kc_check_store_kv(kc_ctx *c, int kv_dtype)
     const int bs = 16, H = c->big ? 8 : 2, D = c->big ? 128 : 8, n = c->big ? 300 : 20, kv_dim = H * D;
     int32_t n_blocks = (int32_t)cuda_div_up(n, bs) * 3 + 2;
     kv_geom g = kv_geom_make(3, H, D, bs, kv_dtype);
-    if (c->gpu->ops->kv_init(c->gpu, &g, n_blocks) || c->cpu->ops->kv_init(c->cpu, &g, n_blocks))
+    if (c->gpu->ops->kv_init(c->gpu, &g, &n_blocks) || c->cpu->ops->kv_init(c->cpu, &g, &n_blocks))
         return kc_res(name, INFINITY, 0, "kv_init failed");
     kc_batch kb;
     kc_batch_simple(c, &kb, n, 10);
@@ -628,7 +627,7 @@ static kc_result kc_check_store_kv(kc_ctx *c, int kv_dtype)
         if (!used) dst_blk = b;
     }
     if (dst_blk >= 0) {
-        c->gpu->ops->kv_copy_block(c->gpu, src_blk, dst_blk);
+        c->gpu->ops->kv_copy_block(c->gpu, 0, src_blk, dst_blk);
         float *r2 = malloc((size_t)kv_dim * 4);
         for (int off = 0; off < bs; off++)
             for (int kind = 0; kind < 2; kind++) {
@@ -678,7 +677,7 @@ static double kc_arch_run(kc_ctx *c, const model *m, int n_prompt, int n_steps)
     char err[512];
     backend *be[2] = {c->gpu, c->cpu};
     fwd *f[2];
-    for (int k = 0; k < 2; k++) f[k] = fwd_create(m, be[k], &g, nb, n_prompt, n_prompt, err, sizeof err);
+    for (int k = 0; k < 2; k++) f[k] = fwd_create(m, be[k], &g, &nb, n_prompt, n_prompt, err, sizeof err);
     double worst = f[0] && f[1] ? 0 : INFINITY;
     int32_t *toks = malloc((size_t)cap * 4), *pos = malloc((size_t)cap * 4), *slots = malloc((size_t)cap * 4);
     int32_t *rows = malloc((size_t)cap * 4), *bt = malloc((size_t)nb * 4), q_start[2], ctx;
@@ -695,9 +694,7 @@ static double kc_arch_run(kc_ctx *c, const model *m, int n_prompt, int n_steps)
             rows[i] = i;
         }
         q_start[0] = 0, q_start[1] = n, ctx = done + n;
-        be_batch b = {.n_tokens = n, .tokens = toks + done, .positions = pos, .slots = slots, .n_seqs = 1,
-                      .q_start = q_start, .ctx_len = &ctx, .block_table = bt, .bt_stride = nb, .n_logits = n,
-                      .logit_rows = rows};
+        be_batch b = {.n_tokens = n, .tokens = toks + done, .positions = pos, .n_seqs = 1, .q_start = q_start, .n_logits = n, .logit_rows = rows, .n_kv = 1, .kv = {{.slots = slots, .ctx_len = &ctx, .block_table = bt, .bt_stride = nb}}};
         for (int k = 0; k < 2; k++) {
             for (size_t i = 0; i < (size_t)n * V; i++) lg[k][i] = NAN;
             if (fwd_run(f[k], &b, lg[k])) worst = INFINITY;

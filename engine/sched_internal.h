@@ -1,0 +1,79 @@
+/*
+ * sched_internal.h — the scheduler's state and the functions its two files share: sched.c
+ * (lists, planning, admission, commit) and sched_kv.c (each sequence's blocks in every layer
+ * group: reservation, copy-on-write, the retention rules, the prefix cache's side). Nothing
+ * outside engine/sched*.c includes it.
+ */
+#ifndef KVSERVE_SCHED_INTERNAL_H
+#define KVSERVE_SCHED_INTERNAL_H
+
+#include "engine/batch.h"
+#include "engine/sched.h"
+
+struct sched {
+    sched_config c;
+    sched_runner r;
+    int n_groups;            /* layer groups (≥ 1) */
+    block_pool *bp[KV_MAX_GROUPS]; /* one pool per group */
+    rdx_tree *tree;          /* over bp[0]; NULL when the prefix cache is off or n_groups > 1 */
+    int ctx_limit;           /* a sequence stops at this many tokens: n_ctx, or INT_MAX when
+                                every group is windowed */
+    seq **running;           /* [n_running] admission order */
+    int n_running, cap_running;
+    seq **waiting;           /* [n_waiting] queue order */
+    int n_waiting, cap_waiting;
+    uint64_t admit_counter;
+    batch_entry *plan;       /* [max_seqs] this step's entries */
+    int n_plan;
+    batch_buf bb;
+    float *logits;           /* [sched_max_logits(max_seqs)][n_vocab] */
+    int lp_left;             /* prompt log-prob rows still free in the step being planned */
+    float *scratch;          /* [n_vocab] sampler scratch */
+    uint32_t *mask;          /* [GR_MASK_WORDS(n_vocab)] grammar mask, from the first constrained sample */
+    sched_sample *samples;   /* [cap_samples] */
+    int cap_samples;
+    int32_t *match_buf;      /* [max_blocks] rdx_match output */
+    int *lpm_len;            /* [cap_waiting] lpm: cached prefix per waiting sequence */
+    int max_blocks;          /* blocks of a full context */
+    sched_stats st;
+};
+
+/* 1 while s still has prompt tokens to score (echo + logprobs). Such a sequence computes its
+ * whole prompt (a cached prefix would have no logits) and asks for a logit row per token. */
+static inline int sched__scoring(const seq *s)
+{
+    return s->prompt_logprobs && s->plp_next < s->n_prompt;
+}
+
+/* ---- sched_kv.c ---------------------------------------------------------------------------- */
+
+/* Entries of s's cache in group g: its computed tokens less those the group dropped. */
+int sched__kv_len(const sched *sc, const seq *s, int g);
+/* Offers s's computed full blocks to the prefix cache (while its window has not moved). */
+void sched__insert(sched *sc, seq *s);
+/* Drops every block reference of s in every group (after offering its computed blocks to the
+ * cache); s then holds nothing and has computed nothing. */
+void sched__free_blocks(sched *sc, seq *s);
+/* The same without offering anything to the cache (an admission that did not happen). */
+void sched__release_blocks(sched *sc, seq *s);
+/* Releases the blocks s's groups' rules let go before its next token is computed. */
+void sched__drop(sched *sc, seq *s);
+/* n_new capped so that no sinks group's cache grows past its window in this step. */
+int sched__window_fit(const sched *sc, const seq *s, int n_new);
+/* Gives s the blocks for its next n_new tokens in every group, copying a shared partial block
+ * first. 0, or -ENOSPC / -ENOMEM with nothing changed. */
+int sched__reserve(sched *sc, seq *s, int n_new);
+/* Replaces s's leading blocks with the cache's when the cache now holds more of its tokens than
+ * s has computed (another sequence finished them meanwhile). */
+void sched__rematch(sched *sc, seq *s);
+/* Admission: s (holding nothing) takes the matched blocks of match_buf (matched tokens, whole
+ * blocks, references already taken) and a cached block agreeing with its next tokens. Returns
+ * the tokens it starts from, or -ENOMEM (the match's references dropped). */
+int sched__adopt_prefix(sched *sc, seq *s, int matched);
+/* A fork's child c (holding nothing) shares every block of s. 0 or -ENOMEM. */
+int sched__share_blocks(sched *sc, const seq *s, seq *c);
+/* Asserts s's blocks: the count its cache length needs in every group, every one referenced;
+ * returns how many references it holds in group g. */
+int64_t sched__check_seq(const sched *sc, const seq *s, int g);
+
+#endif
