@@ -434,14 +434,16 @@ static void rdx__sift_up(rdx_node **h, int i)
     }
 }
 
-/* A leaf whose last block only the tree references has something to evict. */
-static bool rdx__is_candidate(const rdx_tree *t, const rdx_node *x)
+/* A leaf whose last block only the tree references has something to evict; forced, any leaf. */
+static bool rdx__is_candidate(const rdx_tree *t, const rdx_node *x, bool forced)
 {
     return x != t->root && x->n_children == 0 &&
-           bp_refcount(t->bp, x->blocks[x->n_blocks - 1]) == 1;
+           (forced || bp_refcount(t->bp, x->blocks[x->n_blocks - 1]) == 1);
 }
 
-int rdx_evict(rdx_tree *t, int n_blocks)
+/* rdx_evict and rdx_evict_forced: least recently used leaves first; forced also unlinks leaves
+ * whose blocks others still use (dropping the tree's references frees only refcount-1 blocks). */
+static int rdx__evict(rdx_tree *t, int n_blocks, bool forced)
 {
     if (n_blocks <= 0 || t->n_blocks == 0) return 0;
     /* The heap reuses the scratch list in place: candidates are compacted to its front. Each
@@ -449,7 +451,7 @@ int rdx_evict(rdx_tree *t, int n_blocks)
     rdx_node **h = t->scratch;
     int n_all = rdx__list_nodes(t), n = 0;
     for (int i = 0; i < n_all; i++)
-        if (rdx__is_candidate(t, h[i])) h[n++] = h[i];
+        if (rdx__is_candidate(t, h[i], forced)) h[n++] = h[i];
     for (int i = n / 2 - 1; i >= 0; i--) rdx__sift_down(h, n, i);
 
     int freed = 0;
@@ -457,23 +459,32 @@ int rdx_evict(rdx_tree *t, int n_blocks)
         rdx_node *x = h[0];
         h[0] = h[--n];
         rdx__sift_down(h, n, 0);
-        while (freed < n_blocks && x->n_blocks > 0 &&
-               bp_refcount(t->bp, x->blocks[x->n_blocks - 1]) == 1) {
+        while (x->n_blocks > 0 && (forced || (freed < n_blocks && bp_refcount(t->bp, x->blocks[x->n_blocks - 1]) == 1))) {
+            freed += bp_refcount(t->bp, x->blocks[x->n_blocks - 1]) == 1;
             bp_unref(t->bp, x->blocks[--x->n_blocks]);
             t->n_blocks--;
-            freed++;
         }
         if (x->n_blocks > 0) continue; /* trimmed: done, or its new last block is in use */
         rdx_node *p = x->parent;
         rdx__remove_child(t, p, x);
         rdx__node_free(x);
         t->n_nodes--;
-        if (rdx__is_candidate(t, p)) {
+        if (rdx__is_candidate(t, p, forced)) {
             h[n] = p;
             rdx__sift_up(h, n++);
         }
     }
     return freed;
+}
+
+int rdx_evict(rdx_tree *t, int n_blocks)
+{
+    return rdx__evict(t, n_blocks, false);
+}
+
+int rdx_evict_forced(rdx_tree *t, int n_blocks)
+{
+    return rdx__evict(t, n_blocks, true);
 }
 
 int rdx_n_blocks(const rdx_tree *t)

@@ -51,6 +51,13 @@ int rdx_insert(rdx_tree *t, const int32_t *tokens, int n_tokens, const int32_t *
  * references. Returns the number of blocks returned to the pool. */
 int rdx_evict(rdx_tree *t, int n_blocks);
 
+/* Like rdx_evict, but when leaves in use by others stand in the way it unlinks them too (the
+ * tree's references go, their blocks stay with their users), so that cached ancestors only the
+ * tree references become leaves and are freed. For windowed sequences, which release a cached
+ * path's early blocks while still holding its later ones: those early blocks are otherwise
+ * stuck inside the tree. Returns the number of blocks returned to the pool. */
+int rdx_evict_forced(rdx_tree *t, int n_blocks);
+
 /* Blocks the tree references, and how many of them could be evicted right now. */
 int rdx_n_blocks(const rdx_tree *t);
 int rdx_n_evictable(const rdx_tree *t);

@@ -16,8 +16,10 @@
  *       (cache index c sees c − W + 1 .. c) go; the attention op's mask does the rest.
  * Prefix-cache rule: a block enters the radix tree only while its sequence has dropped nothing
  * (its K/V then depends on its tokens alone); once a window has moved, its kept blocks are not
- * shared prefixes and nothing more is offered. The tree, and so the prefix cache, exists only
- * with one layer group.
+ * shared prefixes and nothing more is offered. A cached path whose early blocks a window
+ * released while its later ones are still held cannot be evicted leaf first; when blocks run
+ * out, rdx_evict_forced unlinks such leaves so the early blocks free. The tree, and so the
+ * prefix cache, exists only with one layer group.
  */
 #include <assert.h>
 #include <errno.h>
@@ -100,6 +102,12 @@ static int sched__alloc(sched *sc, int g, int n, int32_t *ids)
     int rc = bp_alloc(sc->bp[g], n, ids);
     if (rc && sc->tree && g == 0) {
         sc->st.evictions += rdx_evict(sc->tree, n - bp_num_free(sc->bp[0]));
+        rc = bp_alloc(sc->bp[g], n, ids);
+    }
+    /* A windowed sequence released a cached path's early blocks but holds its later ones: the
+     * early ones are stuck inside the tree until its leaves go too. */
+    if (rc && sc->tree && g == 0 && sc->c.rule[0].keep != KV_KEEP_ALL) {
+        sc->st.evictions += rdx_evict_forced(sc->tree, n - bp_num_free(sc->bp[0]));
         rc = bp_alloc(sc->bp[g], n, ids);
     }
     return rc;

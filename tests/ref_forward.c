@@ -38,7 +38,9 @@ struct rf_model {
 
 struct rf_seq {
     int n, max_ctx;
-    double *k, *v; /* [n_layers][max_ctx][kv_dim] */
+    double *k, *v; /* [n_layers][max_ctx][kv_dim]; with a window, K unrotated, in cache order */
+    int window, sink_len, block_size; /* StreamingLLM (rf_seq_create_window); window 0: off */
+    int len;       /* with a window: entries in the cache */
 };
 
 /* Whole tensor as double [ne1][ne0]; NULL when absent. */
@@ -123,6 +125,31 @@ rf_seq *rf_seq_create(const rf_model *r, int max_ctx)
     s->k = calloc(n, sizeof *s->k);
     s->v = calloc(n, sizeof *s->v);
     return s;
+}
+
+rf_seq *rf_seq_create_window(const rf_model *r, int window, int sinks, int block_size)
+{
+    rf_seq *s = rf_seq_create(r, window + 1);
+    s->window = window;
+    s->block_size = block_size;
+    s->sink_len = (sinks + block_size - 1) / block_size * block_size;
+    return s;
+}
+
+/* The window's release: while the cache is full, the block after the sinks leaves it. */
+static void rf__window_drop(const rf_model *r, rf_seq *s)
+{
+    size_t kv_dim = (size_t)r->hp.n_kv_heads * r->hp.head_dim;
+    while (s->len >= s->window) {
+        for (int l = 0; l < r->hp.n_layers; l++) {
+            double *k = s->k + (size_t)l * s->max_ctx * kv_dim, *v = s->v + (size_t)l * s->max_ctx * kv_dim;
+            size_t from = (size_t)(s->sink_len + s->block_size) * kv_dim, to = (size_t)s->sink_len * kv_dim;
+            size_t n = (size_t)(s->len - s->sink_len - s->block_size) * kv_dim;
+            memmove(k + to, k + from, n * sizeof *k);
+            memmove(v + to, v + from, n * sizeof *v);
+        }
+        s->len -= s->block_size;
+    }
 }
 
 void rf_seq_destroy(rf_seq *s)
@@ -253,12 +280,15 @@ void rf_step(const rf_model *r, rf_seq *s, int32_t token, double *logits)
 {
     const model_hparams *hp = &r->hp;
     int dim = hp->n_embd, hd = hp->head_dim, nh = hp->n_heads, nkv = hp->n_kv_heads;
-    int q_dim = nh * hd, kv_dim = nkv * hd, ff = hp->n_ff, pos = s->n;
+    int q_dim = nh * hd, kv_dim = nkv * hd, ff = hp->n_ff;
+    if (s->window) rf__window_drop(r, s);
+    int pos = s->window ? s->len : s->n; /* the query's position: within the cache with a window */
     double *x = malloc((size_t)dim * sizeof *x),
            *xb = malloc((size_t)(dim > q_dim ? dim : q_dim) * sizeof *xb);
     double *q = malloc((size_t)q_dim * sizeof *q), *att = malloc((size_t)q_dim * sizeof *att);
     double *g = malloc((size_t)ff * sizeof *g), *u = malloc((size_t)ff * sizeof *u);
     double *sc = malloc((size_t)(pos + 1) * sizeof *sc), *o = malloc((size_t)dim * sizeof *o);
+    double *krot = s->window ? malloc((size_t)(pos + 1) * kv_dim * sizeof *krot) : NULL;
     for (int i = 0; i < dim; i++) x[i] = r->tok_embd[(size_t)token * dim + i] * model_embd_scale(hp);
 
     for (int l = 0; l < hp->n_layers; l++) {
@@ -272,7 +302,13 @@ void rf_step(const rf_model *r, rf_seq *s, int32_t token, double *logits)
         for (int h = 0; L->q_norm && h < nh; h++) rf__rmsnorm(q + h * hd, L->q_norm, hp->rms_eps, hd, q + h * hd);
         for (int h = 0; L->k_norm && h < nkv; h++) rf__rmsnorm(kp + h * hd, L->k_norm, hp->rms_eps, hd, kp + h * hd);
         rf__rope(r, q, nh, &L->rope, pos);
-        rf__rope(r, kp, nkv, &L->rope, pos);
+        if (s->window) { /* keys kept unrotated, rotated here at their position within the cache */
+            memcpy(krot, kc, (size_t)(pos + 1) * kv_dim * sizeof *krot);
+            for (int t = 0; t <= pos; t++) rf__rope(r, krot + (size_t)t * kv_dim, nkv, &L->rope, t);
+        } else {
+            rf__rope(r, kp, nkv, &L->rope, pos);
+        }
+        const double *ka = s->window ? krot : kc;
         for (int i = 0; i < kv_dim; i++) {
             kp[i] = rf__round_kv(kp[i], r->kv_round);
             vp[i] = rf__round_kv(vp[i], r->kv_round);
@@ -280,7 +316,7 @@ void rf_step(const rf_model *r, rf_seq *s, int32_t token, double *logits)
         int first = L->window > 0 && pos - L->window + 1 > 0 ? pos - L->window + 1 : 0;
         for (int h = 0; h < nh; h++) {
             int kh = h / (nh / nkv);
-            rf__attend(r, q + h * hd, kc + kh * hd, vc + kh * hd, kv_dim, first, pos, sc, att + h * hd);
+            rf__attend(r, q + h * hd, ka + kh * hd, vc + kh * hd, kv_dim, first, pos, sc, att + h * hd);
         }
         rf__matvec(L->wo, L->bo, att, q_dim, dim, o);
         rf__residual(r, x, o, L->post_attn_norm);
@@ -292,6 +328,7 @@ void rf_step(const rf_model *r, rf_seq *s, int32_t token, double *logits)
         rf__residual(r, x, o, L->post_ffn_norm);
     }
     s->n++;
+    if (s->window) s->len++;
     if (logits) {
         rf__rmsnorm(x, r->output_norm, hp->rms_eps, dim, xb);
         rf__matvec(r->output, r->output_b, xb, dim, hp->n_vocab, logits);
@@ -305,4 +342,5 @@ void rf_step(const rf_model *r, rf_seq *s, int32_t token, double *logits)
     free(u);
     free(sc);
     free(o);
+    free(krot);
 }

@@ -23,6 +23,12 @@ void rf_destroy(rf_model *r);
 
 /* A sequence that can hold max_ctx tokens. */
 rf_seq *rf_seq_create(const rf_model *r, int max_ctx);
+/* A sequence under attention sinks + a window (StreamingLLM) as its paper defines it, written
+ * independently of the scheduler: the cache holds at most `window` entries; when the next token
+ * would pass that, the block_size entries after the first ceil(sinks / block_size) × block_size
+ * leave it; every key is rotated at its position within the cache, the query at its own. Any
+ * number of tokens can be fed. */
+rf_seq *rf_seq_create_window(const rf_model *r, int window, int sinks, int block_size);
 void rf_seq_destroy(rf_seq *s);
 /* Tokens fed so far (the next position). */
 int rf_seq_len(const rf_seq *s);

@@ -34,6 +34,7 @@
 #include "engine/dtype.h"
 #include "engine/forward.h"
 #include "engine/model.h"
+#include "engine/sched.h"
 #include "tests/ref_forward.h"
 #include "tests/test_util.h"
 
@@ -487,5 +488,115 @@ Test(forward, rejects_bad_geometry_and_oversized_batches)
     free(logits);
     fwd_destroy(f);
     be_destroy(be);
+    tf_close(&c);
+}
+
+/* ---- attention sinks + window through the scheduler ------------------------------------------- */
+
+#define TW_MAX 256
+
+/* The scheduler's model runner, recording every logit row with the position it follows. */
+typedef struct tw_run {
+    fwd *f;
+    int n_vocab;
+    int n_rows;
+    int32_t pos[TW_MAX];
+    float *rows; /* [TW_MAX][n_vocab] */
+} tw_run;
+
+static int tw_runner(void *ud, const be_batch *b, float *logits)
+{
+    tw_run *w = ud;
+    int rc = fwd_run(w->f, b, logits);
+    for (int j = 0; !rc && j < b->n_logits && w->n_rows < TW_MAX; j++, w->n_rows++) {
+        w->pos[w->n_rows] = b->positions[b->logit_rows[j]];
+        memcpy(w->rows + (size_t)w->n_rows * w->n_vocab, logits + (size_t)j * w->n_vocab, (size_t)w->n_vocab * sizeof(float));
+    }
+    return rc;
+}
+
+static void tw_copy(void *ud, int group, int32_t src, int32_t dst)
+{
+    backend *be = fwd_backend(((tw_run *)ud)->f);
+    be->ops->kv_copy_block(be, group, src, dst);
+}
+
+/* One greedy stream of n_prompt + n_out tokens under sinks + a window, through the scheduler and
+ * the CPU backend (keys rotated at their token position, sinks met by shifted queries), against
+ * the reference's literal StreamingLLM (keys rotated at their position within the cache): every
+ * logit row within tol of max |logit|. The context limit is below the stream's length. */
+static void tw_stream(tf_ctx *c, int window, int sinks, int bs, int n_prompt, int n_out, double tol)
+{
+    printf("forward window %d sinks %d block %d: %d + %d tokens\n", window, sinks, bs, n_prompt, n_out);
+    backend *be = cpu_backend_create(2);
+    kv_geom g = kv_geom_make(c->m->hp.n_layers, c->m->hp.n_kv_heads, c->m->hp.head_dim, bs, KV_F32);
+    g.rule[0] = (kv_rule){KV_KEEP_SINKS, window, sinks};
+    int32_t n_blocks = (window + bs - 1) / bs + 2;
+    char err[512];
+    tw_run w = {.n_vocab = c->n_vocab};
+    w.f = fwd_create(c->m, be, &g, &n_blocks, 64, sched_max_logits(2), err, sizeof err);
+    cr_assert_not_null(w.f, "%s", err);
+    w.rows = malloc((size_t)TW_MAX * c->n_vocab * sizeof(float));
+    int32_t eog = -1;
+    sched_config sc = {.block_size = bs, .n_blocks = n_blocks, .n_groups = 1, .max_seqs = 2, .max_batch_tokens = 16,
+                       .n_vocab = c->n_vocab, .n_ctx = window + 8, .eog_ids = &eog, .n_eog = 1};
+    sc.rule[0] = g.rule[0];
+    sched_runner r = {tw_runner, tw_copy, &w};
+    sched *sch = sched_create(&sc, &r);
+    cr_assert_not_null(sch);
+    uint64_t rng = 0x77696e646f77ull;
+    int32_t prompt[TW_MAX];
+    for (int i = 0; i < n_prompt; i++) prompt[i] = 3 + (int32_t)(tf_rng(&rng) % (uint64_t)(c->n_vocab - 3));
+    seq *s = seq_create(prompt, n_prompt, n_out);
+    s->sp.temperature = 0;
+    s->sp.ignore_eos = 1;
+    s->prompt_logprobs = 1; /* a logit row for every prompt token too */
+    cr_assert_eq(sched_add(sch, s), 0);
+    for (;;) {
+        sched_sample *sm;
+        int n = sched_step(sch, &sm);
+        sched_check(sch);
+        if (n == -EAGAIN) break;
+        cr_assert_geq(n, 0);
+    }
+    cr_assert_eq(s->n_tokens, n_prompt + n_out, "the window lifts the context limit of %d", window + 8);
+    cr_assert_eq(w.n_rows, n_prompt - 1 + n_out, "one row per prompt position and per sampled token");
+    rf_seq *rs = rf_seq_create_window(c->rf, window, sinks, bs);
+    double *ref = malloc((size_t)c->n_vocab * sizeof *ref), worst = 0;
+    for (int p = 0, row = 0; p < s->n_tokens - 1; p++) {
+        rf_step(c->rf, rs, s->tokens[p], ref);
+        if (row < w.n_rows && w.pos[row] == p) {
+            double mx = 1e-9, d = 0;
+            for (int v = 0; v < c->n_vocab; v++) {
+                mx = fmax(mx, fabs(ref[v]));
+                d = fmax(d, fabs(ref[v] - w.rows[(size_t)row * c->n_vocab + v]));
+            }
+            worst = fmax(worst, d / mx);
+            row++;
+        }
+    }
+    printf("  max relative logit error %.3g (tolerance %.3g)\n", worst, tol);
+    cr_assert(worst <= tol, "window %d sinks %d: relative error %g", window, sinks, worst);
+    rf_seq_destroy(rs);
+    free(ref);
+    seq_destroy(s);
+    sched_destroy(sch);
+    fwd_destroy(w.f);
+    free(w.rows);
+    be_destroy(be);
+}
+
+Test(forward, sinks_window_matches_streaming_reference, .timeout = 120)
+{
+    tf_ctx c;
+    tf_open(&c, "llama", DT_F32, 172, 21);
+    c.rf = rf_create(c.m, -1);
+    tw_stream(&c, 24, 4, 4, 30, 50, 1e-5);  /* past the window within the prompt and the output */
+    tw_stream(&c, 21, 0, 4, 10, 40, 1e-5);  /* a plain window: no sinks, a window not whole blocks */
+    tw_stream(&c, 20, 5, 3, 25, 30, 1e-5);  /* sinks rounded up to blocks of 3 */
+    tf_close(&c);
+    tf_open(&c, "qwen2", DT_F32, 172, 22);  /* NEOX rotation */
+    c.rf = rf_create(c.m, -1);
+    tw_stream(&c, 24, 4, 4, 30, 50, 1e-5);
     tf_close(&c);
 }

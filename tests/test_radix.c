@@ -98,6 +98,32 @@ Test(radix, basics_split_and_lru)
     bp_destroy(bp);
 }
 
+/* A path whose early blocks only the tree holds while a user holds its last: plain eviction
+ * cannot reach them (they are not a leaf); forced eviction unlinks the leaf (its block stays with
+ * the user) and frees the early ones. */
+Test(radix, forced_eviction_frees_blocks_behind_a_used_leaf)
+{
+    block_pool *bp = bp_create(6);
+    rdx_tree *t = rdx_create(bp, 1);
+    int32_t a[4];
+    cr_assert_eq(bp_alloc(bp, 4, a), 0);
+    const int32_t p[] = {1, 2, 3, 4};
+    cr_assert_eq(rdx_insert(t, p, 4, a), 4);
+    trx_unref_all(bp, a, 3); /* a window released blocks 0 .. 2 and keeps block 3 */
+    rdx_check(t);
+    cr_assert_eq(rdx_evict(t, 3), 0, "the last block is in use: nothing is a free leaf");
+    cr_assert_eq(rdx_n_blocks(t), 4);
+    cr_assert_eq(rdx_evict_forced(t, 2), 3, "the whole leaf node goes: blocks 0 .. 2 free, block 3 is the user's");
+    rdx_check(t);
+    cr_assert_eq(rdx_n_blocks(t), 0);
+    cr_assert_eq(bp_num_free(bp), 5);
+    cr_assert_eq(bp_refcount(bp, a[3]), 1);
+    bp_unref(bp, a[3]);
+    bp_check(bp);
+    rdx_destroy(t);
+    bp_destroy(bp);
+}
+
 Test(radix, duplicates_limits_and_tail_eviction)
 {
     block_pool *bp = bp_create(16);
@@ -454,6 +480,7 @@ static void *trx_realloc(void *p, size_t n)
 #define rdx_match_partial trx_oom_match_partial
 #define rdx_insert trx_oom_insert
 #define rdx_evict trx_oom_evict
+#define rdx_evict_forced trx_oom_evict_forced
 #define rdx_n_blocks trx_oom_n_blocks
 #define rdx_n_evictable trx_oom_n_evictable
 #define rdx_check trx_oom_check
