@@ -17,6 +17,7 @@
 
 #include "server/oai_chat.h"
 #include "server/oai_internal.h"
+#include "server/oai_schema.h"
 #include "server/toolcall.h"
 
 #define ERR_INVALID "invalid_request_error"
@@ -185,8 +186,133 @@ void oai_chat_free(oai_chat *ch)
     free(ch->tools);
     free(ch->body);
     free(ch->chat_template);
-    free(ch->grammar);
     free(ch);
+}
+
+/* ---- constrained tool choices -------------------------------------------------------------- */
+
+/* Appends s to a growable text; -ENOMEM leaves it unchanged. */
+static int text_add(char **t, size_t *n, const char *s)
+{
+    size_t l = strlen(s);
+    char *p = realloc(*t, *n + l + 1);
+    if (!p) return -ENOMEM;
+    memcpy(p + *n, s, l + 1);
+    *t = p;
+    *n += l;
+    return 0;
+}
+
+/* Tool i's parameters as GBNF rules named PREFIX…, PREFIX "root" the value. */
+static int tool_rules(const oai_tool *t, int i, const char *prefix, char **g, size_t *n,
+                      oai_error *e)
+{
+    cJSON *schema = cJSON_Parse(t->parameters ? t->parameters : "{\"type\": \"object\"}");
+    if (!schema) return oai__oom(e);
+    char err[384];
+    char *rules = oai_schema_gbnf(schema, prefix, err, sizeof err);
+    cJSON_Delete(schema);
+    if (!rules) {
+        char param[64];
+        snprintf(param, sizeof param, "tools[%d].function.parameters", i);
+        return oai_fail(e, 400, ERR_INVALID, "invalid_value", param,
+                        "the parameters schema of '%.100s' cannot constrain a tool call: %s",
+                        t->name, err);
+    }
+    int rc = text_add(g, n, rules);
+    free(rules);
+    return rc ? oai__oom(e) : 0;
+}
+
+/* One alternative of the call rule: {"name": "NAME", "parameters": tI-root}. */
+static int call_alt(const oai_tool *t, int i, char **g, size_t *n)
+{
+    cJSON *nm = cJSON_CreateString(t->name);
+    char *json = nm ? cJSON_PrintUnformatted(nm) : NULL;
+    cJSON_Delete(nm);
+    char *open = json ? malloc(strlen(json) + 32) : NULL, tail[64];
+    if (open) sprintf(open, "{\"name\": %s, \"parameters\": ", json);
+    char *lit = open ? gr_gbnf_literal(open, strlen(open)) : NULL;
+    snprintf(tail, sizeof tail, " t%d-root \"}\"", i);
+    int rc = !lit || (i && text_add(g, n, " | ")) || text_add(g, n, lit) || text_add(g, n, tail)
+                 ? -ENOMEM
+                 : 0;
+    cJSON_free(json);
+    free(open);
+    free(lit);
+    return rc;
+}
+
+/* The GBNF text of ch's constrained tool choice (malloc'd into *out). */
+static int choice_gbnf(const oai_chat *ch, char **out, oai_error *e)
+{
+    char *g = NULL;
+    size_t n = 0;
+    int rc;
+    if (ch->tool_choice == OAI_TOOLS_NAMED) {
+        rc = text_add(&g, &n, "root ::= args-root\n") ? oai__oom(e) : 0;
+        if (!rc) rc = tool_rules(&ch->tools[ch->named], ch->named, "args-", &g, &n, e);
+    } else {
+        int one = !ch->parallel_tool_calls || ch->legacy;
+        rc = text_add(&g, &n,
+                      one ? "root ::= \"[\" call \"]\"\ncall ::= "
+                          : "root ::= \"[\" call (\", \" call)* \"]\"\ncall ::= ")
+                 ? oai__oom(e)
+                 : 0;
+        for (int i = 0; !rc && i < ch->n_tools; i++)
+            rc = call_alt(&ch->tools[i], i, &g, &n) ? oai__oom(e) : 0;
+        if (!rc) rc = text_add(&g, &n, "\n") ? oai__oom(e) : 0;
+        for (int i = 0; !rc && i < ch->n_tools; i++) {
+            char prefix[32];
+            snprintf(prefix, sizeof prefix, "t%d-", i);
+            rc = tool_rules(&ch->tools[i], i, prefix, &g, &n, e);
+        }
+    }
+    if (rc) {
+        free(g);
+        return rc;
+    }
+    *out = g;
+    return 0;
+}
+
+int oai__chat_grammar(const oai_limits *lim, oai_request *r, oai_error *e)
+{
+    oai_chat *ch = r->chat;
+    if (!ch || (ch->tool_choice != OAI_TOOLS_REQUIRED && ch->tool_choice != OAI_TOOLS_NAMED))
+        return 0;
+    if (r->grammar)
+        return oai_fail(e, 400, ERR_INVALID, "invalid_value", "tool_choice",
+                        "'tool_choice' %s constrains the output itself: it cannot be combined with "
+                        "response_format or another structured output",
+                        ch->tool_choice == OAI_TOOLS_NAMED ? "naming a function" : "'required'");
+    char *text;
+    int rc = choice_gbnf(ch, &text, e);
+    if (rc) return rc;
+    size_t len = strlen(text);
+    char *key = malloc(len + 2);
+    if (!key) {
+        free(text);
+        return oai__oom(e);
+    }
+    key[0] = 'T'; /* the cache key: tool-choice grammars apart from the other kinds */
+    memcpy(key + 1, text, len + 1);
+    gr_grammar *g = lim && lim->grammars ? gr_cache_get(lim->grammars, key, len + 1) : NULL;
+    if (!g) {
+        gr_error ge;
+        g = gr_compile_gbnf(text, len, "root", &ge);
+        if (!g)
+            rc = oai_fail(e, 400, ERR_INVALID, "invalid_value", "tools",
+                          "the tools' parameters cannot constrain a tool call: %s", ge.msg);
+        else if (lim && lim->grammars)
+            gr_cache_put(lim->grammars, key, len + 1, g);
+    }
+    free(key);
+    free(text);
+    if (rc) return rc;
+    r->grammar = g;
+    ch->constrained = 1;
+    return 0;
 }
 
 /* ---- the template's values ---------------------------------------------------------------- */

@@ -42,10 +42,9 @@ typedef struct oai_chat {
     int legacy;              /* the request used functions: the answer uses message.function_call */
     char *chat_template;     /* owned: the request's chat_template, or NULL */
     /* set by the server when it prepares the request */
-    int syntax;    /* enum tc_syntax of the output */
-    int reasoning; /* enum tc_reasoning */
-    char *grammar; /* owned GBNF text constraining the output (tool_choice required / named),
-                      or NULL */
+    int syntax;      /* enum tc_syntax of the output */
+    int reasoning;   /* enum tc_reasoning */
+    int constrained; /* the request's grammar is the tool choice's (oai__chat_grammar) */
 } oai_chat;
 
 /* Reads tools, tool_choice, parallel_tool_calls, functions, function_call, chat_template and
@@ -55,6 +54,14 @@ struct cJSON;
 int oai__parse_chat(const struct cJSON *root, const char *body, size_t len, oai_chat **out,
                     oai_error *e);
 void oai_chat_free(oai_chat *ch);
+
+/* tool_choice "required" or naming a function: the grammar the output must follow, as vLLM
+ * constrains it, into r->grammar (through lim->grammars when set): a named function's
+ * arguments, a JSON object valid for its parameters schema; required, a JSON array of
+ * {"name": …, "parameters": …} for one of the tools (one element unless parallel_tool_calls).
+ * 0 (also when nothing is to constrain), or -EINVAL with e filled (400: a schema that cannot be
+ * compiled, or another structured-output constraint in the same request). */
+int oai__chat_grammar(const oai_limits *lim, oai_request *r, oai_error *e);
 
 /* The template's variables for ch's request into v (values in c). 0, or -EINVAL / -ENOMEM
  * with e filled. */

@@ -479,7 +479,8 @@ int oai_parse(int kind, const char *body, size_t len, const oai_limits *lim, oai
     } else {
         rc = parse_common(root, lim, out, err);
         if (!rc) rc = kind == OAI_CHAT ? parse_chat_extras(root, body, len, out, err) : parse_prompt(root, lim, out, err);
-        if (!rc) rc = oai__parse_structured(root, lim, out, err); /* last: it may compile */
+        if (!rc) rc = oai__parse_structured(root, lim, out, err); /* last: they may compile */
+        if (!rc && kind == OAI_CHAT) rc = oai__chat_grammar(lim, out, err);
     }
     cJSON_Delete(root);
     if (rc) oai_request_free(out);

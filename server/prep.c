@@ -77,6 +77,8 @@ static void chat_output_mode(srv *s, oai_chat *ch)
     ch->syntax = s->tool_syntax;
     if (ch->chat_template && (!parser || !strcmp(parser, "auto")))
         ch->syntax = tc_syntax_detect(ch->chat_template);
+    if (ch->constrained) /* the grammar wrote the arguments, or an array of calls */
+        ch->syntax = ch->tool_choice == OAI_TOOLS_NAMED ? TC_ARGS : TC_JSON;
 }
 
 /* Text bytes prompt p renders at least (chat: the message contents). */

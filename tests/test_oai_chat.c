@@ -290,3 +290,37 @@ Test(oai_chat, stream_deltas)
     cJSON_Delete(o);
     oai_choice_free(&c);
 }
+
+Test(oai_chat, constrained_choices_compile_a_grammar)
+{
+    char body[2048];
+    oai_request r;
+    oai_error e;
+    static const char *const choices[] = {
+        "\"required\"", "{\"type\": \"function\", \"function\": {\"name\": \"get_weather\"}}"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(
+            body, sizeof body,
+            "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], %s, \"tool_choice\": %s}",
+            toc_tools, choices[i]);
+        cr_assert_eq(toc_parse(body, &r, &e), 0, "%s", e.message);
+        cr_expect_not_null(r.grammar, "tool_choice %s constrains the output", choices[i]);
+        cr_expect_eq(r.chat->constrained, 1);
+        oai_request_free(&r);
+    }
+    snprintf(
+        body, sizeof body,
+        "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], %s, \"tool_choice\": \"auto\"}",
+        toc_tools);
+    cr_assert_eq(toc_parse(body, &r, &e), 0, "%s", e.message);
+    cr_expect_null(r.grammar, "auto leaves decoding free");
+    oai_request_free(&r);
+    toc_bad("\"tools\": [{\"function\": {\"name\": \"f\", \"parameters\": {\"type\": \"object\", "
+            "\"properties\": {\"x\": "
+            "{\"type\": \"number\", \"multipleOf\": 3}}}}}], \"tool_choice\": \"required\"",
+            "tools[0].function.parameters");
+    toc_bad("\"tools\": [{\"function\": {\"name\": \"f\"}}], \"tool_choice\": \"required\", "
+            "\"response_format\": "
+            "{\"type\": \"json_object\"}",
+            "tool_choice");
+}
