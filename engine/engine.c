@@ -75,8 +75,9 @@ struct engine {
     int failed;
 };
 
+/* vLLM's buckets for vllm:iteration_tokens_total. */
 const int engine_iter_bounds[ENGINE_ITER_BUCKETS] = {1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048,
-                                                     4096, 8192, 16384, 32768};
+                                                     4096, 8192, 16384};
 
 int64_t engine_now_us(void)
 {

@@ -162,7 +162,7 @@ void engine_event_free(engine_event *ev);
 
 /* Histogram of tokens per engine step (vLLM's iteration_tokens_total): counts[i] steps with at
  * most bounds[i] tokens (and more than bounds[i-1]); counts[ENGINE_ITER_BUCKETS] above all. */
-#define ENGINE_ITER_BUCKETS 14
+#define ENGINE_ITER_BUCKETS 13
 extern const int engine_iter_bounds[ENGINE_ITER_BUCKETS];
 
 typedef struct engine_stats {

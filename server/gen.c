@@ -425,14 +425,40 @@ static void finish_request(srv_req *r)
     srv__req_resume(r);
 }
 
-static void observe_final(srv *s, const engine_event *ev)
+/* A choice's final event: what the request's metrics need from it. */
+static void note_final(srv_sub *b, const engine_event *ev)
 {
-    s->met.success[met_reason_of(ev->finish)]++;
-    if (ev->index != 0 || (ev->finish != ENGINE_FINISH_STOP && ev->finish != ENGINE_FINISH_LENGTH)) return;
-    const engine_timings *t = &ev->timings;
-    if (t->first_token_us) met_observe(&s->met.ttft, (double)(t->first_token_us - t->arrival_us) / 1e6);
-    if (t->first_scheduled_us) met_observe(&s->met.queue, (double)(t->first_scheduled_us - t->arrival_us) / 1e6);
-    met_observe(&s->met.e2e, (double)(t->finish_us - t->arrival_us) / 1e6);
+    b->n_generated += ev->usage.completion_tokens;
+    if (ev->index) return;
+    b->reason = ev->finish;
+    b->first_tokens = ev->usage.completion_tokens;
+    b->timings = ev->timings;
+}
+
+static double secs(int64_t from_us, int64_t to_us)
+{
+    return (double)(to_us - from_us) / 1e6;
+}
+
+/* Every choice of b finished: one request for vLLM's per-request metrics. */
+static void observe_request(srv *s, const srv_sub *b)
+{
+    met *m = &s->met;
+    m->success[met_reason_of(b->reason)]++;
+    if (b->reason != ENGINE_FINISH_STOP && b->reason != ENGINE_FINISH_LENGTH) return;
+    const engine_timings *t = &b->timings;
+    met_observe(&m->e2e, secs(t->arrival_us, t->finish_us));
+    met_observe(&m->prompt_toks, b->n_prompt);
+    met_observe(&m->gen_toks, b->n_generated);
+    if (t->first_scheduled_us) {
+        met_observe(&m->queue, secs(t->arrival_us, t->first_scheduled_us));
+        met_observe(&m->inference, secs(t->first_scheduled_us, t->finish_us));
+    }
+    if (!t->first_token_us) return;
+    met_observe(&m->ttft, secs(t->arrival_us, t->first_token_us));
+    if (t->first_scheduled_us) met_observe(&m->prefill, secs(t->first_scheduled_us, t->first_token_us));
+    met_observe(&m->decode, secs(t->first_token_us, t->finish_us));
+    if (b->first_tokens > 1) met_observe(&m->tpot, secs(t->first_token_us, t->finish_us) / (b->first_tokens - 1));
 }
 
 /* One engine event for a streamed request. */
@@ -515,14 +541,17 @@ void srv__gen_event(srv *s, engine_event *ev)
     }
     if (ev->finish == ENGINE_FINISH_NONE) return;
     c->finish = ev->finish;
-    observe_final(s, ev);
+    note_final(b, ev);
     b->cached_tokens = ev->usage.cached_tokens;
     if (ev->usage.prompt_tokens) b->n_prompt = ev->usage.prompt_tokens;
     r->n_output_tokens += ev->usage.completion_tokens;
     b->n_open--;
     r->n_open--;
     if (r->failed && !r->client_gone) srv__gen_cancel(r);
-    if (b->n_open == 0) sub_remove(s, b);
+    if (b->n_open == 0) {
+        observe_request(s, b);
+        sub_remove(s, b);
+    }
     if (r->n_open == 0) {
         if (r->conn) finish_request(r);
         srv__req_maybe_free(r);

@@ -34,6 +34,10 @@ typedef struct srv_sub {
     int prompt_idx;
     int n_prompt;             /* prompt tokens */
     int cached_tokens;        /* from the final events */
+    int n_generated;          /* output tokens of all its choices (metrics) */
+    int reason;               /* choice 0's finish (the request's, for metrics) */
+    int first_tokens;         /* choice 0's output tokens */
+    engine_timings timings;   /* choice 0's final timings */
     int n_open;               /* choices of this sub not finished */
     int in_hash;
     struct srv_sub *hnext;

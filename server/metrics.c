@@ -12,12 +12,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const double ttft_bounds[] = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5,
-                                     0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0};
-static const double itl_bounds[] = {0.001, 0.0025, 0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05,
-                                    0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0};
-static const double e2e_bounds[] = {0.01, 0.05, 0.1, 0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0,
-                                    15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0};
+/* vLLM's bucket boundaries, metric by metric. */
+static const double ttft_bounds[] = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75,
+                                     1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0};
+static const double itl_bounds[] = {0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5,
+                                    0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0};
+static const double req_bounds[] = {0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0,
+                                    30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0};
+#define MET_N(a) ((int)(sizeof a / sizeof a[0]))
 
 static void hist_init(met_hist *h, const double *b, int n)
 {
@@ -29,10 +31,25 @@ static void hist_init(met_hist *h, const double *b, int n)
 void met_init(met *m)
 {
     memset(m, 0, sizeof *m);
-    hist_init(&m->ttft, ttft_bounds, (int)(sizeof ttft_bounds / sizeof ttft_bounds[0]));
-    hist_init(&m->itl, itl_bounds, (int)(sizeof itl_bounds / sizeof itl_bounds[0]));
-    hist_init(&m->e2e, e2e_bounds, (int)(sizeof e2e_bounds / sizeof e2e_bounds[0]));
-    hist_init(&m->queue, e2e_bounds, (int)(sizeof e2e_bounds / sizeof e2e_bounds[0]));
+    hist_init(&m->ttft, ttft_bounds, MET_N(ttft_bounds));
+    hist_init(&m->itl, itl_bounds, MET_N(itl_bounds));
+    hist_init(&m->tpot, itl_bounds, MET_N(itl_bounds));
+    met_hist *req[] = {&m->e2e, &m->queue, &m->prefill, &m->decode, &m->inference};
+    for (int i = 0; i < MET_N(req); i++) hist_init(req[i], req_bounds, MET_N(req_bounds));
+    met_set_max_model_len(m, 0);
+}
+
+void met_set_max_model_len(met *m, int max_model_len)
+{
+    static const int mant[3] = {1, 2, 5};
+    int n = 0;
+    for (double scale = 1; n < MET_MAX_BUCKETS; scale *= 10) {
+        int k = 0;
+        for (; k < 3 && n < MET_MAX_BUCKETS && mant[k] * scale <= max_model_len; k++) m->tok_bounds[n++] = mant[k] * scale;
+        if (k < 3) break;
+    }
+    hist_init(&m->prompt_toks, m->tok_bounds, n);
+    hist_init(&m->gen_toks, m->tok_bounds, n);
 }
 
 void met_observe(met_hist *h, double s)
@@ -50,8 +67,7 @@ int met_reason_of(int finish)
     switch (finish) {
     case ENGINE_FINISH_STOP: return MET_STOP;
     case ENGINE_FINISH_LENGTH: return MET_LENGTH;
-    case ENGINE_FINISH_ABORT: return MET_ABORT;
-    default: return MET_ERROR;
+    default: return MET_ABORT;
     }
 }
 
@@ -89,6 +105,14 @@ static void bprintf(buf *b, const char *fmt, ...)
     }
 }
 
+/* The shortest of %.15g / %.17g that reads back as v (0.1, not 0.10000000000000001). */
+static const char *num(char *out, size_t n, double v)
+{
+    snprintf(out, n, "%.15g", v);
+    if (strtod(out, NULL) != v) snprintf(out, n, "%.17g", v);
+    return out;
+}
+
 static void head(buf *b, const char *name, const char *type, const char *help)
 {
     bprintf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
@@ -97,13 +121,15 @@ static void head(buf *b, const char *name, const char *type, const char *help)
 static void gauge(buf *b, const char *lbl, const char *name, const char *help, double v)
 {
     head(b, name, "gauge", help);
-    bprintf(b, "%s{%s} %.17g\n", name, lbl, v);
+    char t[40];
+    bprintf(b, "%s{%s} %s\n", name, lbl, num(t, sizeof t, v));
 }
 
 static void counter(buf *b, const char *lbl, const char *name, const char *help, double v)
 {
     head(b, name, "counter", help);
-    bprintf(b, "%s_total{%s} %.17g\n", name, lbl, v);
+    char t[40];
+    bprintf(b, "%s_total{%s} %s\n", name, lbl, num(t, sizeof t, v));
 }
 
 static void hist(buf *b, const char *lbl, const char *name, const char *help, const met_hist *h)
@@ -112,49 +138,76 @@ static void hist(buf *b, const char *lbl, const char *name, const char *help, co
     uint64_t cum = 0;
     for (int i = 0; i < h->n_bounds; i++) {
         cum += h->counts[i];
-        bprintf(b, "%s_bucket{%s,le=\"%g\"} %llu\n", name, lbl, h->bounds[i], (unsigned long long)cum);
+        /* le as the Prometheus Python client writes it (vLLM's): 1.0, 0.025, 160.0 */
+        double v = h->bounds[i];
+        bprintf(b, v == (double)(long long)v ? "%s_bucket{%s,le=\"%.1f\"} %llu\n" : "%s_bucket{%s,le=\"%g\"} %llu\n",
+                name, lbl, v, (unsigned long long)cum);
     }
     cum += h->counts[h->n_bounds];
     bprintf(b, "%s_bucket{%s,le=\"+Inf\"} %llu\n", name, lbl, (unsigned long long)cum);
-    bprintf(b, "%s_sum{%s} %.17g\n", name, lbl, h->sum);
+    char t[40];
+    bprintf(b, "%s_sum{%s} %s\n", name, lbl, num(t, sizeof t, h->sum));
     bprintf(b, "%s_count{%s} %llu\n", name, lbl, (unsigned long long)h->count);
+}
+
+/* vllm:iteration_tokens_total: tokens per engine step, from the engine's own counts. */
+static void iteration_tokens(buf *b, const char *lbl, const engine_stats *st)
+{
+    static double bounds[ENGINE_ITER_BUCKETS];
+    met_hist h;
+    for (int i = 0; i < ENGINE_ITER_BUCKETS; i++) bounds[i] = engine_iter_bounds[i];
+    hist_init(&h, bounds, ENGINE_ITER_BUCKETS);
+    for (int i = 0; i <= ENGINE_ITER_BUCKETS; i++) {
+        h.counts[i] = st->iter_tokens[i];
+        h.count += st->iter_tokens[i];
+    }
+    h.sum = (double)st->iter_tokens_sum;
+    hist(b, lbl, "vllm:iteration_tokens_total", "Tokens per engine step.", &h);
 }
 
 char *met_render(const met *m, const engine_stats *st, const char *model_name)
 {
     buf b = {malloc(8192), 0, 8192, 0};
     if (!b.s) return NULL;
-    char lbl[320];
+    char lbl[340];
     size_t o = 0;
     o += (size_t)snprintf(lbl, sizeof lbl, "model_name=\"");
-    for (const char *s = model_name; *s && o < sizeof lbl - 4; s++) {
+    for (const char *s = model_name; *s && o < sizeof lbl - 20; s++) {
         if (*s == '"' || *s == '\\') lbl[o++] = '\\';
         lbl[o++] = *s == '\n' ? ' ' : *s;
     }
-    snprintf(lbl + o, sizeof lbl - o, "\"");
+    snprintf(lbl + o, sizeof lbl - o, "\",engine=\"0\""); /* one engine, index 0, as vLLM labels it */
     engine_stats z;
     if (!st) {
         memset(&z, 0, sizeof z);
         st = &z;
     }
-    double usage = st->kv_blocks_total ? (double)st->kv_blocks_used / (double)st->kv_blocks_total : 0;
+    /* Blocks only the prefix cache holds can be evicted at once: vLLM counts them free. */
+    double usage = st->kv_blocks_total ? (double)(st->kv_blocks_used - st->kv_blocks_idle) / (double)st->kv_blocks_total : 0;
     gauge(&b, lbl, "vllm:num_requests_running", "Requests in the running batch.", st->num_running);
     gauge(&b, lbl, "vllm:num_requests_waiting", "Requests waiting to be scheduled.", st->num_waiting);
-    gauge(&b, lbl, "vllm:kv_cache_usage_perc", "Fraction of KV blocks in use (1 = full), prefix cache included.", usage);
+    gauge(&b, lbl, "vllm:kv_cache_usage_perc", "KV-cache usage: blocks held by requests (1 = full); idle cached blocks count as free.", usage);
     counter(&b, lbl, "vllm:prefix_cache_queries", "Prompt tokens looked up in the prefix cache.", (double)st->prefix_cache_queries);
     counter(&b, lbl, "vllm:prefix_cache_hits", "Prompt tokens found in the prefix cache.", (double)st->prefix_cache_hits);
     counter(&b, lbl, "vllm:prompt_tokens", "Prefill tokens of finished requests.", (double)st->prompt_tokens);
     counter(&b, lbl, "vllm:generation_tokens", "Generated tokens.", (double)st->generation_tokens);
-    head(&b, "vllm:request_success", "counter", "Finished requests (choices) by finish reason.");
-    static const char *const reasons[MET_N_REASONS] = {"stop", "length", "abort", "error"};
+    counter(&b, lbl, "vllm:num_preemptions", "Sequences preempted for lack of KV blocks.", (double)st->preemptions);
+    head(&b, "vllm:request_success", "counter", "Finished requests (one per prompt) by finish reason.");
+    static const char *const reasons[MET_N_REASONS] = {"stop", "length", "abort"};
     for (int i = 0; i < MET_N_REASONS; i++)
         bprintf(&b, "vllm:request_success_total{%s,finished_reason=\"%s\"} %llu\n", lbl, reasons[i],
                 (unsigned long long)m->success[i]);
     hist(&b, lbl, "vllm:time_to_first_token_seconds", "Time to first token.", &m->ttft);
     hist(&b, lbl, "vllm:inter_token_latency_seconds", "Time between consecutive tokens of a choice.", &m->itl);
+    hist(&b, lbl, "vllm:request_time_per_output_token_seconds", "Per request: decode time over its output tokens after the first.", &m->tpot);
     hist(&b, lbl, "vllm:e2e_request_latency_seconds", "Arrival to last token.", &m->e2e);
-    hist(&b, lbl, "vllm:request_queue_time_seconds", "Arrival to first scheduling.", &m->queue);
-    counter(&b, lbl, "kvserve_preemptions", "Sequences preempted for lack of KV blocks.", (double)st->preemptions);
+    hist(&b, lbl, "vllm:request_queue_time_seconds", "Arrival to first scheduling (WAITING).", &m->queue);
+    hist(&b, lbl, "vllm:request_prefill_time_seconds", "First scheduling to first token (PREFILL).", &m->prefill);
+    hist(&b, lbl, "vllm:request_decode_time_seconds", "First token to last token (DECODE).", &m->decode);
+    hist(&b, lbl, "vllm:request_inference_time_seconds", "First scheduling to last token (RUNNING).", &m->inference);
+    hist(&b, lbl, "vllm:request_prompt_tokens", "Prompt tokens per request.", &m->prompt_toks);
+    hist(&b, lbl, "vllm:request_generation_tokens", "Generated tokens per request.", &m->gen_toks);
+    iteration_tokens(&b, lbl, st);
     counter(&b, lbl, "kvserve_prefix_cache_evictions", "KV blocks evicted from the prefix cache.", (double)st->prefix_cache_evictions);
     gauge(&b, lbl, "kvserve_kv_bytes_per_token", "KV bytes per token: 2 x layers x kv_heads x (head_dim x bytes + the int8/fp8 scale).", (double)st->kv_bytes_per_token);
     gauge(&b, lbl, "kvserve_kv_capacity_tokens", "Tokens the KV arena holds.", (double)st->kv_capacity_tokens);

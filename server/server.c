@@ -215,6 +215,7 @@ static void load_done(uv_work_t *w, int status)
     engine_stats st;
     engine_get_stats(e, &st);
     s->n_ctx = st.n_ctx; /* --max-model-len, or the model's */
+    met_set_max_model_len(&s->met, s->n_ctx);
     int v6 = strchr(cfg->host, ':') != NULL;
     fprintf(stderr, "kvserve: serving '%s' (context %d, chat template %s, tool calls %s%s%s) on "
             "http://%s%s%s:%d\n",

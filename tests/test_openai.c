@@ -354,15 +354,15 @@ Test(openai, metrics_text)
     st.kv_bytes_per_token = 640;
     st.prompt_tokens = 11;
     char *t = met_render(&m, &st, "m\"x");
-    cr_assert(strstr(t, "vllm:num_requests_running{model_name=\"m\\\"x\"} 2\n"), "%s", t);
-    cr_assert(strstr(t, "vllm:kv_cache_usage_perc{model_name=\"m\\\"x\"} 0.25\n"));
-    cr_assert(strstr(t, "# TYPE vllm:prompt_tokens counter\nvllm:prompt_tokens_total{model_name=\"m\\\"x\"} 11\n"));
-    cr_assert(strstr(t, "vllm:request_success_total{model_name=\"m\\\"x\",finished_reason=\"stop\"} 3\n"));
-    cr_assert(strstr(t, "vllm:time_to_first_token_seconds_bucket{model_name=\"m\\\"x\",le=\"0.001\"} 0\n"));
-    cr_assert(strstr(t, "vllm:time_to_first_token_seconds_bucket{model_name=\"m\\\"x\",le=\"0.005\"} 1\n"));
-    cr_assert(strstr(t, "vllm:time_to_first_token_seconds_bucket{model_name=\"m\\\"x\",le=\"160\"} 1\n"));
-    cr_assert(strstr(t, "vllm:time_to_first_token_seconds_bucket{model_name=\"m\\\"x\",le=\"+Inf\"} 2\n"));
-    cr_assert(strstr(t, "vllm:time_to_first_token_seconds_count{model_name=\"m\\\"x\"} 2\n"));
-    cr_assert(strstr(t, "kvserve_kv_bytes_per_token{model_name=\"m\\\"x\"} 640\n"));
+    cr_assert(strstr(t, "vllm:num_requests_running{model_name=\"m\\\"x\",engine=\"0\"} 2\n"), "%s", t);
+    cr_assert(strstr(t, "vllm:kv_cache_usage_perc{model_name=\"m\\\"x\",engine=\"0\"} 0.25\n"));
+    cr_assert(strstr(t, "# TYPE vllm:prompt_tokens counter\nvllm:prompt_tokens_total{model_name=\"m\\\"x\",engine=\"0\"} 11\n"));
+    cr_assert(strstr(t, "vllm:request_success_total{model_name=\"m\\\"x\",engine=\"0\",finished_reason=\"stop\"} 3\n"));
+    cr_assert(strstr(t, "vllm:time_to_first_token_seconds_bucket{model_name=\"m\\\"x\",engine=\"0\",le=\"0.001\"} 0\n"));
+    cr_assert(strstr(t, "vllm:time_to_first_token_seconds_bucket{model_name=\"m\\\"x\",engine=\"0\",le=\"0.005\"} 1\n"));
+    cr_assert(strstr(t, "vllm:time_to_first_token_seconds_bucket{model_name=\"m\\\"x\",engine=\"0\",le=\"160.0\"} 1\n"));
+    cr_assert(strstr(t, "vllm:time_to_first_token_seconds_bucket{model_name=\"m\\\"x\",engine=\"0\",le=\"+Inf\"} 2\n"));
+    cr_assert(strstr(t, "vllm:time_to_first_token_seconds_count{model_name=\"m\\\"x\",engine=\"0\"} 2\n"));
+    cr_assert(strstr(t, "kvserve_kv_bytes_per_token{model_name=\"m\\\"x\",engine=\"0\"} 640\n"));
     free(t);
 }

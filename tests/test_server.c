@@ -741,12 +741,12 @@ Test(server, auth_admission_and_metrics)
     r = sv_http("GET", "/metrics", NULL, NULL, NULL);
     cr_assert_eq(r.status, 200);
     static const char *const names[] = {
-        "vllm:num_requests_running{model_name=\"tiny\"}", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
+        "vllm:num_requests_running{model_name=\"tiny\",engine=\"0\"}", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
         "vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total", "vllm:prompt_tokens_total",
-        "vllm:generation_tokens_total", "vllm:request_success_total{model_name=\"tiny\",finished_reason=\"length\"} 1",
+        "vllm:generation_tokens_total", "vllm:request_success_total{model_name=\"tiny\",engine=\"0\",finished_reason=\"length\"} 1",
         "vllm:time_to_first_token_seconds_bucket", "vllm:inter_token_latency_seconds_count",
         "vllm:e2e_request_latency_seconds_sum", "vllm:request_queue_time_seconds_bucket",
-        "kvserve_preemptions_total", "kvserve_prefix_cache_evictions_total", "kvserve_kv_bytes_per_token",
+        "vllm:num_preemptions_total", "kvserve_prefix_cache_evictions_total", "kvserve_kv_bytes_per_token",
         "kvserve_kv_capacity_tokens", "kvserve_kv_capacity_sequences"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) cr_assert(strstr(r.body, names[i]), "missing %s", names[i]);
     cr_assert(sv_metric(r.body, "kvserve_kv_bytes_per_token") > 0);

@@ -1,0 +1,150 @@
+/*
+ * test_metrics.c — /metrics with vLLM's names, types, labels and buckets (server/metrics.c).
+ *
+ * Suite metrics: the rendering alone (every vLLM metric kvserve exports, its TYPE, the
+ * model_name + engine labels, the le values as vLLM writes them, the 1-2-5 token buckets up to
+ * max_model_len, idle cached blocks counted free in kv_cache_usage_perc). Suite metrics_e2e:
+ * after real requests the per-request histograms count requests (one per prompt, not per
+ * choice), as does vllm:request_success_total, and an idle server whose cache holds blocks
+ * reports a usage of 0.
+ */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "server/metrics.h"
+#include "tests/server_harness.h"
+
+#define TM_LBL "model_name=\"m\",engine=\"0\""
+
+static const char *const tm_metrics[][2] = {
+    {"vllm:num_requests_running", "gauge"},
+    {"vllm:num_requests_waiting", "gauge"},
+    {"vllm:kv_cache_usage_perc", "gauge"},
+    {"vllm:prefix_cache_queries", "counter"},
+    {"vllm:prefix_cache_hits", "counter"},
+    {"vllm:num_preemptions", "counter"},
+    {"vllm:prompt_tokens", "counter"},
+    {"vllm:generation_tokens", "counter"},
+    {"vllm:request_success", "counter"},
+    {"vllm:time_to_first_token_seconds", "histogram"},
+    {"vllm:inter_token_latency_seconds", "histogram"},
+    {"vllm:request_time_per_output_token_seconds", "histogram"},
+    {"vllm:e2e_request_latency_seconds", "histogram"},
+    {"vllm:request_queue_time_seconds", "histogram"},
+    {"vllm:request_prefill_time_seconds", "histogram"},
+    {"vllm:request_decode_time_seconds", "histogram"},
+    {"vllm:request_inference_time_seconds", "histogram"},
+    {"vllm:request_prompt_tokens", "histogram"},
+    {"vllm:request_generation_tokens", "histogram"},
+    {"vllm:iteration_tokens_total", "histogram"},
+};
+
+Test(metrics, names_types_labels_buckets)
+{
+    met m;
+    met_init(&m);
+    met_set_max_model_len(&m, 512);
+    met_observe(&m.prompt_toks, 5);
+    met_observe(&m.prompt_toks, 600);
+    engine_stats st;
+    memset(&st, 0, sizeof st);
+    st.kv_blocks_total = 100;
+    st.kv_blocks_used = 40;
+    st.kv_blocks_idle = 30; /* held by the prefix cache alone */
+    st.preemptions = 7;
+    st.iter_tokens[0] = 2;  /* two steps of 1 token */
+    st.iter_tokens[4] = 1;  /* one of 33..64 */
+    st.iter_tokens_sum = 2 + 40;
+    char *t = met_render(&m, &st, "m");
+    for (size_t i = 0; i < sizeof tm_metrics / sizeof tm_metrics[0]; i++) {
+        char want[160];
+        snprintf(want, sizeof want, "# TYPE %s %s\n", tm_metrics[i][0], tm_metrics[i][1]);
+        cr_assert(strstr(t, want), "missing %s", want);
+        snprintf(want, sizeof want, "%s%s{" TM_LBL, tm_metrics[i][0],
+                 !strcmp(tm_metrics[i][1], "counter") ? "_total" : !strcmp(tm_metrics[i][1], "histogram") ? "_bucket" : "");
+        cr_assert(strstr(t, want), "no sample %s", want);
+    }
+    cr_assert(strstr(t, "vllm:kv_cache_usage_perc{" TM_LBL "} 0.1\n"), "(40 used - 30 idle) / 100:\n%s", t);
+    cr_assert(strstr(t, "vllm:num_preemptions_total{" TM_LBL "} 7\n"));
+    cr_assert_null(strstr(t, "kvserve_preemptions"), "renamed to vLLM's name");
+    cr_assert(strstr(t, "vllm:request_prompt_tokens_bucket{" TM_LBL ",le=\"1.0\"} 0\n"));
+    cr_assert(strstr(t, "vllm:request_prompt_tokens_bucket{" TM_LBL ",le=\"5.0\"} 1\n"));
+    cr_assert(strstr(t, "vllm:request_prompt_tokens_bucket{" TM_LBL ",le=\"500.0\"} 1\n"), "1-2-5 up to 512");
+    cr_assert_null(strstr(t, "vllm:request_prompt_tokens_bucket{" TM_LBL ",le=\"1000.0\"}"));
+    cr_assert(strstr(t, "vllm:request_prompt_tokens_bucket{" TM_LBL ",le=\"+Inf\"} 2\n"));
+    cr_assert(strstr(t, "vllm:iteration_tokens_total_bucket{" TM_LBL ",le=\"1.0\"} 2\n"));
+    cr_assert(strstr(t, "vllm:iteration_tokens_total_bucket{" TM_LBL ",le=\"64.0\"} 3\n"));
+    cr_assert(strstr(t, "vllm:iteration_tokens_total_bucket{" TM_LBL ",le=\"16384.0\"} 3\n"));
+    cr_assert(strstr(t, "vllm:iteration_tokens_total_count{" TM_LBL "} 3\n"));
+    cr_assert(strstr(t, "vllm:iteration_tokens_total_sum{" TM_LBL "} 42\n"));
+    cr_assert(strstr(t, "vllm:inter_token_latency_seconds_bucket{" TM_LBL ",le=\"0.025\"} 0\n"), "vLLM's ITL buckets");
+    cr_assert(strstr(t, "vllm:e2e_request_latency_seconds_bucket{" TM_LBL ",le=\"7680.0\"}"));
+    static const char *const reasons[] = {"stop", "length", "abort"};
+    for (int i = 0; i < 3; i++) {
+        char want[128];
+        snprintf(want, sizeof want, "vllm:request_success_total{" TM_LBL ",finished_reason=\"%s\"} 0\n", reasons[i]);
+        cr_assert(strstr(t, want), "%s", want);
+    }
+    free(t);
+}
+
+/* Value of the sample that starts with prefix (a whole line prefix, labels included). */
+static double tm_value(const char *text, const char *prefix)
+{
+    const char *p = text;
+    size_t n = strlen(prefix);
+    while ((p = strstr(p, prefix))) {
+        if (p == text || p[-1] == '\n') {
+            const char *v = strchr(p + n, ' ');
+            return v ? atof(v + 1) : -1;
+        }
+        p += n;
+    }
+    return -1;
+}
+
+Test(metrics_e2e, counts_requests_not_choices, .timeout = 60)
+{
+    th_server s;
+    static const char *const args[] = {"--served-model-name", "m", NULL};
+    th_start(&s, NULL, args, NULL, TH_WAIT_HEALTHY);
+    th_resp r = th_http(s.port, NULL, "/v1/completions",
+                        "{\"prompt\":[\"Once upon a time\",\"The cat\"],\"n\":3,\"max_tokens\":4,\"temperature\":1,\"ignore_eos\":true}", NULL);
+    cr_assert_eq(r.status, 200, "%s", r.body);
+    th_resp_free(&r);
+#define TM_LONG "Once upon a time, there was a little girl named Lily. She loved to play outside in the park with her friends."
+    r = th_http(s.port, NULL, "/v1/completions", "{\"prompt\":\"" TM_LONG "\",\"max_tokens\":6,\"temperature\":0,\"stream\":true}", NULL);
+    th_resp_free(&r);
+    r = th_http(s.port, NULL, "/tokenize", "{\"prompt\":\"" TM_LONG "\"}", NULL);
+    int n_long = atoi(strstr(r.body, "\"count\":") + 8);
+    cr_assert_gt(n_long, 16, "at least one full KV block to cache");
+    th_resp_free(&r);
+    r = th_http(s.port, NULL, "/metrics", NULL, NULL);
+    const char *t = r.body;
+    cr_assert_eq(tm_value(t, "vllm:request_success_total{" TM_LBL ",finished_reason=\"length\"}"), 3,
+                 "two prompts of n=3 and one stream are three requests:\n%s", t);
+    cr_assert_eq(tm_value(t, "vllm:e2e_request_latency_seconds_count{" TM_LBL "}"), 3);
+    cr_assert_eq(tm_value(t, "vllm:request_generation_tokens_count{" TM_LBL "}"), 3);
+    cr_assert_eq(tm_value(t, "vllm:request_generation_tokens_sum{" TM_LBL "}"), 2 * 3 * 4 + 6);
+    cr_assert_eq(tm_value(t, "vllm:request_prompt_tokens_sum{" TM_LBL "}"), 5 + 4 + n_long);
+    cr_assert_eq(tm_value(t, "vllm:request_time_per_output_token_seconds_count{" TM_LBL "}"), 3);
+    cr_assert_eq(tm_value(t, "vllm:request_decode_time_seconds_count{" TM_LBL "}"), 3);
+    cr_assert_eq(tm_value(t, "vllm:request_prefill_time_seconds_count{" TM_LBL "}"), 3);
+    cr_assert_eq(tm_value(t, "vllm:request_inference_time_seconds_count{" TM_LBL "}"), 3);
+    cr_assert_geq(tm_value(t, "vllm:iteration_tokens_total_count{" TM_LBL "}"), 4, "one observation per step");
+    cr_assert_gt(tm_value(t, "kvserve_kv_blocks_cached{" TM_LBL "}"), 0, "the finished requests left cached blocks");
+    th_resp_free(&r);
+    /* idle: the cached blocks count free (kv_blocks_idle is refreshed within 100 ms) */
+    double usage = -1;
+    for (int64_t deadline = th_now_ms() + 5000; th_now_ms() < deadline; usleep(50000)) {
+        r = th_http(s.port, NULL, "/metrics", NULL, NULL);
+        usage = tm_value(r.body, "vllm:kv_cache_usage_perc{" TM_LBL "}");
+        th_resp_free(&r);
+        if (usage == 0) break;
+    }
+    cr_assert_eq(usage, 0, "an idle server's cache is free for new requests (usage %g)", usage);
+    th_stop(&s);
+}
