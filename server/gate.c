@@ -28,6 +28,7 @@
 #define GATE_QUEUE_HIGH (1u << 20)
 #define GATE_QUEUE_LOW (256u << 10)
 #define GATE_LINGER_MS 2000
+#define GATE_STOP_FLUSH_MS 3000
 
 typedef struct gate_conn gate_conn;
 struct gate_conn {
@@ -63,6 +64,8 @@ static void alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *b)
     *b = uv_buf_init(gate_rbuf, sizeof gate_rbuf);
 }
 
+static void on_stop_timer_closed(uv_handle_t *h);
+
 static void on_closed(uv_handle_t *h)
 {
     gate_conn *c = h->data;
@@ -74,6 +77,10 @@ static void on_closed(uv_handle_t *h)
     s->n_gate_conns--;
     gate_parser_fini(&c->p);
     free(c);
+    if (s->gate_stopping && !s->gate_conns && !uv_is_closing((uv_handle_t *)&s->gate_stop_timer)) {
+        uv_timer_stop(&s->gate_stop_timer); /* everything flushed in time */
+        uv_close((uv_handle_t *)&s->gate_stop_timer, on_stop_timer_closed);
+    }
 }
 
 static void close_pipe(gate_conn *c)
@@ -338,10 +345,32 @@ int gate_listen(srv *s, const char *host, int port, size_t max_body, int *bound_
     return 0;
 }
 
+static void on_stop_timer_closed(uv_handle_t *h)
+{
+    (void)h;
+}
+
+/* The flush after gate_close took too long (a client not reading): cut what is left. */
+static void on_stop_timeout(uv_timer_t *t)
+{
+    srv *s = t->data;
+    for (gate_conn *c = s->gate_conns; c; c = c->next) close_all(c);
+    uv_close((uv_handle_t *)t, on_stop_timer_closed);
+}
+
 void gate_close(srv *s)
 {
     if (s->listener_open && !uv_is_closing((uv_handle_t *)&s->listener)) uv_close((uv_handle_t *)&s->listener, NULL);
-    for (gate_conn *c = s->gate_conns; c; c = c->next) close_all(c);
+    for (gate_conn *c = s->gate_conns; c; c = c->next)
+        if (c->client_reading && !c->closing) { /* no new requests; what MHD wrote still goes out */
+            uv_read_stop((uv_stream_t *)&c->client);
+            c->client_reading = 0;
+        }
+    if (!s->gate_conns) return;
+    uv_timer_init(&s->loop, &s->gate_stop_timer);
+    s->gate_stop_timer.data = s;
+    s->gate_stopping = 1;
+    uv_timer_start(&s->gate_stop_timer, on_stop_timeout, GATE_STOP_FLUSH_MS, 0);
 }
 
 int gate_n_conns(const srv *s)

@@ -650,11 +650,13 @@ void srv__http_stop(srv *s)
         srv__req_resume(r);
     }
     for (int i = 0; i < 3; i++) MHD_run(s->d);
-    gate_close(s);
     uv_poll_stop(&s->mhd_poll);
     uv_timer_stop(&s->mhd_timer);
     MHD_stop_daemon(s->d);
     s->d = NULL;
+    /* What MHD wrote before it stopped is still in the socketpairs: the gate relays it to the
+     * clients (the end of a drained stream) while the loop runs the close callbacks. */
+    gate_close(s);
 }
 
 /* Attaches the disconnect watch (gen.c, once a generation request is submitted). */

@@ -143,6 +143,8 @@ struct srv {
     int listener_open;
     struct gate_conn *gate_conns; /* every relayed connection */
     int n_gate_conns;
+    uv_timer_t gate_stop_timer;  /* bounds the flush after gate_close */
+    int gate_stopping;
     uv_work_t load_req;          /* model + tokenizer load on a libuv worker thread */
     int load_rc;                 /* its result (0 or negative errno) */
     char load_err[512];

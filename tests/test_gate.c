@@ -13,6 +13,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "engine/sampler.h"
 #include "server/gate.h"
@@ -290,4 +293,31 @@ Test(gate_e2e, chunked_and_keep_alive)
     cr_assert_eq(th_count_status_lines(r.raw), 3);
     cr_assert(r.closed);
     th_resp_free(&r);
+}
+
+/* SIGTERM with a stream running: the drain lets it finish and everything MHD wrote, to the
+ * final [DONE], still reaches the client through the gate before the process exits 0. */
+Test(gate_e2e, drained_stream_reaches_the_client, .timeout = 60)
+{
+    th_server s;
+    th_start(&s, NULL, NULL, NULL, TH_WAIT_HEALTHY);
+    static const char body[] = "{\"prompt\":\"Once upon a time\",\"max_tokens\":480,\"ignore_eos\":true,\"stream\":true,\"n\":4}";
+    char req[512];
+    int n = snprintf(req, sizeof req, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                                      "Content-Length: %zu\r\n\r\n%s", strlen(body), body);
+    pid_t pid = fork(); /* the signal, once the stream is under way */
+    if (pid == 0) {
+        usleep(100000);
+        kill(s.pid, SIGTERM);
+        _exit(0);
+    }
+    th_resp r = th_raw(s.port, req, (size_t)n, 0, 30000);
+    waitpid(pid, NULL, 0);
+    cr_assert(strstr(r.raw, "data: [DONE]"), "the stream's end was lost (%zu bytes):\n%.300s",
+              r.raw_len, r.raw_len > 300 ? r.raw + r.raw_len - 300 : r.raw);
+    cr_assert(r.closed);
+    int st = th_signal_wait(&s, 0, 15000);
+    cr_assert(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0, "exit status %d", st);
+    th_resp_free(&r);
+    th_stop(&s);
 }
