@@ -106,7 +106,7 @@ class Cluster:
         argv = [sys.executable, os.path.join(ROOT, "scripts", "cluster"), "-n", str(n),
                 "-m", MODEL, "--port", str(free_port()), "--balance", balance, "-t", "2",
                 "--kvserve", BIN, "--info", self.info_path, "--kv-memory", "64MiB",
-                "--drain-timeout", "20"]
+                "--drain-timeout", "90"]  # the pinned stream may take long on a busy machine
         self.log = open(self.log_path, "w")
         self.p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=self.log, text=True)
         wait_for(lambda: os.path.exists(self.info_path) or self.p.poll() is not None,
@@ -286,7 +286,7 @@ def drain(c):
     check(alive(r1["pid"]), "replica1 stopped before HAProxy took it out of rotation")
     log("drain: replica1 answers 503 on /health and is DOWN in HAProxy while it finishes")
     runner.join(120)
-    pin.join(60)
+    pin.join(90)
     check(pin.done and pin.replica == "replica1", "the long stream on the draining replica did "
           "not complete: %d chunks, replica %s" % (pin.chunks, pin.replica))
     wait_for(lambda: not alive(r1["pid"]), "replica1 to exit", 30)
@@ -313,8 +313,11 @@ def crash(c):
     check(pin.started.wait(30) and pin.status == 200, "the long stream did not start")
     runner, result = start_bench_mid_run(c, 31, "crash")
     os.kill(r2["pid"], signal.SIGKILL)
-    # Requests the kernel queued for replica2 before it was gone were in flight too.
-    wait_for(lambda: not alive(r2["pid"]), "replica2 to die", 5)
+    # Until the last of its threads has exited, replica2's listening socket still accepts (the
+    # process can already look like a zombie): requests the kernel queued for it meanwhile were
+    # in flight too. "After the kill" starts when a connect is refused.
+    wait_for(lambda: request(r2["url"], "GET", "/health", timeout=1)[0] is None,
+             "replica2's port to refuse connections", 5)
     t_kill = time.time()
     wait_for(lambda: c.status().get("replica2", "").startswith("DOWN"), "HAProxy to mark "
              "replica2 DOWN", 10)
