@@ -99,6 +99,9 @@ def alive(pid):
         return False
 
 
+STARTED = []  # every Cluster, so that a failed check still stops them (main's finally)
+
+
 class Cluster:
     def __init__(self, n, tag, balance="hash"):
         self.info_path = os.path.join(TMP, "info-%s.json" % tag)
@@ -109,6 +112,7 @@ class Cluster:
                 "--drain-timeout", "90"]  # the pinned stream may take long on a busy machine
         self.log = open(self.log_path, "w")
         self.p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=self.log, text=True)
+        STARTED.append(self)
         wait_for(lambda: os.path.exists(self.info_path) or self.p.poll() is not None,
                  "cluster -n %d to come up" % n, 60)
         check(self.p.poll() is None, "cluster exited early:\n" + self.tail())
@@ -142,6 +146,17 @@ class Cluster:
     def status(self):
         """{replica name: UP, DOWN, ...}."""
         return {k: v["status"] for k, v in self.stats().items()}
+
+    def kill(self):
+        """After a failure: SIGTERM, then SIGKILL of the cluster script (whose children follow
+        it through their parent-death signal)."""
+        if self.p.poll() is None:
+            self.p.send_signal(signal.SIGTERM)
+            try:
+                self.p.wait(10)
+            except subprocess.TimeoutExpired:
+                self.p.kill()
+                self.p.wait()
 
     def stop(self):
         self.p.send_signal(signal.SIGTERM)
@@ -351,18 +366,20 @@ def main():
                     "--vocab", "512", "--context", str(CONTEXT)], check=True,
                    stdout=subprocess.DEVNULL)
     three = affinity()
-    try:
-        drain(three)
-        crash(three)
-    finally:
-        three.stop()
+    drain(three)
+    crash(three)
+    three.stop()
     log("cluster e2e: ok")
 
 
 if __name__ == "__main__":
+    # A timeout's SIGTERM runs the cleanup below too.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
     try:
         main()
     finally:
+        for cluster in STARTED:
+            cluster.kill()
         if os.environ.get("KVSERVE_E2E_KEEP"):
             print("cluster e2e: logs and JSON kept in " + TMP)
         else:
