@@ -29,24 +29,11 @@ int64_t gr__now_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-static int grow(void **p, int *cap, int64_t need, size_t elem)
-{
-    if (need <= *cap) return 0;
-    if (need > INT32_MAX / 2) return -ENOMEM;
-    int64_t c = *cap ? *cap : 64;
-    while (c < need) c *= 2;
-    void *q = realloc(*p, (size_t)c * elem);
-    if (!q) return -ENOMEM;
-    *p = q;
-    *cap = (int)c;
-    return 0;
-}
-
 /* ---- 1. direct left recursion ------------------------------------------------------------ */
 
 static int add_node(gr_rules *R, gr_ast a)
 {
-    if (R->n_ast >= GR_MAX_AST || grow((void **)&R->ast, &R->cap_ast, R->n_ast + 1, sizeof a)) return -1;
+    if (R->n_ast >= GR_MAX_AST || gr__grow((void **)&R->ast, &R->cap_ast, R->n_ast + 1, sizeof a)) return -1;
     R->ast[R->n_ast] = a;
     return R->n_ast++;
 }
@@ -55,7 +42,7 @@ static int add_group(gr_rules *R, int kind, const int *v, int n)
 {
     if (n == 0) return add_node(R, (gr_ast){GRA_EMPTY, 0, 0, 0, 0});
     if (n == 1) return v[0];
-    if (grow((void **)&R->kids, &R->cap_kids, R->n_kids + n, sizeof *v)) return -1;
+    if (gr__grow((void **)&R->kids, &R->cap_kids, R->n_kids + n, sizeof *v)) return -1;
     memcpy(R->kids + R->n_kids, v, (size_t)n * sizeof *v);
     int id = add_node(R, (gr_ast){kind, R->n_kids, n, 0, 0});
     if (id >= 0) R->n_kids += n;
@@ -162,8 +149,8 @@ static int child_rule(cc *c, int child, int64_t k)
         c->cap = cap;
     }
     static const char name[] = "(repeated part)";
-    if (grow((void **)&R->rules, &R->cap_rules, (int64_t)R->n_rules + 1, sizeof *R->rules) ||
-        grow((void **)&R->names, &R->cap_names, (int64_t)R->n_names + (int64_t)sizeof name, 1))
+    if (gr__grow((void **)&R->rules, &R->cap_rules, (int64_t)R->n_rules + 1, sizeof *R->rules) ||
+        gr__grow((void **)&R->names, &R->cap_names, (int64_t)R->n_names + (int64_t)sizeof name, 1))
         return gr__fail(c->err, -1, "out of memory"), -1;
     memcpy(R->names + R->n_names, name, sizeof name);
     int r = R->n_rules++;
@@ -259,7 +246,7 @@ static int nstate(nb *b)
 static int nedge(nb *b, int from, int to, int lo, int hi)
 {
     gr_nfa *f = b->f;
-    if (grow((void **)&f->e, &f->cap_e, (int64_t)f->n_e + 1, sizeof *f->e)) return gr__fail(b->err, -1, "out of memory"), -ENOMEM;
+    if (gr__grow((void **)&f->e, &f->cap_e, (int64_t)f->n_e + 1, sizeof *f->e)) return gr__fail(b->err, -1, "out of memory"), -ENOMEM;
     f->e[f->n_e++] = (gr_nfa_edge){from, to, lo, hi};
     return 0;
 }

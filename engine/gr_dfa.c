@@ -47,19 +47,6 @@ typedef struct db {
     gr_error *err;
 } db;
 
-static int grow(void **p, int *cap, int64_t need, size_t elem)
-{
-    if (need <= *cap) return 0;
-    if (need > INT32_MAX / 2) return -ENOMEM;
-    int64_t c = *cap ? *cap : 64;
-    while (c < need) c *= 2;
-    void *q = realloc(*p, (size_t)c * elem);
-    if (!q) return -ENOMEM;
-    *p = q;
-    *cap = (int)c;
-    return 0;
-}
-
 static int oom(db *d)
 {
     return gr__fail(d->err, -1, "out of memory"), -ENOMEM;
@@ -155,17 +142,17 @@ static int32_t intern(db *d, const int32_t *v, int n, int rule)
     if ((d->n & 255) == 0 && gr__now_ms() > d->deadline)
         return gr__fail(d->err, -1, "grammar too complex: compilation took more than %d ms", GR_COMPILE_MS), -1;
     int cap = d->cap;
-    if (grow((void **)&d->set_off, &cap, d->n + 1, sizeof(int32_t))) return oom(d), -1;
+    if (gr__grow((void **)&d->set_off, &cap, d->n + 1, sizeof(int32_t))) return oom(d), -1;
     cap = d->cap;
-    if (grow((void **)&d->set_len, &cap, d->n + 1, sizeof(int32_t))) return oom(d), -1;
+    if (gr__grow((void **)&d->set_len, &cap, d->n + 1, sizeof(int32_t))) return oom(d), -1;
     cap = d->cap;
-    if (grow((void **)&d->flags, &cap, d->n + 1, 1)) return oom(d), -1;
+    if (gr__grow((void **)&d->flags, &cap, d->n + 1, 1)) return oom(d), -1;
     cap = d->cap;
-    if (grow((void **)&d->rule_of, &cap, d->n + 1, sizeof(int32_t))) return oom(d), -1;
+    if (gr__grow((void **)&d->rule_of, &cap, d->n + 1, sizeof(int32_t))) return oom(d), -1;
     cap = d->cap;
-    if (grow((void **)&d->next, &cap, d->n + 1, sizeof(int32_t) * (size_t)d->ncls)) return oom(d), -1;
+    if (gr__grow((void **)&d->next, &cap, d->n + 1, sizeof(int32_t) * (size_t)d->ncls)) return oom(d), -1;
     d->cap = cap;
-    if (grow((void **)&d->pool, &d->cap_pool, (int64_t)d->n_pool + n, sizeof(int32_t))) return oom(d), -1;
+    if (gr__grow((void **)&d->pool, &d->cap_pool, (int64_t)d->n_pool + n, sizeof(int32_t))) return oom(d), -1;
     int32_t id = d->n++;
     memcpy(d->pool + d->n_pool, v, sizeof *v * (size_t)n);
     d->set_off[id] = d->n_pool;
@@ -217,7 +204,7 @@ static int expand(db *d, int32_t id, xscr *x)
                 int lo = pass == 0 ? (ed->lo >= 0 ? d->cls[ed->lo] : 1) : (ed->lo == GR_E_CALL ? ed->hi : 1);
                 int hi = pass == 0 ? (ed->lo >= 0 ? d->cls[ed->hi] : 0) : (ed->lo == GR_E_CALL ? ed->hi : 0);
                 for (int c = lo; c <= hi; c++) {
-                    if (grow((void **)&x->moves, &x->cap_moves, nm + 1, sizeof *x->moves)) return oom(d);
+                    if (gr__grow((void **)&x->moves, &x->cap_moves, nm + 1, sizeof *x->moves)) return oom(d);
                     x->moves[nm++] = (mv){c, ed->to};
                 }
             }
@@ -229,7 +216,7 @@ static int expand(db *d, int32_t id, xscr *x)
             int j = i, ns = 0;
             for (; j < nm && x->moves[j].key == x->moves[i].key; j++) {
                 if (ns && x->seeds[ns - 1] == x->moves[j].to) continue;
-                if (grow((void **)&x->seeds, &x->cap_seeds, ns + 1, sizeof *x->seeds)) return oom(d);
+                if (gr__grow((void **)&x->seeds, &x->cap_seeds, ns + 1, sizeof *x->seeds)) return oom(d);
                 x->seeds[ns++] = x->moves[j].to;
             }
             int32_t t = prev_t;
@@ -237,7 +224,7 @@ static int expand(db *d, int32_t id, xscr *x)
             if (!(pass == 0 && n_prev == ns && !memcmp(x->seeds, x->prev, sizeof *x->seeds * (size_t)ns))) {
                 t = intern(d, d->cl, closure(d, x->seeds, ns), d->rule_of[id]);
                 if (t < 0) return -EINVAL;
-                if (grow((void **)&x->prev, &x->cap_prev, ns, sizeof *x->prev)) return oom(d);
+                if (gr__grow((void **)&x->prev, &x->cap_prev, ns, sizeof *x->prev)) return oom(d);
                 memcpy(x->prev, x->seeds, sizeof *x->seeds * (size_t)ns);
                 n_prev = ns;
                 prev_t = t;
@@ -245,7 +232,7 @@ static int expand(db *d, int32_t id, xscr *x)
             if (pass == 0) {
                 d->next[(size_t)id * (size_t)d->ncls + (size_t)x->moves[i].key] = t;
             } else {
-                if (grow((void **)&d->calls, &d->cap_calls, d->n_calls + 1, sizeof *d->calls)) return oom(d);
+                if (gr__grow((void **)&d->calls, &d->cap_calls, d->n_calls + 1, sizeof *d->calls)) return oom(d);
                 d->calls[d->n_calls++] = (dcall){id, x->moves[i].key, t};
             }
             i = j;

@@ -40,6 +40,12 @@
 #define GR_MAX_DEPTH 2048             /* matcher stack depth (nesting of recursive rules) */
 #define GR_MAX_VISIT 8192             /* (state, stack) pairs visited building one configuration */
 
+/* Grows the array *p of *cap elements of elem bytes to hold at least need (doubling). 0 or
+ * -ENOMEM (nothing changed). */
+int gr__grow(void **p, int *cap, int64_t need, size_t elem);
+/* The value of hex digit c, or -1. */
+int gr__hexval(int c);
+
 /* Fills err (pos may be -1) and returns -EINVAL. */
 int gr__fail(gr_error *err, int pos, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 

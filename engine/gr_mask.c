@@ -221,13 +221,7 @@ static void set_node_tokens(const gr_vocab *v, int32_t node, uint32_t *bits)
 
 static int add_unc(gr_walk *w, int32_t node)
 {
-    if (w->n_unc == w->cap_unc) {
-        int c = w->cap_unc ? w->cap_unc * 2 : 256;
-        int32_t *u = realloc(w->unc, sizeof *u * (size_t)c);
-        if (!u) return -ENOMEM;
-        w->unc = u;
-        w->cap_unc = c;
-    }
+    if (gr__grow((void **)&w->unc, &w->cap_unc, (int64_t)w->n_unc + 1, sizeof *w->unc)) return -ENOMEM;
     w->unc[w->n_unc++] = node;
     return 0;
 }

@@ -29,18 +29,6 @@ typedef struct gp {
 
 /* ---- the rule pools ------------------------------------------------------------------------ */
 
-static int grow(void **p, int *cap, int need, size_t elem)
-{
-    if (need <= *cap) return 0;
-    int c = *cap ? *cap : 64;
-    while (c < need) c *= 2;
-    void *q = realloc(*p, (size_t)c * elem);
-    if (!q) return -ENOMEM;
-    *p = q;
-    *cap = c;
-    return 0;
-}
-
 void gr__rules_free(gr_rules *r)
 {
     free(r->ast);
@@ -68,7 +56,7 @@ static int node(gp *p, int kind, int a, int b)
 {
     gr_rules *r = p->r;
     if (r->n_ast >= GR_MAX_AST) return gr__fail(p->err, (int)p->i, "grammar too large (more than %d expression nodes)", GR_MAX_AST), -1;
-    if (grow((void **)&r->ast, &r->cap_ast, r->n_ast + 1, sizeof *r->ast)) return oom(p), -1;
+    if (gr__grow((void **)&r->ast, &r->cap_ast, r->n_ast + 1, sizeof *r->ast)) return oom(p), -1;
     r->ast[r->n_ast] = (gr_ast){kind, a, b, 0, 0};
     return r->n_ast++;
 }
@@ -79,7 +67,7 @@ static int group(gp *p, int kind, const int *list, int n)
     if (n == 0) return node(p, GRA_EMPTY, 0, 0);
     if (n == 1) return list[0];
     gr_rules *r = p->r;
-    if (grow((void **)&r->kids, &r->cap_kids, r->n_kids + n, sizeof *r->kids)) return oom(p), -1;
+    if (gr__grow((void **)&r->kids, &r->cap_kids, r->n_kids + n, sizeof *r->kids)) return oom(p), -1;
     memcpy(r->kids + r->n_kids, list, (size_t)n * sizeof *list);
     int id = node(p, kind, r->n_kids, n);
     if (id >= 0) r->n_kids += n;
@@ -102,8 +90,8 @@ static int rule_of(gp *p, const char *name, size_t len, int pos)
     int id = find_rule(r, name, len);
     if (id >= 0) return id;
     if (r->n_rules >= GR_MAX_RULES) return gr__fail(p->err, pos, "too many rules (more than %d)", GR_MAX_RULES), -1;
-    if (grow((void **)&r->rules, &r->cap_rules, r->n_rules + 1, sizeof *r->rules) ||
-        grow((void **)&r->names, &r->cap_names, r->n_names + (int)len + 1, 1))
+    if (gr__grow((void **)&r->rules, &r->cap_rules, r->n_rules + 1, sizeof *r->rules) ||
+        gr__grow((void **)&r->names, &r->cap_names, r->n_names + (int)len + 1, 1))
         return oom(p), -1;
     memcpy(r->names + r->n_names, name, len);
     r->names[r->n_names + len] = 0;
@@ -153,14 +141,6 @@ static int at_rule_start(const gp *p, size_t i)
     return q.i + 3 <= q.n && !memcmp(q.s + q.i, "::=", 3);
 }
 
-static int hexval(unsigned char c)
-{
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-}
-
 /* Reads one character of a literal or class (an escape or a UTF-8 code point) into *cp. */
 static int read_char(gp *p, uint32_t *cp)
 {
@@ -196,7 +176,7 @@ static int read_char(gp *p, uint32_t *cp)
     }
     uint32_t v = 0;
     for (int k = 0; k < digits; k++) {
-        int h = p->i < p->n ? hexval(p->s[p->i]) : -1;
+        int h = p->i < p->n ? gr__hexval(p->s[p->i]) : -1;
         if (h < 0) return gr__fail(p->err, (int)at, "escape '\\%c' needs %d hex digits", c, digits);
         v = v * 16 + (uint32_t)h;
         p->i++;
@@ -225,7 +205,7 @@ static int literal(gp *p)
         if (read_char(p, &cp)) return -1;
         unsigned char u[4];
         int l = gr__utf8_encode(cp, u);
-        if (grow((void **)&r->bytes, &r->cap_bytes, r->n_bytes + l, 1)) return oom(p), -1;
+        if (gr__grow((void **)&r->bytes, &r->cap_bytes, r->n_bytes + l, 1)) return oom(p), -1;
         memcpy(r->bytes + r->n_bytes, u, (size_t)l);
         r->n_bytes += l;
     }
@@ -271,7 +251,7 @@ static void normalize(gr_range *v, int *n, int negate, gr_range *out, int *n_out
 static int class_node(gp *p, gr_range *v, int n, int negate)
 {
     gr_rules *r = p->r;
-    if (grow((void **)&r->ranges, &r->cap_ranges, r->n_ranges + n + 1, sizeof *r->ranges)) return oom(p), -1;
+    if (gr__grow((void **)&r->ranges, &r->cap_ranges, r->n_ranges + n + 1, sizeof *r->ranges)) return oom(p), -1;
     int k;
     normalize(v, &n, negate, r->ranges + r->n_ranges, &k);
     int id = node(p, GRA_CLASS, r->n_ranges, k);
@@ -310,7 +290,7 @@ static int char_class(gp *p)
                 goto fail;
             }
         }
-        if (grow((void **)&v, &cap, n + 1, sizeof *v)) {
+        if (gr__grow((void **)&v, &cap, n + 1, sizeof *v)) {
             oom(p);
             goto fail;
         }
@@ -426,7 +406,7 @@ static int parse_seq(gp *p)
         if (c == '|' || c == ')' || at_rule_start(p, p->i)) break;
         int it = postfix(p, primary(p));
         if (it < 0) goto out;
-        if (grow((void **)&items, &cap, n + 1, sizeof *items)) {
+        if (gr__grow((void **)&items, &cap, n + 1, sizeof *items)) {
             oom(p);
             goto out;
         }
@@ -444,7 +424,7 @@ static int parse_alt(gp *p)
     for (;;) {
         int s = parse_seq(p);
         if (s < 0) goto out;
-        if (grow((void **)&alts, &cap, n + 1, sizeof *alts)) {
+        if (gr__grow((void **)&alts, &cap, n + 1, sizeof *alts)) {
             oom(p);
             goto out;
         }

@@ -240,14 +240,6 @@ static void emit_set(rx *r, gr_buf *b, cset *s)
     gr_buf_puts(b, "]");
 }
 
-static int hexv(int c)
-{
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-}
-
 /* Reads n hex digits (or {…} when n < 0) at i into *cp. */
 static int read_hex(rx *r, int n, uint32_t *cp, size_t at)
 {
@@ -255,7 +247,7 @@ static int read_hex(rx *r, int n, uint32_t *cp, size_t at)
     int brace = n < 0, k = 0;
     if (brace) r->i++;
     while (r->i < r->n && (brace ? r->s[r->i] != '}' : k < n)) {
-        int h = hexv(r->s[r->i]);
+        int h = gr__hexval(r->s[r->i]);
         if (h < 0 || k >= 8) return rx_fail(r, at, "bad hexadecimal escape");
         v = v * 16 + (uint32_t)h;
         r->i++;

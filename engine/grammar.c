@@ -116,6 +116,27 @@ char *gr_buf_take(gr_buf *b)
     return p;
 }
 
+int gr__grow(void **p, int *cap, int64_t need, size_t elem)
+{
+    if (need <= *cap) return 0;
+    if (need > INT32_MAX / 2) return -ENOMEM;
+    int64_t c = *cap ? *cap : 64;
+    while (c < need) c *= 2;
+    void *q = realloc(*p, (size_t)c * elem);
+    if (!q) return -ENOMEM;
+    *p = q;
+    *cap = (int)c;
+    return 0;
+}
+
+int gr__hexval(int c)
+{
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
 int gr__fail(gr_error *err, int pos, const char *fmt, ...)
 {
     if (!err) return -EINVAL;

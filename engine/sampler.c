@@ -377,30 +377,30 @@ static inline int smp__allowed(const uint32_t *allow, int32_t id)
     return (allow[id >> 5] >> (id & 31)) & 1;
 }
 
-/* Masks logits outside allow; returns 1 when a token other than an eog id stays allowed. */
-static int smp__apply_mask(float *l, int n, const uint32_t *allow, const int32_t *eog, int n_eog)
+/* Sets logits outside allow to -inf, a word of the mask at a time. Returns 1 when a token other
+ * than an eog id stays allowed; *first gets the lowest allowed id (-1 when none), the fallback
+ * when nothing allowed can be drawn. */
+static int smp__apply_mask(float *l, int n, const uint32_t *allow, const int32_t *eog, int n_eog, int32_t *first)
 {
-    int other = 0;
-    for (int i = 0; i < n; i++) {
-        if (!smp__allowed(allow, i)) {
-            l[i] = -INFINITY;
-            continue;
-        }
-        int is_eog = 0;
-        for (int k = 0; k < n_eog && !is_eog; k++) is_eog = eog[k] == i;
-        other |= !is_eog;
+    int64_t count = 0;
+    int32_t b = -1;
+    for (int w = 0; w * 32 < n; w++) {
+        uint32_t m = allow[w];
+        int base = w * 32, top = n - base < 32 ? n - base : 32;
+        if (top < 32) m &= (1u << top) - 1;
+        count += __builtin_popcount(m);
+        if (b < 0 && m) b = base + __builtin_ctz(m);
+        if (m == 0xFFFFFFFFu) continue;
+        for (uint32_t x = ~m & (top < 32 ? (1u << top) - 1 : 0xFFFFFFFFu); x; x &= x - 1) l[base + __builtin_ctz(x)] = -INFINITY;
     }
-    return other;
-}
-
-/* The allowed token with the best raw logit (NaN never wins), or fallback when none is. */
-static int32_t smp__best_allowed(const float *raw, int n, const uint32_t *allow, int32_t fallback)
-{
-    int32_t best = -1;
-    for (int i = 0; i < n; i++)
-        if (smp__allowed(allow, i) && (best < 0 || raw[i] > raw[best] || (raw[best] != raw[best] && raw[i] == raw[i])))
-            best = i;
-    return best >= 0 ? best : fallback;
+    for (int k = 0; k < n_eog; k++)
+        if (eog[k] >= 0 && eog[k] < n && smp__allowed(allow, eog[k])) {
+            int dup = 0; /* an id listed twice is one token */
+            for (int j = 0; j < k; j++) dup |= eog[j] == eog[k];
+            count -= !dup;
+        }
+    *first = b;
+    return count > 0;
 }
 
 /* See sampler.h. logprob fields are filled only when p->n_logprobs ≥ 0 (else logprob = 0 and
@@ -414,20 +414,18 @@ void smp_sample_masked(const smp_params *p, smp_rng *rng, float *logits, int n_v
     out->logprob = 0.0f;
     float *raw = NULL;
     double lse = 0.0;
-    if (p->n_logprobs >= 0 || allow) {
-        if (p->n_logprobs >= 0) {
-            int n_top = p->n_logprobs < SMP_MAX_LOGPROBS ? p->n_logprobs : SMP_MAX_LOGPROBS;
-            lse = smp__raw_stats(logits, n_vocab, out, n_top);
-        }
+    if (p->n_logprobs >= 0) {
+        int n_top = p->n_logprobs < SMP_MAX_LOGPROBS ? p->n_logprobs : SMP_MAX_LOGPROBS;
+        lse = smp__raw_stats(logits, n_vocab, out, n_top);
         raw = malloc((size_t)n_vocab * sizeof *raw);
         if (raw) memcpy(raw, logits, (size_t)n_vocab * sizeof *raw);
     }
-    int ban_eog = allow ? smp__apply_mask(logits, n_vocab, allow, eog_ids, n_eog) : 1;
+    int32_t best = -1;
+    int ban_eog = allow ? smp__apply_mask(logits, n_vocab, allow, eog_ids, n_eog, &best) : 1;
     smp__adjust(p, logits, n_vocab, h, eog_ids, n_eog, ban_eog);
     int32_t tok =
         p->temperature <= 0.0f ? smp__argmax(logits, n_vocab) : smp__draw(p, rng, logits, n_vocab);
-    if (allow && !smp__allowed(allow, tok)) /* nothing allowed was drawable (-inf or NaN) */
-        tok = raw ? smp__best_allowed(raw, n_vocab, allow, tok) : tok;
+    if (allow && !smp__allowed(allow, tok) && best >= 0) tok = best; /* nothing allowed was drawable */
     out->token = tok;
     if (p->n_logprobs >= 0 && raw) {
         out->logprob = (float)(raw[tok] - lse);

@@ -97,8 +97,8 @@ void smp_sample(const smp_params *p, smp_rng *rng, float *logits, int n_vocab,
  * id / 32 is token id; NULL: no mask). Tokens outside it are set to -inf before logit_bias,
  * the penalties and every filter, so they can never be drawn; when the mask allows nothing but
  * end-of-generation ids, min_tokens does not ban them (the output is complete). Reported
- * log-probabilities stay those of the raw distribution. When every allowed token is -inf or
- * NaN, the allowed token with the best raw logit is returned. */
+ * log-probabilities stay those of the raw distribution. When no allowed token can be drawn
+ * (all -inf or NaN), the lowest allowed id is returned. */
 void smp_sample_masked(const smp_params *p, smp_rng *rng, float *logits, int n_vocab,
                        const smp_history *h, const int32_t *eog_ids, int n_eog,
                        const uint32_t *allow, smp_result *out);

@@ -11,7 +11,8 @@
 # with a pattern, and an anyOf with null. Its objects are the items of an array, so that every
 # request stays inside the structure for its whole output (greedy, --output-len tokens, end of
 # generation ignored, the same token counts as the unconstrained run). Runs alternate
-# constrained / unconstrained, 3 times each, and the medians are printed. When the llama.cpp
+# constrained / unconstrained, 3 times each, and the medians are printed: wall-clock tok/s, and
+# CPU seconds per 1000 output tokens (the CPU ratio = unconstrained ÷ constrained cost). When the llama.cpp
 # anchor is present ($LLAMA_RUN, default ../shared/anchors/llama.cpp/run) the same requests go to
 # llama-server with and without "json_schema" in the same session, for reference.
 set -euo pipefail
@@ -61,28 +62,36 @@ trap 'rm -f "$out"' EXIT
 echo "machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores," \
     "$(grep -o -m1 -w 'avx512f' /proc/cpuinfo >/dev/null && echo AVX-512 || echo AVX2), $THREADS threads;" \
     "load average $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+# CPU seconds per 1000 output tokens (user + sys of the bench process) stay meaningful when the
+# machine is shared; tok/s (wall clock) does not.
+cpu_of() { # command... -> prints user+sys seconds of the command on fd 3
+    local TIMEFORMAT='%U %S'
+    { time "$@" >"$out" 2>/dev/null; } 2>&1 | awk '{ print $1 + $2 }'
+}
 echo
-echo "| sequences | unconstrained tok/s | with the schema tok/s | ratio | mask µs per token | compile ms |"
-echo "|---:|---:|---:|---:|---:|---:|"
+echo "| sequences | unconstrained tok/s | with the schema tok/s | ratio | CPU s / 1k tokens, unconstrained | with the schema | CPU ratio | mask µs per token | compile ms (CPU) |"
+echo "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
 for seqs in 1 16; do
     reqs=$((seqs == 1 ? ${REQS_1:-3} : ${REQS_16:-32}))
-    plain=() cons=() mask=() comp=()
+    plain=() cons=() mask=() comp=() cpu_p=() cpu_c=()
     for r in 1 2 3; do
         for mode in plain schema; do
             extra=()
             [ "$mode" = schema ] && extra=(--json-schema "$SCHEMA")
-            "$BIN" bench -m "$MODEL" --requests "$reqs" --input-len 32 --output-len "$OUT_LEN" --max-seqs "$seqs" \
-                --threads "$THREADS" --device cpu --seed "$r" --json "${extra[@]}" >"$out" 2>/dev/null
+            cpu=$(cpu_of "$BIN" bench -m "$MODEL" --requests "$reqs" --input-len 32 --output-len "$OUT_LEN" --max-seqs "$seqs" \
+                --threads "$THREADS" --device cpu --seed "$r" --json "${extra[@]}")
             tps=$(json_field "$out" output_tokens_per_s)
-            if [ "$mode" = plain ]; then plain+=("$tps"); else
-                cons+=("$tps")
+            per_k=$(awk -v c="$cpu" -v n="$(json_field "$out" output_tokens)" 'BEGIN { printf "%.3f", 1000 * c / n }')
+            if [ "$mode" = plain ]; then plain+=("$tps") cpu_p+=("$per_k"); else
+                cons+=("$tps") cpu_c+=("$per_k")
                 mask+=("$(json_field "$out" grammar_mask_us)")
                 comp+=("$(json_field "$out" grammar_compile_ms)")
             fi
         done
     done
-    p=$(median3 "${plain[@]}") c=$(median3 "${cons[@]}")
-    printf '| %d | %.1f | %.1f | %.3f | %.1f | %.2f |\n' "$seqs" "$p" "$c" "$(awk -v a="$c" -v b="$p" 'BEGIN { print a / b }')" \
+    p=$(median3 "${plain[@]}") c=$(median3 "${cons[@]}") cp=$(median3 "${cpu_p[@]}") cc=$(median3 "${cpu_c[@]}")
+    printf '| %d | %.1f | %.1f | %.3f | %.3f | %.3f | %.3f | %.1f | %.2f |\n' "$seqs" "$p" "$c" \
+        "$(awk -v a="$c" -v b="$p" 'BEGIN { print a / b }')" "$cp" "$cc" "$(awk -v a="$cp" -v b="$cc" 'BEGIN { print a / b }')" \
         "$(median3 "${mask[@]}")" "$(median3 "${comp[@]}")"
 done
 
