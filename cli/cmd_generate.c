@@ -251,8 +251,24 @@ static void gen__params(const cli_opts *o, smp_params *p, smp_rng *rng)
     smp_rng_seed(rng, seed);
 }
 
+/* The sampling options' ranges (as the server checks them): NULL, or what is wrong. */
+static const char *gen__check_sampling(const cli_opts *o)
+{
+    if (!(o->temperature >= 0) || o->temperature > 1e6) return "--temperature must be 0 (greedy) or more";
+    if (!(o->top_p > 0 && o->top_p <= 1)) return "--top-p must be in (0, 1]";
+    if (o->top_k < 0) return "--top-k must be 0 (off) or more";
+    if (!(o->min_p >= 0 && o->min_p <= 1)) return "--min-p must be in [0, 1]";
+    if (o->n_predict < 0) return "-n must be 0 or more";
+    return NULL;
+}
+
 int cli_generate(cli_opts *o)
 {
+    const char *bad = gen__check_sampling(o);
+    if (bad) {
+        fprintf(stderr, "kvserve generate: %s\n", bad);
+        return 2;
+    }
     gen_state g;
     memset(&g, 0, sizeof g);
     if (gen__setup(&g, o)) {

@@ -26,6 +26,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <linux/fs.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -570,22 +572,35 @@ int gguf_open_mem(const void *data, size_t size, gguf_file **out, char *err, siz
     return open_buf(data, size, 0, "<memory>", out, err, err_len);
 }
 
+/* What a path is, in words, for the refusal of anything but a file or a block device. */
+static const char *file_kind(mode_t m)
+{
+    return S_ISDIR(m) ? "a directory" : S_ISFIFO(m) ? "a FIFO" : S_ISSOCK(m) ? "a socket"
+         : S_ISCHR(m) ? "a character device" : "not a regular file";
+}
+
 int gguf_open(const char *path, gguf_file **out, char *err, size_t err_len)
 {
     *out = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused just below). */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) {
         int e = errno;
         if (err && err_len) snprintf(err, err_len, "%s: cannot open: %s", path, strerror(e));
         return e == ENOENT ? -ENOENT : -EIO;
     }
-    struct stat st;
-    if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {
-        if (err && err_len) snprintf(err, err_len, "%s: not a regular file", path);
+    struct stat st = {0};
+    uint64_t dev_size = 0;
+    int ok = !fstat(fd, &st) && (S_ISREG(st.st_mode) || S_ISBLK(st.st_mode));
+    if (ok && S_ISBLK(st.st_mode) && ioctl(fd, BLKGETSIZE64, &dev_size)) ok = 0;
+    if (!ok) {
+        if (err && err_len)
+            snprintf(err, err_len, "%s: %s (a model must be a regular file or a block device)", path,
+                     file_kind(st.st_mode));
         close(fd);
         return -EINVAL;
     }
-    size_t size = (size_t)st.st_size;
+    size_t size = S_ISBLK(st.st_mode) ? (size_t)dev_size : (size_t)st.st_size;
     if (size < 4) {
         if (err && err_len)
             snprintf(err, err_len, "%s: not a GGUF file (%zu bytes, too short for the header)",

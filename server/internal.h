@@ -145,6 +145,10 @@ struct srv {
     int n_gate_conns;
     uv_timer_t gate_stop_timer;  /* bounds the flush after gate_close */
     int gate_stopping;
+    uv_timer_t watchdog_timer;   /* WATCHDOG=1 pings (watchdog.c) */
+    int watchdog_on;
+    int64_t watchdog_usec;       /* WATCHDOG_USEC, 0 when the watchdog is off */
+    int watchdog_missed;         /* pings withheld (logged once) */
     uv_work_t load_req;          /* model + tokenizer load on a libuv worker thread */
     int load_rc;                 /* its result (0 or negative errno) */
     char load_err[512];
@@ -168,6 +172,18 @@ void srv__watch_start(srv_req *r);
  * error, with Connection: close; logs it like any request and counts it. malloc'd, *len set. */
 char *srv__gate_response(srv *s, int status, const char *message, const char *method,
                          const char *path, size_t *len);
+
+/* server.c: one sd_notify(3) datagram to $NOTIFY_SOCKET (silent when unset). */
+void srv__notify(const char *msg);
+
+/* watchdog.c */
+/* WATCHDOG_USEC when it is meant for this process (WATCHDOG_PID unset or ours), else 0. */
+int64_t srv__watchdog_usec(void);
+/* 1 when a ping is due: loading (st NULL), or an engine alive whose heartbeat is fresher than
+ * usec (or than four idle heartbeats, when usec is shorter). */
+int srv__watchdog_ok(const engine_stats *st, int64_t now_us, int64_t usec);
+/* Starts the pings every WATCHDOG_USEC / 2 when systemd asked for them. */
+void srv__watchdog_start(srv *s);
 
 /* prep.c */
 /* Suspends r and prepares it on a worker thread: kind OAI_COMPLETION / OAI_CHAT (parse, prompts,

@@ -24,7 +24,7 @@
 #include "server/toolcall.h"
 
 /* sd_notify(3)'s datagram protocol, without libsystemd. Silent when NOTIFY_SOCKET is unset. */
-static void srv_notify(const char *msg)
+void srv__notify(const char *msg)
 {
     const char *path = getenv("NOTIFY_SOCKET");
     if (!path || !*path) return;
@@ -98,8 +98,18 @@ static void on_signal(uv_signal_t *h, int signum)
         fprintf(stderr, "kvserve: second signal (%s): exiting now\n", strsignal(signum));
         _exit(1);
     }
+    if (!s->e && !s->stopping) {
+        /* Still loading: there is nothing to drain. A load not yet started is cancelled; one
+         * under way (a slow disk) cannot be interrupted, so the process leaves at once. */
+        fprintf(stderr, "kvserve: %s during start-up: exiting\n", strsignal(signum));
+        srv__notify("STOPPING=1");
+        if (uv_cancel((uv_req_t *)&s->load_req)) _exit(0);
+        s->stopping = 1;
+        uv_stop(&s->loop);
+        return;
+    }
     s->draining = 1;
-    srv_notify("STOPPING=1");
+    srv__notify("STOPPING=1");
     fprintf(stderr, "kvserve: %s: draining %d in-flight request(s) (up to %.0f s)\n",
             strsignal(signum), s->n_gen_active, s->cfg->drain_timeout_s);
     uv_timer_start(&s->drain_timer, on_drain_timeout, (uint64_t)(s->cfg->drain_timeout_s * 1000), 0);
@@ -157,6 +167,7 @@ static void teardown(srv *s)
     s->grammars = NULL;
     close_handle((uv_handle_t *)&s->wake);
     close_handle((uv_handle_t *)&s->ping_timer);
+    if (s->watchdog_on) close_handle((uv_handle_t *)&s->watchdog_timer);
     close_handle((uv_handle_t *)&s->drain_timer);
     close_handle((uv_handle_t *)&s->mhd_timer);
     close_handle((uv_handle_t *)&s->mhd_poll);
@@ -224,7 +235,7 @@ static void load_done(uv_work_t *w, int status)
             v6 ? "[" : "", cfg->host, v6 ? "]" : "", s->port);
     char ready[512];
     snprintf(ready, sizeof ready, "READY=1\nSTATUS=serving %s on port %d", s->model_id, s->port);
-    srv_notify(ready);
+    srv__notify(ready);
 }
 
 int srv_run(const srv_config *cfg)
@@ -264,6 +275,7 @@ int srv_run(const srv_config *cfg)
     uint64_t tick = (uint64_t)(pi * 500) > 10 ? (uint64_t)(pi * 500) : 10;
     if (tick > 1000) tick = 1000;
     uv_timer_start(&s->ping_timer, on_ping, tick, tick);
+    srv__watchdog_start(s);
     s->load_req.data = s;
     uv_queue_work(&s->loop, &s->load_req, load_work, load_done);
     uv_run(&s->loop, UV_RUN_DEFAULT);

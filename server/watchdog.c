@@ -1,0 +1,59 @@
+/*
+ * watchdog.c — the systemd watchdog (sd_watchdog_enabled(3)'s protocol, without libsystemd).
+ *
+ * With WatchdogSec= in the unit, systemd sets WATCHDOG_USEC (and WATCHDOG_PID) and kills the
+ * service when no "WATCHDOG=1" arrives for that long. The pings come from a loop timer every
+ * WATCHDOG_USEC / 2, but only while the engine proves it is alive: its thread refreshes
+ * heartbeat_us after every step and at least every ENGINE_HEARTBEAT_MS while idle, so a step
+ * stuck in the backend (or a failed engine) stops the pings and systemd restarts the service.
+ * While the model loads there is no engine yet and the loop's own liveness is what counts
+ * (TimeoutStartSec= bounds the load).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "server/internal.h"
+
+int64_t srv__watchdog_usec(void)
+{
+    const char *u = getenv("WATCHDOG_USEC"), *p = getenv("WATCHDOG_PID");
+    if (!u || !*u) return 0;
+    if (p && *p && strtol(p, NULL, 10) != (long)getpid()) return 0; /* meant for another process */
+    char *end;
+    long long v = strtoll(u, &end, 10);
+    return *end || v <= 0 ? 0 : (int64_t)v;
+}
+
+int srv__watchdog_ok(const engine_stats *st, int64_t now_us, int64_t usec)
+{
+    if (!st) return 1;                /* loading: no engine to ask */
+    if (!st->alive) return 0;         /* failed: let systemd restart us */
+    /* An idle engine beats every ENGINE_HEARTBEAT_MS: a shorter watchdog period than a few of
+     * those must not read an idle engine as a stuck one. */
+    int64_t stale = usec > 4 * ENGINE_HEARTBEAT_MS * 1000LL ? usec : 4 * ENGINE_HEARTBEAT_MS * 1000LL;
+    return now_us - st->heartbeat_us < stale;
+}
+
+static void on_watchdog(uv_timer_t *t)
+{
+    srv *s = t->data;
+    engine_stats st;
+    if (s->e) engine_get_stats(s->e, &st);
+    if (srv__watchdog_ok(s->e ? &st : NULL, engine_now_us(), s->watchdog_usec)) srv__notify("WATCHDOG=1");
+    else if (!s->watchdog_missed++)
+        fprintf(stderr, "kvserve: engine heartbeat %s: watchdog pings stopped\n",
+                s->e && !st.alive ? "lost (engine failed)" : "stale (a step is stuck)");
+}
+
+void srv__watchdog_start(srv *s)
+{
+    s->watchdog_usec = srv__watchdog_usec();
+    if (!s->watchdog_usec) return;
+    uint64_t ms = (uint64_t)(s->watchdog_usec / 2000);
+    if (ms < 1) ms = 1;
+    uv_timer_init(&s->loop, &s->watchdog_timer);
+    s->watchdog_timer.data = s;
+    s->watchdog_on = 1;
+    uv_timer_start(&s->watchdog_timer, on_watchdog, ms, ms);
+}
