@@ -23,12 +23,7 @@
 #define KCH CPU__ATTN_KCH
 #define AR CPU__ATTN_AR
 
-/* An int mask for vmaskmovps with lanes 0 .. n-1 set (n ≥ 8: all). */
-static inline __m256i mask8(int n)
-{
-    static const int32_t m[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
-    return _mm256_loadu_si256((const void *)(m + 8 - (n >= 8 ? 8 : n < 0 ? 0 : n)));
-}
+#define mask8 cpu__mask8
 
 /* ---- conversions --------------------------------------------------------------------------- */
 

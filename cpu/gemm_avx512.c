@@ -205,38 +205,19 @@ static void panel_run(void *task, int64_t lo_unit, int64_t hi_unit, int ith)
 
 /* ---- weights packed at upload ------------------------------------------------------------- */
 
-static size_t packed_bytes(int type, int64_t n_in, int64_t n_out)
-{
-    return (size_t)((n_out + NR - 1) / NR) * (size_t)n_in * NR * dt_row_bytes(type, 1);
-}
-
+/* F32 through the per-call packer's in-register transposes, slice by slice; F16/BF16 by the
+ * generic packer. */
 static void prepack(const be_weight *w, void *dst)
 {
-    size_t es = dt_row_bytes(w->type, 1), rb = dt_row_bytes(w->type, w->n_in);
-    size_t tb = (size_t)w->n_in * NR * es;
-    for (int64_t o0 = 0; o0 < w->n_out; o0 += NR) {
-        char *tile = (char *)dst + (size_t)(o0 / NR) * tb;
-        if (w->type == DT_F32) { /* the per-call packer's in-register transposes, slice by slice */
-            for (int64_t k0 = 0; k0 < w->n_in; k0 += KC)
-                pack_panel(w, o0, k0, w->n_in - k0 < KC ? (int)(w->n_in - k0) : KC,
-                           (float *)tile + (size_t)k0 * NR);
-            continue;
-        }
-        for (int64_t k0 = 0; k0 < w->n_in; k0 += 64) {
-            int64_t ke = k0 + 64 < w->n_in ? k0 + 64 : w->n_in;
-            for (int j = 0; j < NR; j++) {
-                const char *row = (const char *)w->data + (size_t)(o0 + j) * rb;
-                int live = o0 + j < w->n_out;
-                if (es == 4) {
-                    float *d = (float *)tile + j;
-                    for (int64_t k = k0; k < ke; k++) d[k * NR] = live ? ((const float *)row)[k] : 0.0f;
-                } else {
-                    uint16_t *d = (uint16_t *)tile + j;
-                    for (int64_t k = k0; k < ke; k++) d[k * NR] = live ? ((const uint16_t *)row)[k] : 0;
-                }
-            }
-        }
+    if (w->type != DT_F32) {
+        cpu__panel_pack(w, dst);
+        return;
     }
+    size_t tb = (size_t)w->n_in * NR * sizeof(float);
+    for (int64_t o0 = 0; o0 < w->n_out; o0 += NR)
+        for (int64_t k0 = 0; k0 < w->n_in; k0 += KC)
+            pack_panel(w, o0, k0, w->n_in - k0 < KC ? (int)(w->n_in - k0) : KC,
+                       (float *)((char *)dst + (size_t)(o0 / NR) * tb) + (size_t)k0 * NR);
 }
 
 static void prefetch_bytes(const char *p, size_t bytes)
@@ -284,16 +265,6 @@ static void prepacked_run(void *task, int64_t lo_unit, int64_t hi_unit, int ith)
     }
 }
 
-static size_t packed_bytes_f32(int64_t n_in, int64_t n_out)
-{
-    return packed_bytes(DT_F32, n_in, n_out);
-}
-
-static size_t packed_bytes_16(int64_t n_in, int64_t n_out)
-{
-    return packed_bytes(DT_F16, n_in, n_out); /* BF16 elements are as wide */
-}
-
 static int packed_align(int n_rows)
 {
     return NR;
@@ -314,11 +285,11 @@ void cpu__gemm_fill_avx512(cpu__kern *k)
 {
     const cpu__mm_plain plain = {.isa = CPU_ISA_AVX512, .min_rows = 16, .align = NR,
                                  .scratch = panel_scratch, .run = panel_run};
-    cpu__mm_packed packed = {.isa = CPU_ISA_AVX512, .bytes = packed_bytes_f32, .pack = prepack,
+    cpu__mm_packed packed = {.isa = CPU_ISA_AVX512, .bytes = cpu__panel_bytes_f32, .pack = prepack,
                              .align = packed_align, .scratch = NULL, .run = prepacked_run};
     k->mm[DT_F32].plain = plain;
     k->mm[DT_F32].packed = packed;
-    packed.bytes = packed_bytes_16;
+    packed.bytes = cpu__panel_bytes_16;
     packed.scratch = packed_scratch;
     k->mm[DT_F16].plain = k->mm[DT_BF16].plain = plain;
     k->mm[DT_F16].packed = k->mm[DT_BF16].packed = packed;

@@ -197,6 +197,13 @@ typedef struct cpu__kern {
 #define CPU__PANEL_MR 6   /* activation rows of the microkernel */
 #define CPU__PANEL_SCRATCH (((size_t)CPU__PANEL_KC * CPU__PANEL_NR + CPU__PANEL_KC) * sizeof(float) + 64)
 
+/* matmul.c: the packed panel layout of F32/F16/BF16 matrices that the AVX2 and AVX-512 GEMMs
+ * share: tiles of CPU__PANEL_NR outputs, each [n_in][NR] elements of the weight's own type
+ * (zero past n_out). Bytes of the copy (4- and 2-byte elements) and the packer. */
+size_t cpu__panel_bytes_f32(int64_t n_in, int64_t n_out);
+size_t cpu__panel_bytes_16(int64_t n_in, int64_t n_out);
+void cpu__panel_pack(const be_weight *w, void *dst);
+
 /* ---- backend state (cpu_backend.c) --------------------------------------------------------- */
 
 /* Per-thread scratch, grown by the calling thread before a task that needs it (never inside one). */
@@ -328,6 +335,7 @@ void cpu__quant_fill_scalar(cpu__kern *k);     /* quant.c */
 #if defined(__x86_64__)
 void cpu__matmul_fill_avx2(cpu__kern *k);      /* matmul_avx2.c */
 void cpu__gemm_fill_avx2(cpu__kern *k);        /* gemm_avx2.c */
+void cpu__gemm_q8_fill_avx2(cpu__kern *k);     /* gemm_q8_avx2.c */
 void cpu__attention_fill_avx2(cpu__kern *k);   /* attention_avx2.c */
 void cpu__ops_fill_avx2(cpu__kern *k);         /* ops_avx2.c */
 void cpu__matmul_fill_avx512(cpu__kern *k);    /* matmul_avx512.c */

@@ -152,6 +152,7 @@ void cpu__kern_init(cpu__kern *k, int isa, unsigned features)
     if (isa == CPU_ISA_AVX2 || isa == CPU_ISA_AVX512) {
         cpu__matmul_fill_avx2(k);
         cpu__gemm_fill_avx2(k);
+        cpu__gemm_q8_fill_avx2(k);
         cpu__attention_fill_avx2(k);
         cpu__ops_fill_avx2(k);
     }

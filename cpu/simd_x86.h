@@ -11,6 +11,15 @@
 #endif
 
 #include <immintrin.h>
+#include <stdint.h>
+
+/* An int mask for vmaskmovps (_mm256_maskload_ps / _mm256_maskstore_ps) with lanes 0 .. n-1
+ * set (n ≥ 8: all, n ≤ 0: none). */
+static inline __m256i cpu__mask8(int n)
+{
+    static const int32_t m[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
+    return _mm256_loadu_si256((const void *)(m + 8 - (n >= 8 ? 8 : n < 0 ? 0 : n)));
+}
 
 /* Sum of the 8 lanes. */
 static inline float cpu__hsum256(__m256 a)
