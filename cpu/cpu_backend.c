@@ -8,12 +8,16 @@
  * of packed weights. Weights keep a zero-copy view of the model's mapping (data) and, for
  * matrices whose type has a packed layout at this level, a copy packed once at upload (extra:
  * see gemm_*.c), the same size as the file's data; matmul then reads only the copy, embed only
- * the mapping. Where the level has no packed layout, matmul reads the mapping.
+ * the mapping, so the mapping's pages of a packed matrix are released after packing (resident
+ * memory ≈ file size, not twice it; embed faults back in the rows it reads). An embedding that
+ * only embed reads (embed_upload) gets no copy. Where the level has no packed layout, matmul
+ * reads the mapping.
  * Backend memory is ordinary host memory, 64-byte aligned. The engine thread drives
  * the backend and takes part in every op as worker 0; ops are synchronous, so sync is a no-op.
  */
 #include <errno.h>
 #include <stdio.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -86,9 +90,39 @@ static void *packed_alloc(cpu__backend *c, size_t bytes)
     return p + 64;
 }
 
-static int cpu_weight_upload(backend *be, const model_tensor *src, be_weight *dst)
+/* 1 when [p, p + n) lies inside one read-only private mapping of a file (the model's mmap):
+ * then its pages can be dropped and are read back from the file if touched again. Anything
+ * else (heap memory, a writable or anonymous mapping) is 0: dropping it would lose data. */
+static int in_file_mapping(const void *p, size_t n)
 {
-    cpu__backend *c = cb(be);
+    FILE *fp = fopen("/proc/self/maps", "r");
+    if (!fp) return 0;
+    uintptr_t a = (uintptr_t)p, e = a + n;
+    char line[512], perms[8];
+    unsigned long lo, hi, off, inode;
+    unsigned dmaj, dmin;
+    int found = 0;
+    while (!found && fgets(line, sizeof line, fp))
+        if (sscanf(line, "%lx-%lx %7s %lx %x:%x %lu", &lo, &hi, perms, &off, &dmaj, &dmin, &inode) == 7 &&
+            a >= lo && e <= hi)
+            found = inode != 0 && perms[0] == 'r' && perms[1] == '-' && perms[3] == 'p';
+    fclose(fp);
+    return found;
+}
+
+/* Drops this process's copies of the whole pages of a tensor's data once a packed copy serves
+ * matmul: resident memory then holds each weight once (the copy), not twice. */
+static void release_mapping(const void *data, size_t bytes)
+{
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t a = ((uintptr_t)data + page - 1) & ~(page - 1), e = ((uintptr_t)data + bytes) & ~(page - 1);
+    if (e > a && in_file_mapping(data, bytes)) madvise((void *)a, e - a, MADV_DONTNEED);
+}
+
+/* Uploads src as a view of the mapping and, for matrices with a packed layout at this level
+ * when pack is set, the packed copy (whose source pages are then released). */
+static int upload(cpu__backend *c, const model_tensor *src, be_weight *dst, int pack)
+{
     if (!dt_is_supported(src->type) || src->type < 0 || src->type >= CPU__MM_TYPES ||
         !c->k.mm[src->type].dot)
         return -EINVAL;
@@ -99,14 +133,25 @@ static int cpu_weight_upload(backend *be, const model_tensor *src, be_weight *ds
      * on every call; matmul.c uses it for every number of rows, so the mapping's pages are
      * then only read by embed. */
     const cpu__mm_packed *pk = &c->k.mm[w.type].packed;
-    size_t bytes = w.n_out > 1 && pk->run ? pk->bytes(w.n_in, w.n_out) : 0;
+    size_t bytes = pack && w.n_out > 1 && pk->run ? pk->bytes(w.n_in, w.n_out) : 0;
     if (bytes) {
         w.extra = packed_alloc(c, bytes);
         if (!w.extra) return -ENOMEM;
         pk->pack(&w, w.extra);
+        release_mapping(w.data, src->row_bytes * (size_t)w.n_out);
     }
     *dst = w;
     return 0;
+}
+
+static int cpu_weight_upload(backend *be, const model_tensor *src, be_weight *dst)
+{
+    return upload(cb(be), src, dst, 1);
+}
+
+static int cpu_embed_upload(backend *be, const model_tensor *src, be_weight *dst)
+{
+    return upload(cb(be), src, dst, 0);
 }
 
 static void cpu_weight_free(backend *be, be_weight *w)
@@ -357,6 +402,7 @@ static const be_ops cpu_ops = {
     .gather_rows = cpu_gather_rows,
     .to_host = cpu_to_host,
     .sync = cpu_sync,
+    .embed_upload = cpu_embed_upload,
 };
 
 backend *cpu__backend_create(int n_threads, int isa, unsigned features)

@@ -218,6 +218,10 @@ typedef struct be_ops {
     int (*to_host)(backend *be, const float *src, size_t n, float *dst);
     /* Waits for queued work. 0, or -EIO after a device error. */
     int (*sync)(backend *be);
+    /* Optional (NULL: weight_upload serves): uploads a matrix that only embed reads (an
+     * embedding not tied to the LM head), so that a backend can skip what it prepares for
+     * matmul. Otherwise as weight_upload; weight_free frees it. */
+    int (*embed_upload)(backend *be, const model_tensor *src, be_weight *dst);
 } be_ops;
 
 struct backend {

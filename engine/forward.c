@@ -209,10 +209,16 @@ fwd *fwd_create(const model *m, backend *be, const kv_geom *g, const int32_t *n_
     f->layers = calloc((size_t)hp->n_layers, sizeof *f->layers);
     if (!f->layers) goto oom;
 
-    int rc = fwd__upload(f, &m->tok_embd, &f->tok_embd);
+    f->output_shared = hp->tied_output || m->output.data == m->tok_embd.data;
+    int rc;
+    if (!f->output_shared && be->ops->embed_upload) { /* embed is its only reader */
+        memset(&f->tok_embd, 0, sizeof f->tok_embd);
+        rc = be->ops->embed_upload(be, &m->tok_embd, &f->tok_embd);
+    } else {
+        rc = fwd__upload(f, &m->tok_embd, &f->tok_embd);
+    }
     if (!rc) rc = fwd__upload(f, &m->output_norm, &f->output_norm);
     if (!rc) {
-        f->output_shared = hp->tied_output || m->output.data == m->tok_embd.data;
         if (f->output_shared)
             f->output = f->tok_embd;
         else

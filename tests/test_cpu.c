@@ -16,6 +16,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "cpu/cpu.h"
 #include "cpu/internal.h"
@@ -513,4 +515,78 @@ Test(cpu, quantise_q8_is_exact_at_every_level)
         }
     }
     free(x), free(a), free(b);
+}
+
+/* ---- packed copies release the mapping ------------------------------------------------------- */
+
+/* Resident kB of the mapping that starts at p (from /proc/self/smaps), or -1. */
+static long cput_rss_kb(const void *p)
+{
+    FILE *fp = fopen("/proc/self/smaps", "r");
+    if (!fp) return -1;
+    char line[512];
+    long rss = -1;
+    int in = 0;
+    while (fgets(line, sizeof line, fp)) {
+        unsigned long lo, hi;
+        if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' ')) {
+            in = lo == (unsigned long)(uintptr_t)p;
+            continue;
+        }
+        if (in && sscanf(line, "Rss: %ld kB", &rss) == 1) break;
+    }
+    fclose(fp);
+    return rss;
+}
+
+/* A matrix read from a file mapping (as the model's tensors are): once its packed copy exists
+ * the mapping's pages are dropped from this process, and what still reads the mapping (embed)
+ * gets the file's bytes back; a matrix in heap memory is left alone (the other tests read it
+ * after upload). */
+Test(cpu, packed_weights_release_the_mapping)
+{
+    int64_t n_in = 512, n_out = 96; /* 1 KiB rows: 24 pages of 4 KiB */
+    float *deq;
+    cput_seed(31);
+    model_tensor heap = cput_tensor(DT_F16, n_in, n_out, &deq);
+    const char *tmp = getenv("TMPDIR");
+    char tpath[512];
+    snprintf(tpath, sizeof tpath, "%s/kvserve_cput_map_XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    int fd = mkstemp(tpath);
+    cr_assert_geq(fd, 0);
+    size_t bytes = heap.row_bytes * (size_t)n_out;
+    cr_assert_eq(write(fd, heap.data, bytes), (ssize_t)bytes);
+    void *map = mmap(NULL, bytes, PROT_READ, MAP_PRIVATE, fd, 0);
+    cr_assert_neq(map, MAP_FAILED);
+    close(fd);
+    unlink(tpath);
+    tu_cpu_level lv[TU_MAX_LEVELS];
+    int n_lv = tu_cpu_levels(lv);
+    for (int li = 0; li < n_lv; li++) {
+        volatile const char *v = map;
+        for (size_t i = 0; i < bytes; i += 4096) (void)v[i]; /* fault every page in */
+        long before = cput_rss_kb(map);
+        cr_assert_geq(before, (long)(bytes / 1024) - 4, "the mapping is not resident (%ld kB)", before);
+        backend *be = tu_cpu_backend(&lv[li], 1);
+        model_tensor mt = heap;
+        mt.data = map;
+        be_weight w;
+        cr_assert_eq(be->ops->weight_upload(be, &mt, &w), 0);
+        long after = cput_rss_kb(map);
+        if (w.extra) cr_assert_leq(after, 8, "%s: %ld kB of the mapping still resident after packing", lv[li].name, after);
+        else cr_assert_geq(after, before - 4, "%s: no packed copy, yet the mapping was released", lv[li].name);
+        /* embed reads the mapping: rows come back from the file */
+        int32_t tokens[3] = {0, 95, 41}, pos[3] = {0, 1, 2};
+        be_batch b = cput_flat_batch(3, tokens, pos);
+        cr_assert_eq(be->ops->begin(be, &b), 0);
+        float out[3 * 512];
+        be->ops->embed(be, &w, out);
+        for (int i = 0; i < 3; i++)
+            for (int64_t d = 0; d < n_in; d++) cr_assert_eq(out[i * n_in + d], deq[tokens[i] * n_in + d]);
+        be->ops->weight_free(be, &w);
+        be_destroy(be);
+    }
+    munmap(map, bytes);
+    free((void *)heap.data);
+    free(deq);
 }
