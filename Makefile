@@ -5,6 +5,8 @@
 #   make asan       the tests under AddressSanitizer + UBSan
 #   make fuzz       the libFuzzer targets (clang)
 #   make bench      benchmarks (numbers, never a gate)
+#   make install    binary, systemd unit and config (PREFIX=/usr/local, DESTDIR=, SYSCONFDIR=/etc)
+#   make deb        a Debian package (dpkg-deb) in $(BUILD)/
 #   V=1             show the commands
 
 Q := $(if $(V),,@)
@@ -79,7 +81,7 @@ FUZZ_SRCS := $(wildcard tests/fuzz/fuzz_*.c)
 # Stand-alone benchmark programs: bench/NAME.c -> $(BUILD)/bench/NAME (linked with the library).
 BENCH_PROGS := $(patsubst %.c,$(BUILD)/%,$(wildcard bench/*.c))
 
-.PHONY: gpu-check-build bench-progs all deps run test test-cuda asan fuzz bench clean gpu-check
+.PHONY: install deb gpu-check-build bench-progs all deps run test test-cuda asan fuzz bench clean gpu-check
 all: deps $(BUILD)/kvserve
 
 deps:
@@ -158,6 +160,29 @@ MODEL ?= tests/data/stories260K.gguf
 run: all $(MODEL)
 	$(Q)scripts/run.sh $(BUILD)/kvserve $(MODEL) $(RUN_ARGS)
 
+# --- install ------------------------------------------------------------------------------
+# The unit's paths follow PREFIX and SYSCONFDIR; KVSERVE_UNIT_USER=NAME runs it as that static
+# user instead of a DynamicUser (the Debian package's kvserve user). An existing config file is
+# kept.
+PREFIX ?= /usr/local
+SYSCONFDIR ?= /etc
+UNITDIR ?= $(PREFIX)/lib/systemd/system
+KVSERVE_UNIT_USER ?=
+install: all
+	$(Q)install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(UNITDIR) $(DESTDIR)$(SYSCONFDIR)/kvserve
+	$(Q)install -m 0755 $(BUILD)/kvserve $(DESTDIR)$(PREFIX)/bin/kvserve
+	$(Q)sed -e 's|/usr/local/bin/kvserve|$(PREFIX)/bin/kvserve|g' -e 's|/etc/kvserve/|$(SYSCONFDIR)/kvserve/|g' \
+	    $(if $(KVSERVE_UNIT_USER),-e 's|^DynamicUser=yes|User=$(KVSERVE_UNIT_USER)\nGroup=$(KVSERVE_UNIT_USER)|') \
+	    config/kvserve.service >$(BUILD)/kvserve.service
+	$(Q)install -m 0644 $(BUILD)/kvserve.service $(DESTDIR)$(UNITDIR)/kvserve.service
+	$(Q)if [ -e $(DESTDIR)$(SYSCONFDIR)/kvserve/kvserve.conf ]; then \
+	    echo "install: keeping $(DESTDIR)$(SYSCONFDIR)/kvserve/kvserve.conf"; \
+	else install -m 0644 config/kvserve.conf $(DESTDIR)$(SYSCONFDIR)/kvserve/kvserve.conf; fi
+	@echo "installed $(DESTDIR)$(PREFIX)/bin/kvserve, $(DESTDIR)$(UNITDIR)/kvserve.service, $(DESTDIR)$(SYSCONFDIR)/kvserve/kvserve.conf"
+
+deb: all
+	$(Q)scripts/mkdeb.sh $(abspath $(BUILD)) $(abspath $(BUILD))
+
 bench: all bench-progs
 	$(Q)scripts/bench.sh $(BUILD)/kvserve
 
@@ -170,4 +195,4 @@ gpu-check-build:
 clean:
 	rm -rf $(BUILD)
 
--include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
+-include $(shell find $(BUILD) -name '*.d' -type f 2>/dev/null)

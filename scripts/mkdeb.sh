@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# mkdeb.sh BUILD_DIR OUT_DIR — builds OUT_DIR/kvserve_VERSION_ARCH.deb with dpkg-deb from an
+# installed tree (make install PREFIX=/usr into a staging root): the binary, the unit (run as
+# the static kvserve system user), the documented config under /etc/kvserve (a conffile),
+# sysusers.d/tmpfiles.d entries and the maintainer scripts in config/deb/. Depends are the
+# Debian packages that own the libraries the binary links (libraries from elsewhere, such as a
+# CUDA toolkit's cuBLAS, are not listed). Prints the .deb's path last.
+set -euo pipefail
+build=$1 out=$2
+root=$(cd "$(dirname "$0")/.." && pwd)
+stage=$build/deb/root
+rm -rf "$build/deb"
+mkdir -p "$stage/DEBIAN" "$out"
+make -s -C "$root" install BUILD="$build" PREFIX=/usr DESTDIR="$stage" UNITDIR=/lib/systemd/system \
+    SYSCONFDIR=/etc KVSERVE_UNIT_USER=kvserve >/dev/null
+install -D -m 0644 "$root/config/deb/sysusers.conf" "$stage/usr/lib/sysusers.d/kvserve.conf"
+install -D -m 0644 "$root/config/deb/tmpfiles.conf" "$stage/usr/lib/tmpfiles.d/kvserve.conf"
+install -m 0755 "$root/config/deb/postinst" "$root/config/deb/prerm" "$stage/DEBIAN/"
+echo /etc/kvserve/kvserve.conf >"$stage/DEBIAN/conffiles"
+arch=$(dpkg --print-architecture)
+version=0.1.0
+if git -C "$root" rev-parse --short HEAD >/dev/null 2>&1; then
+    version="0.1.0~git$(git -C "$root" log -1 --format=%cd --date=format:%Y%m%d).$(git -C "$root" rev-parse --short HEAD)"
+fi
+# The packages owning the libraries the binary names itself (DT_NEEDED), not their own deps.
+needed=$(readelf -d "$stage/usr/bin/kvserve" | sed -n 's/.*Shared library: \[\(.*\)\]/\1/p')
+deps=$(for n in $needed; do
+    lib=$(ldd "$stage/usr/bin/kvserve" | awk -v n="$n" '$1 == n && $3 ~ /^\// {print $3}')
+    if [ -n "$lib" ]; then dpkg -S "$(readlink -f "$lib")" 2>/dev/null || dpkg -S "$lib" 2>/dev/null || true; fi
+done | cut -d: -f1 | sort -u | paste -sd, | sed 's/,/, /g')
+for n in $needed; do
+    lib=$(ldd "$stage/usr/bin/kvserve" | awk -v n="$n" '$1 == n && $3 ~ /^\// {print $3}')
+    if [ -n "$lib" ] && ! dpkg -S "$(readlink -f "$lib")" >/dev/null 2>&1 && ! dpkg -S "$lib" >/dev/null 2>&1; then
+        echo "mkdeb: $n ($lib) is not from a Debian package: the target machine needs it too" \
+             "(or build the package with make deb CUDA=0)" >&2
+    fi
+done
+size=$(du -sk "$stage" | cut -f1)
+cat >"$stage/DEBIAN/control" <<CTL
+Package: kvserve
+Version: $version
+Architecture: $arch
+Maintainer: kvserve developers <kvserve@localhost>
+Installed-Size: $size
+Depends: ${deps:-libc6}, adduser | systemd
+Section: net
+Priority: optional
+Description: OpenAI-compatible LLM inference server
+ kvserve serves Llama-family GGUF models over an OpenAI-compatible HTTP API with continuous
+ batching, a paged KV cache and a radix prefix cache, on the CPU or a CUDA GPU. The package
+ installs kvserve.service (enabled, not started), running as the kvserve system user with its
+ configuration in /etc/kvserve/kvserve.conf and its model in /var/lib/kvserve.
+CTL
+deb="$out/kvserve_${version}_${arch}.deb"
+dpkg-deb --root-owner-group -Zgzip --build "$stage" "$deb" >/dev/null
+rm -rf "$build/deb"
+echo "$deb"
