@@ -22,8 +22,10 @@
 #include "engine/chat.h"
 #include "engine/dtype.h"
 #include "engine/gguf.h"
+#include "engine/jinja.h"
 #include "engine/model.h"
 #include "engine/tokenizer.h"
+#include "server/toolcall.h"
 
 #define INFO_N_TYPES DT_N_TYPES /* GGML type numbers counted per type */
 
@@ -46,6 +48,8 @@ typedef struct info_data {
     uint64_t template_bytes;
     char template_first_line[81];
     const char *template_name;  /* detected or fallback template name */
+    char template_error[512];   /* "" when the template compiles */
+    const char *tool_syntax;    /* the tool-call syntax the template teaches */
     size_t kv_budget;           /* --kv-memory: the budget the capacity lines assume */
     int block_size;             /* --block-size */
 } info_data;
@@ -94,6 +98,13 @@ static void info_vocab(info_data *d)
     char err[256];
     tokenizer *tok = d->n_vocab > 0 ? tok_create(f, err, sizeof err) : NULL;
     d->template_name = chat_template_name(chat_template_detect(jinja, tok));
+    d->tool_syntax = tc_syntax_name(tc_syntax_detect(jinja));
+    if (jinja) {
+        jinja_error je;
+        jinja_tmpl *t = jinja_compile(jinja, strlen(jinja), &je);
+        if (!t) jinja_error_format(&je, d->template_error, sizeof d->template_error);
+        jinja_tmpl_destroy(t);
+    }
     tok_destroy(tok);
     free(jinja);
 }
@@ -189,8 +200,10 @@ static void info_print_text(const info_data *d)
     else
         printf("vocabulary:     none\n");
     if (d->has_template)
-        printf("chat template:  %llu bytes, recognised as %s; first line: %s\n",
-               (unsigned long long)d->template_bytes, d->template_name, d->template_first_line);
+        printf("chat template:  %llu bytes of Jinja, %s%s; tool calls read as %s; resembles %s; first "
+               "line: %s\n",
+               (unsigned long long)d->template_bytes, d->template_error[0] ? "does not compile: " : "compiles",
+               d->template_error, d->tool_syntax, d->template_name, d->template_first_line);
     else
         printf("chat template:  none in the file (fallback: %s)\n", d->template_name);
     if (!d->m) return;
@@ -253,6 +266,9 @@ static int info_print_json(const info_data *d)
     cJSON_AddBoolToObject(ct, "present", d->has_template);
     cJSON_AddNumberToObject(ct, "bytes", (double)d->template_bytes);
     cJSON_AddStringToObject(ct, "detected", d->template_name ? d->template_name : "");
+    cJSON_AddBoolToObject(ct, "compiles", d->has_template && !d->template_error[0]);
+    if (d->template_error[0]) cJSON_AddStringToObject(ct, "error", d->template_error);
+    if (d->has_template) cJSON_AddStringToObject(ct, "tool_call_parser", d->tool_syntax);
     if (d->m) {
         const model_hparams *hp = &d->m->hp;
         cJSON_AddStringToObject(o, "name", hp->name);

@@ -43,6 +43,33 @@ static body parse_statements(parser *p, const char *const *ends, int drop_needle
     return b;
 }
 
+/* The body of a block that is its own frame in Jinja (set block, filter, with, generation): not
+ * soft (unknown filters are errors again), parsed up to {% end %} and stored in n->body;
+ * keep_loop = 0 also forbids break / continue inside. */
+static void frame_body(parser *p, jj_node *n, const char *end, int keep_loop)
+{
+    int soft = p->soft, in_loop = p->in_loop;
+    p->soft = 0;
+    if (!keep_loop) p->in_loop = 0;
+    const char *ends[] = {end, NULL};
+    body b = parse_statements(p, ends, 1);
+    n->body = b.v;
+    n->n_body = b.n;
+    p->soft = soft;
+    p->in_loop = in_loop;
+}
+
+/* Stores k parameter names and their default (or value) expressions in n. */
+static void store_params(parser *p, jj_node *n, const jj_name *names, jj_node *const *vals, uint32_t k)
+{
+    n->n_params = k;
+    if (!k) return;
+    n->params = jj__p_palloc(p, sizeof *n->params * k);
+    n->defaults = jj__p_palloc(p, sizeof *n->defaults * k);
+    memcpy(n->params, names, sizeof *names * k);
+    memcpy(n->defaults, vals, sizeof *vals * k);
+}
+
 static jj_node *parse_for(parser *p, int line)
 {
     jj_node *f = jj__p_node(p, S_FOR, line);
@@ -113,15 +140,11 @@ static jj_node *parse_set(parser *p, int line)
     }
     jj_node *s = jj__p_node(p, S_SETBLOCK, line);
     s->a = target;
-    int soft = p->soft, in_loop = p->in_loop;
+    int soft = p->soft;
     p->soft = 0;
     s->b = jj__p_parse_filter(p, NULL, 0);
-    static const char *const ends[] = {"endset", NULL};
-    body b = parse_statements(p, ends, 1);
-    s->body = b.v;
-    s->n_body = b.n;
     p->soft = soft;
-    p->in_loop = in_loop;
+    frame_body(p, s, "endset", 1);
     return s;
 }
 
@@ -148,13 +171,7 @@ static void parse_signature(parser *p, jj_node *n)
         k++;
     }
     jj__p_expect_op(p, TO_RPAREN, "')'");
-    n->n_params = k;
-    if (k) {
-        n->params = jj__p_palloc(p, sizeof *n->params * k);
-        n->defaults = jj__p_palloc(p, sizeof *n->defaults * k);
-        memcpy(n->params, names, sizeof *names * k);
-        memcpy(n->defaults, defs, sizeof *defs * k);
-    }
+    store_params(p, n, names, defs, k);
 }
 
 /* The body of a macro or call block: its own scope, no loop, special names tracked. */
@@ -214,11 +231,8 @@ static jj_node *parse_filter_block(parser *p, int line)
     int soft = p->soft;
     p->soft = 0;
     f->b = jj__p_parse_filter(p, NULL, 1);
-    static const char *const ends[] = {"endfilter", NULL};
-    body b = parse_statements(p, ends, 1);
-    f->body = b.v;
-    f->n_body = b.n;
     p->soft = soft;
+    frame_body(p, f, "endfilter", 1);
     return f;
 }
 
@@ -236,35 +250,15 @@ static jj_node *parse_with(parser *p, int line)
         jj__p_expect_op(p, TO_ASSIGN, "'='");
         vals[k++] = jj__p_parse_expression(p, 1);
     }
-    w->n_params = k;
-    if (k) {
-        w->params = jj__p_palloc(p, sizeof *w->params * k);
-        w->defaults = jj__p_palloc(p, sizeof *w->defaults * k);
-        memcpy(w->params, names, sizeof *names * k);
-        memcpy(w->defaults, vals, sizeof *vals * k);
-    }
-    int soft = p->soft;
-    p->soft = 0;
-    static const char *const ends[] = {"endwith", NULL};
-    body b = parse_statements(p, ends, 1);
-    w->body = b.v;
-    w->n_body = b.n;
-    p->soft = soft;
+    store_params(p, w, names, vals, k);
+    frame_body(p, w, "endwith", 1);
     return w;
 }
 
 static jj_node *parse_scoped(parser *p, int line, const char *end)
 {
     jj_node *s = jj__p_node(p, S_SCOPE, line);
-    int soft = p->soft, in_loop = p->in_loop;
-    p->soft = 0;
-    p->in_loop = 0;
-    const char *ends[] = {end, NULL};
-    body b = parse_statements(p, ends, 1);
-    s->body = b.v;
-    s->n_body = b.n;
-    p->soft = soft;
-    p->in_loop = in_loop;
+    frame_body(p, s, end, 0);
     return s;
 }
 
