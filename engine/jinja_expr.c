@@ -174,7 +174,7 @@ jinja_value jj__getitem(jinja_ctx *c, jinja_value obj, jinja_value key)
 }
 
 /* Python's slice.indices for a sequence of length len. Returns 0 when the bounds are not
- * integers (Jinja's getitem then yields Undefined). */
+ * integers. */
 static int slice_bounds(jinja_ctx *c, jinja_value lo, jinja_value hi, jinja_value st, int64_t len,
                         int64_t *start, int64_t *stop, int64_t *step)
 {
@@ -209,13 +209,17 @@ static int slice_bounds(jinja_ctx *c, jinja_value lo, jinja_value hi, jinja_valu
 static jinja_value do_slice(jinja_ctx *c, jinja_value obj, jinja_value lo, jinja_value hi,
                             jinja_value st)
 {
+    /* Jinja slices with Python's own subscript (not the sandbox's getitem): what cannot be
+     * sliced is a TypeError, not Undefined */
     if (obj.kind == JINJA_UNDEFINED) jj__undef_fail(c, obj);
     int is_list = obj.kind == JINJA_LIST && (jj__is_seq(obj) || obj.l->type == JJ_L_RANGE);
+    if (obj.kind == JINJA_DICT) jj__raise(c, JJ_E_TYPE, "unhashable type: 'slice'");
     if (!is_list && obj.kind != JINJA_STR)
-        return jj__undef(c, JJ_E_UNDEFINED, "%s object is not sliceable", jj__type_name(obj));
+        jj__raise(c, JJ_E_TYPE, "'%s' object is not subscriptable", jj__type_name(obj));
     int64_t len = jj__len(c, obj), a, b, step;
     if (!slice_bounds(c, lo, hi, st, len, &a, &b, &step))
-        return jj__undef(c, JJ_E_UNDEFINED, "slice indices must be integers or None");
+        jj__raise(c, JJ_E_TYPE,
+                  "slice indices must be integers or None or have an __index__ method");
     if (is_list) {
         jinja_value out = jj__list_new(c, obj.l->type == JJ_L_TUPLE ? JJ_L_TUPLE : JJ_L_LIST, 0);
         for (int64_t i = a; step > 0 ? i < b : i > b; i += step)
@@ -547,6 +551,22 @@ static jinja_value eval_getitem(jinja_ctx *c, jj_scope *s, const jj_node *n)
         jinja_value hi = sl->b ? jj__eval(c, s, sl->b) : jinja_none();
         jinja_value st = sl->c ? jj__eval(c, s, sl->c) : jinja_none();
         c->line = n->line;
+        /* Folding at compile time slices through the sandbox's getitem, which turns a failure
+         * into Undefined; at run time the slice is Python's own */
+        if (c->folding && obj.kind != JINJA_UNDEFINED) {
+            int sliceable =
+                obj.kind == JINJA_STR ||
+                (obj.kind == JINJA_LIST && (jj__is_seq(obj) || obj.l->type == JJ_L_RANGE));
+            int ints =
+                (!sl->a || lo.kind == JINJA_NONE || lo.kind == JINJA_INT ||
+                 lo.kind == JINJA_BOOL) &&
+                (!sl->b || hi.kind == JINJA_NONE || hi.kind == JINJA_INT ||
+                 hi.kind == JINJA_BOOL) &&
+                (!sl->c || st.kind == JINJA_NONE || st.kind == JINJA_INT || st.kind == JINJA_BOOL);
+            if (!sliceable || !ints)
+                return jj__undef(c, JJ_E_UNDEFINED, "%s object has no element slice",
+                                 jj__type_name(obj));
+        }
         return do_slice(c, obj, lo, hi, st);
     }
     jinja_value key = jj__eval(c, s, n->b);
@@ -571,8 +591,9 @@ jinja_value jj__eval(jinja_ctx *c, jj_scope *s, const jj_node *n)
 {
     c->line = n->line;
     switch (n->kind) {
-    case N_CONST:
-        return n->val;
+    case N_CONST: /* a folded list or dict is new at each use, as Python's literal would be */
+        return n->val.kind == JINJA_LIST || n->val.kind == JINJA_DICT ? jj__copy_value(c, n->val)
+                                                                      : n->val;
     case N_NAME:
         return eval_name(c, s, n);
     case N_GETATTR: {

@@ -120,7 +120,6 @@ static jinja_value f_abs(jinja_ctx *c, jinja_value v, const jj_callargs *a)
         int64_t i = v.kind == JINJA_INT ? v.i : v.b;
         return jinja_int(i < 0 ? -i : i);
     }
-    if (v.kind == JINJA_UNDEFINED) jj__undef_fail(c, v);
     jj__raise(c, JJ_E_TYPE, "bad operand type for abs(): '%s'", jj__type_name(v));
 }
 
@@ -235,7 +234,7 @@ static jinja_value f_dictsort(jinja_ctx *c, jinja_value v, const jj_callargs *a)
         if (arg[1].kind == JINJA_STR && !strcmp(arg[1].s->s, "value"))
             pos = 1;
         else if (arg[1].kind != JINJA_STR || strcmp(arg[1].s->s, "key"))
-            jj__raise(c, JJ_E_RUNTIME, "You can only sort by either \"key\" or \"value\"");
+            jj__raise(c, JJ_E_FILTERARG, "You can only sort by either \"key\" or \"value\"");
     }
     uint32_t n = v.d->n;
     jinja_value items = jj__list_new(c, JJ_L_LIST, n);
@@ -392,7 +391,7 @@ static jinja_value f_int(jinja_ctx *c, jinja_value v, const jj_callargs *a)
 static jinja_value f_format(jinja_ctx *c, jinja_value v, const jj_callargs *a)
 {
     if (a->n_pos && a->n_kw)
-        jj__raise(c, JJ_E_RUNTIME,
+        jj__raise(c, JJ_E_FILTERARG,
                   "can't handle positional and keyword arguments at the same time");
     jinja_value args;
     if (a->n_kw) {
@@ -408,8 +407,10 @@ static jinja_value f_format(jinja_ctx *c, jinja_value v, const jj_callargs *a)
 static jinja_value f_indent(jinja_ctx *c, jinja_value v, const jj_callargs *a)
 {
     ARGS("indent", "width", "first", "blank");
-    if (v.kind != JINJA_STR) {
+    if (v.kind != JINJA_STR) { /* Jinja does s += "\n" and then s.splitlines() */
         if (v.kind == JINJA_UNDEFINED) jj__undef_fail(c, v);
+        if (v.kind == JINJA_LIST && v.l->type == JJ_L_LIST)
+            jj__raise(c, JJ_E_ATTR, "'list' object has no attribute 'splitlines'");
         jj__raise(c, JJ_E_TYPE, "unsupported operand type(s) for +=: '%s' and 'str'",
                   jj__type_name(v));
     }
@@ -497,9 +498,9 @@ static jinja_value f_map(jinja_ctx *c, jinja_value v, const jj_callargs *a)
             else if (!strcmp(a->kw_names[k], "default"))
                 dflt = a->kw[k];
             else
-                jj__raise(c, JJ_E_RUNTIME, "Unexpected keyword argument '%s'", a->kw_names[k]);
+                jj__raise(c, JJ_E_FILTERARG, "Unexpected keyword argument '%s'", a->kw_names[k]);
         }
-        if (!given(attr)) jj__raise(c, JJ_E_RUNTIME, "map requires a filter argument");
+        if (!given(attr)) jj__raise(c, JJ_E_FILTERARG, "map requires a filter argument");
     } else {
         if (a->pos[0].kind != JINJA_STR) jj__raise(c, JJ_E_RUNTIME, "map requires a filter name");
         fidx = jj__filter_index(a->pos[0].s->s);
@@ -531,7 +532,7 @@ static jinja_value select_any(jinja_ctx *c, jinja_value v, const jj_callargs *a,
     uint32_t off = 0;
     jinja_value attr = jj__missing;
     if (by_attr) {
-        if (!a->n_pos) jj__raise(c, JJ_E_RUNTIME, "Missing parameter for attribute name");
+        if (!a->n_pos) jj__raise(c, JJ_E_FILTERARG, "Missing parameter for attribute name");
         attr = a->pos[0];
         off = 1;
     }
@@ -635,7 +636,20 @@ static jinja_value f_reverse(jinja_ctx *c, jinja_value v, const jj_callargs *a)
         r.flags = v.flags;
         return r;
     }
+    if (v.kind != JINJA_LIST && v.kind != JINJA_DICT && v.kind != JINJA_UNDEFINED)
+        jj__raise(c, JJ_E_FILTERARG, "argument must be iterable");
     int is_gen = v.kind == JINJA_LIST && v.l->type == JJ_L_GEN;
+    if (is_gen && v.l->lazy) { /* list(generator) failing is Jinja's "argument must be iterable" */
+        jj_catch k = {0}, *outer = c->catch;
+        k.err = outer->err;
+        c->catch = &k;
+        if (setjmp(k.jb)) {
+            c->catch = outer;
+            jj__raise(c, JJ_E_FILTERARG, "argument must be iterable");
+        }
+        jj__force_gen(c, v);
+        c->catch = outer;
+    }
     jinja_value l = jj__iter_list(c, v),
                 out = jj__list_new(c, is_gen ? JJ_L_LIST : JJ_L_GEN, l.l->n);
     for (uint32_t i = 0; i < l.l->n; i++)
@@ -653,10 +667,9 @@ static jinja_value f_round(jinja_ctx *c, jinja_value v, const jj_callargs *a)
         if (arg[1].kind != JINJA_STR ||
             (strcmp(arg[1].s->s, "common") && strcmp(arg[1].s->s, "ceil") &&
              strcmp(arg[1].s->s, "floor")))
-            jj__raise(c, JJ_E_RUNTIME, "method must be common, ceil or floor");
+            jj__raise(c, JJ_E_FILTERARG, "method must be common, ceil or floor");
         m = arg[1].s->s;
     }
-    if (v.kind == JINJA_UNDEFINED) jj__undef_fail(c, v);
     if (v.kind != JINJA_INT && v.kind != JINJA_BOOL && v.kind != JINJA_FLOAT)
         jj__raise(c, JJ_E_TYPE, "type %s doesn't define __round__ method", jj__type_name(v));
     double x = v.kind == JINJA_FLOAT ? v.f : (double)(v.kind == JINJA_INT ? v.i : v.b);
@@ -794,12 +807,12 @@ static jinja_value f_trim(jinja_ctx *c, jinja_value v, const jj_callargs *a)
 static jinja_value f_truncate(jinja_ctx *c, jinja_value v, const jj_callargs *a)
 {
     ARGS("truncate", "length", "killwords", "end", "leeway");
-    jinja_value s = jj__soft_str(c, v);
     int64_t len = given(arg[0]) ? jj__int_arg(c, arg[0], "truncate") : 255;
     int64_t leeway =
         given(arg[3]) && arg[3].kind != JINJA_NONE ? jj__int_arg(c, arg[3], "truncate") : 5;
     jinja_value end = given(arg[2]) ? jj__plain_str(c, arg[2]) : jj__str_new(c, "...", 3);
-    if ((int64_t)s.s->n_cp <= len + leeway) return s;
+    if (jj__len(c, v) <= len + leeway) return v; /* short enough: the value itself, as Jinja does */
+    jinja_value s = jj__soft_str(c, v);
     int64_t keep = len - (int64_t)end.s->n_cp;
     if (keep < 0) keep = 0;
     jinja_value head = jj__str_new(c, s.s->s, jj__cp_offset(s.s, keep));
@@ -829,21 +842,44 @@ static jinja_value f_unique(jinja_ctx *c, jinja_value v, const jj_callargs *a)
     return out;
 }
 
-static jinja_value f_urlencode(jinja_ctx *c, jinja_value v, const jj_callargs *a)
+/* Jinja's url_quote: UTF-8 bytes, %XX but for letters, digits and _.-~ (and / outside a query
+ * string, where a space is +). */
+static void url_quote(jj_buf *b, jinja_value v, int for_qs)
 {
-    jj__bind(c, "urlencode", NULL, 0, a, NULL);
-    if (v.kind == JINJA_DICT || v.kind == JINJA_LIST)
-        jj__raise(c, JJ_E_UNSUPPORTED, "urlencode of a mapping");
-    jinja_value s = jj__plain_str(c, v);
-    jj_buf b;
-    jj__buf_init(&b, c);
+    jinja_value s = jj__plain_str(b->c, v);
     for (size_t i = 0; i < s.s->len; i++) {
         unsigned char ch = (unsigned char)s.s->s[i];
         if ((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
-            strchr("_.-~/", ch))
-            jj__buf_putc(&b, (char)ch);
+            strchr("_.-~", ch) || (ch == '/' && !for_qs))
+            jj__buf_putc(b, (char)ch);
+        else if (ch == ' ' && for_qs)
+            jj__buf_putc(b, '+');
         else
-            jj__buf_printf(&b, "%%%02X", ch);
+            jj__buf_printf(b, "%%%02X", ch);
+    }
+}
+
+static jinja_value f_urlencode(jinja_ctx *c, jinja_value v, const jj_callargs *a)
+{
+    jj__bind(c, "urlencode", NULL, 0, a, NULL);
+    jj_buf b;
+    jj__buf_init(&b, c);
+    if (v.kind != JINJA_LIST && v.kind != JINJA_DICT && v.kind != JINJA_UNDEFINED) {
+        url_quote(&b, v, 0);
+        return jj__str_buf(c, &b);
+    }
+    /* a mapping or pairs: k=v joined by & */
+    jinja_value items = v.kind == JINJA_DICT ? jj__method(c, v, "items", 5) : jj__iter_list(c, v);
+    if (v.kind == JINJA_DICT) items = jj__call(c, items, &(jj_callargs){0});
+    for (uint32_t i = 0; i < items.l->n; i++) {
+        jinja_value pair = jj__iter_list(c, items.l->v[i]);
+        if (pair.l->n != 2)
+            jj__raise(c, JJ_E_VALUE, "%s values to unpack (expected 2)",
+                      pair.l->n < 2 ? "not enough" : "too many");
+        if (i) jj__buf_putc(&b, '&');
+        url_quote(&b, pair.l->v[0], 1);
+        jj__buf_putc(&b, '=');
+        url_quote(&b, pair.l->v[1], 1);
     }
     return jj__str_buf(c, &b);
 }
@@ -938,7 +974,33 @@ int jj__filter_index(const char *name)
     return -1;
 }
 
+/* The filters Jinja writes as generators: they run when their result is iterated. */
+static int is_generator_filter(filter_fn fn)
+{
+    return fn == f_map || fn == f_select || fn == f_reject || fn == f_selectattr ||
+           fn == f_rejectattr || fn == f_unique || fn == f_items || fn == f_batch || fn == f_slice;
+}
+
 jinja_value jj__apply_filter(jinja_ctx *c, int idx, jinja_value v, const jj_callargs *a)
 {
-    return filters[idx].fn(c, v, a);
+    if (!is_generator_filter(filters[idx].fn)) return filters[idx].fn(c, v, a);
+    jinja_value g = jj__list_new(c, JJ_L_GEN, 0);
+    jj_callargs *copy = jj__alloc(c, sizeof *copy);
+    *copy = *a;
+    g.l->lazy = idx + 1;
+    g.l->lazy_in = v;
+    g.l->lazy_args = copy;
+    return g;
+}
+
+void jj__force_gen(jinja_ctx *c, jinja_value g)
+{
+    struct jinja_list *l = g.l;
+    int idx = l->lazy - 1;
+    l->lazy = 0;
+    jinja_value r = filters[idx].fn(c, l->lazy_in, l->lazy_args);
+    if (r.kind == JINJA_LIST && r.l->lazy) jj__force_gen(c, r);
+    l->v = r.l->v;
+    l->n = r.l->n;
+    l->cap = r.l->cap;
 }

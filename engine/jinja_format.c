@@ -471,7 +471,9 @@ jinja_value jj__percent_format(jinja_ctx *c, jinja_value fmt, jinja_value args)
         if (!sp.align) sp.align = '>';
         pct_one(c, &b, t, pct_arg(c, args, &next, mapping, key, klen), &sp, markup);
     }
-    if (!mapping &&
+    /* Python skips this check for an argument that supports [] (a dict, but also a list) */
+    int subscriptable = mapping || (args.kind == JINJA_LIST && args.l->type == JJ_L_LIST);
+    if (!subscriptable &&
         ((jj__is_seq(args) && args.l->type == JJ_L_TUPLE) ? next < args.l->n : next == 0))
         jj__raise(c, JJ_E_TYPE, "not all arguments converted during string formatting");
     jinja_value r = jj__str_buf(c, &b);

@@ -4,6 +4,7 @@
  *   jinja_lex.c      source → tokens (whitespace control, trim_blocks, lstrip_blocks, raw)
  *   jinja_parse.c    tokens → AST (jj_node): expressions (jinja_parse.h: the parser's state)
  *   jinja_parse_stmt.c  statements and the compile-time checks
+ *   jinja_fold.c     Jinja's optimizer: constant expressions evaluated at compile time
  *   jinja_value.c    the arena, strings / lists / dicts, Python truth, equality, order, len, in
  *   jinja_repr.c     str(), repr(), float repr, escape()
  *   jinja_json.c     the JSON reader (order-keeping) and transformers' tojson writer
@@ -64,7 +65,8 @@ enum jj_err {
     JJ_E_LIMIT,     /* a bound of jinja_limits */
     JJ_E_MEMORY,    /* MemoryError */
     JJ_E_UNSUPPORTED,
-    JJ_E_ASSERTION /* TemplateAssertionError (a TemplateSyntaxError): unknown filter / test */
+    JJ_E_ASSERTION, /* TemplateAssertionError (a TemplateSyntaxError): unknown filter / test */
+    JJ_E_FILTERARG  /* FilterArgumentError (a TemplateRuntimeError): bad arguments of a filter */
 };
 
 /* Where errors go: the jmp_buf of the current entry point and the error to fill. */
@@ -98,6 +100,12 @@ struct jinja_list {
     uint8_t type;     /* enum jj_list_type */
     uint8_t consumed; /* generators: already iterated */
     int64_t r[3];     /* JJ_L_RANGE: start, stop, step */
+    /* a generator made by a filter that has not run yet (Jinja's generator filters are lazy:
+     * an error inside surfaces only when it is iterated): the filter's index + 1 (0: none),
+     * its input and arguments */
+    int lazy;
+    jinja_value lazy_in;
+    const struct jj_callargs *lazy_args;
 };
 
 typedef struct jj_entry {
@@ -283,7 +291,8 @@ struct jinja_ctx {
     jj_buf *out; /* where output goes now */
     uint64_t steps;
     int depth;
-    int line; /* the line being evaluated, for errors */
+    int line;    /* the line being evaluated, for errors */
+    int folding; /* jinja_fold.c evaluates a constant at compile time */
     int have_now;
     struct tm now;
 };
@@ -431,6 +440,11 @@ typedef struct jj_token {
 /* Tokenizes src into t's arena: *toks[0..*n), ending with T_EOF. Syntax errors raise on k. */
 void jj__lex(jinja_tmpl *t, jj_catch *k, const char *src, size_t len, jj_token **toks, uint32_t *n);
 jinja_tmpl *jj__parse(const char *src, size_t len, jinja_error *err);
+/* Jinja's optimizer over a parsed template: constant expressions become N_CONST (S_DATA for a
+ * constant {{ }}). Out of memory raises on k. */
+void jj__fold(jinja_tmpl *t, jj_catch *k);
+/* A copy of v whose lists and dicts (at any depth) are new, in c's arena. */
+jinja_value jj__copy_value(jinja_ctx *c, jinja_value v);
 jj_name jj__intern(jinja_tmpl *t, jj_catch *k, const char *s, size_t n);
 uint32_t jj__hash_bytes(const char *s, size_t n);
 
@@ -464,6 +478,8 @@ struct jj_callargs {
 void jj__bind(jinja_ctx *c, const char *fname, const char *const *params, int n,
               const jj_callargs *a, jinja_value *out);
 
+/* Runs the filter a lazy generator stands for, filling g with its items (jj__iter_list does). */
+void jj__force_gen(jinja_ctx *c, jinja_value g);
 /* Builtins: index of a filter / test by name, or -1; apply one. */
 int jj__filter_index(const char *name);
 int jj__test_index(const char *name);

@@ -60,7 +60,8 @@ static void frame_body(parser *p, jj_node *n, const char *end, int keep_loop)
 }
 
 /* Stores k parameter names and their default (or value) expressions in n. */
-static void store_params(parser *p, jj_node *n, const jj_name *names, jj_node *const *vals, uint32_t k)
+static void store_params(parser *p, jj_node *n, const jj_name *names, jj_node *const *vals,
+                         uint32_t k)
 {
     n->n_params = k;
     if (!k) return;
@@ -361,5 +362,6 @@ jinja_tmpl *jj__parse(const char *src, size_t len, jinja_error *err)
     body b = subparse(&p, NULL);
     t->body = b.v;
     t->n_body = b.n;
+    jj__fold(t, &k);
     return t;
 }

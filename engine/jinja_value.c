@@ -69,6 +69,7 @@ static const char *const err_names[] = {
     "OverflowError",       "AttributeError",
     "LimitError",          "MemoryError",
     "NotImplementedError", "TemplateAssertionError",
+    "FilterArgumentError",
 };
 
 const char *jj__err_name(int kind)
@@ -371,6 +372,25 @@ jinja_value jj__list_new(jinja_ctx *c, int type, uint32_t cap)
     return (jinja_value){.kind = JINJA_LIST, .l = l};
 }
 
+jinja_value jj__copy_value(jinja_ctx *c, jinja_value v)
+{
+    if (v.kind == JINJA_LIST) {
+        jinja_value l = jj__list_new(c, v.l->type, v.l->n);
+        for (uint32_t i = 0; i < v.l->n; i++)
+            l.l->v[i] = jj__copy_value(c, v.l->v[i]);
+        l.l->n = v.l->n;
+        memcpy(l.l->r, v.l->r, sizeof l.l->r);
+        return l;
+    }
+    if (v.kind == JINJA_DICT) {
+        jinja_value d = jj__dict_new(c, v.d->n);
+        for (uint32_t i = 0; i < v.d->n; i++)
+            jj__dict_set(c, d, v.d->e[i].k, jj__copy_value(c, v.d->e[i].v));
+        return d;
+    }
+    return v;
+}
+
 jinja_value jj__list_of(jinja_ctx *c, int type, const jinja_value *v, uint32_t n)
 {
     jinja_value l = jj__list_new(c, type, n);
@@ -459,6 +479,7 @@ static uint32_t hash_value(jinja_ctx *c, jinja_value v)
                 h = (h ^ hash_value(c, v.l->v[i])) * 1000003u;
             return h;
         }
+        if (v.l->type == JJ_L_GEN) return hash_int((int64_t)(intptr_t)v.l); /* by identity */
         break;
     case JINJA_CALLABLE:
     case JINJA_NAMESPACE:
@@ -733,6 +754,7 @@ jinja_value jj__iter_list(jinja_ctx *c, jinja_value v)
     case JINJA_LIST:
         if (v.l->type == JJ_L_GEN) {
             if (v.l->consumed) return jj__list_new(c, JJ_L_LIST, 0);
+            if (v.l->lazy) jj__force_gen(c, v);
             v.l->consumed = 1;
         }
         return v;

@@ -115,6 +115,15 @@ static const tj_case tj_cases[] = {
     {"{{ l[10] }}|{{ l[10:] }}|{{ d.zz }}|{{ d.get('zz', 'dflt') }}|{{ x is defined }}{{ x is "
      "sequence }}{{ x|length }}",
      "|[]||dflt|FalseTrue0", NULL},
+    {"{% set x = 2.5 %}{{ x[:2] }}", NULL, "TypeError"},
+    {"{{ 2.5[:2] }}|{{ (0[:2]|join)|string }}|{{ 2.5[:2] is not eq 3 }}", "||True", NULL},
+    {"{{ s|reject('even')|map(attribute='name') is not integer }}|{{ []|truncate(9)|first }}|{{ "
+     "'%s' % [1, 2] }}{{ 'abc' % [1] }}",
+     "True||[1, 2]abc", NULL},
+    {"{{ {'a': 1, 'b': 'x y&'}|urlencode }}|{{ 'a b/c'|urlencode }}|{% for i in range(2) %}{% set "
+     "y = [1, 2, 3] %}{{ y.pop() }}{{ y|length }}{% endfor %}",
+     "a=1&b=x+y%26|a%20b/c|3232", NULL},
+    {"{{ n|unique|reverse }}", NULL, "FilterArgumentError"},
 };
 
 /* Renders tmpl with the variables of ctx_json (and the clock at 2026-01-15). Returns the
