@@ -11,7 +11,7 @@
  *   jinja_expr.c     expressions: names, attributes, items, slices, operators, calls
  *   jinja_stmt.c     statements, scopes, loops, macros
  *   jinja_api.c      the public entry points (compile, contexts, render, values)
- *   jinja_filters.c  the filters
+ *   jinja_filters.c  the filters (jinja_filters_text.c: the text-layout ones)
  *   jinja_tests.c    the tests
  *   jinja_methods.c  str / list / dict methods, str.format, % formatting, the globals
  *
