@@ -80,6 +80,15 @@ typedef struct cpu__q8x {
     int8_t q[32];
 } cpu__q8x; /* 36 bytes */
 
+/* An activation block quantised for the kernels of the other quantised types (quant.h): the
+ * Q8_0 block (the same d and q) with the sums those kernels fold in. */
+typedef struct cpu__q8s {
+    int8_t q[32];
+    float d;     /* x ≈ d · q; d = max|x| / 127 (0 for an all-zero block) */
+    float xs[3]; /* d · Σ q over q[0..16), q[16..32) and q[0..32) */
+    int32_t s32; /* Σ q over the block (exact) */
+} cpu__q8s;      /* 52 bytes */
+
 /* One matmul as the workers see it. Work is handed out in units of t->unit outputs by
  * cpu__pool_for, so a thread that the OS delays does not hold up the others: they take its
  * units. */
@@ -92,6 +101,7 @@ typedef struct cpu__mm_task {
     float *out;          /* [n_rows][n_out] */
     const cpu__q8x *xq;  /* CPU__ACT_Q8_0: quantised activations [n_rows][n_in / 32] */
     const int32_t *xsum; /* CPU__ACT_Q8_0: -128 × Σ q of each block of xq, [n_rows][n_in / 32] */
+    const cpu__q8s *xs;  /* CPU__ACT_Q8S: quantised activations [n_rows][n_in / 32] */
     int64_t n_units;     /* units of work */
     int64_t unit;        /* outputs per unit */
 } cpu__mm_task;
@@ -105,6 +115,7 @@ typedef struct cpu__mm_task {
 enum cpu__act {
     CPU__ACT_F32 = 0,  /* x itself, f32 [n_rows][n_in] */
     CPU__ACT_Q8_0 = 1, /* t->xq and t->xsum: blocks of 32 int8 with an f32 scale (cpu__q8x) */
+    CPU__ACT_Q8S = 2,  /* t->xs: the same blocks with their sums (cpu__q8s; quant.h) */
 };
 
 /* A copy of a matrix packed once at upload into a level's own layout (be_weight.extra). */
@@ -295,6 +306,10 @@ int cpu__select_group(cpu__backend *c, int g);
 
 /* ---- kernels: the driver side (files without a level suffix) ------------------------------- */
 
+/* quant.c: quantises n activations (a multiple of 32) into n / 32 cpu__q8s blocks with the
+ * table's Q8_0 quantiser (so d and q are the same at every level) and adds their sums. */
+void cpu__q8s_quantise(const cpu__kern *k, const float *x, cpu__q8s *out, int64_t n);
+
 /* matmul.c: out[r][o] = x[r] · W[o] (+ bias[o]), through the backend's kernel table. */
 void cpu__matmul(cpu__backend *c, const float *x, int n_rows, const be_weight *w,
                  const be_weight *bias, float *out);
@@ -343,6 +358,8 @@ void cpu__gemm_fill_avx512(cpu__kern *k);      /* gemm_avx512.c */
 void cpu__attention_fill_avx512(cpu__kern *k); /* attention_avx512.c */
 void cpu__ops_fill_avx512(cpu__kern *k);       /* ops_avx512.c */
 void cpu__gemm_q8_fill_vnni(cpu__kern *k);     /* gemm_q8_vnni.c */
+void cpu__quant_fill_avx2(cpu__kern *k);       /* quant_avx2.c */
+void cpu__quant_fill_vnni(cpu__kern *k);       /* quant_vnni.c */
 #endif
 
 #endif

@@ -155,13 +155,17 @@ void cpu__kern_init(cpu__kern *k, int isa, unsigned features)
         cpu__gemm_q8_fill_avx2(k);
         cpu__attention_fill_avx2(k);
         cpu__ops_fill_avx2(k);
+        cpu__quant_fill_avx2(k);
     }
     if (isa == CPU_ISA_AVX512) {
         cpu__matmul_fill_avx512(k);
         cpu__gemm_fill_avx512(k);
         cpu__attention_fill_avx512(k);
         cpu__ops_fill_avx512(k);
-        if (features & CPU_FEAT_VNNI) cpu__gemm_q8_fill_vnni(k);
+        if (features & CPU_FEAT_VNNI) {
+            cpu__gemm_q8_fill_vnni(k);
+            cpu__quant_fill_vnni(k);
+        }
     }
 #endif
     k->isa = isa;

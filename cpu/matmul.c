@@ -104,6 +104,7 @@ void cpu__matmul_fill_scalar(cpu__kern *k)
 static const void *act_row(const mm_task *t, int64_t r, int act)
 {
     if (act == CPU__ACT_Q8_0) return t->xq + r * (t->w->n_in / 32);
+    if (act == CPU__ACT_Q8S) return t->xs + r * (t->w->n_in / 32);
     return t->x + r * t->w->n_in;
 }
 
@@ -197,9 +198,31 @@ static void quant_run(void *v, int64_t lo, int64_t hi, int ith)
     }
 }
 
+typedef struct q8s_task {
+    const cpu__kern *k;
+    const float *x;
+    int64_t n_in;
+    cpu__q8s *xs;
+} q8s_task;
+
+static void q8s_run(void *v, int64_t lo, int64_t hi, int ith)
+{
+    q8s_task *t = v;
+    for (int64_t r = lo; r < hi; r++) cpu__q8s_quantise(t->k, t->x + r * t->n_in, t->xs + r * (t->n_in / 32), t->n_in);
+}
+
 /* Converts x into t's activation format (in c->shared). 0 or -ENOMEM. */
 static int convert_activations(cpu__backend *c, mm_task *t, int act, int small)
 {
+    if (act == CPU__ACT_Q8S) {
+        int64_t n_in = t->w->n_in;
+        if (cpu__scratch_reserve(&c->shared, (size_t)t->n_rows * (size_t)(n_in / 32) * sizeof(cpu__q8s))) return -1;
+        q8s_task qt = {&c->k, t->x, n_in, c->shared.p};
+        if (small) q8s_run(&qt, 0, t->n_rows, 0);
+        else cpu__pool_for(c->pool, t->n_rows, 1 + 32768 / n_in, q8s_run, &qt);
+        t->xs = qt.xs;
+        return 0;
+    }
     if (act != CPU__ACT_Q8_0) return 0;
     int64_t n_in = t->w->n_in;
     size_t nbk = (size_t)t->n_rows * (size_t)(n_in / 32);

@@ -1,89 +1,223 @@
 /*
- * quant.c — the scalar reference matmul kernels of the quantised weight types other than Q8_0
- * (Q4_0, Q4_1, Q5_0, Q5_1, Q2_K … Q6_K, IQ4_NL, IQ4_XS), as entries of the kernel table
- * (cpu/internal.h): no level has SIMD kernels for them yet, so every level runs these.
+ * quant.c — the scalar reference kernels of the quantised weight types other than Q8_0 (Q4_0,
+ * Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K … Q6_K, IQ4_XS), as entries of the kernel table, and their
+ * activation format: the formulation of quant.h in portable C.
  *
- * The plain run takes units of outputs; for each output it dequantises the weight row once into
- * its scratch (dt_to_f32, exact) and dots it with every activation row in f32, left to right,
- * so a row's result does not depend on the batch or the thread count. It serves every number
- * of rows (min_rows 1); the row dot product (block by block through a stack buffer) is the
- * table's required fallback. The weights stay as the file stores them (the mapping): nothing is
- * copied or expanded at upload.
+ * Every level runs the same formulation (quant_avx2.c and quant_vnni.c: quant_x86.h), so the
+ * level changes the speed only, never a bit of the result. The table entry of each type takes
+ * its activations as cpu__q8s blocks (CPU__ACT_Q8S, quantised once per matmul by
+ * cpu__q8s_quantise from the table's own Q8_0 quantiser) and serves every number of rows with
+ * its plain run (min_rows 1); its dot is the same arithmetic for one output (the table's
+ * fallback). The weights are read where the file put them (the mapping): nothing is copied or
+ * expanded at upload.
+ *
+ * The scalar run decodes each weight row once into its integer values and group scales
+ * (cpu__qblock_decode) and then runs the formulation for every activation row.
  */
+#include <errno.h>
+#include <math.h>
+#include <string.h>
+
 #include "cpu/cpu.h"
 #include "cpu/internal.h"
+#include "cpu/quant.h"
 #include "engine/dtype.h"
 
-/* Elements of the largest block (the K-quants' 256). */
-#define MAX_BLOCK 256
+/* ---- decoding ------------------------------------------------------------------------------ */
 
-static void quant_run(void *arg, int64_t lo_unit, int64_t hi_unit, int ith)
+static void nibbles(const uint8_t *qs, int8_t *v) /* weights j, j + 16 from byte j */
 {
-    const cpu__mm_task *t = arg;
-    const be_weight *w = t->w;
-    int64_t n_in = w->n_in, n_out = w->n_out;
-    size_t rb = dt_row_bytes(w->type, n_in);
-    float *row = t->c->scratch[ith].p;
-    int64_t lo = lo_unit * t->unit, hi = hi_unit * t->unit < n_out ? hi_unit * t->unit : n_out;
-    for (int64_t o = lo; o < hi; o++) {
-        dt_to_f32(w->type, (const char *)w->data + (size_t)o * rb, row, n_in);
-        float b = t->bias ? t->bias[o] : 0.0f;
-        for (int r = 0; r < t->n_rows; r++) {
-            const float *x = t->x + (size_t)r * n_in;
-            float s = 0;
-            for (int64_t i = 0; i < n_in; i++) s += row[i] * x[i];
-            t->out[(size_t)r * n_out + o] = s + b;
+    for (int j = 0; j < 16; j++) {
+        v[j] = (int8_t)(qs[j] & 0xF);
+        v[j + 16] = (int8_t)(qs[j] >> 4);
+    }
+}
+
+static void fifth_bits(const uint8_t *qh4, int8_t *v) /* bit i of the little-endian qh: weight i */
+{
+    uint32_t qh = (uint32_t)qh4[0] | (uint32_t)qh4[1] << 8 | (uint32_t)qh4[2] << 16 | (uint32_t)qh4[3] << 24;
+    for (int i = 0; i < 32; i++) v[i] = (int8_t)(v[i] | ((qh >> i) & 1) << 4);
+}
+
+/* The values of a block, weight by weight, straight from the layouts of dtype.h. */
+static void decode_values(int type, const uint8_t *b, int8_t *v)
+{
+    switch (type) {
+    case DT_Q4_0: nibbles(b + 2, v); break;
+    case DT_Q4_1: nibbles(b + 4, v); break;
+    case DT_Q5_0: nibbles(b + 6, v), fifth_bits(b + 2, v); break;
+    case DT_Q5_1: nibbles(b + 8, v), fifth_bits(b + 4, v); break;
+    case DT_IQ4_NL:
+        nibbles(b + 2, v);
+        for (int i = 0; i < 32; i++) v[i] = dt_iq4nl_values[v[i]];
+        break;
+    case DT_Q2_K:
+        for (int i = 0; i < 256; i++) v[i] = (int8_t)((b[16 + 32 * (i / 128) + i % 32] >> (2 * ((i % 128) / 32))) & 3);
+        break;
+    case DT_Q3_K: /* w = S·(lo − 4) when the high bit is clear, S·lo when set: v = lo + 4·hi, W = −4S */
+        for (int i = 0; i < 256; i++) {
+            int h = i / 128, s = (i % 128) / 32, l = i % 32;
+            int lo = (b[32 + 32 * h + l] >> (2 * s)) & 3, hi = (b[l] >> (4 * h + s)) & 1;
+            v[i] = (int8_t)(lo + 4 * hi);
+        }
+        break;
+    case DT_Q4_K: case DT_Q5_K: {
+        const uint8_t *qs = b + (type == DT_Q5_K ? 48 : 16);
+        for (int i = 0; i < 256; i++) {
+            int c = i / 64, high = (i % 64) >= 32, l = i % 32;
+            int q = high ? qs[32 * c + l] >> 4 : qs[32 * c + l] & 0xF;
+            if (type == DT_Q5_K) q |= ((b[16 + l] >> (2 * c + high)) & 1) << 4;
+            v[i] = (int8_t)q;
+        }
+        break;
+    }
+    case DT_Q6_K:
+        for (int i = 0; i < 256; i++) {
+            int h = i / 128, s = (i % 128) / 32, l = i % 32;
+            uint8_t lo = b[64 * h + l + 32 * (s & 1)];
+            v[i] = (int8_t)((s < 2 ? lo & 0xF : lo >> 4) | ((b[128 + 32 * h + l] >> (2 * s)) & 3) << 4);
+        }
+        break;
+    default: /* IQ4_XS */
+        for (int j = 0; j < 8; j++) {
+            nibbles(b + 8 + 16 * j, v + 32 * j);
+            for (int i = 0; i < 32; i++) v[32 * j + i] = dt_iq4nl_values[v[32 * j + i]];
+        }
+        break;
+    }
+}
+
+void cpu__qblock_decode(int type, const uint8_t *blk, int8_t *v, float *S, float *W)
+{
+    decode_values(type, blk, v);
+    cpu__qscales(type, blk, S, W);
+}
+
+/* ---- activations --------------------------------------------------------------------------- */
+
+void cpu__q8s_quantise(const cpu__kern *k, const float *x, cpu__q8s *out, int64_t n)
+{
+    cpu__q8x tmp[16];
+    for (int64_t b0 = 0; b0 < n / 32; b0 += 16) {
+        int nb = n / 32 - b0 < 16 ? (int)(n / 32 - b0) : 16;
+        k->quantise_q8(x + b0 * 32, tmp, (int64_t)nb * 32);
+        for (int b = 0; b < nb; b++) {
+            cpu__q8s *o = &out[b0 + b];
+            int32_t s0 = 0, s1 = 0;
+            for (int i = 0; i < 16; i++) s0 += tmp[b].q[i], s1 += tmp[b].q[16 + i];
+            memcpy(o->q, tmp[b].q, 32);
+            o->d = tmp[b].d;
+            o->xs[0] = o->d * (float)s0;
+            o->xs[1] = o->d * (float)s1;
+            o->xs[2] = o->d * (float)(s0 + s1);
+            o->s32 = s0 + s1;
         }
     }
 }
 
-static size_t quant_scratch(const be_weight *w, int n_rows)
-{
-    return (size_t)w->n_in * sizeof(float);
-}
+/* ---- scalar reference ---------------------------------------------------------------------- */
 
-/* One weight row against one f32 activation row: each block dequantised, then dotted. */
-static float quant_dot(int type, const void *w, const float *x, int64_t n)
+/* The formulation over a row piece decoded into v [n], S and W [n / G], continuing from acc. */
+static float dot_decoded(const int8_t *v, const float *S, const float *W, cpu__qtraits tr,
+                         const cpu__q8s *x, int64_t n, float acc)
 {
-    int qk = dt_block_elems(type);
-    size_t bb = dt_row_bytes(type, qk);
-    float tmp[MAX_BLOCK], s = 0;
-    for (int64_t b = 0; b < n / qk; b++) {
-        dt_to_f32(type, (const char *)w + (size_t)b * bb, tmp, qk);
-        for (int i = 0; i < qk; i++) s += tmp[i] * x[b * qk + i];
+    int G = tr.group;
+    for (int64_t i0 = 0, g = 0; i0 < n; i0 += G, g++) {
+        const cpu__q8s *xb = &x[i0 / 32];
+        int off = (int)(i0 % 32);
+        int32_t isum = 0;
+        for (int k = 0; k < G; k++) isum += (int32_t)v[i0 + k] * xb->q[off + k];
+        acc = fmaf((float)isum, S[g] * xb->d, acc);
+        if (!tr.is_signed) acc = fmaf(W[g], xb->xs[G == 32 ? 2 : off / 16], acc);
     }
-    return s;
+    return acc;
 }
 
-#define QUANT_DOT(T)                                                                               \
-    static float dot_##T(const void *w, const void *x, int64_t n)                                   \
-    {                                                                                              \
-        return quant_dot(DT_##T, w, x, n);                                                         \
+/* Decodes n weights (whole blocks) of row w into v, S, W. */
+static void decode_row(int type, const uint8_t *w, int64_t n, int8_t *v, float *S, float *W)
+{
+    int be = dt_block_elems(type), G = cpu__qtraits_of(type).group;
+    size_t bb = dt_block_bytes(type);
+    for (int64_t b = 0; b < n / be; b++)
+        cpu__qblock_decode(type, w + (size_t)b * bb, v + b * be, S + b * (be / G), W + b * (be / G));
+}
+
+#define REF_PIECE 4096 /* weights decoded at a time by cpu__qdot_ref (whole blocks of any type) */
+
+float cpu__qdot_ref(int type, const uint8_t *w, const cpu__q8s *x, int64_t n_in)
+{
+    int8_t v[REF_PIECE];
+    float S[REF_PIECE / 16], W[REF_PIECE / 16];
+    float acc = 0.0f;
+    cpu__qtraits tr = cpu__qtraits_of(type);
+    for (int64_t i0 = 0; i0 < n_in; i0 += REF_PIECE) {
+        int64_t n = n_in - i0 < REF_PIECE ? n_in - i0 : REF_PIECE;
+        decode_row(type, w + dt_row_bytes(type, i0), n, v, S, W);
+        acc = dot_decoded(v, S, W, tr, x + i0 / 32, n, acc);
+    }
+    return acc;
+}
+
+/* Per-thread scratch of the scalar run: one decoded row. */
+static size_t ref_scratch_bytes(int64_t n_in)
+{
+    return (size_t)n_in + 2 * sizeof(float) * (size_t)(n_in / 16) + 64;
+}
+
+void cpu__quant_run_scalar(void *task, int64_t lo_unit, int64_t hi_unit, int ith)
+{
+    const cpu__mm_task *t = task;
+    const be_weight *w = t->w;
+    int64_t n_in = w->n_in, n_out = w->n_out, nb = n_in / 32;
+    size_t rb = dt_row_bytes(w->type, n_in);
+    cpu__qtraits tr = cpu__qtraits_of(w->type);
+    int8_t *v = t->c->scratch[ith].p;
+    float *S = (float *)(v + ((n_in + 63) & ~(int64_t)63)), *W = S + n_in / 16;
+    const cpu__q8s *xq = t->xs;
+    int64_t lo = lo_unit * t->unit, hi = hi_unit * t->unit < n_out ? hi_unit * t->unit : n_out;
+    for (int64_t o = lo; o < hi; o++) {
+        decode_row(w->type, (const uint8_t *)w->data + (size_t)o * rb, n_in, v, S, W);
+        float b = t->bias ? t->bias[o] : 0.0f;
+        for (int r = 0; r < t->n_rows; r++)
+            t->out[(size_t)r * n_out + o] = dot_decoded(v, S, W, tr, xq + (size_t)r * nb, n_in, 0.0f) + b;
+    }
+}
+
+/* ---- the table entries ---------------------------------------------------------------------- */
+
+static size_t ref_scratch(const be_weight *w, int n_rows)
+{
+    (void)n_rows;
+    return ref_scratch_bytes(w->n_in);
+}
+
+#define QUANT_DOT(T)                                                                              \
+    static float dot_##T(const void *w, const void *x, int64_t n)                                 \
+    {                                                                                             \
+        return cpu__qdot_ref(DT_##T, w, x, n);                                                    \
     }
 QUANT_DOT(Q4_0)
 QUANT_DOT(Q4_1)
 QUANT_DOT(Q5_0)
 QUANT_DOT(Q5_1)
+QUANT_DOT(IQ4_NL)
 QUANT_DOT(Q2_K)
 QUANT_DOT(Q3_K)
 QUANT_DOT(Q4_K)
 QUANT_DOT(Q5_K)
 QUANT_DOT(Q6_K)
-QUANT_DOT(IQ4_NL)
 QUANT_DOT(IQ4_XS)
+
+const int cpu__quant_types[CPU__QUANT_N_TYPES] = {DT_Q4_0, DT_Q4_1, DT_Q5_0, DT_Q5_1, DT_IQ4_NL, DT_Q2_K,
+                                                  DT_Q3_K, DT_Q4_K, DT_Q5_K, DT_Q6_K, DT_IQ4_XS};
 
 void cpu__quant_fill_scalar(cpu__kern *k)
 {
-    static const struct {
-        int type;
-        float (*dot)(const void *, const void *, int64_t);
-    } types[] = {{DT_Q4_0, dot_Q4_0}, {DT_Q4_1, dot_Q4_1}, {DT_Q5_0, dot_Q5_0}, {DT_Q5_1, dot_Q5_1},
-                 {DT_Q2_K, dot_Q2_K}, {DT_Q3_K, dot_Q3_K}, {DT_Q4_K, dot_Q4_K}, {DT_Q5_K, dot_Q5_K},
-                 {DT_Q6_K, dot_Q6_K}, {DT_IQ4_NL, dot_IQ4_NL}, {DT_IQ4_XS, dot_IQ4_XS}};
-    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
-        if (!dt_is_supported(types[i].type) || dt_block_elems(types[i].type) > MAX_BLOCK) continue;
-        k->mm[types[i].type] = (cpu__mm_kern){
-            .act = CPU__ACT_F32, .dot_isa = CPU_ISA_SCALAR, .dot = types[i].dot,
-            .plain = {.isa = CPU_ISA_SCALAR, .min_rows = 1, .align = 1, .scratch = quant_scratch, .run = quant_run}};
-    }
+    float (*const dots[CPU__QUANT_N_TYPES])(const void *, const void *, int64_t) = {
+        dot_Q4_0, dot_Q4_1, dot_Q5_0, dot_Q5_1, dot_IQ4_NL, dot_Q2_K, dot_Q3_K, dot_Q4_K, dot_Q5_K, dot_Q6_K, dot_IQ4_XS};
+    for (int i = 0; i < CPU__QUANT_N_TYPES; i++)
+        k->mm[cpu__quant_types[i]] = (cpu__mm_kern){
+            .act = CPU__ACT_Q8S, .dot_isa = CPU_ISA_SCALAR, .dot = dots[i],
+            .plain = {.isa = CPU_ISA_SCALAR, .min_rows = 1, .align = 16, .scratch = ref_scratch,
+                      .run = cpu__quant_run_scalar}};
 }

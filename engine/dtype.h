@@ -212,6 +212,20 @@ static inline int dt_q3k_scale(const uint8_t *s, int j)
     return (lo | hi << 4) - 32;
 }
 
+/* Byte offsets within a block of a quantised type's f16 fields (scale d, and the min or dmin
+ * where the layout has one) into off[0..2); returns how many there are (0 for other types). */
+static inline int dt_f16_fields(int type, int off[2])
+{
+    switch (type) {
+    case DT_Q4_0: case DT_Q5_0: case DT_Q8_0: case DT_IQ4_NL: case DT_IQ4_XS: off[0] = 0; return 1;
+    case DT_Q4_1: case DT_Q5_1: case DT_Q4_K: case DT_Q5_K: off[0] = 0, off[1] = 2; return 2;
+    case DT_Q2_K: off[0] = 80, off[1] = 82; return 2;
+    case DT_Q3_K: off[0] = 108; return 1;
+    case DT_Q6_K: off[0] = 208; return 1;
+    default: return 0;
+    }
+}
+
 /* Name of a type ("F32", "Q4_K", ...), or "unknown". */
 const char *dt_name(int type);
 

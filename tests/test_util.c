@@ -63,14 +63,14 @@ void tu_random_blocks(int type, int64_t n_blocks, uint64_t *rng, void *dst)
         uint64_t r = smp_splitmix64(rng);
         for (size_t k = 0; k < 8 && i + k < bb * (size_t)n_blocks; k++) p[i + k] = (uint8_t)(r >> (8 * k));
     }
-    int off[2], n16; /* byte offsets of the block's f16 fields */
-    switch (type) {
-    case DT_Q4_1: case DT_Q5_1: case DT_Q4_K: case DT_Q5_K: off[0] = 0, off[1] = 2, n16 = 2; break;
-    case DT_Q2_K: off[0] = 80, off[1] = 82, n16 = 2; break;
-    case DT_Q3_K: off[0] = 108, n16 = 1; break;
-    case DT_Q6_K: off[0] = 208, n16 = 1; break;
-    default: off[0] = 0, n16 = 1; break; /* Q4_0, Q5_0, Q8_0, IQ4_NL, IQ4_XS: d first */
-    }
+    tu_random_block_scales(type, n_blocks, rng, dst);
+}
+
+void tu_random_block_scales(int type, int64_t n_blocks, uint64_t *rng, void *dst)
+{
+    size_t bb = dt_block_bytes(type);
+    uint8_t *p = dst;
+    int off[2], n16 = dt_f16_fields(type, off);
     for (int64_t b = 0; b < n_blocks; b++)
         for (int k = 0; k < n16; k++) {
             uint64_t r = smp_splitmix64(rng);

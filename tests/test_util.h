@@ -33,6 +33,10 @@ void tu_write_mkmodel(const mkm_params *p, const char *tag, char *path, size_t n
  * bit pattern of the other bytes is a valid block. */
 void tu_random_blocks(int type, int64_t n_blocks, uint64_t *rng, void *dst);
 
+/* Only the second step of tu_random_blocks: sets the f16 fields of n_blocks blocks at dst to
+ * random finite values and leaves every other byte as it is. */
+void tu_random_block_scales(int type, int64_t n_blocks, uint64_t *rng, void *dst);
+
 /* A configuration of the CPU backend's kernels: a SIMD level and the sub-features it uses. */
 typedef struct tu_cpu_level {
     int isa;           /* enum cpu_isa */
