@@ -5,9 +5,13 @@ set -euo pipefail
 pkgs=(build-essential pkg-config libmicrohttpd-dev libcjson-dev libuv1-dev libcriterion-dev
       libpcre2-dev libcurl4-openssl-dev clang libclang-rt-14-dev python3 python3-jsonschema gnuplot-nox
       haproxy)
+# Installed for this machine's architecture (a foreign-architecture -dev package, e.g. one
+# installed for cross-building, does not count: it replaced the native one).
+arch=$(dpkg --print-architecture)
 missing=()
 for p in "${pkgs[@]}"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+    dpkg-query -W -f='${Status} ${Architecture}\n' "$p" 2>/dev/null | grep -Eq "install ok installed ($arch|all)\$" ||
+        missing+=("$p")
 done
 [ ${#missing[@]} -eq 0 ] && exit 0
 cmd="apt-get install -y --no-install-recommends ${missing[*]}"

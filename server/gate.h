@@ -63,6 +63,7 @@ typedef struct gate_parser {
     char *body;               /* [body_cap] chunked: the decoded body so far */
     size_t body_len, body_cap;
     int want_continue;        /* chunked with Expect: 100-continue, not yet answered */
+    int method_ok;            /* the head so far: 0 nothing, 1 inside the method, 2 past it */
     int n_requests;           /* complete requests forwarded */
     /* the request being read (for the access log of a rejected one) */
     char method[16];

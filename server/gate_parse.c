@@ -229,6 +229,7 @@ static void forward_head(gate_parser *p, const gate_line *lines, int n, int with
 
 static void request_done(gate_parser *p)
 {
+    p->method_ok = 0;
     p->n_requests++;
     p->state = GATE_HEAD;
     p->head_len = 0;
@@ -291,6 +292,14 @@ static long feed_head(gate_parser *p, const char *d, size_t n)
     }
     size_t from = p->head_len > 3 ? p->head_len - 3 : 0;
     memcpy(p->head + p->head_len, d + i, take);
+    /* The method is a token: anything else there (a TLS handshake, binary junk) is refused at
+     * its first byte instead of waiting for a line end that never comes. */
+    for (size_t k = p->head_len; k < p->head_len + take && p->method_ok < 2; k++) {
+        unsigned char c = (unsigned char)p->head[k];
+        if (c == ' ' && p->method_ok == 1) p->method_ok = 2;
+        else if (is_tchar(c)) p->method_ok = 1;
+        else return fail(p, 400, "malformed request line"), -1;
+    }
     p->head_len += take;
     for (size_t k = from; k + 4 <= p->head_len; k++)
         if (!memcmp(p->head + k, "\r\n\r\n", 4)) {

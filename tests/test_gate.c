@@ -107,6 +107,7 @@ static const tg_case tg_cases[] = {
     {"http/2.0", "GET / HTTP/2.0\r\n" H11 "\r\n", 505, NULL},
     {"http/1.2", "GET / HTTP/1.2\r\n" H11 "\r\n", 505, NULL},
     {"bad version", "GET / HTTX/1.1\r\n" H11 "\r\n", 400, NULL},
+    {"tls handshake", "\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03", 400, NULL},
     {"space in target", "GET /a b HTTP/1.1\r\n" H11 "\r\n", 400, NULL},
     {"bad chunk size", "POST /x HTTP/1.1\r\n" H11 "Transfer-Encoding: chunked\r\n\r\nzz\r\n", 400, NULL},
     {"chunk longer than its size", "POST /x HTTP/1.1\r\n" H11 "Transfer-Encoding: chunked\r\n\r\n2\r\nabc\r\n0\r\n\r\n", 400, NULL},
@@ -152,6 +153,18 @@ Test(gate, chunked_limit_before_data)
     free(o.s);
     n += (size_t)snprintf(in + n, sizeof in - n, "1\r\n");
     cr_assert_eq(tg_run(in, n, 1200, 0, &o, NULL), 413);
+    free(o.s);
+}
+
+/* Junk where the method goes is refused at its first byte, without waiting for a line end. */
+Test(gate, junk_method_at_once)
+{
+    tg_out o;
+    cr_assert_eq(tg_run("\x16\x03", 2, 1000, 0, &o, NULL), 400, "a TLS record header");
+    free(o.s);
+    cr_assert_eq(tg_run("GE", 2, 1000, 0, &o, NULL), 0, "a method in progress waits");
+    free(o.s);
+    cr_assert_eq(tg_run("GE(", 3, 1000, 0, &o, NULL), 400);
     free(o.s);
 }
 

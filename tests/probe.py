@@ -1,0 +1,363 @@
+#!/usr/bin/env python3
+"""probe.py KVSERVE_BIN MODEL.gguf [--short] [--seed N] — kvserve as a hostile client sees it.
+
+Bounded and loopback only: it starts its own `kvserve serve` on a free 127.0.0.1 port and
+throws at it what broke servers before:
+
+  models      truncated and corrupted copies of MODEL, a FIFO, a directory: `kvserve info`
+              must exit 1 with one line, never crash or hang
+  json        mutated request bodies (bytes flipped, cut, invalid UTF-8, NULs, deep nesting):
+              every answer is 200 or an OpenAI error (never 5xx), valid UTF-8 JSON
+  framing     ambiguous or invalid Content-Length / Transfer-Encoding, huge heads, garbage
+              request lines: one JSON error response, then the connection closes
+  disconnect  streams cut by the client at random points, sockets reset mid-upload
+  overload    a burst beyond --max-queued-requests: 503 with Retry-After, nothing lost
+  signals     SIGTERM with streams in flight: each ends with [DONE], exit 0
+
+Afterwards the server must be idle with no leaked KV block (every used block held by the
+prefix cache alone). Exit status 0 when every probe held, 1 otherwise (each failure printed).
+--short is what `make test` runs (a few seconds); the default runs ten times as many cases.
+"""
+import json
+import os
+import re
+import random
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+FAILS = []
+
+
+def fail(what):
+    FAILS.append(what)
+    print("FAIL:", what, flush=True)
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+def exchange(port, raw, wait=5.0, shut=False):
+    """Sends raw bytes, reads until the server closes or wait passes: (bytes, closed)."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=wait)
+    out, closed = b"", False
+    try:
+        s.sendall(raw)
+        if shut:
+            s.shutdown(socket.SHUT_WR)
+        end = time.time() + wait
+        while time.time() < end:
+            s.settimeout(max(0.05, end - time.time()))
+            d = s.recv(65536)
+            if not d:
+                closed = True
+                break
+            out += d
+    except socket.timeout:
+        pass
+    except (ConnectionResetError, BrokenPipeError):
+        closed = True
+    finally:
+        s.close()
+    return out, closed
+
+
+def request(port, method, path, body=b"", headers=None, wait=30.0):
+    head = "%s %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n" % (method, path)
+    for k, v in (headers or {}).items():
+        head += "%s: %s\r\n" % (k, v)
+    if body or method == "POST":
+        head += "Content-Type: application/json\r\nContent-Length: %d\r\n" % len(body)
+    raw, _ = exchange(port, head.encode() + b"\r\n" + body, wait=wait)
+    status = int(raw[9:12]) if raw[:7] == b"HTTP/1." and len(raw) >= 12 else 0
+    hdr, _, payload = raw.partition(b"\r\n\r\n")
+    return status, hdr.decode("latin-1"), payload
+
+
+def check_error_body(what, status, payload):
+    try:
+        text = payload.decode("utf-8")
+    except UnicodeDecodeError:
+        return fail("%s: %d body is not UTF-8: %r" % (what, status, payload[:200]))
+    if status >= 500 and status not in (503, 505):
+        fail("%s: status %d: %s" % (what, status, text[:200]))
+    if status >= 400:
+        try:
+            err = json.loads(text)["error"]
+            assert isinstance(err["message"], str) and "type" in err and "code" in err and "param" in err
+        except (ValueError, KeyError, AssertionError, TypeError):
+            fail("%s: %d is not an OpenAI error: %s" % (what, status, text[:200]))
+
+
+class Server:
+    def __init__(self, binary, model, args, tmp):
+        self.port = free_port()
+        self.log = open(os.path.join(tmp, "server-%d.log" % self.port), "w+")
+        self.p = subprocess.Popen([binary, "serve", "-m", model, "--port", str(self.port), "--threads", "1"] + args,
+                                  stdout=self.log, stderr=subprocess.STDOUT)
+        end = time.time() + 20
+        while time.time() < end:
+            try:
+                if request(self.port, "GET", "/health", wait=2)[0] == 200:
+                    return
+            except OSError:
+                pass
+            if self.p.poll() is not None:
+                break
+            time.sleep(0.05)
+        raise RuntimeError("server did not start:\n" + self.tail())
+
+    def tail(self):
+        self.log.flush()
+        self.log.seek(0)
+        return self.log.read()[-3000:]
+
+    def metrics(self):
+        st, _, body = request(self.port, "GET", "/metrics")
+        vals = {}
+        for line in body.decode().splitlines():
+            if line and not line.startswith("#"):
+                name, _, v = line.rpartition(" ")
+                vals[name.split("{")[0]] = float(v)
+        return vals
+
+    def stop(self):
+        if self.p.poll() is None:
+            self.p.kill()
+            self.p.wait()
+
+
+def probe_models(binary, model, n, rng, tmp):
+    data = open(model, "rb").read()
+    cases = []
+    for i in range(n):
+        b = bytearray(data[: rng.randrange(0, min(len(data), 20000))] if i % 2 else data)
+        for _ in range(rng.randrange(1, 8)):  # flip bytes where the header and tables live
+            if b:
+                b[rng.randrange(0, min(len(b), 16384))] = rng.randrange(256)
+        p = os.path.join(tmp, "broken%d.gguf" % i)
+        open(p, "wb").write(b)
+        cases.append(p)
+    fifo = os.path.join(tmp, "fifo.gguf")
+    os.mkfifo(fifo)
+    cases += [fifo, tmp]
+    for p in cases:
+        try:
+            r = subprocess.run([binary, "info", "-m", p], capture_output=True, timeout=20)
+        except subprocess.TimeoutExpired:
+            fail("models: kvserve info -m %s hangs" % p)
+            continue
+        if r.returncode < 0:
+            fail("models: kvserve info -m %s died of signal %d" % (p, -r.returncode))
+        elif r.returncode not in (0, 1):
+            fail("models: kvserve info -m %s exit %d" % (p, r.returncode))
+        elif r.returncode == 1 and len(r.stderr.decode(errors="replace").strip().splitlines()) != 1:
+            fail("models: %s: want one line, got %r" % (p, r.stderr[:300]))
+    return len(cases)
+
+
+def mutate(rng, body):
+    b = bytearray(body)
+    op = rng.randrange(7)
+    if op == 0 and b:
+        del b[rng.randrange(len(b)):]
+    elif op == 1:
+        for _ in range(rng.randrange(1, 6)):
+            if b:
+                b[rng.randrange(len(b))] = rng.randrange(256)
+    elif op == 2:
+        b = b.replace(b'"Once', b'"\xff\xfe', 1)
+    elif op == 3:
+        b = b.replace(b'"Once', b'"On\\u0000ce', 1)
+    elif op == 4:
+        b = b"[" * 5000 + b"]" * 5000
+    elif op == 5:
+        b = b.replace(b"16", b"-1" if rng.random() < 0.5 else b"1e999", 1)
+    else:
+        b = b.replace(b'"prompt"', b'"prompt":{"a":[1,{"b":null}]},"x"', 1)
+    return bytes(b)
+
+
+def probe_json(port, n, rng):
+    bases = [b'{"prompt":"Once upon a time","max_tokens":16,"temperature":0}',
+             b'{"messages":[{"role":"user","content":"Once upon a time"}],"max_tokens":16}',
+             b'{"prompt":[1,403,407],"max_tokens":16,"echo":true,"logprobs":2,"stop":["a","b"]}']
+    for i in range(n):
+        path = "/v1/chat/completions" if i % 3 == 1 else ("/tokenize" if i % 7 == 0 else "/v1/completions")
+        body = mutate(rng, bases[i % 3])
+        st, _, payload = request(port, "POST", path, body)
+        if st == 0:
+            fail("json: no answer to %r" % body[:120])
+        else:
+            check_error_body("json %r" % body[:60], st, payload)
+    return n
+
+
+FRAMING = [
+    b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: -5\r\n\r\nabc",
+    b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999999999999999999\r\n\r\n",
+    b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+    b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\nabcd",
+    b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: identity\r\n\r\n",
+    b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+    b"GET /health HTTP/1.1\r\nHost: x\r\nX: " + b"a" * 20000 + b"\r\n\r\n",
+    b"GET /health HTTP/1.1\r\nHost: x\r\n folded\r\n\r\n",
+    b"GET /health\r\n\r\n",
+    b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + b"\x00" * 64,  # a TLS ClientHello
+    b"GET / HTTP/3.0\r\nHost: x\r\n\r\n",
+]
+
+
+def probe_framing(port, n, rng):
+    for i in range(n):
+        raw = FRAMING[i % len(FRAMING)]
+        if i >= len(FRAMING):  # the same with random splits of the first line
+            raw = raw[: rng.randrange(1, len(raw))] + raw[rng.randrange(0, 1):]
+        out, closed = exchange(port, raw, wait=3)
+        lines = len(re.findall(rb"HTTP/1\.[01] \d\d\d ", out))
+        if lines > 1 or not closed:
+            fail("framing %r: %d status lines, closed %s" % (raw[:50], lines, closed))
+        if out:
+            st = int(out[9:12]) if out[:7] == b"HTTP/1." else 0
+            hdr, _, payload = out.partition(b"\r\n\r\n")
+            if b"application/json" not in hdr:
+                fail("framing %r: not JSON: %r" % (raw[:50], out[:200]))
+            check_error_body("framing %r" % raw[:40], st, payload)
+    return n
+
+
+def probe_disconnect(port, n, rng):
+    body = b'{"prompt":"Once upon a time","max_tokens":300,"ignore_eos":true,"stream":true,"n":2}'
+    head = b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body)
+    def one(i):
+        s = socket.create_connection(("127.0.0.1", port), timeout=10)
+        try:
+            if i % 4 == 0:  # reset in the middle of the upload
+                s.sendall(head + body[: len(body) // 2])
+            else:
+                s.sendall(head + body)
+                got, want = 0, rng.randrange(1, 4000)
+                while got < want:
+                    d = s.recv(min(4096, want - got))
+                    if not d:
+                        break
+                    got += len(d)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+        except OSError:
+            pass
+        finally:
+            s.close()
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    return n
+
+
+def probe_overload(port, n):
+    body = b'{"prompt":"Once upon a time","max_tokens":400,"ignore_eos":true}'
+    results = []
+    def one():
+        results.append(request(port, "POST", "/v1/completions", body, wait=60))
+    threads = [threading.Thread(target=one) for _ in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(90)
+    ok = sum(1 for st, _, _ in results if st == 200)
+    busy = sum(1 for st, h, _ in results if st == 503)
+    for st, h, p in results:
+        if st == 503 and "Retry-After" not in h:
+            fail("overload: 503 without Retry-After")
+        if st not in (200, 503):
+            fail("overload: status %d %r" % (st, p[:200]))
+    if len(results) != n:
+        fail("overload: %d of %d requests answered" % (len(results), n))
+    return ok, busy
+
+
+def wait_idle(srv):
+    end, m = time.time() + 15, {}
+    while time.time() < end:
+        m = srv.metrics()
+        if (m.get("vllm:num_requests_running") == 0 and m.get("vllm:num_requests_waiting") == 0
+                and m.get("kvserve_kv_blocks_used") == m.get("kvserve_kv_blocks_cached")):
+            return
+        time.sleep(0.05)
+    fail("not idle afterwards (a leaked request or KV block): %s" % {k: v for k, v in m.items() if "num_requests" in k or "blocks" in k})
+
+
+def probe_signals(binary, model, n, tmp):
+    srv = Server(binary, model, ["--drain-timeout", "20"], tmp)
+    body = b'{"prompt":"Once upon a time","max_tokens":400,"ignore_eos":true,"stream":true,"n":2}'
+    outs = []
+    def one():
+        outs.append(request(srv.port, "POST", "/v1/completions", body, wait=30)[2])
+    threads = [threading.Thread(target=one) for _ in range(n)]
+    for t in threads:
+        t.start()
+    time.sleep(0.05)
+    srv.p.send_signal(signal.SIGTERM)
+    for t in threads:
+        t.join(40)
+    try:
+        rc = srv.p.wait(20)
+    except subprocess.TimeoutExpired:
+        rc = None
+        fail("signals: still running 20 s after SIGTERM")
+    if rc not in (0, None):
+        fail("signals: exit status %s after the drain:\n%s" % (rc, srv.tail()))
+    lost = sum(1 for o in outs if b"data: [DONE]" not in o and b'"error"' not in o and not o.startswith(b"{\"error\""))
+    # a stream either ran to [DONE] or (sent after the signal) was refused with 503 JSON
+    if lost:
+        fail("signals: %d of %d streams ended without [DONE] or an error" % (lost, len(outs)))
+    srv.stop()
+    return len(outs)
+
+
+def main():
+    if len(sys.argv) < 3:
+        print(__doc__)
+        return 2
+    binary, model = sys.argv[1], sys.argv[2]
+    short = "--short" in sys.argv
+    seed = int(sys.argv[sys.argv.index("--seed") + 1]) if "--seed" in sys.argv else 20261201
+    k = 1 if short else 10
+    rng = random.Random(seed)
+    print("probe: seed %d%s" % (seed, ", short" if short else ""), flush=True)
+    t0 = time.time()
+    with tempfile.TemporaryDirectory(prefix="kvserve-probe-") as tmp:
+        print("models: %d broken files" % probe_models(binary, model, 6 * k, rng, tmp), flush=True)
+        srv = Server(binary, model, ["--max-body", "64KiB", "--max-queued-requests", "4", "--max-seqs", "2", "--kv-memory", "8MiB"], tmp)
+        try:
+            print("json: %d mutated bodies" % probe_json(srv.port, 40 * k, rng), flush=True)
+            print("framing: %d abusive requests" % probe_framing(srv.port, len(FRAMING) * k + 4, rng), flush=True)
+            print("disconnect: %d streams cut" % probe_disconnect(srv.port, 12 * k, rng), flush=True)
+            ok, busy = probe_overload(srv.port, 12 * k)
+            if not busy:
+                fail("overload: nothing was refused (the queue limit did not act)")
+            print("overload: %d served, %d refused with 503" % (ok, busy), flush=True)
+            wait_idle(srv)
+            if request(srv.port, "GET", "/health")[0] != 200:
+                fail("the server is not healthy after the probes")
+            if srv.p.poll() is not None:
+                fail("the server died:\n" + srv.tail())
+        finally:
+            srv.stop()
+        print("signals: %d streams through a drain" % probe_signals(binary, model, 3 * k, tmp), flush=True)
+    print("probe: %s in %.1f s" % ("ok" if not FAILS else "%d failure(s)" % len(FAILS), time.time() - t0))
+    return 1 if FAILS else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
