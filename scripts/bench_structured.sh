@@ -2,9 +2,9 @@
 # bench_structured.sh — the cost of structured outputs: decode throughput under a JSON schema
 # against unconstrained decoding, at 1 and 16 sequences, on the TinyLlama-110M-shaped Q8_0 model
 # (the shape of scripts/bench_generate.sh), plus the schema's compile time and the mask time per
-# token. Numbers only, never a gate.
+# token (bench/bench_grammar, CPU time). Numbers only, never a gate.
 #
-#   scripts/bench_structured.sh [KVSERVE_BIN]
+#   scripts/bench_structured.sh [KVSERVE_BIN]      PARTS="kvserve llama.cpp" (default: both)
 #
 # The schema (written to $DIR/bench_schema.json) has 10 properties: integer and number ranges,
 # bounded strings, an email and a date format, an enum, an array of strings, a nested object
@@ -68,6 +68,17 @@ cpu_of() { # command... -> prints user+sys seconds of the command on fd 3
     local TIMEFORMAT='%U %S'
     { time "$@" >"$out" 2>/dev/null; } 2>&1 | awk '{ print $1 + $2 }'
 }
+# Per-token costs in CPU time of one thread (bench/bench_grammar): robust to a shared machine.
+GBENCH=$(dirname "$BIN")/bench/bench_grammar
+if [ -x "$GBENCH" ]; then
+    echo
+    "$GBENCH" "$MODEL" "$SCHEMA" | sed '$d'
+else
+    echo "($GBENCH not built: 'make bench-progs' builds it)" >&2
+fi
+
+PARTS=${PARTS:-kvserve llama.cpp}
+if [[ " $PARTS " == *" kvserve "* ]]; then
 echo
 echo "| sequences | unconstrained tok/s | with the schema tok/s | ratio | CPU s / 1k tokens, unconstrained | with the schema | CPU ratio | mask µs per token | compile ms (CPU) |"
 echo "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
@@ -94,8 +105,10 @@ for seqs in 1 16; do
         "$(awk -v a="$c" -v b="$p" 'BEGIN { print a / b }')" "$cp" "$cc" "$(awk -v a="$cp" -v b="$cc" 'BEGIN { print a / b }')" \
         "$(median3 "${mask[@]}")" "$(median3 "${comp[@]}")"
 done
+fi
 
 # ---- llama.cpp for reference (same model, same schema, llama-server's own timings) ----------
+[[ " $PARTS " == *" llama.cpp "* ]] || exit 0
 if [ ! -x "$LLAMA_RUN" ]; then
     echo "(llama.cpp anchor not found at $LLAMA_RUN: no side-by-side figures)" >&2
     exit 0
@@ -105,7 +118,17 @@ port=$((20000 + RANDOM % 20000))
     --no-ui >"$out.llama" 2>&1 &
 lpid=$!
 trap 'kill $lpid 2>/dev/null; rm -f "$out" "$out.llama"' EXIT
-for _ in $(seq 1 120); do curl -sf "http://127.0.0.1:$port/health" >/dev/null && break; sleep 0.5; done
+up=0
+for _ in $(seq 1 120); do
+    curl -sf "http://127.0.0.1:$port/health" >/dev/null && { up=1; break; }
+    kill -0 $lpid 2>/dev/null || break
+    sleep 0.5
+done
+if [ $up = 0 ]; then
+    echo "(llama-server did not start: no side-by-side figures)" >&2
+    tail -n 3 "$out.llama" >&2
+    exit 0
+fi
 python3 - "$port" "$SCHEMA" "$OUT_LEN" <<'EOF'
 import json, statistics, sys, threading, time, urllib.request
 port, schema, n = int(sys.argv[1]), json.load(open(sys.argv[2])), int(sys.argv[3])
@@ -119,7 +142,8 @@ def run(seqs, constrained):
     body = {"prompt": "Once upon a time", "n_predict": n, "temperature": 0, "ignore_eos": True, "cache_prompt": False}
     if constrained: body["json_schema"] = schema
     else: body["logit_bias"] = bias
-    res, th = [], [threading.Thread(target=one, args=(body, res)) for _ in range(seqs)]
+    res = []
+    th = [threading.Thread(target=one, args=(body, res)) for _ in range(seqs)]
     t0 = time.time()
     for t in th: t.start()
     for t in th: t.join()
