@@ -363,7 +363,7 @@ static int nfa_build(cc *c, gr_nfa *f, int64_t deadline, gr_error *err)
         f->accept[r] = t;
         if (nbuild(&b, c->R->rules[c->order[r]].body, s, t)) return -EINVAL;
     }
-    qsort(f->e, (size_t)f->n_e, sizeof *f->e, edge_cmp);
+    if (f->n_e > 1) qsort(f->e, (size_t)f->n_e, sizeof *f->e, edge_cmp);
     f->off = calloc((size_t)f->n_states + 1, sizeof *f->off);
     if (!f->off) return gr__fail(err, -1, "out of memory"), -ENOMEM;
     for (int i = 0; i < f->n_e; i++) f->off[f->e[i].from + 1]++;

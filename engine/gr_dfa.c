@@ -209,7 +209,7 @@ static int expand(db *d, int32_t id, xscr *x)
                 }
             }
         }
-        qsort(x->moves, (size_t)nm, sizeof *x->moves, mv_cmp);
+        if (nm > 1) qsort(x->moves, (size_t)nm, sizeof *x->moves, mv_cmp);
         int n_prev = -1;
         int32_t prev_t = -1;
         for (int i = 0; i < nm;) {
@@ -537,7 +537,7 @@ int gr__dfa_build(const gr_nfa *f, int64_t deadline_ms, gr_grammar *g, gr_error 
         goto out;
     }
     prune(&d, prod, prod_rule);
-    qsort(d.calls, (size_t)d.n_calls, sizeof *d.calls, dcall_cmp);
+    if (d.n_calls > 1) qsort(d.calls, (size_t)d.n_calls, sizeof *d.calls, dcall_cmp);
     if (!(coff = calloc((size_t)d.n + 1, sizeof *coff))) {
         rc = oom(&d);
         goto out;

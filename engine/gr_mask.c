@@ -138,7 +138,7 @@ gr_vocab *gr_vocab_create_raw(int n_vocab, const char *const *bytes, const int *
         t[n++] = (vtok){v->tok_bytes[i], lens[i], i};
         total += lens[i];
     }
-    qsort(t, (size_t)n, sizeof *t, vtok_cmp);
+    if (n > 1) qsort(t, (size_t)n, sizeof *t, vtok_cmp);
     if (build_trie(v, t, n, total)) goto fail;
     free(t);
     return v;

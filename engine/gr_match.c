@@ -314,7 +314,7 @@ gr_matcher *gr_matcher_clone(const gr_matcher *m)
     c->gc_at = m->gc_at;
     if (gr__stacks_copy(&c->st, &m->st)) goto fail;
     if (gr__visit_init(&c->vis, 64) || gr__pairs_reserve(&c->cur, m->cur.n + 1)) goto fail;
-    memcpy(c->cur.v, m->cur.v, sizeof *c->cur.v * (size_t)m->cur.n);
+    if (m->cur.n) memcpy(c->cur.v, m->cur.v, sizeof *c->cur.v * (size_t)m->cur.n);
     c->cur.n = m->cur.n;
     c->g = gr_ref(m->g);
     return c;
@@ -370,7 +370,7 @@ int gr_matcher_accept_bytes(gr_matcher *m, const char *s, size_t n)
     if (n == 0) return 0;
     gr_pairs a = {0}, b = {0};
     if (gr__pairs_reserve(&a, m->cur.n + 1)) return -ENOMEM;
-    memcpy(a.v, m->cur.v, sizeof *a.v * (size_t)m->cur.n);
+    if (m->cur.n) memcpy(a.v, m->cur.v, sizeof *a.v * (size_t)m->cur.n);
     a.n = m->cur.n;
     int rc = 0, flags = 0;
     for (size_t i = 0; i < n; i++) {

@@ -222,7 +222,7 @@ static int range_cmp(const void *a, const void *b)
 /* Sorts and merges ranges[0..*n) in place (optionally complementing over all code points). */
 static void normalize(gr_range *v, int *n, int negate, gr_range *out, int *n_out)
 {
-    qsort(v, (size_t)*n, sizeof *v, range_cmp);
+    if (*n > 1) qsort(v, (size_t)*n, sizeof *v, range_cmp);
     int m = 0;
     for (int i = 0; i < *n; i++) {
         if (m && v[i].lo <= v[m - 1].hi + 1) {
@@ -233,7 +233,7 @@ static void normalize(gr_range *v, int *n, int negate, gr_range *out, int *n_out
     }
     *n = m;
     if (!negate) {
-        memcpy(out, v, (size_t)m * sizeof *v);
+        if (m) memcpy(out, v, (size_t)m * sizeof *v);
         *n_out = m;
         return;
     }

@@ -55,7 +55,7 @@ static int rcmp(const void *x, const void *y)
 
 static void cs_norm(cset *s)
 {
-    qsort(s->r, (size_t)s->n, sizeof *s->r, rcmp);
+    if (s->n > 1) qsort(s->r, (size_t)s->n, sizeof *s->r, rcmp);
     int m = 0;
     for (int i = 0; i < s->n; i++) {
         if (m && s->r[i].lo <= s->r[m - 1].hi + 1) {
