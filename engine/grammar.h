@@ -29,8 +29,10 @@
  * GBNF rules in one text. server/oai_schema.h turns a JSON Schema into GBNF rules under a name
  * prefix, so a caller can write
  *     root ::= "<tool_call>{\"name\": \"get_weather\", \"arguments\": " args-root "}</tool_call>"
- * append oai_schema_gbnf(schema, "args-") and compile the whole text with gr_compile_gbnf.
- * gr_regex_to_gbnf and gr_gbnf_literal produce GBNF expressions for regexes and literal text.
+ * append oai_schema_gbnf(schema, "args-") and compile the whole text with gr_compile_gbnf (in
+ * server/, oai__grammar_gbnf does it through the server's grammar cache and turns errors into
+ * 400s); the engine constrains a request given engine_request.grammar. gr_regex_to_gbnf and
+ * gr_gbnf_literal produce GBNF expressions for regexes and literal text, and gr_buf builds text.
  *
  * Limits: text nesting, rule count, repetition bounds, automaton states, table memory and
  * compile time are bounded (a clear error past them); at run time the stack depth and the

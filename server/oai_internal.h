@@ -53,6 +53,12 @@ cJSON *oai__token_string(const oai_resp *r, int32_t id);
  * request. 0 or -EINVAL with e filled (400 naming the field, the position and the reason). */
 int oai__parse_structured(const cJSON *root, const oai_limits *lim, oai_request *r, oai_error *e);
 
+/* Compiles GBNF text (start rule root) through lim->grammars (when set), for constraints the
+ * server builds itself (a forced tool call: literal text around oai_schema_gbnf rules). Returns a
+ * reference the caller owns, or NULL with e filled: 400 invalid_value naming param, with the
+ * line, column and reason. */
+gr_grammar *oai__grammar_gbnf(const oai_limits *lim, const char *text, const char *param, oai_error *e);
+
 /* A bound of a numeric range: set = 0 for none; excl = 1 for an exclusive one. */
 typedef struct oai_bound {
     int set;

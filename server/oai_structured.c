@@ -173,6 +173,32 @@ static gr_grammar *compile_schema(const cJSON *schema, const so_src *s, oai_erro
     return g;
 }
 
+static gr_grammar *compile_gbnf(const char *text, const char *param, oai_error *e)
+{
+    gr_error ge;
+    char where[320];
+    gr_grammar *g = gr_compile_gbnf(text, strlen(text), "root", &ge);
+    if (!g) {
+        if (ge.line) snprintf(where, sizeof where, "at line %d, column %d: %.200s", ge.line, ge.col, ge.msg);
+        else snprintf(where, sizeof where, "%.200s", ge.msg);
+        bad(e, param, "Invalid grammar in '%s' %s", where);
+    }
+    return g;
+}
+
+gr_grammar *oai__grammar_gbnf(const oai_limits *lim, const char *text, const char *param, oai_error *e)
+{
+    size_t tl = strlen(text);
+    char *key = malloc(tl + 2);
+    if (!key) return oai__oom(e), NULL;
+    key[0] = SO_GRAMMAR;
+    memcpy(key + 1, text, tl + 1);
+    gr_grammar *g = lim->grammars ? gr_cache_get(lim->grammars, key, tl + 1) : NULL;
+    if (!g && (g = compile_gbnf(text, param, e)) && lim->grammars) gr_cache_put(lim->grammars, key, tl + 1, g);
+    free(key);
+    return g;
+}
+
 static gr_grammar *compile_source(const so_src *s, const cJSON *any_object, oai_error *e)
 {
     gr_error ge;
@@ -188,14 +214,7 @@ static gr_grammar *compile_source(const so_src *s, const cJSON *any_object, oai_
             bad(e, s->param, "Invalid regex in '%s' %s", where);
         }
         return g;
-    case SO_GRAMMAR:
-        g = gr_compile_gbnf(s->v->valuestring, strlen(s->v->valuestring), "root", &ge);
-        if (!g) {
-            if (ge.line) snprintf(where, sizeof where, "at line %d, column %d: %.200s", ge.line, ge.col, ge.msg);
-            else snprintf(where, sizeof where, "%.200s", ge.msg);
-            bad(e, s->param, "Invalid grammar in '%s' %s", where);
-        }
-        return g;
+    case SO_GRAMMAR: return compile_gbnf(s->v->valuestring, s->param, e);
     default: {
         int n = cJSON_GetArraySize(s->v);
         const char **ch = malloc(sizeof *ch * (size_t)n);

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "engine/chat.h"
+#include "server/oai_internal.h"
 #include "server/openai.h"
 #include "tests/engine_harness.h"
 #include "tests/grammar_harness.h"
@@ -117,6 +118,25 @@ Test(oai_structured, cache_returns_the_compiled_grammar)
     gr_cache_stats(c, &n, &lookups, &hits);
     cr_assert_eq(lookups, 3);
     cr_assert_eq(hits, 1);
+    gr_cache_destroy(c);
+}
+
+/* The hook for grammars the server builds itself: cached by text, errors as 400s. */
+Test(oai_structured, server_built_grammar_through_the_cache)
+{
+    gr_cache *c = gr_cache_create(4, 0);
+    oai_limits lim = {"m", 512, c};
+    oai_error e;
+    const char *text = "root ::= \"<tool_call>\" [a-z]+ \"</tool_call>\"";
+    gr_grammar *a = oai__grammar_gbnf(&lim, text, "tool_choice", &e), *b = oai__grammar_gbnf(&lim, text, "tool_choice", &e);
+    cr_assert_not_null(a);
+    cr_assert_eq(a, b, "the second compile is a cache hit");
+    gr_unref(a);
+    gr_unref(b);
+    cr_assert_null(oai__grammar_gbnf(&lim, "root ::= x", "tool_choice", &e));
+    cr_assert_eq(e.status, 400);
+    cr_assert_str_eq(e.param, "tool_choice");
+    cr_assert(strstr(e.message, "line 1, column 10: undefined rule 'x'") != NULL, "%s", e.message);
     gr_cache_destroy(c);
 }
 
