@@ -32,10 +32,11 @@ int tc__tb_add(tbuf *b, const char *s, size_t n)
 
 void tc__tb_drop(tbuf *b, size_t k)
 {
+    if (!b->s) return;
     if (k > b->n) k = b->n;
     memmove(b->s, b->s + k, b->n - k);
     b->n -= k;
-    if (b->s) b->s[b->n] = 0;
+    b->s[b->n] = 0;
 }
 
 /* ---- JSON scanning ------------------------------------------------------------------------ */
@@ -259,5 +260,5 @@ void tc__json_value_of(tbuf *b, const char *v, size_t n)
 
 const char *tc__find(const char *s, size_t n, const char *needle)
 {
-    return memmem(s, n, needle, strlen(needle));
+    return s && n ? memmem(s, n, needle, strlen(needle)) : NULL;
 }
