@@ -289,27 +289,9 @@ int oai__chat_grammar(const oai_limits *lim, oai_request *r, oai_error *e)
     char *text;
     int rc = choice_gbnf(ch, &text, e);
     if (rc) return rc;
-    size_t len = strlen(text);
-    char *key = malloc(len + 2);
-    if (!key) {
-        free(text);
-        return oai__oom(e);
-    }
-    key[0] = 'T'; /* the cache key: tool-choice grammars apart from the other kinds */
-    memcpy(key + 1, text, len + 1);
-    gr_grammar *g = lim && lim->grammars ? gr_cache_get(lim->grammars, key, len + 1) : NULL;
-    if (!g) {
-        gr_error ge;
-        g = gr_compile_gbnf(text, len, "root", &ge);
-        if (!g)
-            rc = oai_fail(e, 400, ERR_INVALID, "invalid_value", "tools",
-                          "the tools' parameters cannot constrain a tool call: %s", ge.msg);
-        else if (lim && lim->grammars)
-            gr_cache_put(lim->grammars, key, len + 1, g);
-    }
-    free(key);
+    gr_grammar *g = oai__grammar_gbnf(lim, text, "tools", e);
     free(text);
-    if (rc) return rc;
+    if (!g) return -EINVAL;
     r->grammar = g;
     ch->constrained = 1;
     return 0;
