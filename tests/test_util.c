@@ -2,6 +2,7 @@
  * test_util.c — helpers shared by the test files (see test_util.h).
  */
 #include <criterion/criterion.h>
+#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,6 +43,25 @@ char *tu_read_file(const char *path, size_t *len)
     buf[n] = 0;
     if (len) *len = (size_t)n;
     return buf;
+}
+
+void tu_mkdtemp(const char *tag, char *path, size_t n)
+{
+    const char *dir = getenv("TMPDIR");
+    snprintf(path, n, "%s/kvserve-%s-XXXXXX", dir && *dir ? dir : "/tmp", tag);
+    cr_assert_not_null(mkdtemp(path), "mkdtemp %s", path);
+}
+
+static int tu__rm_one(const char *p, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st, (void)flag, (void)ftw;
+    remove(p);
+    return 0;
+}
+
+void tu_rm_rf(const char *path)
+{
+    nftw(path, tu__rm_one, 16, FTW_DEPTH | FTW_PHYS);
 }
 
 void tu_write_mkmodel(const mkm_params *p, const char *tag, char *path, size_t n)

@@ -23,6 +23,13 @@ const char *tu_shared_dir(void);
  * length in *len when len is not NULL. NULL when the file cannot be opened or read. */
 char *tu_read_file(const char *path, size_t *len);
 
+/* Makes a new empty folder $TMPDIR/kvserve-TAG-XXXXXX (/tmp when TMPDIR is unset) and puts its
+ * path in path[0 .. n). Fails the calling test on any error. */
+void tu_mkdtemp(const char *tag, char *path, size_t n);
+
+/* Removes path and everything below it (files, folders; links are not followed). */
+void tu_rm_rf(const char *path);
+
 /* Writes the model p describes (mkm_write) to a new file $TMPDIR/kvserve-TAG-XXXXXX (/tmp when
  * TMPDIR is unset) and puts its path in path[0 .. n). Fails the calling test on any error. */
 void tu_write_mkmodel(const mkm_params *p, const char *tag, char *path, size_t n);

@@ -1,0 +1,69 @@
+/*
+ * tier_internal.h — what cache/tier.c (index, levels, I/O thread) and cache/tier_disk.c (the
+ * block files) share. Nothing outside cache/tier*.c includes it.
+ *
+ * A block file, little-endian, TIER__HDR_FIXED + 4 × block_size + 8 header bytes then the block:
+ *
+ *   0  magic "KVSTIER1"        8    48 parent key            16
+ *   8  format version (u32)    4    64 block_size (u32)       4
+ *  12  header bytes (u32)      4    68 reserved, 0 (u32)      4
+ *  16  fingerprint            16    72 block bytes (u64)      8
+ *  32  key                    16    80 block checksum (u64)   8
+ *  88  tokens [block_size] (i32), then the header's own checksum (u64) over bytes 0 .. 88 + 4 × bs
+ *
+ * A file is used only when its size is exactly header + block bytes, both checksums match and
+ * its fingerprint, key and block size are the ones asked for.
+ */
+#ifndef KVSERVE_TIER_INTERNAL_H
+#define KVSERVE_TIER_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cache/hash.h"
+
+#define TIER__MAGIC "KVSTIER1"
+#define TIER__VERSION 1u
+#define TIER__HDR_FIXED 88
+
+/* Bytes of a file's header for blocks of bs tokens. */
+static inline size_t tier__hdr_bytes(int bs)
+{
+    return TIER__HDR_FIXED + 4u * (size_t)bs + 8u;
+}
+
+/* What a file says about its block. */
+typedef struct tier__meta {
+    hash_key fp, key, parent;
+    int block_size;
+    const int32_t *tokens; /* [block_size] */
+} tier__meta;
+
+/* Creates (when missing) <dir>/kvserve-<fp hex>/ and its 256 subfolders and takes an exclusive
+ * lock on its lock file. *root gets the folder's path (malloc'd), *lock_fd the lock's
+ * descriptor. 0, or a negative errno with a one-line message in err. */
+int tier__disk_open(const char *dir, hash_key fp, char **root, int *lock_fd, char *err, size_t err_len);
+
+/* Writes m and the block's n bytes to <key>.tmp, then renames it to <key>.kvb: a reader never
+ * sees a partial file. 0 or a negative errno (the temporary file removed). */
+int tier__disk_write(const char *root, const tier__meta *m, const void *block, size_t n);
+
+/* Reads key's file into block[n] and checks it against m (fingerprint, key, block size; the
+ * parent and tokens are not compared). 0, -ENOENT (no file), -EBADMSG (truncated, corrupt or
+ * not this block's: the caller deletes it), or another negative errno (an I/O error). Marks the
+ * file as used now (its modification time orders the LRU across restarts). */
+int tier__disk_read(const char *root, const tier__meta *m, void *block, size_t n);
+
+/* Removes key's file (absent is fine). 0 or a negative errno. */
+int tier__disk_unlink(const char *root, hash_key key);
+
+/* Visits the folder: calls found(ud, key, mtime) for each block file of exactly file_bytes
+ * bytes, deletes leftover .tmp files and block files of any other size, and counts those in
+ * *n_ignored. 0 or a negative errno. */
+int tier__disk_scan(const char *root, size_t file_bytes, void (*found)(void *ud, hash_key key, int64_t mtime_ns),
+                    void *ud, int64_t *n_ignored);
+
+/* Free bytes of the file system holding root, for an unprivileged writer. 0 or a negative errno. */
+int tier__disk_free(const char *root, uint64_t *free_bytes);
+
+#endif
