@@ -29,6 +29,16 @@
  * holds them) go back to the pool, least recently used leaf first; a leaf whose edge empties is
  * removed and its parent may become a leaf in turn.
  *
+ * With a second tier (rdx_set_tier) each node also keeps its blocks' keys, and n_res counts its
+ * leading resident blocks: the rest of its edge is tiered (RDX_TIERED), and so is everything
+ * below a node that has a tiered block. Eviction then works on the last resident blocks of paths
+ * (a "leaf" is a node none of whose children has a resident block): each one is offered to the
+ * tier, and stays, tiered, when the tier keeps it; one the tier does not keep is dropped with
+ * the tiered blocks after it. Invariants added: blocks[i] ≥ 0 iff i < n_res; a node with a
+ * tiered block has children with no resident block; keys[i] = hash_key_next(key before it,
+ * tokens of block i), the key before a node's first block being its parent's last key (the
+ * tier's root key under the root); n_tiered counts the tiered blocks.
+ *
  * Costs, for L tokens, F children per node, N nodes: match and insert walk O(L) tokens plus a
  * binary search of O(log F) block comparisons per node on the path (a comparison usually stops
  * at the first token); evict is O(N + k log N) for k leaves touched (it heapifies the current
@@ -56,7 +66,9 @@ struct rdx_node {
     int n_blocks;         /* edge length in blocks; 0 only for the root */
     int cap_blocks;       /* blocks that tokens and blocks have room for */
     int32_t *tokens;      /* [n_blocks × block_size] token ids of the edge */
-    int32_t *blocks;      /* [n_blocks] block ids holding those tokens' K/V */
+    int32_t *blocks;      /* [n_blocks] block ids holding those tokens' K/V (RDX_TIERED past n_res) */
+    hash_key *keys;       /* [n_blocks] the blocks' keys, with a tier; NULL without one */
+    int n_res;            /* leading resident blocks (= n_blocks without a tier) */
     uint64_t last_access; /* logical time of the last match or insert whose path covered it */
     uint64_t serial;      /* creation order; a deterministic tie-break for LRU */
     int mark;             /* scratch flag of rdx_n_evictable's traversal */
@@ -67,7 +79,10 @@ struct rdx_tree {
     int block_size;       /* tokens per block */
     rdx_node *root;
     int n_nodes;          /* nodes below the root */
-    int n_blocks;         /* blocks indexed (= references the tree holds) */
+    int n_blocks;         /* resident blocks indexed (= references the tree holds) */
+    int n_tiered;         /* blocks marked tiered */
+    int has_tier;         /* 1 after rdx_set_tier */
+    rdx_tier tier;
     uint64_t clock;       /* logical time, +1 per match and insert */
     uint64_t next_serial; /* serial of the next node created */
     rdx_node **scratch;   /* [scratch_cap ≥ n_nodes + 1]: traversal list and eviction heap */
@@ -104,6 +119,7 @@ static void rdx__node_free(rdx_node *x)
     free(x->children);
     free(x->tokens);
     free(x->blocks);
+    free(x->keys);
     free(x);
 }
 
@@ -116,12 +132,13 @@ static rdx_node *rdx__node_new(rdx_tree *t, int n_blocks, int cap_children)
     x->tokens = malloc(nb * (size_t)t->block_size * sizeof *x->tokens);
     x->blocks = malloc(nb * sizeof *x->blocks);
     x->children = cap_children > 0 ? malloc((size_t)cap_children * sizeof *x->children) : NULL;
-    if (!x->tokens || !x->blocks || (cap_children > 0 && !x->children)) {
+    if (t->has_tier) x->keys = malloc(nb * sizeof *x->keys);
+    if (!x->tokens || !x->blocks || (cap_children > 0 && !x->children) || (t->has_tier && !x->keys)) {
         rdx__node_free(x);
         return NULL;
     }
     x->cap_children = cap_children;
-    x->n_blocks = n_blocks;
+    x->n_blocks = x->n_res = n_blocks;
     x->cap_blocks = (int)nb;
     x->serial = t->next_serial++;
     return x;
@@ -151,6 +168,11 @@ static int rdx__reserve_blocks(rdx_tree *t, rdx_node *x, int n)
     int32_t *blk = realloc(x->blocks, (size_t)cap * sizeof *blk);
     if (!blk) return -ENOMEM;
     x->blocks = blk;
+    if (t->has_tier) {
+        hash_key *k = realloc(x->keys, (size_t)cap * sizeof *k);
+        if (!k) return -ENOMEM;
+        x->keys = k;
+    }
     x->cap_blocks = cap;
     return 0;
 }
@@ -226,7 +248,7 @@ void rdx_destroy(rdx_tree *t)
     int n = rdx__list_nodes(t);
     for (int i = 0; i < n; i++) {
         rdx_node *x = t->scratch[i];
-        for (int b = 0; b < x->n_blocks; b++) bp_unref(t->bp, x->blocks[b]);
+        for (int b = 0; b < x->n_res; b++) bp_unref(t->bp, x->blocks[b]);
         rdx__node_free(x);
     }
     free(t->scratch);
@@ -270,12 +292,16 @@ static rdx_node *rdx__split(rdx_tree *t, rdx_node *x, int j, rdx_node *mid)
     assert(i >= 0 && p->children[i] == x);
     memcpy(mid->tokens, x->tokens, (size_t)j * bs * sizeof *mid->tokens);
     memcpy(mid->blocks, x->blocks, (size_t)j * sizeof *mid->blocks);
+    if (t->has_tier) memcpy(mid->keys, x->keys, (size_t)j * sizeof *mid->keys);
+    mid->n_res = x->n_res < j ? x->n_res : j;
+    x->n_res = x->n_res > j ? x->n_res - j : 0;
     mid->last_access = x->last_access;
     mid->parent = p;
     p->children[i] = mid; /* same first block: the order of p's children is unchanged */
     x->n_blocks -= j;
     memmove(x->tokens, x->tokens + (size_t)j * bs, (size_t)x->n_blocks * bs * sizeof *x->tokens);
     memmove(x->blocks, x->blocks + j, (size_t)x->n_blocks * sizeof *x->blocks);
+    if (t->has_tier) memmove(x->keys, x->keys + j, (size_t)x->n_blocks * sizeof *x->keys);
     mid->children[0] = x;
     mid->n_children = 1;
     x->parent = mid;
@@ -312,8 +338,10 @@ int rdx_match(rdx_tree *t, const int32_t *tokens, int n_tokens, int32_t *blocks,
         memcpy(blocks + end, y->blocks, (size_t)n * sizeof *blocks);
     }
     assert(end == 0);
-    for (int i = 0; i < k; i++) bp_ref(t->bp, blocks[i]);
-    return k * t->block_size;
+    int kr = 0; /* resident blocks come first on every path */
+    while (kr < k && blocks[kr] != RDX_TIERED) kr++;
+    for (int i = 0; i < kr; i++) bp_ref(t->bp, blocks[i]);
+    return kr * t->block_size;
 }
 
 /* Leading positions on which block-sized token runs a and b agree, at most n. */
@@ -335,12 +363,14 @@ int rdx_match_partial(const rdx_tree *t, const int32_t *tokens, int n_tokens, in
     if (rdx__walk(t, tokens, matched / bs, &x, &off) != matched / bs) return 0;
     const int32_t *want = tokens + matched;
     if (x != t->root && off < x->n_blocks) { /* the path continues inside x's edge */
+        if (off >= x->n_res) return 0; /* a tiered block: nothing to copy */
         best = rdx__agree(x->tokens + (size_t)off * bs, want, lim);
         if (best) *block = x->blocks[off];
         return best;
     }
     for (int i = 0; i < x->n_children; i++) {
         const rdx_node *y = x->children[i];
+        if (y->n_res == 0) continue;
         int a = rdx__agree(y->tokens, want, lim);
         if (a > best) {
             best = a;
@@ -348,6 +378,38 @@ int rdx_match_partial(const rdx_tree *t, const int32_t *tokens, int n_tokens, in
         }
     }
     return best;
+}
+
+/* The key of the block before block i of x: the previous block's, the parent's last, or the
+ * tier's root key at the top. */
+static hash_key rdx__key_before(const rdx_tree *t, const rdx_node *x, int i)
+{
+    if (i > 0) return x->keys[i - 1];
+    const rdx_node *p = x->parent;
+    return p == t->root ? t->tier.root : p->keys[p->n_blocks - 1];
+}
+
+/* The path to x (ending at x's last block, k blocks long) takes the caller's blocks[] wherever it
+ * is tiered: those blocks were loaded back. Returns how many it adopted. */
+static int rdx__adopt(rdx_tree *t, rdx_node *x, int k, const int32_t *blocks)
+{
+    if (!t->n_tiered) return 0;
+    int n = 0, end = k;
+    for (rdx_node *y = x; y != t->root; y = y->parent) {
+        int start = end - y->n_blocks;
+        for (int i = y->n_res; i < y->n_blocks; i++) {
+            int32_t id = blocks[start + i];
+            y->blocks[i] = id;
+            bp_ref(t->bp, id);
+            t->tier.saved(t->tier.ud, y->keys[i], rdx__key_before(t, y, i), y->tokens + (size_t)i * t->block_size, id);
+            n++;
+        }
+        y->n_res = y->n_blocks;
+        end = start;
+    }
+    t->n_tiered -= n;
+    t->n_blocks += n;
+    return n;
 }
 
 int rdx_insert(rdx_tree *t, const int32_t *tokens, int n_tokens, const int32_t *blocks)
@@ -381,24 +443,37 @@ int rdx_insert(rdx_tree *t, const int32_t *tokens, int n_tokens, const int32_t *
 
     t->clock++;
     if (split) x = rdx__split(t, x, off, mid);
+    int n_adopted = rdx__adopt(t, x, k, blocks);
+    rdx_node *y = x; /* the node the new blocks go into, at index `at` */
+    int at = 0;
     if (leaf) {
         memcpy(leaf->tokens, tokens + (size_t)k * bs, (size_t)n_new * bs * sizeof *tokens);
-        memcpy(leaf->blocks, blocks + k, (size_t)n_new * sizeof *blocks);
-        for (int i = 0; i < n_new; i++) bp_ref(t->bp, leaf->blocks[i]);
         rdx__add_child(t, x, leaf);
         t->n_nodes++;
-        t->n_blocks += n_new;
-        x = leaf;
+        y = x = leaf;
     } else if (extend) {
         memcpy(x->tokens + (size_t)x->n_blocks * bs, tokens + (size_t)k * bs,
                (size_t)n_new * bs * sizeof *tokens);
-        memcpy(x->blocks + x->n_blocks, blocks + k, (size_t)n_new * sizeof *blocks);
-        for (int i = 0; i < n_new; i++) bp_ref(t->bp, blocks[k + i]);
+        at = x->n_blocks;
         x->n_blocks += n_new;
+        x->n_res += n_new;
+    }
+    if (n_new > 0) {
+        hash_key prev = t->has_tier ? rdx__key_before(t, y, at) : (hash_key){0, 0};
+        for (int i = 0; i < n_new; i++) {
+            int32_t id = blocks[k + i];
+            y->blocks[at + i] = id;
+            bp_ref(t->bp, id);
+            if (!t->has_tier) continue;
+            const int32_t *tok = y->tokens + (size_t)(at + i) * bs;
+            y->keys[at + i] = hash_key_next(prev, tok, bs);
+            t->tier.saved(t->tier.ud, y->keys[at + i], prev, tok, id);
+            prev = y->keys[at + i];
+        }
         t->n_blocks += n_new;
     }
     rdx__touch(t, x);
-    return n_new;
+    return n_new + n_adopted;
 }
 
 /* Min-heap order of eviction candidates: least recently used first, older node on ties. */
@@ -434,11 +509,63 @@ static void rdx__sift_up(rdx_node **h, int i)
     }
 }
 
-/* A leaf whose last block only the tree references has something to evict; forced, any leaf. */
+/* Frees y and everything below it: all tiered (no pool references). */
+static void rdx__free_subtree(rdx_tree *t, rdx_node *y)
+{
+    assert(y->n_res == 0);
+    for (int c = 0; c < y->n_children; c++) rdx__free_subtree(t, y->children[c]);
+    t->n_tiered -= y->n_blocks;
+    t->n_nodes--;
+    rdx__node_free(y);
+}
+
+/* Drops blocks i .. n_blocks of x, which are tiered, and every subtree below x (all tiered);
+ * x itself goes when i is 0. Returns 1 when x was freed. */
+static int rdx__cut(rdx_tree *t, rdx_node *x, int i)
+{
+    assert(i >= x->n_res);
+    for (int c = 0; c < x->n_children; c++) rdx__free_subtree(t, x->children[c]);
+    x->n_children = 0;
+    t->n_tiered -= x->n_blocks - i;
+    x->n_blocks = i;
+    if (i > 0) return 0;
+    rdx__remove_child(t, x->parent, x);
+    rdx__node_free(x);
+    t->n_nodes--;
+    return 1;
+}
+
+/* 1 when no child of x has a resident block (everything below x is tiered, or nothing is). */
+static bool rdx__tiered_below(const rdx_node *x)
+{
+    for (int c = 0; c < x->n_children; c++)
+        if (x->children[c]->n_res > 0) return false;
+    return true;
+}
+
+/* A path end whose last resident block only the tree references has something to evict; forced,
+ * any path end with a resident block. */
 static bool rdx__is_candidate(const rdx_tree *t, const rdx_node *x, bool forced)
 {
-    return x != t->root && x->n_children == 0 &&
-           (forced || bp_refcount(t->bp, x->blocks[x->n_blocks - 1]) == 1);
+    return x != t->root && x->n_res > 0 && rdx__tiered_below(x) &&
+           (forced || bp_refcount(t->bp, x->blocks[x->n_res - 1]) == 1);
+}
+
+/* Evicts x's last resident block (the tree's reference goes; the pool gets the block back unless
+ * someone else holds it): the tier keeps it tiered, or it is dropped with the tiered blocks after
+ * it. Returns 1 when x itself was freed. */
+static int rdx__evict_block(rdx_tree *t, rdx_node *x)
+{
+    int i = x->n_res - 1;
+    int32_t id = x->blocks[i];
+    const int32_t *tok = x->tokens + (size_t)i * t->block_size;
+    int kept = t->has_tier && t->tier.spill(t->tier.ud, x->keys[i], rdx__key_before(t, x, i), tok, id);
+    bp_unref(t->bp, id);
+    t->n_blocks--;
+    x->blocks[i] = RDX_TIERED;
+    x->n_res--;
+    t->n_tiered++;
+    return kept ? 0 : rdx__cut(t, x, i);
 }
 
 /* rdx_evict and rdx_evict_forced: least recently used leaves first; forced also unlinks leaves
@@ -447,7 +574,8 @@ static int rdx__evict(rdx_tree *t, int n_blocks, bool forced)
 {
     if (n_blocks <= 0 || t->n_blocks == 0) return 0;
     /* The heap reuses the scratch list in place: candidates are compacted to its front. Each
-     * node enters the heap at most once, so it never outgrows the n_nodes + 1 entries. */
+     * node enters the heap at most once, so it never outgrows the n_nodes + 1 entries; the
+     * subtrees a cut frees are all tiered, so none of them is in the heap. */
     rdx_node **h = t->scratch;
     int n_all = rdx__list_nodes(t), n = 0;
     for (int i = 0; i < n_all; i++)
@@ -456,19 +584,16 @@ static int rdx__evict(rdx_tree *t, int n_blocks, bool forced)
 
     int freed = 0;
     while (freed < n_blocks && n > 0) {
-        rdx_node *x = h[0];
+        rdx_node *x = h[0], *p = x->parent;
         h[0] = h[--n];
         rdx__sift_down(h, n, 0);
-        while (x->n_blocks > 0 && (forced || (freed < n_blocks && bp_refcount(t->bp, x->blocks[x->n_blocks - 1]) == 1))) {
-            freed += bp_refcount(t->bp, x->blocks[x->n_blocks - 1]) == 1;
-            bp_unref(t->bp, x->blocks[--x->n_blocks]);
-            t->n_blocks--;
+        int gone = 0;
+        while (!gone && x->n_res > 0 &&
+               (forced || (freed < n_blocks && bp_refcount(t->bp, x->blocks[x->n_res - 1]) == 1))) {
+            freed += bp_refcount(t->bp, x->blocks[x->n_res - 1]) == 1;
+            gone = rdx__evict_block(t, x);
         }
-        if (x->n_blocks > 0) continue; /* trimmed: done, or its new last block is in use */
-        rdx_node *p = x->parent;
-        rdx__remove_child(t, p, x);
-        rdx__node_free(x);
-        t->n_nodes--;
+        if (!gone && x->n_res > 0) continue; /* trimmed: done, or its new last block is in use */
         if (rdx__is_candidate(t, p, forced)) {
             h[n] = p;
             rdx__sift_up(h, n++);
@@ -504,13 +629,111 @@ int rdx_n_evictable(const rdx_tree *t)
         for (int c = 0; c < x->n_children; c++) children_removable &= x->children[c]->mark != 0;
         int tail = 0;
         if (children_removable)
-            while (tail < x->n_blocks &&
-                   bp_refcount(t->bp, x->blocks[x->n_blocks - 1 - tail]) == 1)
-                tail++;
+            while (tail < x->n_res && bp_refcount(t->bp, x->blocks[x->n_res - 1 - tail]) == 1) tail++;
         count += tail;
-        x->mark = children_removable && tail == x->n_blocks;
+        x->mark = children_removable && tail == x->n_res;
     }
     return count;
+}
+
+/* ---- the second tier ------------------------------------------------------------------------ */
+
+int rdx_set_tier(rdx_tree *t, const rdx_tier *tier)
+{
+    if (t->n_nodes || !tier->saved || !tier->spill || !tier->has) return -EINVAL;
+    t->tier = *tier;
+    t->has_tier = 1;
+    return 0;
+}
+
+int rdx_n_tiered(const rdx_tree *t)
+{
+    return t->n_tiered;
+}
+
+int rdx_match_tiered(rdx_tree *t, const int32_t *tokens, int n_tokens, int matched, hash_key *keys, int max)
+{
+    if (!t->has_tier || max <= 0) return 0;
+    const int bs = t->block_size;
+    int n_blk = n_tokens / bs, m0 = matched / bs, pos = 0, n = 0;
+    hash_key prev = t->tier.root;
+    rdx_node *x = t->root;
+    /* Along the tree's path: the tiered blocks after the resident ones. */
+    while (pos < n_blk) {
+        int c = rdx__find_child(x, tokens + (size_t)pos * bs, bs);
+        if (c < 0) break;
+        rdx_node *y = x->children[c];
+        int j = 0;
+        for (; j < y->n_blocks && pos < n_blk; j++, pos++) {
+            if (j > 0 && memcmp(y->tokens + (size_t)j * bs, tokens + (size_t)pos * bs, (size_t)bs * sizeof *tokens))
+                break;
+            if (pos >= m0) {
+                if (y->blocks[j] != RDX_TIERED || n == max) return n; /* the caller's match was capped */
+                if (!t->tier.has(t->tier.ud, y->keys[j])) { /* the tier dropped it since */
+                    rdx__cut(t, y, j);
+                    return n;
+                }
+                keys[n++] = y->keys[j];
+            }
+            prev = y->keys[j];
+        }
+        if (j < y->n_blocks) break; /* the tokens leave the tree inside y's edge */
+        x = y;
+    }
+    /* Past the tree's path: blocks the tier has though the tree does not know them. */
+    for (; pos < n_blk && n < max && pos >= m0; pos++) {
+        hash_key k = hash_key_next(prev, tokens + (size_t)pos * bs, bs);
+        if (!t->tier.has(t->tier.ud, k)) break;
+        keys[n++] = k;
+        prev = k;
+    }
+    return n;
+}
+
+/* Drops the tiered blocks below x (x included) that the tier no longer has. */
+static void rdx__prune(rdx_tree *t, rdx_node *x)
+{
+    for (int i = x->n_res; i < x->n_blocks; i++)
+        if (!t->tier.has(t->tier.ud, x->keys[i])) {
+            rdx__cut(t, x, i);
+            return;
+        }
+    for (int c = x->n_children - 1; c >= 0; c--) rdx__prune(t, x->children[c]); /* a child may go */
+}
+
+int rdx_prune_tiered(rdx_tree *t)
+{
+    if (!t->n_tiered) return 0;
+    int before = t->n_tiered;
+    for (int c = t->root->n_children - 1; c >= 0; c--) rdx__prune(t, t->root->children[c]);
+    return before - t->n_tiered;
+}
+
+/* ---- invariants ----------------------------------------------------------------------------- */
+
+/* Asserts node x's blocks: resident ones first, each indexed once (seen) and referenced; keys
+ * chained from the key before; nothing resident below a tiered block. Returns the tiered count. */
+static int rdx__check_blocks(const rdx_tree *t, const rdx_node *x, unsigned char *seen)
+{
+    int32_t n_pool = bp_num_blocks(t->bp);
+    assert(x->n_res >= 0 && x->n_res <= x->n_blocks);
+    assert(t->has_tier || x->n_res == x->n_blocks);
+    for (int b = 0; b < x->n_blocks; b++) {
+        int32_t id = x->blocks[b];
+        if (b >= x->n_res) {
+            assert(id == RDX_TIERED);
+        } else {
+            assert(id >= 0 && id < n_pool);
+            assert(!seen[id]);
+            seen[id] = 1;
+            assert(bp_refcount(t->bp, id) >= 1);
+        }
+        if (t->has_tier)
+            assert(hash_key_eq(x->keys[b], hash_key_next(rdx__key_before(t, x, b), x->tokens + (size_t)b * t->block_size,
+                                                         t->block_size)));
+    }
+    if (x->n_res < x->n_blocks) assert(rdx__tiered_below(x));
+    return x->n_blocks - x->n_res;
 }
 
 void rdx_check(const rdx_tree *t)
@@ -524,7 +747,7 @@ void rdx_check(const rdx_tree *t)
     int32_t n_pool = bp_num_blocks(t->bp);
     unsigned char *seen = calloc(n_pool > 0 ? (size_t)n_pool : 1, 1);
     assert(seen);
-    int n_blocks = 0;
+    int n_blocks = 0, n_tiered = 0;
     for (int i = 0; i < n_all; i++) {
         const rdx_node *x = t->scratch[i];
         assert(x->n_children >= 0 && x->n_children <= x->cap_children);
@@ -537,17 +760,12 @@ void rdx_check(const rdx_tree *t)
         if (x == root) continue;
         /* Edge lengths are whole blocks by construction: n_blocks × block_size tokens. */
         assert(x->n_blocks >= 1);
-        for (int b = 0; b < x->n_blocks; b++) {
-            int32_t id = x->blocks[b];
-            assert(id >= 0 && id < n_pool);
-            assert(!seen[id]);
-            seen[id] = 1;
-            assert(bp_refcount(t->bp, id) >= 1);
-        }
         assert(x->n_blocks <= x->cap_blocks);
-        n_blocks += x->n_blocks;
+        n_tiered += rdx__check_blocks(t, x, seen);
+        n_blocks += x->n_res;
     }
-    assert(n_blocks == t->n_blocks);
+    assert(n_blocks == t->n_blocks && n_tiered == t->n_tiered);
     assert(n_blocks <= n_pool);
+    (void)n_tiered;
     free(seen);
 }

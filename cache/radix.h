@@ -12,6 +12,13 @@
  * holds exactly one block-pool reference per block it indexes; callers of rdx_match get their own
  * references. Only leaves whose blocks nobody else references (refcount 1) are evictable, least
  * recently used first. Owned by the engine thread; not thread-safe.
+ *
+ * With a second tier (rdx_set_tier), every block also has its key (cache/hash.h: the root key
+ * chained with the path's tokens), and an evicted block whose K/V the tier keeps stays in the
+ * tree marked RDX_TIERED (no pool block, no reference). Along every path resident blocks come
+ * first and tiered ones after them ("[t0..t15 | b7, T]"), so rdx_match still returns resident
+ * blocks only, and rdx_match_tiered the tiered ones that follow (which the caller loads back and
+ * inserts again). A node whose subtree is all tiered counts as absent for eviction.
  */
 #ifndef KVSERVE_RADIX_H
 #define KVSERVE_RADIX_H
@@ -19,6 +26,24 @@
 #include <stdint.h>
 
 #include "cache/block_pool.h"
+#include "cache/hash.h"
+
+/* The block id of a tiered block: its K/V is in the second tier only. */
+#define RDX_TIERED (-1)
+
+/* A second tier under the tree (cache/tier.c behind the scheduler). parent is the key of the
+ * block before (the root key for the first); tokens are the block's block_size tokens. */
+typedef struct rdx_tier {
+    hash_key root;  /* the key of the empty prefix (the model's fingerprint) */
+    /* A resident block entered the tree (newly computed or loaded back). */
+    void (*saved)(void *ud, hash_key key, hash_key parent, const int32_t *tokens, int32_t block);
+    /* The block is evicted from the pool: returns 1 when the tier keeps its K/V (the block stays
+     * in the tree, tiered), 0 when it is lost. */
+    int (*spill)(void *ud, hash_key key, hash_key parent, const int32_t *tokens, int32_t block);
+    /* 1 while the tier can load key. */
+    int (*has)(void *ud, hash_key key);
+    void *ud;
+} rdx_tier;
 
 typedef struct rdx_tree rdx_tree;
 
@@ -27,7 +52,7 @@ rdx_tree *rdx_create(block_pool *bp, int block_size);
 /* Drops the tree's references and frees it. */
 void rdx_destroy(rdx_tree *t);
 
-/* Longest cached prefix of tokens[0..n_tokens) in whole blocks: writes its block ids into
+/* Longest cached prefix of tokens[0..n_tokens) in whole resident blocks: writes its block ids into
  * blocks[0..k) (k ≤ max_blocks), takes one reference on each for the caller, marks the path as
  * used now, and returns the matched token count k × block_size. */
 int rdx_match(rdx_tree *t, const int32_t *tokens, int n_tokens, int32_t *blocks, int max_blocks);
@@ -43,12 +68,14 @@ int rdx_match_partial(const rdx_tree *t, const int32_t *tokens, int n_tokens, in
 
 /* Indexes the first n_tokens / block_size full blocks of tokens with their block ids. Blocks
  * whose prefix is already cached keep the tree's existing block (the caller's duplicate is left
- * alone); for newly indexed blocks the tree takes a reference. Returns the number of blocks newly
- * indexed, or -ENOMEM (tree unchanged). */
+ * alone); a tiered block on the path takes the caller's block (it was loaded back). For newly
+ * indexed blocks the tree takes a reference. Returns the number of blocks newly indexed, or
+ * -ENOMEM (tree unchanged). */
 int rdx_insert(rdx_tree *t, const int32_t *tokens, int n_tokens, const int32_t *blocks);
 
 /* Frees up to n_blocks blocks by evicting least-recently-used leaves whose blocks only the tree
- * references. Returns the number of blocks returned to the pool. */
+ * references (with a tier: the last resident blocks of paths, which the tier may keep: they then
+ * stay tiered). Returns the number of blocks returned to the pool. */
 int rdx_evict(rdx_tree *t, int n_blocks);
 
 /* Like rdx_evict, but when leaves in use by others stand in the way it unlinks them too (the
@@ -62,8 +89,29 @@ int rdx_evict_forced(rdx_tree *t, int n_blocks);
 int rdx_n_blocks(const rdx_tree *t);
 int rdx_n_evictable(const rdx_tree *t);
 
+/* Puts a second tier under an empty tree (tier is copied). From now on the tree keeps every
+ * block's key, rdx_insert reports new blocks to tier->saved and eviction offers blocks to
+ * tier->spill. 0, -EINVAL (the tree is not empty) or -ENOMEM. */
+int rdx_set_tier(rdx_tree *t, const rdx_tier *tier);
+
+/* After rdx_match found the first `matched` tokens, the keys of the full blocks of
+ * tokens[0 .. n_tokens) that follow and that the tier can load, in order, at most max: first the
+ * tree's tiered blocks on the path (the first one the tier no longer has is dropped from the
+ * tree with everything below it), then, past the end of the tree's path, further blocks whose
+ * keys the tier has (what a restarted server finds on disk). Returns how many (0 without a
+ * tier). */
+int rdx_match_tiered(rdx_tree *t, const int32_t *tokens, int n_tokens, int matched, hash_key *keys, int max);
+
+/* Blocks marked tiered. */
+int rdx_n_tiered(const rdx_tree *t);
+
+/* Drops every tiered block the tier no longer has (and what hangs below it). Returns the number
+ * of blocks dropped. O(nodes + blocks) calls to tier->has. */
+int rdx_prune_tiered(rdx_tree *t);
+
 /* Asserts the invariants: structure, edge lengths in whole blocks, parent links, each indexed
- * block referenced at least once, counters consistent. */
+ * block referenced at least once, counters consistent; with a tier, every key the chain of its
+ * path's tokens and resident blocks before tiered ones on every path. */
 void rdx_check(const rdx_tree *t);
 
 #endif
