@@ -226,6 +226,51 @@ static void cpu_kv_copy_block(backend *be, int group, int32_t src, int32_t dst)
     }
 }
 
+/* The (layer, K or V) chunks of block `block` in group `group`, in layer order, K before V: each
+ * n_kv_heads tiles long. Calls fn(chunk in the arena, offset in the host copy, bytes). */
+static void cpu__block_chunks(cpu__backend *c, int group, int32_t block, void (*fn)(char *, size_t, size_t, void *),
+                              void *ud)
+{
+    size_t bb = (size_t)c->kv.n_kv_heads * kv_tile_bytes(&c->kv), off = 0;
+    for (int l = 0; l < c->kv.n_layers; l++) {
+        if (kv_group_of(&c->kv, l) != group) continue;
+        fn((char *)cpu__kv_k(c, l) + (size_t)block * bb, off, bb, ud);
+        fn((char *)cpu__kv_v(c, l) + (size_t)block * bb, off + bb, bb, ud);
+        off += 2 * bb;
+    }
+}
+
+static void cpu__chunk_out(char *arena, size_t off, size_t n, void *dst)
+{
+    memcpy((char *)dst + off, arena, n);
+}
+
+static void cpu__chunk_in(char *arena, size_t off, size_t n, void *src)
+{
+    memcpy(arena, (const char *)src + off, n);
+}
+
+static int cpu_kv_block_out(backend *be, int group, int32_t block, void *dst)
+{
+    cpu__backend *c = cb(be);
+    if (group < 0 || group >= kv_n_groups(&c->kv) || block < 0 || block >= c->n_blocks[group]) return -EINVAL;
+    cpu__block_chunks(c, group, block, cpu__chunk_out, dst);
+    return 0;
+}
+
+static int cpu_kv_block_in(backend *be, int group, int32_t block, const void *src)
+{
+    cpu__backend *c = cb(be);
+    if (group < 0 || group >= kv_n_groups(&c->kv) || block < 0 || block >= c->n_blocks[group]) return -EINVAL;
+    cpu__block_chunks(c, group, block, cpu__chunk_in, (void *)src);
+    return 0;
+}
+
+static void *cpu_host_alloc(backend *be, size_t bytes)
+{
+    return aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+}
+
 static float *cpu_alloc(backend *be, size_t n_floats)
 {
     size_t bytes = (n_floats * sizeof(float) + 63) & ~(size_t)63;
@@ -384,6 +429,10 @@ static const be_ops cpu_ops = {
     .mem_available = cpu_mem_available,
     .kv_init = cpu_kv_init,
     .kv_copy_block = cpu_kv_copy_block,
+    .kv_block_out = cpu_kv_block_out,
+    .kv_block_in = cpu_kv_block_in,
+    .host_alloc = cpu_host_alloc,
+    .host_free = cpu_free,
     .alloc = cpu_alloc,
     .free = cpu_free,
     .begin = cpu_begin,
@@ -423,6 +472,7 @@ backend *cpu__backend_create(int n_threads, int isa, unsigned features)
     cpu__kern_init(&c->k, isa, features);
     c->base.ops = &cpu_ops;
     c->base.name = "cpu";
+    c->base.kv_in_host = 1;
     char feat[32] = "";
     if (features & (CPU_FEAT_VNNI | CPU_FEAT_BF16 | CPU_FEAT_DOTPROD))
         snprintf(feat, sizeof feat, " (%s%s%s)", features & CPU_FEAT_VNNI ? "+vnni" : "",

@@ -250,6 +250,53 @@ static void cuda__kv_copy_block(backend *be, int group, int32_t src, int32_t dst
             return;
 }
 
+/* Copies block `block` of group `group` between the arena and host memory, one chunk per (layer,
+ * K/V) plane (as kv_copy_block does), on the stream: in order with the steps around it. Only
+ * between steps: a copy inside a graph capture would become part of the graph. */
+static int cuda__kv_block_copy(cuda_backend *cb, int group, int32_t block, char *host, int to_host)
+{
+    if (group < 0 || group >= KV_MAX_GROUPS || !cb->kv_arena[group] || cb->graph_mode) return -EIO;
+    const cuda_kv_layout *l = &cb->kvg[group];
+    if (block < 0 || block >= l->n_blocks) return -EINVAL;
+    size_t es = kv_dtype_bytes(cb->kv_dtype);
+    size_t block_bytes = (size_t)l->n_kv_heads * cuda_kv_tile_elems(l) * es;
+    size_t plane_bytes = (size_t)cuda_kv_plane_elems(l) * es;
+    char *base = (char *)cb->kv_arena[group] + (size_t)block * block_bytes;
+    for (size_t p = 0; p < 2 * (size_t)l->n_layers; p++) {
+        char *dev = base + p * plane_bytes, *h = host + p * block_bytes;
+        if (CB_CHECK(cb, cudaMemcpyAsync(to_host ? h : dev, to_host ? dev : h, block_bytes,
+                                         to_host ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice, cb->stream)))
+            return -EIO;
+    }
+    return 0;
+}
+
+static int cuda__kv_block_out(backend *be, int group, int32_t block, void *dst)
+{
+    return cuda__kv_block_copy(cuda__cb(be), group, block, (char *)dst, 1);
+}
+
+static int cuda__kv_block_in(backend *be, int group, int32_t block, const void *src)
+{
+    return cuda__kv_block_copy(cuda__cb(be), group, block, (char *)src, 0);
+}
+
+/* Pinned host memory: asynchronous copies need it (pageable memory makes them synchronous). */
+static void *cuda__host_alloc(backend *be, size_t bytes)
+{
+    void *p = NULL;
+    if (CUDA_CHECK(cudaHostAlloc(&p, bytes ? bytes : 1, cudaHostAllocDefault))) {
+        cudaGetLastError();
+        return NULL;
+    }
+    return p;
+}
+
+static void cuda__host_free(backend *be, void *p)
+{
+    if (p) CB_CHECK(cuda__cb(be), cudaFreeHost(p));
+}
+
 /* ---- CUDA graphs for decode steps -------------------------------------------------------- */
 
 void cuda__graphs_reset(cuda_backend *cb)
@@ -441,6 +488,10 @@ static const be_ops cuda__ops = {
     cuda__mem_available,
     cuda__kv_init,
     cuda__kv_copy_block,
+    cuda__kv_block_out,
+    cuda__kv_block_in,
+    cuda__host_alloc,
+    cuda__host_free,
     cuda__alloc,
     cuda__free,
     cuda__begin,

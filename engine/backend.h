@@ -170,6 +170,17 @@ typedef struct be_ops {
     /* Copies block src to block dst of layer group `group`, in each of its layers, K and V (n > 1
      * forks copy a partial block). */
     void (*kv_copy_block)(backend *be, int group, int32_t src, int32_t dst);
+    /* The second KV tier's copies: block `block` of layer group `group` — K, V and any scales of
+     * each of the group's layers, kv_group_bytes_per_block bytes in the arena's own tile order —
+     * out to host memory dst, or in from src. On a device they are queued in order with the ops
+     * around them and have completed once sync (or to_host) returns; on the CPU (kv_in_host)
+     * they are done on return, and may run on another thread for a block no step uses. 0 or
+     * -EIO. */
+    int (*kv_block_out)(backend *be, int group, int32_t block, void *dst);
+    int (*kv_block_in)(backend *be, int group, int32_t block, const void *src);
+    /* Host memory those copies are fastest with (pinned on a GPU), or NULL; freed by host_free. */
+    void *(*host_alloc)(backend *be, size_t bytes);
+    void (*host_free)(backend *be, void *p);
 
     /* Activation scratch: n_floats f32 in backend memory, or NULL. */
     float *(*alloc)(backend *be, size_t n_floats);
@@ -228,6 +239,7 @@ struct backend {
     const be_ops *ops;
     const char *name; /* "cpu" or "cuda" */
     char desc[128];   /* human-readable: threads and SIMD level, or GPU name and memory */
+    int kv_in_host;   /* 1: the KV arena is host memory (block copies are plain memcpys) */
 };
 
 /* Creates the backend for device "cpu", "cuda" or "auto" (CUDA when built and a GPU is visible,

@@ -101,6 +101,7 @@ void sched_destroy(sched *sc)
 {
     if (!sc) return;
     assert(sc->n_running == 0 && sc->n_waiting == 0);
+    sched__tier_destroy(sc);
     if (sc->tree) rdx_destroy(sc->tree);
     for (int g = 0; g < sc->n_groups; g++) bp_destroy(sc->bp[g]);
     batch_fini(&sc->bb);
@@ -260,6 +261,10 @@ static int sched__admit(sched *sc, int i, int *budget, char *held)
         matched = rdx_match(sc->tree, c->tokens, c->n_tokens - 1, sc->match_buf, sc->max_blocks);
         if (sched__dedup_hold(sc, c, matched)) {
             for (int b = 0; b < matched / bs; b++) bp_unref(sc->bp[0], sc->match_buf[b]);
+            held[i] = 1;
+            return 1;
+        }
+        if (sched__tier_admit(sc, c, matched)) { /* its next blocks come back from the tier first */
             held[i] = 1;
             return 1;
         }
@@ -496,6 +501,7 @@ static int sched__commit(sched *sc, int *n_out)
 int sched_step(sched *sc, sched_sample **out)
 {
     *out = NULL;
+    sched__tier_poll(sc);
     for (int i = 0; i < sc->n_waiting; i++) sc->waiting[i]->wait_steps++;
     int rc = sched__schedule(sc);
     if (rc) return rc;
@@ -516,6 +522,7 @@ int sched_step(sched *sc, sched_sample **out)
 void sched_release(sched *sc, seq *s, int finish)
 {
     if (s->status == SEQ_FINISHED) return;
+    sched__tier_release(sc, s);
     if (s->status == SEQ_RUNNING) {
         sched__free_blocks(sc, s);
         sched__remove(sc->running, &sc->n_running, s);
@@ -576,7 +583,7 @@ void sched_check(const sched *sc)
     if (sc->tree) rdx_check(sc->tree);
     for (int g = 0; g < sc->n_groups; g++) {
         bp_check(sc->bp[g]);
-        int64_t held = sc->tree && g == 0 ? rdx_n_blocks(sc->tree) : 0, refs = 0;
+        int64_t held = sc->tree && g == 0 ? rdx_n_blocks(sc->tree) + sched__tier_refs(sc) : 0, refs = 0;
         for (int i = 0; i < sc->n_running; i++) {
             const seq *s = sc->running[i];
             assert(s->status == SEQ_RUNNING);

@@ -31,6 +31,7 @@
 
 #include "cache/block_pool.h"
 #include "cache/radix.h"
+#include "cache/tier.h"
 #include "engine/backend.h"
 #include "engine/sampler.h"
 #include "engine/seq.h"
@@ -90,6 +91,11 @@ typedef struct sched_sample {
     int pos;        /* SCHED_PROMPT: the prompt index scored */
 } sched_sample;
 
+/* Buckets of the tier load latency histogram: a load (all the blocks one waiting sequence takes
+ * back) from its start to the step that sees it complete, in microseconds. */
+#define SCHED_TIER_BUCKETS 12
+extern const int64_t sched_tier_bounds_us[SCHED_TIER_BUCKETS];
+
 typedef struct sched_stats {
     int64_t steps;
     int64_t prefix_queries;   /* prompt tokens looked up at first admission */
@@ -100,6 +106,11 @@ typedef struct sched_stats {
     int64_t step_tokens;      /* tokens computed in total */
     int64_t grammar_masks;    /* token masks computed for constrained sequences */
     int64_t grammar_mask_us;  /* time spent computing them */
+    int64_t tier_loads;       /* waiting sequences whose prefix came back from the second tier */
+    int64_t tier_hit_tokens;  /* tokens loaded back (counted in prefix_hits too when admitted) */
+    int64_t tier_failed_blocks; /* blocks whose load failed (recomputed instead) */
+    uint64_t tier_load_hist[SCHED_TIER_BUCKETS + 1]; /* loads by latency (sched_tier_bounds_us) */
+    int64_t tier_load_us;     /* their total latency */
 } sched_stats;
 
 typedef struct sched sched;
@@ -136,6 +147,15 @@ block_pool *sched_pool(sched *sc); /* group 0's */
 block_pool *sched_group_pool(sched *sc, int g);
 int sched_n_groups(const sched *sc);
 rdx_tree *sched_tree(sched *sc); /* NULL when the prefix cache is off */
+
+/* Puts the second KV tier t (borrowed; it must outlive every step) under the prefix cache:
+ * blocks entering the cache are saved to it, evicted ones spill into it, and a waiting
+ * sequence whose prefix continues in it loads those blocks back before its prefill is
+ * scheduled (other sequences run meanwhile). root is the key of the empty prefix (the tier's
+ * fingerprint). 0, -EINVAL (no prefix cache, or it already holds blocks) or -ENOMEM. */
+int sched_set_tier(sched *sc, tier *t, hash_key root);
+/* Loads from the tier in flight: the scheduler is waiting for them, not stuck. */
+int sched_tier_pending(const sched *sc);
 
 /* Asserts the invariants: pool and tree checks, every reference accounted for by a running
  * sequence or the tree, each running sequence holding exactly the blocks of its cache length in

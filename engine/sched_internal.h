@@ -7,6 +7,7 @@
 #ifndef KVSERVE_SCHED_INTERNAL_H
 #define KVSERVE_SCHED_INTERNAL_H
 
+#include "cache/tier.h"
 #include "engine/batch.h"
 #include "engine/sched.h"
 
@@ -36,6 +37,12 @@ struct sched {
     int *lpm_len;            /* [cap_waiting] lpm: cached prefix per waiting sequence */
     int max_blocks;          /* blocks of a full context */
     sched_stats st;
+    /* the second KV tier (sched_tier.c) */
+    tier *tier;              /* borrowed; NULL without one */
+    struct sched_load **loads; /* [n_loads] loads started for waiting sequences */
+    int n_loads, cap_loads;
+    uint32_t load_serial;    /* of the last load started */
+    hash_key *tier_keys;     /* [max_blocks] rdx_match_tiered output */
 };
 
 /* 1 while s still has prompt tokens to score (echo + logprobs). Such a sequence computes its
@@ -44,6 +51,24 @@ static inline int sched__scoring(const seq *s)
 {
     return s->prompt_logprobs && s->plp_next < s->n_prompt;
 }
+
+/* ---- sched_tier.c --------------------------------------------------------------------------- */
+
+/* Admission of waiting c after rdx_match found `matched` tokens (references in match_buf):
+ * returns 1 when c waits for a load of its prefix's next blocks from the tier (started now, or
+ * still running; the match's references are then taken over or dropped), 0 when admission goes
+ * on with the match (with what a finished load put into the cache). */
+int sched__tier_admit(sched *sc, seq *c, int matched);
+/* Completes the tier's finished loads: their blocks enter the cache. Start of every step. */
+void sched__tier_poll(sched *sc);
+/* Lets go of the blocks finished loads keep for their waiting sequences (they stay in the cache,
+ * evictable; the sequences re-match them when admitted). Returns how many loads let go. */
+int sched__tier_unpin(sched *sc);
+/* s leaves the scheduler: a load for it is dropped (once its copies finish). */
+void sched__tier_release(sched *sc, seq *s);
+/* Pool references the loads hold (sched_check). */
+int64_t sched__tier_refs(const sched *sc);
+void sched__tier_destroy(sched *sc);
 
 /* ---- sched_kv.c ---------------------------------------------------------------------------- */
 

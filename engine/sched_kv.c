@@ -104,6 +104,12 @@ static int sched__alloc(sched *sc, int g, int n, int32_t *ids)
         sc->st.evictions += rdx_evict(sc->tree, n - bp_num_free(sc->bp[0]));
         rc = bp_alloc(sc->bp[g], n, ids);
     }
+    /* Blocks loaded back from the tier for sequences still waiting are kept for them only while
+     * nobody else needs the room. */
+    if (rc && sc->tree && g == 0 && sched__tier_unpin(sc)) {
+        sc->st.evictions += rdx_evict(sc->tree, n - bp_num_free(sc->bp[0]));
+        rc = bp_alloc(sc->bp[g], n, ids);
+    }
     /* A windowed sequence released a cached path's early blocks but holds its later ones: the
      * early ones are stuck inside the tree until its leaves go too. */
     if (rc && sc->tree && g == 0 && sc->c.rule[0].keep != KV_KEEP_ALL) {

@@ -11,12 +11,14 @@
 #include <criterion/criterion.h>
 #include <math.h>
 #include <errno.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "engine/engine.h"
 #include "engine/sched.h"
+#include "tests/test_util.h"
 
 #define TS_VOCAB 64
 #define TS_EOG 2
@@ -223,10 +225,16 @@ static int ts_reference(const ts_fake *f, const int32_t *prompt, int n_prompt, i
 static int ts_drain(ts_env *e)
 {
     int steps = 0;
+    long spins = 0;
     for (;;) {
         sched_sample *sm;
         int n = sched_step(e->sc, &sm);
         sched_check(e->sc);
+        if (n == -EAGAIN && sched_tier_pending(e->sc)) { /* waiting for the tier's I/O thread */
+            sched_yield();
+            cr_assert_lt(++spins, 100000000, "a tier load never completed");
+            continue;
+        }
         if (n == -EAGAIN) break;
         cr_assert_geq(n, 0);
         steps++;
@@ -814,4 +822,147 @@ Test(sched, grammar_choices_have_their_own_state)
     for (int i = 0; i < 4; i++) seq_destroy(kids[i]);
     ts_env_fini(&e);
     ts_grammar_teardown();
+}
+
+/* ---- the second KV tier ------------------------------------------------------------------------ */
+
+/* The fake's arena as the tier sees a block: its bs token ids, then their positions. */
+static int ts_tier_out(void *ud, int32_t block, void *dst)
+{
+    ts_fake *f = ud;
+    memcpy(dst, f->kv_tok + block * f->bs, (size_t)f->bs * sizeof(int32_t));
+    memcpy((int32_t *)dst + f->bs, f->kv_pos + block * f->bs, (size_t)f->bs * sizeof(int32_t));
+    return 0;
+}
+
+static int ts_tier_in(void *ud, int32_t block, const void *src)
+{
+    ts_fake *f = ud;
+    memcpy(f->kv_tok + block * f->bs, src, (size_t)f->bs * sizeof(int32_t));
+    memcpy(f->kv_pos + block * f->bs, (const int32_t *)src + f->bs, (size_t)f->bs * sizeof(int32_t));
+    return 0;
+}
+
+/* A tier over e's fake arena (host_blocks in RAM, disk_blocks in dir when dir), under e's
+ * scheduler. */
+static tier *ts_tier(ts_env *e, int host_blocks, const char *dir, int disk_blocks)
+{
+    size_t bb = 2 * (size_t)e->f.bs * sizeof(int32_t);
+    tier_config c = {.block_bytes = bb, .block_size = e->f.bs, .fingerprint = hash_key_of("ts", 2)};
+    c.host_bytes = (size_t)host_blocks * bb;
+    c.disk_dir = dir;
+    c.disk_bytes = (size_t)disk_blocks * tier_file_bytes(bb, e->f.bs);
+    c.copy = (tier_copy){ts_tier_out, ts_tier_in, 1, NULL, NULL, NULL, &e->f};
+    c.quiet = 1;
+    char err[256];
+    tier *t = tier_create(&c, err, sizeof err);
+    cr_assert_not_null(t, "%s", err);
+    cr_assert_eq(sched_set_tier(e->sc, t, c.fingerprint), 0);
+    return t;
+}
+
+/* Waves of requests over 6 prompts of 40 shared tokens (10 blocks) in a pool of 30 blocks: by the
+ * time a prompt comes back its prefix was evicted. Every output is checked against the
+ * reference; some requests are cancelled, some while their load is in flight. Returns the
+ * tokens computed; *st gets the scheduler's counters. */
+static int64_t ts_tier_waves(ts_env *e, uint64_t seed, int waves, sched_stats *st)
+{
+    seq *s[8];
+    int32_t p[64];
+    for (int w = 0; w < waves; w++) {
+        int n = 1 + (int)(ts_mix(seed + (uint64_t)w) % 3);
+        for (int i = 0; i < n; i++) {
+            uint64_t x = ts_mix(seed * 31 + (uint64_t)(w * 8 + i));
+            int which = (int)(x % 6), np = 42 + (int)((x >> 8) % 6);
+            ts_prompt(p, 40, 1000 + (uint64_t)which);
+            ts_prompt(p + 40, np - 40, x);
+            s[i] = ts_seq(p, np, 1 + (int)((x >> 16) % 12), (x >> 24) % 2 ? 0.8f : 0, x);
+            cr_assert_eq(sched_add(e->sc, s[i]), 0);
+        }
+        int cancel = (int)(ts_mix(seed ^ (uint64_t)w) % 5) == 0 ? 0 : -1; /* the first, at once */
+        if (cancel == 0) {
+            sched_sample *sm;
+            sched_step(e->sc, &sm);
+            sched_check(e->sc);
+            if (s[0]->status != SEQ_FINISHED) sched_release(e->sc, s[0], ENGINE_FINISH_ABORT);
+        }
+        ts_drain(e);
+        for (int i = 0; i < n; i++) {
+            if (i != cancel) ts_expect(&e->f, s[i], 0);
+            seq_destroy(s[i]);
+        }
+    }
+    sched_get_stats(e->sc, st);
+    return st->step_tokens;
+}
+
+static void ts_tier_run(int host_blocks, int disk_blocks, uint64_t seed)
+{
+    char dir[256];
+    tu_mkdtemp("sched-tier", dir, sizeof dir);
+    printf("sched/tier: seed %llu, host %d, disk %d blocks\n", (unsigned long long)seed, host_blocks, disk_blocks);
+    ts_env plain, tiered;
+    sched_stats sp, stt;
+    ts_env_init(&plain, 30, 4, 32, 1);
+    int64_t computed_plain = ts_tier_waves(&plain, seed, 24, &sp);
+    ts_env_fini(&plain);
+    ts_env_init(&tiered, 30, 4, 32, 1);
+    tier *t = ts_tier(&tiered, host_blocks, disk_blocks ? dir : NULL, disk_blocks);
+    int64_t computed = ts_tier_waves(&tiered, seed, 24, &stt);
+    tier_stats ts;
+    tier_get_stats(t, &ts);
+    cr_assert_gt(stt.tier_loads, 3, "only %lld loads", (long long)stt.tier_loads);
+    cr_assert_eq(stt.tier_failed_blocks, 0);
+    cr_assert_gt(stt.prefix_hits, sp.prefix_hits, "tier hits count as cached tokens");
+    cr_assert_lt(computed, computed_plain, "the tier saves computation: %lld vs %lld", (long long)computed,
+                 (long long)computed_plain);
+    uint64_t loads = 0;
+    for (int b = 0; b <= SCHED_TIER_BUCKETS; b++) loads += stt.tier_load_hist[b];
+    cr_assert_geq(loads, (uint64_t)stt.tier_loads);
+    ts_env_fini(&tiered);
+    tier_check(t);
+    tier_destroy(t);
+    tu_rm_rf(dir);
+}
+
+Test(sched, tier_loads_back_evicted_prefixes)
+{
+    ts_tier_run(64, 0, 5);   /* host RAM alone */
+    ts_tier_run(0, 64, 6);   /* files alone, through the I/O thread */
+    ts_tier_run(12, 64, 7);  /* both, the host tier too small for the working set */
+}
+
+Test(sched, tier_warm_restart)
+{
+    char dir[256];
+    tu_mkdtemp("sched-warm", dir, sizeof dir);
+    int32_t p[64];
+    ts_prompt(p, 60, 77);
+    ts_env e;
+    ts_env_init(&e, 40, 4, 32, 1);
+    tier *t = ts_tier(&e, 0, dir, 64);
+    seq *s = ts_seq(p, 50, 4, 0, 1);
+    sched_add(e.sc, s);
+    ts_drain(&e);
+    ts_expect(&e.f, s, 0);
+    seq_destroy(s);
+    ts_env_fini(&e);
+    tier_destroy(t); /* a restart: everything written so far is on disk */
+
+    ts_env_init(&e, 40, 4, 32, 1); /* a new arena: nothing computed */
+    t = ts_tier(&e, 0, dir, 64);
+    s = ts_seq(p, 60, 4, 0, 2); /* the same 50 tokens and 10 more */
+    sched_add(e.sc, s);
+    ts_drain(&e);
+    ts_expect(&e.f, s, 0);
+    sched_stats st;
+    sched_get_stats(e.sc, &st);
+    /* 12 full blocks were written (the prompt's first 48 tokens), all come back. */
+    cr_assert_eq(st.tier_loads, 1);
+    cr_assert_eq(st.tier_hit_tokens, 48);
+    cr_assert_eq(s->cached_tokens, 48, "cached_tokens counts tier hits: %d", s->cached_tokens);
+    seq_destroy(s);
+    ts_env_fini(&e);
+    tier_destroy(t);
+    tu_rm_rf(dir);
 }
