@@ -23,6 +23,7 @@
 #include "cache/kv.h"
 #include "engine/backend.h"
 #include "engine/detok.h"
+#include "engine/engine_tier.h"
 #include "engine/forward.h"
 #include "engine/sched.h"
 
@@ -43,6 +44,8 @@ struct engine {
     backend *be;
     fwd *f;
     sched *sc;
+    tier *tier;             /* second KV tier, NULL without one */
+    hash_key tier_root;     /* its fingerprint */
     kv_geom g;
     int32_t n_blocks[KV_MAX_GROUPS]; /* per layer group */
     int n_ctx, n_vocab;
@@ -62,6 +65,7 @@ struct engine {
     engine_event **ev;      /* queue: ev[ev_head .. n_ev) */
     int ev_head, n_ev, cap_ev;
     int draining, aborting;
+    int tier_woken;         /* a tier load completed since the loop last looked */
     int queued_waiting;     /* sched's waiting count after the last step */
     int64_t queued_tokens;
     uint64_t next_id;
@@ -76,6 +80,9 @@ struct engine {
 };
 
 /* vLLM's buckets for vllm:iteration_tokens_total. */
+_Static_assert(ENGINE_TIER_BUCKETS == SCHED_TIER_BUCKETS, "one histogram of tier loads");
+const int64_t *const engine_tier_bounds_us = sched_tier_bounds_us;
+
 const int engine_iter_bounds[ENGINE_ITER_BUCKETS] = {1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048,
                                                      4096, 8192, 16384};
 
@@ -379,6 +386,7 @@ static int eng__step(engine *e, eng_evlist *out)
     int n = sched_step(e->sc, &sm);
     if (n == -EAGAIN) {
         if (sched_num_running(e->sc)) return 1;
+        if (sched_tier_pending(e->sc)) return 0; /* idle until the tier's wake-up */
         /* Nothing runs and nothing can be admitted: fail every request rather than spin. */
         for (eng_req *q = e->active; q; q = q->next) eng__end_request(e, q, ENGINE_FINISH_ERROR, out);
         return 0;
@@ -430,6 +438,33 @@ static int eng__unbounded(const engine *e)
     return 1;
 }
 
+/* The second tier's numbers (the scheduler's loads and the tier's own counters). */
+static void eng__tier_stats(const engine *e, const sched_stats *ss, engine_stats *st)
+{
+    if (!e->tier) return;
+    tier_stats ts;
+    tier_get_stats(e->tier, &ts);
+    st->tier_on = 1;
+    st->tier_disk_on = ts.disk_on;
+    st->tier_host_blocks = ts.host_blocks;
+    st->tier_host_capacity = ts.host_capacity;
+    st->tier_disk_blocks = ts.disk_blocks;
+    st->tier_disk_capacity = ts.disk_capacity;
+    st->tier_hits_host = ts.hits_host;
+    st->tier_hits_disk = ts.hits_disk;
+    st->tier_load_failures = ts.load_failures;
+    st->tier_bytes_written = ts.bytes_written;
+    st->tier_bytes_read = ts.bytes_read;
+    st->tier_bytes_to_host = ts.bytes_to_host;
+    st->tier_bytes_from_host = ts.bytes_from_host;
+    st->tier_writes_skipped = ts.writes_skipped;
+    st->tier_files_ignored = ts.files_ignored;
+    st->tier_hit_tokens = ss->tier_hit_tokens;
+    st->tier_loads = ss->tier_loads;
+    memcpy(st->tier_load_hist, ss->tier_load_hist, sizeof st->tier_load_hist);
+    st->tier_load_us = ss->tier_load_us;
+}
+
 static void eng__update_stats(engine *e)
 {
     engine_stats *st = &e->stats;
@@ -479,6 +514,7 @@ static void eng__update_stats(engine *e)
     st->grammar_mask_us = ss.grammar_mask_us;
     st->max_seqs = e->cfg.max_seqs;
     st->max_batch_tokens = e->cfg.max_batch_tokens;
+    eng__tier_stats(e, &ss, st);
     e->queued_waiting = sched_num_waiting(e->sc);
     e->queued_tokens = sched_waiting_tokens(e->sc);
 }
@@ -546,6 +582,7 @@ static void *eng__thread(void *arg)
         e->sub_tokens = 0;
         int n_cancel = eng__take_cancels(e, &cancels, &cap_cancels);
         int aborting = e->aborting, draining = e->draining;
+        e->tier_woken = 0;
         pthread_mutex_unlock(&e->mu);
 
         while (subs) {
@@ -570,7 +607,7 @@ static void *eng__thread(void *arg)
             e->cfg.wake(e->cfg.wake_ud);
             pthread_mutex_lock(&e->mu);
         }
-        int idle = !e->sub_head && !e->n_cancel && !worked;
+        int idle = !e->sub_head && !e->n_cancel && !worked && !e->tier_woken;
         if ((aborting || draining) && !e->active && !e->sub_head) break;
         if (idle && !e->aborting && !e->draining) { /* wake now and then: the heartbeat */
             struct timespec ts;
@@ -668,6 +705,7 @@ static void eng__log(const engine *e)
             e->be->desc, e->cfg.max_seqs, e->cfg.max_batch_tokens, admit,
             e->cfg.prefix_cache && kv_n_groups(g) == 1 ? "on" : "off",
             e->cfg.schedule == ENGINE_SCHED_LPM ? "lpm" : "fcfs");
+    if (e->tier) engine_tier_log(e->tier, g, e->tier_root);
 }
 
 /* The KV budget must hold one sequence at its largest in every group: the full context (as
@@ -686,6 +724,38 @@ static int eng__check_budget(const engine *e, char *err, size_t err_len)
                  "sequence at %s; raise --kv-memory (or --gpu-memory-utilization) or lower %s",
                  (long long)e->n_blocks[k] * e->g.block_size, (int)e->n_blocks[k], e->g.block_size,
                  kv_bytes_per_token(&e->g), what, r->keep == KV_KEEP_ALL ? "--max-model-len" : "--kv-window");
+        return -1;
+    }
+    return 0;
+}
+
+/* Called by the tier (on its I/O thread, or this one) when a load completes. */
+static void eng__tier_wake(void *ud)
+{
+    engine *e = ud;
+    pthread_mutex_lock(&e->mu);
+    e->tier_woken = 1;
+    pthread_cond_signal(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+}
+
+/* The second KV tier under the prefix cache, when one is configured. 0, or -1 with err filled. */
+static int eng__setup_tier(engine *e, char *err, size_t err_len)
+{
+    const engine_config *c = &e->cfg;
+    int disk = c->kv_disk_dir && *c->kv_disk_dir;
+    if (!c->kv_host_memory_bytes && !disk) return 0;
+    if (!sched_tree(e->sc)) {
+        snprintf(err, err_len, "--kv-host-memory and --kv-disk-dir keep prefix-cache blocks, and the prefix cache is "
+                 "off (%s)", c->prefix_cache ? "this model's layers keep KV by different rules" : "--no-prefix-cache");
+        return -1;
+    }
+    engine_tier_config tc = {c->kv_host_memory_bytes, disk ? c->kv_disk_dir : NULL, c->kv_disk_bytes, eng__tier_wake, e,
+                             c->quiet};
+    e->tier = engine_tier_create(&tc, e->be, c->model, &e->g, &e->tier_root, err, err_len);
+    if (!e->tier) return -1;
+    if (sched_set_tier(e->sc, e->tier, e->tier_root)) {
+        snprintf(err, err_len, "out of memory setting up the KV tier");
         return -1;
     }
     return 0;
@@ -754,7 +824,7 @@ static int eng__setup(engine *e, char *err, size_t err_len)
         snprintf(err, err_len, "out of memory creating the scheduler");
         return -1;
     }
-    return 0;
+    return eng__setup_tier(e, err, err_len);
 }
 
 engine *engine_create(const engine_config *cfg, char *err, size_t err_len)
@@ -815,6 +885,7 @@ void engine_destroy(engine *e, int drain)
         eng__req_free(q);
     }
     free(e->cancels);
+    tier_destroy(e->tier); /* its pending writes go to disk first (a drain's last act) */
     sched_destroy(e->sc);
     gr_vocab_destroy(e->gvoc);
     fwd_destroy(e->f);

@@ -54,6 +54,9 @@ typedef struct engine_config {
     int max_model_len;           /* context limit in tokens; 0: the model's training context.
                                     Larger than that, or more than the KV budget holds for one
                                     sequence, fails engine_create */
+    size_t kv_host_memory_bytes; /* second KV tier in host RAM (pinned on a GPU); 0: none */
+    const char *kv_disk_dir;     /* second KV tier in files under this folder; NULL: none */
+    size_t kv_disk_bytes;        /* its capacity; 0: half the free space, at most 64 GiB */
     void (*wake)(void *ud);      /* called on the engine thread after events are queued */
     void *wake_ud;
     int quiet;                   /* 1: no start-up log on stderr */
@@ -165,6 +168,11 @@ void engine_event_free(engine_event *ev);
 #define ENGINE_ITER_BUCKETS 13
 extern const int engine_iter_bounds[ENGINE_ITER_BUCKETS];
 
+/* Histogram of tier load latencies: counts[i] loads that took at most bounds[i] microseconds
+ * (and more than bounds[i-1]); counts[ENGINE_TIER_BUCKETS] longer ones. */
+#define ENGINE_TIER_BUCKETS 12
+extern const int64_t *const engine_tier_bounds_us;
+
 typedef struct engine_stats {
     int alive;                     /* engine thread running and not failed */
     int64_t last_step_us;          /* CLOCK_MONOTONIC of the last completed step */
@@ -198,6 +206,21 @@ typedef struct engine_stats {
     int64_t grammar_mask_us;       /* microseconds spent on them (engine thread) */
     int max_seqs;                  /* the running cap in effect (defaults resolved per device) */
     int max_batch_tokens;          /* the step token budget in effect */
+    /* the second KV tier (all 0 without one) */
+    int tier_on;                   /* 1 when a tier is configured */
+    int tier_disk_on;              /* 1 while its file tier works */
+    int64_t tier_host_blocks, tier_host_capacity; /* blocks in the host tier / it holds */
+    int64_t tier_disk_blocks, tier_disk_capacity; /* the same for the file tier */
+    int64_t tier_hits_host, tier_hits_disk; /* blocks loaded back from each */
+    int64_t tier_hit_tokens;       /* tokens loaded back */
+    int64_t tier_loads;            /* sequences that loaded their prefix back */
+    int64_t tier_load_failures;    /* blocks whose load failed (recomputed) */
+    int64_t tier_bytes_written, tier_bytes_read;       /* file tier */
+    int64_t tier_bytes_to_host, tier_bytes_from_host;  /* host tier */
+    int64_t tier_writes_skipped;   /* write-behind skipped (no buffer or no room) */
+    int64_t tier_files_ignored;    /* incomplete or corrupt files dropped */
+    uint64_t tier_load_hist[ENGINE_TIER_BUCKETS + 1]; /* loads by latency (engine_tier_bounds_us) */
+    int64_t tier_load_us;          /* total latency of those loads */
 } engine_stats;
 
 void engine_get_stats(engine *e, engine_stats *out);

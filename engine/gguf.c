@@ -631,6 +631,7 @@ uint32_t gguf_version(const gguf_file *f) { return f->version; }
 uint64_t gguf_alignment(const gguf_file *f) { return f->alignment; }
 uint64_t gguf_data_offset(const gguf_file *f) { return f->data_offset; }
 uint64_t gguf_file_size(const gguf_file *f) { return f->size; }
+const void *gguf_bytes(const gguf_file *f) { return f->base; }
 int64_t gguf_n_kv(const gguf_file *f) { return f->n_kv; }
 int64_t gguf_n_tensors(const gguf_file *f) { return f->n_tensors; }
 

@@ -90,6 +90,9 @@ uint32_t gguf_version(const gguf_file *f);
 uint64_t gguf_alignment(const gguf_file *f);
 uint64_t gguf_data_offset(const gguf_file *f); /* byte offset of the data section in the file */
 uint64_t gguf_file_size(const gguf_file *f);
+/* The file's bytes (gguf_file_size of them: header, metadata, tensor infos, then the data at
+ * gguf_data_offset), borrowed from the mapping. */
+const void *gguf_bytes(const gguf_file *f);
 
 int64_t gguf_n_kv(const gguf_file *f);
 const gguf_kv *gguf_kv_at(const gguf_file *f, int64_t i);

@@ -165,6 +165,44 @@ static void iteration_tokens(buf *b, const char *lbl, const engine_stats *st)
     hist(b, lbl, "vllm:iteration_tokens_total", "Tokens per engine step.", &h);
 }
 
+/* One sample per tier level ("host", "disk") of a counter or gauge. */
+static void per_tier(buf *b, const char *lbl, const char *name, const char *type, const char *help, double host,
+                     double disk)
+{
+    head(b, name, type, help);
+    const char *suffix = strcmp(type, "counter") ? "" : "_total";
+    char t[40];
+    bprintf(b, "%s%s{%s,tier=\"host\"} %s\n", name, suffix, lbl, num(t, sizeof t, host));
+    bprintf(b, "%s%s{%s,tier=\"disk\"} %s\n", name, suffix, lbl, num(t, sizeof t, disk));
+}
+
+/* The second KV tier (only when one is configured). */
+static void tier_metrics(buf *b, const char *lbl, const engine_stats *st)
+{
+    if (!st->tier_on) return;
+    static double bounds[ENGINE_TIER_BUCKETS];
+    met_hist h;
+    for (int i = 0; i < ENGINE_TIER_BUCKETS; i++) bounds[i] = (double)engine_tier_bounds_us[i] * 1e-6;
+    hist_init(&h, bounds, ENGINE_TIER_BUCKETS);
+    for (int i = 0; i <= ENGINE_TIER_BUCKETS; i++) {
+        h.counts[i] = st->tier_load_hist[i];
+        h.count += st->tier_load_hist[i];
+    }
+    h.sum = (double)st->tier_load_us * 1e-6;
+    counter(b, lbl, "kvserve_kv_tier_hit_tokens", "Prompt tokens loaded back from the second KV tier instead of recomputed (also counted in vllm:prefix_cache_hits).", (double)st->tier_hit_tokens);
+    counter(b, lbl, "kvserve_kv_tier_loads", "Waiting requests whose prefix was loaded back from the second KV tier.", (double)st->tier_loads);
+    hist(b, lbl, "kvserve_kv_tier_load_seconds", "Second KV tier: a request's load, from its start to the step that sees it done.", &h);
+    per_tier(b, lbl, "kvserve_kv_tier_hit_blocks", "counter", "KV blocks loaded back, by tier.", (double)st->tier_hits_host, (double)st->tier_hits_disk);
+    per_tier(b, lbl, "kvserve_kv_tier_bytes_written", "counter", "Bytes written into each tier (host: block copies; disk: whole files).", (double)st->tier_bytes_to_host, (double)st->tier_bytes_written);
+    per_tier(b, lbl, "kvserve_kv_tier_bytes_read", "counter", "Bytes read back from each tier.", (double)st->tier_bytes_from_host, (double)st->tier_bytes_read);
+    per_tier(b, lbl, "kvserve_kv_tier_blocks", "gauge", "KV blocks each tier holds.", (double)st->tier_host_blocks, (double)st->tier_disk_blocks);
+    per_tier(b, lbl, "kvserve_kv_tier_capacity_tokens", "gauge", "Tokens each tier holds when full.", (double)st->tier_host_capacity * st->block_size, (double)st->tier_disk_capacity * st->block_size);
+    counter(b, lbl, "kvserve_kv_tier_load_failures", "KV blocks whose load back failed (corrupt or missing file, tier off): recomputed.", (double)st->tier_load_failures);
+    counter(b, lbl, "kvserve_kv_tier_writes_skipped", "Blocks not written to the disk tier (no free staging buffer or no room).", (double)st->tier_writes_skipped);
+    counter(b, lbl, "kvserve_kv_tier_files_ignored", "Disk tier files dropped as incomplete, corrupt or of another size.", (double)st->tier_files_ignored);
+    gauge(b, lbl, "kvserve_kv_tier_disk_up", "1 while the disk tier works (a failed write turns it off).", st->tier_disk_on);
+}
+
 char *met_render(const met *m, const engine_stats *st, const char *model_name)
 {
     buf b = {malloc(8192), 0, 8192, 0};
@@ -224,6 +262,7 @@ char *met_render(const met *m, const engine_stats *st, const char *model_name)
     gauge(&b, lbl, "kvserve_grammar_cache_entries", "Compiled grammars in the cache.", m->grammar_entries);
     counter(&b, lbl, "kvserve_http_requests", "HTTP requests answered.", (double)m->http_requests);
     counter(&b, lbl, "kvserve_http_errors", "HTTP requests answered with a status of 400 or more.", (double)m->http_errors);
+    tier_metrics(&b, lbl, st);
     if (b.oom) {
         free(b.s);
         return NULL;

@@ -1,0 +1,180 @@
+/*
+ * test_engine_tier.c — the second KV tier through the engine (engine/engine_tier.c) on the real
+ * stories260K model: the fingerprint that names a model's blocks, greedy outputs with the tier
+ * equal to those without it while prefixes are evicted and loaded back, a restart with the same
+ * folder that finds them (cached_tokens counts them), and a geometry that must not.
+ */
+#include <criterion/criterion.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli/mkmodel.h"
+#include "engine/engine_tier.h"
+#include "tests/engine_harness.h"
+
+#define TET_DOC 100 /* tokens of each shared document */
+#define TET_SUF 10
+#define TET_GEN 16
+
+TestSuite(engine_tier, .init = te_setup, .fini = te_teardown);
+
+static uint64_t tet_mix(uint64_t x)
+{
+    x ^= x >> 31;
+    x *= 0x9e3779b97f4a7c15ull;
+    return x ^ (x >> 29);
+}
+
+/* Document d (1 .. ) then suffix s: the BOS, TET_DOC - 1 document tokens, TET_SUF others. */
+static int tet_prompt(int d, int s, int32_t *out)
+{
+    out[0] = 1;
+    for (int i = 1; i < TET_DOC; i++) out[i] = 3 + (int32_t)(tet_mix((uint64_t)d * 1000 + (uint64_t)i) % 500);
+    for (int i = 0; i < TET_SUF; i++) out[TET_DOC + i] = 3 + (int32_t)(tet_mix((uint64_t)s * 7777 + (uint64_t)i) % 500);
+    return TET_DOC + TET_SUF;
+}
+
+/* A small pool (14 blocks: two documents) and the tiers asked for. */
+static engine *tet_engine(const char *dir, size_t host_bytes, int dtype)
+{
+    engine_config c;
+    engine_config_default(&c);
+    c.model = te_model;
+    c.tok = te_tok;
+    c.device = "cpu";
+    c.n_threads = 1;
+    c.kv_dtype = dtype;
+    c.kv_memory_bytes = 14 * 16 * kv_bytes_per_token(&(kv_geom){.n_layers = te_model->hp.n_layers,
+                                                               .n_kv_heads = te_model->hp.n_kv_heads,
+                                                               .head_dim = te_model->hp.head_dim,
+                                                               .dtype = dtype});
+    c.max_model_len = 160;
+    c.max_seqs = 4;
+    c.max_batch_tokens = 64;
+    c.kv_disk_dir = dir;
+    c.kv_host_memory_bytes = host_bytes;
+    c.wake = te_wake;
+    c.wake_ud = &te_w;
+    c.quiet = 1;
+    char err[512];
+    engine *e = engine_create(&c, err, sizeof err);
+    cr_assert_not_null(e, "engine_create: %s", err);
+    return e;
+}
+
+/* Runs document d with suffix s greedily to completion; out gets the tokens. */
+static engine_usage tet_run(engine *e, int d, int s, int32_t *out)
+{
+    int32_t p[TET_DOC + TET_SUF];
+    int n = tet_prompt(d, s, p);
+    static te_out o;
+    memset(&o, 0, sizeof o);
+    o.id = te_submit(e, p, n, TET_GEN, 1, 0, NULL);
+    te_collect(e, &o, 1, 1);
+    cr_assert_eq(o.n_toks[0], TET_GEN);
+    memcpy(out, o.toks[0], TET_GEN * sizeof *out);
+    return o.usage[0];
+}
+
+Test(engine_tier, greedy_outputs_equal_and_a_restart_finds_the_blocks)
+{
+    TE_NEED_MODEL();
+    char dir[256];
+    tu_mkdtemp("engine-tier", dir, sizeof dir);
+    engine *plain = tet_engine(NULL, 0, KV_F16), *tiered = tet_engine(dir, 4 * 16 * 640, KV_F16);
+    int32_t a[TET_GEN], b[TET_GEN];
+    static const int order[] = {1, 2, 3, 1, 4, 2, 3, 4, 1, 3};
+    int cached_plain = 0, cached_tiered = 0;
+    for (int i = 0; i < (int)(sizeof order / sizeof *order); i++) {
+        cached_plain += tet_run(plain, order[i], i, a).cached_tokens;
+        cached_tiered += tet_run(tiered, order[i], i, b).cached_tokens;
+        cr_assert_arr_eq(a, b, sizeof a, "request %d (document %d): outputs differ with the tier", i, order[i]);
+    }
+    engine_stats st;
+    engine_get_stats(tiered, &st);
+    cr_assert(st.tier_on && st.tier_disk_on);
+    cr_assert_gt(st.tier_loads, 2, "documents came back from the tier: %lld loads", (long long)st.tier_loads);
+    cr_assert_gt(cached_tiered, cached_plain, "tier hits count as cached tokens (%d vs %d)", cached_tiered, cached_plain);
+    cr_assert_gt(st.tier_bytes_written, 0);
+    cr_assert_eq(st.tier_load_failures, 0);
+    engine_destroy(tiered, 1); /* a drain: pending writes reach the disk */
+
+    /* A restart on the same folder: document 2's blocks are found on disk. */
+    tiered = tet_engine(dir, 0, KV_F16);
+    engine_usage u = tet_run(tiered, 2, 99, b);
+    tet_run(plain, 2, 99, a);
+    cr_assert_arr_eq(a, b, sizeof a, "outputs after a restart differ");
+    cr_assert_eq(u.cached_tokens, TET_DOC / 16 * 16, "a restart loads the document back: %d cached", u.cached_tokens);
+    engine_get_stats(tiered, &st);
+    cr_assert_eq(st.tier_hit_tokens, TET_DOC / 16 * 16);
+    engine_destroy(tiered, 1);
+
+    /* Another KV geometry (f32) never loads those blocks. */
+    tiered = tet_engine(dir, 0, KV_F32);
+    engine_get_stats(tiered, &st);
+    cr_assert_eq(st.tier_disk_blocks, 0, "another geometry has a folder of its own");
+    u = tet_run(tiered, 2, 98, b);
+    cr_assert_eq(u.cached_tokens, 0, "another dtype's blocks were loaded");
+    engine_get_stats(tiered, &st);
+    cr_assert_eq(st.tier_hit_tokens, 0);
+    engine_destroy(tiered, 1);
+    engine_destroy(plain, 0);
+    tu_rm_rf(dir);
+}
+
+Test(engine_tier, fingerprint_names_model_geometry_and_backend)
+{
+    TE_NEED_MODEL();
+    kv_geom g = kv_geom_make(te_model->hp.n_layers, te_model->hp.n_kv_heads, te_model->hp.head_dim, 16, KV_F16);
+    hash_key k = engine_tier_fingerprint(te_model, &g, "cpu");
+    cr_assert(hash_key_eq(k, engine_tier_fingerprint(te_model, &g, "cpu")));
+    cr_assert(!hash_key_eq(k, engine_tier_fingerprint(te_model, &g, "cuda")), "backend");
+    kv_geom g2 = g;
+    g2.dtype = KV_BF16;
+    cr_assert(!hash_key_eq(k, engine_tier_fingerprint(te_model, &g2, "cpu")), "dtype");
+    g2 = g;
+    g2.block_size = 32;
+    cr_assert(!hash_key_eq(k, engine_tier_fingerprint(te_model, &g2, "cpu")), "block size");
+    /* Two generated models of one shape: the same weights name the same blocks, other weights
+     * (another seed: same metadata, same tensor table) do not. */
+    char pa[512], pb[512], pc[512], err[256];
+    mkm_params mp;
+    mkm_params_default(&mp);
+    tu_write_mkmodel(&mp, "fp-a", pa, sizeof pa);
+    tu_write_mkmodel(&mp, "fp-b", pb, sizeof pb);
+    mp.seed = 99;
+    tu_write_mkmodel(&mp, "fp-c", pc, sizeof pc);
+    model *ma, *mb, *mc;
+    cr_assert_eq(model_load(pa, &ma, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(model_load(pb, &mb, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(model_load(pc, &mc, err, sizeof err), 0, "%s", err);
+    kv_geom gm = kv_geom_make(ma->hp.n_layers, ma->hp.n_kv_heads, ma->hp.head_dim, 16, KV_F16);
+    hash_key ka = engine_tier_fingerprint(ma, &gm, "cpu");
+    cr_assert(hash_key_eq(ka, engine_tier_fingerprint(mb, &gm, "cpu")), "identical files");
+    cr_assert(!hash_key_eq(ka, engine_tier_fingerprint(mc, &gm, "cpu")), "other weights");
+    cr_assert(!hash_key_eq(ka, k));
+    model_destroy(ma);
+    model_destroy(mb);
+    model_destroy(mc);
+    unlink(pa);
+    unlink(pb);
+    unlink(pc);
+}
+
+Test(engine_tier, needs_the_prefix_cache)
+{
+    TE_NEED_MODEL();
+    engine_config c;
+    engine_config_default(&c);
+    c.model = te_model;
+    c.tok = te_tok;
+    c.device = "cpu";
+    c.n_threads = 1;
+    c.kv_memory_bytes = (size_t)4 << 20;
+    c.prefix_cache = 0;
+    c.kv_host_memory_bytes = (size_t)1 << 20;
+    c.quiet = 1;
+    char err[512] = "";
+    cr_assert_null(engine_create(&c, err, sizeof err));
+    cr_assert(strstr(err, "prefix cache"), "%s", err);
+}
