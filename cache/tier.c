@@ -695,8 +695,7 @@ static int tier__open_disk(tier *t, char *err, size_t err_len)
     if (!cap_bytes) {
         uint64_t avail = 0;
         tier__disk_free(t->root, &avail);
-        double total = (double)avail + (double)s.n * (double)t->file_bytes;
-        cap_bytes = total / 2 < (double)TIER_DISK_DEFAULT_MAX ? (size_t)(total / 2) : TIER_DISK_DEFAULT_MAX;
+        cap_bytes = tier_disk_default(avail, (uint64_t)s.n * t->file_bytes);
     }
     t->disk_cap = (int64_t)(cap_bytes / t->file_bytes);
     if (t->disk_cap < 1) {

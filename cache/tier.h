@@ -78,6 +78,14 @@ typedef struct tier_config {
 #define TIER_DISK_DEFAULT_MAX ((size_t)64 << 30)
 #define TIER_MIN_STAGING 4
 
+/* The file tier's capacity without --kv-disk-size for a folder on a file system with free_bytes
+ * free and used_bytes already taken by this model's files. */
+static inline size_t tier_disk_default(uint64_t free_bytes, uint64_t used_bytes)
+{
+    double half = ((double)free_bytes + (double)used_bytes) / 2;
+    return half < (double)TIER_DISK_DEFAULT_MAX ? (size_t)half : TIER_DISK_DEFAULT_MAX;
+}
+
 enum tier_level { TIER_HOST = 0, TIER_DISK = 1 };
 
 /* Bytes of one block's file: a header (key, parent key, fingerprint, tokens, checksums) then the

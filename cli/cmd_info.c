@@ -16,8 +16,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/statvfs.h>
 
 #include "cache/kv.h"
+#include "cache/tier.h"
 #include "cli/cli.h"
 #include "engine/chat.h"
 #include "engine/dtype.h"
@@ -51,6 +53,8 @@ typedef struct info_data {
     char template_error[512];   /* "" when the template compiles */
     const char *tool_syntax;    /* the tool-call syntax the template teaches */
     size_t kv_budget;           /* --kv-memory: the budget the capacity lines assume */
+    size_t tier_host;           /* --kv-host-memory: the second tier's capacity lines assume */
+    size_t tier_disk;           /* --kv-disk-size, or the default for --kv-disk-dir (or its upper bound) */
     int block_size;             /* --block-size */
 } info_data;
 
@@ -151,6 +155,31 @@ static void info_capacity(const kv_geom *g, size_t budget, int n_ctx, int64_t *t
     *seqs = per_seq ? blocks / per_seq : 0;
 }
 
+/* What the second KV tier holds in geometry g: blocks (and so tokens) of each level. */
+static void info_tier_blocks(const info_data *d, const kv_geom *g, int64_t *host, int64_t *disk)
+{
+    size_t bb = kv_bytes_per_block(g);
+    *host = bb ? (int64_t)(d->tier_host / bb) : 0;
+    *disk = (int64_t)(d->tier_disk / tier_file_bytes(bb, g->block_size));
+}
+
+static void info_print_tier(const info_data *d, const model_hparams *hp)
+{
+    printf("second KV tier: --kv-host-memory %zu bytes, disk %zu bytes (a file per block: the block and a %zu-byte "
+           "header), blocks of %d tokens\n", d->tier_host, d->tier_disk, tier_file_bytes(0, d->block_size),
+           d->block_size);
+    for (size_t i = 0; i < INFO_N_KV; i++) {
+        kv_geom g;
+        char name[16];
+        int64_t host, disk;
+        info_kv_geom(hp, info_kv_dtypes[i], d->block_size, &g);
+        info_tier_blocks(d, &g, &host, &disk);
+        snprintf(name, sizeof name, "(%s):", kv_dtype_name(g.dtype));
+        printf("  tier capacity %-7s host %lld blocks = %lld tokens; disk %lld files = %lld tokens\n", name,
+               (long long)host, (long long)host * g.block_size, (long long)disk, (long long)disk * g.block_size);
+    }
+}
+
 static void info_print_text(const info_data *d)
 {
     const gguf_file *f = d->f;
@@ -232,6 +261,7 @@ static void info_print_text(const info_data *d)
            kv_bytes_per_token(&g) * (size_t)hp->n_ctx_train);
     char by_type[512];
     printf("  by layer type (f16): %s\n", model_kv_by_layer_type(hp, kv_vec_bytes(&g), by_type, sizeof by_type));
+    info_print_tier(d, hp);
 }
 
 static int info_print_json(const info_data *d)
@@ -313,6 +343,20 @@ static int info_print_json(const info_data *d)
             cJSON_AddNumberToObject(c, "tokens", (double)tokens);
             cJSON_AddNumberToObject(c, "sequences_at_context", (double)seqs);
         }
+        cJSON *tc = cJSON_AddObjectToObject(o, "kv_tier_capacity");
+        cJSON_AddNumberToObject(tc, "host_bytes", (double)d->tier_host);
+        cJSON_AddNumberToObject(tc, "disk_bytes", (double)d->tier_disk);
+        cJSON_AddNumberToObject(tc, "block_size", d->block_size);
+        for (size_t i = 0; i < INFO_N_KV; i++) {
+            kv_geom g;
+            int64_t host, disk;
+            info_kv_geom(hp, info_kv_dtypes[i], d->block_size, &g);
+            info_tier_blocks(d, &g, &host, &disk);
+            cJSON *c = cJSON_AddObjectToObject(tc, kv_dtype_name(g.dtype));
+            cJSON_AddNumberToObject(c, "file_bytes", (double)tier_file_bytes(kv_bytes_per_block(&g), g.block_size));
+            cJSON_AddNumberToObject(c, "host_tokens", (double)host * g.block_size);
+            cJSON_AddNumberToObject(c, "disk_tokens", (double)disk * g.block_size);
+        }
     } else {
         cJSON_AddStringToObject(o, "model_error", d->why_no_model);
     }
@@ -322,6 +366,15 @@ static int info_print_json(const info_data *d)
     printf("%s\n", text);
     free(text);
     return 0;
+}
+
+/* --kv-disk-size's default for dir (half its file system's free space, at most 64 GiB), or the
+ * upper bound without a folder. */
+static size_t info_disk_default(const char *dir)
+{
+    struct statvfs sv;
+    if (!dir || !*dir || statvfs(dir, &sv) != 0) return TIER_DISK_DEFAULT_MAX;
+    return tier_disk_default((uint64_t)sv.f_bavail * sv.f_frsize, 0);
 }
 
 int cli_info(cli_opts *o)
@@ -341,6 +394,8 @@ int cli_info(cli_opts *o)
     d.path = o->model;
     d.f = f;
     d.kv_budget = o->kv_memory_bytes;
+    d.tier_host = o->kv_host_memory_bytes;
+    d.tier_disk = o->kv_disk_bytes ? o->kv_disk_bytes : info_disk_default(o->kv_disk_dir);
     d.block_size = o->block_size > 0 ? o->block_size : 16;
     info_gather(&d);
     model *m = NULL;

@@ -79,6 +79,34 @@ Test(cli_info, stories260k_kv_formula)
     free(err);
 }
 
+/* The second tier's capacity: 1 MiB of host RAM holds 1048576 / (16 × 640) = 102 f16 blocks;
+ * 2 MiB of disk 2097152 / (10240 + 160) = 201 block files. */
+Test(cli_info, tier_capacity_in_tokens)
+{
+    char path[4096], args[4400];
+    snprintf(path, sizeof path, "%s/stories260K.gguf", tu_data_dir());
+    ci_bin();
+    char *out, *err;
+    snprintf(args, sizeof args, "info -m '%s' --kv-host-memory 1MiB --kv-disk-size 2MiB", path);
+    cr_assert_eq(ci_run(args, &out, &err), 0, "%s", err);
+    cr_assert(strstr(out, "tier capacity (f16):  host 102 blocks = 1632 tokens; disk 201 files = 3216 tokens"), "%s", out);
+    free(out);
+    free(err);
+    snprintf(args, sizeof args, "info --json -m '%s' --kv-host-memory 1MiB --kv-disk-size 2MiB --block-size 32", path);
+    cr_assert_eq(ci_run(args, &out, &err), 0, "%s", err);
+    cJSON *j = cJSON_Parse(out);
+    cr_assert(j, "not JSON: %s", out);
+    cJSON *f32 = cJSON_GetObjectItem(cJSON_GetObjectItem(j, "kv_tier_capacity"), "f32");
+    cr_assert_not_null(f32);
+    /* f32 blocks of 32 tokens: 40960 bytes; files of 40960 + 88 + 4 × 32 + 8 = 41184 bytes */
+    cr_assert_eq(cJSON_GetObjectItem(f32, "file_bytes")->valuedouble, 41184.0);
+    cr_assert_eq(cJSON_GetObjectItem(f32, "host_tokens")->valuedouble, 25.0 * 32);
+    cr_assert_eq(cJSON_GetObjectItem(f32, "disk_tokens")->valuedouble, 50.0 * 32);
+    cJSON_Delete(j);
+    free(out);
+    free(err);
+}
+
 Test(cli_info, truncated_file_one_line_error)
 {
     char path[4096], tmp[512], args[1024];
