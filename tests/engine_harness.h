@@ -84,23 +84,29 @@ static inline void te_wake(void *ud)
     pthread_mutex_unlock(&w->mu);
 }
 
+/* The tests' engine configuration: the golden model on one CPU thread, quiet, kv_bytes of KV. */
+static inline void te_config(engine_config *c, size_t kv_bytes)
+{
+    engine_config_default(c);
+    c->model = te_model;
+    c->tok = te_tok;
+    c->device = "cpu";
+    c->n_threads = 1;
+    c->kv_memory_bytes = kv_bytes;
+    c->quiet = 1;
+}
+
 /* An engine on the golden model; max_model_len 0 keeps the model's context. */
 static inline engine *te_engine_ctx(size_t kv_bytes, int prefix, int max_seqs, int batch_tokens,
                                     int max_model_len)
 {
     engine_config c;
-    engine_config_default(&c);
-    c.model = te_model;
-    c.tok = te_tok;
-    c.device = "cpu";
-    c.n_threads = 1;
-    c.kv_memory_bytes = kv_bytes;
+    te_config(&c, kv_bytes);
     c.prefix_cache = prefix;
     c.max_seqs = max_seqs;
     c.max_batch_tokens = batch_tokens;
     c.wake = te_wake;
     c.wake_ud = &te_w;
-    c.quiet = 1;
     c.max_model_len = max_model_len;
     char err[512];
     engine *e = engine_create(&c, err, sizeof err);

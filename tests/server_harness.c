@@ -37,7 +37,7 @@ int64_t th_now_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-static int th_free_port(void)
+int th_free_port(void)
 {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
@@ -184,12 +184,7 @@ th_resp th_raw(int port, const char *data, size_t n, int shut_wr, int wait_ms)
     return r;
 }
 
-typedef struct th_buf {
-    char *s;
-    size_t n;
-} th_buf;
-
-static size_t th_write(char *p, size_t sz, size_t nm, void *ud)
+size_t th_curl_write(char *p, size_t sz, size_t nm, void *ud)
 {
     th_buf *b = ud;
     size_t n = sz * nm;
@@ -197,6 +192,7 @@ static size_t th_write(char *p, size_t sz, size_t nm, void *ud)
     memcpy(b->s + b->n, p, n);
     b->n += n;
     b->s[b->n] = 0;
+    if (b->first && b->n >= 5 && strstr(b->s, "data:")) atomic_store(b->first, 1);
     return n;
 }
 
@@ -217,9 +213,9 @@ th_resp th_http(int port, const char *method, const char *path, const char *body
     }
     curl_easy_setopt(c, CURLOPT_URL, url);
     curl_easy_setopt(c, CURLOPT_HTTPHEADER, hl);
-    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, th_write);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, th_curl_write);
     curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
-    curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, th_write);
+    curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, th_curl_write);
     curl_easy_setopt(c, CURLOPT_HEADERDATA, &h);
     curl_easy_setopt(c, CURLOPT_TIMEOUT, 60L);
     curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);

@@ -8,6 +8,7 @@
 #ifndef KVSERVE_SERVER_HARNESS_H
 #define KVSERVE_SERVER_HARNESS_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -18,6 +19,19 @@ typedef struct th_server {
     char dir[256];     /* temp dir with the log */
     char log[320];
 } th_server;
+
+/* A free loopback TCP port (bound, read, released). */
+int th_free_port(void);
+
+/* A growing buffer for libcurl's write and header callbacks. */
+typedef struct th_buf {
+    char *s;           /* NUL-terminated, malloc'd */
+    size_t n;
+    atomic_int *first; /* set to 1 once "data:" arrived (a stream's first event); may be NULL */
+} th_buf;
+
+/* CURLOPT_WRITEFUNCTION / HEADERFUNCTION appending to the th_buf given as user data. */
+size_t th_curl_write(char *p, size_t sz, size_t nm, void *ud);
 
 /* The kvserve binary: $KVSERVE_BIN, else build/kvserve. */
 const char *th_bin(void);

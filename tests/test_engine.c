@@ -280,14 +280,8 @@ Test(engine, prompt_beyond_queue_limit_is_e2big)
 {
     TE_NEED_MODEL();
     engine_config c;
-    engine_config_default(&c);
-    c.model = te_model;
-    c.tok = te_tok;
-    c.device = "cpu";
-    c.n_threads = 1;
-    c.kv_memory_bytes = (size_t)16 << 20;
+    te_config(&c, (size_t)16 << 20);
     c.max_queued_tokens = 4;
-    c.quiet = 1;
     char err[512];
     engine *e = engine_create(&c, err, sizeof err);
     cr_assert_not_null(e, "%s", err);
@@ -322,14 +316,8 @@ Test(engine, max_model_len_and_budget_check)
     cr_assert_eq(engine_submit(e, &r, &id), -EINVAL, "90 + 11 > max_model_len 100");
     engine_destroy(e, 0);
     engine_config c;
-    engine_config_default(&c);
-    c.model = te_model;
-    c.tok = te_tok;
-    c.device = "cpu";
-    c.n_threads = 1;
-    c.quiet = 1;
+    te_config(&c, 16 * 640 * 31); /* 31 blocks of 16: 496 tokens < 512 */
     char err[512] = "";
-    c.kv_memory_bytes = 16 * 640 * 31; /* 31 blocks of 16: 496 tokens < 512 */
     cr_assert_null(engine_create(&c, err, sizeof err), "a budget below one full sequence is refused");
     cr_assert(strstr(err, "context length 512"), "%s", err);
     c.max_model_len = 496;

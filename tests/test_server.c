@@ -9,6 +9,7 @@
 #include <arpa/inet.h>
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
+#include "tests/server_harness.h"
 #include "tests/test_util.h"
 #include <curl/curl.h>
 #include <errno.h>
@@ -41,50 +42,7 @@ typedef struct sv_server {
 
 static sv_server sv;
 
-static int64_t sv_now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static const char *sv_bin(void)
-{
-    const char *b = getenv("KVSERVE_BIN");
-    return b && *b ? b : "build/kvserve";
-}
-
-
-static int sv_free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof a;
-    cr_assert(bind(fd, (struct sockaddr *)&a, sizeof a) == 0);
-    getsockname(fd, (struct sockaddr *)&a, &len);
-    close(fd);
-    return ntohs(a.sin_port);
-}
-
-/* ---- HTTP client (libcurl) ---------------------------------------------------------------- */
-
-typedef struct sv_buf {
-    char *s;
-    size_t n;
-    atomic_int *first; /* set to 1 on the first body bytes (may be NULL) */
-} sv_buf;
-
-static size_t sv_write(char *p, size_t sz, size_t nm, void *ud)
-{
-    sv_buf *b = ud;
-    size_t n = sz * nm;
-    b->s = realloc(b->s, b->n + n + 1);
-    memcpy(b->s + b->n, p, n);
-    b->n += n;
-    b->s[b->n] = 0;
-    if (b->first && b->n >= 5 && strstr(b->s, "data:")) atomic_store(b->first, 1);
-    return n;
-}
+/* ---- HTTP client (libcurl; the buffer and the clock from tests/server_harness.c) ----------- */
 
 typedef struct sv_resp {
     long status;
@@ -105,14 +63,14 @@ static sv_resp sv_http(const char *method, const char *path, const char *body, c
     char url[256];
     snprintf(url, sizeof url, "http://127.0.0.1:%d%s", sv.port, path);
     CURL *c = curl_easy_init();
-    sv_buf b = {NULL, 0, first}, h = {NULL, 0, NULL};
+    th_buf b = {NULL, 0, first}, h = {NULL, 0, NULL};
     struct curl_slist *hl = curl_slist_append(NULL, "Content-Type: application/json");
     if (extra) hl = curl_slist_append(hl, extra);
     curl_easy_setopt(c, CURLOPT_URL, url);
     curl_easy_setopt(c, CURLOPT_HTTPHEADER, hl);
-    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, sv_write);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, th_curl_write);
     curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
-    curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, sv_write);
+    curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, th_curl_write);
     curl_easy_setopt(c, CURLOPT_HEADERDATA, &h);
     curl_easy_setopt(c, CURLOPT_TIMEOUT, 30L);
     curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
@@ -150,10 +108,10 @@ static void sv_model(void)
 /* Starts the server with extra arguments (NULL-terminated) and waits for /health. */
 static void sv_start_args(const char *const *extra)
 {
-    sv.port = sv_free_port();
+    sv.port = th_free_port();
     char port[16];
     snprintf(port, sizeof port, "%d", sv.port);
-    const char *argv[40] = {sv_bin(), "serve", "-m", sv.model, "--port", port, "--threads", "1",
+    const char *argv[40] = {th_bin(), "serve", "-m", sv.model, "--port", port, "--threads", "1",
                             "--kv-memory", "32MiB"};
     int n = 10;
     for (int i = 0; extra && extra[i]; i++) argv[n++] = extra[i];
@@ -169,7 +127,7 @@ static void sv_start_args(const char *const *extra)
         _exit(127);
     }
     sv.pid = pid;
-    int64_t deadline = sv_now_ms() + 15000;
+    int64_t deadline = th_now_ms() + 15000;
     for (;;) {
         sv_resp r = sv_http(NULL, "/health", NULL, NULL, NULL);
         long st = r.status;
@@ -181,7 +139,7 @@ static void sv_start_args(const char *const *extra)
             char *log = tu_read_file(sv.log, NULL);
             cr_assert_fail("server exited during start-up:\n%s", log ? log : "");
         }
-        cr_assert(sv_now_ms() < deadline, "server not healthy within 15 s");
+        cr_assert(th_now_ms() < deadline, "server not healthy within 15 s");
         usleep(20000);
     }
 }
@@ -199,7 +157,7 @@ static void sv_setup(void)
     cr_assert(mkdtemp(sv.dir));
     snprintf(sv.log, sizeof sv.log, "%s/server.log", sv.dir);
     struct stat st;
-    if (stat(sv_bin(), &st)) {
+    if (stat(th_bin(), &st)) {
         rmdir(sv.dir);
         sv.dir[0] = 0;
         cr_skip_test("kvserve binary not found (set KVSERVE_BIN)");
@@ -210,8 +168,8 @@ static void sv_setup(void)
 /* Waits up to ms for the server to exit; returns its wait status or -1. */
 static int sv_wait_exit(int ms)
 {
-    int64_t deadline = sv_now_ms() + ms;
-    while (sv.pid && sv_now_ms() < deadline) {
+    int64_t deadline = th_now_ms() + ms;
+    while (sv.pid && th_now_ms() < deadline) {
         int status;
         if (waitpid(sv.pid, &status, WNOHANG) == sv.pid) {
             sv.pid = 0;
@@ -387,9 +345,9 @@ static double sv_metric(const char *text, const char *name)
 /* Polls /metrics until nothing runs and only the prefix cache holds blocks. */
 static void sv_wait_idle(void)
 {
-    int64_t deadline = sv_now_ms() + 10000;
+    int64_t deadline = th_now_ms() + 10000;
     double run = -1, used = -1, cached = -1, wait = -1;
-    while (sv_now_ms() < deadline) {
+    while (th_now_ms() < deadline) {
         sv_resp m = sv_http(NULL, "/metrics", NULL, NULL, NULL);
         run = sv_metric(m.body, "vllm:num_requests_running");
         wait = sv_metric(m.body, "vllm:num_requests_waiting");
@@ -839,8 +797,8 @@ Test(server, client_disconnect_frees_everything)
         int fd = sv_raw(body);
         char buf[4096];
         size_t got = 0;
-        int64_t deadline = sv_now_ms() + 10000;
-        while (sv_now_ms() < deadline && got < sizeof buf - 1) { /* until the first token chunk */
+        int64_t deadline = th_now_ms() + 10000;
+        while (th_now_ms() < deadline && got < sizeof buf - 1) { /* until the first token chunk */
             ssize_t n = read(fd, buf + got, sizeof buf - 1 - got);
             cr_assert(n > 0);
             got += (size_t)n;
@@ -892,9 +850,9 @@ Test(server, sigterm_drains_streams_then_exits_0)
                        "\"stream_options\":{\"include_usage\":true}}";
         pthread_create(&th[i], NULL, sv_job_run, &jobs[i]);
     }
-    int64_t deadline = sv_now_ms() + 10000;
+    int64_t deadline = th_now_ms() + 10000;
     for (int i = 0; i < N; i++)
-        while (!atomic_load(&jobs[i].first) && sv_now_ms() < deadline) usleep(1000);
+        while (!atomic_load(&jobs[i].first) && th_now_ms() < deadline) usleep(1000);
     kill(sv.pid, SIGTERM);
     n = recv(nfd, msg, sizeof msg - 1, 0);
     cr_assert(n > 0);
@@ -927,8 +885,8 @@ Test(server, sse_ping_while_waiting)
         jobs[i].body = "{\"prompt\":\"Once\",\"max_tokens\":480,\"ignore_eos\":true,\"stream\":true}";
         pthread_create(&th[i], NULL, sv_job_run, &jobs[i]);
     }
-    int64_t deadline = sv_now_ms() + 10000;
-    while (!atomic_load(&jobs[0].first) && sv_now_ms() < deadline) usleep(1000);
+    int64_t deadline = th_now_ms() + 10000;
+    while (!atomic_load(&jobs[0].first) && th_now_ms() < deadline) usleep(1000);
     sv_resp r = sv_post("/v1/completions", "{\"prompt\":\"Once upon a time\",\"max_tokens\":8,\"temperature\":0,\"stream\":true}");
     cr_assert_eq(r.status, 200);
     cr_assert(strstr(r.body, ": ping\n\n"), "no ping while waiting: %.300s", r.body);
@@ -978,7 +936,7 @@ Test(server, config_file_documents_every_serve_flag)
         cr_skip_test("config/kvserve.conf not found (run the tests from the repository root)");
     }
     char cmd[600];
-    snprintf(cmd, sizeof cmd, "'%s' serve --config %s --help 2>&1", sv_bin(), conf);
+    snprintf(cmd, sizeof cmd, "'%s' serve --config %s --help 2>&1", th_bin(), conf);
     FILE *p = popen(cmd, "r");
     cr_assert(p);
     char line[512];
@@ -1013,13 +971,13 @@ Test(server, drain_timeout_cancels_the_rest)
         jobs[i].body = "{\"prompt\":\"Once\",\"max_tokens\":480,\"ignore_eos\":true,\"stream\":true}";
         pthread_create(&th[i], NULL, sv_job_run, &jobs[i]);
     }
-    int64_t deadline = sv_now_ms() + 10000;
+    int64_t deadline = th_now_ms() + 10000;
     for (;;) { /* all three in the engine (one running, two waiting) before the signal */
         sv_resp m = sv_http(NULL, "/metrics", NULL, NULL, NULL);
         double n = sv_metric(m.body, "vllm:num_requests_running") + sv_metric(m.body, "vllm:num_requests_waiting");
         sv_resp_free(&m);
         if (n >= N) break;
-        cr_assert(sv_now_ms() < deadline, "requests not queued in time");
+        cr_assert(th_now_ms() < deadline, "requests not queued in time");
         usleep(2000);
     }
     kill(sv.pid, SIGTERM);
