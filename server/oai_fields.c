@@ -34,7 +34,7 @@ static const char *const known_fields[] = {
     "guided_json", "guided_regex", "guided_choice", "guided_grammar", "structured_outputs",
     "grammar", "json_schema",
     "tool_choice", "parallel_tool_calls", "functions", "function_call", "chat_template",
-    "chat_template_kwargs",
+    "chat_template_kwargs", "add_special_tokens",
 };
 
 /* An array of token ids below n_vocab into a malloc'd list. Absent/null leaves *ids NULL. */
