@@ -234,8 +234,6 @@ Test(cuda, generate_matches_cpu, .timeout = 120)
     tcu_close(&e);
 }
 
-#endif
-
 /* A synthetic model of every architecture, logits through the whole graph on both backends. */
 Test(cuda, every_architecture)
 {
@@ -244,3 +242,5 @@ Test(cuda, every_architecture)
     for (int a = 0; a < KC_N_ARCHS; a++) tcu_expect(kc_check_arch(&e.c, a));
     tcu_close(&e);
 }
+
+#endif
