@@ -1,9 +1,13 @@
 /*
  * bench_cpu.c — microbenchmarks of the CPU backend's kernels (numbers, never a gate).
  *
- *   bench_cpu [--threads N] [--quick] [--cpu-time] [--rows N] [--only memcpy|read|dispatch|gemv|gemm|decode|attn]
+ *   bench_cpu [--threads N] [--quick] [--cpu-time] [--rows N] [--only roof|memcpy|read|dispatch|gemv|gemm|decode|attn]
  *
- * Prints, with medians over several repetitions:
+ * Prints, with medians over several repetitions, for the backend's SIMD level (KVSERVE_CPU_ISA
+ * forces a lower one):
+ *  - the roofs: the FMA peak of the level's widest vectors (12 independent chains per thread,
+ *    N threads), the int8 multiply-add peak of the Q8_0 GEMM's instruction sequence (VNNI
+ *    vpdpbusd, or sign + maddubs + madd + add on AVX2), and the streaming-read bandwidth;
  *  - memcpy bandwidth of a large buffer (1 thread) and streaming-read bandwidth (N threads):
  *    the memory bound that decode is measured against;
  *  - op dispatch overhead of the worker pool (an empty task), in microseconds;
@@ -15,7 +19,10 @@
  *  - attention (110M head shape, 12 layers' KV so that it streams from memory as in a forward
  *    pass): batched decode (16 × 256 keys; 4 × 1072 keys with and without a 992-key shared
  *    prefix), a 512-token prefill and four 72-token chunks over 1072 keys, microseconds.
- * Weights are synthetic random values; no model file is needed.
+ * Each figure is followed by its fraction of the roof it is bound by: GEMV and decode by the read
+ * bandwidth (above 100% when the weights are cache-resident), GEMM by the FMA peak (Q8_0 by the
+ * int8 peak), attention prefill by the FMA peak and attention decode by the bandwidth of the
+ * K/V it reads. Weights are synthetic random values; no model file is needed.
  */
 #include <math.h>
 #include <pthread.h>
@@ -24,10 +31,11 @@
 #include <string.h>
 #include <time.h>
 
-#ifdef __AVX512F__
+#if defined(__x86_64__)
 #include <immintrin.h>
 #endif
 
+#include "cpu/cpu.h"
 #include "cpu/internal.h"
 #include "engine/backend.h"
 #include "engine/dtype.h"
@@ -108,21 +116,31 @@ typedef struct rd_arg {
     const uint64_t *p;
     size_t n;
     uint64_t sum;
+    double sec; /* the thread's time (kernel clock) */
 } rd_arg;
+
+static void *read_part(void *v);
+#if defined(__x86_64__)
+static void *read_part_avx2(void *v);
+#endif
+
+static void *read_timed(void *v)
+{
+    rd_arg *a = v;
+    double t0 = kernel_s();
+#if defined(__x86_64__)
+    if (cpu_isa_supported(CPU_ISA_AVX2)) read_part_avx2(a);
+    else read_part(a);
+#else
+    read_part(a);
+#endif
+    a->sec = kernel_s() - t0;
+    return NULL;
+}
 
 static void *read_part(void *v)
 {
     rd_arg *a = v;
-#ifdef __AVX512F__
-    __m512i s0 = _mm512_setzero_si512(), s1 = s0, s2 = s0, s3 = s0;
-    for (size_t i = 0; i + 32 <= a->n; i += 32) {
-        s0 = _mm512_add_epi64(s0, _mm512_load_si512((const void *)(a->p + i)));
-        s1 = _mm512_add_epi64(s1, _mm512_load_si512((const void *)(a->p + i + 8)));
-        s2 = _mm512_add_epi64(s2, _mm512_load_si512((const void *)(a->p + i + 16)));
-        s3 = _mm512_add_epi64(s3, _mm512_load_si512((const void *)(a->p + i + 24)));
-    }
-    a->sum = (uint64_t)_mm512_reduce_add_epi64(_mm512_add_epi64(_mm512_add_epi64(s0, s1), _mm512_add_epi64(s2, s3)));
-#else
     uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
     for (size_t i = 0; i + 4 <= a->n; i += 4) {
         s0 += a->p[i];
@@ -131,29 +149,52 @@ static void *read_part(void *v)
         s3 += a->p[i + 3];
     }
     a->sum = s0 + s1 + s2 + s3;
-#endif
     return NULL;
 }
 
+#if defined(__x86_64__)
+/* 32-byte loads: one core's read rate is not limited by the number of loads. */
+__attribute__((target("avx2"))) static void *read_part_avx2(void *v)
+{
+    rd_arg *a = v;
+    __m256i s0 = _mm256_setzero_si256(), s1 = s0, s2 = s0, s3 = s0;
+    for (size_t i = 0; i + 16 <= a->n; i += 16) {
+        s0 = _mm256_add_epi64(s0, _mm256_load_si256((const void *)(a->p + i)));
+        s1 = _mm256_add_epi64(s1, _mm256_load_si256((const void *)(a->p + i + 4)));
+        s2 = _mm256_add_epi64(s2, _mm256_load_si256((const void *)(a->p + i + 8)));
+        s3 = _mm256_add_epi64(s3, _mm256_load_si256((const void *)(a->p + i + 12)));
+    }
+    uint64_t t[4];
+    _mm256_storeu_si256((void *)t, _mm256_add_epi64(_mm256_add_epi64(s0, s1), _mm256_add_epi64(s2, s3)));
+    a->sum = t[0] + t[1] + t[2] + t[3];
+    return NULL;
+}
+#endif
+
+/* Streaming-read GB/s of n_threads threads over bytes: the sum of each thread's own rate (its
+ * share over its kernel-clock time), median of 5. */
 static double bench_read(int n_threads, size_t bytes)
 {
     uint64_t *buf = aligned_alloc(64, bytes);
     memset(buf, 1, bytes);
     double t[5];
+    if (n_threads > 64) n_threads = 64;
     for (int rep = 0; rep < 5; rep++) {
         pthread_t th[64];
         rd_arg a[64];
         size_t per = bytes / 8 / (size_t)n_threads;
-        double t0 = now_s();
+        t[rep] = 0;
         for (int i = 0; i < n_threads; i++) {
-            a[i] = (rd_arg){buf + per * (size_t)i, per, 0};
-            pthread_create(&th[i], NULL, read_part, &a[i]);
+            a[i] = (rd_arg){buf + per * (size_t)i, per, 0, 0};
+            pthread_create(&th[i], NULL, read_timed, &a[i]);
         }
-        for (int i = 0; i < n_threads; i++) pthread_join(th[i], NULL);
-        t[rep] = now_s() - t0;
+        for (int i = 0; i < n_threads; i++) {
+            pthread_join(th[i], NULL);
+            t[rep] += (double)per * 8 / a[i].sec / 1e9;
+        }
     }
     free(buf);
-    return (double)bytes / median(t, 5) / 1e9;
+    return median(t, 5);
 }
 
 static double bench_memcpy(size_t bytes)
@@ -170,6 +211,146 @@ static double bench_memcpy(size_t bytes)
     free(a);
     free(b);
     return (double)bytes / median(t, 5) / 1e9; /* bytes copied per second */
+}
+
+/* ---- compute roofs ---------------------------------------------------------------------------- */
+
+#define PEAK_ITERS 20000000L
+#define CHAINS 12
+
+typedef struct peak_arg {
+    int isa, int8;
+    double ops; /* operations done (a multiply-add counts 2) */
+    double sec; /* the thread's time for them (kernel clock: wall, or with --cpu-time its CPU time) */
+    float sink;
+} peak_arg;
+
+/* Baseline: what the compiler makes of CHAINS independent scalar multiply-adds. */
+static double peak_scalar(float *sink)
+{
+    float a[CHAINS];
+    for (int k = 0; k < CHAINS; k++) a[k] = 1.0f + (float)k * 1e-3f;
+    for (long i = 0; i < PEAK_ITERS / 8; i++)
+#pragma GCC unroll 12
+        for (int k = 0; k < CHAINS; k++) a[k] = a[k] * 0.9999999f + 1e-7f;
+    float s = 0;
+    for (int k = 0; k < CHAINS; k++) s += a[k];
+    *sink = s;
+    return (double)PEAK_ITERS / 8 * CHAINS * 2;
+}
+
+#if defined(__x86_64__)
+__attribute__((target("avx2,fma"))) static double peak_avx2(float *sink)
+{
+    __m256 a[CHAINS], b = _mm256_set1_ps(0.9999999f), c = _mm256_set1_ps(1e-7f);
+    for (int k = 0; k < CHAINS; k++) a[k] = _mm256_set1_ps(1.0f + (float)k * 1e-3f);
+    for (long i = 0; i < PEAK_ITERS; i++)
+#pragma GCC unroll 12
+        for (int k = 0; k < CHAINS; k++) a[k] = _mm256_fmadd_ps(a[k], b, c);
+    for (int k = 1; k < CHAINS; k++) a[0] = _mm256_add_ps(a[0], a[k]);
+    *sink = _mm256_cvtss_f32(a[0]);
+    return (double)PEAK_ITERS * CHAINS * 8 * 2;
+}
+
+/* The AVX2 Q8_0 GEMM's int8 step: 32 multiply-adds per sign + maddubs + madd + add. */
+__attribute__((target("avx2"))) static double peak_avx2_i8(float *sink)
+{
+    __m256i a[CHAINS], w = _mm256_set1_epi8(3), x = _mm256_set1_epi8(-5), ones = _mm256_set1_epi16(1);
+    for (int k = 0; k < CHAINS; k++) a[k] = _mm256_set1_epi32(k);
+    for (long i = 0; i < PEAK_ITERS; i++)
+#pragma GCC unroll 12
+        for (int k = 0; k < CHAINS; k++) {
+            __m256i p = _mm256_maddubs_epi16(w, _mm256_sign_epi8(x, a[k]));
+            a[k] = _mm256_add_epi32(a[k], _mm256_madd_epi16(p, ones));
+        }
+    for (int k = 1; k < CHAINS; k++) a[0] = _mm256_add_epi32(a[0], a[k]);
+    *sink = (float)_mm256_extract_epi32(a[0], 0);
+    return (double)PEAK_ITERS * CHAINS * 32 * 2;
+}
+
+__attribute__((target("avx512f"))) static double peak_avx512(float *sink)
+{
+    __m512 a[CHAINS], b = _mm512_set1_ps(0.9999999f), c = _mm512_set1_ps(1e-7f);
+    for (int k = 0; k < CHAINS; k++) a[k] = _mm512_set1_ps(1.0f + (float)k * 1e-3f);
+    for (long i = 0; i < PEAK_ITERS; i++)
+#pragma GCC unroll 12
+        for (int k = 0; k < CHAINS; k++) a[k] = _mm512_fmadd_ps(a[k], b, c);
+    for (int k = 1; k < CHAINS; k++) a[0] = _mm512_add_ps(a[0], a[k]);
+    *sink = _mm512_reduce_add_ps(a[0]);
+    return (double)PEAK_ITERS * CHAINS * 16 * 2;
+}
+
+/* vpdpbusd: 64 multiply-adds per instruction. */
+__attribute__((target("avx512f,avx512vnni"))) static double peak_vnni(float *sink)
+{
+    __m512i a[CHAINS], w = _mm512_set1_epi8(3), x = _mm512_set1_epi8(-5);
+    for (int k = 0; k < CHAINS; k++) a[k] = _mm512_set1_epi32(k);
+    for (long i = 0; i < PEAK_ITERS; i++)
+#pragma GCC unroll 12
+        for (int k = 0; k < CHAINS; k++) a[k] = _mm512_dpbusd_epi32(a[k], w, x);
+    for (int k = 1; k < CHAINS; k++) a[0] = _mm512_add_epi32(a[0], a[k]);
+    *sink = (float)_mm512_reduce_add_epi32(a[0]);
+    return (double)PEAK_ITERS * CHAINS * 64 * 2;
+}
+#endif
+
+static void *peak_run(peak_arg *p);
+
+static void *peak_part(void *v)
+{
+    peak_arg *p = v;
+    double t0 = kernel_s();
+    peak_run(p);
+    p->sec = kernel_s() - t0;
+    return NULL;
+}
+
+static void *peak_run(peak_arg *p)
+{
+#if defined(__x86_64__)
+    if (p->isa == CPU_ISA_AVX512) {
+        p->ops = p->int8 ? (cpu_isa_features() & CPU_FEAT_VNNI ? peak_vnni(&p->sink) : peak_avx2_i8(&p->sink))
+                         : peak_avx512(&p->sink);
+        return NULL;
+    }
+    if (p->isa == CPU_ISA_AVX2) {
+        p->ops = p->int8 ? peak_avx2_i8(&p->sink) : peak_avx2(&p->sink);
+        return NULL;
+    }
+#endif
+    p->ops = peak_scalar(&p->sink);
+    return NULL;
+}
+
+/* GFLOP/s (int8: GOP/s) of n_threads threads running the level's peak loop at once. */
+static double bench_peak(int isa, int int8, int n_threads)
+{
+    pthread_t th[64];
+    peak_arg a[64];
+    if (n_threads > 64) n_threads = 64;
+    double rate = 0;
+    for (int i = 0; i < n_threads; i++) {
+        a[i] = (peak_arg){isa, int8, 0, 0, 0};
+        pthread_create(&th[i], NULL, peak_part, &a[i]);
+    }
+    for (int i = 0; i < n_threads; i++) {
+        pthread_join(th[i], NULL);
+        rate += a[i].ops / a[i].sec; /* each thread's own rate: what the cores can do together */
+    }
+    return rate / 1e9;
+}
+
+/* The roofs the kernels are measured against (0 until measured). */
+static double roof_flops, roof_i8, roof_bw;
+
+static const char *pct(double v, double roof)
+{
+    static char buf[8][16];
+    static int k;
+    char *b = buf[k++ % 8];
+    if (roof > 0) snprintf(b, 16, "(%3.0f%%)", 100 * v / roof);
+    else snprintf(b, 16, "%s", "");
+    return b;
 }
 
 /* ---- dispatch ------------------------------------------------------------------------------ */
@@ -224,7 +405,7 @@ static void bench_shapes(backend *be, int rows, int quick)
     const int types[] = {DT_Q8_0, DT_F16, DT_BF16, DT_F32};
     printf("\n%s (%d row%s), median of reps, %s:\n", rows == 1 ? "GEMV" : "GEMM", rows,
            rows == 1 ? "" : "s", rows == 1 ? "GB/s of weights" : "GFLOP/s");
-    printf("  %-28s %10s %10s %10s %10s\n", "shape", "Q8_0", "F16", "BF16", "F32");
+    printf("  %-28s %16s %16s %16s %16s\n", "shape", "Q8_0", "F16", "BF16", "F32");
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         if (quick && s % 2) continue;
         printf("  %-28s", shapes[s].name);
@@ -238,7 +419,7 @@ static void bench_shapes(backend *be, int rows, int quick)
             double sec = time_matmul(be, &w, x, rows, out, rows == 1 ? 15 : (quick ? 3 : 5));
             double v = rows == 1 ? (double)mt.row_bytes * shapes[s].n_out / sec / 1e9
                                  : 2.0 * rows * shapes[s].n_in * shapes[s].n_out / sec / 1e9;
-            printf(" %10.1f", v);
+            printf(" %9.1f %6s", v, pct(v, rows == 1 ? roof_bw : types[k] == DT_Q8_0 ? roof_i8 : roof_flops));
             fflush(stdout);
             free(x);
             free(out);
@@ -275,9 +456,9 @@ static void bench_decode_stream(backend *be, int type, int n_layers)
         t[rep] = kernel_s() - t0;
     }
     double sec = median(t, 7);
-    printf("  %-6s %2d layers + head: %7.1f MB, %6.2f ms/step, %5.1f GB/s, %5.1f steps/s (weights "
+    printf("  %-6s %2d layers + head: %7.1f MB, %6.2f ms/step, %5.1f GB/s %s, %5.1f steps/s (weights "
            "only)\n",
-           dt_name(type), n_layers, bytes / 1e6, sec * 1e3, bytes / sec / 1e9, 1 / sec);
+           dt_name(type), n_layers, bytes / 1e6, sec * 1e3, bytes / sec / 1e9, pct(bytes / sec / 1e9, roof_bw), 1 / sec);
     for (int i = 0; i < n_w; i++) free((void *)mt[i].data);
     free(mt);
     free(w);
@@ -289,14 +470,15 @@ static void bench_decode_stream(backend *be, int type, int n_layers)
  * (1: batched decode; ctx: a prefill), the first `shared` entries the same blocks for all
  * (a common prefix), 12 heads of 64 (the 110M shape), f16 KV, 12 layers called in turn as a
  * forward pass does (so the KV is not all cache-resident); microseconds per call. */
-static double bench_attn(backend *be, int n_seqs, int ctx, int n_new, int shared)
+static double bench_attn(backend *be, int n_seqs, int ctx, int n_new, int shared, double *flops, double *bytes)
 {
     const int n_heads = 12, hd = 64, bs = 16, nbps = (ctx + bs - 1) / bs, nt = n_seqs * n_new;
     kv_geom g = {.n_layers = 12, .n_kv_heads = n_heads, .head_dim = hd, .block_size = bs, .dtype = KV_F16};
-    if (be->ops->kv_init(be, &g, n_seqs * nbps)) return 0;
+    int32_t n_blocks = n_seqs * nbps;
+    if (be->ops->kv_init(be, &g, &n_blocks)) return 0;
     cpu__backend *c = (cpu__backend *)be;
-    size_t n_el = g.n_layers * 2 * c->kv_layer_bytes / 2;
-    uint16_t *kv = c->kv_mem;
+    size_t n_el = g.n_layers * 2 * c->kv_layer_bytes[0] / 2;
+    uint16_t *kv = c->kv_mem[0];
     for (size_t i = 0; i < n_el; i++) kv[i] = dt_f32_to_f16((float)(next() % 1000) / 500.0f - 1);
     int32_t *tok = calloc((size_t)nt, 4), *pos = malloc((size_t)nt * 4), *slot = malloc((size_t)nt * 4);
     int32_t *qs = malloc((size_t)(n_seqs + 1) * 4), *cl = malloc((size_t)n_seqs * 4);
@@ -325,6 +507,12 @@ static double bench_attn(backend *be, int n_seqs, int ctx, int n_new, int shared
         t[rep] = (kernel_s() - t0) / inner;
     }
     free(tok), free(pos), free(slot), free(qs), free(cl), free(bt), free(q), free(out);
+    /* q·k and p·v: 2 multiply-adds per head, dimension and visible key; K and V read once per
+     * distinct block (shared ones once for all sequences) */
+    double keys = 0;
+    for (int i = 0; i < n_new; i++) keys += ctx - n_new + i + 1;
+    *flops = 4.0 * n_heads * hd * keys * n_seqs;
+    *bytes = 2.0 * 2 * n_heads * hd * ((double)shared + (double)(ctx - shared) * n_seqs);
     return median(t, 7) * 1e6;
 }
 
@@ -339,7 +527,7 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--cpu-time")) kernel_clock = CLOCK_THREAD_CPUTIME_ID;
         else if (!strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
         else {
-            fprintf(stderr, "usage: %s [--threads N] [--quick] [--cpu-time] [--rows N] [--only memcpy|read|dispatch|gemv|gemm|decode|attn]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--threads N] [--quick] [--cpu-time] [--rows N] [--only roof|memcpy|read|dispatch|gemv|gemm|decode|attn]\n", argv[0]);
             return 2;
         }
     }
@@ -347,9 +535,18 @@ int main(int argc, char **argv)
     if (!be) return 1;
     printf("backend: %s\n", be->desc);
 #define RUN(x) (!only || !strcmp(only, x))
+    int isa = ((cpu__backend *)be)->k.isa;
+    if (RUN("gemm") || RUN("attn") || RUN("roof")) {
+        roof_flops = bench_peak(isa, 0, n_threads);
+        roof_i8 = bench_peak(isa, 1, n_threads);
+        printf("FMA peak (%s, %d threads):        %7.1f GFLOP/s\n", cpu_isa_name(isa), n_threads, roof_flops);
+        printf("int8 multiply-add peak (Q8_0):    %7.1f GOP/s\n", roof_i8);
+    }
+    if (RUN("gemv") || RUN("decode") || RUN("attn") || RUN("read") || RUN("roof")) {
+        roof_bw = bench_read(n_threads, (size_t)1 << 30);
+        printf("streaming read 1 GiB, %d threads: %6.1f GB/s\n", n_threads, roof_bw);
+    }
     if (RUN("memcpy")) printf("memcpy 1 GiB, 1 thread:          %6.1f GB/s copied\n", bench_memcpy((size_t)1 << 30));
-    if (RUN("read"))
-        printf("streaming read 1 GiB, %d threads: %6.1f GB/s\n", n_threads, bench_read(n_threads, (size_t)1 << 30));
     if (RUN("dispatch")) printf("pool dispatch (empty task):       %6.2f us\n", bench_dispatch(be));
     if (RUN("gemv")) bench_shapes(be, 1, quick);
     if (RUN("decode")) {
@@ -360,13 +557,23 @@ int main(int argc, char **argv)
     if (RUN("gemm")) bench_shapes(be, gemm_rows > 1 ? gemm_rows : 512, quick);
     if (RUN("attn"))
     {
-        printf("\nattention, 12 heads of 64, f16 KV, one layer:\n");
-        printf("  decode, 16 seqs x 256 keys:              %8.1f us\n", bench_attn(be, 16, 256, 1, 0));
-        printf("  decode, 4 seqs x 1072 keys:              %8.1f us\n", bench_attn(be, 4, 1072, 1, 0));
-        printf("  decode, 4 seqs x 1072 keys, 992 shared:  %8.1f us\n", bench_attn(be, 4, 1072, 1, 992));
-        printf("  prefill, 512 tokens:                     %8.1f us\n", bench_attn(be, 1, 512, 512, 0));
-        printf("  4 seqs x 72 new, 1072 keys:              %8.1f us\n", bench_attn(be, 4, 1072, 72, 0));
-        printf("  4 seqs x 72 new, 1072 keys, 992 shared:  %8.1f us\n", bench_attn(be, 4, 1072, 72, 992));
+        printf("\nattention, 12 heads of 64, f16 KV, one layer (prefill: of the FMA peak; decode: of the "
+               "bandwidth):\n");
+        static const struct {
+            const char *name;
+            int n_seqs, ctx, n_new, shared;
+        } cases[] = {{"decode, 16 seqs x 256 keys", 16, 256, 1, 0},
+                     {"decode, 4 seqs x 1072 keys", 4, 1072, 1, 0},
+                     {"decode, 4 seqs x 1072 keys, 992 shared", 4, 1072, 1, 992},
+                     {"prefill, 512 tokens", 1, 512, 512, 0},
+                     {"4 seqs x 72 new, 1072 keys", 4, 1072, 72, 0},
+                     {"4 seqs x 72 new, 1072 keys, 992 shared", 4, 1072, 72, 992}};
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+            double fl, by, us = bench_attn(be, cases[i].n_seqs, cases[i].ctx, cases[i].n_new, cases[i].shared, &fl, &by);
+            printf("  %-40s %8.1f us  %6.1f GFLOP/s %s  %5.1f GB/s %s\n", cases[i].name, us, fl / us / 1e3,
+                   cases[i].n_new > 1 ? pct(fl / us / 1e3, roof_flops) : "      ", by / us / 1e3,
+                   cases[i].n_new > 1 ? "      " : pct(by / us / 1e3, roof_bw));
+        }
     }
     be_destroy(be);
     return 0;
