@@ -1,12 +1,13 @@
 /*
  * cuda_backend.cu — the CUDA backend of engine/backend.h: device selection, memory, weights,
- * the KV arena, batch metadata and the vtable. Kernels live in kernels.cu and attention.cu.
+ * the KV arena, batch metadata and the vtable. Kernels live in kernels.cu, attention.cu and
+ * quant.cu (the quantised weights).
  *
- * Weights: F32, F16 and BF16 matrices keep their type on the device; the quantised types (Q8_0,
- * the legacy and K-quants, IQ4_NL, IQ4_XS) are expanded to F16 at load (cuBLAS then runs every
- * linear layer on tensor cores with FP32 accumulation; F16 keeps the significand that a scale ×
- * integer product needs far better than BF16 would). The cost is 2-4× the memory and decode
- * bandwidth of the quantised file. Vectors (norms, biases) become F32.
+ * Weights: every matrix keeps its type on the device: F32, F16 and BF16 for cuBLAS, and the
+ * quantised types (Q8_0, the legacy and K-quants, IQ4_NL, IQ4_XS) as the file's blocks, which
+ * quant.cu reads with a dequantising GEMV for decode and decodes into F16 tiles for cuBLAS in
+ * prefill, so GPU memory and decode bandwidth are those of the file. Vectors (norms, biases)
+ * become F32.
  *
  * Step protocol: begin() packs the batch into a pinned buffer and uploads it with one
  * asynchronous copy; the ops queue kernels on one stream; to_host()/sync() wait. Only logits
@@ -18,6 +19,7 @@
 #include <string.h>
 
 #include "cuda/internal.h"
+#include "cuda/quant_common.h"
 
 extern "C" {
 #include "cuda/cuda_backend.h"
@@ -100,22 +102,18 @@ static size_t cuda__mem_available(backend *be)
 
 /* ---- weights ----------------------------------------------------------------------------- */
 
-/* Device type of a model tensor: vectors become F32; Q8_0 matrices F16; the rest stay. -1 if
- * the type is not supported. */
+/* Device type of a model tensor: vectors become F32; matrices keep their type (the quantised
+ * ones their blocks). -1 if the type is not supported. */
 static int cuda__weight_type(const model_tensor *t)
 {
     if (t->ne[1] == 1) return DT_F32;
+    if (cuda_q_is_quant(t->type)) return t->ne[0] % cuda_q_block_elems(t->type) ? -1 : t->type;
     switch (t->type) {
     case DT_F32: return DT_F32;
     case DT_F16: return DT_F16;
     case DT_BF16: return DT_BF16;
-    default: return dt_is_supported(t->type) ? DT_F16 : -1; /* the quantised types */
+    default: return -1;
     }
-}
-
-static size_t cuda__type_bytes(int type)
-{
-    return type == DT_F32 ? 4 : 2;
 }
 
 static int cuda__weight_upload(backend *be, const model_tensor *src, be_weight *dst)
@@ -133,7 +131,7 @@ static int cuda__weight_upload(backend *be, const model_tensor *src, be_weight *
     }
     if (w.type < 0) return -EINVAL;
     if (cuda__use(cb)) return -EIO;
-    size_t bytes = (size_t)w.n_in * (size_t)w.n_out * cuda__type_bytes(w.type);
+    size_t bytes = dt_row_bytes(w.type, w.n_in) * (size_t)w.n_out;
     if (CUDA_CHECK(cudaMalloc(&w.data, bytes))) {
         cudaGetLastError();
         return -ENOMEM;
@@ -155,6 +153,10 @@ static int cuda__weight_upload(backend *be, const model_tensor *src, be_weight *
         cudaFree(w.data);
         cudaGetLastError();
         return -EIO;
+    }
+    if (cuda_q_is_quant(w.type)) {
+        size_t tile = (size_t)cuda_q_tile_rows(w.n_in, w.n_out, CUDA_Q_TILE_BYTES) * (size_t)w.n_in * 2;
+        if (tile > cb->qtile_need) cb->qtile_need = tile;
     }
     *dst = w;
     return 0;
@@ -314,9 +316,6 @@ static int cuda__graph_eligible(const cuda_backend *cb, const be_batch *b)
     return cuda_batch_is_pure_decode(b);
 }
 
-/* Plans attention for the longest context the block table allows (so the launch shape does not
- * depend on the actual lengths), makes sure the conversion buffer is large enough, then either
- * selects the captured graph of this shape or starts capturing one. */
 /* The widest block-table stride of the batch's groups: the graph's shape key. */
 static int32_t cuda__bt_stride(const cuda_meta_layout *L)
 {
@@ -325,6 +324,10 @@ static int32_t cuda__bt_stride(const cuda_meta_layout *L)
     return m;
 }
 
+/* Plans attention for the longest context the block table allows (so the launch shape does not
+ * depend on the actual lengths), makes sure the conversion buffer (and, for a batch past the
+ * quantised GEMV's rows, the F16 tile of quant.cu) is large enough, then either
+ * selects the captured graph of this shape or starts capturing one. */
 static int cuda__graph_begin(cuda_backend *cb, const be_batch *b)
 {
     int32_t stride = cuda__bt_stride(&cb->meta), bound = stride * cb->kv.block_size;
@@ -332,6 +335,7 @@ static int cuda__graph_begin(cuda_backend *cb, const be_batch *b)
     if (rc) return rc;
     size_t conv = (size_t)b->n_tokens * (size_t)cb->max_n_in * 2;
     rc = cuda__grow(cb, &cb->conv, &cb->conv_bytes, conv);
+    if (!rc && b->n_tokens > CUDA_QGEMV_MAX_ROWS) rc = cuda__grow(cb, &cb->qtile, &cb->qtile_bytes, cb->qtile_need);
     if (rc) return rc;
     for (int i = 0; i < cb->n_graphs; i++)
         if (cb->graphs[i].n_tokens == b->n_tokens && cb->graphs[i].bt_stride == stride) {
@@ -474,6 +478,7 @@ static void cuda__destroy(backend *be)
     if (cb->meta_dev) cudaFree(cb->meta_dev);
     if (cb->attn_scratch) cudaFree(cb->attn_scratch);
     if (cb->conv) cudaFree(cb->conv);
+    if (cb->qtile) cudaFree(cb->qtile);
     if (cb->meta_done) cudaEventDestroy(cb->meta_done);
     if (cb->blas) cublasDestroy(cb->blas);
     if (cb->blas_ws) cudaFree(cb->blas_ws);

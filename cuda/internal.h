@@ -28,6 +28,10 @@ extern "C" {
 
 #define CUDA_GRAPH_MAX 32
 
+/* Threads per block and the most blocks of the grid-stride (element-wise) launches. */
+#define CUDA_EW_THREADS 256
+#define CUDA_EW_MAX_BLOCKS 65535u
+
 /* One captured decode step. */
 typedef struct cuda_graph_slot {
     int32_t n_tokens, bt_stride; /* the key: decode batch size and block-table stride */
@@ -81,6 +85,11 @@ typedef struct cuda_backend {
     void *conv;
     size_t conv_bytes;
     int64_t max_n_in;     /* largest matmul input width seen (sizes conv before a capture) */
+
+    /* Quantised weights' prefill: one F16 tile of whole rows (quant.cu); qtile_need is the
+     * largest tile of the uploaded matrices (allocated before a capture that needs it) */
+    void *qtile;
+    size_t qtile_bytes, qtile_need;
 
     /* CUDA graphs for decode steps (opt-in, cuda_set_graphs / KVSERVE_CUDA_GRAPHS=1). A decode-only
      * step of a batch shape seen before replays the graph captured the first time: begin()
@@ -165,6 +174,17 @@ void cuda__op_matmul(backend *be, const float *x, int n_rows, const be_weight *w
  * into dst of type dst_type (DT_F32 or DT_F16). */
 int cuda__convert_rows(cuda_backend *cb, const void *src, int src_type, size_t row_bytes, int64_t n_in,
                        int64_t n_rows, void *dst, int dst_type);
+
+/* kernels.cu: x [n] → F16 bits in dst; out[i] += bias[i % n_out] for i < n. */
+int cuda__to_f16(cuda_backend *cb, const float *x, uint16_t *dst, int64_t n);
+void cuda__add_bias(cuda_backend *cb, float *out, const float *bias, int64_t n_out, int64_t n);
+
+/* quant.cu: the ops on quantised weights (blocks as the file stores them). matmul: bias may be
+ * NULL. decode_rows: rows [r0, r0 + n_rows) of w into dst as F16 bits (f16 = 1) or f32; 0 or
+ * -EINVAL (not a quantised type) / -EIO. */
+void cuda__q_matmul(cuda_backend *cb, const float *x, int n_rows, const be_weight *w, const float *bias, float *out);
+void cuda__q_embed(cuda_backend *cb, const be_weight *emb, int n_tokens, const int32_t *tokens, float *out);
+int cuda__q_decode_rows(cuda_backend *cb, const be_weight *w, int64_t r0, int64_t n_rows, void *dst, int f16);
 
 /* attention.cu */
 void cuda__op_attention(backend *be, int layer, const float *q, const be_attn *at, float *out);

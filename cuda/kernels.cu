@@ -18,9 +18,6 @@ extern "C" {
 #include "cuda/cuda_backend.h"
 }
 
-#define CUDA_EW_THREADS 256
-#define CUDA_EW_MAX_BLOCKS 65535u
-
 /* ---- element loads and stores ------------------------------------------------------------ */
 
 static __device__ __forceinline__ float cuda__ld(float v)
@@ -83,7 +80,9 @@ void cuda__op_embed(backend *be, const be_weight *emb, float *out)
     if (n <= 0) return;
     const int32_t *tok = cuda__meta(cb, cb->meta.tokens);
     int64_t dim = emb->n_in;
-    if (emb->type == DT_F32)
+    if (cuda_q_is_quant(emb->type))
+        cuda__q_embed(cb, emb, n, tok, out);
+    else if (emb->type == DT_F32)
         cuda__embed_k<<<n, CUDA_EW_THREADS, 0, cb->stream>>>((const float *)emb->data, dim, tok, out);
     else if (emb->type == DT_F16)
         cuda__embed_k<<<n, CUDA_EW_THREADS, 0, cb->stream>>>((const __half *)emb->data, dim, tok, out);
@@ -407,35 +406,15 @@ static __global__ void cuda__convert_k(const uint8_t *src, int src_type, size_t 
         cuda__store_as(dst, dst_type, e, cuda__raw_value(src, src_type, row_bytes, e / n_in, e % n_in));
 }
 
-/* Quantised types: each thread decodes a run of 8 weights (n_in is a multiple of the block size). */
-static __global__ void cuda__convert_q_k(const uint8_t *src, int src_type, size_t row_bytes, int64_t n_in,
-                                         int64_t n8, void *dst, int dst_type)
-{
-    for (int64_t g = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; g < n8; g += (int64_t)gridDim.x * blockDim.x) {
-        int64_t e = g * 8, r = e / n_in;
-        float v[8];
-        cuda_q_dequant8(src_type, src + (size_t)r * row_bytes, e % n_in, v);
-        for (int k = 0; k < 8; k++) cuda__store_as(dst, dst_type, e + k, v[k]);
-    }
-}
-
 int cuda__convert_rows(cuda_backend *cb, const void *src, int src_type, size_t row_bytes, int64_t n_in,
                        int64_t n_rows, void *dst, int dst_type)
 {
-    int quant = cuda_q_is_quant(src_type);
-    if (src_type != DT_F32 && src_type != DT_F16 && src_type != DT_BF16 && !quant) return -EINVAL;
-    if (quant && n_in % cuda_q_block_elems(src_type)) return -EINVAL;
+    if (src_type != DT_F32 && src_type != DT_F16 && src_type != DT_BF16) return -EINVAL;
     int64_t n = n_in * n_rows;
     if (n <= 0) return 0;
-    if (quant) {
-        unsigned g = cuda_grid_1d(n / 8, CUDA_EW_THREADS, CUDA_EW_MAX_BLOCKS);
-        cuda__convert_q_k<<<g, CUDA_EW_THREADS, 0, cb->stream>>>((const uint8_t *)src, src_type, row_bytes, n_in,
-                                                                 n / 8, dst, dst_type);
-    } else {
-        unsigned g = cuda_grid_1d(n, CUDA_EW_THREADS, CUDA_EW_MAX_BLOCKS);
-        cuda__convert_k<<<g, CUDA_EW_THREADS, 0, cb->stream>>>((const uint8_t *)src, src_type, row_bytes, n_in, n,
-                                                               dst, dst_type);
-    }
+    unsigned g = cuda_grid_1d(n, CUDA_EW_THREADS, CUDA_EW_MAX_BLOCKS);
+    cuda__convert_k<<<g, CUDA_EW_THREADS, 0, cb->stream>>>((const uint8_t *)src, src_type, row_bytes, n_in, n, dst,
+                                                           dst_type);
     return CB_CHECK_LAUNCH(cb);
 }
 
@@ -453,9 +432,24 @@ static __global__ void cuda__bias_k(float *out, const float *bias, int64_t n_out
         out[i] += bias[i % n_out];
 }
 
+int cuda__to_f16(cuda_backend *cb, const float *x, uint16_t *dst, int64_t n)
+{
+    unsigned g = cuda_grid_1d(n, CUDA_EW_THREADS, CUDA_EW_MAX_BLOCKS);
+    cuda__to16_k<<<g, CUDA_EW_THREADS, 0, cb->stream>>>(x, (__half *)dst, n);
+    return CB_CHECK_LAUNCH(cb);
+}
+
+void cuda__add_bias(cuda_backend *cb, float *out, const float *bias, int64_t n_out, int64_t n)
+{
+    unsigned g = cuda_grid_1d(n, CUDA_EW_THREADS, CUDA_EW_MAX_BLOCKS);
+    cuda__bias_k<<<g, CUDA_EW_THREADS, 0, cb->stream>>>(out, bias, n_out, n);
+    CB_CHECK_LAUNCH(cb);
+}
+
 /* out[r][o] = Σ_i x[r][i] W[o][i]. Row-major W [n_out][n_in] is the column-major n_in × n_out
  * matrix, so in cuBLAS terms out (n_out × n_rows, column-major) = Wᵀ · x. 16-bit weights get the
- * activations converted to the same type (cuBLAS wants A and B alike); accumulation is FP32. */
+ * activations converted to the same type (cuBLAS wants A and B alike); accumulation is FP32.
+ * Quantised weights go to quant.cu. */
 void cuda__op_matmul(backend *be, const float *x, int n_rows, const be_weight *w, const be_weight *bias, float *out)
 {
     cuda_backend *cb = cuda__cb(be);
@@ -463,6 +457,10 @@ void cuda__op_matmul(backend *be, const float *x, int n_rows, const be_weight *w
     if (n_rows <= 0) return;
     int m = (int)w->n_out, k = (int)w->n_in;
     if (w->n_in > cb->max_n_in) cb->max_n_in = w->n_in;
+    if (cuda_q_is_quant(w->type)) {
+        cuda__q_matmul(cb, x, n_rows, w, bias && bias->data ? (const float *)bias->data : NULL, out);
+        return;
+    }
     float alpha = 1.0f, beta = 0.0f;
     const void *B = x;
     cudaDataType_t t = CUDA_R_32F;
@@ -483,12 +481,7 @@ void cuda__op_matmul(backend *be, const float *x, int n_rows, const be_weight *w
     if (CB_CHECK_BLAS(cb, cublasGemmEx(cb->blas, CUBLAS_OP_T, CUBLAS_OP_N, m, n_rows, k, &alpha, w->data, t, k, B, t,
                                        k, &beta, out, CUDA_R_32F, m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT)))
         return;
-    if (bias && bias->data) {
-        int64_t n = (int64_t)n_rows * m;
-        unsigned g = cuda_grid_1d(n, CUDA_EW_THREADS, CUDA_EW_MAX_BLOCKS);
-        cuda__bias_k<<<g, CUDA_EW_THREADS, 0, cb->stream>>>(out, (const float *)bias->data, m, n);
-        CB_CHECK_LAUNCH(cb);
-    }
+    if (bias && bias->data) cuda__add_bias(cb, out, (const float *)bias->data, m, (int64_t)n_rows * m);
 }
 
 /* ---- greedy sampling --------------------------------------------------------------------- */

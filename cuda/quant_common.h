@@ -9,8 +9,8 @@
  * values. Each value is formed in f32 in the order dt_to_f32 forms it. Reads are byte by byte:
  * blocks of 18, 22 or 110 bytes leave wider loads unaligned.
  *
- * Callers: cuda/quant.cu (the dequantising GEMV and the dequantise-to-F16 conversion),
- * tests/test_cuda_host.c.
+ * Callers: cuda/quant_kernels.h (the dequantising GEMV, the F16 tiles, the embedding), the
+ * launchers in cuda/quant.cu, tests/test_cuda_host.c and cuda/check/quant_emu.cc.
  */
 #ifndef KVSERVE_CUDA_QUANT_COMMON_H
 #define KVSERVE_CUDA_QUANT_COMMON_H
@@ -177,6 +177,24 @@ static inline CUDA_HD void cuda_q_k8(int type, const uint8_t *b, int r, float *v
     }
     }
 }
+
+/* Prefill on quantised weights decodes the matrix into F16 tiles of whole rows for cuBLAS, in a
+ * scratch buffer of at most max_bytes: the rows per tile (a multiple of 64 when there are that
+ * many, at least 1, at most n_out). */
+static inline CUDA_HD int64_t cuda_q_tile_rows(int64_t n_in, int64_t n_out, size_t max_bytes)
+{
+    int64_t rows = (int64_t)(max_bytes / ((size_t)n_in * 2));
+    if (rows >= 64) rows -= rows % 64;
+    if (rows < 1) rows = 1;
+    return rows < n_out ? rows : n_out;
+}
+
+/* Bytes of the F16 tile scratch the prefill path of the CUDA backend keeps at most. */
+#define CUDA_Q_TILE_BYTES ((size_t)64 << 20)
+
+/* Rows of a matmul up to which quantised weights take the dequantising GEMV (decode); more
+ * rows take the F16 tiles and cuBLAS. */
+#define CUDA_QGEMV_MAX_ROWS 8
 
 /* Weights i0 .. i0+7 (i0 a multiple of 8) of a row of a quantised type, into v[8]. */
 static inline CUDA_HD void cuda_q_dequant8(int type, const uint8_t *row, int64_t i0, float *v)

@@ -95,6 +95,13 @@ enum dt_type {
 #define DT_QK8_0 32 /* weights per block of the legacy types */
 #define DT_QK_K 256 /* weights per super-block of the K-quants and IQ4_XS */
 
+/* The layout checks below, in C11 or in C++ (the CUDA and emulation sources include this). */
+#ifdef __cplusplus
+#define DT_STATIC_ASSERT static_assert
+#else
+#define DT_STATIC_ASSERT _Static_assert
+#endif
+
 typedef struct dt_block_q4_0 {
     uint16_t d;
     uint8_t qs[16];
@@ -173,19 +180,19 @@ typedef struct dt_block_q8_k {
     int16_t bsums[16];
 } dt_block_q8_k;
 
-_Static_assert(sizeof(dt_block_q4_0) == 18, "q4_0 block must be 18 bytes");
-_Static_assert(sizeof(dt_block_q4_1) == 20, "q4_1 block must be 20 bytes");
-_Static_assert(sizeof(dt_block_q5_0) == 22, "q5_0 block must be 22 bytes");
-_Static_assert(sizeof(dt_block_q5_1) == 24, "q5_1 block must be 24 bytes");
-_Static_assert(sizeof(dt_block_q8_0) == 34, "q8_0 block must be 34 bytes");
-_Static_assert(sizeof(dt_block_iq4_nl) == 18, "iq4_nl block must be 18 bytes");
-_Static_assert(sizeof(dt_block_q2_k) == 84, "q2_K block must be 84 bytes");
-_Static_assert(sizeof(dt_block_q3_k) == 110, "q3_K block must be 110 bytes");
-_Static_assert(sizeof(dt_block_q4_k) == 144, "q4_K block must be 144 bytes");
-_Static_assert(sizeof(dt_block_q5_k) == 176, "q5_K block must be 176 bytes");
-_Static_assert(sizeof(dt_block_q6_k) == 210, "q6_K block must be 210 bytes");
-_Static_assert(sizeof(dt_block_iq4_xs) == 136, "iq4_xs block must be 136 bytes");
-_Static_assert(sizeof(dt_block_q8_k) == 292, "q8_K block must be 292 bytes");
+DT_STATIC_ASSERT(sizeof(dt_block_q4_0) == 18, "q4_0 block must be 18 bytes");
+DT_STATIC_ASSERT(sizeof(dt_block_q4_1) == 20, "q4_1 block must be 20 bytes");
+DT_STATIC_ASSERT(sizeof(dt_block_q5_0) == 22, "q5_0 block must be 22 bytes");
+DT_STATIC_ASSERT(sizeof(dt_block_q5_1) == 24, "q5_1 block must be 24 bytes");
+DT_STATIC_ASSERT(sizeof(dt_block_q8_0) == 34, "q8_0 block must be 34 bytes");
+DT_STATIC_ASSERT(sizeof(dt_block_iq4_nl) == 18, "iq4_nl block must be 18 bytes");
+DT_STATIC_ASSERT(sizeof(dt_block_q2_k) == 84, "q2_K block must be 84 bytes");
+DT_STATIC_ASSERT(sizeof(dt_block_q3_k) == 110, "q3_K block must be 110 bytes");
+DT_STATIC_ASSERT(sizeof(dt_block_q4_k) == 144, "q4_K block must be 144 bytes");
+DT_STATIC_ASSERT(sizeof(dt_block_q5_k) == 176, "q5_K block must be 176 bytes");
+DT_STATIC_ASSERT(sizeof(dt_block_q6_k) == 210, "q6_K block must be 210 bytes");
+DT_STATIC_ASSERT(sizeof(dt_block_iq4_xs) == 136, "iq4_xs block must be 136 bytes");
+DT_STATIC_ASSERT(sizeof(dt_block_q8_k) == 292, "q8_K block must be 292 bytes");
 
 /* The 16 values of the IQ4_NL / IQ4_XS code book. */
 extern const int8_t dt_iq4nl_values[16];

@@ -11,8 +11,9 @@
 #                                              on a machine with python3; the GPU machine then needs only
 #                                              the work tree
 #   scripts/gpu-check.sh --quick [OUTDIR]      smaller kernel checks and shorter benchmarks
-#   scripts/gpu-check.sh --emulate             no GPU needed: run the attention kernels' source on the
-#                                              CPU (cuda/check/attn_emu.cc) against float64 (~1 min)
+#   scripts/gpu-check.sh --emulate             no GPU needed: run the attention kernels' and the
+#                                              quantised-weight kernels' source on the CPU
+#                                              (cuda/check/attn_emu.cc, quant_emu.cc) against float64 (~1 min)
 #
 # Needs only the CUDA toolkit (nvcc, cuBLAS) and a C compiler: no -dev packages, no network.
 # The program is built from engine/ cache/ cpu/ cuda/ and cli/mkmodel*.c sources with -arch=sm_90 into
@@ -28,9 +29,11 @@ while [ $# -gt 0 ]; do
     --quick) QUICK=--quick; shift ;;
     --emulate)
         mkdir -p build/gpu-check
-        ${CXX:-c++} -std=c++17 -O2 -g -Wall -Wextra -Wno-unused-parameter -Wno-unknown-pragmas \
-            -Wno-unused-function -Werror -I. -o build/gpu-check/attn_emu cuda/check/attn_emu.cc -lpthread
-        exec build/gpu-check/attn_emu ;;
+        for e in attn_emu quant_emu; do
+            ${CXX:-c++} -std=c++17 -O2 -g -Wall -Wextra -Wno-unused-parameter -Wno-unknown-pragmas \
+                -Wno-unused-function -Werror -I. -o build/gpu-check/$e cuda/check/$e.cc -lpthread
+        done
+        build/gpu-check/attn_emu && exec build/gpu-check/quant_emu ;;
     --prepare)
         src=${2:-tests/data}
         mkdir -p .gpu

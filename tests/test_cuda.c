@@ -77,8 +77,7 @@ Test(cuda, embed)
 {
     tcu_env e;
     tcu_open(&e, 0xe3bed, "embed");
-    const int types[] = {DT_F32, DT_F16, DT_BF16, DT_Q8_0};
-    for (int i = 0; i < 4; i++) tcu_expect(kc_check_embed(&e.c, types[i]));
+    for (int i = 0; i < KC_N_WEIGHT_TYPES; i++) tcu_expect(kc_check_embed(&e.c, kc_weight_types[i]));
     tcu_close(&e);
 }
 
@@ -95,10 +94,11 @@ Test(cuda, matmul)
 {
     tcu_env e;
     tcu_open(&e, 0x3a73, "matmul");
-    const int types[] = {DT_F32, DT_F16, DT_BF16, DT_Q8_0};
-    for (int i = 0; i < 4; i++) {
-        tcu_expect(kc_check_matmul(&e.c, types[i], 1, 96, 80, 0));
-        tcu_expect(kc_check_matmul(&e.c, types[i], 33, 160, 72, 1));
+    for (int i = 0; i < KC_N_WEIGHT_TYPES; i++) {
+        int t = kc_weight_types[i];
+        tcu_expect(kc_check_matmul(&e.c, t, 1, kc_n_in(t, 96), 80, 0));
+        tcu_expect(kc_check_matmul(&e.c, t, 5, kc_n_in(t, 160), 77, 1));
+        tcu_expect(kc_check_matmul(&e.c, t, 33, kc_n_in(t, 160), 72, 1));
     }
     tcu_close(&e);
 }

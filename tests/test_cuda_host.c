@@ -648,3 +648,35 @@ Test(cuda_host, quant_dequant8_matches_reference)
         }
     }
 }
+
+/* The quantised-weight kernels (cuda/quant_kernels.h), the source nvcc compiles, under the CPU
+ * emulation of cuda/check (quant_emu --quick: the decode GEMV, the prefill's F16 tiles and the
+ * embedding for every type), against float64 and the host's decoding. */
+Test(cuda_host, quant_kernels_under_emulation, .timeout = 120)
+{
+    const char *bin = getenv("KVSERVE_QUANT_EMU");
+    if (!bin || !*bin) cr_skip_test("KVSERVE_QUANT_EMU is not set to the emulation binary (make test sets it)");
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "'%s' --quick", bin);
+    FILE *p = popen(cmd, "r");
+    cr_assert_not_null(p);
+    char line[256], out[8192] = "";
+    while (fgets(line, sizeof line, p)) strncat(out, line, sizeof out - strlen(out) - 1);
+    int st = pclose(p);
+    printf("%s", out);
+    cr_assert_eq(st, 0, "emulated kernels failed:\n%s", out);
+    cr_assert(strstr(out, "Q6_K") && strstr(out, "IQ4_XS") && strstr(out, " 0 mismatches"), "%s", out);
+}
+
+/* Prefill tiles: whole rows, within the scratch budget, 64-row multiples when possible. */
+Test(cuda_host, quant_tile_rows)
+{
+    cr_assert_eq(cuda_q_tile_rows(2048, 32000, CUDA_Q_TILE_BYTES), 16384);
+    cr_assert_eq(cuda_q_tile_rows(2048, 100, CUDA_Q_TILE_BYTES), 100);
+    cr_assert_eq(cuda_q_tile_rows(5632, 2048, (size_t)5632 * 2 * 100), 64);
+    cr_assert_eq(cuda_q_tile_rows(1 << 20, 10, 1000), 1, "at least one row");
+    for (int64_t n_in = 256; n_in <= 65536; n_in *= 4) {
+        int64_t r = cuda_q_tile_rows(n_in, 1 << 20, CUDA_Q_TILE_BYTES);
+        cr_assert((size_t)r * n_in * 2 <= CUDA_Q_TILE_BYTES && r % 64 == 0);
+    }
+}

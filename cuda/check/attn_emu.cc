@@ -67,32 +67,6 @@ static void emu_block()
     }
 }
 
-static void *emu_thread(void *p)
-{
-    threadIdx.x = (unsigned)(intptr_t)p;
-    for (unsigned z = 0; z < gridDim.z; z++)
-        for (unsigned y = 0; y < gridDim.y; y++)
-            for (unsigned x = 0; x < gridDim.x; x++) {
-                blockIdx.x = x, blockIdx.y = y, blockIdx.z = z;
-                emu_block();
-                __syncthreads(); /* the block is over before its shared memory is reused */
-            }
-    return NULL;
-}
-
-static void emu_run(dim3 grid, int threads)
-{
-    blockDim.x = (unsigned)threads;
-    gridDim = grid;
-    pthread_barrier_init(&emu_bar, NULL, (unsigned)threads);
-    for (int w = 0; w < threads / 32; w++) pthread_barrier_init(&emu_wbar[w], NULL, 32);
-    std::vector<pthread_t> th(threads);
-    for (int t = 0; t < threads; t++) pthread_create(&th[t], NULL, emu_thread, (void *)(intptr_t)t);
-    for (int t = 0; t < threads; t++) pthread_join(th[t], NULL);
-    pthread_barrier_destroy(&emu_bar);
-    for (int w = 0; w < threads / 32; w++) pthread_barrier_destroy(&emu_wbar[w]);
-}
-
 static uint64_t emu_rs = 0x656d75ULL;
 static uint64_t emu_next()
 {
@@ -172,7 +146,7 @@ static int emu_fill(std::vector<uint8_t> &arena, const cuda_kv_layout &l, int dt
     g.x = (unsigned)n_slots;
     for (int kind = 0; kind < 2; kind++) {
         emu_l.plane = arena.data() + kind * plane;
-        emu_run(g, 64); /* two warps: each takes every other kv head */
+        emu_run(g, 64, emu_block); /* two warps: each takes every other kv head */
         for (int r = 0; r < n_slots; r++)
             for (int h = 0; h < l.n_kv_heads; h++)
                 if (!emu_store_matches(arena, l, dtype, kind, r, h, &rows[(size_t)r * dim + h * l.head_dim])) {
@@ -239,12 +213,12 @@ static double emu_check(const emu_case &c, int *splits_out)
     emu_l.vp = arena.data() + cuda_kv_plane_elems(&l) * es;
     dim3 g;
     g.x = (unsigned)splits, g.y = (unsigned)c.n_kv_heads, g.z = (unsigned)n_items;
-    emu_run(g, CUDA_ATTN_THREADS);
+    emu_run(g, CUDA_ATTN_THREADS, emu_block);
     if (splits > 1) {
         emu_l.kind = 1, emu_l.n_heads = c.n_heads, emu_l.head_dim = D, emu_l.splits = splits;
         dim3 g2;
         g2.x = (unsigned)c.n_heads, g2.y = (unsigned)n;
-        emu_run(g2, cuda_attn_reduce_threads(D)); /* as the launcher does */
+        emu_run(g2, cuda_attn_reduce_threads(D), emu_block); /* as the launcher does */
     }
 
     double num = 0, den = 0;

@@ -1,6 +1,7 @@
 /*
  * emu_cuda.h — just enough of CUDA's device built-ins, on POSIX threads, to run the attention
- * kernels (cuda/attn_kernels.h) on a CPU. Host C++ only; see cuda/check/attn_emu.cc.
+ * kernels (cuda/attn_kernels.h) and the quantised-weight kernels (cuda/quant_kernels.h) on a CPU.
+ * Host C++ only; see cuda/check/attn_emu.cc and cuda/check/quant_emu.cc.
  *
  * One launch runs blockDim.x threads that walk the grid's blocks in lock step (block after
  * block), so shared memory (one static array) is reused safely; __syncthreads is a barrier over
@@ -18,6 +19,7 @@
 #include <string.h>
 
 #include <algorithm>
+#include <vector>
 
 #define __global__
 #define __device__
@@ -50,6 +52,38 @@ static inline float __shfl_xor_sync(unsigned mask, float v, int o)
     float r = emu_xchg[(w << 5) | (lane ^ o)];
     pthread_barrier_wait(&emu_wbar[w]);
     return r;
+}
+
+/* One launch of `threads` threads over the grid: every thread walks all blocks in order,
+ * calling block() for each; the block is over (a barrier) before its shared memory is reused.
+ * The kernel's arguments travel in the program's own globals. */
+static void (*emu_block_fn)(void);
+
+static void *emu_thread(void *p)
+{
+    threadIdx.x = (unsigned)(intptr_t)p;
+    for (unsigned z = 0; z < gridDim.z; z++)
+        for (unsigned y = 0; y < gridDim.y; y++)
+            for (unsigned x = 0; x < gridDim.x; x++) {
+                blockIdx.x = x, blockIdx.y = y, blockIdx.z = z;
+                emu_block_fn();
+                __syncthreads();
+            }
+    return NULL;
+}
+
+static void emu_run(dim3 grid, int threads, void (*block)(void))
+{
+    emu_block_fn = block;
+    blockDim.x = (unsigned)threads;
+    gridDim = grid;
+    pthread_barrier_init(&emu_bar, NULL, (unsigned)threads);
+    for (int w = 0; w < threads / 32; w++) pthread_barrier_init(&emu_wbar[w], NULL, 32);
+    std::vector<pthread_t> th(threads);
+    for (int t = 0; t < threads; t++) pthread_create(&th[t], NULL, emu_thread, (void *)(intptr_t)t);
+    for (int t = 0; t < threads; t++) pthread_join(th[t], NULL);
+    pthread_barrier_destroy(&emu_bar);
+    for (int w = 0; w < threads / 32; w++) pthread_barrier_destroy(&emu_wbar[w]);
 }
 
 #define __expf expf

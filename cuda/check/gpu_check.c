@@ -32,7 +32,7 @@
 #include "engine/forward.h"
 #include "engine/model.h"
 
-#define GC_MAX_ROWS 64
+#define GC_MAX_ROWS 96
 
 typedef struct gc_row {
     char what[48];
@@ -102,15 +102,15 @@ static void gc_kernels(backend *gpu, backend *cpu, int quick)
 {
     kc_ctx c = {gpu, cpu, 0x6b65726e656cULL, !quick};
     printf("== kernels vs the CPU backend (seed %#llx)\n", (unsigned long long)c.rng);
-    const int types[] = {DT_F32, DT_F16, DT_BF16, DT_Q8_0};
     int fails = gc_failed;
     gc_failed = 0;
-    for (int i = 0; i < 4; i++) gc_report(kc_check_embed(&c, types[i]));
+    for (int i = 0; i < KC_N_WEIGHT_TYPES; i++) gc_report(kc_check_embed(&c, kc_weight_types[i]));
     gc_report(kc_check_rmsnorm(&c, 0));
     gc_report(kc_check_rmsnorm(&c, 1));
-    for (int i = 0; i < 4; i++) {
-        gc_report(kc_check_matmul(&c, types[i], 1, 2048, 2048, 0));
-        gc_report(kc_check_matmul(&c, types[i], 77, 2048, 1024, 1));
+    for (int i = 0; i < KC_N_WEIGHT_TYPES; i++) {
+        gc_report(kc_check_matmul(&c, kc_weight_types[i], 1, 2048, 2048, 0));
+        gc_report(kc_check_matmul(&c, kc_weight_types[i], 8, 2048, 1024, 1));
+        gc_report(kc_check_matmul(&c, kc_weight_types[i], 77, 2048, 1024, 1));
     }
     for (int neox = 0; neox < 2; neox++) {
         gc_report(kc_check_rope(&c, neox, 0));
@@ -373,13 +373,14 @@ static double gc_bench_cublas_peak(void)
     return 2.0 * n * n * (double)n / gc_median(t, 7) / 1e12;
 }
 
-/* The backend's matmul op (activation conversion included) on a TinyLlama FFN shape. */
-static double gc_bench_matmul(backend *be, int n_rows, double *weight_gbs)
+/* The backend's matmul op (activation conversion included) on a TinyLlama FFN shape with
+ * weights of the given type; *weight_gbs gets the weight bytes (as stored) read per second. */
+static double gc_bench_matmul(backend *be, int type, int n_rows, double *weight_gbs)
 {
     kc_ctx c = {be, be, 0x6d6d, 1};
     kc_tensor kt;
     const int k = 2048, n = 5632;
-    kc_tensor_random(&c, &kt, DT_BF16, k, n, 0.05f);
+    if (kc_tensor_random(&c, &kt, type, k, n, 0.05f)) return 0;
     be_weight w;
     if (be->ops->weight_upload(be, &kt.t, &w)) return 0;
     free(kt.mem);
@@ -397,7 +398,7 @@ static double gc_bench_matmul(backend *be, int n_rows, double *weight_gbs)
         if (r >= 0) t[r] = (gc_now() - t0) / reps;
     }
     double tm = gc_median(t, 7);
-    if (weight_gbs) *weight_gbs = (double)k * n * 2 / tm / 1e9;
+    if (weight_gbs) *weight_gbs = (double)dt_row_bytes(type, k) * n / tm / 1e9;
     be->ops->free(be, xd), be->ops->free(be, od);
     be->ops->weight_free(be, &w);
     return 2.0 * n_rows * (double)k * n / tm / 1e12;
@@ -586,14 +587,29 @@ static void gc_bench(backend *gpu, int quick)
     snprintf(v, sizeof v, "%.0f TFLOP/s", peak);
     gc_add("cuBLAS bf16 gemm 8192^3", v, "matrix ceiling", -1);
     double wgbs = 0;
-    double mm = gc_bench_matmul(gpu, 4096, NULL);
+    double mm = gc_bench_matmul(gpu, DT_BF16, 4096, NULL);
     snprintf(v, sizeof v, "%.0f TFLOP/s", mm);
     snprintf(ref, sizeof ref, "%.0f%% of cuBLAS peak", 100 * mm / peak);
     gc_add("matmul op 4096x2048->5632", v, ref, -1);
-    gc_bench_matmul(gpu, 1, &wgbs);
+    gc_bench_matmul(gpu, DT_BF16, 1, &wgbs);
     snprintf(v, sizeof v, "%.0f GB/s weights", wgbs);
     snprintf(ref, sizeof ref, "%.0f%% of copy", 100 * wgbs / copy);
     gc_add("matmul op 1x2048->5632", v, ref, -1);
+    /* quantised blocks on the device: the dequantising GEMV (decode), F16 tiles + cuBLAS (prefill) */
+    const int qtypes[] = {DT_Q4_0, DT_Q4_K, DT_Q6_K, DT_Q8_0};
+    for (int i = 0; i < 4; i++) {
+        char name[64];
+        gc_bench_matmul(gpu, qtypes[i], 1, &wgbs);
+        snprintf(v, sizeof v, "%.0f GB/s weights", wgbs);
+        snprintf(ref, sizeof ref, "%.0f%% of copy", 100 * wgbs / copy);
+        snprintf(name, sizeof name, "matmul op %s 1x2048->5632", dt_name(qtypes[i]));
+        gc_add(name, v, ref, -1);
+        mm = gc_bench_matmul(gpu, qtypes[i], 512, NULL);
+        snprintf(v, sizeof v, "%.1f TFLOP/s", mm);
+        snprintf(ref, sizeof ref, "%.0f%% of cuBLAS peak", 100 * mm / peak);
+        snprintf(name, sizeof name, "matmul op %s 512x2048->5632", dt_name(qtypes[i]));
+        gc_add(name, v, ref, -1);
+    }
     int sp = 0;
     double ab = gc_bench_attention(gpu, 64, 2048, &sp);
     snprintf(v, sizeof v, "%.0f GB/s (splits %d)", ab, sp);
