@@ -12,6 +12,7 @@
  * tested type with the exact conversions of engine/dtype.h; no model file is needed.
  */
 #include <criterion/criterion.h>
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -589,4 +590,88 @@ Test(cpu, packed_weights_release_the_mapping)
     munmap(map, bytes);
     free((void *)heap.data);
     free(deq);
+}
+
+/* Bytes of layer group g's arena on the CPU backend: each of its layers' K then V. */
+static size_t cput_group_arena_bytes(const cpu__backend *c, int g)
+{
+    return 2 * (size_t)kv_group_layers(&c->kv, g) * c->kv_layer_bytes[g];
+}
+
+/* kv_block_out / kv_block_in (the second KV tier's copies): with several layer groups and a
+ * quantised dtype, a block's host copy is exactly kv_group_bytes_per_block bytes — every tile
+ * of every layer of its group, K and V, scales included, in layer order — and copying it into
+ * another block reproduces those bytes there and changes nothing else, in any group. The arena
+ * is filled with random bytes first, so the scales' bytes are as checked as the values'. */
+Test(cpu, kv_block_out_in_every_byte_of_every_group)
+{
+    const int dtypes[] = {KV_I8, KV_FP8, KV_F16, KV_F32, KV_BF16};
+    cput_seed(77);
+    for (size_t di = 0; di < sizeof dtypes / sizeof *dtypes; di++) {
+        kv_geom g = kv_geom_make(5, 3, 24, 7, dtypes[di]);
+        g.n_groups = 3;
+        static const uint8_t lg[5] = {0, 1, 0, 2, 1};
+        memcpy(g.layer_group, lg, sizeof lg);
+        for (int k = 0; k < 3; k++) g.rule[k] = (kv_rule){KV_KEEP_ALL, 0, 0};
+        const int32_t n_blocks[3] = {4, 3, 5};
+        tu_cpu_level lv[TU_MAX_LEVELS];
+        tu_cpu_levels(lv);
+        backend *be = tu_cpu_backend(&lv[0], 1);
+        int rc = be->ops->kv_init(be, &g, n_blocks);
+        if (rc == -EINVAL && kv_dtype_is_quant(g.dtype)) { /* a backend without quantised KV */
+            cr_log_info("the CPU backend has no %s KV cache: not checked", kv_dtype_name(g.dtype));
+            be_destroy(be);
+            continue;
+        }
+        cr_assert_eq(rc, 0, "kv_init %s", kv_dtype_name(g.dtype));
+        cpu__backend *c = (cpu__backend *)be;
+        char *before[3];
+        for (int k = 0; k < 3; k++) {
+            size_t n = cput_group_arena_bytes(c, k);
+            for (size_t i = 0; i < n; i++) ((unsigned char *)c->kv_mem[k])[i] = (unsigned char)cput_u32();
+            before[k] = malloc(n);
+            memcpy(before[k], c->kv_mem[k], n);
+        }
+        size_t tile_set = (size_t)g.n_kv_heads * kv_tile_bytes(&g); /* one (layer, K|V) of a block */
+        for (int k = 0; k < 3; k++) {
+            size_t bb = kv_group_bytes_per_block(&g, k);
+            cr_assert_eq(bb, 2 * (size_t)kv_group_layers(&g, k) * tile_set);
+            int32_t src = 1, dst = n_blocks[k] - 1;
+            unsigned char *buf = malloc(bb + 64);
+            memset(buf, 0xA5, bb + 64);
+            cr_assert_eq(be->ops->kv_block_out(be, k, src, buf), 0);
+            for (int i = 0; i < 64; i++) cr_assert_eq(buf[bb + i], 0xA5, "%s group %d: written past the block",
+                                                      kv_dtype_name(g.dtype), k);
+            size_t off = 0; /* the host copy, walked independently: layer order, K then V */
+            for (int l = 0; l < g.n_layers; l++) {
+                if (kv_group_of(&g, l) != k) continue;
+                const char *kk = (const char *)cpu__kv_k(c, l) + (size_t)src * tile_set;
+                const char *vv = (const char *)cpu__kv_v(c, l) + (size_t)src * tile_set;
+                cr_assert_eq(memcmp(buf + off, kk, tile_set), 0, "%s group %d layer %d: K", kv_dtype_name(g.dtype), k, l);
+                cr_assert_eq(memcmp(buf + off + tile_set, vv, tile_set), 0, "%s layer %d: V", kv_dtype_name(g.dtype), l);
+                off += 2 * tile_set;
+            }
+            cr_assert_eq(off, bb);
+            cr_assert_eq(be->ops->kv_block_in(be, k, dst, buf), 0);
+            /* now dst is a copy of src in this group; every other byte of every group is as it was */
+            for (int l = 0; l < g.n_layers; l++) {
+                int gl = kv_group_of(&g, l);
+                if (gl != k) continue;
+                for (int kind = 0; kind < 2; kind++) {
+                    char *base = kind ? cpu__kv_v(c, l) : cpu__kv_k(c, l);
+                    size_t at = (size_t)(base - (char *)c->kv_mem[k]);
+                    memcpy(before[k] + at + (size_t)dst * tile_set, before[k] + at + (size_t)src * tile_set, tile_set);
+                }
+            }
+            for (int k2 = 0; k2 < 3; k2++)
+                cr_assert_eq(memcmp(before[k2], c->kv_mem[k2], cput_group_arena_bytes(c, k2)), 0,
+                             "%s: copying group %d's block %d into %d changed other bytes of group %d",
+                             kv_dtype_name(g.dtype), k, src, dst, k2);
+            cr_assert_eq(be->ops->kv_block_out(be, k, n_blocks[k], buf), -EINVAL, "a block past the group's");
+            free(buf);
+        }
+        cr_assert_eq(be->ops->kv_block_out(be, 3, 0, before[0]), -EINVAL, "a group past the geometry's");
+        for (int k = 0; k < 3; k++) free(before[k]);
+        be_destroy(be);
+    }
 }

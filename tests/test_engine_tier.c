@@ -1,14 +1,16 @@
 /*
  * test_engine_tier.c — the second KV tier through the engine (engine/engine_tier.c) on the real
  * stories260K model: the fingerprint that names a model's blocks, greedy outputs with the tier
- * equal to those without it while prefixes are evicted and loaded back, a restart with the same
- * folder that finds them (cached_tokens counts them), and a geometry that must not.
+ * equal to those without it while prefixes are evicted and loaded back (f16, and int8 with its
+ * scales), a restart with the same folder that finds them (cached_tokens counts them), and a
+ * geometry that must not.
  */
 #include <criterion/criterion.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "cli/mkmodel.h"
+#include "engine/backend.h"
 #include "engine/engine_tier.h"
 #include "tests/engine_harness.h"
 
@@ -76,19 +78,23 @@ static engine_usage tet_run(engine *e, int d, int s, int32_t *out)
     return o.usage[0];
 }
 
-Test(engine_tier, greedy_outputs_equal_and_a_restart_finds_the_blocks)
+/* Greedy outputs of KV dtype `dtype` with a tier (host RAM and files in dir) equal those without
+ * one while documents are evicted and loaded back; tier hits count as cached tokens; after a
+ * drain, a restart on the same folder loads a document back and generates the same tokens.
+ * Returns the plain engine (for more checks; the caller destroys it). */
+static engine *tet_equal_and_restart(const char *dir, int dtype)
 {
-    TE_NEED_MODEL();
-    char dir[256];
-    tu_mkdtemp("engine-tier", dir, sizeof dir);
-    engine *plain = tet_engine(NULL, 0, KV_F16), *tiered = tet_engine(dir, 4 * 16 * 640, KV_F16);
+    engine *plain = tet_engine(NULL, 0, dtype);
+    kv_geom g = kv_geom_make(te_model->hp.n_layers, te_model->hp.n_kv_heads, te_model->hp.head_dim, 16, dtype);
+    engine *tiered = tet_engine(dir, 4 * kv_bytes_per_block(&g), dtype);
     int32_t a[TET_GEN], b[TET_GEN];
     static const int order[] = {1, 2, 3, 1, 4, 2, 3, 4, 1, 3};
     int cached_plain = 0, cached_tiered = 0;
     for (int i = 0; i < (int)(sizeof order / sizeof *order); i++) {
         cached_plain += tet_run(plain, order[i], i, a).cached_tokens;
         cached_tiered += tet_run(tiered, order[i], i, b).cached_tokens;
-        cr_assert_arr_eq(a, b, sizeof a, "request %d (document %d): outputs differ with the tier", i, order[i]);
+        cr_assert_arr_eq(a, b, sizeof a, "%s, request %d (document %d): outputs differ with the tier",
+                         kv_dtype_name(dtype), i, order[i]);
     }
     engine_stats st;
     engine_get_stats(tiered, &st);
@@ -100,25 +106,55 @@ Test(engine_tier, greedy_outputs_equal_and_a_restart_finds_the_blocks)
     engine_destroy(tiered, 1); /* a drain: pending writes reach the disk */
 
     /* A restart on the same folder: document 2's blocks are found on disk. */
-    tiered = tet_engine(dir, 0, KV_F16);
+    tiered = tet_engine(dir, 0, dtype);
     engine_usage u = tet_run(tiered, 2, 99, b);
     tet_run(plain, 2, 99, a);
-    cr_assert_arr_eq(a, b, sizeof a, "outputs after a restart differ");
+    cr_assert_arr_eq(a, b, sizeof a, "%s: outputs after a restart differ", kv_dtype_name(dtype));
     cr_assert_eq(u.cached_tokens, TET_DOC / 16 * 16, "a restart loads the document back: %d cached", u.cached_tokens);
     engine_get_stats(tiered, &st);
     cr_assert_eq(st.tier_hit_tokens, TET_DOC / 16 * 16);
     engine_destroy(tiered, 1);
+    return plain;
+}
+
+Test(engine_tier, greedy_outputs_equal_and_a_restart_finds_the_blocks)
+{
+    TE_NEED_MODEL();
+    char dir[256];
+    tu_mkdtemp("engine-tier", dir, sizeof dir);
+    engine *plain = tet_equal_and_restart(dir, KV_F16);
+    int32_t b[TET_GEN];
 
     /* Another KV geometry (f32) never loads those blocks. */
-    tiered = tet_engine(dir, 0, KV_F32);
+    engine *tiered = tet_engine(dir, 0, KV_F32);
+    engine_stats st;
     engine_get_stats(tiered, &st);
     cr_assert_eq(st.tier_disk_blocks, 0, "another geometry has a folder of its own");
-    u = tet_run(tiered, 2, 98, b);
+    engine_usage u = tet_run(tiered, 2, 98, b);
     cr_assert_eq(u.cached_tokens, 0, "another dtype's blocks were loaded");
     engine_get_stats(tiered, &st);
     cr_assert_eq(st.tier_hit_tokens, 0);
     engine_destroy(tiered, 1);
     engine_destroy(plain, 0);
+    tu_rm_rf(dir);
+}
+
+/* A quantised cache: a tier block carries each token's scales with its codes (a block loaded
+ * without them would decode to other values and change the greedy outputs). */
+Test(engine_tier, int8_kv_blocks_carry_their_scales)
+{
+    TE_NEED_MODEL();
+    tu_cpu_level lv[TU_MAX_LEVELS];
+    tu_cpu_levels(lv);
+    backend *be = tu_cpu_backend(&lv[0], 1);
+    kv_geom g = kv_geom_make(te_model->hp.n_layers, te_model->hp.n_kv_heads, te_model->hp.head_dim, 16, KV_I8);
+    int32_t nb = 2;
+    int has_i8 = be->ops->kv_init(be, &g, &nb) == 0;
+    be_destroy(be);
+    if (!has_i8) cr_skip_test("the CPU backend has no int8 KV cache");
+    char dir[256];
+    tu_mkdtemp("engine-tier-i8", dir, sizeof dir);
+    engine_destroy(tet_equal_and_restart(dir, KV_I8), 0);
     tu_rm_rf(dir);
 }
 
