@@ -481,12 +481,26 @@ static void eval_args(jinja_ctx *c, jj_scope *s, const jj_args *w, jj_callargs *
         }
 }
 
+jinja_value jj__unsupported(jinja_ctx *c, jinja_value self, const jj_callargs *a)
+{
+    (void)self;
+    (void)a;
+    jj__raise(c, JJ_E_UNSUPPORTED, "this function is not supported in chat templates");
+}
+
 jinja_value jj__call(jinja_ctx *c, jinja_value fn, const jj_callargs *a)
 {
     jj__step(c);
     if (fn.kind == JINJA_UNDEFINED) jj__undef_fail(c, fn);
     if (fn.kind == JINJA_CALLABLE) {
         if (fn.fn->type == JJ_FN_MACRO) return jj__call_macro(c, fn.fn, a);
+        if (fn.fn->fn == jj__unsupported) {
+            if (fn.fn->type == JJ_FN_METHOD)
+                jj__raise(c, JJ_E_UNSUPPORTED, "the %s method '%s' is not supported in chat templates",
+                          jj__type_name(fn.fn->self), fn.fn->name);
+            jj__raise(c, JJ_E_UNSUPPORTED, "the global '%s' is not supported in chat templates",
+                      fn.fn->name);
+        }
         return fn.fn->fn(c, fn.fn->self, a);
     }
     if (fn.kind == JINJA_LOOP) return jj__loop_call(c, fn, a);

@@ -732,6 +732,7 @@ static jinja_value f_unique(jinja_ctx *c, jinja_value v, const jj_callargs *a)
     return out;
 }
 
+/* The filters this interpreter does not implement (jj__apply_filter names them). */
 static jinja_value f_unsupported(jinja_ctx *c, jinja_value v, const jj_callargs *a)
 {
     (void)v;
@@ -815,6 +816,9 @@ static int is_generator_filter(filter_fn fn)
 
 jinja_value jj__apply_filter(jinja_ctx *c, int idx, jinja_value v, const jj_callargs *a)
 {
+    if (filters[idx].fn == f_unsupported)
+        jj__raise(c, JJ_E_UNSUPPORTED, "the filter '%s' is not supported in chat templates",
+                  filters[idx].name);
     if (!is_generator_filter(filters[idx].fn)) return filters[idx].fn(c, v, a);
     jinja_value g = jj__list_new(c, JJ_L_GEN, 0);
     jj_callargs *copy = jj__alloc(c, sizeof *copy);

@@ -621,13 +621,6 @@ static jinja_value g_joiner(jinja_ctx *c, jinja_value self, const jj_callargs *a
     return jj__func_new(c, JJ_FN_OBJECT, "joiner", joiner_call, state);
 }
 
-static jinja_value g_unsupported(jinja_ctx *c, jinja_value self, const jj_callargs *a)
-{
-    (void)self;
-    (void)a;
-    jj__raise(c, JJ_E_UNSUPPORTED, "this global function is not supported in chat templates");
-}
-
 jinja_value jj__global(jinja_ctx *c, const char *name, size_t n)
 {
     static const struct {
@@ -636,7 +629,7 @@ jinja_value jj__global(jinja_ctx *c, const char *name, size_t n)
     } g[] = {
         {"range", g_range},           {"dict", g_dict},
         {"namespace", g_namespace},   {"joiner", g_joiner},
-        {"cycler", g_unsupported},    {"lipsum", g_unsupported},
+        {"cycler", jj__unsupported},  {"lipsum", jj__unsupported},
         {"raise_exception", g_raise}, {"strftime_now", g_strftime},
     };
     for (size_t i = 0; i < sizeof g / sizeof g[0]; i++)

@@ -490,6 +490,9 @@ int jj__apply_test(jinja_ctx *c, int idx, jinja_value v, const jj_callargs *a);
 jinja_value jj__method(jinja_ctx *c, jinja_value self, const char *name, size_t n);
 /* The global functions (range, dict, namespace, raise_exception, strftime_now, …). */
 jinja_value jj__global(jinja_ctx *c, const char *name, size_t n);
+/* The native behind a Python method or global this interpreter does not implement: calling it
+ * raises NotImplementedError naming the function (jj__call reads the callable's name). */
+jinja_value jj__unsupported(jinja_ctx *c, jinja_value self, const jj_callargs *a);
 /* Python's "fmt % args" for strings (Markup: the arguments are escaped). */
 jinja_value jj__percent_format(jinja_ctx *c, jinja_value fmt, jinja_value args);
 /* A Python attribute of obj that is not a dict key: a method, a namespace attribute, a loop

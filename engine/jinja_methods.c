@@ -703,12 +703,6 @@ static jinja_value m_format(jinja_ctx *c, jinja_value self, const jj_callargs *a
     return jj__str_format(c, self, a);
 }
 
-static jinja_value m_unsupported(jinja_ctx *c, jinja_value self, const jj_callargs *a)
-{
-    jj__raise(c, JJ_E_UNSUPPORTED, "this %s method is not supported in chat templates",
-              jj__type_name(self));
-}
-
 /* ---- dict and list methods ---------------------------------------------------------------- */
 
 static jinja_value m_get(jinja_ctx *c, jinja_value self, const jj_callargs *a)
@@ -830,12 +824,12 @@ static const jj_method str_methods[] = {
     {"casefold", m_lower, 0},
     {"center", m_center, M_MARKUP},
     {"count", m_scount, 0},
-    {"encode", m_unsupported, 0},
+    {"encode", jj__unsupported, 0},
     {"endswith", m_endswith, 0},
-    {"expandtabs", m_unsupported, 0},
+    {"expandtabs", jj__unsupported, 0},
     {"find", m_find, 0},
     {"format", m_format, 0},
-    {"format_map", m_unsupported, 0},
+    {"format_map", jj__unsupported, 0},
     {"index", m_sindex, 0},
     {"isalnum", m_isalnum, 0},
     {"isalpha", m_isalpha, 0},
@@ -853,7 +847,7 @@ static const jj_method str_methods[] = {
     {"ljust", m_ljust, M_MARKUP},
     {"lower", m_lower, M_MARKUP},
     {"lstrip", m_lstrip, M_MARKUP},
-    {"maketrans", m_unsupported, 0},
+    {"maketrans", jj__unsupported, 0},
     {"partition", m_partition, M_MARKUP},
     {"removeprefix", m_removeprefix, 0},
     {"removesuffix", m_removesuffix, 0},
@@ -870,13 +864,13 @@ static const jj_method str_methods[] = {
     {"strip", m_strip, M_MARKUP},
     {"swapcase", m_swapcase, M_MARKUP},
     {"title", m_title, M_MARKUP},
-    {"translate", m_unsupported, 0},
+    {"translate", jj__unsupported, 0},
     {"upper", m_upper, M_MARKUP},
     {"zfill", m_zfill, M_MARKUP},
 };
 
 static const jj_method dict_methods[] = {
-    {"clear", NULL, M_MUTATES},  {"copy", m_copy, 0},          {"fromkeys", m_unsupported, 0},
+    {"clear", NULL, M_MUTATES},  {"copy", m_copy, 0},          {"fromkeys", jj__unsupported, 0},
     {"get", m_get, 0},           {"items", m_items, 0},        {"keys", m_keys, 0},
     {"pop", NULL, M_MUTATES},    {"popitem", NULL, M_MUTATES}, {"setdefault", NULL, M_MUTATES},
     {"update", NULL, M_MUTATES}, {"values", m_values, 0},

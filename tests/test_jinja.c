@@ -218,6 +218,21 @@ Test(jinja, render_errors_name_line_and_construct)
     cr_assert_eq(rc, -EINVAL);
     cr_expect_str_eq(err.kind, "raise_exception");
     cr_expect_str_eq(err.message, "Only user and assistant");
+    /* what is not implemented names itself and its line */
+    static const char *const unsupported[][2] = {
+        {"a\n{{ l | groupby('x') }}", "'groupby'"},
+        {"a\n{% filter wordwrap %}x{% endfilter %}", "'wordwrap'"},
+        {"a\n{{ 'x'.encode() }}", "'encode'"},
+        {"a\n{{ cycler(1, 2) }}", "'cycler'"},
+        {"a\n{% include 'other' %}", "'include'"},
+    };
+    for (size_t i = 0; i < sizeof unsupported / sizeof unsupported[0]; i++) {
+        rc = tj_render(unsupported[i][0], tj_ctx, NULL, &out, &err);
+        cr_assert_eq(rc, -EINVAL, "%s rendered", unsupported[i][0]);
+        cr_expect_eq(err.line, 2, "%s: line %d", unsupported[i][0], err.line);
+        cr_expect(strstr(err.message, unsupported[i][1]) != NULL, "%s: %s", unsupported[i][0],
+                  err.message);
+    }
 }
 
 Test(jinja, limits_bound_untrusted_templates)
