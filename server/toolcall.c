@@ -43,7 +43,7 @@ const char *tc_syntax_name(int s)
 int tc_syntax_detect(const char *t)
 {
     if (!t) return TC_JSON;
-    if (strstr(t, "<tool_call>")) return TC_HERMES;
+    if (strstr(t, "<tool_call>") || strstr(t, "<tool_calls>")) return TC_HERMES;
     if (strstr(t, "[TOOL_CALLS]")) return TC_MISTRAL;
     if (strstr(t, "<|python_tag|>") || strstr(t, "<|start_header_id|>")) return TC_LLAMA3_JSON;
     return TC_JSON;
@@ -58,7 +58,7 @@ int tc_reasoning_by_name(const char *name)
 }
 
 enum { R_START, R_THINK, R_CONTENT };
-enum { T_START, T_CONTENT, T_CALL, T_ARRAY, T_TAIL, T_ARGS_ONLY, T_AFTER };
+enum { T_START, T_CONTENT, T_CALL, T_ARRAY, T_TAIL, T_ARGS_ONLY, T_AFTER, T_FUNCTION };
 
 struct tc_parser {
     int syntax, reasoning;
@@ -77,7 +77,7 @@ struct tc_parser {
     int cur;         /* the call being read, or -1 */
     int cur_named;   /* its TC_D_CALL went out */
     size_t cur_args; /* bytes of its arguments emitted */
-    int array_close; /* T_ARRAY: the closing bracket (']' ) */
+    const char *close_tag; /* T_ARRAY inside hermes' <tool_calls>: "</tool_calls>" */
     /* what was read */
     tbuf content, reason;
     int has_reason;
@@ -330,21 +330,32 @@ static size_t partial_suffix(const char *s, size_t n, const char *marker)
     return 0;
 }
 
-/* Content until the syntax's call marker; returns 1 when the marker was consumed. */
+/* Content until the syntax's call marker; returns 1 when the marker was consumed, 2 when it
+ * was hermes' list form <tool_calls> (then the calls end at </tool_calls>). */
 static int stage_content(tc_parser *p, size_t *pos, int final)
 {
     const char *marker = p->syntax == TC_HERMES    ? "<tool_call>"
                          : p->syntax == TC_MISTRAL ? "[TOOL_CALLS]"
                                                    : NULL;
+    const char *list = p->syntax == TC_HERMES ? "<tool_calls>" : NULL;
     const char *s = p->t.s + *pos;
     size_t n = p->t.n - *pos;
     const char *m = marker ? tc__find(s, n, marker) : NULL;
+    const char *l = list ? tc__find(s, m ? (size_t)(m - s) : n, list) : NULL;
+    if (l) {
+        out_content(p, s, (size_t)(l - s));
+        *pos += (size_t)(l - s) + strlen(list);
+        p->close_tag = "</tool_calls>";
+        return 2;
+    }
     if (m) {
         out_content(p, s, (size_t)(m - s));
         *pos += (size_t)(m - s) + strlen(marker);
         return 1;
     }
     size_t hold = marker && !final ? partial_suffix(s, n, marker) : 0;
+    size_t hold2 = list && !final ? partial_suffix(s, n, list) : 0;
+    if (hold2 > hold) hold = hold2;
     out_content(p, s, n - hold);
     *pos += n - hold;
     return 0;
@@ -381,15 +392,27 @@ static int stage_hermes_call(tc_parser *p, size_t *pos, int final)
     return 1;
 }
 
-/* [ {call}, {call} ] — returns 1 when the array ended (or was abandoned), 0 to wait. */
+/* [ {call}, {call} ] — returns 1 when the array ended (or was abandoned), 0 to wait. Inside
+ * hermes' <tool_calls> (close_tag set) the brackets are optional and the list ends at the tag. */
 static int stage_array(tc_parser *p, size_t *pos, int final)
 {
     for (;;) {
         const char *s = p->t.s + *pos;
         size_t n = p->t.n - *pos, i = tc__skip_ws(s, n, 0);
-        while (i < n && s[i] == ',')
+        while (i < n && (s[i] == ',' || (p->close_tag && (s[i] == '[' || s[i] == ']'))))
             i = tc__skip_ws(s, n, i + 1);
         if (i >= n) return final;
+        if (p->close_tag) {
+            size_t k = strlen(p->close_tag), m = n - i < k ? n - i : k;
+            if (!memcmp(s + i, p->close_tag, m)) {
+                if (m < k && !final) return 0;
+                if (m == k) {
+                    *pos += i + k;
+                    p->close_tag = NULL;
+                    return 1;
+                }
+            }
+        }
         if (s[i] == ']') {
             *pos += i + 1;
             return 1;
@@ -414,6 +437,28 @@ static int stage_array(tc_parser *p, size_t *pos, int final)
         call_end(p);
         *pos += end;
     }
+}
+
+/* Streams the JSON value after white space from s[a] as the current call's arguments (past what
+ * went out already). Returns 1 with *end just past the value when it is complete, or when no
+ * JSON value starts there (*end: where it would have; the call keeps "{}"); 0 to wait. */
+static int args_value(tc_parser *p, const char *s, size_t n, size_t a, int final, size_t *end)
+{
+    size_t b = tc__skip_ws(s, n, a);
+    int done = 0;
+    size_t e = b < n ? tc__skip_value(s, n, b, &done) : n;
+    if (e == (size_t)-1) {
+        *end = b;
+        return 1;
+    }
+    size_t vis = e;
+    if (!done)
+        while (vis > b && tc__is_ws(s[vis - 1]))
+            vis--;
+    if (b < n && vis > b + p->cur_args) call_args(p, s + b + p->cur_args, vis - b - p->cur_args);
+    if (!done && !final) return 0;
+    *end = e;
+    return 1;
 }
 
 /* Mistral after [TOOL_CALLS]: a JSON array, or name[ARGS]{...} (with an optional [CALL_ID]). */
@@ -442,22 +487,50 @@ static int stage_mistral_call(tc_parser *p, size_t *pos, int final)
         if (p->oom) return 1;
         call_name(p, s + i, (size_t)(name_end - s - i));
     }
-    size_t a = (size_t)(args - s) + 6, b = tc__skip_ws(s, n, a);
-    int done = 0;
-    size_t e = b < n ? tc__skip_value(s, n, b, &done) : n;
-    if (e == (size_t)-1) {
-        call_end(p);
-        *pos += b;
-        return 1;
-    }
-    size_t vis = e;
-    if (!done)
-        while (vis > b && tc__is_ws(s[vis - 1]))
-            vis--;
-    if (b < n && vis > b + p->cur_args) call_args(p, s + b + p->cur_args, vis - b - p->cur_args);
-    if (!done && !final) return 0;
+    size_t e;
+    if (!args_value(p, s, n, (size_t)(args - s) + 6, final, &e)) return 0;
     call_end(p);
     *pos += e;
+    return 1;
+}
+
+/* Llama 3.1's custom-tool form <function=NAME>{…}</function>, after the name: the arguments,
+ * then the closing tag. Returns 1 when the call is done, 0 to wait. */
+static int stage_function_call(tc_parser *p, size_t *pos, int final)
+{
+    static const char close[] = "</function>";
+    const char *s = p->t.s + *pos;
+    size_t n = p->t.n - *pos, e;
+    if (!args_value(p, s, n, 0, final, &e)) return 0;
+    size_t i = tc__skip_ws(s, n, e), k = n - i < sizeof close - 1 ? n - i : sizeof close - 1;
+    if (!memcmp(s + i, close, k)) {
+        if (k < sizeof close - 1 && !final) return 0;
+        if (k == sizeof close - 1) e = i + k;
+    }
+    call_end(p);
+    *pos += e;
+    p->tmode = T_AFTER;
+    return 1;
+}
+
+/* Llama 3.1's <function=NAME> at s[i]: 1 when it was read (the call begun, pos past it), 0 to
+ * wait for more text, -1 when s[i] does not start one. */
+static int function_open(tc_parser *p, const char *s, size_t n, size_t i, size_t *pos, int final)
+{
+    static const char open[] = "<function=";
+    size_t k = n - i < sizeof open - 1 ? n - i : sizeof open - 1;
+    if (memcmp(s + i, open, k)) return -1;
+    if (k < sizeof open - 1) return final ? -1 : 0;
+    size_t a = i + k, b = a;
+    while (b < n && b - a <= 256 && s[b] != '>' && !tc__is_ws(s[b]) && s[b] != '<' && s[b] != '{')
+        b++;
+    if (b == n && !final && b - a <= 256) return 0;
+    if (b == n || b == a || s[b] != '>') return -1;
+    call_begin(p);
+    if (p->oom) return -1;
+    call_name(p, s + a, b - a);
+    *pos += b + 1;
+    p->tmode = T_FUNCTION;
     return 1;
 }
 
@@ -473,6 +546,10 @@ static int stage_start(tc_parser *p, size_t *pos, int final)
     if (p->syntax == TC_LLAMA3_JSON && n - i >= sizeof tag - 1 &&
         !memcmp(s + i, tag, sizeof tag - 1))
         i = tc__skip_ws(s, n, i + sizeof tag - 1);
+    if (p->syntax == TC_LLAMA3_JSON) {
+        int r = function_open(p, s, n, i, pos, final);
+        if (r >= 0) return r;
+    }
     if (p->syntax == TC_JSON && n - i >= 3 && !memcmp(s + i, "```", 3)) {
         const char *nl = memchr(s + i, '\n', n - i);
         if (!nl && !final) return 0;
@@ -584,7 +661,7 @@ static void stage_tools(tc_parser *p, int final)
             break;
         case T_CONTENT:
             go = stage_content(p, &pos, final);
-            if (go) p->tmode = T_CALL;
+            if (go) p->tmode = go == 2 ? T_ARRAY : T_CALL;
             break;
         case T_CALL:
             go = p->syntax == TC_MISTRAL ? stage_mistral_call(p, &pos, final)
@@ -593,13 +670,17 @@ static void stage_tools(tc_parser *p, int final)
             break;
         case T_ARRAY:
             go = stage_array(p, &pos, final);
-            if (go) p->tmode = p->syntax == TC_MISTRAL ? T_CONTENT : T_AFTER;
+            if (go) p->close_tag = NULL;
+            if (go) p->tmode = p->syntax == TC_MISTRAL || p->syntax == TC_HERMES ? T_CONTENT : T_AFTER;
             break;
         case T_AFTER:
             go = stage_after(p, &pos, final);
             break;
         case T_ARGS_ONLY:
             stage_args_only(p, &pos, final);
+            break;
+        case T_FUNCTION:
+            go = stage_function_call(p, &pos, final);
             break;
         default:
             out_content(p, p->t.s + pos, p->t.n - pos);

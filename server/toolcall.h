@@ -9,8 +9,10 @@
  *                     tool-call stage ──► content, tool_calls[i] = {id, name, arguments}
  *
  * Syntaxes: hermes (Qwen, Hermes: <tool_call>{"name": …, "arguments": {…}}</tool_call>, several
- * allowed), llama3_json (Llama 3.x: the output starts with {"name": …, "parameters": {…}},
- * optionally after <|python_tag|>, several separated by ';'), mistral ([TOOL_CALLS] followed by a
+ * allowed; also a list <tool_calls>[{…}, …]</tool_calls> or one object a line inside it),
+ * llama3_json (Llama 3.x: the output starts with {"name": …, "parameters": {…}}, optionally
+ * after <|python_tag|>, or with Llama 3.1's custom-tool form <function=NAME>{…}</function>,
+ * several separated by ';'), mistral ([TOOL_CALLS] followed by a
  * JSON array of {"name", "arguments"}, or by name[ARGS]{…} per call, optionally [CALL_ID]id),
  * json (the generic fallback: the output is a call object, an array of them, or
  * {"tool_calls": [...]}, optionally in a ``` fence; it is also what tool_choice "required"
