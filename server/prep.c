@@ -67,11 +67,13 @@ static int fit_context(srv *s, const oai_request *q, int n, int64_t kv_tokens, i
 }
 
 /* How a chat answer is read: the reasoning parser, and the tool-call syntax when tools may be
- * called (the template's family, or that of the request's own template). */
-static void chat_output_mode(srv *s, oai_chat *ch)
+ * called (the template's family, or that of the request's own template). A grammar (a forced
+ * tool choice, structured outputs) constrains the output from its first token, so there is no
+ * reasoning in it to read: deepseek_r1 would otherwise take all of it for reasoning. */
+static void chat_output_mode(srv *s, const oai_request *q, oai_chat *ch)
 {
     const char *parser = s->cfg->tool_call_parser;
-    ch->reasoning = s->reasoning;
+    ch->reasoning = q->grammar ? TC_REASON_NONE : s->reasoning;
     ch->syntax = TC_SYNTAX_NONE;
     if (!ch->n_tools || ch->tool_choice == OAI_TOOLS_NONE) return;
     ch->syntax = s->tool_syntax;
@@ -107,7 +109,7 @@ static int prompt_ids(srv *s, const oai_request *q, int p, int32_t **ids, int *n
     int rc;
     if (q->kind == OAI_CHAT) {
         rc = srv__chat_ids(s, q->chat, q->add_generation_prompt, ids, n, e);
-        if (!rc) chat_output_mode(s, q->chat);
+        if (!rc) chat_output_mode(s, q, q->chat);
     } else if (q->prompts[p].text) {
         rc = srv__text_ids(s, q->prompts[p].text, 1, ids, n, e);
     } else {

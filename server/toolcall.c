@@ -425,7 +425,10 @@ static int stage_array(tc_parser *p, size_t *pos, int final)
         size_t end;
         int r = feed_obj(p, s, n, i, &end, final);
         if (r == 0) {
-            if (final && p->cur_named) call_end(p);
+            if (final && p->cur_named) { /* cut short: the call keeps what it got */
+                call_end(p);
+                *pos += n;
+            }
             return final;
         }
         if (r < 0) {

@@ -3,8 +3,9 @@
  * carries a Hermes-style chat template (written here): tool_choice naming a function or
  * "required" yields tool_calls whose arguments are valid JSON for the function's schema (the
  * grammar constrains decoding), streamed and not, the legacy functions / function_call, the
- * template seeing the tools, a request's own template and its errors, and the official OpenAI
- * SDK's tool-calling flow (tests/e2e/openai_tools.mjs; skipped without node_modules).
+ * template seeing the tools, a request's own template and its errors, a reasoning parser that
+ * leaves grammar-constrained output alone, and the official OpenAI SDK's tool-calling flow and
+ * tool runner (tests/e2e/openai_tools.mjs; skipped without node_modules).
  */
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
@@ -269,6 +270,53 @@ Test(server_tools, legacy_functions_and_template_fields)
         "\"f\"}}]}",
         400);
     cJSON_Delete(o);
+}
+
+/* --reasoning-parser deepseek_r1 reads an unconstrained answer as reasoning up to </think>, but
+ * a grammar writes the output from its first token: a forced call stays a call, a JSON answer
+ * stays content. */
+Test(server_tools, reasoning_parser_leaves_constrained_output_alone)
+{
+    th_server rs;
+    static const char *const args[] = {"--kv-memory", "32MiB", "--reasoning-parser", "deepseek_r1",
+                                       NULL};
+    th_start(&rs, tst_model, args, NULL, TH_WAIT_HEALTHY);
+    static const char *const extra[] = {
+        "\"tool_choice\": {\"type\": \"function\", \"function\": {\"name\": \"get_weather\"}}",
+        "\"tool_choice\": \"required\", \"parallel_tool_calls\": false",
+        "\"response_format\": {\"type\": \"json_object\"}, \"max_tokens\": 8",
+        "\"max_tokens\": 8"};
+    for (int i = 0; i < 4; i++) {
+        char body[4096];
+        snprintf(body, sizeof body,
+                 "{\"messages\": [{\"role\": \"user\", \"content\": \"Weather?\"}], %s, %s, "
+                 "\"seed\": 5}",
+                 tst_tools, extra[i]);
+        th_resp r = th_http(rs.port, NULL, "/v1/chat/completions", body, NULL);
+        cr_assert_eq(r.status, 200, "%ld: %.500s", r.status, r.body);
+        cJSON *o = cJSON_Parse(r.body);
+        cr_assert_not_null(o, "%.300s", r.body);
+        const char *finish;
+        const cJSON *msg = tst_message(o, &finish);
+        const cJSON *reasoning = cJSON_GetObjectItem(msg, "reasoning_content");
+        if (i < 2) {
+            cr_assert_str_eq(finish, "tool_calls", "%s", r.body);
+            const cJSON *fn =
+                cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(msg, "tool_calls"), 0),
+                                    "function");
+            tst_check_args(cJSON_GetObjectItem(fn, "name")->valuestring,
+                           cJSON_GetObjectItem(fn, "arguments")->valuestring);
+        }
+        if (i < 3)
+            cr_assert_null(reasoning, "constrained output read as reasoning: %s", r.body);
+        else /* no grammar: deepseek_r1 takes the whole answer (no </think>) for reasoning */
+            cr_assert(cJSON_IsString(reasoning) && *reasoning->valuestring, "%s", r.body);
+        if (i == 2)
+            cr_assert(*cJSON_GetObjectItem(msg, "content")->valuestring == '{', "%s", r.body);
+        cJSON_Delete(o);
+        th_resp_free(&r);
+    }
+    th_stop(&rs);
 }
 
 Test(server_tools, openai_sdk_tool_flow)

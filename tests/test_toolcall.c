@@ -189,6 +189,14 @@ static const tt_case tt_cases[] = {
      NULL,
      {{"f", "{\"a\": 1}"}, {"g", "{\"b\": [2]}"}}},
     {TC_JSON, 0, NULL, "Hello there", "Hello there", NULL, {{0}}},
+    /* cut short (finish_reason length) inside the second call of an array */
+    {TC_JSON,
+     0,
+     NULL,
+     "[{\"name\": \"f\", \"parameters\": {}}, {\"name\": \"g\", \"parameters\": {\"a\": [1",
+     "",
+     NULL,
+     {{"f", "{}"}, {"g", "{\"a\": [1"}}},
     /* a named tool choice: the output is the arguments */
     {TC_ARGS,
      0,

@@ -1,7 +1,8 @@
 // openai_tools.mjs — the official OpenAI Node SDK's tool-calling flow against a running kvserve:
 // a tool definition, an answer with tool_calls (tool_choice names the function, so even a
 // random-weight model must call it), the tool's result sent back in a `tool` message, and the
-// final answer; the same call streamed, its argument deltas accumulated as the SDK does.
+// final answer; the same call streamed, its argument deltas accumulated as the SDK does; the
+// SDK's own tool runner (runTools) over both.
 // Env: KVSERVE_URL (base URL ending in /v1), KVSERVE_MODEL. Exits 0 when every check passes.
 import OpenAI from "openai";
 import assert from "node:assert/strict";
@@ -86,6 +87,32 @@ async function main() {
   assert.ok(pieces > 1, "the arguments arrive in pieces");
   assert.equal(argText, calls[0].function.arguments, "greedy: the same call, streamed or not");
   checkArgs(argText);
+
+  // the SDK's own tool runner, streamed and not: it accumulates the deltas (refusing a call
+  // without id, type, name or arguments), parses the arguments, runs the function and appends
+  // the tool message itself
+  for (const streamed of [false, true]) {
+    const seen = [];
+    const runner = client.chat.completions.runTools({
+      model, messages: messages.slice(0, 1), tool_choice: toolChoice, max_completion_tokens: 200,
+      temperature: 0, stream: streamed,
+      tools: [{
+        type: "function",
+        function: {
+          ...tools[0].function,
+          parse: JSON.parse,
+          function: (args) => { seen.push(checkArgs(JSON.stringify(args))); return { temperature: 18 }; },
+        },
+      }],
+    });
+    const done = await runner.finalChatCompletion();
+    assert.equal(seen.length, 1, `the runner called the function once (stream ${streamed})`);
+    assert.equal(done.choices[0].message.tool_calls[0].function.name, "get_weather");
+    assert.deepEqual(JSON.parse(done.choices[0].message.tool_calls[0].function.arguments), seen[0],
+      `the function got the call's arguments (stream ${streamed})`);
+    const toolMsg = runner.messages.find((m) => m.role === "tool");
+    assert.ok(toolMsg && toolMsg.tool_call_id === done.choices[0].message.tool_calls[0].id, "tool message");
+  }
 
   // a tool_choice naming an unknown function is a 400 the SDK raises
   await assert.rejects(
