@@ -360,6 +360,11 @@ void cpu__ops_fill_avx512(cpu__kern *k);       /* ops_avx512.c */
 void cpu__gemm_q8_fill_vnni(cpu__kern *k);     /* gemm_q8_vnni.c */
 void cpu__quant_fill_avx2(cpu__kern *k);       /* quant_avx2.c */
 void cpu__quant_fill_vnni(cpu__kern *k);       /* quant_vnni.c */
+#elif defined(__aarch64__)
+void cpu__matmul_fill_neon(cpu__kern *k);      /* matmul_neon.c (with the row-wise ops) */
+void cpu__gemm_fill_neon(cpu__kern *k);        /* gemm_neon.c */
+void cpu__attention_fill_neon(cpu__kern *k);   /* attention_neon.c */
+void cpu__gemm_q8_fill_dotprod(cpu__kern *k);  /* gemm_q8_dotprod.c */
 #endif
 
 #endif

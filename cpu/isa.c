@@ -167,6 +167,13 @@ void cpu__kern_init(cpu__kern *k, int isa, unsigned features)
             cpu__quant_fill_vnni(k);
         }
     }
+#elif defined(__aarch64__)
+    if (isa == CPU_ISA_NEON) {
+        cpu__matmul_fill_neon(k);
+        cpu__gemm_fill_neon(k);
+        cpu__attention_fill_neon(k);
+        if (features & CPU_FEAT_DOTPROD) cpu__gemm_q8_fill_dotprod(k);
+    }
 #endif
     k->isa = isa;
     k->features = features;
