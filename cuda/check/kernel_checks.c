@@ -610,10 +610,45 @@ static double kc_kv_round_bound(int kv_dtype, int D)
     }
 }
 
+/* kv_block_out / kv_block_in (the second KV tier's copies) on group 0 of geometry g: block src out
+ * to pinned host memory and back into block dst leaves dst holding exactly src's stored values
+ * (codes and their scales) in every layer; the host copy is kv_group_bytes_per_block bytes (a guard
+ * after it stays as it was). dst must hold other values than src first, or the check proves
+ * nothing: 0 then too. */
+static int kc_block_io_ok(kc_ctx *c, const kv_geom *g, int32_t src, int32_t dst)
+{
+    backend *be = c->gpu;
+    const size_t bb = kv_group_bytes_per_block(g, 0), guard = 256, kv_dim = (size_t)g->n_kv_heads * g->head_dim;
+    unsigned char *host = be->ops->host_alloc(be, bb + guard);
+    float *a = malloc(kv_dim * 4), *b = malloc(kv_dim * 4);
+    int ok = host && a && b, differs = 0;
+    for (int l = 0; ok && l < g->n_layers; l++) /* the precondition */
+        for (int kind = 0; ok && kind < 2; kind++)
+            for (int off = 0; ok && off < g->block_size; off++) {
+                ok = !cuda_kv_read(be, l, kind, src * g->block_size + off, a) &&
+                     !cuda_kv_read(be, l, kind, dst * g->block_size + off, b);
+                differs |= ok && memcmp(a, b, kv_dim * 4) != 0;
+            }
+    ok = ok && differs;
+    if (ok) memset(host, 0xA5, bb + guard);
+    ok = ok && be->ops->kv_block_out(be, 0, src, host) == 0 && be->ops->sync(be) == 0;
+    for (size_t i = bb; ok && i < bb + guard; i++) ok = host[i] == 0xA5;
+    ok = ok && be->ops->kv_block_in(be, 0, dst, host) == 0 && be->ops->sync(be) == 0;
+    for (int l = 0; ok && l < g->n_layers; l++)
+        for (int kind = 0; ok && kind < 2; kind++)
+            for (int off = 0; ok && off < g->block_size; off++)
+                ok = !cuda_kv_read(be, l, kind, src * g->block_size + off, a) &&
+                     !cuda_kv_read(be, l, kind, dst * g->block_size + off, b) && !memcmp(a, b, kv_dim * 4);
+    ok = ok && be->ops->kv_block_out(be, 0, -1, host) != 0; /* no such block */
+    if (host) be->ops->host_free(be, host);
+    free(a), free(b);
+    return ok;
+}
+
 static kc_result kc_check_store_kv(kc_ctx *c, int kv_dtype)
 {
     char name[48];
-    snprintf(name, sizeof name, "store_kv+rope+copy %s", kv_dtype_name(kv_dtype));
+    snprintf(name, sizeof name, "store_kv+rope+copy+tier %s", kv_dtype_name(kv_dtype));
     const int bs = 16, H = c->big ? 8 : 2, D = c->big ? 128 : 8, n = c->big ? 300 : 20, kv_dim = H * D;
     int32_t n_blocks = (int32_t)cuda_div_up(n, bs) * 3 + 2;
     kv_geom g = kv_geom_make(3, H, D, bs, kv_dtype);
@@ -666,6 +701,11 @@ static kc_result kc_check_store_kv(kc_ctx *c, int kv_dtype)
             }
         free(r2);
     }
+    /* the tier's copies: token 0's block out to host memory and into the block of another token */
+    int32_t other = -1;
+    for (int i = 1; i < n && other < 0; i++)
+        if (kb.slots[i] / bs != src_blk && kb.slots[i] / bs != dst_blk) other = kb.slots[i] / bs;
+    if (other < 0 || !kc_block_io_ok(c, &g, src_blk, other)) worst = INFINITY;
     /* fused RoPE + store into layer 0 vs CPU rope, then the same rounding */
     be_rope r = {.n_heads = H, .head_dim = D, .rope_dims = D, .base = 10000.0f, .neox = 0};
     float *kc = kc_put(c->cpu, k, nk);
@@ -690,7 +730,7 @@ static kc_result kc_check_store_kv(kc_ctx *c, int kv_dtype)
     c->gpu->ops->free(c->gpu, kg), c->gpu->ops->free(c->gpu, vg);
     c->cpu->ops->free(c->cpu, kc);
     kc_batch_free(&kb);
-    return kc_res(name, worst, 1e-6, "bit-exact store, copy; fused rope");
+    return kc_res(name, worst, 1e-6, "bit-exact store, copy, tier copy; fused rope");
 }
 
 /* ---- whole models of every architecture ------------------------------------------------------- */
