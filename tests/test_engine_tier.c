@@ -2,8 +2,8 @@
  * test_engine_tier.c — the second KV tier through the engine (engine/engine_tier.c) on the real
  * stories260K model: the fingerprint that names a model's blocks, greedy outputs with the tier
  * equal to those without it while prefixes are evicted and loaded back (f16, and int8 with its
- * scales), a restart with the same folder that finds them (cached_tokens counts them), and a
- * geometry that must not.
+ * scales, and under sinks + a window), a restart with the same folder that finds them
+ * (cached_tokens counts them), and a geometry that must not.
  */
 #include <criterion/criterion.h>
 #include <string.h>
@@ -36,8 +36,9 @@ static int tet_prompt(int d, int s, int32_t *out)
     return TET_DOC + TET_SUF;
 }
 
-/* A small pool (14 blocks: two documents) and the tiers asked for. */
-static engine *tet_engine(const char *dir, size_t host_bytes, int dtype)
+/* A small pool (14 blocks: two documents) and the tiers asked for; window > 0: sinks (one
+ * block) + a window of that many entries. */
+static engine *tet_engine(const char *dir, size_t host_bytes, int dtype, int window)
 {
     engine_config c;
     engine_config_default(&c);
@@ -55,6 +56,8 @@ static engine *tet_engine(const char *dir, size_t host_bytes, int dtype)
     c.max_batch_tokens = 64;
     c.kv_disk_dir = dir;
     c.kv_host_memory_bytes = host_bytes;
+    c.kv_window = window;
+    c.kv_sinks = window ? 16 : 0;
     c.wake = te_wake;
     c.wake_ud = &te_w;
     c.quiet = 1;
@@ -84,9 +87,9 @@ static engine_usage tet_run(engine *e, int d, int s, int32_t *out)
  * Returns the plain engine (for more checks; the caller destroys it). */
 static engine *tet_equal_and_restart(const char *dir, int dtype)
 {
-    engine *plain = tet_engine(NULL, 0, dtype);
+    engine *plain = tet_engine(NULL, 0, dtype, 0);
     kv_geom g = kv_geom_make(te_model->hp.n_layers, te_model->hp.n_kv_heads, te_model->hp.head_dim, 16, dtype);
-    engine *tiered = tet_engine(dir, 4 * kv_bytes_per_block(&g), dtype);
+    engine *tiered = tet_engine(dir, 4 * kv_bytes_per_block(&g), dtype, 0);
     int32_t a[TET_GEN], b[TET_GEN];
     static const int order[] = {1, 2, 3, 1, 4, 2, 3, 4, 1, 3};
     int cached_plain = 0, cached_tiered = 0;
@@ -106,7 +109,7 @@ static engine *tet_equal_and_restart(const char *dir, int dtype)
     engine_destroy(tiered, 1); /* a drain: pending writes reach the disk */
 
     /* A restart on the same folder: document 2's blocks are found on disk. */
-    tiered = tet_engine(dir, 0, dtype);
+    tiered = tet_engine(dir, 0, dtype, 0);
     engine_usage u = tet_run(tiered, 2, 99, b);
     tet_run(plain, 2, 99, a);
     cr_assert_arr_eq(a, b, sizeof a, "%s: outputs after a restart differ", kv_dtype_name(dtype));
@@ -126,7 +129,7 @@ Test(engine_tier, greedy_outputs_equal_and_a_restart_finds_the_blocks)
     int32_t b[TET_GEN];
 
     /* Another KV geometry (f32) never loads those blocks. */
-    engine *tiered = tet_engine(dir, 0, KV_F32);
+    engine *tiered = tet_engine(dir, 0, KV_F32, 0);
     engine_stats st;
     engine_get_stats(tiered, &st);
     cr_assert_eq(st.tier_disk_blocks, 0, "another geometry has a folder of its own");
@@ -155,6 +158,31 @@ Test(engine_tier, int8_kv_blocks_carry_their_scales)
     char dir[256];
     tu_mkdtemp("engine-tier-i8", dir, sizeof dir);
     engine_destroy(tet_equal_and_restart(dir, KV_I8), 0);
+    tu_rm_rf(dir);
+}
+
+/* Sinks + a window shorter than the prompts: only the blocks a sequence computed before its
+ * window moved enter the prefix cache (and so the tier); they come back and the outputs stay
+ * those of the same window without a tier. */
+Test(engine_tier, sinks_and_window)
+{
+    TE_NEED_MODEL();
+    char dir[256];
+    tu_mkdtemp("engine-tier-window", dir, sizeof dir);
+    engine *plain = tet_engine(NULL, 0, KV_F16, 64), *tiered = tet_engine(dir, 0, KV_F16, 64);
+    int32_t a[TET_GEN], b[TET_GEN];
+    static const int order[] = {1, 2, 3, 4, 5, 1, 2, 3, 4, 5};
+    for (int i = 0; i < (int)(sizeof order / sizeof *order); i++) {
+        tet_run(plain, order[i], i, a);
+        tet_run(tiered, order[i], i, b);
+        cr_assert_arr_eq(a, b, sizeof a, "request %d (document %d): outputs differ with the tier", i, order[i]);
+    }
+    engine_stats st;
+    engine_get_stats(tiered, &st);
+    cr_assert_gt(st.tier_loads, 0, "documents came back from the tier");
+    cr_assert_eq(st.tier_load_failures, 0);
+    engine_destroy(tiered, 1);
+    engine_destroy(plain, 0);
     tu_rm_rf(dir);
 }
 
