@@ -253,20 +253,17 @@ static void cuda__kv_copy_block(backend *be, int group, int32_t src, int32_t dst
 }
 
 /* Copies block `block` of group `group` between the arena and host memory, one chunk per (layer,
- * K/V) plane (as kv_copy_block does), on the stream: in order with the steps around it. Only
+ * K/V) plane (cuda_kv_block_chunk_at), on the stream: in order with the steps around it. Only
  * between steps: a copy inside a graph capture would become part of the graph. */
 static int cuda__kv_block_copy(cuda_backend *cb, int group, int32_t block, char *host, int to_host)
 {
     if (group < 0 || group >= KV_MAX_GROUPS || !cb->kv_arena[group] || cb->graph_mode) return -EIO;
     const cuda_kv_layout *l = &cb->kvg[group];
     if (block < 0 || block >= l->n_blocks) return -EINVAL;
-    size_t es = kv_dtype_bytes(cb->kv_dtype);
-    size_t block_bytes = (size_t)l->n_kv_heads * cuda_kv_tile_elems(l) * es;
-    size_t plane_bytes = (size_t)cuda_kv_plane_elems(l) * es;
-    char *base = (char *)cb->kv_arena[group] + (size_t)block * block_bytes;
-    for (size_t p = 0; p < 2 * (size_t)l->n_layers; p++) {
-        char *dev = base + p * plane_bytes, *h = host + p * block_bytes;
-        if (CB_CHECK(cb, cudaMemcpyAsync(to_host ? h : dev, to_host ? dev : h, block_bytes,
+    size_t es = kv_dtype_bytes(cb->kv_dtype), chunk = cuda_kv_block_chunk_bytes(l, es);
+    for (int p = 0; p < 2 * l->n_layers; p++) {
+        char *dev = (char *)cb->kv_arena[group] + cuda_kv_block_chunk_at(l, es, block, p), *h = host + (size_t)p * chunk;
+        if (CB_CHECK(cb, cudaMemcpyAsync(to_host ? h : dev, to_host ? dev : h, chunk,
                                          to_host ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice, cb->stream)))
             return -EIO;
     }

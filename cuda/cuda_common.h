@@ -189,6 +189,22 @@ static inline CUDA_HD int64_t cuda_kv_slot_index(const cuda_kv_layout *l, int la
     return cuda_kv_index(l, layer, kind, slot / l->block_size, head, slot % l->block_size, d);
 }
 
+/* The second KV tier's copy of one block (kv_block_out / kv_block_in): in each (layer, K|V) plane
+ * p = 2 × layer + kind of a group's arena (layers counted within the group), the block's
+ * n_kv_heads tiles — values and, for int8 / fp8, their scales — are one contiguous chunk of
+ * cuda_kv_block_chunk_bytes, at byte cuda_kv_block_chunk_at of the arena and at p × that size in
+ * the host copy: 2 × n_layers chunks, kv_group_bytes_per_block bytes in all, in the CPU backend's
+ * order (each layer's K, then its V). es: bytes per arena element (kv_dtype_bytes). */
+static inline size_t cuda_kv_block_chunk_bytes(const cuda_kv_layout *l, size_t es)
+{
+    return (size_t)l->n_kv_heads * (size_t)cuda_kv_tile_elems(l) * es;
+}
+
+static inline size_t cuda_kv_block_chunk_at(const cuda_kv_layout *l, size_t es, int32_t block, int p)
+{
+    return (size_t)cuda_kv_tile_index(l, p / 2, p % 2, block, 0) * es;
+}
+
 /* Slot of KV entry j of a sequence with block-table row bt. */
 static inline CUDA_HD int32_t cuda_kv_entry_slot(const int32_t *bt, int block_size, int32_t j)
 {

@@ -229,6 +229,50 @@ Test(cuda_host, kv_layout_matches_cpu)
     cr_assert_eq(cuda_kv_entry_slot(bt, 16, 47), 79);
 }
 
+/* The second KV tier's block copies (cuda_kv_block_chunk_*): for random geometries, layer groups
+ * and every KV dtype, a group's block is 2 × its layers chunks of n_kv_heads tiles, as many bytes
+ * as the tier's block (kv_group_bytes_per_block); the chunks of all blocks tile the group's arena
+ * exactly once, and each holds every value and every scale of its block's (layer, K|V). */
+Test(cuda_host, kv_block_chunks_tile_the_arena)
+{
+    uint64_t seed = 0x7469657273ull;
+    cr_log_info("seed %#llx", (unsigned long long)seed);
+    static const int hds[] = {8, 64, 80, 128}, bss[] = {1, 7, 16};
+    for (int it = 0; it < 60; it++) {
+        kv_geom g = kv_geom_make(tch_int(&seed, 1, 6), tch_int(&seed, 1, 5), hds[tch_int(&seed, 0, 3)],
+                                 bss[tch_int(&seed, 0, 2)], it % KV_N_DTYPES);
+        g.n_groups = tch_int(&seed, 1, g.n_layers < 3 ? g.n_layers : 3);
+        for (int l = 0; l < g.n_layers; l++) g.layer_group[l] = (uint8_t)(l < g.n_groups ? l : tch_int(&seed, 0, g.n_groups - 1));
+        size_t es = kv_dtype_bytes(g.dtype);
+        for (int k = 0; k < kv_n_groups(&g); k++) {
+            cuda_kv_layout l = cuda_kv_layout_of(&g, tch_int(&seed, 1, 9));
+            l.n_layers = kv_group_layers(&g, k); /* as kv_init lays out a group's arena */
+            size_t chunk = cuda_kv_block_chunk_bytes(&l, es), total = (size_t)cuda_kv_total_elems(&l) * es;
+            cr_assert_eq(2 * (size_t)l.n_layers * chunk, kv_group_bytes_per_block(&g, k),
+                         "%s, group %d: the host copy is the tier's block", kv_dtype_name(g.dtype), k);
+            int n_chunks = 2 * l.n_layers * l.n_blocks;
+            unsigned char *seen = calloc((size_t)n_chunks, 1);
+            for (int32_t b = 0; b < l.n_blocks; b++)
+                for (int p = 0; p < 2 * l.n_layers; p++) {
+                    size_t at = cuda_kv_block_chunk_at(&l, es, b, p);
+                    cr_assert_eq(at % chunk, 0);
+                    cr_assert_lt(at / chunk, (size_t)n_chunks);
+                    cr_assert_eq(seen[at / chunk]++, 0, "block %d plane %d overlaps another chunk", b, p);
+                    for (int h = 0; h < l.n_kv_heads; h++) {
+                        int off = tch_int(&seed, 0, l.block_size - 1), d = tch_int(&seed, 0, l.head_dim - 1);
+                        size_t v = (size_t)cuda_kv_index(&l, p / 2, p % 2, b, h, off, d) * es;
+                        cr_assert(v >= at && v + es <= at + chunk, "a value outside its block's chunk");
+                        if (!kv_dtype_is_quant(g.dtype)) continue;
+                        size_t sc = (size_t)cuda_kv_scale_index(&l, p / 2, p % 2, b, h, off);
+                        cr_assert(sc >= at && sc + KV_SCALE_BYTES <= at + chunk, "a scale outside its block's chunk");
+                    }
+                }
+            cr_assert_eq((size_t)n_chunks * chunk, total, "the chunks cover the arena");
+            free(seen);
+        }
+    }
+}
+
 /* ---- batch metadata ------------------------------------------------------------------------- */
 
 typedef struct tch_batch {
