@@ -54,6 +54,28 @@ static void kv_to_f32_scalar(int dtype, const void *src, size_t src_stride, floa
     }
 }
 
+/* The value of one quantised code (int8, or e4m3 through its codec). */
+static inline float kvq_code(int dtype, uint8_t c)
+{
+    return dtype == KV_I8 ? (float)(int8_t)c : kv_e4m3_decode(c);
+}
+
+/* The f16 scale at p (little-endian, any alignment). */
+static inline float kvq_scale(const uint8_t *p)
+{
+    return dt_f16_to_f32((uint16_t)(p[0] | (p[1] << 8)));
+}
+
+static void kvq_to_f32_scalar(int dtype, const uint8_t *src, size_t src_stride, const uint8_t *scales, int per_col,
+                              float *dst, size_t dst_stride, int rows, int n)
+{
+    for (int r = 0; r < rows; r++) {
+        const uint8_t *s = src + (size_t)r * src_stride;
+        float *d = dst + (size_t)r * dst_stride, sr = per_col ? 0.0f : kvq_scale(scales + KV_SCALE_BYTES * r);
+        for (int i = 0; i < n; i++) d[i] = kvq_code(dtype, s[i]) * (per_col ? kvq_scale(scales + KV_SCALE_BYTES * i) : sr);
+    }
+}
+
 static void f32_to_kv_scalar(int dtype, const float *src, void *dst, int64_t n)
 {
     if (dtype == KV_F32) {
@@ -98,18 +120,68 @@ void cpu__attention_fill_scalar(cpu__kern *k)
 {
     k->kv_to_f32 = kv_to_f32_scalar;
     k->f32_to_kv = f32_to_kv_scalar;
+    k->kvq_to_f32 = kvq_to_f32_scalar;
     k->attn_chunk = attn_chunk_scalar;
     k->attn_isa = CPU_ISA_SCALAR;
 }
 
 /* ---- store_kv ------------------------------------------------------------------------------ */
 
+/* The scale rule of cache/kv.h (amax / QMAX rounded up to an f16): the f16 bits, and in *inv the
+ * reciprocal of its value (0 when it is 0) that encodes the vector's codes. */
+static uint16_t kvq_scale_of(int dtype, const float *x, int n, float *inv)
+{
+    float amax = 0;
+    for (int i = 0; i < n; i++) amax = fmaxf(amax, fabsf(x[i]));
+    float s = kv_quant_scale(dtype, amax);
+    uint16_t h = dt_f32_to_f16(s);
+    if (dt_f16_to_f32(h) < s && h < 0x7c00u) h++;
+    float d = dt_f16_to_f32(h);
+    *inv = d > 0.0f && d < INFINITY ? 1.0f / d : 0.0f;
+    return h;
+}
+
+static inline uint8_t kvq_encode(int dtype, float x, float inv)
+{
+    return dtype == KV_I8 ? (uint8_t)kv_i8_encode(x, inv) : kv_e4m3_encode(x * inv);
+}
+
+/* One token's K and V vectors of kv head h into the quantised tiles kt and vt (each block_size
+ * × head_dim codes then block_size f16 scales) at offset off: K transposed, V row-major. */
+static void store_kv_quant(const kv_geom *g, uint8_t *kt, uint8_t *vt, int off, const float *kr, const float *vr)
+{
+    int hd = g->head_dim, bs = g->block_size;
+    float inv;
+    uint16_t sk = kvq_scale_of(g->dtype, kr, hd, &inv);
+    for (int d = 0; d < hd; d++) kt[(size_t)d * bs + off] = kvq_encode(g->dtype, kr[d], inv);
+    uint8_t *ks = kt + (size_t)bs * hd + KV_SCALE_BYTES * off;
+    ks[0] = (uint8_t)(sk & 0xff), ks[1] = (uint8_t)(sk >> 8);
+    uint16_t sv = kvq_scale_of(g->dtype, vr, hd, &inv);
+    for (int e = 0; e < hd; e++) vt[(size_t)off * hd + e] = kvq_encode(g->dtype, vr[e], inv);
+    uint8_t *vs = vt + (size_t)bs * hd + KV_SCALE_BYTES * off;
+    vs[0] = (uint8_t)(sv & 0xff), vs[1] = (uint8_t)(sv >> 8);
+}
+
 /* Where KV entry `off` of a block lives: K tiles are [head_dim][block_size] (element (off, d) at
- * d * block_size + off), V tiles [block_size][head_dim]. */
+ * d * block_size + off), V tiles [block_size][head_dim]; a quantised tile's block_size f16
+ * scales follow its codes. */
 void cpu__store_kv(cpu__backend *c, int layer, const float *k, const float *v)
 {
     const kv_geom *g = &c->kv;
     const cpu__batch *b = &c->batch;
+    if (kv_dtype_is_quant(g->dtype)) {
+        int kv_dim = g->n_kv_heads * g->head_dim, bs = g->block_size;
+        size_t tb = kv_tile_bytes(g);
+        uint8_t *kb = cpu__kv_k(c, layer), *vb = cpu__kv_v(c, layer);
+        for (int i = 0; i < b->n_tokens; i++) {
+            int32_t slot = b->slots[i], blk = slot / bs;
+            for (int h = 0; h < g->n_kv_heads; h++) {
+                size_t at = ((size_t)blk * g->n_kv_heads + h) * tb, x = (size_t)i * kv_dim + (size_t)h * g->head_dim;
+                store_kv_quant(g, kb + at, vb + at, slot % bs, k + x, v + x);
+            }
+        }
+        return;
+    }
     size_t eb = kv_dtype_bytes(g->dtype), tile = (size_t)g->block_size * g->head_dim;
     int kv_dim = g->n_kv_heads * g->head_dim, hd = g->head_dim, bs = g->block_size;
     char *kb = cpu__kv_k(c, layer), *vb = cpu__kv_v(c, layer);
@@ -195,8 +267,8 @@ static void gather_kv(const cpu__backend *c, const char *kb, const char *vb, con
                       int j0, int n, int n_ctx, float *kt, float *vt)
 {
     const kv_geom *g = &c->kv;
-    int hd = g->head_dim, bs = g->block_size;
-    size_t eb = kv_dtype_bytes(g->dtype), tile = (size_t)bs * hd;
+    int hd = g->head_dim, bs = g->block_size, quant = kv_dtype_is_quant(g->dtype);
+    size_t eb = kv_dtype_bytes(g->dtype), tile = (size_t)bs * hd, tb = kv_tile_bytes(g);
     /* Blocks are scattered, so the hardware prefetcher cannot guess the next tiles: while
      * converting a block, request the one about a chunk (KCH keys) ahead, into L2. Measured
      * ~10% faster on streamed shared-prefix decodes than fetching the next chunk in a burst. */
@@ -205,11 +277,21 @@ static void gather_kv(const cpu__backend *c, const char *kb, const char *vb, con
         int off = j % bs, len = bs - off < j0 + n - j ? bs - off : j0 + n - j;
         size_t at = ((size_t)bt[j / bs] * g->n_kv_heads + kvh) * tile;
         if ((j / bs + ahead) * bs < n_ctx) {
-            size_t nx = ((size_t)bt[j / bs + ahead] * g->n_kv_heads + kvh) * tile * eb;
-            for (size_t o = 0; o < tile * eb; o += 64) {
+            size_t nx = ((size_t)bt[j / bs + ahead] * g->n_kv_heads + kvh) * tb;
+            for (size_t o = 0; o < tb; o += 64) {
                 __builtin_prefetch(kb + nx + o, 0, 2);
                 __builtin_prefetch(vb + nx + o, 0, 2);
             }
+        }
+        if (quant) { /* codes times their vector's scale, straight into the f32 buffers */
+            const uint8_t *kq = (const uint8_t *)kb + ((size_t)bt[j / bs] * g->n_kv_heads + kvh) * tb;
+            const uint8_t *vq = (const uint8_t *)vb + ((size_t)bt[j / bs] * g->n_kv_heads + kvh) * tb;
+            c->k.kvq_to_f32(g->dtype, kq + off, (size_t)bs, kq + tile + KV_SCALE_BYTES * off, 1, kt + (j - j0), KCH, hd,
+                            len);
+            c->k.kvq_to_f32(g->dtype, vq + (size_t)off * hd, (size_t)hd, vq + tile + KV_SCALE_BYTES * off, 0,
+                            vt + (size_t)(j - j0) * hd, (size_t)hd, len, hd);
+            j += len;
+            continue;
         }
         c->k.kv_to_f32(g->dtype, kb + (at + (size_t)off) * eb, (size_t)bs, kt + (j - j0), KCH, hd, len);
         c->k.kv_to_f32(g->dtype, vb + (at + (size_t)off * hd) * eb, 0, vt + (size_t)(j - j0) * hd, 0, 1, len * hd);

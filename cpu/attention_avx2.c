@@ -1,7 +1,7 @@
 /*
  * attention_avx2.c — the AVX2 + FMA + F16C kernels of attention.c: K/V conversions, the chunk
- * step of the online softmax for up to CPU__ATTN_AR query rows, and the single-row f16 decode
- * path. The same algorithms as attention_avx512.c with 8-float vectors and 16 registers:
+ * step of the online softmax for up to CPU__ATTN_AR query rows, and the single-row f16 and
+ * int8 decode paths. The same algorithms as attention_avx512.c with 8-float vectors and 16 registers:
  *
  *  - scores: 4 rows × 16 keys per pass (8 accumulators): per dimension two K vectors are loaded
  *    from the transposed chunk and each row's broadcast q[d] feeds two FMAs;
@@ -346,6 +346,146 @@ static void attn_decode_f16(const cpu__attn_row *a)
     for (int d = 0; d < hd; d++) a->out[d] = acc[d] * inv;
 }
 
+/* 8 int8 codes from p as f32. */
+static inline __m256 load8_i8(const int8_t *p)
+{
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const void *)p)));
+}
+
+/* sc[0 .. nv) = scale · ks[j] · Σ_d q[d] · K[d][j] for one transposed int8 tile kt [hd][bs]
+ * (bs a multiple of 16) and its keys' f16 scales ks[bs]. */
+static inline void scores_i8(const float *q, const int8_t *kt, const uint16_t *ks, int bs, int hd, int nv, float scale,
+                             float *sc)
+{
+    for (int jc = 0; jc < nv; jc += 16) {
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        int d = 0;
+        for (; d + 2 <= hd; d += 2) {
+            const int8_t *k = kt + (size_t)d * bs + jc;
+            __m256 q0 = _mm256_broadcast_ss(q + d), q1 = _mm256_broadcast_ss(q + d + 1);
+            a0 = _mm256_fmadd_ps(q0, load8_i8(k), a0);
+            a1 = _mm256_fmadd_ps(q0, load8_i8(k + 8), a1);
+            a2 = _mm256_fmadd_ps(q1, load8_i8(k + bs), a2);
+            a3 = _mm256_fmadd_ps(q1, load8_i8(k + bs + 8), a3);
+        }
+        if (d < hd) {
+            const int8_t *k = kt + (size_t)d * bs + jc;
+            __m256 q0 = _mm256_broadcast_ss(q + d);
+            a0 = _mm256_fmadd_ps(q0, load8_i8(k), a0);
+            a1 = _mm256_fmadd_ps(q0, load8_i8(k + 8), a1);
+        }
+        __m256 vs = _mm256_set1_ps(scale);
+        __m256 k0 = _mm256_cvtph_ps(_mm_loadu_si128((const void *)(ks + jc)));
+        __m256 k1 = _mm256_cvtph_ps(_mm_loadu_si128((const void *)(ks + jc + 8)));
+        __m256 s0 = _mm256_mul_ps(_mm256_mul_ps(_mm256_add_ps(a0, a2), k0), vs);
+        __m256 s1 = _mm256_mul_ps(_mm256_mul_ps(_mm256_add_ps(a1, a3), k1), vs);
+        _mm256_maskstore_ps(sc + jc, mask8(nv - jc), s0);
+        _mm256_maskstore_ps(sc + jc + 8, mask8(nv - jc - 8), s1);
+    }
+}
+
+/* acc[0 .. hd) = acc · corr + Σ_j p[j] · V[j] over the int8 rows of the chunk's blocks (each
+ * p[j] already times its row's scale). */
+static void pv_i8(const cpu__attn_row *a, int j0, int nch, const float *p, float corr, float *acc)
+{
+    int hd = a->head_dim, bs = a->block_size;
+    size_t tb = (size_t)bs * hd + KV_SCALE_BYTES * (size_t)bs;
+    const int8_t *vb = a->v;
+    for (int dc = 0; dc < hd; dc += 32) { /* 32 dimensions at a time: four FMA chains */
+        __m256i mk[4];
+        __m256 x[4];
+        int full = hd - dc >= 32;
+#pragma GCC unroll 4
+        for (int u = 0; u < 4; u++) {
+            mk[u] = mask8(hd - dc - 8 * u);
+            x[u] = _mm256_mul_ps(_mm256_maskload_ps(acc + dc + 8 * u, mk[u]), _mm256_set1_ps(corr));
+        }
+        for (int jb = 0; jb < nch; jb += bs) {
+            const int8_t *vt = vb + ((size_t)a->bt[(j0 + jb) / bs] * a->n_kv_heads + a->kvh) * tb + dc;
+            int nv = nch - jb < bs ? nch - jb : bs;
+            for (int j = 0; j < nv; j++) {
+                __m256 pj = _mm256_broadcast_ss(p + jb + j);
+                const int8_t *v = vt + (size_t)j * hd;
+                if (full) {
+#pragma GCC unroll 4
+                    for (int u = 0; u < 4; u++) x[u] = _mm256_fmadd_ps(pj, load8_i8(v + 8 * u), x[u]);
+                } else { /* the last dimensions: whole vectors, then one partial (copied) */
+                    for (int u = 0; u < 4 && dc + 8 * u < hd; u++) {
+                        int8_t tmp[8] = {0};
+                        const int8_t *src = v + 8 * u;
+                        if (dc + 8 * u + 8 > hd) {
+                            memcpy(tmp, v + 8 * u, (size_t)(hd - dc - 8 * u));
+                            src = tmp;
+                        }
+                        x[u] = _mm256_fmadd_ps(pj, load8_i8(src), x[u]);
+                    }
+                }
+            }
+        }
+#pragma GCC unroll 4
+        for (int u = 0; u < 4; u++) _mm256_maskstore_ps(acc + dc + 8 * u, mk[u], x[u]);
+    }
+}
+
+/* The decode path for an int8 arena: as attn_decode_f16, K codes scaled by their key's scale
+ * after the dot product, each probability by its V row's scale before P·V. */
+static void attn_decode_i8(const cpu__attn_row *a)
+{
+    int hd = a->head_dim, bs = a->block_size, n_ctx = a->n_ctx, ch = direct_chunk(bs), h = a->kvh;
+    int lo = a->lo, start = lo / bs * bs;
+    size_t tile = (size_t)bs * hd, tb = tile + KV_SCALE_BYTES * (size_t)bs;
+    const int8_t *kb = a->k, *vb = a->v;
+    float *sc = a->scr, *acc = sc + ch, mx = -FLT_MAX, l = 0;
+    memset(acc, 0, (size_t)hd * sizeof(float));
+    for (int j0 = start; j0 < n_ctx; j0 += ch) {
+        int nch = n_ctx - j0 < ch ? n_ctx - j0 : ch;
+        for (int jb = 0; jb < nch; jb += bs) {
+            size_t at = ((size_t)a->bt[(j0 + jb) / bs] * a->n_kv_heads + h) * tb;
+            if (j0 + jb + bs < n_ctx) { /* the next K tile is elsewhere: start fetching it now */
+                size_t nx = ((size_t)a->bt[(j0 + jb) / bs + 1] * a->n_kv_heads + h) * tb;
+                for (size_t off = 0; off < tb; off += 64) _mm_prefetch((const char *)(kb + nx) + off, _MM_HINT_T0);
+            }
+            for (size_t off = 0; off < tb; off += 64) _mm_prefetch((const char *)(vb + at) + off, _MM_HINT_T1);
+            scores_i8(a->q, kb + at, (const uint16_t *)(kb + at + tile), bs, hd, nch - jb < bs ? nch - jb : bs, a->scale,
+                      sc + jb);
+        }
+        float corr = softmax_step(sc, lo - j0 > 0 ? lo - j0 : 0, nch, a->softcap, &mx, &l);
+        for (int jb = 0; jb < nch; jb += bs) { /* fold each V row's scale into its probability */
+            const uint16_t *vs = (const uint16_t *)(vb + ((size_t)a->bt[(j0 + jb) / bs] * a->n_kv_heads + h) * tb + tile);
+            int nv = nch - jb < bs ? nch - jb : bs;
+            for (int j = 0; j < nv; j++) sc[jb + j] *= dt_f16_to_f32(vs[j]);
+        }
+        pv_i8(a, j0, nch, sc, corr, acc);
+    }
+    float inv = 1.0f / l;
+    for (int d = 0; d < hd; d++) a->out[d] = acc[d] * inv;
+}
+
+/* int8 codes times their vector's scale (kvq_to_f32 of cpu__kern), 8 at a time; e4m3 codes
+ * through the codec of cache/kv.h. */
+static void kvq_to_f32(int dtype, const uint8_t *src, size_t src_stride, const uint8_t *scales, int per_col,
+                       float *dst, size_t dst_stride, int rows, int n)
+{
+    for (int r = 0; r < rows; r++) {
+        const uint8_t *s = src + (size_t)r * src_stride;
+        float *d = dst + (size_t)r * dst_stride;
+        float rs = per_col ? 0.0f : dt_f16_to_f32((uint16_t)(scales[KV_SCALE_BYTES * r] | (scales[KV_SCALE_BYTES * r + 1] << 8)));
+        int i = 0;
+        if (dtype == KV_I8)
+            for (; i + 8 <= n; i += 8) {
+                __m256 c = load8_i8((const int8_t *)s + i);
+                __m256 sc = per_col ? _mm256_cvtph_ps(_mm_loadu_si128((const void *)(scales + KV_SCALE_BYTES * i)))
+                                    : _mm256_set1_ps(rs);
+                _mm256_storeu_ps(d + i, _mm256_mul_ps(c, sc));
+            }
+        for (; i < n; i++) {
+            const uint8_t *sp = scales + KV_SCALE_BYTES * i;
+            float si = per_col ? dt_f16_to_f32((uint16_t)(sp[0] | (sp[1] << 8))) : rs;
+            d[i] = (dtype == KV_I8 ? (float)(int8_t)s[i] : kv_e4m3_decode(s[i])) * si;
+        }
+    }
+}
+
 void cpu__attention_fill_avx2(cpu__kern *k)
 {
     k->kv_to_f32 = kv_to_f32;
@@ -353,4 +493,6 @@ void cpu__attention_fill_avx2(cpu__kern *k)
     k->attn_chunk = attn_chunk;
     k->attn_isa = CPU_ISA_AVX2;
     k->attn_decode[KV_F16] = attn_decode_f16;
+    k->attn_decode[KV_I8] = attn_decode_i8;
+    k->kvq_to_f32 = kvq_to_f32;
 }

@@ -1,6 +1,7 @@
 /*
  * attention_avx512.c — the AVX-512 kernels of attention.c: K/V conversions, the chunk step of
- * the online softmax for up to CPU__ATTN_AR query rows, and the single-row f16 decode path.
+ * the online softmax for up to CPU__ATTN_AR query rows, and the single-row f16 and int8 decode
+ * paths.
  *
  * The chunk step forms the scores of all its rows first (each K vector loaded per dimension
  * serves every row: KCH / 16 vectors × AR rows of FMAs), then the per-row softmax update, then
@@ -289,6 +290,118 @@ static void attn_decode_f16(const cpu__attn_row *a)
     for (int d = 0; d < hd; d++) o[d] = acc[d] * inv;
 }
 
+/* sc[0 .. nv) = scale · ks[j] · Σ_d q[d] · K[d][j] for the keys of one transposed int8 tile kt
+ * [hd][bs] (codes) whose f16 scales ks[bs] follow the codes. */
+static inline void scores_i8(const float *q, const int8_t *kt, const uint16_t *ks, int bs, int hd, int nv, float scale,
+                             float *sc)
+{
+    for (int jc = 0; jc < nv; jc += 16) {
+        __mmask16 m = mask16(nv - jc);
+        __m512 a[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+        int d = 0;
+        for (; d + 4 <= hd; d += 4)
+#pragma GCC unroll 4
+            for (int u = 0; u < 4; u++)
+                a[u] = _mm512_fmadd_ps(_mm512_set1_ps(q[d + u]),
+                                       _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, kt + (size_t)(d + u) * bs + jc))),
+                                       a[u]);
+        for (; d < hd; d++)
+            a[0] = _mm512_fmadd_ps(_mm512_set1_ps(q[d]),
+                                   _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, kt + (size_t)d * bs + jc))), a[0]);
+        __m512 sum = _mm512_add_ps(_mm512_add_ps(a[0], a[1]), _mm512_add_ps(a[2], a[3]));
+        __m512 sk = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, ks + jc));
+        _mm512_mask_storeu_ps(sc + jc, m, _mm512_mul_ps(_mm512_mul_ps(sum, sk), _mm512_set1_ps(scale)));
+    }
+}
+
+/* The decode path for an int8 arena: as attn_decode_f16, each K row's codes scaled by the key's
+ * scale after the dot product and each probability by its V row's scale before P·V, so the
+ * codes are converted inside the FMAs and never expanded. */
+static void attn_decode_i8(const cpu__attn_row *a)
+{
+    int hd = a->head_dim, bs = a->block_size, n_ctx = a->n_ctx, ch = direct_chunk(bs), h = a->kvh;
+    int lo = a->lo, start = lo / bs * bs;
+    const int32_t *bt = a->bt;
+    size_t tile = (size_t)bs * hd, tb = tile + KV_SCALE_BYTES * (size_t)bs;
+    const int8_t *kb = a->k, *vb = a->v;
+    const float *q = a->q;
+    float *sc = a->scr, *acc = sc + ch, mx = -FLT_MAX, l = 0, scale = a->scale;
+    memset(acc, 0, (size_t)hd * sizeof(float));
+    for (int j0 = start; j0 < n_ctx; j0 += ch) {
+        int nch = n_ctx - j0 < ch ? n_ctx - j0 : ch;
+        for (int jb = 0; jb < nch; jb += bs) {
+            size_t at = ((size_t)bt[(j0 + jb) / bs] * a->n_kv_heads + h) * tb;
+            if (j0 + jb + bs < n_ctx) { /* the next K tile is elsewhere: start fetching it now */
+                size_t nx = ((size_t)bt[(j0 + jb) / bs + 1] * a->n_kv_heads + h) * tb;
+                for (size_t off = 0; off < tb; off += 64) _mm_prefetch((const char *)(kb + nx) + off, _MM_HINT_T0);
+            }
+            for (size_t off = 0; off < tb; off += 64) _mm_prefetch((const char *)(vb + at) + off, _MM_HINT_T1);
+            scores_i8(q, kb + at, (const uint16_t *)(kb + at + tile), bs, hd, nch - jb < bs ? nch - jb : bs, scale, sc + jb);
+        }
+        float corr = softmax_step(sc, lo - j0 > 0 ? lo - j0 : 0, nch, a->softcap, &mx, &l);
+        for (int jb = 0; jb < nch; jb += bs) { /* fold each V row's scale into its probability */
+            const uint16_t *vs = (const uint16_t *)(vb + ((size_t)bt[(j0 + jb) / bs] * a->n_kv_heads + h) * tb + tile);
+            int nv = nch - jb < bs ? nch - jb : bs;
+            for (int jc = 0; jc < nv; jc += 16) {
+                __mmask16 m = mask16(nv - jc);
+                __m512 p = _mm512_maskz_loadu_ps(m, sc + jb + jc);
+                _mm512_mask_storeu_ps(sc + jb + jc, m, _mm512_mul_ps(p, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, vs + jc))));
+            }
+        }
+        for (int dc = 0; dc < hd; dc += 64) { /* 64 dimensions at a time: four FMA chains */
+            __mmask16 mk[4];
+            __m512 x[4];
+#pragma GCC unroll 4
+            for (int u = 0; u < 4; u++) {
+                mk[u] = hd - dc > 16 * u ? mask16(hd - dc - 16 * u) : 0;
+                x[u] = _mm512_mul_ps(_mm512_maskz_loadu_ps(mk[u], acc + dc + 16 * u), _mm512_set1_ps(corr));
+            }
+            for (int jb = 0; jb < nch; jb += bs) {
+                const int8_t *vt = vb + ((size_t)bt[(j0 + jb) / bs] * a->n_kv_heads + h) * tb + dc;
+                int nv = nch - jb < bs ? nch - jb : bs;
+                for (int j = 0; j < nv; j++) {
+                    __m512 pj = _mm512_set1_ps(sc[jb + j]);
+                    const int8_t *v = vt + (size_t)j * hd;
+#pragma GCC unroll 4
+                    for (int u = 0; u < 4; u++)
+                        x[u] = _mm512_fmadd_ps(pj, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(mk[u], v + 16 * u))),
+                                               x[u]);
+                }
+            }
+#pragma GCC unroll 4
+            for (int u = 0; u < 4; u++) _mm512_mask_storeu_ps(acc + dc + 16 * u, mk[u], x[u]);
+        }
+    }
+    float *o = a->out, inv = 1.0f / l;
+    for (int d = 0; d < hd; d++) o[d] = acc[d] * inv;
+}
+
+/* int8 codes times their vector's scale (kvq_to_f32 of cpu__kern), 16 at a time; e4m3 codes
+ * through the codec of cache/kv.h. */
+static void kvq_to_f32(int dtype, const uint8_t *src, size_t src_stride, const uint8_t *scales, int per_col,
+                       float *dst, size_t dst_stride, int rows, int n)
+{
+    for (int r = 0; r < rows; r++) {
+        const uint8_t *s = src + (size_t)r * src_stride;
+        float *d = dst + (size_t)r * dst_stride;
+        if (dtype != KV_I8) {
+            for (int i = 0; i < n; i++) {
+                const uint8_t *sp = scales + KV_SCALE_BYTES * (per_col ? i : r);
+                d[i] = kv_e4m3_decode(s[i]) * dt_f16_to_f32((uint16_t)(sp[0] | (sp[1] << 8)));
+            }
+            continue;
+        }
+        __m512 row_scale = _mm512_set1_ps(0);
+        if (!per_col) row_scale = _mm512_set1_ps(dt_f16_to_f32((uint16_t)(scales[KV_SCALE_BYTES * r] | (scales[KV_SCALE_BYTES * r + 1] << 8))));
+        for (int i = 0; i < n; i += 16) {
+            __mmask16 m = mask16(n - i);
+            __m512 c = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, s + i)));
+            __m512 sc = per_col ? _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, scales + KV_SCALE_BYTES * i)) : row_scale;
+            _mm512_mask_storeu_ps(d + i, m, _mm512_mul_ps(c, sc));
+        }
+    }
+}
+
 void cpu__attention_fill_avx512(cpu__kern *k)
 {
     k->kv_to_f32 = kv_to_f32;
@@ -296,4 +409,6 @@ void cpu__attention_fill_avx512(cpu__kern *k)
     k->attn_chunk = attn_chunk;
     k->attn_isa = CPU_ISA_AVX512;
     k->attn_decode[KV_F16] = attn_decode_f16;
+    k->attn_decode[KV_I8] = attn_decode_i8;
+    k->kvq_to_f32 = kvq_to_f32;
 }

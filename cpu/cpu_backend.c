@@ -183,7 +183,7 @@ static int cpu_kv_init(backend *be, const kv_geom *g, const int32_t *n_blocks)
     cpu__backend *c = cb(be);
     int ng = kv_n_groups(g);
     if (g->n_layers <= 0 || g->n_layers > KV_MAX_LAYERS || g->n_kv_heads <= 0 || g->head_dim <= 0 ||
-        g->block_size <= 0 || ng > KV_MAX_GROUPS || (g->dtype != KV_F16 && g->dtype != KV_F32 && g->dtype != KV_BF16))
+        g->block_size <= 0 || ng > KV_MAX_GROUPS || g->dtype < 0 || g->dtype >= KV_N_DTYPES)
         return -EINVAL;
     void *mem[KV_MAX_GROUPS] = {NULL};
     size_t layer[KV_MAX_GROUPS];

@@ -185,6 +185,12 @@ typedef struct cpu__kern {
                       int rows, int n);
     /* dst[0..n) = src[0..n) in KV dtype, rounding to nearest even. */
     void (*f32_to_kv)(int dtype, const float *src, void *dst, int64_t n);
+    /* The quantised types (KV_I8, KV_FP8): dst[r][i] = code(src[r][i]) × the f16 scale of that
+     * element's vector, which is scales[i] (per_col: a K tile's rows hold one dimension of
+     * consecutive keys) or scales[r] (a V tile's rows are the keys). src has a row stride of
+     * src_stride codes (bytes), dst of dst_stride floats. */
+    void (*kvq_to_f32)(int dtype, const uint8_t *src, size_t src_stride, const uint8_t *scales, int per_col,
+                       float *dst, size_t dst_stride, int rows, int n);
     /* One online-softmax step of ar ≤ CPU__ATTN_AR query rows over a chunk of keys: row a
      * (query qa[a]) sees keys lo[a] .. nv[a] - 1 of the chunk (none when lo[a] ≥ nv[a];
      * nmax = max nv ≤ CPU__ATTN_KCH); its scores are scale · q·k, soft-capped when cap > 0

@@ -7,8 +7,9 @@
  * The batch mixes the cases the engine produces in one step: a prefill chunk on top of a cached
  * prefix, decode tokens of other sequences, a fresh prefill, a one-token sequence and a long
  * chunk (more new tokens than the kernel's query tile), at every SIMD level this machine
- * supports. The reference sees the K/V values after rounding to the arena's dtype, so the
- * tolerance only covers f32 arithmetic, derived from it (cpua_tol).
+ * supports. The reference sees the K/V values after rounding to the arena's dtype (quantising
+ * int8 / e4m3 vectors by the rule of cache/kv.h), so the tolerance only covers f32 arithmetic,
+ * derived from it (cpua_tol); attention sinks met by their own queries too.
  */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -37,11 +38,37 @@ static float cpua_round(int dtype, float f)
     return f;
 }
 
+/* A copy of n_rows rows of kv_dim values as an arena of dtype holds them: rounded element by
+ * element, or quantised per head vector of hd by the rule of cache/kv.h (the scale max|x| / QMAX
+ * rounded up to an f16, int8 or e4m3 codes); a code times its f16 scale is exact in f32. */
+static float *cpua_kv_rounded(int dtype, const float *src, int n_rows, int kv_dim, int hd)
+{
+    float *dst = malloc((size_t)n_rows * kv_dim * sizeof *dst);
+    for (int r = 0; r < n_rows; r++)
+        for (int h = 0; h < kv_dim / hd; h++) {
+            const float *x = src + (size_t)r * kv_dim + (size_t)h * hd;
+            float *y = dst + (size_t)r * kv_dim + (size_t)h * hd, amax = 0;
+            if (!kv_dtype_is_quant(dtype)) {
+                for (int e = 0; e < hd; e++) y[e] = cpua_round(dtype, x[e]);
+                continue;
+            }
+            for (int e = 0; e < hd; e++) amax = fmaxf(amax, fabsf(x[e]));
+            float sq = kv_quant_scale(dtype, amax);
+            uint16_t hs = dt_f32_to_f16(sq);
+            if (dt_f16_to_f32(hs) < sq) hs++;
+            float d = dt_f16_to_f32(hs), inv = d > 0 ? 1 / d : 0;
+            for (int e = 0; e < hd; e++)
+                y[e] = d * (dtype == KV_I8 ? (float)kv_i8_encode(x[e], inv) : kv_e4m3_decode(kv_e4m3_encode(x[e] * inv)));
+        }
+    return dst;
+}
+
 typedef struct cpua_case {
     int head_dim, gqa, block_size, dtype, threads;
     float scale;   /* 0: 1/sqrt(head_dim) */
     float softcap; /* 0: off */
     int window;    /* 0: full causal */
+    int sinks;     /* > 0: sequences longer than this meet their first `sinks` entries with q_sink */
 } cpua_case;
 
 static be_attn cpua_attn(const cpua_case *tc, int n_heads)
@@ -65,18 +92,19 @@ static double cpua_gamma(double n)
  * softmax and P·V are f32 sums over n keys with an exp of a few ulp and one rescale per chunk
  * of 16 or more keys (γ_{n + n/16 + 16}); an error δ in a score moves the output by at most
  * 2δ · Σ p|v|. Writes out_ref[hd] and tol[hd]. */
-static void cpua_ref_row(const cpua_case *tc, const float *q, int last, const float *const *kr,
-                         const float *const *vr, double *sc, double *out_ref, double *tol)
+static void cpua_ref_row(const cpua_case *tc, const float *q, const float *qs, int n_sink, int last,
+                         const float *const *kr, const float *const *vr, double *sc, double *out_ref, double *tol)
 {
-    int hd = tc->head_dim, dtype = tc->dtype;
+    int hd = tc->head_dim, dtype = kv_dtype_is_quant(tc->dtype) ? KV_F32 : tc->dtype; /* quantised: kr is rounded */
     double scale = tc->scale > 0 ? tc->scale : 1.0 / sqrt((double)hd), m = -INFINITY, l = 0, mag = 0;
     int first = tc->window > 0 && last - tc->window + 1 > 0 ? last - tc->window + 1 : 0, n = last + 1 - first;
     for (int j = first; j <= last; j++) {
         double d = 0, a = 0;
+        const float *qq = j < n_sink ? qs : q; /* attention sinks meet their own queries */
         for (int e = 0; e < hd; e++) {
             double k = cpua_round(dtype, kr[j][e]);
-            d += (double)q[e] * k;
-            a += fabs((double)q[e] * k);
+            d += (double)qq[e] * k;
+            a += fabs((double)qq[e] * k);
         }
         sc[j] = d * scale;
         if (tc->softcap > 0) sc[j] = tc->softcap * tanh(sc[j] / tc->softcap);
@@ -170,7 +198,12 @@ static void cpua_run(const cpua_case *tc)
     }
     q_start[CPUA_NSEQ] = n_tok;
     float *q = malloc((size_t)n_tok * q_dim * 4), *out = malloc((size_t)n_tok * q_dim * 4);
+    float *qs = malloc((size_t)n_tok * q_dim * 4);
     for (size_t i = 0; i < (size_t)n_tok * q_dim; i++) q[i] = cpua_rand();
+    for (size_t i = 0; i < (size_t)n_tok * q_dim; i++) qs[i] = cpua_rand();
+    int32_t sinks[CPUA_NSEQ], shift[CPUA_NSEQ] = {0};
+    for (int s = 0; s < CPUA_NSEQ; s++) sinks[s] = tc->sinks > 0 && ctx[s] > tc->sinks ? tc->sinks : 0;
+    float *KR = cpua_kv_rounded(tc->dtype, K, total, kv_dim, hd), *VR = cpua_kv_rounded(tc->dtype, V, total, kv_dim, hd);
 
     /* Reference in double over the rounded K/V, once for every level. */
     double *ref = malloc((size_t)n_tok * q_dim * sizeof(double)), *tol = malloc((size_t)n_tok * q_dim * sizeof(double));
@@ -181,10 +214,10 @@ static void cpua_run(const cpua_case *tc)
             for (int h = 0; h < n_heads; h++) {
                 size_t at = ((size_t)i * n_heads + h) * hd;
                 for (int j = 0; j <= pos[i]; j++) {
-                    kr[j] = K + (size_t)(base[s] + j) * kv_dim + (h / tc->gqa) * hd;
-                    vr[j] = V + (size_t)(base[s] + j) * kv_dim + (h / tc->gqa) * hd;
+                    kr[j] = KR + (size_t)(base[s] + j) * kv_dim + (h / tc->gqa) * hd;
+                    vr[j] = VR + (size_t)(base[s] + j) * kv_dim + (h / tc->gqa) * hd;
                 }
-                cpua_ref_row(tc, q + at, pos[i], kr, vr, sc, ref + at, tol + at);
+                cpua_ref_row(tc, q + at, qs + at, sinks[s], pos[i], kr, vr, sc, ref + at, tol + at);
             }
 
     tu_cpu_level lv[TU_MAX_LEVELS];
@@ -201,18 +234,20 @@ static void cpua_run(const cpua_case *tc)
         be->ops->store_kv(be, 0, hv, hk);
         /* The step: new tokens of every sequence, their K/V stored, then attention. */
         be_batch b = {.n_tokens = n_tok, .tokens = pos, .positions = pos, .n_seqs = CPUA_NSEQ, .q_start = q_start, .n_logits = 0, .logit_rows = pos, .n_kv = 1, .kv = {{.slots = nslot, .ctx_len = ctx, .block_table = bt, .bt_stride = bt_stride}}};
+        if (tc->sinks) b.kv[0].sinks = sinks, b.kv[0].sink_shift = shift;
         cr_assert_eq(be->ops->begin(be, &b), 0);
         be->ops->store_kv(be, 1, nk, nv);
         be->ops->store_kv(be, 0, nv, nk);
         for (size_t i = 0; i < (size_t)n_tok * q_dim; i++) out[i] = NAN;
         be_attn at = cpua_attn(tc, n_heads);
+        at.q_sink = qs;
         be->ops->attention(be, 1, q, &at, out);
         for (size_t e = 0; e < (size_t)n_tok * q_dim; e++)
             cr_assert(fabs(out[e] - ref[e]) <= tol[e],
-                      "attention at %s hd=%d gqa=%d bs=%d dtype=%s threads=%d scale %g cap %g window %d "
+                      "attention at %s hd=%d gqa=%d bs=%d dtype=%s threads=%d scale %g cap %g window %d sinks %d "
                       "seed=%lu: token %zu head %zu dim %zu: got %g want %g (tolerance %g)",
                       lv[li].name, hd, tc->gqa, bs, kv_dtype_name(tc->dtype), tc->threads, (double)at.scale,
-                      (double)tc->softcap, tc->window, (unsigned long)seed,
+                      (double)tc->softcap, tc->window, tc->sinks, (unsigned long)seed,
                       e / q_dim, e % q_dim / hd, e % hd, (double)out[e], ref[e], tol[e]);
 
         /* kv_copy_block: moving sequence 1's first block to a spare block changes nothing. */
@@ -230,7 +265,7 @@ static void cpua_run(const cpua_case *tc)
     }
     free(perm), free(bt), free(K), free(V), free(slot), free(hk), free(hv), free(hslot);
     free(nk), free(nv), free(nslot), free(pos), free(q), free(out), free(sc), free(ref), free(tol);
-    free(kr), free(vr);
+    free(kr), free(vr), free(qs), free(KR), free(VR);
 }
 
 Test(cpu, attention_paged_gqa)
@@ -242,7 +277,7 @@ Test(cpu, attention_paged_gqa)
         for (int b = 0; b < 4; b++)
             for (int c = 0; c < 3; c++)
                 for (int d = 0; d < 3; d++, k++) {
-                    cpua_case tc = {hds[a], gqas[b], bss[c], dtypes[d], 1 + k % 3, 0, 0, 0};
+                    cpua_case tc = {hds[a], gqas[b], bss[c], dtypes[d], 1 + k % 3, 0, 0, 0, 0};
                     cpua_run(&tc);
                 }
 }
@@ -263,7 +298,39 @@ Test(cpu, attention_window_softcap_scale)
         for (int a = 0; a < 2; a++)
             for (int b = 0; b < 2; b++, k++) {
                 cpua_case tc = {hds[a], gqas[b], bss[k % 2], dtypes[(k / 2) % 2], 1 + k % 3, v[i].scale, v[i].cap,
-                                v[i].window};
+                                v[i].window, 0};
+                cpua_run(&tc);
+            }
+}
+
+/* int8 and e4m3 arenas (codes and an f16 scale per token and kv head, dequantised as the
+ * kernels read them): the reference sees the quantised values, so the f32 tolerance holds. With
+ * windows and soft-caps too, and block sizes whose tiles are not a multiple of 16 bytes. */
+Test(cpu, attention_quantised_kv)
+{
+    const int hds[] = {8, 64, 80}, gqas[] = {1, 4}, bss[] = {16, 7, 1};
+    int k = 0;
+    for (int a = 0; a < 3; a++)
+        for (int b = 0; b < 2; b++)
+            for (int c = 0; c < 3; c++)
+                for (int d = KV_I8; d <= KV_FP8; d++, k++) {
+                    int w = k % 4 == 3 ? 37 : 0;
+                    cpua_case tc = {hds[a], gqas[b], bss[c], d, 1 + k % 3, 0, w ? 20.0f : 0.0f, w, 0};
+                    cpua_run(&tc);
+                }
+}
+
+/* Attention sinks whose window moved: each sequence's first entries are met by be_attn.q_sink,
+ * the rest by q (block-aligned sink counts and not, with prefill chunks and decode tokens). */
+Test(cpu, attention_sinks_meet_their_queries)
+{
+    const int hds[] = {8, 64}, gqas[] = {1, 4}, sinks[] = {16, 7, 64};
+    const int dtypes[] = {KV_F16, KV_I8, KV_F32};
+    int k = 0;
+    for (int a = 0; a < 2; a++)
+        for (int b = 0; b < 2; b++)
+            for (int c = 0; c < 3; c++, k++) {
+                cpua_case tc = {hds[a], gqas[b], c == 1 ? 7 : 16, dtypes[k % 3], 1 + k % 3, 0, 0, 0, sinks[c]};
                 cpua_run(&tc);
             }
 }
@@ -322,6 +389,7 @@ static void cpua_shared_run(const cpua_case *tc)
     for (size_t i = 0; i < (size_t)n_tok * q_dim; i++) q[i] = cpua_rand();
 
     /* Reference: float64 reads through each sequence's own table. */
+    float *KR = cpua_kv_rounded(tc->dtype, K, n_slots, kv_dim, hd), *VR = cpua_kv_rounded(tc->dtype, V, n_slots, kv_dim, hd);
     int max_ctx = bt_stride * bs;
     double *ref = malloc((size_t)n_tok * q_dim * sizeof(double)), *tol = malloc((size_t)n_tok * q_dim * sizeof(double));
     double *sc = malloc((size_t)max_ctx * sizeof(double));
@@ -332,10 +400,10 @@ static void cpua_shared_run(const cpua_case *tc)
                 size_t at = ((size_t)i * n_heads + h) * hd;
                 for (int j = 0; j <= pos[i]; j++) {
                     size_t e = (size_t)(bt[s * bt_stride + j / bs] * bs + j % bs) * kv_dim + (h / tc->gqa) * hd;
-                    kr[j] = K + e;
-                    vr[j] = V + e;
+                    kr[j] = KR + e;
+                    vr[j] = VR + e;
                 }
-                cpua_ref_row(tc, q + at, pos[i], kr, vr, sc, ref + at, tol + at);
+                cpua_ref_row(tc, q + at, q + at, 0, pos[i], kr, vr, sc, ref + at, tol + at);
             }
 
     tu_cpu_level lv[TU_MAX_LEVELS];
@@ -362,21 +430,21 @@ static void cpua_shared_run(const cpua_case *tc)
         be_destroy(be);
     }
     free(bt), free(K), free(V), free(all), free(q), free(out), free(sc), free(ref), free(tol);
-    free(kr), free(vr);
+    free(kr), free(vr), free(KR), free(VR);
 }
 
 Test(cpu, attention_shared_prefix_groups)
 {
     const int hds[] = {64, 80}, gqas[] = {1, 4}, bss[] = {16, 7, 1};
-    const int dtypes[] = {KV_F16, KV_BF16, KV_F32};
+    const int dtypes[] = {KV_F16, KV_BF16, KV_F32, KV_I8};
     int k = 0;
     for (int a = 0; a < 2; a++)
         for (int c = 0; c < 2; c++)
             for (int d = 0; d < 3; d++)
-                for (int e = 0; e < 3; e++, k++) {
+                for (int e = 0; e < 4; e++, k++) {
                     /* every third run windowed (inside the shared part, or past it) and soft-capped */
                     int w = k % 3 == 1 ? 50 : k % 3 == 2 ? 300 : 0;
-                    cpua_case tc = {hds[a], gqas[c], bss[d], dtypes[e], 1 + k % 4, 0, w ? 30.0f : 0.0f, w};
+                    cpua_case tc = {hds[a], gqas[c], bss[d], dtypes[e], 1 + k % 4, 0, w ? 30.0f : 0.0f, w, 0};
                     cpua_shared_run(&tc);
                 }
 }
