@@ -15,6 +15,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "cache/kv.h"
 #include "engine/engine.h"
 #include "tests/test_util.h"
 
@@ -84,7 +85,11 @@ static inline void te_wake(void *ud)
     pthread_mutex_unlock(&w->mu);
 }
 
-/* The tests' engine configuration: the golden model on one CPU thread, quiet, kv_bytes of KV. */
+/* The KV dtype the engines below use (a test may change it before creating one). */
+static int te_kv_dtype = KV_F16;
+
+/* The tests' engine configuration: the golden model on one CPU thread, quiet, kv_bytes of KV of
+ * te_kv_dtype. */
 static inline void te_config(engine_config *c, size_t kv_bytes)
 {
     engine_config_default(c);
@@ -93,6 +98,7 @@ static inline void te_config(engine_config *c, size_t kv_bytes)
     c->device = "cpu";
     c->n_threads = 1;
     c->kv_memory_bytes = kv_bytes;
+    c->kv_dtype = te_kv_dtype;
     c->quiet = 1;
 }
 

@@ -278,6 +278,13 @@ Test(archs, llamacpp_default, .timeout = 300)
     ta_run_all(".llamacpp.json", KV_F16, 0.03, 0.15);
 }
 
+/* An int8 KV cache (one f16 scale per token and kv head) on every file: within mean 0.05 / max 0.3
+ * of llama.cpp's float32 run, the issue's bound for a quantised cache. */
+Test(archs, int8_kv_within_bounds, .timeout = 300)
+{
+    ta_run_all(".llamacpp-f32kv.json", KV_I8, 0.05, 0.3);
+}
+
 /* The set's twins (files of one architecture and shape that switch one feature off, e.g. the
  * window or the second RoPE base) must NOT match each other's reference: the comparison above
  * can fail, and each feature kvserve implements changes the numbers as llama.cpp's does. */

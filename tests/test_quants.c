@@ -208,6 +208,27 @@ static void qt_teacher_forced(const char *stem, double *mean, double *max)
     *max = mx;
 }
 
+/* An int8 KV cache (one f16 scale per token and kv head) on the F32 reference file: within mean
+ * 0.05 / max 0.3 of llama.cpp's logprobs, the issue's bound for a quantised cache. */
+Test(quants, int8_kv_teacher_forced_within_bounds, .timeout = 240)
+{
+    static char stems[QT_MAX_FILES][1024];
+    int n_files = qt_list(".llamacpp.json", stems), found = 0;
+    for (int fi = 0; fi < n_files; fi++) {
+        const char *base = strrchr(stems[fi], '/') + 1;
+        if (strcmp(base, "qref-f32")) continue;
+        double mean, max;
+        te_kv_dtype = KV_I8;
+        qt_teacher_forced(stems[fi], &mean, &max);
+        te_kv_dtype = KV_F16;
+        printf("quants %s kv int8: |d logprob| mean %.4f max %.4f\n", base, mean, max);
+        cr_assert(mean <= 0.05 && max <= 0.3, "%s kv int8: |d logprob| mean %.4f (<= 0.05), max %.4f (<= 0.3)", base,
+                  mean, max);
+        found = 1;
+    }
+    if (!found) cr_skip_test("qref-f32 is not in the quantised reference set");
+}
+
 Test(quants, teacher_forced_logprobs_match_llama_cpp, .timeout = 240)
 {
     static char stems[QT_MAX_FILES][1024];
