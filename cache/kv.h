@@ -186,14 +186,15 @@ static inline size_t kv_bytes_per_block(const kv_geom *g)
 
 /* Most blocks one sequence holds at once in a group: its whole context (n_ctx tokens) when the
  * group keeps everything; one window of entries under KV_KEEP_SINKS; under KV_KEEP_WINDOW the
- * window plus one step's chunk of new tokens (max_chunk) and the block the window starts in.
- * Never more than the whole context. */
+ * window plus one step's chunk of new tokens (max_chunk, which the scheduler caps at one window)
+ * and the block the window starts in. Never more than the whole context. */
 static inline int64_t kv_group_seq_blocks(const kv_geom *g, int group, int64_t n_ctx, int max_chunk)
 {
     const kv_rule *r = &g->rule[group];
     int64_t bs = g->block_size, all = (n_ctx + bs - 1) / bs, n = all;
     if (r->keep == KV_KEEP_SINKS) n = (r->window + bs - 1) / bs;
-    else if (r->keep == KV_KEEP_WINDOW) n = (r->window + max_chunk + bs - 2) / bs + 1;
+    else if (r->keep == KV_KEEP_WINDOW)
+        n = (r->window + (max_chunk < r->window ? max_chunk : r->window) + bs - 2) / bs + 1;
     return n < all ? n : all;
 }
 

@@ -43,6 +43,7 @@ typedef struct bn_state {
     engine *e;
     const model *m;
     int n_vocab, n_ctx;
+    int windowed;          /* --kv-window: the context caps prompts only */
     uint64_t rng;
     int in_min, in_max, out_min, out_max;
     int32_t *prefix;
@@ -121,7 +122,10 @@ static int bn_submit(bn_state *b, bn_req *r)
 static bn_req *bn_add(bn_state *b, int conv, int turn, const int32_t *hist, int n_hist, int n_new)
 {
     int out = bn_draw(b, b->out_min, b->out_max);
-    if (n_hist + n_new + out > b->n_ctx) {
+    if (b->windowed && n_hist + n_new > b->n_ctx) {
+        if (turn > 0) return NULL;
+        n_new = b->n_ctx - n_hist;
+    } else if (!b->windowed && n_hist + n_new + out > b->n_ctx) {
         if (turn > 0) return NULL;
         /* First turns are clamped into the context: output first, then the prompt. */
         if (out > b->n_ctx / 2) out = b->n_ctx / 2;
@@ -382,6 +386,9 @@ int cli_bench(cli_opts *o)
     }
     b.n_vocab = m->hp.n_vocab;
     b.n_ctx = m->hp.n_ctx_train > 0 ? m->hp.n_ctx_train : 2048;
+    engine_stats est;
+    engine_get_stats(b.e, &est);
+    b.windowed = est.kv_window > 0;
     b.rng = (uint64_t)(o->seed >= 0 ? o->seed : 0);
     b.turns = o->turns > 1 ? o->turns : 1;
     b.n_prefix = o->shared_prefix < b.n_ctx ? o->shared_prefix : b.n_ctx - 1;

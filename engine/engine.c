@@ -430,12 +430,16 @@ static int64_t eng__seq_capacity(const engine *e)
     return n;
 }
 
-/* 1 when no layer group keeps everything: sequences may run past the context. */
+/* 1 when sinks + a window are on and no layer group keeps everything: sequences may run past
+ * the context (a model's own sliding windows alone do not lift it). */
 static int eng__unbounded(const engine *e)
 {
-    for (int k = 0; k < kv_n_groups(&e->g); k++)
+    int sinks = 0;
+    for (int k = 0; k < kv_n_groups(&e->g); k++) {
         if (e->g.rule[k].keep == KV_KEEP_ALL) return 0;
-    return 1;
+        sinks |= e->g.rule[k].keep == KV_KEEP_SINKS;
+    }
+    return sinks;
 }
 
 /* The second tier's numbers (the scheduler's loads and the tier's own counters). */
@@ -654,25 +658,57 @@ static void eng__n_blocks(engine *e, backend *be)
     for (int k = 0; k < kv_n_groups(&e->g); k++) e->n_blocks[k] = n[k] > INT32_MAX / 2 ? INT32_MAX / 2 : (int32_t)n[k];
 }
 
-/* The layer groups and their rules: with --kv-window, every layer keeps sinks + a window
- * (KV_KEEP_SINKS); otherwise one group keeps everything. (A model's own sliding-window layers
- * become KV_KEEP_WINDOW groups here when the model says which layers they are.) 0, or -1 with
- * err filled when the window cannot be used. */
+/* The layer groups and their rules (docs/kv-windows.md): the model's sliding-window layers form
+ * one KV_KEEP_WINDOW group per window size, releasing what every future token's window has left;
+ * the other layers keep everything, or with --kv-window sinks + a window (KV_KEEP_SINKS). Those
+ * other layers are group 0 (whose blocks the start-up line counts), the windows follow in layer
+ * order. 0, or -1 with err filled when the window cannot be used. */
 static int eng__kv_groups(engine *e, char *err, size_t err_len)
 {
     const engine_config *c = &e->cfg;
+    const model_hparams *hp = &c->model->hp;
     int bs = c->block_size;
-    if (c->kv_window <= 0) return 0;
-    kv_rule r = {KV_KEEP_SINKS, c->kv_window, c->kv_sinks};
-    if (c->kv_sinks < 0 || c->kv_window > e->n_ctx || c->kv_window < (kv_sink_blocks(&r, bs) + 1) * bs) {
-        snprintf(err, err_len,
-                 "kv-window %d with kv-sinks %d: the window must hold the sinks (rounded up to blocks of %d) "
-                 "plus one block, and at most the context length %d",
-                 c->kv_window, c->kv_sinks, bs, e->n_ctx);
+    kv_rule full = {KV_KEEP_ALL, 0, 0};
+    if (c->kv_window > 0) {
+        kv_rule r = {KV_KEEP_SINKS, c->kv_window, c->kv_sinks};
+        if (c->kv_sinks < 0 || c->kv_window > e->n_ctx || c->kv_window < (kv_sink_blocks(&r, bs) + 1) * bs) {
+            snprintf(err, err_len,
+                     "kv-window %d with kv-sinks %d: the window must hold the sinks (rounded up to blocks of %d) "
+                     "plus one block, and at most the context length %d",
+                     c->kv_window, c->kv_sinks, bs, e->n_ctx);
+            return -1;
+        }
+        full = r;
+    }
+    if (hp->n_layers > KV_MAX_LAYERS) {
+        snprintf(err, err_len, "%d layers: the KV cache handles at most %d", hp->n_layers, KV_MAX_LAYERS);
         return -1;
     }
-    e->g.rule[0] = r;
+    int ng = 0;
+    if (model_n_swa_layers(hp) < hp->n_layers) e->g.rule[ng++] = full; /* group 0: the full layers */
+    for (int l = 0; l < hp->n_layers; l++) {
+        int w = model_layer_window(hp, l), g = 0;
+        kv_rule r = w > 0 ? (kv_rule){KV_KEEP_WINDOW, w, 0} : full;
+        while (g < ng && memcmp(&e->g.rule[g], &r, sizeof r)) g++;
+        if (g == ng) {
+            if (ng == KV_MAX_GROUPS) {
+                snprintf(err, err_len, "more than %d kinds of KV retention across the layers", KV_MAX_GROUPS);
+                return -1;
+            }
+            e->g.rule[ng++] = r;
+        }
+        e->g.layer_group[l] = (uint8_t)g;
+    }
+    e->g.n_groups = ng;
     return 0;
+}
+
+/* The first sliding-window layer (there is one when model_n_swa_layers > 0). */
+static int eng__first_swa(const model_hparams *hp)
+{
+    int l = 0;
+    while (l < hp->n_layers - 1 && model_layer_window(hp, l) <= 0) l++;
+    return l;
 }
 
 static void eng__log(const engine *e)
@@ -696,8 +732,10 @@ static void eng__log(const engine *e)
             kv_dtype_name(g->dtype), formula, bpt, (int)e->n_blocks[0], g->block_size, (long long)cap,
             (long long)eng__seq_capacity(e), at);
     if (model_n_swa_layers(hp))
-        fprintf(stderr, "KV cache by layer type: %s (every layer keeps every token's K/V today)\n",
-                model_kv_by_layer_type(hp, kv_vec_bytes(g), by_type, sizeof by_type));
+        fprintf(stderr, "KV cache by layer type: %s; the sliding layers release what left their window, "
+                "%d blocks for them, %d for the others\n",
+                model_kv_by_layer_type(hp, kv_vec_bytes(g), by_type, sizeof by_type),
+                (int)e->n_blocks[kv_group_of(g, eng__first_swa(hp))], (int)e->n_blocks[0]);
     char admit[48] = "";
     if (e->cfg.prefill_admit_tokens > 0)
         snprintf(admit, sizeof admit, " (admitting up to %d prefill tokens)", e->cfg.prefill_admit_tokens);

@@ -78,9 +78,13 @@ sched *sched_create(const sched_config *c, const sched_runner *r)
     if (sc->c.lpm_aging_steps <= 0) sc->c.lpm_aging_steps = 64;
     sc->r = *r;
     sc->n_groups = ng;
-    sc->ctx_limit = INT_MAX;
-    for (int g = 0; g < ng; g++)
-        if (c->rule[g].keep == KV_KEEP_ALL) sc->ctx_limit = c->n_ctx;
+    /* Only sinks + a window lift the context limit (a model's own windows do not). */
+    int all = 0, sinks = 0;
+    for (int g = 0; g < ng; g++) {
+        all |= c->rule[g].keep == KV_KEEP_ALL;
+        sinks |= c->rule[g].keep == KV_KEEP_SINKS;
+    }
+    sc->ctx_limit = sinks && !all ? INT_MAX : c->n_ctx;
     sc->max_blocks = (c->n_ctx + c->block_size - 1) / c->block_size + 1;
     int ok = 1;
     for (int g = 0; g < ng && ok; g++) ok = (sc->bp[g] = bp_create(g ? c->group_blocks[g] : c->n_blocks)) != NULL;

@@ -60,7 +60,7 @@ typedef struct sched_config {
     int lpm_aging_steps;    /* lpm: a request waiting this many steps goes first (≤ 0: 64) */
     int n_vocab;
     int n_ctx;              /* context limit: a sequence stops ('length') at n_ctx tokens, unless
-                               no group keeps everything (every group is windowed) */
+                               sinks + a window are on and no group keeps everything */
     const int32_t *eog_ids; /* [n_eog] end-of-generation ids (borrowed) */
     int n_eog;
 } sched_config;

@@ -17,8 +17,8 @@ struct sched {
     int n_groups;            /* layer groups (≥ 1) */
     block_pool *bp[KV_MAX_GROUPS]; /* one pool per group */
     rdx_tree *tree;          /* over bp[0]; NULL when the prefix cache is off or n_groups > 1 */
-    int ctx_limit;           /* a sequence stops at this many tokens: n_ctx, or INT_MAX when
-                                every group is windowed */
+    int ctx_limit;           /* a sequence stops at this many tokens: n_ctx, or INT_MAX under
+                                sinks + a window with no group keeping everything */
     seq **running;           /* [n_running] admission order */
     int n_running, cap_running;
     seq **waiting;           /* [n_waiting] queue order */

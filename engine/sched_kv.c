@@ -13,7 +13,8 @@
  *       takes the cache past N (sched__window_fit), so prefill chunks see exactly what decoding
  *       token by token would, and a preempted sequence recomputes the same cache;
  *   KV_KEEP_WINDOW (W): leading blocks whose entries all lie before the next token's window
- *       (cache index c sees c − W + 1 .. c) go; the attention op's mask does the rest.
+ *       (cache index c sees c − W + 1 .. c) go; the attention op's mask does the rest. A step
+ *       computes at most W of the sequence's tokens, so it holds under 2W entries there.
  * Prefix-cache rule: a block enters the radix tree only while its sequence has dropped nothing
  * (its K/V then depends on its tokens alone); once a window has moved, its kept blocks are not
  * shared prefixes and nothing more is offered. A cached path whose early blocks a window
@@ -91,6 +92,8 @@ int sched__window_fit(const sched *sc, const seq *s, int n_new)
         const kv_rule *r = &sc->c.rule[g];
         int room = r->window - sched__kv_len(sc, s, g);
         if (r->keep == KV_KEEP_SINKS && n_new > room) n_new = room;
+        /* a window's chunk at most one window: a sequence then holds under two windows there */
+        if (r->keep == KV_KEEP_WINDOW && n_new > r->window) n_new = r->window;
     }
     return n_new;
 }

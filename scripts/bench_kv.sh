@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# bench_kv.sh — the KV-cache figures of the int8/fp8 and sinks + window work, side by side with
+# llama.cpp where it has the same thing:
+#   1. decode at 16 sequences × 1,000 tokens of context on the TinyLlama-110M-shaped Q8_0 model:
+#      kvserve with --kv-dtype f16 and int8 (`kvserve bench`, every prompt prefilled in the first
+#      step, so the mean TPOT is decode alone), llama.cpp with f16 and q8_0 K/V
+#      (llama-batched-bench -npp 1000 -ntg N -npl 16, its S_TG), interleaved, median of RUNS;
+#   2. decode speed along a stream past the context: stories260K (context 512) with
+#      --kv-window 256 --kv-sinks 4, one sequence generating 512, 2048 and 8192 tokens.
+# Prints Markdown tables. LLAMA=path/to/llama.cpp/run (default ../shared/anchors/llama.cpp/run)
+# adds the llama.cpp rows when present.
+set -euo pipefail
+BIN=${1:-build/kvserve}
+THREADS=${THREADS:-2}
+RUNS=${RUNS:-3}
+NTG=${NTG:-64}
+DIR=${KVSERVE_BENCH_DIR:-${TMPDIR:-/tmp}/kvserve-bench}
+LLAMA=${LLAMA:-../shared/anchors/llama.cpp/run}
+STORIES=${STORIES:-tests/data/stories260K.gguf}
+mkdir -p "$DIR"
+MODEL="$DIR/110m-q8_0.gguf"
+if [ ! -s "$MODEL" ]; then
+    echo "writing $MODEL" >&2
+    "$BIN" mkmodel -o "$MODEL" --dim 768 --layers 12 --heads 12 --kv-heads 12 --ffn 2048 \
+        --vocab 32000 --context 2048 --type q8_0 >&2
+fi
+
+field() { sed -n "s/.*\"$2\": *\([0-9.eE+-]*\).*/\1/p" <<<"$1"; }
+median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+
+kvserve_decode() { # kv dtype -> decode tok/s of the whole batch (16 / mean TPOT)
+    local j
+    j=$("$BIN" bench -m "$MODEL" --threads "$THREADS" --seed 1 --json --requests 16 --input-len 1000:1000 \
+        --output-len "$NTG:$NTG" --max-seqs 16 --max-batch-tokens 16000 --prefill-admit-tokens -1 \
+        --no-prefix-cache --kv-dtype "$1" 2>/dev/null | tail -n 1)
+    awk -v t="$(field "$j" tpot_ms_mean)" 'BEGIN { printf "%.1f", 16000 / t }'
+}
+
+llama_decode() { # cache type -> S_TG t/s of llama-batched-bench at 16 sequences
+    local extra=()
+    [ "$1" != f16 ] && extra=(-fa on)
+    "$LLAMA" llama-batched-bench -m "$MODEL" -t "$THREADS" -c 17000 -b 2048 -ub 512 -npp 1000 -ntg "$NTG" -npl 16 \
+        -ctk "$1" -ctv "$1" "${extra[@]}" 2>/dev/null | awk -F'|' '/^\|[ ]*1000/ { gsub(/ /, "", $9); print $9 }' | tail -n 1
+}
+
+have_llama=0
+[ -x "$LLAMA" ] && have_llama=1
+k16=() k8=() l16=() l8=()
+for _ in $(seq 1 "$RUNS"); do
+    k16+=("$(kvserve_decode f16)")
+    k8+=("$(kvserve_decode int8)")
+    if [ "$have_llama" = 1 ]; then
+        l16+=("$(llama_decode f16)")
+        l8+=("$(llama_decode q8_0)")
+    fi
+done
+echo "| decode, 16 sequences × 1,000 tokens of context, 110M-shaped Q8_0, $THREADS threads | tok/s (median of $RUNS) |"
+echo "|---|---:|"
+echo "| kvserve, --kv-dtype f16 | $(median "${k16[@]}") |"
+echo "| kvserve, --kv-dtype int8 | $(median "${k8[@]}") |"
+if [ "$have_llama" = 1 ]; then
+    echo "| llama.cpp, -ctk f16 -ctv f16 | $(median "${l16[@]}") |"
+    echo "| llama.cpp, -ctk q8_0 -ctv q8_0 -fa on | $(median "${l8[@]}") |"
+fi
+echo
+echo "| one stream on stories260K (context 512), --kv-window 256 --kv-sinks 4 | mean TPOT ms (median of $RUNS) |"
+echo "|---|---:|"
+for n in 512 2048 8192; do
+    t=()
+    for _ in $(seq 1 "$RUNS"); do
+        j=$("$BIN" bench -m "$STORIES" --threads 1 --seed 1 --json --requests 1 --input-len 16:16 \
+            --output-len "$n:$n" --max-seqs 1 --kv-window 256 --kv-sinks 4 2>/dev/null | tail -n 1)
+        t+=("$(field "$j" tpot_ms_mean)")
+    done
+    echo "| $n tokens generated | $(median "${t[@]}") |"
+done
