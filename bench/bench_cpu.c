@@ -1,7 +1,7 @@
 /*
  * bench_cpu.c — microbenchmarks of the CPU backend's kernels (numbers, never a gate).
  *
- *   bench_cpu [--threads N] [--quick] [--cpu-time] [--rows N] [--only roof|memcpy|read|dispatch|gemv|gemm|decode|attn]
+ *   bench_cpu [--threads N] [--quick] [--cpu-time] [--rows N] [--only roof|memcpy|read|dispatch|gemv|gemm|decode|attn|kvq]
  *
  * Prints, with medians over several repetitions, for the backend's SIMD level (KVSERVE_CPU_ISA
  * forces a lower one):
@@ -18,7 +18,8 @@
  *    type at the same shapes;
  *  - attention (110M head shape, 12 layers' KV so that it streams from memory as in a forward
  *    pass): batched decode (16 × 256 keys; 4 × 1072 keys with and without a 992-key shared
- *    prefix), a 512-token prefill and four 72-token chunks over 1072 keys, microseconds.
+ *    prefix), a 512-token prefill and four 72-token chunks over 1072 keys, microseconds;
+ *  - kvq: decode over 16 × 1000 keys with an f16, an int8 and an e4m3 KV cache, interleaved.
  * Each figure is followed by its fraction of the roof it is bound by: GEMV and decode by the read
  * bandwidth (above 100% when the weights are cache-resident), GEMM by the FMA peak (Q8_0 by the
  * int8 peak), attention prefill by the FMA peak and attention decode by the bandwidth of the
@@ -468,18 +469,26 @@ static void bench_decode_stream(backend *be, int type, int n_layers)
 
 /* Attention over n_seqs sequences of ctx KV entries each, the last n_new of them new tokens
  * (1: batched decode; ctx: a prefill), the first `shared` entries the same blocks for all
- * (a common prefix), 12 heads of 64 (the 110M shape), f16 KV, 12 layers called in turn as a
- * forward pass does (so the KV is not all cache-resident); microseconds per call. */
-static double bench_attn(backend *be, int n_seqs, int ctx, int n_new, int shared, double *flops, double *bytes)
+ * (a common prefix), 12 heads of 64 (the 110M shape), KV of kv_dtype (f16, int8 or fp8), 12
+ * layers called in turn as a forward pass does (so the KV is not all cache-resident);
+ * microseconds per call. */
+static double bench_attn(backend *be, int n_seqs, int ctx, int n_new, int shared, int kv_dtype, double *flops,
+                         double *bytes)
 {
     const int n_heads = 12, hd = 64, bs = 16, nbps = (ctx + bs - 1) / bs, nt = n_seqs * n_new;
-    kv_geom g = {.n_layers = 12, .n_kv_heads = n_heads, .head_dim = hd, .block_size = bs, .dtype = KV_F16};
+    kv_geom g = {.n_layers = 12, .n_kv_heads = n_heads, .head_dim = hd, .block_size = bs, .dtype = kv_dtype};
     int32_t n_blocks = n_seqs * nbps;
     if (be->ops->kv_init(be, &g, &n_blocks)) return 0;
     cpu__backend *c = (cpu__backend *)be;
-    size_t n_el = g.n_layers * 2 * c->kv_layer_bytes[0] / 2;
-    uint16_t *kv = c->kv_mem[0];
-    for (size_t i = 0; i < n_el; i++) kv[i] = dt_f32_to_f16((float)(next() % 1000) / 500.0f - 1);
+    size_t n_bytes = g.n_layers * 2 * c->kv_layer_bytes[0], tb = kv_tile_bytes(&g);
+    uint8_t *kv = c->kv_mem[0];
+    for (size_t i = 0; i + 1 < n_bytes; i += 2) { /* f16 values, or codes with f16 scales 1/127 */
+        uint16_t v = kv_dtype == KV_I8    ? (uint16_t)next()
+                     : kv_dtype == KV_FP8 ? (uint16_t)(next() & 0x7777u) /* finite e4m3 codes */
+                                          : dt_f32_to_f16((float)(next() % 1000) / 500.0f - 1);
+        if (kv_dtype_is_quant(kv_dtype) && i % tb >= (size_t)bs * hd) v = dt_f32_to_f16(1.0f / 127);
+        memcpy(kv + i, &v, 2);
+    }
     int32_t *tok = calloc((size_t)nt, 4), *pos = malloc((size_t)nt * 4), *slot = malloc((size_t)nt * 4);
     int32_t *qs = malloc((size_t)(n_seqs + 1) * 4), *cl = malloc((size_t)n_seqs * 4);
     int32_t *bt = malloc((size_t)n_seqs * nbps * 4);
@@ -512,7 +521,7 @@ static double bench_attn(backend *be, int n_seqs, int ctx, int n_new, int shared
     double keys = 0;
     for (int i = 0; i < n_new; i++) keys += ctx - n_new + i + 1;
     *flops = 4.0 * n_heads * hd * keys * n_seqs;
-    *bytes = 2.0 * 2 * n_heads * hd * ((double)shared + (double)(ctx - shared) * n_seqs);
+    *bytes = 2.0 * n_heads * (double)kv_vec_bytes(&g) * ((double)shared + (double)(ctx - shared) * n_seqs);
     return median(t, 7) * 1e6;
 }
 
@@ -527,7 +536,7 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--cpu-time")) kernel_clock = CLOCK_THREAD_CPUTIME_ID;
         else if (!strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
         else {
-            fprintf(stderr, "usage: %s [--threads N] [--quick] [--cpu-time] [--rows N] [--only roof|memcpy|read|dispatch|gemv|gemm|decode|attn]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--threads N] [--quick] [--cpu-time] [--rows N] [--only roof|memcpy|read|dispatch|gemv|gemm|decode|attn|kvq]\n", argv[0]);
             return 2;
         }
     }
@@ -569,11 +578,23 @@ int main(int argc, char **argv)
                      {"4 seqs x 72 new, 1072 keys", 4, 1072, 72, 0},
                      {"4 seqs x 72 new, 1072 keys, 992 shared", 4, 1072, 72, 992}};
         for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-            double fl, by, us = bench_attn(be, cases[i].n_seqs, cases[i].ctx, cases[i].n_new, cases[i].shared, &fl, &by);
+            double fl, by, us = bench_attn(be, cases[i].n_seqs, cases[i].ctx, cases[i].n_new, cases[i].shared, KV_F16, &fl, &by);
             printf("  %-40s %8.1f us  %6.1f GFLOP/s %s  %5.1f GB/s %s\n", cases[i].name, us, fl / us / 1e3,
                    cases[i].n_new > 1 ? pct(fl / us / 1e3, roof_flops) : "      ", by / us / 1e3,
                    cases[i].n_new > 1 ? "      " : pct(by / us / 1e3, roof_bw));
         }
+    }
+    if (RUN("kvq")) { /* the quantised caches' decode against f16's, interleaved */
+        double f16[5], i8[5], f8[5], fl, by;
+        for (int r = 0; r < 5; r++) {
+            f16[r] = bench_attn(be, 16, 1000, 1, 0, KV_F16, &fl, &by);
+            i8[r] = bench_attn(be, 16, 1000, 1, 0, KV_I8, &fl, &by);
+            f8[r] = bench_attn(be, 16, 1000, 1, 0, KV_FP8, &fl, &by);
+        }
+        double a = median(f16, 5), b = median(i8, 5), f = median(f8, 5);
+        printf("\nattention decode, 16 seqs x 1000 keys, 12 heads of 64, one layer (median of 5 interleaved):\n");
+        printf("  f16 KV:  %8.1f us\n  int8 KV: %8.1f us  (%.2fx the f16 rate)\n", a, b, a / b);
+        printf("  fp8 KV:  %8.1f us  (%.2fx the f16 rate; no decode fast path)\n", f, a / f);
     }
     be_destroy(be);
     return 0;

@@ -4,7 +4,8 @@
 #   1. decode at 16 sequences × 1,000 tokens of context on the TinyLlama-110M-shaped Q8_0 model:
 #      kvserve with --kv-dtype f16 and int8 (`kvserve bench`, every prompt prefilled in the first
 #      step, so the mean TPOT is decode alone), llama.cpp with f16 and q8_0 K/V
-#      (llama-batched-bench -npp 1000 -ntg N -npl 16, its S_TG), interleaved, median of RUNS;
+#      (llama-batched-bench -npp 1000 -ntg N -npl 16, its S_TG; f16 with flash attention off and
+#      on), interleaved, median of RUNS;
 #   2. decode speed along a stream past the context: stories260K (context 512) with
 #      --kv-window 256 --kv-sinks 4, one sequence generating 512, 2048 and 8192 tokens.
 # Prints Markdown tables. LLAMA=path/to/llama.cpp/run (default ../shared/anchors/llama.cpp/run)
@@ -36,22 +37,21 @@ kvserve_decode() { # kv dtype -> decode tok/s of the whole batch (16 / mean TPOT
     awk -v t="$(field "$j" tpot_ms_mean)" 'BEGIN { printf "%.1f", 16000 / t }'
 }
 
-llama_decode() { # cache type -> S_TG t/s of llama-batched-bench at 16 sequences
-    local extra=()
-    [ "$1" != f16 ] && extra=(-fa on)
+llama_decode() { # cache type, flash attention on|off -> S_TG t/s of llama-batched-bench at 16 sequences
     "$LLAMA" llama-batched-bench -m "$MODEL" -t "$THREADS" -c 17000 -b 2048 -ub 512 -npp 1000 -ntg "$NTG" -npl 16 \
-        -ctk "$1" -ctv "$1" "${extra[@]}" 2>/dev/null | awk -F'|' '/^\|[ ]*1000/ { gsub(/ /, "", $9); print $9 }' | tail -n 1
+        -ctk "$1" -ctv "$1" -fa "$2" 2>/dev/null | awk -F'|' '/^\|[ ]*1000/ { gsub(/ /, "", $9); print $9 }' | tail -n 1
 }
 
 have_llama=0
 [ -x "$LLAMA" ] && have_llama=1
-k16=() k8=() l16=() l8=()
+k16=() k8=() l16=() l16fa=() l8=()
 for _ in $(seq 1 "$RUNS"); do
     k16+=("$(kvserve_decode f16)")
     k8+=("$(kvserve_decode int8)")
     if [ "$have_llama" = 1 ]; then
-        l16+=("$(llama_decode f16)")
-        l8+=("$(llama_decode q8_0)")
+        l16+=("$(llama_decode f16 off)")
+        l16fa+=("$(llama_decode f16 on)")
+        l8+=("$(llama_decode q8_0 on)")
     fi
 done
 echo "| decode, 16 sequences × 1,000 tokens of context, 110M-shaped Q8_0, $THREADS threads | tok/s (median of $RUNS) |"
@@ -59,8 +59,9 @@ echo "|---|---:|"
 echo "| kvserve, --kv-dtype f16 | $(median "${k16[@]}") |"
 echo "| kvserve, --kv-dtype int8 | $(median "${k8[@]}") |"
 if [ "$have_llama" = 1 ]; then
-    echo "| llama.cpp, -ctk f16 -ctv f16 | $(median "${l16[@]}") |"
-    echo "| llama.cpp, -ctk q8_0 -ctv q8_0 -fa on | $(median "${l8[@]}") |"
+    echo "| llama.cpp, -ctk f16 -ctv f16 -fa off | $(median "${l16[@]}") |"
+    echo "| llama.cpp, -ctk f16 -ctv f16 -fa on | $(median "${l16fa[@]}") |"
+    echo "| llama.cpp, -ctk q8_0 -ctv q8_0 -fa on (q8_0 V needs flash attention) | $(median "${l8[@]}") |"
 fi
 echo
 echo "| one stream on stories260K (context 512), --kv-window 256 --kv-sinks 4 | mean TPOT ms (median of $RUNS) |"
