@@ -3,8 +3,8 @@
  *
  * A 15 MB chat body is validated, parsed and found far beyond the context on a worker thread,
  * and a 2 MB prompt with truncate_prompt_tokens is tokenized in full there: meanwhile /health
- * answers within 50 ms and running streams keep their inter-token gaps (before, the loop thread
- * did all of it and froze both for seconds). Both big requests still get their answers (400
+ * answers within 50 ms (or twice its p90 just before, on a loaded machine) and running streams
+ * keep their inter-token gaps (before, the loop thread did all of it and froze both for seconds). Both big requests still get their answers (400
  * context_length_exceeded; 200 with the truncated prompt), and /tokenize and /detokenize,
  * prepared the same way, keep working.
  */
@@ -38,15 +38,13 @@ static void tp_stop(void)
 TestSuite(prep, .init = tp_start, .fini = tp_stop, .timeout = 120);
 
 /* Streams run back to back until told to stop; the largest gap between two reads of one stream
- * is kept (in ms), as is the median gap of the first stream (the baseline). */
+ * while measuring is kept (in ms). */
 typedef struct tp_streams {
     atomic_int stop;
     int port;
     int64_t max_gap_ms;      /* while the big request was in flight */
     atomic_int measuring;
     int n_streams;
-    int64_t gaps[4096];
-    int n_gaps;              /* of the first stream */
 } tp_streams;
 
 static void *tp_stream_loop(void *ud)
@@ -77,7 +75,6 @@ static void *tp_stream_loop(void *ud)
             for (ssize_t i = 0; i + 5 < k; i++) events += !memcmp(buf + i, "data:", 5);
             if (last && events > 1) {
                 int64_t g = now - last;
-                if (t->n_streams == 0 && t->n_gaps < 4096) t->gaps[t->n_gaps++] = g;
                 if (atomic_load(&t->measuring) && g > t->max_gap_ms) t->max_gap_ms = g;
             }
             last = now;
@@ -124,6 +121,78 @@ static char *tp_body(const char *head, size_t bytes, const char *tail)
     return b;
 }
 
+/* /health probes every 50 ms until both big requests are answered (or 90 s); their latencies
+ * into lat[], sorted; returns how many. */
+static int tp_probe_while(tp_big *a, tp_big *b, int64_t *lat, int cap)
+{
+    int n = 0;
+    int64_t t0 = th_now_ms();
+    while ((!a || !atomic_load(&a->done) || !atomic_load(&b->done)) && th_now_ms() - t0 < 90000) {
+        th_resp h = th_http(tp_srv.port, NULL, "/health", NULL, NULL);
+        cr_assert_eq(h.status, 200);
+        if (n < cap) lat[n++] = h.ms;
+        th_resp_free(&h);
+        if (!a && n >= cap) break;
+        usleep(50000);
+    }
+    qsort(lat, (size_t)n, sizeof lat[0], tp_cmp64);
+    return n;
+}
+
+/* One measurement: baseline probes, then the two big requests with probes and streams running.
+ * Returns 1 when the loop stayed responsive. A loop that does the preparation itself answers
+ * nothing while it tokenizes: one probe and one stream gap then last about as long as the
+ * longest preparation, which is most of the slower request's own latency. A shared machine's
+ * scheduling noise slows probes and gaps but also the preparation, so the bounds scale with it:
+ * the usual probe within 50 ms (or twice the baseline's p90 taken just before), and the worst
+ * probe and the worst stream gap under a quarter of the slower request's latency (at least 250
+ * and 500 ms, noise a blocked loop exceeds by seconds). */
+static int tp_measure(tp_streams *st, int attempt, int last)
+{
+    static int64_t base[10], lat[4096];
+    tp_probe_while(NULL, NULL, base, 10);
+    int64_t base_p90 = base[8];
+    tp_big big = {.port = tp_srv.port, .path = "/v1/chat/completions"};
+    big.body = tp_body("{\"messages\":[{\"role\":\"user\",\"content\":\"", 15u << 20, "\"}],\"max_tokens\":4}");
+    tp_big trunc = {.port = tp_srv.port, .path = "/v1/completions"};
+    trunc.body = tp_body("{\"prompt\":\"", 2u << 20, "\",\"truncate_prompt_tokens\":64,\"max_tokens\":4}");
+    st->max_gap_ms = 0;
+    atomic_store(&st->measuring, 1);
+    pthread_t tb, tt;
+    pthread_create(&tb, NULL, tp_big_request, &big);
+    pthread_create(&tt, NULL, tp_big_request, &trunc);
+    int probes = tp_probe_while(&big, &trunc, lat, 4096);
+    pthread_join(tb, NULL);
+    pthread_join(tt, NULL);
+    atomic_store(&st->measuring, 0);
+    cr_assert_eq(big.resp.status, 400, "%ld %.300s", big.resp.status, big.resp.body);
+    cr_assert(strstr(big.resp.body, "context_length_exceeded"), "%.300s", big.resp.body);
+    cr_assert_eq(trunc.resp.status, 200, "%ld %.300s", trunc.resp.status, trunc.resp.body);
+    cr_assert(strstr(trunc.resp.body, "\"prompt_tokens\":64"), "%.300s", trunc.resp.body);
+    cr_assert_gt(probes, 0);
+    int64_t slow = big.resp.ms > trunc.resp.ms ? big.resp.ms : trunc.resp.ms;
+    int64_t p90 = lat[probes * 9 / 10], worst = lat[probes - 1];
+    int64_t p90_bound = base_p90 * 2 > 50 ? base_p90 * 2 : 50;
+    int64_t health_bound = slow / 4 > 250 ? slow / 4 : 250, gap_bound = slow / 4 > 500 ? slow / 4 : 500;
+    printf("prep/huge_prompt attempt %d: 15 MiB chat %lld ms, 2 MiB tokenized prompt %lld ms; %d /health probes, "
+           "p90 %lld ms (bound %lld, baseline p90 %lld), worst %lld ms (bound %lld); worst stream gap %lld ms (bound %lld)\n",
+           attempt, (long long)big.resp.ms, (long long)trunc.resp.ms, probes, (long long)p90, (long long)p90_bound,
+           (long long)base_p90, (long long)worst, (long long)health_bound, (long long)st->max_gap_ms, (long long)gap_bound);
+    int ok = p90 <= p90_bound && worst <= health_bound && st->max_gap_ms <= gap_bound;
+    if (last) {
+        cr_assert_leq(p90, p90_bound, "/health took %lld ms (p90) while the big prompts were prepared", (long long)p90);
+        cr_assert_leq(worst, health_bound, "/health stalled %lld ms", (long long)worst);
+        cr_assert_leq(st->max_gap_ms, gap_bound, "a stream stalled %lld ms", (long long)st->max_gap_ms);
+    }
+    th_resp_free(&big.resp);
+    th_resp_free(&trunc.resp);
+    free(big.body);
+    free(trunc.body);
+    return ok;
+}
+
+/* Up to three measurements: a blocked loop fails every one, a burst of load on a shared machine
+ * rarely spans three. */
 Test(prep, huge_prompt_does_not_block_the_loop)
 {
     static tp_streams st;
@@ -132,55 +201,9 @@ Test(prep, huge_prompt_does_not_block_the_loop)
     pthread_t ts;
     pthread_create(&ts, NULL, tp_stream_loop, &st);
     while (st.n_streams < 1) usleep(10000); /* the baseline stream */
-    tp_big big = {.port = tp_srv.port, .path = "/v1/chat/completions"};
-    big.body = tp_body("{\"messages\":[{\"role\":\"user\",\"content\":\"", 15u << 20, "\"}],\"max_tokens\":4}");
-    tp_big trunc = {.port = tp_srv.port, .path = "/v1/completions"};
-    trunc.body = tp_body("{\"prompt\":\"", 2u << 20, "\",\"truncate_prompt_tokens\":64,\"max_tokens\":4}");
-    atomic_store(&st.measuring, 1);
-    int64_t t0 = th_now_ms();
-    pthread_t tb, tt;
-    pthread_create(&tb, NULL, tp_big_request, &big);
-    pthread_create(&tt, NULL, tp_big_request, &trunc);
-    static int64_t lat[4096];
-    int probes = 0;
-    while ((!atomic_load(&big.done) || !atomic_load(&trunc.done)) && th_now_ms() - t0 < 90000) {
-        th_resp h = th_http(tp_srv.port, NULL, "/health", NULL, NULL);
-        cr_assert_eq(h.status, 200);
-        if (probes < 4096) lat[probes++] = h.ms;
-        th_resp_free(&h);
-        usleep(50000);
-    }
-    int64_t busy_ms = th_now_ms() - t0;
-    pthread_join(tb, NULL);
-    pthread_join(tt, NULL);
-    atomic_store(&st.measuring, 0);
+    for (int attempt = 1; attempt <= 3 && !tp_measure(&st, attempt, attempt == 3); attempt++) {}
     atomic_store(&st.stop, 1);
     pthread_join(ts, NULL);
-    cr_assert_eq(big.resp.status, 400, "%ld %.300s", big.resp.status, big.resp.body);
-    cr_assert(strstr(big.resp.body, "context_length_exceeded"), "%.300s", big.resp.body);
-    cr_assert_eq(trunc.resp.status, 200, "%ld %.300s", trunc.resp.status, trunc.resp.body);
-    cr_assert(strstr(trunc.resp.body, "\"prompt_tokens\":64"), "%.300s", trunc.resp.body);
-    qsort(st.gaps, (size_t)st.n_gaps, sizeof st.gaps[0], tp_cmp64);
-    int64_t median = st.n_gaps ? st.gaps[st.n_gaps / 2] : 0;
-    /* The machine may be shared: a slow probe or gap of some hundred milliseconds is scheduling
-     * noise, a loop that blocks on the 2 MB prompt alone stalls for over a second (0.5 s of CPU per
-     * MB). So: the usual probe under 50 ms, none over a second, and no stream gap beyond ten times
-     * the usual one (at least 700 ms). */
-    int64_t bound = median * 10 > 700 ? median * 10 : 700;
-    cr_assert_gt(probes, 0);
-    qsort(lat, (size_t)probes, sizeof lat[0], tp_cmp64);
-    int64_t p90 = lat[probes * 9 / 10], worst_health = lat[probes - 1];
-    printf("prep/huge_prompt: 15 MiB chat + 2 MiB tokenized prompt prepared in %lld ms; %d /health probes, p90 %lld ms, worst %lld ms; "
-           "stream gaps: median %lld ms before, worst %lld ms during (bound %lld)\n",
-           (long long)busy_ms, probes, (long long)p90, (long long)worst_health, (long long)median,
-           (long long)st.max_gap_ms, (long long)bound);
-    cr_assert_lt(p90, 50, "/health took %lld ms (p90) while the big prompts were prepared", (long long)p90);
-    cr_assert_lt(worst_health, 1000, "/health stalled %lld ms", (long long)worst_health);
-    cr_assert_leq(st.max_gap_ms, bound, "a stream stalled %lld ms", (long long)st.max_gap_ms);
-    th_resp_free(&big.resp);
-    th_resp_free(&trunc.resp);
-    free(big.body);
-    free(trunc.body);
 }
 
 /* The tokenizer endpoints go through the same preparation. */
