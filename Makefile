@@ -61,7 +61,9 @@ ISA_VNNI := $(ISA_AVX512) -mavx512vnni
 ISA_DOTPROD := -march=armv8.2-a+dotprod
 isa_flags = $(if $(filter %_avx2.c,$1),$(ISA_AVX2),$(if $(filter %_avx512.c,$1),$(ISA_AVX512),$(if \
             $(filter %_vnni.c,$1),$(ISA_VNNI),$(if $(filter %_dotprod.c,$1),$(ISA_DOTPROD)))))
-TARGET_MACHINE := $(shell $(CC) -dumpmachine 2>/dev/null)
+# On a fresh machine the compiler may not be installed yet while the Makefile is parsed (deps
+# installs it): the host's architecture then.
+TARGET_MACHINE := $(shell $(CC) -dumpmachine 2>/dev/null || uname -m)
 ifneq ($(filter x86_64%,$(TARGET_MACHINE)),)
 CPU_SKIP := %_neon.c %_dotprod.c
 else ifneq ($(filter aarch64%,$(TARGET_MACHINE)),)

@@ -3,7 +3,7 @@
  * an edited config kept), the unit and the Debian package through systemd-analyze verify, make
  * deb installed into a throw-away root (the kvserve user, the unit enabled and not started,
  * the config a conffile), and the Makefile asking pkg-config nothing while it is only parsed (on
- * a fresh machine the packages are installed by `deps` first).
+ * a fresh machine the packages are installed by `deps` first) nor needing the compiler then.
  *
  * They run make from the repository root with BUILD set to the tested binary's folder, so
  * nothing is rebuilt. systemd-analyze, dpkg and systemd-sysusers checks skip, with a message,
@@ -171,4 +171,14 @@ Test(install, makefile_parse_runs_no_pkg_config)
     /* it runs when a compile recipe needs the flags (by then deps.sh has installed it) */
     cr_assert_eq(ti_sh("PATH='%s':\"$PATH\" make -n -s BUILD='%s/b' '%s/b/engine/utf8.o' >/dev/null 2>&1", shim, ti_dir, ti_dir), 0);
     cr_assert(access(p, F_OK) == 0, "pkg-config did not run for the compile");
+}
+
+/* Without a compiler yet (deps installs it) the Makefile still plans the SIMD kernel files of
+ * the host's architecture (x86-64: the AVX2 ones), not a build without them. */
+Test(install, makefile_parse_without_a_compiler)
+{
+    if (ti_sh("uname -m | grep -qx x86_64")) cr_skip_test("not an x86-64 host");
+    cr_assert_eq(ti_sh("make -n -s BUILD='%s/b' CC=/nonexistent/cc '%s/b/libkvserve.a' 2>/dev/null | "
+                       "grep -Eq 'cpu/[a-z_0-9]+_avx2\\.c'", ti_dir, ti_dir), 0,
+                 "no SIMD kernel file is planned when the compiler is missing at parse time");
 }
