@@ -100,6 +100,29 @@ Test(openai, completion_defaults_and_fields)
     oai_request_free(&r);
 }
 
+/* Bodies are valid UTF-8 and carry no NUL, raw or escaped, anywhere: before, cJSON kept a NUL
+ * as the end of the string and the prompt, a message or a stop string was silently cut there. */
+Test(openai, body_utf8_and_nul)
+{
+    oa_bad(OAI_COMPLETION, "{\"prompt\":\"caf\xc3\"}", 400, "invalid_json", NULL);
+    oa_bad(OAI_COMPLETION, "{\"prompt\":\"\xed\xa0\x80\"}", 400, "invalid_json", NULL);   /* a UTF-16 surrogate */
+    oa_bad(OAI_COMPLETION, "{\"prompt\":\"\xc0\xaf\"}", 400, "invalid_json", NULL);       /* overlong */
+    oa_bad(OAI_COMPLETION, "{\"prompt\":\"a\tb\"}", 400, "invalid_json", NULL);           /* raw control */
+    oa_bad(OAI_COMPLETION, "{\"prompt\":\"On\\u0000ce\"}", 400, "invalid_value", NULL);
+    oa_bad(OAI_COMPLETION, "{\"prompt\":\"Once\",\"stop\":[\"x\\u0000y\"]}", 400, "invalid_value", NULL);
+    oa_bad(OAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\\u0000\"}]}", 400, "invalid_value", NULL);
+    oai_request r;
+    oai_error e;
+    static const char raw[] = "{\"prompt\":\"a\0b\"}";
+    cr_assert_neq(oai_parse(OAI_COMPLETION, raw, sizeof raw - 1, &oa_lim, &r, &e), 0);
+    cr_assert_eq(e.status, 400);
+    cr_assert_str_eq(e.code, "invalid_json");
+    /* an escaped backslash before "u0000" is text, and so is every valid character */
+    cr_assert_eq(oa_parse(OAI_COMPLETION, "{\"prompt\":\"\\\\u0000 caf\xc3\xa9 \xf0\x9f\x98\x80 \\u00e9\"}", &r, &e), 0, "%s", e.message);
+    cr_assert_str_eq(r.prompts[0].text, "\\u0000 caf\xc3\xa9 \xf0\x9f\x98\x80 \xc3\xa9");
+    oai_request_free(&r);
+}
+
 Test(openai, completion_errors)
 {
     oa_bad(OAI_COMPLETION, "", 400, "invalid_json", NULL);
