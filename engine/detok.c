@@ -98,7 +98,7 @@ static int detok__append(detok *d, int32_t token)
 {
     for (;;) {
         int cap = (int)(d->pend_cap - d->n_pend);
-        int n = tok_token_bytes(d->tok, token, 0, d->pend + d->n_pend, cap);
+        int n = tok_token_bytes(d->tok, token, d->render_special, d->pend + d->n_pend, cap);
         if (n < 0) return 0; /* unknown id: no text */
         if (n <= cap) {
             if (d->strip_first_space && n > 0 && d->pend[d->n_pend] == ' ') {

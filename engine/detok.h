@@ -27,6 +27,8 @@ typedef struct detok {
     int *stop_index;           /* [n_stop] position of each in the caller's list */
     int n_stop;
     int include_stop;          /* 1: the matched stop string is emitted (then nothing more) */
+    int render_special;        /* 1: control tokens add their text (vLLM's skip_special_tokens:
+                                  false); 0 (detok_init's default): they add nothing */
     int matched;               /* caller's index of the stop string that matched, else -1 */
     int strip_first_space;     /* 1 until the first token when the SPM rule applies */
     int stopped;               /* 1 after a stop string matched (nothing more is emitted) */

@@ -256,6 +256,7 @@ static void eng__intake(engine *e, eng_req *q, eng_evlist *out)
         if (detok_init(&q->dt[i], e->cfg.tok, q->r.prompt, q->r.n_prompt, q->r.stop, q->r.n_stop,
                        q->r.include_stop_str))
             goto fail;
+    for (int i = 0; i < n; i++) q->dt[i].render_special = q->r.render_special;
     if (q->r.max_tokens == 0 && !q->r.prompt_logprobs) {
         for (int i = 0; i < n; i++) {
             eng__emit(out, eng__event(q, i, "", 0, NULL, ENGINE_FINISH_LENGTH));
@@ -344,9 +345,11 @@ static void eng__on_sample(engine *e, const sched_sample *sm, eng_evlist *out)
     if (q->done[idx]) return;
     const char *d = "";
     size_t dl = 0;
-    /* A stop token's own text is cut, as a stop string is, unless include_stop_str. */
-    int cut = s->stop_token >= 0 && !q->r.include_stop_str;
+    /* A stop token's own text is cut, as a stop string is, unless include_stop_str; so is the
+     * end-of-generation token's when control tokens are rendered (as vLLM does). */
     int halt = sm->kind == SCHED_HALT; /* finished without a token */
+    int cut = (s->stop_token >= 0 || (q->r.render_special && s->finish == ENGINE_FINISH_STOP && !halt)) &&
+              !q->r.include_stop_str;
     int rc = cut || halt ? 0 : detok_push(&q->dt[idx], sm->r.token, &d, &dl);
     int finish = s->finish;
     if (rc == 1) {

@@ -97,6 +97,9 @@ typedef struct engine_request {
     int include_stop_str;      /* 1: a matched stop string, or the text of the stop token that
                                   ended the choice, stays in the text (vLLM's
                                   include_stop_str_in_output); 0: both are cut */
+    int render_special;        /* 1: control tokens' text is in the output (vLLM's
+                                  skip_special_tokens: false); the end-of-generation token that
+                                  ends a choice is then cut like a stop token */
     int prompt_logprobs;       /* 1: score every prompt token (echo + logprobs, prompt_logprobs):
                                   is_prompt events carry them in order before any generated token,
                                   prompt index 0 with logprob NaN (it has none); the prompt is

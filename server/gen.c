@@ -156,6 +156,7 @@ static int fill_engine_request(const oai_request *q, int32_t *ids, int n_ids, in
     er->n = q->best_of;
     er->max_tokens = max_tokens;
     er->include_stop_str = q->include_stop_str;
+    er->render_special = !q->skip_special;
     er->prompt_logprobs = srv__prompt_scored(q);
     int top = q->kind != OAI_CHAT && q->echo ? q->logprobs : -1;
     er->prompt_top = q->prompt_logprobs > top ? q->prompt_logprobs : top < 0 ? 0 : top;

@@ -9,7 +9,13 @@
  *   bad_words             words that must not be generated (tokenized later, with the prompt)
  *   prompt_logprobs       log-probs of every prompt token with N alternatives (not streamed)
  *   truncate_prompt_tokens   keep only the last N prompt tokens (N ≥ 1)
+ *   skip_special_tokens   false: control tokens' text is in the output
+ *   spaces_between_special_tokens   accepted: pieces are joined as they are, never spaced
  *   suffix                refused (vLLM: "suffix is not currently supported")
+ *   use_beam_search: true, logits_processors, priority ≠ 0   refused: kvserve has no beam
+ *                         search, no loadable logits processors, no priority scheduling
+ *                         (vLLM without --scheduling-policy priority refuses a priority too);
+ *                         length_penalty (beam search only) is accepted
  *
  * Every other top-level key that no parser reads is collected into r->ignored, so the access
  * log can name what a client sent in vain (fields are ignored, not refused, as vLLM does).
@@ -34,7 +40,9 @@ static const char *const known_fields[] = {
     "guided_json", "guided_regex", "guided_choice", "guided_grammar", "structured_outputs",
     "grammar", "json_schema",
     "tool_choice", "parallel_tool_calls", "functions", "function_call", "chat_template",
-    "chat_template_kwargs", "add_special_tokens",
+    "chat_template_kwargs", "add_special_tokens", "skip_special_tokens",
+    "spaces_between_special_tokens", "use_beam_search", "length_penalty", "priority",
+    "logits_processors",
 };
 
 /* An array of token ids below n_vocab into a malloc'd list. Absent/null leaves *ids NULL. */
@@ -115,14 +123,39 @@ static int note_ignored(const cJSON *root, oai_request *r, oai_error *e)
     return 0;
 }
 
+/* vLLM fields asking for what kvserve does not have: a 400 naming it, never a silent default. */
+static int unsupported_fields(const cJSON *root, int kind, oai_error *e)
+{
+    int rc, beam = 0, spaces = 1, priority = 0;
+    const cJSON *sfx = cJSON_GetObjectItemCaseSensitive(root, "suffix");
+    if (kind == OAI_COMPLETION && sfx && !cJSON_IsNull(sfx))
+        return oai_fail(e, 400, "invalid_request_error", "invalid_value", "suffix",
+                        "suffix is not currently supported");
+    if ((rc = oai__get_bool(root, "use_beam_search", &beam, e))) return rc;
+    if (beam)
+        return oai_fail(e, 400, "invalid_request_error", "invalid_value", "use_beam_search",
+                        "beam search is not supported by this server");
+    const cJSON *lp = cJSON_GetObjectItemCaseSensitive(root, "length_penalty");
+    if (lp && !cJSON_IsNull(lp) && !cJSON_IsNumber(lp)) return oai__bad_type(e, "length_penalty", "a number");
+    if ((rc = oai__get_bool(root, "spaces_between_special_tokens", &spaces, e))) return rc;
+    if ((rc = oai__get_int(root, "priority", -(1 << 30), 1 << 30, &priority, e))) return rc;
+    if (priority)
+        return oai_fail(e, 400, "invalid_request_error", "invalid_value", "priority",
+                        "Got priority %d but Priority scheduling is not enabled.", priority);
+    const cJSON *lps = cJSON_GetObjectItemCaseSensitive(root, "logits_processors");
+    if (lps && !cJSON_IsNull(lps) && (!cJSON_IsArray(lps) || cJSON_GetArraySize(lps) > 0))
+        return oai_fail(e, 400, "invalid_request_error", "invalid_value", "logits_processors",
+                        "logits processors are not supported by this server");
+    return 0;
+}
+
 int oai__parse_vllm(const cJSON *root, const oai_limits *lim, oai_request *r, oai_error *e)
 {
     int rc;
     smp_params *p = &r->sampling;
-    const cJSON *sfx = cJSON_GetObjectItemCaseSensitive(root, "suffix");
-    if (r->kind == OAI_COMPLETION && sfx && !cJSON_IsNull(sfx))
-        return oai_fail(e, 400, "invalid_request_error", "invalid_value", "suffix",
-                        "suffix is not currently supported");
+    if ((rc = unsupported_fields(root, r->kind, e))) return rc;
+    r->skip_special = 1;
+    if ((rc = oai__get_bool(root, "skip_special_tokens", &r->skip_special, e))) return rc;
     if ((rc = oai__get_bool(root, "include_stop_str_in_output", &r->include_stop_str, e))) return rc;
     if ((rc = ids_field(root, "stop_token_ids", lim->n_vocab, 1, &p->stop_ids, &p->n_stop_ids, e)))
         return rc;

@@ -69,6 +69,7 @@ typedef struct oai_request {
                                      are owned by the request */
     /* vLLM's extensions (server/oai_fields.c) */
     int include_stop_str;         /* include_stop_str_in_output */
+    int skip_special;             /* skip_special_tokens (default 1): 0 renders control tokens */
     char **bad_words;             /* [n_bad_words] owned; tokenized when the prompt is */
     int n_bad_words;
     int prompt_logprobs;          /* -1: none; else alternatives per prompt token (0..20) */

@@ -6,8 +6,8 @@
  * against greedy runs without the field: stop_token_ids (stop_reason = the id, the token's
  * text cut unless include_stop_str_in_output), any number of stop strings (stop_reason = the
  * string), allowed_token_ids, bad_words, prompt_logprobs (completions per choice, chat at the
- * top), truncate_prompt_tokens, suffix (400), and a prompt longer than --max-queued-tokens (400,
- * not 503, on an idle server).
+ * top), truncate_prompt_tokens, skip_special_tokens, suffix and use_beam_search (400), and a
+ * prompt longer than --max-queued-tokens (400, not 503, on an idle server).
  */
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
@@ -85,6 +85,22 @@ Test(oai_fields, errors)
     oai_request r;
     oai_error e;
     cr_assert_eq(tf_parse(OAI_COMPLETION, "{\"prompt\":\"a\",\"suffix\":null}", &r, &e), 0, "null suffix is absent");
+    oai_request_free(&r);
+    /* what kvserve lacks is refused by name; the values that ask for nothing are accepted */
+    tf_bad(OAI_COMPLETION, "{\"prompt\":\"a\",\"use_beam_search\":true}", "use_beam_search");
+    tf_bad(OAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"priority\":-2}", "priority");
+    tf_bad(OAI_COMPLETION, "{\"prompt\":\"a\",\"priority\":1.5}", "priority");
+    tf_bad(OAI_COMPLETION, "{\"prompt\":\"a\",\"logits_processors\":[\"m.f\"]}", "logits_processors");
+    tf_bad(OAI_COMPLETION, "{\"prompt\":\"a\",\"skip_special_tokens\":0}", "skip_special_tokens");
+    tf_bad(OAI_COMPLETION, "{\"prompt\":\"a\",\"spaces_between_special_tokens\":\"no\"}", "spaces_between_special_tokens");
+    tf_bad(OAI_COMPLETION, "{\"prompt\":\"a\",\"length_penalty\":\"1\"}", "length_penalty");
+    cr_assert_eq(tf_parse(OAI_COMPLETION, "{\"prompt\":\"a\",\"use_beam_search\":false,\"priority\":0,\"logits_processors\":[],"
+                                          "\"length_penalty\":1.0,\"spaces_between_special_tokens\":false}", &r, &e), 0, "%s", e.message);
+    cr_assert_eq(r.skip_special, 1, "skip_special_tokens defaults to true");
+    cr_assert_null(r.ignored, "%s", r.ignored);
+    oai_request_free(&r);
+    cr_assert_eq(tf_parse(OAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"skip_special_tokens\":false}", &r, &e), 0);
+    cr_assert_eq(r.skip_special, 0);
     oai_request_free(&r);
 }
 
@@ -293,6 +309,40 @@ Test(oai_fields_e2e, truncate_prompt_tokens_and_suffix)
     }
     cr_assert(log && strstr(log, "ignored=frobnicate"), "%s", log ? log : "");
     free(log);
+}
+
+/* skip_special_tokens: false renders control tokens (here the only allowed one, EOS); the EOS
+ * that ends a choice is cut like a stop token unless include_stop_str_in_output. */
+Test(oai_fields_e2e, skip_special_tokens)
+{
+    static const char head[] = "{\"prompt\":\"Once upon a time\",\"max_tokens\":3,\"temperature\":0,\"allowed_token_ids\":[2]";
+    char b[512];
+    th_resp d = th_http(tf_srv.port, NULL, "/detokenize", "{\"tokens\":[2]}", NULL);
+    cr_assert_eq(d.status, 200);
+    cr_assert_str_eq(d.body, "{\"prompt\":\"\"}", "EOS is a control token: no text by default");
+    th_resp_free(&d);
+    snprintf(b, sizeof b, "%s,\"ignore_eos\":true}", head);
+    cJSON *dflt = tf_ok("/v1/completions", b);
+    cr_assert_str_eq(tf_text(dflt), "");
+    snprintf(b, sizeof b, "%s,\"ignore_eos\":true,\"skip_special_tokens\":false}", head);
+    cJSON *shown = tf_ok("/v1/completions", b);
+    cr_assert_str_eq(tf_text(shown), "</s></s></s>");
+    cr_assert_str_eq(cJSON_GetObjectItem(tf_choice(shown), "finish_reason")->valuestring, "length");
+    snprintf(b, sizeof b, "%s,\"skip_special_tokens\":false}", head);
+    cJSON *eos = tf_ok("/v1/completions", b);
+    cr_assert_str_eq(tf_text(eos), "", "the EOS that stops is cut");
+    cr_assert_str_eq(cJSON_GetObjectItem(tf_choice(eos), "finish_reason")->valuestring, "stop");
+    snprintf(b, sizeof b, "%s,\"skip_special_tokens\":false,\"include_stop_str_in_output\":true}", head);
+    cJSON *kept = tf_ok("/v1/completions", b);
+    cr_assert_str_eq(tf_text(kept), "</s>");
+    cJSON_Delete(dflt);
+    cJSON_Delete(shown);
+    cJSON_Delete(eos);
+    cJSON_Delete(kept);
+    th_resp r = th_http(tf_srv.port, NULL, "/v1/completions", "{\"prompt\":\"a\",\"use_beam_search\":true}", NULL);
+    cr_assert_eq(r.status, 400, "%s", r.body);
+    cr_assert(strstr(r.body, "beam search is not supported"), "%s", r.body);
+    th_resp_free(&r);
 }
 
 /* A prompt that could never fit the queue is a 400, not a 503 to retry forever. */
