@@ -219,8 +219,8 @@ install: all
 	$(Q)install -m 0755 $(BUILD)/kvserve $(DESTDIR)$(PREFIX)/bin/kvserve
 	$(Q)sed -e 's|/usr/local/bin/kvserve|$(PREFIX)/bin/kvserve|g' -e 's|/etc/kvserve/|$(SYSCONFDIR)/kvserve/|g' \
 	    $(if $(KVSERVE_UNIT_USER),-e 's|^DynamicUser=yes|User=$(KVSERVE_UNIT_USER)\nGroup=$(KVSERVE_UNIT_USER)|') \
-	    config/kvserve.service >$(BUILD)/kvserve.service
-	$(Q)install -m 0644 $(BUILD)/kvserve.service $(DESTDIR)$(UNITDIR)/kvserve.service
+	    config/kvserve.service >$(DESTDIR)$(UNITDIR)/kvserve.service
+	$(Q)chmod 0644 $(DESTDIR)$(UNITDIR)/kvserve.service
 	$(Q)if [ -e $(DESTDIR)$(SYSCONFDIR)/kvserve/kvserve.conf ]; then \
 	    echo "install: keeping $(DESTDIR)$(SYSCONFDIR)/kvserve/kvserve.conf"; \
 	else install -m 0644 config/kvserve.conf $(DESTDIR)$(SYSCONFDIR)/kvserve/kvserve.conf; fi

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # mkdeb.sh BUILD_DIR OUT_DIR — builds OUT_DIR/kvserve_VERSION_ARCH.deb with dpkg-deb from an
-# installed tree (make install PREFIX=/usr into a staging root): the binary, the unit (run as
+# installed tree (make install PREFIX=/usr into a staging root): BUILD_DIR's binary as it is
+# (`make deb` builds it first; this script never rebuilds it), the unit (run as
 # the static kvserve system user), the documented config under /etc/kvserve (a conffile),
 # sysusers.d/tmpfiles.d entries and the maintainer scripts in config/deb/. Depends are the
 # Debian packages that own the libraries the binary links (libraries from elsewhere, such as a
@@ -11,7 +12,8 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 stage=$build/deb/root
 rm -rf "$build/deb"
 mkdir -p "$stage/DEBIAN" "$out"
-make -s -C "$root" install BUILD="$build" PREFIX=/usr DESTDIR="$stage" UNITDIR=/lib/systemd/system \
+[ -x "$build/kvserve" ] || { echo "mkdeb: $build/kvserve not built (run make deb)" >&2; exit 1; }
+make -s -C "$root" install -o "$build/kvserve" BUILD="$build" PREFIX=/usr DESTDIR="$stage" UNITDIR=/lib/systemd/system \
     SYSCONFDIR=/etc KVSERVE_UNIT_USER=kvserve >/dev/null
 install -D -m 0644 "$root/config/deb/sysusers.conf" "$stage/usr/lib/sysusers.d/kvserve.conf"
 install -D -m 0644 "$root/config/deb/tmpfiles.conf" "$stage/usr/lib/tmpfiles.d/kvserve.conf"

@@ -5,8 +5,9 @@
  * the config a conffile), and the Makefile asking pkg-config nothing while it is only parsed (on
  * a fresh machine the packages are installed by `deps` first) nor needing the compiler then.
  *
- * They run make from the repository root with BUILD set to the tested binary's folder, so
- * nothing is rebuilt. systemd-analyze, dpkg and systemd-sysusers checks skip, with a message,
+ * They run make from the repository root with BUILD set to the tested binary's folder and that
+ * binary marked old (-o): nothing is rebuilt, even when a source changed since (a rebuild there
+ * with the default flags would relink a sanitizer build's objects without the sanitizer). systemd-analyze, dpkg and systemd-sysusers checks skip, with a message,
  * where the machine lacks them.
  */
 #include <criterion/criterion.h>
@@ -87,7 +88,7 @@ Test(install, make_install_prefix_destdir)
 {
     char dest[400];
     snprintf(dest, sizeof dest, "%s/dest", ti_dir);
-    cr_assert_eq(ti_sh("make -s install BUILD='%s' PREFIX=/opt/kv DESTDIR='%s' >/dev/null", ti_build, dest), 0);
+    cr_assert_eq(ti_sh("make -s install -o '%s/kvserve' BUILD='%s' PREFIX=/opt/kv DESTDIR='%s' >/dev/null", ti_build, ti_build, dest), 0);
     struct stat st;
     char p[600];
     snprintf(p, sizeof p, "%s/opt/kv/bin/kvserve", dest);
@@ -100,7 +101,7 @@ Test(install, make_install_prefix_destdir)
     cr_assert_str_eq(conf, orig, "the documented config");
     /* an edited config survives a second install */
     cr_assert_eq(ti_sh("echo 'port = 9999' >>'%s/etc/kvserve/kvserve.conf'", dest), 0);
-    cr_assert_eq(ti_sh("make -s install BUILD='%s' PREFIX=/opt/kv DESTDIR='%s' >/dev/null", ti_build, dest), 0);
+    cr_assert_eq(ti_sh("make -s install -o '%s/kvserve' BUILD='%s' PREFIX=/opt/kv DESTDIR='%s' >/dev/null", ti_build, ti_build, dest), 0);
     char *kept = ti_read(dest, "/etc/kvserve/kvserve.conf");
     cr_assert(strstr(kept, "port = 9999"), "the edited config was overwritten");
     free(unit);
@@ -109,7 +110,7 @@ Test(install, make_install_prefix_destdir)
     free(kept);
     /* the default PREFIX puts the unit where systemd looks (/usr/local/lib/systemd/system) */
     snprintf(dest, sizeof dest, "%s/dest-default", ti_dir);
-    cr_assert_eq(ti_sh("make -s install BUILD='%s' DESTDIR='%s' >/dev/null", ti_build, dest), 0);
+    cr_assert_eq(ti_sh("make -s install -o '%s/kvserve' BUILD='%s' DESTDIR='%s' >/dev/null", ti_build, ti_build, dest), 0);
     ti_verify(dest, "/usr/local/lib/systemd/system/kvserve.service");
 }
 
