@@ -885,8 +885,17 @@ Test(server, sse_ping_while_waiting)
         jobs[i].body = "{\"prompt\":\"Once\",\"max_tokens\":480,\"ignore_eos\":true,\"stream\":true}";
         pthread_create(&th[i], NULL, sv_job_run, &jobs[i]);
     }
+    /* one running and two waiting before the probe: it then waits behind two whole streams, not
+     * behind whatever of the first one is left (a loaded machine may have finished it) */
     int64_t deadline = th_now_ms() + 10000;
-    while (!atomic_load(&jobs[0].first) && th_now_ms() < deadline) usleep(1000);
+    for (;;) {
+        sv_resp m = sv_http(NULL, "/metrics", NULL, NULL, NULL);
+        double waiting = sv_metric(m.body, "vllm:num_requests_waiting");
+        sv_resp_free(&m);
+        if (waiting >= N - 1) break;
+        cr_assert(th_now_ms() < deadline, "requests not queued in time");
+        usleep(2000);
+    }
     sv_resp r = sv_post("/v1/completions", "{\"prompt\":\"Once upon a time\",\"max_tokens\":8,\"temperature\":0,\"stream\":true}");
     cr_assert_eq(r.status, 200);
     cr_assert(strstr(r.body, ": ping\n\n"), "no ping while waiting: %.300s", r.body);
