@@ -20,8 +20,8 @@
 
 /* ---- names ------------------------------------------------------------------------------- */
 
-static const char *const syntax_names[] = {"none",    "hermes", "llama3_json",
-                                           "mistral", "json",   "args"};
+static const char *const syntax_names[] = {"none", "hermes",      "llama3_json", "mistral",
+                                           "json", "deepseek_v3", "kimi_k2",     "args"};
 
 int tc_syntax_by_name(const char *name)
 {
@@ -32,6 +32,8 @@ int tc_syntax_by_name(const char *name)
     if (!strcmp(name, "qwen") || !strcmp(name, "qwen3_coder") || !strcmp(name, "glm45"))
         return TC_HERMES;
     if (!strcmp(name, "llama3") || !strcmp(name, "llama")) return TC_LLAMA3_JSON;
+    if (!strcmp(name, "deepseek") || !strcmp(name, "deepseek_v31")) return TC_DEEPSEEK;
+    if (!strcmp(name, "kimi")) return TC_KIMI;
     return -1;
 }
 
@@ -43,6 +45,8 @@ const char *tc_syntax_name(int s)
 int tc_syntax_detect(const char *t)
 {
     if (!t) return TC_JSON;
+    if (strstr(t, tc__tags(TC_DEEPSEEK)->call_open)) return TC_DEEPSEEK;
+    if (strstr(t, tc__tags(TC_KIMI)->call_open)) return TC_KIMI;
     if (strstr(t, "<tool_call>") || strstr(t, "<tool_calls>")) return TC_HERMES;
     if (strstr(t, "[TOOL_CALLS]")) return TC_MISTRAL;
     if (strstr(t, "<|python_tag|>") || strstr(t, "<|start_header_id|>")) return TC_LLAMA3_JSON;
@@ -330,10 +334,57 @@ static size_t partial_suffix(const char *s, size_t n, const char *marker)
     return 0;
 }
 
+/* Content of a tagged syntax until a call opens (1); the section markers around the calls are
+ * dropped (3: go on). */
+static int stage_tagged_content(tc_parser *p, const tc_tags *t, size_t *pos, int final)
+{
+    const char *s = p->t.s + *pos;
+    size_t n = p->t.n - *pos, hold = 0;
+    const char *const marks[3] = {t->call_open, t->section_open, t->section_close};
+    const char *first = NULL;
+    int which = 0;
+    for (int i = 0; i < 3; i++) {
+        const char *m = tc__find(s, n, marks[i]);
+        if (m && (!first || m < first)) first = m, which = i;
+        size_t h = final ? 0 : partial_suffix(s, n, marks[i]);
+        if (h > hold) hold = h;
+    }
+    if (first) {
+        out_content(p, s, (size_t)(first - s));
+        *pos += (size_t)(first - s) + strlen(marks[which]);
+        return which ? 3 : 1;
+    }
+    out_content(p, s, n - hold);
+    *pos += n - hold;
+    return 0;
+}
+
+/* A tagged call's body up to its closing marker, read whole. 1 when done, 0 to wait. */
+static int stage_tagged_call(tc_parser *p, const tc_tags *t, size_t *pos, int final)
+{
+    const char *s = p->t.s + *pos;
+    size_t n = p->t.n - *pos, na, nb, aa, ab;
+    const char *close = tc__find(s, n, t->call_close);
+    if (!close && !final) return 0;
+    size_t body = close ? (size_t)(close - s) : n, used = close ? body + strlen(t->call_close) : n;
+    if (tc__tagged_body(s, body, t, &na, &nb, &aa, &ab)) {
+        call_begin(p);
+        if (!p->oom) call_name(p, s + na, nb - na);
+        if (!p->oom) call_args(p, s + aa, ab - aa);
+        call_end(p);
+    } else { /* not a call: the text is content after all */
+        out_content(p, t->call_open, strlen(t->call_open));
+        out_content(p, s, used);
+    }
+    *pos += used;
+    return 1;
+}
+
 /* Content until the syntax's call marker; returns 1 when the marker was consumed, 2 when it
  * was hermes' list form <tool_calls> (then the calls end at </tool_calls>). */
 static int stage_content(tc_parser *p, size_t *pos, int final)
 {
+    if (tc__tags(p->syntax)) return stage_tagged_content(p, tc__tags(p->syntax), pos, final);
     const char *marker = p->syntax == TC_HERMES    ? "<tool_call>"
                          : p->syntax == TC_MISTRAL ? "[TOOL_CALLS]"
                                                    : NULL;
@@ -664,11 +715,12 @@ static void stage_tools(tc_parser *p, int final)
             break;
         case T_CONTENT:
             go = stage_content(p, &pos, final);
-            if (go) p->tmode = go == 2 ? T_ARRAY : T_CALL;
+            if (go) p->tmode = go == 2 ? T_ARRAY : go == 3 ? T_CONTENT : T_CALL;
             break;
         case T_CALL:
-            go = p->syntax == TC_MISTRAL ? stage_mistral_call(p, &pos, final)
-                                         : stage_hermes_call(p, &pos, final);
+            go = tc__tags(p->syntax)     ? stage_tagged_call(p, tc__tags(p->syntax), &pos, final)
+                 : p->syntax == TC_MISTRAL ? stage_mistral_call(p, &pos, final)
+                                           : stage_hermes_call(p, &pos, final);
             if (go && p->tmode == T_CALL) p->tmode = T_CONTENT;
             break;
         case T_ARRAY:

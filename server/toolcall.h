@@ -16,8 +16,12 @@
  * JSON array of {"name", "arguments"}, or by name[ARGS]{…} per call, optionally [CALL_ID]id),
  * json (the generic fallback: the output is a call object, an array of them, or
  * {"tool_calls": [...]}, optionally in a ``` fence; it is also what tool_choice "required"
- * constrains the output to) and args (tool_choice naming a function: the whole output is that
- * function's arguments). A call object may also have OpenAI's shape {"function": {"name",
+ * constrains the output to), args (tool_choice naming a function: the whole output is that
+ * function's arguments), deepseek_v3 (DeepSeek V3 / R1 / V3.1: <｜tool▁call▁begin｜>function
+ * <｜tool▁sep｜>NAME and the arguments in a ```json fence, or NAME<｜tool▁sep｜>{…}, up to
+ * <｜tool▁call▁end｜>) and kimi_k2 (<|tool_call_begin|>functions.NAME:0
+ * <|tool_call_argument_begin|>{…}<|tool_call_end|>); the tagged ones give each call whole when
+ * its closing marker arrives. A call object may also have OpenAI's shape {"function": {"name",
  * "arguments"}}. Arguments keep the model's own JSON text (a string value is decoded: it already
  * holds JSON), so the streamed pieces add up to exactly the non-streamed string.
  *
@@ -34,10 +38,20 @@
 #include <stddef.h>
 #include <stdint.h>
 
-enum tc_syntax { TC_SYNTAX_NONE = 0, TC_HERMES, TC_LLAMA3_JSON, TC_MISTRAL, TC_JSON, TC_ARGS };
+enum tc_syntax {
+    TC_SYNTAX_NONE = 0,
+    TC_HERMES,
+    TC_LLAMA3_JSON,
+    TC_MISTRAL,
+    TC_JSON,
+    TC_DEEPSEEK,
+    TC_KIMI,
+    TC_ARGS
+};
 enum tc_reasoning { TC_REASON_NONE = 0, TC_REASON_DEEPSEEK_R1, TC_REASON_QWEN3 };
 
-/* By name ("hermes", "llama3_json", "mistral", "json", "none"; "auto" is -2), or -1. */
+/* By name ("hermes", "llama3_json", "mistral", "json", "deepseek_v3", "kimi_k2", "none"; "auto"
+ * is -2), or -1. */
 int tc_syntax_by_name(const char *name);
 const char *tc_syntax_name(int syntax);
 /* The syntax a chat template teaches its model, from its markers (json when none is known). */

@@ -1,6 +1,6 @@
 /*
- * toolcall_internal.h — what the two files of the output parsers share (toolcall.c, the
- * parsers; toolcall_scan.c, buffers and JSON scanning). Nothing outside server/toolcall*.c
+ * toolcall_internal.h — what the files of the output parsers share (toolcall.c, the parsers;
+ * toolcall_scan.c, buffers and JSON scanning; toolcall_tagged.c, the tagged syntaxes' markers). Nothing outside server/toolcall*.c
  * includes it.
  */
 #ifndef KVSERVE_TOOLCALL_INTERNAL_H
@@ -49,5 +49,18 @@ char *tc__json_unescape(const char *s, size_t n, size_t *out_len);
 void tc__json_value_of(tbuf *b, const char *v, size_t n);
 /* memmem for a C-string needle. */
 const char *tc__find(const char *s, size_t n, const char *needle);
+
+/* The markers of a tagged call syntax (toolcall_tagged.c): calls inside an optional section,
+ * each from call_open to call_close, its name before sep and its arguments after it. */
+typedef struct tc_tags {
+    const char *section_open, *call_open, *sep, *call_close, *section_close;
+} tc_tags;
+
+/* TC_DEEPSEEK's and TC_KIMI's markers; NULL for the other syntaxes. */
+const tc_tags *tc__tags(int syntax);
+/* Reads one complete call body s[0..n) (between call_open and call_close): the name is
+ * s[*na..*nb), the arguments' text s[*aa..*ab) (a ``` fence removed). 1 when it is a call. */
+int tc__tagged_body(const char *s, size_t n, const tc_tags *t, size_t *na, size_t *nb,
+                    size_t *aa, size_t *ab);
 
 #endif
