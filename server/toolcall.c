@@ -706,6 +706,7 @@ static void stage_args_only(tc_parser *p, size_t *pos, int final)
 static void stage_tools(tc_parser *p, int final)
 {
     size_t pos = 0;
+    if (!p->t.s && tc__tb_add(&p->t, "", 0)) p->oom = 1; /* the stages read p->t.s as text */
     while (!p->oom) {
         size_t before = pos;
         int mode = p->tmode, go = 0;
