@@ -3,7 +3,8 @@
  *
  * Suite metrics: the rendering alone (every vLLM metric kvserve exports, its TYPE, the
  * model_name + engine labels, the le values as vLLM writes them, the 1-2-5 token buckets up to
- * max_model_len, idle cached blocks counted free in kv_cache_usage_perc). Suite metrics_e2e:
+ * max_model_len, idle cached blocks counted free in kv_cache_usage_perc; the second KV tier's
+ * kvserve_kv_tier_* only with a tier). Suite metrics_e2e:
  * after real requests the per-request histograms count requests (one per prompt, not per
  * choice), as does vllm:request_success_total, and an idle server whose cache holds blocks
  * reports a usage of 0.
@@ -147,4 +148,64 @@ Test(metrics_e2e, counts_requests_not_choices, .timeout = 60)
     }
     cr_assert_eq(usage, 0, "an idle server's cache is free for new requests (usage %g)", usage);
     th_stop(&s);
+}
+
+/* The second KV tier's metrics: none without a tier; with one, counters, gauges with a
+ * tier="host" / "disk" label, capacities in tokens, and the load histogram in seconds over the
+ * engine's bounds (a load past the last bound only in +Inf). */
+Test(metrics, kv_tier)
+{
+    met m;
+    met_init(&m);
+    engine_stats st;
+    memset(&st, 0, sizeof st);
+    st.block_size = 16;
+    char *t = met_render(&m, &st, "m");
+    cr_assert_null(strstr(t, "kvserve_kv_tier"), "no tier, no tier metrics");
+    free(t);
+    st.tier_on = st.tier_disk_on = 1;
+    st.tier_host_blocks = 4, st.tier_host_capacity = 10;
+    st.tier_disk_blocks = 7, st.tier_disk_capacity = 1000;
+    st.tier_hits_host = 3, st.tier_hits_disk = 5, st.tier_hit_tokens = 128, st.tier_loads = 2;
+    st.tier_bytes_written = 4096, st.tier_bytes_read = 2048, st.tier_bytes_to_host = 111, st.tier_bytes_from_host = 222;
+    st.tier_load_failures = 1, st.tier_writes_skipped = 6, st.tier_files_ignored = 9;
+    st.tier_load_hist[0] = 1;                   /* within the first bound */
+    st.tier_load_hist[ENGINE_TIER_BUCKETS] = 1; /* past the last one */
+    st.tier_load_us = 2000000 + engine_tier_bounds_us[0];
+    t = met_render(&m, &st, "m");
+    static const char *const want[] = {
+        "# TYPE kvserve_kv_tier_hit_tokens counter\n",
+        "kvserve_kv_tier_hit_tokens_total{" TM_LBL "} 128\n",
+        "kvserve_kv_tier_loads_total{" TM_LBL "} 2\n",
+        "# TYPE kvserve_kv_tier_load_seconds histogram\n",
+        "kvserve_kv_tier_load_seconds_count{" TM_LBL "} 2\n",
+        "kvserve_kv_tier_load_seconds_bucket{" TM_LBL ",le=\"+Inf\"} 2\n",
+        "kvserve_kv_tier_hit_blocks_total{" TM_LBL ",tier=\"host\"} 3\n",
+        "kvserve_kv_tier_hit_blocks_total{" TM_LBL ",tier=\"disk\"} 5\n",
+        "kvserve_kv_tier_bytes_written_total{" TM_LBL ",tier=\"host\"} 111\n",
+        "kvserve_kv_tier_bytes_written_total{" TM_LBL ",tier=\"disk\"} 4096\n",
+        "kvserve_kv_tier_bytes_read_total{" TM_LBL ",tier=\"host\"} 222\n",
+        "kvserve_kv_tier_bytes_read_total{" TM_LBL ",tier=\"disk\"} 2048\n",
+        "# TYPE kvserve_kv_tier_blocks gauge\n",
+        "kvserve_kv_tier_blocks{" TM_LBL ",tier=\"host\"} 4\n",
+        "kvserve_kv_tier_blocks{" TM_LBL ",tier=\"disk\"} 7\n",
+        "kvserve_kv_tier_capacity_tokens{" TM_LBL ",tier=\"host\"} 160\n",
+        "kvserve_kv_tier_capacity_tokens{" TM_LBL ",tier=\"disk\"} 16000\n",
+        "kvserve_kv_tier_load_failures_total{" TM_LBL "} 1\n",
+        "kvserve_kv_tier_writes_skipped_total{" TM_LBL "} 6\n",
+        "kvserve_kv_tier_files_ignored_total{" TM_LBL "} 9\n",
+        "kvserve_kv_tier_disk_up{" TM_LBL "} 1\n",
+    };
+    for (size_t i = 0; i < sizeof want / sizeof *want; i++) cr_assert(strstr(t, want[i]), "missing %s in\n%s", want[i], t);
+    /* the buckets: 1 load up to every bound, the other only in +Inf; the sum in seconds */
+    static const char le[] = "kvserve_kv_tier_load_seconds_bucket{" TM_LBL ",le=\"";
+    int n = 0;
+    for (const char *p = t; (p = strstr(p, le)); n++) {
+        p += strlen(le);
+        if (strncmp(p, "+Inf", 4)) cr_assert_eq(atof(strchr(p, ' ') + 1), 1.0, "a bucket short of +Inf: %.40s", p);
+    }
+    cr_assert_eq(n, ENGINE_TIER_BUCKETS + 1, "one bucket per bound and +Inf");
+    cr_assert_float_eq(tm_value(t, "kvserve_kv_tier_load_seconds_sum{" TM_LBL "}"),
+                       2.0 + engine_tier_bounds_us[0] * 1e-6, 1e-9);
+    free(t);
 }
