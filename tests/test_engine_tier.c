@@ -10,7 +10,6 @@
 #include <unistd.h>
 
 #include "cli/mkmodel.h"
-#include "engine/backend.h"
 #include "engine/engine_tier.h"
 #include "tests/engine_harness.h"
 
@@ -147,14 +146,6 @@ Test(engine_tier, greedy_outputs_equal_and_a_restart_finds_the_blocks)
 Test(engine_tier, int8_kv_blocks_carry_their_scales)
 {
     TE_NEED_MODEL();
-    tu_cpu_level lv[TU_MAX_LEVELS];
-    tu_cpu_levels(lv);
-    backend *be = tu_cpu_backend(&lv[0], 1);
-    kv_geom g = kv_geom_make(te_model->hp.n_layers, te_model->hp.n_kv_heads, te_model->hp.head_dim, 16, KV_I8);
-    int32_t nb = 2;
-    int has_i8 = be->ops->kv_init(be, &g, &nb) == 0;
-    be_destroy(be);
-    if (!has_i8) cr_skip_test("the CPU backend has no int8 KV cache");
     char dir[256];
     tu_mkdtemp("engine-tier-i8", dir, sizeof dir);
     engine_destroy(tet_equal_and_restart(dir, KV_I8), 0);
@@ -241,4 +232,26 @@ Test(engine_tier, needs_the_prefix_cache)
     char err[512] = "";
     cr_assert_null(engine_create(&c, err, sizeof err));
     cr_assert(strstr(err, "prefix cache"), "%s", err);
+
+    /* A model with sliding-window layers keeps its KV in several layer groups, where the prefix
+     * cache is off: the tier is refused with the reason, not silently unused. */
+    mkm_params mp;
+    mkm_params_default(&mp);
+    mp.arch = "gemma3";
+    mp.swa_window = 16;
+    mp.swa_pattern = 2;
+    char path[512];
+    tu_write_mkmodel(&mp, "tier-swa", path, sizeof path);
+    model *m;
+    cr_assert_eq(model_load(path, &m, err, sizeof err), 0, "%s", err);
+    tokenizer *tk = tok_create(m->gguf, err, sizeof err);
+    cr_assert_not_null(tk, "%s", err);
+    c.model = m;
+    c.tok = tk;
+    c.prefix_cache = 1;
+    cr_assert_null(engine_create(&c, err, sizeof err));
+    cr_assert(strstr(err, "prefix cache") && strstr(err, "different rules"), "%s", err);
+    tok_destroy(tk);
+    model_destroy(m);
+    unlink(path);
 }
