@@ -230,8 +230,12 @@ static enum MHD_Result gen_submit(srv_req *r)
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
         uint64_t x = ((uint64_t)ts.tv_sec * 1000000007ull) ^ ((uint64_t)ts.tv_nsec << 17) ^ (++ctr * 0x9E3779B97F4A7C15ull);
-        snprintf(r->id, sizeof r->id, "%s%016llx%06llx", kind == OAI_CHAT ? "chatcmpl-" : "cmpl-",
-                 (unsigned long long)x, (unsigned long long)(ctr & 0xffffff));
+        r->id_seed = x;
+        const char *pre = kind == OAI_CHAT ? "chatcmpl-" : "cmpl-";
+        /* as vLLM: the X-Request-Id header, else the body's request_id, else a fresh one */
+        const char *given = r->req_id_given ? r->req_id : q->request_id;
+        if (given) snprintf(r->id, sizeof r->id, "%s%s", pre, given);
+        else snprintf(r->id, sizeof r->id, "%s%016llx%06llx", pre, (unsigned long long)x, (unsigned long long)(ctr & 0xffffff));
     }
     r->resp = (oai_resp){kind, r->id, (int64_t)time(NULL), s->model_id, q->logprobs, q->include_usage, piece, s->tok,
                          q->token_ids, q->stop, srv__prompt_logprobs_shown(q)};
@@ -362,9 +366,7 @@ static oai_chat_state *chat_reader(srv_req *r, oai_choice *c)
 {
     const oai_chat *ch = r->oreq.chat;
     if (c->chat || !ch || (ch->syntax == TC_SYNTAX_NONE && ch->reasoning == TC_REASON_NONE)) return c->chat;
-    uint64_t seed = 0x9E3779B97F4A7C15ull * (uint64_t)(c - r->choices + 1);
-    for (const char *p = r->id; *p; p++)
-        seed = (seed ^ (unsigned char)*p) * 0x100000001B3ull;
+    uint64_t seed = (0x9E3779B97F4A7C15ull * (uint64_t)(c - r->choices + 1)) ^ r->id_seed;
     c->chat = oai_chat_state_create(ch, seed);
     return c->chat;
 }

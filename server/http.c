@@ -53,6 +53,7 @@ static srv_req *req_new(srv *s, struct MHD_Connection *c, const char *method, co
     for (const char *p = rid; ok && *p; p++) ok = *p > ' ' && *p < 0x7f;
     if (ok) snprintf(r->req_id, sizeof r->req_id, "%s", rid);
     else mint_id(r->req_id, sizeof r->req_id, "req-");
+    r->req_id_given = ok;
     r->next = s->reqs;
     if (s->reqs) s->reqs->prev = r;
     s->reqs = r;

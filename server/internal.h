@@ -62,6 +62,7 @@ struct srv_req {
     char method[16];
     char path[192];
     char req_id[96];             /* x-request-id, echoed or minted */
+    int req_id_given;            /* 1: req_id is the client's X-Request-Id */
     int64_t start_us;
     char *body;                  /* [body_len] uploaded bytes, NUL-terminated */
     size_t body_len, body_cap;
@@ -87,7 +88,8 @@ struct srv_req {
     int counted_active;          /* counted in s->n_gen_active */
     oai_request oreq;
     oai_resp resp;
-    char id[48];                 /* resp.id */
+    char id[16 + OAI_MAX_REQUEST_ID]; /* resp.id: the kind's prefix and the request id */
+    uint64_t id_seed;            /* random per request (tool-call ids), whatever the id says */
     srv_sub *subs;               /* [n_subs] one per prompt */
     int n_subs;
     oai_choice *choices;         /* [n_subs * best_of], sub p's choice j at p * best_of + j */

@@ -11,6 +11,8 @@
  *   truncate_prompt_tokens   keep only the last N prompt tokens (N ≥ 1)
  *   skip_special_tokens   false: control tokens' text is in the output
  *   spaces_between_special_tokens   accepted: pieces are joined as they are, never spaced
+ *   request_id            the response's id is the kind's prefix and it (an X-Request-Id
+ *                         header wins over it, as in vLLM)
  *   suffix                refused (vLLM: "suffix is not currently supported")
  *   use_beam_search: true, logits_processors, priority ≠ 0   refused: kvserve has no beam
  *                         search, no loadable logits processors, no priority scheduling
@@ -42,7 +44,7 @@ static const char *const known_fields[] = {
     "tool_choice", "parallel_tool_calls", "functions", "function_call", "chat_template",
     "chat_template_kwargs", "add_special_tokens", "skip_special_tokens",
     "spaces_between_special_tokens", "use_beam_search", "length_penalty", "priority",
-    "logits_processors",
+    "logits_processors", "request_id",
 };
 
 /* An array of token ids below n_vocab into a malloc'd list. Absent/null leaves *ids NULL. */
@@ -156,6 +158,15 @@ int oai__parse_vllm(const cJSON *root, const oai_limits *lim, oai_request *r, oa
     if ((rc = unsupported_fields(root, r->kind, e))) return rc;
     r->skip_special = 1;
     if ((rc = oai__get_bool(root, "skip_special_tokens", &r->skip_special, e))) return rc;
+    const cJSON *rid = cJSON_GetObjectItemCaseSensitive(root, "request_id");
+    if (rid && !cJSON_IsNull(rid)) {
+        if (!cJSON_IsString(rid)) return oai__bad_type(e, "request_id", "a string");
+        size_t n = strlen(rid->valuestring);
+        if (n == 0 || n > OAI_MAX_REQUEST_ID)
+            return oai_fail(e, 400, "invalid_request_error", "invalid_value", "request_id",
+                            "'request_id' must have 1 to %d bytes", OAI_MAX_REQUEST_ID);
+        if (!(r->request_id = strdup(rid->valuestring))) return oai__oom(e);
+    }
     if ((rc = oai__get_bool(root, "include_stop_str_in_output", &r->include_stop_str, e))) return rc;
     if ((rc = ids_field(root, "stop_token_ids", lim->n_vocab, 1, &p->stop_ids, &p->n_stop_ids, e)))
         return rc;
@@ -176,8 +187,10 @@ void oai__free_vllm(oai_request *r)
     for (int i = 0; r->bad_words && i < r->n_bad_words; i++) free(r->bad_words[i]);
     free(r->bad_words);
     free(r->ignored);
+    free(r->request_id);
     r->bad_words = NULL;
     r->ignored = NULL;
+    r->request_id = NULL;
     r->n_bad_words = 0;
 }
 

@@ -20,6 +20,7 @@
 enum oai_kind { OAI_COMPLETION = 0, OAI_CHAT = 1 };
 
 #define OAI_MAX_N 128        /* cap on n and best_of */
+#define OAI_MAX_REQUEST_ID 128 /* bytes of a body's request_id */
 
 /* An OpenAI-shaped error: {"error": {"message", "type", "param", "code"}} plus the HTTP status. */
 typedef struct oai_error {
@@ -70,6 +71,7 @@ typedef struct oai_request {
     /* vLLM's extensions (server/oai_fields.c) */
     int include_stop_str;         /* include_stop_str_in_output */
     int skip_special;             /* skip_special_tokens (default 1): 0 renders control tokens */
+    char *request_id;             /* owned: vLLM's request_id (the response id's tail), or NULL */
     char **bad_words;             /* [n_bad_words] owned; tokenized when the prompt is */
     int n_bad_words;
     int prompt_logprobs;          /* -1: none; else alternatives per prompt token (0..20) */

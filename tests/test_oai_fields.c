@@ -6,7 +6,7 @@
  * against greedy runs without the field: stop_token_ids (stop_reason = the id, the token's
  * text cut unless include_stop_str_in_output), any number of stop strings (stop_reason = the
  * string), allowed_token_ids, bad_words, prompt_logprobs (completions per choice, chat at the
- * top), truncate_prompt_tokens, skip_special_tokens, suffix and use_beam_search (400), and a
+ * top), truncate_prompt_tokens, skip_special_tokens, request_id, suffix and use_beam_search (400), and a
  * prompt longer than --max-queued-tokens (400, not 503, on an idle server).
  */
 #include <cjson/cJSON.h>
@@ -94,6 +94,8 @@ Test(oai_fields, errors)
     tf_bad(OAI_COMPLETION, "{\"prompt\":\"a\",\"skip_special_tokens\":0}", "skip_special_tokens");
     tf_bad(OAI_COMPLETION, "{\"prompt\":\"a\",\"spaces_between_special_tokens\":\"no\"}", "spaces_between_special_tokens");
     tf_bad(OAI_COMPLETION, "{\"prompt\":\"a\",\"length_penalty\":\"1\"}", "length_penalty");
+    tf_bad(OAI_COMPLETION, "{\"prompt\":\"a\",\"request_id\":5}", "request_id");
+    tf_bad(OAI_COMPLETION, "{\"prompt\":\"a\",\"request_id\":\"\"}", "request_id");
     cr_assert_eq(tf_parse(OAI_COMPLETION, "{\"prompt\":\"a\",\"use_beam_search\":false,\"priority\":0,\"logits_processors\":[],"
                                           "\"length_penalty\":1.0,\"spaces_between_special_tokens\":false}", &r, &e), 0, "%s", e.message);
     cr_assert_eq(r.skip_special, 1, "skip_special_tokens defaults to true");
@@ -343,6 +345,31 @@ Test(oai_fields_e2e, skip_special_tokens)
     cr_assert_eq(r.status, 400, "%s", r.body);
     cr_assert(strstr(r.body, "beam search is not supported"), "%s", r.body);
     th_resp_free(&r);
+}
+
+/* The response id is the kind's prefix and the client's id: X-Request-Id, else request_id. */
+Test(oai_fields_e2e, request_id)
+{
+    static const char b[] = "{\"prompt\":\"Once\",\"max_tokens\":1,\"request_id\":\"body-7\"}";
+    cJSON *j = tf_ok("/v1/completions", b);
+    cr_assert_str_eq(cJSON_GetObjectItem(j, "id")->valuestring, "cmpl-body-7");
+    cJSON_Delete(j);
+    th_resp r = th_http(tf_srv.port, NULL, "/v1/completions", b, "X-Request-Id: hdr-9");
+    cr_assert_eq(r.status, 200);
+    cr_assert(strstr(r.body, "\"id\":\"cmpl-hdr-9\""), "the header wins: %s", r.body);
+    th_resp_free(&r);
+    r = th_http(tf_srv.port, NULL, "/v1/chat/completions",
+                "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":2,\"stream\":true,\"request_id\":\"c1\"}", NULL);
+    cr_assert_eq(r.status, 200);
+    cr_assert(strstr(r.body, "\"id\":\"chatcmpl-c1\""), "every chunk: %s", r.body);
+    th_resp_free(&r);
+    /* without either, ids stay distinct */
+    cJSON *a = tf_ok("/v1/completions", "{\"prompt\":\"Once\",\"max_tokens\":1}");
+    cJSON *c = tf_ok("/v1/completions", "{\"prompt\":\"Once\",\"max_tokens\":1}");
+    const char *ia = cJSON_GetObjectItem(a, "id")->valuestring, *ic = cJSON_GetObjectItem(c, "id")->valuestring;
+    cr_assert(!strncmp(ia, "cmpl-", 5) && strcmp(ia, ic), "%s %s", ia, ic);
+    cJSON_Delete(a);
+    cJSON_Delete(c);
 }
 
 /* A prompt that could never fit the queue is a 400, not a 503 to retry forever. */
