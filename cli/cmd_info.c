@@ -56,6 +56,7 @@ typedef struct info_data {
     size_t tier_host;           /* --kv-host-memory: the second tier's capacity lines assume */
     size_t tier_disk;           /* --kv-disk-size, or the default for --kv-disk-dir (or its upper bound) */
     int block_size;             /* --block-size */
+    int kv_window, kv_sinks;    /* --kv-window (0: off), --kv-sinks: capacity at one window */
 } info_data;
 
 static int64_t info_token_id(const gguf_file *f, const char *key)
@@ -133,7 +134,8 @@ static void info_gather(info_data *d)
     info_vocab(d);
 }
 
-static void info_kv_geom(const model_hparams *hp, int dtype, int block_size, kv_geom *g)
+/* The KV geometry of hp with dtype, block_size and, with window > 0, sinks + window on every layer. */
+static void info_kv_geom(const model_hparams *hp, int dtype, int block_size, int window, int sinks, kv_geom *g)
 {
     memset(g, 0, sizeof *g);
     g->n_layers = hp->n_layers;
@@ -141,16 +143,29 @@ static void info_kv_geom(const model_hparams *hp, int dtype, int block_size, kv_
     g->head_dim = hp->head_dim;
     g->block_size = block_size > 0 ? block_size : 16;
     g->dtype = dtype;
+    if (window > 0) g->rule[0] = (kv_rule){KV_KEEP_SINKS, window, sinks};
+}
+
+/* What the capacity lines assume a sequence holds: "context N" or "a window of N (S sinks)". */
+static void info_seq_what(const info_data *d, int n_ctx, char *buf, size_t len)
+{
+    if (d->kv_window > 0) {
+        kv_rule r = {KV_KEEP_SINKS, d->kv_window, d->kv_sinks};
+        snprintf(buf, len, "a window of %d (%d sinks)", d->kv_window, kv_sink_blocks(&r, d->block_size) * d->block_size);
+    } else {
+        snprintf(buf, len, "context %d", n_ctx);
+    }
 }
 
 static const int info_kv_dtypes[] = {KV_F32, KV_F16, KV_BF16, KV_I8, KV_FP8};
 #define INFO_N_KV (sizeof info_kv_dtypes / sizeof info_kv_dtypes[0])
 
-/* What a KV budget holds in geometry g: tokens (whole blocks) and sequences at full context. */
+/* What a KV budget holds in geometry g: tokens (whole blocks) and sequences at full context (or
+ * at one window under g's sinks + window rule). */
 static void info_capacity(const kv_geom *g, size_t budget, int n_ctx, int64_t *tokens, int64_t *seqs)
 {
     int64_t blocks = kv_blocks_for_budget(g, budget);
-    int64_t per_seq = n_ctx > 0 ? (n_ctx + g->block_size - 1) / g->block_size : 0;
+    int64_t per_seq = n_ctx > 0 ? kv_group_seq_blocks(g, 0, n_ctx, 0) : 0;
     *tokens = blocks * g->block_size;
     *seqs = per_seq ? blocks / per_seq : 0;
 }
@@ -172,7 +187,7 @@ static void info_print_tier(const info_data *d, const model_hparams *hp)
         kv_geom g;
         char name[16];
         int64_t host, disk;
-        info_kv_geom(hp, info_kv_dtypes[i], d->block_size, &g);
+        info_kv_geom(hp, info_kv_dtypes[i], d->block_size, d->kv_window, d->kv_sinks, &g);
         info_tier_blocks(d, &g, &host, &disk);
         snprintf(name, sizeof name, "(%s):", kv_dtype_name(g.dtype));
         printf("  tier capacity %-7s host %lld blocks = %lld tokens; disk %lld files = %lld tokens\n", name,
@@ -244,19 +259,21 @@ static void info_print_text(const info_data *d)
     printf("KV cache:       bytes per token = 2 × n_layers × n_kv_heads × (head_dim × bytes per value"
            " + a %d-byte scale for int8/fp8); capacity of --kv-memory %zu bytes in blocks of %d tokens\n",
            KV_SCALE_BYTES, d->kv_budget, d->block_size);
+    char at[64];
+    info_seq_what(d, hp->n_ctx_train, at, sizeof at);
     for (size_t i = 0; i < INFO_N_KV; i++) {
         kv_geom g;
         char formula[128], name[16];
         int64_t tokens, seqs;
-        info_kv_geom(hp, info_kv_dtypes[i], d->block_size, &g);
+        info_kv_geom(hp, info_kv_dtypes[i], d->block_size, d->kv_window, d->kv_sinks, &g);
         kv_formula(&g, 0, formula, sizeof formula);
         info_capacity(&g, d->kv_budget, hp->n_ctx_train, &tokens, &seqs);
         snprintf(name, sizeof name, "(%s):", kv_dtype_name(g.dtype));
-        printf("  KV bytes per token %-7s %s = %zu; %lld tokens, %lld sequences at context %d\n", name, formula,
-               kv_bytes_per_token(&g), (long long)tokens, (long long)seqs, hp->n_ctx_train);
+        printf("  KV bytes per token %-7s %s = %zu; %lld tokens, %lld sequences at %s\n", name, formula,
+               kv_bytes_per_token(&g), (long long)tokens, (long long)seqs, at);
     }
     kv_geom g;
-    info_kv_geom(hp, KV_F16, d->block_size, &g);
+    info_kv_geom(hp, KV_F16, d->block_size, 0, 0, &g);
     printf("  at the training context (%d tokens), f16: %zu bytes per sequence\n", hp->n_ctx_train,
            kv_bytes_per_token(&g) * (size_t)hp->n_ctx_train);
     char by_type[512];
@@ -333,15 +350,24 @@ static int info_print_json(const info_data *d)
         cJSON *cap = cJSON_AddObjectToObject(o, "kv_capacity");
         cJSON_AddNumberToObject(cap, "kv_memory_bytes", (double)d->kv_budget);
         cJSON_AddNumberToObject(cap, "block_size", d->block_size);
+        if (d->kv_window > 0) {
+            cJSON_AddNumberToObject(cap, "kv_window", d->kv_window);
+            cJSON_AddNumberToObject(cap, "kv_sinks", d->kv_sinks);
+        }
         for (size_t i = 0; i < INFO_N_KV; i++) {
             kv_geom g;
             int64_t tokens, seqs;
-            info_kv_geom(hp, info_kv_dtypes[i], d->block_size, &g);
+            info_kv_geom(hp, info_kv_dtypes[i], d->block_size, d->kv_window, d->kv_sinks, &g);
             info_capacity(&g, d->kv_budget, hp->n_ctx_train, &tokens, &seqs);
             cJSON_AddNumberToObject(kv, kv_dtype_name(g.dtype), (double)kv_bytes_per_token(&g));
             cJSON *c = cJSON_AddObjectToObject(cap, kv_dtype_name(g.dtype));
             cJSON_AddNumberToObject(c, "tokens", (double)tokens);
-            cJSON_AddNumberToObject(c, "sequences_at_context", (double)seqs);
+            cJSON_AddNumberToObject(c, d->kv_window > 0 ? "sequences_at_window" : "sequences_at_context", (double)seqs);
+            if (d->kv_window > 0) { /* and at full context, as without the window */
+                info_kv_geom(hp, info_kv_dtypes[i], d->block_size, 0, 0, &g);
+                info_capacity(&g, d->kv_budget, hp->n_ctx_train, &tokens, &seqs);
+                cJSON_AddNumberToObject(c, "sequences_at_context", (double)seqs);
+            }
         }
         cJSON *tc = cJSON_AddObjectToObject(o, "kv_tier_capacity");
         cJSON_AddNumberToObject(tc, "host_bytes", (double)d->tier_host);
@@ -350,7 +376,7 @@ static int info_print_json(const info_data *d)
         for (size_t i = 0; i < INFO_N_KV; i++) {
             kv_geom g;
             int64_t host, disk;
-            info_kv_geom(hp, info_kv_dtypes[i], d->block_size, &g);
+            info_kv_geom(hp, info_kv_dtypes[i], d->block_size, d->kv_window, d->kv_sinks, &g);
             info_tier_blocks(d, &g, &host, &disk);
             cJSON *c = cJSON_AddObjectToObject(tc, kv_dtype_name(g.dtype));
             cJSON_AddNumberToObject(c, "file_bytes", (double)tier_file_bytes(kv_bytes_per_block(&g), g.block_size));
@@ -397,6 +423,8 @@ int cli_info(cli_opts *o)
     d.tier_host = o->kv_host_memory_bytes;
     d.tier_disk = o->kv_disk_bytes ? o->kv_disk_bytes : info_disk_default(o->kv_disk_dir);
     d.block_size = o->block_size > 0 ? o->block_size : 16;
+    d.kv_window = o->kv_window;
+    d.kv_sinks = o->kv_sinks;
     info_gather(&d);
     model *m = NULL;
     int supported = model_arch_is_supported(d.arch);
@@ -409,6 +437,15 @@ int cli_info(cli_opts *o)
         m = NULL;
     }
     d.m = m;
+    kv_rule wr = {KV_KEEP_SINKS, d.kv_window, d.kv_sinks};
+    if (m && d.kv_window > 0 &&
+        (d.kv_sinks < 0 || d.kv_window > m->hp.n_ctx_train || d.kv_window < (kv_sink_blocks(&wr, d.block_size) + 1) * d.block_size)) {
+        fprintf(stderr, "kvserve info: --kv-window %d with --kv-sinks %d: the window must hold the sinks (rounded up to "
+                "blocks of %d) plus one block, and at most the context length %d\n", d.kv_window, d.kv_sinks,
+                d.block_size, m->hp.n_ctx_train);
+        model_destroy(m);
+        return 1;
+    }
     int rc = o->json ? info_print_json(&d) : (info_print_text(&d), 0);
     if (m)
         model_destroy(m); /* closes f too */

@@ -1,7 +1,7 @@
 /*
  * test_cli_info.c — `kvserve info` and `kvserve mkmodel` through the real binary (KVSERVE_BIN):
  * the KV formula numbers, JSON output, vocabulary-only files, and a truncated file refused with
- * exactly one line on stderr.
+ * exactly one line on stderr; int8 KV and the capacity at one window (--kv-window).
  */
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
@@ -103,6 +103,43 @@ Test(cli_info, tier_capacity_in_tokens)
     cr_assert_eq(cJSON_GetObjectItem(f32, "host_tokens")->valuedouble, 25.0 * 32);
     cr_assert_eq(cJSON_GetObjectItem(f32, "disk_tokens")->valuedouble, 50.0 * 32);
     cJSON_Delete(j);
+    free(out);
+    free(err);
+}
+
+/* int8 KV with its scales, and capacity at one window: 256 KiB in blocks of 4 holds
+ * 262144 / (4 × 400) = 163 int8 blocks (652 tokens), 32 blocks a window of 128: 5 sequences; f16
+ * 262144 / (4 × 640) = 102 blocks, 3 sequences. At the full context of 512 (128 blocks) int8 holds one. */
+Test(cli_info, int8_and_window_capacity)
+{
+    char path[4096], args[4400];
+    snprintf(path, sizeof path, "%s/stories260K.gguf", tu_data_dir());
+    ci_bin();
+    char *out, *err;
+    snprintf(args, sizeof args, "info -m '%s' --kv-window 128 --kv-memory 256KiB --block-size 4", path);
+    cr_assert_eq(ci_run(args, &out, &err), 0, "%s", err);
+    cr_assert(strstr(out, "(int8): 2 × 5 × 4 × (8 × 1 + 2) = 400; 652 tokens, 5 sequences at a window of 128 (4 sinks)"),
+              "%s", out);
+    cr_assert(strstr(out, "(f16):  2 × 5 × 4 × 8 × 2 = 640; 408 tokens, 3 sequences at a window of 128"), "%s", out);
+    free(out);
+    free(err);
+    snprintf(args, sizeof args, "info --json -m '%s' --kv-window 128 --kv-memory 256KiB --block-size 4", path);
+    cr_assert_eq(ci_run(args, &out, &err), 0, "%s", err);
+    cJSON *j = cJSON_Parse(out);
+    cr_assert(j, "not JSON: %s", out);
+    cJSON *i8 = cJSON_GetObjectItem(cJSON_GetObjectItem(j, "kv_capacity"), "int8");
+    cr_assert_not_null(i8);
+    cr_assert_eq(cJSON_GetObjectItem(i8, "tokens")->valuedouble, 652.0);
+    cr_assert_eq(cJSON_GetObjectItem(i8, "sequences_at_window")->valuedouble, 5.0);
+    cr_assert_eq(cJSON_GetObjectItem(i8, "sequences_at_context")->valuedouble, 1.0); /* 163 / 128 */
+    cr_assert_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "kv_bytes_per_token"), "int8")->valuedouble, 400.0);
+    cJSON_Delete(j);
+    free(out);
+    free(err);
+    snprintf(args, sizeof args, "info -m '%s' --kv-window 1000", path); /* past the context of 512 */
+    cr_assert_eq(ci_run(args, &out, &err), 1);
+    cr_assert_eq(ci_lines(err), 1, "%s", err);
+    cr_assert(strstr(err, "--kv-window 1000"), "%s", err);
     free(out);
     free(err);
 }
