@@ -20,8 +20,9 @@
 
 /* ---- names ------------------------------------------------------------------------------- */
 
-static const char *const syntax_names[] = {"none", "hermes",      "llama3_json", "mistral",
-                                           "json", "deepseek_v3", "kimi_k2",     "args"};
+static const char *const syntax_names[] = {"none",        "hermes",  "llama3_json",
+                                           "mistral",     "json",    "deepseek_v3",
+                                           "kimi_k2",     "functionary", "args"};
 
 int tc_syntax_by_name(const char *name)
 {
@@ -47,6 +48,7 @@ int tc_syntax_detect(const char *t)
     if (!t) return TC_JSON;
     if (strstr(t, tc__tags(TC_DEEPSEEK)->call_open)) return TC_DEEPSEEK;
     if (strstr(t, tc__tags(TC_KIMI)->call_open)) return TC_KIMI;
+    if (strstr(t, ">>>all")) return TC_FUNCTIONARY;
     if (strstr(t, "<tool_call>") || strstr(t, "<tool_calls>")) return TC_HERMES;
     if (strstr(t, "[TOOL_CALLS]")) return TC_MISTRAL;
     if (strstr(t, "<|python_tag|>") || strstr(t, "<|start_header_id|>")) return TC_LLAMA3_JSON;
@@ -62,7 +64,19 @@ int tc_reasoning_by_name(const char *name)
 }
 
 enum { R_START, R_THINK, R_CONTENT };
-enum { T_START, T_CONTENT, T_CALL, T_ARRAY, T_TAIL, T_ARGS_ONLY, T_AFTER, T_FUNCTION };
+enum {
+    T_START,
+    T_CONTENT,
+    T_CALL,
+    T_ARRAY,
+    T_TAIL,
+    T_ARGS_ONLY,
+    T_AFTER,
+    T_FUNCTION,
+    T_RECIPIENT, /* functionary: [>>>]NAME\n */
+    T_RECIPIENT_ARGS,
+    T_RECIPIENT_TEXT
+};
 
 struct tc_parser {
     int syntax, reasoning;
@@ -588,6 +602,56 @@ static int function_open(tc_parser *p, const char *s, size_t n, size_t i, size_t
     return 1;
 }
 
+/* Functionary's recipient line [>>>]NAME\n: a call to NAME follows, or text when NAME is "all".
+ * 1 when decided, 0 to wait. Anything else is content to the end. */
+static int stage_recipient(tc_parser *p, size_t *pos, int final)
+{
+    const char *s = p->t.s + *pos;
+    size_t n = p->t.n - *pos, i = 0, k = n < 3 ? n : 3;
+    if (!memcmp(s, ">>>", k)) {
+        if (k < 3 && !final) return 0;
+        if (k == 3) i = 3;
+    }
+    size_t b = i;
+    while (b < n && b - i <= 256 && s[b] != '\n' && !tc__is_ws(s[b]) && s[b] != '{' && s[b] != '<')
+        b++;
+    if (b == n && !final && b - i <= 256) return 0;
+    if (b == n || b == i || s[b] != '\n') {
+        p->tmode = T_TAIL;
+        return 1;
+    }
+    if (b - i == 3 && !memcmp(s + i, "all", 3)) {
+        p->tmode = T_RECIPIENT_TEXT;
+    } else {
+        call_begin(p);
+        if (p->oom) return 1;
+        call_name(p, s + i, b - i);
+        p->tmode = T_RECIPIENT_ARGS;
+    }
+    *pos += b + 1;
+    return 1;
+}
+
+/* Functionary after a recipient: a call's arguments, or text, up to the next >>>. */
+static int stage_recipient_body(tc_parser *p, size_t *pos, int final)
+{
+    const char *s = p->t.s + *pos;
+    size_t n = p->t.n - *pos, e;
+    if (p->tmode == T_RECIPIENT_ARGS) {
+        if (!args_value(p, s, n, 0, final, &e)) return 0;
+        call_end(p);
+        *pos += e;
+        p->tmode = T_RECIPIENT_TEXT; /* up to the next >>> (white space after a call is dropped) */
+        return 1;
+    }
+    const char *m = tc__find(s, n, ">>>");
+    size_t text = m ? (size_t)(m - s) : n - (final ? 0 : partial_suffix(s, n, ">>>"));
+    out_content(p, s, text);
+    *pos += text;
+    if (m) p->tmode = T_RECIPIENT;
+    return m != NULL;
+}
+
 /* The start of a llama3_json / json output: a call object or array, or content. */
 static int stage_start(tc_parser *p, size_t *pos, int final)
 {
@@ -738,6 +802,13 @@ static void stage_tools(tc_parser *p, int final)
         case T_FUNCTION:
             go = stage_function_call(p, &pos, final);
             break;
+        case T_RECIPIENT:
+            go = stage_recipient(p, &pos, final);
+            break;
+        case T_RECIPIENT_ARGS:
+        case T_RECIPIENT_TEXT:
+            go = stage_recipient_body(p, &pos, final);
+            break;
         default:
             out_content(p, p->t.s + pos, p->t.n - pos);
             pos = p->t.n;
@@ -804,6 +875,7 @@ tc_parser *tc_parser_create(int syntax, int reasoning, const char *forced_name, 
     p->rmode = reasoning ? R_START : R_CONTENT;
     p->tmode = syntax == TC_LLAMA3_JSON || syntax == TC_JSON ? T_START
                : syntax == TC_ARGS                           ? T_ARGS_ONLY
+               : syntax == TC_FUNCTIONARY                    ? T_RECIPIENT
                : syntax == TC_SYNTAX_NONE                    ? T_TAIL
                                                              : T_CONTENT;
     if (forced_name && !(p->forced = strdup(forced_name))) {

@@ -21,7 +21,8 @@
  * <｜tool▁sep｜>NAME and the arguments in a ```json fence, or NAME<｜tool▁sep｜>{…}, up to
  * <｜tool▁call▁end｜>) and kimi_k2 (<|tool_call_begin|>functions.NAME:0
  * <|tool_call_argument_begin|>{…}<|tool_call_end|>); the tagged ones give each call whole when
- * its closing marker arrives. A call object may also have OpenAI's shape {"function": {"name",
+ * its closing marker arrives, and functionary (v3.2, after a generation prompt that ends in
+ * >>>: NAME\n{…} per call, the next one after >>>, and all\n before text). A call object may also have OpenAI's shape {"function": {"name",
  * "arguments"}}. Arguments keep the model's own JSON text (a string value is decoded: it already
  * holds JSON), so the streamed pieces add up to exactly the non-streamed string.
  *
@@ -46,12 +47,13 @@ enum tc_syntax {
     TC_JSON,
     TC_DEEPSEEK,
     TC_KIMI,
+    TC_FUNCTIONARY,
     TC_ARGS
 };
 enum tc_reasoning { TC_REASON_NONE = 0, TC_REASON_DEEPSEEK_R1, TC_REASON_QWEN3 };
 
-/* By name ("hermes", "llama3_json", "mistral", "json", "deepseek_v3", "kimi_k2", "none"; "auto"
- * is -2), or -1. */
+/* By name ("hermes", "llama3_json", "mistral", "json", "deepseek_v3", "kimi_k2", "functionary",
+ * "none"; "auto" is -2), or -1. */
 int tc_syntax_by_name(const char *name);
 const char *tc_syntax_name(int syntax);
 /* The syntax a chat template teaches its model, from its markers (json when none is known). */

@@ -234,6 +234,22 @@ static const tt_case tt_cases[] = {
      "",
      "plan",
      {{"f", "{\"a\": 1}"}}},
+    /* functionary v3.2 (the generation prompt ends in >>>) */
+    {TC_FUNCTIONARY,
+     0,
+     NULL,
+     "get_weather\n{\"location\": \"Paris\"}\n>>>now\n{}",
+     "",
+     NULL,
+     {{"get_weather", "{\"location\": \"Paris\"}"}, {"now", "{}"}}},
+    {TC_FUNCTIONARY,
+     0,
+     NULL,
+     "all\nHello >>>f\n{\"a\": 1}",
+     "Hello ",
+     NULL,
+     {{"f", "{\"a\": 1}"}}},
+    {TC_FUNCTIONARY, 0, NULL, "not a name\n{}", "not a name\n{}", NULL, {{0}}},
     /* a named tool choice: the output is the arguments */
     {TC_ARGS,
      0,
@@ -379,6 +395,8 @@ Test(toolcall, names_and_detection)
     cr_expect_eq(tc_syntax_by_name("none"), TC_SYNTAX_NONE);
     cr_expect_eq(tc_syntax_by_name("deepseek_v3"), TC_DEEPSEEK);
     cr_expect_eq(tc_syntax_by_name("kimi_k2"), TC_KIMI);
+    cr_expect_eq(tc_syntax_by_name("functionary"), TC_FUNCTIONARY);
+    cr_expect_eq(tc_syntax_detect("{{ '>>>all\\n' + m.content }}"), TC_FUNCTIONARY);
     cr_expect_eq(tc_syntax_by_name("args"), -1);
     cr_expect_eq(tc_syntax_detect("{{ '<｜tool▁call▁begin｜>' }}"), TC_DEEPSEEK);
     cr_expect_eq(tc_syntax_detect("{{ '<|tool_call_begin|>' }}"), TC_KIMI);
@@ -543,11 +561,9 @@ Test(toolcall, reference_templates_read_back_their_calls)
                 r = tt_read_back(e->d_name, c, file, tmpl, ci, empty);
         counts[syntax][r + 1]++;
         /* the families whose syntax a parser is named for must read back what they write,
-         * but for two variants no parser reads yet: functionary v3.2's >>>NAME\n{args}
-         * (after a Llama 3 header) and MiniMax-M3's <invoke> with separator tokens inside the
-         * values (in <tool_call>) */
-        static const char *const known_gaps[] = {"meetkai-functionary-medium-v3.2.json",
-                                                 "MiniMax-M3.json"};
+         * but for one variant no parser reads yet: MiniMax-M3's <invoke> with separator tokens
+         * inside the values (in <tool_call>) */
+        static const char *const known_gaps[] = {"MiniMax-M3.json"};
         int gap = 0;
         for (size_t g = 0; g < sizeof known_gaps / sizeof known_gaps[0]; g++)
             gap |= !strcmp(e->d_name, known_gaps[g]);
