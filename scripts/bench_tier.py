@@ -2,6 +2,7 @@
 """bench_tier.py — the second KV tier's benchmark (issue: a KV tier on host RAM / disk, warm restart).
 
     scripts/bench_tier.py [--bin build/kvserve] [--out bench-out/tier] [--threads 2] [--requests 24]
+                          [--kv-dtype f16|bf16|f32|int8|fp8]
 
 On the synthetic TinyLlama-110M-shaped Q8_0 model (written once with `kvserve mkmodel`, as the other
 benchmarks do), with a KV pool that holds 3 prompts of 1,000 + 64 tokens:
@@ -44,7 +45,13 @@ import benchlib as bl  # noqa: E402
 PREFIX, SUFFIX, N_PREFIXES, POOL_PROMPTS = 1000, 64, 12, 3
 OUT_TOKENS = 2
 VOCAB = 32000
-KV_BYTES_PER_TOKEN = 2 * 12 * 12 * 64 * 2  # 110M shape, f16: 36,864
+LAYERS, KV_HEADS, HEAD_DIM = 12, 12, 64  # the 110M shape
+
+
+def kv_bytes_per_token(dtype):
+    """The README's formula: 2 × layers × kv heads × (head_dim × bytes per value [+ a 2-byte scale])."""
+    vec = HEAD_DIM * {"f32": 4, "f16": 2, "bf16": 2}.get(dtype, 1) + (2 if dtype in ("int8", "fp8") else 0)
+    return 2 * LAYERS * KV_HEADS * vec
 BLOCK = 16
 
 
@@ -66,7 +73,7 @@ class Server:
         self.lines = []
         cmd = [args.bin, "serve", "-m", args.model, "--port", str(self.port), "--threads", str(args.threads),
                "--served-model-name", "tinyllama-110m-q8_0", "--kv-memory", str(args.kv_memory),
-               "--max-model-len", "2048"] + extra
+               "--max-model-len", "2048", "--kv-dtype", args.kv_dtype] + extra
 
         def limit():
             if fsize_limit is not None:
@@ -191,6 +198,7 @@ def main():
     ap.add_argument("--requests", type=int, default=24, help="measured requests per server")
     ap.add_argument("--restart-pairs", type=int, default=3)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--kv-dtype", default="f16", choices=["f16", "bf16", "f32", "int8", "fp8"])
     ap.add_argument("--nice", type=int, default=10, help="niceness of the servers")
     ap.add_argument("--workdir", default=os.environ.get("KVSERVE_BENCH_DIR",
                                                          os.path.join(tempfile.gettempdir(), "kvserve-bench")))
@@ -205,7 +213,7 @@ def main():
                                "--type", "q8_0"], stdout=sys.stderr)
     # The pool: POOL_PROMPTS whole requests (prefix + suffix + output), in blocks.
     blocks = POOL_PROMPTS * -(-(PREFIX + SUFFIX + OUT_TOKENS) // BLOCK)
-    args.kv_memory = blocks * BLOCK * KV_BYTES_PER_TOKEN
+    args.kv_memory = blocks * BLOCK * kv_bytes_per_token(args.kv_dtype)
     rng = random.Random(args.seed)
     prefixes, suffix = make_prompts(rng)
     order = [rng.randrange(N_PREFIXES) for _ in range(args.requests)]
@@ -213,7 +221,7 @@ def main():
     suffixes.update({(k, i): suffix() for k, i in enumerate(order)})
     disk = os.path.join(args.workdir, "tier-files")
     shutil.rmtree(disk, ignore_errors=True)
-    res = {"pool_blocks": blocks, "kv_memory_bytes": args.kv_memory, "threads": args.threads,
+    res = {"pool_blocks": blocks, "kv_memory_bytes": args.kv_memory, "threads": args.threads, "kv_dtype": args.kv_dtype,
            "requests": args.requests, "seed": args.seed}
 
     print("== 1. %d prefixes cycled, pool of %d blocks: no tier" % (N_PREFIXES, blocks), file=sys.stderr)
@@ -283,7 +291,8 @@ def main():
     with open(os.path.join(args.out, "results.json"), "w") as f:
         json.dump(res, f, indent=1)
     ok = lambda b: "yes" if b else "NO"  # noqa: E731
-    print("| TinyLlama-110M-shaped Q8_0, %d threads, pool %d blocks (3 prompts) | value |" % (args.threads, blocks))
+    print("| TinyLlama-110M-shaped Q8_0, %s KV, %d threads, pool %d blocks (3 prompts) | value |" % (
+        args.kv_dtype, args.threads, blocks))
     print("|---|---:|")
     print("| mean TTFT, %d requests over %d prefixes, no tier | %.3f s |" % (args.requests, N_PREFIXES,
                                                                             res["ttft_plain_s"]))
