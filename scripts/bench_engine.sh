@@ -12,16 +12,9 @@ BIN=${1:-build/kvserve}
 THREADS=${THREADS:-2}
 RUNS=${RUNS:-3}
 DIR=${KVSERVE_BENCH_DIR:-${TMPDIR:-/tmp}/kvserve-bench}
-mkdir -p "$DIR"
-MODEL="$DIR/110m-q8_0.gguf"
-if [ ! -s "$MODEL" ]; then
-    echo "writing $MODEL" >&2
-    "$BIN" mkmodel -o "$MODEL" --dim 768 --layers 12 --heads 12 --kv-heads 12 --ffn 2048 \
-        --vocab 32000 --context 2048 --type q8_0 >&2
-fi
-
-field() { sed -n "s/.*\"$2\": *\([0-9.eE+-]*\).*/\1/p" <<<"$1"; }
-median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+# shellcheck source=benchlib.sh
+. "$(dirname "$0")/benchlib.sh"
+MODEL=$(bench_110m_model "$DIR" "$BIN")
 
 point() { # label, bench flags... -> one table row (medians of RUNS runs)
     local label=$1
