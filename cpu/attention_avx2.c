@@ -273,79 +273,6 @@ static inline void scores_f16(const float *q, const uint16_t *kt, int bs, int hd
     }
 }
 
-/* acc[0 .. hd) = acc · corr + Σ_j p[j] · V[j] over the f16 rows of the chunk's blocks. */
-static void pv_f16(const cpu__attn_row *a, int j0, int nch, const float *p, float corr, float *acc)
-{
-    int hd = a->head_dim, bs = a->block_size;
-    size_t tile = (size_t)bs * hd;
-    const uint16_t *vb = a->v;
-    for (int dc = 0; dc < hd; dc += 32) { /* 32 dimensions at a time: four FMA chains */
-        __m256i mk[4];
-        __m256 x[4];
-        int full = hd - dc >= 32;
-#pragma GCC unroll 4
-        for (int u = 0; u < 4; u++) {
-            mk[u] = mask8(hd - dc - 8 * u);
-            x[u] = _mm256_mul_ps(_mm256_maskload_ps(acc + dc + 8 * u, mk[u]), _mm256_set1_ps(corr));
-        }
-        for (int jb = 0; jb < nch; jb += bs) {
-            const uint16_t *vt = vb + ((size_t)a->bt[(j0 + jb) / bs] * a->n_kv_heads + a->kvh) * tile + dc;
-            int nv = nch - jb < bs ? nch - jb : bs;
-            for (int j = 0; j < nv; j++) {
-                __m256 pj = _mm256_broadcast_ss(p + jb + j);
-                const uint16_t *v = vt + (size_t)j * hd;
-                if (full) {
-#pragma GCC unroll 4
-                    for (int u = 0; u < 4; u++)
-                        x[u] = _mm256_fmadd_ps(pj, _mm256_cvtph_ps(_mm_loadu_si128((const void *)(v + 8 * u))), x[u]);
-                } else { /* the last dimensions: whole vectors, then one partial (copied) */
-                    for (int u = 0; u < 4 && dc + 8 * u < hd; u++) {
-                        __m128i h;
-                        if (dc + 8 * u + 8 <= hd) {
-                            h = _mm_loadu_si128((const void *)(v + 8 * u));
-                        } else {
-                            uint16_t tmp[8] = {0};
-                            memcpy(tmp, v + 8 * u, (size_t)(hd - dc - 8 * u) * 2);
-                            h = _mm_loadu_si128((const void *)tmp);
-                        }
-                        x[u] = _mm256_fmadd_ps(pj, _mm256_cvtph_ps(h), x[u]);
-                    }
-                }
-            }
-        }
-#pragma GCC unroll 4
-        for (int u = 0; u < 4; u++) _mm256_maskstore_ps(acc + dc + 8 * u, mk[u], x[u]);
-    }
-}
-
-/* Decode path for an f16 arena with 16-aligned blocks and a single query row: every K/V element
- * is used exactly once, so it is converted inside the FMAs instead of through f32 buffers. */
-static void attn_decode_f16(const cpu__attn_row *a)
-{
-    int hd = a->head_dim, bs = a->block_size, n_ctx = a->n_ctx, ch = direct_chunk(bs), h = a->kvh;
-    int lo = a->lo, start = lo / bs * bs; /* whole blocks from the window's first */
-    size_t tile = (size_t)bs * hd;
-    const uint16_t *kb = a->k, *vb = a->v;
-    float *sc = a->scr, *acc = sc + ch, mx = -FLT_MAX, l = 0;
-    memset(acc, 0, (size_t)hd * sizeof(float));
-    for (int j0 = start; j0 < n_ctx; j0 += ch) {
-        int nch = n_ctx - j0 < ch ? n_ctx - j0 : ch;
-        for (int jb = 0; jb < nch; jb += bs) {
-            size_t at = ((size_t)a->bt[(j0 + jb) / bs] * a->n_kv_heads + h) * tile;
-            if (j0 + jb + bs < n_ctx) { /* the next K tile is elsewhere: start fetching it now */
-                size_t nx = ((size_t)a->bt[(j0 + jb) / bs + 1] * a->n_kv_heads + h) * tile;
-                for (size_t off = 0; off < tile * 2; off += 64) _mm_prefetch((const char *)(kb + nx) + off, _MM_HINT_T0);
-            }
-            for (size_t off = 0; off < tile * 2; off += 64) _mm_prefetch((const char *)(vb + at) + off, _MM_HINT_T1);
-            scores_f16(a->q, kb + at, bs, hd, nch - jb < bs ? nch - jb : bs, a->scale, sc + jb);
-        }
-        float corr = softmax_step(sc, lo - j0 > 0 ? lo - j0 : 0, nch, a->softcap, &mx, &l);
-        pv_f16(a, j0, nch, sc, corr, acc);
-    }
-    float inv = 1.0f / l;
-    for (int d = 0; d < hd; d++) a->out[d] = acc[d] * inv;
-}
-
 /* 8 int8 codes from p as f32. */
 static inline __m256 load8_i8(const int8_t *p)
 {
@@ -384,13 +311,26 @@ static inline void scores_i8(const float *q, const int8_t *kt, const uint16_t *k
     }
 }
 
-/* acc[0 .. hd) = acc · corr + Σ_j p[j] · V[j] over the int8 rows of the chunk's blocks (each
- * p[j] already times its row's scale). */
-static void pv_i8(const cpu__attn_row *a, int j0, int nch, const float *p, float corr, float *acc)
+/* 8 values of a V row from p as f32: f16 values, or int8 codes (i8) as they are; n < 8 reads
+ * only the first n (the rest are 0). */
+static inline __attribute__((always_inline)) __m256 load8_v(const uint8_t *p, int n, int i8)
+{
+    uint8_t tmp[16] = {0};
+    if (n < 8) {
+        memcpy(tmp, p, (size_t)n * (i8 ? 1 : 2));
+        p = tmp;
+    }
+    return i8 ? load8_i8((const int8_t *)p) : _mm256_cvtph_ps(_mm_loadu_si128((const void *)p));
+}
+
+/* acc[0 .. hd) = acc · corr + Σ_j p[j] · V[j] over the rows of the chunk's blocks: f16 rows, or
+ * int8 ones (i8; each p[j] then already times its row's scale). */
+static inline __attribute__((always_inline)) void pv_decode(const cpu__attn_row *a, int j0, int nch, const float *p,
+                                                            float corr, float *acc, int i8)
 {
     int hd = a->head_dim, bs = a->block_size;
-    size_t tb = (size_t)bs * hd + KV_SCALE_BYTES * (size_t)bs;
-    const int8_t *vb = a->v;
+    size_t es = i8 ? 1 : 2, tile = (size_t)bs * hd, tb = i8 ? tile + KV_SCALE_BYTES * (size_t)bs : tile * 2;
+    const uint8_t *vb = a->v;
     for (int dc = 0; dc < hd; dc += 32) { /* 32 dimensions at a time: four FMA chains */
         __m256i mk[4];
         __m256 x[4];
@@ -401,23 +341,18 @@ static void pv_i8(const cpu__attn_row *a, int j0, int nch, const float *p, float
             x[u] = _mm256_mul_ps(_mm256_maskload_ps(acc + dc + 8 * u, mk[u]), _mm256_set1_ps(corr));
         }
         for (int jb = 0; jb < nch; jb += bs) {
-            const int8_t *vt = vb + ((size_t)a->bt[(j0 + jb) / bs] * a->n_kv_heads + a->kvh) * tb + dc;
+            const uint8_t *vt = vb + ((size_t)a->bt[(j0 + jb) / bs] * a->n_kv_heads + a->kvh) * tb + dc * es;
             int nv = nch - jb < bs ? nch - jb : bs;
             for (int j = 0; j < nv; j++) {
                 __m256 pj = _mm256_broadcast_ss(p + jb + j);
-                const int8_t *v = vt + (size_t)j * hd;
+                const uint8_t *v = vt + (size_t)j * hd * es;
                 if (full) {
 #pragma GCC unroll 4
-                    for (int u = 0; u < 4; u++) x[u] = _mm256_fmadd_ps(pj, load8_i8(v + 8 * u), x[u]);
+                    for (int u = 0; u < 4; u++) x[u] = _mm256_fmadd_ps(pj, load8_v(v + 8 * u * es, 8, i8), x[u]);
                 } else { /* the last dimensions: whole vectors, then one partial (copied) */
                     for (int u = 0; u < 4 && dc + 8 * u < hd; u++) {
-                        int8_t tmp[8] = {0};
-                        const int8_t *src = v + 8 * u;
-                        if (dc + 8 * u + 8 > hd) {
-                            memcpy(tmp, v + 8 * u, (size_t)(hd - dc - 8 * u));
-                            src = tmp;
-                        }
-                        x[u] = _mm256_fmadd_ps(pj, load8_i8(src), x[u]);
+                        int n = hd - dc - 8 * u < 8 ? hd - dc - 8 * u : 8;
+                        x[u] = _mm256_fmadd_ps(pj, load8_v(v + 8 * u * es, n, i8), x[u]);
                     }
                 }
             }
@@ -427,14 +362,16 @@ static void pv_i8(const cpu__attn_row *a, int j0, int nch, const float *p, float
     }
 }
 
-/* The decode path for an int8 arena: as attn_decode_f16, K codes scaled by their key's scale
- * after the dot product, each probability by its V row's scale before P·V. */
-static void attn_decode_i8(const cpu__attn_row *a)
+/* Decode path for a single query row over an f16 arena or, with i8, an int8 one (16-aligned
+ * blocks): every K/V element is used exactly once, so it is converted inside the FMAs instead of
+ * through f32 buffers; int8 K codes are scaled by their key's scale after the dot product, each
+ * probability by its V row's scale before P·V. */
+static inline __attribute__((always_inline)) void attn_decode_vec(const cpu__attn_row *a, int i8)
 {
     int hd = a->head_dim, bs = a->block_size, n_ctx = a->n_ctx, ch = direct_chunk(bs), h = a->kvh;
-    int lo = a->lo, start = lo / bs * bs;
-    size_t tile = (size_t)bs * hd, tb = tile + KV_SCALE_BYTES * (size_t)bs;
-    const int8_t *kb = a->k, *vb = a->v;
+    int lo = a->lo, start = lo / bs * bs; /* whole blocks from the window's first */
+    size_t tile = (size_t)bs * hd, tb = i8 ? tile + KV_SCALE_BYTES * (size_t)bs : tile * 2;
+    const uint8_t *kb = a->k, *vb = a->v;
     float *sc = a->scr, *acc = sc + ch, mx = -FLT_MAX, l = 0;
     memset(acc, 0, (size_t)hd * sizeof(float));
     for (int j0 = start; j0 < n_ctx; j0 += ch) {
@@ -446,19 +383,33 @@ static void attn_decode_i8(const cpu__attn_row *a)
                 for (size_t off = 0; off < tb; off += 64) _mm_prefetch((const char *)(kb + nx) + off, _MM_HINT_T0);
             }
             for (size_t off = 0; off < tb; off += 64) _mm_prefetch((const char *)(vb + at) + off, _MM_HINT_T1);
-            scores_i8(a->q, kb + at, (const uint16_t *)(kb + at + tile), bs, hd, nch - jb < bs ? nch - jb : bs, a->scale,
-                      sc + jb);
+            int nv = nch - jb < bs ? nch - jb : bs;
+            if (i8)
+                scores_i8(a->q, (const int8_t *)(kb + at), (const uint16_t *)(kb + at + tile), bs, hd, nv, a->scale, sc + jb);
+            else
+                scores_f16(a->q, (const uint16_t *)(kb + at), bs, hd, nv, a->scale, sc + jb);
         }
         float corr = softmax_step(sc, lo - j0 > 0 ? lo - j0 : 0, nch, a->softcap, &mx, &l);
-        for (int jb = 0; jb < nch; jb += bs) { /* fold each V row's scale into its probability */
+        for (int jb = 0; i8 && jb < nch; jb += bs) { /* fold each V row's scale into its probability */
             const uint16_t *vs = (const uint16_t *)(vb + ((size_t)a->bt[(j0 + jb) / bs] * a->n_kv_heads + h) * tb + tile);
             int nv = nch - jb < bs ? nch - jb : bs;
             for (int j = 0; j < nv; j++) sc[jb + j] *= dt_f16_to_f32(vs[j]);
         }
-        pv_i8(a, j0, nch, sc, corr, acc);
+        pv_decode(a, j0, nch, sc, corr, acc, i8);
     }
     float inv = 1.0f / l;
     for (int d = 0; d < hd; d++) a->out[d] = acc[d] * inv;
+}
+
+/* The decode fast paths of f16 and int8 arenas. */
+static void attn_decode_f16(const cpu__attn_row *a)
+{
+    attn_decode_vec(a, 0);
+}
+
+static void attn_decode_i8(const cpu__attn_row *a)
+{
+    attn_decode_vec(a, 1);
 }
 
 /* int8 codes times their vector's scale (kvq_to_f32 of cpu__kern), 8 at a time; e4m3 codes

@@ -238,58 +238,6 @@ static inline void scores_f16(const float *q, const uint16_t *kt, int bs, int hd
     }
 }
 
-/* Decode fast path for an f16 arena with 16-aligned blocks and a single query row (one token,
- * no grouping): every K/V element is used exactly once, so it is converted inside the FMAs
- * instead of through the f32 buffers. */
-static void attn_decode_f16(const cpu__attn_row *a)
-{
-    int hd = a->head_dim, bs = a->block_size, n_ctx = a->n_ctx, ch = direct_chunk(bs), h = a->kvh;
-    int lo = a->lo, start = lo / bs * bs; /* whole blocks from the window's first */
-    const int32_t *bt = a->bt;
-    size_t tile = (size_t)bs * hd;
-    const uint16_t *kb = a->k, *vb = a->v;
-    const float *q = a->q;
-    float *sc = a->scr, *acc = sc + ch, mx = -FLT_MAX, l = 0, scale = a->scale;
-    memset(acc, 0, (size_t)hd * sizeof(float));
-    for (int j0 = start; j0 < n_ctx; j0 += ch) {
-        int nch = n_ctx - j0 < ch ? n_ctx - j0 : ch;
-        for (int jb = 0; jb < nch; jb += bs) {
-            size_t at = ((size_t)bt[(j0 + jb) / bs] * a->n_kv_heads + h) * tile;
-            if (j0 + jb + bs < n_ctx) { /* the next K tile is elsewhere: start fetching it now */
-                size_t nx = ((size_t)bt[(j0 + jb) / bs + 1] * a->n_kv_heads + h) * tile;
-                for (size_t off = 0; off < tile * 2; off += 64) _mm_prefetch((const char *)(kb + nx) + off, _MM_HINT_T0);
-            }
-            for (size_t off = 0; off < tile * 2; off += 64) _mm_prefetch((const char *)(vb + at) + off, _MM_HINT_T1);
-            scores_f16(q, kb + at, bs, hd, nch - jb < bs ? nch - jb : bs, scale, sc + jb);
-        }
-        float corr = softmax_step(sc, lo - j0 > 0 ? lo - j0 : 0, nch, a->softcap, &mx, &l);
-        for (int dc = 0; dc < hd; dc += 64) { /* 64 dimensions at a time: four FMA chains */
-            __mmask16 mk[4];
-            __m512 x[4];
-#pragma GCC unroll 4
-            for (int u = 0; u < 4; u++) {
-                mk[u] = hd - dc > 16 * u ? mask16(hd - dc - 16 * u) : 0;
-                x[u] = _mm512_mul_ps(_mm512_maskz_loadu_ps(mk[u], acc + dc + 16 * u), _mm512_set1_ps(corr));
-            }
-            for (int jb = 0; jb < nch; jb += bs) {
-                const uint16_t *vt = vb + ((size_t)bt[(j0 + jb) / bs] * a->n_kv_heads + h) * tile + dc;
-                int nv = nch - jb < bs ? nch - jb : bs;
-                for (int j = 0; j < nv; j++) {
-                    __m512 pj = _mm512_set1_ps(sc[jb + j]);
-                    const uint16_t *v = vt + (size_t)j * hd;
-#pragma GCC unroll 4
-                    for (int u = 0; u < 4; u++)
-                        x[u] = _mm512_fmadd_ps(pj, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mk[u], v + 16 * u)), x[u]);
-                }
-            }
-#pragma GCC unroll 4
-            for (int u = 0; u < 4; u++) _mm512_mask_storeu_ps(acc + dc + 16 * u, mk[u], x[u]);
-        }
-    }
-    float *o = a->out, inv = 1.0f / l;
-    for (int d = 0; d < hd; d++) o[d] = acc[d] * inv;
-}
-
 /* sc[0 .. nv) = scale · ks[j] · Σ_d q[d] · K[d][j] for the keys of one transposed int8 tile kt
  * [hd][bs] (codes) whose f16 scales ks[bs] follow the codes. */
 static inline void scores_i8(const float *q, const int8_t *kt, const uint16_t *ks, int bs, int hd, int nv, float scale,
@@ -314,16 +262,24 @@ static inline void scores_i8(const float *q, const int8_t *kt, const uint16_t *k
     }
 }
 
-/* The decode path for an int8 arena: as attn_decode_f16, each K row's codes scaled by the key's
- * scale after the dot product and each probability by its V row's scale before P·V, so the
- * codes are converted inside the FMAs and never expanded. */
-static void attn_decode_i8(const cpu__attn_row *a)
+/* 16 values (mask m) of a V row from p: f16 values, or int8 codes (i8) as they are. */
+static inline __attribute__((always_inline)) __m512 load16_v(const uint8_t *p, __mmask16 m, int i8)
+{
+    return i8 ? _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, p)))
+              : _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p));
+}
+
+/* Decode fast path for a single query row (one token, no grouping) over an f16 arena or, with
+ * i8, an int8 one: every K/V element is used exactly once, so it is converted inside the FMAs
+ * instead of through the f32 buffers. int8 K codes are scaled by their key's scale after the dot
+ * product and each probability by its V row's scale before P·V, so codes are never expanded. */
+static inline __attribute__((always_inline)) void attn_decode_vec(const cpu__attn_row *a, int i8)
 {
     int hd = a->head_dim, bs = a->block_size, n_ctx = a->n_ctx, ch = direct_chunk(bs), h = a->kvh;
-    int lo = a->lo, start = lo / bs * bs;
+    int lo = a->lo, start = lo / bs * bs; /* whole blocks from the window's first */
     const int32_t *bt = a->bt;
-    size_t tile = (size_t)bs * hd, tb = tile + KV_SCALE_BYTES * (size_t)bs;
-    const int8_t *kb = a->k, *vb = a->v;
+    size_t es = i8 ? 1 : 2, tile = (size_t)bs * hd, tb = i8 ? tile + KV_SCALE_BYTES * (size_t)bs : tile * 2;
+    const uint8_t *kb = a->k, *vb = a->v;
     const float *q = a->q;
     float *sc = a->scr, *acc = sc + ch, mx = -FLT_MAX, l = 0, scale = a->scale;
     memset(acc, 0, (size_t)hd * sizeof(float));
@@ -336,10 +292,12 @@ static void attn_decode_i8(const cpu__attn_row *a)
                 for (size_t off = 0; off < tb; off += 64) _mm_prefetch((const char *)(kb + nx) + off, _MM_HINT_T0);
             }
             for (size_t off = 0; off < tb; off += 64) _mm_prefetch((const char *)(vb + at) + off, _MM_HINT_T1);
-            scores_i8(q, kb + at, (const uint16_t *)(kb + at + tile), bs, hd, nch - jb < bs ? nch - jb : bs, scale, sc + jb);
+            int nv = nch - jb < bs ? nch - jb : bs;
+            if (i8) scores_i8(q, (const int8_t *)(kb + at), (const uint16_t *)(kb + at + tile), bs, hd, nv, scale, sc + jb);
+            else scores_f16(q, (const uint16_t *)(kb + at), bs, hd, nv, scale, sc + jb);
         }
         float corr = softmax_step(sc, lo - j0 > 0 ? lo - j0 : 0, nch, a->softcap, &mx, &l);
-        for (int jb = 0; jb < nch; jb += bs) { /* fold each V row's scale into its probability */
+        for (int jb = 0; i8 && jb < nch; jb += bs) { /* fold each V row's scale into its probability */
             const uint16_t *vs = (const uint16_t *)(vb + ((size_t)bt[(j0 + jb) / bs] * a->n_kv_heads + h) * tb + tile);
             int nv = nch - jb < bs ? nch - jb : bs;
             for (int jc = 0; jc < nv; jc += 16) {
@@ -357,15 +315,13 @@ static void attn_decode_i8(const cpu__attn_row *a)
                 x[u] = _mm512_mul_ps(_mm512_maskz_loadu_ps(mk[u], acc + dc + 16 * u), _mm512_set1_ps(corr));
             }
             for (int jb = 0; jb < nch; jb += bs) {
-                const int8_t *vt = vb + ((size_t)bt[(j0 + jb) / bs] * a->n_kv_heads + h) * tb + dc;
+                const uint8_t *vt = vb + ((size_t)bt[(j0 + jb) / bs] * a->n_kv_heads + h) * tb + dc * es;
                 int nv = nch - jb < bs ? nch - jb : bs;
                 for (int j = 0; j < nv; j++) {
                     __m512 pj = _mm512_set1_ps(sc[jb + j]);
-                    const int8_t *v = vt + (size_t)j * hd;
+                    const uint8_t *v = vt + (size_t)j * hd * es;
 #pragma GCC unroll 4
-                    for (int u = 0; u < 4; u++)
-                        x[u] = _mm512_fmadd_ps(pj, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(mk[u], v + 16 * u))),
-                                               x[u]);
+                    for (int u = 0; u < 4; u++) x[u] = _mm512_fmadd_ps(pj, load16_v(v + 16 * u * es, mk[u], i8), x[u]);
                 }
             }
 #pragma GCC unroll 4
@@ -374,6 +330,17 @@ static void attn_decode_i8(const cpu__attn_row *a)
     }
     float *o = a->out, inv = 1.0f / l;
     for (int d = 0; d < hd; d++) o[d] = acc[d] * inv;
+}
+
+/* The decode fast paths of f16 and int8 arenas with 16-aligned blocks. */
+static void attn_decode_f16(const cpu__attn_row *a)
+{
+    attn_decode_vec(a, 0);
+}
+
+static void attn_decode_i8(const cpu__attn_row *a)
+{
+    attn_decode_vec(a, 1);
 }
 
 /* int8 codes times their vector's scale (kvq_to_f32 of cpu__kern), 16 at a time; e4m3 codes
