@@ -4,8 +4,9 @@
  * All golden cases submitted at once must reproduce their recorded greedy tokens exactly:
  * batched, with the prefix cache on and off, and with a KV pool so small that sequences are
  * preempted and recomputed. Also the API edges: max_tokens 0, cancellation, n > 1, stop strings,
- * invalid requests. Skips when the shared model directory is absent; suite engine_synth runs the
- * API on a model the test writes itself.
+ * invalid requests; attention sinks + window past the context in a budget below one context.
+ * Skips when the shared model directory is absent; suite engine_synth runs the API on a model
+ * the test writes itself.
  */
 #include <unistd.h>
 
@@ -342,5 +343,50 @@ Test(engine, heartbeat_while_idle)
     } while (b.heartbeat_us == a.heartbeat_us && engine_now_us() < deadline);
     cr_assert_gt(b.heartbeat_us, a.heartbeat_us, "no heartbeat while idle");
     cr_assert_eq(b.steps, a.steps, "idle: no step ran");
+    engine_destroy(e, 0);
+}
+
+/* Attention sinks + window in a budget too small for one context: 256 KiB of f16 KV in blocks of
+ * 4 is 102 blocks (408 tokens) < the context of 512, which the start-up check refuses; with
+ * --kv-window 256 --kv-sinks 4 it needs one window (64 blocks), and one sequence generates past
+ * the context to its max_tokens (finish length from max_tokens alone). */
+Test(engine, window_streams_past_the_context_in_a_small_budget)
+{
+    TE_NEED_MODEL();
+    engine_config c;
+    te_config(&c, (size_t)256 << 10);
+    c.block_size = 4;
+    c.max_seqs = 1;
+    char err[512] = "";
+    cr_assert_null(engine_create(&c, err, sizeof err), "408 tokens of KV < the context: refused");
+    c.kv_window = 256;
+    c.kv_sinks = 4;
+    c.wake = te_wake;
+    c.wake_ud = &te_w;
+    engine *e = engine_create(&c, err, sizeof err);
+    cr_assert_not_null(e, "one window fits: %s", err);
+    engine_stats st;
+    engine_get_stats(e, &st);
+    cr_assert_eq(st.kv_blocks_total, 102);
+    const int n_prompt = 16, n_out = 580; /* 596 tokens > 512 */
+    engine_request r;
+    te_request_init(&r);
+    r.prompt = malloc(n_prompt * sizeof(int32_t));
+    for (int i = 0; i < n_prompt; i++) r.prompt[i] = i ? 100 + 7 * i : 1;
+    r.n_prompt = n_prompt;
+    r.n = 1;
+    r.max_tokens = n_out;
+    r.sampling.temperature = 1.0f;
+    r.sampling.seed = 7;
+    r.sampling.has_seed = 1;
+    r.sampling.ignore_eos = 1;
+    static te_out out;
+    memset(&out, 0, sizeof out);
+    cr_assert_eq(engine_submit(e, &r, &out.id), 0);
+    te_collect(e, &out, 1, 1);
+    cr_assert_eq(out.finish[0], ENGINE_FINISH_LENGTH);
+    cr_assert_eq(out.n_toks[0], n_out, "%d tokens generated of %d", out.n_toks[0], n_out);
+    engine_get_stats(e, &st);
+    cr_assert_leq(st.kv_blocks_used, st.kv_blocks_total);
     engine_destroy(e, 0);
 }
