@@ -389,4 +389,20 @@ Test(engine, window_streams_past_the_context_in_a_small_budget)
     engine_get_stats(e, &st);
     cr_assert_leq(st.kv_blocks_used, st.kv_blocks_total);
     engine_destroy(e, 0);
+
+    /* what /metrics and the start-up line report: f16 640 bytes/token, 408 tokens, one window of
+     * 64 blocks fits once; int8 2 × 5 × 4 × (8 + 2) = 400 bytes/token (scales included): 163
+     * blocks, 652 tokens, two windows */
+    cr_assert_eq(st.kv_bytes_per_token, 640);
+    cr_assert_eq(st.kv_capacity_tokens, 408);
+    cr_assert_eq(st.kv_capacity_seqs, 1);
+    c.kv_dtype = KV_I8;
+    e = engine_create(&c, err, sizeof err);
+    cr_assert_not_null(e, "%s", err);
+    engine_get_stats(e, &st);
+    cr_assert_eq(st.kv_bytes_per_token, 400);
+    cr_assert_eq(st.kv_blocks_total, 163);
+    cr_assert_eq(st.kv_capacity_tokens, 652);
+    cr_assert_eq(st.kv_capacity_seqs, 2);
+    engine_destroy(e, 0);
 }
