@@ -10,6 +10,10 @@
 #   prompt  — `generate -n 1` on a prompt of 512 tokens (one prefill step)
 # and prints a markdown table next to llama.cpp's llama-bench figures for the same shapes, plus
 # decode as a fraction of the memory-bandwidth bound (bench/bench_generate).
+# With LLAMA_BENCH set to a llama-bench command, llama.cpp is measured in the same run instead
+# (`llama-bench -p 512 -n 128 -r 1 -t $THREADS` once per round, interleaved with kvserve's runs,
+# median of the 3 rounds) and the table adds kvserve / llama.cpp ratios. KVSERVE_CPU_ISA passes
+# through to kvserve (e.g. KVSERVE_CPU_ISA=avx2 next to a llama.cpp limited to AVX2).
 set -euo pipefail
 
 BIN=${1:-build/kvserve}
@@ -41,6 +45,14 @@ json_field() { # file key -> value from the last line (a JSON object)
 }
 
 median3() { printf '%s\n' "$@" | sort -g | sed -n 2p; }
+
+llama_bench() { # model -> "decode prompt" tok/s of one llama-bench run
+    # shellcheck disable=SC2086
+    $LLAMA_BENCH -m "$1" -t "$THREADS" -p 512 -n 128 -r 1 -o json 2>/dev/null | python3 -c '
+import json, sys
+r = {("pp" if t["n_prompt"] else "tg"): t["avg_ts"] for t in json.load(sys.stdin)}
+print(r["tg"], r["pp"])'
+}
 
 for m in $MODELS; do
     f="$DIR/$m.gguf"
@@ -85,12 +97,17 @@ else
 fi
 
 echo
+echo "CPU: $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1); kvserve level: ${KVSERVE_CPU_ISA:-best}"
 echo "| model | kvserve decode tok/s | llama.cpp decode | kvserve prompt tok/s ($n tokens) | llama.cpp prompt | decode / bandwidth bound |"
 echo "|---|---:|---:|---:|---:|---:|"
 for m in $MODELS; do
     f="$DIR/$m.gguf"
-    dec=() pp=()
+    dec=() pp=() ldec=() lpp=()
     for r in 1 2 3; do
+        if [ -n "${LLAMA_BENCH:-}" ]; then
+            read -r a b <<<"$(llama_bench "$f")"
+            ldec+=("$a") lpp+=("$b")
+        fi
         "$BIN" generate -m "$f" -n 128 --ignore-eos --temperature 0 --threads "$THREADS" --device cpu \
             >/dev/null 2>"$err"
         dec+=("$(json_field "$err" decode_tokens_per_s)")
@@ -100,7 +117,13 @@ for m in $MODELS; do
     done
     d=$(median3 "${dec[@]}")
     p=$(median3 "${pp[@]}")
-    read -r ld lp <<<"$(llama_cpp "$m")"
+    if [ -n "${LLAMA_BENCH:-}" ]; then
+        ld=$(median3 "${ldec[@]}") lp=$(median3 "${lpp[@]}")
+        ld=$(awk -v k="$d" -v l="$ld" 'BEGIN { printf "%.1f (%.2f×)", l, k / l }')
+        lp=$(awk -v k="$p" -v l="$lp" 'BEGIN { printf "%.0f (%.2f×)", l, k / l }')
+    else
+        read -r ld lp <<<"$(llama_cpp "$m")"
+    fi
     bound=$(echo "$bw" | grep -F "$f:" | sed -n 's/.*bound \([0-9.]*\) tok\/s (memcpy), \([0-9.]*\) tok\/s (read).*/\2/p')
     frac=$(awk -v d="$d" -v b="$bound" 'BEGIN { if (b > 0) printf "%.0f%% of %.1f", 100 * d / b, b; else print "-" }')
     printf '| %s | %.1f | %s | %.0f | %s | %s |\n' "$m" "$d" "$ld" "$p" "$lp" "$frac"
