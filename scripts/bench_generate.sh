@@ -5,20 +5,21 @@
 #
 # Writes the models with `kvserve mkmodel` into $KVSERVE_BENCH_DIR (default: a kvserve-bench
 # folder under $TMPDIR or /tmp; ~2.2 GB in all, reused between runs), then for each model runs,
-# with $THREADS threads (default 2), 3 times and takes the median of:
+# with $THREADS threads (default 2), $ROUNDS times (default 3) and takes the median of:
 #   decode  — `generate -n 128 --ignore-eos --temperature 0` from the empty prompt (batch 1)
 #   prompt  — `generate -n 1` on a prompt of 512 tokens (one prefill step)
 # and prints a markdown table next to llama.cpp's llama-bench figures for the same shapes, plus
 # decode as a fraction of the memory-bandwidth bound (bench/bench_generate).
 # With LLAMA_BENCH set to a llama-bench command, llama.cpp is measured in the same run instead
 # (`llama-bench -p 512 -n 128 -r 1 -t $THREADS` once per round, interleaved with kvserve's runs,
-# median of the 3 rounds) and the table adds kvserve / llama.cpp ratios. KVSERVE_CPU_ISA passes
+# median of the rounds) and the table adds kvserve / llama.cpp ratios. KVSERVE_CPU_ISA passes
 # through to kvserve (e.g. KVSERVE_CPU_ISA=avx2 next to a llama.cpp limited to AVX2).
 set -euo pipefail
 
 BIN=${1:-build/kvserve}
 BENCH=${2:-$(dirname "$BIN")/bench/bench_generate}
 THREADS=${THREADS:-2}
+ROUNDS=${ROUNDS:-3}
 DIR=${KVSERVE_BENCH_DIR:-${TMPDIR:-/tmp}/kvserve-bench}
 MODELS=${MODELS:-"110m-f32 110m-f16 110m-q8_0 1.1b-q8_0"}
 mkdir -p "$DIR"
@@ -44,7 +45,7 @@ json_field() { # file key -> value from the last line (a JSON object)
     tail -n 1 "$1" | sed -n "s/.*\"$2\": *\([0-9.eE+-]*\).*/\1/p"
 }
 
-median3() { printf '%s\n' "$@" | sort -g | sed -n 2p; }
+median() { printf '%s\n' "$@" | sort -g | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }'; }
 
 llama_bench() { # model -> "decode prompt" tok/s of one llama-bench run
     # shellcheck disable=SC2086
@@ -103,7 +104,7 @@ echo "|---|---:|---:|---:|---:|---:|"
 for m in $MODELS; do
     f="$DIR/$m.gguf"
     dec=() pp=() ldec=() lpp=()
-    for r in 1 2 3; do
+    for _ in $(seq 1 "$ROUNDS"); do
         if [ -n "${LLAMA_BENCH:-}" ]; then
             read -r a b <<<"$(llama_bench "$f")"
             ldec+=("$a") lpp+=("$b")
@@ -115,10 +116,10 @@ for m in $MODELS; do
             >/dev/null 2>"$err"
         pp+=("$(json_field "$err" prefill_tokens_per_s)")
     done
-    d=$(median3 "${dec[@]}")
-    p=$(median3 "${pp[@]}")
+    d=$(median "${dec[@]}")
+    p=$(median "${pp[@]}")
     if [ -n "${LLAMA_BENCH:-}" ]; then
-        ld=$(median3 "${ldec[@]}") lp=$(median3 "${lpp[@]}")
+        ld=$(median "${ldec[@]}") lp=$(median "${lpp[@]}")
         ld=$(awk -v k="$d" -v l="$ld" 'BEGIN { printf "%.1f (%.2f×)", l, k / l }')
         lp=$(awk -v k="$p" -v l="$lp" 'BEGIN { printf "%.0f (%.2f×)", l, k / l }')
     else
