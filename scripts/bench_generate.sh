@@ -47,12 +47,19 @@ json_field() { # file key -> value from the last line (a JSON object)
 
 median() { printf '%s\n' "$@" | sort -g | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }'; }
 
-llama_bench() { # model -> "decode prompt" tok/s of one llama-bench run
+llama_bench() { # model -> "decode prompt" tok/s of one llama-bench run (nothing when it failed)
     # shellcheck disable=SC2086
-    $LLAMA_BENCH -m "$1" -t "$THREADS" -p 512 -n 128 -r 1 -o json 2>/dev/null | python3 -c '
+    { $LLAMA_BENCH -m "$1" -t "$THREADS" -p 512 -n 128 -r 1 -o json 2>/dev/null || true; } | python3 -c '
 import json, sys
-r = {("pp" if t["n_prompt"] else "tg"): t["avg_ts"] for t in json.load(sys.stdin)}
-print(r["tg"], r["pp"])'
+try:
+    r = {("pp" if t["n_prompt"] else "tg"): t["avg_ts"] for t in json.load(sys.stdin)}
+    print(r["tg"], r["pp"])
+except (ValueError, KeyError, TypeError):
+    sys.stderr.write("llama-bench gave no figures for this round\n")'
+}
+
+ratio() { # kvserve llama format -> "llama (k/l×)", or "-" without llama figures
+    if [ -z "$2" ]; then echo "-"; else awk -v k="$1" -v l="$2" -v f="$3" 'BEGIN { printf f " (%.2f×)", l, k / l }'; fi
 }
 
 for m in $MODELS; do
@@ -106,8 +113,8 @@ for m in $MODELS; do
     dec=() pp=() ldec=() lpp=()
     for _ in $(seq 1 "$ROUNDS"); do
         if [ -n "${LLAMA_BENCH:-}" ]; then
-            read -r a b <<<"$(llama_bench "$f")"
-            ldec+=("$a") lpp+=("$b")
+            read -r a b <<<"$(llama_bench "$f")" || true
+            [ -n "$b" ] && ldec+=("$a") lpp+=("$b")
         fi
         "$BIN" generate -m "$f" -n 128 --ignore-eos --temperature 0 --threads "$THREADS" --device cpu \
             >/dev/null 2>"$err"
@@ -119,9 +126,7 @@ for m in $MODELS; do
     d=$(median "${dec[@]}")
     p=$(median "${pp[@]}")
     if [ -n "${LLAMA_BENCH:-}" ]; then
-        ld=$(median "${ldec[@]}") lp=$(median "${lpp[@]}")
-        ld=$(awk -v k="$d" -v l="$ld" 'BEGIN { printf "%.1f (%.2f×)", l, k / l }')
-        lp=$(awk -v k="$p" -v l="$lp" 'BEGIN { printf "%.0f (%.2f×)", l, k / l }')
+        ld=$(ratio "$d" "$(median "${ldec[@]}")" %.1f) lp=$(ratio "$p" "$(median "${lpp[@]}")" %.0f)
     else
         read -r ld lp <<<"$(llama_cpp "$m")"
     fi
