@@ -610,8 +610,8 @@ int tier_poll(tier *t, tier_done *out, int max)
     tier__fence(t);
     tier__complete(t);
     int n = t->n_ready < max ? t->n_ready : max;
-    memcpy(out, t->ready, (size_t)n * sizeof *out);
-    memmove(t->ready, t->ready + n, (size_t)(t->n_ready - n) * sizeof *t->ready);
+    if (n > 0) memcpy(out, t->ready, (size_t)n * sizeof *out);
+    if (n > 0) memmove(t->ready, t->ready + n, (size_t)(t->n_ready - n) * sizeof *t->ready);
     t->n_ready -= n;
     t->n_loading -= n;
     return n;
@@ -704,7 +704,7 @@ static int tier__open_disk(tier *t, char *err, size_t err_len)
         free(s.v);
         return -ENOSPC;
     }
-    qsort(s.v, (size_t)s.n, sizeof *s.v, tier__older);
+    if (s.n > 1) qsort(s.v, (size_t)s.n, sizeof *s.v, tier__older);
     int64_t skip = s.n > t->disk_cap ? s.n - t->disk_cap : 0;
     for (int64_t i = 0; i < s.n; i++) {
         int32_t e = i < skip ? -1 : tier__new_ent(t, s.v[i].key);

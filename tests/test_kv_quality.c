@@ -65,6 +65,7 @@ static model *tq_model(void)
 typedef struct tq_run {
     fwd *f;
     const int32_t *toks;
+    int n;         /* tokens in toks: the last position has no next token to score */
     int n_vocab;
     double *nll;   /* [n] NLL of toks[p + 1] given the stream up to p; NAN when not scored */
     float *logits; /* [max rows][n_vocab] */
@@ -86,6 +87,7 @@ static int tq_runner(void *ud, const be_batch *b, float *logits)
     int rc = fwd_run(w->f, b, logits);
     for (int j = 0; !rc && j < b->n_logits; j++) {
         int p = b->positions[b->logit_rows[j]];
+        if (p + 1 >= w->n) continue;
         w->nll[p] = tq_nll(logits + (size_t)j * w->n_vocab, w->n_vocab, w->toks[p + 1]);
     }
     if (w->bp) {
@@ -111,7 +113,7 @@ static int32_t tq_score(const model *m, const int32_t *toks, int n, kv_rule rule
     g.rule[0] = rule;
     int32_t n_blocks = rule.keep == KV_KEEP_ALL ? (n + bs - 1) / bs + 2 : (rule.window + bs - 1) / bs + 2;
     char err[512];
-    tq_run w = {.toks = toks, .n_vocab = m->hp.n_vocab, .nll = nll};
+    tq_run w = {.toks = toks, .n = n, .n_vocab = m->hp.n_vocab, .nll = nll};
     w.f = fwd_create(m, be, &g, &n_blocks, 256, sched_max_logits(1), err, sizeof err);
     cr_assert_not_null(w.f, "%s", err);
     int32_t eog = -1;

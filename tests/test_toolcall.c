@@ -532,7 +532,7 @@ static int tt_read_back(const char *name, jinja_ctx *c, jinja_value file, const 
 
 Test(toolcall, reference_templates_read_back_their_calls)
 {
-    char dir[1024], path[1200];
+    char dir[1024], path[sizeof dir + sizeof ((struct dirent *)0)->d_name + 16];
     snprintf(dir, sizeof dir, "%s/chat-templates", tu_shared_dir());
     DIR *d = opendir(dir);
     if (!d) cr_skip_test("%s is absent: no reference chat templates to read back", dir);
