@@ -610,8 +610,10 @@ int tier_poll(tier *t, tier_done *out, int max)
     tier__fence(t);
     tier__complete(t);
     int n = t->n_ready < max ? t->n_ready : max;
-    if (n > 0) memcpy(out, t->ready, (size_t)n * sizeof *out);
-    if (n > 0) memmove(t->ready, t->ready + n, (size_t)(t->n_ready - n) * sizeof *t->ready);
+    if (n > 0) { /* nothing to move from an empty (possibly NULL) list */
+        memcpy(out, t->ready, (size_t)n * sizeof *out);
+        memmove(t->ready, t->ready + n, (size_t)(t->n_ready - n) * sizeof *t->ready);
+    }
     t->n_ready -= n;
     t->n_loading -= n;
     return n;
