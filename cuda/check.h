@@ -17,6 +17,8 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include "cuda/cublas_dl.h"
+
 static inline int cuda__check_rt(cudaError_t e, const char *expr, const char *file, int line)
 {
     if (e == cudaSuccess) return 0;
@@ -28,7 +30,7 @@ static inline int cuda__check_rt(cudaError_t e, const char *expr, const char *fi
 static inline int cuda__check_blas(cublasStatus_t s, const char *expr, const char *file, int line)
 {
     if (s == CUBLAS_STATUS_SUCCESS) return 0;
-    fprintf(stderr, "kvserve: cuBLAS error %d (%s) in %s at %s:%d\n", (int)s, cublasGetStatusString(s),
+    fprintf(stderr, "kvserve: cuBLAS error %d (%s) in %s at %s:%d\n", (int)s, cuda_blas_status_string(s),
             expr, file, line);
     return -EIO;
 }

@@ -477,7 +477,7 @@ static void cuda__destroy(backend *be)
     if (cb->conv) cudaFree(cb->conv);
     if (cb->qtile) cudaFree(cb->qtile);
     if (cb->meta_done) cudaEventDestroy(cb->meta_done);
-    if (cb->blas) cublasDestroy(cb->blas);
+    if (cb->blas) cuda_blas()->destroy(cb->blas);
     if (cb->blas_ws) cudaFree(cb->blas_ws);
     if (cb->stream) cudaStreamDestroy(cb->stream);
     free(cb);
@@ -527,6 +527,9 @@ extern "C" backend *cuda_backend_create(int device_index, char *err, size_t err_
         snprintf(err, err_len, "CUDA: no device %d (%d visible)", device_index, n);
         return NULL;
     }
+    /* cuBLAS is loaded here, by the first backend, never by a process that runs on the CPU. */
+    const cuda_blas_api *blas = cuda_blas_load(err, err_len);
+    if (!blas) return NULL;
     cuda_backend *cb = (cuda_backend *)calloc(1, sizeof *cb);
     if (!cb) {
         snprintf(err, err_len, "CUDA: out of host memory");
@@ -540,12 +543,12 @@ extern "C" backend *cuda_backend_create(int device_index, char *err, size_t err_
     if (!rc) rc = CUDA_CHECK(cudaGetDeviceProperties(&prop, device_index));
     if (!rc) rc = CUDA_CHECK(cudaStreamCreateWithFlags(&cb->stream, cudaStreamNonBlocking));
     if (!rc) rc = CUDA_CHECK(cudaEventCreateWithFlags(&cb->meta_done, cudaEventDisableTiming));
-    if (!rc) rc = CUBLAS_CHECK(cublasCreate(&cb->blas));
-    if (!rc) rc = CUBLAS_CHECK(cublasSetStream(cb->blas, cb->stream));
+    if (!rc) rc = CUBLAS_CHECK(blas->create(&cb->blas));
+    if (!rc) rc = CUBLAS_CHECK(blas->set_stream(cb->blas, cb->stream));
     if (!rc) rc = CUDA_CHECK(cudaMalloc(&cb->blas_ws, CUDA_BLAS_WORKSPACE));
-    if (!rc) rc = CUBLAS_CHECK(cublasSetWorkspace(cb->blas, cb->blas_ws, CUDA_BLAS_WORKSPACE));
+    if (!rc) rc = CUBLAS_CHECK(blas->set_workspace(cb->blas, cb->blas_ws, CUDA_BLAS_WORKSPACE));
     /* FP32 GEMMs stay true FP32 (no TF32), so F32 models match the CPU reference. */
-    if (!rc) rc = CUBLAS_CHECK(cublasSetMathMode(cb->blas, CUBLAS_DEFAULT_MATH));
+    if (!rc) rc = CUBLAS_CHECK(blas->set_math_mode(cb->blas, CUBLAS_DEFAULT_MATH));
     if (!rc) rc = CUDA_CHECK(cudaEventRecord(cb->meta_done, cb->stream));
     if (rc) {
         snprintf(err, err_len, "CUDA: could not initialise device %d (see the error above)", device_index);

@@ -478,8 +478,9 @@ void cuda__op_matmul(backend *be, const float *x, int n_rows, const be_weight *w
         if (CB_CHECK_LAUNCH(cb)) return;
         B = cb->conv;
     }
-    if (CB_CHECK_BLAS(cb, cublasGemmEx(cb->blas, CUBLAS_OP_T, CUBLAS_OP_N, m, n_rows, k, &alpha, w->data, t, k, B, t,
-                                       k, &beta, out, CUDA_R_32F, m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT)))
+    if (CB_CHECK_BLAS(cb, cuda_blas()->gemm_ex(cb->blas, CUBLAS_OP_T, CUBLAS_OP_N, m, n_rows, k, &alpha, w->data, t,
+                                               k, B, t, k, &beta, out, CUDA_R_32F, m, CUBLAS_COMPUTE_32F,
+                                               CUBLAS_GEMM_DEFAULT)))
         return;
     if (bias && bias->data) cuda__add_bias(cb, out, (const float *)bias->data, m, (int64_t)n_rows * m);
 }

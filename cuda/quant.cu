@@ -77,9 +77,10 @@ void cuda__q_matmul(cuda_backend *cb, const float *x, int n_rows, const be_weigh
         int64_t m = n_out - r0 < tile ? n_out - r0 : tile;
         if (cuda__q_decode_rows(cb, w, r0, m, cb->qtile, 1)) return;
         /* out[:, r0 .. r0+m) = x · tileᵀ: column-major, the output's leading dimension n_out */
-        if (CB_CHECK_BLAS(cb, cublasGemmEx(cb->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)m, n_rows, (int)n_in, &alpha,
-                                           cb->qtile, CUDA_R_16F, (int)n_in, cb->conv, CUDA_R_16F, (int)n_in, &beta,
-                                           out + r0, CUDA_R_32F, (int)n_out, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT)))
+        if (CB_CHECK_BLAS(cb, cuda_blas()->gemm_ex(cb->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)m, n_rows, (int)n_in,
+                                                   &alpha, cb->qtile, CUDA_R_16F, (int)n_in, cb->conv, CUDA_R_16F,
+                                                   (int)n_in, &beta, out + r0, CUDA_R_32F, (int)n_out,
+                                                   CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT)))
             return;
     }
     if (bias) cuda__add_bias(cb, out, bias, n_out, (int64_t)n_rows * n_out);

@@ -40,6 +40,8 @@ backend *be_create(const char *device, int n_threads, char *err, size_t err_len)
         if (cuda_is_available(why, sizeof why)) {
             backend *be = cuda_backend_create(0, err, err_len);
             if (be) return be;
+            /* a GPU is there but unusable (e.g. cuBLAS missing): say why before using the CPU */
+            fprintf(stderr, "kvserve: --device auto: %s; using the CPU\n", err);
         }
         return cpu_create(n_threads, err, err_len);
     }

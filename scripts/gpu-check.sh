@@ -15,7 +15,10 @@
 #                                              quantised-weight kernels' source on the CPU
 #                                              (cuda/check/attn_emu.cc, quant_emu.cc) against float64 (~1 min)
 #
-# Needs only the CUDA toolkit (nvcc, cuBLAS) and a C compiler: no -dev packages, no network.
+# Needs only the CUDA toolkit (nvcc, cuBLAS) and a C compiler: no -dev packages, no network. cuBLAS
+# is not linked but loaded when the check starts its backend (cuda/cublas_dl.h): libcublas.so.N and
+# libcublasLt.so.N of this toolkit, found through LD_LIBRARY_PATH, the program's RUNPATH (this
+# toolkit's lib64), the ld.so cache, or next to the program.
 # The program is built from engine/ cache/ cpu/ cuda/ and cli/mkmodel*.c sources with -arch=sm_90 into
 # build/gpu-check/. Exit status: 0 all checks pass, 1 a check failed, 2 no GPU or build error.
 set -eu
@@ -100,8 +103,9 @@ for src in cuda/*.cu engine/gguf.c engine/model.c engine/model_hparams.c engine/
 done
 for p in $pids; do wait "$p" || { echo "gpu-check: build failed" >&2; exit 2; }; done
 # shellcheck disable=SC2086
+# cuBLAS is loaded at run time (cuda/cublas_dl.h): the RUNPATH lets it be found in this toolkit.
 $CC -o "$B/gpu_check" $OBJS -L"$CUDA_HOME/lib64" -L"$CUDA_HOME/targets/x86_64-linux/lib" \
-    -lcublas -lcublasLt -lcudart_static -ldl -lrt -lpthread -lm -lstdc++ \
+    -Wl,-rpath,"$CUDA_HOME/lib64" -lcudart_static -ldl -lrt -lpthread -lm -lstdc++ \
     || { echo "gpu-check: link failed" >&2; exit 2; }
 echo "gpu-check: built $B/gpu_check"
 [ "$BUILD_ONLY" = 1 ] && exit 0

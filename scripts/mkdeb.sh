@@ -4,8 +4,9 @@
 # (`make deb` builds it first; this script never rebuilds it), the unit (run as
 # the static kvserve system user), the documented config under /etc/kvserve (a conffile),
 # sysusers.d/tmpfiles.d entries and the maintainer scripts in config/deb/. Depends are the
-# Debian packages that own the libraries the binary links (libraries from elsewhere, such as a
-# CUDA toolkit's cuBLAS, are not listed). Prints the .deb's path last.
+# Debian packages that own the libraries the binary links (libraries from elsewhere are not
+# listed; the CUDA toolkit's cuBLAS is not linked but loaded on a GPU, and named in a note).
+# Prints the .deb's path last.
 set -euo pipefail
 build=$1 out=$2
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -37,6 +38,12 @@ for n in $needed; do
              "(or build the package with make deb CUDA=0)" >&2
     fi
 done
+# A CUDA build does not link cuBLAS: it loads it when it starts on a GPU (cuda/cublas_dl.h).
+blas=$(grep -ao 'libcublas\.so\.[0-9][0-9]*' "$stage/usr/bin/kvserve" | head -n 1 || true)
+if [ -n "$blas" ]; then
+    echo "mkdeb: this kvserve loads $blas (the CUDA toolkit's cuBLAS) when it runs on a GPU: GPU machines" \
+         "need it on the loader's path (a CPU run does not)" >&2
+fi
 size=$(du -sk "$stage" | cut -f1)
 cat >"$stage/DEBIAN/control" <<CTL
 Package: kvserve
