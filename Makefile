@@ -44,10 +44,11 @@ NVCCFLAGS ?= -O2 -std=c++17 $(NVCC_ARCH) -I. -Xcompiler -Wall,-Wno-unused-parame
 CUDA_SRCS := $(wildcard cuda/*.cu)
 # cuBLAS is not linked: the CUDA backend dlopens it when it is first created (cuda/cublas_dl.h),
 # so a run on the CPU never maps it. The RUNPATH names the build's toolkit library directory for
-# that dlopen (LD_LIBRARY_PATH still comes first); the C sources see the toolkit's headers for
-# cuBLAS's types (cuda/cublas_dl.h).
+# that dlopen (LD_LIBRARY_PATH still comes first). The loader's C test sees the toolkit's headers
+# for cuBLAS's types.
 ifeq ($(CUDA),1)
-CFLAGS += -DKVSERVE_CUDA=1 -isystem $(CUDA_HOME)/include
+CFLAGS += -DKVSERVE_CUDA=1
+$(BUILD)/tests/test_cublas_dl.o: CFLAGS += -isystem $(CUDA_HOME)/include
 CUDA_OBJS := $(CUDA_SRCS:%.cu=$(BUILD)/%.o)
 CUDA_LIBS := -L$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/targets/x86_64-linux/lib -Wl,-rpath,$(CUDA_HOME)/lib64 \
              -lcudart_static -ldl -lrt -lstdc++
