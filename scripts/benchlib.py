@@ -375,18 +375,25 @@ class Target:
 
 
 def server_tokenizer(target):
-    """A text → token count callable backed by POST /tokenize, or None when the server has none."""
-    probe = target.get_json("/tokenize", {"prompt": "hello world"}, method="POST")
-    if not isinstance(probe, dict) or not ("count" in probe or "tokens" in probe):
-        return None
+    """A text → token count callable backed by the server's POST /tokenize, or None when it has none.
 
-    def count(text):
-        r = target.get_json("/tokenize", {"prompt": text}, method="POST")
+    Two request shapes exist: vLLM's (and kvserve's) {"prompt": text}, which counts the special
+    tokens the server adds (BOS), and llama.cpp's {"content": text, "add_special": true}, which
+    then counts the same. The vLLM shape is tried first; a server that answers it with no tokens
+    for a non-empty text (llama.cpp ignores the unknown field) is asked in its own shape. So two
+    servers with one tokenizer calibrate the same seed to the same prompts."""
+    shapes = (lambda t: {"prompt": t}, lambda t: {"content": t, "add_special": True})
+
+    def ask(shape, text):
+        r = target.get_json("/tokenize", shape(text), method="POST")
         if not isinstance(r, dict):
             return None
         return r.get("count", len(r.get("tokens") or [])) or None
 
-    return count
+    for shape in shapes:
+        if ask(shape, "hello world"):
+            return lambda text, shape=shape: ask(shape, text)
+    return None
 
 
 def default_model(target):

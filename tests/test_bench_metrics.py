@@ -178,6 +178,36 @@ class Workloads(unittest.TestCase):
         text, n = bl.WordPrompter(random.Random(3)).make(37)
         self.assertEqual((n, len(text.split())), (37, 37))
 
+    def test_server_tokenizer_speaks_vllm_and_llama_cpp(self):
+        class FakeTarget:
+            """POST /tokenize in one server's shape: 1 BOS + 1 token per word."""
+
+            def __init__(self, shape):
+                self.shape, self.bodies = shape, []
+
+            def get_json(self, path, body=None, method="GET"):
+                self.bodies.append(body)
+                if path != "/tokenize" or self.shape is None:
+                    return None
+                if self.shape == "vllm":
+                    n = 1 + len(body.get("prompt", "").split()) if "prompt" in body else 0
+                    return {"count": n, "tokens": list(range(n))}
+                # llama.cpp: "prompt" is ignored (no tokens); "content", BOS only with add_special
+                n = len(body.get("content", "").split()) + (1 if body.get("add_special") else 0)
+                return {"tokens": list(range(n)) if "content" in body else []}
+
+        for shape in ("vllm", "llama.cpp"):
+            t = FakeTarget(shape)
+            count = bl.server_tokenizer(t)
+            self.assertIsNotNone(count, shape)
+            self.assertEqual(count("a b c d"), 5, shape)  # the same count from either shape
+        self.assertIsNone(bl.server_tokenizer(FakeTarget(None)))
+        # Same seed, same tokenizer, either shape: the same prompts.
+        made = [bl.WordPrompter(random.Random(9), bl.server_tokenizer(FakeTarget(s))).make(64)
+                for s in ("vllm", "llama.cpp")]
+        self.assertEqual(made[0], made[1])
+        self.assertEqual(made[0][1], 64)
+
     def test_random_lengths_in_range(self):
         rng = random.Random(5)
         jobs = bl.random_jobs(rng, bl.WordPrompter(rng), 200, 100, 20, 0.5)
