@@ -88,7 +88,7 @@ static inline __attribute__((always_inline)) void ukernel(int mr, int nt, const 
         for (int r = 0; r < mr; r++)
 #pragma GCC unroll 2
             for (int t = 0; t < nt; t++) iacc[r][t] = _mm256_setzero_si256();
-#pragma GCC unroll 8
+#pragma GCC unroll 4
         for (int s = 0; s < 8; s++) {
             __m256i wv[2], wa[2];
 #pragma GCC unroll 2
