@@ -89,6 +89,15 @@ typedef struct cpu__q8s {
     int32_t s32; /* Σ q over the block (exact) */
 } cpu__q8s;      /* 52 bytes */
 
+/* An activation block of 256 for the super-block types (Q2_K … Q6_K, IQ4_XS; quant.h): one
+ * scale for all 256 values and the exact sums of each 16, so those kernels scale their integer
+ * sums in integer arithmetic and fold into f32 once per super-block. */
+typedef struct cpu__q8k {
+    int8_t q[256];
+    int16_t bsum[16]; /* Σ q over q[16h .. 16h + 16): |bsum| ≤ 16 · 127 */
+    float d;          /* x ≈ d · q; d = max|x| / 127 over the 256 (0 for an all-zero block) */
+} cpu__q8k;           /* 292 bytes */
+
 /* One matmul as the workers see it. Work is handed out in units of t->unit outputs by
  * cpu__pool_for, so a thread that the OS delays does not hold up the others: they take its
  * units. */
@@ -102,6 +111,7 @@ typedef struct cpu__mm_task {
     const cpu__q8x *xq;  /* CPU__ACT_Q8_0: quantised activations [n_rows][n_in / 32] */
     const int32_t *xsum; /* CPU__ACT_Q8_0: -128 × Σ q of each block of xq, [n_rows][n_in / 32] */
     const cpu__q8s *xs;  /* CPU__ACT_Q8S: quantised activations [n_rows][n_in / 32] */
+    const cpu__q8k *xk;  /* CPU__ACT_Q8K: quantised activations [n_rows][n_in / 256] */
     int64_t n_units;     /* units of work */
     int64_t unit;        /* outputs per unit */
 } cpu__mm_task;
@@ -116,6 +126,7 @@ enum cpu__act {
     CPU__ACT_F32 = 0,  /* x itself, f32 [n_rows][n_in] */
     CPU__ACT_Q8_0 = 1, /* t->xq and t->xsum: blocks of 32 int8 with an f32 scale (cpu__q8x) */
     CPU__ACT_Q8S = 2,  /* t->xs: the same blocks with their sums (cpu__q8s; quant.h) */
+    CPU__ACT_Q8K = 3,  /* t->xk: blocks of 256 int8 with one f32 scale and int16 sums (cpu__q8k) */
 };
 
 /* A copy of a matrix packed once at upload into a level's own layout (be_weight.extra). */
@@ -177,6 +188,10 @@ typedef struct cpu__kern {
     /* Per block of 32: d = max|x| / 127, q = round-to-nearest-even(x · (1/d)) (0 when d = 0),
      * n a multiple of 32. Every level must give exactly the scalar result. */
     void (*quantise_q8)(const float *x, cpu__q8x *out, int64_t n);
+    /* The same per block of 256 (d = max|x| / 127 over the block, q = round-to-nearest-even(
+     * x · (1/d))) with the exact sums of each 16 q: n a multiple of 256. Every level must give
+     * exactly the scalar result. */
+    void (*quantise_q8k)(const float *x, cpu__q8k *out, int64_t n);
 
     /* ---- attention (attention.c) ---- */
     /* dst[r][0..n) = src[r][0..n) as f32 for rows r < rows: src of KV dtype with a row stride

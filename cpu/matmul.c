@@ -105,6 +105,7 @@ static const void *act_row(const mm_task *t, int64_t r, int act)
 {
     if (act == CPU__ACT_Q8_0) return t->xq + r * (t->w->n_in / 32);
     if (act == CPU__ACT_Q8S) return t->xs + r * (t->w->n_in / 32);
+    if (act == CPU__ACT_Q8K) return t->xk + r * (t->w->n_in / 256);
     return t->x + r * t->w->n_in;
 }
 
@@ -211,9 +212,32 @@ static void q8s_run(void *v, int64_t lo, int64_t hi, int ith)
     for (int64_t r = lo; r < hi; r++) cpu__q8s_quantise(t->k, t->x + r * t->n_in, t->xs + r * (t->n_in / 32), t->n_in);
 }
 
+typedef struct q8k_task {
+    const cpu__kern *k;
+    const float *x;
+    int64_t n_in;
+    cpu__q8k *xk;
+} q8k_task;
+
+static void q8k_run(void *v, int64_t lo, int64_t hi, int ith)
+{
+    q8k_task *t = v;
+    (void)ith;
+    for (int64_t r = lo; r < hi; r++) t->k->quantise_q8k(t->x + r * t->n_in, t->xk + r * (t->n_in / 256), t->n_in);
+}
+
 /* Converts x into t's activation format (in c->shared). 0 or -ENOMEM. */
 static int convert_activations(cpu__backend *c, mm_task *t, int act, int small)
 {
+    if (act == CPU__ACT_Q8K) {
+        int64_t n_in = t->w->n_in;
+        if (cpu__scratch_reserve(&c->shared, (size_t)t->n_rows * (size_t)(n_in / 256) * sizeof(cpu__q8k))) return -1;
+        q8k_task qt = {&c->k, t->x, n_in, c->shared.p};
+        if (small) q8k_run(&qt, 0, t->n_rows, 0);
+        else cpu__pool_for(c->pool, t->n_rows, 1 + 32768 / n_in, q8k_run, &qt);
+        t->xk = qt.xk;
+        return 0;
+    }
     if (act == CPU__ACT_Q8S) {
         int64_t n_in = t->w->n_in;
         if (cpu__scratch_reserve(&c->shared, (size_t)t->n_rows * (size_t)(n_in / 32) * sizeof(cpu__q8s))) return -1;

@@ -87,6 +87,11 @@ static void decode_values(int type, const uint8_t *b, int8_t *v)
     }
 }
 
+void cpu__qk_values(int type, const uint8_t *blk, int8_t *v)
+{
+    decode_values(type, blk, v);
+}
+
 void cpu__qblock_decode(int type, const uint8_t *blk, int8_t *v, float *S, float *W)
 {
     decode_values(type, blk, v);
@@ -113,6 +118,95 @@ void cpu__q8s_quantise(const cpu__kern *k, const float *x, cpu__q8s *out, int64_
             o->s32 = s0 + s1;
         }
     }
+}
+
+/* The scalar Q8_K quantiser (the table's quantise_q8k): every level's equals it. */
+static void quantise_q8k_scalar(const float *x, cpu__q8k *out, int64_t n)
+{
+    for (int64_t b = 0; b < n / 256; b++) {
+        const float *xb = x + b * 256;
+        float amax = 0;
+        for (int i = 0; i < 256; i++) amax = fmaxf(amax, fabsf(xb[i]));
+        float d = amax / 127.0f, id = d > 0 ? 1.0f / d : 0.0f;
+        out[b].d = d;
+        for (int i = 0; i < 256; i++) out[b].q[i] = (int8_t)lrintf(xb[i] * id);
+        for (int h = 0; h < 16; h++) {
+            int s = 0;
+            for (int i = 0; i < 16; i++) s += out[b].q[16 * h + i];
+            out[b].bsum[h] = (int16_t)s;
+        }
+    }
+}
+
+/* ---- scalar reference: super-block types ------------------------------------------------------ */
+
+/* One super-block decoded: the second formulation's integers and factors. */
+typedef struct qk_dec {
+    int8_t v[256];
+    int16_t sc[16], m[16];
+    float d, e;
+} qk_dec;
+
+static void qk_decode(int type, const uint8_t *b, qk_dec *k)
+{
+    decode_values(type, b, k->v);
+    cpu__qk_scales(type, b, k->sc, k->m, &k->d, &k->e);
+}
+
+/* The formulation's step for one super-block against one activation block. */
+static float qk_step(const qk_dec *k, int has_m, const cpu__q8k *x, float acc)
+{
+    int32_t isum = 0, msum = 0;
+    for (int h = 0; h < 16; h++) {
+        int32_t s = 0;
+        for (int i = 0; i < 16; i++) s += (int32_t)k->v[16 * h + i] * x->q[16 * h + i];
+        isum += k->sc[h] * s;
+        msum += k->m[h] * x->bsum[h];
+    }
+    acc = fmaf((float)isum, k->d * x->d, acc);
+    if (has_m) acc = fmaf((float)msum, k->e * x->d, acc);
+    return acc;
+}
+
+float cpu__qkdot_ref(int type, const uint8_t *w, const cpu__q8k *x, int64_t n_in)
+{
+    qk_dec k;
+    float acc = 0.0f;
+    size_t bb = dt_block_bytes(type);
+    for (int64_t b = 0; b < n_in / 256; b++) {
+        qk_decode(type, w + (size_t)b * bb, &k);
+        acc = qk_step(&k, type != DT_IQ4_XS, &x[b], acc);
+    }
+    return acc;
+}
+
+/* The scalar run of a super-block type: each weight row decoded once (into the thread's
+ * scratch), then dotted with every activation row. */
+static void qk_run_scalar(void *task, int64_t lo_unit, int64_t hi_unit, int ith)
+{
+    const cpu__mm_task *t = task;
+    const be_weight *w = t->w;
+    int64_t n_in = w->n_in, n_out = w->n_out, nb = n_in / 256;
+    size_t rb = dt_row_bytes(w->type, n_in), bb = dt_block_bytes(w->type);
+    int has_m = w->type != DT_IQ4_XS;
+    qk_dec *k = t->c->scratch[ith].p;
+    int64_t lo = lo_unit * t->unit, hi = hi_unit * t->unit < n_out ? hi_unit * t->unit : n_out;
+    for (int64_t o = lo; o < hi; o++) {
+        const uint8_t *row = (const uint8_t *)w->data + (size_t)o * rb;
+        for (int64_t b = 0; b < nb; b++) qk_decode(w->type, row + (size_t)b * bb, &k[b]);
+        float bias = t->bias ? t->bias[o] : 0.0f;
+        for (int r = 0; r < t->n_rows; r++) {
+            float acc = 0.0f;
+            for (int64_t b = 0; b < nb; b++) acc = qk_step(&k[b], has_m, &t->xk[(size_t)r * nb + b], acc);
+            t->out[(size_t)r * n_out + o] = acc + bias;
+        }
+    }
+}
+
+static size_t qk_scratch(const be_weight *w, int n_rows)
+{
+    (void)n_rows;
+    return (size_t)(w->n_in / 256) * sizeof(qk_dec);
 }
 
 /* ---- scalar reference ---------------------------------------------------------------------- */
@@ -194,7 +288,8 @@ static size_t ref_scratch(const be_weight *w, int n_rows)
 #define QUANT_DOT(T)                                                                              \
     static float dot_##T(const void *w, const void *x, int64_t n)                                 \
     {                                                                                             \
-        return cpu__qdot_ref(DT_##T, w, x, n);                                                    \
+        return cpu__qk_is_super(DT_##T) ? cpu__qkdot_ref(DT_##T, w, x, n)                         \
+                                        : cpu__qdot_ref(DT_##T, w, x, n);                         \
     }
 QUANT_DOT(Q4_0)
 QUANT_DOT(Q4_1)
@@ -215,9 +310,12 @@ void cpu__quant_fill_scalar(cpu__kern *k)
 {
     float (*const dots[CPU__QUANT_N_TYPES])(const void *, const void *, int64_t) = {
         dot_Q4_0, dot_Q4_1, dot_Q5_0, dot_Q5_1, dot_IQ4_NL, dot_Q2_K, dot_Q3_K, dot_Q4_K, dot_Q5_K, dot_Q6_K, dot_IQ4_XS};
-    for (int i = 0; i < CPU__QUANT_N_TYPES; i++)
+    k->quantise_q8k = quantise_q8k_scalar;
+    for (int i = 0; i < CPU__QUANT_N_TYPES; i++) {
+        int super = cpu__qk_is_super(cpu__quant_types[i]);
         k->mm[cpu__quant_types[i]] = (cpu__mm_kern){
-            .act = CPU__ACT_Q8S, .dot_isa = CPU_ISA_SCALAR, .dot = dots[i],
-            .plain = {.isa = CPU_ISA_SCALAR, .min_rows = 1, .align = 16, .scratch = ref_scratch,
-                      .run = cpu__quant_run_scalar}};
+            .act = super ? CPU__ACT_Q8K : CPU__ACT_Q8S, .dot_isa = CPU_ISA_SCALAR, .dot = dots[i],
+            .plain = {.isa = CPU_ISA_SCALAR, .min_rows = 1, .align = 16, .scratch = super ? qk_scratch : ref_scratch,
+                      .run = super ? qk_run_scalar : cpu__quant_run_scalar}};
+    }
 }

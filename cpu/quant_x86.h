@@ -368,6 +368,24 @@ QX_INLINE void qx_transpose8(const __m256i *r, __m256i *o)
     o[3] = _mm256_permute2x128_si256(s3, s7, 0x20), o[7] = _mm256_permute2x128_si256(s3, s7, 0x31);
 }
 
+/* The values of one block of 16 outputs (rows rp[j] + off) into the panel at pv: [be/4][16][4]
+ * bytes, offset to unsigned for signed types on VNNI. */
+QX_INLINE void qx_unpack_values(int type, const uint8_t *const *rp, size_t off, uint8_t *pv)
+{
+    const int nu = dt_block_elems(type) / 32, sgn = cpu__qtraits_of(type).is_signed;
+    for (int k = 0; k < nu; k++)
+        for (int h = 0; h < 2; h++) {
+            __m256i v[8], o[8];
+            for (int j = 0; j < 8; j++) {
+                v[j] = qx_unit(type, rp[8 * h + j] + off, k);
+                if (sgn && QX_VNNI) v[j] = _mm256_xor_si256(v[j], _mm256_set1_epi8((char)0x80));
+            }
+            qx_transpose8(v, o);
+            uint8_t *dst = pv + (size_t)k * 8 * 64 + 32 * h;
+            for (int i = 0; i < 8; i++) _mm256_storeu_si256((__m256i *)(dst + 64 * i), o[i]);
+        }
+}
+
 /* The panel of outputs [o0, o0 + 16) × inputs [i0, i0 + kc): values at pv ([kc/4][16][4]),
  * S and W at pS, pW ([kc/G][16]). Outputs past n_out repeat the last row. */
 QX_INLINE void qx_unpack(int type, const be_weight *w, int64_t o0, int64_t i0, int kc, uint8_t *pv, float *pS,
@@ -390,17 +408,7 @@ QX_INLINE void qx_unpack(int type, const be_weight *w, int64_t o0, int64_t i0, i
                 _mm256_storeu_ps(pW + (lb * ng + g) * 16 + 8 * h, sgn ? _mm256_setzero_ps() : W[g]);
             }
         }
-        for (int k = 0; k < nu; k++)
-            for (int h = 0; h < 2; h++) {
-                __m256i v[8], o[8];
-                for (int j = 0; j < 8; j++) {
-                    v[j] = qx_unit(type, rp[8 * h + j] + lb * bb, k);
-                    if (sgn && QX_VNNI) v[j] = _mm256_xor_si256(v[j], _mm256_set1_epi8((char)0x80));
-                }
-                qx_transpose8(v, o);
-                uint8_t *dst = pv + (size_t)(lb * nu + k) * 8 * 64 + 32 * h;
-                for (int i = 0; i < 8; i++) _mm256_storeu_si256((__m256i *)(dst + 64 * i), o[i]);
-            }
+        qx_unpack_values(type, rp, (size_t)lb * bb, pv + (size_t)lb * nu * 8 * 64);
     }
 }
 
@@ -579,26 +587,5 @@ static size_t qx_scratch(const be_weight *w, int n_rows)
     (void)w, (void)n_rows;
     return CPU__QPANEL_BYTES;
 }
-
-/* One specialised run per type, and the fill function that puts them in the table:
- * QX_KERNELS(suffix, level) defines cpu__quant_fill_<suffix>. The dot (one output, the table's
- * fallback) stays the scalar reference: the plain run serves every row count. */
-#define QX_ONE(T)                                                                             \
-    static void qx_run_##T(void *task, int64_t lo, int64_t hi, int ith)                       \
-    {                                                                                         \
-        qx_run(DT_##T, task, lo, hi, ith);                                                    \
-    }
-#define QX_KERNELS(suffix, level)                                                             \
-    QX_ONE(Q4_0) QX_ONE(Q4_1) QX_ONE(Q5_0) QX_ONE(Q5_1) QX_ONE(IQ4_NL) QX_ONE(Q2_K)            \
-    QX_ONE(Q3_K) QX_ONE(Q4_K) QX_ONE(Q5_K) QX_ONE(Q6_K) QX_ONE(IQ4_XS)                         \
-    void cpu__quant_fill_##suffix(cpu__kern *k)                                               \
-    {                                                                                         \
-        const cpu__range_fn runs[CPU__QUANT_N_TYPES] = {                                      \
-            qx_run_Q4_0, qx_run_Q4_1, qx_run_Q5_0, qx_run_Q5_1, qx_run_IQ4_NL, qx_run_Q2_K,   \
-            qx_run_Q3_K, qx_run_Q4_K, qx_run_Q5_K, qx_run_Q6_K, qx_run_IQ4_XS};               \
-        for (int i = 0; i < CPU__QUANT_N_TYPES; i++)                                          \
-            k->mm[cpu__quant_types[i]].plain = (cpu__mm_plain){                               \
-                .isa = level, .min_rows = 1, .align = 16, .scratch = qx_scratch, .run = runs[i]}; \
-    }
 
 #endif
