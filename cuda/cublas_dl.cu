@@ -42,8 +42,6 @@ enum { CUDA_BLAS__N = 0 CUDA_BLAS__SYMS(CUDA_BLAS__ONE) };
 static pthread_mutex_t cuda__blas_mu = PTHREAD_MUTEX_INITIALIZER;
 static cuda_blas_api cuda__blas_table;
 static const cuda_blas_api *cuda__blas_pub;
-/* The executable-directory candidate's path (cuda__blas_table.name may point at it). */
-static char cuda__blas_exe_lib[4096];
 
 /* Resolves one symbol into *slot; 0, or -ENOSYS with the line in err. */
 static int cuda__blas_sym(void *h, const char *lib, const char *sym, void **slot, char *err,
@@ -82,8 +80,9 @@ extern "C" int cuda_blas_open(const char *lib, cuda_blas_api *api, char *err, si
         return rc;
     }
     cuda_blas_api t;
+    memset(&t, 0, sizeof t);
     t.lib = h;
-    t.name = lib;
+    snprintf(t.name, sizeof t.name, "%s", lib);
     n = 0;
 #define CUDA_BLAS__STORE(field, fn) t.field = reinterpret_cast<decltype(t.field)>(p[n++]);
     CUDA_BLAS__SYMS(CUDA_BLAS__STORE)
@@ -92,9 +91,9 @@ extern "C" int cuda_blas_open(const char *lib, cuda_blas_api *api, char *err, si
     return 0;
 }
 
-/* The directory of the running executable + CUDA_BLAS_SONAME into buf; 0, or -ENOENT when the
+/* The directory of the running executable + soname into buf; 0, or -ENOENT when the
  * executable's path is unknown or too long. */
-static int cuda__blas_exe_candidate(char *buf, size_t len)
+static int cuda__blas_exe_candidate(const char *soname, char *buf, size_t len)
 {
     char exe[4096];
     ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
@@ -103,36 +102,36 @@ static int cuda__blas_exe_candidate(char *buf, size_t len)
     char *slash = strrchr(exe, '/');
     if (!slash) return -ENOENT;
     *slash = '\0';
-    int w = snprintf(buf, len, "%s/%s", exe, CUDA_BLAS_SONAME);
+    int w = snprintf(buf, len, "%s/%s", exe, soname);
     return w > 0 && (size_t)w < len ? 0 : -ENOENT;
 }
 
-/* Tries the candidates in order; 0 with the table in cuda__blas_table, or the first failure's
- * line in err (a missing symbol stops the search: that library is the wrong one, not absent). */
-static int cuda__blas_search(char *err, size_t err_len)
+extern "C" int cuda_blas_search(const char *soname, const char *fallback, cuda_blas_api *api,
+                                char *err, size_t err_len)
 {
-    int rc = cuda_blas_open(CUDA_BLAS_SONAME, &cuda__blas_table, err, err_len);
+    int rc = cuda_blas_open(soname, api, err, err_len);
     if (rc != -ENOENT) return rc;
-    char other[512];
-    if (!cuda__blas_exe_candidate(cuda__blas_exe_lib, sizeof cuda__blas_exe_lib)) {
-        int r = cuda_blas_open(cuda__blas_exe_lib, &cuda__blas_table, other, sizeof other);
-        if (r != -ENOENT) {
-            if (r) snprintf(err, err_len, "%s", other);
-            return r;
-        }
+    /* the first attempt's line stays in err unless a later library opens and fails otherwise */
+    char other[512], path[4096 + 256];
+    /* a file beside the executable decides, also when it does not open (its libcublasLt missing,
+     * say): its reason is the one worth reading */
+    if (!cuda__blas_exe_candidate(soname, path, sizeof path) && !access(path, F_OK)) {
+        rc = cuda_blas_open(path, api, other, sizeof other);
+        if (rc) snprintf(err, err_len, "%s", other);
+        return rc;
     }
-    int r = cuda_blas_open(CUDA_BLAS_FALLBACK, &cuda__blas_table, other, sizeof other);
-    if (r == -ENOENT) {
+    rc = cuda_blas_open(fallback, api, other, sizeof other);
+    if (rc == -ENOENT) {
         size_t used = err_len ? strlen(err) : 0;
         if (used + 1 < err_len)
             snprintf(err + used, err_len - used,
                      "; neither next to the executable nor as %s: put the CUDA toolkit's "
                      "library directory on LD_LIBRARY_PATH",
-                     CUDA_BLAS_FALLBACK);
-    } else if (r) {
+                     fallback);
+    } else if (rc) {
         snprintf(err, err_len, "%s", other);
     }
-    return r;
+    return rc;
 }
 
 extern "C" const cuda_blas_api *cuda_blas_load(char *err, size_t err_len)
@@ -141,7 +140,8 @@ extern "C" const cuda_blas_api *cuda_blas_load(char *err, size_t err_len)
     if (t) return t;
     pthread_mutex_lock(&cuda__blas_mu);
     t = cuda__blas_pub;
-    if (!t && !cuda__blas_search(err, err_len)) {
+    if (!t &&
+        !cuda_blas_search(CUDA_BLAS_SONAME, CUDA_BLAS_FALLBACK, &cuda__blas_table, err, err_len)) {
         t = &cuda__blas_table;
         __atomic_store_n(&cuda__blas_pub, t, __ATOMIC_RELEASE);
     }

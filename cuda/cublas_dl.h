@@ -41,8 +41,8 @@ extern "C" {
 /* The cuBLAS functions kvserve uses, with cublas_v2.h's prototypes (each field is resolved from
  * the symbol the header maps the name to: cublasCreate → cublasCreate_v2, …). */
 typedef struct cuda_blas_api {
-    void *lib;        /* the dlopen handle (never closed once published) */
-    const char *name; /* the name it was opened by (static storage or the caller's string) */
+    void *lib;       /* the dlopen handle (never closed once published) */
+    char name[1024]; /* the name or path it was opened by (truncated if longer) */
     cublasStatus_t (*create)(cublasHandle_t *handle);
     cublasStatus_t (*destroy)(cublasHandle_t handle);
     cublasStatus_t (*set_stream)(cublasHandle_t handle, cudaStream_t stream);
@@ -60,11 +60,22 @@ typedef struct cuda_blas_api {
 /* Opens the library `lib` (a name for the loader's search, or a path) and resolves every function
  * of the table into *api. 0 on success; on failure *api is unchanged, the library is closed again,
  * and err gets one line naming the library and, when it opened, the first missing symbol:
- * -ENOENT (the library cannot be opened) or -ENOSYS (a symbol is missing). `lib` is borrowed and
- * must outlive *api (api->name points at it). Does not publish anything: see cuda_blas_load. */
+ * -ENOENT (the library cannot be opened) or -ENOSYS (a symbol is missing). `lib` is borrowed.
+ * Publishes nothing: see cuda_blas_load. */
 int cuda_blas_open(const char *lib, cuda_blas_api *api, char *err, size_t err_len);
 
-/* Loads cuBLAS for the process (the search order in the header comment) and publishes the table;
+/* The search of cuda_blas_load for any pair of names, into *api (nothing published): soname
+ * through the loader's search, then soname in the running executable's directory, then
+ * fallback through the loader's search. The first library that opens decides (0, or -ENOSYS
+ * when it lacks a symbol), and so does a file beside the executable that does not open (-ENOENT
+ * with its reason); -ENOENT when none is found, with err naming soname and the places tried.
+ * On failure *api is unchanged. cuda_blas_load uses CUDA_BLAS_SONAME and CUDA_BLAS_FALLBACK;
+ * other names are for tests. */
+int cuda_blas_search(const char *soname, const char *fallback, cuda_blas_api *api, char *err,
+                     size_t err_len);
+
+/* Loads cuBLAS for the process (cuda_blas_search of CUDA_BLAS_SONAME, CUDA_BLAS_FALLBACK) and
+ * publishes the table;
  * later calls return the same table at once. Returns the table, or NULL with one line in err
  * naming what was tried, with nothing published (a later call tries again). */
 const cuda_blas_api *cuda_blas_load(char *err, size_t err_len);

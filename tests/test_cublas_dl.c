@@ -5,8 +5,10 @@
  * paths use a library that does not exist, a file that is not a library and a real library that
  * is not cuBLAS; each must give one line naming the library (and the missing symbol) and leave
  * the caller's table as it was. The default search runs where the toolkit's cuBLAS is installed
- * and is checked to fail cleanly where it is not. Last, the point of the loader: a process that
- * runs on the CPU has no cuBLAS mapped. Compiled in CUDA builds; without CUDA one test says so.
+ * and is checked to fail cleanly where it is not; the search order (the versioned name, beside
+ * the executable, the fallback name) runs with names of its own. Last, the point of the loader: a
+ * process that runs on the CPU has no cuBLAS mapped. Compiled in CUDA builds; without CUDA one test
+ * says so.
  */
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -17,6 +19,10 @@
 #include "tests/test_util.h"
 
 #ifdef KVSERVE_CUDA
+
+#include <dlfcn.h>
+#include <link.h>
+#include <unistd.h>
 
 #include "cuda/cublas_dl.h"
 
@@ -110,6 +116,66 @@ Test(cublas_dl, default_search)
                  -ENOENT);
     cr_assert(!memcmp(&copy, t, sizeof copy));
     cr_assert_eq(cuda_blas(), t);
+}
+
+/* Nothing found anywhere: -ENOENT, one line naming both names and what to do. */
+Test(cublas_dl, search_finds_nothing)
+{
+    char so[64], fb[64], err[1024] = "";
+    snprintf(so, sizeof so, "libkvserve-none-%d.so.1", (int)getpid());
+    snprintf(fb, sizeof fb, "libkvserve-none-%d.so", (int)getpid());
+    cuda_blas_api api;
+    tbd_poison(&api);
+    int rc = cuda_blas_search(so, fb, &api, err, sizeof err);
+    printf("cublas_dl: search %s, %s -> %d: %s\n", so, fb, rc, err);
+    cr_assert_eq(rc, -ENOENT);
+    cr_assert(tbd_is_poisoned(&api), "the table is unchanged");
+    cr_assert(strchr(err, '\n') == NULL, "one line: '%s'", err);
+    cr_assert(strstr(err, so) && strstr(err, fb) && strstr(err, "LD_LIBRARY_PATH"), "'%s'", err);
+    cr_assert_null(cuda_blas());
+}
+
+/* The fallback name is tried after the versioned one: libm opens, so its missing symbol is the
+ * answer (and not the versioned name's "cannot open"). */
+Test(cublas_dl, search_tries_the_fallback)
+{
+    char so[64], err[1024] = "";
+    snprintf(so, sizeof so, "libkvserve-none-%d.so.1", (int)getpid());
+    cuda_blas_api api;
+    tbd_poison(&api);
+    int rc = cuda_blas_search(so, "libm.so.6", &api, err, sizeof err);
+    cr_assert_eq(rc, -ENOSYS, "rc %d: %s", rc, err);
+    cr_assert(tbd_is_poisoned(&api));
+    cr_assert(strstr(err, "libm.so.6") && strstr(err, CUDA_BLAS__STR(cublasCreate)), "'%s'", err);
+}
+
+/* A library next to the executable (a toolkit's libraries carried beside the binary) is found
+ * when the loader's search has none: a link named like the library, in the test binary's
+ * directory, to libm. */
+Test(cublas_dl, search_looks_next_to_the_executable)
+{
+    void *m = dlopen("libm.so.6", RTLD_NOW);
+    struct link_map *lm = NULL;
+    if (!m || dlinfo(m, RTLD_DI_LINKMAP, &lm) || !lm || lm->l_name[0] != '/')
+        cr_skip_test("cannot find libm's path here");
+    char exe[2048], so[64], link[2304], err[1024] = "";
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0) cr_skip_test("no /proc/self/exe here");
+    exe[n] = '\0';
+    *strrchr(exe, '/') = '\0';
+    snprintf(so, sizeof so, "libkvserve-test-%d.so.1", (int)getpid());
+    snprintf(link, sizeof link, "%s/%s", exe, so);
+    if (symlink(lm->l_name, link)) cr_skip_test("cannot write %s: %s", link, strerror(errno));
+    cuda_blas_api api;
+    tbd_poison(&api);
+    int rc = cuda_blas_search(so, "libkvserve-none.so", &api, err, sizeof err);
+    unlink(link);
+    dlclose(m);
+    printf("cublas_dl: search %s -> %d: %s\n", so, rc, err);
+    cr_assert_eq(rc, -ENOSYS, "found next to the executable, then no cuBLAS symbol: %d (%s)", rc,
+                 err);
+    cr_assert(strstr(err, link) != NULL, "names the path beside the executable: '%s'", err);
+    cr_assert(tbd_is_poisoned(&api));
 }
 
 /* The reason the loader exists: a CPU run maps no cuBLAS (this test binary is linked like
