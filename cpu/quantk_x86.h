@@ -71,6 +71,21 @@ QX_INLINE void qk_scales16(int type, const uint8_t *b, __m256i *sc, __m256i *m)
     } else if (type == DT_Q6_K) {
         *sc = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(b + 192)));
         *m = _mm256_slli_epi16(*sc, 5);
+    } else if (type == DT_Q2_K) { /* byte h: sc low nibble, m high nibble */
+        __m128i s8 = _mm_loadu_si128((const __m128i *)b), m4 = _mm_set1_epi8(0x0F);
+        *sc = _mm256_cvtepu8_epi16(_mm_and_si128(s8, m4));
+        *m = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(s8, 4), m4));
+    } else if (type == DT_Q3_K) {
+        /* 12 bytes s: the low 4 bits of sc_h are nibble (h / 8) of s[h % 8], the high 2 bits
+         * bits 2(h / 4) of s[8 + h % 4]; per dword of 4 scales at once */
+        uint32_t a[3];
+        memcpy(a, b + 96, 12);
+        const uint32_t m4 = 0x0F0F0F0F, m2 = 0x03030303;
+        __m128i s8 = _mm_setr_epi32((int)((a[0] & m4) | (a[2] & m2) << 4), (int)((a[1] & m4) | ((a[2] >> 2) & m2) << 4),
+                                    (int)(((a[0] >> 4) & m4) | ((a[2] >> 4) & m2) << 4),
+                                    (int)(((a[1] >> 4) & m4) | ((a[2] >> 6) & m2) << 4));
+        *sc = _mm256_cvtepi8_epi16(_mm_sub_epi8(s8, _mm_set1_epi8(32)));
+        *m = _mm256_slli_epi16(*sc, 2);
     } else {
         int16_t s[16], mn[16];
         float d, e;
@@ -120,12 +135,117 @@ QX_INLINE __m256i qk_sum8(const __m256i *t)
 }
 
 /* ---- GEMV -------------------------------------------------------------------------------- */
+/* Byte b of each dword of v into bits 0-7 and 16-23 of that dword (zero elsewhere): an int16
+ * pair (x, x) for madd, from unsigned bytes. */
+QX_INLINE __m256i qk_pair_of_byte(__m256i v, int b)
+{
+    const int z = -1;
+    return _mm256_shuffle_epi8(v, _mm256_setr_epi8(b, z, b, z, 4 + b, z, 4 + b, z, 8 + b, z, 8 + b, z, 12 + b, z, 12 + b, z,
+                                                   b, z, b, z, 4 + b, z, 4 + b, z, 8 + b, z, 8 + b, z, 12 + b, z, 12 + b, z));
+}
+
+/* Bytes b0 and b1 of each dword of v as the int16 pair (v.b0, v.b1). */
+QX_INLINE __m256i qk_pair_of_bytes(__m256i v, int b0, int b1)
+{
+    const int z = -1;
+    return _mm256_shuffle_epi8(v, _mm256_setr_epi8(b0, z, b1, z, 4 + b0, z, 4 + b1, z, 8 + b0, z, 8 + b1, z, 12 + b0, z, 12 + b1, z,
+                                                   b0, z, b1, z, 4 + b0, z, 4 + b1, z, 8 + b0, z, 8 + b1, z, 12 + b0, z, 12 + b1, z));
+}
+
+/* The scales of the 8 groups of 32 of one super-block of 8 outputs (Q4_K, Q5_K, IQ4_XS; output
+ * j's block at b0 + idx[j]), lane j output j, as cpu__qk_scales gives them: scd[g][j] = the int16
+ * pair (sc_g, sc_g) of output j (a dword that broadcasts to the unit's madd scales), and mp[p] =
+ * the int16 pairs (m_2p, m_2p+1) of each output (not written for IQ4_XS). */
+QX_INLINE void qk_scales32x8(int type, const uint8_t *b0, __m256i idx, int32_t scd[8][8], __m256i *mp)
+{
+    if (type == DT_IQ4_XS) {
+        __m256i sh = _mm256_srli_epi32(qx_gather(b0, idx, 0), 16), sl = qx_gather(b0, idx, 4);
+        for (int g = 0; g < 8; g++) {
+            __m256i lo = _mm256_and_si256(_mm256_srli_epi32(sl, 4 * g), _mm256_set1_epi32(0xF));
+            __m256i hi = _mm256_and_si256(_mm256_srli_epi32(sh, 2 * g), _mm256_set1_epi32(3));
+            __m256i sc = _mm256_sub_epi32(_mm256_or_si256(lo, _mm256_slli_epi32(hi, 4)), _mm256_set1_epi32(32));
+            sc = _mm256_and_si256(sc, _mm256_set1_epi32(0xFFFF));
+            _mm256_storeu_si256((__m256i *)scd[g], _mm256_or_si256(sc, _mm256_slli_epi32(sc, 16)));
+        }
+        return;
+    }
+    /* Q4_K, Q5_K: the 12 bytes s, per dword of 4 (as qk_scales16's, lane-wise) */
+    __m256i a = qx_gather(b0, idx, 4), c = qx_gather(b0, idx, 8), u2 = qx_gather(b0, idx, 12);
+    const __m256i m6 = _mm256_set1_epi8(0x3F), m4 = _mm256_set1_epi8(0x0F), top = _mm256_set1_epi8(0x30);
+    __m256i lo_sc = _mm256_and_si256(a, m6), lo_m = _mm256_and_si256(c, m6);
+    __m256i hi_sc = _mm256_or_si256(_mm256_and_si256(u2, m4), _mm256_and_si256(_mm256_srli_epi32(a, 2), top));
+    __m256i hi_m = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(u2, 4), m4), _mm256_and_si256(_mm256_srli_epi32(c, 2), top));
+    for (int g = 0; g < 4; g++) {
+        _mm256_storeu_si256((__m256i *)scd[g], qk_pair_of_byte(lo_sc, g));
+        _mm256_storeu_si256((__m256i *)scd[4 + g], qk_pair_of_byte(hi_sc, g));
+    }
+    mp[0] = qk_pair_of_bytes(lo_m, 0, 1), mp[1] = qk_pair_of_bytes(lo_m, 2, 3);
+    mp[2] = qk_pair_of_bytes(hi_m, 0, 1), mp[3] = qk_pair_of_bytes(hi_m, 2, 3);
+}
+
+/* qk_gemv8 for the types with groups of 32 (Q4_K, Q5_K, IQ4_XS): the scales decoded for 8
+ * outputs at once, each unit's scale a broadcast load, msum lane-wise (madd of the min pairs with
+ * the row's sums per 32) — no per-output scale work and no second reduction. */
+QX_INLINE void qk_gemv8_g32(int type, int R, const uint8_t *const *rp, int64_t n_in, const cpu__q8k *x, int64_t nxb,
+                            float *res)
+{
+    const int sgn = type == DT_IQ4_XS, has_m = !sgn;
+    const size_t bb = dt_block_bytes(type);
+    const __m256i idx = qx_offsets(rp);
+    __m256 acc[QX_GEMV_ROWS];
+    for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < n_in / 256; b++) {
+        int32_t scd[8][8];
+        __m256i mp[4], ti[QX_GEMV_ROWS][4], pi[QX_GEMV_ROWS];
+        qk_scales32x8(type, rp[0] + b * bb, idx, scd, mp);
+        /* the compiler would keep scd in registers and extract each scale with two shuffles;
+         * through memory each is one broadcast load (a load port, not the shuffle port) */
+        __asm__ volatile("" : : "r"(scd) : "memory");
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; j++) {
+            const uint8_t *blk = rp[j] + b * bb;
+            __m256i is[QX_GEMV_ROWS];
+            for (int r = 0; r < R; r++) is[r] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+            for (int k = 0; k < 8; k++) {
+                __m256i v = qx_unit(type, blk, k), va = sgn ? _mm256_abs_epi8(v) : v, s = _mm256_set1_epi32(scd[k][j]);
+                for (int r = 0; r < R; r++)
+                    is[r] = qk_scaled(is[r], qk_pairs(v, va, qx_load((const uint8_t *)x[r * nxb + b].q + 32 * k), sgn), s);
+            }
+            for (int r = 0; r < R; r++) {
+                if (j & 1) ti[r][j / 2] = _mm256_hadd_epi32(pi[r], is[r]);
+                else pi[r] = is[r];
+            }
+        }
+        __m256 D, E = _mm256_setzero_ps();
+        qk_factors8(type, rp[0] + b * bb, idx, &D, &E);
+        for (int r = 0; r < R; r++) {
+            const cpu__q8k *xb = &x[r * nxb + b];
+            __m256 dx = _mm256_set1_ps(xb->d);
+            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(qk_sum8(ti[r])), _mm256_mul_ps(D, dx), acc[r]);
+            if (!has_m) continue;
+            __m256i ms = _mm256_setzero_si256();
+            for (int q = 0; q < 4; q++) {
+                const int16_t *bs = xb->bsum + 4 * q; /* the sums of groups 2q and 2q + 1 */
+                uint32_t pr = (uint16_t)(bs[0] + bs[1]) | (uint32_t)(uint16_t)(bs[2] + bs[3]) << 16;
+                ms = _mm256_add_epi32(ms, _mm256_madd_epi16(mp[q], _mm256_set1_epi32((int)pr)));
+            }
+            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ms), _mm256_mul_ps(E, dx), acc[r]);
+        }
+    }
+    for (int r = 0; r < R; r++) _mm256_storeu_ps(res + 8 * r, acc[r]);
+}
+
 
 /* res[r][j] = the formulation for output row rp[j] (j < 8) against activation row r (R rows,
  * x rows nxb blocks apart), bias not added. */
 QX_INLINE void qk_gemv8(int type, int R, const uint8_t *const *rp, int64_t n_in, const cpu__q8k *x, int64_t nxb,
                         float *res)
 {
+    if (cpu__qtraits_of(type).group == 32) {
+        qk_gemv8_g32(type, R, rp, n_in, x, nxb, res);
+        return;
+    }
     const int sgn = type == DT_IQ4_XS, has_m = !sgn;
     const size_t bb = dt_block_bytes(type);
     const __m256i idx = qx_offsets(rp);
