@@ -39,6 +39,10 @@
  * tokens of block i), the key before a node's first block being its parent's last key (the
  * tier's root key under the root); n_tiered counts the tiered blocks.
  *
+ * Hooks (rdx_set_hooks) see every block enter (rdx_insert, and a tiered block taken back) and
+ * leave (eviction, destroy) while the tree holds its reference, so an owner can keep state per
+ * indexed block in step with the tree.
+ *
  * Costs, for L tokens, F children per node, N nodes: match and insert walk O(L) tokens plus a
  * binary search of O(log F) block comparisons per node on the path (a comparison usually stops
  * at the first token); evict is O(N + k log N) for k leaves touched (it heapifies the current
@@ -83,11 +87,25 @@ struct rdx_tree {
     int n_tiered;         /* blocks marked tiered */
     int has_tier;         /* 1 after rdx_set_tier */
     rdx_tier tier;
+    int has_hooks;        /* 1 after rdx_set_hooks */
+    rdx_hooks hooks;
     uint64_t clock;       /* logical time, +1 per match and insert */
     uint64_t next_serial; /* serial of the next node created */
     rdx_node **scratch;   /* [scratch_cap ≥ n_nodes + 1]: traversal list and eviction heap */
     int scratch_cap;
 };
+
+/* The hooks' side of a block entering the tree (its reference just taken) and leaving it (its
+ * reference about to go). */
+static void rdx__indexed(rdx_tree *t, int32_t block, int pos)
+{
+    if (t->has_hooks) t->hooks.indexed(t->hooks.ud, block, pos);
+}
+
+static void rdx__released(rdx_tree *t, int32_t block)
+{
+    if (t->has_hooks) t->hooks.released(t->hooks.ud, block);
+}
 
 /* Lexicographic order of two blocks of token ids. */
 static int rdx__keycmp(const int32_t *a, const int32_t *b, int bs)
@@ -248,7 +266,10 @@ void rdx_destroy(rdx_tree *t)
     int n = rdx__list_nodes(t);
     for (int i = 0; i < n; i++) {
         rdx_node *x = t->scratch[i];
-        for (int b = 0; b < x->n_res; b++) bp_unref(t->bp, x->blocks[b]);
+        for (int b = 0; b < x->n_res; b++) {
+            rdx__released(t, x->blocks[b]);
+            bp_unref(t->bp, x->blocks[b]);
+        }
         rdx__node_free(x);
     }
     free(t->scratch);
@@ -401,6 +422,7 @@ static int rdx__adopt(rdx_tree *t, rdx_node *x, int k, const int32_t *blocks)
             int32_t id = blocks[start + i];
             y->blocks[i] = id;
             bp_ref(t->bp, id);
+            rdx__indexed(t, id, start + i);
             t->tier.saved(t->tier.ud, y->keys[i], rdx__key_before(t, y, i), y->tokens + (size_t)i * t->block_size, id);
             n++;
         }
@@ -464,6 +486,7 @@ int rdx_insert(rdx_tree *t, const int32_t *tokens, int n_tokens, const int32_t *
             int32_t id = blocks[k + i];
             y->blocks[at + i] = id;
             bp_ref(t->bp, id);
+            rdx__indexed(t, id, k + i);
             if (!t->has_tier) continue;
             const int32_t *tok = y->tokens + (size_t)(at + i) * bs;
             y->keys[at + i] = hash_key_next(prev, tok, bs);
@@ -560,6 +583,7 @@ static int rdx__evict_block(rdx_tree *t, rdx_node *x)
     int32_t id = x->blocks[i];
     const int32_t *tok = x->tokens + (size_t)i * t->block_size;
     int kept = t->has_tier && t->tier.spill(t->tier.ud, x->keys[i], rdx__key_before(t, x, i), tok, id);
+    rdx__released(t, id);
     bp_unref(t->bp, id);
     t->n_blocks--;
     x->blocks[i] = RDX_TIERED;
@@ -568,11 +592,25 @@ static int rdx__evict_block(rdx_tree *t, rdx_node *x)
     return kept ? 0 : rdx__cut(t, x, i);
 }
 
-/* rdx_evict and rdx_evict_forced: least recently used leaves first; forced also unlinks leaves
- * whose blocks others still use (dropping the tree's references frees only refcount-1 blocks). */
-static int rdx__evict(rdx_tree *t, int n_blocks, bool forced)
+/* What an eviction works toward: n_blocks of the tree's blocks freed, or (pool set) n_free free
+ * blocks in pool. */
+typedef struct rdx__goal {
+    int n_blocks;
+    const block_pool *pool;
+    int32_t n_free;
+} rdx__goal;
+
+static bool rdx__short(const rdx__goal *g, int freed)
 {
-    if (n_blocks <= 0 || t->n_blocks == 0) return 0;
+    return g->pool ? bp_num_free(g->pool) < g->n_free : freed < g->n_blocks;
+}
+
+/* rdx_evict, rdx_evict_forced and rdx_evict_until: least recently used leaves first; forced also
+ * unlinks leaves whose blocks others still use (dropping the tree's references frees only
+ * refcount-1 blocks). */
+static int rdx__evict(rdx_tree *t, const rdx__goal *goal, bool forced)
+{
+    if (!rdx__short(goal, 0) || t->n_blocks == 0) return 0;
     /* The heap reuses the scratch list in place: candidates are compacted to its front. Each
      * node enters the heap at most once, so it never outgrows the n_nodes + 1 entries; the
      * subtrees a cut frees are all tiered, so none of them is in the heap. */
@@ -583,13 +621,13 @@ static int rdx__evict(rdx_tree *t, int n_blocks, bool forced)
     for (int i = n / 2 - 1; i >= 0; i--) rdx__sift_down(h, n, i);
 
     int freed = 0;
-    while (freed < n_blocks && n > 0) {
+    while (rdx__short(goal, freed) && n > 0) {
         rdx_node *x = h[0], *p = x->parent;
         h[0] = h[--n];
         rdx__sift_down(h, n, 0);
         int gone = 0;
         while (!gone && x->n_res > 0 &&
-               (forced || (freed < n_blocks && bp_refcount(t->bp, x->blocks[x->n_res - 1]) == 1))) {
+               (forced || (rdx__short(goal, freed) && bp_refcount(t->bp, x->blocks[x->n_res - 1]) == 1))) {
             freed += bp_refcount(t->bp, x->blocks[x->n_res - 1]) == 1;
             gone = rdx__evict_block(t, x);
         }
@@ -604,12 +642,39 @@ static int rdx__evict(rdx_tree *t, int n_blocks, bool forced)
 
 int rdx_evict(rdx_tree *t, int n_blocks)
 {
-    return rdx__evict(t, n_blocks, false);
+    rdx__goal g = {n_blocks, NULL, 0};
+    return rdx__evict(t, &g, false);
 }
 
 int rdx_evict_forced(rdx_tree *t, int n_blocks)
 {
-    return rdx__evict(t, n_blocks, true);
+    rdx__goal g = {n_blocks, NULL, 0};
+    return rdx__evict(t, &g, true);
+}
+
+int rdx_evict_until(rdx_tree *t, const block_pool *pool, int32_t n_free, int forced)
+{
+    rdx__goal g = {0, pool, n_free};
+    return rdx__evict(t, &g, forced != 0);
+}
+
+int rdx_set_hooks(rdx_tree *t, const rdx_hooks *h)
+{
+    if (t->n_nodes || !h->indexed || !h->released) return -EINVAL;
+    t->hooks = *h;
+    t->has_hooks = 1;
+    return 0;
+}
+
+int rdx_list_blocks(const rdx_tree *t, int32_t *out)
+{
+    int n_all = rdx__list_nodes(t), n = 0;
+    for (int i = 1; i < n_all; i++) {
+        const rdx_node *x = t->scratch[i];
+        for (int b = 0; b < x->n_res; b++) out[n++] = x->blocks[b];
+    }
+    assert(n == t->n_blocks);
+    return n;
 }
 
 int rdx_n_blocks(const rdx_tree *t)

@@ -19,6 +19,11 @@
  * first and tiered ones after them ("[t0..t15 | b7, T]"), so rdx_match still returns resident
  * blocks only, and rdx_match_tiered the tiered ones that follow (which the caller loads back and
  * inserts again). A node whose subtree is all tiered counts as absent for eviction.
+ *
+ * With hooks (rdx_set_hooks), the tree tells its owner when a block enters it and when it lets
+ * one go, so that the owner can keep something alongside every indexed block: the scheduler
+ * keeps, per further layer group, the "companion" block holding the same tokens' K/V of that
+ * group's layers, and a reference on it for as long as the tree indexes the block.
  */
 #ifndef KVSERVE_RADIX_H
 #define KVSERVE_RADIX_H
@@ -44,6 +49,18 @@ typedef struct rdx_tier {
     int (*has)(void *ud, hash_key key);
     void *ud;
 } rdx_tier;
+
+/* Callbacks of the tree's owner on the blocks it indexes (engine thread, inside the tree's calls;
+ * they must not call back into the tree). */
+typedef struct rdx_hooks {
+    /* block entered the tree (the tree has just taken its reference) as the pos-th block of its
+     * path: the index into the blocks[] of the rdx_insert that brought it. */
+    void (*indexed)(void *ud, int32_t block, int pos);
+    /* The tree lets block go (eviction, forced eviction, a tier spill, destroy): called right
+     * before the tree drops its reference. */
+    void (*released)(void *ud, int32_t block);
+    void *ud;
+} rdx_hooks;
 
 typedef struct rdx_tree rdx_tree;
 
@@ -84,6 +101,21 @@ int rdx_evict(rdx_tree *t, int n_blocks);
  * path's early blocks while still holding its later ones: those early blocks are otherwise
  * stuck inside the tree. Returns the number of blocks returned to the pool. */
 int rdx_evict_forced(rdx_tree *t, int n_blocks);
+
+/* Like rdx_evict (forced: rdx_evict_forced) with another goal: evicts until `pool` has n_free free
+ * blocks or nothing more can go. pool is one whose blocks the hooks release along with the
+ * tree's own (a layer group's companions); the tree's own pool works too. Returns the number of
+ * the tree's blocks returned to the tree's pool. */
+int rdx_evict_until(rdx_tree *t, const block_pool *pool, int32_t n_free, int forced);
+
+/* Installs hooks (copied) on an empty tree: every block indexed from now on is reported to
+ * h->indexed, and every block the tree lets go to h->released. 0 or -EINVAL (not empty, or a
+ * callback missing). */
+int rdx_set_hooks(rdx_tree *t, const rdx_hooks *h);
+
+/* Writes the ids of the resident blocks the tree indexes into out[0 .. rdx_n_blocks(t)) (any
+ * order) and returns their count. O(nodes + blocks). */
+int rdx_list_blocks(const rdx_tree *t, int32_t *out);
 
 /* Blocks the tree references, and how many of them could be evicted right now. */
 int rdx_n_blocks(const rdx_tree *t);

@@ -493,7 +493,8 @@ static void eng__update_stats(engine *e)
     }
     if (!t) st->kv_blocks_idle = 0;
     else if (now - e->idle_at_us >= 100000) { /* O(tree): not on every step */
-        st->kv_blocks_idle = rdx_n_evictable(t);
+        /* a cached block has a companion in every further group, freed with it */
+        st->kv_blocks_idle = (int64_t)rdx_n_evictable(t) * sched_n_groups(e->sc);
         e->idle_at_us = now;
     }
     st->num_running = sched_num_running(e->sc);
@@ -504,7 +505,7 @@ static void eng__update_stats(engine *e)
         st->kv_blocks_total += bp_num_blocks(gp);
         st->kv_blocks_used += bp_num_blocks(gp) - bp_num_free(gp);
     }
-    st->kv_blocks_cached = t ? rdx_n_blocks(t) : 0;
+    st->kv_blocks_cached = t ? (int64_t)rdx_n_blocks(t) * sched_n_groups(e->sc) : 0;
     st->kv_bytes_per_token = kv_bytes_per_token(&e->g);
     st->kv_capacity_tokens = (int64_t)e->n_blocks[0] * e->g.block_size;
     st->kv_capacity_seqs = eng__seq_capacity(e);
@@ -744,7 +745,7 @@ static void eng__log(const engine *e)
         snprintf(admit, sizeof admit, " (admitting up to %d prefill tokens)", e->cfg.prefill_admit_tokens);
     fprintf(stderr, "engine: %s; max %d sequences, %d tokens per step%s, prefix cache %s, %s\n",
             e->be->desc, e->cfg.max_seqs, e->cfg.max_batch_tokens, admit,
-            e->cfg.prefix_cache && kv_n_groups(g) == 1 ? "on" : "off",
+            sched_tree(e->sc) ? "on" : "off",
             e->cfg.schedule == ENGINE_SCHED_LPM ? "lpm" : "fcfs");
     if (e->tier) engine_tier_log(e->tier, g, e->tier_root);
 }
@@ -788,8 +789,17 @@ static int eng__setup_tier(engine *e, char *err, size_t err_len)
     if (!c->kv_host_memory_bytes && !disk) return 0;
     if (!sched_tree(e->sc)) {
         snprintf(err, err_len, "--kv-host-memory and --kv-disk-dir keep prefix-cache blocks, and the prefix cache is "
-                 "off (%s)", c->prefix_cache ? "this model's layers keep KV by different rules" : "--no-prefix-cache");
+                 "off (--no-prefix-cache)");
         return -1;
+    }
+    /* The tier keeps one block per cached prefix block; a model whose layers keep KV in more
+     * than one group would need every group's block of it carried along. */
+    if (kv_n_groups(&e->g) > 1) {
+        if (!c->quiet)
+            fprintf(stderr, "engine: the second KV tier (--kv-host-memory, --kv-disk-dir) is off: this model's layers "
+                    "keep KV in %d groups (sliding windows), and the tier carries one group's blocks only\n",
+                    kv_n_groups(&e->g));
+        return 0;
     }
     engine_tier_config tc = {c->kv_host_memory_bytes, disk ? c->kv_disk_dir : NULL, c->kv_disk_bytes, eng__tier_wake, e,
                              c->quiet};

@@ -189,7 +189,7 @@ typedef struct engine_stats {
     int num_waiting;
     int64_t kv_blocks_total;
     int64_t kv_blocks_used;        /* by sequences or the cache */
-    int64_t kv_blocks_cached;      /* held by the prefix cache */
+    int64_t kv_blocks_cached;      /* held by the prefix cache (every layer group's) */
     int64_t kv_blocks_idle;        /* held by the prefix cache alone (evictable: vLLM counts these
                                       free); refreshed at most every 100 ms */
     size_t kv_bytes_per_token;     /* the formula's total, scales of int8/fp8 included */

@@ -1,8 +1,9 @@
 /*
  * engine_tier.c — the second KV tier's set-up for a model on a backend (see engine_tier.h).
  *
- * The copies go through the backend's kv_block_out / kv_block_in on layer group 0 (the tier sits
- * under the prefix cache, which exists with one group only). On the CPU they are synchronous
+ * The copies go through the backend's kv_block_out / kv_block_in on layer group 0 (the engine
+ * turns the tier off for a model with more than one layer group: it would have to carry every
+ * group's companion of a cached block). On the CPU they are synchronous
  * memcpys into host memory the loads may also run on the tier's I/O thread; on a GPU they are
  * queued on the stream, their host buffers are pinned, and the backend's sync is the fence.
  */

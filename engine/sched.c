@@ -5,7 +5,8 @@
  *   - running[] is in admission order; waiting[] has preempted sequences first, then arrivals;
  *   - a RUNNING sequence holds, in every layer group, exactly ceil(cache length / bs) blocks
  *     (sched_kv.c), a WAITING one none;
- *   - in every group, Σ refcounts = Σ running n_blocks + blocks indexed by the tree (sched_check);
+ *   - in every group, Σ refcounts = Σ running n_blocks + the tree's references (sched_check): in
+ *     group 0 the blocks it indexes (and the tier's loads'), in a group g ≥ 1 their companions;
  *   - only full blocks whose K/V is computed enter the tree, so a partial block is shared only
  *     between the children of an n > 1 fork, and the first writer copies it (copy-on-write).
  *
@@ -88,11 +89,12 @@ sched *sched_create(const sched_config *c, const sched_runner *r)
     sc->max_blocks = (c->n_ctx + c->block_size - 1) / c->block_size + 1;
     int ok = 1;
     for (int g = 0; g < ng && ok; g++) ok = (sc->bp[g] = bp_create(g ? c->group_blocks[g] : c->n_blocks)) != NULL;
-    if (c->prefix_cache && ng == 1 && ok) ok = (sc->tree = rdx_create(sc->bp[0], c->block_size)) != NULL;
+    if (c->prefix_cache && ok) ok = (sc->tree = rdx_create(sc->bp[0], c->block_size)) != NULL;
     sc->plan = calloc((size_t)c->max_seqs, sizeof *sc->plan);
     sc->logits = malloc((size_t)sched_max_logits(c->max_seqs) * (size_t)c->n_vocab * sizeof(float));
     sc->scratch = malloc((size_t)c->n_vocab * sizeof(float));
     sc->match_buf = malloc((size_t)sc->max_blocks * sizeof(int32_t));
+    if (ok) ok = !sched__comp_init(sc);
     if (!ok || !sc->plan || !sc->logits || !sc->scratch || !sc->match_buf ||
         batch_init(&sc->bb, c->max_batch_tokens, c->max_seqs, sched_max_logits(c->max_seqs))) {
         sched_destroy(sc);
@@ -106,7 +108,8 @@ void sched_destroy(sched *sc)
     if (!sc) return;
     assert(sc->n_running == 0 && sc->n_waiting == 0);
     sched__tier_destroy(sc);
-    if (sc->tree) rdx_destroy(sc->tree);
+    if (sc->tree) rdx_destroy(sc->tree); /* its hooks drop the companions' references */
+    sched__comp_fini(sc);
     for (int g = 0; g < sc->n_groups; g++) bp_destroy(sc->bp[g]);
     batch_fini(&sc->bb);
     free(sc->running);
@@ -250,8 +253,8 @@ static int sched__lpm_lengths(sched *sc)
             l[i] = -1;
             continue;
         }
-        l[i] = rdx_match(sc->tree, s->tokens, s->n_tokens - 1, sc->match_buf, sc->max_blocks);
-        for (int b = 0; b < l[i] / sc->c.block_size; b++) bp_unref(sc->bp[0], sc->match_buf[b]);
+        l[i] = sched__match(sc, s);
+        sched__match_drop(sc, l[i]);
     }
     return 0;
 }
@@ -260,11 +263,11 @@ static int sched__lpm_lengths(sched *sc)
 static int sched__admit(sched *sc, int i, int *budget, char *held)
 {
     seq *c = sc->waiting[i];
-    int bs = sc->c.block_size, matched = 0;
+    int matched = 0;
     if (sc->tree && !sched__scoring(c)) {
-        matched = rdx_match(sc->tree, c->tokens, c->n_tokens - 1, sc->match_buf, sc->max_blocks);
+        matched = sched__match(sc, c);
         if (sched__dedup_hold(sc, c, matched)) {
-            for (int b = 0; b < matched / bs; b++) bp_unref(sc->bp[0], sc->match_buf[b]);
+            sched__match_drop(sc, matched);
             held[i] = 1;
             return 1;
         }
@@ -587,7 +590,8 @@ void sched_check(const sched *sc)
     if (sc->tree) rdx_check(sc->tree);
     for (int g = 0; g < sc->n_groups; g++) {
         bp_check(sc->bp[g]);
-        int64_t held = sc->tree && g == 0 ? rdx_n_blocks(sc->tree) + sched__tier_refs(sc) : 0, refs = 0;
+        /* the tree's references: group 0's blocks, or their companions in group g */
+        int64_t held = sched__check_tree(sc, g) + (sc->tree && g == 0 ? sched__tier_refs(sc) : 0), refs = 0;
         for (int i = 0; i < sc->n_running; i++) {
             const seq *s = sc->running[i];
             assert(s->status == SEQ_RUNNING);

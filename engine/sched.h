@@ -19,7 +19,8 @@
  * Windows (docs/kv-windows.md): each layer group keeps its blocks by its rule (cache/kv.h). A
  * running sequence first releases what its groups' rules let go (sched_kv.c), a step never takes
  * a sequence past a sinks group's window, and a sequence whose window has moved stops offering
- * blocks to the prefix cache.
+ * blocks to the prefix cache. With more than one group the cache indexes group 0's blocks and
+ * keeps each one's companions in the other groups (sched_kv.c).
  *
  * The scheduler owns the block pools and the radix tree; it borrows the sequences (their owner
  * frees them after release). Engine thread only.
@@ -49,7 +50,7 @@ typedef struct sched_runner {
 typedef struct sched_config {
     int block_size;         /* tokens per KV block */
     int32_t n_blocks;       /* KV blocks in the pool of group 0 (the only group unless n_groups > 1) */
-    int n_groups;           /* layer groups (0 or 1: one); the radix cache needs just one */
+    int n_groups;           /* layer groups (0 or 1: one) */
     kv_rule rule[KV_MAX_GROUPS];          /* each group's retention rule (zero: keep all) */
     int32_t group_blocks[KV_MAX_GROUPS];  /* n_groups > 1: blocks of groups 1 .. n_groups - 1 */
     int max_seqs;           /* running sequences cap */
@@ -115,8 +116,8 @@ typedef struct sched_stats {
 
 typedef struct sched sched;
 
-/* A scheduler with its own block pools, one per layer group (and a radix tree when prefix_cache
- * and there is one group). The runner is copied. NULL on -ENOMEM, or -EINVAL when a window rule
+/* A scheduler with its own block pools, one per layer group (and a radix tree when prefix_cache:
+ * it indexes group 0's blocks, and the scheduler keeps their companions in the other groups). The runner is copied. NULL on -ENOMEM, or -EINVAL when a window rule
  * cannot hold its sinks plus one block. */
 sched *sched_create(const sched_config *c, const sched_runner *r);
 /* Destroys the tree and the pool; every sequence must have been released. */
@@ -152,13 +153,15 @@ rdx_tree *sched_tree(sched *sc); /* NULL when the prefix cache is off */
  * blocks entering the cache are saved to it, evicted ones spill into it, and a waiting
  * sequence whose prefix continues in it loads those blocks back before its prefill is
  * scheduled (other sequences run meanwhile). root is the key of the empty prefix (the tier's
- * fingerprint). 0, -EINVAL (no prefix cache, or it already holds blocks) or -ENOMEM. */
+ * fingerprint). 0, -EINVAL (no prefix cache, it already holds blocks, or more than one layer
+ * group: the tier carries group 0's blocks only) or -ENOMEM. */
 int sched_set_tier(sched *sc, tier *t, hash_key root);
 /* Loads from the tier in flight: the scheduler is waiting for them, not stuck. */
 int sched_tier_pending(const sched *sc);
 
 /* Asserts the invariants: pool and tree checks, every reference accounted for by a running
- * sequence or the tree, each running sequence holding exactly the blocks of its cache length in
+ * sequence, the tree (group 0), the companions of the tree's blocks (groups ≥ 1, one for every
+ * indexed block) or the tier's loads, each running sequence holding exactly the blocks of its cache length in
  * every group (and no more than its window), waiting sequences hold no blocks. */
 void sched_check(const sched *sc);
 

@@ -16,7 +16,14 @@ struct sched {
     sched_runner r;
     int n_groups;            /* layer groups (≥ 1) */
     block_pool *bp[KV_MAX_GROUPS]; /* one pool per group */
-    rdx_tree *tree;          /* over bp[0]; NULL when the prefix cache is off or n_groups > 1 */
+    rdx_tree *tree;          /* over bp[0]'s block ids; NULL when the prefix cache is off */
+    /* n_groups > 1 with the tree: the companions of the tree's blocks (sched_kv.c) */
+    int32_t *comp[KV_MAX_GROUPS]; /* [g ≥ 1][bp[0] blocks] the group-g block holding the same
+                                     tokens as an indexed group-0 block (the tree's reference on
+                                     it taken), -1 when that block is not indexed */
+    int32_t *match_comp[KV_MAX_GROUPS]; /* [g ≥ 1][max_blocks] companions of match_buf's blocks
+                                           (references taken with them) */
+    const seq *ins_seq;      /* the sequence whose blocks rdx_insert is indexing, else NULL */
     int ctx_limit;           /* a sequence stops at this many tokens: n_ctx, or INT_MAX under
                                 sinks + a window with no group keeping everything */
     seq **running;           /* [n_running] admission order */
@@ -71,6 +78,18 @@ int64_t sched__tier_refs(const sched *sc);
 void sched__tier_destroy(sched *sc);
 
 /* ---- sched_kv.c ---------------------------------------------------------------------------- */
+
+/* Companion tables and the tree's hooks (n_groups > 1 with a tree). 0 or -ENOMEM. */
+int sched__comp_init(sched *sc);
+void sched__comp_fini(sched *sc);
+/* rdx_match of s's tokens but its last into match_buf, with the companions' references taken
+ * too (match_comp). Returns the matched token count. */
+int sched__match(sched *sc, const seq *s);
+/* Drops the references of a match of `matched` tokens (every group). */
+void sched__match_drop(sched *sc, int matched);
+/* Asserts that every block the tree indexes has a referenced companion in every group g ≥ 1 and
+ * no other block has one; returns the tree's references in group g (companions for g ≥ 1). */
+int64_t sched__check_tree(const sched *sc, int g);
 
 /* Entries of s's cache in group g: its computed tokens less those the group dropped. */
 int sched__kv_len(const sched *sc, const seq *s, int g);

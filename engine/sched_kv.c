@@ -19,11 +19,21 @@
  * (its K/V then depends on its tokens alone); once a window has moved, its kept blocks are not
  * shared prefixes and nothing more is offered. A cached path whose early blocks a window
  * released while its later ones are still held cannot be evicted leaf first; when blocks run
- * out, rdx_evict_forced unlinks such leaves so the early blocks free. The tree, and so the
- * prefix cache, exists only with one layer group.
+ * out, rdx_evict_forced unlinks such leaves so the early blocks free.
+ *
+ * With more than one group the tree indexes group 0's block ids, and comp[g][b] is the block of
+ * group g ≥ 1 that holds the same tokens as indexed group-0 block b: the tree's hooks take a
+ * reference on it when b enters the tree (from the inserting sequence's table: nothing was
+ * dropped, so its tables line up block for block) and drop it when the tree lets b go; a match
+ * takes references on the companions of what it matched, and an adopting sequence's tables in
+ * every group start with them. A group's pool short of blocks evicts cached prefixes until it
+ * has them (rdx_evict_until), forcing (rdx_evict_forced's way) when plain eviction cannot: a
+ * running sequence holds its cached path in group 0 while the tree alone may hold its windows'
+ * early companions.
  */
 #include <assert.h>
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "engine/sched_internal.h"
@@ -33,14 +43,121 @@ int sched__kv_len(const sched *sc, const seq *s, int g)
     return s->n_computed - s->kv[g].dropped * sc->c.block_size;
 }
 
+/* 1 when s released blocks in some group (its window moved). */
+static int sched__dropped_any(const sched *sc, const seq *s)
+{
+    for (int g = 0; g < sc->n_groups; g++)
+        if (s->kv[g].dropped) return 1;
+    return 0;
+}
+
+/* ---- companions: the prefix cache with more than one group ---------------------------------- */
+
+static void sched__comp_indexed(void *ud, int32_t block, int pos)
+{
+    sched *sc = ud;
+    const seq *s = sc->ins_seq;
+    assert(s); /* only sched__insert inserts when there are groups (no tier then) */
+    for (int g = 1; g < sc->n_groups; g++) {
+        assert(!s->kv[g].dropped && pos < s->kv[g].n_blocks && sc->comp[g][block] < 0);
+        int32_t c = s->kv[g].bt[pos];
+        bp_ref(sc->bp[g], c);
+        sc->comp[g][block] = c;
+    }
+}
+
+static void sched__comp_released(void *ud, int32_t block)
+{
+    sched *sc = ud;
+    for (int g = 1; g < sc->n_groups; g++) {
+        assert(sc->comp[g][block] >= 0);
+        bp_unref(sc->bp[g], sc->comp[g][block]);
+        sc->comp[g][block] = -1;
+    }
+}
+
+int sched__comp_init(sched *sc)
+{
+    if (!sc->tree || sc->n_groups == 1) return 0;
+    int32_t n0 = bp_num_blocks(sc->bp[0]);
+    for (int g = 1; g < sc->n_groups; g++) {
+        sc->comp[g] = malloc((size_t)(n0 > 0 ? n0 : 1) * sizeof(int32_t));
+        sc->match_comp[g] = malloc((size_t)sc->max_blocks * sizeof(int32_t));
+        if (!sc->comp[g] || !sc->match_comp[g]) return -ENOMEM;
+        for (int32_t b = 0; b < n0; b++) sc->comp[g][b] = -1;
+    }
+    rdx_hooks h = {sched__comp_indexed, sched__comp_released, sc};
+    return rdx_set_hooks(sc->tree, &h);
+}
+
+void sched__comp_fini(sched *sc)
+{
+    for (int g = 1; g < KV_MAX_GROUPS; g++) {
+        free(sc->comp[g]);
+        free(sc->match_comp[g]);
+    }
+}
+
+int sched__match(sched *sc, const seq *s)
+{
+    int m = rdx_match(sc->tree, s->tokens, s->n_tokens - 1, sc->match_buf, sc->max_blocks);
+    for (int g = 1; g < sc->n_groups; g++)
+        for (int b = 0; b < m / sc->c.block_size; b++) {
+            int32_t c = sc->comp[g][sc->match_buf[b]];
+            assert(c >= 0);
+            bp_ref(sc->bp[g], c);
+            sc->match_comp[g][b] = c;
+        }
+    return m;
+}
+
+void sched__match_drop(sched *sc, int matched)
+{
+    for (int b = 0; b < matched / sc->c.block_size; b++) {
+        bp_unref(sc->bp[0], sc->match_buf[b]);
+        for (int g = 1; g < sc->n_groups; g++) bp_unref(sc->bp[g], sc->match_comp[g][b]);
+    }
+}
+
+/* The match's blocks of group g (references held). */
+static const int32_t *sched__match_ids(const sched *sc, int g)
+{
+    return g ? sc->match_comp[g] : sc->match_buf;
+}
+
+int64_t sched__check_tree(const sched *sc, int g)
+{
+    if (!sc->tree) return 0;
+    int n = rdx_n_blocks(sc->tree);
+    if (g == 0) return n;
+    int32_t n0 = bp_num_blocks(sc->bp[0]), *ids = malloc((size_t)(n > 0 ? n : 1) * sizeof *ids);
+    assert(ids);
+    int got = rdx_list_blocks(sc->tree, ids);
+    int64_t with = 0;
+    for (int32_t b = 0; b < n0; b++) with += sc->comp[g][b] >= 0;
+    assert(with == got);
+    for (int i = 0; i < got; i++) {
+        int32_t c = sc->comp[g][ids[i]];
+        assert(c >= 0 && c < bp_num_blocks(sc->bp[g]) && bp_refcount(sc->bp[g], c) >= 1);
+        (void)c;
+    }
+    free(ids);
+    (void)got;
+    return with;
+}
+
+/* ---- a sequence's blocks ----------------------------------------------------------------- */
+
 void sched__insert(sched *sc, seq *s)
 {
     const seq_kv *k = &s->kv[0];
-    if (!sc->tree || k->dropped) return;
+    if (!sc->tree || sched__dropped_any(sc, s)) return;
     int full = s->n_computed / sc->c.block_size;
     if (full > k->n_blocks) full = k->n_blocks;
     if (full <= s->n_inserted) return;
+    sc->ins_seq = s;
     if (rdx_insert(sc->tree, s->tokens, full * sc->c.block_size, k->bt) >= 0) s->n_inserted = full;
+    sc->ins_seq = NULL;
 }
 
 void sched__release_blocks(sched *sc, seq *s)
@@ -98,26 +215,29 @@ int sched__window_fit(const sched *sc, const seq *s, int n_new)
     return n_new;
 }
 
-/* Takes n free blocks of group g, evicting cached prefixes for them when the pool is short. */
+/* Takes n free blocks of group g, evicting cached prefixes for them when the pool is short (in
+ * group g ≥ 1 what eviction frees are the companions of the tree's blocks). */
 static int sched__alloc(sched *sc, int g, int n, int32_t *ids)
 {
     if (!n) return 0;
-    int rc = bp_alloc(sc->bp[g], n, ids);
-    if (rc && sc->tree && g == 0) {
-        sc->st.evictions += rdx_evict(sc->tree, n - bp_num_free(sc->bp[0]));
-        rc = bp_alloc(sc->bp[g], n, ids);
+    block_pool *bp = sc->bp[g];
+    int rc = bp_alloc(bp, n, ids);
+    if (rc && sc->tree) {
+        sc->st.evictions += rdx_evict_until(sc->tree, bp, n, 0);
+        rc = bp_alloc(bp, n, ids);
     }
     /* Blocks loaded back from the tier for sequences still waiting are kept for them only while
      * nobody else needs the room. */
-    if (rc && sc->tree && g == 0 && sched__tier_unpin(sc)) {
-        sc->st.evictions += rdx_evict(sc->tree, n - bp_num_free(sc->bp[0]));
-        rc = bp_alloc(sc->bp[g], n, ids);
+    if (rc && sc->tree && sched__tier_unpin(sc)) {
+        sc->st.evictions += rdx_evict_until(sc->tree, bp, n, 0);
+        rc = bp_alloc(bp, n, ids);
     }
     /* A windowed sequence released a cached path's early blocks but holds its later ones: the
-     * early ones are stuck inside the tree until its leaves go too. */
-    if (rc && sc->tree && g == 0 && sc->c.rule[0].keep != KV_KEEP_ALL) {
-        sc->st.evictions += rdx_evict_forced(sc->tree, n - bp_num_free(sc->bp[0]));
-        rc = bp_alloc(sc->bp[g], n, ids);
+     * early ones are stuck inside the tree until its leaves go too. In a group g ≥ 1 the same
+     * holds for the companions of a path whose group-0 blocks a running sequence holds. */
+    if (rc && sc->tree && (g > 0 || sc->c.rule[0].keep != KV_KEEP_ALL)) {
+        sc->st.evictions += rdx_evict_until(sc->tree, bp, n, 1);
+        rc = bp_alloc(bp, n, ids);
     }
     return rc;
 }
@@ -158,43 +278,52 @@ int sched__reserve(sched *sc, seq *s, int n_new)
 void sched__rematch(sched *sc, seq *s)
 {
     int bs = sc->c.block_size;
-    seq_kv *k = &s->kv[0];
-    if (!sc->tree || k->dropped || sched__scoring(s) || s->n_computed % bs || s->n_computed >= s->n_tokens - 1)
+    if (!sc->tree || sched__dropped_any(sc, s) || sched__scoring(s) || s->n_computed % bs ||
+        s->n_computed >= s->n_tokens - 1)
         return;
-    int m = rdx_match(sc->tree, s->tokens, s->n_tokens - 1, sc->match_buf, sc->max_blocks);
-    int nb = m / bs;
-    if (m <= s->n_computed || seq_reserve_blocks(s, 0, nb)) {
-        for (int i = 0; i < nb; i++) bp_unref(sc->bp[0], sc->match_buf[i]);
+    int m = sched__match(sc, s), nb = m / bs, ok = m > s->n_computed;
+    for (int g = 0; g < sc->n_groups && ok; g++) ok = !seq_reserve_blocks(s, g, nb);
+    if (!ok) {
+        sched__match_drop(sc, m);
         return;
     }
-    for (int i = 0; i < nb; i++) {
-        if (i < k->n_blocks) bp_unref(sc->bp[0], k->bt[i]);
-        k->bt[i] = sc->match_buf[i];
+    for (int g = 0; g < sc->n_groups; g++) { /* nothing dropped: every table lines up */
+        seq_kv *k = &s->kv[g];
+        for (int i = 0; i < nb; i++) {
+            if (i < k->n_blocks) bp_unref(sc->bp[g], k->bt[i]);
+            k->bt[i] = sched__match_ids(sc, g)[i];
+        }
+        k->n_blocks = nb;
     }
     if (!s->n_preemptions && s->n_computed < s->n_prompt)
         s->cached_tokens += (m < s->n_prompt ? m : s->n_prompt) - s->n_computed;
-    k->n_blocks = nb;
     s->n_computed = m;
     s->n_inserted = nb;
 }
 
 int sched__adopt_prefix(sched *sc, seq *s, int matched)
 {
-    int bs = sc->c.block_size;
-    seq_kv *k = &s->kv[0];
-    if (seq_reserve_blocks(s, 0, matched / bs + 1)) {
-        for (int b = 0; b < matched / bs; b++) bp_unref(sc->bp[0], sc->match_buf[b]);
-        return -ENOMEM;
+    int bs = sc->c.block_size, nb = matched / bs;
+    for (int g = 0; g < sc->n_groups; g++)
+        if (seq_reserve_blocks(s, g, nb + 1)) {
+            sched__match_drop(sc, matched);
+            return -ENOMEM;
+        }
+    for (int g = 0; g < sc->n_groups; g++) {
+        memcpy(s->kv[g].bt, sched__match_ids(sc, g), (size_t)nb * sizeof(int32_t));
+        s->kv[g].n_blocks = nb;
     }
-    memcpy(k->bt, sc->match_buf, (size_t)(matched / bs) * sizeof(int32_t));
-    k->n_blocks = s->n_inserted = matched / bs;
-    /* A cached block that agrees with the next few prompt tokens: take it as a shared partial
-     * block; sched__reserve copies it before the sequence writes into it. */
+    s->n_inserted = nb;
+    /* A cached block that agrees with the next few prompt tokens: take it (and its companions)
+     * as a shared partial block; sched__reserve copies it before the sequence writes into it. */
     int32_t pb;
     int part = rdx_match_partial(sc->tree, s->tokens, s->n_tokens - 1, matched, &pb);
     if (part > 0) {
-        bp_ref(sc->bp[0], pb);
-        k->bt[k->n_blocks++] = pb;
+        for (int g = 0; g < sc->n_groups; g++) {
+            int32_t id = g ? sc->comp[g][pb] : pb;
+            bp_ref(sc->bp[g], id);
+            s->kv[g].bt[s->kv[g].n_blocks++] = id;
+        }
         matched += part;
     }
     return matched;

@@ -62,7 +62,9 @@ static int sched__tier_has(void *ud, hash_key key)
 
 int sched_set_tier(sched *sc, tier *t, hash_key root)
 {
-    if (!sc->tree || sc->tier) return -EINVAL;
+    /* The tier keeps one block per cached block: with more layer groups it would have to carry
+     * every group's companion too, so it stays off for such models. */
+    if (!sc->tree || sc->tier || sc->n_groups > 1) return -EINVAL;
     hash_key *keys = malloc((size_t)sc->max_blocks * sizeof *keys);
     if (!keys) return -ENOMEM;
     rdx_tier rt = {root, sched__tier_saved, sched__tier_spill, sched__tier_has, t};

@@ -9,6 +9,8 @@
 #include <unistd.h>
 
 #include "cli/mkmodel.h"
+#include "engine/model.h"
+#include "engine/tokenizer.h"
 #include "tests/engine_harness.h"
 
 TestSuite(prefix, .init = te_setup, .fini = te_teardown, .timeout = 120);
@@ -154,4 +156,198 @@ Test(prefix, bench_cli_json_and_multi_turn_hits)
     cr_assert(hit > 0.3 && hit <= 1.0, "later turns re-read their history from the cache: %f", hit);
     cr_assert_gt(cJSON_GetObjectItem(j, "output_tokens")->valueint, 0);
     cJSON_Delete(j);
+}
+
+/* ---- models with sliding-window layers (more than one KV layer group) --------------------- */
+
+/* What one greedy request gave: its tokens, their log-probs (top 5) and the cached prompt. */
+typedef struct tp_run {
+    int32_t toks[64];
+    smp_result lp[64];
+    int n;
+    int cached;
+} tp_run;
+
+/* An engine on m (one CPU thread, blocks of bs tokens), the prefix cache on or off. */
+static engine *tp_engine(model *m, tokenizer *tok, int bs, int prefix)
+{
+    engine_config c;
+    engine_config_default(&c);
+    c.model = m;
+    c.tok = tok;
+    c.device = "cpu";
+    c.n_threads = 1;
+    c.kv_memory_bytes = (size_t)8 << 20;
+    c.block_size = bs;
+    c.max_seqs = 4;
+    c.max_batch_tokens = 64;
+    c.max_model_len = 256;
+    c.prefix_cache = prefix;
+    c.wake = te_wake;
+    c.wake_ud = &te_w;
+    c.quiet = 1;
+    char err[512];
+    engine *e = engine_create(&c, err, sizeof err);
+    cr_assert_not_null(e, "engine_create: %s", err);
+    return e;
+}
+
+/* Runs prompt[0 .. n) greedily for max_tokens with top-5 log-probs, alone, into *out. */
+static void tp_run_one(engine *e, const int32_t *prompt, int n, int max_tokens, tp_run *out)
+{
+    engine_request r;
+    memset(&r, 0, sizeof r);
+    r.prompt = malloc((size_t)n * sizeof(int32_t));
+    memcpy(r.prompt, prompt, (size_t)n * sizeof(int32_t));
+    r.n_prompt = n;
+    r.n = 1;
+    r.max_tokens = max_tokens;
+    smp_params_default(&r.sampling);
+    r.sampling.temperature = 0;
+    r.sampling.ignore_eos = 1;
+    r.sampling.n_logprobs = 5;
+    uint64_t id;
+    cr_assert_eq(engine_submit(e, &r, &id), 0);
+    memset(out, 0, sizeof *out);
+    struct timespec dl;
+    clock_gettime(CLOCK_REALTIME, &dl);
+    dl.tv_sec += 60;
+    for (int done = 0; !done;) {
+        engine_event *ev[16];
+        int k = engine_poll(e, ev, 16);
+        for (int i = 0; i < k; i++) {
+            cr_assert_eq(ev[i]->id, id);
+            for (int t = 0; t < ev[i]->n_tokens && out->n < 64; t++) {
+                cr_assert_not_null(ev[i]->logprobs);
+                out->toks[out->n] = ev[i]->tokens[t];
+                out->lp[out->n++] = ev[i]->logprobs[t];
+            }
+            cr_assert(ev[i]->finish != ENGINE_FINISH_ERROR && ev[i]->finish != ENGINE_FINISH_ABORT);
+            if (ev[i]->finish) {
+                out->cached = ev[i]->usage.cached_tokens;
+                done = 1;
+            }
+            engine_event_free(ev[i]);
+        }
+        if (k) continue;
+        pthread_mutex_lock(&te_w.mu);
+        int rc = 0;
+        while (!te_w.n && rc == 0) rc = pthread_cond_timedwait(&te_w.cv, &te_w.mu, &dl);
+        te_w.n = 0;
+        pthread_mutex_unlock(&te_w.mu);
+        cr_assert_eq(rc, 0, "timed out waiting for the request");
+    }
+    cr_assert_eq(out->n, max_tokens);
+}
+
+/* The cached run gave exactly the uncached one: tokens, log-probs and alternatives, bit for bit
+ * (both on the CPU backend, which computes a token's row the same in any chunk). */
+static void tp_same(const tp_run *a, const tp_run *b, const char *what)
+{
+    cr_assert_eq(a->n, b->n, "%s", what);
+    for (int i = 0; i < a->n; i++) {
+        cr_assert_eq(a->toks[i], b->toks[i], "%s: token %d", what, i);
+        cr_assert(!memcmp(&a->lp[i].logprob, &b->lp[i].logprob, sizeof(float)), "%s: token %d log-prob %.9g vs %.9g",
+                  what, i, a->lp[i].logprob, b->lp[i].logprob);
+        cr_assert_eq(a->lp[i].n_top, b->lp[i].n_top, "%s", what);
+        for (int k = 0; k < a->lp[i].n_top; k++) {
+            cr_assert_eq(a->lp[i].top_ids[k], b->lp[i].top_ids[k], "%s: token %d alternative %d", what, i, k);
+            cr_assert(!memcmp(&a->lp[i].top_logprobs[k], &b->lp[i].top_logprobs[k], sizeof(float)),
+                      "%s: token %d alternative %d log-prob", what, i, k);
+        }
+    }
+}
+
+/* The model at path (its layers keep KV in more than one group: a sliding window) with blocks of
+ * bs: a short prompt twice, one sharing its prefix, a prompt several windows long twice and one
+ * sharing its first window. Every cached run equals the run without the prefix cache; repeats
+ * and shared prefixes hit the cache, a long prompt at most about its first two windows. */
+static void tp_swa_model(const char *path, int bs)
+{
+    char err[512];
+    model *m;
+    cr_assert_eq(model_load(path, &m, err, sizeof err), 0, "%s", err);
+    tokenizer *tok = tok_create(m->gguf, err, sizeof err);
+    cr_assert_not_null(tok, "%s", err);
+    int w = 0;
+    for (int l = 0; l < m->hp.n_layers; l++) w = model_layer_window(&m->hp, l) > w ? model_layer_window(&m->hp, l) : w;
+    cr_assert(w > 0 && model_n_swa_layers(&m->hp) < m->hp.n_layers, "%s: no sliding-window layers", path);
+    engine *e0 = tp_engine(m, tok, bs, 0), *e1 = tp_engine(m, tok, bs, 1);
+    int32_t p[160];
+    p[0] = 1;
+    for (int i = 1; i < 160; i++) p[i] = 3 + (i * 53 + 11) % 250;
+    int n_long = 4 * w + 5 < 150 ? 4 * w + 5 : 150, n_short = w - 1 > 2 * bs ? w - 1 : 2 * bs + 1;
+    struct { int from, n, alt; } cases[] = {{0, n_short, 0}, {0, n_short, 0}, {0, n_short + 3, 1},
+                                            {0, n_long, 0},  {0, n_long, 0},  {0, w + 2 * bs, 1}};
+    tp_run ref, got;
+    /* An unrelated long request first: its window releases blocks as it goes, so from now on the
+     * groups' pools hand out different ids for the same tokens (a companion mixed up with its
+     * group-0 block would show). */
+    int32_t u[160];
+    for (int i = 0; i < n_long; i++) u[i] = 3 + (i * 31 + 7) % 240;
+    tp_run_one(e0, u, n_long, 8, &ref);
+    tp_run_one(e1, u, n_long, 8, &got);
+    tp_same(&ref, &got, "unrelated");
+    int cached[6];
+    for (int c = 0; c < 6; c++) {
+        int32_t q[160];
+        memcpy(q, p, (size_t)cases[c].n * sizeof *q);
+        if (cases[c].alt) q[cases[c].n - 1] = 300; /* the same prefix, another last token */
+        char what[256];
+        snprintf(what, sizeof what, "%s, blocks of %d, window %d: case %d (%d tokens)", path, bs, w, c, cases[c].n);
+        tp_run_one(e0, q, cases[c].n, 8, &ref);
+        tp_run_one(e1, q, cases[c].n, 8, &got);
+        cr_assert_eq(ref.cached, 0, "%s: no cache, yet cached tokens", what);
+        tp_same(&ref, &got, what);
+        cached[c] = got.cached;
+    }
+    cr_assert_gt(cached[1], 0, "a repeated short prompt hits the cache");
+    cr_assert_gt(cached[2], 0, "a prompt sharing a prefix hits the cache");
+    cr_assert_gt(cached[4], 0, "a repeated long prompt hits its first window");
+    cr_assert_leq(cached[4], 2 * w + bs, "only blocks from before the window moved are cached (%d)", cached[4]);
+    cr_assert_gt(cached[5], 0);
+    engine_stats st;
+    engine_get_stats(e1, &st);
+    cr_assert_gt(st.prefix_cache_hits, 0);
+    cr_assert_gt(st.kv_blocks_cached, 0);
+    engine_destroy(e0, 1);
+    engine_destroy(e1, 1);
+    tok_destroy(tok);
+    model_destroy(m);
+}
+
+/* A generated Gemma 3 model (5 sliding layers of 6, window 12): always runs. */
+Test(prefix, sliding_window_model_shares_prefixes_exactly)
+{
+    mkm_params p;
+    mkm_params_default(&p);
+    p.arch = "gemma3";
+    p.dim = 64;
+    p.layers = 6;
+    p.heads = 4;
+    p.kv_heads = 2;
+    p.head_dim = 16;
+    p.swa_window = 12;
+    p.swa_pattern = 6;
+    p.rope_base_swa = 10000.0f;
+    p.vocab = 320;
+    p.context = 512;
+    char path[1024];
+    tu_write_mkmodel(&p, "swa", path, sizeof path);
+    tp_swa_model(path, 4);
+    tp_swa_model(path, 16);
+    unlink(path);
+}
+
+/* The Gemma 2 and 3 reference files (window 16) of the shared set. */
+Test(prefix, gemma_reference_files_share_prefixes_exactly)
+{
+    const char *names[] = {"gemma2-swa16", "gemma3-swa16"};
+    char path[1024];
+    snprintf(path, sizeof path, "%s/models/archs/gemma2-swa16.gguf", tu_shared_dir());
+    if (access(path, R_OK)) cr_skip_test("the architecture reference set is not under KVSERVE_SHARED (%s)", path);
+    for (int i = 0; i < 2; i++) {
+        snprintf(path, sizeof path, "%s/models/archs/%s.gguf", tu_shared_dir(), names[i]);
+        tp_swa_model(path, 4);
+    }
 }

@@ -792,6 +792,134 @@ Test(radix, tiered_vs_model_bs4)
     trt_random_run(4, trx_seed(0x7ee70004), 2500);
 }
 
+/* ---- hooks: a companion per indexed block, freed with it ---------------------------------- */
+
+/* The owner's side of the hooks, as the scheduler keeps it for a second layer group: comp[b]
+ * is the block of pool2 that goes with indexed block b (a reference held), taken from the
+ * inserting caller's companion table `ins` at the block's position. */
+typedef struct trh_owner {
+    block_pool *pool2;
+    int32_t comp[TRX_POOL];
+    const int32_t *ins;   /* companions of the blocks being inserted */
+    int n_indexed, n_released;
+} trh_owner;
+
+static void trh_indexed(void *ud, int32_t block, int pos)
+{
+    trh_owner *o = ud;
+    cr_assert(o->ins, "indexed outside an insert");
+    cr_assert_eq(o->comp[block], -1, "block %d indexed twice", block);
+    o->comp[block] = o->ins[pos];
+    bp_ref(o->pool2, o->ins[pos]);
+    o->n_indexed++;
+}
+
+static void trh_released(void *ud, int32_t block)
+{
+    trh_owner *o = ud;
+    cr_assert_geq(o->comp[block], 0, "block %d released but not indexed", block);
+    bp_unref(o->pool2, o->comp[block]);
+    o->comp[block] = -1;
+    o->n_released++;
+}
+
+/* The tree's blocks are exactly those with a companion; pool2's references are the
+ * companions' and the users'. */
+static void trh_compare(const trh_owner *o, const rdx_tree *t, int n_held2)
+{
+    int32_t ids[TRX_POOL];
+    int n = rdx_list_blocks(t, ids), with = 0;
+    cr_assert_eq(n, rdx_n_blocks(t));
+    for (int i = 0; i < n; i++) cr_assert_geq(o->comp[ids[i]], 0, "indexed block %d has no companion", ids[i]);
+    for (int b = 0; b < TRX_POOL; b++) with += o->comp[b] >= 0;
+    cr_assert_eq(with, n);
+    int64_t refs = 0;
+    for (int32_t b = 0; b < TRX_POOL; b++) refs += bp_refcount(o->pool2, b);
+    cr_assert_eq(refs, with + n_held2);
+}
+
+/* Random inserts, matches, releases and evictions (plain, forced, and until a second pool has
+ * room) with the hooks keeping companions: they pair up, stay in step with the tree, and
+ * rdx_evict_until stops once the goal is met or nothing more can go. */
+Test(radix, hooks_keep_companions_in_step)
+{
+    uint64_t seed = trx_seed(0x40c5ull), rng = seed;
+    printf("radix/hooks: seed %llu (replay with KVSERVE_TEST_SEED)\n", (unsigned long long)seed);
+    int bs = 2;
+    block_pool *bp = bp_create(TRX_POOL);
+    trh_owner o = {.pool2 = bp_create(TRX_POOL)};
+    for (int b = 0; b < TRX_POOL; b++) o.comp[b] = -1;
+    rdx_tree *t = rdx_create(bp, bs);
+    rdx_hooks h = {trh_indexed, trh_released, &o};
+    cr_assert_eq(rdx_set_hooks(t, &h), 0);
+    /* users: (group-0 blocks, companions) of live requests */
+    int32_t u0[TRX_SEQS][TRX_MAX_BLK], u2[TRX_SEQS][TRX_MAX_BLK], un[TRX_SEQS], n_users = 0, n_held2 = 0;
+    int32_t hist[TRX_HIST][TRX_MAX_TOK], hist_len[TRX_HIST], n_hist = 0, tok[TRX_MAX_TOK];
+    for (int op = 0; op < 3000; op++) {
+        int len = trx_gen(&rng, bs, hist, hist_len, &n_hist, tok), nb = len / bs;
+        uint64_t r = trx_rng(&rng) % 10;
+        if (r < 5 && n_users < TRX_SEQS) { /* a request: match, compute the rest, insert */
+            int32_t *a = u0[n_users], *c = u2[n_users];
+            int k = rdx_match(t, tok, len, a, nb) / bs;
+            for (int i = 0; i < k; i++) {
+                c[i] = o.comp[a[i]];
+                bp_ref(o.pool2, c[i]);
+            }
+            if (bp_num_free(bp) < nb - k) rdx_evict(t, nb - k - bp_num_free(bp));
+            if (bp_num_free(o.pool2) < nb - k) rdx_evict_until(t, o.pool2, nb - k, (int)(r & 1));
+            int ok0 = !bp_alloc(bp, nb - k, a + k), ok2 = ok0 && !bp_alloc(o.pool2, nb - k, c + k);
+            if (!ok2) { /* short: the request does not run */
+                if (ok0) trx_unref_all(bp, a + k, nb - k);
+                trx_unref_all(bp, a, k);
+                trx_unref_all(o.pool2, c, k);
+                continue;
+            }
+            o.ins = c;
+            rdx_insert(t, tok, len, a);
+            o.ins = NULL;
+            un[n_users++] = nb;
+            n_held2 += nb;
+        } else if (r < 8 && n_users > 0) { /* a request ends */
+            int i = (int)(trx_rng(&rng) % (uint64_t)n_users);
+            trx_unref_all(bp, u0[i], un[i]);
+            trx_unref_all(o.pool2, u2[i], un[i]);
+            n_held2 -= un[i];
+            n_users--;
+            memmove(u0[i], u0[n_users], sizeof u0[i]);
+            memmove(u2[i], u2[n_users], sizeof u2[i]);
+            un[i] = un[n_users];
+        } else { /* pressure on the second pool */
+            int32_t want = (int32_t)(trx_rng(&rng) % TRX_POOL);
+            int forced = (int)(trx_rng(&rng) & 1);
+            int32_t before = bp_num_free(o.pool2);
+            rdx_evict_until(t, o.pool2, want, forced);
+            if (!forced && before < want && bp_num_free(o.pool2) >= want) /* one companion per block: no overshoot */
+                cr_assert_eq(bp_num_free(o.pool2), want, "evicted past the goal");
+            if (!forced && before >= want) cr_assert_eq(bp_num_free(o.pool2), before, "evicted with the goal met");
+            if (bp_num_free(o.pool2) < want) {
+                if (forced) cr_assert_eq(rdx_n_blocks(t), 0, "forced: short of %d, yet blocks left", want);
+                else cr_assert_eq(rdx_n_evictable(t), 0, "short of %d with evictable blocks left", want);
+            }
+        }
+        rdx_check(t);
+        bp_check(bp);
+        bp_check(o.pool2);
+        trh_compare(&o, t, n_held2);
+    }
+    cr_assert_gt(o.n_released, 0);
+    while (n_users > 0) {
+        n_users--;
+        trx_unref_all(bp, u0[n_users], un[n_users]);
+        trx_unref_all(o.pool2, u2[n_users], un[n_users]);
+    }
+    rdx_destroy(t);
+    cr_assert_eq(o.n_indexed, o.n_released, "destroy releases every block");
+    cr_assert_eq(bp_num_free(bp), TRX_POOL);
+    cr_assert_eq(bp_num_free(o.pool2), TRX_POOL);
+    bp_destroy(bp);
+    bp_destroy(o.pool2);
+}
+
 /* ---- allocation failures ----------------------------------------------------------------- */
 
 /* A second copy of the tree, under other names, whose allocations fail on demand: every failed
@@ -836,6 +964,9 @@ static void *trx_realloc(void *p, size_t n)
 #define rdx_n_tiered trx_oom_n_tiered
 #define rdx_match_tiered trx_oom_match_tiered
 #define rdx_prune_tiered trx_oom_prune_tiered
+#define rdx_evict_until trx_oom_evict_until
+#define rdx_set_hooks trx_oom_set_hooks
+#define rdx_list_blocks trx_oom_list_blocks
 #include "cache/radix.c"
 #undef malloc
 #undef calloc

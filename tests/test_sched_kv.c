@@ -247,18 +247,20 @@ static void tk_env_init(tk_env *e, int bs, int n_groups, const kv_rule *rules, c
     cr_assert_not_null(e->sc);
 }
 
-/* No block leaked: every pool free but for what the prefix cache holds, and free after evicting. */
+/* No block leaked: every pool free but for what the prefix cache holds (in a group g ≥ 1 the
+ * companions of its blocks, one each), and free after evicting. */
 static void tk_env_fini(tk_env *e)
 {
     sched_check(e->sc);
     rdx_tree *t = sched_tree(e->sc);
     for (int g = 0; g < e->f.n_groups; g++) {
         block_pool *bp = sched_group_pool(e->sc, g);
-        cr_assert_eq(bp_num_free(bp) + (t && g == 0 ? rdx_n_blocks(t) : 0), e->f.n_blocks[g], "group %d leaked blocks", g);
+        cr_assert_eq(bp_num_free(bp) + (t ? rdx_n_blocks(t) : 0), e->f.n_blocks[g], "group %d leaked blocks", g);
     }
     if (t) {
         rdx_evict(t, e->f.n_blocks[0]);
-        cr_assert_eq(bp_num_free(sched_pool(e->sc)), e->f.n_blocks[0]);
+        for (int g = 0; g < e->f.n_groups; g++)
+            cr_assert_eq(bp_num_free(sched_group_pool(e->sc, g)), e->f.n_blocks[g], "group %d: companions left", g);
     }
     sched_destroy(e->sc);
     for (int g = 0; g < e->f.n_groups; g++) {
@@ -384,83 +386,160 @@ static kv_rule tk_random_rule(uint64_t x, int bs, int g)
     return r;
 }
 
+/* One random round's geometry: block size, groups, rules and pool sizes. */
+typedef struct tk_round {
+    int bs, ng, max_seqs, budget, prefix, bounded, n_prompts;
+    kv_rule rules[KV_MAX_GROUPS];
+    int32_t nb[KV_MAX_GROUPS];
+} tk_round;
+
+/* What a round did, summed over rounds for the tests' own checks. */
+typedef struct tk_tally {
+    int64_t cached, evictions, preemptions;
+} tk_tally;
+
+/* Runs round `round` of geometry q with seed rs: n prompts from a few shared prefixes, random
+ * forks and cancellations, sched_check after every step, every surviving choice against the
+ * reference, no block leaked. */
+static void tk_round_run(const tk_round *q, int round, uint64_t rs, tk_tally *tally)
+{
+    int o = snprintf(tk_what, sizeof tk_what, "round %d: block %d, prefix %d, seqs %d, budget %d;", round, q->bs,
+                     q->prefix, q->max_seqs, q->budget);
+    for (int g = 0; g < q->ng; g++)
+        o += snprintf(tk_what + o, sizeof tk_what - (size_t)o, " group %d keep %d window %d sinks %d blocks %d", g,
+                      q->rules[g].keep, q->rules[g].window, q->rules[g].sinks, q->nb[g]);
+    tk_env e;
+    tk_env_init(&e, q->bs, q->ng, q->rules, q->nb, q->max_seqs, q->budget, q->prefix, 200);
+    int n = 3 + (int)((rs >> 30) % 8);
+    seq *s[12], *kids[12][3];
+    memset(kids, 0, sizeof kids);
+    int cancelled[12] = {0};
+    int32_t p[120];
+    for (int i = 0; i < n; i++) {
+        uint64_t x = tk_mix(rs ^ (uint64_t)(i + 1) * 0x51);
+        int np = 1 + (int)(x % 100), mt = 1 + (int)((x >> 8) % 60);
+        if (q->bounded && np + mt > 200) mt = 200 - np;
+        tk_prompt(p, np, rs % 3 + (uint64_t)(i % q->n_prompts)); /* shared prefixes */
+        s[i] = tk_seq(p, np, mt, (x >> 20) % 2 ? 0.8f : 0, x);
+        s[i]->owner = &kids[i];
+        int nc = 1 + (int)((x >> 32) % 3);
+        s[i]->n_choices = nc <= q->max_seqs ? nc : 1;
+        kids[i][0] = s[i];
+        cr_assert_eq(sched_add(e.sc, s[i]), 0);
+    }
+    for (int step = 0;; step++) {
+        cr_assert_lt(step, 100000);
+        sched_sample *sm;
+        int k = sched_step(e.sc, &sm);
+        sched_check(e.sc);
+        if (k == -EAGAIN) {
+            cr_assert_eq(sched_num_running(e.sc) + sched_num_waiting(e.sc), 0, "%s: stalled with %d running, %d waiting",
+                         tk_what, sched_num_running(e.sc), sched_num_waiting(e.sc));
+            break;
+        }
+        cr_assert_geq(k, 0, "%s: step failed %d", tk_what, k);
+        for (int j = 0; j < k; j++) {
+            seq *(*ks)[3] = sm[j].s->owner;
+            (*ks)[sm[j].s->index] = sm[j].s;
+        }
+        int victim = (int)(tk_mix(rs ^ (uint64_t)step) % 200);
+        if (victim < n && !cancelled[victim]) {
+            cancelled[victim] = 1;
+            for (int c = 0; c < 3; c++)
+                if (kids[victim][c] && kids[victim][c]->status != SEQ_FINISHED)
+                    sched_release(e.sc, kids[victim][c], ENGINE_FINISH_ABORT);
+            sched_check(e.sc);
+        }
+    }
+    for (int i = 0; i < n; i++)
+        for (int c = 0; c < 3; c++) {
+            if (!kids[i][c]) continue;
+            if (!cancelled[i]) tk_expect(&e.f, kids[i][c]);
+            tally->cached += kids[i][c]->cached_tokens;
+            seq_destroy(kids[i][c]);
+        }
+    sched_stats st;
+    sched_get_stats(e.sc, &st);
+    tally->evictions += st.evictions;
+    tally->preemptions += st.preemptions;
+    tk_env_fini(&e);
+}
+
+/* Pool sizes for q: one sequence at its largest in every group, plus a random margin (so small
+ * pools preempt, and the prefix cache's companions have to be evicted). */
+static void tk_round_pools(tk_round *q, uint64_t rs, int margin)
+{
+    for (int g = 0; g < q->ng; g++) {
+        kv_geom geo = kv_geom_make(1, 1, 1, q->bs, KV_F16);
+        geo.n_groups = q->ng;
+        geo.rule[g] = q->rules[g];
+        q->nb[g] = (int32_t)kv_group_seq_blocks(&geo, g, 200, q->budget) + 1 + (int32_t)((rs >> (20 + g)) % margin);
+    }
+}
+
+/* The replay hook of the random tests: KVSERVE_TEST_ROUND=N runs round N alone. */
+static void tk_rounds(int *from, int *to, int n)
+{
+    const char *only = getenv("KVSERVE_TEST_ROUND");
+    *from = only ? atoi(only) : 0;
+    *to = only ? *from + 1 : n;
+}
+
 /* Random workloads: block sizes 1 .. 8, one to three groups of random rules, prompts up to three
- * windows long, forks, small pools (preemption), cancellations, the prefix cache with one group. */
+ * windows long, forks, small pools (preemption), cancellations, the prefix cache (its companions
+ * in every group, evicted under any group's pressure). */
 Test(sched_kv, random_windows_against_brute_force)
 {
     uint64_t seed0 = 0x5eed17ull;
     printf("sched_kv/random_windows_against_brute_force: seed %#llx\n", (unsigned long long)seed0);
-    const char *only = getenv("KVSERVE_TEST_ROUND"); /* replay one round */
-    for (int round = only ? atoi(only) : 0; round < (only ? atoi(only) + 1 : 150); round++) {
+    int from, to;
+    tk_rounds(&from, &to, 150);
+    tk_tally tally = {0};
+    for (int round = from; round < to; round++) {
         uint64_t rs = tk_mix(seed0 + (uint64_t)round);
-        int bs = 1 + (int)(rs % 8), ng = 1 + (int)((rs >> 4) % 3), bounded = 0;
-        kv_rule rules[KV_MAX_GROUPS];
-        int32_t nb[KV_MAX_GROUPS];
-        int max_seqs = 1 + (int)((rs >> 8) % 6), budget = max_seqs + 4 + (int)((rs >> 12) % 40);
-        for (int g = 0; g < ng; g++) {
-            rules[g] = tk_random_rule(tk_mix(rs + (uint64_t)g * 101), bs, g);
-            bounded |= rules[g].keep == KV_KEEP_ALL;
-            /* one sequence at its largest, plus a random margin: preemption in the small pools */
-            kv_geom geo = kv_geom_make(1, 1, 1, bs, KV_F16);
-            geo.n_groups = ng;
-            geo.rule[g] = rules[g];
-            nb[g] = (int32_t)kv_group_seq_blocks(&geo, g, 200, budget) + 1 + (int32_t)((rs >> (20 + g)) % 40);
+        tk_round q = {.bs = 1 + (int)(rs % 8), .ng = 1 + (int)((rs >> 4) % 3), .n_prompts = 2};
+        q.max_seqs = 1 + (int)((rs >> 8) % 6);
+        q.budget = q.max_seqs + 4 + (int)((rs >> 12) % 40);
+        for (int g = 0; g < q.ng; g++) {
+            q.rules[g] = tk_random_rule(tk_mix(rs + (uint64_t)g * 101), q.bs, g);
+            q.bounded |= q.rules[g].keep == KV_KEEP_ALL;
         }
-        int prefix = ng == 1 && (round & 1);
-        int o = snprintf(tk_what, sizeof tk_what, "round %d: block %d, prefix %d, seqs %d, budget %d;", round, bs, prefix,
-                         max_seqs, budget);
-        for (int g = 0; g < ng; g++)
-            o += snprintf(tk_what + o, sizeof tk_what - (size_t)o, " group %d keep %d window %d sinks %d blocks %d", g,
-                          rules[g].keep, rules[g].window, rules[g].sinks, nb[g]);
-        tk_env e;
-        tk_env_init(&e, bs, ng, rules, nb, max_seqs, budget, prefix, 200);
-        int n = 3 + (int)((rs >> 30) % 8);
-        seq *s[12], *kids[12][3];
-        memset(kids, 0, sizeof kids);
-        int cancelled[12] = {0};
-        int32_t p[120];
-        for (int i = 0; i < n; i++) {
-            uint64_t x = tk_mix(rs ^ (uint64_t)(i + 1) * 0x51);
-            int np = 1 + (int)(x % 100), mt = 1 + (int)((x >> 8) % 60);
-            if (bounded && np + mt > 200) mt = 200 - np;
-            tk_prompt(p, np, rs % 3 + (uint64_t)(i % 2)); /* shared prefixes */
-            s[i] = tk_seq(p, np, mt, (x >> 20) % 2 ? 0.8f : 0, x);
-            s[i]->owner = &kids[i];
-            int nc = 1 + (int)((x >> 32) % 3);
-            s[i]->n_choices = nc <= max_seqs ? nc : 1;
-            kids[i][0] = s[i];
-            cr_assert_eq(sched_add(e.sc, s[i]), 0);
-        }
-        for (int step = 0;; step++) {
-            cr_assert_lt(step, 100000);
-            sched_sample *sm;
-            int k = sched_step(e.sc, &sm);
-            sched_check(e.sc);
-            if (k == -EAGAIN) {
-                cr_assert_eq(sched_num_running(e.sc) + sched_num_waiting(e.sc), 0, "%s: stalled with %d running, %d waiting",
-                             tk_what, sched_num_running(e.sc), sched_num_waiting(e.sc));
-                break;
-            }
-            cr_assert_geq(k, 0, "%s: step failed %d", tk_what, k);
-            for (int j = 0; j < k; j++) {
-                seq *(*ks)[3] = sm[j].s->owner;
-                (*ks)[sm[j].s->index] = sm[j].s;
-            }
-            int victim = (int)(tk_mix(rs ^ (uint64_t)step) % 200);
-            if (victim < n && !cancelled[victim]) {
-                cancelled[victim] = 1;
-                for (int c = 0; c < 3; c++)
-                    if (kids[victim][c] && kids[victim][c]->status != SEQ_FINISHED)
-                        sched_release(e.sc, kids[victim][c], ENGINE_FINISH_ABORT);
-                sched_check(e.sc);
-            }
-        }
-        for (int i = 0; i < n; i++)
-            for (int c = 0; c < 3; c++) {
-                if (!kids[i][c]) continue;
-                if (!cancelled[i]) tk_expect(&e.f, kids[i][c]);
-                seq_destroy(kids[i][c]);
-            }
-        tk_env_fini(&e);
+        tk_round_pools(&q, rs, 40);
+        q.prefix = round & 1;
+        tk_round_run(&q, round, rs, &tally);
+    }
+}
+
+/* The prefix cache of a model with sliding-window layers: group 0 keeps everything, one or two
+ * windowed groups of different sizes, small blocks, tight windowed pools (the companions the
+ * cache holds there must be evicted while group 0 may still have room), prompts from a few
+ * shared prefixes, forks, preemption and cancellations; outputs against the brute-force
+ * reference, and over the rounds the cache must have served tokens and evicted. */
+Test(sched_kv, random_layer_groups_share_prefixes)
+{
+    uint64_t seed0 = 0x6a0c5ull;
+    printf("sched_kv/random_layer_groups_share_prefixes: seed %#llx\n", (unsigned long long)seed0);
+    int from, to;
+    tk_rounds(&from, &to, 80);
+    tk_tally tally = {0};
+    for (int round = from; round < to; round++) {
+        uint64_t rs = tk_mix(seed0 + (uint64_t)round);
+        tk_round q = {.bs = 1 + (int)(rs % 4), .ng = 2 + (int)((rs >> 4) % 2), .prefix = 1, .bounded = 1};
+        q.n_prompts = 1 + (int)((rs >> 6) % 3);
+        q.max_seqs = 1 + (int)((rs >> 8) % 5);
+        q.budget = q.max_seqs + 4 + (int)((rs >> 12) % 40);
+        q.rules[0] = (kv_rule){KV_KEEP_ALL, 0, 0};
+        for (int g = 1; g < q.ng; g++) /* distinct sizes, as the engine makes one group per size */
+            q.rules[g] = (kv_rule){KV_KEEP_WINDOW, 4 + (int)((rs >> (16 + 6 * g)) % 24) + 30 * (g - 1), 0};
+        tk_round_pools(&q, rs, 8);
+        if ((rs >> 40) % 2) q.nb[0] += 400; /* group 0 roomy: only the windows' pools run short */
+        tk_round_run(&q, round, rs, &tally);
+    }
+    printf("sched_kv/random_layer_groups_share_prefixes: %lld cached tokens, %lld evictions, %lld preemptions\n",
+           (long long)tally.cached, (long long)tally.evictions, (long long)tally.preemptions);
+    if (from == 0 && to == 80) {
+        cr_assert_gt(tally.cached, 0, "the cache never served a prefix");
+        cr_assert_gt(tally.evictions, 0, "the cache was never under pressure");
+        cr_assert_gt(tally.preemptions, 0, "no preemption");
     }
 }
