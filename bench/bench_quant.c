@@ -3,13 +3,16 @@
  * (numbers, never a gate).
  *
  *   bench_quant [--threads N] [--rows N] [--types q4_0,q4_k,...] [--levels scalar,avx2,avx512]
+ *               [--roof GB/s]
  *
  * For each type and level (avx512 with VNNI when the CPU has it) at TinyLlama-1.1B matrix shapes (2048 → 2048, 2048 → 5632,
  * 5632 → 2048): one activation row (GEMV, decode) in GB/s of weights streamed and weights per
  * nanosecond, and --rows rows (default 512: a prompt) in GMAC/s. Times are the process's CPU
  * time (CLOCK_PROCESS_CPUTIME_ID) divided by the threads, median of 5, so that a loaded machine
  * shows the kernels' own cost rather than the time they waited for a core. Weights are random
- * blocks with finite scales; no model file is needed.
+ * blocks with finite scales; no model file is needed. With --roof (the memory bandwidth of the
+ * same thread count, e.g. bench_generate's streaming read), each GEMV also shows its GB/s as a
+ * fraction of that roof: below 1 the kernel, not memory, limits decode.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -85,20 +88,23 @@ int main(int argc, char **argv)
 {
     int nth = 1, rows = 512;
     const char *tlist = NULL, *llist = "avx2,avx512";
+    double roof = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--threads") && i + 1 < argc) nth = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--rows") && i + 1 < argc) rows = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--types") && i + 1 < argc) tlist = argv[++i];
         else if (!strcmp(argv[i], "--levels") && i + 1 < argc) llist = argv[++i];
+        else if (!strcmp(argv[i], "--roof") && i + 1 < argc) roof = atof(argv[++i]);
         else {
-            fprintf(stderr, "usage: %s [--threads N] [--rows N] [--types q4_0,...] [--levels scalar,avx2,avx512]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--threads N] [--rows N] [--types q4_0,...] [--levels scalar,avx2,avx512] [--roof GB/s]\n", argv[0]);
             return 2;
         }
     }
     const int64_t shapes[][2] = {{2048, 2048}, {2048, 5632}, {5632, 2048}};
     uint64_t rng = 7;
-    printf("%d thread%s, CPU time; GEMV: GB/s of weights (weights/ns); GEMM %d rows: GMAC/s\n", nth,
-           nth == 1 ? "" : "s", rows);
+    printf("%d thread%s, CPU time; GEMV: GB/s of weights (weights/ns%s); GEMM %d rows: GMAC/s\n", nth,
+           nth == 1 ? "" : "s", roof > 0 ? ", × the roof" : "", rows);
+    if (roof > 0) printf("roof: %.1f GB/s\n", roof);
     printf("%-7s %-6s %22s %22s %22s %9s %9s %9s\n", "type", "level", "gemv 2048x2048", "gemv 2048->5632",
            "gemv 5632->2048", "gemm a", "gemm b", "gemm c");
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
@@ -118,7 +124,8 @@ int main(int argc, char **argv)
                 for (int64_t i = 0; i < rows * n_in; i++) x[i] = (float)(smp_splitmix64(&rng) % 2001) / 1000.0f - 1;
                 double t1 = time_matmul(be, &w, x, 1, out, nth);
                 double bytes = (double)mt.row_bytes * n_out;
-                printf(" %12.1f (%6.2f)", bytes / t1 / 1e9, (double)n_in * n_out / t1 / 1e9);
+                if (roof > 0) printf(" %6.1f (%6.2f, %4.2fx)", bytes / t1 / 1e9, (double)n_in * n_out / t1 / 1e9, bytes / t1 / 1e9 / roof);
+                else printf(" %12.1f (%6.2f)", bytes / t1 / 1e9, (double)n_in * n_out / t1 / 1e9);
                 double tr = time_matmul(be, &w, x, rows, out, nth);
                 gemm[s] = (double)rows * n_in * n_out / tr / 1e9;
                 fflush(stdout);

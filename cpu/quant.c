@@ -222,7 +222,7 @@ static float dot_decoded(const int8_t *v, const float *S, const float *W, cpu__q
         int32_t isum = 0;
         for (int k = 0; k < G; k++) isum += (int32_t)v[i0 + k] * xb->q[off + k];
         acc = fmaf((float)isum, S[g] * xb->d, acc);
-        if (!tr.is_signed) acc = fmaf(W[g], xb->xs[G == 32 ? 2 : off / 16], acc);
+        if (!tr.is_signed) acc = fmaf(W[g], xb->xs[2], acc);
     }
     return acc;
 }

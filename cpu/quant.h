@@ -78,8 +78,8 @@ static inline uint16_t cpu__qu16(const uint8_t *p)
     return (uint16_t)(p[0] | p[1] << 8);
 }
 
-/* S and W of every group of the block at b (W untouched for signed types): the one definition
- * of the group scales, used by every level. */
+/* S and W of the block at b of a blocks-of-32 type (W untouched for IQ4_NL): the one
+ * definition of the block scales, used by every level. */
 static inline void cpu__qscales(int type, const uint8_t *b, float *S, float *W)
 {
     switch (type) {
@@ -87,59 +87,17 @@ static inline void cpu__qscales(int type, const uint8_t *b, float *S, float *W)
     case DT_Q5_0: S[0] = CPU__QF16(cpu__qu16(b)), W[0] = -16.0f * S[0]; break;
     case DT_Q4_1: case DT_Q5_1: S[0] = CPU__QF16(cpu__qu16(b)), W[0] = CPU__QF16(cpu__qu16(b + 2)); break;
     case DT_IQ4_NL: S[0] = CPU__QF16(cpu__qu16(b)); break;
-    case DT_Q2_K: {
-        float d = CPU__QF16(cpu__qu16(b + 80)), dmin = CPU__QF16(cpu__qu16(b + 82));
-        for (int j = 0; j < 16; j++) {
-            S[j] = d * (float)(b[j] & 0xF);
-            W[j] = -(dmin * (float)(b[j] >> 4));
-        }
-        break;
-    }
-    case DT_Q3_K: {
-        float d = CPU__QF16(cpu__qu16(b + 108));
-        for (int j = 0; j < 16; j++) {
-            S[j] = d * (float)dt_q3k_scale(b + 96, j);
-            W[j] = -4.0f * S[j];
-        }
-        break;
-    }
-    case DT_Q4_K: case DT_Q5_K: {
-        float d = CPU__QF16(cpu__qu16(b)), dmin = CPU__QF16(cpu__qu16(b + 2));
-        for (int j = 0; j < 8; j++) {
-            uint8_t sc, m;
-            dt_k4_scale_min(b + 4, j, &sc, &m);
-            S[j] = d * (float)sc;
-            W[j] = -(dmin * (float)m);
-        }
-        break;
-    }
-    case DT_Q6_K: {
-        float d = CPU__QF16(cpu__qu16(b + 208));
-        for (int j = 0; j < 16; j++) {
-            S[j] = d * (float)(int8_t)b[192 + j];
-            W[j] = -32.0f * S[j];
-        }
-        break;
-    }
-    default: { /* IQ4_XS */
-        float d = CPU__QF16(cpu__qu16(b));
-        uint16_t sh = cpu__qu16(b + 2);
-        for (int j = 0; j < 8; j++) {
-            int ls = ((b[4 + j / 2] >> (4 * (j % 2))) & 0xF) | ((sh >> (2 * j)) & 3) << 4;
-            S[j] = d * (float)(ls - 32);
-        }
-        break;
-    }
+    default: break; /* the super-block types: cpu__qk_scales */
     }
 }
 
-/* The integer values of a whole block (dt_block_elems weights) into v, and S, W of each of its
- * groups (W left untouched for signed types). The scalar reference; the SIMD levels decode the
- * same values their own way and are tested against this. */
+/* The integer values of a block of a blocks-of-32 type into v, and its S, W (W left untouched
+ * for IQ4_NL). The scalar reference; the SIMD levels decode the same values their own way and
+ * are tested against this. */
 void cpu__qblock_decode(int type, const uint8_t *blk, int8_t *v, float *S, float *W);
 
-/* Scalar reference of one output: the formulation above for weight row w (n_in weights of
- * type) against the activation row x (n_in / 32 blocks), bias not added. */
+/* Scalar reference of one output of a blocks-of-32 type: the first formulation for weight row w
+ * (n_in weights) against the activation row x (n_in / 32 blocks), bias not added. */
 float cpu__qdot_ref(int type, const uint8_t *w, const cpu__q8s *x, int64_t n_in);
 
 /* ---- the super-block types ------------------------------------------------------------------- */

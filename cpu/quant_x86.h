@@ -1,10 +1,12 @@
 /*
- * quant_x86.h — the x86 kernels of the quantised weight types, written once for two levels:
- * included by quant_avx2.c (QX_VNNI 0: AVX2 maddubs) and quant_vnni.c (QX_VNNI 1: AVX-512
- * VNNI vpdpbusd). Only those files may include it (it needs their target flags).
+ * quant_x86.h — the x86 kernels of the blocks-of-32 quantised types (Q4_0, Q4_1, Q5_0, Q5_1,
+ * IQ4_NL) and the unit decoders and panel helpers that quantk_x86.h (the super-block types) also
+ * uses, written once for two levels: included through quantk_x86.h by quant_avx2.c (QX_VNNI 0:
+ * AVX2 maddubs) and quant_vnni.c (QX_VNNI 1: AVX-512 VNNI vpdpbusd). Only those files may
+ * include it (it needs their target flags).
  *
- * Both compute the formulation of quant.h bit for bit (the same integer group sums, the same f32
- * operations in the same order), in two shapes:
+ * Both compute the first formulation of quant.h bit for bit (the same integer block sums, the
+ * same f32 operations in the same order), in two shapes:
  *
  *  - GEMV (1 to QX_GEMV_ROWS activation rows: decode). Memory-bound: the weights are decoded
  *    straight from the file's blocks, 8 outputs at a time. Each output's 32-weight unit is
@@ -14,7 +16,7 @@
  *
  *  - GEMM (more rows: prefill, batched decode). A thread decodes a tile of 16 outputs × KC
  *    inputs once into a panel in its scratch — values [KC/4][16 outputs][4] (the 8 × 8 dword
- *    transposes of the decoded units), then the group scales S and W [KC/G][16] — and runs a
+ *    transposes of the decoded units), then the block scales S and W [KC/32][16] — and runs a
  *    microkernel over every row group of it: per 4 inputs one panel load and one vpdpbusd (or
  *    maddubs + madd) per row, with the row's 4 activation bytes broadcast; at the end of each
  *    group the integer sums are converted and folded in with the group scales. Each slice's
@@ -152,22 +154,10 @@ QX_INLINE __m256 qx_half(__m256i dw, int hi)
     return _mm256_cvtph_ps(_mm256_castsi256_si128(p));
 }
 
-QX_INLINE __m256i qx_byte(const __m256i *dw, int i) /* byte i of the 4 dwords dw[0..3] */
-{
-    return _mm256_and_si256(_mm256_srli_epi32(dw[i / 4], 8 * (i % 4)), _mm256_set1_epi32(0xFF));
-}
-
-QX_INLINE __m256 qx_mulf(__m256 d, __m256i v) /* d · (float)v, as cpu__qscales forms it */
-{
-    return _mm256_mul_ps(d, _mm256_cvtepi32_ps(v));
-}
-
-/* S[g], W[g] (8 outputs each) of every group of one block of 8 outputs: exactly cpu__qscales's
- * values, computed lane-wise. Signed types leave W alone. */
+/* S, W (8 outputs each) of one block of 8 outputs: exactly cpu__qscales's values, computed
+ * lane-wise. IQ4_NL leaves W alone. */
 QX_INLINE void qx_scales8(int type, const uint8_t *b0, __m256i idx, __m256 *S, __m256 *W)
 {
-    const __m256 neg = _mm256_set1_ps(-0.0f);
-    __m256i dw[4];
     switch (type) {
     case DT_Q4_0: case DT_Q5_0: {
         S[0] = qx_half(qx_gather(b0, idx, 0), 0);
@@ -180,72 +170,7 @@ QX_INLINE void qx_scales8(int type, const uint8_t *b0, __m256i idx, __m256 *S, _
         break;
     }
     case DT_IQ4_NL: S[0] = qx_half(qx_gather(b0, idx, 0), 0); break;
-    case DT_Q2_K: {
-        __m256i v = qx_gather(b0, idx, 80);
-        __m256 d = qx_half(v, 0), dmin = qx_half(v, 1);
-        for (int k = 0; k < 4; k++) dw[k] = qx_gather(b0, idx, 4 * k);
-        for (int j = 0; j < 16; j++) {
-            __m256i b = qx_byte(dw, j);
-            S[j] = qx_mulf(d, _mm256_and_si256(b, _mm256_set1_epi32(0xF)));
-            W[j] = _mm256_xor_ps(qx_mulf(dmin, _mm256_srli_epi32(b, 4)), neg);
-        }
-        break;
-    }
-    case DT_Q3_K: {
-        __m256 d = qx_half(qx_gather(b0, idx, 106), 1); /* d at 108: the dword ending at the block's end */
-        for (int k = 0; k < 3; k++) dw[k] = qx_gather(b0, idx, 96 + 4 * k);
-        for (int j = 0; j < 16; j++) {
-            __m256i lo = j < 8 ? _mm256_and_si256(qx_byte(dw, j), _mm256_set1_epi32(0xF))
-                               : _mm256_srli_epi32(qx_byte(dw, j - 8), 4);
-            __m256i hi = _mm256_and_si256(_mm256_srli_epi32(qx_byte(dw, 8 + j % 4), 2 * (j / 4)), _mm256_set1_epi32(3));
-            __m256i sc = _mm256_sub_epi32(_mm256_or_si256(lo, _mm256_slli_epi32(hi, 4)), _mm256_set1_epi32(32));
-            S[j] = qx_mulf(d, sc);
-            W[j] = _mm256_mul_ps(_mm256_set1_ps(-4.0f), S[j]);
-        }
-        break;
-    }
-    case DT_Q4_K: case DT_Q5_K: {
-        __m256i v = qx_gather(b0, idx, 0);
-        __m256 d = qx_half(v, 0), dmin = qx_half(v, 1);
-        for (int k = 0; k < 3; k++) dw[k] = qx_gather(b0, idx, 4 + 4 * k);
-        const __m256i m6 = _mm256_set1_epi32(63), m4 = _mm256_set1_epi32(0xF);
-        for (int j = 0; j < 8; j++) {
-            __m256i sc, m;
-            if (j < 4) {
-                sc = _mm256_and_si256(qx_byte(dw, j), m6);
-                m = _mm256_and_si256(qx_byte(dw, j + 4), m6);
-            } else {
-                sc = _mm256_or_si256(_mm256_and_si256(qx_byte(dw, j + 4), m4),
-                                     _mm256_slli_epi32(_mm256_srli_epi32(qx_byte(dw, j - 4), 6), 4));
-                m = _mm256_or_si256(_mm256_srli_epi32(qx_byte(dw, j + 4), 4),
-                                    _mm256_slli_epi32(_mm256_srli_epi32(qx_byte(dw, j), 6), 4));
-            }
-            S[j] = qx_mulf(d, sc);
-            W[j] = _mm256_xor_ps(qx_mulf(dmin, m), neg);
-        }
-        break;
-    }
-    case DT_Q6_K: {
-        __m256 d = qx_half(qx_gather(b0, idx, 206), 1); /* d at 208: the block's last 2 bytes */
-        for (int k = 0; k < 4; k++) dw[k] = qx_gather(b0, idx, 192 + 4 * k);
-        for (int j = 0; j < 16; j++) {
-            __m256i sc = _mm256_srai_epi32(_mm256_slli_epi32(dw[j / 4], 24 - 8 * (j % 4)), 24);
-            S[j] = qx_mulf(d, sc);
-            W[j] = _mm256_mul_ps(_mm256_set1_ps(-32.0f), S[j]);
-        }
-        break;
-    }
-    default: { /* IQ4_XS */
-        __m256i v = qx_gather(b0, idx, 0), sl = qx_gather(b0, idx, 4);
-        __m256 d = qx_half(v, 0);
-        __m256i sh = _mm256_srli_epi32(v, 16);
-        for (int j = 0; j < 8; j++) {
-            __m256i lo = _mm256_and_si256(_mm256_srli_epi32(sl, 4 * j), _mm256_set1_epi32(0xF));
-            __m256i hi = _mm256_and_si256(_mm256_srli_epi32(sh, 2 * j), _mm256_set1_epi32(3));
-            S[j] = qx_mulf(d, _mm256_sub_epi32(_mm256_or_si256(lo, _mm256_slli_epi32(hi, 4)), _mm256_set1_epi32(32)));
-        }
-        break;
-    }
+    default: break; /* the super-block types: quantk_x86.h */
     }
 }
 
@@ -288,7 +213,7 @@ QX_INLINE void qx_gemv8(int type, int R, const uint8_t *const *rp, int64_t n_in,
                         float *res)
 {
     const cpu__qtraits tr = cpu__qtraits_of(type);
-    const int be = dt_block_elems(type), G = tr.group, nu = be / 32, sgn = tr.is_signed;
+    const int be = dt_block_elems(type), nu = be / 32, sgn = tr.is_signed;
     const size_t bb = dt_block_bytes(type);
     const __m256i idx = qx_offsets(rp);
     __m256 acc[QX_GEMV_ROWS];
@@ -311,14 +236,9 @@ QX_INLINE void qx_gemv8(int type, int R, const uint8_t *const *rp, int64_t n_in,
 #pragma GCC unroll 8
                 for (int j = 0; j < 8; j++) p[j] = qx_dot(v[j], va[j], q, sgn);
                 qx_reduce8(p, &g0, &g1);
-                if (G == 32) {
-                    __m256i s = _mm256_add_epi32(g0, g1);
-                    if (sgn && QX_VNNI) s = _mm256_sub_epi32(s, _mm256_set1_epi32(128 * xb->s32));
-                    acc[r] = qx_fold8v(acc[r], s, S[k], W[k], xb->d, xb->xs[2], sgn);
-                } else {
-                    acc[r] = qx_fold8v(acc[r], g0, S[2 * k], W[2 * k], xb->d, xb->xs[0], 0);
-                    acc[r] = qx_fold8v(acc[r], g1, S[2 * k + 1], W[2 * k + 1], xb->d, xb->xs[1], 0);
-                }
+                __m256i s = _mm256_add_epi32(g0, g1);
+                if (sgn && QX_VNNI) s = _mm256_sub_epi32(s, _mm256_set1_epi32(128 * xb->s32));
+                acc[r] = qx_fold8v(acc[r], s, S[k], W[k], xb->d, xb->xs[2], sgn);
             }
         }
     }
@@ -387,7 +307,7 @@ QX_INLINE void qx_unpack_values(int type, const uint8_t *const *rp, size_t off, 
 }
 
 /* The panel of outputs [o0, o0 + 16) × inputs [i0, i0 + kc): values at pv ([kc/4][16][4]),
- * S and W at pS, pW ([kc/G][16]). Outputs past n_out repeat the last row. */
+ * S and W at pS, pW ([kc/32][16]). Outputs past n_out repeat the last row. */
 QX_INLINE void qx_unpack(int type, const be_weight *w, int64_t o0, int64_t i0, int kc, uint8_t *pv, float *pS,
                          float *pW)
 {
@@ -430,7 +350,7 @@ QX_INLINE void qx_mk(int type, int mr, const uint8_t *pv, const float *pS, const
                      const cpu__q8s *x, int64_t ldx, float *c, int64_t ldc, int ncols, int load_c)
 {
     const cpu__qtraits tr = cpu__qtraits_of(type);
-    const int G = tr.group, sgn = tr.is_signed;
+    const int sgn = tr.is_signed;
     __mmask16 m = ncols >= 16 ? 0xFFFF : (__mmask16)((1u << ncols) - 1);
     __m512 acc[8];
     #pragma GCC unroll 8
@@ -449,19 +369,11 @@ QX_INLINE void qx_mk(int type, int mr, const uint8_t *pv, const float *pS, const
                 memcpy(&xb, x[r * ldx + u].q + 4 * s, 4);
                 ia[r] = _mm512_dpbusd_epi32(ia[r], wv, _mm512_set1_epi32(xb));
             }
-            if (G == 16 && s == 3)
-                #pragma GCC unroll 8
-                for (int r = 0; r < mr; r++) {
-                    const cpu__q8s *xb = &x[r * ldx + u];
-                    acc[r] = qx_fold16(acc[r], ia[r], pS + 2 * u * 16, pW + 2 * u * 16, xb->d, xb->xs[0], 0);
-                    ia[r] = _mm512_setzero_si512();
-                }
         }
-        int g = G == 16 ? 2 * u + 1 : u;
         #pragma GCC unroll 8
         for (int r = 0; r < mr; r++) {
             const cpu__q8s *xb = &x[r * ldx + u];
-            acc[r] = qx_fold16(acc[r], ia[r], pS + g * 16, pW + g * 16, xb->d, xb->xs[G == 16 ? 1 : 2], sgn);
+            acc[r] = qx_fold16(acc[r], ia[r], pS + u * 16, pW + u * 16, xb->d, xb->xs[2], sgn);
         }
     }
     #pragma GCC unroll 8
@@ -491,7 +403,7 @@ QX_INLINE void qx_mk(int type, int mr, int h, const uint8_t *pv, const float *pS
                      const cpu__q8s *x, int64_t ldx, float *c, int64_t ldc, int ncols, int load_c)
 {
     const cpu__qtraits tr = cpu__qtraits_of(type);
-    const int G = tr.group, sgn = tr.is_signed;
+    const int sgn = tr.is_signed;
     const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
     __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32(ncols), lanes);
     __m256 acc[4];
@@ -512,19 +424,11 @@ QX_INLINE void qx_mk(int type, int mr, int h, const uint8_t *pv, const float *pS
                 memcpy(&xb, x[r * ldx + u].q + 4 * s, 4);
                 ia[r] = _mm256_add_epi32(ia[r], qx_dot(wv, wa, _mm256_set1_epi32(xb), sgn));
             }
-            if (G == 16 && s == 3)
-                #pragma GCC unroll 8
-                for (int r = 0; r < mr; r++) {
-                    const cpu__q8s *xb = &x[r * ldx + u];
-                    acc[r] = qx_fold8(acc[r], ia[r], pS + 2 * u * 16, pW + 2 * u * 16, xb->d, xb->xs[0], 0);
-                    ia[r] = _mm256_setzero_si256();
-                }
         }
-        int g = G == 16 ? 2 * u + 1 : u;
         #pragma GCC unroll 8
         for (int r = 0; r < mr; r++) {
             const cpu__q8s *xb = &x[r * ldx + u];
-            acc[r] = qx_fold8(acc[r], ia[r], pS + g * 16, pW + g * 16, xb->d, xb->xs[G == 16 ? 1 : 2], sgn);
+            acc[r] = qx_fold8(acc[r], ia[r], pS + u * 16, pW + u * 16, xb->d, xb->xs[2], sgn);
         }
     }
     #pragma GCC unroll 8
