@@ -493,8 +493,10 @@ static void eng__update_stats(engine *e)
     }
     if (!t) st->kv_blocks_idle = 0;
     else if (now - e->idle_at_us >= 100000) { /* O(tree): not on every step */
-        /* a cached block has a companion in every further group, freed with it */
-        st->kv_blocks_idle = (int64_t)rdx_n_evictable(t) * sched_n_groups(e->sc);
+        /* group 0's evictable blocks, and (an estimate, in proportion) their companions in the
+         * other groups, which are freed with them */
+        int64_t n0 = rdx_n_blocks(t), ev = rdx_n_evictable(t);
+        st->kv_blocks_idle = n0 ? ev * sched_cache_blocks(e->sc) / n0 : 0;
         e->idle_at_us = now;
     }
     st->num_running = sched_num_running(e->sc);
@@ -505,7 +507,7 @@ static void eng__update_stats(engine *e)
         st->kv_blocks_total += bp_num_blocks(gp);
         st->kv_blocks_used += bp_num_blocks(gp) - bp_num_free(gp);
     }
-    st->kv_blocks_cached = t ? (int64_t)rdx_n_blocks(t) * sched_n_groups(e->sc) : 0;
+    st->kv_blocks_cached = sched_cache_blocks(e->sc);
     st->kv_bytes_per_token = kv_bytes_per_token(&e->g);
     st->kv_capacity_tokens = (int64_t)e->n_blocks[0] * e->g.block_size;
     st->kv_capacity_seqs = eng__seq_capacity(e);

@@ -585,13 +585,20 @@ rdx_tree *sched_tree(sched *sc)
     return sc->tree;
 }
 
+int64_t sched_cache_blocks(const sched *sc)
+{
+    return sc->tree ? rdx_n_blocks(sc->tree) + sc->n_comp : 0;
+}
+
 void sched_check(const sched *sc)
 {
     if (sc->tree) rdx_check(sc->tree);
+    int64_t comp = 0;
     for (int g = 0; g < sc->n_groups; g++) {
         bp_check(sc->bp[g]);
         /* the tree's references: group 0's blocks, or their companions in group g */
-        int64_t held = sched__check_tree(sc, g) + (sc->tree && g == 0 ? sched__tier_refs(sc) : 0), refs = 0;
+        int64_t tree = sched__check_tree(sc, g), held = tree + (sc->tree && g == 0 ? sched__tier_refs(sc) : 0), refs = 0;
+        comp += g ? tree : 0;
         for (int i = 0; i < sc->n_running; i++) {
             const seq *s = sc->running[i];
             assert(s->status == SEQ_RUNNING);
@@ -607,4 +614,6 @@ void sched_check(const sched *sc)
         (void)refs;
         (void)held;
     }
+    assert(comp == (sc->tree ? sched_cache_blocks(sc) - rdx_n_blocks(sc->tree) : 0));
+    (void)comp;
 }

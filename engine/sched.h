@@ -18,9 +18,10 @@
  *
  * Windows (docs/kv-windows.md): each layer group keeps its blocks by its rule (cache/kv.h). A
  * running sequence first releases what its groups' rules let go (sched_kv.c), a step never takes
- * a sequence past a sinks group's window, and a sequence whose window has moved stops offering
- * blocks to the prefix cache. With more than one group the cache indexes group 0's blocks and
- * keeps each one's companions in the other groups (sched_kv.c).
+ * a sequence past a sinks group's window, and a sequence whose sinks window (or group 0) has
+ * dropped blocks stops offering blocks to the prefix cache (a sliding window's releases do not
+ * stop it). With more than one group the cache indexes group 0's blocks and keeps each one's
+ * companions in the other groups (sched_kv.c).
  *
  * The scheduler owns the block pools and the radix tree; it borrows the sequences (their owner
  * frees them after release). Engine thread only.
@@ -148,6 +149,8 @@ block_pool *sched_pool(sched *sc); /* group 0's */
 block_pool *sched_group_pool(sched *sc, int g);
 int sched_n_groups(const sched *sc);
 rdx_tree *sched_tree(sched *sc); /* NULL when the prefix cache is off */
+/* Blocks the prefix cache holds in every group: the tree's and their companions (0 when off). */
+int64_t sched_cache_blocks(const sched *sc);
 
 /* Puts the second KV tier t (borrowed; it must outlive every step) under the prefix cache:
  * blocks entering the cache are saved to it, evicted ones spill into it, and a waiting

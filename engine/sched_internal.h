@@ -20,10 +20,14 @@ struct sched {
     /* n_groups > 1 with the tree: the companions of the tree's blocks (sched_kv.c) */
     int32_t *comp[KV_MAX_GROUPS]; /* [g ≥ 1][bp[0] blocks] the group-g block holding the same
                                      tokens as an indexed group-0 block (the tree's reference on
-                                     it taken), -1 when that block is not indexed */
+                                     it taken), -1 when that block is not indexed or (a sliding
+                                     window's group) its sequence had released it */
     int32_t *match_comp[KV_MAX_GROUPS]; /* [g ≥ 1][max_blocks] companions of match_buf's blocks
-                                           (references taken with them) */
+                                           from match_from[g] on (references taken with them) */
+    int match_from[KV_MAX_GROUPS]; /* [g ≥ 1] the first block of the match a windowed group keeps
+                                      (those before it lie outside the window) */
     const seq *ins_seq;      /* the sequence whose blocks rdx_insert is indexing, else NULL */
+    int64_t n_comp;          /* companions held for the tree, all groups g ≥ 1 together */
     int ctx_limit;           /* a sequence stops at this many tokens: n_ctx, or INT_MAX under
                                 sinks + a window with no group keeping everything */
     seq **running;           /* [n_running] admission order */
@@ -82,13 +86,16 @@ void sched__tier_destroy(sched *sc);
 /* Companion tables and the tree's hooks (n_groups > 1 with a tree). 0 or -ENOMEM. */
 int sched__comp_init(sched *sc);
 void sched__comp_fini(sched *sc);
-/* rdx_match of s's tokens but its last into match_buf, with the companions' references taken
- * too (match_comp). Returns the matched token count. */
+/* rdx_match of s's tokens but its last into match_buf, shortened to the blocks whose companions
+ * a sequence starting there keeps all exist (in a windowed group those inside the window of its
+ * next token), with the companions' references taken too (match_comp, from match_from). Returns
+ * the matched token count. */
 int sched__match(sched *sc, const seq *s);
 /* Drops the references of a match of `matched` tokens (every group). */
 void sched__match_drop(sched *sc, int matched);
-/* Asserts that every block the tree indexes has a referenced companion in every group g ≥ 1 and
- * no other block has one; returns the tree's references in group g (companions for g ≥ 1). */
+/* Asserts that every block the tree indexes has a referenced companion in every group g ≥ 1 (a
+ * windowed group may lack it) and no other block has one; returns the tree's references in
+ * group g (companions for g ≥ 1). */
 int64_t sched__check_tree(const sched *sc, int g);
 
 /* Entries of s's cache in group g: its computed tokens less those the group dropped. */

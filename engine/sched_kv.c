@@ -15,18 +15,22 @@
  *   KV_KEEP_WINDOW (W): leading blocks whose entries all lie before the next token's window
  *       (cache index c sees c − W + 1 .. c) go; the attention op's mask does the rest. A step
  *       computes at most W of the sequence's tokens, so it holds under 2W entries there.
- * Prefix-cache rule: a block enters the radix tree only while its sequence has dropped nothing
- * (its K/V then depends on its tokens alone); once a window has moved, its kept blocks are not
- * shared prefixes and nothing more is offered. A cached path whose early blocks a window
+ * Prefix-cache rule: a block enters the radix tree only while its sequence's K/V depends on its
+ * tokens alone: group 0 dropped nothing, and no sinks group dropped anything (once a sinks
+ * window has moved, its kept blocks are not shared prefixes and nothing more is offered). A
+ * sliding window's releases do not count: its entries never depended on what it released. A
+ * cached path whose early blocks a window
  * released while its later ones are still held cannot be evicted leaf first; when blocks run
  * out, rdx_evict_forced unlinks such leaves so the early blocks free.
  *
  * With more than one group the tree indexes group 0's block ids, and comp[g][b] is the block of
  * group g ≥ 1 that holds the same tokens as indexed group-0 block b: the tree's hooks take a
- * reference on it when b enters the tree (from the inserting sequence's table: nothing was
- * dropped, so its tables line up block for block) and drop it when the tree lets b go; a match
- * takes references on the companions of what it matched, and an adopting sequence's tables in
- * every group start with them. A group's pool short of blocks evicts cached prefixes until it
+ * reference on it when b enters the tree (from the inserting sequence's table at the same
+ * token position; -1 where a sliding window had released it) and drop it when the tree lets b
+ * go. A match is cut to the blocks whose companions exist inside the windows of the token after
+ * it, takes references on those, and an adopting sequence's tables start with them: group 0's
+ * with the whole match, a windowed group's where its window starts (the blocks before counted
+ * as dropped, exactly what sched__drop would have released). A group's pool short of blocks evicts cached prefixes until it
  * has them (rdx_evict_until), forcing (rdx_evict_forced's way) when plain eviction cannot: a
  * running sequence holds its cached path in group 0 while the tree alone may hold its windows'
  * early companions.
@@ -43,26 +47,49 @@ int sched__kv_len(const sched *sc, const seq *s, int g)
     return s->n_computed - s->kv[g].dropped * sc->c.block_size;
 }
 
-/* 1 when s released blocks in some group (its window moved). */
-static int sched__dropped_any(const sched *sc, const seq *s)
+/* 1 while s's computed blocks may enter the prefix cache: group 0 dropped nothing (the tree
+ * indexes its table), and no group whose kept entries depend on dropped history (sinks) dropped
+ * anything. A sliding window's releases do not count: its K/V never depends on what it released,
+ * and the companions it released are simply absent (-1). */
+static int sched__can_offer(const sched *sc, const seq *s)
 {
-    for (int g = 0; g < sc->n_groups; g++)
-        if (s->kv[g].dropped) return 1;
-    return 0;
+    if (s->kv[0].dropped) return 0;
+    for (int g = 1; g < sc->n_groups; g++)
+        if (s->kv[g].dropped && sc->c.rule[g].keep != KV_KEEP_WINDOW) return 0;
+    return 1;
+}
+
+/* Leading blocks a windowed group g releases at n computed tokens, before the next one (what
+ * sched__drop does: those whose entries all lie before the next token's window); 0 for the other
+ * rules. */
+static int sched__window_drop(const sched *sc, int g, int n)
+{
+    const kv_rule *r = &sc->c.rule[g];
+    int over = n - r->window + 1;
+    return r->keep == KV_KEEP_WINDOW && over >= sc->c.block_size ? over / sc->c.block_size : 0;
 }
 
 /* ---- companions: the prefix cache with more than one group ---------------------------------- */
 
+/* The tree indexed block at position pos of the inserting sequence: its companions are that
+ * sequence's blocks at the same position (none where a window released it). */
 static void sched__comp_indexed(void *ud, int32_t block, int pos)
 {
     sched *sc = ud;
     const seq *s = sc->ins_seq;
     assert(s); /* only sched__insert inserts when there are groups (no tier then) */
     for (int g = 1; g < sc->n_groups; g++) {
-        assert(!s->kv[g].dropped && pos < s->kv[g].n_blocks && sc->comp[g][block] < 0);
-        int32_t c = s->kv[g].bt[pos];
+        const seq_kv *k = &s->kv[g];
+        assert(sc->comp[g][block] < 0);
+        if (pos < k->dropped) { /* released by a sliding window (sched__can_offer) */
+            assert(sc->c.rule[g].keep == KV_KEEP_WINDOW);
+            continue;
+        }
+        assert(pos - k->dropped < k->n_blocks);
+        int32_t c = k->bt[pos - k->dropped];
         bp_ref(sc->bp[g], c);
         sc->comp[g][block] = c;
+        sc->n_comp++;
     }
 }
 
@@ -70,9 +97,10 @@ static void sched__comp_released(void *ud, int32_t block)
 {
     sched *sc = ud;
     for (int g = 1; g < sc->n_groups; g++) {
-        assert(sc->comp[g][block] >= 0);
+        if (sc->comp[g][block] < 0) continue;
         bp_unref(sc->bp[g], sc->comp[g][block]);
         sc->comp[g][block] = -1;
+        sc->n_comp--;
     }
 }
 
@@ -98,31 +126,62 @@ void sched__comp_fini(sched *sc)
     }
 }
 
+/* The longest k' ≤ k leading blocks of match_buf whose companions a sequence starting there
+ * needs all exist: in every windowed group those of blocks sched__window_drop(k' × bs) .. k'. */
+static int sched__match_usable(const sched *sc, int k)
+{
+    for (int changed = 1; changed && k > 0;) {
+        changed = 0;
+        for (int g = 1; g < sc->n_groups && k > 0; g++) {
+            if (sc->c.rule[g].keep != KV_KEEP_WINDOW) continue; /* the others have every companion */
+            for (int i = k - 1; i >= sched__window_drop(sc, g, k * sc->c.block_size); i--)
+                if (sc->comp[g][sc->match_buf[i]] < 0) {
+                    k = i;
+                    changed = 1;
+                    break;
+                }
+        }
+    }
+    return k;
+}
+
 int sched__match(sched *sc, const seq *s)
 {
-    int m = rdx_match(sc->tree, s->tokens, s->n_tokens - 1, sc->match_buf, sc->max_blocks);
-    for (int g = 1; g < sc->n_groups; g++)
-        for (int b = 0; b < m / sc->c.block_size; b++) {
+    int bs = sc->c.block_size, k0 = rdx_match(sc->tree, s->tokens, s->n_tokens - 1, sc->match_buf, sc->max_blocks) / bs;
+    int k = sc->n_groups > 1 ? sched__match_usable(sc, k0) : k0;
+    for (int b = k; b < k0; b++) bp_unref(sc->bp[0], sc->match_buf[b]);
+    for (int g = 1; g < sc->n_groups; g++) {
+        sc->match_from[g] = sched__window_drop(sc, g, k * bs);
+        for (int b = sc->match_from[g]; b < k; b++) {
             int32_t c = sc->comp[g][sc->match_buf[b]];
             assert(c >= 0);
             bp_ref(sc->bp[g], c);
             sc->match_comp[g][b] = c;
         }
-    return m;
+    }
+    return k * bs;
 }
 
 void sched__match_drop(sched *sc, int matched)
 {
-    for (int b = 0; b < matched / sc->c.block_size; b++) {
-        bp_unref(sc->bp[0], sc->match_buf[b]);
-        for (int g = 1; g < sc->n_groups; g++) bp_unref(sc->bp[g], sc->match_comp[g][b]);
-    }
+    int k = matched / sc->c.block_size;
+    for (int b = 0; b < k; b++) bp_unref(sc->bp[0], sc->match_buf[b]);
+    for (int g = 1; g < sc->n_groups; g++)
+        for (int b = sc->match_from[g]; b < k; b++) bp_unref(sc->bp[g], sc->match_comp[g][b]);
 }
 
-/* The match's blocks of group g (references held). */
-static const int32_t *sched__match_ids(const sched *sc, int g)
+/* s (holding nothing) takes the k matched blocks and their references: group 0's table is the
+ * whole match, a windowed group's starts where its window does (the blocks before it dropped). */
+static void sched__take_match(sched *sc, seq *s, int k)
 {
-    return g ? sc->match_comp[g] : sc->match_buf;
+    for (int g = 0; g < sc->n_groups; g++) {
+        seq_kv *kv = &s->kv[g];
+        int from = g ? sc->match_from[g] : 0;
+        memcpy(kv->bt, (g ? sc->match_comp[g] : sc->match_buf) + from, (size_t)(k - from) * sizeof(int32_t));
+        kv->n_blocks = k - from;
+        kv->dropped = from;
+    }
+    s->n_inserted = k;
 }
 
 int64_t sched__check_tree(const sched *sc, int g)
@@ -131,18 +190,21 @@ int64_t sched__check_tree(const sched *sc, int g)
     int n = rdx_n_blocks(sc->tree);
     if (g == 0) return n;
     int32_t n0 = bp_num_blocks(sc->bp[0]), *ids = malloc((size_t)(n > 0 ? n : 1) * sizeof *ids);
-    assert(ids);
+    unsigned char *in_tree = calloc((size_t)(n0 > 0 ? n0 : 1), 1);
+    assert(ids && in_tree);
     int got = rdx_list_blocks(sc->tree, ids);
+    for (int i = 0; i < got; i++) in_tree[ids[i]] = 1;
     int64_t with = 0;
-    for (int32_t b = 0; b < n0; b++) with += sc->comp[g][b] >= 0;
-    assert(with == got);
-    for (int i = 0; i < got; i++) {
-        int32_t c = sc->comp[g][ids[i]];
-        assert(c >= 0 && c < bp_num_blocks(sc->bp[g]) && bp_refcount(sc->bp[g], c) >= 1);
+    for (int32_t b = 0; b < n0; b++) {
+        int32_t c = sc->comp[g][b];
+        with += c >= 0;
+        assert(in_tree[b] || c < 0);                                      /* only indexed blocks have one */
+        assert(c >= 0 || !in_tree[b] || sc->c.rule[g].keep == KV_KEEP_WINDOW); /* absent: released by a window */
+        assert(c < 0 || (c < bp_num_blocks(sc->bp[g]) && bp_refcount(sc->bp[g], c) >= 1));
         (void)c;
     }
     free(ids);
-    (void)got;
+    free(in_tree);
     return with;
 }
 
@@ -151,7 +213,7 @@ int64_t sched__check_tree(const sched *sc, int g)
 void sched__insert(sched *sc, seq *s)
 {
     const seq_kv *k = &s->kv[0];
-    if (!sc->tree || sched__dropped_any(sc, s)) return;
+    if (!sc->tree || !sched__can_offer(sc, s)) return;
     int full = s->n_computed / sc->c.block_size;
     if (full > k->n_blocks) full = k->n_blocks;
     if (full <= s->n_inserted) return;
@@ -278,7 +340,7 @@ int sched__reserve(sched *sc, seq *s, int n_new)
 void sched__rematch(sched *sc, seq *s)
 {
     int bs = sc->c.block_size;
-    if (!sc->tree || sched__dropped_any(sc, s) || sched__scoring(s) || s->n_computed % bs ||
+    if (!sc->tree || !sched__can_offer(sc, s) || sched__scoring(s) || s->n_computed % bs ||
         s->n_computed >= s->n_tokens - 1)
         return;
     int m = sched__match(sc, s), nb = m / bs, ok = m > s->n_computed;
@@ -287,18 +349,15 @@ void sched__rematch(sched *sc, seq *s)
         sched__match_drop(sc, m);
         return;
     }
-    for (int g = 0; g < sc->n_groups; g++) { /* nothing dropped: every table lines up */
+    /* s's whole cache is whole blocks (n_computed % bs == 0): the match replaces all of it */
+    for (int g = 0; g < sc->n_groups; g++) {
         seq_kv *k = &s->kv[g];
-        for (int i = 0; i < nb; i++) {
-            if (i < k->n_blocks) bp_unref(sc->bp[g], k->bt[i]);
-            k->bt[i] = sched__match_ids(sc, g)[i];
-        }
-        k->n_blocks = nb;
+        for (int i = 0; i < k->n_blocks; i++) bp_unref(sc->bp[g], k->bt[i]);
     }
+    sched__take_match(sc, s, nb);
     if (!s->n_preemptions && s->n_computed < s->n_prompt)
         s->cached_tokens += (m < s->n_prompt ? m : s->n_prompt) - s->n_computed;
     s->n_computed = m;
-    s->n_inserted = nb;
 }
 
 int sched__adopt_prefix(sched *sc, seq *s, int matched)
@@ -309,15 +368,13 @@ int sched__adopt_prefix(sched *sc, seq *s, int matched)
             sched__match_drop(sc, matched);
             return -ENOMEM;
         }
-    for (int g = 0; g < sc->n_groups; g++) {
-        memcpy(s->kv[g].bt, sched__match_ids(sc, g), (size_t)nb * sizeof(int32_t));
-        s->kv[g].n_blocks = nb;
-    }
-    s->n_inserted = nb;
-    /* A cached block that agrees with the next few prompt tokens: take it (and its companions)
-     * as a shared partial block; sched__reserve copies it before the sequence writes into it. */
+    sched__take_match(sc, s, nb);
+    /* A cached block that agrees with the next few prompt tokens: take it (and its companions,
+     * when no window released one) as a shared partial block; sched__reserve copies it before
+     * the sequence writes into it. */
     int32_t pb;
     int part = rdx_match_partial(sc->tree, s->tokens, s->n_tokens - 1, matched, &pb);
+    for (int g = 1; g < sc->n_groups && part > 0; g++) part = sc->comp[g][pb] >= 0 ? part : 0;
     if (part > 0) {
         for (int g = 0; g < sc->n_groups; g++) {
             int32_t id = g ? sc->comp[g][pb] : pb;

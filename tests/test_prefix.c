@@ -259,9 +259,11 @@ static void tp_same(const tp_run *a, const tp_run *b, const char *what)
 }
 
 /* The model at path (its layers keep KV in more than one group: a sliding window) with blocks of
- * bs: a short prompt twice, one sharing its prefix, a prompt several windows long twice and one
- * sharing its first window. Every cached run equals the run without the prefix cache; repeats
- * and shared prefixes hit the cache, a long prompt at most about its first two windows. */
+ * bs: a short prompt twice, one sharing its prefix, a prompt several windows long twice, one
+ * sharing its first window, and the long one's next turn (prompt + its output). Every cached
+ * run equals the run without the prefix cache; repeats and shared prefixes hit the cache, the
+ * long prompt and its next turn in all their whole blocks (a window's releases do not stop its
+ * sequence from offering blocks). */
 static void tp_swa_model(const char *path, int bs)
 {
     char err[512];
@@ -277,8 +279,8 @@ static void tp_swa_model(const char *path, int bs)
     p[0] = 1;
     for (int i = 1; i < 160; i++) p[i] = 3 + (i * 53 + 11) % 250;
     int n_long = 4 * w + 5 < 150 ? 4 * w + 5 : 150, n_short = w - 1 > 2 * bs ? w - 1 : 2 * bs + 1;
-    struct { int from, n, alt; } cases[] = {{0, n_short, 0}, {0, n_short, 0}, {0, n_short + 3, 1},
-                                            {0, n_long, 0},  {0, n_long, 0},  {0, w + 2 * bs, 1}};
+    struct { int n, alt; } cases[] = {{n_short, 0}, {n_short, 0}, {n_short + 3, 1}, {n_long, 0},
+                                      {n_long, 0},  {w + 2 * bs, 1}, {n_long + 8, 0}};
     tp_run ref, got;
     /* An unrelated long request first: its window releases blocks as it goes, so from now on the
      * groups' pools hand out different ids for the same tokens (a companion mixed up with its
@@ -288,10 +290,12 @@ static void tp_swa_model(const char *path, int bs)
     tp_run_one(e0, u, n_long, 8, &ref);
     tp_run_one(e1, u, n_long, 8, &got);
     tp_same(&ref, &got, "unrelated");
-    int cached[6];
-    for (int c = 0; c < 6; c++) {
-        int32_t q[160];
-        memcpy(q, p, (size_t)cases[c].n * sizeof *q);
+    int cached[7];
+    int32_t turn[8]; /* the long prompt's output: its next turn's prompt goes on with it */
+    for (int c = 0; c < 7; c++) {
+        int32_t q[176];
+        memcpy(q, p, (size_t)(c == 6 ? n_long : cases[c].n) * sizeof *q);
+        if (c == 6) memcpy(q + n_long, turn, sizeof turn);
         if (cases[c].alt) q[cases[c].n - 1] = 300; /* the same prefix, another last token */
         char what[256];
         snprintf(what, sizeof what, "%s, blocks of %d, window %d: case %d (%d tokens)", path, bs, w, c, cases[c].n);
@@ -300,12 +304,14 @@ static void tp_swa_model(const char *path, int bs)
         cr_assert_eq(ref.cached, 0, "%s: no cache, yet cached tokens", what);
         tp_same(&ref, &got, what);
         cached[c] = got.cached;
+        if (c == 4) memcpy(turn, got.toks, sizeof turn);
     }
     cr_assert_gt(cached[1], 0, "a repeated short prompt hits the cache");
     cr_assert_gt(cached[2], 0, "a prompt sharing a prefix hits the cache");
-    cr_assert_gt(cached[4], 0, "a repeated long prompt hits its first window");
-    cr_assert_leq(cached[4], 2 * w + bs, "only blocks from before the window moved are cached (%d)", cached[4]);
+    cr_assert_geq(cached[4], (n_long - 1) / bs * bs, "a repeated long prompt hits all its whole blocks (%d)", cached[4]);
     cr_assert_gt(cached[5], 0);
+    /* the first long run computed its prompt and 7 of its 8 tokens */
+    cr_assert_geq(cached[6], (n_long + 7) / bs * bs, "the next turn hits the whole history (%d)", cached[6]);
     engine_stats st;
     engine_get_stats(e1, &st);
     cr_assert_gt(st.prefix_cache_hits, 0);

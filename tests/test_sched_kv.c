@@ -248,14 +248,16 @@ static void tk_env_init(tk_env *e, int bs, int n_groups, const kv_rule *rules, c
 }
 
 /* No block leaked: every pool free but for what the prefix cache holds (in a group g ≥ 1 the
- * companions of its blocks, one each), and free after evicting. */
+ * companions of its blocks, at most one each: a window may have released one), and free after
+ * evicting. */
 static void tk_env_fini(tk_env *e)
 {
     sched_check(e->sc);
     rdx_tree *t = sched_tree(e->sc);
     for (int g = 0; g < e->f.n_groups; g++) {
         block_pool *bp = sched_group_pool(e->sc, g);
-        cr_assert_eq(bp_num_free(bp) + (t ? rdx_n_blocks(t) : 0), e->f.n_blocks[g], "group %d leaked blocks", g);
+        int32_t held = e->f.n_blocks[g] - bp_num_free(bp), cached = t ? rdx_n_blocks(t) : 0;
+        cr_assert(g ? held <= cached : held == cached, "group %d leaked blocks: %d held, %d cached", g, held, cached);
     }
     if (t) {
         rdx_evict(t, e->f.n_blocks[0]);
