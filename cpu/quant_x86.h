@@ -207,6 +207,11 @@ QX_INLINE __m256 qx_fold8(__m256 acc, __m256i isum, const float *S, const float 
     return qx_fold8v(acc, isum, _mm256_loadu_ps(S), sgn ? _mm256_setzero_ps() : _mm256_loadu_ps(W), d, X, sgn);
 }
 
+/* How far ahead in each row the GEMV prefetches: 8 interleaved rows defeat the hardware
+ * prefetchers (the super-block GEMV's distance, two Q4_K blocks, in bytes). Past a row's end it
+ * fetches the next row's start, which the matrix needs soon anyway; a prefetch never faults. */
+#define QX_PF_BYTES 320
+
 /* res[r][j] = the formulation for output row rp[j] (j < 8) against activation row r (R rows,
  * x rows nxb blocks apart), bias not added. */
 QX_INLINE void qx_gemv8(int type, int R, const uint8_t *const *rp, int64_t n_in, const cpu__q8s *x, int64_t nxb,
@@ -220,6 +225,8 @@ QX_INLINE void qx_gemv8(int type, int R, const uint8_t *const *rp, int64_t n_in,
     for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
     for (int64_t b = 0; b < n_in / be; b++) {
         __m256 S[16], W[16];
+        if ((b * bb) >> 6 != ((b + 1) * bb) >> 6) /* a new cache line: fetch the one QX_PF_BYTES ahead */
+            for (int j = 0; j < 8; j++) _mm_prefetch((const char *)rp[j] + (b + 1) * bb + QX_PF_BYTES, _MM_HINT_T0);
         qx_scales8(type, rp[0] + b * bb, idx, S, W);
 #pragma GCC unroll 8
         for (int k = 0; k < nu; k++) {
