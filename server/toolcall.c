@@ -20,9 +20,10 @@
 
 /* ---- names ------------------------------------------------------------------------------- */
 
-static const char *const syntax_names[] = {"none",        "hermes",  "llama3_json",
-                                           "mistral",     "json",    "deepseek_v3",
-                                           "kimi_k2",     "functionary", "args"};
+static const char *const syntax_names[] = {
+    "none",     "hermes",    "llama3_json", "mistral",  "json",   "deepseek_v3", "kimi_k2",
+    "functionary", "nemotron", "command_r", "apertus", "seed_oss", "minicpm", "gemma4",
+    "lfm2",     "solar",     "dsml",        "args"};
 
 int tc_syntax_by_name(const char *name)
 {
@@ -35,6 +36,8 @@ int tc_syntax_by_name(const char *name)
     if (!strcmp(name, "llama3") || !strcmp(name, "llama")) return TC_LLAMA3_JSON;
     if (!strcmp(name, "deepseek") || !strcmp(name, "deepseek_v31")) return TC_DEEPSEEK;
     if (!strcmp(name, "kimi")) return TC_KIMI;
+    if (!strcmp(name, "pythonic")) return TC_LFM2;
+    if (!strcmp(name, "deepseek_v32") || !strcmp(name, "deepseek_v4")) return TC_DSML;
     return -1;
 }
 
@@ -48,6 +51,8 @@ int tc_syntax_detect(const char *t)
     if (!t) return TC_JSON;
     if (strstr(t, tc__tags(TC_DEEPSEEK)->call_open)) return TC_DEEPSEEK;
     if (strstr(t, tc__tags(TC_KIMI)->call_open)) return TC_KIMI;
+    int sec = tc__section_detect(t);
+    if (sec >= 0) return sec;
     if (strstr(t, ">>>all")) return TC_FUNCTIONARY;
     if (strstr(t, "<tool_call>") || strstr(t, "<tool_calls>")) return TC_HERMES;
     if (strstr(t, "[TOOL_CALLS]")) return TC_MISTRAL;
@@ -96,6 +101,7 @@ struct tc_parser {
     int cur_named;   /* its TC_D_CALL went out */
     size_t cur_args; /* bytes of its arguments emitted */
     const char *close_tag; /* T_ARRAY inside hermes' <tool_calls>: "</tool_calls>" */
+    int section;           /* a section syntax: which of its marker pairs opened */
     /* what was read */
     tbuf content, reason;
     int has_reason;
@@ -394,11 +400,58 @@ static int stage_tagged_call(tc_parser *p, const tc_tags *t, size_t *pos, int fi
     return 1;
 }
 
+/* Content of a section syntax until a section opens (1; which one in p->section). */
+static int stage_section_content(tc_parser *p, const tc_section *x, size_t *pos, int final)
+{
+    const char *s = p->t.s + *pos, *first = NULL;
+    size_t n = p->t.n - *pos, hold = 0;
+    for (int i = 0; i < 2 && x->open[i]; i++) {
+        const char *m = tc__find(s, n, x->open[i]);
+        if (m && (!first || m < first)) first = m, p->section = i;
+        size_t h = final ? 0 : partial_suffix(s, n, x->open[i]);
+        if (h > hold) hold = h;
+    }
+    if (first) {
+        out_content(p, s, (size_t)(first - s));
+        *pos += (size_t)(first - s) + strlen(x->open[p->section]);
+        return 1;
+    }
+    out_content(p, s, n - hold);
+    *pos += n - hold;
+    return 0;
+}
+
+static void section_call(void *ud, const char *name, size_t nn, const char *args, size_t na)
+{
+    tc_parser *p = ud;
+    call_begin(p);
+    if (!p->oom) call_name(p, name, nn);
+    if (!p->oom) call_args(p, args, na);
+    if (!p->oom) call_end(p);
+}
+
+/* A section's body up to its closing marker (or the end), read whole. 1 when done, 0 to wait. */
+static int stage_section_body(tc_parser *p, const tc_section *x, size_t *pos, int final)
+{
+    const char *s = p->t.s + *pos, *close_mark = x->close[p->section];
+    size_t n = p->t.n - *pos;
+    const char *close = tc__find(s, n, close_mark);
+    if (!close && !final) return 0;
+    size_t body = close ? (size_t)(close - s) : n, used = close ? body + strlen(close_mark) : n;
+    if (tc__section_read(x, s, body, section_call, p) < 0) { /* not calls: content after all */
+        out_content(p, x->open[p->section], strlen(x->open[p->section]));
+        out_content(p, s, used);
+    }
+    *pos += used;
+    return 1;
+}
+
 /* Content until the syntax's call marker; returns 1 when the marker was consumed, 2 when it
  * was hermes' list form <tool_calls> (then the calls end at </tool_calls>). */
 static int stage_content(tc_parser *p, size_t *pos, int final)
 {
     if (tc__tags(p->syntax)) return stage_tagged_content(p, tc__tags(p->syntax), pos, final);
+    if (tc__section(p->syntax)) return stage_section_content(p, tc__section(p->syntax), pos, final);
     const char *marker = p->syntax == TC_HERMES    ? "<tool_call>"
                          : p->syntax == TC_MISTRAL ? "[TOOL_CALLS]"
                                                    : NULL;
@@ -783,7 +836,8 @@ static void stage_tools(tc_parser *p, int final)
             if (go) p->tmode = go == 2 ? T_ARRAY : go == 3 ? T_CONTENT : T_CALL;
             break;
         case T_CALL:
-            go = tc__tags(p->syntax)     ? stage_tagged_call(p, tc__tags(p->syntax), &pos, final)
+            go = tc__tags(p->syntax)      ? stage_tagged_call(p, tc__tags(p->syntax), &pos, final)
+                 : tc__section(p->syntax) ? stage_section_body(p, tc__section(p->syntax), &pos, final)
                  : p->syntax == TC_MISTRAL ? stage_mistral_call(p, &pos, final)
                                            : stage_hermes_call(p, &pos, final);
             if (go && p->tmode == T_CALL) p->tmode = T_CONTENT;

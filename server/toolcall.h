@@ -22,7 +22,10 @@
  * <｜tool▁call▁end｜>) and kimi_k2 (<|tool_call_begin|>functions.NAME:0
  * <|tool_call_argument_begin|>{…}<|tool_call_end|>); the tagged ones give each call whole when
  * its closing marker arrives, and functionary (v3.2, after a generation prompt that ends in
- * >>>: NAME\n{…} per call, the next one after >>>, and all\n before text). A call object may also have OpenAI's shape {"function": {"name",
+ * >>>: NAME\n{…} per call, the next one after >>>, and all\n before text). The section syntaxes
+ * (toolcall_section.c: nemotron, command_r, apertus, seed_oss, minicpm, gemma4, lfm2, solar,
+ * dsml) stream content up to their opening marker and give the calls of a section whole when
+ * its closing marker arrives. A call object may also have OpenAI's shape {"function": {"name",
  * "arguments"}}. Arguments keep the model's own JSON text (a string value is decoded: it already
  * holds JSON), so the streamed pieces add up to exactly the non-streamed string.
  *
@@ -48,11 +51,21 @@ enum tc_syntax {
     TC_DEEPSEEK,
     TC_KIMI,
     TC_FUNCTIONARY,
-    TC_ARGS
+    TC_NEMOTRON,
+    TC_COMMAND_R,
+    TC_APERTUS,
+    TC_SEED_OSS,
+    TC_MINICPM,
+    TC_GEMMA4,
+    TC_LFM2,
+    TC_SOLAR,
+    TC_DSML,
+    TC_ARGS /* last */
 };
 enum tc_reasoning { TC_REASON_NONE = 0, TC_REASON_DEEPSEEK_R1, TC_REASON_QWEN3 };
 
 /* By name ("hermes", "llama3_json", "mistral", "json", "deepseek_v3", "kimi_k2", "functionary",
+ * "nemotron", "command_r", "apertus", "seed_oss", "minicpm", "gemma4", "lfm2", "solar", "dsml",
  * "none"; "auto" is -2), or -1. */
 int tc_syntax_by_name(const char *name);
 const char *tc_syntax_name(int syntax);

@@ -1,7 +1,8 @@
 /*
  * toolcall_internal.h — what the files of the output parsers share (toolcall.c, the parsers;
- * toolcall_scan.c, buffers and JSON scanning; toolcall_tagged.c, the tagged syntaxes' markers). Nothing outside server/toolcall*.c
- * includes it.
+ * toolcall_scan.c, buffers and JSON scanning; toolcall_tagged.c, the tagged syntaxes' markers;
+ * toolcall_section.c and toolcall_pyval.c, the syntaxes read a whole section at a time).
+ * Nothing outside server/toolcall*.c includes it.
  */
 #ifndef KVSERVE_TOOLCALL_INTERNAL_H
 #define KVSERVE_TOOLCALL_INTERNAL_H
@@ -62,5 +63,45 @@ const tc_tags *tc__tags(int syntax);
  * s[*na..*nb), the arguments' text s[*aa..*ab) (a ``` fence removed). 1 when it is a call. */
 int tc__tagged_body(const char *s, size_t n, const tc_tags *t, size_t *na, size_t *nb,
                     size_t *aa, size_t *ab);
+
+/* ---- section syntaxes (toolcall_section.c, toolcall_pyval.c) ---- */
+
+/* Receives one call read from a section: its name and its arguments as JSON text. */
+typedef void (*tc_call_fn)(void *ud, const char *name, size_t name_len, const char *args,
+                           size_t args_len);
+/* A body reader: the number of calls in s[0..n), each handed to fn when fn is set, or -1 when
+ * the text is not calls (fn may then have seen some: tc__section_read validates first). */
+typedef int (*tc_read_fn)(const char *s, size_t n, tc_call_fn fn, void *ud);
+
+/* A syntax whose calls sit between an opening and a closing marker (one of two pairs). */
+typedef struct tc_section {
+    int syntax;
+    const char *detect; /* what a chat template of the family contains */
+    const char *open[2], *close[2];
+    tc_read_fn read;
+} tc_section;
+
+/* The section table's entry of syntax, or NULL. */
+const tc_section *tc__section(int syntax);
+/* The section syntax whose markers template text t writes, or -1. */
+int tc__section_detect(const char *t);
+/* Reads a complete section body: its calls go to fn (all of them, or none when the body is
+ * not calls). The number of calls, or -1. */
+int tc__section_read(const tc_section *x, const char *s, size_t n, tc_call_fn fn, void *ud);
+
+/* Appends s[0..n) as a JSON string. */
+void tc__json_str(tbuf *b, const char *s, size_t n);
+/* A character of a function name (letters, digits, _ - . : and any non-ASCII byte). */
+int tc__name_char(char c);
+/* Whether s[0..n) has lit at i. */
+int tc__at(const char *s, size_t n, size_t i, const char *lit);
+/* Hands the call name[0..nn) with args to fn (when set): count + 1, or -1 when args failed
+ * (out of memory) or the name is empty. */
+int tc__give(tc_call_fn fn, void *ud, const char *name, size_t nn, tbuf *args, int count);
+/* Appends <parameter=K>V</parameter>… of s[0..n) as a JSON object to args. 0, or -1. */
+int tc__xml_params(const char *s, size_t n, tbuf *args);
+/* Gemma 4's call:NAME{…} and Python's [NAME(k=v, …), …] bodies (toolcall_pyval.c). */
+int tc__read_gemma4(const char *s, size_t n, tc_call_fn fn, void *ud);
+int tc__read_pythonic(const char *s, size_t n, tc_call_fn fn, void *ud);
 
 #endif

@@ -149,7 +149,7 @@ void tc__scan_obj(const char *s, size_t n, size_t i, jobj *o)
             o->state = -1;
             return;
         }
-        if (tc__key_is(s, ka, kb, "name") && s[i] == '"') {
+        if ((tc__key_is(s, ka, kb, "name") || tc__key_is(s, ka, kb, "tool_name")) && s[i] == '"') {
             o->name_a = i + 1;
             o->name_b = done ? ve - 1 : n;
             o->name_done = done;

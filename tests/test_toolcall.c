@@ -292,6 +292,115 @@ static const tt_case tt_cases[] = {
      {{"w", "{}"}}},
 };
 
+/* the section syntaxes (toolcall_section.c): text around the sections, several calls, and
+ * malformed sections, which stay content */
+static const tt_case tt_section_cases[] = {
+    {TC_NEMOTRON,
+     0,
+     NULL,
+     "Sure.<TOOLCALL>[{\"name\": \"f\", \"arguments\": {\"a\": [1, \"]\"]}}, {\"name\": \"g\", "
+     "\"arguments\": {}}]</TOOLCALL> done",
+     "Sure.done",
+     NULL,
+     {{"f", "{\"a\": [1, \"]\"]}"}, {"g", "{}"}}},
+    {TC_NEMOTRON,
+     0,
+     NULL,
+     "a <TOOL b <TOOLCALL>[{\"name\": 3}]</TOOLCALL>",
+     "a <TOOL b <TOOLCALL>[{\"name\": 3}]</TOOLCALL>",
+     NULL,
+     {{0}}},
+    {TC_NEMOTRON,
+     0,
+     NULL,
+     "<TOOLCALL>[{\"name\": \"f\", \"argu",
+     "<TOOLCALL>[{\"name\": \"f\", \"argu",
+     NULL,
+     {{0}}},
+    {TC_COMMAND_R,
+     0,
+     NULL,
+     "<|START_ACTION|>[\n    {\"tool_call_id\": \"0\", \"tool_name\": \"f\", \"parameters\": "
+     "{\"x\": \"y\"}}\n]<|END_ACTION|>",
+     "",
+     NULL,
+     {{"f", "{\"x\": \"y\"}"}}},
+    {TC_APERTUS,
+     0,
+     NULL,
+     "Calling.\n<|tools_prefix|>[{\"f\": {\"a\": [1, 2]}}, {\"g\": {}}]<|tools_suffix|>",
+     "Calling.\n",
+     NULL,
+     {{"f", "{\"a\": [1, 2]}"}, {"g", "{}"}}},
+    {TC_APERTUS, 0, NULL, "<|tools_prefix|>[{\"f\"}]<|tools_suffix|>x",
+     "<|tools_prefix|>[{\"f\"}]<|tools_suffix|>x", NULL, {{0}}},
+    {TC_SEED_OSS,
+     0,
+     NULL,
+     "Hi<seed:tool_call>\n<function=f>\n<parameter=a>\n12\n</parameter>\n<parameter=b>two "
+     "words</parameter>\n</function>\n<function=g>\n</function>\n</seed:tool_call>",
+     "Hi",
+     NULL,
+     {{"f", "{\"a\": 12, \"b\": \"two words\"}"}, {"g", "{}"}}},
+    {TC_SEED_OSS, 0, NULL, "<seed:tool_call>f(1)</seed:tool_call>",
+     "<seed:tool_call>f(1)</seed:tool_call>", NULL, {{0}}},
+    {TC_MINICPM,
+     0,
+     NULL,
+     "x <function name=\"f\"><param name=\"q\"><![CDATA[a < b\nc]]></param><param "
+     "name=\"n\">true</param></function> y<function name=\"g\"></function>",
+     "x y",
+     NULL,
+     {{"f", "{\"q\": \"a < b\\nc\", \"n\": true}"}, {"g", "{}"}}},
+    {TC_MINICPM, 0, NULL, "<function name=f>", "<function name=f>", NULL, {{0}}},
+    {TC_GEMMA4,
+     0,
+     NULL,
+     "<|tool_call>call:f{a:<|\"|>x, y<|\"|>,b:3,<|\"|>c<|\"|>:{d:[true,<|\"|>z<|\"|>]}}<tool_call|>"
+     "<|tool_call>call:g{}<tool_call|>ok",
+     "ok",
+     NULL,
+     {{"f", "{\"a\":\"x, y\",\"b\":3,\"c\":{\"d\":[true,\"z\"]}}"}, {"g", "{}"}}},
+    {TC_GEMMA4, 0, NULL, "<|tool_call>call:f{a<tool_call|>", "<|tool_call>call:f{a<tool_call|>",
+     NULL, {{0}}},
+    {TC_LFM2,
+     0,
+     NULL,
+     "<|tool_call_start|>[f(a='it\\'s', b=2.5, c=None, d=[1, (2, 3)], e={'k': True}), "
+     "g()]<|tool_call_end|>Done.",
+     "Done.",
+     NULL,
+     {{"f", "{\"a\":\"it's\",\"b\":2.5,\"c\":null,\"d\":[1,[2,3]],\"e\":{\"k\":true}}"},
+      {"g", "{}"}}},
+    {TC_LFM2, 0, NULL, "<|tool_call_start|>[f(a=]<|tool_call_end|>",
+     "<|tool_call_start|>[f(a=]<|tool_call_end|>", NULL, {{0}}},
+    {TC_SOLAR,
+     0,
+     NULL,
+     "<|tool_calls|><|tool_call:begin|>c1<|tool_call:name|>f<|tool_call:args|>{\"a\": "
+     "1}<|tool_call:end|><|tool_call:begin|>c2<|tool_call:name|>g<|tool_call:args|>{}<|tool_"
+     "call:end|><|calls|>",
+     "",
+     NULL,
+     {{"f", "{\"a\": 1}"}, {"g", "{}"}}},
+    {TC_DSML,
+     0,
+     NULL,
+     "Let me look.\n\n<｜DSML｜function_calls>\n<｜DSML｜invoke name=\"f\">\n<｜DSML｜parameter "
+     "name=\"s\" string=\"true\">42</｜DSML｜parameter>\n<｜DSML｜parameter name=\"n\" "
+     "string=\"false\">42</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜function_calls>",
+     "Let me look.\n\n",
+     NULL,
+     {{"f", "{\"s\": \"42\", \"n\": 42}"}}},
+    {TC_DSML,
+     0,
+     NULL,
+     "<｜DSML｜tool_calls><｜DSML｜invoke name=\"g\"></｜DSML｜invoke></｜DSML｜tool_calls>",
+     "",
+     NULL,
+     {{"g", "{}"}}},
+};
+
 typedef struct tt_stream {
     char content[4096], reasoning[4096];
     char names[4][64], args[4][1024], ids[4][40];
@@ -321,8 +430,9 @@ static void tt_emit(void *ud, const tc_delta *d)
     }
 }
 
-/* Feeds c's output cut at random places (whole when rng is NULL) and checks everything. */
-static void tt_run(const tt_case *c, uint64_t *rng, uint64_t seed)
+/* Feeds c's output cut at random places (whole when rng is NULL; in two pieces at cut when cut
+ * is set; a byte at a time when cut is (size_t)-1) and checks everything. */
+static void tt_run(const tt_case *c, uint64_t *rng, uint64_t seed, size_t cut)
 {
     tc_parser *p = tc_parser_create(c->syntax, c->reasoning, c->forced, 42);
     cr_assert_not_null(p);
@@ -330,7 +440,7 @@ static void tt_run(const tt_case *c, uint64_t *rng, uint64_t seed)
     memset(&st, 0, sizeof st);
     size_t n = strlen(c->output), at = 0;
     while (at < n) {
-        size_t k = rng ? 1 + smp_splitmix64(rng) % 7 : n;
+        size_t k = rng ? 1 + smp_splitmix64(rng) % 7 : cut == (size_t)-1 ? 1 : cut && !at ? cut : n;
         if (at + k > n) k = n - at;
         cr_assert_eq(tc_parser_feed(p, c->output + at, k, 0, tt_emit, &st), 0);
         at += k;
@@ -374,7 +484,7 @@ static void tt_run(const tt_case *c, uint64_t *rng, uint64_t seed)
 Test(toolcall, every_syntax_whole)
 {
     for (size_t i = 0; i < sizeof tt_cases / sizeof tt_cases[0]; i++)
-        tt_run(&tt_cases[i], NULL, 0);
+        tt_run(&tt_cases[i], NULL, 0, 0);
 }
 
 Test(toolcall, every_syntax_in_random_pieces)
@@ -383,7 +493,18 @@ Test(toolcall, every_syntax_in_random_pieces)
     fprintf(stderr, "toolcall random pieces seed %llu\n", (unsigned long long)seed);
     for (int round = 0; round < 40; round++)
         for (size_t i = 0; i < sizeof tt_cases / sizeof tt_cases[0]; i++)
-            tt_run(&tt_cases[i], &rng, seed);
+            tt_run(&tt_cases[i], &rng, seed, 0);
+}
+
+Test(toolcall, section_syntaxes_cut_everywhere)
+{
+    for (size_t i = 0; i < sizeof tt_section_cases / sizeof tt_section_cases[0]; i++) {
+        const tt_case *c = &tt_section_cases[i];
+        tt_run(c, NULL, 0, 0);
+        tt_run(c, NULL, 0, (size_t)-1);
+        for (size_t cut = 1; cut < strlen(c->output); cut++)
+            tt_run(c, NULL, 0, cut);
+    }
 }
 
 Test(toolcall, names_and_detection)
@@ -402,6 +523,24 @@ Test(toolcall, names_and_detection)
     cr_expect_eq(tc_syntax_detect("{{ '<|tool_call_begin|>' }}"), TC_KIMI);
     cr_expect_eq(tc_syntax_by_name("auto"), -2);
     cr_expect_eq(tc_syntax_by_name("xml"), -1);
+    static const struct {
+        const char *name, *marker;
+        int syntax;
+    } fam[] = {{"nemotron", "<TOOLCALL>[", TC_NEMOTRON},
+               {"command_r", "'<|START_ACTION|>'", TC_COMMAND_R},
+               {"apertus", "<|tools_prefix|>", TC_APERTUS},
+               {"seed_oss", "<seed:tool_call>", TC_SEED_OSS},
+               {"minicpm", "<function name=\"f\"><param name=\"k\">", TC_MINICPM},
+               {"gemma4", "{{ '<|tool_call>call:' + name }}", TC_GEMMA4},
+               {"lfm2", "<|tool_call_start|>[", TC_LFM2},
+               {"solar", "<|tool_calls|><|tool_call:begin|>", TC_SOLAR},
+               {"dsml", "{% set t = '｜DSML｜' %}", TC_DSML}};
+    for (size_t i = 0; i < sizeof fam / sizeof fam[0]; i++) {
+        cr_expect_eq(tc_syntax_by_name(fam[i].name), fam[i].syntax, "%s", fam[i].name);
+        cr_expect_str_eq(tc_syntax_name(fam[i].syntax), fam[i].name);
+        cr_expect_eq(tc_syntax_detect(fam[i].marker), fam[i].syntax, "%s", fam[i].marker);
+    }
+    cr_expect_eq(tc_syntax_by_name("pythonic"), TC_LFM2);
     cr_expect_eq(tc_syntax_detect("{{ '<tool_call>' }}"), TC_HERMES);
     cr_expect_eq(tc_syntax_detect("{{ '\\n<tool_calls>[' }}"), TC_HERMES);
     cr_expect_eq(tc_syntax_detect("[TOOL_CALLS] ["), TC_MISTRAL);

@@ -1,0 +1,369 @@
+/*
+ * toolcall_section.c — the call syntaxes whose calls sit in a marked section that is read whole
+ * when its closing marker arrives (server/toolcall.c finds the markers in streamed text; this
+ * file has the marker table and turns one complete section body into calls).
+ *
+ *   nemotron   <TOOLCALL>[{"name": …, "arguments": {…}}, …]</TOOLCALL>      (NVIDIA Nemotron)
+ *   command_r  <|START_ACTION|>[{"tool_name": …, "parameters": {…}}]<|END_ACTION|>  (Cohere)
+ *   apertus    <|tools_prefix|>[{"NAME": {…}}, …]<|tools_suffix|>             (Swiss AI Apertus)
+ *   seed_oss   <seed:tool_call><function=NAME><parameter=K>V</parameter>…</function>
+ *              </seed:tool_call>                                              (ByteDance Seed-OSS)
+ *   minicpm    <function name="NAME"><param name="K">V</param>…</function>   (OpenBMB MiniCPM;
+ *              a value may be wrapped in <![CDATA[…]]>)
+ *   gemma4     <|tool_call>call:NAME{k:<|"|>v<|"|>,n:3,…}<tool_call|>      (Google Gemma 4)
+ *   lfm2       <|tool_call_start|>[NAME(k='v', n=3), …]<|tool_call_end|>  (Liquid LFM2: Python
+ *              calls; True / False / None, lists, dicts and tuples as JSON)
+ *   solar      <|tool_calls|><|tool_call:begin|>ID<|tool_call:name|>NAME<|tool_call:args|>{…}
+ *              <|tool_call:end|>…<|calls|>                                 (Upstage Solar Open)
+ *   dsml       <｜DSML｜function_calls> (V3.2) or <｜DSML｜tool_calls> (V4), inside it
+ *              <｜DSML｜invoke name="NAME"><｜DSML｜parameter name="K" string="true|false">V
+ *              </｜DSML｜parameter>…</｜DSML｜invoke>                              (DeepSeek V3.2, V4)
+ *
+ * Values of the XML-parameter styles (seed_oss, minicpm, dsml with string="false"): the
+ * parameter's text is taken as JSON when it is a JSON value (a number, true, an object …) and
+ * as a string otherwise; dsml's string="true" always gives a string. The request's tool schemas
+ * are not consulted, so a string parameter whose text happens to be a number reads as a number.
+ * A section that does not parse as calls as a whole gives no call at all: the caller keeps its
+ * text as content.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server/toolcall_internal.h"
+
+/* ---- helpers ----------------------------------------------------------------------------- */
+
+void tc__json_str(tbuf *b, const char *s, size_t n)
+{
+    tc__tb_add(b, "\"", 1);
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        char esc[8];
+        if (c == '"' || c == '\\') {
+            esc[0] = '\\';
+            esc[1] = (char)c;
+            tc__tb_add(b, esc, 2);
+        } else if (c == '\n')
+            tc__tb_add(b, "\\n", 2);
+        else if (c == '\t')
+            tc__tb_add(b, "\\t", 2);
+        else if (c < 0x20) {
+            snprintf(esc, sizeof esc, "\\u%04x", c);
+            tc__tb_add(b, esc, 6);
+        } else
+            tc__tb_add(b, s + i, 1);
+    }
+    tc__tb_add(b, "\"", 1);
+}
+
+int tc__name_char(char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+           c == '_' || c == '-' || c == '.' || c == ':' || (unsigned char)c >= 0x80;
+}
+
+int tc__at(const char *s, size_t n, size_t i, const char *lit)
+{
+    size_t k = strlen(lit);
+    return i <= n && n - i >= k && !memcmp(s + i, lit, k);
+}
+
+int tc__give(tc_call_fn fn, void *ud, const char *name, size_t nn, tbuf *args, int count)
+{
+    if (!args->s || !nn) return -1;
+    if (fn) fn(ud, name, nn, args->s, args->n);
+    return count + 1;
+}
+
+/* ---- JSON lists of call objects ---------------------------------------------------------- */
+
+/* [{"name"|"tool_name": …, "arguments"|"parameters": …}, …] or one such object. */
+static int read_json_list(const char *s, size_t n, tc_call_fn fn, void *ud)
+{
+    size_t i = tc__skip_ws(s, n, 0);
+    int list = i < n && s[i] == '[', count = 0;
+    if (list) i++;
+    for (;;) {
+        i = tc__skip_ws(s, n, i);
+        if (i < n && s[i] == ',' && count) i = tc__skip_ws(s, n, i + 1);
+        if (i >= n || s[i] == ']') break;
+        if (s[i] != '{') return -1;
+        jobj o;
+        tc__scan_obj(s, n, i, &o);
+        if (o.state != 1 || !o.name_done) return -1;
+        size_t ln;
+        char *name = tc__json_unescape(s + o.name_a, o.name_b - o.name_a, &ln);
+        tbuf args = {0};
+        if (o.has_args && s[o.args_a] == '"') {
+            size_t la;
+            char *a = tc__json_unescape(s + o.args_a + 1, o.args_b - o.args_a - 2, &la);
+            if (a) tc__tb_add(&args, a, la);
+            free(a);
+        } else if (o.has_args)
+            tc__tb_add(&args, s + o.args_a, o.args_b - o.args_a);
+        else
+            tc__tb_add(&args, "{}", 2);
+        count = name ? tc__give(fn, ud, name, ln, &args, count) : -1;
+        free(name);
+        free(args.s);
+        if (count < 0) return -1;
+        i = o.end;
+        if (!list) break;
+    }
+    i = list && i < n && s[i] == ']' ? i + 1 : i;
+    return tc__skip_ws(s, n, i) == n && count ? count : -1;
+}
+
+/* Apertus: [{"NAME": {args}}, …]. */
+static int read_name_keyed(const char *s, size_t n, tc_call_fn fn, void *ud)
+{
+    size_t i = tc__skip_ws(s, n, 0);
+    int count = 0, done;
+    if (i >= n || s[i] != '[') return -1;
+    for (i++;;) {
+        i = tc__skip_ws(s, n, i);
+        if (i < n && s[i] == ',' && count) i = tc__skip_ws(s, n, i + 1);
+        if (i >= n) return -1;
+        if (s[i] == ']') break;
+        if (s[i] != '{') return -1;
+        size_t ka = tc__skip_ws(s, n, i + 1);
+        if (ka >= n || s[ka] != '"') return -1;
+        size_t ke = tc__skip_value(s, n, ka, &done);
+        if (ke == (size_t)-1 || !done) return -1;
+        size_t c = tc__skip_ws(s, n, ke);
+        if (c >= n || s[c] != ':') return -1;
+        size_t va = tc__skip_ws(s, n, c + 1);
+        size_t ve = va < n ? tc__skip_value(s, n, va, &done) : (size_t)-1;
+        if (ve == (size_t)-1 || !done) return -1;
+        size_t close = tc__skip_ws(s, n, ve);
+        if (close >= n || s[close] != '}') return -1;
+        size_t ln;
+        char *name = tc__json_unescape(s + ka + 1, ke - ka - 2, &ln);
+        tbuf args = {0};
+        tc__tb_add(&args, s + va, ve - va);
+        count = name ? tc__give(fn, ud, name, ln, &args, count) : -1;
+        free(name);
+        free(args.s);
+        if (count < 0) return -1;
+        i = close + 1;
+    }
+    return tc__skip_ws(s, n, i + 1) == n && count ? count : -1;
+}
+
+/* ---- XML-parameter styles ---------------------------------------------------------------- */
+
+/* Appends a parameter's text as a JSON value (JSON when it is, else a string); a CDATA wrapper
+ * is taken off first and always gives a string. */
+static void xml_value(tbuf *b, const char *v, size_t n, int force_string)
+{
+    size_t a = 0;
+    while (a < n && tc__is_ws(v[a]))
+        a++;
+    while (n > a && tc__is_ws(v[n - 1]))
+        n--;
+    if (n - a >= 12 && tc__at(v, n, a, "<![CDATA[") && !memcmp(v + n - 3, "]]>", 3)) {
+        tc__json_str(b, v + a + 9, n - a - 12);
+        return;
+    }
+    if (force_string)
+        tc__json_str(b, v + a, n - a);
+    else
+        tc__json_value_of(b, v + a, n - a);
+}
+
+int tc__xml_params(const char *s, size_t n, tbuf *args)
+{
+    const char *e = s + n, *q = s;
+    int first = 1;
+    tc__tb_add(args, "{", 1);
+    for (;;) {
+        const char *ko = tc__find(q, (size_t)(e - q), "<parameter=");
+        if (!ko) break;
+        const char *ka = ko + 11, *kb = tc__find(ka, (size_t)(e - ka), ">");
+        if (!kb) return -1;
+        const char *va = kb + 1, *vb = tc__find(va, (size_t)(e - va), "</parameter>");
+        if (!vb) vb = e;
+        if (!first) tc__tb_add(args, ", ", 2);
+        first = 0;
+        tc__json_value_of(args, ka, (size_t)(kb - ka));
+        tc__tb_add(args, ": ", 2);
+        xml_value(args, va, (size_t)(vb - va), 0);
+        q = vb;
+    }
+    tc__tb_add(args, "}", 1);
+    return args->s ? 0 : -1;
+}
+
+/* Seed-OSS: <function=NAME> followed by <parameter=K>V</parameter>… up to </function>. */
+static int read_function_eq(const char *s, size_t n, tc_call_fn fn, void *ud)
+{
+    int count = 0;
+    const char *e = s + n, *q = s;
+    for (;;) {
+        size_t i = tc__skip_ws(q, (size_t)(e - q), 0);
+        if (q + i >= e) break;
+        if (!tc__at(q, (size_t)(e - q), i, "<function=")) return -1;
+        const char *name = q + i + 10, *ne = memchr(name, '>', (size_t)(e - name));
+        if (!ne) return -1;
+        const char *end = tc__find(ne, (size_t)(e - ne), "</function>");
+        const char *body_end = end ? end : e;
+        tbuf args = {0};
+        int r = tc__xml_params(ne + 1, (size_t)(body_end - ne - 1), &args);
+        for (const char *c = name; c < ne && r == 0; c++)
+            if (!tc__name_char(*c)) r = -1;
+        count = r ? -1 : tc__give(fn, ud, name, (size_t)(ne - name), &args, count);
+        free(args.s);
+        if (count < 0) return -1;
+        q = end ? end + 11 : e;
+    }
+    return count ? count : -1;
+}
+
+/* The quoted value of attribute attr="…" in s[0..n): [*a, *b). 1 when found. */
+static int attr(const char *s, size_t n, const char *attr_eq, const char **a, const char **b)
+{
+    const char *k = tc__find(s, n, attr_eq);
+    if (!k) return 0;
+    *a = k + strlen(attr_eq);
+    *b = memchr(*a, '"', (size_t)(s + n - *a));
+    return *b != NULL;
+}
+
+/* <NS+INVOKE name="NAME"><NS+PARAM name="K"[ string="…"]>V</NS+PARAM>…</NS+INVOKE>, as many as
+ * there are (white space between them). */
+static int read_invoke(const char *s, size_t n, const char *ns, const char *invoke,
+                       const char *param, tc_call_fn fn, void *ud)
+{
+    char io[64], ic[64], po[64], pc[64];
+    snprintf(io, sizeof io, "<%s%s ", ns, invoke);
+    snprintf(ic, sizeof ic, "</%s%s>", ns, invoke);
+    snprintf(po, sizeof po, "<%s%s ", ns, param);
+    snprintf(pc, sizeof pc, "</%s%s>", ns, param);
+    const char *e = s + n, *q = s;
+    int count = 0;
+    for (;;) {
+        size_t i = tc__skip_ws(q, (size_t)(e - q), 0);
+        if (q + i >= e) break;
+        if (!tc__at(q, (size_t)(e - q), i, io)) return -1;
+        const char *h = q + i, *he = memchr(h, '>', (size_t)(e - h)), *na, *nb;
+        if (!he || !attr(h, (size_t)(he - h), "name=\"", &na, &nb)) return -1;
+        const char *end = tc__find(he, (size_t)(e - he), ic), *body_end = end ? end : e;
+        tbuf args = {0};
+        tc__tb_add(&args, "{", 1);
+        for (const char *p = he + 1; (p = tc__find(p, (size_t)(body_end - p), po));) {
+            const char *pe = memchr(p, '>', (size_t)(body_end - p)), *ka, *kb, *sa, *sb;
+            if (!pe || !attr(p, (size_t)(pe - p), "name=\"", &ka, &kb)) break;
+            int str = attr(p, (size_t)(pe - p), "string=\"", &sa, &sb) && sb - sa == 4 &&
+                      !memcmp(sa, "true", 4);
+            const char *ve = tc__find(pe + 1, (size_t)(body_end - pe - 1), pc);
+            if (!ve) ve = body_end;
+            if (args.n > 1) tc__tb_add(&args, ", ", 2);
+            tc__json_str(&args, ka, (size_t)(kb - ka));
+            tc__tb_add(&args, ": ", 2);
+            xml_value(&args, pe + 1, (size_t)(ve - pe - 1), str);
+            p = ve;
+        }
+        tc__tb_add(&args, "}", 1);
+        count = tc__give(fn, ud, na, (size_t)(nb - na), &args, count);
+        free(args.s);
+        if (count < 0) return -1;
+        q = end ? end + strlen(ic) : e;
+    }
+    return count ? count : -1;
+}
+
+/* MiniCPM: the section is one <function name=…>…</function>, its markers taken off. */
+static int read_minicpm(const char *s, size_t n, tc_call_fn fn, void *ud)
+{
+    tbuf whole = {0};
+    tc__tb_add(&whole, "<function name=", 15);
+    tc__tb_add(&whole, s, n);
+    tc__tb_add(&whole, "</function>", 11);
+    int r = whole.s ? read_invoke(whole.s, whole.n, "", "function", "param", fn, ud) : -1;
+    free(whole.s);
+    return r == 1 ? 1 : -1;
+}
+
+static int read_dsml(const char *s, size_t n, tc_call_fn fn, void *ud)
+{
+    return read_invoke(s, n, "｜DSML｜", "invoke", "parameter", fn, ud);
+}
+
+/* ---- Solar's tagged list ----------------------------------------------------------------- */
+
+static int read_solar(const char *s, size_t n, tc_call_fn fn, void *ud)
+{
+    static const char b[] = "<|tool_call:begin|>", nm[] = "<|tool_call:name|>",
+                      ar[] = "<|tool_call:args|>", en[] = "<|tool_call:end|>";
+    const char *e = s + n, *q = s;
+    int count = 0;
+    for (;;) {
+        size_t i = tc__skip_ws(q, (size_t)(e - q), 0);
+        if (q + i >= e) break;
+        if (!tc__at(q, (size_t)(e - q), i, b)) return -1;
+        const char *h = q + i + sizeof b - 1, *x = tc__find(h, (size_t)(e - h), nm);
+        const char *y = x ? tc__find(x, (size_t)(e - x), ar) : NULL;
+        if (!y) return -1;
+        const char *end = tc__find(y, (size_t)(e - y), en), *ae = end ? end : e;
+        const char *na = x + sizeof nm - 1, *nb = y;
+        while (na < nb && tc__is_ws(*na))
+            na++;
+        while (nb > na && tc__is_ws(nb[-1]))
+            nb--;
+        int done;
+        size_t a0 = tc__skip_ws(y, (size_t)(ae - y), sizeof ar - 1);
+        size_t ve = tc__skip_value(y, (size_t)(ae - y), a0, &done);
+        if (ve == (size_t)-1 || !done || tc__skip_ws(y, (size_t)(ae - y), ve) != (size_t)(ae - y))
+            return -1;
+        tbuf args = {0};
+        tc__tb_add(&args, y + a0, ve - a0);
+        count = tc__give(fn, ud, na, (size_t)(nb - na), &args, count);
+        free(args.s);
+        if (count < 0) return -1;
+        q = end ? end + sizeof en - 1 : e;
+    }
+    return count ? count : -1;
+}
+
+/* ---- the table --------------------------------------------------------------------------- */
+
+static const tc_section sections[] = {
+    {TC_NEMOTRON, "<TOOLCALL>", {"<TOOLCALL>"}, {"</TOOLCALL>"}, read_json_list},
+    {TC_COMMAND_R, "<|START_ACTION|>", {"<|START_ACTION|>"}, {"<|END_ACTION|>"}, read_json_list},
+    {TC_APERTUS, "<|tools_prefix|>", {"<|tools_prefix|>"}, {"<|tools_suffix|>"}, read_name_keyed},
+    {TC_SEED_OSS, "<seed:tool_call>", {"<seed:tool_call>"}, {"</seed:tool_call>"},
+     read_function_eq},
+    {TC_MINICPM, "<param name=", {"<function name="}, {"</function>"}, read_minicpm},
+    {TC_GEMMA4, "<|tool_call>", {"<|tool_call>"}, {"<tool_call|>"}, tc__read_gemma4},
+    {TC_LFM2, "<|tool_call_start|>", {"<|tool_call_start|>"}, {"<|tool_call_end|>"},
+     tc__read_pythonic},
+    {TC_SOLAR, "<|tool_call:begin|>", {"<|tool_calls|>"}, {"<|calls|>"}, read_solar},
+    /* the templates build the markers from a variable holding the tag's prefix */
+    {TC_DSML,
+     "｜DSML｜",
+     {"<｜DSML｜function_calls>", "<｜DSML｜tool_calls>"},
+     {"</｜DSML｜function_calls>", "</｜DSML｜tool_calls>"},
+     read_dsml},
+};
+
+const tc_section *tc__section(int syntax)
+{
+    for (size_t i = 0; i < sizeof sections / sizeof sections[0]; i++)
+        if (sections[i].syntax == syntax) return &sections[i];
+    return NULL;
+}
+
+int tc__section_detect(const char *t)
+{
+    for (size_t i = 0; i < sizeof sections / sizeof sections[0]; i++)
+        if (strstr(t, sections[i].detect)) return sections[i].syntax;
+    return -1;
+}
+
+int tc__section_read(const tc_section *x, const char *s, size_t n, tc_call_fn fn, void *ud)
+{
+    int r = x->read(s, n, NULL, NULL); /* all of it, or none */
+    if (r > 0 && fn) x->read(s, n, fn, ud);
+    return r;
+}
