@@ -51,7 +51,7 @@ QX_INLINE void qk_factors8(int type, const uint8_t *b0, __m256i idx, __m256 *D, 
 }
 
 /* The 16 half-group scales and mins of the super-block at b as int16 vectors in natural order
- * (lane h: half-group h). Q4_K/Q5_K and Q6_K decode in SIMD; the others through cpu__qk_scales. */
+ * (lane h: half-group h), in SIMD: the values cpu__qk_scales gives. */
 QX_INLINE void qk_scales16(int type, const uint8_t *b, __m256i *sc, __m256i *m)
 {
     if (type == DT_Q4_K || type == DT_Q5_K) {
@@ -86,12 +86,16 @@ QX_INLINE void qk_scales16(int type, const uint8_t *b, __m256i *sc, __m256i *m)
                                     (int)(((a[1] >> 4) & m4) | ((a[2] >> 6) & m2) << 4));
         *sc = _mm256_cvtepi8_epi16(_mm_sub_epi8(s8, _mm_set1_epi8(32)));
         *m = _mm256_slli_epi16(*sc, 2);
-    } else {
-        int16_t s[16], mn[16];
-        float d, e;
-        cpu__qk_scales(type, b, s, mn, &d, &e);
-        *sc = _mm256_loadu_si256((const __m256i *)s);
-        *m = _mm256_loadu_si256((const __m256i *)mn);
+    } else { /* IQ4_XS: ls_g = nibble g of scales_l | bits 2g..2g+1 of scales_h << 4, lane g */
+        uint32_t sl;
+        memcpy(&sl, b + 4, 4);
+        __m256i lo = _mm256_srlv_epi32(_mm256_set1_epi32((int)sl), _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28));
+        __m256i hi = _mm256_srlv_epi32(_mm256_set1_epi32(cpu__qu16(b + 2)), _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14));
+        __m256i ls = _mm256_or_si256(_mm256_and_si256(lo, _mm256_set1_epi32(0xF)),
+                                     _mm256_slli_epi32(_mm256_and_si256(hi, _mm256_set1_epi32(3)), 4));
+        __m256i g = _mm256_sub_epi32(ls, _mm256_set1_epi32(32)); /* sc_g, then the pair (sc_g, sc_g) */
+        *sc = _mm256_or_si256(_mm256_and_si256(g, _mm256_set1_epi32(0xFFFF)), _mm256_slli_epi32(g, 16));
+        *m = _mm256_setzero_si256();
     }
 }
 
@@ -153,10 +157,11 @@ QX_INLINE __m256i qk_pair_of_bytes(__m256i v, int b0, int b1)
 }
 
 /* The scales of the 8 groups of 32 of one super-block of 8 outputs (Q4_K, Q5_K, IQ4_XS; output
- * j's block at b0 + idx[j]), lane j output j, as cpu__qk_scales gives them: scd[g][j] = the int16
- * pair (sc_g, sc_g) of output j (a dword that broadcasts to the unit's madd scales), and mp[p] =
- * the int16 pairs (m_2p, m_2p+1) of each output (not written for IQ4_XS). */
-QX_INLINE void qk_scales32x8(int type, const uint8_t *b0, __m256i idx, int32_t scd[8][8], __m256i *mp)
+ * j's block at b0 + idx[j]), lane j output j, as cpu__qk_scales gives them. For IQ4_XS, sp[g] =
+ * the int16 pair (sc_g, sc_g) of each output (a dword that broadcasts to a unit's madd scales);
+ * for Q4_K/Q5_K the scale and min bytes, 4 per dword: k4[0] = sc_0..3, k4[1] = sc_4..7,
+ * k4[2] = m_0..3, k4[3] = m_4..7 (qk_pair_of_byte(s) makes the pairs). */
+QX_INLINE void qk_scales32x8(int type, const uint8_t *b0, __m256i idx, __m256i *sp, __m256i *k4)
 {
     if (type == DT_IQ4_XS) {
         __m256i sh = _mm256_srli_epi32(qx_gather(b0, idx, 0), 16), sl = qx_gather(b0, idx, 4);
@@ -165,22 +170,16 @@ QX_INLINE void qk_scales32x8(int type, const uint8_t *b0, __m256i idx, int32_t s
             __m256i hi = _mm256_and_si256(_mm256_srli_epi32(sh, 2 * g), _mm256_set1_epi32(3));
             __m256i sc = _mm256_sub_epi32(_mm256_or_si256(lo, _mm256_slli_epi32(hi, 4)), _mm256_set1_epi32(32));
             sc = _mm256_and_si256(sc, _mm256_set1_epi32(0xFFFF));
-            _mm256_storeu_si256((__m256i *)scd[g], _mm256_or_si256(sc, _mm256_slli_epi32(sc, 16)));
+            sp[g] = _mm256_or_si256(sc, _mm256_slli_epi32(sc, 16));
         }
         return;
     }
     /* Q4_K, Q5_K: the 12 bytes s, per dword of 4 (as qk_scales16's, lane-wise) */
     __m256i a = qx_gather(b0, idx, 4), c = qx_gather(b0, idx, 8), u2 = qx_gather(b0, idx, 12);
     const __m256i m6 = _mm256_set1_epi8(0x3F), m4 = _mm256_set1_epi8(0x0F), top = _mm256_set1_epi8(0x30);
-    __m256i lo_sc = _mm256_and_si256(a, m6), lo_m = _mm256_and_si256(c, m6);
-    __m256i hi_sc = _mm256_or_si256(_mm256_and_si256(u2, m4), _mm256_and_si256(_mm256_srli_epi32(a, 2), top));
-    __m256i hi_m = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(u2, 4), m4), _mm256_and_si256(_mm256_srli_epi32(c, 2), top));
-    for (int g = 0; g < 4; g++) {
-        _mm256_storeu_si256((__m256i *)scd[g], qk_pair_of_byte(lo_sc, g));
-        _mm256_storeu_si256((__m256i *)scd[4 + g], qk_pair_of_byte(hi_sc, g));
-    }
-    mp[0] = qk_pair_of_bytes(lo_m, 0, 1), mp[1] = qk_pair_of_bytes(lo_m, 2, 3);
-    mp[2] = qk_pair_of_bytes(hi_m, 0, 1), mp[3] = qk_pair_of_bytes(hi_m, 2, 3);
+    k4[0] = _mm256_and_si256(a, m6), k4[2] = _mm256_and_si256(c, m6);
+    k4[1] = _mm256_or_si256(_mm256_and_si256(u2, m4), _mm256_and_si256(_mm256_srli_epi32(a, 2), top));
+    k4[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(u2, 4), m4), _mm256_and_si256(_mm256_srli_epi32(c, 2), top));
 }
 
 /* Prefetches super-block b + QK_PF of the 8 rows (2: the best of 1 to 4 in decode of a 1.1B
@@ -213,7 +212,20 @@ QX_INLINE void qk_gemv8_g32(int type, int R, const uint8_t *const *rp, int64_t n
         int32_t scd[8][8];
         __m256i mp[4], ti[QX_GEMV_ROWS][4], pi[QX_GEMV_ROWS];
         qk_prefetch8(rp, b, n_in / 256, bb);
-        qk_scales32x8(type, rp[0] + b * bb, idx, scd, mp);
+        if (sgn) {
+            __m256i sp[8];
+            qk_scales32x8(type, rp[0] + b * bb, idx, sp, NULL);
+            for (int g = 0; g < 8; g++) _mm256_storeu_si256((__m256i *)scd[g], sp[g]);
+        } else {
+            __m256i k4[4];
+            qk_scales32x8(type, rp[0] + b * bb, idx, NULL, k4);
+            for (int g = 0; g < 4; g++) {
+                _mm256_storeu_si256((__m256i *)scd[g], qk_pair_of_byte(k4[0], g));
+                _mm256_storeu_si256((__m256i *)scd[4 + g], qk_pair_of_byte(k4[1], g));
+            }
+            mp[0] = qk_pair_of_bytes(k4[2], 0, 1), mp[1] = qk_pair_of_bytes(k4[2], 2, 3); /* (m_2q, m_2q+1) */
+            mp[2] = qk_pair_of_bytes(k4[3], 0, 1), mp[3] = qk_pair_of_bytes(k4[3], 2, 3);
+        }
         /* the compiler would keep scd in registers and extract each scale with two shuffles;
          * through memory each is one broadcast load (a load port, not the shuffle port) */
         __asm__ volatile("" : : "r"(scd) : "memory");
@@ -350,6 +362,53 @@ QX_INLINE qk_panel qk_panel_at(uint8_t *scratch)
     return p;
 }
 
+/* The scales, min pairs, d and e of super-block lb of 8 outputs (rows rp[j] + off) into panel
+ * columns 8h .. 8h + 7: lane-wise for the groups of 32 (qk_scales32x8), else each output's
+ * natural-order int16 vectors (qk_scales16) transposed 8 outputs at a time, so that every panel
+ * row is one store. */
+QX_INLINE void qk_unpack_scales8(int type, const uint8_t *const *rp, __m256i idx, size_t off, const qk_panel *p, int lb,
+                                 int h)
+{
+    __m256 D, E = _mm256_setzero_ps();
+    qk_factors8(type, rp[0] + off, idx, &D, &E);
+    _mm256_storeu_ps(p->d + lb * 16 + 8 * h, D);
+    _mm256_storeu_ps(p->e + lb * 16 + 8 * h, E);
+    if (cpu__qtraits_of(type).group == 32) { /* lane-wise already: no transposes */
+        __m256i sp[8], k4[4];
+        qk_scales32x8(type, rp[0] + off, idx, sp, k4);
+        for (int g = 0; g < 8; g++) {
+            int iq = type == DT_IQ4_XS;
+            __m256i pr = iq ? sp[g] : qk_pair_of_byte(k4[g / 4], g % 4);
+            __m256i mh = iq ? _mm256_setzero_si256() : qk_pair_of_byte(k4[2 + g / 4], g % 4); /* (m_g, m_g) */
+            __m256i s = QX_VNNI ? _mm256_srai_epi32(_mm256_slli_epi32(pr, 16), 16) : pr;
+            _mm256_storeu_si256((__m256i *)(p->sc + (lb * 16 + 2 * g) * 16 + 8 * h), s);
+            _mm256_storeu_si256((__m256i *)(p->sc + (lb * 16 + 2 * g + 1) * 16 + 8 * h), s);
+            _mm256_storeu_si256((__m256i *)(p->mp + (lb * 8 + g) * 16 + 8 * h), mh);
+        }
+        return;
+    }
+    __m256i lo[8], hi[8], mp[8], t[8];
+    for (int j = 0; j < 8; j++) {
+        __m256i sc, m;
+        qk_scales16(type, rp[j] + off, &sc, &m);
+#if QX_VNNI /* sc as int32 */
+        lo[j] = _mm256_cvtepi16_epi32(_mm256_castsi256_si128(sc));
+        hi[j] = _mm256_cvtepi16_epi32(_mm256_extracti128_si256(sc, 1));
+#else /* sc as the int16 pair (sc, sc) */
+        __m256i ul = _mm256_unpacklo_epi16(sc, sc), uh = _mm256_unpackhi_epi16(sc, sc);
+        lo[j] = _mm256_permute2x128_si256(ul, uh, 0x20);
+        hi[j] = _mm256_permute2x128_si256(ul, uh, 0x31);
+#endif
+        mp[j] = m; /* dword q: the int16 pair (m_2q, m_2q+1) */
+    }
+    qx_transpose8(lo, t);
+    for (int k = 0; k < 8; k++) _mm256_storeu_si256((__m256i *)(p->sc + (lb * 16 + k) * 16 + 8 * h), t[k]);
+    qx_transpose8(hi, t);
+    for (int k = 0; k < 8; k++) _mm256_storeu_si256((__m256i *)(p->sc + (lb * 16 + 8 + k) * 16 + 8 * h), t[k]);
+    qx_transpose8(mp, t);
+    for (int k = 0; k < 8; k++) _mm256_storeu_si256((__m256i *)(p->mp + (lb * 8 + k) * 16 + 8 * h), t[k]);
+}
+
 /* The panel of outputs [o0, o0 + 16) × inputs [i0, i0 + kc). Outputs past n_out repeat the last row. */
 QX_INLINE void qk_unpack(int type, const be_weight *w, int64_t o0, int64_t i0, int kc, const qk_panel *p)
 {
@@ -358,17 +417,11 @@ QX_INLINE void qk_unpack(int type, const be_weight *w, int64_t o0, int64_t i0, i
     for (int j = 0; j < 16; j++)
         rp[j] = (const uint8_t *)w->data + (size_t)(o0 + j < w->n_out ? o0 + j : w->n_out - 1) * rb +
                 (size_t)(i0 / 256) * bb;
-    for (int lb = 0; lb < kc / 256; lb++) {
-        for (int j = 0; j < 16; j++) {
-            int16_t sc[16], m[16];
-            cpu__qk_scales(type, rp[j] + lb * bb, sc, m, &p->d[lb * 16 + j], &p->e[lb * 16 + j]);
-            for (int h = 0; h < 16; h++)
-                p->sc[(lb * 16 + h) * 16 + j] = QX_VNNI ? sc[h] : (int32_t)((uint32_t)(uint16_t)sc[h] * 0x10001u);
-            for (int q = 0; q < 8; q++)
-                p->mp[(lb * 8 + q) * 16 + j] = (int32_t)((uint32_t)(uint16_t)m[2 * q] | (uint32_t)(uint16_t)m[2 * q + 1] << 16);
-        }
-        qx_unpack_values(type, rp, (size_t)lb * bb, p->v + (size_t)lb * 64 * 64);
-    }
+    const __m256i idx[2] = {qx_offsets(rp), qx_offsets(rp + 8)};
+    for (int lb = 0; lb < kc / 256; lb++)
+        for (int h = 0; h < 2; h++) /* outputs 8h .. 8h + 7 */
+            qk_unpack_scales8(type, rp + 8 * h, idx[h], (size_t)lb * bb, p, lb, h);
+    for (int lb = 0; lb < kc / 256; lb++) qx_unpack_values(type, rp, (size_t)lb * bb, p->v + (size_t)lb * 64 * 64);
 }
 
 QX_INLINE int32_t qk_dword(const void *p)
