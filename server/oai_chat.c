@@ -468,6 +468,11 @@ oai_chat_state *oai_chat_state_create(const oai_chat *ch, uint64_t seed)
     if (!st) return NULL;
     const char *forced = ch->tool_choice == OAI_TOOLS_NAMED ? ch->tools[ch->named].name : NULL;
     st->p = tc_parser_create(ch->syntax, ch->reasoning, forced, seed);
+    for (int i = 0; st->p && i < ch->n_tools; i++)
+        if (tc_parser_add_tool(st->p, ch->tools[i].name, ch->tools[i].parameters)) {
+            tc_parser_destroy(st->p);
+            st->p = NULL;
+        }
     if (!st->p) {
         free(st);
         return NULL;

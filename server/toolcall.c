@@ -102,6 +102,7 @@ struct tc_parser {
     size_t cur_args; /* bytes of its arguments emitted */
     const char *close_tag; /* T_ARRAY inside hermes' <tool_calls>: "</tool_calls>" */
     int section;           /* a section syntax: which of its marker pairs opened */
+    tbuf schemas;          /* the tools' string parameters (toolcall_schema.c) */
     /* what was read */
     tbuf content, reason;
     int has_reason;
@@ -280,6 +281,17 @@ static int feed_obj(tc_parser *p, const char *s, size_t n, size_t start, size_t 
 
 /* ---- non-JSON call bodies (complete) ------------------------------------------------------ */
 
+/* The arguments of an XML-parameter call, its string-typed parameters made strings. */
+static void typed_args(tc_parser *p, const char *name, size_t nn, const char *a, size_t n)
+{
+    tbuf t = {0};
+    if (tc__schemas_retype(&p->schemas, name, nn, a, n, &t))
+        call_args(p, t.s, t.n);
+    else
+        call_args(p, a, n);
+    free(t.s);
+}
+
 /* <function=NAME><parameter=K>V</parameter>…</function> (Qwen3-Coder), or NAME followed by
  * <arg_key>K</arg_key><arg_value>V</arg_value> pairs (GLM). 1 when one was read. */
 static int xml_body(tc_parser *p, const char *s, size_t n)
@@ -324,7 +336,7 @@ static int xml_body(tc_parser *p, const char *s, size_t n)
         if (!vb) vb = e;
         if (!first) tc__tb_add(&args, ", ", 2);
         first = 0;
-        tc__json_value_of(&args, ka, (size_t)(kb - ka));
+        tc__json_str(&args, ka, (size_t)(kb - ka)); /* a key is a string, even "3" or "n" */
         tc__tb_add(&args, ": ", 2);
         tc__json_value_of(&args, va, (size_t)(vb - va));
         q = vb;
@@ -337,7 +349,7 @@ static int xml_body(tc_parser *p, const char *s, size_t n)
     if (p->cur < 0) call_begin(p);
     if (!p->oom) {
         call_name(p, name, (size_t)(name_end - name));
-        if (!p->oom) call_args(p, args.s, args.n);
+        if (!p->oom) typed_args(p, name, (size_t)(name_end - name), args.s, args.n);
     }
     free(args.s);
     return !p->oom;
@@ -424,9 +436,13 @@ static int stage_section_content(tc_parser *p, const tc_section *x, size_t *pos,
 static void section_call(void *ud, const char *name, size_t nn, const char *args, size_t na)
 {
     tc_parser *p = ud;
+    int xml = p->syntax == TC_SEED_OSS || p->syntax == TC_MINICPM || p->syntax == TC_DSML;
     call_begin(p);
     if (!p->oom) call_name(p, name, nn);
-    if (!p->oom) call_args(p, args, na);
+    if (!p->oom && xml)
+        typed_args(p, name, nn, args, na);
+    else if (!p->oom)
+        call_args(p, args, na);
     if (!p->oom) call_end(p);
 }
 
@@ -939,9 +955,15 @@ tc_parser *tc_parser_create(int syntax, int reasoning, const char *forced_name, 
     return p;
 }
 
+int tc_parser_add_tool(tc_parser *p, const char *name, const char *schema)
+{
+    return tc__schemas_add(&p->schemas, name, schema);
+}
+
 void tc_parser_destroy(tc_parser *p)
 {
     if (!p) return;
+    free(p->schemas.s);
     for (int i = 0; i < p->n_calls; i++) {
         free(p->calls[i].name);
         free(p->calls[i].args);

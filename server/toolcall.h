@@ -105,6 +105,12 @@ typedef struct tc_parser tc_parser;
 tc_parser *tc_parser_create(int syntax, int reasoning, const char *forced_name, uint64_t id_seed);
 void tc_parser_destroy(tc_parser *p);
 
+/* Tells the parser function name's parameters schema (JSON Schema text, NULL: none): the
+ * XML-parameter syntaxes (seed_oss, minicpm, dsml, and Qwen3-Coder's / GLM's bodies in hermes)
+ * then give a parameter typed "string" as a string even when its text reads as a number, true
+ * or an object. Call before the first feed. 0, or -ENOMEM (the parser unchanged). */
+int tc_parser_add_tool(tc_parser *p, const char *name, const char *schema);
+
 /* Feeds the next piece of output; final = 1 with the last one (n may be 0). Each delta goes to
  * emit (NULL: none) as it becomes certain. 0, or -ENOMEM (the parser is then unusable). */
 int tc_parser_feed(tc_parser *p, const char *text, size_t n, int final, tc_emit_fn emit, void *ud);

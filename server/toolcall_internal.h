@@ -1,7 +1,8 @@
 /*
  * toolcall_internal.h — what the files of the output parsers share (toolcall.c, the parsers;
  * toolcall_scan.c, buffers and JSON scanning; toolcall_tagged.c, the tagged syntaxes' markers;
- * toolcall_section.c and toolcall_pyval.c, the syntaxes read a whole section at a time).
+ * toolcall_section.c and toolcall_pyval.c, the syntaxes read a whole section at a time;
+ * toolcall_schema.c, the tool schemas' string parameters).
  * Nothing outside server/toolcall*.c includes it.
  */
 #ifndef KVSERVE_TOOLCALL_INTERNAL_H
@@ -46,7 +47,8 @@ void tc__scan_obj(const char *s, size_t n, size_t i, jobj *o);
 /* Decodes a JSON string body s[0..n) (escapes, \u with surrogate pairs). malloc'd; NULL when
  * out of memory. */
 char *tc__json_unescape(const char *s, size_t n, size_t *out_len);
-/* Appends v[0..n) trimmed as a JSON value: itself when it is JSON already, else a string. */
+/* Appends v[0..n) trimmed as a JSON value: itself when it is strictly valid JSON (a number,
+ * true, an object …), else a string. */
 void tc__json_value_of(tbuf *b, const char *v, size_t n);
 /* memmem for a C-string needle. */
 const char *tc__find(const char *s, size_t n, const char *needle);
@@ -103,5 +105,16 @@ int tc__xml_params(const char *s, size_t n, tbuf *args);
 /* Gemma 4's call:NAME{…} and Python's [NAME(k=v, …), …] bodies (toolcall_pyval.c). */
 int tc__read_gemma4(const char *s, size_t n, tc_call_fn fn, void *ud);
 int tc__read_pythonic(const char *s, size_t n, tc_call_fn fn, void *ud);
+
+/* ---- the request's tool schemas (toolcall_schema.c) ---- */
+
+/* Records which top-level parameters of function name the JSON Schema text schema types as
+ * strings (nothing when schema is NULL or not JSON). 0, or -ENOMEM with store unchanged. */
+int tc__schemas_add(tbuf *store, const char *name, const char *schema);
+/* Arguments a[0..n) of function fn[0..fnn) with each string-typed parameter that holds a
+ * non-string JSON value turned into a string of that value's text, appended to out: 1 when
+ * something changed (out holds the new arguments), 0 when a stands as it is. */
+int tc__schemas_retype(const tbuf *store, const char *fn, size_t fnn, const char *a, size_t n,
+                       tbuf *out);
 
 #endif

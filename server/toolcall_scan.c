@@ -228,34 +228,80 @@ char *tc__json_unescape(const char *s, size_t n, size_t *out_len)
 /* ---- non-JSON call bodies (complete) ------------------------------------------------------ */
 
 /* Appends v as a JSON string, or as itself when it is JSON already (numbers, objects, …). */
+/* The end of the strictly valid JSON value at s[i] (after white space), or (size_t)-1. */
+static size_t strict_value(const char *s, size_t n, size_t i, int depth)
+{
+    const size_t bad = (size_t)-1;
+    i = tc__skip_ws(s, n, i);
+    if (i >= n || depth > 200) return bad;
+    char c = s[i];
+    if (c == '"') {
+        for (size_t j = i + 1; j < n; j++) {
+            unsigned char d = (unsigned char)s[j];
+            if (d < 0x20) return bad;
+            if (d == '"') return j + 1;
+            if (d != '\\') continue;
+            if (++j >= n || !strchr("\"\\/bfnrtu", s[j])) return bad;
+            for (int k = 0; s[j] == 'u' && k < 4; k++)
+                if (++j >= n || !strchr("0123456789abcdefABCDEF", s[j])) return bad;
+        }
+        return bad;
+    }
+    if (c == '{' || c == '[') {
+        char close = c == '{' ? '}' : ']';
+        i = tc__skip_ws(s, n, i + 1);
+        if (i < n && s[i] == close) return i + 1;
+        for (;;) {
+            if (close == '}') {
+                if (i >= n || s[i] != '"') return bad;
+                i = tc__skip_ws(s, n, strict_value(s, n, i, depth + 1));
+                if (i >= n || s[i] != ':') return bad;
+                i++;
+            }
+            i = strict_value(s, n, i, depth + 1);
+            if (i == bad) return bad;
+            i = tc__skip_ws(s, n, i);
+            if (i < n && s[i] == close) return i + 1;
+            if (i >= n || s[i] != ',') return bad;
+            i = tc__skip_ws(s, n, i + 1);
+        }
+    }
+    static const char *const lit[] = {"true", "false", "null"};
+    for (int k = 0; k < 3; k++)
+        if (n - i >= strlen(lit[k]) && !memcmp(s + i, lit[k], strlen(lit[k])))
+            return i + strlen(lit[k]);
+    size_t j = i + (c == '-'), d0 = j;
+    while (j < n && s[j] >= '0' && s[j] <= '9')
+        j++;
+    if (j == d0 || (s[d0] == '0' && j > d0 + 1)) return bad; /* no digits, or a leading zero */
+    if (j < n && s[j] == '.') {
+        size_t f = ++j;
+        while (j < n && s[j] >= '0' && s[j] <= '9')
+            j++;
+        if (j == f) return bad;
+    }
+    if (j < n && (s[j] == 'e' || s[j] == 'E')) {
+        j += j + 1 < n && (s[j + 1] == '+' || s[j + 1] == '-') ? 2 : 1;
+        size_t f = j;
+        while (j < n && s[j] >= '0' && s[j] <= '9')
+            j++;
+        if (j == f) return bad;
+    }
+    return j;
+}
+
 void tc__json_value_of(tbuf *b, const char *v, size_t n)
 {
     while (n && tc__is_ws(*v))
         v++, n--;
     while (n && tc__is_ws(v[n - 1]))
         n--;
-    int done;
-    size_t e = n ? tc__skip_value(v, n, 0, &done) : (size_t)-1;
-    if (n && (e == n || (done && e == n))) {
+    size_t e = n ? strict_value(v, n, 0, 0) : (size_t)-1;
+    if (e == n) {
         tc__tb_add(b, v, n);
         return;
     }
-    tc__tb_add(b, "\"", 1);
-    for (size_t i = 0; i < n; i++) {
-        char c = v[i], esc[8];
-        if (c == '"' || c == '\\') {
-            esc[0] = '\\';
-            esc[1] = c;
-            tc__tb_add(b, esc, 2);
-        } else if (c == '\n')
-            tc__tb_add(b, "\\n", 2);
-        else if ((unsigned char)c < 0x20) {
-            snprintf(esc, sizeof esc, "\\u%04x", (unsigned char)c);
-            tc__tb_add(b, esc, 6);
-        } else
-            tc__tb_add(b, &c, 1);
-    }
-    tc__tb_add(b, "\"", 1);
+    tc__json_str(b, v, n);
 }
 
 const char *tc__find(const char *s, size_t n, const char *needle)

@@ -19,10 +19,11 @@
  *              <｜DSML｜invoke name="NAME"><｜DSML｜parameter name="K" string="true|false">V
  *              </｜DSML｜parameter>…</｜DSML｜invoke>                              (DeepSeek V3.2, V4)
  *
- * Values of the XML-parameter styles (seed_oss, minicpm, dsml with string="false"): the
- * parameter's text is taken as JSON when it is a JSON value (a number, true, an object …) and
- * as a string otherwise; dsml's string="true" always gives a string. The request's tool schemas
- * are not consulted, so a string parameter whose text happens to be a number reads as a number.
+ * Values of the XML-parameter styles (seed_oss, minicpm, dsml): the parameter's text is taken
+ * as JSON when it is strictly valid JSON (a number, true, an object …) and as a string
+ * otherwise; a CDATA value and dsml's string="true" always give a string. toolcall.c then
+ * makes the parameters the request's tool schema types as strings strings again
+ * (toolcall_schema.c), so the schema's type wins where the request gives one.
  * A section that does not parse as calls as a whole gives no call at all: the caller keeps its
  * text as content.
  */
@@ -186,7 +187,7 @@ int tc__xml_params(const char *s, size_t n, tbuf *args)
         if (!vb) vb = e;
         if (!first) tc__tb_add(args, ", ", 2);
         first = 0;
-        tc__json_value_of(args, ka, (size_t)(kb - ka));
+        tc__json_str(args, ka, (size_t)(kb - ka));
         tc__tb_add(args, ": ", 2);
         xml_value(args, va, (size_t)(vb - va), 0);
         q = vb;

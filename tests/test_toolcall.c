@@ -342,6 +342,16 @@ static const tt_case tt_section_cases[] = {
      "Hi",
      NULL,
      {{"f", "{\"a\": 12, \"b\": \"two words\"}"}, {"g", "{}"}}},
+    /* only strictly valid JSON is taken as JSON: other words are strings; keys always are */
+    {TC_SEED_OSS,
+     0,
+     NULL,
+     "<seed:tool_call><function=f><parameter=unit>fahrenheit</parameter><parameter=n>-0.5e3</"
+     "parameter><parameter=t>true1</parameter><parameter=z>01</parameter></function></"
+     "seed:tool_call>",
+     "",
+     NULL,
+     {{"f", "{\"unit\": \"fahrenheit\", \"n\": -0.5e3, \"t\": \"true1\", \"z\": \"01\"}"}}},
     {TC_SEED_OSS, 0, NULL, "<seed:tool_call>f(1)</seed:tool_call>",
      "<seed:tool_call>f(1)</seed:tool_call>", NULL, {{0}}},
     {TC_MINICPM,
@@ -716,4 +726,54 @@ Test(toolcall, reference_templates_read_back_their_calls)
                 "toolcall: %s templates: %d read back their calls, %d do not, %d write none\n",
                 tc_syntax_name(s), counts[s][2], counts[s][1], counts[s][0]);
     cr_expect_eq(bad, 0, "%d templates of a named family do not read back their own calls", bad);
+}
+
+/* Feeds out whole to a parser of syntax that knows tool f's schema; the first call's args. */
+static char *tt_typed(int syntax, const char *schema, const char *out)
+{
+    tc_parser *p = tc_parser_create(syntax, TC_REASON_NONE, NULL, 7);
+    cr_assert_not_null(p);
+    cr_assert_eq(tc_parser_add_tool(p, "other", "{\"properties\": {\"a\": {\"type\": \"string\"}}}"),
+                 0);
+    cr_assert_eq(tc_parser_add_tool(p, "f", schema), 0);
+    cr_assert_eq(tc_parser_feed(p, out, strlen(out), 1, NULL, NULL), 0);
+    cr_assert_eq(tc_parser_n_calls(p), 1, "%s", out);
+    char *a = strdup(tc_parser_call(p, 0)->args);
+    tc_parser_destroy(p);
+    return a;
+}
+
+Test(toolcall, schema_string_parameters_stay_strings)
+{
+    static const char schema[] =
+        "{\"type\": \"object\", \"properties\": {\"zip\": {\"type\": \"string\"}, \"n\": "
+        "{\"type\": \"integer\"}, \"o\": {\"type\": [\"string\", \"null\"]}, \"a\": {\"type\": "
+        "\"array\"}}}";
+    static const struct {
+        int syntax;
+        const char *out, *want;
+    } t[] = {
+        {TC_SEED_OSS,
+         "<seed:tool_call><function=f><parameter=zip>1.50</parameter><parameter=n>7</"
+         "parameter><parameter=o>{\"a\": 1}</parameter><parameter=a>[1]</parameter><parameter=x>"
+         "true</parameter></function></seed:tool_call>",
+         "{\"zip\": \"1.50\", \"n\": 7, \"o\": \"{\\\"a\\\": 1}\", \"a\": [1], \"x\": true}"},
+        {TC_HERMES, "<tool_call>\n<function=f>\n<parameter=zip>\n7\n</parameter>\n</function>\n</tool_call>",
+         "{\"zip\": \"7\"}"},
+        {TC_MINICPM, "<function name=\"f\"><param name=\"zip\">true</param><param name=\"n\">2</param></function>",
+         "{\"zip\": \"true\", \"n\": 2}"},
+        {TC_DSML,
+         "<｜DSML｜tool_calls><｜DSML｜invoke name=\"f\"><｜DSML｜parameter name=\"zip\" "
+         "string=\"false\">12</｜DSML｜parameter></｜DSML｜invoke></｜DSML｜tool_calls>",
+         "{\"zip\": \"12\"}"},
+    };
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+        char *a = tt_typed(t[i].syntax, schema, t[i].out);
+        cr_expect_str_eq(a, t[i].want, "%s from %s", a, t[i].out);
+        free(a);
+        /* without a schema (or with one that is not JSON) the text's own reading stands */
+        a = tt_typed(t[i].syntax, "{not json", t[i].out);
+        cr_expect_neq(strstr(a, "\"zip\": \""), a + 1, "%s", a);
+        free(a);
+    }
 }
