@@ -23,7 +23,8 @@
 static const char *const syntax_names[] = {
     "none",     "hermes",    "llama3_json", "mistral",  "json",   "deepseek_v3", "kimi_k2",
     "functionary", "nemotron", "command_r", "apertus", "seed_oss", "minicpm", "gemma4",
-    "lfm2",     "solar",     "dsml",        "args"};
+    "lfm2",     "solar",     "dsml",        "hy3",      "kimi_k3", "gigachat3",  "granite",
+    "args"};
 
 int tc_syntax_by_name(const char *name)
 {
@@ -436,7 +437,8 @@ static int stage_section_content(tc_parser *p, const tc_section *x, size_t *pos,
 static void section_call(void *ud, const char *name, size_t nn, const char *args, size_t na)
 {
     tc_parser *p = ud;
-    int xml = p->syntax == TC_SEED_OSS || p->syntax == TC_MINICPM || p->syntax == TC_DSML;
+    int xml = p->syntax == TC_SEED_OSS || p->syntax == TC_MINICPM || p->syntax == TC_DSML ||
+              p->syntax == TC_HY3;
     call_begin(p);
     if (!p->oom) call_name(p, name, nn);
     if (!p->oom && xml)
@@ -451,8 +453,8 @@ static int stage_section_body(tc_parser *p, const tc_section *x, size_t *pos, in
 {
     const char *s = p->t.s + *pos, *close_mark = x->close[p->section];
     size_t n = p->t.n - *pos;
-    const char *close = tc__find(s, n, close_mark);
-    if (!close && !final) return 0;
+    const char *close = close_mark ? tc__find(s, n, close_mark) : NULL;
+    if (!close && !final) return 0; /* no closing marker: the section runs to the end */
     size_t body = close ? (size_t)(close - s) : n, used = close ? body + strlen(close_mark) : n;
     if (tc__section_read(x, s, body, section_call, p) < 0) { /* not calls: content after all */
         out_content(p, x->open[p->section], strlen(x->open[p->section]));

@@ -19,6 +19,16 @@
  *              <｜DSML｜invoke name="NAME"><｜DSML｜parameter name="K" string="true|false">V
  *              </｜DSML｜parameter>…</｜DSML｜invoke>                              (DeepSeek V3.2, V4)
  *
+ *   hy3        <tool_calls:opensource><tool_call:opensource>NAME<tool_sep:opensource>
+ *              <arg_key:opensource>K</arg_key:opensource><arg_value:opensource>V…
+ *              </tool_call:opensource>…</tool_calls:opensource>                (tencent Hy3)
+ *   kimi_k3    <|open|>tools<|sep|><|open|>call tool="NAME" index="1"<|sep|><|open|>argument
+ *              key="K" type="string"<|sep|>V<|close|>argument<|sep|>…<|close|>call<|sep|>…
+ *              <|close|>tools<|sep|>                                           (Kimi-K3)
+ *   gigachat3  function call<|role_sep|>{"name": …, "arguments": {…}}<|message_sep|>  (GigaChat3)
+ *   granite    <|tool_call|>[{"name": …, "arguments": {…}}, …] to the end of the answer
+ *              (IBM Granite 3.x)
+ *
  * Values of the XML-parameter styles (seed_oss, minicpm, dsml): the parameter's text is taken
  * as JSON when it is strictly valid JSON (a number, true, an object …) and as a string
  * otherwise; a CDATA value and dsml's string="true" always give a string. toolcall.c then
@@ -327,6 +337,104 @@ static int read_solar(const char *s, size_t n, tc_call_fn fn, void *ud)
     return count ? count : -1;
 }
 
+/* ---- Hy3's and Kimi-K3's tagged parameters -------------------------------------------------- */
+
+/* Hy3: <tool_call:opensource>NAME<tool_sep:opensource> then <arg_key:opensource>K
+ * </arg_key:opensource><arg_value:opensource>V</arg_value:opensource>… up to
+ * </tool_call:opensource>, as many as there are. */
+static int read_hy3(const char *s, size_t n, tc_call_fn fn, void *ud)
+{
+    static const char co[] = "<tool_call:opensource>", sep[] = "<tool_sep:opensource>",
+                      cc[] = "</tool_call:opensource>", ko[] = "<arg_key:opensource>",
+                      kc[] = "</arg_key:opensource>", vo[] = "<arg_value:opensource>",
+                      vc[] = "</arg_value:opensource>";
+    const char *e = s + n, *q = s;
+    int count = 0;
+    for (;;) {
+        size_t i = tc__skip_ws(q, (size_t)(e - q), 0);
+        if (q + i >= e) break;
+        if (!tc__at(q, (size_t)(e - q), i, co)) return -1;
+        const char *na = q + i + sizeof co - 1, *nb = tc__find(na, (size_t)(e - na), sep);
+        if (!nb) return -1;
+        const char *end = tc__find(nb, (size_t)(e - nb), cc), *be = end ? end : e;
+        tbuf args = {0};
+        tc__tb_add(&args, "{", 1);
+        for (const char *k = nb; (k = tc__find(k, (size_t)(be - k), ko));) {
+            const char *ka = k + sizeof ko - 1, *kb = tc__find(ka, (size_t)(be - ka), kc);
+            const char *va = kb ? tc__find(kb, (size_t)(be - kb), vo) : NULL;
+            const char *vb = va ? tc__find(va, (size_t)(be - va), vc) : NULL;
+            if (!vb) break;
+            va += sizeof vo - 1;
+            if (args.n > 1) tc__tb_add(&args, ", ", 2);
+            tc__json_str(&args, ka, (size_t)(kb - ka));
+            tc__tb_add(&args, ": ", 2);
+            xml_value(&args, va, (size_t)(vb - va), 0);
+            k = vb;
+        }
+        tc__tb_add(&args, "}", 1);
+        while (na < nb && tc__is_ws(*na))
+            na++;
+        while (nb > na && tc__is_ws(nb[-1]))
+            nb--;
+        count = tc__give(fn, ud, na, (size_t)(nb - na), &args, count);
+        free(args.s);
+        if (count < 0) return -1;
+        q = end ? end + sizeof cc - 1 : e;
+    }
+    return count ? count : -1;
+}
+
+/* Kimi-K3: <|open|>call tool="NAME" index="1"<|sep|> then <|open|>argument key="K"
+ * type="T"<|sep|>V<|close|>argument<|sep|>… (type string: a string; others: JSON) or one
+ * <|open|>json type="object"<|sep|>{…}<|close|>json<|sep|>, up to <|close|>call<|sep|>. */
+static int read_kimi3(const char *s, size_t n, tc_call_fn fn, void *ud)
+{
+    static const char co[] = "<|open|>call ", cc[] = "<|close|>call<|sep|>", sep[] = "<|sep|>",
+                      ao[] = "<|open|>argument ", ac[] = "<|close|>argument<|sep|>",
+                      jo[] = "<|open|>json", jc[] = "<|close|>json<|sep|>";
+    const char *e = s + n, *q = s;
+    int count = 0;
+    for (;;) {
+        size_t i = tc__skip_ws(q, (size_t)(e - q), 0);
+        if (q + i >= e) break;
+        if (!tc__at(q, (size_t)(e - q), i, co)) return -1;
+        const char *h = q + i, *he = tc__find(h, (size_t)(e - h), sep), *na, *nb;
+        if (!he || !attr(h, (size_t)(he - h), "tool=\"", &na, &nb)) return -1;
+        const char *end = tc__find(he, (size_t)(e - he), cc), *be = end ? end : e;
+        const char *j = tc__find(he, (size_t)(be - he), jo);
+        tbuf args = {0};
+        if (j) { /* the arguments as one JSON object */
+            const char *ja = tc__find(j, (size_t)(be - j), sep), *jb;
+            jb = ja ? tc__find(ja, (size_t)(be - ja), jc) : NULL;
+            if (jb) tc__tb_add(&args, ja + sizeof sep - 1, (size_t)(jb - ja) - sizeof sep + 1);
+        } else {
+            tc__tb_add(&args, "{", 1);
+            for (const char *a = he; (a = tc__find(a, (size_t)(be - a), ao));) {
+                const char *ae = tc__find(a, (size_t)(be - a), sep), *ka, *kb, *ta, *tb;
+                if (!ae || !attr(a, (size_t)(ae - a), "key=\"", &ka, &kb)) break;
+                int str = attr(a, (size_t)(ae - a), "type=\"", &ta, &tb) && tb - ta == 6 &&
+                          !memcmp(ta, "string", 6);
+                const char *va = ae + sizeof sep - 1, *vb = tc__find(va, (size_t)(be - va), ac);
+                if (!vb) vb = be;
+                if (args.n > 1) tc__tb_add(&args, ", ", 2);
+                tc__json_str(&args, ka, (size_t)(kb - ka));
+                tc__tb_add(&args, ": ", 2);
+                if (str)
+                    tc__json_str(&args, va, (size_t)(vb - va));
+                else
+                    xml_value(&args, va, (size_t)(vb - va), 0);
+                a = vb;
+            }
+            tc__tb_add(&args, "}", 1);
+        }
+        count = tc__give(fn, ud, na, (size_t)(nb - na), &args, count);
+        free(args.s);
+        if (count < 0) return -1;
+        q = end ? end + sizeof cc - 1 : e;
+    }
+    return count ? count : -1;
+}
+
 /* ---- the table --------------------------------------------------------------------------- */
 
 static const tc_section sections[] = {
@@ -346,6 +454,15 @@ static const tc_section sections[] = {
      {"<｜DSML｜function_calls>", "<｜DSML｜tool_calls>"},
      {"</｜DSML｜function_calls>", "</｜DSML｜tool_calls>"},
      read_dsml},
+    /* the templates build these markers from variables or macros: detected by a piece */
+    {TC_HY3, "<tool_calls{}>", {"<tool_calls:opensource>"}, {"</tool_calls:opensource>"},
+     read_hy3},
+    {TC_KIMI_K3, "'<|open|>' + tag", {"<|open|>tools<|sep|>"}, {"<|close|>tools<|sep|>"},
+     read_kimi3},
+    {TC_GIGACHAT3, "<|role_sep|>", {"function call<|role_sep|>"}, {"<|message_sep|>"},
+     read_json_list},
+    /* Granite writes the calls to the end of its answer: no closing marker */
+    {TC_GRANITE, "<|tool_call|>", {"<|tool_call|>"}, {NULL}, read_json_list},
 };
 
 const tc_section *tc__section(int syntax)
