@@ -4,7 +4,8 @@
  * file has the marker table and turns one complete section body into calls).
  *
  *   nemotron   <TOOLCALL>[{"name": …, "arguments": {…}}, …]</TOOLCALL>      (NVIDIA Nemotron)
- *   command_r  <|START_ACTION|>[{"tool_name": …, "parameters": {…}}]<|END_ACTION|>  (Cohere)
+ *   command_r  <|START_ACTION|>[{"tool_name": …, "parameters": {…}}]<|END_ACTION|>  (Cohere
+ *              Command-A), or Action:\n```json\n[…]``` (Command-R+'s tool-use template)
  *   apertus    <|tools_prefix|>[{"NAME": {…}}, …]<|tools_suffix|>             (Swiss AI Apertus)
  *   seed_oss   <seed:tool_call><function=NAME><parameter=K>V</parameter>…</function>
  *              </seed:tool_call>                                              (ByteDance Seed-OSS)
@@ -206,29 +207,54 @@ int tc__xml_params(const char *s, size_t n, tbuf *args)
     return args->s ? 0 : -1;
 }
 
-/* Seed-OSS: <function=NAME> followed by <parameter=K>V</parameter>… up to </function>. */
-static int read_function_eq(const char *s, size_t n, tc_call_fn fn, void *ud)
+/* Reads one call's text a[0..b) (between its opening and closing markers): its name
+ * [*na, *nb) and its arguments appended to args. 0, or -1 when it is not a call. */
+typedef int (*body_fn)(const void *ctx, const char *a, const char *b, const char **na,
+                       const char **nb, tbuf *args);
+
+/* The calls of s[0..n), each from open (after white space) to close (or the end), nothing else
+ * between them but white space: the number of calls, or -1. */
+static int each_call(const char *s, size_t n, const char *open, const char *close, body_fn body,
+                     const void *ctx, tc_call_fn fn, void *ud)
 {
-    int count = 0;
     const char *e = s + n, *q = s;
+    size_t lo = strlen(open), lc = strlen(close);
+    int count = 0;
     for (;;) {
         size_t i = tc__skip_ws(q, (size_t)(e - q), 0);
         if (q + i >= e) break;
-        if (!tc__at(q, (size_t)(e - q), i, "<function=")) return -1;
-        const char *name = q + i + 10, *ne = memchr(name, '>', (size_t)(e - name));
-        if (!ne) return -1;
-        const char *end = tc__find(ne, (size_t)(e - ne), "</function>");
-        const char *body_end = end ? end : e;
+        if (!tc__at(q, (size_t)(e - q), i, open)) return -1;
+        const char *a = q + i + lo, *end = tc__find(a, (size_t)(e - a), close), *na, *nb;
         tbuf args = {0};
-        int r = tc__xml_params(ne + 1, (size_t)(body_end - ne - 1), &args);
-        for (const char *c = name; c < ne && r == 0; c++)
-            if (!tc__name_char(*c)) r = -1;
-        count = r ? -1 : tc__give(fn, ud, name, (size_t)(ne - name), &args, count);
+        int r = body(ctx, a, end ? end : e, &na, &nb, &args);
+        if (!r) /* the name without white space around it */
+            for (; na < nb && (tc__is_ws(*na) || tc__is_ws(nb[-1]));)
+                tc__is_ws(*na) ? na++ : nb--;
+        count = r ? -1 : tc__give(fn, ud, na, (size_t)(nb - na), &args, count);
         free(args.s);
         if (count < 0) return -1;
-        q = end ? end + 11 : e;
+        q = end ? end + lc : e;
     }
     return count ? count : -1;
+}
+
+/* Seed-OSS: after <function=, NAME> and <parameter=K>V</parameter>… */
+static int body_function_eq(const void *ctx, const char *a, const char *b, const char **na,
+                            const char **nb, tbuf *args)
+{
+    (void)ctx;
+    const char *ne = memchr(a, '>', (size_t)(b - a));
+    if (!ne || ne == a) return -1;
+    for (const char *c = a; c < ne; c++)
+        if (!tc__name_char(*c)) return -1;
+    *na = a;
+    *nb = ne;
+    return tc__xml_params(ne + 1, (size_t)(b - ne - 1), args);
+}
+
+static int read_function_eq(const char *s, size_t n, tc_call_fn fn, void *ud)
+{
+    return each_call(s, n, "<function=", "</function>", body_function_eq, NULL, fn, ud);
 }
 
 /* The quoted value of attribute attr="…" in s[0..n): [*a, *b). 1 when found. */
@@ -241,47 +267,45 @@ static int attr(const char *s, size_t n, const char *attr_eq, const char **a, co
     return *b != NULL;
 }
 
-/* <NS+INVOKE name="NAME"><NS+PARAM name="K"[ string="…"]>V</NS+PARAM>…</NS+INVOKE>, as many as
- * there are (white space between them). */
+/* The tags of an invoke-style syntax: <NS+INVOKE name="NAME"><NS+PARAM name="K"[
+ * string="true|false"]>V</NS+PARAM>…</NS+INVOKE>. */
+typedef struct invoke_tags {
+    char io[64], ic[64], po[64], pc[64];
+} invoke_tags;
+
+static int body_invoke(const void *ctx, const char *a, const char *b, const char **na,
+                       const char **nb, tbuf *args)
+{
+    const invoke_tags *t = ctx;
+    const char *he = memchr(a, '>', (size_t)(b - a));
+    if (!he || !attr(a, (size_t)(he - a), "name=\"", na, nb)) return -1;
+    tc__tb_add(args, "{", 1);
+    for (const char *p = he + 1; (p = tc__find(p, (size_t)(b - p), t->po));) {
+        const char *pe = memchr(p, '>', (size_t)(b - p)), *ka, *kb, *sa, *sb;
+        if (!pe || !attr(p, (size_t)(pe - p), "name=\"", &ka, &kb)) break;
+        int str = attr(p, (size_t)(pe - p), "string=\"", &sa, &sb) && sb - sa == 4 &&
+                  !memcmp(sa, "true", 4);
+        const char *ve = tc__find(pe + 1, (size_t)(b - pe - 1), t->pc);
+        if (!ve) ve = b;
+        if (args->n > 1) tc__tb_add(args, ", ", 2);
+        tc__json_str(args, ka, (size_t)(kb - ka));
+        tc__tb_add(args, ": ", 2);
+        xml_value(args, pe + 1, (size_t)(ve - pe - 1), str);
+        p = ve;
+    }
+    tc__tb_add(args, "}", 1);
+    return 0;
+}
+
 static int read_invoke(const char *s, size_t n, const char *ns, const char *invoke,
                        const char *param, tc_call_fn fn, void *ud)
 {
-    char io[64], ic[64], po[64], pc[64];
-    snprintf(io, sizeof io, "<%s%s ", ns, invoke);
-    snprintf(ic, sizeof ic, "</%s%s>", ns, invoke);
-    snprintf(po, sizeof po, "<%s%s ", ns, param);
-    snprintf(pc, sizeof pc, "</%s%s>", ns, param);
-    const char *e = s + n, *q = s;
-    int count = 0;
-    for (;;) {
-        size_t i = tc__skip_ws(q, (size_t)(e - q), 0);
-        if (q + i >= e) break;
-        if (!tc__at(q, (size_t)(e - q), i, io)) return -1;
-        const char *h = q + i, *he = memchr(h, '>', (size_t)(e - h)), *na, *nb;
-        if (!he || !attr(h, (size_t)(he - h), "name=\"", &na, &nb)) return -1;
-        const char *end = tc__find(he, (size_t)(e - he), ic), *body_end = end ? end : e;
-        tbuf args = {0};
-        tc__tb_add(&args, "{", 1);
-        for (const char *p = he + 1; (p = tc__find(p, (size_t)(body_end - p), po));) {
-            const char *pe = memchr(p, '>', (size_t)(body_end - p)), *ka, *kb, *sa, *sb;
-            if (!pe || !attr(p, (size_t)(pe - p), "name=\"", &ka, &kb)) break;
-            int str = attr(p, (size_t)(pe - p), "string=\"", &sa, &sb) && sb - sa == 4 &&
-                      !memcmp(sa, "true", 4);
-            const char *ve = tc__find(pe + 1, (size_t)(body_end - pe - 1), pc);
-            if (!ve) ve = body_end;
-            if (args.n > 1) tc__tb_add(&args, ", ", 2);
-            tc__json_str(&args, ka, (size_t)(kb - ka));
-            tc__tb_add(&args, ": ", 2);
-            xml_value(&args, pe + 1, (size_t)(ve - pe - 1), str);
-            p = ve;
-        }
-        tc__tb_add(&args, "}", 1);
-        count = tc__give(fn, ud, na, (size_t)(nb - na), &args, count);
-        free(args.s);
-        if (count < 0) return -1;
-        q = end ? end + strlen(ic) : e;
-    }
-    return count ? count : -1;
+    invoke_tags t;
+    snprintf(t.io, sizeof t.io, "<%s%s ", ns, invoke);
+    snprintf(t.ic, sizeof t.ic, "</%s%s>", ns, invoke);
+    snprintf(t.po, sizeof t.po, "<%s%s ", ns, param);
+    snprintf(t.pc, sizeof t.pc, "</%s%s>", ns, param);
+    return each_call(s, n, t.io, t.ic, body_invoke, &t, fn, ud);
 }
 
 /* MiniCPM: the section is one <function name=…>…</function>, its markers taken off. */
@@ -301,145 +325,127 @@ static int read_dsml(const char *s, size_t n, tc_call_fn fn, void *ud)
     return read_invoke(s, n, "｜DSML｜", "invoke", "parameter", fn, ud);
 }
 
-/* ---- Solar's tagged list ----------------------------------------------------------------- */
+/* ---- Solar's, Hy3's and Kimi-K3's tagged calls ---------------------------------------------- */
+
+/* Appends the JSON value that is all of a[0..b) (white space around it allowed). 0 or -1. */
+static int whole_json(const char *a, const char *b, tbuf *args)
+{
+    int done;
+    size_t n = (size_t)(b - a), v = tc__skip_ws(a, n, 0);
+    size_t ve = v < n ? tc__skip_value(a, n, v, &done) : (size_t)-1;
+    if (ve == (size_t)-1 || !done || tc__skip_ws(a, n, ve) != n) return -1;
+    return tc__tb_add(args, a + v, ve - v);
+}
+
+/* Solar: after <|tool_call:begin|>, ID<|tool_call:name|>NAME<|tool_call:args|>{…} */
+static int body_solar(const void *ctx, const char *a, const char *b, const char **na,
+                      const char **nb, tbuf *args)
+{
+    static const char nm[] = "<|tool_call:name|>", ar[] = "<|tool_call:args|>";
+    (void)ctx;
+    const char *x = tc__find(a, (size_t)(b - a), nm);
+    const char *y = x ? tc__find(x, (size_t)(b - x), ar) : NULL;
+    if (!y) return -1;
+    *na = x + sizeof nm - 1;
+    *nb = y;
+    return whole_json(y + sizeof ar - 1, b, args);
+}
 
 static int read_solar(const char *s, size_t n, tc_call_fn fn, void *ud)
 {
-    static const char b[] = "<|tool_call:begin|>", nm[] = "<|tool_call:name|>",
-                      ar[] = "<|tool_call:args|>", en[] = "<|tool_call:end|>";
-    const char *e = s + n, *q = s;
-    int count = 0;
-    for (;;) {
-        size_t i = tc__skip_ws(q, (size_t)(e - q), 0);
-        if (q + i >= e) break;
-        if (!tc__at(q, (size_t)(e - q), i, b)) return -1;
-        const char *h = q + i + sizeof b - 1, *x = tc__find(h, (size_t)(e - h), nm);
-        const char *y = x ? tc__find(x, (size_t)(e - x), ar) : NULL;
-        if (!y) return -1;
-        const char *end = tc__find(y, (size_t)(e - y), en), *ae = end ? end : e;
-        const char *na = x + sizeof nm - 1, *nb = y;
-        while (na < nb && tc__is_ws(*na))
-            na++;
-        while (nb > na && tc__is_ws(nb[-1]))
-            nb--;
-        int done;
-        size_t a0 = tc__skip_ws(y, (size_t)(ae - y), sizeof ar - 1);
-        size_t ve = tc__skip_value(y, (size_t)(ae - y), a0, &done);
-        if (ve == (size_t)-1 || !done || tc__skip_ws(y, (size_t)(ae - y), ve) != (size_t)(ae - y))
-            return -1;
-        tbuf args = {0};
-        tc__tb_add(&args, y + a0, ve - a0);
-        count = tc__give(fn, ud, na, (size_t)(nb - na), &args, count);
-        free(args.s);
-        if (count < 0) return -1;
-        q = end ? end + sizeof en - 1 : e;
-    }
-    return count ? count : -1;
+    return each_call(s, n, "<|tool_call:begin|>", "<|tool_call:end|>", body_solar, NULL, fn, ud);
 }
 
-/* ---- Hy3's and Kimi-K3's tagged parameters -------------------------------------------------- */
-
-/* Hy3: <tool_call:opensource>NAME<tool_sep:opensource> then <arg_key:opensource>K
- * </arg_key:opensource><arg_value:opensource>V</arg_value:opensource>… up to
- * </tool_call:opensource>, as many as there are. */
-static int read_hy3(const char *s, size_t n, tc_call_fn fn, void *ud)
+/* Hy3: after <tool_call:opensource>, NAME<tool_sep:opensource> then <arg_key:opensource>K
+ * </arg_key:opensource><arg_value:opensource>V</arg_value:opensource>… */
+static int body_hy3(const void *ctx, const char *a, const char *b, const char **na,
+                    const char **nb, tbuf *args)
 {
-    static const char co[] = "<tool_call:opensource>", sep[] = "<tool_sep:opensource>",
-                      cc[] = "</tool_call:opensource>", ko[] = "<arg_key:opensource>",
+    static const char sep[] = "<tool_sep:opensource>", ko[] = "<arg_key:opensource>",
                       kc[] = "</arg_key:opensource>", vo[] = "<arg_value:opensource>",
                       vc[] = "</arg_value:opensource>";
-    const char *e = s + n, *q = s;
-    int count = 0;
-    for (;;) {
-        size_t i = tc__skip_ws(q, (size_t)(e - q), 0);
-        if (q + i >= e) break;
-        if (!tc__at(q, (size_t)(e - q), i, co)) return -1;
-        const char *na = q + i + sizeof co - 1, *nb = tc__find(na, (size_t)(e - na), sep);
-        if (!nb) return -1;
-        const char *end = tc__find(nb, (size_t)(e - nb), cc), *be = end ? end : e;
-        tbuf args = {0};
-        tc__tb_add(&args, "{", 1);
-        for (const char *k = nb; (k = tc__find(k, (size_t)(be - k), ko));) {
-            const char *ka = k + sizeof ko - 1, *kb = tc__find(ka, (size_t)(be - ka), kc);
-            const char *va = kb ? tc__find(kb, (size_t)(be - kb), vo) : NULL;
-            const char *vb = va ? tc__find(va, (size_t)(be - va), vc) : NULL;
-            if (!vb) break;
-            va += sizeof vo - 1;
-            if (args.n > 1) tc__tb_add(&args, ", ", 2);
-            tc__json_str(&args, ka, (size_t)(kb - ka));
-            tc__tb_add(&args, ": ", 2);
-            xml_value(&args, va, (size_t)(vb - va), 0);
-            k = vb;
-        }
-        tc__tb_add(&args, "}", 1);
-        while (na < nb && tc__is_ws(*na))
-            na++;
-        while (nb > na && tc__is_ws(nb[-1]))
-            nb--;
-        count = tc__give(fn, ud, na, (size_t)(nb - na), &args, count);
-        free(args.s);
-        if (count < 0) return -1;
-        q = end ? end + sizeof cc - 1 : e;
+    (void)ctx;
+    const char *s = tc__find(a, (size_t)(b - a), sep);
+    if (!s) return -1;
+    *na = a;
+    *nb = s;
+    tc__tb_add(args, "{", 1);
+    for (const char *k = s; (k = tc__find(k, (size_t)(b - k), ko));) {
+        const char *ka = k + sizeof ko - 1, *kb = tc__find(ka, (size_t)(b - ka), kc);
+        const char *va = kb ? tc__find(kb, (size_t)(b - kb), vo) : NULL;
+        const char *vb = va ? tc__find(va, (size_t)(b - va), vc) : NULL;
+        if (!vb) break;
+        va += sizeof vo - 1;
+        if (args->n > 1) tc__tb_add(args, ", ", 2);
+        tc__json_str(args, ka, (size_t)(kb - ka));
+        tc__tb_add(args, ": ", 2);
+        xml_value(args, va, (size_t)(vb - va), 0);
+        k = vb;
     }
-    return count ? count : -1;
+    return tc__tb_add(args, "}", 1);
 }
 
-/* Kimi-K3: <|open|>call tool="NAME" index="1"<|sep|> then <|open|>argument key="K"
+static int read_hy3(const char *s, size_t n, tc_call_fn fn, void *ud)
+{
+    return each_call(s, n, "<tool_call:opensource>", "</tool_call:opensource>", body_hy3, NULL,
+                     fn, ud);
+}
+
+/* Kimi-K3: after <|open|>call, tool="NAME" index="1"<|sep|> then <|open|>argument key="K"
  * type="T"<|sep|>V<|close|>argument<|sep|>… (type string: a string; others: JSON) or one
- * <|open|>json type="object"<|sep|>{…}<|close|>json<|sep|>, up to <|close|>call<|sep|>. */
+ * <|open|>json type="object"<|sep|>{…}<|close|>json<|sep|> */
+static int body_kimi3(const void *ctx, const char *a, const char *b, const char **na,
+                      const char **nb, tbuf *args)
+{
+    static const char sep[] = "<|sep|>", ao[] = "<|open|>argument ",
+                      ac[] = "<|close|>argument<|sep|>", jo[] = "<|open|>json",
+                      jc[] = "<|close|>json<|sep|>";
+    (void)ctx;
+    const char *he = tc__find(a, (size_t)(b - a), sep);
+    if (!he || !attr(a, (size_t)(he - a), "tool=\"", na, nb)) return -1;
+    const char *j = tc__find(he, (size_t)(b - he), jo);
+    if (j) { /* the arguments as one JSON object */
+        const char *ja = tc__find(j, (size_t)(b - j), sep);
+        const char *jb = ja ? tc__find(ja, (size_t)(b - ja), jc) : NULL;
+        return jb ? whole_json(ja + sizeof sep - 1, jb, args) : -1;
+    }
+    tc__tb_add(args, "{", 1);
+    for (const char *p = he; (p = tc__find(p, (size_t)(b - p), ao));) {
+        const char *pe = tc__find(p, (size_t)(b - p), sep), *ka, *kb, *ta, *tb;
+        if (!pe || !attr(p, (size_t)(pe - p), "key=\"", &ka, &kb)) break;
+        int str = attr(p, (size_t)(pe - p), "type=\"", &ta, &tb) && tb - ta == 6 &&
+                  !memcmp(ta, "string", 6);
+        const char *va = pe + sizeof sep - 1, *vb = tc__find(va, (size_t)(b - va), ac);
+        if (!vb) vb = b;
+        if (args->n > 1) tc__tb_add(args, ", ", 2);
+        tc__json_str(args, ka, (size_t)(kb - ka));
+        tc__tb_add(args, ": ", 2);
+        if (str)
+            tc__json_str(args, va, (size_t)(vb - va));
+        else
+            xml_value(args, va, (size_t)(vb - va), 0);
+        p = vb;
+    }
+    return tc__tb_add(args, "}", 1);
+}
+
 static int read_kimi3(const char *s, size_t n, tc_call_fn fn, void *ud)
 {
-    static const char co[] = "<|open|>call ", cc[] = "<|close|>call<|sep|>", sep[] = "<|sep|>",
-                      ao[] = "<|open|>argument ", ac[] = "<|close|>argument<|sep|>",
-                      jo[] = "<|open|>json", jc[] = "<|close|>json<|sep|>";
-    const char *e = s + n, *q = s;
-    int count = 0;
-    for (;;) {
-        size_t i = tc__skip_ws(q, (size_t)(e - q), 0);
-        if (q + i >= e) break;
-        if (!tc__at(q, (size_t)(e - q), i, co)) return -1;
-        const char *h = q + i, *he = tc__find(h, (size_t)(e - h), sep), *na, *nb;
-        if (!he || !attr(h, (size_t)(he - h), "tool=\"", &na, &nb)) return -1;
-        const char *end = tc__find(he, (size_t)(e - he), cc), *be = end ? end : e;
-        const char *j = tc__find(he, (size_t)(be - he), jo);
-        tbuf args = {0};
-        if (j) { /* the arguments as one JSON object */
-            const char *ja = tc__find(j, (size_t)(be - j), sep), *jb;
-            jb = ja ? tc__find(ja, (size_t)(be - ja), jc) : NULL;
-            if (jb) tc__tb_add(&args, ja + sizeof sep - 1, (size_t)(jb - ja) - sizeof sep + 1);
-        } else {
-            tc__tb_add(&args, "{", 1);
-            for (const char *a = he; (a = tc__find(a, (size_t)(be - a), ao));) {
-                const char *ae = tc__find(a, (size_t)(be - a), sep), *ka, *kb, *ta, *tb;
-                if (!ae || !attr(a, (size_t)(ae - a), "key=\"", &ka, &kb)) break;
-                int str = attr(a, (size_t)(ae - a), "type=\"", &ta, &tb) && tb - ta == 6 &&
-                          !memcmp(ta, "string", 6);
-                const char *va = ae + sizeof sep - 1, *vb = tc__find(va, (size_t)(be - va), ac);
-                if (!vb) vb = be;
-                if (args.n > 1) tc__tb_add(&args, ", ", 2);
-                tc__json_str(&args, ka, (size_t)(kb - ka));
-                tc__tb_add(&args, ": ", 2);
-                if (str)
-                    tc__json_str(&args, va, (size_t)(vb - va));
-                else
-                    xml_value(&args, va, (size_t)(vb - va), 0);
-                a = vb;
-            }
-            tc__tb_add(&args, "}", 1);
-        }
-        count = tc__give(fn, ud, na, (size_t)(nb - na), &args, count);
-        free(args.s);
-        if (count < 0) return -1;
-        q = end ? end + sizeof cc - 1 : e;
-    }
-    return count ? count : -1;
+    return each_call(s, n, "<|open|>call ", "<|close|>call<|sep|>", body_kimi3, NULL, fn, ud);
 }
 
 /* ---- the table --------------------------------------------------------------------------- */
 
 static const tc_section sections[] = {
     {TC_NEMOTRON, "<TOOLCALL>", {"<TOOLCALL>"}, {"</TOOLCALL>"}, read_json_list},
-    {TC_COMMAND_R, "<|START_ACTION|>", {"<|START_ACTION|>"}, {"<|END_ACTION|>"}, read_json_list},
+    /* Command-A; Command-R+'s tool-use template: Action: and the list in a ```json fence */
+    {TC_COMMAND_R,
+     "<|START_ACTION|>",
+     {"<|START_ACTION|>", "Action:\n```json"},
+     {"<|END_ACTION|>", "```"},
+     read_json_list},
+    /* detection only: that template writes the marker inside a string literal */
+    {TC_COMMAND_R, "Action:\\n```json", {NULL}, {NULL}, NULL},
     {TC_APERTUS, "<|tools_prefix|>", {"<|tools_prefix|>"}, {"<|tools_suffix|>"}, read_name_keyed},
     {TC_SEED_OSS, "<seed:tool_call>", {"<seed:tool_call>"}, {"</seed:tool_call>"},
      read_function_eq},
@@ -467,7 +473,7 @@ static const tc_section sections[] = {
 
 const tc_section *tc__section(int syntax)
 {
-    for (size_t i = 0; i < sizeof sections / sizeof sections[0]; i++)
+    for (size_t i = 0; i < sizeof sections / sizeof sections[0]; i++) /* the first: markers */
         if (sections[i].syntax == syntax) return &sections[i];
     return NULL;
 }

@@ -325,6 +325,14 @@ static const tt_case tt_section_cases[] = {
      "",
      NULL,
      {{"f", "{\"x\": \"y\"}"}}},
+    {TC_COMMAND_R,
+     0,
+     NULL,
+     "Action:\n```json\n[\n    {\n        \"tool_name\": \"f\",\n        \"parameters\": "
+     "{\"a\": 1}\n    }\n]```\nDone.",
+     "Done.",
+     NULL,
+     {{"f", "{\"a\": 1}"}}},
     {TC_APERTUS,
      0,
      NULL,
@@ -578,6 +586,7 @@ Test(toolcall, names_and_detection)
         int syntax;
     } fam[] = {{"nemotron", "<TOOLCALL>[", TC_NEMOTRON},
                {"command_r", "'<|START_ACTION|>'", TC_COMMAND_R},
+               {"command_r", "'Write \\'Action:\\' ... Action:\\n```json\\n[\\n'", TC_COMMAND_R},
                {"apertus", "<|tools_prefix|>", TC_APERTUS},
                {"seed_oss", "<seed:tool_call>", TC_SEED_OSS},
                {"minicpm", "<function name=\"f\"><param name=\"k\">", TC_MINICPM},

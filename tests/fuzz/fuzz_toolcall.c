@@ -57,6 +57,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     uint32_t rng = data[1] * 2654435761u + 1;
     tc_parser *p = tc_parser_create(syntax, reasoning, syntax == TC_ARGS ? "f" : NULL, data[1]);
     if (!p) return 0;
+    /* the XML-parameter syntaxes re-type f's and g's string parameters */
+    if (tc_parser_add_tool(p, "f", "{\"properties\": {\"a\": {\"type\": \"string\"}}}") ||
+        tc_parser_add_tool(p, "g", "{\"properties\": {\"n\": {\"type\": [\"string\", \"null\"]}}}")) {
+        tc_parser_destroy(p);
+        return 0;
+    }
     fz_sum s;
     memset(&s, 0, sizeof s);
     const char *out = (const char *)data + 2;
