@@ -774,6 +774,7 @@ static int stage_start(tc_parser *p, size_t *pos, int final)
                 call_end(p);
                 k = end;
             }
+            call_abandon(p); /* the call begun while the object was incomplete, if unused */
             *pos += o.end;
             p->tmode = T_AFTER;
             return 1;

@@ -234,6 +234,9 @@ static const tt_case tt_cases[] = {
      "",
      "plan",
      {{"f", "{\"a\": 1}"}}},
+    /* {"tool_calls": […]} holding no call objects: no call, even when it came in pieces (a call
+     * begun while the object was incomplete is dropped) */
+    {TC_LLAMA3_JSON, 0, NULL, "{\"tool_calls\": [Zunct]}", "", NULL, {{0}}},
     /* functionary v3.2 (the generation prompt ends in >>>) */
     {TC_FUNCTIONARY,
      0,
