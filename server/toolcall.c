@@ -7,8 +7,9 @@
  * re-scans with an incremental JSON object scanner (how far the name and the arguments value
  * got) and emits only what is new. A finished call, or content that cannot start a marker any
  * more, is committed and dropped from the buffer, so a long answer costs linear time. Call
- * bodies that are not JSON are read when complete: Qwen3-Coder's <function=NAME><parameter=K>…
- * and GLM's NAME<arg_key>K</arg_key><arg_value>V</arg_value> inside <tool_call>. The JSON
+ * bodies that are not JSON are read when complete: Qwen3-Coder's <function=NAME><parameter=K>…,
+ * GLM's NAME<arg_key>K</arg_key><arg_value>V</arg_value> and MiniMax-M3's <invoke name=…>
+ * elements inside <tool_call>. The section syntaxes are in toolcall_section.c. The JSON
  * scanning is in toolcall_scan.c. Callers: server/oai_chat.c; tests/test_toolcall.c.
  */
 #include <errno.h>
@@ -293,66 +294,25 @@ static void typed_args(tc_parser *p, const char *name, size_t nn, const char *a,
     free(t.s);
 }
 
-/* <function=NAME><parameter=K>V</parameter>…</function> (Qwen3-Coder), or NAME followed by
- * <arg_key>K</arg_key><arg_value>V</arg_value> pairs (GLM). 1 when one was read. */
+static void section_call(void *ud, const char *name, size_t nn, const char *args, size_t na)
+{
+    tc_parser *p = ud;
+    int xml = p->syntax == TC_SEED_OSS || p->syntax == TC_MINICPM || p->syntax == TC_DSML ||
+              p->syntax == TC_HY3 || p->syntax == TC_HERMES;
+    call_begin(p);
+    if (!p->oom) call_name(p, name, nn);
+    if (!p->oom && xml)
+        typed_args(p, name, nn, args, na);
+    else if (!p->oom)
+        call_args(p, args, na);
+    if (!p->oom) call_end(p);
+}
+
+/* A <tool_call> body that is not JSON (toolcall_section.c reads it): 1 when it was calls. */
 static int xml_body(tc_parser *p, const char *s, size_t n)
 {
-    const char *e = s + n, *name, *name_end, *q;
-    int glm = 0;
-    const char *f = tc__find(s, n, "<function=");
-    if (f) {
-        name = f + 10;
-        name_end = memchr(name, '>', (size_t)(e - name));
-        if (!name_end) return 0;
-        q = name_end + 1;
-    } else {
-        glm = 1;
-        while (s < e && tc__is_ws(*s))
-            s++;
-        name = s;
-        q = tc__find(s, (size_t)(e - s), "<arg_key>");
-        name_end = q ? q : e;
-        while (name_end > name && tc__is_ws(name_end[-1]))
-            name_end--;
-        for (const char *c = name; c < name_end; c++)
-            if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') ||
-                  (*c >= '0' && *c <= '9') || strchr("_.-:", *c) || (unsigned char)*c >= 0x80))
-                return 0;
-        if (name_end == name) return 0;
-        if (!q) q = e;
-    }
-    tbuf args = {0};
-    tc__tb_add(&args, "{", 1);
-    int first = 1;
-    for (;;) {
-        const char *ko = tc__find(q, (size_t)(e - q), glm ? "<arg_key>" : "<parameter=");
-        if (!ko) break;
-        const char *ka = ko + (glm ? 9 : 11);
-        const char *kb = tc__find(ka, (size_t)(e - ka), glm ? "</arg_key>" : ">");
-        if (!kb) break;
-        const char *va = glm ? tc__find(kb, (size_t)(e - kb), "<arg_value>") : kb + 1;
-        if (!va) break;
-        if (glm) va += 11;
-        const char *vb = tc__find(va, (size_t)(e - va), glm ? "</arg_value>" : "</parameter>");
-        if (!vb) vb = e;
-        if (!first) tc__tb_add(&args, ", ", 2);
-        first = 0;
-        tc__json_str(&args, ka, (size_t)(kb - ka)); /* a key is a string, even "3" or "n" */
-        tc__tb_add(&args, ": ", 2);
-        tc__json_value_of(&args, va, (size_t)(vb - va));
-        q = vb;
-    }
-    tc__tb_add(&args, "}", 1);
-    if (!args.s) {
-        p->oom = 1;
-        return 0;
-    }
-    if (p->cur < 0) call_begin(p);
-    if (!p->oom) {
-        call_name(p, name, (size_t)(name_end - name));
-        if (!p->oom) typed_args(p, name, (size_t)(name_end - name), args.s, args.n);
-    }
-    free(args.s);
+    if (tc__read_tool_call_body(s, n, NULL, NULL) < 0) return 0;
+    tc__read_tool_call_body(s, n, section_call, p);
     return !p->oom;
 }
 
@@ -434,19 +394,6 @@ static int stage_section_content(tc_parser *p, const tc_section *x, size_t *pos,
     return 0;
 }
 
-static void section_call(void *ud, const char *name, size_t nn, const char *args, size_t na)
-{
-    tc_parser *p = ud;
-    int xml = p->syntax == TC_SEED_OSS || p->syntax == TC_MINICPM || p->syntax == TC_DSML ||
-              p->syntax == TC_HY3;
-    call_begin(p);
-    if (!p->oom) call_name(p, name, nn);
-    if (!p->oom && xml)
-        typed_args(p, name, nn, args, na);
-    else if (!p->oom)
-        call_args(p, args, na);
-    if (!p->oom) call_end(p);
-}
 
 /* A section's body up to its closing marker (or the end), read whole. 1 when done, 0 to wait. */
 static int stage_section_body(tc_parser *p, const tc_section *x, size_t *pos, int final)

@@ -102,6 +102,13 @@ int tc__at(const char *s, size_t n, size_t i, const char *lit);
 int tc__give(tc_call_fn fn, void *ud, const char *name, size_t nn, tbuf *args, int count);
 /* Appends <parameter=K>V</parameter>… of s[0..n) as a JSON object to args. 0, or -1. */
 int tc__xml_params(const char *s, size_t n, tbuf *args);
+/* A non-JSON call body inside hermes' <tool_call>: Qwen3-Coder's <function=NAME>
+ * <parameter=K>V</parameter>…, GLM's NAME<arg_key>K</arg_key><arg_value>V</arg_value>… or
+ * MiniMax-M3's elements. The number of calls handed to fn (when set), or -1. */
+int tc__read_tool_call_body(const char *s, size_t n, tc_call_fn fn, void *ud);
+/* MiniMax-M3's <invoke name="NAME"><K>V</K>…</invoke>… (its separator tokens dropped): the
+ * number of calls handed to fn (when set), or -1. */
+int tc__read_invoke_tree(const char *s, size_t n, tc_call_fn fn, void *ud);
 /* Gemma 4's call:NAME{…} and Python's [NAME(k=v, …), …] bodies (toolcall_pyval.c). */
 int tc__read_gemma4(const char *s, size_t n, tc_call_fn fn, void *ud);
 int tc__read_pythonic(const char *s, size_t n, tc_call_fn fn, void *ud);

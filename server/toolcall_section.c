@@ -27,6 +27,8 @@
  *              key="K" type="string"<|sep|>V<|close|>argument<|sep|>…<|close|>call<|sep|>…
  *              <|close|>tools<|sep|>                                           (Kimi-K3)
  *   gigachat3  function call<|role_sep|>{"name": …, "arguments": {…}}<|message_sep|>  (GigaChat3)
+ *   (hermes)   MiniMax-M3 inside <tool_call>: <invoke name="NAME"><K>V</K>…</invoke>…, nested
+ *              values as elements (a list as <item>s), with ]<]minimax[>[ before every tag
  *   granite    <|tool_call|>[{"name": …, "arguments": {…}}, …] to the end of the answer
  *              (IBM Granite 3.x)
  *
@@ -212,19 +214,21 @@ int tc__xml_params(const char *s, size_t n, tbuf *args)
 typedef int (*body_fn)(const void *ctx, const char *a, const char *b, const char **na,
                        const char **nb, tbuf *args);
 
-/* The calls of s[0..n), each from open (after white space) to close (or the end), nothing else
- * between them but white space: the number of calls, or -1. */
+/* The calls of s[0..n), each from open (after white space) to close (or the end; close NULL:
+ * one call, to the end), nothing else between them but white space: the number of calls, or
+ * -1. */
 static int each_call(const char *s, size_t n, const char *open, const char *close, body_fn body,
                      const void *ctx, tc_call_fn fn, void *ud)
 {
     const char *e = s + n, *q = s;
-    size_t lo = strlen(open), lc = strlen(close);
+    size_t lo = strlen(open), lc = close ? strlen(close) : 0;
     int count = 0;
     for (;;) {
         size_t i = tc__skip_ws(q, (size_t)(e - q), 0);
         if (q + i >= e) break;
         if (!tc__at(q, (size_t)(e - q), i, open)) return -1;
-        const char *a = q + i + lo, *end = tc__find(a, (size_t)(e - a), close), *na, *nb;
+        const char *a = q + i + lo, *na, *nb;
+        const char *end = close ? tc__find(a, (size_t)(e - a), close) : NULL;
         tbuf args = {0};
         int r = body(ctx, a, end ? end : e, &na, &nb, &args);
         if (!r) /* the name without white space around it */
@@ -356,26 +360,43 @@ static int read_solar(const char *s, size_t n, tc_call_fn fn, void *ud)
     return each_call(s, n, "<|tool_call:begin|>", "<|tool_call:end|>", body_solar, NULL, fn, ud);
 }
 
-/* Hy3: after <tool_call:opensource>, NAME<tool_sep:opensource> then <arg_key:opensource>K
- * </arg_key:opensource><arg_value:opensource>V</arg_value:opensource>… */
-static int body_hy3(const void *ctx, const char *a, const char *b, const char **na,
-                    const char **nb, tbuf *args)
+/* Key-value tags: the name up to sep (NULL: up to the first key or the end), then
+ * KO K KC VO V VC pairs. */
+typedef struct kv_tags {
+    const char *sep, *ko, *kc, *vo, *vc;
+} kv_tags;
+
+static const kv_tags glm_tags = {NULL, "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>"};
+static const kv_tags hy3_tags = {"<tool_sep:opensource>", "<arg_key:opensource>",
+                                 "</arg_key:opensource>", "<arg_value:opensource>",
+                                 "</arg_value:opensource>"};
+
+/* GLM: NAME<arg_key>K</arg_key><arg_value>V</arg_value>…; Hy3: after <tool_call:opensource>,
+ * NAME<tool_sep:opensource> and the pairs with :opensource tags. */
+static int body_kv(const void *ctx, const char *a, const char *b, const char **na,
+                   const char **nb, tbuf *args)
 {
-    static const char sep[] = "<tool_sep:opensource>", ko[] = "<arg_key:opensource>",
-                      kc[] = "</arg_key:opensource>", vo[] = "<arg_value:opensource>",
-                      vc[] = "</arg_value:opensource>";
-    (void)ctx;
-    const char *s = tc__find(a, (size_t)(b - a), sep);
-    if (!s) return -1;
-    *na = a;
-    *nb = s;
+    const kv_tags *t = ctx;
+    const char *ne = tc__find(a, (size_t)(b - a), t->sep ? t->sep : t->ko), *k;
+    if (!ne && t->sep) return -1;
+    k = ne ? ne : b;
+    const char *x = a, *y = k;
+    while (x < y && tc__is_ws(*x))
+        x++;
+    while (y > x && tc__is_ws(y[-1]))
+        y--;
+    for (const char *c = x; c < y; c++) /* one word */
+        if (!tc__name_char(*c)) return -1;
+    *na = x;
+    *nb = y;
     tc__tb_add(args, "{", 1);
-    for (const char *k = s; (k = tc__find(k, (size_t)(b - k), ko));) {
-        const char *ka = k + sizeof ko - 1, *kb = tc__find(ka, (size_t)(b - ka), kc);
-        const char *va = kb ? tc__find(kb, (size_t)(b - kb), vo) : NULL;
-        const char *vb = va ? tc__find(va, (size_t)(b - va), vc) : NULL;
+    size_t lko = strlen(t->ko), lvo = strlen(t->vo);
+    for (; (k = tc__find(k, (size_t)(b - k), t->ko));) {
+        const char *ka = k + lko, *kb = tc__find(ka, (size_t)(b - ka), t->kc);
+        const char *va = kb ? tc__find(kb, (size_t)(b - kb), t->vo) : NULL;
+        const char *vb = va ? tc__find(va, (size_t)(b - va), t->vc) : NULL;
         if (!vb) break;
-        va += sizeof vo - 1;
+        va += lvo;
         if (args->n > 1) tc__tb_add(args, ", ", 2);
         tc__json_str(args, ka, (size_t)(kb - ka));
         tc__tb_add(args, ": ", 2);
@@ -387,8 +408,16 @@ static int body_hy3(const void *ctx, const char *a, const char *b, const char **
 
 static int read_hy3(const char *s, size_t n, tc_call_fn fn, void *ud)
 {
-    return each_call(s, n, "<tool_call:opensource>", "</tool_call:opensource>", body_hy3, NULL,
-                     fn, ud);
+    return each_call(s, n, "<tool_call:opensource>", "</tool_call:opensource>", body_kv,
+                     &hy3_tags, fn, ud);
+}
+
+int tc__read_tool_call_body(const char *s, size_t n, tc_call_fn fn, void *ud)
+{
+    if (tc__find(s, n, "<invoke ")) return tc__read_invoke_tree(s, n, fn, ud);
+    if (tc__find(s, n, "<function=")) return read_function_eq(s, n, fn, ud);
+    /* GLM: the body is the one call, without markers of its own */
+    return each_call(s, n, "", NULL, body_kv, &glm_tags, fn, ud);
 }
 
 /* Kimi-K3: after <|open|>call, tool="NAME" index="1"<|sep|> then <|open|>argument key="K"
@@ -434,6 +463,95 @@ static int read_kimi3(const char *s, size_t n, tc_call_fn fn, void *ud)
     return each_call(s, n, "<|open|>call ", "<|close|>call<|sep|>", body_kimi3, NULL, fn, ud);
 }
 
+/* ---- MiniMax-M3's element tree ---------------------------------------------------------- */
+
+enum { TREE_DEPTH = 64 };
+
+/* The content of an element up to its closing tag </name[0..nl)>, from s[i], appended to b as
+ * JSON: text is a scalar (JSON when strictly valid, else a string); child elements are an
+ * object, or an array when all of them are <item>. Past the closing tag, or (size_t)-1. */
+static size_t tree_value(const char *s, size_t n, size_t i, const char *name, size_t nl, tbuf *b,
+                         int depth)
+{
+    const size_t bad = (size_t)-1;
+    char close[80];
+    if (nl + 3 >= sizeof close || depth > TREE_DEPTH) return bad;
+    snprintf(close, sizeof close, "</%.*s>", (int)nl, name);
+    size_t j = tc__skip_ws(s, n, i);
+    if (j + 1 >= n || s[j] != '<' || s[j + 1] == '/') { /* text */
+        const char *e = tc__find(s + i, n - i, close);
+        if (!e) return bad;
+        xml_value(b, s + i, (size_t)(e - s) - i, 0);
+        return (size_t)(e - s) + strlen(close);
+    }
+    tbuf obj = {0}, arr = {0}; /* the children keyed by their names, and as a list */
+    int items = 0, all_items = 1;
+    for (;; items++) {
+        j = tc__skip_ws(s, n, j);
+        if (tc__at(s, n, j, close)) break;
+        size_t ka = j + 1, kb = ka;
+        while (kb < n && s[kb] != '>' && !tc__is_ws(s[kb]) && s[kb] != '/')
+            kb++;
+        tbuf v = {0};
+        if (s[j] != '<' || kb >= n || s[kb] != '>' || kb == ka ||
+            (j = tree_value(s, n, kb + 1, s + ka, kb - ka, &v, depth + 1)) == bad || !v.s) {
+            free(obj.s), free(arr.s), free(v.s);
+            return bad;
+        }
+        all_items &= kb - ka == 4 && !memcmp(s + ka, "item", 4);
+        tc__tb_add(&obj, items ? ", " : "{", items ? 2 : 1);
+        tc__json_str(&obj, s + ka, kb - ka);
+        tc__tb_add(&obj, ": ", 2);
+        tc__tb_add(&obj, v.s, v.n);
+        tc__tb_add(&arr, items ? ", " : "[", items ? 2 : 1);
+        tc__tb_add(&arr, v.s, v.n);
+        free(v.s);
+    }
+    tc__tb_add(&obj, "}", 1);
+    tc__tb_add(&arr, "]", 1);
+    tbuf *pick = all_items ? &arr : &obj;
+    if (pick->s) tc__tb_add(b, pick->s, pick->n);
+    free(obj.s);
+    free(arr.s);
+    return j + strlen(close);
+}
+
+/* After <invoke , name="NAME"> and the arguments as elements <K>V</K>… */
+static int body_tree(const void *ctx, const char *a, const char *b, const char **na,
+                     const char **nb, tbuf *args)
+{
+    (void)ctx;
+    const char *he = memchr(a, '>', (size_t)(b - a));
+    if (!he || !attr(a, (size_t)(he - a), "name=\"", na, nb)) return -1;
+    /* the arguments are the content of an element closed by the end of the call */
+    tbuf t = {0};
+    tc__tb_add(&t, he + 1, (size_t)(b - he - 1));
+    tc__tb_add(&t, "</invoke>", 9);
+    size_t i = tc__skip_ws(t.s ? t.s : "", t.n, 0), e = (size_t)-1;
+    if (t.s && tc__at(t.s, t.n, i, "</invoke>"))
+        e = (size_t)tc__tb_add(args, "{}", 2);
+    else if (t.s)
+        e = tree_value(t.s, t.n, 0, "invoke", 6, args, 0);
+    if (e != (size_t)-1 && args->s && args->s[0] == '[') e = (size_t)-1; /* not an object */
+    free(t.s);
+    return e == (size_t)-1 ? -1 : 0;
+}
+
+int tc__read_invoke_tree(const char *s, size_t n, tc_call_fn fn, void *ud)
+{
+    static const char sep[] = "]<]minimax[>["; /* MiniMax-M3 writes it before every tag */
+    tbuf t = {0};
+    tc__tb_add(&t, "", 0);
+    for (const char *q = s, *e = s + n; q < e;) {
+        const char *m = tc__find(q, (size_t)(e - q), sep);
+        tc__tb_add(&t, q, (size_t)((m ? m : e) - q));
+        q = m ? m + sizeof sep - 1 : e;
+    }
+    int r = t.s ? each_call(t.s, t.n, "<invoke ", "</invoke>", body_tree, NULL, fn, ud) : -1;
+    free(t.s);
+    return r;
+}
+
 /* ---- the table --------------------------------------------------------------------------- */
 
 static const tc_section sections[] = {
@@ -465,7 +583,11 @@ static const tc_section sections[] = {
      read_hy3},
     {TC_KIMI_K3, "'<|open|>' + tag", {"<|open|>tools<|sep|>"}, {"<|close|>tools<|sep|>"},
      read_kimi3},
-    {TC_GIGACHAT3, "<|role_sep|>", {"function call<|role_sep|>"}, {"<|message_sep|>"},
+    /* GigaChat3's call is a message of its own: the text's message_sep before it goes too */
+    {TC_GIGACHAT3,
+     "<|role_sep|>",
+     {"<|message_sep|>\n\nfunction call<|role_sep|>", "function call<|role_sep|>"},
+     {"<|message_sep|>", "<|message_sep|>"},
      read_json_list},
     /* Granite writes the calls to the end of its answer: no closing marker */
     {TC_GRANITE, "<|tool_call|>", {"<|tool_call|>"}, {NULL}, read_json_list},
