@@ -30,7 +30,7 @@
  *   (hermes)   MiniMax-M3 inside <tool_call>: <invoke name="NAME"><K>V</K>…</invoke>…, nested
  *              values as elements (a list as <item>s), with ]<]minimax[>[ before every tag
  *   granite    <|tool_call|>[{"name": …, "arguments": {…}}, …] to the end of the answer
- *              (IBM Granite 3.x)
+ *              (IBM Granite 3.x) or to <|/tool_call|> (Microsoft Phi-4-mini)
  *
  * Values of the XML-parameter styles (seed_oss, minicpm, dsml): the parameter's text is taken
  * as JSON when it is strictly valid JSON (a number, true, an object …) and as a string
@@ -589,8 +589,8 @@ static const tc_section sections[] = {
      {"<|message_sep|>\n\nfunction call<|role_sep|>", "function call<|role_sep|>"},
      {"<|message_sep|>", "<|message_sep|>"},
      read_json_list},
-    /* Granite writes the calls to the end of its answer: no closing marker */
-    {TC_GRANITE, "<|tool_call|>", {"<|tool_call|>"}, {NULL}, read_json_list},
+    /* Granite writes the calls to the end of its answer; Phi-4-mini closes them */
+    {TC_GRANITE, "<|tool_call|>", {"<|tool_call|>"}, {"<|/tool_call|>"}, read_json_list},
 };
 
 const tc_section *tc__section(int syntax)

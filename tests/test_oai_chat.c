@@ -232,6 +232,36 @@ Test(oai_chat, tool_calls_in_the_message)
     oai_choice_free(&c);
 }
 
+/* The request's tool schemas reach the output parser: a string parameter of an XML-parameter
+ * syntax stays a string though its text reads as a number. */
+Test(oai_chat, tool_schemas_type_the_xml_parameters)
+{
+    oai_tool tools[] = {{"lookup", "{\"type\":\"object\",\"properties\":{\"zip\":{\"type\":"
+                                   "\"string\"},\"n\":{\"type\":\"integer\"}}}"}};
+    oai_chat ch = toc_chat(TC_SEED_OSS, TC_REASON_NONE, 0);
+    ch.tools = tools;
+    oai_choice c;
+    memset(&c, 0, sizeof c);
+    c.chat = oai_chat_state_create(&ch, 7);
+    cr_assert_not_null(c.chat);
+    c.finish = ENGINE_FINISH_STOP;
+    static const char out[] = "<seed:tool_call><function=lookup><parameter=zip>10001</parameter>"
+                              "<parameter=n>2</parameter></function></seed:tool_call>";
+    int oom;
+    cr_assert_null(oai_chat_feed(NULL, &c, out, strlen(out), 1, NULL, 0, &oom));
+    const char *finish;
+    cJSON *o = toc_message(&c, &finish);
+    cJSON *msg =
+        cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(o, "choices"), 0), "message");
+    cJSON *fn = cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(msg, "tool_calls"), 0),
+                                    "function");
+    cr_assert_not_null(fn);
+    cr_expect_str_eq(cJSON_GetObjectItem(fn, "arguments")->valuestring,
+                     "{\"zip\": \"10001\", \"n\": 2}");
+    cJSON_Delete(o);
+    oai_choice_free(&c);
+}
+
 Test(oai_chat, stream_deltas)
 {
     oai_chat ch = toc_chat(TC_HERMES, TC_REASON_QWEN3, 0);

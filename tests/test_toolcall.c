@@ -482,6 +482,13 @@ static const tt_case tt_section_cases[] = {
      "",
      NULL,
      {{"f", "{\"a\": 1}"}, {"g", "{}"}}},
+    {TC_GRANITE,
+     0,
+     NULL,
+     "<|tool_call|>[{\"name\": \"f\", \"arguments\": {}}]<|/tool_call|> and text",
+     "and text",
+     NULL,
+     {{"f", "{}"}}},
     {TC_GRANITE, 0, NULL, "Plain <|tool_call|> text", "Plain <|tool_call|> text", NULL, {{0}}},
 };
 
