@@ -51,7 +51,7 @@ static const opt table[] = {
     {"served-model-name", 0, O_STR, OFF(served_model_name), "file name without .gguf", "serve", "model id reported and accepted"},
     {"chat-template", 0, O_STR, OFF(chat_template), "from the GGUF", "serve mkmodel", "serve: a built-in (chatml, llama2, llama3, mistral, zephyr, phi3, gemma, plain), @FILE or a Jinja text; mkmodel: a file stored as tokenizer.chat_template"},
     {"reasoning-parser", 0, O_STR, OFF(reasoning_parser), "none", "serve", "deepseek_r1 or qwen3: text in <think>…</think> goes to reasoning_content"},
-    {"tool-call-parser", 0, O_STR, OFF(tool_call_parser), "auto", "serve", "tool-call syntax of the output: auto (from the template), hermes, llama3_json, mistral, deepseek_v3, kimi_k2, functionary, nemotron, command_r, apertus, seed_oss, minicpm, gemma4, lfm2, solar, dsml, hy3, kimi_k3, gigachat3, granite, json or none"},
+    {"tool-call-parser", 0, O_STR, OFF(tool_call_parser), "auto", "serve", "tool-call syntax of the output: auto (from the template), hermes, llama3_json, mistral, deepseek_v3, kimi_k2, functionary, nemotron, command_r, apertus, seed_oss, minicpm, gemma4, lfm2, solar, dsml, hy3, kimi_k3, gigachat3, granite, atem, json or none"},
     {"max-queued-requests", 0, O_INT, OFF(max_queued_requests), "1024", "serve", "waiting requests beyond which 503 is returned"},
     {"max-queued-tokens", 0, O_I64, OFF(max_queued_tokens), "1000000", "serve", "waiting prompt tokens beyond which 503 is returned (a longer prompt alone: 400)"},
     {"max-model-len", 0, O_INT, OFF(max_model_len), "the model's context", "serve bench", "context limit in tokens: prompt + completion, reported as max_model_len (start-up fails if the KV budget cannot hold one sequence at it)"},

@@ -25,7 +25,7 @@ static const char *const syntax_names[] = {
     "none",     "hermes",    "llama3_json", "mistral",  "json",   "deepseek_v3", "kimi_k2",
     "functionary", "nemotron", "command_r", "apertus", "seed_oss", "minicpm", "gemma4",
     "lfm2",     "solar",     "dsml",        "hy3",      "kimi_k3", "gigachat3",  "granite",
-    "args"};
+    "atem",     "args"};
 
 int tc_syntax_by_name(const char *name)
 {
@@ -378,7 +378,7 @@ static int stage_section_content(tc_parser *p, const tc_section *x, size_t *pos,
 {
     const char *s = p->t.s + *pos, *first = NULL;
     size_t n = p->t.n - *pos, hold = 0;
-    for (int i = 0; i < 2 && x->open[i]; i++) {
+    for (int i = 0; i < TC_SECTION_PAIRS && x->open[i]; i++) {
         const char *m = tc__find(s, n, x->open[i]);
         if (m && (!first || m < first)) first = m, p->section = i;
         size_t h = final ? 0 : partial_suffix(s, n, x->open[i]);
@@ -400,10 +400,10 @@ static int stage_section_body(tc_parser *p, const tc_section *x, size_t *pos, in
 {
     const char *s = p->t.s + *pos, *close_mark = x->close[p->section];
     size_t n = p->t.n - *pos;
-    const char *close = close_mark ? tc__find(s, n, close_mark) : NULL;
+    const char *close = !close_mark ? NULL : !*close_mark ? s : tc__find(s, n, close_mark);
     if (!close && !final) return 0; /* no closing marker: the section runs to the end */
     size_t body = close ? (size_t)(close - s) : n, used = close ? body + strlen(close_mark) : n;
-    if (tc__section_read(x, s, body, section_call, p) < 0) { /* not calls: content after all */
+    if (tc__section_read(x, p->section, s, body, section_call, p) < 0) { /* content after all */
         out_content(p, x->open[p->section], strlen(x->open[p->section]));
         out_content(p, s, used);
     }

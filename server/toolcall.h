@@ -24,7 +24,7 @@
  * its closing marker arrives, and functionary (v3.2, after a generation prompt that ends in
  * >>>: NAME\n{…} per call, the next one after >>>, and all\n before text). The section syntaxes
  * (toolcall_section.c: nemotron, command_r, apertus, seed_oss, minicpm, gemma4, lfm2, solar,
- * dsml, hy3, kimi_k3, gigachat3, granite) stream content up to their opening marker and give the calls of a section whole when
+ * dsml, hy3, kimi_k3, gigachat3, granite, atem) stream content up to their opening marker and give the calls of a section whole when
  * its closing marker arrives. A call object may also have OpenAI's shape {"function": {"name",
  * "arguments"}}. Arguments keep the model's own JSON text (a string value is decoded: it already
  * holds JSON), so the streamed pieces add up to exactly the non-streamed string.
@@ -64,13 +64,14 @@ enum tc_syntax {
     TC_KIMI_K3,
     TC_GIGACHAT3,
     TC_GRANITE,
+    TC_ATEM,
     TC_ARGS /* last */
 };
 enum tc_reasoning { TC_REASON_NONE = 0, TC_REASON_DEEPSEEK_R1, TC_REASON_QWEN3 };
 
 /* By name ("hermes", "llama3_json", "mistral", "json", "deepseek_v3", "kimi_k2", "functionary",
  * "nemotron", "command_r", "apertus", "seed_oss", "minicpm", "gemma4", "lfm2", "solar", "dsml",
- * "hy3", "kimi_k3", "gigachat3", "granite", "none"; "auto" is -2), or -1. */
+ * "hy3", "kimi_k3", "gigachat3", "granite", "atem", "none"; "auto" is -2), or -1. */
 int tc_syntax_by_name(const char *name);
 const char *tc_syntax_name(int syntax);
 /* The syntax a chat template teaches its model, from its markers (json when none is known). */

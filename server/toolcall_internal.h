@@ -75,21 +75,26 @@ typedef void (*tc_call_fn)(void *ud, const char *name, size_t name_len, const ch
  * the text is not calls (fn may then have seen some: tc__section_read validates first). */
 typedef int (*tc_read_fn)(const char *s, size_t n, tc_call_fn fn, void *ud);
 
-/* A syntax whose calls sit between an opening and a closing marker (one of two pairs). */
+enum { TC_SECTION_PAIRS = 5 };
+
+/* A syntax whose calls sit between an opening and a closing marker (one of several pairs; a
+ * closing marker NULL: the end of the output; "": none, the opening marker alone is read). */
 typedef struct tc_section {
     int syntax;
     const char *detect; /* what a chat template of the family contains */
-    const char *open[2], *close[2];
-    tc_read_fn read;
+    const char *open[TC_SECTION_PAIRS], *close[TC_SECTION_PAIRS];
+    tc_read_fn read;  /* the body of the first pair, and of the others unless read2 is set */
+    tc_read_fn read2; /* the body of the other pairs: 0 calls means the text is dropped */
 } tc_section;
 
 /* The section table's entry of syntax, or NULL. */
 const tc_section *tc__section(int syntax);
 /* The section syntax whose markers template text t writes, or -1. */
 int tc__section_detect(const char *t);
-/* Reads a complete section body: its calls go to fn (all of them, or none when the body is
- * not calls). The number of calls, or -1. */
-int tc__section_read(const tc_section *x, const char *s, size_t n, tc_call_fn fn, void *ud);
+/* Reads a complete section body of marker pair `pair`: its calls go to fn (all of them, or
+ * none when the body is not calls). The number of calls (0: markup, dropped), or -1. */
+int tc__section_read(const tc_section *x, int pair, const char *s, size_t n, tc_call_fn fn,
+                     void *ud);
 
 /* Appends s[0..n) as a JSON string. */
 void tc__json_str(tbuf *b, const char *s, size_t n);

@@ -18,7 +18,8 @@
  *              <|tool_call:end|>…<|calls|>                                 (Upstage Solar Open)
  *   dsml       <｜DSML｜function_calls> (V3.2) or <｜DSML｜tool_calls> (V4), inside it
  *              <｜DSML｜invoke name="NAME"><｜DSML｜parameter name="K" string="true|false">V
- *              </｜DSML｜parameter>…</｜DSML｜invoke>                              (DeepSeek V3.2, V4)
+ *              </｜DSML｜parameter>…</｜DSML｜invoke>                              (DeepSeek V3.2,
+ * V4)
  *
  *   hy3        <tool_calls:opensource><tool_call:opensource>NAME<tool_sep:opensource>
  *              <arg_key:opensource>K</arg_key:opensource><arg_value:opensource>V…
@@ -27,6 +28,10 @@
  *              key="K" type="string"<|sep|>V<|close|>argument<|sep|>…<|close|>call<|sep|>…
  *              <|close|>tools<|sep|>                                           (Kimi-K3)
  *   gigachat3  function call<|role_sep|>{"name": …, "arguments": {…}}<|message_sep|>  (GigaChat3)
+ *   atem       [<|start|>assistant] to=NAME<|message|><atem:function_calls><atem:invoke
+ *              name="NAME"><atem:parameter name="K">V</atem:parameter>…</atem:invoke>
+ *              </atem:function_calls>[<|eom|>]  (Muse Glimmer: the message headers and <|eom|>
+ *              are dropped, so a message to user or self is content)
  *   (hermes)   MiniMax-M3 inside <tool_call>: <invoke name="NAME"><K>V</K>…</invoke>…, nested
  *              values as elements (a list as <item>s), with ]<]minimax[>[ before every tag
  *   granite    <|tool_call|>[{"name": …, "arguments": {…}}, …] to the end of the answer
@@ -73,8 +78,8 @@ void tc__json_str(tbuf *b, const char *s, size_t n)
 
 int tc__name_char(char c)
 {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-           c == '_' || c == '-' || c == '.' || c == ':' || (unsigned char)c >= 0x80;
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+           c == '-' || c == '.' || c == ':' || (unsigned char)c >= 0x80;
 }
 
 int tc__at(const char *s, size_t n, size_t i, const char *lit)
@@ -373,8 +378,8 @@ static const kv_tags hy3_tags = {"<tool_sep:opensource>", "<arg_key:opensource>"
 
 /* GLM: NAME<arg_key>K</arg_key><arg_value>V</arg_value>…; Hy3: after <tool_call:opensource>,
  * NAME<tool_sep:opensource> and the pairs with :opensource tags. */
-static int body_kv(const void *ctx, const char *a, const char *b, const char **na,
-                   const char **nb, tbuf *args)
+static int body_kv(const void *ctx, const char *a, const char *b, const char **na, const char **nb,
+                   tbuf *args)
 {
     const kv_tags *t = ctx;
     const char *ne = tc__find(a, (size_t)(b - a), t->sep ? t->sep : t->ko), *k;
@@ -408,8 +413,8 @@ static int body_kv(const void *ctx, const char *a, const char *b, const char **n
 
 static int read_hy3(const char *s, size_t n, tc_call_fn fn, void *ud)
 {
-    return each_call(s, n, "<tool_call:opensource>", "</tool_call:opensource>", body_kv,
-                     &hy3_tags, fn, ud);
+    return each_call(s, n, "<tool_call:opensource>", "</tool_call:opensource>", body_kv, &hy3_tags,
+                     fn, ud);
 }
 
 int tc__read_tool_call_body(const char *s, size_t n, tc_call_fn fn, void *ud)
@@ -552,45 +557,94 @@ int tc__read_invoke_tree(const char *s, size_t n, tc_call_fn fn, void *ud)
     return r;
 }
 
+/* ---- Muse Glimmer's messages --------------------------------------------------------------- */
+
+static int read_atem(const char *s, size_t n, tc_call_fn fn, void *ud)
+{
+    return read_invoke(s, n, "atem:", "invoke", "parameter", fn, ud);
+}
+
+/* A message header's recipient (between " to=" and <|message|>) or a bare header token: 0
+ * (dropped) when it is one word or nothing, else -1 (content). */
+static int read_header(const char *s, size_t n, tc_call_fn fn, void *ud)
+{
+    (void)fn, (void)ud;
+    for (size_t i = 0; i < n; i++)
+        if (!tc__name_char(s[i])) return -1;
+    return 0;
+}
+
 /* ---- the table --------------------------------------------------------------------------- */
 
 static const tc_section sections[] = {
-    {TC_NEMOTRON, "<TOOLCALL>", {"<TOOLCALL>"}, {"</TOOLCALL>"}, read_json_list},
+    {TC_NEMOTRON, "<TOOLCALL>", {"<TOOLCALL>"}, {"</TOOLCALL>"}, read_json_list, NULL},
     /* Command-A; Command-R+'s tool-use template: Action: and the list in a ```json fence */
     {TC_COMMAND_R,
      "<|START_ACTION|>",
      {"<|START_ACTION|>", "Action:\n```json"},
      {"<|END_ACTION|>", "```"},
-     read_json_list},
+     read_json_list,
+     NULL},
     /* detection only: that template writes the marker inside a string literal */
-    {TC_COMMAND_R, "Action:\\n```json", {NULL}, {NULL}, NULL},
-    {TC_APERTUS, "<|tools_prefix|>", {"<|tools_prefix|>"}, {"<|tools_suffix|>"}, read_name_keyed},
-    {TC_SEED_OSS, "<seed:tool_call>", {"<seed:tool_call>"}, {"</seed:tool_call>"},
-     read_function_eq},
-    {TC_MINICPM, "<param name=", {"<function name="}, {"</function>"}, read_minicpm},
-    {TC_GEMMA4, "<|tool_call>", {"<|tool_call>"}, {"<tool_call|>"}, tc__read_gemma4},
-    {TC_LFM2, "<|tool_call_start|>", {"<|tool_call_start|>"}, {"<|tool_call_end|>"},
-     tc__read_pythonic},
-    {TC_SOLAR, "<|tool_call:begin|>", {"<|tool_calls|>"}, {"<|calls|>"}, read_solar},
+    {TC_COMMAND_R, "Action:\\n```json", {NULL}, {NULL}, NULL, NULL},
+    {TC_APERTUS,
+     "<|tools_prefix|>",
+     {"<|tools_prefix|>"},
+     {"<|tools_suffix|>"},
+     read_name_keyed,
+     NULL},
+    {TC_SEED_OSS,
+     "<seed:tool_call>",
+     {"<seed:tool_call>"},
+     {"</seed:tool_call>"},
+     read_function_eq,
+     NULL},
+    {TC_MINICPM, "<param name=", {"<function name="}, {"</function>"}, read_minicpm, NULL},
+    {TC_GEMMA4, "<|tool_call>", {"<|tool_call>"}, {"<tool_call|>"}, tc__read_gemma4, NULL},
+    {TC_LFM2,
+     "<|tool_call_start|>",
+     {"<|tool_call_start|>"},
+     {"<|tool_call_end|>"},
+     tc__read_pythonic,
+     NULL},
+    {TC_SOLAR, "<|tool_call:begin|>", {"<|tool_calls|>"}, {"<|calls|>"}, read_solar, NULL},
     /* the templates build the markers from a variable holding the tag's prefix */
     {TC_DSML,
      "｜DSML｜",
      {"<｜DSML｜function_calls>", "<｜DSML｜tool_calls>"},
      {"</｜DSML｜function_calls>", "</｜DSML｜tool_calls>"},
-     read_dsml},
+     read_dsml,
+     NULL},
     /* the templates build these markers from variables or macros: detected by a piece */
-    {TC_HY3, "<tool_calls{}>", {"<tool_calls:opensource>"}, {"</tool_calls:opensource>"},
-     read_hy3},
-    {TC_KIMI_K3, "'<|open|>' + tag", {"<|open|>tools<|sep|>"}, {"<|close|>tools<|sep|>"},
-     read_kimi3},
+    {TC_HY3,
+     "<tool_calls{}>",
+     {"<tool_calls:opensource>"},
+     {"</tool_calls:opensource>"},
+     read_hy3,
+     NULL},
+    {TC_KIMI_K3,
+     "'<|open|>' + tag",
+     {"<|open|>tools<|sep|>"},
+     {"<|close|>tools<|sep|>"},
+     read_kimi3,
+     NULL},
     /* GigaChat3's call is a message of its own: the text's message_sep before it goes too */
     {TC_GIGACHAT3,
      "<|role_sep|>",
      {"<|message_sep|>\n\nfunction call<|role_sep|>", "function call<|role_sep|>"},
      {"<|message_sep|>", "<|message_sep|>"},
-     read_json_list},
+     read_json_list,
+     NULL},
+    /* Muse Glimmer: messages <|start|>assistant to=RECIPIENT<|message|>…<|eom|>; the headers
+     * go, a call's message holds an atem section */
+    {TC_ATEM,
+     "<atem:function_calls>",
+     {"<atem:function_calls>", " to=", "<|start|>assistant", "<|message|>", "<|eom|>"},
+     {"</atem:function_calls>", "<|message|>", "", "", ""},
+     read_atem,
+     read_header},
     /* Granite writes the calls to the end of its answer; Phi-4-mini closes them */
-    {TC_GRANITE, "<|tool_call|>", {"<|tool_call|>"}, {"<|/tool_call|>"}, read_json_list},
+    {TC_GRANITE, "<|tool_call|>", {"<|tool_call|>"}, {"<|/tool_call|>"}, read_json_list, NULL},
 };
 
 const tc_section *tc__section(int syntax)
@@ -607,9 +661,11 @@ int tc__section_detect(const char *t)
     return -1;
 }
 
-int tc__section_read(const tc_section *x, const char *s, size_t n, tc_call_fn fn, void *ud)
+int tc__section_read(const tc_section *x, int pair, const char *s, size_t n, tc_call_fn fn,
+                     void *ud)
 {
-    int r = x->read(s, n, NULL, NULL); /* all of it, or none */
-    if (r > 0 && fn) x->read(s, n, fn, ud);
+    tc_read_fn read = pair && x->read2 ? x->read2 : x->read;
+    int r = read(s, n, NULL, NULL); /* all of it, or none */
+    if (r > 0 && fn) read(s, n, fn, ud);
     return r;
 }

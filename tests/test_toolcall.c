@@ -474,6 +474,20 @@ static const tt_case tt_section_cases[] = {
      {{"g", "{}"}}},
     {TC_GIGACHAT3, 0, NULL, "function call<|role_sep|>\nnot json", "function call<|role_sep|>\nnot json",
      NULL, {{0}}},
+    /* Muse Glimmer after its generation prompt <|start|>assistant: messages with headers */
+    {TC_ATEM,
+     0,
+     NULL,
+     " to=f<|message|><atem:function_calls>\n<atem:invoke name=\"f\">\n<atem:parameter "
+     "name=\"a\">1</atem:parameter>\n<atem:parameter name=\"s\">x y</atem:parameter>\n</"
+     "atem:invoke>\n</atem:function_calls><|eom|><|start|>assistant "
+     "to=g<|message|><atem:function_calls><atem:invoke name=\"g\"></atem:invoke></"
+     "atem:function_calls>",
+     "",
+     NULL,
+     {{"f", "{\"a\": 1, \"s\": \"x y\"}"}, {"g", "{}"}}},
+    {TC_ATEM, 0, NULL, " to=user<|message|>Hello there", "Hello there", NULL, {{0}}},
+    {TC_ATEM, 0, NULL, " to=bad name<|message|>x", " to=bad name<|message|>x", NULL, {{0}}},
     {TC_GRANITE,
      0,
      NULL,
@@ -630,7 +644,8 @@ Test(toolcall, names_and_detection)
                {"hy3", "{% set b = '<tool_calls{}>'.format(k) %}", TC_HY3},
                {"kimi_k3", "{{- '<|open|>' + tag -}}", TC_KIMI_K3},
                {"gigachat3", "role_sep=\"<|role_sep|>\n\"", TC_GIGACHAT3},
-               {"granite", "respond with <|tool_call|> and", TC_GRANITE}};
+               {"granite", "respond with <|tool_call|> and", TC_GRANITE},
+               {"atem", "{{- '<atem:function_calls>\\n<atem:invoke name=\"' }}", TC_ATEM}};
     for (size_t i = 0; i < sizeof fam / sizeof fam[0]; i++) {
         cr_expect_eq(tc_syntax_by_name(fam[i].name), fam[i].syntax, "%s", fam[i].name);
         cr_expect_str_eq(tc_syntax_name(fam[i].syntax), fam[i].name);
