@@ -228,7 +228,7 @@ typedef struct attn_task {
     const be_attn *a; /* scale, soft-cap, window */
     float *out;
     const attn_tile *tiles;
-    int64_t n_tiles, n_chunk_tiles; /* all, and the leading chunks of them */
+    int64_t n_tiles;
     const int32_t *gtoks; /* the group tiles' tokens */
 } attn_task;
 
@@ -381,15 +381,11 @@ static void attn_tile_run(const attn_task *t, float *scr, const attn_tile *tl, i
     }
 }
 
-/* Units are (tile, kv head) pairs: first the decode groups (the plan puts them last), from the
- * last backwards, each with its kv heads one after the other, so that the threads, taking units
- * in turn, read neighbouring heads of the same blocks (one contiguous stretch of the arena) at the
- * same time, about 10% faster than each reading one head of different sequences; then the
- * chunks kv head major and, within a head, from the last tile backwards: the tiles of one
- * sequence and head follow each other, so the K/V they all read is still in cache for the next
- * one, and the queue ends with the short early rows of a prefill chunk, which fill in evenly. A
- * single row without grouping takes the level's decode path when it has one for the arena's
- * dtype. */
+/* Units are (tile, kv head) pairs, kv head major and, within a head, from the last tile
+ * backwards (the plan puts decode groups last, so they start first): the tiles of one sequence
+ * and head follow each other, so the K/V they all read is still in cache for the next one, and
+ * the queue ends with the short early rows of a prefill chunk, which fill in evenly. A single
+ * row without grouping takes the level's decode path when it has one for the arena's dtype. */
 static void attn_run(void *v, int64_t lo, int64_t hi, int ith)
 {
     attn_task *t = v;
@@ -398,18 +394,9 @@ static void attn_run(void *v, int64_t lo, int64_t hi, int ith)
     float *scr = c->scratch[ith].p;
     void (*decode)(const cpu__attn_row *) = g->block_size % 16 == 0 && t->n_heads == g->n_kv_heads
                                                 ? c->k.attn_decode[g->dtype] : NULL;
-    int64_t nkv = g->n_kv_heads, n_chunk = t->n_chunk_tiles, n_dec_units = (t->n_tiles - n_chunk) * nkv;
     for (int64_t k = lo; k < hi; k++) {
-        const attn_tile *tl;
-        int kvh;
-        if (k < n_dec_units) {
-            tl = &t->tiles[t->n_tiles - 1 - k / nkv];
-            kvh = (int)(k % nkv);
-        } else {
-            int64_t u = k - n_dec_units;
-            tl = &t->tiles[n_chunk - 1 - u % n_chunk];
-            kvh = (int)(u / n_chunk);
-        }
+        const attn_tile *tl = &t->tiles[t->n_tiles - 1 - k % t->n_tiles];
+        int kvh = (int)(k / t->n_tiles);
         if (decode && !tl->shared && tl->i1 - tl->i0 == 1 && !(c->batch.sinks && c->batch.sinks[tl->seq])) {
             int i = tl->i0;
             const cpu__batch *b = &c->batch;
@@ -490,7 +477,7 @@ int cpu__attention_plan(cpu__backend *c)
     const cpu__batch *b = &c->batch;
     int bs = c->kv.block_size, ns = b->n_seqs;
     size_t bytes = plan_max_tiles(b) * sizeof(attn_tile) + (size_t)(b->n_tokens + 3 * ns + 1) * sizeof(int32_t);
-    c->attn_n_tiles = c->attn_n_chunk_tiles = 0;
+    c->attn_n_tiles = 0;
     if (bs <= 0 || ns == 0) return 0; /* no KV arena yet, or a store-only step */
     if (cpu__scratch_reserve(&c->tiles, bytes)) return -ENOMEM;
     attn_tile *tiles = c->tiles.p;
@@ -515,7 +502,6 @@ int cpu__attention_plan(cpu__backend *c)
      * of a run of them is the smallest common part of neighbouring pairs. A run grows while the
      * next neighbour shares at least GROUP_MIN_SHARED entries and half of what the run shares so
      * far; its size is bounded so that there stay about as many units as threads. */
-    c->attn_n_chunk_tiles = n_tiles;
     plan_ctx pc = {b, nb};
     sort_by_table(&pc, dec, tmp, n_dec);
     int gmax = n_dec * c->kv.n_kv_heads / (c->n_threads > 0 ? c->n_threads : 1);
@@ -556,6 +542,6 @@ void cpu__attention(cpu__backend *c, int layer, const float *q, const be_attn *a
         for (size_t k = 0; k < n; k++) out[k] = NAN;
         return;
     }
-    attn_task t = {c, layer, q, n_heads, a, out, c->tiles.p, c->attn_n_tiles, c->attn_n_chunk_tiles, plan_gtoks(c)};
+    attn_task t = {c, layer, q, n_heads, a, out, c->tiles.p, c->attn_n_tiles, plan_gtoks(c)};
     cpu__pool_for(c->pool, t.n_tiles * c->kv.n_kv_heads, 1, attn_run, &t);
 }

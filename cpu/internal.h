@@ -301,8 +301,7 @@ struct cpu__backend {
     cpu__scratch scratch[CPU__MAX_THREADS]; /* per thread */
     cpu__scratch shared;                    /* e.g. the quantised activations of a matmul */
     cpu__scratch tiles;                     /* attention's plan for the step: units and groups */
-    int64_t attn_n_tiles;                   /* tiles in that plan */
-    int64_t attn_n_chunk_tiles;             /* its first tiles, the chunks (the decode groups follow) */
+    int64_t attn_n_tiles;                   /* units in that plan */
     cpu__chunk *chunks;                     /* packed weight copies (cpu_backend.c), newest first */
     cpu__kern k;                            /* the kernels of this backend's level */
 };
