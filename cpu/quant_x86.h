@@ -421,7 +421,7 @@ QX_INLINE void qx_mk(int type, int mr, int h, const uint8_t *pv, const float *pS
         __m256i ia[4];
         #pragma GCC unroll 8
         for (int r = 0; r < mr; r++) ia[r] = _mm256_setzero_si256();
-        #pragma GCC unroll 8
+        #pragma GCC unroll 4
         for (int s = 0; s < 8; s++) {
             __m256i wv = qx_load(pv + (size_t)(u * 8 + s) * 64);
             __m256i wa = sgn ? _mm256_abs_epi8(wv) : wv;
