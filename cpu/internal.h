@@ -331,6 +331,11 @@ int cpu__select_group(cpu__backend *c, int g);
  * table's Q8_0 quantiser (so d and q are the same at every level) and adds their sums. */
 void cpu__q8s_quantise(const cpu__kern *k, const float *x, cpu__q8s *out, int64_t n);
 
+/* matmul.c: the scalar definition of one activation block, which every level's quantisers
+ * (quantise_q8, quantise_q8k) equal: d = max|x| / 127 over the n values, q[i] =
+ * round-to-nearest-even(x[i] · (1/d)) (0 when d = 0). Returns d. */
+float cpu__quantise_block(const float *x, int n, int8_t *q);
+
 /* matmul.c: out[r][o] = x[r] · W[o] (+ bias[o]), through the backend's kernel table. */
 void cpu__matmul(cpu__backend *c, const float *x, int n_rows, const be_weight *w,
                  const be_weight *bias, float *out);

@@ -38,16 +38,18 @@ typedef cpu__mm_task mm_task;
 
 /* ---- scalar reference kernels ---------------------------------------------------------------- */
 
+float cpu__quantise_block(const float *x, int n, int8_t *q)
+{
+    float amax = 0;
+    for (int i = 0; i < n; i++) amax = fmaxf(amax, fabsf(x[i]));
+    float d = amax / 127.0f, id = d > 0 ? 1.0f / d : 0.0f;
+    for (int i = 0; i < n; i++) q[i] = (int8_t)lrintf(x[i] * id);
+    return d;
+}
+
 static void quantise_q8_scalar(const float *x, q8x *out, int64_t n)
 {
-    for (int64_t b = 0; b < n / 32; b++) {
-        const float *xb = x + b * 32;
-        float amax = 0;
-        for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(xb[i]));
-        float d = amax / 127.0f, id = d > 0 ? 1.0f / d : 0.0f;
-        out[b].d = d;
-        for (int i = 0; i < 32; i++) out[b].q[i] = (int8_t)lrintf(xb[i] * id);
-    }
+    for (int64_t b = 0; b < n / 32; b++) out[b].d = cpu__quantise_block(x + b * 32, 32, out[b].q);
 }
 
 static float dot_f32_scalar(const void *w, const void *x, int64_t n)

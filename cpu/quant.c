@@ -124,12 +124,7 @@ void cpu__q8s_quantise(const cpu__kern *k, const float *x, cpu__q8s *out, int64_
 static void quantise_q8k_scalar(const float *x, cpu__q8k *out, int64_t n)
 {
     for (int64_t b = 0; b < n / 256; b++) {
-        const float *xb = x + b * 256;
-        float amax = 0;
-        for (int i = 0; i < 256; i++) amax = fmaxf(amax, fabsf(xb[i]));
-        float d = amax / 127.0f, id = d > 0 ? 1.0f / d : 0.0f;
-        out[b].d = d;
-        for (int i = 0; i < 256; i++) out[b].q[i] = (int8_t)lrintf(xb[i] * id);
+        out[b].d = cpu__quantise_block(x + b * 256, 256, out[b].q);
         for (int h = 0; h < 16; h++) {
             int s = 0;
             for (int i = 0; i < 16; i++) s += out[b].q[16 * h + i];
