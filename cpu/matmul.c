@@ -201,62 +201,60 @@ static void quant_run(void *v, int64_t lo, int64_t hi, int ith)
     }
 }
 
-typedef struct q8s_task {
+/* Activations quantised row by row into one block format (Q8_0 blocks with sums, Q8_K). */
+typedef struct rows_task {
     const cpu__kern *k;
     const float *x;
     int64_t n_in;
-    cpu__q8s *xs;
-} q8s_task;
+    char *out;
+    size_t row_bytes;
+    void (*row)(const cpu__kern *k, const float *x, void *out, int64_t n);
+} rows_task;
 
-static void q8s_run(void *v, int64_t lo, int64_t hi, int ith)
+static void rows_run(void *v, int64_t lo, int64_t hi, int ith)
 {
-    q8s_task *t = v;
-    for (int64_t r = lo; r < hi; r++) cpu__q8s_quantise(t->k, t->x + r * t->n_in, t->xs + r * (t->n_in / 32), t->n_in);
+    rows_task *t = v;
+    (void)ith;
+    for (int64_t r = lo; r < hi; r++) t->row(t->k, t->x + r * t->n_in, t->out + r * t->row_bytes, t->n_in);
 }
 
-typedef struct q8k_task {
-    const cpu__kern *k;
-    const float *x;
-    int64_t n_in;
-    cpu__q8k *xk;
-} q8k_task;
-
-static void q8k_run(void *v, int64_t lo, int64_t hi, int ith)
+static void row_q8s(const cpu__kern *k, const float *x, void *out, int64_t n)
 {
-    q8k_task *t = v;
-    (void)ith;
-    for (int64_t r = lo; r < hi; r++) t->k->quantise_q8k(t->x + r * t->n_in, t->xk + r * (t->n_in / 256), t->n_in);
+    cpu__q8s_quantise(k, x, out, n);
+}
+
+static void row_q8k(const cpu__kern *k, const float *x, void *out, int64_t n)
+{
+    k->quantise_q8k(x, out, n);
+}
+
+/* fn over the n_rows rows: on the caller alone when small, else in chunks of about 32 K inputs. */
+static void for_rows(cpu__backend *c, int n_rows, int64_t n_in, int small, cpu__range_fn fn, void *arg)
+{
+    if (small) fn(arg, 0, n_rows, 0);
+    else cpu__pool_for(c->pool, n_rows, 1 + 32768 / n_in, fn, arg);
 }
 
 /* Converts x into t's activation format (in c->shared). 0 or -ENOMEM. */
 static int convert_activations(cpu__backend *c, mm_task *t, int act, int small)
 {
-    if (act == CPU__ACT_Q8K) {
-        int64_t n_in = t->w->n_in;
-        if (cpu__scratch_reserve(&c->shared, (size_t)t->n_rows * (size_t)(n_in / 256) * sizeof(cpu__q8k))) return -1;
-        q8k_task qt = {&c->k, t->x, n_in, c->shared.p};
-        if (small) q8k_run(&qt, 0, t->n_rows, 0);
-        else cpu__pool_for(c->pool, t->n_rows, 1 + 32768 / n_in, q8k_run, &qt);
-        t->xk = qt.xk;
-        return 0;
-    }
-    if (act == CPU__ACT_Q8S) {
-        int64_t n_in = t->w->n_in;
-        if (cpu__scratch_reserve(&c->shared, (size_t)t->n_rows * (size_t)(n_in / 32) * sizeof(cpu__q8s))) return -1;
-        q8s_task qt = {&c->k, t->x, n_in, c->shared.p};
-        if (small) q8s_run(&qt, 0, t->n_rows, 0);
-        else cpu__pool_for(c->pool, t->n_rows, 1 + 32768 / n_in, q8s_run, &qt);
-        t->xs = qt.xs;
+    int64_t n_in = t->w->n_in;
+    if (act == CPU__ACT_Q8K || act == CPU__ACT_Q8S) {
+        int k8 = act == CPU__ACT_Q8K;
+        size_t rb = k8 ? (size_t)(n_in / 256) * sizeof(cpu__q8k) : (size_t)(n_in / 32) * sizeof(cpu__q8s);
+        if (cpu__scratch_reserve(&c->shared, (size_t)t->n_rows * rb)) return -1;
+        rows_task rt = {&c->k, t->x, n_in, c->shared.p, rb, k8 ? row_q8k : row_q8s};
+        for_rows(c, t->n_rows, n_in, small, rows_run, &rt);
+        if (k8) t->xk = c->shared.p;
+        else t->xs = c->shared.p;
         return 0;
     }
     if (act != CPU__ACT_Q8_0) return 0;
-    int64_t n_in = t->w->n_in;
     size_t nbk = (size_t)t->n_rows * (size_t)(n_in / 32);
     size_t qbytes = (nbk * sizeof(q8x) + 63) & ~(size_t)63;
     if (cpu__scratch_reserve(&c->shared, qbytes + nbk * sizeof(int32_t))) return -1;
     quant_task qt = {&c->k, t->x, n_in, c->shared.p, (int32_t *)((char *)c->shared.p + qbytes)};
-    if (small) quant_run(&qt, 0, t->n_rows, 0);
-    else cpu__pool_for(c->pool, t->n_rows, 1 + 32768 / n_in, quant_run, &qt);
+    for_rows(c, t->n_rows, n_in, small, quant_run, &qt);
     t->xq = qt.xq;
     t->xsum = qt.xsum;
     return 0;
