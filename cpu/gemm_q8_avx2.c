@@ -69,9 +69,11 @@ static void prepack(const be_weight *w, void *dst)
  * slice's first block (weights, scales) of tile 0; tile t is ldt bytes further. x points at
  * each row's first block of the slice (rows ldx blocks apart). Columns past ncols of the last
  * tile are not stored. */
+/* pf: lines to prefetch for what follows, pfl a block step, the first pfn of them. */
 static inline __attribute__((always_inline)) void ukernel(int mr, int nt, const uint8_t *q, const uint16_t *d,
                                                           size_t ldt, int nb, const cpu__q8x *x, int64_t ldx,
-                                                          float *c, int64_t ldc, int ncols, int load_c)
+                                                          float *c, int64_t ldc, int ncols, int load_c,
+                                                          const char *pf, int pfl, int pfn)
 {
     __m256 acc[MR][2];
     __m256i mlast = cpu__mask8(ncols);
@@ -84,6 +86,7 @@ static inline __attribute__((always_inline)) void ukernel(int mr, int nt, const 
                                : _mm256_setzero_ps();
     for (int b = 0; b < nb; b++) {
         __m256i iacc[MR][2];
+        for (int l = b * pfl; l < (b + 1) * pfl && l < pfn; l++) _mm_prefetch(pf + (size_t)l * 64, _MM_HINT_T1);
 #pragma GCC unroll 4
         for (int r = 0; r < mr; r++)
 #pragma GCC unroll 2
@@ -126,9 +129,10 @@ static inline __attribute__((always_inline)) void ukernel(int mr, int nt, const 
 }
 
 static void ukernel_any(int mr, int nt, const uint8_t *q, const uint16_t *d, size_t ldt, int nb,
-                        const cpu__q8x *x, int64_t ldx, float *c, int64_t ldc, int ncols, int load_c)
+                        const cpu__q8x *x, int64_t ldx, float *c, int64_t ldc, int ncols, int load_c,
+                        const char *pf, int pfl, int pfn)
 {
-#define UK(R, T) ukernel(R, T, q, d, ldt, nb, x, ldx, c, ldc, ncols, load_c)
+#define UK(R, T) ukernel(R, T, q, d, ldt, nb, x, ldx, c, ldc, ncols, load_c, pf, pfl, pfn)
     if (nt == 2) UK(1, 2);
     else switch (mr) {
         case 4: UK(4, 1); break;
@@ -158,6 +162,12 @@ static void prepacked_range(const cpu__mm_task *t, int64_t lo, int64_t hi)
     size_t tb = tile_bytes(nb_all);
     int ntp = tiles_for(t->n_rows < MR ? t->n_rows : MR);
     int64_t kcb = t->n_rows <= MR ? nb_all : KCB;
+    /* With several row groups a tile is computed for much longer than it takes to read, and the
+     * hardware prefetchers do not run ahead across tiles: each block step of each group asks for
+     * its share of the next tile, so the whole of it is in L2 by the time it is needed, and the
+     * requests trickle out instead of filling the line-fill buffers at once. */
+    int64_t groups = (t->n_rows + MR - 1) / MR;
+    int lines_per = (int)((ntp * tb / 64 + nb_all * groups - 1) / (nb_all * groups));
     for (int64_t o0 = lo; o0 < hi;) {
         int nt = o0 + NR * ntp <= hi ? ntp : 1;
         int64_t last = o0 + NR * (nt - 1);
@@ -166,13 +176,15 @@ static void prepacked_range(const cpu__mm_task *t, int64_t lo, int64_t hi)
         const uint16_t *d = (const uint16_t *)(q + (size_t)nb_all * QB);
         for (int64_t b0 = 0; b0 < nb_all; b0 += kcb) {
             int nb = nb_all - b0 < kcb ? (int)(nb_all - b0) : (int)kcb;
-            if (kcb < nb_all) /* slices: ask for what follows this one now */
-                for (size_t off = 0; off < (size_t)KCB * QB; off += 64)
-                    _mm_prefetch((const char *)(q + (size_t)(b0 + nb) * QB) + off, _MM_HINT_T1);
             for (int r0 = 0; r0 < t->n_rows; r0 += MR) {
                 int mr = t->n_rows - r0 < MR ? t->n_rows - r0 : MR;
+                /* this call's share of the next tile: lines [it0 · pfl, ...) of it */
+                int64_t it0 = b0 * groups + (r0 / MR) * nb;
+                int pfl = groups > 1 ? lines_per : 0;
+                const char *pf = (const char *)q + nt * tb + (size_t)it0 * pfl * 64;
+                int pfn = (int)(nt * tb / 64 - it0 * pfl);
                 ukernel_any(mr, nt, q + (size_t)b0 * QB, d + b0 * NR, tb, nb, t->xq + (size_t)r0 * nb_all + b0,
-                            nb_all, t->out + (size_t)r0 * n_out + o0, n_out, ncols, b0 > 0);
+                            nb_all, t->out + (size_t)r0 * n_out + o0, n_out, ncols, b0 > 0, pf, pfl, pfn);
             }
         }
         if (t->bias)

@@ -80,12 +80,14 @@ static void prepack(const be_weight *w, void *dst)
 
 /* c[r][16 t .. 16 t + 16) (+)= rows r of the slice against tiles t < nt. q and d point at the
  * slice's first block (weights, scales) of tile 0; tile t is ldt bytes further. x and xs point
- * at each row's first block of the slice. Mask m applies to the last tile only. */
+ * at each row's first block of the slice. Mask m applies to the last tile only. pf: lines to
+ * prefetch for what follows, pfl a block step, the first pfn of them. */
 static inline __attribute__((always_inline)) void ukernel(int mr, int nt, const uint8_t *q,
                                                           const uint16_t *d, size_t ldt, int nb,
                                                           const cpu__q8x *x, const int32_t *xs,
                                                           int64_t ldx, float *c, int64_t ldc,
-                                                          __mmask16 m, int load_c)
+                                                          __mmask16 m, int load_c, const char *pf, int pfl,
+                                                          int pfn)
 {
     __m512 acc[MR][4];
 #pragma GCC unroll 16
@@ -96,6 +98,7 @@ static inline __attribute__((always_inline)) void ukernel(int mr, int nt, const 
                                : _mm512_setzero_ps();
     for (int b = 0; b < nb; b++) {
         __m512i iacc[MR][4];
+        for (int l = b * pfl; l < (b + 1) * pfl && l < pfn; l++) _mm_prefetch(pf + (size_t)l * 64, _MM_HINT_T1);
 #pragma GCC unroll 16
         for (int r = 0; r < mr; r++) {
             __m512i corr = _mm512_set1_epi32(xs[r * ldx + b]); /* -128 Σ q_x: the offset, taken back */
@@ -143,9 +146,9 @@ static int tiles_for(int mr)
 
 static void ukernel_any(int mr, int nt, const uint8_t *q, const uint16_t *d, size_t ldt, int nb,
                         const cpu__q8x *x, const int32_t *xs, int64_t ldx, float *c, int64_t ldc,
-                        __mmask16 m, int load_c)
+                        __mmask16 m, int load_c, const char *pf, int pfl, int pfn)
 {
-#define UK(R, T) ukernel(R, T, q, d, ldt, nb, x, xs, ldx, c, ldc, m, load_c)
+#define UK(R, T) ukernel(R, T, q, d, ldt, nb, x, xs, ldx, c, ldc, m, load_c, pf, pfl, pfn)
     if (nt == 4 && mr == 1) UK(1, 4);
     else if (nt == 4) UK(2, 4);
     else if (nt == 2 && mr == 3) UK(3, 2);
@@ -163,16 +166,25 @@ static void ukernel_any(int mr, int nt, const uint8_t *q, const uint16_t *d, siz
 #undef UK
 }
 
-/* Runs rows × tiles [o0, o0 + 16 nt) over blocks [b0, b0 + nb) of tiles at q / d. */
+/* Runs rows × tiles [o0, o0 + 16 nt) over blocks [b0, b0 + nb) of tiles at q / d.
+ *
+ * With several row groups a tile is computed for much longer than it takes to read, and the
+ * hardware prefetchers do not run ahead across tiles: each block step of each group asks for
+ * its share of the next tiles (next, of its lines_per lines a step), so all of them are in L2
+ * by the time they are needed and the requests trickle out instead of filling the line-fill
+ * buffers at once. */
 static void slice_rows(const cpu__mm_task *t, int nt, const uint8_t *q, const uint16_t *d, size_t ldt,
-                       int64_t o0, int64_t b0, int nb, __mmask16 m)
+                       int64_t o0, int64_t b0, int nb, __mmask16 m, const char *next, int lines_per)
 {
-    int64_t nb_all = t->w->n_in / 32, n_out = t->w->n_out;
+    int64_t nb_all = t->w->n_in / 32, n_out = t->w->n_out, groups = (t->n_rows + MR - 1) / MR;
     for (int r0 = 0; r0 < t->n_rows; r0 += MR) {
         int mr = t->n_rows - r0 < MR ? t->n_rows - r0 : MR;
+        int64_t it0 = b0 * groups + (r0 / MR) * nb; /* block steps of this tile before this call */
+        int pfl = groups > 1 ? lines_per : 0;
         ukernel_any(mr, nt, q, d, ldt, nb, t->xq + (size_t)r0 * nb_all + b0,
                     t->xsum + (size_t)r0 * nb_all + b0, nb_all, t->out + (size_t)r0 * n_out + o0,
-                    n_out, m, b0 > 0);
+                    n_out, m, b0 > 0, next + (size_t)it0 * pfl * 64, pfl,
+                    (int)((int64_t)(nt * ldt / 64) - it0 * pfl));
     }
 }
 
@@ -199,6 +211,8 @@ static void prepacked_range(const cpu__mm_task *t, int64_t lo, int64_t hi)
     /* One row group: the whole depth at once. More: slices that stay in L1 while every row
      * group passes over them. */
     int64_t kcb = t->n_rows <= MR ? nb_all : KCB;
+    int64_t steps = nb_all * ((t->n_rows + MR - 1) / MR);
+    int lines_per = (int)((ntp * tb / 64 + steps - 1) / steps);
     for (int64_t o0 = lo; o0 < hi;) {
         int nt = o0 + NR * ntp <= hi ? ntp : 1;
         int64_t last = o0 + NR * (nt - 1);
@@ -208,10 +222,8 @@ static void prepacked_range(const cpu__mm_task *t, int64_t lo, int64_t hi)
         const uint16_t *d = (const uint16_t *)(q + (size_t)nb_all * QB);
         for (int64_t b0 = 0; b0 < nb_all; b0 += kcb) {
             int nb = nb_all - b0 < kcb ? (int)(nb_all - b0) : (int)kcb;
-            if (kcb < nb_all) /* slices: ask for what follows this one now (see gemm.c) */
-                for (size_t off = 0; off < (size_t)KCB * QB; off += 64)
-                    _mm_prefetch((const char *)(q + (size_t)(b0 + nb) * QB) + off, _MM_HINT_T1);
-            slice_rows(t, nt, q + (size_t)b0 * QB, d + b0 * NR, tb, o0, b0, nb, m);
+            slice_rows(t, nt, q + (size_t)b0 * QB, d + b0 * NR, tb, o0, b0, nb, m,
+                       (const char *)q + nt * tb, lines_per);
         }
         add_bias(t, o0, last + ncols);
         o0 += NR * nt;
