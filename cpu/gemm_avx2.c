@@ -89,11 +89,6 @@ static void ukernel_typed(int type, int mr, const void *panel, const float *x, i
     }
 }
 
-static void prefetch_bytes(const char *p, size_t bytes)
-{
-    for (size_t off = 0; off < bytes; off += 64) _mm_prefetch(p + off, _MM_HINT_T1);
-}
-
 /* One column tile of up to 32 outputs from o0, every row. */
 static void tile_rows(const cpu__mm_task *t, const char *tile, int64_t o0, int ith)
 {
@@ -102,12 +97,12 @@ static void tile_rows(const cpu__mm_task *t, const char *tile, int64_t o0, int i
     size_t es = dt_row_bytes(w->type, 1);
     int ncols = n_out - o0 < NR ? (int)(n_out - o0) : NR;
     int64_t kcs = t->n_rows <= MR ? n_in : KC;
+    int groups = (t->n_rows + MR - 1) / MR;
     for (int64_t k0 = 0; k0 < n_in; k0 += kcs) {
         int kc = n_in - k0 < kcs ? (int)(n_in - k0) : (int)kcs;
         const void *panel = tile + (size_t)k0 * NR * es;
         int ptype = w->type;
-        if (kcs < n_in) /* slices: ask for the next one (contiguous, whichever tile) now */
-            prefetch_bytes((const char *)panel + (size_t)kc * NR * es, (size_t)KC * NR * es);
+        const char *next = (const char *)panel + (size_t)kc * NR * es; /* the next slice */
         if (ptype != DT_F32 && t->n_rows > MR) { /* several row groups: convert the slice once */
             float *f = t->c->scratch[ith].p;
             for (int i = 0; i < kc * NR; i += 8) _mm256_store_ps(f + i, panel8(ptype, panel, i));
@@ -116,6 +111,8 @@ static void tile_rows(const cpu__mm_task *t, const char *tile, int64_t o0, int i
         }
         for (int r0 = 0; r0 < t->n_rows; r0 += MR) {
             int mr = t->n_rows - r0 < MR ? t->n_rows - r0 : MR;
+            if (kcs < n_in) /* slices: the next one (contiguous, whichever tile), a share per group */
+                cpu__prefetch_share(next, (size_t)KC * NR * es, r0 / MR, groups);
             ukernel_typed(ptype, mr, panel, t->x + (size_t)r0 * n_in + k0, n_in, kc,
                           t->out + (size_t)r0 * n_out + o0, n_out, ncols, k0 > 0);
         }

@@ -220,11 +220,6 @@ static void prepack(const be_weight *w, void *dst)
                        (float *)((char *)dst + (size_t)(o0 / NR) * tb) + (size_t)k0 * NR);
 }
 
-static void prefetch_bytes(const char *p, size_t bytes)
-{
-    for (size_t off = 0; off < bytes; off += 64) _mm_prefetch(p + off, _MM_HINT_T1);
-}
-
 static void prepacked_run(void *task, int64_t lo_unit, int64_t hi_unit, int ith)
 {
     cpu__mm_task *t = task;
@@ -242,9 +237,7 @@ static void prepacked_run(void *task, int64_t lo_unit, int64_t hi_unit, int ith)
                 int kc = n_in - k0 < kcs ? (int)(n_in - k0) : (int)kcs;
                 const void *panel = tile + (size_t)k0 * NR * es;
                 int ptype = w->type;
-                if (kcs < n_in) /* slices: ask for the next one (contiguous, whichever tile) now,
-                                 * or its loads would wait on memory after the compute */
-                    prefetch_bytes((const char *)panel + (size_t)kc * NR * es, (size_t)KC * NR * es);
+                const char *next = (const char *)panel + (size_t)kc * NR * es; /* the next slice */
                 if (ptype != DT_F32 && t->n_rows > MR) {
                     /* Several row groups: convert the slice to f32 once rather than per group. */
                     float *f = t->c->scratch[ith].p;
@@ -254,6 +247,10 @@ static void prepacked_run(void *task, int64_t lo_unit, int64_t hi_unit, int ith)
                 }
                 for (int r0 = 0; r0 < t->n_rows; r0 += MR) {
                     int mr = t->n_rows - r0 < MR ? t->n_rows - r0 : MR;
+                    if (kcs < n_in) /* slices: the next one (contiguous, whichever tile), or its loads
+                                     * would wait on memory after the compute; a share per group */
+                        cpu__prefetch_share(next, (size_t)KC * NR * es,
+                                            r0 / MR, (t->n_rows + MR - 1) / MR);
                     ukernel_typed(ptype, mr, panel, t->x + (size_t)r0 * n_in + k0, n_in, kc,
                                   t->out + (size_t)r0 * n_out + o0, n_out, ncols, k0 > 0);
                 }

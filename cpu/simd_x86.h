@@ -61,6 +61,17 @@ static inline __m256 cpu__exp256(__m256 x)
     return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
 }
 
+/* Asks for share part (of parts equal shares, whole lines) of [p, p + bytes) to be brought into
+ * L2. A GEMM that works on one slice of weights while the next one arrives gives each row group's
+ * pass its share: requests issued in one burst fill the line-fill buffers and stall the core,
+ * spread over the passes they arrive while it computes. Always inlined: gcc takes a separate
+ * function made only of prefetches for one without effects and drops the calls. */
+static inline __attribute__((always_inline)) void cpu__prefetch_share(const char *p, size_t bytes, int part, int parts)
+{
+    size_t share = (bytes / 64 + (size_t)parts - 1) / (size_t)parts * 64, at = (size_t)part * share;
+    for (size_t off = at; off < at + share && off < bytes; off += 64) _mm_prefetch(p + off, _MM_HINT_T1);
+}
+
 #ifdef __AVX512F__
 /* e^x to float accuracy for x ≥ -87 (smaller x give e^-87; large x overflow to inf through
  * scalef), the same polynomial as cpu__exp256, 16 lanes. */
