@@ -458,6 +458,33 @@ QX_INLINE void qx_tile(int type, int mr, const uint8_t *pv, const float *pS, con
 }
 #endif
 
+/* Share part of parts of the file's bytes that the panel after (o0, i0) unpacks (the next slice
+ * of the same 16 rows, or the first of the next 16 below hi) into L2: each row-group pass of a
+ * panel asks for its share, so the next panel's 16 row segments arrive while this one is
+ * computed, and the requests trickle out instead of stalling in one burst. */
+QX_INLINE void qx_prefetch_next(int type, const be_weight *w, int64_t o0, int64_t i0, int64_t hi, int part, int parts)
+{
+    int64_t n_in = w->n_in;
+    if (i0 + QX_KC < n_in) {
+        i0 += QX_KC;
+    } else {
+        o0 += 16;
+        i0 = 0;
+        if (o0 >= hi) return;
+    }
+    const int be = dt_block_elems(type);
+    const size_t bb = dt_block_bytes(type), rb = dt_row_bytes(type, n_in);
+    int kc = n_in - i0 < QX_KC ? (int)(n_in - i0) : QX_KC;
+    size_t seg = (size_t)(kc / be) * bb, lines = (seg + 63) / 64 + 1; /* +1: a segment may straddle one more */
+    size_t total = 16 * lines, per = (total + (size_t)parts - 1) / (size_t)parts;
+    for (size_t k = (size_t)part * per; k < (size_t)(part + 1) * per && k < total; k++) {
+        int64_t o = o0 + (int64_t)(k / lines) < w->n_out ? o0 + (int64_t)(k / lines) : w->n_out - 1;
+        const char *row = (const char *)w->data + (size_t)o * rb + (size_t)(i0 / be) * bb;
+        size_t at = (k % lines) * 64 < seg ? (k % lines) * 64 : seg - 1;
+        _mm_prefetch(row + at, _MM_HINT_T1);
+    }
+}
+
 /* GEMM over outputs [lo, hi) for every row; scratch holds one panel (CPU__QPANEL_BYTES). */
 QX_INLINE void qx_gemm_range(int type, const cpu__mm_task *t, int64_t lo, int64_t hi, uint8_t *scratch)
 {
@@ -473,6 +500,7 @@ QX_INLINE void qx_gemm_range(int type, const cpu__mm_task *t, int64_t lo, int64_
             qx_unpack(type, w, o0, i0, kc, pv, pS, pW);
             for (int r0 = 0; r0 < t->n_rows; r0 += QX_MR) {
                 int mr = t->n_rows - r0 < QX_MR ? t->n_rows - r0 : QX_MR;
+                qx_prefetch_next(type, w, o0, i0, hi, r0 / QX_MR, (t->n_rows + QX_MR - 1) / QX_MR);
                 qx_tile(type, mr, pv, pS, pW, kc, x + (size_t)r0 * nxb + i0 / 32, nxb,
                         t->out + (size_t)r0 * n_out + o0, n_out, ncols, i0 > 0);
             }

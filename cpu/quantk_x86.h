@@ -579,6 +579,7 @@ QX_INLINE void qk_gemm_range(int type, const cpu__mm_task *t, int64_t lo, int64_
             qk_unpack(type, w, o0, i0, kc, &p);
             for (int r0 = 0; r0 < t->n_rows; r0 += QX_MR) {
                 int mr = t->n_rows - r0 < QX_MR ? t->n_rows - r0 : QX_MR;
+                qx_prefetch_next(type, w, o0, i0, hi, r0 / QX_MR, (t->n_rows + QX_MR - 1) / QX_MR);
                 qk_tile(type, mr, &p, kc, t->xk + (size_t)r0 * nxb + i0 / 256, nxb, t->out + (size_t)r0 * n_out + o0,
                         n_out, ncols, i0 > 0);
             }
