@@ -207,10 +207,17 @@ QX_INLINE __m256 qx_fold8(__m256 acc, __m256i isum, const float *S, const float 
     return qx_fold8v(acc, isum, _mm256_loadu_ps(S), sgn ? _mm256_setzero_ps() : _mm256_loadu_ps(W), d, X, sgn);
 }
 
-/* How far ahead in each row the GEMV prefetches: 8 interleaved rows defeat the hardware
- * prefetchers (the super-block GEMV's distance, two Q4_K blocks, in bytes). Past a row's end it
- * fetches the next row's start, which the matrix needs soon anyway; a prefetch never faults. */
-#define QX_PF_BYTES 320
+/* The GEMVs read 8 rows at once, interleaved, which the hardware prefetchers follow poorly; and
+ * prefetching each row a little ahead keeps every line-fill buffer waiting. So while a GEMV
+ * works on its 8 rows (contiguous in the file: next - 8 · rb .. next), step b of nb asks for its
+ * share of the next 8 rows, lines [b · L / nb, (b + 1) · L / nb) of the L after next: one group of
+ * rows ahead, in address order. The last group of a range fetches rows another thread may take;
+ * a prefetch never faults. */
+QX_INLINE void qx_prefetch_rows(const uint8_t *next, size_t bytes, int64_t b, int64_t nb)
+{
+    int64_t lines = (int64_t)((bytes + 63) / 64);
+    for (int64_t l = b * lines / nb; l < (b + 1) * lines / nb; l++) _mm_prefetch((const char *)next + l * 64, _MM_HINT_T1);
+}
 
 /* res[r][j] = the formulation for output row rp[j] (j < 8) against activation row r (R rows,
  * x rows nxb blocks apart), bias not added. */
@@ -219,14 +226,13 @@ QX_INLINE void qx_gemv8(int type, int R, const uint8_t *const *rp, int64_t n_in,
 {
     const cpu__qtraits tr = cpu__qtraits_of(type);
     const int be = dt_block_elems(type), nu = be / 32, sgn = tr.is_signed;
-    const size_t bb = dt_block_bytes(type);
+    const size_t bb = dt_block_bytes(type), rb = dt_row_bytes(type, n_in);
     const __m256i idx = qx_offsets(rp);
     __m256 acc[QX_GEMV_ROWS];
     for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
     for (int64_t b = 0; b < n_in / be; b++) {
         __m256 S[16], W[16];
-        if ((b * bb) >> 6 != ((b + 1) * bb) >> 6) /* a new cache line: fetch the one QX_PF_BYTES ahead */
-            for (int j = 0; j < 8; j++) _mm_prefetch((const char *)rp[j] + (b + 1) * bb + QX_PF_BYTES, _MM_HINT_T0);
+        qx_prefetch_rows(rp[0] + 8 * rb, 8 * rb, b, n_in / be);
         qx_scales8(type, rp[0] + b * bb, idx, S, W);
 #pragma GCC unroll 8
         for (int k = 0; k < nu; k++) {

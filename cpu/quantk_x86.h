@@ -182,21 +182,6 @@ QX_INLINE void qk_scales32x8(int type, const uint8_t *b0, __m256i idx, __m256i *
     k4[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(u2, 4), m4), _mm256_and_si256(_mm256_srli_epi32(c, 2), top));
 }
 
-/* Prefetches super-block b + QK_PF of the 8 rows (2: the best of 1 to 4 in decode of a 1.1B
- * Q4_K_M model at 2 threads): the scale gathers at the start of each
- * super-block would otherwise wait for memory with everything behind them (the hardware
- * prefetchers follow 8 interleaved rows poorly). */
-#define QK_PF 2
-QX_INLINE void qk_prefetch8(const uint8_t *const *rp, int64_t b, int64_t nb, size_t bb)
-{
-    if (b + QK_PF >= nb) return;
-    for (int j = 0; j < 8; j++) {
-        const char *p = (const char *)(rp[j] + (size_t)(b + QK_PF) * bb);
-        for (size_t o = 0; o < bb; o += 64) _mm_prefetch(p + o, _MM_HINT_T0);
-        _mm_prefetch(p + bb - 1, _MM_HINT_T0);
-    }
-}
-
 /* qk_gemv8 for the types with groups of 32 (Q4_K, Q5_K, IQ4_XS): the scales decoded for 8
  * outputs at once, each unit's scale a broadcast load, msum lane-wise (madd of the min pairs with
  * the row's sums per 32) — no per-output scale work and no second reduction. */
@@ -211,7 +196,7 @@ QX_INLINE void qk_gemv8_g32(int type, int R, const uint8_t *const *rp, int64_t n
     for (int64_t b = 0; b < n_in / 256; b++) {
         int32_t scd[8][8];
         __m256i mp[4], ti[QX_GEMV_ROWS][4], pi[QX_GEMV_ROWS];
-        qk_prefetch8(rp, b, n_in / 256, bb);
+        qx_prefetch_rows(rp[0] + 8 * (size_t)(n_in / 256) * bb, 8 * (size_t)(n_in / 256) * bb, b, n_in / 256);
         if (sgn) {
             __m256i sp[8];
             qk_scales32x8(type, rp[0] + b * bb, idx, sp, NULL);
@@ -281,7 +266,7 @@ QX_INLINE void qk_gemv8(int type, int R, const uint8_t *const *rp, int64_t n_in,
     for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
     for (int64_t b = 0; b < n_in / 256; b++) {
         __m256i bs[QX_GEMV_ROWS], ti[QX_GEMV_ROWS][4], tm[QX_GEMV_ROWS][4], pi[QX_GEMV_ROWS], pm[QX_GEMV_ROWS];
-        qk_prefetch8(rp, b, n_in / 256, bb);
+        qx_prefetch_rows(rp[0] + 8 * (size_t)(n_in / 256) * bb, 8 * (size_t)(n_in / 256) * bb, b, n_in / 256);
         for (int r = 0; r < R; r++) bs[r] = _mm256_loadu_si256((const __m256i *)x[r * nxb + b].bsum);
 #pragma GCC unroll 8
         for (int j = 0; j < 8; j++) {
