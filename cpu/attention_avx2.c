@@ -247,12 +247,19 @@ static int direct_chunk(int bs)
 /* sc[0 .. nv) = scale · q · K[j] for the keys of one transposed f16 tile kt [hd][bs] (bs a
  * multiple of 16; keys past nv are computed from the tile's stale slots and not stored). Per 16
  * keys, two dimensions at a time: four FMA chains. */
-static inline void scores_f16(const float *q, const uint16_t *kt, int bs, int hd, int nv, float scale, float *sc)
+static inline __attribute__((always_inline)) void scores_f16(const float *q, const uint16_t *kt, int bs, int hd,
+                                                             int nv, float scale, float *sc, const char *pk,
+                                                             const char *pv, int lines)
 {
+    int it = 0;
     for (int jc = 0; jc < nv; jc += 16) {
         __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
         int d = 0;
-        for (; d + 2 <= hd; d += 2) {
+        for (; d + 2 <= hd; d += 2, it++) {
+            if (it < lines) {
+                if (pk) _mm_prefetch(pk + (size_t)it * 64, _MM_HINT_T0);
+                _mm_prefetch(pv + (size_t)it * 64, _MM_HINT_T1);
+            }
             const uint16_t *k = kt + (size_t)d * bs + jc;
             __m256 q0 = _mm256_broadcast_ss(q + d), q1 = _mm256_broadcast_ss(q + d + 1);
             a0 = _mm256_fmadd_ps(q0, _mm256_cvtph_ps(_mm_loadu_si128((const void *)k)), a0);
@@ -378,16 +385,21 @@ static inline __attribute__((always_inline)) void attn_decode_vec(const cpu__att
         int nch = n_ctx - j0 < ch ? n_ctx - j0 : ch;
         for (int jb = 0; jb < nch; jb += bs) {
             size_t at = ((size_t)a->bt[(j0 + jb) / bs] * a->n_kv_heads + h) * tb;
-            if (j0 + jb + bs < n_ctx) { /* the next K tile is elsewhere: start fetching it now */
-                size_t nx = ((size_t)a->bt[(j0 + jb) / bs + 1] * a->n_kv_heads + h) * tb;
-                for (size_t off = 0; off < tb; off += 64) _mm_prefetch((const char *)(kb + nx) + off, _MM_HINT_T0);
-            }
-            for (size_t off = 0; off < tb; off += 64) _mm_prefetch((const char *)(vb + at) + off, _MM_HINT_T1);
+            /* the next K tile is elsewhere, and this V tile is needed after the chunk's scores:
+             * ask for both now (f16: a line of each per step of the scores, so the requests
+             * trickle out instead of stalling the core on full line-fill buffers) */
+            const char *nk = j0 + jb + bs < n_ctx
+                                 ? (const char *)kb + ((size_t)a->bt[(j0 + jb) / bs + 1] * a->n_kv_heads + h) * tb
+                                 : NULL;
             int nv = nch - jb < bs ? nch - jb : bs;
-            if (i8)
+            if (i8) {
+                for (size_t off = 0; nk && off < tb; off += 64) _mm_prefetch(nk + off, _MM_HINT_T0);
+                for (size_t off = 0; off < tb; off += 64) _mm_prefetch((const char *)(vb + at) + off, _MM_HINT_T1);
                 scores_i8(a->q, (const int8_t *)(kb + at), (const uint16_t *)(kb + at + tile), bs, hd, nv, a->scale, sc + jb);
-            else
-                scores_f16(a->q, (const uint16_t *)(kb + at), bs, hd, nv, a->scale, sc + jb);
+            } else {
+                scores_f16(a->q, (const uint16_t *)(kb + at), bs, hd, nv, a->scale, sc + jb, nk,
+                           (const char *)(vb + at), (int)(tb / 64));
+            }
         }
         float corr = softmax_step(sc, lo - j0 > 0 ? lo - j0 : 0, nch, a->softcap, &mx, &l);
         for (int jb = 0; i8 && jb < nch; jb += bs) { /* fold each V row's scale into its probability */

@@ -218,18 +218,25 @@ static int direct_chunk(int bs)
 
 /* sc[0 .. nv) = scale · q · K[j] for the keys of one transposed f16 tile kt [hd][bs]. Four FMA
  * chains: with one query row the FMA latency, not throughput, is the limit. */
-static inline void scores_f16(const float *q, const uint16_t *kt, int bs, int hd, int nv, float scale,
-                              float *sc)
+static inline __attribute__((always_inline)) void scores_f16(const float *q, const uint16_t *kt, int bs, int hd,
+                                                             int nv, float scale, float *sc, const char *pk,
+                                                             const char *pv, int lines)
 {
+    int it = 0; /* two lines of each tile to prefetch per step (see attn_decode_vec) */
     for (int jc = 0; jc < nv; jc += 16) {
         __mmask16 m = mask16(nv - jc);
         __m512 a[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
         int d = 0;
-        for (; d + 4 <= hd; d += 4)
+        for (; d + 4 <= hd; d += 4, it += 2) {
+            for (int l = it; l < it + 2 && l < lines; l++) {
+                if (pk) _mm_prefetch(pk + (size_t)l * 64, _MM_HINT_T0);
+                _mm_prefetch(pv + (size_t)l * 64, _MM_HINT_T1);
+            }
 #pragma GCC unroll 4
             for (int u = 0; u < 4; u++)
                 a[u] = _mm512_fmadd_ps(_mm512_set1_ps(q[d + u]),
                                        _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, kt + (size_t)(d + u) * bs + jc)), a[u]);
+        }
         for (; d < hd; d++)
             a[0] = _mm512_fmadd_ps(_mm512_set1_ps(q[d]),
                                    _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, kt + (size_t)d * bs + jc)), a[0]);
@@ -287,14 +294,21 @@ static inline __attribute__((always_inline)) void attn_decode_vec(const cpu__att
         int nch = n_ctx - j0 < ch ? n_ctx - j0 : ch;
         for (int jb = 0; jb < nch; jb += bs) {
             size_t at = ((size_t)bt[(j0 + jb) / bs] * a->n_kv_heads + h) * tb;
-            if (j0 + jb + bs < n_ctx) { /* the next K tile is elsewhere: start fetching it now */
-                size_t nx = ((size_t)bt[(j0 + jb) / bs + 1] * a->n_kv_heads + h) * tb;
-                for (size_t off = 0; off < tb; off += 64) _mm_prefetch((const char *)(kb + nx) + off, _MM_HINT_T0);
-            }
-            for (size_t off = 0; off < tb; off += 64) _mm_prefetch((const char *)(vb + at) + off, _MM_HINT_T1);
+            /* the next K tile is elsewhere, and this V tile is needed after the chunk's scores:
+             * ask for both now (f16: two lines of each per step of the scores, so the requests
+             * trickle out instead of stalling the core on full line-fill buffers) */
+            const char *nk = j0 + jb + bs < n_ctx
+                                 ? (const char *)kb + ((size_t)bt[(j0 + jb) / bs + 1] * a->n_kv_heads + h) * tb
+                                 : NULL;
             int nv = nch - jb < bs ? nch - jb : bs;
-            if (i8) scores_i8(q, (const int8_t *)(kb + at), (const uint16_t *)(kb + at + tile), bs, hd, nv, scale, sc + jb);
-            else scores_f16(q, (const uint16_t *)(kb + at), bs, hd, nv, scale, sc + jb);
+            if (i8) {
+                for (size_t off = 0; nk && off < tb; off += 64) _mm_prefetch(nk + off, _MM_HINT_T0);
+                for (size_t off = 0; off < tb; off += 64) _mm_prefetch((const char *)(vb + at) + off, _MM_HINT_T1);
+                scores_i8(q, (const int8_t *)(kb + at), (const uint16_t *)(kb + at + tile), bs, hd, nv, scale, sc + jb);
+            } else {
+                scores_f16(q, (const uint16_t *)(kb + at), bs, hd, nv, scale, sc + jb, nk, (const char *)(vb + at),
+                           (int)(tb / 64));
+            }
         }
         float corr = softmax_step(sc, lo - j0 > 0 ? lo - j0 : 0, nch, a->softcap, &mx, &l);
         for (int jb = 0; i8 && jb < nch; jb += bs) { /* fold each V row's scale into its probability */
