@@ -68,8 +68,8 @@ static void prepack(const be_weight *w, void *dst)
 /* c[r][8 t .. 8 t + 8) (+)= rows r of the slice against tiles t < nt. q and d point at the
  * slice's first block (weights, scales) of tile 0; tile t is ldt bytes further. x points at
  * each row's first block of the slice (rows ldx blocks apart). Columns past ncols of the last
- * tile are not stored. */
-/* pf: lines to prefetch for what follows, pfl a block step, the first pfn of them. */
+ * tile are not stored. pf: lines to prefetch for what follows, pfl a block step, the first pfn
+ * of them. */
 static inline __attribute__((always_inline)) void ukernel(int mr, int nt, const uint8_t *q, const uint16_t *d,
                                                           size_t ldt, int nb, const cpu__q8x *x, int64_t ldx,
                                                           float *c, int64_t ldc, int ncols, int load_c,
