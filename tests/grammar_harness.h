@@ -15,22 +15,9 @@
 #include <unistd.h>
 
 #include "engine/grammar.h"
+#include "tests/test_util.h"
 
 #define GH_MAX_TOK 1024
-
-static inline uint64_t gh_rng(uint64_t *s)
-{
-    *s ^= *s << 13;
-    *s ^= *s >> 7;
-    *s ^= *s << 17;
-    return *s;
-}
-
-static inline uint64_t gh_seed(uint64_t fallback)
-{
-    const char *e = getenv("KVSERVE_TEST_SEED");
-    return e && *e ? strtoull(e, NULL, 0) : fallback;
-}
 
 typedef struct gh_voc {
     char *tok[GH_MAX_TOK];
@@ -68,9 +55,9 @@ static inline void gh_voc_make(gh_voc *tv, const char *alpha, const char *const 
             if ((unsigned char)*b >= 0x80) gh_voc_add(tv, b, 1);
     }
     for (int i = 0; i < n_random && tv->n < GH_MAX_TOK - 2; i++) {
-        int l = 2 + (int)(gh_rng(rng) % 4);
+        int l = 2 + (int)(tu_xorshift(rng) % 4);
         char b[8];
-        for (int k = 0; k < l; k++) b[k] = alpha[gh_rng(rng) % na];
+        for (int k = 0; k < l; k++) b[k] = alpha[tu_xorshift(rng) % na];
         gh_voc_add(tv, b, l);
     }
     tv->eog = tv->n;
@@ -108,15 +95,15 @@ static inline int gh_generate(gr_grammar *g, const gh_voc *tv, uint64_t *rng, in
         int n = gr_matcher_fill_mask(m, mask);
         cr_assert(n > 0, "dead end after '%s'", out);
         int t = -1;
-        if (gh_allowed(mask, tv->eog) && gh_rng(rng) % 2) t = tv->eog;
+        if (gh_allowed(mask, tv->eog) && tu_xorshift(rng) % 2) t = tv->eog;
         if (t < 0 && step >= soft_steps && closers) {
             int cand[GH_MAX_TOK], nc = 0;
             for (int k = 0; k < tv->n; k++)
                 if (gh_allowed(mask, k) && tv->tok[k] && strchr(closers, tv->tok[k][0])) cand[nc++] = k;
-            if (nc && gh_rng(rng) % 4) t = cand[gh_rng(rng) % (uint64_t)nc];
+            if (nc && tu_xorshift(rng) % 4) t = cand[tu_xorshift(rng) % (uint64_t)nc];
         }
         if (t < 0) {
-            int pick = (int)(gh_rng(rng) % (uint64_t)n);
+            int pick = (int)(tu_xorshift(rng) % (uint64_t)n);
             for (int k = 0; k < tv->n && t < 0; k++)
                 if (gh_allowed(mask, k) && pick-- == 0) t = k;
         }

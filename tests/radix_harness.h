@@ -1,7 +1,6 @@
 /*
  * radix_harness.h — what the radix prefix cache's randomised tests share (test_radix.c,
- * test_radix_tier.c): the sizes of their runs, a seeded xorshift generator (KVSERVE_TEST_SEED
- * overrides a test's seed), the blocks a simulated sequence holds, and the generator of token runs
+ * test_radix_tier.c): the sizes of their runs, the blocks a simulated sequence holds, and the generator of token runs
  * that often share a prefix with an earlier one.
  */
 #ifndef KVSERVE_TESTS_RADIX_HARNESS_H
@@ -11,26 +10,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tests/test_util.h"
+
 #define TRX_MAX_BLK 12 /* longest token run in blocks */
 #define TRX_MAX_BS 4
 #define TRX_MAX_TOK (TRX_MAX_BLK * TRX_MAX_BS + TRX_MAX_BS - 1)
 #define TRX_POOL 64
 #define TRX_SEQS 8
 #define TRX_HIST 16
-
-static inline uint64_t trx_rng(uint64_t *s)
-{
-    *s ^= *s << 13;
-    *s ^= *s >> 7;
-    *s ^= *s << 17;
-    return *s;
-}
-
-static inline uint64_t trx_seed(uint64_t fallback)
-{
-    const char *e = getenv("KVSERVE_TEST_SEED");
-    return e && *e ? strtoull(e, NULL, 0) : fallback;
-}
 
 typedef struct trx_seq {
     int n;
@@ -42,15 +29,15 @@ static inline int trx_gen(uint64_t *rng, int bs, int32_t hist[][TRX_MAX_TOK], in
                           int *n_hist, int32_t *out)
 {
     int max_len = TRX_MAX_BLK * bs + bs - 1;
-    int len = (int)(trx_rng(rng) % (uint64_t)(max_len + 1)), keep = 0;
-    if (*n_hist > 0 && trx_rng(rng) % 3 != 0) {
-        int h = (int)(trx_rng(rng) % (uint64_t)*n_hist);
-        keep = (int)(trx_rng(rng) % (uint64_t)(hist_len[h] + 1));
+    int len = (int)(tu_xorshift(rng) % (uint64_t)(max_len + 1)), keep = 0;
+    if (*n_hist > 0 && tu_xorshift(rng) % 3 != 0) {
+        int h = (int)(tu_xorshift(rng) % (uint64_t)*n_hist);
+        keep = (int)(tu_xorshift(rng) % (uint64_t)(hist_len[h] + 1));
         if (keep > len) len = keep;
         memcpy(out, hist[h], (size_t)keep * sizeof *out);
     }
-    for (int i = keep; i < len; i++) out[i] = (int32_t)(trx_rng(rng) % 3);
-    int slot = *n_hist < TRX_HIST ? (*n_hist)++ : (int)(trx_rng(rng) % TRX_HIST);
+    for (int i = keep; i < len; i++) out[i] = (int32_t)(tu_xorshift(rng) % 3);
+    int slot = *n_hist < TRX_HIST ? (*n_hist)++ : (int)(tu_xorshift(rng) % TRX_HIST);
     memcpy(hist[slot], out, (size_t)len * sizeof *out);
     hist_len[slot] = len;
     return len;

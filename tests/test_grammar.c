@@ -213,7 +213,7 @@ static void tg_walks(const char *src, const char *alpha, uint64_t seed, int walk
         for (int step = 0; step < max_steps; step++) {
             int n = tg_check_mask(m, &tv, mask, out);
             cr_assert(n > 0, "dead end after '%s'", out);
-            int pick = (int)(gh_rng(&rng) % (uint64_t)n), t = -1;
+            int pick = (int)(tu_xorshift(&rng) % (uint64_t)n), t = -1;
             for (int k = 0; k < tv.n; k++)
                 if ((mask[k >> 5] >> (k & 31)) & 1 && pick-- == 0) {
                     t = k;
@@ -246,16 +246,16 @@ static const char TG_JSON[] =
 
 Test(grammar, masks_match_oracle_json)
 {
-    tg_walks(TG_JSON, "{}[],:\" \n\t0123456789-.abeflnrstu\\", gh_seed(0x6a501), 12, 60);
+    tg_walks(TG_JSON, "{}[],:\" \n\t0123456789-.abeflnrstu\\", tu_seed(0x6a501), 12, 60);
 }
 
 Test(grammar, masks_match_oracle_recursive_and_regular)
 {
-    tg_walks("root ::= expr\nexpr ::= expr [+*] term | term\nterm ::= [0-9]{1,3} | \"(\" expr \")\"", "()+*0123456789", gh_seed(0x6a502), 12, 40);
-    tg_walks("root ::= [a-c]{2,4} (\"x\" | \"yz\")* \"\\u00e9\" [\\u20ac-\\u20ac]? \"!\"", "abcxyz!", gh_seed(0x6a503), 12, 30);
-    tg_walks("root ::= (\"a\" | \"ab\" | \"abc\")+ \"\\\"\" | \"\\U0001F600\"+", "abc\"", gh_seed(0x6a504), 12, 30);
+    tg_walks("root ::= expr\nexpr ::= expr [+*] term | term\nterm ::= [0-9]{1,3} | \"(\" expr \")\"", "()+*0123456789", tu_seed(0x6a502), 12, 40);
+    tg_walks("root ::= [a-c]{2,4} (\"x\" | \"yz\")* \"\\u00e9\" [\\u20ac-\\u20ac]? \"!\"", "abcxyz!", tu_seed(0x6a503), 12, 30);
+    tg_walks("root ::= (\"a\" | \"ab\" | \"abc\")+ \"\\\"\" | \"\\U0001F600\"+", "abc\"", tu_seed(0x6a504), 12, 30);
     /* a large part repeated many times becomes a called rule (not 400 copies) */
-    tg_walks("root ::= (\"<\" [a-c]{8} (\">\" | \"/>\")){0,400} \".\"", "<>/abc.", gh_seed(0x6a505), 12, 40);
+    tg_walks("root ::= (\"<\" [a-c]{8} (\">\" | \"/>\")){0,400} \".\"", "<>/abc.", tu_seed(0x6a505), 12, 40);
 }
 
 Test(grammar, masks_done_eog_and_dead_paths)
@@ -351,7 +351,7 @@ static int tg_verdict(const char *line, int k)
 
 Test(grammar, regex_outputs_fullmatch_in_python)
 {
-    uint64_t seed = gh_seed(0x7e9e), rng = seed;
+    uint64_t seed = tu_seed(0x7e9e), rng = seed;
     fprintf(stderr, "grammar/regex: seed %llu (replay with KVSERVE_TEST_SEED)\n", (unsigned long long)seed);
     static const char *const extra[] = {"a-1", "-9", "yzx", ".c", "com", "@a", "b.", "1.", "Ab", " B", "ab", NULL};
     gh_voc tv;
@@ -462,7 +462,7 @@ static void tg_real_walk(const char *name, const char *src, uint64_t seed)
             }
         }
         cr_assert_eq(n, count);
-        int pick = (int)(gh_rng(&rng) % (uint64_t)n), tk = -1;
+        int pick = (int)(tu_xorshift(&rng) % (uint64_t)n), tk = -1;
         for (int id = 0; id < nv && tk < 0; id++)
             if (gh_allowed(mask, id) && pick-- == 0) tk = id;
         cr_assert_eq(gr_matcher_accept(m, tk), 0);
@@ -481,10 +481,10 @@ static const char TG_TEXT[] = "root ::= \"\\\"\" [^\"\\\\\\x00-\\x1F]{0,40} \"\\
 
 Test(grammar, masks_on_real_spm_vocabulary)
 {
-    tg_real_walk("ggml-vocab-llama-spm.gguf", TG_TEXT, gh_seed(41));
+    tg_real_walk("ggml-vocab-llama-spm.gguf", TG_TEXT, tu_seed(41));
 }
 
 Test(grammar, masks_on_real_bpe_vocabulary)
 {
-    tg_real_walk("ggml-vocab-gpt-2.gguf", TG_TEXT, gh_seed(42));
+    tg_real_walk("ggml-vocab-gpt-2.gguf", TG_TEXT, tu_seed(42));
 }

@@ -162,13 +162,13 @@ static cJSON *ts_string_schema(uint64_t *r)
     cJSON_AddStringToObject(s, "type", "string");
     static const char *const pats[] = {"^[a-z]{2,4}$", "^\\d{3}-\\d{2}$", "ab", "^(yes|no)$", "^[A-Z][a-z]*\\.?$", "x\\d"};
     static const char *const fmts[] = {"date", "time", "date-time", "uuid", "email", "ipv4"};
-    switch (gh_rng(r) % 4) {
-    case 0: cJSON_AddStringToObject(s, "pattern", pats[gh_rng(r) % 6]); break;
-    case 1: cJSON_AddStringToObject(s, "format", fmts[gh_rng(r) % 6]); break;
+    switch (tu_xorshift(r) % 4) {
+    case 0: cJSON_AddStringToObject(s, "pattern", pats[tu_xorshift(r) % 6]); break;
+    case 1: cJSON_AddStringToObject(s, "format", fmts[tu_xorshift(r) % 6]); break;
     default: {
-        int mn = (int)(gh_rng(r) % 3);
-        if (gh_rng(r) % 2) cJSON_AddNumberToObject(s, "minLength", mn);
-        cJSON_AddNumberToObject(s, "maxLength", mn + (int)(gh_rng(r) % 6));
+        int mn = (int)(tu_xorshift(r) % 3);
+        if (tu_xorshift(r) % 2) cJSON_AddNumberToObject(s, "minLength", mn);
+        cJSON_AddNumberToObject(s, "maxLength", mn + (int)(tu_xorshift(r) % 6));
     }
     }
     return s;
@@ -177,12 +177,12 @@ static cJSON *ts_string_schema(uint64_t *r)
 static cJSON *ts_number_schema(uint64_t *r)
 {
     cJSON *s = cJSON_CreateObject();
-    int integer = (int)(gh_rng(r) % 2);
+    int integer = (int)(tu_xorshift(r) % 2);
     cJSON_AddStringToObject(s, "type", integer ? "integer" : "number");
-    int lo = (int)(gh_rng(r) % 2001) - 1000, span = (int)(gh_rng(r) % 500) + 2;
-    if (gh_rng(r) % 4) cJSON_AddNumberToObject(s, gh_rng(r) % 3 ? "minimum" : "exclusiveMinimum", lo);
-    if (gh_rng(r) % 4) cJSON_AddNumberToObject(s, gh_rng(r) % 3 ? "maximum" : "exclusiveMaximum", lo + span);
-    if (!integer && gh_rng(r) % 4 == 0) { /* a fractional bound */
+    int lo = (int)(tu_xorshift(r) % 2001) - 1000, span = (int)(tu_xorshift(r) % 500) + 2;
+    if (tu_xorshift(r) % 4) cJSON_AddNumberToObject(s, tu_xorshift(r) % 3 ? "minimum" : "exclusiveMinimum", lo);
+    if (tu_xorshift(r) % 4) cJSON_AddNumberToObject(s, tu_xorshift(r) % 3 ? "maximum" : "exclusiveMaximum", lo + span);
+    if (!integer && tu_xorshift(r) % 4 == 0) { /* a fractional bound */
         cJSON_DeleteItemFromObject(s, "minimum");
         cJSON_DeleteItemFromObject(s, "exclusiveMinimum");
         cJSON_AddNumberToObject(s, "minimum", lo + 0.25);
@@ -194,18 +194,18 @@ static cJSON *ts_object_schema(uint64_t *r, int depth, int *n_defs, cJSON *defs)
 {
     cJSON *s = cJSON_CreateObject(), *props = cJSON_CreateObject(), *req = cJSON_CreateArray();
     cJSON_AddStringToObject(s, "type", "object");
-    int k = 1 + (int)(gh_rng(r) % 4);
+    int k = 1 + (int)(tu_xorshift(r) % 4);
     int used = 0;
     for (int i = 0; i < k; i++) {
-        int ni = (int)(gh_rng(r) % 10);
+        int ni = (int)(tu_xorshift(r) % 10);
         if (used & (1 << ni)) continue;
         used |= 1 << ni;
         cJSON_AddItemToObject(props, TS_NAMES[ni], ts_schema(r, depth + 1, n_defs, defs));
-        if (gh_rng(r) % 2) cJSON_AddItemToArray(req, cJSON_CreateString(TS_NAMES[ni]));
+        if (tu_xorshift(r) % 2) cJSON_AddItemToArray(req, cJSON_CreateString(TS_NAMES[ni]));
     }
     cJSON_AddItemToObject(s, "properties", props);
     cJSON_AddItemToObject(s, "required", req);
-    switch (gh_rng(r) % 4) {
+    switch (tu_xorshift(r) % 4) {
     case 0: cJSON_AddFalseToObject(s, "additionalProperties"); break;
     case 1: {
         cJSON *a = cJSON_CreateObject();
@@ -224,30 +224,30 @@ static cJSON *ts_array_schema(uint64_t *r, int depth, int *n_defs, cJSON *defs)
 {
     cJSON *s = cJSON_CreateObject();
     cJSON_AddStringToObject(s, "type", "array");
-    int mn = (int)(gh_rng(r) % 3);
-    if (gh_rng(r) % 3 == 0) {
+    int mn = (int)(tu_xorshift(r) % 3);
+    if (tu_xorshift(r) % 3 == 0) {
         cJSON *p = cJSON_CreateArray();
-        int m = 1 + (int)(gh_rng(r) % 2);
+        int m = 1 + (int)(tu_xorshift(r) % 2);
         for (int i = 0; i < m; i++) cJSON_AddItemToArray(p, ts_schema(r, depth + 1, n_defs, defs));
         cJSON_AddItemToObject(s, "prefixItems", p);
-        if (gh_rng(r) % 2) cJSON_AddFalseToObject(s, "items"), mn = mn > m ? m : mn;
+        if (tu_xorshift(r) % 2) cJSON_AddFalseToObject(s, "items"), mn = mn > m ? m : mn;
         else cJSON_AddItemToObject(s, "items", ts_schema(r, depth + 1, n_defs, defs));
     } else {
         cJSON_AddItemToObject(s, "items", ts_schema(r, depth + 1, n_defs, defs));
     }
     cJSON_AddNumberToObject(s, "minItems", mn);
-    cJSON_AddNumberToObject(s, "maxItems", mn + (int)(gh_rng(r) % 3));
+    cJSON_AddNumberToObject(s, "maxItems", mn + (int)(tu_xorshift(r) % 3));
     return s;
 }
 
 static cJSON *ts_schema(uint64_t *r, int depth, int *n_defs, cJSON *defs)
 {
-    int pick = (int)(gh_rng(r) % (depth >= 3 ? 6 : 11));
+    int pick = (int)(tu_xorshift(r) % (depth >= 3 ? 6 : 11));
     cJSON *s;
     switch (pick) {
     case 0: return ts_string_schema(r);
     case 1: return ts_number_schema(r);
-    case 2: s = cJSON_CreateObject(); cJSON_AddStringToObject(s, "type", gh_rng(r) % 2 ? "boolean" : "null"); return s;
+    case 2: s = cJSON_CreateObject(); cJSON_AddStringToObject(s, "type", tu_xorshift(r) % 2 ? "boolean" : "null"); return s;
     case 3: {
         s = cJSON_CreateObject();
         cJSON *e = cJSON_CreateArray();
@@ -269,7 +269,7 @@ static cJSON *ts_schema(uint64_t *r, int depth, int *n_defs, cJSON *defs)
         cJSON *b = cJSON_CreateObject();
         cJSON_AddStringToObject(b, "type", "null");
         cJSON_AddItemToArray(l, b);
-        cJSON_AddItemToObject(s, gh_rng(r) % 2 ? "anyOf" : "oneOf", l);
+        cJSON_AddItemToObject(s, tu_xorshift(r) % 2 ? "anyOf" : "oneOf", l);
         return s;
     }
     default: { /* a definition used through $ref */
@@ -289,7 +289,7 @@ static const char *const TS_EXTRA[] = {"{\"", "\":", "\": ", "\", \"", "},", "\"
 
 Test(oai_schema, random_schemas_validate_in_python)
 {
-    uint64_t seed = gh_seed(0x5c4e3a), r = seed;
+    uint64_t seed = tu_seed(0x5c4e3a), r = seed;
     fprintf(stderr, "oai_schema/random: seed %llu (replay with KVSERVE_TEST_SEED)\n", (unsigned long long)seed);
     gh_voc tv;
     gh_voc_make(&tv, "{}[],:\" \n\t0123456789-.+eEabcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ@_%\\/T", TS_EXTRA, &r, 200);

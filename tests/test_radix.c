@@ -307,7 +307,7 @@ static void trx_request(trx_model *m, rdx_tree *t, block_pool *bp, uint64_t *rng
     int n_blk = len / m->bs, k = 0, max_blocks = n_blk;
     int32_t want[TRX_MAX_BLK], got[TRX_MAX_BLK + 1];
     if (use_match) {
-        if (trx_rng(rng) % 4 == 0) max_blocks = (int)(trx_rng(rng) % (uint64_t)(n_blk + 1));
+        if (tu_xorshift(rng) % 4 == 0) max_blocks = (int)(tu_xorshift(rng) % (uint64_t)(n_blk + 1));
         got[max_blocks] = -7; /* must stay unwritten */
         k = trx_model_match(m, tok, len, max_blocks, want);
         cr_assert_eq(rdx_match(t, tok, len, got, max_blocks), k * m->bs);
@@ -328,7 +328,7 @@ static void trx_request(trx_model *m, rdx_tree *t, block_pool *bp, uint64_t *rng
     }
     s->n = k;
     memcpy(s->ids, got, (size_t)k * sizeof *got);
-    if (trx_rng(rng) % 4 == 0) return; /* a match only (e.g. a request that is then cancelled) */
+    if (tu_xorshift(rng) % 4 == 0) return; /* a match only (e.g. a request that is then cancelled) */
     int need = n_blk - k;
     if (bp_num_free(bp) < need) trx_evict(m, t, need - bp_num_free(bp));
     if (bp_num_free(bp) < need) return;
@@ -357,18 +357,18 @@ static void trx_random_run(int bs, uint64_t seed, int n_ops)
     int n_seqs = 0;
     int32_t tok[TRX_MAX_TOK];
     for (int op = 0; op < n_ops; op++) {
-        int r = (int)(trx_rng(&rng) % 10);
+        int r = (int)(tu_xorshift(&rng) % 10);
         if (r < 6) {
             if (n_seqs == TRX_SEQS)
-                trx_release(&m, bp, seqs, &n_seqs, (int)(trx_rng(&rng) % TRX_SEQS));
+                trx_release(&m, bp, seqs, &n_seqs, (int)(tu_xorshift(&rng) % TRX_SEQS));
             int len = trx_gen(&rng, bs, hist, hist_len, &n_hist, tok);
             /* r == 0: the prefix was computed concurrently, without a match: duplicates. */
             trx_request(&m, t, bp, &rng, tok, len, &seqs[n_seqs++], r != 0);
         } else if (r < 8) {
             if (n_seqs > 0)
-                trx_release(&m, bp, seqs, &n_seqs, (int)(trx_rng(&rng) % (uint64_t)n_seqs));
+                trx_release(&m, bp, seqs, &n_seqs, (int)(tu_xorshift(&rng) % (uint64_t)n_seqs));
         } else {
-            trx_evict(&m, t, 1 + (int)(trx_rng(&rng) % 8));
+            trx_evict(&m, t, 1 + (int)(tu_xorshift(&rng) % 8));
         }
         trx_compare(&m, t, bp);
     }
@@ -387,17 +387,17 @@ static void trx_random_run(int bs, uint64_t seed, int n_ops)
 
 Test(radix, random_vs_model_bs1)
 {
-    trx_random_run(1, trx_seed(0x5eed0001), 6000);
+    trx_random_run(1, tu_seed(0x5eed0001), 6000);
 }
 
 Test(radix, random_vs_model_bs2)
 {
-    trx_random_run(2, trx_seed(0x5eed0002), 6000);
+    trx_random_run(2, tu_seed(0x5eed0002), 6000);
 }
 
 Test(radix, random_vs_model_bs4)
 {
-    trx_random_run(4, trx_seed(0x5eed0004), 6000);
+    trx_random_run(4, tu_seed(0x5eed0004), 6000);
 }
 
 /* ---- hooks: a companion per indexed block, freed with it ---------------------------------- */
@@ -451,7 +451,7 @@ static void trh_compare(const trh_owner *o, const rdx_tree *t, int n_held2)
  * rdx_evict_until stops once the goal is met or nothing more can go. */
 Test(radix, hooks_keep_companions_in_step)
 {
-    uint64_t seed = trx_seed(0x40c5ull), rng = seed;
+    uint64_t seed = tu_seed(0x40c5ull), rng = seed;
     printf("radix/hooks: seed %llu (replay with KVSERVE_TEST_SEED)\n", (unsigned long long)seed);
     int bs = 2;
     block_pool *bp = bp_create(TRX_POOL);
@@ -465,7 +465,7 @@ Test(radix, hooks_keep_companions_in_step)
     int32_t hist[TRX_HIST][TRX_MAX_TOK], hist_len[TRX_HIST], n_hist = 0, tok[TRX_MAX_TOK];
     for (int op = 0; op < 3000; op++) {
         int len = trx_gen(&rng, bs, hist, hist_len, &n_hist, tok), nb = len / bs;
-        uint64_t r = trx_rng(&rng) % 10;
+        uint64_t r = tu_xorshift(&rng) % 10;
         if (r < 5 && n_users < TRX_SEQS) { /* a request: match, compute the rest, insert */
             int32_t *a = u0[n_users], *c = u2[n_users];
             int k = rdx_match(t, tok, len, a, nb) / bs;
@@ -488,7 +488,7 @@ Test(radix, hooks_keep_companions_in_step)
             un[n_users++] = nb;
             n_held2 += nb;
         } else if (r < 8 && n_users > 0) { /* a request ends */
-            int i = (int)(trx_rng(&rng) % (uint64_t)n_users);
+            int i = (int)(tu_xorshift(&rng) % (uint64_t)n_users);
             trx_unref_all(bp, u0[i], un[i]);
             trx_unref_all(o.pool2, u2[i], un[i]);
             n_held2 -= un[i];
@@ -497,8 +497,8 @@ Test(radix, hooks_keep_companions_in_step)
             memmove(u2[i], u2[n_users], sizeof u2[i]);
             un[i] = un[n_users];
         } else { /* pressure on the second pool */
-            int32_t want = (int32_t)(trx_rng(&rng) % TRX_POOL);
-            int forced = (int)(trx_rng(&rng) & 1);
+            int32_t want = (int32_t)(tu_xorshift(&rng) % TRX_POOL);
+            int forced = (int)(tu_xorshift(&rng) & 1);
             int32_t before = bp_num_free(o.pool2);
             rdx_evict_until(t, o.pool2, want, forced);
             if (!forced && before < want && bp_num_free(o.pool2) >= want) /* one companion per block: no overshoot */

@@ -266,11 +266,11 @@ static void trt_request(trt_model *m, rdx_tree *t, block_pool *bp, uint64_t *rng
         cr_assert_eq(nt, trt_match_tiered(m, tok, len, k, km), "tiered continuation after %d blocks", k);
         for (int i = 0; i < nt; i++) cr_assert(hash_key_eq(kt[i], km[i]), "tiered key %d", i);
         trt_compare(m, t, bp);
-        if (nt && trx_rng(rng) % 2) n_blk = k + nt; /* load back only the tiered part */
+        if (nt && tu_xorshift(rng) % 2) n_blk = k + nt; /* load back only the tiered part */
     }
     s->n = k;
     memcpy(s->ids, got, (size_t)k * sizeof *got);
-    if (trx_rng(rng) % 5 == 0) return;
+    if (tu_xorshift(rng) % 5 == 0) return;
     int need = n_blk - k;
     if (bp_num_free(bp) < need) trt_evict(m, t, need - bp_num_free(bp));
     if (bp_num_free(bp) < need) return;
@@ -311,19 +311,19 @@ static void trt_random_run(int bs, uint64_t seed, int n_ops)
     int n_seqs = 0, loads = 0, cuts = 0;
     int32_t tok[TRX_MAX_TOK];
     for (int op = 0; op < n_ops; op++) {
-        int r = (int)(trx_rng(&rng) % 12);
+        int r = (int)(tu_xorshift(&rng) % 12);
         int tiered_before = rdx_n_tiered(t);
         if (r < 6) {
-            if (n_seqs == TRX_SEQS) trt_release(&m, bp, seqs, &n_seqs, (int)(trx_rng(&rng) % TRX_SEQS));
+            if (n_seqs == TRX_SEQS) trt_release(&m, bp, seqs, &n_seqs, (int)(tu_xorshift(&rng) % TRX_SEQS));
             int len = trx_gen(&rng, bs, hist, hist_len, &n_hist, tok);
             trt_request(&m, t, bp, &rng, tok, len, &seqs[n_seqs++], r != 0);
             loads += rdx_n_tiered(t) < tiered_before;
         } else if (r < 8) {
-            if (n_seqs > 0) trt_release(&m, bp, seqs, &n_seqs, (int)(trx_rng(&rng) % (uint64_t)n_seqs));
+            if (n_seqs > 0) trt_release(&m, bp, seqs, &n_seqs, (int)(tu_xorshift(&rng) % (uint64_t)n_seqs));
         } else if (r < 10) {
-            trt_evict(&m, t, 1 + (int)(trx_rng(&rng) % 8));
+            trt_evict(&m, t, 1 + (int)(tu_xorshift(&rng) % 8));
         } else if (r == 10 && m.n_tier > 0) { /* the tier drops a key (its own LRU) */
-            int victim = (int)(trx_rng(&rng) % (uint64_t)m.n_tier);
+            int victim = (int)(tu_xorshift(&rng) % (uint64_t)m.n_tier);
             m.tier[victim] = m.tier[--m.n_tier];
         } else {
             int n = rdx_prune_tiered(t), before = 0, after = 0;
@@ -349,15 +349,15 @@ static void trt_random_run(int bs, uint64_t seed, int n_ops)
 
 Test(radix, tiered_vs_model_bs1)
 {
-    trt_random_run(1, trx_seed(0x7ee70001), 2500);
+    trt_random_run(1, tu_seed(0x7ee70001), 2500);
 }
 
 Test(radix, tiered_vs_model_bs2)
 {
-    trt_random_run(2, trx_seed(0x7ee70002), 2500);
+    trt_random_run(2, tu_seed(0x7ee70002), 2500);
 }
 
 Test(radix, tiered_vs_model_bs4)
 {
-    trt_random_run(4, trx_seed(0x7ee70004), 2500);
+    trt_random_run(4, tu_seed(0x7ee70004), 2500);
 }

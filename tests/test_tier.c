@@ -33,12 +33,6 @@
 #define TT_KEYS 40
 #define TT_QUEUE 4096
 
-static uint64_t tt_seed(uint64_t fallback)
-{
-    const char *e = getenv("KVSERVE_TEST_SEED");
-    return e && *e ? strtoull(e, NULL, 0) : fallback;
-}
-
 static uint64_t tt_next(uint64_t *s)
 {
     uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
@@ -312,19 +306,19 @@ static void tt_random_run(int deferred, int host_blocks, int disk_blocks, uint64
 
 Test(tier, host_tier_against_model)
 {
-    tt_random_run(0, 5, 0, tt_seed(11), 400);
-    tt_random_run(1, 5, 0, tt_seed(12), 400);
+    tt_random_run(0, 5, 0, tu_seed(11), 400);
+    tt_random_run(1, 5, 0, tu_seed(12), 400);
 }
 
 Test(tier, both_tiers_against_model_and_restart)
 {
-    tt_random_run(0, 3, 9, tt_seed(21), 300);
-    tt_random_run(1, 3, 9, tt_seed(22), 300);
+    tt_random_run(0, 3, 9, tu_seed(21), 300);
+    tt_random_run(1, 3, 9, tu_seed(22), 300);
 }
 
 Test(tier, disk_tier_alone_against_model_and_restart)
 {
-    tt_random_run(0, 0, 7, tt_seed(31), 300);
+    tt_random_run(0, 0, 7, tu_seed(31), 300);
 }
 
 /* ---- files ------------------------------------------------------------------------------------ */

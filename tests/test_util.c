@@ -26,6 +26,20 @@ const char *tu_shared_dir(void)
     return s && *s ? s : "../shared";
 }
 
+uint64_t tu_xorshift(uint64_t *s)
+{
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+
+uint64_t tu_seed(uint64_t fallback)
+{
+    const char *e = getenv("KVSERVE_TEST_SEED");
+    return e && *e ? strtoull(e, NULL, 0) : fallback;
+}
+
 char *tu_read_file(const char *path, size_t *len)
 {
     FILE *fp = fopen(path, "rb");

@@ -34,6 +34,13 @@ void tu_rm_rf(const char *path);
  * TMPDIR is unset) and puts its path in path[0 .. n). Fails the calling test on any error. */
 void tu_write_mkmodel(const mkm_params *p, const char *tag, char *path, size_t n);
 
+/* The next value of the xorshift64 generator at *s (nonzero state), the randomised tests' own. */
+uint64_t tu_xorshift(uint64_t *s);
+
+/* A randomised test's seed: $KVSERVE_TEST_SEED when set and non-empty (any strtoull base), else
+ * fallback. Tests print the seed they use so that a failure can be replayed. */
+uint64_t tu_seed(uint64_t fallback);
+
 /* Fills n_blocks blocks of a quantised type at dst with random bytes from *rng (splitmix64),
  * then sets every f16 field (scales, mins) to a random finite value of magnitude in
  * [2^-12, 2^-4] and either sign, so that values are finite and of sizes weights have. Every
