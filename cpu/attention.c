@@ -165,6 +165,8 @@ static void store_kv_quant(const kv_geom *g, uint8_t *kt, uint8_t *vt, int off, 
 /* Where KV entry `off` of a block lives: K tiles are [head_dim][block_size] (element (off, d) at
  * d * block_size + off), V tiles [block_size][head_dim]; a quantised tile's block_size f16
  * scales follow its codes. */
+#define KROW 256 /* elements of a K row converted at a time */
+
 void cpu__store_kv(cpu__backend *c, int layer, const float *k, const float *v)
 {
     const kv_geom *g = &c->kv;
@@ -191,11 +193,16 @@ void cpu__store_kv(cpu__backend *c, int layer, const float *k, const float *v)
             size_t at = ((size_t)blk * g->n_kv_heads + h) * tile;
             const float *kr = k + (size_t)i * kv_dim + (size_t)h * hd;
             char *kt = kb + at * eb;
-            for (int d = 0; d < hd; d++) {
-                size_t e = (size_t)d * bs + off;
-                if (g->dtype == KV_F32) ((float *)kt)[e] = kr[d];
-                else if (g->dtype == KV_F16) ((uint16_t *)kt)[e] = dt_f32_to_f16(kr[d]);
-                else ((uint16_t *)kt)[e] = dt_f32_to_bf16(kr[d]);
+            /* K is stored transposed: convert the row with the level's kernel, then scatter */
+            for (int d0 = 0; d0 < hd; d0 += KROW) {
+                int n = hd - d0 < KROW ? hd - d0 : KROW;
+                uint32_t row[KROW];
+                c->k.f32_to_kv(g->dtype, kr + d0, row, n);
+                size_t e = (size_t)d0 * bs + off;
+                if (eb == 4)
+                    for (int d = 0; d < n; d++) ((uint32_t *)kt)[e + (size_t)d * bs] = row[d];
+                else
+                    for (int d = 0; d < n; d++) ((uint16_t *)kt)[e + (size_t)d * bs] = ((const uint16_t *)row)[d];
             }
             c->k.f32_to_kv(g->dtype, v + (size_t)i * kv_dim + (size_t)h * hd,
                       vb + (at + (size_t)off * hd) * eb, hd);
