@@ -59,6 +59,7 @@ static void cpu_destroy(backend *be)
     free(c->tiles.p);
     free(c->tok_seq);
     free(c->tok_kvpos);
+    free(c->rope.tab.p);
     for (int k = 0; k < KV_MAX_GROUPS; k++) free(c->kv_mem[k]);
     free(c);
 }
@@ -329,6 +330,7 @@ static int cpu_begin(backend *be, const be_batch *b)
         c->tok_cap = cap;
     }
     c->step = *b;
+    c->step_gen++;
     for (int s = 0; s < b->n_seqs; s++)
         for (int i = b->q_start[s]; i < b->q_start[s + 1]; i++) c->tok_seq[i] = s;
     c->group = -1;

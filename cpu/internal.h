@@ -261,6 +261,9 @@ struct cpu__chunk {
 
 /* The step as the kernels index it: the batch with the KV view of one layer group spelled out
  * (the group of the layer being computed; cpu__select_group switches it). */
+/* Rotary pairs per head the CPU backend handles (head_dim ≤ 1024). */
+#define CPU__ROPE_MAX_PAIRS 512
+
 typedef struct cpu__batch {
     int32_t n_tokens;
     const int32_t *tokens, *positions;
@@ -304,6 +307,18 @@ struct cpu__backend {
     int64_t attn_n_tiles;                   /* units in that plan */
     cpu__chunk *chunks;                     /* packed weight copies (cpu_backend.c), newest first */
     cpu__kern k;                            /* the kernels of this backend's level */
+
+    /* The rotations of this step's tokens (ops.c): [n_tokens][half] cos then sin for the
+     * frequencies in inv_freq and the scale ms, made by the first rope of the step that uses
+     * them and reused by every other (Q and K, every layer with the same frequencies). */
+    struct {
+        uint64_t step;    /* step_gen when made; 0: none */
+        int half;
+        float ms;
+        double inv_freq[CPU__ROPE_MAX_PAIRS];
+        cpu__scratch tab;
+    } rope;
+    uint64_t step_gen; /* bumped by every begin */
 };
 
 

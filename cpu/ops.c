@@ -9,6 +9,7 @@
  * long positions keep their accuracy. The row kernels that depend on the SIMD level (sum of
  * squares, silu_mul) come from the backend's table; their scalar references are here.
  */
+#include <errno.h>
 #include <math.h>
 #include <string.h>
 
@@ -84,25 +85,28 @@ void cpu__rmsnorm(cpu__backend *c, const float *x, const be_weight *w, float eps
 
 /* ---- rope ---------------------------------------------------------------------------------- */
 
-#define ROPE_MAX_PAIRS 512
-
 typedef struct rope_task {
     cpu__backend *c;
     float *x;
     const float *src;       /* rope_shift: rows copied from here first, then rotated by −shift */
     const be_rope *r;
-    const double *inv_freq; /* [rope_dims / 2] */
+    const double *inv_freq; /* [half] */
+    int half;               /* rotated pairs per head: rope_dims / 2 */
+    float ms;
 } rope_task;
 
-static void rope_token(float *x, const be_rope *r, const double *inv_freq, int32_t pos, float ms)
+/* The rotation of position pos: cs[i], sn[i] for each pair i < half. */
+static void rope_angles(const double *inv_freq, int half, int32_t pos, float ms, float *cs, float *sn)
 {
-    int half = r->rope_dims / 2;
-    float cs[ROPE_MAX_PAIRS], sn[ROPE_MAX_PAIRS];
     for (int i = 0; i < half; i++) {
         double a = (double)pos * inv_freq[i];
         cs[i] = (float)cos(a) * ms;
         sn[i] = (float)sin(a) * ms;
     }
+}
+
+static void rope_token(float *x, const be_rope *r, int half, const float *cs, const float *sn)
+{
     for (int h = 0; h < r->n_heads; h++) {
         float *hx = x + (size_t)h * r->head_dim;
         for (int i = 0; i < half; i++) {
@@ -114,30 +118,67 @@ static void rope_token(float *x, const be_rope *r, const double *inv_freq, int32
     }
 }
 
+static void angles_run(void *v, int64_t lo, int64_t hi, int ith)
+{
+    rope_task *t = v;
+    int half = t->half;
+    float *tab = t->c->rope.tab.p;
+    for (int64_t i = lo; i < hi; i++)
+        rope_angles(t->inv_freq, half, t->c->batch.positions[i], t->ms, tab + i * 2 * half, tab + i * 2 * half + half);
+}
+
 static void rope_run(void *v, int64_t lo, int64_t hi, int ith)
 {
     rope_task *t = v;
     const cpu__batch *b = &t->c->batch;
     int64_t row = (int64_t)t->r->n_heads * t->r->head_dim;
+    int half = t->half;
+    const float *tab = t->c->rope.tab.p;
     for (int64_t i = lo; i < hi; i++) {
         if (!t->src) {
-            rope_token(t->x + i * row, t->r, t->inv_freq, b->positions[i], be_rope_mscale(t->r));
+            rope_token(t->x + i * row, t->r, half, tab + i * 2 * half, tab + i * 2 * half + half);
             continue;
         }
         memcpy(t->x + i * row, t->src + i * row, (size_t)row * sizeof(float));
         int32_t shift = b->sinks ? b->sink_shift[t->c->tok_seq[i]] : 0;
-        if (shift) rope_token(t->x + i * row, t->r, t->inv_freq, -shift, 1.0f); /* a pure rotation */
+        if (shift) { /* a pure rotation */
+            float cs[CPU__ROPE_MAX_PAIRS], sn[CPU__ROPE_MAX_PAIRS];
+            rope_angles(t->inv_freq, half, -shift, 1.0f, cs, sn);
+            rope_token(t->x + i * row, t->r, half, cs, sn);
+        }
     }
+}
+
+/* Makes c->rope hold this step's rotations for inv_freq and ms unless it already does. 0 or
+ * -ENOMEM. */
+static int rope_table(cpu__backend *c, rope_task *t, int half)
+{
+    if (c->rope.step && c->rope.step == c->step_gen && c->rope.half == half && c->rope.ms == t->ms &&
+        !memcmp(c->rope.inv_freq, t->inv_freq, (size_t)half * sizeof(double)))
+        return 0;
+    int64_t n = c->batch.n_tokens;
+    c->rope.step = 0;
+    if (cpu__scratch_reserve(&c->rope.tab, (size_t)(n > 0 ? n : 1) * 2 * half * sizeof(float))) return -ENOMEM;
+    cpu__pool_for(c->pool, n, 1 + 4096 / (half > 0 ? half : 1), angles_run, t);
+    c->rope.step = c->step_gen;
+    c->rope.half = half;
+    c->rope.ms = t->ms;
+    memcpy(c->rope.inv_freq, t->inv_freq, (size_t)half * sizeof(double));
+    return 0;
 }
 
 static void rope_go(cpu__backend *c, float *x, const float *src, const be_rope *r)
 {
-    double inv_freq[ROPE_MAX_PAIRS];
+    double inv_freq[CPU__ROPE_MAX_PAIRS];
     int half = r->rope_dims / 2;
-    if (half > ROPE_MAX_PAIRS) half = ROPE_MAX_PAIRS; /* head_dim > 1024 is not a real model */
+    if (half > CPU__ROPE_MAX_PAIRS) half = CPU__ROPE_MAX_PAIRS; /* head_dim > 1024 is not a real model */
     const float *ff = r->freq_factors ? r->freq_factors->data : NULL;
     for (int i = 0; i < half; i++) inv_freq[i] = be_rope_freq(r, i, ff ? ff[i] : 1.0f);
-    rope_task t = {c, x, src, r, inv_freq};
+    rope_task t = {c, x, src, r, inv_freq, half, be_rope_mscale(r)};
+    if (!src && rope_table(c, &t, half)) {
+        for (int64_t i = 0; i < (int64_t)c->batch.n_tokens * r->n_heads * r->head_dim; i++) x[i] = NAN;
+        return;
+    }
     cpu__pool_for(c->pool, c->batch.n_tokens, rows_per_chunk((int64_t)r->n_heads * r->head_dim) / 4 + 1,
                   rope_run, &t);
 }
