@@ -271,5 +271,6 @@ void cpu__gemm_q8_fill_vnni(cpu__kern *k)
     k->mm[DT_Q8_0].dot = dot_q8;
     k->mm[DT_Q8_0].dot_isa = CPU_ISA_AVX512;
     k->mm[DT_Q8_0].packed = (cpu__mm_packed){.isa = CPU_ISA_AVX512, .bytes = packed_bytes, .pack = prepack,
-                                             .align = packed_align, .scratch = NULL, .run = prepacked_run};
+                                             .align = packed_align, .scratch = NULL, .run = prepacked_run,
+                                             .xsum = 1};
 }

@@ -109,7 +109,8 @@ typedef struct cpu__mm_task {
     const float *bias;   /* [n_out] or NULL */
     float *out;          /* [n_rows][n_out] */
     const cpu__q8x *xq;  /* CPU__ACT_Q8_0: quantised activations [n_rows][n_in / 32] */
-    const int32_t *xsum; /* CPU__ACT_Q8_0: -128 × Σ q of each block of xq, [n_rows][n_in / 32] */
+    const int32_t *xsum; /* CPU__ACT_Q8_0 for packed kernels with xsum set: -128 × Σ q of each
+                          * block of xq, [n_rows][n_in / 32] (else NULL) */
     const cpu__q8s *xs;  /* CPU__ACT_Q8S: quantised activations [n_rows][n_in / 32] */
     const cpu__q8k *xk;  /* CPU__ACT_Q8K: quantised activations [n_rows][n_in / 256] */
     int64_t n_units;     /* units of work */
@@ -124,7 +125,7 @@ typedef struct cpu__mm_task {
 /* What matmul.c converts the activations x into before calling a weight type's kernels. */
 enum cpu__act {
     CPU__ACT_F32 = 0,  /* x itself, f32 [n_rows][n_in] */
-    CPU__ACT_Q8_0 = 1, /* t->xq and t->xsum: blocks of 32 int8 with an f32 scale (cpu__q8x) */
+    CPU__ACT_Q8_0 = 1, /* t->xq (and t->xsum): blocks of 32 int8 with an f32 scale (cpu__q8x) */
     CPU__ACT_Q8S = 2,  /* t->xs: the same blocks with their sums (cpu__q8s; quant.h) */
     CPU__ACT_Q8K = 3,  /* t->xk: blocks of 256 int8 with one f32 scale and int16 sums (cpu__q8k) */
 };
@@ -137,6 +138,7 @@ typedef struct cpu__mm_packed {
     int (*align)(int n_rows);                     /* outputs per unit must be a multiple of this */
     size_t (*scratch)(const be_weight *w, int n_rows); /* per-thread scratch bytes (NULL: none) */
     cpu__range_fn run;                            /* parallel-for body over cpu__mm_task units */
+    int xsum;                                     /* run reads t->xsum (CPU__ACT_Q8_0) */
 } cpu__mm_packed;
 
 /* A GEMM over the file's layout (no packed copy) worth it from min_rows activation rows on. */

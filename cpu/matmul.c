@@ -184,7 +184,7 @@ typedef struct quant_task {
     const float *x;
     int64_t n_in;
     q8x *xq;
-    int32_t *xsum; /* [n_rows][n_in / 32]: -128 × Σ q per block (offset GEMMs use it) */
+    int32_t *xsum; /* [n_rows][n_in / 32]: -128 × Σ q per block (offset GEMMs use it), or NULL */
 } quant_task;
 
 static void quant_run(void *v, int64_t lo, int64_t hi, int ith)
@@ -193,7 +193,7 @@ static void quant_run(void *v, int64_t lo, int64_t hi, int ith)
     int64_t nb = t->n_in / 32;
     for (int64_t r = lo; r < hi; r++) {
         t->k->quantise_q8(t->x + r * t->n_in, t->xq + r * nb, t->n_in);
-        for (int64_t b = 0; b < nb; b++) {
+        for (int64_t b = 0; t->xsum && b < nb; b++) {
             int32_t s = 0;
             for (int i = 0; i < 32; i++) s += t->xq[r * nb + b].q[i];
             t->xsum[r * nb + b] = -128 * s;
@@ -235,8 +235,9 @@ static void for_rows(cpu__backend *c, int n_rows, int64_t n_in, int small, cpu__
     else cpu__pool_for(c->pool, n_rows, 1 + 32768 / n_in, fn, arg);
 }
 
-/* Converts x into t's activation format (in c->shared). 0 or -ENOMEM. */
-static int convert_activations(cpu__backend *c, mm_task *t, int act, int small)
+/* Converts x into t's activation format (in c->shared), with the block sums too when xsum. 0
+ * or -ENOMEM. */
+static int convert_activations(cpu__backend *c, mm_task *t, int act, int xsum, int small)
 {
     int64_t n_in = t->w->n_in;
     if (act == CPU__ACT_Q8K || act == CPU__ACT_Q8S) {
@@ -252,8 +253,8 @@ static int convert_activations(cpu__backend *c, mm_task *t, int act, int small)
     if (act != CPU__ACT_Q8_0) return 0;
     size_t nbk = (size_t)t->n_rows * (size_t)(n_in / 32);
     size_t qbytes = (nbk * sizeof(q8x) + 63) & ~(size_t)63;
-    if (cpu__scratch_reserve(&c->shared, qbytes + nbk * sizeof(int32_t))) return -1;
-    quant_task qt = {&c->k, t->x, n_in, c->shared.p, (int32_t *)((char *)c->shared.p + qbytes)};
+    if (cpu__scratch_reserve(&c->shared, qbytes + (xsum ? nbk * sizeof(int32_t) : 0))) return -1;
+    quant_task qt = {&c->k, t->x, n_in, c->shared.p, xsum ? (int32_t *)((char *)c->shared.p + qbytes) : NULL};
     for_rows(c, t->n_rows, n_in, small, quant_run, &qt);
     t->xq = qt.xq;
     t->xsum = qt.xsum;
@@ -284,7 +285,9 @@ void cpu__matmul(cpu__backend *c, const float *x, int n_rows, const be_weight *w
     cpu__range_fn run = dots_run;
     int64_t align = 16;
     size_t scratch = 0;
+    int xsum = 0;
     if (w->extra) {
+        xsum = mk->packed.xsum;
         run = mk->packed.run;
         align = mk->packed.align(n_rows);
         scratch = mk->packed.scratch ? mk->packed.scratch(w, n_rows) : 0;
@@ -295,7 +298,7 @@ void cpu__matmul(cpu__backend *c, const float *x, int n_rows, const be_weight *w
     } else if (small) {
         align = w->n_out; /* one unit */
     }
-    if (convert_activations(c, &t, mk->act, small)) goto oom;
+    if (convert_activations(c, &t, mk->act, xsum, small)) goto oom;
     for (int i = 0; i < (small ? 1 : nth) && scratch; i++)
         if (cpu__scratch_reserve(&c->scratch[i], scratch)) goto oom;
     set_units(&t, w->n_out, align, small ? 1 : nth);
