@@ -354,6 +354,12 @@ static void cpu_matmul(backend *be, const float *x, int n_rows, const be_weight 
     cpu__matmul(cb(be), x, n_rows, w, bias, out);
 }
 
+static void cpu_matmul_multi(backend *be, const float *x, int n_rows, int n, const be_weight *const *w,
+                             const be_weight *const *bias, float *const *out)
+{
+    cpu__matmul_multi(cb(be), x, n_rows, n, w, bias, out);
+}
+
 static void cpu_rope(backend *be, float *x, const be_rope *r)
 {
     cpu__rope(cb(be), x, r);
@@ -439,6 +445,7 @@ static const be_ops cpu_ops = {
     .embed = cpu_embed,
     .rmsnorm = cpu_rmsnorm,
     .matmul = cpu_matmul,
+    .matmul_multi = cpu_matmul_multi,
     .rope = cpu_rope,
     .rope_shift = cpu_rope_shift,
     .store_kv = cpu_store_kv,

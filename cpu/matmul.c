@@ -274,37 +274,97 @@ static void set_units(mm_task *t, int64_t n, int64_t align, int nth)
     t->n_units = (n + unit - 1) / unit;
 }
 
-void cpu__matmul(cpu__backend *c, const float *x, int n_rows, const be_weight *w,
-                 const be_weight *bias, float *out)
+/* How one matmul runs: its task (units included), the body the pool runs, the per-thread
+ * scratch that body needs and whether it reads the activations' block sums. */
+typedef struct mm_plan {
+    mm_task t;
+    cpu__range_fn run;
+    size_t scratch;
+    int xsum;
+} mm_plan;
+
+static void plan_matmul(cpu__backend *c, const float *x, int n_rows, const be_weight *w, const be_weight *bias,
+                        float *out, int small, mm_plan *p)
 {
-    mm_task t = {.c = c, .x = x, .n_rows = n_rows, .w = w, .out = out,
-                 .bias = bias && bias->data ? bias->data : NULL};
     const cpu__mm_kern *mk = &c->k.mm[w->type];
-    int nth = c->n_threads;
-    int small = (int64_t)n_rows * w->n_in * w->n_out < 65536; /* not worth waking the workers */
-    cpu__range_fn run = dots_run;
+    *p = (mm_plan){.t = {.c = c, .x = x, .n_rows = n_rows, .w = w, .out = out,
+                         .bias = bias && bias->data ? bias->data : NULL},
+                   .run = dots_run};
     int64_t align = 16;
-    size_t scratch = 0;
-    int xsum = 0;
     if (w->extra) {
-        xsum = mk->packed.xsum;
-        run = mk->packed.run;
+        p->xsum = mk->packed.xsum;
+        p->run = mk->packed.run;
         align = mk->packed.align(n_rows);
-        scratch = mk->packed.scratch ? mk->packed.scratch(w, n_rows) : 0;
+        p->scratch = mk->packed.scratch ? mk->packed.scratch(w, n_rows) : 0;
     } else if (mk->plain.run && n_rows >= mk->plain.min_rows) {
-        run = mk->plain.run;
+        p->run = mk->plain.run;
         align = mk->plain.align;
-        scratch = mk->plain.scratch ? mk->plain.scratch(w, n_rows) : 0;
+        p->scratch = mk->plain.scratch ? mk->plain.scratch(w, n_rows) : 0;
     } else if (small) {
         align = w->n_out; /* one unit */
     }
-    if (convert_activations(c, &t, mk->act, xsum, small)) goto oom;
-    for (int i = 0; i < (small ? 1 : nth) && scratch; i++)
+    set_units(&p->t, w->n_out, align, small ? 1 : c->n_threads);
+}
+
+/* The units of several matmuls, numbered one after the other, as one parallel for. */
+typedef struct mm_multi {
+    int n;
+    mm_plan *p;
+    int64_t first[CPU__MATMUL_MAX + 1]; /* first[i]: the global number of plan i's unit 0 */
+} mm_multi;
+
+static void multi_run(void *v, int64_t lo, int64_t hi, int ith)
+{
+    mm_multi *m = v;
+    for (int i = 0; i < m->n; i++) {
+        int64_t a = lo > m->first[i] ? lo : m->first[i], b = hi < m->first[i + 1] ? hi : m->first[i + 1];
+        if (a < b) m->p[i].run(&m->p[i].t, a - m->first[i], b - m->first[i], ith);
+    }
+}
+
+void cpu__matmul_multi(cpu__backend *c, const float *x, int n_rows, int n, const be_weight *const *w,
+                       const be_weight *const *bias, float *const *out)
+{
+    int act = n > 0 ? c->k.mm[w[0]->type].act : 0, same = n > 0 && n <= CPU__MATMUL_MAX;
+    int64_t work = 0;
+    for (int i = 0; i < n && same; i++) {
+        same = c->k.mm[w[i]->type].act == act && w[i]->n_in == w[0]->n_in;
+        work += (int64_t)n_rows * w[i]->n_in * w[i]->n_out;
+    }
+    if (!same) { /* activations in different formats or lengths: one at a time */
+        for (int i = 0; i < n; i++) cpu__matmul_multi(c, x, n_rows, 1, &w[i], &bias[i], &out[i]);
+        return;
+    }
+    int small = work < 65536; /* not worth waking the workers */
+    mm_plan p[CPU__MATMUL_MAX];
+    mm_multi m = {.n = n, .p = p};
+    int xsum = 0;
+    size_t scratch = 0;
+    for (int i = 0; i < n; i++) {
+        plan_matmul(c, x, n_rows, w[i], bias[i], out[i], small, &p[i]);
+        xsum |= p[i].xsum;
+        if (p[i].scratch > scratch) scratch = p[i].scratch;
+        m.first[i + 1] = m.first[i] + p[i].t.n_units;
+    }
+    if (convert_activations(c, &p[0].t, act, xsum, small)) goto oom;
+    for (int i = 1; i < n; i++) {
+        p[i].t.xq = p[0].t.xq;
+        p[i].t.xsum = p[0].t.xsum;
+        p[i].t.xs = p[0].t.xs;
+        p[i].t.xk = p[0].t.xk;
+    }
+    for (int i = 0; i < (small ? 1 : c->n_threads) && scratch; i++)
         if (cpu__scratch_reserve(&c->scratch[i], scratch)) goto oom;
-    set_units(&t, w->n_out, align, small ? 1 : nth);
-    if (small) run(&t, 0, t.n_units, 0);
-    else cpu__pool_for(c->pool, t.n_units, 1, run, &t);
+    if (small) multi_run(&m, 0, m.first[n], 0);
+    else cpu__pool_for(c->pool, m.first[n], 1, multi_run, &m);
     return;
 oom:
-    for (size_t i = 0; i < (size_t)n_rows * w->n_out; i++) out[i] = NAN;
+    for (int i = 0; i < n; i++)
+        for (size_t j = 0; j < (size_t)n_rows * w[i]->n_out; j++) out[i][j] = NAN;
+}
+
+void cpu__matmul(cpu__backend *c, const float *x, int n_rows, const be_weight *w,
+                 const be_weight *bias, float *out)
+{
+    cpu__matmul_multi(c, x, n_rows, 1, &w, &bias, &out);
 }

@@ -500,6 +500,7 @@ static const be_ops cuda__ops = {
     cuda__op_embed,
     cuda__op_rmsnorm,
     cuda__op_matmul,
+    NULL, /* matmul_multi: forward.c calls matmul per matrix */
     cuda__op_rope,
     cuda__op_rope_shift,
     cuda__op_store_kv,

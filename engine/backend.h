@@ -153,6 +153,9 @@ static inline BE_HOST_DEVICE float be_softcap(float x, float cap)
 
 typedef struct backend backend;
 
+/* Matrices one matmul_multi call takes at most. */
+#define BE_MATMUL_MULTI_MAX 4
+
 typedef struct be_ops {
     void (*destroy)(backend *be);
 
@@ -198,6 +201,11 @@ typedef struct be_ops {
     /* out[r][o] = sum_i x[r][i] * W[o][i] (+ bias[o]); x is [n_rows][w->n_in], out [n_rows][w->n_out]. */
     void (*matmul)(backend *be, const float *x, int n_rows, const be_weight *w,
                    const be_weight *bias, float *out);
+    /* Optional (NULL: matmul n times): out[i] = matmul(x, w[i], bias[i]) for i < n ≤
+     * BE_MATMUL_MULTI_MAX (4) matrices of one input length over the same rows (Q, K and V; gate and
+     * up), each result exactly matmul's, in one pass of dispatch. bias[i] may be NULL. */
+    void (*matmul_multi)(backend *be, const float *x, int n_rows, int n, const be_weight *const *w,
+                         const be_weight *const *bias, float *const *out);
     /* Rotates x [n_tokens][n_heads * head_dim] in place at the batch's positions. */
     void (*rope)(backend *be, float *x, const be_rope *r);
     /* out = x (rotated queries, [n_tokens][n_heads * head_dim]) rotated further by −sink_shift of

@@ -267,6 +267,16 @@ static const be_weight *fwd__bias(const be_weight *b)
     return b->data ? b : NULL;
 }
 
+/* out[i] = x · w[i] (+ b[i]) for n matrices over the same rows: one op where the backend has it. */
+static void fwd__matmuls(fwd *f, const float *x, int n_rows, int n, const be_weight *const *w,
+                         const be_weight *const *b, float *const *out)
+{
+    const be_ops *op = f->be->ops;
+    if (op->matmul_multi) op->matmul_multi(f->be, x, n_rows, n, w, b, out);
+    else
+        for (int i = 0; i < n; i++) op->matmul(f->be, x, n_rows, w[i], b[i], out[i]);
+}
+
 /* One transformer block over the batch's n rows of f->x (in place). */
 static void fwd__layer(fwd *f, int li, int n)
 {
@@ -278,9 +288,9 @@ static void fwd__layer(fwd *f, int li, int n)
 
     /* attention: x += post_norm(Wo · attn(rope(qk_norm(Wq·n(x))), rope(qk_norm(Wk·n(x))), Wv·n(x))) */
     op->rmsnorm(be, f->x, &l->attn_norm, hp->rms_eps, n, dim, f->xb);
-    op->matmul(be, f->xb, n, &l->wq, fwd__bias(&l->bq), f->q);
-    op->matmul(be, f->xb, n, &l->wk, fwd__bias(&l->bk), f->k);
-    op->matmul(be, f->xb, n, &l->wv, fwd__bias(&l->bv), f->v);
+    fwd__matmuls(f, f->xb, n, 3, (const be_weight *[]){&l->wq, &l->wk, &l->wv},
+                 (const be_weight *[]){fwd__bias(&l->bq), fwd__bias(&l->bk), fwd__bias(&l->bv)},
+                 (float *[]){f->q, f->k, f->v});
     if (l->q_norm.data) { /* per head: rows of head_dim */
         op->rmsnorm(be, f->q, &l->q_norm, hp->rms_eps, n * hp->n_heads, hp->head_dim, f->q);
         op->rmsnorm(be, f->k, &l->k_norm, hp->rms_eps, n * hp->n_kv_heads, hp->head_dim, f->k);
@@ -302,8 +312,8 @@ static void fwd__layer(fwd *f, int li, int n)
 
     /* feed-forward: x += post_norm(Wdown · (act(Wgate·n(x)) * Wup·n(x))) */
     op->rmsnorm(be, f->x, &l->ffn_norm, hp->rms_eps, n, dim, f->xb);
-    op->matmul(be, f->xb, n, &l->w_gate, fwd__bias(&l->b_gate), f->hb);
-    op->matmul(be, f->xb, n, &l->w_up, fwd__bias(&l->b_up), f->hb2);
+    fwd__matmuls(f, f->xb, n, 2, (const be_weight *[]){&l->w_gate, &l->w_up},
+                 (const be_weight *[]){fwd__bias(&l->b_gate), fwd__bias(&l->b_up)}, (float *[]){f->hb, f->hb2});
     if (hp->ffn_act == MODEL_ACT_GELU_TANH)
         op->gelu_mul(be, f->hb, f->hb2, (int64_t)n * hp->n_ff);
     else

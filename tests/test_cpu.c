@@ -214,6 +214,69 @@ Test(cpu, matmul_q8_0)
         for (int b = 0; b < 3; b++) cput_check_matmul(DT_Q8_0, n_ins[a], n_outs[b], cput_rows, CPUT_NROWS, b == 2);
 }
 
+/* matmul_multi is matmul n times, to the bit: for sets of matrices of one activation format
+ * (run as one parallel for on activations converted once) and of several (run one by one), of
+ * different output counts, with and without biases, packed and not, at every level and thread
+ * count. */
+Test(cpu, matmul_multi_equals_matmul)
+{
+    static const int sets[][3] = {{DT_Q8_0, DT_Q8_0, DT_Q8_0}, {DT_F16, DT_F32, DT_BF16}, {DT_Q8_0, DT_F16, DT_Q8_0}};
+    const int64_t n_in = 96, n_outs[3] = {40, 17, 129};
+    const int rows[] = {1, 3, 16, 37};
+    cput_seed(77);
+    float *x = malloc((size_t)37 * n_in * sizeof(float)), *bias = malloc(129 * sizeof(float));
+    cput_fill(x, (size_t)37 * n_in, 2.0f);
+    cput_fill(bias, 129, 0.5f);
+    tu_cpu_level lv[TU_MAX_LEVELS];
+    int n_lv = tu_cpu_levels(lv);
+    for (int si = 0; si < 3; si++) {
+        model_tensor mt[3];
+        float *deq[3];
+        for (int i = 0; i < 3; i++) mt[i] = cput_tensor(sets[si][i], n_in, n_outs[i], &deq[i]);
+        for (int li = 0; li < n_lv; li++)
+            for (int th = 1; th <= 3; th += 2) {
+                backend *be = tu_cpu_backend(&lv[li], th);
+                cr_assert(be->ops->matmul_multi);
+                be_weight w[3], bw = {.type = DT_F32, .n_in = 129, .n_out = 1, .data = bias};
+                for (int i = 0; i < 3; i++) cr_assert_eq(be->ops->weight_upload(be, &mt[i], &w[i]), 0);
+                for (int packed = 1; packed >= 0; packed--) {
+                    be_weight u[3];
+                    for (int i = 0; i < 3; i++) {
+                        u[i] = w[i];
+                        if (!packed) u[i].extra = NULL;
+                    }
+                    for (int ri = 0; ri < 4; ri++) {
+                        int nr = rows[ri];
+                        float *one[3], *many[3];
+                        for (int i = 0; i < 3; i++) {
+                            one[i] = malloc((size_t)nr * n_outs[i] * sizeof(float));
+                            many[i] = malloc((size_t)nr * n_outs[i] * sizeof(float));
+                            cput_poison(many[i], (size_t)nr * n_outs[i]);
+                        }
+                        const be_weight *bs[3] = {NULL, &bw, NULL};
+                        for (int i = 0; i < 3; i++) be->ops->matmul(be, x, nr, &u[i], bs[i], one[i]);
+                        be->ops->matmul_multi(be, x, nr, 3, (const be_weight *[]){&u[0], &u[1], &u[2]}, bs, many);
+                        for (int i = 0; i < 3; i++) {
+                            cr_assert(!memcmp(one[i], many[i], (size_t)nr * n_outs[i] * sizeof(float)),
+                                      "matmul_multi set %d matrix %d (%s) at %s, %d threads, %d rows%s differs from matmul",
+                                      si, i, dt_name(sets[si][i]), lv[li].name, th, nr, packed ? "" : " (unpacked)");
+                            free(one[i]);
+                            free(many[i]);
+                        }
+                    }
+                }
+                for (int i = 0; i < 3; i++) be->ops->weight_free(be, &w[i]);
+                be_destroy(be);
+            }
+        for (int i = 0; i < 3; i++) {
+            free((void *)mt[i].data);
+            free(deq[i]);
+        }
+    }
+    free(x);
+    free(bias);
+}
+
 /* ---- embed, rmsnorm, rope, silu_mul, add, gather_rows -------------------------------------- */
 
 static be_batch cput_flat_batch(int n_tokens, int32_t *tokens, int32_t *pos)
