@@ -223,6 +223,10 @@ typedef struct cpu__kern {
     /* ---- row-wise ops (ops.c) ---- */
     float (*sum_squares)(const float *x, int64_t n);                /* Σ x[i]² */
     void (*silu_mul)(float *gate, const float *up, int64_t n);     /* gate = silu(gate) · up */
+    /* Rotates pairs i < half of each of the n_heads heads of x (head_dim apart; pair i is x[i],
+     * x[i + half] with neox, else x[2i], x[2i + 1]) by cs[i], sn[i]: a·c − b·s, a·s + b·c, each
+     * product rounded then summed (no FMA), so every level gives the scalar result. */
+    void (*rope_heads)(float *x, int n_heads, int head_dim, int half, int neox, const float *cs, const float *sn);
 } cpu__kern;
 
 /* Per-thread scratch bytes of the f32 panel GEMMs (a KC × NR panel and a row of KC). */

@@ -105,17 +105,9 @@ static void rope_angles(const double *inv_freq, int half, int32_t pos, float ms,
     }
 }
 
-static void rope_token(float *x, const be_rope *r, int half, const float *cs, const float *sn)
+static void rope_token(const cpu__backend *c, float *x, const be_rope *r, int half, const float *cs, const float *sn)
 {
-    for (int h = 0; h < r->n_heads; h++) {
-        float *hx = x + (size_t)h * r->head_dim;
-        for (int i = 0; i < half; i++) {
-            int i0 = r->neox ? i : 2 * i, i1 = r->neox ? i + half : 2 * i + 1;
-            float a = hx[i0], b = hx[i1];
-            hx[i0] = a * cs[i] - b * sn[i];
-            hx[i1] = a * sn[i] + b * cs[i];
-        }
-    }
+    c->k.rope_heads(x, r->n_heads, r->head_dim, half, r->neox, cs, sn);
 }
 
 static void angles_run(void *v, int64_t lo, int64_t hi, int ith)
@@ -136,7 +128,7 @@ static void rope_run(void *v, int64_t lo, int64_t hi, int ith)
     const float *tab = t->c->rope.tab.p;
     for (int64_t i = lo; i < hi; i++) {
         if (!t->src) {
-            rope_token(t->x + i * row, t->r, half, tab + i * 2 * half, tab + i * 2 * half + half);
+            rope_token(t->c, t->x + i * row, t->r, half, tab + i * 2 * half, tab + i * 2 * half + half);
             continue;
         }
         memcpy(t->x + i * row, t->src + i * row, (size_t)row * sizeof(float));
@@ -144,7 +136,7 @@ static void rope_run(void *v, int64_t lo, int64_t hi, int ith)
         if (shift) { /* a pure rotation */
             float cs[CPU__ROPE_MAX_PAIRS], sn[CPU__ROPE_MAX_PAIRS];
             rope_angles(t->inv_freq, half, -shift, 1.0f, cs, sn);
-            rope_token(t->x + i * row, t->r, half, cs, sn);
+            rope_token(t->c, t->x + i * row, t->r, half, cs, sn);
         }
     }
 }
@@ -282,8 +274,22 @@ static void silu_mul_scalar(float *gate, const float *up, int64_t n)
     }
 }
 
+static void rope_heads_scalar(float *x, int n_heads, int head_dim, int half, int neox, const float *cs, const float *sn)
+{
+    for (int h = 0; h < n_heads; h++) {
+        float *hx = x + (size_t)h * head_dim;
+        for (int i = 0; i < half; i++) {
+            int i0 = neox ? i : 2 * i, i1 = neox ? i + half : 2 * i + 1;
+            float a = hx[i0], b = hx[i1], ac = a * cs[i], bs = b * sn[i], as = a * sn[i], bc = b * cs[i];
+            hx[i0] = ac - bs;
+            hx[i1] = as + bc;
+        }
+    }
+}
+
 void cpu__ops_fill_scalar(cpu__kern *k)
 {
     k->sum_squares = sum_squares_scalar;
     k->silu_mul = silu_mul_scalar;
+    k->rope_heads = rope_heads_scalar;
 }

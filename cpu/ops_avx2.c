@@ -1,8 +1,8 @@
 /*
  * ops_avx2.c — the AVX2 + FMA row kernels of ops.c and matmul.c: the sum of squares of
- * RMSNorm, SwiGLU's silu(gate) · up (e^x by the polynomial of simd_x86.h, a few ulp), and the
+ * RMSNorm, SwiGLU's silu(gate) · up (e^x by the polynomial of simd_x86.h, a few ulp), the
  * Q8_0 activation quantiser (exactly the scalar blocks: the same reciprocal, rounding to
- * nearest even).
+ * nearest even) and the rotation of RoPE (exactly the scalar one).
  */
 #include "cpu/cpu.h"
 #include "cpu/internal.h"
@@ -64,8 +64,42 @@ static void quantise_q8(const float *x, cpu__q8x *out, int64_t n)
     }
 }
 
+/* ops.c's rope_heads, 8 values at a time: products rounded, then summed (mul, add: no FMA), so
+ * the scalar result to the bit. Interleaved pairs (a, b) take the pair-swapped vector (b, a)
+ * and the sines with the even lanes negated: (a·c + b·(−s), b·c + a·s). */
+static void rope_heads(float *x, int n_heads, int head_dim, int half, int neox, const float *cs, const float *sn)
+{
+    for (int h = 0; h < n_heads; h++) {
+        float *hx = x + (size_t)h * head_dim;
+        int i = 0;
+        if (neox)
+            for (; i + 8 <= half; i += 8) {
+                __m256 a = _mm256_loadu_ps(hx + i), b = _mm256_loadu_ps(hx + i + half);
+                __m256 c = _mm256_loadu_ps(cs + i), s = _mm256_loadu_ps(sn + i);
+                _mm256_storeu_ps(hx + i, _mm256_sub_ps(_mm256_mul_ps(a, c), _mm256_mul_ps(b, s)));
+                _mm256_storeu_ps(hx + i + half, _mm256_add_ps(_mm256_mul_ps(a, s), _mm256_mul_ps(b, c)));
+            }
+        else
+            for (; i + 4 <= half; i += 4) {
+                __m128 c4 = _mm_loadu_ps(cs + i), s4 = _mm_loadu_ps(sn + i);
+                __m256 c = _mm256_set_m128(_mm_unpackhi_ps(c4, c4), _mm_unpacklo_ps(c4, c4));
+                __m256 s = _mm256_set_m128(_mm_unpackhi_ps(s4, s4), _mm_unpacklo_ps(s4, s4));
+                s = _mm256_xor_ps(s, _mm256_setr_ps(-0.0f, 0.0f, -0.0f, 0.0f, -0.0f, 0.0f, -0.0f, 0.0f));
+                __m256 v = _mm256_loadu_ps(hx + 2 * i), w = _mm256_permute_ps(v, 0xB1);
+                _mm256_storeu_ps(hx + 2 * i, _mm256_add_ps(_mm256_mul_ps(v, c), _mm256_mul_ps(w, s)));
+            }
+        for (; i < half; i++) {
+            int i0 = neox ? i : 2 * i, i1 = neox ? i + half : 2 * i + 1;
+            float a = hx[i0], b = hx[i1], ac = a * cs[i], bs = b * sn[i], as = a * sn[i], bc = b * cs[i];
+            hx[i0] = ac - bs;
+            hx[i1] = as + bc;
+        }
+    }
+}
+
 void cpu__ops_fill_avx2(cpu__kern *k)
 {
+    k->rope_heads = rope_heads;
     k->sum_squares = sum_squares;
     k->silu_mul = silu_mul;
     k->quantise_q8 = quantise_q8;

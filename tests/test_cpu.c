@@ -581,6 +581,42 @@ Test(cpu, quantise_q8_is_exact_at_every_level)
     free(x), free(a), free(b);
 }
 
+/* rope_heads at every level is the scalar rotation to the bit: both pair layouts, rotated
+ * dimensions that are and are not a multiple of the vector width, partial rotary (half <
+ * head_dim / 2), and the values a real table holds (cos, sin of assorted angles). */
+Test(cpu, rope_heads_is_exact_at_every_level)
+{
+    static const int shapes[][3] = {{64, 32, 4}, {64, 13, 3}, {128, 16, 2}, {96, 48, 5}, {80, 20, 1}};
+    cpu__kern ref, k;
+    cpu__kern_init(&ref, CPU_ISA_SCALAR, 0);
+    tu_cpu_level lv[TU_MAX_LEVELS];
+    int n_lv = tu_cpu_levels(lv);
+    cput_seed(31);
+    for (int si = 0; si < 5; si++) {
+        int hd = shapes[si][0], half = shapes[si][1], nh = shapes[si][2];
+        float cs[64], sn[64], *x = malloc((size_t)nh * hd * sizeof *x), *a = malloc((size_t)nh * hd * sizeof *a),
+                              *b = malloc((size_t)nh * hd * sizeof *b);
+        for (int i = 0; i < half; i++) {
+            double ang = 37.0 * pow(10000.0, -2.0 * i / (2.0 * half)) + cput_rand();
+            cs[i] = (float)cos(ang) * 1.1f;
+            sn[i] = (float)sin(ang) * 1.1f;
+        }
+        cput_fill(x, (size_t)nh * hd, 3.0f);
+        for (int neox = 0; neox < 2; neox++) {
+            memcpy(a, x, (size_t)nh * hd * sizeof *a);
+            ref.rope_heads(a, nh, hd, half, neox, cs, sn);
+            for (int li = 0; li < n_lv; li++) {
+                cpu__kern_init(&k, lv[li].isa, lv[li].features);
+                memcpy(b, x, (size_t)nh * hd * sizeof *b);
+                k.rope_heads(b, nh, hd, half, neox, cs, sn);
+                cr_assert(!memcmp(a, b, (size_t)nh * hd * sizeof *a), "rope_heads %s head_dim %d half %d neox %d differs from scalar",
+                          lv[li].name, hd, half, neox);
+            }
+        }
+        free(x), free(a), free(b);
+    }
+}
+
 /* ---- packed copies release the mapping ------------------------------------------------------- */
 
 /* Resident kB of the mapping that starts at p (from /proc/self/smaps), or -1. */
