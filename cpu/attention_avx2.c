@@ -338,34 +338,41 @@ static inline __attribute__((always_inline)) void pv_decode(const cpu__attn_row 
     int hd = a->head_dim, bs = a->block_size;
     size_t es = i8 ? 1 : 2, tile = (size_t)bs * hd, tb = i8 ? tile + KV_SCALE_BYTES * (size_t)bs : tile * 2;
     const uint8_t *vb = a->v;
-    for (int dc = 0; dc < hd; dc += 32) { /* 32 dimensions at a time: four FMA chains */
-        __m256i mk[4];
-        __m256 x[4];
-        int full = hd - dc >= 32;
-#pragma GCC unroll 4
-        for (int u = 0; u < 4; u++) {
-            mk[u] = mask8(hd - dc - 8 * u);
-            x[u] = _mm256_mul_ps(_mm256_maskload_ps(acc + dc + 8 * u, mk[u]), _mm256_set1_ps(corr));
-        }
+    int dc = 0;
+    /* 32 dimensions at a time: four FMA chains, kept in registers (the partial pass below has
+     * its own loop so that nothing here indexes them by a run-time count) */
+    for (; dc + 32 <= hd; dc += 32) {
+        __m256 vc = _mm256_set1_ps(corr);
+        __m256 x0 = _mm256_mul_ps(_mm256_loadu_ps(acc + dc), vc), x1 = _mm256_mul_ps(_mm256_loadu_ps(acc + dc + 8), vc);
+        __m256 x2 = _mm256_mul_ps(_mm256_loadu_ps(acc + dc + 16), vc), x3 = _mm256_mul_ps(_mm256_loadu_ps(acc + dc + 24), vc);
         for (int jb = 0; jb < nch; jb += bs) {
             const uint8_t *vt = vb + ((size_t)a->bt[(j0 + jb) / bs] * a->n_kv_heads + a->kvh) * tb + dc * es;
             int nv = nch - jb < bs ? nch - jb : bs;
             for (int j = 0; j < nv; j++) {
                 __m256 pj = _mm256_broadcast_ss(p + jb + j);
                 const uint8_t *v = vt + (size_t)j * hd * es;
-                if (full) {
-#pragma GCC unroll 4
-                    for (int u = 0; u < 4; u++) x[u] = _mm256_fmadd_ps(pj, load8_v(v + 8 * u * es, 8, i8), x[u]);
-                } else { /* the last dimensions: whole vectors, then one partial (copied) */
-                    for (int u = 0; u < 4 && dc + 8 * u < hd; u++) {
-                        int n = hd - dc - 8 * u < 8 ? hd - dc - 8 * u : 8;
-                        x[u] = _mm256_fmadd_ps(pj, load8_v(v + 8 * u * es, n, i8), x[u]);
-                    }
-                }
+                x0 = _mm256_fmadd_ps(pj, load8_v(v, 8, i8), x0);
+                x1 = _mm256_fmadd_ps(pj, load8_v(v + 8 * es, 8, i8), x1);
+                x2 = _mm256_fmadd_ps(pj, load8_v(v + 16 * es, 8, i8), x2);
+                x3 = _mm256_fmadd_ps(pj, load8_v(v + 24 * es, 8, i8), x3);
             }
         }
-#pragma GCC unroll 4
-        for (int u = 0; u < 4; u++) _mm256_maskstore_ps(acc + dc + 8 * u, mk[u], x[u]);
+        _mm256_storeu_ps(acc + dc, x0);
+        _mm256_storeu_ps(acc + dc + 8, x1);
+        _mm256_storeu_ps(acc + dc + 16, x2);
+        _mm256_storeu_ps(acc + dc + 24, x3);
+    }
+    for (; dc < hd; dc += 8) { /* the last dimensions: one vector at a time, the final one partial */
+        int n = hd - dc < 8 ? hd - dc : 8;
+        __m256i mk = mask8(n);
+        __m256 x = _mm256_mul_ps(_mm256_maskload_ps(acc + dc, mk), _mm256_set1_ps(corr));
+        for (int jb = 0; jb < nch; jb += bs) {
+            const uint8_t *vt = vb + ((size_t)a->bt[(j0 + jb) / bs] * a->n_kv_heads + a->kvh) * tb + dc * es;
+            int nv = nch - jb < bs ? nch - jb : bs;
+            for (int j = 0; j < nv; j++)
+                x = _mm256_fmadd_ps(_mm256_broadcast_ss(p + jb + j), load8_v(vt + (size_t)j * hd * es, n, i8), x);
+        }
+        _mm256_maskstore_ps(acc + dc, mk, x);
     }
 }
 
