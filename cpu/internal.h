@@ -33,6 +33,10 @@ int cpu__pool_size(const cpu__pool *p);
  * workers join in time, and returns when every chunk is done. Only the thread that created the
  * pool may call it. */
 void cpu__pool_for(cpu__pool *p, int64_t n_items, int64_t chunk, cpu__range_fn fn, void *arg);
+/* The same with chunks that shrink as the items run out: each take is 1/(2 n_threads) of what is
+ * left, at least min_chunk, so most of the work goes in long runs of consecutive items and the
+ * last takes are short. */
+void cpu__pool_for_guided(cpu__pool *p, int64_t n_items, int64_t min_chunk, cpu__range_fn fn, void *arg);
 
 /* ---- the kernel table: one per SIMD level (isa.c) ------------------------------------------
  *

@@ -263,11 +263,15 @@ static int convert_activations(cpu__backend *c, mm_task *t, int act, int xsum, i
 
 /* ---- driver ---------------------------------------------------------------------------------- */
 
-/* Units of work for n outputs: about 8 per thread (so a late thread's share can be taken by
- * the others), each a multiple of align outputs. */
+/* Units of work for n outputs: about 16 per thread, each a multiple of align outputs. The pool
+ * hands them out in guided chunks of consecutive units (cpu__pool_for_guided): a thread's first
+ * take is a long run, so each tile's prefetch of the next one stays within its own work, and the
+ * last takes are single units, so the threads finish close together and a late thread's share
+ * is taken by the others. (Fixed chunks of 8 units per thread measured 2-6% slower: longer
+ * tails.) */
 static void set_units(mm_task *t, int64_t n, int64_t align, int nth)
 {
-    int64_t unit = (n + 8 * nth - 1) / (8 * nth);
+    int64_t unit = (n + 16 * nth - 1) / (16 * nth);
     unit = (unit + align - 1) / align * align;
     if (unit < align) unit = align;
     t->unit = unit;
@@ -356,7 +360,7 @@ void cpu__matmul_multi(cpu__backend *c, const float *x, int n_rows, int n, const
     for (int i = 0; i < (small ? 1 : c->n_threads) && scratch; i++)
         if (cpu__scratch_reserve(&c->scratch[i], scratch)) goto oom;
     if (small) multi_run(&m, 0, m.first[n], 0);
-    else cpu__pool_for(c->pool, m.first[n], 1, multi_run, &m);
+    else cpu__pool_for_guided(c->pool, m.first[n], 1, multi_run, &m);
     return;
 oom:
     for (int i = 0; i < n; i++)

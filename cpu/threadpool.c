@@ -6,7 +6,9 @@
  * n items cut into chunks: the caller publishes it and bumps an atomic generation counter;
  * workers spin on that counter for a short while (so back-to-back ops never sleep) and then
  * sleep on it with a futex (so an idle server burns no CPU). Every participant, the caller
- * included, takes chunks from one atomic counter until none are left.
+ * included, takes chunks from one atomic counter until none are left: chunks of a fixed size,
+ * or (cpu__pool_for_guided) a share of what is left each time, so that work comes in long runs
+ * of consecutive items first and short ones at the end.
  *
  * The machine may be shared (more runnable threads than cores). A worker the OS has not
  * scheduled yet must not hold the step up, so participation is opt-in: a worker joins the
@@ -52,6 +54,7 @@ struct cpu__pool {
     cpu__range_fn fn;
     void *arg;
     int64_t n_items, chunk;
+    int guided;                     /* 1: next counts items, chunks shrink (cpu__pool_for_guided) */
     _Atomic int64_t next;           /* next chunk to take */
     _Atomic uint64_t state;         /* (gen << 32) | CLOSED | joined */
     _Atomic int n_done;             /* joined workers that have finished */
@@ -91,6 +94,19 @@ static uint32_t wait_gen(cpu__pool *p, uint32_t seen)
 /* Takes chunks of the current op until none are left. */
 static void run_chunks(cpu__pool *p, int ith)
 {
+    if (p->guided) {
+        int64_t lo = atomic_load_explicit(&p->next, memory_order_relaxed);
+        while (lo < p->n_items) {
+            int64_t c = (p->n_items - lo) / (2 * p->n_threads);
+            if (c < p->chunk) c = p->chunk;
+            if (!atomic_compare_exchange_weak_explicit(&p->next, &lo, lo + c, memory_order_relaxed,
+                                                       memory_order_relaxed))
+                continue;
+            p->fn(p->arg, lo, lo + c < p->n_items ? lo + c : p->n_items, ith);
+            lo = atomic_load_explicit(&p->next, memory_order_relaxed);
+        }
+        return;
+    }
     for (;;) {
         int64_t c = atomic_fetch_add_explicit(&p->next, 1, memory_order_relaxed);
         int64_t lo = c * p->chunk;
@@ -174,11 +190,24 @@ int cpu__pool_size(const cpu__pool *p)
     return p->n_threads;
 }
 
+static void pool_run(cpu__pool *p, int64_t n_items, int64_t chunk, int guided, cpu__range_fn fn, void *arg);
+
 void cpu__pool_for(cpu__pool *p, int64_t n_items, int64_t chunk, cpu__range_fn fn, void *arg)
+{
+    pool_run(p, n_items, chunk, 0, fn, arg);
+}
+
+void cpu__pool_for_guided(cpu__pool *p, int64_t n_items, int64_t min_chunk, cpu__range_fn fn, void *arg)
+{
+    pool_run(p, n_items, min_chunk, 1, fn, arg);
+}
+
+static void pool_run(cpu__pool *p, int64_t n_items, int64_t chunk, int guided, cpu__range_fn fn, void *arg)
 {
     if (n_items <= 0) return;
     if (chunk < 1) chunk = 1;
     if (p->n_threads == 1 || n_items <= chunk) {
+        if (guided) chunk = n_items;
         for (int64_t lo = 0; lo < n_items; lo += chunk) fn(arg, lo, lo + chunk < n_items ? lo + chunk : n_items, 0);
         return;
     }
@@ -186,6 +215,7 @@ void cpu__pool_for(cpu__pool *p, int64_t n_items, int64_t chunk, cpu__range_fn f
     p->arg = arg;
     p->n_items = n_items;
     p->chunk = chunk;
+    p->guided = guided;
     atomic_store_explicit(&p->next, 0, memory_order_relaxed);
     atomic_store_explicit(&p->n_done, 0, memory_order_relaxed);
     uint32_t g = atomic_load_explicit(&p->gen, memory_order_relaxed) + 1;

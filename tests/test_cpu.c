@@ -519,8 +519,8 @@ static void cput_pool_body(void *v, int64_t lo, int64_t hi, int ith)
     for (int64_t i = lo; i < hi; i++) atomic_fetch_add(&a->hits[i], 1);
 }
 
-/* Every item of every op runs exactly once, whatever the chunking, across thousands of
- * back-to-back ops (which exercises workers that join late or skip an op). */
+/* Every item of every op runs exactly once, whatever the chunking (fixed or guided), across
+ * thousands of back-to-back ops (which exercises workers that join late or skip an op). */
 Test(cpu, pool_for_runs_every_item_once)
 {
     const int64_t sizes[] = {0, 1, 7, 64, 1000, 20000};
@@ -536,11 +536,13 @@ Test(cpu, pool_for_runs_every_item_once)
                 if (n > 1000 && rep % 10) continue;
                 for (int64_t i = 0; i < n; i++) atomic_store(&hits[i], 0);
                 cput_pool_arg arg = {hits, nth, 0};
-                cpu__pool_for(p, n, chunk, cput_pool_body, &arg);
+                int guided = rep % 2; /* shrinking chunks, at least `chunk` long */
+                if (guided) cpu__pool_for_guided(p, n, chunk, cput_pool_body, &arg);
+                else cpu__pool_for(p, n, chunk, cput_pool_body, &arg);
                 cr_assert_eq(atomic_load(&arg.bad_ith), 0);
                 for (int64_t i = 0; i < n; i++)
-                    cr_assert_eq(atomic_load(&hits[i]), 1, "threads %d n %ld chunk %ld item %ld", nth,
-                                 (long)n, (long)chunk, (long)i);
+                    cr_assert_eq(atomic_load(&hits[i]), 1, "threads %d n %ld chunk %ld%s item %ld", nth,
+                                 (long)n, (long)chunk, guided ? " guided" : "", (long)i);
             }
         cpu__pool_destroy(p);
     }
