@@ -162,11 +162,11 @@ static void store_kv_quant(const kv_geom *g, uint8_t *kt, uint8_t *vt, int off, 
     vs[0] = (uint8_t)(sv & 0xff), vs[1] = (uint8_t)(sv >> 8);
 }
 
+#define KROW 256 /* elements of a K row converted at a time */
+
 /* Where KV entry `off` of a block lives: K tiles are [head_dim][block_size] (element (off, d) at
  * d * block_size + off), V tiles [block_size][head_dim]; a quantised tile's block_size f16
  * scales follow its codes. */
-#define KROW 256 /* elements of a K row converted at a time */
-
 void cpu__store_kv(cpu__backend *c, int layer, const float *k, const float *v)
 {
     const kv_geom *g = &c->kv;

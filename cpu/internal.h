@@ -269,11 +269,11 @@ struct cpu__chunk {
     int live;    /* copies not yet freed */
 };
 
-/* The step as the kernels index it: the batch with the KV view of one layer group spelled out
- * (the group of the layer being computed; cpu__select_group switches it). */
 /* Rotary pairs per head the CPU backend handles (head_dim ≤ 1024). */
 #define CPU__ROPE_MAX_PAIRS 512
 
+/* The step as the kernels index it: the batch with the KV view of one layer group spelled out
+ * (the group of the layer being computed; cpu__select_group switches it). */
 typedef struct cpu__batch {
     int32_t n_tokens;
     const int32_t *tokens, *positions;
@@ -331,6 +331,16 @@ struct cpu__backend {
     uint64_t step_gen; /* bumped by every begin */
 };
 
+
+/* Rotates pair i of one head hx (rope_heads' definition): every level's kernel does the pairs
+ * its vectors do not cover with this, and the scalar one does them all. */
+static inline void cpu__rope_pair(float *hx, int i, int half, int neox, const float *cs, const float *sn)
+{
+    int i0 = neox ? i : 2 * i, i1 = neox ? i + half : 2 * i + 1;
+    float a = hx[i0], b = hx[i1], ac = a * cs[i], bs = b * sn[i], as = a * sn[i], bc = b * cs[i];
+    hx[i0] = ac - bs;
+    hx[i1] = as + bc;
+}
 
 /* Makes sure buffer s holds at least bytes (64-byte aligned); contents are not kept. 0 or -ENOMEM. */
 int cpu__scratch_reserve(cpu__scratch *s, size_t bytes);

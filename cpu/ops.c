@@ -7,7 +7,8 @@
  * element ranges) only when there is enough work to pay for a dispatch, and otherwise runs on
  * the calling thread. All math is f32 except RoPE's angles, which are computed in double so that
  * long positions keep their accuracy. The row kernels that depend on the SIMD level (sum of
- * squares, silu_mul) come from the backend's table; their scalar references are here.
+ * squares, silu_mul, the RoPE rotation) come from the backend's table; their scalar references
+ * are here.
  */
 #include <errno.h>
 #include <math.h>
@@ -105,11 +106,6 @@ static void rope_angles(const double *inv_freq, int half, int32_t pos, float ms,
     }
 }
 
-static void rope_token(const cpu__backend *c, float *x, const be_rope *r, int half, const float *cs, const float *sn)
-{
-    c->k.rope_heads(x, r->n_heads, r->head_dim, half, r->neox, cs, sn);
-}
-
 static void angles_run(void *v, int64_t lo, int64_t hi, int ith)
 {
     rope_task *t = v;
@@ -128,7 +124,8 @@ static void rope_run(void *v, int64_t lo, int64_t hi, int ith)
     const float *tab = t->c->rope.tab.p;
     for (int64_t i = lo; i < hi; i++) {
         if (!t->src) {
-            rope_token(t->c, t->x + i * row, t->r, half, tab + i * 2 * half, tab + i * 2 * half + half);
+            t->c->k.rope_heads(t->x + i * row, t->r->n_heads, t->r->head_dim, half, t->r->neox, tab + i * 2 * half,
+                               tab + i * 2 * half + half);
             continue;
         }
         memcpy(t->x + i * row, t->src + i * row, (size_t)row * sizeof(float));
@@ -136,7 +133,7 @@ static void rope_run(void *v, int64_t lo, int64_t hi, int ith)
         if (shift) { /* a pure rotation */
             float cs[CPU__ROPE_MAX_PAIRS], sn[CPU__ROPE_MAX_PAIRS];
             rope_angles(t->inv_freq, half, -shift, 1.0f, cs, sn);
-            rope_token(t->c, t->x + i * row, t->r, half, cs, sn);
+            t->c->k.rope_heads(t->x + i * row, t->r->n_heads, t->r->head_dim, half, t->r->neox, cs, sn);
         }
     }
 }
@@ -278,12 +275,7 @@ static void rope_heads_scalar(float *x, int n_heads, int head_dim, int half, int
 {
     for (int h = 0; h < n_heads; h++) {
         float *hx = x + (size_t)h * head_dim;
-        for (int i = 0; i < half; i++) {
-            int i0 = neox ? i : 2 * i, i1 = neox ? i + half : 2 * i + 1;
-            float a = hx[i0], b = hx[i1], ac = a * cs[i], bs = b * sn[i], as = a * sn[i], bc = b * cs[i];
-            hx[i0] = ac - bs;
-            hx[i1] = as + bc;
-        }
+        for (int i = 0; i < half; i++) cpu__rope_pair(hx, i, half, neox, cs, sn);
     }
 }
 

@@ -88,12 +88,7 @@ static void rope_heads(float *x, int n_heads, int head_dim, int half, int neox, 
                 __m256 v = _mm256_loadu_ps(hx + 2 * i), w = _mm256_permute_ps(v, 0xB1);
                 _mm256_storeu_ps(hx + 2 * i, _mm256_add_ps(_mm256_mul_ps(v, c), _mm256_mul_ps(w, s)));
             }
-        for (; i < half; i++) {
-            int i0 = neox ? i : 2 * i, i1 = neox ? i + half : 2 * i + 1;
-            float a = hx[i0], b = hx[i1], ac = a * cs[i], bs = b * sn[i], as = a * sn[i], bc = b * cs[i];
-            hx[i0] = ac - bs;
-            hx[i1] = as + bc;
-        }
+        for (; i < half; i++) cpu__rope_pair(hx, i, half, neox, cs, sn);
     }
 }
 

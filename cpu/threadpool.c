@@ -190,18 +190,6 @@ int cpu__pool_size(const cpu__pool *p)
     return p->n_threads;
 }
 
-static void pool_run(cpu__pool *p, int64_t n_items, int64_t chunk, int guided, cpu__range_fn fn, void *arg);
-
-void cpu__pool_for(cpu__pool *p, int64_t n_items, int64_t chunk, cpu__range_fn fn, void *arg)
-{
-    pool_run(p, n_items, chunk, 0, fn, arg);
-}
-
-void cpu__pool_for_guided(cpu__pool *p, int64_t n_items, int64_t min_chunk, cpu__range_fn fn, void *arg)
-{
-    pool_run(p, n_items, min_chunk, 1, fn, arg);
-}
-
 static void pool_run(cpu__pool *p, int64_t n_items, int64_t chunk, int guided, cpu__range_fn fn, void *arg)
 {
     if (n_items <= 0) return;
@@ -232,4 +220,14 @@ static void pool_run(cpu__pool *p, int64_t n_items, int64_t chunk, int guided, c
         else
             cpu_relax();
     }
+}
+
+void cpu__pool_for(cpu__pool *p, int64_t n_items, int64_t chunk, cpu__range_fn fn, void *arg)
+{
+    pool_run(p, n_items, chunk, 0, fn, arg);
+}
+
+void cpu__pool_for_guided(cpu__pool *p, int64_t n_items, int64_t min_chunk, cpu__range_fn fn, void *arg)
+{
+    pool_run(p, n_items, min_chunk, 1, fn, arg);
 }
