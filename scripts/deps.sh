@@ -18,6 +18,8 @@ pkgs=(build-essential pkg-config libmicrohttpd-dev libcjson-dev libuv1-dev libcr
 # Installed for this machine's architecture (a foreign-architecture -dev package, e.g. one
 # installed for cross-building, does not count: it replaced the native one).
 arch=$(dpkg --print-architecture)
+# qemu-x86_64 runs the binary on emulated CPUs without AVX-512 (and without AVX) in `make test`.
+[ "$arch" = amd64 ] && pkgs+=(qemu-user)
 [ -n "$arm64_sysroot" ] && pkgs+=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user)
 missing=()
 for p in "${pkgs[@]}"; do

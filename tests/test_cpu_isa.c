@@ -150,3 +150,91 @@ Test(cpu_isa, binary_names_the_forced_level)
     unlink(out);
     unlink(mpath);
 }
+
+#if defined(__x86_64__)
+/* Runs cmd through the shell; its stdout (NULL if it could not start) and *status its wait status. */
+static char *ci_capture(const char *cmd, int *status)
+{
+    FILE *f = popen(cmd, "r");
+    if (!f) return NULL;
+    size_t n = 0, cap = 4096;
+    char *s = malloc(cap);
+    cr_assert_not_null(s);
+    for (size_t k; (k = fread(s + n, 1, cap - n - 1, f)) > 0;) {
+        n += k;
+        if (cap - n < 2) {
+            s = realloc(s, cap *= 2);
+            cr_assert_not_null(s);
+        }
+    }
+    s[n] = 0;
+    *status = pclose(f);
+    return s;
+}
+
+/* One binary for every x86-64 CPU, shown on CPUs this machine is not. Under qemu-x86_64 the real
+ * binary takes its level from the emulated cpuid: Nehalem (SSE4.2, no AVX) must give scalar and
+ * Haswell (AVX2, FMA and F16C, no AVX-512) avx2. Each generates greedily from a prompt (a
+ * multi-row prefill, then single-row decode steps) on a Q8_0 model with one KV head per head
+ * and an F16 one with grouped heads, and must print exactly the token ids the native binary
+ * prints with that level forced: the same kernels summing in the same order, and qemu's
+ * arithmetic is IEEE's. qemu has no AVX-512 at all, so on the Haswell model an AVX-512
+ * instruction anywhere in the binary, in a kernel or in common code built for a higher level,
+ * ends the run with SIGILL. */
+Test(cpu_isa, emulated_cpus_detect_and_run_their_level, .timeout = 300)
+{
+    const char *bin = getenv("KVSERVE_BIN");
+    if (!bin || access(bin, X_OK)) cr_skip_test("KVSERVE_BIN is not set to the kvserve binary");
+    int st = system("command -v qemu-x86_64 >/dev/null 2>&1");
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+        cr_skip_test("qemu-x86_64 is not installed (scripts/deps.sh installs qemu-user)");
+    static const struct {
+        const char *cpu;
+        int isa;
+    } cpus[] = {{"Nehalem", CPU_ISA_SCALAR}, {"Haswell", CPU_ISA_AVX2}};
+    mkm_params p[2];
+    for (int m = 0; m < 2; m++) {
+        mkm_params_default(&p[m]);
+        p[m].dim = 128, p[m].layers = 2, p[m].ffn = 256, p[m].vocab = 400, p[m].context = 256;
+        p[m].seed = 77 + m;
+    }
+    p[0].type = DT_Q8_0, p[0].heads = 2, p[0].kv_heads = 2; /* head size 64: the decode fast path */
+    p[1].type = DT_F16, p[1].heads = 4, p[1].kv_heads = 2;  /* grouped heads of 32 */
+    const char *prompt = "the quick brown fox jumps over the lazy dog, and the dog sleeps on";
+    char mpath[2][512], errf[600], cmd[4096];
+    for (int m = 0; m < 2; m++) tu_write_mkmodel(&p[m], "isa-emu", mpath[m], sizeof mpath[m]);
+    snprintf(errf, sizeof errf, "%s.err", mpath[0]);
+    int compared = 0;
+    for (size_t c = 0; c < sizeof cpus / sizeof cpus[0]; c++)
+        for (int m = 0; m < 2; m++) {
+            const char *args = "-n 12 --ignore-eos --temperature 0 --ids -t 2 --device cpu";
+            snprintf(cmd, sizeof cmd, "env -u KVSERVE_CPU_ISA qemu-x86_64 -cpu %s '%s' generate -m '%s' -p '%s' %s -v 2>'%s'",
+                     cpus[c].cpu, bin, mpath[m], prompt, args, errf);
+            char *emu = ci_capture(cmd, &st);
+            char *err = tu_read_file(errf, NULL);
+            cr_assert(emu && err);
+            cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "qemu -cpu %s: status %#x (132: SIGILL): %s", cpus[c].cpu,
+                      st, err);
+            char want[64];
+            snprintf(want, sizeof want, "CPU, 2 threads, %s", cpu_isa_name(cpus[c].isa));
+            cr_assert(strstr(err, want), "qemu -cpu %s: no '%s' in: %s", cpus[c].cpu, want, err);
+            cr_assert(strlen(emu) > 12, "qemu -cpu %s printed no ids: '%s'", cpus[c].cpu, emu);
+            if (cpu_isa_supported(cpus[c].isa)) {
+                snprintf(cmd, sizeof cmd, "KVSERVE_CPU_ISA=%s '%s' generate -m '%s' -p '%s' %s 2>/dev/null",
+                         cpu_isa_name(cpus[c].isa), bin, mpath[m], prompt, args);
+                char *nat = ci_capture(cmd, &st);
+                cr_assert(nat && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+                cr_assert_str_eq(emu, nat, "%s model at %s: qemu -cpu %s gave %s, the native run %s", dt_name(p[m].type),
+                                 cpu_isa_name(cpus[c].isa), cpus[c].cpu, emu, nat);
+                compared++;
+                free(nat);
+            }
+            free(emu);
+            free(err);
+        }
+    printf("cpu_isa: scalar under qemu -cpu Nehalem and avx2 under -cpu Haswell detected; %d runs equal to native\n",
+           compared);
+    unlink(errf);
+    for (int m = 0; m < 2; m++) unlink(mpath[m]);
+}
+#endif
