@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# bench_generate.sh — single-stream speed of `kvserve generate` on synthetic TinyLlama-shaped models.
+# bench_generate.sh — single-stream speed of `kvserve generate` on synthetic TinyLlama-shaped models
+# (110m-*, 1.1b-*) and SmolLM-135M-shaped ones (135m-*; MODELS picks them, e.g. MODELS=135m-q8_0).
 #
 #   scripts/bench_generate.sh [KVSERVE_BIN] [BENCH_BIN]
 #
@@ -28,6 +29,7 @@ shape() { # name -> mkmodel flags
     case "$1" in
     110m-*) echo "--dim 768 --layers 12 --heads 12 --kv-heads 12 --ffn 2048 --vocab 32000 --context 2048 --type ${1#110m-}" ;;
     1.1b-*) echo "--dim 2048 --layers 22 --heads 32 --kv-heads 4 --ffn 5632 --vocab 32000 --context 2048 --type ${1#1.1b-}" ;;
+    135m-*) echo "--dim 576 --layers 30 --heads 9 --kv-heads 3 --ffn 1536 --vocab 49152 --context 2048 --type ${1#135m-}" ;;
     esac
 }
 
