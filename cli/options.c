@@ -33,7 +33,7 @@ static const opt table[] = {
     {"threads", 't', O_INT, OFF(threads), "cores", ENGINE_CMDS, "CPU backend threads (0 = one per core)"},
     {"kv-memory", 0, O_SIZE, OFF(kv_memory_bytes), "2GiB", ENGINE_CMDS " info", "KV cache budget on the CPU (e.g. 512MiB, 2GiB); info: the budget its capacity lines assume"},
     {"gpu-memory-utilization", 0, O_DBL, OFF(gpu_memory_utilization), "0.90", ENGINE_CMDS, "fraction of free GPU memory for weights and KV"},
-    {"kv-dtype", 0, O_STR, OFF(kv_dtype), "f16", ENGINE_CMDS, "KV cache element type: f16, bf16, f32, int8 (a scale per token and kv head) or fp8 (e4m3, CUDA)"},
+    {"kv-dtype", 0, O_STR, OFF(kv_dtype), "f16", ENGINE_CMDS, "KV cache element type: f16, bf16, f32, int8 (a scale per token and kv head) or fp8 (e4m3)"},
     {"block-size", 0, O_INT, OFF(block_size), "16", ENGINE_CMDS " info", "tokens per KV block"},
     {"kv-window", 0, O_INT, OFF(kv_window), "0 (off)", "serve bench info", "attention sinks + window: a sequence keeps at most N KV entries (its first --kv-sinks tokens and its latest), constant memory, and may run past the context; info: its capacity lines count sequences at one window"},
     {"kv-sinks", 0, O_INT, OFF(kv_sinks), "4", "serve bench info", "with --kv-window: leading tokens always kept (rounded up to whole blocks)"},

@@ -1,7 +1,7 @@
 /*
  * attention_avx2.c — the AVX2 + FMA + F16C kernels of attention.c: K/V conversions, the chunk
- * step of the online softmax for up to CPU__ATTN_AR query rows, and the single-row f16 and
- * int8 decode paths. The same algorithms as attention_avx512.c with 8-float vectors and 16 registers:
+ * step of the online softmax for up to CPU__ATTN_AR query rows, and the single-row f16, int8 and
+ * e4m3 decode paths. The same algorithms as attention_avx512.c with 8-float vectors and 16 registers:
  *
  *  - scores: 4 rows × 16 keys per pass (8 accumulators): per dimension two K vectors are loaded
  *    from the transposed chunk and each row's broadcast q[d] feeds two FMAs;
@@ -286,27 +286,54 @@ static inline __m256 load8_i8(const int8_t *p)
     return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const void *)p)));
 }
 
-/* sc[0 .. nv) = scale · ks[j] · Σ_d q[d] · K[d][j] for one transposed int8 tile kt [hd][bs]
- * (bs a multiple of 16) and its keys' f16 scales ks[bs]. */
-static inline void scores_i8(const float *q, const int8_t *kt, const uint16_t *ks, int bs, int hd, int nv, float scale,
-                             float *sc)
+/* 8 e4m3 codes from p as f32, exactly kv_e4m3_decode: a code's low 7 bits shifted up by 7 are
+ * an f16 with exponent field e and mantissa m, worth 2^(e-15)(1 + m/8), or m · 2^-17 (an f16
+ * subnormal) when e = 0: in both cases the code's value times 2^-8, so F16C and one exact
+ * multiply by 256 give it. The sign moves to bit 15 and the NaN codes (S.1111.111) become an
+ * f16 NaN. */
+static inline __m256 load8_e4m3(const uint8_t *p)
 {
+    __m128i b = _mm_cvtepu8_epi16(_mm_loadl_epi64((const void *)p));
+    __m128i mag = _mm_and_si128(b, _mm_set1_epi16(0x7f));
+    __m128i h = _mm_or_si128(_mm_slli_epi16(mag, 7), _mm_slli_epi16(_mm_and_si128(b, _mm_set1_epi16(0x80)), 8));
+    h = _mm_or_si128(h, _mm_and_si128(_mm_cmpeq_epi16(mag, _mm_set1_epi16(0x7f)), _mm_set1_epi16(0x7e00)));
+    return _mm256_mul_ps(_mm256_cvtph_ps(h), _mm256_set1_ps(256.0f));
+}
+
+/* 8 codes of a quantised arena (q: KV_I8 or KV_FP8) as f32. */
+static inline __attribute__((always_inline)) __m256 load8_q(const uint8_t *p, int q)
+{
+    return q == KV_FP8 ? load8_e4m3(p) : load8_i8((const int8_t *)p);
+}
+
+/* sc[0 .. nv) = scale · ks[j] · Σ_d q[d] · K[d][j] for one transposed tile kt [hd][bs] of
+ * int8 or e4m3 codes (qt: KV_I8, KV_FP8; bs a multiple of 16) and its keys' f16 scales ks[bs].
+ * pk, pv and lines as for scores_f16 (what is left after the last step goes in one burst). */
+static inline __attribute__((always_inline)) void scores_q(const float *q, const uint8_t *kt, const uint16_t *ks,
+                                                           int bs, int hd, int nv, float scale, float *sc, int qt,
+                                                           const char *pk, const char *pv, int lines)
+{
+    int it = 0;
     for (int jc = 0; jc < nv; jc += 16) {
         __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
         int d = 0;
-        for (; d + 2 <= hd; d += 2) {
-            const int8_t *k = kt + (size_t)d * bs + jc;
+        for (; d + 2 <= hd; d += 2, it++) {
+            if (it < lines) {
+                if (pk) _mm_prefetch(pk + (size_t)it * 64, _MM_HINT_T0);
+                _mm_prefetch(pv + (size_t)it * 64, _MM_HINT_T1);
+            }
+            const uint8_t *k = kt + (size_t)d * bs + jc;
             __m256 q0 = _mm256_broadcast_ss(q + d), q1 = _mm256_broadcast_ss(q + d + 1);
-            a0 = _mm256_fmadd_ps(q0, load8_i8(k), a0);
-            a1 = _mm256_fmadd_ps(q0, load8_i8(k + 8), a1);
-            a2 = _mm256_fmadd_ps(q1, load8_i8(k + bs), a2);
-            a3 = _mm256_fmadd_ps(q1, load8_i8(k + bs + 8), a3);
+            a0 = _mm256_fmadd_ps(q0, load8_q(k, qt), a0);
+            a1 = _mm256_fmadd_ps(q0, load8_q(k + 8, qt), a1);
+            a2 = _mm256_fmadd_ps(q1, load8_q(k + bs, qt), a2);
+            a3 = _mm256_fmadd_ps(q1, load8_q(k + bs + 8, qt), a3);
         }
         if (d < hd) {
-            const int8_t *k = kt + (size_t)d * bs + jc;
+            const uint8_t *k = kt + (size_t)d * bs + jc;
             __m256 q0 = _mm256_broadcast_ss(q + d);
-            a0 = _mm256_fmadd_ps(q0, load8_i8(k), a0);
-            a1 = _mm256_fmadd_ps(q0, load8_i8(k + 8), a1);
+            a0 = _mm256_fmadd_ps(q0, load8_q(k, qt), a0);
+            a1 = _mm256_fmadd_ps(q0, load8_q(k + 8, qt), a1);
         }
         __m256 vs = _mm256_set1_ps(scale);
         __m256 k0 = _mm256_cvtph_ps(_mm_loadu_si128((const void *)(ks + jc)));
@@ -316,27 +343,31 @@ static inline void scores_i8(const float *q, const int8_t *kt, const uint16_t *k
         _mm256_maskstore_ps(sc + jc, mask8(nv - jc), s0);
         _mm256_maskstore_ps(sc + jc + 8, mask8(nv - jc - 8), s1);
     }
+    for (; it < lines; it++) {
+        if (pk) _mm_prefetch(pk + (size_t)it * 64, _MM_HINT_T0);
+        _mm_prefetch(pv + (size_t)it * 64, _MM_HINT_T1);
+    }
 }
 
-/* 8 values of a V row from p as f32: f16 values, or int8 codes (i8) as they are; n < 8 reads
- * only the first n (the rest are 0). */
-static inline __attribute__((always_inline)) __m256 load8_v(const uint8_t *p, int n, int i8)
+/* 8 values of a V row from p as f32: f16 values (dt KV_F16), or int8 or e4m3 codes (KV_I8,
+ * KV_FP8) as they are; n < 8 reads only the first n (the rest are 0). */
+static inline __attribute__((always_inline)) __m256 load8_v(const uint8_t *p, int n, int dt)
 {
     uint8_t tmp[16] = {0};
     if (n < 8) {
-        memcpy(tmp, p, (size_t)n * (i8 ? 1 : 2));
+        memcpy(tmp, p, (size_t)n * (dt != KV_F16 ? 1 : 2));
         p = tmp;
     }
-    return i8 ? load8_i8((const int8_t *)p) : _mm256_cvtph_ps(_mm_loadu_si128((const void *)p));
+    return dt != KV_F16 ? load8_q(p, dt) : _mm256_cvtph_ps(_mm_loadu_si128((const void *)p));
 }
 
 /* acc[0 .. hd) = acc · corr + Σ_j p[j] · V[j] over the rows of the chunk's blocks: f16 rows, or
- * int8 ones (i8; each p[j] then already times its row's scale). */
+ * rows of codes (dt KV_I8, KV_FP8; each p[j] then already times its row's scale). */
 static inline __attribute__((always_inline)) void pv_decode(const cpu__attn_row *a, int j0, int nch, const float *p,
-                                                            float corr, float *acc, int i8)
+                                                            float corr, float *acc, int dt)
 {
-    int hd = a->head_dim, bs = a->block_size;
-    size_t es = i8 ? 1 : 2, tile = (size_t)bs * hd, tb = i8 ? tile + KV_SCALE_BYTES * (size_t)bs : tile * 2;
+    int hd = a->head_dim, bs = a->block_size, qz = dt != KV_F16;
+    size_t es = qz ? 1 : 2, tile = (size_t)bs * hd, tb = qz ? tile + KV_SCALE_BYTES * (size_t)bs : tile * 2;
     const uint8_t *vb = a->v;
     int dc = 0;
     /* 32 dimensions at a time: four FMA chains, kept in registers (the partial pass below has
@@ -351,10 +382,10 @@ static inline __attribute__((always_inline)) void pv_decode(const cpu__attn_row 
             for (int j = 0; j < nv; j++) {
                 __m256 pj = _mm256_broadcast_ss(p + jb + j);
                 const uint8_t *v = vt + (size_t)j * hd * es;
-                x0 = _mm256_fmadd_ps(pj, load8_v(v, 8, i8), x0);
-                x1 = _mm256_fmadd_ps(pj, load8_v(v + 8 * es, 8, i8), x1);
-                x2 = _mm256_fmadd_ps(pj, load8_v(v + 16 * es, 8, i8), x2);
-                x3 = _mm256_fmadd_ps(pj, load8_v(v + 24 * es, 8, i8), x3);
+                x0 = _mm256_fmadd_ps(pj, load8_v(v, 8, dt), x0);
+                x1 = _mm256_fmadd_ps(pj, load8_v(v + 8 * es, 8, dt), x1);
+                x2 = _mm256_fmadd_ps(pj, load8_v(v + 16 * es, 8, dt), x2);
+                x3 = _mm256_fmadd_ps(pj, load8_v(v + 24 * es, 8, dt), x3);
             }
         }
         _mm256_storeu_ps(acc + dc, x0);
@@ -370,21 +401,21 @@ static inline __attribute__((always_inline)) void pv_decode(const cpu__attn_row 
             const uint8_t *vt = vb + ((size_t)a->bt[(j0 + jb) / bs] * a->n_kv_heads + a->kvh) * tb + dc * es;
             int nv = nch - jb < bs ? nch - jb : bs;
             for (int j = 0; j < nv; j++)
-                x = _mm256_fmadd_ps(_mm256_broadcast_ss(p + jb + j), load8_v(vt + (size_t)j * hd * es, n, i8), x);
+                x = _mm256_fmadd_ps(_mm256_broadcast_ss(p + jb + j), load8_v(vt + (size_t)j * hd * es, n, dt), x);
         }
         _mm256_maskstore_ps(acc + dc, mk, x);
     }
 }
 
-/* Decode path for a single query row over an f16 arena or, with i8, an int8 one (16-aligned
- * blocks): every K/V element is used exactly once, so it is converted inside the FMAs instead of
- * through f32 buffers; int8 K codes are scaled by their key's scale after the dot product, each
- * probability by its V row's scale before P·V. */
-static inline __attribute__((always_inline)) void attn_decode_vec(const cpu__attn_row *a, int i8)
+/* Decode path for a single query row over an arena of dt KV_F16, or of int8 or e4m3 codes
+ * (KV_I8, KV_FP8; 16-aligned blocks): every K/V element is used exactly once, so it is
+ * converted inside the FMAs instead of through f32 buffers; K codes are scaled by their key's
+ * scale after the dot product, each probability by its V row's scale before P·V. */
+static inline __attribute__((always_inline)) void attn_decode_vec(const cpu__attn_row *a, int dt)
 {
-    int hd = a->head_dim, bs = a->block_size, n_ctx = a->n_ctx, ch = direct_chunk(bs), h = a->kvh;
+    int hd = a->head_dim, bs = a->block_size, n_ctx = a->n_ctx, ch = direct_chunk(bs), h = a->kvh, qz = dt != KV_F16;
     int lo = a->lo, start = lo / bs * bs; /* whole blocks from the window's first */
-    size_t tile = (size_t)bs * hd, tb = i8 ? tile + KV_SCALE_BYTES * (size_t)bs : tile * 2;
+    size_t tile = (size_t)bs * hd, tb = qz ? tile + KV_SCALE_BYTES * (size_t)bs : tile * 2;
     const uint8_t *kb = a->k, *vb = a->v;
     float *sc = a->scr, *acc = sc + ch, mx = -FLT_MAX, l = 0;
     memset(acc, 0, (size_t)hd * sizeof(float));
@@ -393,46 +424,48 @@ static inline __attribute__((always_inline)) void attn_decode_vec(const cpu__att
         for (int jb = 0; jb < nch; jb += bs) {
             size_t at = ((size_t)a->bt[(j0 + jb) / bs] * a->n_kv_heads + h) * tb;
             /* the next K tile is elsewhere, and this V tile is needed after the chunk's scores:
-             * ask for both now (f16: a line of each per step of the scores, so the requests
-             * trickle out instead of stalling the core on full line-fill buffers) */
+             * ask for both now, a line of each per step of the scores, so the requests trickle
+             * out instead of stalling the core on full line-fill buffers */
             const char *nk = j0 + jb + bs < n_ctx
                                  ? (const char *)kb + ((size_t)a->bt[(j0 + jb) / bs + 1] * a->n_kv_heads + h) * tb
                                  : NULL;
             int nv = nch - jb < bs ? nch - jb : bs;
-            if (i8) {
-                for (size_t off = 0; nk && off < tb; off += 64) _mm_prefetch(nk + off, _MM_HINT_T0);
-                for (size_t off = 0; off < tb; off += 64) _mm_prefetch((const char *)(vb + at) + off, _MM_HINT_T1);
-                scores_i8(a->q, (const int8_t *)(kb + at), (const uint16_t *)(kb + at + tile), bs, hd, nv, a->scale, sc + jb);
-            } else {
+            if (qz)
+                scores_q(a->q, kb + at, (const uint16_t *)(kb + at + tile), bs, hd, nv, a->scale, sc + jb, dt, nk,
+                         (const char *)(vb + at), (int)((tb + 63) / 64));
+            else
                 scores_f16(a->q, (const uint16_t *)(kb + at), bs, hd, nv, a->scale, sc + jb, nk,
                            (const char *)(vb + at), (int)(tb / 64));
-            }
         }
         float corr = softmax_step(sc, lo - j0 > 0 ? lo - j0 : 0, nch, a->softcap, &mx, &l);
-        for (int jb = 0; i8 && jb < nch; jb += bs) { /* fold each V row's scale into its probability */
+        for (int jb = 0; qz && jb < nch; jb += bs) { /* fold each V row's scale into its probability */
             const uint16_t *vs = (const uint16_t *)(vb + ((size_t)a->bt[(j0 + jb) / bs] * a->n_kv_heads + h) * tb + tile);
             int nv = nch - jb < bs ? nch - jb : bs;
             for (int j = 0; j < nv; j++) sc[jb + j] *= dt_f16_to_f32(vs[j]);
         }
-        pv_decode(a, j0, nch, sc, corr, acc, i8);
+        pv_decode(a, j0, nch, sc, corr, acc, dt);
     }
     float inv = 1.0f / l;
     for (int d = 0; d < hd; d++) a->out[d] = acc[d] * inv;
 }
 
-/* The decode fast paths of f16 and int8 arenas. */
+/* The decode fast paths of f16, int8 and e4m3 arenas. */
 static void attn_decode_f16(const cpu__attn_row *a)
 {
-    attn_decode_vec(a, 0);
+    attn_decode_vec(a, KV_F16);
 }
 
 static void attn_decode_i8(const cpu__attn_row *a)
 {
-    attn_decode_vec(a, 1);
+    attn_decode_vec(a, KV_I8);
 }
 
-/* int8 codes times their vector's scale (kvq_to_f32 of cpu__kern), 8 at a time; e4m3 codes
- * through the codec of cache/kv.h. */
+static void attn_decode_fp8(const cpu__attn_row *a)
+{
+    attn_decode_vec(a, KV_FP8);
+}
+
+/* int8 or e4m3 codes times their vector's scale (kvq_to_f32 of cpu__kern), 8 at a time. */
 static void kvq_to_f32(int dtype, const uint8_t *src, size_t src_stride, const uint8_t *scales, int per_col,
                        float *dst, size_t dst_stride, int rows, int n)
 {
@@ -441,13 +474,12 @@ static void kvq_to_f32(int dtype, const uint8_t *src, size_t src_stride, const u
         float *d = dst + (size_t)r * dst_stride;
         float rs = per_col ? 0.0f : dt_f16_to_f32((uint16_t)(scales[KV_SCALE_BYTES * r] | (scales[KV_SCALE_BYTES * r + 1] << 8)));
         int i = 0;
-        if (dtype == KV_I8)
-            for (; i + 8 <= n; i += 8) {
-                __m256 c = load8_i8((const int8_t *)s + i);
-                __m256 sc = per_col ? _mm256_cvtph_ps(_mm_loadu_si128((const void *)(scales + KV_SCALE_BYTES * i)))
-                                    : _mm256_set1_ps(rs);
-                _mm256_storeu_ps(d + i, _mm256_mul_ps(c, sc));
-            }
+        for (; i + 8 <= n; i += 8) {
+            __m256 c = dtype == KV_I8 ? load8_i8((const int8_t *)s + i) : load8_e4m3(s + i);
+            __m256 sc = per_col ? _mm256_cvtph_ps(_mm_loadu_si128((const void *)(scales + KV_SCALE_BYTES * i)))
+                                : _mm256_set1_ps(rs);
+            _mm256_storeu_ps(d + i, _mm256_mul_ps(c, sc));
+        }
         for (; i < n; i++) {
             const uint8_t *sp = scales + KV_SCALE_BYTES * i;
             float si = per_col ? dt_f16_to_f32((uint16_t)(sp[0] | (sp[1] << 8))) : rs;
@@ -464,5 +496,6 @@ void cpu__attention_fill_avx2(cpu__kern *k)
     k->attn_isa = CPU_ISA_AVX2;
     k->attn_decode[KV_F16] = attn_decode_f16;
     k->attn_decode[KV_I8] = attn_decode_i8;
+    k->attn_decode[KV_FP8] = attn_decode_fp8;
     k->kvq_to_f32 = kvq_to_f32;
 }

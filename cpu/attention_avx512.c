@@ -1,7 +1,7 @@
 /*
  * attention_avx512.c — the AVX-512 kernels of attention.c: K/V conversions, the chunk step of
- * the online softmax for up to CPU__ATTN_AR query rows, and the single-row f16 and int8 decode
- * paths.
+ * the online softmax for up to CPU__ATTN_AR query rows, and the single-row f16, int8 and e4m3
+ * decode paths.
  *
  * The chunk step forms the scores of all its rows first (each K vector loaded per dimension
  * serves every row: KCH / 16 vectors × AR rows of FMAs), then the per-row softmax update, then
@@ -245,43 +245,72 @@ static inline __attribute__((always_inline)) void scores_f16(const float *q, con
     }
 }
 
-/* sc[0 .. nv) = scale · ks[j] · Σ_d q[d] · K[d][j] for the keys of one transposed int8 tile kt
- * [hd][bs] (codes) whose f16 scales ks[bs] follow the codes. */
-static inline void scores_i8(const float *q, const int8_t *kt, const uint16_t *ks, int bs, int hd, int nv, float scale,
-                             float *sc)
+/* 16 e4m3 codes (mask m) from p as f32, exactly kv_e4m3_decode: the F16C route of
+ * attention_avx2.c's load8_e4m3 (the low 7 bits shifted up by 7 are an f16 worth the code's
+ * value times 2^-8; the NaN codes become an f16 NaN). */
+static inline __m512 load16_e4m3(const uint8_t *p, __mmask16 m)
 {
+    __m256i b = _mm256_cvtepu8_epi16(_mm_maskz_loadu_epi8(m, p));
+    __m256i mag = _mm256_and_si256(b, _mm256_set1_epi16(0x7f));
+    __m256i h = _mm256_or_si256(_mm256_slli_epi16(mag, 7), _mm256_slli_epi16(_mm256_and_si256(b, _mm256_set1_epi16(0x80)), 8));
+    h = _mm256_or_si256(h, _mm256_and_si256(_mm256_cmpeq_epi16(mag, _mm256_set1_epi16(0x7f)), _mm256_set1_epi16(0x7e00)));
+    return _mm512_mul_ps(_mm512_cvtph_ps(h), _mm512_set1_ps(256.0f));
+}
+
+/* 16 codes (mask m) of a quantised arena (qt: KV_I8 or KV_FP8) as f32. */
+static inline __attribute__((always_inline)) __m512 load16_q(const uint8_t *p, __mmask16 m, int qt)
+{
+    return qt == KV_FP8 ? load16_e4m3(p, m) : _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, p)));
+}
+
+/* sc[0 .. nv) = scale · ks[j] · Σ_d q[d] · K[d][j] for the keys of one transposed tile kt
+ * [hd][bs] of int8 or e4m3 codes (qt) whose f16 scales ks[bs] follow the codes; pk, pv and lines
+ * as for scores_f16 (what is left after the last step goes in one burst). */
+static inline __attribute__((always_inline)) void scores_q(const float *q, const uint8_t *kt, const uint16_t *ks,
+                                                           int bs, int hd, int nv, float scale, float *sc, int qt,
+                                                           const char *pk, const char *pv, int lines)
+{
+    int it = 0;
     for (int jc = 0; jc < nv; jc += 16) {
         __mmask16 m = mask16(nv - jc);
         __m512 a[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
         int d = 0;
-        for (; d + 4 <= hd; d += 4)
+        for (; d + 4 <= hd; d += 4, it += 2) {
+            for (int l = it; l < it + 2 && l < lines; l++) {
+                if (pk) _mm_prefetch(pk + (size_t)l * 64, _MM_HINT_T0);
+                _mm_prefetch(pv + (size_t)l * 64, _MM_HINT_T1);
+            }
 #pragma GCC unroll 4
             for (int u = 0; u < 4; u++)
-                a[u] = _mm512_fmadd_ps(_mm512_set1_ps(q[d + u]),
-                                       _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, kt + (size_t)(d + u) * bs + jc))),
-                                       a[u]);
+                a[u] = _mm512_fmadd_ps(_mm512_set1_ps(q[d + u]), load16_q(kt + (size_t)(d + u) * bs + jc, m, qt), a[u]);
+        }
         for (; d < hd; d++)
-            a[0] = _mm512_fmadd_ps(_mm512_set1_ps(q[d]),
-                                   _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, kt + (size_t)d * bs + jc))), a[0]);
+            a[0] = _mm512_fmadd_ps(_mm512_set1_ps(q[d]), load16_q(kt + (size_t)d * bs + jc, m, qt), a[0]);
         __m512 sum = _mm512_add_ps(_mm512_add_ps(a[0], a[1]), _mm512_add_ps(a[2], a[3]));
         __m512 sk = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, ks + jc));
         _mm512_mask_storeu_ps(sc + jc, m, _mm512_mul_ps(_mm512_mul_ps(sum, sk), _mm512_set1_ps(scale)));
     }
+    for (; it < lines; it++) {
+        if (pk) _mm_prefetch(pk + (size_t)it * 64, _MM_HINT_T0);
+        _mm_prefetch(pv + (size_t)it * 64, _MM_HINT_T1);
+    }
 }
 
-/* 16 values (mask m) of a V row from p: f16 values, or int8 codes (i8) as they are. */
-static inline __attribute__((always_inline)) __m512 load16_v(const uint8_t *p, __mmask16 m, int i8)
+/* 16 values (mask m) of a V row from p: f16 values (dt KV_F16), or int8 or e4m3 codes (KV_I8,
+ * KV_FP8) as they are. */
+static inline __attribute__((always_inline)) __m512 load16_v(const uint8_t *p, __mmask16 m, int dt)
 {
-    return i8 ? _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, p)))
-              : _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p));
+    return dt != KV_F16 ? load16_q(p, m, dt) : _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p));
 }
 
-/* Decode fast path for a single query row (one token, no grouping) over an f16 arena or, with
- * i8, an int8 one: every K/V element is used exactly once, so it is converted inside the FMAs
- * instead of through the f32 buffers. int8 K codes are scaled by their key's scale after the dot
- * product and each probability by its V row's scale before P·V, so codes are never expanded. */
-static inline __attribute__((always_inline)) void attn_decode_vec(const cpu__attn_row *a, int i8)
+/* Decode fast path for a single query row (one token, no grouping) over an arena of dt KV_F16,
+ * or of int8 or e4m3 codes (KV_I8, KV_FP8): every K/V element is used exactly once, so it is
+ * converted inside the FMAs instead of through the f32 buffers. K codes are scaled by their key's
+ * scale after the dot product and each probability by its V row's scale before P·V, so codes are
+ * never expanded. */
+static inline __attribute__((always_inline)) void attn_decode_vec(const cpu__attn_row *a, int dt)
 {
+    int i8 = dt != KV_F16; /* a quantised arena: codes and scales */
     int hd = a->head_dim, bs = a->block_size, n_ctx = a->n_ctx, ch = direct_chunk(bs), h = a->kvh;
     int lo = a->lo, start = lo / bs * bs; /* whole blocks from the window's first */
     const int32_t *bt = a->bt;
@@ -302,9 +331,8 @@ static inline __attribute__((always_inline)) void attn_decode_vec(const cpu__att
                                  : NULL;
             int nv = nch - jb < bs ? nch - jb : bs;
             if (i8) {
-                for (size_t off = 0; nk && off < tb; off += 64) _mm_prefetch(nk + off, _MM_HINT_T0);
-                for (size_t off = 0; off < tb; off += 64) _mm_prefetch((const char *)(vb + at) + off, _MM_HINT_T1);
-                scores_i8(q, (const int8_t *)(kb + at), (const uint16_t *)(kb + at + tile), bs, hd, nv, scale, sc + jb);
+                scores_q(q, kb + at, (const uint16_t *)(kb + at + tile), bs, hd, nv, scale, sc + jb, dt, nk,
+                         (const char *)(vb + at), (int)((tb + 63) / 64));
             } else {
                 scores_f16(q, (const uint16_t *)(kb + at), bs, hd, nv, scale, sc + jb, nk, (const char *)(vb + at),
                            (int)(tb / 64));
@@ -335,7 +363,7 @@ static inline __attribute__((always_inline)) void attn_decode_vec(const cpu__att
                     __m512 pj = _mm512_set1_ps(sc[jb + j]);
                     const uint8_t *v = vt + (size_t)j * hd * es;
 #pragma GCC unroll 4
-                    for (int u = 0; u < 4; u++) x[u] = _mm512_fmadd_ps(pj, load16_v(v + 16 * u * es, mk[u], i8), x[u]);
+                    for (int u = 0; u < 4; u++) x[u] = _mm512_fmadd_ps(pj, load16_v(v + 16 * u * es, mk[u], dt), x[u]);
                 }
             }
 #pragma GCC unroll 4
@@ -346,37 +374,34 @@ static inline __attribute__((always_inline)) void attn_decode_vec(const cpu__att
     for (int d = 0; d < hd; d++) o[d] = acc[d] * inv;
 }
 
-/* The decode fast paths of f16 and int8 arenas with 16-aligned blocks. */
+/* The decode fast paths of f16, int8 and e4m3 arenas with 16-aligned blocks. */
 static void attn_decode_f16(const cpu__attn_row *a)
 {
-    attn_decode_vec(a, 0);
+    attn_decode_vec(a, KV_F16);
 }
 
 static void attn_decode_i8(const cpu__attn_row *a)
 {
-    attn_decode_vec(a, 1);
+    attn_decode_vec(a, KV_I8);
 }
 
-/* int8 codes times their vector's scale (kvq_to_f32 of cpu__kern), 16 at a time; e4m3 codes
- * through the codec of cache/kv.h. */
+static void attn_decode_fp8(const cpu__attn_row *a)
+{
+    attn_decode_vec(a, KV_FP8);
+}
+
+/* int8 or e4m3 codes times their vector's scale (kvq_to_f32 of cpu__kern), 16 at a time. */
 static void kvq_to_f32(int dtype, const uint8_t *src, size_t src_stride, const uint8_t *scales, int per_col,
                        float *dst, size_t dst_stride, int rows, int n)
 {
     for (int r = 0; r < rows; r++) {
         const uint8_t *s = src + (size_t)r * src_stride;
         float *d = dst + (size_t)r * dst_stride;
-        if (dtype != KV_I8) {
-            for (int i = 0; i < n; i++) {
-                const uint8_t *sp = scales + KV_SCALE_BYTES * (per_col ? i : r);
-                d[i] = kv_e4m3_decode(s[i]) * dt_f16_to_f32((uint16_t)(sp[0] | (sp[1] << 8)));
-            }
-            continue;
-        }
         __m512 row_scale = _mm512_set1_ps(0);
         if (!per_col) row_scale = _mm512_set1_ps(dt_f16_to_f32((uint16_t)(scales[KV_SCALE_BYTES * r] | (scales[KV_SCALE_BYTES * r + 1] << 8))));
         for (int i = 0; i < n; i += 16) {
             __mmask16 m = mask16(n - i);
-            __m512 c = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, s + i)));
+            __m512 c = load16_q(s + i, m, dtype);
             __m512 sc = per_col ? _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, scales + KV_SCALE_BYTES * i)) : row_scale;
             _mm512_mask_storeu_ps(d + i, m, _mm512_mul_ps(c, sc));
         }
@@ -391,5 +416,6 @@ void cpu__attention_fill_avx512(cpu__kern *k)
     k->attn_isa = CPU_ISA_AVX512;
     k->attn_decode[KV_F16] = attn_decode_f16;
     k->attn_decode[KV_I8] = attn_decode_i8;
+    k->attn_decode[KV_FP8] = attn_decode_fp8;
     k->kvq_to_f32 = kvq_to_f32;
 }

@@ -16,6 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cache/kv.h"
+#include "cpu/internal.h"
 #include "engine/backend.h"
 #include "engine/dtype.h"
 #include "tests/test_util.h"
@@ -318,6 +320,47 @@ Test(cpu, attention_quantised_kv)
                     cpua_case tc = {hds[a], gqas[b], bss[c], d, 1 + k % 3, 0, w ? 20.0f : 0.0f, w, 0};
                     cpua_run(&tc);
                 }
+}
+
+/* Every level's kvq_to_f32 gives exactly code value × scale for all 256 int8 and all 256 e4m3
+ * codes (the e4m3 NaN codes as NaN), with per-key and per-row scales and row lengths that leave
+ * vector tails: the SIMD e4m3 decoders' bit trick covers normal and subnormal codes, signs,
+ * zeros and NaN. */
+Test(cpu, kvq_codes_decode_exactly_at_every_level)
+{
+    tu_cpu_level lv[TU_MAX_LEVELS];
+    int nl = tu_cpu_levels(lv);
+    enum { TOTAL = 512 };
+    uint8_t codes[TOTAL], scales[2 * TOTAL];
+    float got[TOTAL];
+    for (int i = 0; i < TOTAL; i++) codes[i] = (uint8_t)(i < 256 ? i : 255 - i % 256);
+    for (int i = 0; i < TOTAL; i++) { /* f16 scales from 2^-10 to about 3 */
+        uint16_t h = dt_f32_to_f16(ldexpf(1.0f + (float)(i % 7) / 7.0f, i % 12 - 10));
+        scales[2 * i] = (uint8_t)(h & 0xff), scales[2 * i + 1] = (uint8_t)(h >> 8);
+    }
+    for (int li = 0; li < nl; li++) {
+        backend *be = tu_cpu_backend(&lv[li], 1);
+        const cpu__kern *k = &((cpu__backend *)be)->k;
+        for (int dt = KV_I8; dt <= KV_FP8; dt++)
+            for (int per_col = 0; per_col < 2; per_col++)
+                for (int len = 1; len <= 269; len += len < 40 ? 1 : 23) {
+                    /* per_col: one row of len codes with a scale each; else rows of len codes
+                     * with a scale per row, all 256 codes among them */
+                    int rows = per_col ? 1 : TOTAL / len;
+                    k->kvq_to_f32(dt, codes, (size_t)len, scales, per_col, got, (size_t)len, rows, len);
+                    for (int i = 0; i < rows * len; i++) {
+                        int si = per_col ? i : i / len;
+                        float v = dt == KV_I8 ? (float)(int8_t)codes[i] : kv_e4m3_decode(codes[i]);
+                        float want = v * dt_f16_to_f32((uint16_t)(scales[2 * si] | (scales[2 * si + 1] << 8)));
+                        if (isnan(want)) cr_assert(isnan(got[i]), "%s %s code %#x: %g, want NaN", lv[li].name,
+                                                   kv_dtype_name(dt), codes[i], got[i]);
+                        else
+                            cr_assert(memcmp(&got[i], &want, 4) == 0, "%s %s per_col %d len %d code %#x: %a, want %a",
+                                      lv[li].name, kv_dtype_name(dt), per_col, len, codes[i], got[i], want);
+                    }
+                }
+        be_destroy(be);
+    }
 }
 
 /* Attention sinks whose window moved: each sequence's first entries are met by be_attn.q_sink,
