@@ -310,11 +310,11 @@ static inline __attribute__((always_inline)) __m512 load16_v(const uint8_t *p, _
  * never expanded. */
 static inline __attribute__((always_inline)) void attn_decode_vec(const cpu__attn_row *a, int dt)
 {
-    int i8 = dt != KV_F16; /* a quantised arena: codes and scales */
+    int qz = dt != KV_F16; /* a quantised arena: codes and scales */
     int hd = a->head_dim, bs = a->block_size, n_ctx = a->n_ctx, ch = direct_chunk(bs), h = a->kvh;
     int lo = a->lo, start = lo / bs * bs; /* whole blocks from the window's first */
     const int32_t *bt = a->bt;
-    size_t es = i8 ? 1 : 2, tile = (size_t)bs * hd, tb = i8 ? tile + KV_SCALE_BYTES * (size_t)bs : tile * 2;
+    size_t es = qz ? 1 : 2, tile = (size_t)bs * hd, tb = qz ? tile + KV_SCALE_BYTES * (size_t)bs : tile * 2;
     const uint8_t *kb = a->k, *vb = a->v;
     const float *q = a->q;
     float *sc = a->scr, *acc = sc + ch, mx = -FLT_MAX, l = 0, scale = a->scale;
@@ -330,7 +330,7 @@ static inline __attribute__((always_inline)) void attn_decode_vec(const cpu__att
                                  ? (const char *)kb + ((size_t)bt[(j0 + jb) / bs + 1] * a->n_kv_heads + h) * tb
                                  : NULL;
             int nv = nch - jb < bs ? nch - jb : bs;
-            if (i8) {
+            if (qz) {
                 scores_q(q, kb + at, (const uint16_t *)(kb + at + tile), bs, hd, nv, scale, sc + jb, dt, nk,
                          (const char *)(vb + at), (int)((tb + 63) / 64));
             } else {
@@ -339,7 +339,7 @@ static inline __attribute__((always_inline)) void attn_decode_vec(const cpu__att
             }
         }
         float corr = softmax_step(sc, lo - j0 > 0 ? lo - j0 : 0, nch, a->softcap, &mx, &l);
-        for (int jb = 0; i8 && jb < nch; jb += bs) { /* fold each V row's scale into its probability */
+        for (int jb = 0; qz && jb < nch; jb += bs) { /* fold each V row's scale into its probability */
             const uint16_t *vs = (const uint16_t *)(vb + ((size_t)bt[(j0 + jb) / bs] * a->n_kv_heads + h) * tb + tile);
             int nv = nch - jb < bs ? nch - jb : bs;
             for (int jc = 0; jc < nv; jc += 16) {
