@@ -152,26 +152,6 @@ Test(cpu_isa, binary_names_the_forced_level)
 }
 
 #if defined(__x86_64__)
-/* Runs cmd through the shell; its stdout (NULL if it could not start) and *status its wait status. */
-static char *ci_capture(const char *cmd, int *status)
-{
-    FILE *f = popen(cmd, "r");
-    if (!f) return NULL;
-    size_t n = 0, cap = 4096;
-    char *s = malloc(cap);
-    cr_assert_not_null(s);
-    for (size_t k; (k = fread(s + n, 1, cap - n - 1, f)) > 0;) {
-        n += k;
-        if (cap - n < 2) {
-            s = realloc(s, cap *= 2);
-            cr_assert_not_null(s);
-        }
-    }
-    s[n] = 0;
-    *status = pclose(f);
-    return s;
-}
-
 /* One binary for every x86-64 CPU, shown on CPUs this machine is not. Under qemu-x86_64 the real
  * binary takes its level from the emulated cpuid: Nehalem (SSE4.2, no AVX) must give scalar and
  * Haswell (AVX2, FMA and F16C, no AVX-512) avx2. Each generates greedily from a prompt (a
@@ -210,9 +190,9 @@ Test(cpu_isa, emulated_cpus_detect_and_run_their_level, .timeout = 300)
             const char *args = "-n 12 --ignore-eos --temperature 0 --ids -t 2 --device cpu";
             snprintf(cmd, sizeof cmd, "env -u KVSERVE_CPU_ISA qemu-x86_64 -cpu %s '%s' generate -m '%s' -p '%s' %s -v 2>'%s'",
                      cpus[c].cpu, bin, mpath[m], prompt, args, errf);
-            char *emu = ci_capture(cmd, &st);
+            char *emu = tu_capture(cmd, &st);
             char *err = tu_read_file(errf, NULL);
-            cr_assert(emu && err);
+            cr_assert_not_null(err);
             cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "qemu -cpu %s: status %#x (132: SIGILL): %s", cpus[c].cpu,
                       st, err);
             char want[64];
@@ -222,8 +202,8 @@ Test(cpu_isa, emulated_cpus_detect_and_run_their_level, .timeout = 300)
             if (cpu_isa_supported(cpus[c].isa)) {
                 snprintf(cmd, sizeof cmd, "KVSERVE_CPU_ISA=%s '%s' generate -m '%s' -p '%s' %s 2>/dev/null",
                          cpu_isa_name(cpus[c].isa), bin, mpath[m], prompt, args);
-                char *nat = ci_capture(cmd, &st);
-                cr_assert(nat && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+                char *nat = tu_capture(cmd, &st);
+                cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
                 cr_assert_str_eq(emu, nat, "%s model at %s: qemu -cpu %s gave %s, the native run %s", dt_name(p[m].type),
                                  cpu_isa_name(cpus[c].isa), cpus[c].cpu, emu, nat);
                 compared++;

@@ -217,15 +217,8 @@ static int tg_run_cli(const char *args, char **out, char **last_err)
     close(fd);
     char cmd[4096];
     snprintf(cmd, sizeof cmd, "%s generate %s 2>%s", bin, args, errpath);
-    FILE *p = popen(cmd, "r");
-    cr_assert_not_null(p);
-    size_t cap = 1 << 16, n = 0;
-    *out = malloc(cap);
-    size_t r;
-    while ((r = fread(*out + n, 1, cap - n - 1, p)) > 0)
-        n += r;
-    (*out)[n] = 0;
-    int st = pclose(p);
+    int st;
+    *out = tu_capture(cmd, &st);
     char *e = tu_read_file(errpath, NULL);
     unlink(errpath);
     cr_assert_not_null(e);

@@ -59,6 +59,25 @@ char *tu_read_file(const char *path, size_t *len)
     return buf;
 }
 
+char *tu_capture(const char *cmd, int *status)
+{
+    FILE *f = popen(cmd, "r");
+    cr_assert_not_null(f, "popen %s", cmd);
+    size_t n = 0, cap = 4096;
+    char *s = malloc(cap);
+    cr_assert_not_null(s);
+    for (size_t k; (k = fread(s + n, 1, cap - n - 1, f)) > 0;) {
+        n += k;
+        if (cap - n < 2) {
+            s = realloc(s, cap *= 2);
+            cr_assert_not_null(s);
+        }
+    }
+    s[n] = 0;
+    *status = pclose(f);
+    return s;
+}
+
 void tu_mkdtemp(const char *tag, char *path, size_t n)
 {
     const char *dir = getenv("TMPDIR");

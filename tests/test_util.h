@@ -23,6 +23,11 @@ const char *tu_shared_dir(void);
  * length in *len when len is not NULL. NULL when the file cannot be opened or read. */
 char *tu_read_file(const char *path, size_t *len);
 
+/* Runs cmd through the shell and returns everything it wrote to stdout in a malloc'd,
+ * NUL-terminated buffer (the caller frees it), its wait status in *status. Fails the calling
+ * test when the command cannot be started. */
+char *tu_capture(const char *cmd, int *status);
+
 /* Makes a new empty folder $TMPDIR/kvserve-TAG-XXXXXX (/tmp when TMPDIR is unset) and puts its
  * path in path[0 .. n). Fails the calling test on any error. */
 void tu_mkdtemp(const char *tag, char *path, size_t n);
