@@ -475,7 +475,7 @@ static void kvq_to_f32(int dtype, const uint8_t *src, size_t src_stride, const u
         float rs = per_col ? 0.0f : dt_f16_to_f32((uint16_t)(scales[KV_SCALE_BYTES * r] | (scales[KV_SCALE_BYTES * r + 1] << 8)));
         int i = 0;
         for (; i + 8 <= n; i += 8) {
-            __m256 c = dtype == KV_I8 ? load8_i8((const int8_t *)s + i) : load8_e4m3(s + i);
+            __m256 c = load8_q(s + i, dtype);
             __m256 sc = per_col ? _mm256_cvtph_ps(_mm_loadu_si128((const void *)(scales + KV_SCALE_BYTES * i)))
                                 : _mm256_set1_ps(rs);
             _mm256_storeu_ps(d + i, _mm256_mul_ps(c, sc));

@@ -374,9 +374,9 @@ float cpu__quantise_block(const float *x, int n, int8_t *q);
 /* matmul.c: out[r][o] = x[r] · W[o] (+ bias[o]), through the backend's kernel table. */
 void cpu__matmul(cpu__backend *c, const float *x, int n_rows, const be_weight *w,
                  const be_weight *bias, float *out);
-/* matmul.c: out[i] = x · W[i] (+ bias[i]) for i < n (≤ CPU__MATMUL_MAX) matrices over the same
- * rows, as one parallel for with the activations converted once (each result as cpu__matmul's). */
-#define CPU__MATMUL_MAX BE_MATMUL_MULTI_MAX
+/* matmul.c: out[i] = x · W[i] (+ bias[i]) for i < n (≤ BE_MATMUL_MULTI_MAX) matrices over the
+ * same rows, as one parallel for with the activations converted once (each result as
+ * cpu__matmul's). */
 void cpu__matmul_multi(cpu__backend *c, const float *x, int n_rows, int n, const be_weight *const *w,
                        const be_weight *const *bias, float *const *out);
 

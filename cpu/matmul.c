@@ -314,7 +314,7 @@ static void plan_matmul(cpu__backend *c, const float *x, int n_rows, const be_we
 typedef struct mm_multi {
     int n;
     mm_plan *p;
-    int64_t first[CPU__MATMUL_MAX + 1]; /* first[i]: the global number of plan i's unit 0 */
+    int64_t first[BE_MATMUL_MULTI_MAX + 1]; /* first[i]: the global number of plan i's unit 0 */
 } mm_multi;
 
 static void multi_run(void *v, int64_t lo, int64_t hi, int ith)
@@ -329,7 +329,7 @@ static void multi_run(void *v, int64_t lo, int64_t hi, int ith)
 void cpu__matmul_multi(cpu__backend *c, const float *x, int n_rows, int n, const be_weight *const *w,
                        const be_weight *const *bias, float *const *out)
 {
-    int act = n > 0 ? c->k.mm[w[0]->type].act : 0, same = n > 0 && n <= CPU__MATMUL_MAX;
+    int act = n > 0 ? c->k.mm[w[0]->type].act : 0, same = n > 0 && n <= BE_MATMUL_MULTI_MAX;
     int64_t work = 0;
     for (int i = 0; i < n && same; i++) {
         same = c->k.mm[w[i]->type].act == act && w[i]->n_in == w[0]->n_in;
@@ -340,7 +340,7 @@ void cpu__matmul_multi(cpu__backend *c, const float *x, int n_rows, int n, const
         return;
     }
     int small = work < 65536; /* not worth waking the workers */
-    mm_plan p[CPU__MATMUL_MAX];
+    mm_plan p[BE_MATMUL_MULTI_MAX];
     mm_multi m = {.n = n, .p = p};
     int xsum = 0;
     size_t scratch = 0;
