@@ -78,7 +78,8 @@ CPU_SKIP := %_avx2.c %_avx512.c %_vnni.c %_neon.c %_dotprod.c
 endif
 
 # --- sources ----------------------------------------------------------------
-LIB_SRCS := $(filter-out $(CPU_SKIP),$(wildcard engine/*.c cache/*.c cpu/*.c server/*.c)) \
+LIB_SRCS := $(filter-out $(CPU_SKIP),$(wildcard base/*.c jinja/*.c model/*.c grammar/*.c cache/*.c engine/*.c \
+                cpu/*.c server/*.c server/*/*.c)) \
             $(filter-out cli/main.c,$(wildcard cli/*.c))
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o)
 # tests/ref_*.c, tests/*_harness.c: shared test helpers (the float64 reference forward pass, a
@@ -170,8 +171,8 @@ QEMU_AARCH64 ?= qemu-aarch64
 ARM64_TESTS := tests/test_cpu.c tests/test_cpu_attn.c tests/test_cpu_isa.c tests/test_cpu_quant.c \
                tests/test_forward.c tests/test_golden.c tests/test_dtype.c tests/test_model.c \
                tests/test_gguf.c tests/test_kv.c tests/ref_forward.c tests/test_util.c tests/arm64/qemu_exec.c
-ARM64_LIB_SRCS := $(filter-out %_avx2.c %_avx512.c %_vnni.c,$(wildcard engine/*.c cache/*.c cpu/*.c)) \
-                  cli/mkmodel.c cli/mkmodel_vocab.c
+ARM64_LIB_SRCS := $(filter-out %_avx2.c %_avx512.c %_vnni.c,$(wildcard base/*.c jinja/*.c model/*.c grammar/*.c \
+                  cache/*.c engine/*.c cpu/*.c)) cli/backend.c
 ARM64_LIBDIR := $(ARM64_SYSROOT)/usr/lib/aarch64-linux-gnu
 # golden/cli_generate runs the kvserve binary, which this build does not make. (Criterion's
 # filters are extglobs: @(a|b), not braces.)

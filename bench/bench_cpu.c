@@ -39,7 +39,7 @@
 #include "cpu/cpu.h"
 #include "cpu/internal.h"
 #include "engine/backend.h"
-#include "engine/dtype.h"
+#include "model/dtype.h"
 
 static uint64_t rng = 88172645463325252ull;
 

@@ -18,7 +18,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "engine/model.h"
+#include "model/model.h"
 
 #define BG_BYTES ((size_t)1 << 30) /* per buffer: 1 GiB, ~4× the L3 of the machines in mind */
 

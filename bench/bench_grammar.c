@@ -18,8 +18,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "engine/grammar.h"
-#include "engine/model.h"
+#include "grammar/grammar.h"
+#include "model/model.h"
 #include "engine/sampler.h"
 #include "server/oai_schema.h"
 

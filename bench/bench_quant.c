@@ -22,7 +22,7 @@
 #include "cpu/cpu.h"
 #include "cpu/internal.h"
 #include "engine/backend.h"
-#include "engine/dtype.h"
+#include "model/dtype.h"
 #include "engine/sampler.h"
 
 static double cpu_s(void)

@@ -9,7 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "engine/grammar.h"
+#include "grammar/grammar.h"
 
 /* Every option's parsed value. Strings point into argv or into the config file's storage. */
 typedef struct cli_opts {

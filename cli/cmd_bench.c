@@ -20,11 +20,12 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/clock.h"
 #include "cache/kv.h"
 #include "cli/cli.h"
 #include "engine/engine.h"
-#include "engine/model.h"
-#include "engine/tokenizer.h"
+#include "model/model.h"
+#include "model/tokenizer.h"
 
 typedef struct bn_req {
     int conv, turn;
@@ -406,7 +407,7 @@ int cli_bench(cli_opts *o)
         }
     }
     if (bn_warmup(&b)) goto out;
-    int64_t t0 = engine_now_us();
+    int64_t t0 = clk_now_us();
     for (int i = 0; i < b.n_reqs; i++) {
         int s = bn_submit(&b, &b.reqs[i]);
         if (s) {

@@ -12,8 +12,8 @@
 #include <string.h>
 
 #include "cli/cli.h"
-#include "engine/gguf.h"
-#include "engine/tokenizer.h"
+#include "model/gguf.h"
+#include "model/tokenizer.h"
 
 int cli_detokenize(cli_opts *o)
 {

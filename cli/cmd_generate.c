@@ -6,7 +6,7 @@
  * caps it), prefill in chunks of up to --max-batch-tokens, then one decode step per token.
  * Text is written as it is produced; bytes of an unfinished UTF-8 character are held back until
  * the character completes. The last line on stderr is a JSON object with the timings.
- * --json-schema FILE / --grammar FILE constrain the completion (engine/grammar.h): each token is
+ * --json-schema FILE / --grammar FILE constrain the completion (grammar/grammar.h): each token is
  * drawn under the matcher's mask, and the completion ends when the structure is complete.
  */
 #include <errno.h>
@@ -18,12 +18,13 @@
 
 #include "cache/block_pool.h"
 #include "cache/kv.h"
+#include "base/clock.h"
 #include "cli/cli.h"
 #include "engine/backend.h"
 #include "engine/forward.h"
-#include "engine/model.h"
+#include "model/model.h"
 #include "engine/sampler.h"
-#include "engine/tokenizer.h"
+#include "model/tokenizer.h"
 
 /* Everything one generation holds; gen__fini releases what is set. */
 typedef struct gen_state {
@@ -45,13 +46,6 @@ typedef struct gen_state {
     int n_pend;
     int strip_space; /* drop the leading space of the first text produced */
 } gen_state;
-
-static double gen__now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
 
 /* Length of the longest prefix of s[0..n) that does not end inside a UTF-8 character. */
 static int gen__utf8_complete(const char *s, int n)
@@ -303,12 +297,12 @@ int cli_generate(cli_opts *o)
     int n_eog = tok_eog_ids(g.tok, &eog);
 
     int rc = 0, n_gen = 0;
-    double t0 = gen__now_ms();
+    double t0 = (clk_now_us() / 1e3);
     for (int start = 0; !rc && start < g.n_prompt; start += g.chunk) {
         int n = g.n_prompt - start < g.chunk ? g.n_prompt - start : g.chunk;
         rc = gen__step(&g, start, n, start + n == g.n_prompt, pos, slots);
     }
-    double t1 = gen__now_ms(), t_first = t1, t_last = t1;
+    double t1 = (clk_now_us() / 1e3), t_first = t1, t_last = t1;
     while (!rc && n_gen < g.n_predict) {
         smp_history h = {g.ids, g.n_prompt, g.ids + g.n_prompt, n_gen};
         smp_result res;
@@ -323,7 +317,7 @@ int cli_generate(cli_opts *o)
         } else {
             gen__emit_token(&g, res.token);
         }
-        t_last = gen__now_ms();
+        t_last = (clk_now_us() / 1e3);
         if (n_gen == 1) t_first = t_last;
         if (n_gen == g.n_predict) break;
         rc = gen__step(&g, g.n_prompt + n_gen - 1, 1, 1, pos, slots);

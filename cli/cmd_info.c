@@ -21,12 +21,12 @@
 #include "cache/kv.h"
 #include "cache/tier.h"
 #include "cli/cli.h"
-#include "engine/chat.h"
-#include "engine/dtype.h"
-#include "engine/gguf.h"
-#include "engine/jinja.h"
-#include "engine/model.h"
-#include "engine/tokenizer.h"
+#include "model/chat.h"
+#include "model/dtype.h"
+#include "model/gguf.h"
+#include "jinja/jinja.h"
+#include "model/model.h"
+#include "model/tokenizer.h"
 #include "server/toolcall.h"
 
 #define INFO_N_TYPES DT_N_TYPES /* GGML type numbers counted per type */

@@ -13,8 +13,8 @@
 #include <time.h>
 
 #include "cli/cli.h"
-#include "cli/mkmodel.h"
-#include "engine/dtype.h"
+#include "model/mkmodel.h"
+#include "model/dtype.h"
 
 /* Weight type by name, or -1. */
 static int parse_type(const char *s)

@@ -4,13 +4,13 @@
  * variables) → the exact rendering on stdout, with no newline added; or one line
  * `error: KIND: message` on stdout and exit status 1 when the template raises or fails (exit 2
  * for unreadable input). For debugging templates, and the tests drive the reference cases
- * through it. The rendering is engine/chat.c's chat_render_json.
+ * through it. The rendering is model/chat.c's chat_render_json.
  */
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "cli/cli.h"
-#include "engine/chat.h"
+#include "model/chat.h"
 
 #define RC_MAX_INPUT ((size_t)256 << 20)
 

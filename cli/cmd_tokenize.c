@@ -12,8 +12,8 @@
 #include <string.h>
 
 #include "cli/cli.h"
-#include "engine/gguf.h"
-#include "engine/tokenizer.h"
+#include "model/gguf.h"
+#include "model/tokenizer.h"
 
 /* Reads all of f into a malloc'd buffer; NULL on error. */
 static char *read_all(FILE *f, size_t *out_len)

@@ -33,7 +33,7 @@
 
 #include "cpu/cpu.h"
 #include "cpu/internal.h"
-#include "engine/dtype.h"
+#include "model/dtype.h"
 
 #define KCH CPU__ATTN_KCH
 #define AR CPU__ATTN_AR

@@ -18,7 +18,7 @@
 #include "cpu/cpu.h"
 #include "cpu/internal.h"
 #include "cpu/simd_x86.h"
-#include "engine/dtype.h"
+#include "model/dtype.h"
 
 #define KCH CPU__ATTN_KCH
 #define AR CPU__ATTN_AR

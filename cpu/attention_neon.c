@@ -13,7 +13,7 @@
 #include "cpu/cpu.h"
 #include "cpu/internal.h"
 #include "cpu/simd_neon.h"
-#include "engine/dtype.h"
+#include "model/dtype.h"
 
 #define KCH CPU__ATTN_KCH
 #define AR CPU__ATTN_AR

@@ -25,7 +25,7 @@
 
 #include "cpu/cpu.h"
 #include "cpu/internal.h"
-#include "engine/dtype.h"
+#include "model/dtype.h"
 
 int cpu__scratch_reserve(cpu__scratch *s, size_t bytes)
 {

@@ -19,7 +19,7 @@
 #include "cpu/cpu.h"
 #include "cpu/internal.h"
 #include "cpu/simd_x86.h"
-#include "engine/dtype.h"
+#include "model/dtype.h"
 
 #define NR CPU__PANEL_NR
 #define KC CPU__PANEL_KC

@@ -16,7 +16,7 @@
 #include "cpu/cpu.h"
 #include "cpu/internal.h"
 #include "cpu/simd_neon.h"
-#include "engine/dtype.h"
+#include "model/dtype.h"
 
 #define NR CPU__PANEL_NR
 #define KC CPU__PANEL_KC

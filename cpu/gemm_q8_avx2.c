@@ -25,7 +25,7 @@
 #include "cpu/cpu.h"
 #include "cpu/internal.h"
 #include "cpu/simd_x86.h"
-#include "engine/dtype.h"
+#include "model/dtype.h"
 
 #define NR 8
 #define MR 4

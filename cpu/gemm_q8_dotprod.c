@@ -21,7 +21,7 @@
 #include "cpu/cpu.h"
 #include "cpu/internal.h"
 #include "cpu/simd_neon.h"
-#include "engine/dtype.h"
+#include "model/dtype.h"
 
 #define NR 4
 #define MR 4

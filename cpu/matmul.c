@@ -25,7 +25,7 @@
 
 #include "cpu/cpu.h"
 #include "cpu/internal.h"
-#include "engine/dtype.h"
+#include "model/dtype.h"
 
 /* Outputs per column block of the dot-product shape: the block's weight rows stay in L2 while
  * every activation row passes over them. */

@@ -10,7 +10,7 @@
 #include "cpu/cpu.h"
 #include "cpu/internal.h"
 #include "cpu/simd_x86.h"
-#include "engine/dtype.h"
+#include "model/dtype.h"
 
 static float dot_f32(const void *wv, const void *xv, int64_t n)
 {

@@ -10,7 +10,7 @@
 #include "cpu/cpu.h"
 #include "cpu/internal.h"
 #include "cpu/simd_x86.h"
-#include "engine/dtype.h"
+#include "model/dtype.h"
 
 static void quantise_q8(const float *x, cpu__q8x *out, int64_t n)
 {

@@ -16,7 +16,7 @@
 
 #include "cpu/cpu.h"
 #include "cpu/internal.h"
-#include "engine/dtype.h"
+#include "model/dtype.h"
 
 /* Floats of work per chunk of a parallel op: an op smaller than one chunk runs on the calling
  * thread alone, because a dispatch would cost more than it saves. */

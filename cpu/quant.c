@@ -21,7 +21,7 @@
 #include "cpu/cpu.h"
 #include "cpu/internal.h"
 #include "cpu/quant.h"
-#include "engine/dtype.h"
+#include "model/dtype.h"
 
 /* ---- decoding ------------------------------------------------------------------------------ */
 

@@ -50,7 +50,7 @@
 #include <stdint.h>
 
 #include "cpu/internal.h"
-#include "engine/dtype.h"
+#include "model/dtype.h"
 
 /* What a type looks like in this formulation. */
 typedef struct cpu__qtraits {

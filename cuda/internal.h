@@ -15,11 +15,11 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
-/* engine/dtype.h is C11: let C++ read its static assertion. */
+/* model/dtype.h is C11: let C++ read its static assertion. */
 #define _Static_assert static_assert
 extern "C" {
 #include "engine/backend.h"
-#include "engine/dtype.h"
+#include "model/dtype.h"
 }
 #undef _Static_assert
 

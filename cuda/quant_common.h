@@ -1,6 +1,6 @@
 /*
  * quant_common.h — the CUDA backend's decoding of the quantised weight types (layouts in
- * engine/dtype.h), shared by host and device code like cuda_common.h: every function is CUDA_HD,
+ * model/dtype.h), shared by host and device code like cuda_common.h: every function is CUDA_HD,
  * so the kernels run the very arithmetic that tests/test_cuda_host.c checks on the CPU against
  * dt_to_f32, bit for bit.
  *
@@ -18,7 +18,7 @@
 #include <stdint.h>
 
 #include "cuda/cuda_common.h"
-#include "engine/dtype.h"
+#include "model/dtype.h"
 
 /* 1 for the block types cuda_q_dequant8 decodes (the supported quantised types, Q8_0 included). */
 static inline CUDA_HD int cuda_q_is_quant(int type)

@@ -34,7 +34,7 @@
 #include <stdint.h>
 
 #include "cache/kv.h"
-#include "engine/model.h"
+#include "model/model.h"
 
 /* One layer group's view of the batch's KV. */
 typedef struct be_kv {

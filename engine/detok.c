@@ -9,7 +9,7 @@
  */
 #include "engine/detok.h"
 
-#include "engine/utf8.h"
+#include "model/utf8.h"
 
 #include <errno.h>
 #include <stdlib.h>

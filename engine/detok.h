@@ -18,7 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "engine/tokenizer.h"
+#include "model/tokenizer.h"
 
 typedef struct detok {
     const tokenizer *tok;      /* borrowed */

@@ -20,6 +20,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/clock.h"
 #include "cache/kv.h"
 #include "engine/backend.h"
 #include "engine/detok.h"
@@ -85,13 +86,6 @@ const int64_t *const engine_tier_bounds_us = sched_tier_bounds_us;
 
 const int engine_iter_bounds[ENGINE_ITER_BUCKETS] = {1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048,
                                                      4096, 8192, 16384};
-
-int64_t engine_now_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
 
 void engine_config_default(engine_config *c)
 {
@@ -179,7 +173,7 @@ static engine_event *eng__event(const eng_req *q, int idx, const char *text, siz
             ev->timings.first_scheduled_us = s->first_scheduled_us;
             ev->timings.first_token_us = q->seqs[idx] ? s->first_token_us : 0;
         }
-        ev->timings.finish_us = engine_now_us();
+        ev->timings.finish_us = clk_now_us();
     }
     return ev;
 fail:
@@ -478,7 +472,7 @@ static void eng__update_stats(engine *e)
     sched_stats ss;
     sched_get_stats(e->sc, &ss);
     rdx_tree *t = sched_tree(e->sc);
-    int64_t now = engine_now_us();
+    int64_t now = clk_now_us();
     st->alive = !e->failed;
     st->heartbeat_us = now;
     st->n_ctx = e->n_ctx;
@@ -987,7 +981,7 @@ int engine_submit(engine *e, engine_request *req, uint64_t *id)
     }
     q->id = e->next_id++;
     q->r = *req;
-    q->arrival_us = engine_now_us();
+    q->arrival_us = clk_now_us();
     if (!q->r.sampling.has_seed) {
         q->r.sampling.seed = (uint64_t)q->arrival_us * 0x9E3779B97F4A7C15ull ^ ++e->seed_counter;
         q->r.sampling.has_seed = 1;

@@ -19,10 +19,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "engine/grammar.h"
-#include "engine/model.h"
+#include "grammar/grammar.h"
+#include "model/model.h"
 #include "engine/sampler.h"
-#include "engine/tokenizer.h"
+#include "model/tokenizer.h"
 
 #define ENGINE_MAX_STOP 1024 /* stop strings per request */
 
@@ -228,7 +228,5 @@ typedef struct engine_stats {
 
 void engine_get_stats(engine *e, engine_stats *out);
 
-/* Monotonic microseconds (CLOCK_MONOTONIC). */
-int64_t engine_now_us(void);
 
 #endif

@@ -12,7 +12,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "engine/gguf.h"
+#include "model/gguf.h"
 
 /* Every tensor's data: whole when small, else 16 chunks of 4 KiB spread over it. */
 static void eng__hash_tensors(hash_state *h, const gguf_file *f)

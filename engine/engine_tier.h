@@ -12,7 +12,7 @@
 #include "cache/kv.h"
 #include "cache/tier.h"
 #include "engine/backend.h"
-#include "engine/model.h"
+#include "model/model.h"
 
 /* Version of what a tier block holds (the backend's tiles of K, V and scales, as kvserve computes
  * them); a change of the layout or of the arithmetic that fills it must bump it. */

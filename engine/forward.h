@@ -13,7 +13,7 @@
 
 #include "cache/kv.h"
 #include "engine/backend.h"
-#include "engine/model.h"
+#include "model/model.h"
 
 typedef struct fwd fwd;
 

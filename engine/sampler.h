@@ -93,7 +93,7 @@ void smp_score(const float *logits, int n_vocab, int32_t token, int n_top, smp_r
 void smp_sample(const smp_params *p, smp_rng *rng, float *logits, int n_vocab,
                 const smp_history *h, const int32_t *eog_ids, int n_eog, smp_result *out);
 
-/* smp_sample under a token mask (a grammar's, engine/grammar.h layout: bit id % 32 of word
+/* smp_sample under a token mask (a grammar's, grammar/grammar.h layout: bit id % 32 of word
  * id / 32 is token id; NULL: no mask). Tokens outside it are set to -inf before logit_bias,
  * the penalties and every filter, so they can never be drawn; when the mask allows nothing but
  * end-of-generation ids, min_tokens does not ban them (the output is complete). Reported

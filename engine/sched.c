@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/clock.h"
 #include "engine/batch.h"
 #include "engine/engine.h"
 #include "engine/sched_internal.h"
@@ -289,7 +290,7 @@ static int sched__admit(sched *sc, int i, int *budget, char *held)
         return 0;
     }
     if (!c->first_scheduled_us) {
-        c->first_scheduled_us = engine_now_us();
+        c->first_scheduled_us = clk_now_us();
         c->cached_tokens = matched < c->n_prompt ? matched : c->n_prompt;
         if (sc->tree) {
             sc->st.prefix_queries += c->n_prompt;
@@ -375,10 +376,10 @@ static int sched__add_sample(sched *sc, int *n, seq *s, const smp_result *r, int
 static int sched__mask(sched *sc, seq *s)
 {
     if (!sc->mask && !(sc->mask = malloc(GR_MASK_WORDS(sc->c.n_vocab) * sizeof *sc->mask))) return -ENOMEM;
-    int64_t t0 = engine_now_us();
+    int64_t t0 = clk_now_us();
     int n = gr_matcher_fill_mask(s->gm, sc->mask);
     sc->st.grammar_masks++;
-    sc->st.grammar_mask_us += engine_now_us() - t0;
+    sc->st.grammar_mask_us += clk_now_us() - t0;
     return n;
 }
 
@@ -409,7 +410,7 @@ static int sched__sample(sched *sc, seq *s, const float *row, int *n_out)
     if (s->gm && gr_matcher_accept(s->gm, r.token)) return sched__halt(sc, s, ENGINE_FINISH_ERROR, n_out);
     if (seq_append(s, r.token)) return -ENOMEM;
     s->cum_logprob += r.logprob;
-    if (!s->first_token_us) s->first_token_us = engine_now_us();
+    if (!s->first_token_us) s->first_token_us = clk_now_us();
     sc->st.generated++;
     int eog = 0, stop = 0;
     for (int k = 0; k < sc->c.n_eog; k++) eog |= sc->c.eog_ids[k] == r.token;
@@ -538,7 +539,7 @@ void sched_release(sched *sc, seq *s, int finish)
     }
     s->status = SEQ_FINISHED;
     s->finish = finish;
-    s->finish_us = engine_now_us();
+    s->finish_us = clk_now_us();
 }
 
 /* ---- introspection -------------------------------------------------------------------- */

@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/clock.h"
 #include "engine/engine.h"
 #include "engine/sched_internal.h"
 
@@ -139,7 +140,7 @@ static sched_load *sched__new_load(sched *sc, seq *c, int first, int n)
     L->s = c;
     L->first = first;
     L->serial = ++sc->load_serial;
-    L->t0_us = engine_now_us();
+    L->t0_us = clk_now_us();
     memcpy(L->ids, sc->match_buf, (size_t)first * sizeof *L->ids);
     memcpy(L->keys, sc->tier_keys, (size_t)n * sizeof *L->keys);
     return L;
@@ -200,7 +201,7 @@ static void sched__load_complete(sched *sc, sched_load *L)
     for (int j = k; j < L->n; j++) bp_unref(sc->bp[0], L->ids[L->first + j]);
     L->n = k;
     L->done = 1;
-    int64_t us = engine_now_us() - L->t0_us;
+    int64_t us = clk_now_us() - L->t0_us;
     int b = 0;
     while (b < SCHED_TIER_BUCKETS && us > sched_tier_bounds_us[b]) b++;
     sc->st.tier_load_hist[b]++;

@@ -29,7 +29,7 @@
 #include <stdint.h>
 
 #include "cache/kv.h"
-#include "engine/grammar.h"
+#include "grammar/grammar.h"
 #include "engine/sampler.h"
 
 enum seq_status { SEQ_WAITING = 0, SEQ_RUNNING = 1, SEQ_FINISHED = 2 };
@@ -71,7 +71,7 @@ typedef struct seq {
     uint64_t admit_order;   /* increasing admission stamp (the most recent is preempted first) */
     int64_t wait_steps;     /* steps spent waiting since arrival (lpm aging) */
 
-    int64_t arrival_us, first_scheduled_us, first_token_us, finish_us; /* engine_now_us; 0 = not yet */
+    int64_t arrival_us, first_scheduled_us, first_token_us, finish_us; /* clk_now_us; 0 = not yet */
     int n_preemptions;
     int cached_tokens;      /* prompt tokens served from the prefix cache */
     int prompt_logprobs;    /* 1: score every prompt token (echo + logprobs, prompt_logprobs) */

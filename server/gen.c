@@ -15,7 +15,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "engine/chat.h"
+#include "base/clock.h"
+#include "model/chat.h"
 #include "server/internal.h"
 #include "server/oai_chat.h"
 #include "server/toolcall.h"
@@ -270,7 +271,7 @@ static enum MHD_Result gen_submit(srv_req *r)
     }
     r->counted_active = 1;
     s->n_gen_active++;
-    r->last_emit_us = engine_now_us();
+    r->last_emit_us = clk_now_us();
     if (q->stream) return srv__stream_begin(r);
     r->suspended = 1;
     MHD_suspend_connection(r->conn);
@@ -511,7 +512,7 @@ void srv__gen_event(srv *s, engine_event *ev)
     int ci = b->prompt_idx * q->best_of + ev->index;
     if (ev->index < 0 || ev->index >= q->best_of) return;
     oai_choice *c = &r->choices[ci];
-    int64_t now = engine_now_us();
+    int64_t now = clk_now_us();
     if (ev->n_tokens > 0 && !ev->is_prompt) {
         c->n_tokens += ev->n_tokens;
         if (r->last_tok_us[ci]) met_observe(&s->met.itl, (double)(now - r->last_tok_us[ci]) / 1e6);

@@ -21,7 +21,8 @@
 
 #include <cjson/cJSON.h>
 
-#include "engine/utf8.h"
+#include "base/clock.h"
+#include "model/utf8.h"
 #include "server/gate.h"
 #include "server/internal.h"
 
@@ -45,7 +46,7 @@ static srv_req *req_new(srv *s, struct MHD_Connection *c, const char *method, co
     if (!r) return NULL;
     r->s = s;
     r->conn = c;
-    r->start_us = engine_now_us();
+    r->start_us = clk_now_us();
     snprintf(r->method, sizeof r->method, "%s", method);
     snprintf(r->path, sizeof r->path, "%s", url);
     const char *rid = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Request-Id");
@@ -304,7 +305,7 @@ void srv__stream_append(srv_req *r, const char *p, size_t n)
     }
     memcpy(r->out + r->out_len, p, n);
     r->out_len += n;
-    r->last_emit_us = engine_now_us();
+    r->last_emit_us = clk_now_us();
     srv__req_resume(r);
 }
 
@@ -344,7 +345,7 @@ enum MHD_Result srv__stream_begin(srv_req *r)
 
 void srv__ping_tick(srv *s)
 {
-    int64_t now = engine_now_us();
+    int64_t now = clk_now_us();
     int64_t iv = (int64_t)(s->cfg->sse_ping_interval_s * 1e6);
     for (srv_req *r = s->reqs; r; r = r->next)
         if (r->is_gen && r->oreq.stream && r->conn && !r->stream_done && !r->stream_abort &&
@@ -361,7 +362,7 @@ static enum MHD_Result do_health(srv_req *r)
     engine_stats st;
     engine_get_stats(s->e, &st);
     int busy = st.num_running + st.num_waiting > 0;
-    int stuck = busy && engine_now_us() - st.last_step_us > 60 * 1000000LL;
+    int stuck = busy && clk_now_us() - st.last_step_us > 60 * 1000000LL;
     const char *why = s->draining ? "draining" : !st.alive ? "engine stopped" : stuck ? "engine stuck" : NULL;
     char buf[128];
     snprintf(buf, sizeof buf, "{\"status\":\"%s\"}", why ? why : "ok");
@@ -551,7 +552,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
         srv__gen_cancel(r);
     }
     if (!r->status) r->status = 499; /* nothing was sent: the client went away */
-    double ms = (double)(engine_now_us() - r->start_us) / 1000.0;
+    double ms = (double)(clk_now_us() - r->start_us) / 1000.0;
     /* At -v the fields a client sent in vain are named (the parse state is the worker's while
      * the request is still being prepared). */
     const char *ign = s->cfg->verbose && r->phase != SRV_PHASE_PREP ? r->oreq.ignored : NULL;

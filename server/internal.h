@@ -15,10 +15,10 @@
 #include <stdint.h>
 #include <uv.h>
 
-#include "engine/chat.h"
+#include "model/chat.h"
 #include "engine/engine.h"
-#include "engine/model.h"
-#include "engine/tokenizer.h"
+#include "model/model.h"
+#include "model/tokenizer.h"
 #include "server/metrics.h"
 #include "server/openai.h"
 #include "server/server.h"

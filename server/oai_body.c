@@ -7,7 +7,7 @@
  */
 #include <stddef.h>
 
-#include "engine/utf8.h"
+#include "model/utf8.h"
 #include "server/openai.h"
 
 static int hex4(const char *p, const char *end, unsigned *out)

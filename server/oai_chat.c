@@ -3,7 +3,7 @@
  * chat completions (see oai_chat.h).
  *
  * Parsing validates with cJSON (400s name the field) and keeps the body; the template's values
- * are read again from that copy with engine/jinja's JSON reader, which keeps key order and
+ * are read again from that copy with jinja/'s JSON reader, which keeps key order and
  * int / float. The answer of each choice goes through a server/toolcall.c parser; its deltas
  * become OpenAI's stream chunks (delta.content, delta.reasoning_content, delta.tool_calls with
  * index / id / type / function.name first and function.arguments in pieces, or the legacy

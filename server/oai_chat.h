@@ -6,7 +6,7 @@
  * as stream deltas.
  *
  *   request body ──oai_parse (validates; keeps a copy)──► oai_chat
- *   oai_chat ──oai_chat_vars──► chat_vars for engine/chat.c (values re-read from the body, so key
+ *   oai_chat ──oai_chat_vars──► chat_vars for model/chat.c (values re-read from the body, so key
  *                                order and 1 vs 1.0 reach the template as the client sent them)
  *   generated text ──oai_chat_feed (server/toolcall.c per choice)──► deltas / message fields
  *
@@ -21,7 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "engine/chat.h"
+#include "model/chat.h"
 #include "server/openai.h"
 
 enum oai_tool_choice { OAI_TOOLS_AUTO = 0, OAI_TOOLS_NONE, OAI_TOOLS_REQUIRED, OAI_TOOLS_NAMED };

@@ -9,7 +9,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "engine/grammar.h"
+#include "grammar/grammar.h"
 #include "server/openai.h"
 
 /* Integer field of o in [lo, hi] into *out (left alone when absent or null). 0 or -EINVAL with

@@ -1,7 +1,7 @@
 /*
  * oai_schema.h — JSON Schema → GBNF rules, for structured outputs (response_format json_schema,
  * guided_json, json_schema) and for anyone composing grammars around JSON values (tool calls:
- * see engine/grammar.h).
+ * see grammar/grammar.h).
  *
  * Supported keywords (draft 2020-12, the subset used in practice): type (a name or a list),
  * properties, required, additionalProperties (bool or schema), items (schema or false),

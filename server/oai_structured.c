@@ -9,7 +9,7 @@
  *   grammar, json_schema   (llama.cpp's server: GBNF text, a schema)
  *
  * At most one of them may constrain a request. Schemas become GBNF through oai_schema.c, regexes
- * and choices through engine/grammar.h; the compiled grammar is looked up first in the server's
+ * and choices through grammar/grammar.h; the compiled grammar is looked up first in the server's
  * LRU (lim->grammars) under its kind and canonical text, so a repeated schema costs a lookup.
  * Errors are 400s naming the field and, for grammars and regexes, where the text is wrong.
  * Runs on the request-preparation thread (the cache has its own lock).

@@ -10,7 +10,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "engine/utf8.h"
+#include "model/utf8.h"
 #include "server/oai_chat.h"
 #include "server/oai_internal.h"
 #include <errno.h>

@@ -14,7 +14,7 @@
 #include <stdint.h>
 
 #include "engine/engine.h"
-#include "engine/grammar.h"
+#include "grammar/grammar.h"
 #include "engine/sampler.h"
 
 enum oai_kind { OAI_COMPLETION = 0, OAI_CHAT = 1 };

@@ -23,7 +23,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "engine/utf8.h"
+#include "model/utf8.h"
 #include "server/internal.h"
 #include "server/oai_chat.h"
 #include "server/toolcall.h"

@@ -19,7 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "engine/chat.h"
+#include "model/chat.h"
 #include "server/internal.h"
 #include "server/toolcall.h"
 

@@ -18,7 +18,7 @@ typedef struct srv_config {
     const char *host;              /* numeric address or name to listen on */
     int port;                      /* TCP port */
     const char *api_key;           /* NULL: no authentication */
-    const char *chat_template;     /* NULL: the GGUF's (engine/chat.h chat_config.spec) */
+    const char *chat_template;     /* NULL: the GGUF's (model/chat.h chat_config.spec) */
     const char *tool_call_parser;  /* NULL or "auto": from the template; else a tc_syntax name */
     const char *reasoning_parser;  /* NULL or "none"; deepseek_r1, qwen3 */
     size_t max_body_bytes;         /* larger bodies get 413 */

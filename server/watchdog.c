@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include "base/clock.h"
 #include "server/internal.h"
 
 int64_t srv__watchdog_usec(void)
@@ -40,7 +41,7 @@ static void on_watchdog(uv_timer_t *t)
     srv *s = t->data;
     engine_stats st;
     if (s->e) engine_get_stats(s->e, &st);
-    if (srv__watchdog_ok(s->e ? &st : NULL, engine_now_us(), s->watchdog_usec)) srv__notify("WATCHDOG=1");
+    if (srv__watchdog_ok(s->e ? &st : NULL, clk_now_us(), s->watchdog_usec)) srv__notify("WATCHDOG=1");
     else if (!s->watchdog_missed++)
         fprintf(stderr, "kvserve: engine heartbeat %s: watchdog pings stopped\n",
                 s->e && !st.alive ? "lost (engine failed)" : "stale (a step is stuck)");

@@ -14,7 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "engine/grammar.h"
+#include "grammar/grammar.h"
 #include "tests/test_util.h"
 
 #define GH_MAX_TOK 1024

@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "cache/kv.h"
-#include "engine/dtype.h"
+#include "model/dtype.h"
 
 typedef struct rf_layer {
     double *attn_norm, *wq, *wk, *wv, *wo, *bq, *bk, *bv, *bo; /* matrices [n_out][n_in]; biases or NULL */

@@ -11,7 +11,7 @@
 
 #include <stdint.h>
 
-#include "engine/model.h"
+#include "model/model.h"
 
 typedef struct rf_model rf_model;
 typedef struct rf_seq rf_seq;

@@ -28,8 +28,8 @@
 
 #include "cache/kv.h"
 #include "engine/engine.h"
-#include "engine/model.h"
-#include "engine/tokenizer.h"
+#include "model/model.h"
+#include "model/tokenizer.h"
 #include "tests/test_util.h"
 
 #define TA_MAX_TOKENS 256

@@ -1,5 +1,5 @@
 /*
- * test_chat.c — the model's own chat template (engine/chat.c): every reference case of the
+ * test_chat.c — the model's own chat template (model/chat.c): every reference case of the
  * shared chat-templates folder rendered byte for byte (or failing where Python's Jinja2 fails)
  * through render-chat's entry point, a sample of them through the kvserve binary itself, and the
  * chat_tmpl of a GGUF: its tokenizer.chat_template with the vocabulary's BOS / EOS, the
@@ -15,8 +15,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "cli/mkmodel.h"
-#include "engine/chat.h"
+#include "model/mkmodel.h"
+#include "model/chat.h"
 #include "tests/test_util.h"
 
 /* The render-chat input of case `cs` of a reference file (template text, the case's messages,

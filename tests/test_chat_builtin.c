@@ -1,5 +1,5 @@
 /*
- * test_chat_builtin.c — the built-in chat templates (engine/chat_builtin.c): exact rendering,
+ * test_chat_builtin.c — the built-in chat templates (model/chat_builtin.c): exact rendering,
  * exact token sequences, detection, no double BOS.
  *
  * Each template renders the same system + two-turn conversation. The text must equal the
@@ -14,10 +14,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cli/mkmodel.h"
-#include "engine/chat.h"
-#include "engine/dtype.h"
-#include "engine/tokenizer.h"
+#include "model/mkmodel.h"
+#include "model/chat.h"
+#include "model/dtype.h"
+#include "model/tokenizer.h"
 
 static const chat_msg tchat_conv[] = {
     {"system", "You are terse."},

@@ -9,7 +9,7 @@
  * without FMA) is within γ_n · Σ|terms| of the exact sum, γ_n = n·u / (1 - n·u), u = 2^-24.
  *
  * Fixtures are synthetic: weight matrices are made here from random floats and converted to the
- * tested type with the exact conversions of engine/dtype.h; no model file is needed.
+ * tested type with the exact conversions of model/dtype.h; no model file is needed.
  */
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -23,7 +23,7 @@
 #include "cpu/cpu.h"
 #include "cpu/internal.h"
 #include "engine/backend.h"
-#include "engine/dtype.h"
+#include "model/dtype.h"
 #include "tests/test_util.h"
 
 static uint64_t cput_rng;

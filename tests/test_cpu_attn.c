@@ -19,7 +19,7 @@
 #include "cache/kv.h"
 #include "cpu/internal.h"
 #include "engine/backend.h"
-#include "engine/dtype.h"
+#include "model/dtype.h"
 #include "tests/test_util.h"
 
 static uint64_t cpua_rng;

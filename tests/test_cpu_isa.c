@@ -15,7 +15,7 @@
 
 #include "cpu/cpu.h"
 #include "cpu/internal.h"
-#include "engine/dtype.h"
+#include "model/dtype.h"
 #include "tests/test_util.h"
 
 Test(cpu_isa, names_parse_and_support)

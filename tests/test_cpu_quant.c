@@ -27,7 +27,7 @@
 #include "cpu/internal.h"
 #include "cpu/quant.h"
 #include "engine/backend.h"
-#include "engine/dtype.h"
+#include "model/dtype.h"
 #include "engine/sampler.h"
 #include "tests/test_util.h"
 

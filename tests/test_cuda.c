@@ -15,7 +15,7 @@
 
 #include "cuda/check/kernel_checks.c"
 #include "engine/forward.h"
-#include "engine/model.h"
+#include "model/model.h"
 #include "tests/test_util.h"
 
 typedef struct tcu_env {

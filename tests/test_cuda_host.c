@@ -15,7 +15,7 @@
 #include "cuda/cuda_common.h"
 #include "cuda/quant_common.h"
 #include "engine/backend.h"
-#include "engine/dtype.h"
+#include "model/dtype.h"
 #include "tests/test_util.h"
 
 static uint64_t tch_rng(uint64_t *s)

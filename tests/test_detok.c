@@ -11,10 +11,10 @@
 
 #include <unistd.h>
 
-#include "cli/mkmodel.h"
+#include "model/mkmodel.h"
 #include "engine/detok.h"
-#include "engine/gguf.h"
-#include "engine/tokenizer.h"
+#include "model/gguf.h"
+#include "model/tokenizer.h"
 #include "tests/test_util.h"
 
 static tokenizer *td_tok;

@@ -6,8 +6,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "cli/mkmodel.h"
-#include "engine/dtype.h"
+#include "model/mkmodel.h"
+#include "model/dtype.h"
 #include "engine/sampler.h"
 
 Test(dtype, f16_known_values)

@@ -9,7 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cli/mkmodel.h"
+#include "model/mkmodel.h"
 #include "engine/engine_tier.h"
 #include "tests/engine_harness.h"
 

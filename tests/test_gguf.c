@@ -10,9 +10,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cli/mkmodel.h"
-#include "engine/dtype.h"
-#include "engine/gguf.h"
+#include "model/mkmodel.h"
+#include "model/dtype.h"
+#include "model/gguf.h"
 #include "tests/test_util.h"
 
 /* A growable byte buffer used to hand-build GGUF files. */

@@ -18,7 +18,7 @@
 #include "cache/kv.h"
 #include "engine/backend.h"
 #include "engine/forward.h"
-#include "engine/model.h"
+#include "model/model.h"
 #include "tests/test_util.h"
 
 #define TG_BLOCK 16

@@ -1,5 +1,5 @@
 /*
- * test_grammar.c — the grammar engine (engine/grammar.h): GBNF parsing and its errors, the
+ * test_grammar.c — the grammar engine (grammar/grammar.h): GBNF parsing and its errors, the
  * languages of small grammars against hand-enumerated strings, and token masks against a
  * brute-force oracle.
  *
@@ -16,9 +16,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/gguf.h"
-#include "engine/grammar.h"
-#include "engine/tokenizer.h"
+#include "model/gguf.h"
+#include "grammar/grammar.h"
+#include "model/tokenizer.h"
 #include "tests/grammar_harness.h"
 #include "tests/test_util.h"
 

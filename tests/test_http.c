@@ -15,7 +15,7 @@
 #include <unistd.h>
 
 #include "engine/sampler.h"
-#include "engine/utf8.h"
+#include "model/utf8.h"
 #include "tests/server_harness.h"
 #include "tests/test_util.h"
 

@@ -170,7 +170,7 @@ Test(install, makefile_parse_runs_no_pkg_config)
     snprintf(p, sizeof p, "%s/pkg-config.log", ti_dir);
     cr_assert(access(p, F_OK) != 0, "pkg-config ran while the Makefile was parsed");
     /* it runs when a compile recipe needs the flags (by then deps.sh has installed it) */
-    cr_assert_eq(ti_sh("PATH='%s':\"$PATH\" make -n -s BUILD='%s/b' '%s/b/engine/utf8.o' >/dev/null 2>&1", shim, ti_dir, ti_dir), 0);
+    cr_assert_eq(ti_sh("PATH='%s':\"$PATH\" make -n -s BUILD='%s/b' '%s/b/model/utf8.o' >/dev/null 2>&1", shim, ti_dir, ti_dir), 0);
     cr_assert(access(p, F_OK) == 0, "pkg-config did not run for the compile");
 }
 

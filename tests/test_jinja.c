@@ -1,5 +1,5 @@
 /*
- * test_jinja.c — the Jinja interpreter (engine/jinja*.c) on its own: constructs rendered
+ * test_jinja.c — the Jinja interpreter (jinja/) on its own: constructs rendered
  * against outputs Python's Jinja2 (3.1, transformers' sandboxed environment) gave for them,
  * errors of the right class, syntax errors with their line, the sandbox's refusals, the bounds
  * on output / steps / depth / memory, dicts driven by random operations against a brute-force
@@ -14,8 +14,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "engine/jinja.h"
-#include "engine/jinja_internal.h"
+#include "jinja/jinja.h"
+#include "jinja/jinja_internal.h"
 #include "engine/sampler.h"
 
 typedef struct tj_case {

@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "cache/kv.h"
-#include "engine/dtype.h"
+#include "model/dtype.h"
 
 static uint64_t tkv_next(uint64_t *s)
 {
@@ -131,7 +131,7 @@ Test(kv, i8_encode_rounds_and_clamps)
     cr_assert_eq(kv_i8_encode(5.0f, 0.0f), 0);
 }
 
-/* The scale rule of kv.h: amax / QMAX rounded up to an f16 (here with engine/dtype.h's f16). */
+/* The scale rule of kv.h: amax / QMAX rounded up to an f16 (here with model/dtype.h's f16). */
 static float tkv_scale(int dt, float amax)
 {
     float s = kv_quant_scale(dt, amax);

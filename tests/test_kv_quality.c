@@ -23,7 +23,7 @@
 #include "cache/kv.h"
 #include "engine/backend.h"
 #include "engine/forward.h"
-#include "engine/model.h"
+#include "model/model.h"
 #include "engine/sched.h"
 #include "tests/test_util.h"
 

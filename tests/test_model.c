@@ -12,9 +12,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cli/mkmodel.h"
-#include "engine/dtype.h"
-#include "engine/model.h"
+#include "model/mkmodel.h"
+#include "model/dtype.h"
+#include "model/model.h"
 #include "tests/test_util.h"
 
 /* A fresh temporary file name (the file itself is created by the caller). */

@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/grammar.h"
+#include "grammar/grammar.h"
 #include "server/oai_schema.h"
 #include "tests/grammar_harness.h"
 

@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/chat.h"
+#include "model/chat.h"
 #include "server/oai_internal.h"
 #include "server/openai.h"
 #include "tests/engine_harness.h"

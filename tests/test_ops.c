@@ -1,6 +1,6 @@
 /*
  * test_ops.c — operations: the systemd watchdog (server/watchdog.c), the model path checks
- * (engine/gguf.c) and signals during start-up (server/server.c), and `kvserve generate`'s
+ * (model/gguf.c) and signals during start-up (server/server.c), and `kvserve generate`'s
  * sampling ranges.
  *
  * The watchdog's decision alone (loading, alive and fresh, stale, failed), then a server under

@@ -8,9 +8,9 @@
  */
 #include <unistd.h>
 
-#include "cli/mkmodel.h"
-#include "engine/model.h"
-#include "engine/tokenizer.h"
+#include "model/mkmodel.h"
+#include "model/model.h"
+#include "model/tokenizer.h"
 #include "tests/engine_harness.h"
 
 TestSuite(prefix, .init = te_setup, .fini = te_teardown, .timeout = 120);

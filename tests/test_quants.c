@@ -13,7 +13,7 @@
 #include <math.h>
 #include <unistd.h>
 
-#include "engine/dtype.h"
+#include "model/dtype.h"
 #include "tests/engine_harness.h"
 
 #define QT_MAX_FILES 64

@@ -14,7 +14,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cli/mkmodel.h"
+#include "model/mkmodel.h"
 #include "tests/server_harness.h"
 #include "tests/test_util.h"
 

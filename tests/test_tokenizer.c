@@ -24,9 +24,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cli/mkmodel.h"
-#include "engine/tok_internal.h"
-#include "engine/tokenizer.h"
+#include "model/mkmodel.h"
+#include "model/tok_internal.h"
+#include "model/tokenizer.h"
 #include "tests/test_util.h"
 
 /* ---- helpers ----------------------------------------------------------------------------------

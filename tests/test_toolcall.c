@@ -13,7 +13,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "engine/chat.h"
+#include "model/chat.h"
 #include "engine/sampler.h"
 #include "server/toolcall.h"
 #include "tests/test_util.h"

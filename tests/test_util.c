@@ -8,7 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "engine/dtype.h"
+#include "model/dtype.h"
 #include "engine/sampler.h"
 #include "cpu/cpu.h"
 #include "cpu/internal.h"

@@ -8,7 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "cli/mkmodel.h"
+#include "model/mkmodel.h"
 
 /* The repository's test data folder (stories260K and its golden outputs): $KVSERVE_DATA when set
  * and non-empty, else "tests/data" (relative to the repository root, where `make test` runs). */

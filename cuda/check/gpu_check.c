@@ -31,7 +31,7 @@
 #include "cuda/check/kernel_checks.c"
 #include "cuda/cublas_dl.h"
 #include "engine/forward.h"
-#include "engine/model.h"
+#include "model/model.h"
 
 #define GC_MAX_ROWS 96
 

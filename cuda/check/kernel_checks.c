@@ -5,7 +5,7 @@
  * Included (not linked) by tests/test_cuda.c (Criterion, small sizes) and by
  * cuda/check/gpu_check.c (realistic sizes, a table of results), so both run the same checks.
  * Uses only engine/backend.h and cuda/cuda_backend.h (and, for the whole-model check of every
- * architecture, engine/forward.h and the synthetic-model writer cli/mkmodel.h): no CUDA headers,
+ * architecture, engine/forward.h and the synthetic-model writer model/mkmodel.h): no CUDA headers,
  * so it compiles wherever the backend's C interface does. Each check returns a kc_result: the relative error
  * ‖gpu − ref‖ / ‖ref‖ (float64), its tolerance and a note; NaN counts as a failure.
  */
@@ -18,10 +18,10 @@
 #include "cuda/cuda_backend.h"
 #include "cuda/cuda_common.h"
 #include "engine/backend.h"
-#include "engine/dtype.h"
+#include "model/dtype.h"
 #include "engine/forward.h"
 #include "engine/sampler.h"
-#include "cli/mkmodel.h"
+#include "model/mkmodel.h"
 
 typedef struct kc_ctx {
     backend *gpu;  /* the CUDA backend under test (borrowed) */

@@ -31,7 +31,7 @@ pthread_barrier_t emu_bar, emu_wbar[32];
 float emu_xchg[1024];
 float sm[1];
 
-/* Type names (dt_name lives in engine/dtype.c, which this program does not link). */
+/* Type names (dt_name lives in model/dtype.c, which this program does not link). */
 static const char *dt_name_emu(int t)
 {
     switch (t) {

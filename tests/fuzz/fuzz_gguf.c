@@ -6,7 +6,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "engine/gguf.h"
+#include "model/gguf.h"
 
 static uint64_t fz_walk_arr(const gguf_arr *a)
 {

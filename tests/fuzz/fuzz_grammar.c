@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/grammar.h"
+#include "grammar/grammar.h"
 #include "server/oai_schema.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

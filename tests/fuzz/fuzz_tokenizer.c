@@ -14,8 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/tok_internal.h"
-#include "engine/tokenizer.h"
+#include "model/tok_internal.h"
+#include "model/tokenizer.h"
 
 static tokenizer *fz_tok[2];
 
