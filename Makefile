@@ -173,7 +173,10 @@ ARM64_TESTS := tests/test_cpu.c tests/test_cpu_attn.c tests/test_cpu_isa.c tests
                tests/test_gguf.c tests/test_kv.c tests/ref_forward.c tests/test_util.c tests/arm64/qemu_exec.c
 ARM64_LIB_SRCS := $(filter-out %_avx2.c %_avx512.c %_vnni.c,$(wildcard base/*.c jinja/*.c model/*.c grammar/*.c \
                   cache/*.c engine/*.c cpu/*.c)) cli/backend.c
-ARM64_LIBDIR := $(ARM64_SYSROOT)/usr/lib/aarch64-linux-gnu
+# Debian 12's arm64 packages put their libraries in both lib/ and usr/lib/ of the sysroot (the
+# sysroot is not usr-merged: zlib1g, libkeyutils1 and libcom-err2 land in lib/): the link must see
+# both, or Criterion's libgit2 and libkrb5 have undefined references.
+ARM64_LIBDIRS := $(ARM64_SYSROOT)/usr/lib/aarch64-linux-gnu $(ARM64_SYSROOT)/lib/aarch64-linux-gnu
 # golden/cli_generate runs the kvserve binary, which this build does not make. (Criterion's
 # filters are extglobs: @(a|b), not braces.)
 ARM64_FILTER ?= --filter '@(@(cpu|cpu_attn|cpu_isa|cpu_quant|forward|dtype|model|gguf|kv)/*|golden/@(greedy_cases|logits_probe))'
@@ -181,7 +184,7 @@ $(BUILD)/libkvserve-arm64.a: $(ARM64_LIB_SRCS:%.c=$(BUILD)/%.o)
 	$(Q)rm -f $@ && ar rcs $@ $^
 $(BUILD)/test_arm64: $(ARM64_TESTS:%.c=$(BUILD)/%.o) $(BUILD)/libkvserve-arm64.a
 	@echo "  LD      $@"
-	$(Q)$(CC) $(CFLAGS) -o $@ $^ -L$(ARM64_LIBDIR) -Wl,-rpath-link,$(ARM64_LIBDIR) \
+	$(Q)$(CC) $(CFLAGS) -o $@ $^ $(foreach d,$(ARM64_LIBDIRS),-L$(d) -Wl,-rpath-link,$(d)) \
 	    -l:libcriterion.so.3 -l:libcjson.so.1 -l:libpcre2-8.so.0 -lm -lpthread
 # A run in which no test ran (a filter that matches nothing) fails like a failing test.
 test-arm64:
