@@ -47,6 +47,12 @@ static const char *const known_fields[] = {
     "logits_processors", "request_id",
 };
 
+const char *const *oai_request_fields(size_t *n)
+{
+    *n = sizeof known_fields / sizeof known_fields[0];
+    return known_fields;
+}
+
 /* An array of token ids below n_vocab into a malloc'd list. Absent/null leaves *ids NULL. */
 static int ids_field(const cJSON *root, const char *name, int n_vocab, int allow_empty,
                      int32_t **ids, int *n, oai_error *e)
