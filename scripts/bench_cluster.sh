@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench_cluster.sh — routing keys compared: the README's "Scale-out" table.
+# bench_cluster.sh — routing keys compared: the table of docs/scale-out.md.
 #
 #   scripts/bench_cluster.sh [KVSERVE_BIN] [OUTDIR]
 #
@@ -10,7 +10,7 @@
 # table) and by least connections + stick table. Each drives the multi-turn chat and
 # shared-prefix workloads of the serving matrix through HAProxy, once keyed on the body and once
 # with --session-header; the same seeds in every setup, so the same prompts. Results:
-# OUTDIR/*.json (bench_serving --save-json) and OUTDIR/results.md (the README's compact table,
+# OUTDIR/*.json (bench_serving --save-json) and OUTDIR/results.md (docs/scale-out.md's compact table,
 # then every run: hit rate from the responses' usage, ratio to 1 replica, requests and
 # conversations per replica, mean TTFT). Environment: THREADS (all replicas together, default 2),
 # KVSERVE_BENCH_DIR (where the model file is kept), SETUPS (the setups to run, default all; the
@@ -112,7 +112,7 @@ for wl, wname in (("mt", "multi-turn chat 8×4, c 4"), ("sp", "shared prefix 4×
                 wname, "x-session-id" if key == "session" else "body", title, r["completed"],
                 len(r["requests"]), h, h / b if b else 0.0, per(r.get("served_by_requests")),
                 per(r.get("served_by_jobs")), r["mean_ttft_ms"] or 0.0))
-# The README's compact form: one row per routing, one column per workload and key: the hit rate,
+# docs/scale-out.md's compact form: one row per routing, one column per workload and key: the hit rate,
 # its ratio to 1 replica, and the conversations (groups' requests) each replica served.
 cols = [("mt", "body"), ("mt", "session"), ("sp", "body"), ("sp", "session")]
 short = ["| routing | multi-turn, body key | multi-turn, x-session-id | shared prefix, body key | "

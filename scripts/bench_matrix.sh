@@ -9,7 +9,7 @@
 #   shared-prefix (4 groups × 8 prompts, 512-token system prompt + 32-token question) with the
 #     prefix cache on, then again on a server started with --no-prefix-cache;
 #   multi-turn chat (8 conversations × 4 turns).
-# Results: OUTDIR/*.json (bench_serving --save-json), OUTDIR/results.md (the table for the README)
+# Results: OUTDIR/*.json (bench_serving --save-json), OUTDIR/results.md (the table for docs/benchmarks.md)
 # and OUTDIR/throughput_ttft.png (gnuplot). Every run is bounded in requests and time.
 # Environment: THREADS (default 2), PROMPTS (random-dataset requests per point, default 32),
 # KVSERVE_BENCH_DIR (where the model file is kept).

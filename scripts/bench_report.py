@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""bench_report.py OUTDIR — turns the bench_matrix.sh JSON results into the README's Markdown table
+"""bench_report.py OUTDIR — turns the bench_matrix.sh JSON results into docs/benchmarks.md's Markdown table
 (OUTDIR/results.md) and a gnuplot script (OUTDIR/plot.gp) that plots output throughput and mean
 TTFT against concurrency for the random 256/128 workload."""
 import json

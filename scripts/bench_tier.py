@@ -49,7 +49,7 @@ LAYERS, KV_HEADS, HEAD_DIM = 12, 12, 64  # the 110M shape
 
 
 def kv_bytes_per_token(dtype):
-    """The README's formula: 2 × layers × kv heads × (head_dim × bytes per value [+ a 2-byte scale])."""
+    """The KV formula of docs/kv-cache.md: 2 × layers × kv heads × (head_dim × bytes per value [+ a 2-byte scale])."""
     vec = HEAD_DIM * {"f32": 4, "f16": 2, "bf16": 2}.get(dtype, 1) + (2 if dtype in ("int8", "fp8") else 0)
     return 2 * LAYERS * KV_HEADS * vec
 BLOCK = 16
