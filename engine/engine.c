@@ -813,7 +813,7 @@ static int eng__setup(engine *e, char *err, size_t err_len)
 {
     engine_config *c = &e->cfg;
     const model_hparams *hp = &c->model->hp;
-    e->be = be_create(c->device, c->n_threads, err, err_len);
+    e->be = c->make_backend(c->device, c->n_threads, err, err_len);
     if (!e->be) return -1;
     int gpu = strcmp(e->be->name, "cpu") != 0;
     if (c->max_seqs <= 0) c->max_seqs = gpu ? 256 : 64;
@@ -876,8 +876,8 @@ static int eng__setup(engine *e, char *err, size_t err_len)
 
 engine *engine_create(const engine_config *cfg, char *err, size_t err_len)
 {
-    if (!cfg->model || !cfg->tok) {
-        snprintf(err, err_len, "engine needs a model and a tokenizer");
+    if (!cfg->model || !cfg->tok || !cfg->make_backend) {
+        snprintf(err, err_len, "engine needs a model, a tokenizer and a backend factory");
         return NULL;
     }
     engine *e = calloc(1, sizeof *e);
