@@ -854,7 +854,7 @@ static int eng__setup(engine *e, char *err, size_t err_len)
         .max_seqs = c->max_seqs,
         .max_batch_tokens = c->max_batch_tokens,
         .prefill_admit_tokens = c->prefill_admit_tokens,
-        .schedule = c->schedule,
+        .schedule = c->schedule == ENGINE_SCHED_LPM ? SCHED_LPM : SCHED_FCFS,
         .prefix_cache = c->prefix_cache,
         .n_vocab = e->n_vocab,
         .n_ctx = e->n_ctx,

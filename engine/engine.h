@@ -19,6 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "engine/finish.h"
 #include "grammar/grammar.h"
 #include "model/model.h"
 #include "engine/sampler.h"
@@ -83,13 +84,7 @@ engine *engine_create(const engine_config *cfg, char *err, size_t err_len);
  * freed. */
 void engine_destroy(engine *e, int drain);
 
-enum engine_finish {
-    ENGINE_FINISH_NONE = 0, /* more events follow for this choice */
-    ENGINE_FINISH_STOP,     /* end-of-generation token or stop string */
-    ENGINE_FINISH_LENGTH,   /* max_tokens or the context limit */
-    ENGINE_FINISH_ABORT,    /* cancelled */
-    ENGINE_FINISH_ERROR,    /* backend failure */
-};
+/* enum engine_finish (engine/finish.h): why a choice ended, on its final event. */
 
 typedef struct engine_request {
     int32_t *prompt;           /* [n_prompt] token ids, BOS included if wanted; owned by the engine after submit */

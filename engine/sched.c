@@ -27,7 +27,7 @@
 
 #include "base/clock.h"
 #include "engine/batch.h"
-#include "engine/engine.h"
+#include "engine/finish.h"
 #include "engine/sched_internal.h"
 
 /* lpm looks up the cached prefix of at most this many waiting sequences per step. */
@@ -164,7 +164,7 @@ static void sched__preempt(sched *sc, seq *s, int *budget)
 static int sched__lp_fit(const sched *sc, const seq *s, int n_new, int *lp_from, int *lp_rows)
 {
     *lp_from = *lp_rows = 0;
-    if (!sched__scoring(s)) return n_new;
+    if (!seq_is_scoring(s)) return n_new;
     /* Position p's logits score prompt token p + 1: positions lo .. hi - 1 still need rows. */
     int c = s->n_computed, lo = s->plp_next - 1 > c ? s->plp_next - 1 : c, hi = s->n_prompt - 1;
     if (lo >= hi || lo >= c + n_new) return n_new;
@@ -231,7 +231,7 @@ static int sched__dedup_hold(const sched *sc, const seq *c, int matched)
 static int sched__pick(const sched *sc, const char *held)
 {
     int best = -1;
-    int lpm = sc->c.schedule == ENGINE_SCHED_LPM && sc->tree;
+    int lpm = sc->c.schedule == SCHED_LPM && sc->tree;
     for (int i = 0; i < sc->n_waiting; i++) {
         if (held[i]) continue;
         const seq *s = sc->waiting[i];
@@ -244,7 +244,7 @@ static int sched__pick(const sched *sc, const char *held)
 /* lpm: the cached prefix length of every waiting sequence (looked up once per step). */
 static int sched__lpm_lengths(sched *sc)
 {
-    if (sc->c.schedule != ENGINE_SCHED_LPM || !sc->tree) return 0;
+    if (sc->c.schedule != SCHED_LPM || !sc->tree) return 0;
     int *l = realloc(sc->lpm_len, (size_t)(sc->n_waiting + 1) * sizeof *l);
     if (!l) return -ENOMEM;
     sc->lpm_len = l;
@@ -265,7 +265,7 @@ static int sched__admit(sched *sc, int i, int *budget, char *held)
 {
     seq *c = sc->waiting[i];
     int matched = 0;
-    if (sc->tree && !sched__scoring(c)) {
+    if (sc->tree && !seq_is_scoring(c)) {
         matched = sched__match(sc, c);
         if (sched__dedup_hold(sc, c, matched)) {
             sched__match_drop(sc, matched);
@@ -299,7 +299,7 @@ static int sched__admit(sched *sc, int i, int *budget, char *held)
     }
     memmove(sc->waiting + i, sc->waiting + i + 1, (size_t)(sc->n_waiting - i - 1) * sizeof(seq *));
     memmove(held + i, held + i + 1, (size_t)(sc->n_waiting - i - 1));
-    if (sc->c.schedule == ENGINE_SCHED_LPM && sc->tree)
+    if (sc->c.schedule == SCHED_LPM && sc->tree)
         memmove(sc->lpm_len + i, sc->lpm_len + i + 1, (size_t)(sc->n_waiting - i - 1) * sizeof(int));
     sc->n_waiting--;
     sc->running[sc->n_running++] = c; /* room was made before the blocks were taken */

@@ -38,6 +38,12 @@
 #include "engine/sampler.h"
 #include "engine/seq.h"
 
+/* The order in which waiting sequences are admitted. */
+enum sched_policy {
+    SCHED_FCFS = 0, /* arrival order (preempted sequences first) */
+    SCHED_LPM = 1,  /* longest cached prefix first, with aging (sched_config.lpm_aging_steps) */
+};
+
 /* What computes a step: the model (engine.c wraps fwd_run) or a scripted fake in the tests. */
 typedef struct sched_runner {
     /* Computes the batch; writes logits [b->n_logits][n_vocab]. 0 or a negative errno. */
@@ -57,7 +63,7 @@ typedef struct sched_config {
     int max_seqs;           /* running sequences cap */
     int max_batch_tokens;   /* tokens per step */
     int prefill_admit_tokens; /* no new admission once a step holds this many prefill tokens (≤ 0: no limit) */
-    int schedule;           /* enum engine_schedule */
+    int schedule;           /* enum sched_policy */
     int prefix_cache;       /* 1: radix prefix cache on */
     int lpm_aging_steps;    /* lpm: a request waiting this many steps goes first (≤ 0: 64) */
     int n_vocab;

@@ -56,13 +56,6 @@ struct sched {
     hash_key *tier_keys;     /* [max_blocks] rdx_match_tiered output */
 };
 
-/* 1 while s still has prompt tokens to score (echo + logprobs). Such a sequence computes its
- * whole prompt (a cached prefix would have no logits) and asks for a logit row per token. */
-static inline int sched__scoring(const seq *s)
-{
-    return s->prompt_logprobs && s->plp_next < s->n_prompt;
-}
-
 /* ---- sched_tier.c --------------------------------------------------------------------------- */
 
 /* Admission of waiting c after rdx_match found `matched` tokens (references in match_buf):

@@ -340,7 +340,7 @@ int sched__reserve(sched *sc, seq *s, int n_new)
 void sched__rematch(sched *sc, seq *s)
 {
     int bs = sc->c.block_size;
-    if (!sc->tree || !sched__can_offer(sc, s) || sched__scoring(s) || s->n_computed % bs ||
+    if (!sc->tree || !sched__can_offer(sc, s) || seq_is_scoring(s) || s->n_computed % bs ||
         s->n_computed >= s->n_tokens - 1)
         return;
     int m = sched__match(sc, s), nb = m / bs, ok = m > s->n_computed;

@@ -24,7 +24,6 @@
 #include <string.h>
 
 #include "base/clock.h"
-#include "engine/engine.h"
 #include "engine/sched_internal.h"
 
 const int64_t sched_tier_bounds_us[SCHED_TIER_BUCKETS] = {250,   500,    1000,   2500,   5000,    10000,

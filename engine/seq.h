@@ -29,6 +29,7 @@
 #include <stdint.h>
 
 #include "cache/kv.h"
+#include "engine/finish.h"
 #include "grammar/grammar.h"
 #include "engine/sampler.h"
 
@@ -65,7 +66,7 @@ typedef struct seq {
                                recomputes K/V) leaves it as it is */
 
     int status;             /* enum seq_status */
-    int finish;             /* enum engine_finish once decided, else 0 */
+    int finish;             /* enum engine_finish (engine/finish.h) once decided, else 0 */
     int32_t stop_token;     /* the sp.stop_ids id that finished the sequence, else -1 */
     int cancelled;          /* 1: abort at the next step */
     uint64_t admit_order;   /* increasing admission stamp (the most recent is preempted first) */
@@ -92,6 +93,13 @@ int seq_reserve_blocks(seq *s, int g, int n);
 static inline int seq_n_output(const seq *s)
 {
     return s->n_tokens - s->n_prompt;
+}
+
+/* 1 while s still has prompt tokens to score (echo + logprobs). Such a sequence computes its
+ * whole prompt (a cached prefix would have no logits) and asks for a logit row per token. */
+static inline int seq_is_scoring(const seq *s)
+{
+    return s->prompt_logprobs && s->plp_next < s->n_prompt;
 }
 
 /* A copy of s (tokens, computed count, parameters, timestamps, its own copy of the grammar

@@ -132,7 +132,7 @@ static void ts_env_init(ts_env *e, int n_blocks, int max_seqs, int max_tokens, i
         .n_blocks = n_blocks,
         .max_seqs = max_seqs,
         .max_batch_tokens = max_tokens,
-        .schedule = ENGINE_SCHED_FCFS,
+        .schedule = SCHED_FCFS,
         .prefix_cache = prefix,
         .n_vocab = TS_VOCAB,
         .n_ctx = 256,
@@ -617,7 +617,7 @@ Test(sched, lpm_prefers_cached_prefix_and_ages)
 {
     ts_env e;
     ts_env_init(&e, 256, 1, 64, 1);
-    e.c.schedule = ENGINE_SCHED_LPM;
+    e.c.schedule = SCHED_LPM;
     sched_destroy(e.sc);
     sched_runner r = {ts_run, ts_copy, &e.f};
     e.c.lpm_aging_steps = 1000;
@@ -651,7 +651,7 @@ Test(sched, random_workloads_with_cancels)
         ts_env e;
         ts_env_init(&e, 20 + (int)(rs % 60), 1 + (int)((rs >> 8) % 8), 8 + (int)((rs >> 16) % 40), prefix);
         if (round % 4 == 3) {
-            e.c.schedule = ENGINE_SCHED_LPM;
+            e.c.schedule = SCHED_LPM;
             e.c.lpm_aging_steps = 5;
             sched_destroy(e.sc);
             sched_runner r = {ts_run, ts_copy, &e.f};
@@ -706,7 +706,7 @@ Test(sched, lpm_aging_bounds_the_wait)
 {
     ts_env e;
     ts_env_init(&e, 256, 1, 64, 1);
-    e.c.schedule = ENGINE_SCHED_LPM;
+    e.c.schedule = SCHED_LPM;
     e.c.lpm_aging_steps = 3;
     sched_destroy(e.sc);
     sched_runner r = {ts_run, ts_copy, &e.f};

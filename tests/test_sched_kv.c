@@ -228,7 +228,7 @@ static void tk_env_init(tk_env *e, int bs, int n_groups, const kv_rule *rules, c
         .n_groups = n_groups,
         .max_seqs = max_seqs,
         .max_batch_tokens = max_tokens,
-        .schedule = ENGINE_SCHED_FCFS,
+        .schedule = SCHED_FCFS,
         .prefix_cache = prefix,
         .n_vocab = TK_VOCAB,
         .n_ctx = n_ctx,
