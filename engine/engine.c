@@ -3,13 +3,19 @@
  *
  *   any thread ──engine_submit/cancel──► [submissions, cancels]  (mutex)
  *                                              │ taken at the top of each loop
- *   engine thread: intake → cancels → sched_step (schedule, fwd_run, commit) → detok → events
+ *   engine thread: intake → cancels → step (below) → detok → events
  *                                              │
  *   caller thread ◄──engine_poll── [events] ◄──┘ then cfg.wake(ud)
  *
+ * A step is five phases, each a module's function, called in this order:
+ *   sched_schedule (the plan: sequences, new tokens, block copies) → the plan's block copies on
+ *   the backend → batch_build (the varlen batch) → fwd_run (the logit rows) → sampling_step
+ *   (prompt scores, tokens, forks) → sched_commit (counts, prefix cache, tokens, stops,
+ *   releases).
+ *
  * Everything below the mutex-guarded fields is touched by the engine thread alone: the
- * scheduler (with its block pool and radix tree), the model runner and the active requests.
- * The thread sleeps on a condition variable when it has nothing to compute.
+ * scheduler (with its block pool and radix tree), the forward, the sample phase and the active
+ * requests. The thread sleeps on a condition variable when it has nothing to compute.
  */
 #include "engine/engine.h"
 
@@ -23,9 +29,11 @@
 #include "base/clock.h"
 #include "cache/kv.h"
 #include "engine/backend.h"
+#include "engine/batch.h"
 #include "engine/detok.h"
 #include "engine/engine_tier.h"
 #include "engine/forward.h"
+#include "engine/sampling.h"
 #include "engine/sched.h"
 
 /* One submitted request and its choices. */
@@ -45,6 +53,9 @@ struct engine {
     backend *be;
     fwd *f;
     sched *sc;
+    sampling *smp;          /* the sample phase */
+    batch_buf bb;           /* the step's batch */
+    float *logits;          /* [sched_max_logits(max_seqs)][n_vocab] the step's logit rows */
     tier *tier;             /* second KV tier, NULL without one */
     hash_key tier_root;     /* its fingerprint */
     kv_geom g;
@@ -305,7 +316,7 @@ static eng_req *eng__find(engine *e, uint64_t id)
 
 /* Scored prompt tokens v[0 .. k) of one sequence: one event per choice (every choice's echo
  * carries them; the choices have not forked yet). */
-static void eng__on_prompt(engine *e, const sched_sample *v, int k, eng_evlist *out)
+static void eng__on_prompt(engine *e, const sampling_out *v, int k, eng_evlist *out)
 {
     eng_req *q = v[0].s->owner;
     for (int c = 0; c < q->r.n; c++) {
@@ -330,7 +341,7 @@ static void eng__on_prompt(engine *e, const sched_sample *v, int k, eng_evlist *
 }
 
 /* Turns one sampled token into the choice's event (and finishes the choice when due). */
-static void eng__on_sample(engine *e, const sched_sample *sm, eng_evlist *out)
+static void eng__on_sample(engine *e, const sampling_out *sm, eng_evlist *out)
 {
     seq *s = sm->s;
     eng_req *q = s->owner;
@@ -341,7 +352,7 @@ static void eng__on_sample(engine *e, const sched_sample *sm, eng_evlist *out)
     size_t dl = 0;
     /* A stop token's own text is cut, as a stop string is, unless include_stop_str; so is the
      * end-of-generation token's when control tokens are rendered (as vLLM does). */
-    int halt = sm->kind == SCHED_HALT; /* finished without a token */
+    int halt = sm->kind == SAMPLING_HALT; /* finished without a token */
     int cut = (s->stop_token >= 0 || (q->r.render_special && s->finish == ENGINE_FINISH_STOP && !halt)) &&
               !q->r.include_stop_str;
     int rc = cut || halt ? 0 : detok_push(&q->dt[idx], sm->r.token, &d, &dl);
@@ -375,33 +386,53 @@ static void eng__on_sample(engine *e, const sched_sample *sm, eng_evlist *out)
     }
 }
 
-/* One scheduler step and its events. Returns 1 when something ran, 0 when idle. */
+/* The block copies of the plan, its batch and the forward: the step's logit rows into
+ * e->logits. 0 or a negative errno. */
+static int eng__forward(engine *e, const sched_plan *p)
+{
+    for (int i = 0; i < p->n_copies; i++)
+        e->be->ops->kv_copy_block(e->be, p->copies[i].group, p->copies[i].src, p->copies[i].dst);
+    int rc = batch_build(&e->bb, p->entries, p->n_entries, e->g.block_size, kv_n_groups(&e->g), e->g.rule);
+    return rc ? rc : fwd_run(e->f, &e->bb.b, e->logits);
+}
+
+/* Ends every request with an error: the step failed, or nothing can ever run. */
+static void eng__fail_all(engine *e, eng_evlist *out)
+{
+    for (eng_req *q = e->active; q; q = q->next) eng__end_request(e, q, ENGINE_FINISH_ERROR, out);
+}
+
+/* One step (schedule, forward, sample, commit) and its events. Returns 1 when something ran,
+ * 0 when idle. */
 static int eng__step(engine *e, eng_evlist *out)
 {
     if (!sched_num_running(e->sc) && !sched_num_waiting(e->sc)) return 0;
-    sched_sample *sm;
-    int n = sched_step(e->sc, &sm);
-    if (n == -EAGAIN) {
+    sched_plan plan;
+    sampling_out *sm = NULL;
+    int n = 0, rc = sched_schedule(e->sc, &plan);
+    if (rc == -EAGAIN) {
         if (sched_num_running(e->sc)) return 1;
         if (sched_tier_pending(e->sc)) return 0; /* idle until the tier's wake-up */
         /* Nothing runs and nothing can be admitted: fail every request rather than spin. */
-        for (eng_req *q = e->active; q; q = q->next) eng__end_request(e, q, ENGINE_FINISH_ERROR, out);
+        eng__fail_all(e, out);
         return 0;
     }
-    if (n < 0) {
-        fprintf(stderr, "kvserve: engine step failed (%s); failing the requests in flight\n",
-                strerror(-n));
+    if (!rc) rc = eng__forward(e, &plan);
+    if (!rc) rc = n = sampling_step(e->smp, plan.entries, plan.n_entries, e->logits, &sm);
+    if (rc >= 0) rc = sched_commit(e->sc, sm, n);
+    if (rc < 0) {
+        fprintf(stderr, "kvserve: engine step failed (%s); failing the requests in flight\n", strerror(-rc));
         e->failed = 1;
-        for (eng_req *q = e->active; q; q = q->next) eng__end_request(e, q, ENGINE_FINISH_ERROR, out);
+        eng__fail_all(e, out);
         return 0;
     }
     for (int i = 0; i < n;) {
-        if (sm[i].kind == SCHED_PROMPT) { /* a run of one sequence's scored prompt tokens */
+        if (sm[i].kind == SAMPLING_PROMPT) { /* a run of one sequence's scored prompt tokens */
             int k = 1;
-            while (i + k < n && sm[i + k].kind == SCHED_PROMPT && sm[i + k].s == sm[i].s) k++;
+            while (i + k < n && sm[i + k].kind == SAMPLING_PROMPT && sm[i + k].s == sm[i].s) k++;
             eng__on_prompt(e, sm + i, k, out);
             i += k;
-        } else if (sm[i].kind == SCHED_END) {
+        } else if (sm[i].kind == SAMPLING_END) {
             eng__end_request(e, sm[i++].s->owner, ENGINE_FINISH_LENGTH, out);
         } else {
             eng__on_sample(e, &sm[i++], out);
@@ -514,8 +545,10 @@ static void eng__update_stats(engine *e)
     st->prompt_tokens = e->prompt_tokens_done;
     st->generation_tokens = ss.generated;
     st->steps = ss.steps;
-    st->grammar_masks = ss.grammar_masks;
-    st->grammar_mask_us = ss.grammar_mask_us;
+    sampling_stats sps;
+    sampling_get_stats(e->smp, &sps);
+    st->grammar_masks = sps.grammar_masks;
+    st->grammar_mask_us = sps.grammar_mask_us;
     st->max_seqs = e->cfg.max_seqs;
     st->max_batch_tokens = e->cfg.max_batch_tokens;
     eng__tier_stats(e, &ss, st);
@@ -629,17 +662,6 @@ static void *eng__thread(void *arg)
 }
 
 /* ---- the API --------------------------------------------------------------------------- */
-
-static int eng__run(void *ud, const be_batch *b, float *logits)
-{
-    return fwd_run(ud, b, logits);
-}
-
-static void eng__copy_block(void *ud, int group, int32_t src, int32_t dst)
-{
-    backend *be = fwd_backend(ud);
-    be->ops->kv_copy_block(be, group, src, dst);
-}
 
 /* KV blocks of every layer group from the budget (--kv-memory on the CPU, a share of free
  * memory on a GPU), split so that every group holds the same number of sequences. */
@@ -808,7 +830,7 @@ static int eng__setup_tier(engine *e, char *err, size_t err_len)
     return 0;
 }
 
-/* Backend, KV arena, model runner and scheduler. 0, or -1 with err filled. */
+/* Backend, KV arena, forward, scheduler and sample phase. 0, or -1 with err filled. */
 static int eng__setup(engine *e, char *err, size_t err_len)
 {
     engine_config *c = &e->cfg;
@@ -856,7 +878,6 @@ static int eng__setup(engine *e, char *err, size_t err_len)
         .prefill_admit_tokens = c->prefill_admit_tokens,
         .schedule = c->schedule == ENGINE_SCHED_LPM ? SCHED_LPM : SCHED_FCFS,
         .prefix_cache = c->prefix_cache,
-        .n_vocab = e->n_vocab,
         .n_ctx = e->n_ctx,
         .eog_ids = e->eog,
         .n_eog = e->n_eog,
@@ -865,9 +886,11 @@ static int eng__setup(engine *e, char *err, size_t err_len)
         sc.rule[k] = e->g.rule[k];
         sc.group_blocks[k] = e->n_blocks[k];
     }
-    sched_runner r = {eng__run, eng__copy_block, e->f};
-    e->sc = sched_create(&sc, &r);
-    if (!e->sc) {
+    e->sc = sched_create(&sc);
+    e->smp = sampling_create(e->n_vocab, e->eog, e->n_eog);
+    e->logits = malloc((size_t)sched_max_logits(c->max_seqs) * (size_t)e->n_vocab * sizeof(float));
+    if (!e->sc || !e->smp || !e->logits ||
+        batch_init(&e->bb, c->max_batch_tokens, c->max_seqs, sched_max_logits(c->max_seqs))) {
         snprintf(err, err_len, "out of memory creating the scheduler");
         return -1;
     }
@@ -934,6 +957,9 @@ void engine_destroy(engine *e, int drain)
     free(e->cancels);
     tier_destroy(e->tier); /* its pending writes go to disk first (a drain's last act) */
     sched_destroy(e->sc);
+    sampling_destroy(e->smp);
+    batch_fini(&e->bb);
+    free(e->logits);
     gr_vocab_destroy(e->gvoc);
     fwd_destroy(e->f);
     be_destroy(e->be);

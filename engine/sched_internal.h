@@ -13,7 +13,6 @@
 
 struct sched {
     sched_config c;
-    sched_runner r;
     int n_groups;            /* layer groups (≥ 1) */
     block_pool *bp[KV_MAX_GROUPS]; /* one pool per group */
     rdx_tree *tree;          /* over bp[0]'s block ids; NULL when the prefix cache is off */
@@ -37,13 +36,9 @@ struct sched {
     uint64_t admit_counter;
     batch_entry *plan;       /* [max_seqs] this step's entries */
     int n_plan;
-    batch_buf bb;
-    float *logits;           /* [sched_max_logits(max_seqs)][n_vocab] */
+    sched_copy *copies;      /* [cap_copies] this step's block copies, in the order made */
+    int n_copies, cap_copies;
     int lp_left;             /* prompt log-prob rows still free in the step being planned */
-    float *scratch;          /* [n_vocab] sampler scratch */
-    uint32_t *mask;          /* [GR_MASK_WORDS(n_vocab)] grammar mask, from the first constrained sample */
-    sched_sample *samples;   /* [cap_samples] */
-    int cap_samples;
     int32_t *match_buf;      /* [max_blocks] rdx_match output */
     int *lpm_len;            /* [cap_waiting] lpm: cached prefix per waiting sequence */
     int max_blocks;          /* blocks of a full context */
@@ -104,8 +99,9 @@ void sched__release_blocks(sched *sc, seq *s);
 void sched__drop(sched *sc, seq *s);
 /* n_new capped so that no sinks group's cache grows past its window in this step. */
 int sched__window_fit(const sched *sc, const seq *s, int n_new);
-/* Gives s the blocks for its next n_new tokens in every group, copying a shared partial block
- * first. 0, or -ENOSPC / -ENOMEM with nothing changed. */
+/* Gives s the blocks for its next n_new tokens in every group; a shared partial block it would
+ * write into is replaced by a new one, and the copy that fills it is added to the step's list
+ * (the engine applies it before the forward). 0, or -ENOSPC / -ENOMEM with nothing changed. */
 int sched__reserve(sched *sc, seq *s, int n_new);
 /* Replaces s's leading blocks with the cache's when the cache now holds more of its tokens than
  * s has computed (another sequence finished them meanwhile). */
