@@ -28,6 +28,8 @@
 #include "engine/batch.h"
 #include "engine/finish.h"
 #include "engine/sched_internal.h"
+#include "engine/sched_kv.h"
+#include "engine/sched_tier.h"
 
 /* lpm looks up the cached prefix of at most this many waiting sequences per step. */
 #define SCHED_LPM_WINDOW 256
@@ -510,6 +512,18 @@ rdx_tree *sched_tree(sched *sc)
 int64_t sched_cache_blocks(const sched *sc)
 {
     return sc->tree ? rdx_n_blocks(sc->tree) + sc->n_comp : 0;
+}
+
+/* ---- the second KV tier (sched_tier.c) ---------------------------------------------------- */
+
+int sched_set_tier(sched *sc, tier *t, hash_key root)
+{
+    return sched__tier_set(sc, t, root);
+}
+
+int sched_tier_pending(const sched *sc)
+{
+    return sched__tier_pending(sc);
 }
 
 void sched_check(const sched *sc)

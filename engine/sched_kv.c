@@ -35,12 +35,15 @@
  * running sequence holds its cached path in group 0 while the tree alone may hold its windows'
  * early companions.
  */
+#include "engine/sched_kv.h"
+
 #include <assert.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "engine/sched_internal.h"
+#include "engine/sched_tier.h"
 
 int sched__kv_len(const sched *sc, const seq *s, int g)
 {
