@@ -31,6 +31,7 @@
 #include "engine/backend.h"
 #include "engine/batch.h"
 #include "engine/detok.h"
+#include "engine/engine_kv.h"
 #include "engine/engine_tier.h"
 #include "engine/forward.h"
 #include "engine/sampling.h"
@@ -58,9 +59,8 @@ struct engine {
     float *logits;          /* [sched_max_logits(max_seqs)][n_vocab] the step's logit rows */
     tier *tier;             /* second KV tier, NULL without one */
     hash_key tier_root;     /* its fingerprint */
-    kv_geom g;
-    int32_t n_blocks[KV_MAX_GROUPS]; /* per layer group */
-    int n_ctx, n_vocab;
+    engine_kv kv;           /* the KV cache's layout: geometry, groups, blocks, context */
+    int n_vocab;
     const int32_t *eog;
     int n_eog;
     gr_vocab *gvoc;         /* the vocabulary as grammars see it, built at the first constrained request */
@@ -392,7 +392,7 @@ static int eng__forward(engine *e, const sched_plan *p)
 {
     for (int i = 0; i < p->n_copies; i++)
         e->be->ops->kv_copy_block(e->be, p->copies[i].group, p->copies[i].src, p->copies[i].dst);
-    int rc = batch_build(&e->bb, p->entries, p->n_entries, e->g.block_size, kv_n_groups(&e->g), e->g.rule);
+    int rc = batch_build(&e->bb, p->entries, p->n_entries, e->kv.g.block_size, kv_n_groups(&e->kv.g), e->kv.g.rule);
     return rc ? rc : fwd_run(e->f, &e->bb.b, e->logits);
 }
 
@@ -441,35 +441,6 @@ static int eng__step(engine *e, eng_evlist *out)
     return 1;
 }
 
-/* Blocks one sequence holds at most in layer group k: its full context, or one window. */
-static int64_t eng__seq_blocks(const engine *e, int k)
-{
-    return kv_group_seq_blocks(&e->g, k, e->n_ctx, e->cfg.max_batch_tokens);
-}
-
-/* Sequences that fit at once at their largest (the group that runs out first decides). */
-static int64_t eng__seq_capacity(const engine *e)
-{
-    int64_t n = INT64_MAX;
-    for (int k = 0; k < kv_n_groups(&e->g); k++) {
-        int64_t c = e->n_blocks[k] / eng__seq_blocks(e, k);
-        n = c < n ? c : n;
-    }
-    return n;
-}
-
-/* 1 when sinks + a window are on and no layer group keeps everything: sequences may run past
- * the context (a model's own sliding windows alone do not lift it). */
-static int eng__unbounded(const engine *e)
-{
-    int sinks = 0;
-    for (int k = 0; k < kv_n_groups(&e->g); k++) {
-        if (e->g.rule[k].keep == KV_KEEP_ALL) return 0;
-        sinks |= e->g.rule[k].keep == KV_KEEP_SINKS;
-    }
-    return sinks;
-}
-
 /* The second tier's numbers (the scheduler's loads and the tier's own counters). */
 static void eng__tier_stats(const engine *e, const sched_stats *ss, engine_stats *st)
 {
@@ -506,7 +477,7 @@ static void eng__update_stats(engine *e)
     int64_t now = clk_now_us();
     st->alive = !e->failed;
     st->heartbeat_us = now;
-    st->n_ctx = e->n_ctx;
+    st->n_ctx = e->kv.n_ctx;
     if (ss.steps != st->steps) {
         st->last_step_us = now;
         int64_t tok = ss.step_tokens - e->step_tokens_seen;
@@ -533,11 +504,11 @@ static void eng__update_stats(engine *e)
         st->kv_blocks_used += bp_num_blocks(gp) - bp_num_free(gp);
     }
     st->kv_blocks_cached = sched_cache_blocks(e->sc);
-    st->kv_bytes_per_token = kv_bytes_per_token(&e->g);
-    st->kv_capacity_tokens = (int64_t)e->n_blocks[0] * e->g.block_size;
-    st->kv_capacity_seqs = eng__seq_capacity(e);
+    st->kv_bytes_per_token = kv_bytes_per_token(&e->kv.g);
+    st->kv_capacity_tokens = (int64_t)e->kv.n_blocks[0] * e->kv.g.block_size;
+    st->kv_capacity_seqs = engine_kv_seq_capacity(&e->kv);
     st->kv_window = e->cfg.kv_window;
-    st->block_size = e->g.block_size;
+    st->block_size = e->kv.g.block_size;
     st->prefix_cache_queries = ss.prefix_queries;
     st->prefix_cache_hits = ss.prefix_hits;
     st->prefix_cache_evictions = ss.evictions;
@@ -663,101 +634,12 @@ static void *eng__thread(void *arg)
 
 /* ---- the API --------------------------------------------------------------------------- */
 
-/* KV blocks of every layer group from the budget (--kv-memory on the CPU, a share of free
- * memory on a GPU), split so that every group holds the same number of sequences. */
-static void eng__n_blocks(engine *e, backend *be)
-{
-    const engine_config *c = &e->cfg;
-    size_t avail = be->ops->mem_available(be);
-    size_t budget = c->kv_memory_bytes;
-    if (avail) {
-        double use = (double)avail * c->gpu_memory_utilization;
-        double w = (double)model_weight_bytes(c->model) + (double)(512u << 20); /* + activations */
-        budget = use > w ? (size_t)(use - w) : 0;
-    }
-    int64_t n[KV_MAX_GROUPS];
-    kv_split_budget(&e->g, budget, e->n_ctx, c->max_batch_tokens, n);
-    for (int k = 0; k < kv_n_groups(&e->g); k++) e->n_blocks[k] = n[k] > INT32_MAX / 2 ? INT32_MAX / 2 : (int32_t)n[k];
-}
-
-/* The layer groups and their rules (docs/kv-windows.md): the model's sliding-window layers form
- * one KV_KEEP_WINDOW group per window size, releasing what every future token's window has left;
- * the other layers keep everything, or with --kv-window sinks + a window (KV_KEEP_SINKS). Those
- * other layers are group 0 (whose blocks the start-up line counts), the windows follow in layer
- * order. 0, or -1 with err filled when the window cannot be used. */
-static int eng__kv_groups(engine *e, char *err, size_t err_len)
-{
-    const engine_config *c = &e->cfg;
-    const model_hparams *hp = &c->model->hp;
-    int bs = c->block_size;
-    kv_rule full = {KV_KEEP_ALL, 0, 0};
-    if (c->kv_window > 0) {
-        kv_rule r = {KV_KEEP_SINKS, c->kv_window, c->kv_sinks};
-        if (c->kv_sinks < 0 || c->kv_window > e->n_ctx || c->kv_window < (kv_sink_blocks(&r, bs) + 1) * bs) {
-            snprintf(err, err_len,
-                     "kv-window %d with kv-sinks %d: the window must hold the sinks (rounded up to blocks of %d) "
-                     "plus one block, and at most the context length %d",
-                     c->kv_window, c->kv_sinks, bs, e->n_ctx);
-            return -1;
-        }
-        full = r;
-    }
-    if (hp->n_layers > KV_MAX_LAYERS) {
-        snprintf(err, err_len, "%d layers: the KV cache handles at most %d", hp->n_layers, KV_MAX_LAYERS);
-        return -1;
-    }
-    int ng = 0;
-    if (model_n_swa_layers(hp) < hp->n_layers) e->g.rule[ng++] = full; /* group 0: the full layers */
-    for (int l = 0; l < hp->n_layers; l++) {
-        int w = model_layer_window(hp, l), g = 0;
-        kv_rule r = w > 0 ? (kv_rule){KV_KEEP_WINDOW, w, 0} : full;
-        while (g < ng && memcmp(&e->g.rule[g], &r, sizeof r)) g++;
-        if (g == ng) {
-            if (ng == KV_MAX_GROUPS) {
-                snprintf(err, err_len, "more than %d kinds of KV retention across the layers", KV_MAX_GROUPS);
-                return -1;
-            }
-            e->g.rule[ng++] = r;
-        }
-        e->g.layer_group[l] = (uint8_t)g;
-    }
-    e->g.n_groups = ng;
-    return 0;
-}
-
-/* The first sliding-window layer (there is one when model_n_swa_layers > 0). */
-static int eng__first_swa(const model_hparams *hp)
-{
-    int l = 0;
-    while (l < hp->n_layers - 1 && model_layer_window(hp, l) <= 0) l++;
-    return l;
-}
-
 static void eng__log(const engine *e)
 {
-    const kv_geom *g = &e->g;
-    size_t bpt = kv_bytes_per_token(g);
-    int64_t cap = (int64_t)e->n_blocks[0] * g->block_size;
-    char formula[160], at[96];
-    kv_formula(g, 1, formula, sizeof formula);
     const model_hparams *hp = &e->cfg.model->hp;
-    char feats[512], by_type[512];
+    char feats[512];
     fprintf(stderr, "model: %s, %d layers; %s\n", hp->arch_name, hp->n_layers, model_features(hp, feats, sizeof feats));
-    const kv_rule *r = &g->rule[0];
-    if (r->keep == KV_KEEP_SINKS)
-        snprintf(at, sizeof at, "a window of %d (%d sinks)", r->window, kv_sink_blocks(r, g->block_size) * g->block_size);
-    else
-        snprintf(at, sizeof at, "context %d", e->n_ctx);
-    fprintf(stderr,
-            "KV cache (%s): %s = %zu bytes/token; "
-            "%d blocks of %d tokens = %lld tokens; max %lld sequences at %s\n",
-            kv_dtype_name(g->dtype), formula, bpt, (int)e->n_blocks[0], g->block_size, (long long)cap,
-            (long long)eng__seq_capacity(e), at);
-    if (model_n_swa_layers(hp))
-        fprintf(stderr, "KV cache by layer type: %s; the sliding layers release what left their window, "
-                "%d blocks for them, %d for the others\n",
-                model_kv_by_layer_type(hp, kv_vec_bytes(g), by_type, sizeof by_type),
-                (int)e->n_blocks[kv_group_of(g, eng__first_swa(hp))], (int)e->n_blocks[0]);
+    engine_kv_log(&e->kv, hp);
     char admit[48] = "";
     if (e->cfg.prefill_admit_tokens > 0)
         snprintf(admit, sizeof admit, " (admitting up to %d prefill tokens)", e->cfg.prefill_admit_tokens);
@@ -765,28 +647,7 @@ static void eng__log(const engine *e)
             e->be->desc, e->cfg.max_seqs, e->cfg.max_batch_tokens, admit,
             sched_tree(e->sc) ? "on" : "off",
             e->cfg.schedule == ENGINE_SCHED_LPM ? "lpm" : "fcfs");
-    if (e->tier) engine_tier_log(e->tier, g, e->tier_root);
-}
-
-/* The KV budget must hold one sequence at its largest in every group: the full context (as
- * vLLM requires at start-up), or one window. */
-static int eng__check_budget(const engine *e, char *err, size_t err_len)
-{
-    for (int k = 0; k < kv_n_groups(&e->g); k++) {
-        int64_t need = eng__seq_blocks(e, k);
-        if (e->n_blocks[k] >= need && e->n_blocks[k] >= 1) continue;
-        const kv_rule *r = &e->g.rule[k];
-        char what[64];
-        if (r->keep == KV_KEEP_ALL) snprintf(what, sizeof what, "the context length %d", e->n_ctx);
-        else snprintf(what, sizeof what, "one window of %d", r->window);
-        snprintf(err, err_len,
-                 "the KV budget holds %lld tokens (%d blocks of %d, %zu bytes/token), less than one "
-                 "sequence at %s; raise --kv-memory (or --gpu-memory-utilization) or lower %s",
-                 (long long)e->n_blocks[k] * e->g.block_size, (int)e->n_blocks[k], e->g.block_size,
-                 kv_bytes_per_token(&e->g), what, r->keep == KV_KEEP_ALL ? "--max-model-len" : "--kv-window");
-        return -1;
-    }
-    return 0;
+    if (e->tier) engine_tier_log(e->tier, &e->kv.g, e->tier_root);
 }
 
 /* Called by the tier (on its I/O thread, or this one) when a load completes. */
@@ -812,22 +673,34 @@ static int eng__setup_tier(engine *e, char *err, size_t err_len)
     }
     /* The tier keeps one block per cached prefix block; a model whose layers keep KV in more
      * than one group would need every group's block of it carried along. */
-    if (kv_n_groups(&e->g) > 1) {
+    if (kv_n_groups(&e->kv.g) > 1) {
         if (!c->quiet)
             fprintf(stderr, "engine: the second KV tier (--kv-host-memory, --kv-disk-dir) is off: this model's layers "
                     "keep KV in %d groups (sliding windows), and the tier carries one group's blocks only\n",
-                    kv_n_groups(&e->g));
+                    kv_n_groups(&e->kv.g));
         return 0;
     }
     engine_tier_config tc = {c->kv_host_memory_bytes, disk ? c->kv_disk_dir : NULL, c->kv_disk_bytes, eng__tier_wake, e,
                              c->quiet};
-    e->tier = engine_tier_create(&tc, e->be, c->model, &e->g, &e->tier_root, err, err_len);
+    e->tier = engine_tier_create(&tc, e->be, c->model, &e->kv.g, &e->tier_root, err, err_len);
     if (!e->tier) return -1;
     if (sched_set_tier(e->sc, e->tier, e->tier_root)) {
         snprintf(err, err_len, "out of memory setting up the KV tier");
         return -1;
     }
     return 0;
+}
+
+/* The KV budget in bytes: --kv-memory on the CPU, a share of free memory less the weights and
+ * the activations on a GPU. */
+static size_t eng__kv_budget(const engine *e)
+{
+    const engine_config *c = &e->cfg;
+    size_t avail = e->be->ops->mem_available(e->be);
+    if (!avail) return c->kv_memory_bytes;
+    double use = (double)avail * c->gpu_memory_utilization;
+    double w = (double)model_weight_bytes(c->model) + (double)(512u << 20); /* + activations */
+    return use > w ? (size_t)(use - w) : 0;
 }
 
 /* Backend, KV arena, forward, scheduler and sample phase. 0, or -1 with err filled. */
@@ -853,38 +726,39 @@ static int eng__setup(engine *e, char *err, size_t err_len)
                     c->max_batch_tokens, c->max_seqs);
         c->max_batch_tokens = c->max_seqs;
     }
-    e->g = kv_geom_make(hp->n_layers, hp->n_kv_heads, hp->head_dim, c->block_size, c->kv_dtype);
+    e->kv.g = kv_geom_make(hp->n_layers, hp->n_kv_heads, hp->head_dim, c->block_size, c->kv_dtype);
+    e->kv.max_batch_tokens = c->max_batch_tokens;
     int n_train = hp->n_ctx_train > 0 ? hp->n_ctx_train : 2048;
     if (c->max_model_len < 0 || c->max_model_len > n_train) {
         snprintf(err, err_len, "max-model-len %d is outside 1 .. %d (the model's context length)",
                  c->max_model_len, n_train);
         return -1;
     }
-    e->n_ctx = c->max_model_len > 0 ? c->max_model_len : n_train;
+    e->kv.n_ctx = c->max_model_len > 0 ? c->max_model_len : n_train;
     e->n_vocab = hp->n_vocab;
-    if (eng__kv_groups(e, err, err_len)) return -1;
-    eng__n_blocks(e, e->be);
-    if (eng__check_budget(e, err, err_len)) return -1;
-    e->f = fwd_create(c->model, e->be, &e->g, e->n_blocks, c->max_batch_tokens, sched_max_logits(c->max_seqs), err,
-                      err_len);
+    if (engine_kv_groups(&e->kv, hp, c->kv_window, c->kv_sinks, err, err_len)) return -1;
+    engine_kv_blocks(&e->kv, eng__kv_budget(e));
+    if (engine_kv_check_budget(&e->kv, err, err_len)) return -1;
+    e->f = fwd_create(c->model, e->be, &e->kv.g, e->kv.n_blocks, c->max_batch_tokens,
+                      sched_max_logits(c->max_seqs), err, err_len);
     if (!e->f) return -1;
     e->n_eog = tok_eog_ids(c->tok, &e->eog);
     sched_config sc = {
         .block_size = c->block_size,
-        .n_blocks = e->n_blocks[0],
-        .n_groups = kv_n_groups(&e->g),
+        .n_blocks = e->kv.n_blocks[0],
+        .n_groups = kv_n_groups(&e->kv.g),
         .max_seqs = c->max_seqs,
         .max_batch_tokens = c->max_batch_tokens,
         .prefill_admit_tokens = c->prefill_admit_tokens,
         .schedule = c->schedule == ENGINE_SCHED_LPM ? SCHED_LPM : SCHED_FCFS,
         .prefix_cache = c->prefix_cache,
-        .n_ctx = e->n_ctx,
+        .n_ctx = e->kv.n_ctx,
         .eog_ids = e->eog,
         .n_eog = e->n_eog,
     };
-    for (int k = 0; k < kv_n_groups(&e->g); k++) {
-        sc.rule[k] = e->g.rule[k];
-        sc.group_blocks[k] = e->n_blocks[k];
+    for (int k = 0; k < kv_n_groups(&e->kv.g); k++) {
+        sc.rule[k] = e->kv.g.rule[k];
+        sc.group_blocks[k] = e->kv.n_blocks[k];
     }
     e->sc = sched_create(&sc);
     e->smp = sampling_create(e->n_vocab, e->eog, e->n_eog);
@@ -975,14 +849,7 @@ static int eng__validate(const engine *e, const engine_request *req)
         req->max_tokens < 0 || req->n_stop < 0 || req->n_stop > ENGINE_MAX_STOP ||
         (req->n_stop > 0 && !req->stop) || req->prompt_top > SMP_MAX_LOGPROBS)
         return -EINVAL;
-    if (eng__unbounded(e)) { /* a window: the prompt is capped, the output is not */
-        if (req->n_prompt > e->n_ctx) return -EINVAL;
-    } else {
-        if ((int64_t)req->n_prompt + req->max_tokens > e->n_ctx) return -EINVAL;
-        int64_t blocks = ((int64_t)req->n_prompt + req->max_tokens + e->g.block_size - 1) / e->g.block_size;
-        for (int k = 0; k < kv_n_groups(&e->g); k++)
-            if (e->g.rule[k].keep == KV_KEEP_ALL && blocks > e->n_blocks[k]) return -EINVAL;
-    }
+    if (!engine_kv_can_hold(&e->kv, req->n_prompt, req->max_tokens)) return -EINVAL;
     for (int i = 0; i < req->n_prompt; i++)
         if (req->prompt[i] < 0 || req->prompt[i] >= e->n_vocab) return -EINVAL;
     return 0;

@@ -144,7 +144,8 @@ static const float *sampling__score(sampling *sp, const batch_entry *e, const fl
     smp_result r = {0};
     r.token = s->tokens[0];
     r.logprob = NAN;
-    if (first && (e->lp_rows > 0 || c0 + e->n_new >= s->n_prompt)) sampling__add(sp, s, NULL, &r, SAMPLING_PROMPT, 0, 0);
+    if (first && (e->lp_rows > 0 || c0 + e->n_new >= s->n_prompt))
+        sampling__add(sp, s, NULL, &r, SAMPLING_PROMPT, 0, 0);
     for (int k = 0; k < e->lp_rows; k++, row += nv) {
         int j = c0 + e->lp_from + k + 1; /* the logits at position j - 1 score prompt token j */
         r = (smp_result){0};

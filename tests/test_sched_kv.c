@@ -333,7 +333,8 @@ Test(sched_kv, window_must_hold_sinks_and_a_block)
 {
     kv_rule r = {KV_KEEP_SINKS, 8, 5}; /* 5 sinks round up to 8 with blocks of 4: no room */
     int32_t nb = 16;
-    sched_config c = {.block_size = 4, .n_blocks = nb, .max_seqs = 1, .max_batch_tokens = 8, .n_ctx = 64, .n_groups = 1};
+    sched_config c = {.block_size = 4, .n_blocks = nb, .max_seqs = 1, .max_batch_tokens = 8, .n_ctx = 64,
+                      .n_groups = 1};
     c.rule[0] = r;
     cr_assert_null(sched_create(&c));
     c.rule[0].window = 12;
