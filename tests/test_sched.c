@@ -448,6 +448,49 @@ Test(sched, n_choices_fork_share_and_diverge)
     ts_env_fini(&e);
 }
 
+/* A scored prompt with n = 3 forks in the step that scores its last prompt tokens. The children
+ * are born in the sample phase, before the commit advances their parent: they must join with the
+ * parent's state as the commit leaves it (computed count, blocks offered to the cache, scoring
+ * cursor), share its blocks, and no longer count as scoring (a preempted child that did would
+ * recompute without the prefix cache). */
+Test(sched, fork_after_scoring_children_take_the_parent_state)
+{
+    ts_env e;
+    ts_env_init(&e, 256, 4, 64, 1);
+    int32_t p[30];
+    ts_prompt(p, 30, 17);
+    seq *s = ts_seq(p, 30, 6, 0.7f, 5);
+    s->prompt_logprobs = 1;
+    s->n_choices = 3;
+    sched_add(e.sc, s);
+    sampling_out *sm;
+    int n = ts_step(&e, &sm);
+    cr_assert_eq(n, 30 + 3, "one step: 30 scored prompt tokens, then a token per choice");
+    seq *kids[3] = {0};
+    for (int i = 0; i < n; i++) {
+        cr_assert_eq(sm[i].kind, i < 30 ? SAMPLING_PROMPT : SAMPLING_TOKEN);
+        if (i >= 30) kids[sm[i].s->index] = sm[i].s;
+    }
+    cr_assert_eq(kids[0], s);
+    cr_assert_eq(s->n_inserted, 30 / 4, "the prompt's full blocks entered the cache");
+    for (int c = 0; c < 3; c++) {
+        cr_assert_eq(kids[c]->n_computed, 30);
+        cr_assert_eq(kids[c]->n_inserted, s->n_inserted);
+        cr_assert_eq(kids[c]->plp_next, 30);
+        cr_assert(!seq_is_scoring(kids[c]));
+        cr_assert_eq(kids[c]->n_choices, 1);
+        cr_assert_eq(kids[c]->kv[0].n_blocks, s->kv[0].n_blocks);
+        cr_assert_eq(memcmp(kids[c]->kv[0].bt, s->kv[0].bt, (size_t)s->kv[0].n_blocks * sizeof(int32_t)), 0);
+    }
+    sched_check(e.sc);
+    ts_drain(&e);
+    for (int c = 0; c < 3; c++) {
+        ts_expect(&e.f, kids[c], 0);
+        seq_destroy(kids[c]);
+    }
+    ts_env_fini(&e);
+}
+
 Test(sched, prefix_cache_reuse_and_in_batch_dedup)
 {
     ts_env e;
