@@ -390,9 +390,10 @@ static void eng__on_sample(engine *e, const sampling_out *sm, eng_evlist *out)
  * e->logits. 0 or a negative errno. */
 static int eng__forward(engine *e, const sched_plan *p)
 {
+    const kv_geom *g = &e->kv.g;
     for (int i = 0; i < p->n_copies; i++)
         e->be->ops->kv_copy_block(e->be, p->copies[i].group, p->copies[i].src, p->copies[i].dst);
-    int rc = batch_build(&e->bb, p->entries, p->n_entries, e->kv.g.block_size, kv_n_groups(&e->kv.g), e->kv.g.rule);
+    int rc = batch_build(&e->bb, p->entries, p->n_entries, g->block_size, kv_n_groups(g), g->rule);
     return rc ? rc : fwd_run(e->f, &e->bb.b, e->logits);
 }
 
@@ -402,42 +403,52 @@ static void eng__fail_all(engine *e, eng_evlist *out)
     for (eng_req *q = e->active; q; q = q->next) eng__end_request(e, q, ENGINE_FINISH_ERROR, out);
 }
 
-/* One step (schedule, forward, sample, commit) and its events. Returns 1 when something ran,
- * 0 when idle. */
+/* Nothing could be scheduled. Returns 1 while sequences run (they wait for blocks), 0 when idle. */
+static int eng__unschedulable(engine *e, eng_evlist *out)
+{
+    if (sched_num_running(e->sc)) return 1;
+    if (sched_tier_pending(e->sc)) return 0; /* idle until the tier's wake-up */
+    /* Nothing runs and nothing can be admitted: fail every request rather than spin. */
+    eng__fail_all(e, out);
+    return 0;
+}
+
+/* The committed results v[0 .. n) of a step as events. */
+static void eng__on_results(engine *e, const sampling_out *v, int n, eng_evlist *out)
+{
+    for (int i = 0; i < n;) {
+        if (v[i].kind == SAMPLING_PROMPT) { /* a run of one sequence's scored prompt tokens */
+            int k = 1;
+            while (i + k < n && v[i + k].kind == SAMPLING_PROMPT && v[i + k].s == v[i].s) k++;
+            eng__on_prompt(e, v + i, k, out);
+            i += k;
+        } else if (v[i].kind == SAMPLING_END) {
+            eng__end_request(e, v[i++].s->owner, ENGINE_FINISH_LENGTH, out);
+        } else {
+            eng__on_sample(e, &v[i++], out);
+        }
+    }
+}
+
+/* One step and its events: schedule, the forward (block copies, batch, logit rows), sample,
+ * commit. Returns 1 when something ran, 0 when idle. */
 static int eng__step(engine *e, eng_evlist *out)
 {
     if (!sched_num_running(e->sc) && !sched_num_waiting(e->sc)) return 0;
     sched_plan plan;
-    sampling_out *sm = NULL;
+    sampling_out *v = NULL;
     int n = 0, rc = sched_schedule(e->sc, &plan);
-    if (rc == -EAGAIN) {
-        if (sched_num_running(e->sc)) return 1;
-        if (sched_tier_pending(e->sc)) return 0; /* idle until the tier's wake-up */
-        /* Nothing runs and nothing can be admitted: fail every request rather than spin. */
-        eng__fail_all(e, out);
-        return 0;
-    }
+    if (rc == -EAGAIN) return eng__unschedulable(e, out);
     if (!rc) rc = eng__forward(e, &plan);
-    if (!rc) rc = n = sampling_step(e->smp, plan.entries, plan.n_entries, e->logits, &sm);
-    if (rc >= 0) rc = sched_commit(e->sc, sm, n);
+    if (!rc) rc = n = sampling_step(e->smp, plan.entries, plan.n_entries, e->logits, &v);
+    if (rc >= 0) rc = sched_commit(e->sc, v, n);
     if (rc < 0) {
         fprintf(stderr, "kvserve: engine step failed (%s); failing the requests in flight\n", strerror(-rc));
         e->failed = 1;
         eng__fail_all(e, out);
         return 0;
     }
-    for (int i = 0; i < n;) {
-        if (sm[i].kind == SAMPLING_PROMPT) { /* a run of one sequence's scored prompt tokens */
-            int k = 1;
-            while (i + k < n && sm[i + k].kind == SAMPLING_PROMPT && sm[i + k].s == sm[i].s) k++;
-            eng__on_prompt(e, sm + i, k, out);
-            i += k;
-        } else if (sm[i].kind == SAMPLING_END) {
-            eng__end_request(e, sm[i++].s->owner, ENGINE_FINISH_LENGTH, out);
-        } else {
-            eng__on_sample(e, &sm[i++], out);
-        }
-    }
+    eng__on_results(e, v, n, out);
     return 1;
 }
 

@@ -6,7 +6,7 @@
  *         ▲                                        │
  *         └──────────── preempt (recompute) ───────┘
  *
- An engine step is five phases, each a peer that engine.c calls in order; the scheduler is the
+ * An engine step is five phases, each a peer that engine.c calls in order; the scheduler is the
  * first and the last:
  *   schedule (sched_schedule): running decodes (1 token each), then continuing prefill chunks,
  *             then admissions, all under max_batch_tokens and max_seqs; blocks come from the
@@ -22,7 +22,12 @@
  *             cache, fork children join, drawn tokens are appended and the stop rules applied,
  *             and the sequences that finished are released.
  * Nothing but the plan and the results passes between the phases: the scheduler never runs the
- * model.
+ * model. The plan fixes everything the forward needs (tokens, rows, blocks, copies) and the commit
+ * takes per-sequence results, not logits, so the phases can be regrouped without touching the
+ * scheduler: a sampler on the device hands the commit the same results, verification rows of a
+ * speculative step are more rows of the plan, and an engine that overlaps the forward of step n
+ * with the planning of step n + 1 can take step n's computed counts from its plan before its
+ * tokens are drawn.
  *
  * Windows (docs/kv-windows.md): each layer group keeps its blocks by its rule (cache/kv.h). A
  * running sequence first releases what its groups' rules let go (sched_kv.c), a step never takes

@@ -20,8 +20,9 @@
  * the recomputation of a preempted sequence) only writes K/V. That is what keeps a preempted
  * sequence's random stream, and therefore its tokens, unchanged.
  *
- * Created by the engine (engine_submit) or by the scheduler (n > 1 forks); owned by whoever holds
- * the request. Engine thread only.
+ * Created by the engine (engine_submit) or by a step's sample phase (n > 1 forks, sampling.c; the
+ * scheduler's commit then gives the children their blocks); owned by whoever holds the request.
+ * Engine thread only.
  */
 #ifndef KVSERVE_SEQ_H
 #define KVSERVE_SEQ_H
