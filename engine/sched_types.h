@@ -53,7 +53,8 @@ typedef struct sched_copy {
 } sched_copy;
 
 /* Buckets of the tier load latency histogram: a load (all the blocks one waiting sequence takes
- * back) from its start to the step that sees it complete, in microseconds. */
+ * back) from its start to the step that sees it complete, in microseconds (the bounds are data
+ * of sched_tier.c). */
 #define SCHED_TIER_BUCKETS 12
 extern const int64_t sched_tier_bounds_us[SCHED_TIER_BUCKETS];
 
