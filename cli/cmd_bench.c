@@ -23,6 +23,7 @@
 #include "base/clock.h"
 #include "cache/kv.h"
 #include "cli/cli.h"
+#include "engine/backend.h"
 #include "engine/engine.h"
 #include "model/model.h"
 #include "model/tokenizer.h"
@@ -316,6 +317,7 @@ static int bn_config(const cli_opts *o, engine_config *c)
     engine_config_default(c);
     c->device = o->device;
     c->n_threads = o->threads;
+    c->make_backend = be_create;
     c->kv_memory_bytes = o->kv_memory_bytes;
     c->kv_host_memory_bytes = o->kv_host_memory_bytes;
     c->kv_disk_dir = o->kv_disk_dir && *o->kv_disk_dir ? o->kv_disk_dir : NULL;

@@ -6,6 +6,7 @@
 
 #include "cache/kv.h"
 #include "cli/cli.h"
+#include "engine/backend.h"
 #include "server/server.h"
 #include "server/toolcall.h"
 
@@ -45,6 +46,7 @@ int cli_serve(cli_opts *o)
     engine_config_default(e);
     e->device = o->device;
     e->n_threads = o->threads;
+    e->make_backend = be_create;
     e->kv_memory_bytes = o->kv_memory_bytes;
     e->kv_host_memory_bytes = o->kv_host_memory_bytes;
     e->kv_disk_dir = o->kv_disk_dir && *o->kv_disk_dir ? o->kv_disk_dir : NULL;

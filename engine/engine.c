@@ -3,13 +3,19 @@
  *
  *   any thread ──engine_submit/cancel──► [submissions, cancels]  (mutex)
  *                                              │ taken at the top of each loop
- *   engine thread: intake → cancels → sched_step (schedule, fwd_run, commit) → detok → events
+ *   engine thread: intake → cancels → step (below) → detok → events
  *                                              │
  *   caller thread ◄──engine_poll── [events] ◄──┘ then cfg.wake(ud)
  *
+ * A step is five phases, each a module's function, called in this order:
+ *   sched_schedule (the plan: sequences, new tokens, block copies) → the plan's block copies on
+ *   the backend → batch_build (the varlen batch) → fwd_run (the logit rows) → sampling_step
+ *   (prompt scores, tokens, forks) → sched_commit (counts, prefix cache, tokens, stops,
+ *   releases).
+ *
  * Everything below the mutex-guarded fields is touched by the engine thread alone: the
- * scheduler (with its block pool and radix tree), the model runner and the active requests.
- * The thread sleeps on a condition variable when it has nothing to compute.
+ * scheduler (with its block pool and radix tree), the forward, the sample phase and the active
+ * requests. The thread sleeps on a condition variable when it has nothing to compute.
  */
 #include "engine/engine.h"
 
@@ -23,9 +29,12 @@
 #include "base/clock.h"
 #include "cache/kv.h"
 #include "engine/backend.h"
+#include "engine/batch.h"
 #include "engine/detok.h"
+#include "engine/engine_kv.h"
 #include "engine/engine_tier.h"
 #include "engine/forward.h"
+#include "engine/sampling.h"
 #include "engine/sched.h"
 
 /* One submitted request and its choices. */
@@ -45,11 +54,13 @@ struct engine {
     backend *be;
     fwd *f;
     sched *sc;
+    sampling *smp;          /* the sample phase */
+    batch_buf bb;           /* the step's batch */
+    float *logits;          /* [sched_max_logits(max_seqs)][n_vocab] the step's logit rows */
     tier *tier;             /* second KV tier, NULL without one */
     hash_key tier_root;     /* its fingerprint */
-    kv_geom g;
-    int32_t n_blocks[KV_MAX_GROUPS]; /* per layer group */
-    int n_ctx, n_vocab;
+    engine_kv kv;           /* the KV cache's layout: geometry, groups, blocks, context */
+    int n_vocab;
     const int32_t *eog;
     int n_eog;
     gr_vocab *gvoc;         /* the vocabulary as grammars see it, built at the first constrained request */
@@ -305,7 +316,7 @@ static eng_req *eng__find(engine *e, uint64_t id)
 
 /* Scored prompt tokens v[0 .. k) of one sequence: one event per choice (every choice's echo
  * carries them; the choices have not forked yet). */
-static void eng__on_prompt(engine *e, const sched_sample *v, int k, eng_evlist *out)
+static void eng__on_prompt(engine *e, const sampling_out *v, int k, eng_evlist *out)
 {
     eng_req *q = v[0].s->owner;
     for (int c = 0; c < q->r.n; c++) {
@@ -330,7 +341,7 @@ static void eng__on_prompt(engine *e, const sched_sample *v, int k, eng_evlist *
 }
 
 /* Turns one sampled token into the choice's event (and finishes the choice when due). */
-static void eng__on_sample(engine *e, const sched_sample *sm, eng_evlist *out)
+static void eng__on_sample(engine *e, const sampling_out *sm, eng_evlist *out)
 {
     seq *s = sm->s;
     eng_req *q = s->owner;
@@ -341,7 +352,7 @@ static void eng__on_sample(engine *e, const sched_sample *sm, eng_evlist *out)
     size_t dl = 0;
     /* A stop token's own text is cut, as a stop string is, unless include_stop_str; so is the
      * end-of-generation token's when control tokens are rendered (as vLLM does). */
-    int halt = sm->kind == SCHED_HALT; /* finished without a token */
+    int halt = sm->kind == SAMPLING_HALT; /* finished without a token */
     int cut = (s->stop_token >= 0 || (q->r.render_special && s->finish == ENGINE_FINISH_STOP && !halt)) &&
               !q->r.include_stop_str;
     int rc = cut || halt ? 0 : detok_push(&q->dt[idx], sm->r.token, &d, &dl);
@@ -375,68 +386,70 @@ static void eng__on_sample(engine *e, const sched_sample *sm, eng_evlist *out)
     }
 }
 
-/* One scheduler step and its events. Returns 1 when something ran, 0 when idle. */
+/* The block copies of the plan, its batch and the forward: the step's logit rows into
+ * e->logits. 0 or a negative errno. */
+static int eng__forward(engine *e, const sched_plan *p)
+{
+    const kv_geom *g = &e->kv.g;
+    for (int i = 0; i < p->n_copies; i++)
+        e->be->ops->kv_copy_block(e->be, p->copies[i].group, p->copies[i].src, p->copies[i].dst);
+    int rc = batch_build(&e->bb, p->entries, p->n_entries, g->block_size, kv_n_groups(g), g->rule);
+    return rc ? rc : fwd_run(e->f, &e->bb.b, e->logits);
+}
+
+/* Ends every request with an error: the step failed, or nothing can ever run. */
+static void eng__fail_all(engine *e, eng_evlist *out)
+{
+    for (eng_req *q = e->active; q; q = q->next) eng__end_request(e, q, ENGINE_FINISH_ERROR, out);
+}
+
+/* Nothing could be scheduled. Returns 1 while sequences run (they wait for blocks), 0 when idle. */
+static int eng__unschedulable(engine *e, eng_evlist *out)
+{
+    if (sched_num_running(e->sc)) return 1;
+    if (sched_tier_pending(e->sc)) return 0; /* idle until the tier's wake-up */
+    /* Nothing runs and nothing can be admitted: fail every request rather than spin. */
+    eng__fail_all(e, out);
+    return 0;
+}
+
+/* The committed results v[0 .. n) of a step as events. */
+static void eng__on_results(engine *e, const sampling_out *v, int n, eng_evlist *out)
+{
+    for (int i = 0; i < n;) {
+        if (v[i].kind == SAMPLING_PROMPT) { /* a run of one sequence's scored prompt tokens */
+            int k = 1;
+            while (i + k < n && v[i + k].kind == SAMPLING_PROMPT && v[i + k].s == v[i].s) k++;
+            eng__on_prompt(e, v + i, k, out);
+            i += k;
+        } else if (v[i].kind == SAMPLING_END) {
+            eng__end_request(e, v[i++].s->owner, ENGINE_FINISH_LENGTH, out);
+        } else {
+            eng__on_sample(e, &v[i++], out);
+        }
+    }
+}
+
+/* One step and its events: schedule, the forward (block copies, batch, logit rows), sample,
+ * commit. Returns 1 when something ran, 0 when idle. */
 static int eng__step(engine *e, eng_evlist *out)
 {
     if (!sched_num_running(e->sc) && !sched_num_waiting(e->sc)) return 0;
-    sched_sample *sm;
-    int n = sched_step(e->sc, &sm);
-    if (n == -EAGAIN) {
-        if (sched_num_running(e->sc)) return 1;
-        if (sched_tier_pending(e->sc)) return 0; /* idle until the tier's wake-up */
-        /* Nothing runs and nothing can be admitted: fail every request rather than spin. */
-        for (eng_req *q = e->active; q; q = q->next) eng__end_request(e, q, ENGINE_FINISH_ERROR, out);
-        return 0;
-    }
-    if (n < 0) {
-        fprintf(stderr, "kvserve: engine step failed (%s); failing the requests in flight\n",
-                strerror(-n));
+    sched_plan plan;
+    sampling_out *v = NULL;
+    int n = 0, rc = sched_schedule(e->sc, &plan);
+    if (rc == -EAGAIN) return eng__unschedulable(e, out);
+    if (!rc) rc = eng__forward(e, &plan);
+    if (!rc) rc = n = sampling_step(e->smp, plan.entries, plan.n_entries, e->logits, &v);
+    if (rc >= 0) rc = sched_commit(e->sc, v, n);
+    if (rc < 0) {
+        fprintf(stderr, "kvserve: engine step failed (%s); failing the requests in flight\n", strerror(-rc));
         e->failed = 1;
-        for (eng_req *q = e->active; q; q = q->next) eng__end_request(e, q, ENGINE_FINISH_ERROR, out);
+        eng__fail_all(e, out);
         return 0;
     }
-    for (int i = 0; i < n;) {
-        if (sm[i].kind == SCHED_PROMPT) { /* a run of one sequence's scored prompt tokens */
-            int k = 1;
-            while (i + k < n && sm[i + k].kind == SCHED_PROMPT && sm[i + k].s == sm[i].s) k++;
-            eng__on_prompt(e, sm + i, k, out);
-            i += k;
-        } else if (sm[i].kind == SCHED_END) {
-            eng__end_request(e, sm[i++].s->owner, ENGINE_FINISH_LENGTH, out);
-        } else {
-            eng__on_sample(e, &sm[i++], out);
-        }
-    }
+    eng__on_results(e, v, n, out);
     return 1;
-}
-
-/* Blocks one sequence holds at most in layer group k: its full context, or one window. */
-static int64_t eng__seq_blocks(const engine *e, int k)
-{
-    return kv_group_seq_blocks(&e->g, k, e->n_ctx, e->cfg.max_batch_tokens);
-}
-
-/* Sequences that fit at once at their largest (the group that runs out first decides). */
-static int64_t eng__seq_capacity(const engine *e)
-{
-    int64_t n = INT64_MAX;
-    for (int k = 0; k < kv_n_groups(&e->g); k++) {
-        int64_t c = e->n_blocks[k] / eng__seq_blocks(e, k);
-        n = c < n ? c : n;
-    }
-    return n;
-}
-
-/* 1 when sinks + a window are on and no layer group keeps everything: sequences may run past
- * the context (a model's own sliding windows alone do not lift it). */
-static int eng__unbounded(const engine *e)
-{
-    int sinks = 0;
-    for (int k = 0; k < kv_n_groups(&e->g); k++) {
-        if (e->g.rule[k].keep == KV_KEEP_ALL) return 0;
-        sinks |= e->g.rule[k].keep == KV_KEEP_SINKS;
-    }
-    return sinks;
 }
 
 /* The second tier's numbers (the scheduler's loads and the tier's own counters). */
@@ -475,7 +488,7 @@ static void eng__update_stats(engine *e)
     int64_t now = clk_now_us();
     st->alive = !e->failed;
     st->heartbeat_us = now;
-    st->n_ctx = e->n_ctx;
+    st->n_ctx = e->kv.n_ctx;
     if (ss.steps != st->steps) {
         st->last_step_us = now;
         int64_t tok = ss.step_tokens - e->step_tokens_seen;
@@ -502,11 +515,11 @@ static void eng__update_stats(engine *e)
         st->kv_blocks_used += bp_num_blocks(gp) - bp_num_free(gp);
     }
     st->kv_blocks_cached = sched_cache_blocks(e->sc);
-    st->kv_bytes_per_token = kv_bytes_per_token(&e->g);
-    st->kv_capacity_tokens = (int64_t)e->n_blocks[0] * e->g.block_size;
-    st->kv_capacity_seqs = eng__seq_capacity(e);
+    st->kv_bytes_per_token = kv_bytes_per_token(&e->kv.g);
+    st->kv_capacity_tokens = (int64_t)e->kv.n_blocks[0] * e->kv.g.block_size;
+    st->kv_capacity_seqs = engine_kv_seq_capacity(&e->kv);
     st->kv_window = e->cfg.kv_window;
-    st->block_size = e->g.block_size;
+    st->block_size = e->kv.g.block_size;
     st->prefix_cache_queries = ss.prefix_queries;
     st->prefix_cache_hits = ss.prefix_hits;
     st->prefix_cache_evictions = ss.evictions;
@@ -514,8 +527,10 @@ static void eng__update_stats(engine *e)
     st->prompt_tokens = e->prompt_tokens_done;
     st->generation_tokens = ss.generated;
     st->steps = ss.steps;
-    st->grammar_masks = ss.grammar_masks;
-    st->grammar_mask_us = ss.grammar_mask_us;
+    sampling_stats sps;
+    sampling_get_stats(e->smp, &sps);
+    st->grammar_masks = sps.grammar_masks;
+    st->grammar_mask_us = sps.grammar_mask_us;
     st->max_seqs = e->cfg.max_seqs;
     st->max_batch_tokens = e->cfg.max_batch_tokens;
     eng__tier_stats(e, &ss, st);
@@ -630,112 +645,12 @@ static void *eng__thread(void *arg)
 
 /* ---- the API --------------------------------------------------------------------------- */
 
-static int eng__run(void *ud, const be_batch *b, float *logits)
-{
-    return fwd_run(ud, b, logits);
-}
-
-static void eng__copy_block(void *ud, int group, int32_t src, int32_t dst)
-{
-    backend *be = fwd_backend(ud);
-    be->ops->kv_copy_block(be, group, src, dst);
-}
-
-/* KV blocks of every layer group from the budget (--kv-memory on the CPU, a share of free
- * memory on a GPU), split so that every group holds the same number of sequences. */
-static void eng__n_blocks(engine *e, backend *be)
-{
-    const engine_config *c = &e->cfg;
-    size_t avail = be->ops->mem_available(be);
-    size_t budget = c->kv_memory_bytes;
-    if (avail) {
-        double use = (double)avail * c->gpu_memory_utilization;
-        double w = (double)model_weight_bytes(c->model) + (double)(512u << 20); /* + activations */
-        budget = use > w ? (size_t)(use - w) : 0;
-    }
-    int64_t n[KV_MAX_GROUPS];
-    kv_split_budget(&e->g, budget, e->n_ctx, c->max_batch_tokens, n);
-    for (int k = 0; k < kv_n_groups(&e->g); k++) e->n_blocks[k] = n[k] > INT32_MAX / 2 ? INT32_MAX / 2 : (int32_t)n[k];
-}
-
-/* The layer groups and their rules (docs/kv-windows.md): the model's sliding-window layers form
- * one KV_KEEP_WINDOW group per window size, releasing what every future token's window has left;
- * the other layers keep everything, or with --kv-window sinks + a window (KV_KEEP_SINKS). Those
- * other layers are group 0 (whose blocks the start-up line counts), the windows follow in layer
- * order. 0, or -1 with err filled when the window cannot be used. */
-static int eng__kv_groups(engine *e, char *err, size_t err_len)
-{
-    const engine_config *c = &e->cfg;
-    const model_hparams *hp = &c->model->hp;
-    int bs = c->block_size;
-    kv_rule full = {KV_KEEP_ALL, 0, 0};
-    if (c->kv_window > 0) {
-        kv_rule r = {KV_KEEP_SINKS, c->kv_window, c->kv_sinks};
-        if (c->kv_sinks < 0 || c->kv_window > e->n_ctx || c->kv_window < (kv_sink_blocks(&r, bs) + 1) * bs) {
-            snprintf(err, err_len,
-                     "kv-window %d with kv-sinks %d: the window must hold the sinks (rounded up to blocks of %d) "
-                     "plus one block, and at most the context length %d",
-                     c->kv_window, c->kv_sinks, bs, e->n_ctx);
-            return -1;
-        }
-        full = r;
-    }
-    if (hp->n_layers > KV_MAX_LAYERS) {
-        snprintf(err, err_len, "%d layers: the KV cache handles at most %d", hp->n_layers, KV_MAX_LAYERS);
-        return -1;
-    }
-    int ng = 0;
-    if (model_n_swa_layers(hp) < hp->n_layers) e->g.rule[ng++] = full; /* group 0: the full layers */
-    for (int l = 0; l < hp->n_layers; l++) {
-        int w = model_layer_window(hp, l), g = 0;
-        kv_rule r = w > 0 ? (kv_rule){KV_KEEP_WINDOW, w, 0} : full;
-        while (g < ng && memcmp(&e->g.rule[g], &r, sizeof r)) g++;
-        if (g == ng) {
-            if (ng == KV_MAX_GROUPS) {
-                snprintf(err, err_len, "more than %d kinds of KV retention across the layers", KV_MAX_GROUPS);
-                return -1;
-            }
-            e->g.rule[ng++] = r;
-        }
-        e->g.layer_group[l] = (uint8_t)g;
-    }
-    e->g.n_groups = ng;
-    return 0;
-}
-
-/* The first sliding-window layer (there is one when model_n_swa_layers > 0). */
-static int eng__first_swa(const model_hparams *hp)
-{
-    int l = 0;
-    while (l < hp->n_layers - 1 && model_layer_window(hp, l) <= 0) l++;
-    return l;
-}
-
 static void eng__log(const engine *e)
 {
-    const kv_geom *g = &e->g;
-    size_t bpt = kv_bytes_per_token(g);
-    int64_t cap = (int64_t)e->n_blocks[0] * g->block_size;
-    char formula[160], at[96];
-    kv_formula(g, 1, formula, sizeof formula);
     const model_hparams *hp = &e->cfg.model->hp;
-    char feats[512], by_type[512];
+    char feats[512];
     fprintf(stderr, "model: %s, %d layers; %s\n", hp->arch_name, hp->n_layers, model_features(hp, feats, sizeof feats));
-    const kv_rule *r = &g->rule[0];
-    if (r->keep == KV_KEEP_SINKS)
-        snprintf(at, sizeof at, "a window of %d (%d sinks)", r->window, kv_sink_blocks(r, g->block_size) * g->block_size);
-    else
-        snprintf(at, sizeof at, "context %d", e->n_ctx);
-    fprintf(stderr,
-            "KV cache (%s): %s = %zu bytes/token; "
-            "%d blocks of %d tokens = %lld tokens; max %lld sequences at %s\n",
-            kv_dtype_name(g->dtype), formula, bpt, (int)e->n_blocks[0], g->block_size, (long long)cap,
-            (long long)eng__seq_capacity(e), at);
-    if (model_n_swa_layers(hp))
-        fprintf(stderr, "KV cache by layer type: %s; the sliding layers release what left their window, "
-                "%d blocks for them, %d for the others\n",
-                model_kv_by_layer_type(hp, kv_vec_bytes(g), by_type, sizeof by_type),
-                (int)e->n_blocks[kv_group_of(g, eng__first_swa(hp))], (int)e->n_blocks[0]);
+    engine_kv_log(&e->kv, hp);
     char admit[48] = "";
     if (e->cfg.prefill_admit_tokens > 0)
         snprintf(admit, sizeof admit, " (admitting up to %d prefill tokens)", e->cfg.prefill_admit_tokens);
@@ -743,28 +658,7 @@ static void eng__log(const engine *e)
             e->be->desc, e->cfg.max_seqs, e->cfg.max_batch_tokens, admit,
             sched_tree(e->sc) ? "on" : "off",
             e->cfg.schedule == ENGINE_SCHED_LPM ? "lpm" : "fcfs");
-    if (e->tier) engine_tier_log(e->tier, g, e->tier_root);
-}
-
-/* The KV budget must hold one sequence at its largest in every group: the full context (as
- * vLLM requires at start-up), or one window. */
-static int eng__check_budget(const engine *e, char *err, size_t err_len)
-{
-    for (int k = 0; k < kv_n_groups(&e->g); k++) {
-        int64_t need = eng__seq_blocks(e, k);
-        if (e->n_blocks[k] >= need && e->n_blocks[k] >= 1) continue;
-        const kv_rule *r = &e->g.rule[k];
-        char what[64];
-        if (r->keep == KV_KEEP_ALL) snprintf(what, sizeof what, "the context length %d", e->n_ctx);
-        else snprintf(what, sizeof what, "one window of %d", r->window);
-        snprintf(err, err_len,
-                 "the KV budget holds %lld tokens (%d blocks of %d, %zu bytes/token), less than one "
-                 "sequence at %s; raise --kv-memory (or --gpu-memory-utilization) or lower %s",
-                 (long long)e->n_blocks[k] * e->g.block_size, (int)e->n_blocks[k], e->g.block_size,
-                 kv_bytes_per_token(&e->g), what, r->keep == KV_KEEP_ALL ? "--max-model-len" : "--kv-window");
-        return -1;
-    }
-    return 0;
+    if (e->tier) engine_tier_log(e->tier, &e->kv.g, e->tier_root);
 }
 
 /* Called by the tier (on its I/O thread, or this one) when a load completes. */
@@ -790,16 +684,16 @@ static int eng__setup_tier(engine *e, char *err, size_t err_len)
     }
     /* The tier keeps one block per cached prefix block; a model whose layers keep KV in more
      * than one group would need every group's block of it carried along. */
-    if (kv_n_groups(&e->g) > 1) {
+    if (kv_n_groups(&e->kv.g) > 1) {
         if (!c->quiet)
             fprintf(stderr, "engine: the second KV tier (--kv-host-memory, --kv-disk-dir) is off: this model's layers "
                     "keep KV in %d groups (sliding windows), and the tier carries one group's blocks only\n",
-                    kv_n_groups(&e->g));
+                    kv_n_groups(&e->kv.g));
         return 0;
     }
     engine_tier_config tc = {c->kv_host_memory_bytes, disk ? c->kv_disk_dir : NULL, c->kv_disk_bytes, eng__tier_wake, e,
                              c->quiet};
-    e->tier = engine_tier_create(&tc, e->be, c->model, &e->g, &e->tier_root, err, err_len);
+    e->tier = engine_tier_create(&tc, e->be, c->model, &e->kv.g, &e->tier_root, err, err_len);
     if (!e->tier) return -1;
     if (sched_set_tier(e->sc, e->tier, e->tier_root)) {
         snprintf(err, err_len, "out of memory setting up the KV tier");
@@ -808,12 +702,24 @@ static int eng__setup_tier(engine *e, char *err, size_t err_len)
     return 0;
 }
 
-/* Backend, KV arena, model runner and scheduler. 0, or -1 with err filled. */
+/* The KV budget in bytes: --kv-memory on the CPU, a share of free memory less the weights and
+ * the activations on a GPU. */
+static size_t eng__kv_budget(const engine *e)
+{
+    const engine_config *c = &e->cfg;
+    size_t avail = e->be->ops->mem_available(e->be);
+    if (!avail) return c->kv_memory_bytes;
+    double use = (double)avail * c->gpu_memory_utilization;
+    double w = (double)model_weight_bytes(c->model) + (double)(512u << 20); /* + activations */
+    return use > w ? (size_t)(use - w) : 0;
+}
+
+/* Backend, KV arena, forward, scheduler and sample phase. 0, or -1 with err filled. */
 static int eng__setup(engine *e, char *err, size_t err_len)
 {
     engine_config *c = &e->cfg;
     const model_hparams *hp = &c->model->hp;
-    e->be = be_create(c->device, c->n_threads, err, err_len);
+    e->be = c->make_backend(c->device, c->n_threads, err, err_len);
     if (!e->be) return -1;
     int gpu = strcmp(e->be->name, "cpu") != 0;
     if (c->max_seqs <= 0) c->max_seqs = gpu ? 256 : 64;
@@ -831,43 +737,45 @@ static int eng__setup(engine *e, char *err, size_t err_len)
                     c->max_batch_tokens, c->max_seqs);
         c->max_batch_tokens = c->max_seqs;
     }
-    e->g = kv_geom_make(hp->n_layers, hp->n_kv_heads, hp->head_dim, c->block_size, c->kv_dtype);
+    e->kv.g = kv_geom_make(hp->n_layers, hp->n_kv_heads, hp->head_dim, c->block_size, c->kv_dtype);
+    e->kv.max_batch_tokens = c->max_batch_tokens;
     int n_train = hp->n_ctx_train > 0 ? hp->n_ctx_train : 2048;
     if (c->max_model_len < 0 || c->max_model_len > n_train) {
         snprintf(err, err_len, "max-model-len %d is outside 1 .. %d (the model's context length)",
                  c->max_model_len, n_train);
         return -1;
     }
-    e->n_ctx = c->max_model_len > 0 ? c->max_model_len : n_train;
+    e->kv.n_ctx = c->max_model_len > 0 ? c->max_model_len : n_train;
     e->n_vocab = hp->n_vocab;
-    if (eng__kv_groups(e, err, err_len)) return -1;
-    eng__n_blocks(e, e->be);
-    if (eng__check_budget(e, err, err_len)) return -1;
-    e->f = fwd_create(c->model, e->be, &e->g, e->n_blocks, c->max_batch_tokens, sched_max_logits(c->max_seqs), err,
-                      err_len);
+    if (engine_kv_groups(&e->kv, hp, c->kv_window, c->kv_sinks, err, err_len)) return -1;
+    engine_kv_blocks(&e->kv, eng__kv_budget(e));
+    if (engine_kv_check_budget(&e->kv, err, err_len)) return -1;
+    e->f = fwd_create(c->model, e->be, &e->kv.g, e->kv.n_blocks, c->max_batch_tokens,
+                      sched_max_logits(c->max_seqs), err, err_len);
     if (!e->f) return -1;
     e->n_eog = tok_eog_ids(c->tok, &e->eog);
     sched_config sc = {
         .block_size = c->block_size,
-        .n_blocks = e->n_blocks[0],
-        .n_groups = kv_n_groups(&e->g),
+        .n_blocks = e->kv.n_blocks[0],
+        .n_groups = kv_n_groups(&e->kv.g),
         .max_seqs = c->max_seqs,
         .max_batch_tokens = c->max_batch_tokens,
         .prefill_admit_tokens = c->prefill_admit_tokens,
-        .schedule = c->schedule,
+        .schedule = c->schedule == ENGINE_SCHED_LPM ? SCHED_LPM : SCHED_FCFS,
         .prefix_cache = c->prefix_cache,
-        .n_vocab = e->n_vocab,
-        .n_ctx = e->n_ctx,
+        .n_ctx = e->kv.n_ctx,
         .eog_ids = e->eog,
         .n_eog = e->n_eog,
     };
-    for (int k = 0; k < kv_n_groups(&e->g); k++) {
-        sc.rule[k] = e->g.rule[k];
-        sc.group_blocks[k] = e->n_blocks[k];
+    for (int k = 0; k < kv_n_groups(&e->kv.g); k++) {
+        sc.rule[k] = e->kv.g.rule[k];
+        sc.group_blocks[k] = e->kv.n_blocks[k];
     }
-    sched_runner r = {eng__run, eng__copy_block, e->f};
-    e->sc = sched_create(&sc, &r);
-    if (!e->sc) {
+    e->sc = sched_create(&sc);
+    e->smp = sampling_create(e->n_vocab, e->eog, e->n_eog);
+    e->logits = malloc((size_t)sched_max_logits(c->max_seqs) * (size_t)e->n_vocab * sizeof(float));
+    if (!e->sc || !e->smp || !e->logits ||
+        batch_init(&e->bb, c->max_batch_tokens, c->max_seqs, sched_max_logits(c->max_seqs))) {
         snprintf(err, err_len, "out of memory creating the scheduler");
         return -1;
     }
@@ -876,8 +784,8 @@ static int eng__setup(engine *e, char *err, size_t err_len)
 
 engine *engine_create(const engine_config *cfg, char *err, size_t err_len)
 {
-    if (!cfg->model || !cfg->tok) {
-        snprintf(err, err_len, "engine needs a model and a tokenizer");
+    if (!cfg->model || !cfg->tok || !cfg->make_backend) {
+        snprintf(err, err_len, "engine needs a model, a tokenizer and a backend factory");
         return NULL;
     }
     engine *e = calloc(1, sizeof *e);
@@ -934,6 +842,9 @@ void engine_destroy(engine *e, int drain)
     free(e->cancels);
     tier_destroy(e->tier); /* its pending writes go to disk first (a drain's last act) */
     sched_destroy(e->sc);
+    sampling_destroy(e->smp);
+    batch_fini(&e->bb);
+    free(e->logits);
     gr_vocab_destroy(e->gvoc);
     fwd_destroy(e->f);
     be_destroy(e->be);
@@ -949,14 +860,7 @@ static int eng__validate(const engine *e, const engine_request *req)
         req->max_tokens < 0 || req->n_stop < 0 || req->n_stop > ENGINE_MAX_STOP ||
         (req->n_stop > 0 && !req->stop) || req->prompt_top > SMP_MAX_LOGPROBS)
         return -EINVAL;
-    if (eng__unbounded(e)) { /* a window: the prompt is capped, the output is not */
-        if (req->n_prompt > e->n_ctx) return -EINVAL;
-    } else {
-        if ((int64_t)req->n_prompt + req->max_tokens > e->n_ctx) return -EINVAL;
-        int64_t blocks = ((int64_t)req->n_prompt + req->max_tokens + e->g.block_size - 1) / e->g.block_size;
-        for (int k = 0; k < kv_n_groups(&e->g); k++)
-            if (e->g.rule[k].keep == KV_KEEP_ALL && blocks > e->n_blocks[k]) return -EINVAL;
-    }
+    if (!engine_kv_can_hold(&e->kv, req->n_prompt, req->max_tokens)) return -EINVAL;
     for (int i = 0; i < req->n_prompt; i++)
         if (req->prompt[i] < 0 || req->prompt[i] >= e->n_vocab) return -EINVAL;
     return 0;

@@ -19,6 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "engine/finish.h"
 #include "grammar/grammar.h"
 #include "model/model.h"
 #include "engine/sampler.h"
@@ -28,11 +29,18 @@
 
 enum engine_schedule { ENGINE_SCHED_FCFS = 0, ENGINE_SCHED_LPM = 1 };
 
+struct backend; /* engine/backend.h */
+
 typedef struct engine_config {
     const model *model;          /* borrowed, outlives the engine */
     const tokenizer *tok;        /* borrowed, outlives the engine */
     const char *device;          /* "cpu", "cuda", "auto" */
     int n_threads;               /* CPU backend threads; ≤ 0: one per core */
+    /* Creates the backend for device and n_threads (the wiring's factory: cli/backend.c's
+     * be_create, which knows the CPU and CUDA backends; the engine itself knows only
+     * engine/backend.h). Required. NULL with a one-line message in err when the device is
+     * unavailable. engine_create calls it once; the engine destroys what it returns. */
+    struct backend *(*make_backend)(const char *device, int n_threads, char *err, size_t err_len);
     size_t kv_memory_bytes;      /* CPU KV budget */
     double gpu_memory_utilization; /* GPU: fraction of free memory for weights + KV */
     int kv_dtype;                /* enum kv_dtype */
@@ -76,13 +84,7 @@ engine *engine_create(const engine_config *cfg, char *err, size_t err_len);
  * freed. */
 void engine_destroy(engine *e, int drain);
 
-enum engine_finish {
-    ENGINE_FINISH_NONE = 0, /* more events follow for this choice */
-    ENGINE_FINISH_STOP,     /* end-of-generation token or stop string */
-    ENGINE_FINISH_LENGTH,   /* max_tokens or the context limit */
-    ENGINE_FINISH_ABORT,    /* cancelled */
-    ENGINE_FINISH_ERROR,    /* backend failure */
-};
+/* enum engine_finish (engine/finish.h): why a choice ended, on its final event. */
 
 typedef struct engine_request {
     int32_t *prompt;           /* [n_prompt] token ids, BOS included if wanted; owned by the engine after submit */

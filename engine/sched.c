@@ -1,5 +1,5 @@
 /*
- * sched.c — continuous batching (see sched.h for the step's three phases).
+ * sched.c — continuous batching: the schedule and commit phases of a step (see sched.h).
  *
  * Invariants kept between steps:
  *   - running[] is in admission order; waiting[] has preempted sequences first, then arrivals;
@@ -21,14 +21,15 @@
 #include <assert.h>
 #include <errno.h>
 #include <limits.h>
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/clock.h"
 #include "engine/batch.h"
-#include "engine/engine.h"
+#include "engine/finish.h"
 #include "engine/sched_internal.h"
+#include "engine/sched_kv.h"
+#include "engine/sched_tier.h"
 
 /* lpm looks up the cached prefix of at most this many waiting sequences per step. */
 #define SCHED_LPM_WINDOW 256
@@ -70,7 +71,7 @@ static int sched__rules_ok(const sched_config *c, int ng)
     return 1;
 }
 
-sched *sched_create(const sched_config *c, const sched_runner *r)
+sched *sched_create(const sched_config *c)
 {
     int ng = c->n_groups > 1 ? c->n_groups : 1;
     if (ng > KV_MAX_GROUPS || !sched__rules_ok(c, ng)) return NULL;
@@ -78,7 +79,6 @@ sched *sched_create(const sched_config *c, const sched_runner *r)
     if (!sc) return NULL;
     sc->c = *c;
     if (sc->c.lpm_aging_steps <= 0) sc->c.lpm_aging_steps = 64;
-    sc->r = *r;
     sc->n_groups = ng;
     /* Only sinks + a window lift the context limit (a model's own windows do not). */
     int all = 0, sinks = 0;
@@ -92,12 +92,9 @@ sched *sched_create(const sched_config *c, const sched_runner *r)
     for (int g = 0; g < ng && ok; g++) ok = (sc->bp[g] = bp_create(g ? c->group_blocks[g] : c->n_blocks)) != NULL;
     if (c->prefix_cache && ok) ok = (sc->tree = rdx_create(sc->bp[0], c->block_size)) != NULL;
     sc->plan = calloc((size_t)c->max_seqs, sizeof *sc->plan);
-    sc->logits = malloc((size_t)sched_max_logits(c->max_seqs) * (size_t)c->n_vocab * sizeof(float));
-    sc->scratch = malloc((size_t)c->n_vocab * sizeof(float));
     sc->match_buf = malloc((size_t)sc->max_blocks * sizeof(int32_t));
     if (ok) ok = !sched__comp_init(sc);
-    if (!ok || !sc->plan || !sc->logits || !sc->scratch || !sc->match_buf ||
-        batch_init(&sc->bb, c->max_batch_tokens, c->max_seqs, sched_max_logits(c->max_seqs))) {
+    if (!ok || !sc->plan || !sc->match_buf) {
         sched_destroy(sc);
         return NULL;
     }
@@ -112,14 +109,10 @@ void sched_destroy(sched *sc)
     if (sc->tree) rdx_destroy(sc->tree); /* its hooks drop the companions' references */
     sched__comp_fini(sc);
     for (int g = 0; g < sc->n_groups; g++) bp_destroy(sc->bp[g]);
-    batch_fini(&sc->bb);
     free(sc->running);
     free(sc->waiting);
     free(sc->plan);
-    free(sc->logits);
-    free(sc->scratch);
-    free(sc->mask);
-    free(sc->samples);
+    free(sc->copies);
     free(sc->match_buf);
     free(sc->lpm_len);
     free(sc);
@@ -164,7 +157,7 @@ static void sched__preempt(sched *sc, seq *s, int *budget)
 static int sched__lp_fit(const sched *sc, const seq *s, int n_new, int *lp_from, int *lp_rows)
 {
     *lp_from = *lp_rows = 0;
-    if (!sched__scoring(s)) return n_new;
+    if (!seq_is_scoring(s)) return n_new;
     /* Position p's logits score prompt token p + 1: positions lo .. hi - 1 still need rows. */
     int c = s->n_computed, lo = s->plp_next - 1 > c ? s->plp_next - 1 : c, hi = s->n_prompt - 1;
     if (lo >= hi || lo >= c + n_new) return n_new;
@@ -231,7 +224,7 @@ static int sched__dedup_hold(const sched *sc, const seq *c, int matched)
 static int sched__pick(const sched *sc, const char *held)
 {
     int best = -1;
-    int lpm = sc->c.schedule == ENGINE_SCHED_LPM && sc->tree;
+    int lpm = sc->c.schedule == SCHED_LPM && sc->tree;
     for (int i = 0; i < sc->n_waiting; i++) {
         if (held[i]) continue;
         const seq *s = sc->waiting[i];
@@ -244,7 +237,7 @@ static int sched__pick(const sched *sc, const char *held)
 /* lpm: the cached prefix length of every waiting sequence (looked up once per step). */
 static int sched__lpm_lengths(sched *sc)
 {
-    if (sc->c.schedule != ENGINE_SCHED_LPM || !sc->tree) return 0;
+    if (sc->c.schedule != SCHED_LPM || !sc->tree) return 0;
     int *l = realloc(sc->lpm_len, (size_t)(sc->n_waiting + 1) * sizeof *l);
     if (!l) return -ENOMEM;
     sc->lpm_len = l;
@@ -265,7 +258,7 @@ static int sched__admit(sched *sc, int i, int *budget, char *held)
 {
     seq *c = sc->waiting[i];
     int matched = 0;
-    if (sc->tree && !sched__scoring(c)) {
+    if (sc->tree && !seq_is_scoring(c)) {
         matched = sched__match(sc, c);
         if (sched__dedup_hold(sc, c, matched)) {
             sched__match_drop(sc, matched);
@@ -299,7 +292,7 @@ static int sched__admit(sched *sc, int i, int *budget, char *held)
     }
     memmove(sc->waiting + i, sc->waiting + i + 1, (size_t)(sc->n_waiting - i - 1) * sizeof(seq *));
     memmove(held + i, held + i + 1, (size_t)(sc->n_waiting - i - 1));
-    if (sc->c.schedule == ENGINE_SCHED_LPM && sc->tree)
+    if (sc->c.schedule == SCHED_LPM && sc->tree)
         memmove(sc->lpm_len + i, sc->lpm_len + i + 1, (size_t)(sc->n_waiting - i - 1) * sizeof(int));
     sc->n_waiting--;
     sc->running[sc->n_running++] = c; /* room was made before the blocks were taken */
@@ -357,174 +350,104 @@ static int sched__schedule(sched *sc)
     return 0;
 }
 
-/* ---- commit --------------------------------------------------------------------------- */
-
-static int sched__add_sample(sched *sc, int *n, seq *s, const smp_result *r, int kind, int pos)
+int sched_schedule(sched *sc, sched_plan *plan)
 {
-    if (*n == sc->cap_samples) {
-        int c = sc->cap_samples ? sc->cap_samples * 2 : 64;
-        sched_sample *a = realloc(sc->samples, (size_t)c * sizeof *a);
-        if (!a) return -ENOMEM;
-        sc->samples = a;
-        sc->cap_samples = c;
-    }
-    sc->samples[(*n)++] = (sched_sample){s, *r, kind, pos};
+    memset(plan, 0, sizeof *plan);
+    sched__tier_poll(sc);
+    for (int i = 0; i < sc->n_waiting; i++) sc->waiting[i]->wait_steps++;
+    sc->n_copies = 0;
+    int rc = sched__schedule(sc);
+    if (rc) return rc;
+    if (!sc->n_plan) return -EAGAIN;
+    plan->entries = sc->plan;
+    plan->n_entries = sc->n_plan;
+    plan->copies = sc->copies;
+    plan->n_copies = sc->n_copies;
     return 0;
 }
 
-/* The grammar's mask for s's next token into sc->mask; returns the allowed count or -ENOMEM. */
-static int sched__mask(sched *sc, seq *s)
+/* ---- commit --------------------------------------------------------------------------- */
+
+/* A fork's child c, born in the sample phase from p, joins the running sequences with its own
+ * references on p's blocks. */
+static int sched__join(sched *sc, const seq *p, seq *c)
 {
-    if (!sc->mask && !(sc->mask = malloc(GR_MASK_WORDS(sc->c.n_vocab) * sizeof *sc->mask))) return -ENOMEM;
-    int64_t t0 = clk_now_us();
-    int n = gr_matcher_fill_mask(s->gm, sc->mask);
-    sc->st.grammar_masks++;
-    sc->st.grammar_mask_us += clk_now_us() - t0;
-    return n;
+    if (sched__grow(&sc->running, &sc->cap_running, sc->n_running + 1)) return -ENOMEM;
+    /* c was cloned before this commit advanced p: it takes p's cache state as it is now */
+    c->n_computed = p->n_computed;
+    c->n_inserted = p->n_inserted;
+    c->plp_next = p->plp_next;
+    if (sched__share_blocks(sc, p, c)) return -ENOMEM;
+    c->admit_order = ++sc->admit_counter;
+    sc->running[sc->n_running++] = c; /* room was made above */
+    return 0;
 }
 
-/* Ends s without a token (its grammar allows none, or rejected what was drawn). */
-static int sched__halt(sched *sc, seq *s, int finish, int *n_out)
+/* Appends the drawn token r to s and applies the stop rules. */
+static int sched__append(sched *sc, seq *s, const smp_result *r)
 {
-    smp_result none = {0};
-    s->finish = finish;
-    return sched__add_sample(sc, n_out, s, &none, SCHED_HALT, 0);
-}
-
-/* Samples one token for s from a logits row (under its grammar's mask when constrained) and
- * applies the stop rules. */
-static int sched__sample(sched *sc, seq *s, const float *row, int *n_out)
-{
-    smp_result r;
-    memcpy(sc->scratch, row, (size_t)sc->c.n_vocab * sizeof(float));
-    smp_history h = {s->tokens, s->n_prompt, s->tokens + s->n_prompt, seq_n_output(s)};
-    const uint32_t *allow = NULL;
-    if (s->gm) {
-        int n = sched__mask(sc, s);
-        if (n < 0) return n;
-        if (n == 0)
-            return sched__halt(sc, s, gr_matcher_is_accepting(s->gm) ? ENGINE_FINISH_STOP : ENGINE_FINISH_LENGTH, n_out);
-        allow = sc->mask;
-    }
-    smp_sample_masked(&s->sp, &s->rng, sc->scratch, sc->c.n_vocab, &h, sc->c.eog_ids, sc->c.n_eog, allow, &r);
-    if (s->gm && gr_matcher_accept(s->gm, r.token)) return sched__halt(sc, s, ENGINE_FINISH_ERROR, n_out);
-    if (seq_append(s, r.token)) return -ENOMEM;
-    s->cum_logprob += r.logprob;
+    if (seq_append(s, r->token)) return -ENOMEM;
+    s->cum_logprob += r->logprob;
     if (!s->first_token_us) s->first_token_us = clk_now_us();
     sc->st.generated++;
     int eog = 0, stop = 0;
-    for (int k = 0; k < sc->c.n_eog; k++) eog |= sc->c.eog_ids[k] == r.token;
-    for (int k = 0; k < s->sp.n_stop_ids; k++) stop |= s->sp.stop_ids[k] == r.token;
+    for (int k = 0; k < sc->c.n_eog; k++) eog |= sc->c.eog_ids[k] == r->token;
+    for (int k = 0; k < s->sp.n_stop_ids; k++) stop |= s->sp.stop_ids[k] == r->token;
     if (eog && !s->sp.ignore_eos) {
         s->finish = ENGINE_FINISH_STOP;
     } else if (stop) { /* stop_token_ids stop even with ignore_eos, as in vLLM */
         s->finish = ENGINE_FINISH_STOP;
-        s->stop_token = r.token;
+        s->stop_token = r->token;
     } else if (seq_n_output(s) >= s->max_tokens || s->n_tokens >= sc->ctx_limit) {
         s->finish = ENGINE_FINISH_LENGTH;
     }
-    return sched__add_sample(sc, n_out, s, &r, SCHED_TOKEN, 0);
-}
-
-/* Reports prompt token j of s scored by logit row `row` (the logits at position j - 1), after
- * token 0 (which has no log-prob: NaN) when it is still unreported. */
-static int sched__score(sched *sc, seq *s, int j, const float *row, int *n_out)
-{
-    smp_result r = {0};
-    if (s->plp_next == 0) {
-        r.token = s->tokens[0];
-        r.logprob = NAN;
-        int rc = sched__add_sample(sc, n_out, s, &r, SCHED_PROMPT, 0);
-        if (rc) return rc;
-        s->plp_next = 1;
-    }
-    if (j == 0) return 0;
-    smp_score(row, sc->c.n_vocab, s->tokens[j], s->plp_top, &r);
-    s->plp_next = j + 1;
-    return sched__add_sample(sc, n_out, s, &r, SCHED_PROMPT, j);
-}
-
-/* n > 1: s becomes choice 0 and n-1 children share its blocks; each samples from the row. */
-static int sched__fork(sched *sc, seq *s, const float *row, int *n_out)
-{
-    int n = s->n_choices;
-    s->n_choices = 1;
-    if (sched__grow(&sc->running, &sc->cap_running, sc->n_running + n)) return -ENOMEM;
-    seq *kids[n];
-    kids[0] = s;
-    for (int i = 1; i < n; i++) {
-        seq *c = seq_clone(s);
-        if (!c || sched__share_blocks(sc, s, c)) {
-            seq_destroy(c);
-            return -ENOMEM;
-        }
-        c->index = s->index + i;
-        smp_rng_seed(&c->rng, s->sp.seed + (uint64_t)c->index);
-        c->admit_order = ++sc->admit_counter;
-        sc->running[sc->n_running++] = c;
-        kids[i] = c;
-    }
-    for (int i = 0; i < n; i++) {
-        int rc = sched__sample(sc, kids[i], row, n_out);
-        if (rc) return rc;
-    }
     return 0;
 }
 
-static int sched__commit(sched *sc, int *n_out)
+/* Applies one result of the sample phase to its sequence. */
+static int sched__apply(sched *sc, const sampling_out *o)
 {
-    int row = 0, rc;
-    size_t nv = (size_t)sc->c.n_vocab;
+    seq *s = o->s;
+    if (o->parent) {
+        int rc = sched__join(sc, o->parent, s);
+        if (rc) return rc;
+    }
+    switch (o->kind) {
+    case SAMPLING_PROMPT:
+        s->plp_next = o->pos + 1;
+        return 0;
+    case SAMPLING_END:
+        s->finish = ENGINE_FINISH_LENGTH;
+        return 0;
+    case SAMPLING_HALT:
+        s->finish = o->finish;
+        return 0;
+    default:
+        return sched__append(sc, s, &o->r);
+    }
+}
+
+int sched_commit(sched *sc, const sampling_out *v, int n)
+{
+    int64_t tokens = 0;
     for (int i = 0; i < sc->n_plan; i++) {
-        batch_entry *e = &sc->plan[i];
-        seq *s = e->s;
-        int c0 = s->n_computed;
-        s->n_computed += e->n_new;
+        seq *s = sc->plan[i].s;
+        s->n_computed += sc->plan[i].n_new;
+        tokens += sc->plan[i].n_new;
         sched__insert(sc, s);
-        for (int k = 0; k < e->lp_rows; k++)
-            if ((rc = sched__score(sc, s, c0 + e->lp_from + k + 1, sc->logits + (size_t)row++ * nv, n_out)))
-                return rc;
-        if (s->prompt_logprobs && s->plp_next == 0 && s->n_computed >= s->n_prompt &&
-            (rc = sched__score(sc, s, 0, NULL, n_out))) /* a one-token prompt */
-            return rc;
-        if (!e->samples) continue;
-        const float *lr = sc->logits + (size_t)row++ * nv;
-        if (s->max_tokens == 0) { /* only scored: done without a token */
-            s->finish = ENGINE_FINISH_LENGTH;
-            smp_result none = {0};
-            if ((rc = sched__add_sample(sc, n_out, s, &none, SCHED_END, 0))) return rc;
-            continue;
-        }
-        rc = s->n_choices > 1 ? sched__fork(sc, s, lr, n_out) : sched__sample(sc, s, lr, n_out);
+    }
+    sc->st.steps++;
+    sc->st.step_tokens += tokens;
+    for (int i = 0; i < n; i++) {
+        int rc = sched__apply(sc, &v[i]);
         if (rc) return rc;
     }
     /* Release what finished (children of a fork appear after their parent). */
-    for (int i = 0; i < *n_out; i++) {
-        seq *s = sc->samples[i].s;
+    for (int i = 0; i < n; i++) {
+        seq *s = v[i].s;
         if (s->finish && s->status == SEQ_RUNNING) sched_release(sc, s, s->finish);
     }
     return 0;
-}
-
-int sched_step(sched *sc, sched_sample **out)
-{
-    *out = NULL;
-    sched__tier_poll(sc);
-    for (int i = 0; i < sc->n_waiting; i++) sc->waiting[i]->wait_steps++;
-    int rc = sched__schedule(sc);
-    if (rc) return rc;
-    if (!sc->n_plan) return -EAGAIN;
-    rc = batch_build(&sc->bb, sc->plan, sc->n_plan, sc->c.block_size, sc->n_groups, sc->c.rule);
-    if (rc) return rc;
-    rc = sc->r.run(sc->r.ud, &sc->bb.b, sc->logits);
-    if (rc) return rc;
-    sc->st.steps++;
-    sc->st.step_tokens += sc->bb.b.n_tokens;
-    int n = 0;
-    rc = sched__commit(sc, &n);
-    if (rc) return rc;
-    *out = sc->samples;
-    return n;
 }
 
 void sched_release(sched *sc, seq *s, int finish)
@@ -589,6 +512,18 @@ rdx_tree *sched_tree(sched *sc)
 int64_t sched_cache_blocks(const sched *sc)
 {
     return sc->tree ? rdx_n_blocks(sc->tree) + sc->n_comp : 0;
+}
+
+/* ---- the second KV tier (sched_tier.c) ---------------------------------------------------- */
+
+int sched_set_tier(sched *sc, tier *t, hash_key root)
+{
+    return sched__tier_set(sc, t, root);
+}
+
+int sched_tier_pending(const sched *sc)
+{
+    return sched__tier_pending(sc);
 }
 
 void sched_check(const sched *sc)

@@ -6,15 +6,28 @@
  *         ▲                                        │
  *         └──────────── preempt (recompute) ───────┘
  *
- * One step = schedule → run → commit:
- *   schedule: running decodes (1 token each), then continuing prefill chunks, then admissions,
- *             all under max_batch_tokens and max_seqs; blocks come from the pool, else from the
- *             prefix cache's LRU leaves (rdx_evict), else by preempting the most recently admitted
- *             running sequence (its computed blocks go into the cache first);
- *   run:      the runner (the real model, or a test's fake) computes the batch's logit rows;
- *   commit:   computed counts advance, newly filled full blocks enter the prefix cache, sequences
- *             whose step ended at their last token sample one (n > 1 requests fork here), and
- *             the sequences that reached end-of-generation or their length limit are released.
+ * An engine step is five phases, each a peer that engine.c calls in order; the scheduler is the
+ * first and the last:
+ *   schedule (sched_schedule): running decodes (1 token each), then continuing prefill chunks,
+ *             then admissions, all under max_batch_tokens and max_seqs; blocks come from the
+ *             pool, else from the prefix cache's LRU leaves (rdx_evict), else by preempting the
+ *             most recently admitted running sequence (its computed blocks go into the cache
+ *             first). The plan lists each sequence's new tokens and the block copies (copy-on-
+ *             write of a shared partial block) to apply before the forward;
+ *   batch:    batch_build turns the plan into the backend's varlen batch (batch.h);
+ *   forward:  fwd_run computes the batch's logit rows (forward.h; a test's fake model instead);
+ *   sample:   sampling_step scores prompt tokens, draws tokens, forks n > 1 requests
+ *             (sampling.h);
+ *   commit (sched_commit): computed counts advance, newly filled full blocks enter the prefix
+ *             cache, fork children join, drawn tokens are appended and the stop rules applied,
+ *             and the sequences that finished are released.
+ * Nothing but the plan and the results passes between the phases: the scheduler never runs the
+ * model. The plan fixes everything the forward needs (tokens, rows, blocks, copies) and the commit
+ * takes per-sequence results, not logits, so the phases can be regrouped without touching the
+ * scheduler: a sampler on the device hands the commit the same results, verification rows of a
+ * speculative step are more rows of the plan, and an engine that overlaps the forward of step n
+ * with the planning of step n + 1 can take step n's computed counts from its plan before its
+ * tokens are drawn.
  *
  * Windows (docs/kv-windows.md): each layer group keeps its blocks by its rule (cache/kv.h). A
  * running sequence first releases what its groups' rules let go (sched_kv.c), a step never takes
@@ -34,93 +47,26 @@
 #include "cache/block_pool.h"
 #include "cache/radix.h"
 #include "cache/tier.h"
-#include "engine/backend.h"
-#include "engine/sampler.h"
+#include "engine/batch.h"
+#include "engine/sampling.h"
+#include "engine/sched_types.h"
 #include "engine/seq.h"
 
-/* What computes a step: the model (engine.c wraps fwd_run) or a scripted fake in the tests. */
-typedef struct sched_runner {
-    /* Computes the batch; writes logits [b->n_logits][n_vocab]. 0 or a negative errno. */
-    int (*run)(void *ud, const be_batch *b, float *logits);
-    /* Copies the K/V of block src into block dst of layer group `group` (copy-on-write of a
-     * shared partial block). */
-    void (*copy_block)(void *ud, int group, int32_t src, int32_t dst);
-    void *ud;
-} sched_runner;
-
-typedef struct sched_config {
-    int block_size;         /* tokens per KV block */
-    int32_t n_blocks;       /* KV blocks in the pool of group 0 (the only group unless n_groups > 1) */
-    int n_groups;           /* layer groups (0 or 1: one) */
-    kv_rule rule[KV_MAX_GROUPS];          /* each group's retention rule (zero: keep all) */
-    int32_t group_blocks[KV_MAX_GROUPS];  /* n_groups > 1: blocks of groups 1 .. n_groups - 1 */
-    int max_seqs;           /* running sequences cap */
-    int max_batch_tokens;   /* tokens per step */
-    int prefill_admit_tokens; /* no new admission once a step holds this many prefill tokens (≤ 0: no limit) */
-    int schedule;           /* enum engine_schedule */
-    int prefix_cache;       /* 1: radix prefix cache on */
-    int lpm_aging_steps;    /* lpm: a request waiting this many steps goes first (≤ 0: 64) */
-    int n_vocab;
-    int n_ctx;              /* context limit: a sequence stops ('length') at n_ctx tokens, unless
-                               sinks + a window are on and no group keeps everything */
-    const int32_t *eog_ids; /* [n_eog] end-of-generation ids (borrowed) */
-    int n_eog;
-} sched_config;
-
-/* Prompt tokens per step a prompt_logprobs sequence may get logit rows for (its prefill goes in
- * chunks of at most about this many while it is being scored). */
-#define SCHED_PROMPT_LOGIT_ROWS 64
-
-/* Logit rows one step can produce: what the model runner must be able to return. */
-static inline int sched_max_logits(int max_seqs)
-{
-    return max_seqs + SCHED_PROMPT_LOGIT_ROWS;
-}
-
-enum sched_sample_kind {
-    SCHED_TOKEN = 0,  /* r: a sampled token */
-    SCHED_PROMPT,     /* r: prompt token `pos` scored (logprob NaN for pos 0, which has none) */
-    SCHED_END,        /* the sequence finished without a token (max_tokens 0 after scoring) */
-    SCHED_HALT,       /* one choice finished without a token: its grammar allows none (the
-                         vocabulary cannot continue it); s->finish says stop or length */
-};
-
-/* One result of a step for one sequence, produced by sched_step. */
-typedef struct sched_sample {
-    seq *s;         /* the sequence (a fork's child the first time it appears) */
-    smp_result r;   /* the token and its log-probs */
-    int kind;       /* enum sched_sample_kind */
-    int pos;        /* SCHED_PROMPT: the prompt index scored */
-} sched_sample;
-
-/* Buckets of the tier load latency histogram: a load (all the blocks one waiting sequence takes
- * back) from its start to the step that sees it complete, in microseconds. */
-#define SCHED_TIER_BUCKETS 12
-extern const int64_t sched_tier_bounds_us[SCHED_TIER_BUCKETS];
-
-typedef struct sched_stats {
-    int64_t steps;
-    int64_t prefix_queries;   /* prompt tokens looked up at first admission */
-    int64_t prefix_hits;      /* of which found in the cache */
-    int64_t evictions;        /* blocks evicted from the cache */
-    int64_t preemptions;
-    int64_t generated;        /* tokens sampled */
-    int64_t step_tokens;      /* tokens computed in total */
-    int64_t grammar_masks;    /* token masks computed for constrained sequences */
-    int64_t grammar_mask_us;  /* time spent computing them */
-    int64_t tier_loads;       /* waiting sequences whose prefix came back from the second tier */
-    int64_t tier_hit_tokens;  /* tokens loaded back (counted in prefix_hits too when admitted) */
-    int64_t tier_failed_blocks; /* blocks whose load failed (recomputed instead) */
-    uint64_t tier_load_hist[SCHED_TIER_BUCKETS + 1]; /* loads by latency (sched_tier_bounds_us) */
-    int64_t tier_load_us;     /* their total latency */
-} sched_stats;
-
-typedef struct sched sched;
+/* What one step computes, as sched_schedule planned it. The arrays are the scheduler's, valid
+ * until its next sched_schedule. */
+typedef struct sched_plan {
+    const batch_entry *entries; /* [n_entries] in batch order: each sequence's new tokens */
+    int n_entries;
+    const sched_copy *copies;   /* [n_copies] to apply, in order, before the forward (a copy
+                                   whose destination a later preemption in the same schedule
+                                   freed again is harmless: nothing reads a free block) */
+    int n_copies;
+} sched_plan;
 
 /* A scheduler with its own block pools, one per layer group (and a radix tree when prefix_cache:
- * it indexes group 0's blocks, and the scheduler keeps their companions in the other groups). The runner is copied. NULL on -ENOMEM, or -EINVAL when a window rule
- * cannot hold its sinks plus one block. */
-sched *sched_create(const sched_config *c, const sched_runner *r);
+ * it indexes group 0's blocks, and the scheduler keeps their companions in the other groups).
+ * NULL on -ENOMEM, or -EINVAL when a window rule cannot hold its sinks plus one block. */
+sched *sched_create(const sched_config *c);
 /* Destroys the tree and the pool; every sequence must have been released. */
 void sched_destroy(sched *sc);
 
@@ -128,11 +74,22 @@ void sched_destroy(sched *sc);
  * than max_seqs) or -ENOMEM. */
 int sched_add(sched *sc, seq *s);
 
-/* Runs one step. Returns the number of samples (≥ 0) and points *out at them (valid until the
- * next call); sequences that finished in this step have status SEQ_FINISHED and their finish
- * reason set. Returns -EAGAIN when nothing could be scheduled, or the runner's negative errno
- * (then nothing advanced). */
-int sched_step(sched *sc, sched_sample **out);
+/* The schedule phase: completes the tier's finished loads, then plans the next step (which
+ * sequences compute how many tokens, taking, evicting or preempting for their blocks) into *plan.
+ * Returns 0, -EAGAIN when nothing could be scheduled (the plan is empty), or -ENOMEM. A plan
+ * must be committed (sched_commit) before the next sched_schedule, unless its step failed:
+ * then nothing advanced, and the engine gives up on the sequences (sched_release). */
+int sched_schedule(sched *sc, sched_plan *plan);
+
+/* The commit phase of the planned step, once its forward ran and the sample phase gave its
+ * results v[0 .. n) (sampling_step over the plan): the plan's computed counts advance and their
+ * newly full blocks enter the prefix cache; then, in order, each result is applied: a fork's
+ * child joins the running sequences sharing its parent's blocks, a scored prompt token moves the
+ * scoring cursor, a drawn token is appended and the stop rules decide whether its sequence
+ * finished (end-of-generation, a stop id, max_tokens or the context limit), an END or HALT sets
+ * the finish reason; last, the sequences that finished are released (status SEQ_FINISHED).
+ * 0, or -ENOMEM (the step is then half applied: the engine gives up on its sequences). */
+int sched_commit(sched *sc, const sampling_out *v, int n);
 
 /* Releases a WAITING or RUNNING sequence now (cancel, stop string, error): its computed full
  * blocks go into the prefix cache, its references are dropped, status becomes SEQ_FINISHED with

@@ -35,12 +35,15 @@
  * running sequence holds its cached path in group 0 while the tree alone may hold its windows'
  * early companions.
  */
+#include "engine/sched_kv.h"
+
 #include <assert.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "engine/sched_internal.h"
+#include "engine/sched_tier.h"
 
 int sched__kv_len(const sched *sc, const seq *s, int g)
 {
@@ -304,11 +307,25 @@ static int sched__alloc(sched *sc, int g, int n, int32_t *ids)
     return rc;
 }
 
+/* Room for n more block copies in the step's list. 0 or -ENOMEM. */
+static int sched__copies_room(sched *sc, int n)
+{
+    if (sc->n_copies + n <= sc->cap_copies) return 0;
+    int cap = sc->cap_copies ? sc->cap_copies * 2 : 16;
+    while (cap < sc->n_copies + n) cap *= 2;
+    sched_copy *v = realloc(sc->copies, (size_t)cap * sizeof *v);
+    if (!v) return -ENOMEM;
+    sc->copies = v;
+    sc->cap_copies = cap;
+    return 0;
+}
+
 int sched__reserve(sched *sc, seq *s, int n_new)
 {
     int bs = sc->c.block_size, ng = sc->n_groups, most = n_new / bs + 2;
     int extra[KV_MAX_GROUPS], cow[KV_MAX_GROUPS], got = 0;
     int32_t ids[KV_MAX_GROUPS][most];
+    if (sched__copies_room(sc, ng)) return -ENOMEM;
     for (int g = 0; g < ng; g++) {
         seq_kv *k = &s->kv[g];
         int len = sched__kv_len(sc, s, g), need = (len + n_new + bs - 1) / bs, bi = len / bs;
@@ -328,7 +345,7 @@ int sched__reserve(sched *sc, seq *s, int n_new)
         if (cow[g]) {
             int bi = sched__kv_len(sc, s, g) / bs;
             int32_t old = k->bt[bi];
-            sc->r.copy_block(sc->r.ud, g, old, ids[g][extra[g]]);
+            sc->copies[sc->n_copies++] = (sched_copy){g, old, ids[g][extra[g]]}; /* room made above */
             k->bt[bi] = ids[g][extra[g]];
             bp_unref(sc->bp[g], old);
         }
@@ -340,7 +357,7 @@ int sched__reserve(sched *sc, seq *s, int n_new)
 void sched__rematch(sched *sc, seq *s)
 {
     int bs = sc->c.block_size;
-    if (!sc->tree || !sched__can_offer(sc, s) || sched__scoring(s) || s->n_computed % bs ||
+    if (!sc->tree || !sched__can_offer(sc, s) || seq_is_scoring(s) || s->n_computed % bs ||
         s->n_computed >= s->n_tokens - 1)
         return;
     int m = sched__match(sc, s), nb = m / bs, ok = m > s->n_computed;

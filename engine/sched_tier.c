@@ -18,13 +18,14 @@
  *
  * Engine thread only, like the rest of the scheduler.
  */
+#include "engine/sched_tier.h"
+
 #include <assert.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/clock.h"
-#include "engine/engine.h"
 #include "engine/sched_internal.h"
 
 const int64_t sched_tier_bounds_us[SCHED_TIER_BUCKETS] = {250,   500,    1000,   2500,   5000,    10000,
@@ -61,7 +62,7 @@ static int sched__tier_has(void *ud, hash_key key)
     return tier_has(ud, key);
 }
 
-int sched_set_tier(sched *sc, tier *t, hash_key root)
+int sched__tier_set(sched *sc, tier *t, hash_key root)
 {
     /* The tier keeps one block per cached block: with more layer groups it would have to carry
      * every group's companion too, so it stays off for such models. */
@@ -271,7 +272,7 @@ int64_t sched__tier_refs(const sched *sc)
     return n;
 }
 
-int sched_tier_pending(const sched *sc)
+int sched__tier_pending(const sched *sc)
 {
     int n = 0;
     for (int i = 0; i < sc->n_loads; i++) n += !sc->loads[i]->done;

@@ -20,8 +20,9 @@
  * the recomputation of a preempted sequence) only writes K/V. That is what keeps a preempted
  * sequence's random stream, and therefore its tokens, unchanged.
  *
- * Created by the engine (engine_submit) or by the scheduler (n > 1 forks); owned by whoever holds
- * the request. Engine thread only.
+ * Created by the engine (engine_submit) or by a step's sample phase (n > 1 forks, sampling.c; the
+ * scheduler's commit then gives the children their blocks); owned by whoever holds the request.
+ * Engine thread only.
  */
 #ifndef KVSERVE_SEQ_H
 #define KVSERVE_SEQ_H
@@ -29,6 +30,7 @@
 #include <stdint.h>
 
 #include "cache/kv.h"
+#include "engine/finish.h"
 #include "grammar/grammar.h"
 #include "engine/sampler.h"
 
@@ -65,7 +67,7 @@ typedef struct seq {
                                recomputes K/V) leaves it as it is */
 
     int status;             /* enum seq_status */
-    int finish;             /* enum engine_finish once decided, else 0 */
+    int finish;             /* enum engine_finish (engine/finish.h) once decided, else 0 */
     int32_t stop_token;     /* the sp.stop_ids id that finished the sequence, else -1 */
     int cancelled;          /* 1: abort at the next step */
     uint64_t admit_order;   /* increasing admission stamp (the most recent is preempted first) */
@@ -92,6 +94,13 @@ int seq_reserve_blocks(seq *s, int g, int n);
 static inline int seq_n_output(const seq *s)
 {
     return s->n_tokens - s->n_prompt;
+}
+
+/* 1 while s still has prompt tokens to score (echo + logprobs). Such a sequence computes its
+ * whole prompt (a cached prefix would have no logits) and asks for a logit row per token. */
+static inline int seq_is_scoring(const seq *s)
+{
+    return s->prompt_logprobs && s->plp_next < s->n_prompt;
 }
 
 /* A copy of s (tokens, computed count, parameters, timestamps, its own copy of the grammar

@@ -16,6 +16,7 @@
 #include <time.h>
 
 #include "cache/kv.h"
+#include "engine/backend.h"
 #include "engine/engine.h"
 #include "tests/test_util.h"
 
@@ -97,6 +98,7 @@ static inline void te_config(engine_config *c, size_t kv_bytes)
     c->tok = te_tok;
     c->device = "cpu";
     c->n_threads = 1;
+    c->make_backend = be_create;
     c->kv_memory_bytes = kv_bytes;
     c->kv_dtype = te_kv_dtype;
     c->quiet = 1;

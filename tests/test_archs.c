@@ -27,6 +27,7 @@
 #include <time.h>
 
 #include "cache/kv.h"
+#include "engine/backend.h"
 #include "engine/engine.h"
 #include "model/model.h"
 #include "model/tokenizer.h"
@@ -147,6 +148,7 @@ static void ta_check_json(const model *m, const tokenizer *tok, const char *file
     c.tok = tok;
     c.device = "cpu";
     c.n_threads = 2;
+    c.make_backend = be_create;
     c.kv_memory_bytes = (size_t)64 << 20;
     c.kv_dtype = kv_dtype;
     c.wake = ta_wake;

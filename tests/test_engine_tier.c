@@ -45,6 +45,7 @@ static engine *tet_engine(const char *dir, size_t host_bytes, int dtype, int win
     c.tok = te_tok;
     c.device = "cpu";
     c.n_threads = 1;
+    c.make_backend = be_create;
     c.kv_dtype = dtype;
     c.kv_memory_bytes = 14 * 16 * kv_bytes_per_token(&(kv_geom){.n_layers = te_model->hp.n_layers,
                                                                .n_kv_heads = te_model->hp.n_kv_heads,
@@ -225,6 +226,7 @@ Test(engine_tier, needs_the_prefix_cache)
     c.tok = te_tok;
     c.device = "cpu";
     c.n_threads = 1;
+    c.make_backend = be_create;
     c.kv_memory_bytes = (size_t)4 << 20;
     c.prefix_cache = 0;
     c.kv_host_memory_bytes = (size_t)1 << 20;

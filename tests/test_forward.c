@@ -35,6 +35,7 @@
 #include "engine/forward.h"
 #include "model/model.h"
 #include "engine/sched.h"
+#include "tests/sched_harness.h"
 #include "tests/ref_forward.h"
 #include "tests/test_util.h"
 
@@ -495,7 +496,8 @@ Test(forward, rejects_bad_geometry_and_oversized_batches)
 
 #define TW_MAX 256
 
-/* The scheduler's model runner, recording every logit row with the position it follows. */
+/* The model under the scheduler (tests/sched_harness.h): fwd_run, recording every logit row with
+ * the position it follows. */
 typedef struct tw_run {
     fwd *f;
     int n_vocab;
@@ -539,11 +541,12 @@ static void tw_stream(tf_ctx *c, int window, int sinks, int bs, int n_prompt, in
     w.rows = malloc((size_t)TW_MAX * c->n_vocab * sizeof(float));
     int32_t eog = -1;
     sched_config sc = {.block_size = bs, .n_blocks = n_blocks, .n_groups = 1, .max_seqs = 2, .max_batch_tokens = 16,
-                       .n_vocab = c->n_vocab, .n_ctx = window + 8, .eog_ids = &eog, .n_eog = 1};
+                       .n_ctx = window + 8, .eog_ids = &eog, .n_eog = 1};
     sc.rule[0] = g.rule[0];
-    sched_runner r = {tw_runner, tw_copy, &w};
-    sched *sch = sched_create(&sc, &r);
+    sched *sch = sched_create(&sc);
     cr_assert_not_null(sch);
+    sh_step h;
+    sh_init(&h, sch, &sc, c->n_vocab, (sh_model){tw_runner, tw_copy, &w});
     uint64_t rng = 0x77696e646f77ull;
     int32_t prompt[TW_MAX];
     for (int i = 0; i < n_prompt; i++) prompt[i] = 3 + (int32_t)(tf_rng(&rng) % (uint64_t)(c->n_vocab - 3));
@@ -553,8 +556,8 @@ static void tw_stream(tf_ctx *c, int window, int sinks, int bs, int n_prompt, in
     s->prompt_logprobs = 1; /* a logit row for every prompt token too */
     cr_assert_eq(sched_add(sch, s), 0);
     for (;;) {
-        sched_sample *sm;
-        int n = sched_step(sch, &sm);
+        sampling_out *sm;
+        int n = sh_step_run(&h, &sm);
         sched_check(sch);
         if (n == -EAGAIN) break;
         cr_assert_geq(n, 0);
@@ -580,6 +583,7 @@ static void tw_stream(tf_ctx *c, int window, int sinks, int bs, int n_prompt, in
     rf_seq_destroy(rs);
     free(ref);
     seq_destroy(s);
+    sh_fini(&h);
     sched_destroy(sch);
     fwd_destroy(w.f);
     free(w.rows);

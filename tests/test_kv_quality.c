@@ -25,6 +25,7 @@
 #include "engine/forward.h"
 #include "model/model.h"
 #include "engine/sched.h"
+#include "tests/sched_harness.h"
 #include "tests/test_util.h"
 
 #define TQ_SEG 500
@@ -60,7 +61,7 @@ static model *tq_model(void)
     return m;
 }
 
-/* The runner: fwd_run, then the NLL of the next token at every logit row (its position p scores
+/* The model under the scheduler (tests/sched_harness.h): fwd_run, then the NLL of the next token at every logit row (its position p scores
  * toks[p + 1]); the peak of KV blocks in use. */
 typedef struct tq_run {
     fwd *f;
@@ -118,11 +119,12 @@ static int32_t tq_score(const model *m, const int32_t *toks, int n, kv_rule rule
     cr_assert_not_null(w.f, "%s", err);
     int32_t eog = -1;
     sched_config sc = {.block_size = bs, .n_blocks = n_blocks, .n_groups = 1, .max_seqs = 1, .max_batch_tokens = 256,
-                       .n_vocab = m->hp.n_vocab, .n_ctx = m->hp.n_ctx_train, .eog_ids = &eog, .n_eog = 1};
+                       .n_ctx = m->hp.n_ctx_train, .eog_ids = &eog, .n_eog = 1};
     sc.rule[0] = rule;
-    sched_runner r = {tq_runner, tq_copy, &w};
-    sched *sch = sched_create(&sc, &r);
+    sched *sch = sched_create(&sc);
     cr_assert_not_null(sch);
+    sh_step h;
+    sh_init(&h, sch, &sc, m->hp.n_vocab, (sh_model){tq_runner, tq_copy, &w});
     w.bp = sched_pool(sch);
     seq *s = seq_create(toks, n, 0);
     s->prompt_logprobs = 1;
@@ -130,13 +132,14 @@ static int32_t tq_score(const model *m, const int32_t *toks, int n, kv_rule rule
     cr_assert_eq(sched_add(sch, s), 0);
     for (int p = 0; p < n; p++) nll[p] = NAN;
     for (;;) {
-        sched_sample *sm;
-        int k = sched_step(sch, &sm);
+        sampling_out *sm;
+        int k = sh_step_run(&h, &sm);
         if (k == -EAGAIN) break;
         cr_assert_geq(k, 0);
     }
     for (int p = 0; p < n - 1; p++) cr_assert(isfinite(nll[p]), "position %d not scored", p);
     seq_destroy(s);
+    sh_fini(&h);
     sched_destroy(sch);
     fwd_destroy(w.f);
     be_destroy(be);

@@ -177,6 +177,7 @@ static engine *tp_engine(model *m, tokenizer *tok, int bs, int prefix)
     c.tok = tok;
     c.device = "cpu";
     c.n_threads = 1;
+    c.make_backend = be_create;
     c.kv_memory_bytes = (size_t)8 << 20;
     c.block_size = bs;
     c.max_seqs = 4;

@@ -6,7 +6,8 @@
  * table, so a wrong block table, a wrong slot, a bad copy-on-write or a prefix block holding other
  * tokens changes the sampled tokens. Every run is compared with a reference that computes the
  * same hash straight from the token list, and every step ends with sched_check; every test ends
- * with all blocks free or held only by the prefix cache.
+ * with all blocks free or held only by the prefix cache. The steps go through the engine's
+ * phases (tests/sched_harness.h) with the fake as the model.
  */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -18,6 +19,7 @@
 
 #include "engine/engine.h"
 #include "engine/sched.h"
+#include "tests/sched_harness.h"
 #include "tests/test_util.h"
 
 #define TS_VOCAB 64
@@ -114,7 +116,22 @@ typedef struct ts_env {
     sched *sc;
     sched_config c;
     int32_t eog[1];
+    sh_step h;     /* drives sc's steps with f as the model */
 } ts_env;
+
+/* A scheduler for e->c and its step driver. */
+static void ts_env_make(ts_env *e)
+{
+    e->sc = sched_create(&e->c);
+    cr_assert_not_null(e->sc);
+    sh_init(&e->h, e->sc, &e->c, TS_VOCAB, (sh_model){ts_run, ts_copy, &e->f});
+}
+
+/* One step of e's scheduler (sh_step_run). */
+static int ts_step(ts_env *e, sampling_out **out)
+{
+    return sh_step_run(&e->h, out);
+}
 
 static void ts_env_init(ts_env *e, int n_blocks, int max_seqs, int max_tokens, int prefix)
 {
@@ -132,25 +149,21 @@ static void ts_env_init(ts_env *e, int n_blocks, int max_seqs, int max_tokens, i
         .n_blocks = n_blocks,
         .max_seqs = max_seqs,
         .max_batch_tokens = max_tokens,
-        .schedule = ENGINE_SCHED_FCFS,
+        .schedule = SCHED_FCFS,
         .prefix_cache = prefix,
-        .n_vocab = TS_VOCAB,
         .n_ctx = 256,
         .eog_ids = e->eog,
         .n_eog = 1,
     };
-    sched_runner r = {ts_run, ts_copy, &e->f};
-    e->sc = sched_create(&e->c, &r);
-    cr_assert_not_null(e->sc);
+    ts_env_make(e);
 }
 
 /* A fresh scheduler for e->c after a test changed it. */
 static void ts_env_reconfigure(ts_env *e)
 {
+    sh_fini(&e->h);
     sched_destroy(e->sc);
-    sched_runner r = {ts_run, ts_copy, &e->f};
-    e->sc = sched_create(&e->c, &r);
-    cr_assert_not_null(e->sc);
+    ts_env_make(e);
 }
 
 /* All blocks free or held only by the cache; evicting everything frees them all. */
@@ -165,6 +178,7 @@ static void ts_env_fini(ts_env *e)
         cr_assert_eq(bp_num_free(bp), e->f.n_blocks, "the cache kept blocks after a full eviction");
         rdx_check(t);
     }
+    sh_fini(&e->h);
     sched_destroy(e->sc);
     free(e->f.kv_tok);
     free(e->f.kv_pos);
@@ -227,8 +241,8 @@ static int ts_drain(ts_env *e)
     int steps = 0;
     long spins = 0;
     for (;;) {
-        sched_sample *sm;
-        int n = sched_step(e->sc, &sm);
+        sampling_out *sm;
+        int n = ts_step(e, &sm);
         sched_check(e->sc);
         if (n == -EAGAIN && sched_tier_pending(e->sc)) { /* waiting for the tier's I/O thread */
             sched_yield();
@@ -271,8 +285,8 @@ Test(sched, fcfs_admission_order_and_seq_cap)
         s[i] = ts_seq(p, 8, 5 + i, 0, 0);
         cr_assert_eq(sched_add(e.sc, s[i]), 0);
     }
-    sched_sample *sm;
-    cr_assert_eq(sched_step(e.sc, &sm), 2);
+    sampling_out *sm;
+    cr_assert_eq(ts_step(&e, &sm), 2);
     cr_assert_eq(sched_num_running(e.sc), 2);
     cr_assert_eq(s[0]->status, SEQ_RUNNING);
     cr_assert_eq(s[1]->status, SEQ_RUNNING);
@@ -296,15 +310,15 @@ Test(sched, chunked_prefill_splits_and_decode_priority)
     ts_prompt(p, 3, 9);
     seq *a = ts_seq(p, 3, 30, 0, 0);
     sched_add(e.sc, a);
-    sched_sample *sm;
-    cr_assert_eq(sched_step(e.sc, &sm), 1); /* a's prompt fits one step */
+    sampling_out *sm;
+    cr_assert_eq(ts_step(&e, &sm), 1); /* a's prompt fits one step */
     ts_prompt(p, 50, 10);
     seq *b = ts_seq(p, 50, 4, 0, 0);
     sched_add(e.sc, b);
     /* b's 50 prompt tokens go in chunks of 15 (16 minus a's decode token) while a decodes. */
     int expect[] = {15, 15, 15, 5};
     for (int k = 0; k < 4; k++) {
-        int n = sched_step(e.sc, &sm);
+        int n = ts_step(&e, &sm);
         sched_check(e.sc);
         cr_assert_eq(e.f.step_seqs[e.f.n_steps - 1], 2, "a decodes in every step of b's prefill");
         cr_assert_eq(e.f.step_tokens[e.f.n_steps - 1], 1 + expect[k]);
@@ -375,12 +389,12 @@ Test(sched, cancel_in_every_phase)
         b->n_choices = 3;
         sched_add(e.sc, a);
         sched_add(e.sc, b);
-        sched_sample *sm;
+        sampling_out *sm;
         /* phase 0: waiting; 1: mid-prefill; 2: decoding; 3: after b's fork */
         int steps = phase == 0 ? 0 : phase == 1 ? 2 : phase == 2 ? 4 : 7;
         seq *kids[3] = {b, NULL, NULL};
         for (int k = 0; k < steps; k++) {
-            int n = sched_step(e.sc, &sm);
+            int n = ts_step(&e, &sm);
             cr_assert_geq(n, 0);
             sched_check(e.sc);
             for (int i = 0; i < n; i++)
@@ -412,8 +426,8 @@ Test(sched, n_choices_fork_share_and_diverge)
     seq *s = ts_seq(p, 18, 12, 1.0f, 42);
     s->n_choices = 4;
     sched_add(e.sc, s);
-    sched_sample *sm;
-    int n = sched_step(e.sc, &sm);
+    sampling_out *sm;
+    int n = ts_step(&e, &sm);
     cr_assert_eq(n, 4, "the prompt's step samples one token per choice");
     seq *kids[4] = {0};
     for (int i = 0; i < 4; i++) kids[sm[i].s->index] = sm[i].s;
@@ -431,6 +445,49 @@ Test(sched, n_choices_fork_share_and_diverge)
     }
     cr_assert(differ, "choices with their own seeds should not all agree");
     for (int i = 0; i < 4; i++) seq_destroy(kids[i]);
+    ts_env_fini(&e);
+}
+
+/* A scored prompt with n = 3 forks in the step that scores its last prompt tokens. The children
+ * are born in the sample phase, before the commit advances their parent: they must join with the
+ * parent's state as the commit leaves it (computed count, blocks offered to the cache, scoring
+ * cursor), share its blocks, and no longer count as scoring (a preempted child that did would
+ * recompute without the prefix cache). */
+Test(sched, fork_after_scoring_children_take_the_parent_state)
+{
+    ts_env e;
+    ts_env_init(&e, 256, 4, 64, 1);
+    int32_t p[30];
+    ts_prompt(p, 30, 17);
+    seq *s = ts_seq(p, 30, 6, 0.7f, 5);
+    s->prompt_logprobs = 1;
+    s->n_choices = 3;
+    sched_add(e.sc, s);
+    sampling_out *sm;
+    int n = ts_step(&e, &sm);
+    cr_assert_eq(n, 30 + 3, "one step: 30 scored prompt tokens, then a token per choice");
+    seq *kids[3] = {0};
+    for (int i = 0; i < n; i++) {
+        cr_assert_eq(sm[i].kind, i < 30 ? SAMPLING_PROMPT : SAMPLING_TOKEN);
+        if (i >= 30) kids[sm[i].s->index] = sm[i].s;
+    }
+    cr_assert_eq(kids[0], s);
+    cr_assert_eq(s->n_inserted, 30 / 4, "the prompt's full blocks entered the cache");
+    for (int c = 0; c < 3; c++) {
+        cr_assert_eq(kids[c]->n_computed, 30);
+        cr_assert_eq(kids[c]->n_inserted, s->n_inserted);
+        cr_assert_eq(kids[c]->plp_next, 30);
+        cr_assert(!seq_is_scoring(kids[c]));
+        cr_assert_eq(kids[c]->n_choices, 1);
+        cr_assert_eq(kids[c]->kv[0].n_blocks, s->kv[0].n_blocks);
+        cr_assert_eq(memcmp(kids[c]->kv[0].bt, s->kv[0].bt, (size_t)s->kv[0].n_blocks * sizeof(int32_t)), 0);
+    }
+    sched_check(e.sc);
+    ts_drain(&e);
+    for (int c = 0; c < 3; c++) {
+        ts_expect(&e.f, kids[c], 0);
+        seq_destroy(kids[c]);
+    }
     ts_env_fini(&e);
 }
 
@@ -536,21 +593,21 @@ Test(sched, prefill_admit_tokens_spreads_prompts_over_steps)
 }
 
 /* Steps until idle, keeping every scored prompt token of s: pos → log-prob (NaN for pos 0),
- * counting how often each position was reported; returns whether s ended with SCHED_END. */
+ * counting how often each position was reported; returns whether s ended with SAMPLING_END. */
 static int ts_drain_scores(ts_env *e, const seq *s, float *lp, int *seen, int n)
 {
     int ended = 0;
     for (int steps = 0;; steps++) {
-        sched_sample *sm;
-        int k = sched_step(e->sc, &sm);
+        sampling_out *sm;
+        int k = ts_step(e, &sm);
         sched_check(e->sc);
         if (k == -EAGAIN) break;
         cr_assert_geq(k, 0);
         cr_assert_lt(steps, 100000);
         for (int i = 0; i < k; i++) {
             if (sm[i].s != s) continue;
-            if (sm[i].kind == SCHED_END) ended = 1;
-            if (sm[i].kind != SCHED_PROMPT) continue;
+            if (sm[i].kind == SAMPLING_END) ended = 1;
+            if (sm[i].kind != SAMPLING_PROMPT) continue;
             cr_assert(sm[i].pos >= 0 && sm[i].pos < n);
             cr_assert_eq(sm[i].r.token, s->tokens[sm[i].pos]);
             lp[sm[i].pos] = sm[i].r.logprob;
@@ -617,11 +674,9 @@ Test(sched, lpm_prefers_cached_prefix_and_ages)
 {
     ts_env e;
     ts_env_init(&e, 256, 1, 64, 1);
-    e.c.schedule = ENGINE_SCHED_LPM;
-    sched_destroy(e.sc);
-    sched_runner r = {ts_run, ts_copy, &e.f};
+    e.c.schedule = SCHED_LPM;
     e.c.lpm_aging_steps = 1000;
-    e.sc = sched_create(&e.c, &r);
+    ts_env_reconfigure(&e);
     int32_t p[40], o[40];
     ts_prompt(p, 40, 1);
     ts_prompt(o, 40, 2);
@@ -651,11 +706,9 @@ Test(sched, random_workloads_with_cancels)
         ts_env e;
         ts_env_init(&e, 20 + (int)(rs % 60), 1 + (int)((rs >> 8) % 8), 8 + (int)((rs >> 16) % 40), prefix);
         if (round % 4 == 3) {
-            e.c.schedule = ENGINE_SCHED_LPM;
+            e.c.schedule = SCHED_LPM;
             e.c.lpm_aging_steps = 5;
-            sched_destroy(e.sc);
-            sched_runner r = {ts_run, ts_copy, &e.f};
-            e.sc = sched_create(&e.c, &r);
+            ts_env_reconfigure(&e);
         }
         e.f.eog_every = 31;
         seq *s[16], *kids[16][3];
@@ -674,8 +727,8 @@ Test(sched, random_workloads_with_cancels)
             cr_assert_eq(sched_add(e.sc, s[i]), 0);
         }
         for (int step = 0; step < 100000; step++) {
-            sched_sample *sm;
-            int k = sched_step(e.sc, &sm);
+            sampling_out *sm;
+            int k = ts_step(&e, &sm);
             sched_check(e.sc);
             if (k == -EAGAIN) break;
             cr_assert_geq(k, 0);
@@ -706,11 +759,9 @@ Test(sched, lpm_aging_bounds_the_wait)
 {
     ts_env e;
     ts_env_init(&e, 256, 1, 64, 1);
-    e.c.schedule = ENGINE_SCHED_LPM;
+    e.c.schedule = SCHED_LPM;
     e.c.lpm_aging_steps = 3;
-    sched_destroy(e.sc);
-    sched_runner r = {ts_run, ts_copy, &e.f};
-    e.sc = sched_create(&e.c, &r);
+    ts_env_reconfigure(&e);
     int32_t p[40], o[40];
     ts_prompt(p, 40, 1);
     ts_prompt(o, 40, 2);
@@ -803,8 +854,8 @@ Test(sched, grammar_choices_have_their_own_state)
     seq *s = ts_seq(p, 9, 60, 1.5f, 7);
     s->n_choices = 4;
     sched_add(e.sc, s);
-    sched_sample *sm;
-    cr_assert_eq(sched_step(e.sc, &sm), 4);
+    sampling_out *sm;
+    cr_assert_eq(ts_step(&e, &sm), 4);
     seq *kids[4] = {0};
     for (int i = 0; i < 4; i++) kids[sm[i].s->index] = sm[i].s;
     for (int i = 1; i < 4; i++) cr_assert(kids[i]->gm && kids[i]->gm != s->gm, "each choice owns a matcher");
@@ -816,8 +867,8 @@ Test(sched, grammar_choices_have_their_own_state)
         stopped += kids[i]->finish == ENGINE_FINISH_STOP;
     }
     cr_assert_gt(stopped, 0, "some choice should complete its structure within 60 tokens");
-    sched_stats st;
-    sched_get_stats(e.sc, &st);
+    sampling_stats st;
+    sampling_get_stats(e.h.smp, &st);
     cr_assert_gt(st.grammar_masks, 0);
     for (int i = 0; i < 4; i++) seq_destroy(kids[i]);
     ts_env_fini(&e);
@@ -881,8 +932,8 @@ static int64_t ts_tier_waves(ts_env *e, uint64_t seed, int waves, sched_stats *s
         }
         int cancel = (int)(ts_mix(seed ^ (uint64_t)w) % 5) == 0 ? 0 : -1; /* the first, at once */
         if (cancel == 0) {
-            sched_sample *sm;
-            sched_step(e->sc, &sm);
+            sampling_out *sm;
+            ts_step(e, &sm);
             sched_check(e->sc);
             if (s[0]->status != SEQ_FINISHED) sched_release(e->sc, s[0], ENGINE_FINISH_ABORT);
         }

@@ -13,7 +13,8 @@
  * shifts that disagree with the positions, or a cache longer than its window fail the run.
  * Workloads are random (printed seeds): block sizes, windows, sinks, several groups, forks,
  * preemption in small pools, cancellations, the prefix cache. Every step ends with
- * sched_check (bp_check of every pool), every test with no block leaked.
+ * sched_check (bp_check of every pool), every test with no block leaked. The steps go through
+ * the engine's phases (tests/sched_harness.h) with the fake as the model.
  */
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -23,6 +24,7 @@
 
 #include "engine/engine.h"
 #include "engine/sched.h"
+#include "tests/sched_harness.h"
 
 #define TK_VOCAB 48
 #define TK_EOG 2
@@ -210,7 +212,14 @@ typedef struct tk_env {
     sched *sc;
     sched_config c;
     int32_t eog[1];
+    sh_step h;     /* drives sc's steps with f as the model */
 } tk_env;
+
+/* One step of e's scheduler (sh_step_run). */
+static int tk_run_step(tk_env *e, sampling_out **out)
+{
+    return sh_step_run(&e->h, out);
+}
 
 /* A scheduler over groups with the given rules, n_blocks[g] blocks each. */
 static void tk_env_init(tk_env *e, int bs, int n_groups, const kv_rule *rules, const int32_t *n_blocks,
@@ -228,9 +237,8 @@ static void tk_env_init(tk_env *e, int bs, int n_groups, const kv_rule *rules, c
         .n_groups = n_groups,
         .max_seqs = max_seqs,
         .max_batch_tokens = max_tokens,
-        .schedule = ENGINE_SCHED_FCFS,
+        .schedule = SCHED_FCFS,
         .prefix_cache = prefix,
-        .n_vocab = TK_VOCAB,
         .n_ctx = n_ctx,
         .eog_ids = e->eog,
         .n_eog = 1,
@@ -242,9 +250,9 @@ static void tk_env_init(tk_env *e, int bs, int n_groups, const kv_rule *rules, c
         e->f.kv_pos[g] = malloc((size_t)n_blocks[g] * bs * sizeof(int32_t));
         for (int i = 0; i < n_blocks[g] * bs; i++) e->f.kv_tok[g][i] = e->f.kv_pos[g][i] = -1;
     }
-    sched_runner r = {tk_run, tk_copy, &e->f};
-    e->sc = sched_create(&e->c, &r);
+    e->sc = sched_create(&e->c);
     cr_assert_not_null(e->sc);
+    sh_init(&e->h, e->sc, &e->c, TK_VOCAB, (sh_model){tk_run, tk_copy, &e->f});
 }
 
 /* No block leaked: every pool free but for what the prefix cache holds (in a group g ≥ 1 the
@@ -264,6 +272,7 @@ static void tk_env_fini(tk_env *e)
         for (int g = 0; g < e->f.n_groups; g++)
             cr_assert_eq(bp_num_free(sched_group_pool(e->sc, g)), e->f.n_blocks[g], "group %d: companions left", g);
     }
+    sh_fini(&e->h);
     sched_destroy(e->sc);
     for (int g = 0; g < e->f.n_groups; g++) {
         free(e->f.kv_tok[g]);
@@ -303,8 +312,8 @@ Test(sched_kv, sinks_window_streams_past_the_context)
     cr_assert_eq(sched_add(e.sc, s), 0);
     int32_t peak = 0;
     for (;;) {
-        sched_sample *sm;
-        int n = sched_step(e.sc, &sm);
+        sampling_out *sm;
+        int n = tk_run_step(&e, &sm);
         sched_check(e.sc);
         if (n == -EAGAIN) break;
         cr_assert_geq(n, 0);
@@ -324,14 +333,12 @@ Test(sched_kv, window_must_hold_sinks_and_a_block)
 {
     kv_rule r = {KV_KEEP_SINKS, 8, 5}; /* 5 sinks round up to 8 with blocks of 4: no room */
     int32_t nb = 16;
-    sched_config c = {.block_size = 4, .n_blocks = nb, .max_seqs = 1, .max_batch_tokens = 8, .n_vocab = TK_VOCAB,
-                      .n_ctx = 64, .n_groups = 1};
+    sched_config c = {.block_size = 4, .n_blocks = nb, .max_seqs = 1, .max_batch_tokens = 8, .n_ctx = 64,
+                      .n_groups = 1};
     c.rule[0] = r;
-    tk_fake f = {0};
-    sched_runner run = {tk_run, tk_copy, &f};
-    cr_assert_null(sched_create(&c, &run));
+    cr_assert_null(sched_create(&c));
     c.rule[0].window = 12;
-    sched *sc = sched_create(&c, &run);
+    sched *sc = sched_create(&c);
     cr_assert_not_null(sc);
     sched_destroy(sc);
 }
@@ -349,16 +356,16 @@ Test(sched_kv, prefix_cache_stops_where_the_window_moved)
     seq *a = tk_seq(p, 60, 5, 0, 1), *b = tk_seq(p, 60, 5, 0, 1);
     sched_add(e.sc, a);
     for (;;) {
-        sched_sample *sm;
-        int n = sched_step(e.sc, &sm);
+        sampling_out *sm;
+        int n = tk_run_step(&e, &sm);
         sched_check(e.sc);
         if (n == -EAGAIN) break;
     }
     cr_assert_leq(rdx_n_blocks(sched_tree(e.sc)), 16 / 4, "only blocks from before the window moved are cached");
     sched_add(e.sc, b);
     for (;;) {
-        sched_sample *sm;
-        int n = sched_step(e.sc, &sm);
+        sampling_out *sm;
+        int n = tk_run_step(&e, &sm);
         sched_check(e.sc);
         if (n == -EAGAIN) break;
     }
@@ -431,8 +438,8 @@ static void tk_round_run(const tk_round *q, int round, uint64_t rs, tk_tally *ta
     }
     for (int step = 0;; step++) {
         cr_assert_lt(step, 100000);
-        sched_sample *sm;
-        int k = sched_step(e.sc, &sm);
+        sampling_out *sm;
+        int k = tk_run_step(&e, &sm);
         sched_check(e.sc);
         if (k == -EAGAIN) {
             cr_assert_eq(sched_num_running(e.sc) + sched_num_waiting(e.sc), 0, "%s: stalled with %d running, %d waiting",
