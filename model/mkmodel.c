@@ -23,7 +23,7 @@
 
 #include "model/dtype.h"
 #include "model/gguf.h"
-#include "engine/sampler.h"
+#include "base/rng.h"
 #include "model/mkmodel_internal.h"
 
 #define MKM_ALIGN 32
@@ -352,7 +352,7 @@ static float gen_normal(mkm__gen *g)
         g->have_spare = 0;
         return g->spare;
     }
-    uint64_t r = smp_splitmix64(&g->state);
+    uint64_t r = rng_splitmix64(&g->state);
     float u1 = ((float)(r >> 40) + 1.0f) * (1.0f / 16777216.0f);
     float u2 = (float)((r >> 16) & 0xffffff) * (1.0f / 16777216.0f);
     float rad = sqrtf(-2.0f * logf(u1));

@@ -8,7 +8,7 @@
 
 #include "model/mkmodel.h"
 #include "model/dtype.h"
-#include "engine/sampler.h"
+#include "base/rng.h"
 
 Test(dtype, f16_known_values)
 {
@@ -314,7 +314,7 @@ static void td_check(int type, const td_blk *b, const char *what)
 static uint64_t td_rng = 0;
 static int td_rand(int n)
 {
-    return (int)(smp_splitmix64(&td_rng) % (uint64_t)n);
+    return (int)(rng_splitmix64(&td_rng) % (uint64_t)n);
 }
 
 Test(dtype, quant_layouts_random_blocks)
