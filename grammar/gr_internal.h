@@ -31,6 +31,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/buf.h"
 #include "grammar/grammar.h"
 
 #define GR_MAX_CP 0x10FFFFu

@@ -1,8 +1,8 @@
 /*
  * gr_util.c — what every file of grammar/ may call: growing arrays, error messages, hex digits,
- * UTF-8, and writing GBNF text (gr_buf, literals and escaped code points). It calls nothing else
- * in the folder, so the parser, the compiler, the regex translator, the matcher and the front
- * door (grammar.c) all sit above it.
+ * UTF-8, and writing GBNF text (literals and escaped code points, into a base/buf.h string). It
+ * calls nothing else in the folder, so the parser, the compiler, the regex translator, the
+ * matcher and the front door (grammar.c) all sit above it.
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -12,79 +12,28 @@
 
 #include "grammar/gr_internal.h"
 
-void gr_buf_put(gr_buf *b, const char *s, size_t n)
-{
-    if (b->oom) return;
-    if (b->n + n + 1 > b->cap) {
-        size_t c = b->cap ? b->cap : 256;
-        while (c < b->n + n + 1) c *= 2;
-        char *p = realloc(b->p, c);
-        if (!p) {
-            b->oom = 1;
-            return;
-        }
-        b->p = p;
-        b->cap = c;
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = 0;
-}
-
-void gr_buf_puts(gr_buf *b, const char *s)
-{
-    gr_buf_put(b, s, strlen(s));
-}
-
-void gr_buf_printf(gr_buf *b, const char *fmt, ...)
-{
-    char tmp[512];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
-    va_end(ap);
-    if (n < 0) {
-        b->oom = 1;
-        return;
-    }
-    if ((size_t)n < sizeof tmp) {
-        gr_buf_put(b, tmp, (size_t)n);
-        return;
-    }
-    char *big = malloc((size_t)n + 1);
-    if (!big) {
-        b->oom = 1;
-        return;
-    }
-    va_start(ap, fmt);
-    vsnprintf(big, (size_t)n + 1, fmt, ap);
-    va_end(ap);
-    gr_buf_put(b, big, (size_t)n);
-    free(big);
-}
-
-void gr_buf_cp(gr_buf *b, uint32_t c)
+void gr_buf_cp(buf *b, uint32_t c)
 {
     char t[16];
     if (c == '"' || c == '\\' || c == '[' || c == ']' || c == '-' || c == '^' || c == '\'') {
         t[0] = '\\';
         t[1] = (char)c;
-        gr_buf_put(b, t, 2);
+        buf_put(b, t, 2);
     } else if (c >= 0x20 && c < 0x7f) {
         t[0] = (char)c;
-        gr_buf_put(b, t, 1);
+        buf_put(b, t, 1);
     } else if (c < 0x80) {
-        gr_buf_printf(b, "\\x%02X", (unsigned)c);
+        buf_printf(b, "\\x%02X", (unsigned)c);
     } else if (c <= 0xFFFF) {
-        gr_buf_printf(b, "\\u%04X", (unsigned)c);
+        buf_printf(b, "\\u%04X", (unsigned)c);
     } else {
-        gr_buf_printf(b, "\\U%08X", (unsigned)c);
+        buf_printf(b, "\\U%08X", (unsigned)c);
     }
 }
 
-void gr_buf_literal(gr_buf *b, const char *s, size_t n)
+void gr_buf_literal(buf *b, const char *s, size_t n)
 {
-    gr_buf_put(b, "\"", 1);
+    buf_put(b, "\"", 1);
     for (size_t i = 0; i < n;) {
         uint32_t cp;
         int l = gr__utf8_decode((const unsigned char *)s + i, n - i, &cp);
@@ -95,20 +44,7 @@ void gr_buf_literal(gr_buf *b, const char *s, size_t n)
         gr_buf_cp(b, cp);
         i += (size_t)l;
     }
-    gr_buf_put(b, "\"", 1);
-}
-
-char *gr_buf_take(gr_buf *b)
-{
-    if (b->oom) {
-        free(b->p);
-        memset(b, 0, sizeof *b);
-        return NULL;
-    }
-    if (!b->p) gr_buf_put(b, "", 0);
-    char *p = b->p;
-    memset(b, 0, sizeof *b);
-    return p;
+    buf_put(b, "\"", 1);
 }
 
 int gr__grow(void **p, int *cap, int64_t need, size_t elem)

@@ -82,12 +82,12 @@ gr_grammar *gr_compile_regex(const char *re, size_t len, gr_error *err)
     err->pos = -1;
     char *expr = gr_regex_to_gbnf(re, len, GR_RE_FULL, err);
     if (!expr) return NULL;
-    gr_buf b = {0};
-    gr_buf_puts(&b, "root ::= ");
-    gr_buf_puts(&b, expr);
-    gr_buf_puts(&b, "\n");
+    buf b = {0};
+    buf_puts(&b, "root ::= ");
+    buf_puts(&b, expr);
+    buf_puts(&b, "\n");
     free(expr);
-    return compile_generated(gr_buf_take(&b), err);
+    return compile_generated(buf_take(&b), err);
 }
 
 gr_grammar *gr_compile_choice(const char *const *choices, const size_t *lens, int n, gr_error *err)
@@ -110,21 +110,21 @@ gr_grammar *gr_compile_choice(const char *const *choices, const size_t *lens, in
             }
             k += (size_t)l;
         }
-    gr_buf b = {0};
-    gr_buf_puts(&b, "root ::= ");
+    buf b = {0};
+    buf_puts(&b, "root ::= ");
     for (int i = 0; i < n; i++) {
-        if (i) gr_buf_puts(&b, " | ");
+        if (i) buf_puts(&b, " | ");
         gr_buf_literal(&b, choices[i], lens[i]);
     }
-    gr_buf_puts(&b, "\n");
-    return compile_generated(gr_buf_take(&b), err);
+    buf_puts(&b, "\n");
+    return compile_generated(buf_take(&b), err);
 }
 
 char *gr_gbnf_literal(const char *s, size_t len)
 {
-    gr_buf b = {0};
+    buf b = {0};
     gr_buf_literal(&b, s, len);
-    return gr_buf_take(&b);
+    return buf_take(&b);
 }
 
 gr_grammar *gr_ref(gr_grammar *g)
