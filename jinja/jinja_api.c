@@ -1,6 +1,8 @@
 /*
- * jinja_api.c — the public face of the Jinja interpreter (jinja/jinja.h): compiling, render
- * contexts and their limits, rendering, building and reading values, error lines.
+ * jinja_api.c — the public face of the Jinja interpreter (jinja/jinja.h): compiling, variables
+ * of a render context, rendering, building and reading values, error lines. Contexts and the
+ * plain value constructors (jinja_none, jinja_int, ...) are jinja_value.c's, since the
+ * interpreter's own files create them too and must not call up into this file.
  *
  * Every entry point that can fail inside the interpreter sets a jj_catch first; errors longjmp
  * back to it and the entry point returns a negative errno with the context's arena still
@@ -26,32 +28,6 @@ void jinja_tmpl_destroy(jinja_tmpl *t)
     if (!t) return;
     jj__arena_free(&t->arena);
     free(t);
-}
-
-jinja_ctx *jinja_ctx_create(const jinja_limits *lim)
-{
-    jinja_ctx *c = calloc(1, sizeof *c);
-    if (!c) return NULL;
-    if (lim) c->lim = *lim;
-    if (!c->lim.max_output_bytes) c->lim.max_output_bytes = 32u << 20;
-    if (!c->lim.max_memory_bytes) c->lim.max_memory_bytes = (size_t)512 << 20;
-    if (!c->lim.max_steps) c->lim.max_steps = 50000000;
-    if (!c->lim.max_depth) c->lim.max_depth = 200;
-    c->arena.limit_bytes = c->lim.max_memory_bytes;
-    return c;
-}
-
-void jinja_ctx_destroy(jinja_ctx *c)
-{
-    if (!c) return;
-    jj__arena_free(&c->arena);
-    free(c);
-}
-
-void jinja_ctx_set_time(jinja_ctx *c, const struct tm *now)
-{
-    c->now = *now;
-    c->have_now = 1;
 }
 
 int jinja_ctx_set(jinja_ctx *c, const char *name, jinja_value v)
@@ -167,31 +143,6 @@ static void do_set(jinja_ctx *c, void *p)
 {
     api_args *x = p;
     jj__dict_set(c, x->a, jj__str_cstr(c, x->s), x->b);
-}
-
-jinja_value jinja_none(void)
-{
-    return (jinja_value){.kind = JINJA_NONE};
-}
-
-jinja_value jinja_bool(int b)
-{
-    return (jinja_value){.kind = JINJA_BOOL, .b = !!b};
-}
-
-jinja_value jinja_int(int64_t i)
-{
-    return (jinja_value){.kind = JINJA_INT, .i = i};
-}
-
-jinja_value jinja_float(double f)
-{
-    return (jinja_value){.kind = JINJA_FLOAT, .f = f};
-}
-
-jinja_value jinja_undefined(void)
-{
-    return (jinja_value){.kind = JINJA_UNDEFINED};
 }
 
 int jinja_str(jinja_ctx *c, const char *s, size_t n, jinja_value *out)

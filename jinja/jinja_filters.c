@@ -740,72 +740,11 @@ static jinja_value f_unsupported(jinja_ctx *c, jinja_value v, const jj_callargs 
     jj__raise(c, JJ_E_UNSUPPORTED, "this filter is not supported in chat templates");
 }
 
+#define FILTER_ENTRY(nm, fn) {nm, fn},
 static const struct {
     const char *name;
     filter_fn fn;
-} filters[] = {
-    {"abs", f_abs},
-    {"attr", f_attr},
-    {"batch", f_batch},
-    {"capitalize", f_capitalize},
-    {"center", jj__f_center},
-    {"count", f_length},
-    {"d", f_default},
-    {"default", f_default},
-    {"dictsort", f_dictsort},
-    {"e", f_escape},
-    {"escape", f_escape},
-    {"filesizeformat", f_unsupported},
-    {"first", f_first},
-    {"float", f_float},
-    {"forceescape", f_forceescape},
-    {"format", f_format},
-    {"groupby", f_unsupported},
-    {"indent", jj__f_indent},
-    {"int", f_int},
-    {"items", f_items},
-    {"join", f_join},
-    {"last", f_last},
-    {"length", f_length},
-    {"list", f_list},
-    {"lower", f_lower},
-    {"map", f_map},
-    {"max", f_max},
-    {"min", f_min},
-    {"pprint", f_pprint},
-    {"random", f_unsupported},
-    {"reject", f_reject},
-    {"rejectattr", f_rejectattr},
-    {"replace", f_replace},
-    {"reverse", f_reverse},
-    {"round", f_round},
-    {"safe", f_safe},
-    {"select", f_select},
-    {"selectattr", f_selectattr},
-    {"slice", f_slice},
-    {"sort", f_sort},
-    {"string", f_string},
-    {"striptags", jj__f_striptags},
-    {"sum", f_sum},
-    {"title", jj__f_title},
-    {"tojson", f_tojson},
-    {"trim", f_trim},
-    {"truncate", jj__f_truncate},
-    {"unique", f_unique},
-    {"upper", f_upper},
-    {"urlencode", jj__f_urlencode},
-    {"urlize", f_unsupported},
-    {"wordcount", jj__f_wordcount},
-    {"wordwrap", f_unsupported},
-    {"xmlattr", f_unsupported},
-};
-
-int jj__filter_index(const char *name)
-{
-    for (size_t i = 0; i < sizeof filters / sizeof filters[0]; i++)
-        if (!strcmp(filters[i].name, name)) return (int)i;
-    return -1;
-}
+} filters[] = {JJ__FILTERS(FILTER_ENTRY)};
 
 /* The filters Jinja writes as generators: they run when their result is iterated. */
 static int is_generator_filter(filter_fn fn)
@@ -823,20 +762,8 @@ jinja_value jj__apply_filter(jinja_ctx *c, int idx, jinja_value v, const jj_call
     jinja_value g = jj__list_new(c, JJ_L_GEN, 0);
     jj_callargs *copy = jj__alloc(c, sizeof *copy);
     *copy = *a;
-    g.l->lazy = idx + 1;
+    g.l->lazy = filters[idx].fn;
     g.l->lazy_in = v;
     g.l->lazy_args = copy;
     return g;
-}
-
-void jj__force_gen(jinja_ctx *c, jinja_value g)
-{
-    struct jinja_list *l = g.l;
-    int idx = l->lazy - 1;
-    l->lazy = 0;
-    jinja_value r = filters[idx].fn(c, l->lazy_in, l->lazy_args);
-    if (r.kind == JINJA_LIST && r.l->lazy) jj__force_gen(c, r);
-    l->v = r.l->v;
-    l->n = r.l->n;
-    l->cap = r.l->cap;
 }

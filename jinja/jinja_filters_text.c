@@ -48,7 +48,7 @@ jinja_value jj__f_center(jinja_ctx *c, jinja_value v, const jj_callargs *a)
     ARGS("center", "width");
     jinja_value s = jj__soft_str(c, v), m = jj__method(c, s, "center", 6);
     jj_callargs ca = {.pos = given(arg[0]) ? arg : (jinja_value[]){jinja_int(80)}, .n_pos = 1};
-    return jj__call(c, m, &ca);
+    return jj__call_native(c, m, &ca);
 }
 
 jinja_value jj__f_indent(jinja_ctx *c, jinja_value v, const jj_callargs *a)
@@ -169,7 +169,7 @@ jinja_value jj__f_urlencode(jinja_ctx *c, jinja_value v, const jj_callargs *a)
     }
     /* a mapping or pairs: k=v joined by & */
     jinja_value items = v.kind == JINJA_DICT ? jj__method(c, v, "items", 5) : jj__iter_list(c, v);
-    if (v.kind == JINJA_DICT) items = jj__call(c, items, &(jj_callargs){0});
+    if (v.kind == JINJA_DICT) items = jj__call_native(c, items, &(jj_callargs){0});
     for (uint32_t i = 0; i < items.l->n; i++) {
         jinja_value pair = jj__iter_list(c, items.l->v[i]);
         if (pair.l->n != 2)

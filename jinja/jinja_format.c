@@ -7,7 +7,13 @@
  * escaping their arguments when the format string is Markup, as markupsafe does. The globals
  * are the names Jinja's default namespace and transformers add: range (bounded as the sandbox
  * bounds it), dict, namespace, joiner, raise_exception and strftime_now. Called by
- * jinja_expr.c (globals, %), jinja_methods.c (format) and jinja_filters.c (format).
+ * jinja_expr.c (globals), jinja_ops.c (%), jinja_methods.c (format) and jinja_filters.c
+ * (format).
+ *
+ * str.format resolves {0.name} and {0[key]} with jinja_ops.c's attribute and item access, whose
+ * attributes of a string are jinja_methods.c's methods, format among them: a cycle of three
+ * files (see jinja_ops.c) through which no call chain runs, since a field is looked up, never
+ * called.
  */
 #include <math.h>
 #include <stdio.h>

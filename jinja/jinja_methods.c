@@ -7,7 +7,12 @@
  * pop / popitem / clear on dicts) are the sandbox's refusal instead: an Undefined that raises
  * SecurityError when called. list.pop and list.clear are allowed (as in Jinja 3.1.2) and act
  * in place. On a Markup string the methods markupsafe wraps escape their string arguments and
- * return Markup. Indices are code points. Called by jinja_expr.c and jinja_filters.c.
+ * return Markup. Indices are code points. Called by jinja_ops.c (attribute access) and the
+ * filters.
+ *
+ * str.format is jinja_format.c's, which looks its fields up with jinja_ops.c's attribute
+ * access, which finds methods here: a cycle of three files (see jinja_ops.c) through which no
+ * call chain runs, since a field is looked up, never called.
  */
 #include <string.h>
 
@@ -194,15 +199,6 @@ int jj__str_cased(jinja_value s, int upper)
         if (upper ? is_upper_cp(cp) : is_lower_cp(cp)) any = 1;
     }
     return any;
-}
-
-int64_t jj__int_arg(jinja_ctx *c, jinja_value v, const char *what)
-{
-    if (v.kind == JINJA_INT) return v.i;
-    if (v.kind == JINJA_BOOL) return v.b;
-    if (v.kind == JINJA_UNDEFINED) jj__undef_fail(c, v);
-    jj__raise(c, JJ_E_TYPE, "%s: '%s' object cannot be interpreted as an integer", what,
-              jj__type_name(v));
 }
 
 /* ---- str methods -------------------------------------------------------------------------- */

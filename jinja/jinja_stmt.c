@@ -1,6 +1,6 @@
 /*
- * jinja_stmt.c — executing statements, and the public entry points (compile, contexts,
- * render).
+ * jinja_stmt.c — executing statements: output, conditions, loops, assignments, macros, call,
+ * filter, set and with blocks.
  *
  * Scoping is Jinja's: the template's top level is one scope over the render variables; every
  * iteration of a for body, a macro call, a call block's caller, a with block, a filter block,
@@ -8,7 +8,9 @@
  * is invisible outside (templates carry state in namespace() objects), while an if block makes
  * no scope. The loop variable is one object per loop whose index moves, as in Jinja. Output
  * goes to c->out; macros, set blocks and filter blocks capture it into their own buffer.
- * Called by jinja_api.c (jinja_render) and jinja_expr.c (macro and loop calls).
+ * Called by jinja_api.c (jinja_render) and jinja_expr.c (macro and loop calls): this file and
+ * jinja_expr.c call each other, the interpreter's recursion (statements evaluate expressions,
+ * and calling a macro or a recursive loop runs statements).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -71,48 +73,6 @@ static void assign(jinja_ctx *c, jj_scope *s, const jj_node *t, jinja_value v)
 }
 
 /* ---- loops -------------------------------------------------------------------------------- */
-
-static jinja_value loop_cycle(jinja_ctx *c, jinja_value self, const jj_callargs *a)
-{
-    if (!a->n_pos) jj__raise(c, JJ_E_TYPE, "no items for cycling given");
-    return a->pos[self.loop->index0 % a->n_pos];
-}
-
-static jinja_value loop_changed(jinja_ctx *c, jinja_value self, const jj_callargs *a)
-{
-    jinja_value args = jj__list_of(c, JJ_L_TUPLE, a->pos, a->n_pos);
-    struct jinja_loop *l = self.loop;
-    if (l->changed_last.kind != JINJA__MISSING && jj__equal(l->changed_last, args))
-        return jinja_bool(0);
-    l->changed_last = args;
-    return jinja_bool(1);
-}
-
-jinja_value jj__loop_attr(jinja_ctx *c, jinja_value lv, const char *name, size_t n)
-{
-    struct jinja_loop *l = lv.loop;
-    int64_t len = l->items.l->n, i = l->index0;
-#define IS(s) (n == sizeof(s) - 1 && !memcmp(name, s, n))
-    if (IS("index")) return jinja_int(i + 1);
-    if (IS("index0")) return jinja_int(i);
-    if (IS("revindex")) return jinja_int(len - i);
-    if (IS("revindex0")) return jinja_int(len - i - 1);
-    if (IS("first")) return jinja_bool(i == 0);
-    if (IS("last")) return jinja_bool(i == len - 1);
-    if (IS("length")) return jinja_int(len);
-    if (IS("depth")) return jinja_int(l->depth0 + 1);
-    if (IS("depth0")) return jinja_int(l->depth0);
-    if (IS("previtem"))
-        return i > 0 ? l->items.l->v[i - 1]
-                     : jj__undef(c, JJ_E_UNDEFINED, "there is no previous item");
-    if (IS("nextitem"))
-        return i + 1 < len ? l->items.l->v[i + 1]
-                           : jj__undef(c, JJ_E_UNDEFINED, "there is no next item");
-    if (IS("cycle")) return jj__func_new(c, JJ_FN_METHOD, "cycle", loop_cycle, lv);
-    if (IS("changed")) return jj__func_new(c, JJ_FN_METHOD, "changed", loop_changed, lv);
-#undef IS
-    return jj__missing;
-}
 
 /* Filters items by the loop's `if` test, evaluated with the target bound in a scratch scope. */
 static jinja_value loop_filter(jinja_ctx *c, jj_scope *s, const jj_node *f, jinja_value items)

@@ -1,7 +1,9 @@
 /*
  * jinja_value.c — the value model of the Jinja interpreter: the arena every value lives in,
- * errors, byte buffers, strings (UTF-8, code-point indexed), lists, insertion-ordered dicts,
- * and Python's semantics for them: truth, ==, <, hashing, len(), `in` (str and repr: jinja_repr.c).
+ * errors, render contexts (their arena, limits and clock), byte buffers, strings (UTF-8,
+ * code-point indexed), lists, insertion-ordered dicts, and Python's semantics for them: truth,
+ * ==, <, hashing, len(), `in`, iteration (str and repr: jinja_repr.c). It calls no other file of
+ * the interpreter: a lazy generator carries the function that makes its items.
  *
  * Invariants: a jinja_str's n_cp is its number of code points and s[len] is NUL; a dict's
  * entries are unique by Python equality (1 == 1.0 == True) and its index, when present, maps
@@ -114,6 +116,34 @@ void *jj__alloc(jinja_ctx *c, size_t n)
         jj__raise(c, JJ_E_MEMORY, "out of memory");
     }
     return p;
+}
+
+/* ---- render contexts ---------------------------------------------------------------------- */
+
+jinja_ctx *jinja_ctx_create(const jinja_limits *lim)
+{
+    jinja_ctx *c = calloc(1, sizeof *c);
+    if (!c) return NULL;
+    if (lim) c->lim = *lim;
+    if (!c->lim.max_output_bytes) c->lim.max_output_bytes = 32u << 20;
+    if (!c->lim.max_memory_bytes) c->lim.max_memory_bytes = (size_t)512 << 20;
+    if (!c->lim.max_steps) c->lim.max_steps = 50000000;
+    if (!c->lim.max_depth) c->lim.max_depth = 200;
+    c->arena.limit_bytes = c->lim.max_memory_bytes;
+    return c;
+}
+
+void jinja_ctx_destroy(jinja_ctx *c)
+{
+    if (!c) return;
+    jj__arena_free(&c->arena);
+    free(c);
+}
+
+void jinja_ctx_set_time(jinja_ctx *c, const struct tm *now)
+{
+    c->now = *now;
+    c->have_now = 1;
 }
 
 /* ---- buffers ------------------------------------------------------------------------------ */
@@ -300,6 +330,31 @@ uint32_t jj__upper(uint32_t c)
 }
 
 /* ---- constructors ------------------------------------------------------------------------- */
+
+jinja_value jinja_none(void)
+{
+    return (jinja_value){.kind = JINJA_NONE};
+}
+
+jinja_value jinja_bool(int b)
+{
+    return (jinja_value){.kind = JINJA_BOOL, .b = !!b};
+}
+
+jinja_value jinja_int(int64_t i)
+{
+    return (jinja_value){.kind = JINJA_INT, .i = i};
+}
+
+jinja_value jinja_float(double f)
+{
+    return (jinja_value){.kind = JINJA_FLOAT, .f = f};
+}
+
+jinja_value jinja_undefined(void)
+{
+    return (jinja_value){.kind = JINJA_UNDEFINED};
+}
 
 const jinja_value jj__missing = {.kind = JINJA__MISSING};
 
@@ -747,6 +802,18 @@ const char *jj__type_name(jinja_value v)
 }
 
 /* ---- iteration, len, in ------------------------------------------------------------------- */
+
+void jj__force_gen(jinja_ctx *c, jinja_value g)
+{
+    struct jinja_list *l = g.l;
+    jj_lazy_fn fn = l->lazy;
+    l->lazy = NULL;
+    jinja_value r = fn(c, l->lazy_in, l->lazy_args);
+    if (r.kind == JINJA_LIST && r.l->lazy) jj__force_gen(c, r);
+    l->v = r.l->v;
+    l->n = r.l->n;
+    l->cap = r.l->cap;
+}
 
 jinja_value jj__iter_list(jinja_ctx *c, jinja_value v)
 {
