@@ -53,7 +53,7 @@ int jinja_render(const jinja_tmpl *t, jinja_ctx *c, char **out, size_t *out_len,
     if (out_len) *out_len = 0;
     if (err) memset(err, 0, sizeof *err);
     jj_catch k = {.err = err};
-    jj_buf buf;
+    buf text;
     c->catch = &k;
     c->tmpl = t;
     c->steps = 0;
@@ -64,24 +64,24 @@ int jinja_render(const jinja_tmpl *t, jinja_ctx *c, char **out, size_t *out_len,
         c->out = NULL;
         return k.code;
     }
-    jj__buf_init(&buf, c);
-    c->out = &buf;
+    jj__buf_init(&text, c);
+    c->out = &text;
     jj__exec_template(c, t);
-    char *res = malloc(buf.n + 1);
+    char *res = malloc(text.len + 1);
     if (!res) {
         c->catch = NULL;
         return -ENOMEM;
     }
-    if (buf.n) memcpy(res, buf.s, buf.n);
-    res[buf.n] = 0;
+    if (text.len) memcpy(res, text.s, text.len);
+    res[text.len] = 0;
     *out = res;
-    if (out_len) *out_len = buf.n;
+    if (out_len) *out_len = text.len;
     c->catch = NULL;
     c->out = NULL;
     return 0;
 }
 
-void jinja_error_format(const jinja_error *e, char *buf, size_t n)
+void jinja_error_format(const jinja_error *e, char *dst, size_t n)
 {
     char msg[sizeof e->message];
     size_t i;
@@ -89,9 +89,9 @@ void jinja_error_format(const jinja_error *e, char *buf, size_t n)
         msg[i] = (e->message[i] == '\n' || e->message[i] == '\r') ? ' ' : e->message[i];
     msg[i] = 0;
     if (e->line > 0)
-        snprintf(buf, n, "%s: %s (template line %d)", e->kind, msg, e->line);
+        snprintf(dst, n, "%s: %s (template line %d)", e->kind, msg, e->line);
     else
-        snprintf(buf, n, "%s: %s", e->kind, msg);
+        snprintf(dst, n, "%s: %s", e->kind, msg);
 }
 
 /* ---- values ------------------------------------------------------------------------------- */
@@ -218,7 +218,7 @@ const char *jinja_str_bytes(jinja_value v, size_t *len)
 
 char *jinja_json_dump(jinja_value v, int compact)
 {
-    jj_buf b;
+    buf b;
     jj_json_opts o;
     jj__json_opts_default(&o);
     if (compact) {

@@ -231,7 +231,7 @@ jinja_value jj__eval(jinja_ctx *c, jj_scope *s, const jj_node *n)
         return jj__binop(c, n->op, a, b);
     }
     case N_CONCAT: {
-        jj_buf b;
+        buf b;
         jj__buf_init(&b, c);
         for (uint32_t i = 0; i < n->n_items; i++)
             jj__str(&b, jj__eval(c, s, n->items[i]));

@@ -263,25 +263,25 @@ static jinja_value f_last(jinja_ctx *c, jinja_value v, const jj_callargs *a)
 /* Python's float(str): surrounding whitespace, a sign, digits with '_', inf, nan. */
 static int parse_float(jinja_value s, double *out)
 {
-    char buf[128];
+    char num[128];
     size_t o = 0;
     const char *p = s.s->s, *e = p + s.s->len;
     while (p < e && (*p == ' ' || (*p >= 9 && *p <= 13)))
         p++;
     while (e > p && (e[-1] == ' ' || (e[-1] >= 9 && e[-1] <= 13)))
         e--;
-    if (p == e || (size_t)(e - p) >= sizeof buf) return 0;
+    if (p == e || (size_t)(e - p) >= sizeof num) return 0;
     for (; p < e; p++)
-        if (*p != '_') buf[o++] = *p;
-    buf[o] = 0;
-    const char *w = buf + (buf[0] == '+' || buf[0] == '-');
+        if (*p != '_') num[o++] = *p;
+    num[o] = 0;
+    const char *w = num + (num[0] == '+' || num[0] == '-');
     if (!strcasecmp(w, "inf") || !strcasecmp(w, "infinity") || !strcasecmp(w, "nan")) {
-        *out = strtod(buf, NULL);
+        *out = strtod(num, NULL);
         return 1;
     }
     if ((w[0] | 0x20) == 'x' || ((w[0] == '0') && (w[1] | 0x20) == 'x')) return 0;
     char *end;
-    *out = strtod(buf, &end);
+    *out = strtod(num, &end);
     return *end == 0;
 }
 
@@ -405,7 +405,7 @@ static jinja_value f_join(jinja_ctx *c, jinja_value v, const jj_callargs *a)
 {
     ARGS("join", "d", "attribute");
     jinja_value l = jj__iter_list(c, v);
-    jj_buf b;
+    buf b;
     jj__buf_init(&b, c);
     for (uint32_t i = 0; i < l.l->n; i++) {
         if (i && given(arg[0])) jj__str(&b, arg[0]);
@@ -546,7 +546,7 @@ static jinja_value f_max(jinja_ctx *c, jinja_value v, const jj_callargs *a)
 static jinja_value f_pprint(jinja_ctx *c, jinja_value v, const jj_callargs *a)
 {
     jj__bind(c, "pprint", NULL, 0, a, NULL);
-    jj_buf b;
+    buf b;
     jj__buf_init(&b, c);
     jj__repr(&b, v);
     return jj__str_buf(c, &b);
@@ -567,10 +567,10 @@ static jinja_value f_reverse(jinja_ctx *c, jinja_value v, const jj_callargs *a)
     jj__bind(c, "reverse", NULL, 0, a, NULL);
     if (v.kind == JINJA_STR) {
         jinja_value l = jj__iter_list(c, v);
-        jj_buf b;
+        buf b;
         jj__buf_init(&b, c);
         for (uint32_t i = l.l->n; i-- > 0;)
-            jj__buf_add(&b, l.l->v[i].s->s, l.l->v[i].s->len);
+            buf_put(&b, l.l->v[i].s->s, l.l->v[i].s->len);
         jinja_value r = jj__str_buf(c, &b);
         r.flags = v.flags;
         return r;
@@ -622,9 +622,9 @@ static jinja_value f_round(jinja_ctx *c, jinja_value v, const jj_callargs *a)
         double r = nearbyint(x * s) / s;
         return v.kind == JINJA_FLOAT ? jinja_float(r) : jinja_int((int64_t)r);
     }
-    char buf[400];
-    snprintf(buf, sizeof buf, "%.*f", (int)p, x); /* exact decimal, round-half-even */
-    return jinja_float(strtod(buf, NULL));
+    char dec[400];
+    snprintf(dec, sizeof dec, "%.*f", (int)p, x); /* exact decimal, round-half-even */
+    return jinja_float(strtod(dec, NULL));
 }
 
 static jinja_value f_safe(jinja_ctx *c, jinja_value v, const jj_callargs *a)
@@ -706,7 +706,7 @@ static jinja_value f_tojson(jinja_ctx *c, jinja_value v, const jj_callargs *a)
         o.item_sep = s.l->v[0].s->s;
         o.key_sep = s.l->v[1].s->s;
     }
-    jj_buf b;
+    buf b;
     jj__buf_init(&b, c);
     jj__tojson(c, &b, v, &o, 0);
     return jj__str_buf(c, &b);

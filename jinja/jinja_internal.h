@@ -38,6 +38,7 @@
 #include <stdarg.h>
 #include <stdint.h>
 
+#include "base/buf.h"
 #include "jinja/jinja.h"
 
 /* ---- arena -------------------------------------------------------------------------------- */
@@ -281,15 +282,6 @@ struct jj_scope {
     int captured; /* a macro closes over it: do not reuse it for the next iteration */
 };
 
-/* A growable byte buffer in the context's arena (c != NULL; raises past the output limit) or
- * on the heap (c == NULL; oom set on failure). */
-typedef struct jj_buf {
-    char *s;
-    size_t n, cap;
-    jinja_ctx *c;
-    int oom;
-} jj_buf;
-
 struct jinja_loop {
     jinja_value items; /* the (filtered) list iterated */
     int64_t index0;
@@ -305,7 +297,7 @@ struct jinja_ctx {
     jj_scope vars;   /* the render variables (jinja_ctx_set) */
     jj_catch *catch; /* the active entry point */
     const jinja_tmpl *tmpl;
-    jj_buf *out; /* where output goes now */
+    buf *out; /* where output goes now */
     uint64_t steps;
     int depth;
     int line;    /* the line being evaluated, for errors */
@@ -327,12 +319,10 @@ void jj__step(jinja_ctx *c);
 /* Arena memory for a render: raises MemoryError past the limit. */
 void *jj__alloc(jinja_ctx *c, size_t n);
 
-/* Buffers. */
-void jj__buf_init(jj_buf *b, jinja_ctx *c);
-void jj__buf_add(jj_buf *b, const char *s, size_t n);
-void jj__buf_puts(jj_buf *b, const char *s);
-void jj__buf_putc(jj_buf *b, char ch);
-void jj__buf_printf(jj_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Makes b an empty string (base/buf.h) in c's arena: growing it past the output limit
+ * (max_output_bytes) raises LimitError, running out of memory raises as jj__alloc does, so its
+ * oom is never set. With c NULL, an ordinary heap string (oom set on failure; free its s). */
+void jj__buf_init(buf *b, jinja_ctx *c);
 
 /* Values. */
 extern const jinja_value jj__missing;
@@ -340,7 +330,7 @@ jinja_value jj__undef(jinja_ctx *c, int exc, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 jinja_value jj__str_new(jinja_ctx *c, const char *s, size_t n);
 jinja_value jj__str_cstr(jinja_ctx *c, const char *s);
-jinja_value jj__str_buf(jinja_ctx *c, const jj_buf *b);
+jinja_value jj__str_buf(jinja_ctx *c, const buf *b);
 jinja_value jj__markup(jinja_value s); /* the same string flagged Markup */
 jinja_value jj__list_new(jinja_ctx *c, int type, uint32_t cap);
 /* A new list of the given type holding a copy of v[0..n). */
@@ -363,9 +353,9 @@ int jj__equal(jinja_value a, jinja_value b);
 /* -1, 0, 1 as Python's <; raises TypeError for unorderable values. */
 int jj__compare(jinja_ctx *c, jinja_value a, jinja_value b);
 const char *jj__type_name(jinja_value v); /* Python's type(v).__name__ */
-void jj__str(jj_buf *b, jinja_value v);   /* Python str(v) */
-void jj__repr(jj_buf *b, jinja_value v);  /* Python repr(v) */
-void jj__repr_float(jj_buf *b, double f);
+void jj__str(buf *b, jinja_value v);   /* Python str(v) */
+void jj__repr(buf *b, jinja_value v);  /* Python repr(v) */
+void jj__repr_float(buf *b, double f);
 /* Runs the filter a lazy generator stands for, filling g with its items (jj__iter_list does). */
 void jj__force_gen(jinja_ctx *c, jinja_value g);
 /* Materialises something iterable as a list: list/tuple/views as is, dict keys, string
@@ -399,7 +389,7 @@ typedef struct jj_json_opts {
 } jj_json_opts;
 void jj__json_opts_default(jj_json_opts *o);
 /* Writes v; on a value JSON cannot hold, raises TypeError (c) or returns -EINVAL (c NULL). */
-int jj__tojson(jinja_ctx *c, jj_buf *b, jinja_value v, const jj_json_opts *o, int level);
+int jj__tojson(jinja_ctx *c, buf *b, jinja_value v, const jj_json_opts *o, int level);
 
 /* Lexer / parser. */
 enum jj_tok {

@@ -21,11 +21,11 @@
 
 /* ---- attributes and items ----------------------------------------------------------------- */
 
-static const char *obj_desc(jinja_value v, char *buf, size_t n)
+static const char *obj_desc(jinja_value v, char *dst, size_t n)
 {
     if (v.kind == JINJA_NONE) return "None";
-    snprintf(buf, n, "%s object", jj__type_name(v));
-    return buf;
+    snprintf(dst, n, "%s object", jj__type_name(v));
+    return dst;
 }
 
 static jinja_value missing_attr(jinja_ctx *c, jinja_value obj, const char *name, size_t n)
@@ -38,7 +38,7 @@ static jinja_value missing_attr(jinja_ctx *c, jinja_value obj, const char *name,
 static jinja_value missing_item(jinja_ctx *c, jinja_value obj, jinja_value key)
 {
     char d[64];
-    jj_buf b;
+    buf b;
     jj__buf_init(&b, c);
     jj__repr(&b, key);
     return jj__undef(c, JJ_E_UNDEFINED, "%s has no element %.200s", obj_desc(obj, d, sizeof d),
@@ -221,13 +221,13 @@ jinja_value jj__slice(jinja_ctx *c, jinja_value obj, jinja_value lo, jinja_value
         size_t x = jj__cp_offset(obj.s, a), y = b > a ? jj__cp_offset(obj.s, b) : x;
         r = jj__str_new(c, obj.s->s + x, y - x);
     } else {
-        jj_buf buf;
-        jj__buf_init(&buf, c);
+        buf text;
+        jj__buf_init(&text, c);
         for (int64_t i = a; step > 0 ? i < b : i > b; i += step) {
             size_t x = jj__cp_offset(obj.s, i), y = jj__cp_offset(obj.s, i + 1);
-            jj__buf_add(&buf, obj.s->s + x, y - x);
+            buf_put(&text, obj.s->s + x, y - x);
         }
-        r = jj__str_buf(c, &buf);
+        r = jj__str_buf(c, &text);
     }
     r.flags = obj.flags;
     return r;
@@ -291,10 +291,10 @@ static jinja_value repeat(jinja_ctx *c, jinja_value seq, int64_t k)
     if (seq.kind == JINJA_STR) {
         if (seq.s->len && (uint64_t)k > c->lim.max_output_bytes / seq.s->len)
             jj__raise(c, JJ_E_LIMIT, "string repetition too large");
-        jj_buf b;
+        buf b;
         jj__buf_init(&b, c);
         for (int64_t i = 0; i < k; i++)
-            jj__buf_add(&b, seq.s->s, seq.s->len);
+            buf_put(&b, seq.s->s, seq.s->len);
         jinja_value r = jj__str_buf(c, &b);
         r.flags = seq.flags;
         return r;

@@ -37,13 +37,13 @@ static jj_name name_of(const char *s)
 /* Runs body in scope s with its output captured; returns the text as a string value. */
 static jinja_value capture(jinja_ctx *c, jj_scope *s, jj_node *const *body, uint32_t n, int *status)
 {
-    jj_buf buf, *saved = c->out;
-    jj__buf_init(&buf, c);
-    c->out = &buf;
+    buf text, *saved = c->out;
+    jj__buf_init(&text, c);
+    c->out = &text;
     int st = exec_body(c, s, body, n);
     c->out = saved;
     if (status) *status = st;
-    return jj__str_buf(c, &buf);
+    return jj__str_buf(c, &text);
 }
 
 /* ---- assignment --------------------------------------------------------------------------- */
@@ -128,13 +128,13 @@ jinja_value jj__loop_call(jinja_ctx *c, jinja_value lv, const jj_callargs *a)
     if (a->n_pos != 1 || a->n_kw) jj__raise(c, JJ_E_TYPE, "loop() takes exactly one argument");
     if (++c->depth > c->lim.max_depth)
         jj__raise(c, JJ_E_LIMIT, "recursive loop calls nested deeper than %d", c->lim.max_depth);
-    jj_buf buf, *saved = c->out;
-    jj__buf_init(&buf, c);
-    c->out = &buf;
+    buf text, *saved = c->out;
+    jj__buf_init(&text, c);
+    c->out = &text;
     run_loop(c, l->scope, l->node, a->pos[0], l->depth0 + 1);
     c->out = saved;
     c->depth--;
-    return jj__str_buf(c, &buf);
+    return jj__str_buf(c, &text);
 }
 
 /* ---- macros ------------------------------------------------------------------------------- */
@@ -242,7 +242,7 @@ static void exec_callblock(jinja_ctx *c, jj_scope *s, const jj_node *n)
 static void write_value(jinja_ctx *c, jinja_value v)
 {
     if (v.kind == JINJA_STR)
-        jj__buf_add(c->out, v.s->s, v.s->len);
+        buf_put(c->out, v.s->s, v.s->len);
     else
         jj__str(c->out, v);
 }
@@ -252,7 +252,7 @@ static int exec(jinja_ctx *c, jj_scope *s, const jj_node *n)
     c->line = n->line;
     switch (n->kind) {
     case S_DATA:
-        jj__buf_add(c->out, n->val.s->s, n->val.s->len);
+        buf_put(c->out, n->val.s->s, n->val.s->len);
         return X_NORMAL;
     case S_OUTPUT:
         write_value(c, jj__eval(c, s, n->a));

@@ -1,9 +1,10 @@
 /*
  * jinja_value.c — the value model of the Jinja interpreter: the arena every value lives in,
- * errors, render contexts (their arena, limits and clock), byte buffers, strings (UTF-8,
- * code-point indexed), lists, insertion-ordered dicts, and Python's semantics for them: truth,
- * ==, <, hashing, len(), `in`, iteration (str and repr: jinja_repr.c). It calls no other file of
- * the interpreter: a lazy generator carries the function that makes its items.
+ * errors, render contexts (their arena, limits and clock), growable strings in the arena
+ * (base/buf.h, bounded by the output limit), strings (UTF-8, code-point indexed), lists,
+ * insertion-ordered dicts, and Python's semantics for them: truth, ==, <, hashing, len(), `in`,
+ * iteration (str and repr: jinja_repr.c). It calls no other file of the interpreter: a lazy
+ * generator carries the function that makes its items.
  *
  * Invariants: a jinja_str's n_cp is its number of code points and s[len] is NUL; a dict's
  * entries are unique by Python equality (1 == 1.0 == True) and its index, when present, maps
@@ -148,77 +149,20 @@ void jinja_ctx_set_time(jinja_ctx *c, const struct tm *now)
 
 /* ---- buffers ------------------------------------------------------------------------------ */
 
-void jj__buf_init(jj_buf *b, jinja_ctx *c)
+/* The allocator of a context's strings: arena blocks, bounded by the output limit. */
+static char *arena_grow(void *ud, char *old, size_t len, size_t need, size_t cap)
 {
-    memset(b, 0, sizeof *b);
-    b->c = c;
+    jinja_ctx *c = ud;
+    if (need > c->lim.max_output_bytes)
+        jj__raise(c, JJ_E_LIMIT, "the rendered text exceeds %zu bytes", c->lim.max_output_bytes);
+    char *p = jj__alloc(c, cap);
+    if (len) memcpy(p, old, len);
+    return p;
 }
 
-static int buf_grow(jj_buf *b, size_t need)
+void jj__buf_init(buf *b, jinja_ctx *c)
 {
-    size_t cap = b->cap ? b->cap : 64;
-    while (cap < need)
-        cap *= 2;
-    char *p;
-    if (b->c) {
-        if (need > b->c->lim.max_output_bytes)
-            jj__raise(b->c, JJ_E_LIMIT, "the rendered text exceeds %zu bytes",
-                      b->c->lim.max_output_bytes);
-        p = jj__alloc(b->c, cap);
-        if (b->n) memcpy(p, b->s, b->n);
-    } else {
-        p = realloc(b->s, cap);
-        if (!p) {
-            b->oom = 1;
-            return -1;
-        }
-    }
-    b->s = p;
-    b->cap = cap;
-    return 0;
-}
-
-void jj__buf_add(jj_buf *b, const char *s, size_t n)
-{
-    if (b->oom) return;
-    if (b->n + n + 1 > b->cap && buf_grow(b, b->n + n + 1)) return;
-    if (n) memcpy(b->s + b->n, s, n);
-    b->n += n;
-    b->s[b->n] = 0;
-}
-
-void jj__buf_puts(jj_buf *b, const char *s)
-{
-    jj__buf_add(b, s, strlen(s));
-}
-
-void jj__buf_putc(jj_buf *b, char ch)
-{
-    jj__buf_add(b, &ch, 1);
-}
-
-void jj__buf_printf(jj_buf *b, const char *fmt, ...)
-{
-    char tmp[256];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
-    va_end(ap);
-    if (n < 0) return;
-    if ((size_t)n < sizeof tmp) {
-        jj__buf_add(b, tmp, (size_t)n);
-        return;
-    }
-    char *big = malloc((size_t)n + 1);
-    if (!big) {
-        b->oom = 1;
-        return;
-    }
-    va_start(ap, fmt);
-    vsnprintf(big, (size_t)n + 1, fmt, ap);
-    va_end(ap);
-    jj__buf_add(b, big, (size_t)n);
-    free(big);
+    *b = c ? (buf){.alloc = arena_grow, .ud = c} : (buf){0};
 }
 
 /* ---- UTF-8 and character classes ---------------------------------------------------------- */
@@ -406,9 +350,9 @@ jinja_value jj__str_cstr(jinja_ctx *c, const char *s)
     return jj__str_new(c, s, strlen(s));
 }
 
-jinja_value jj__str_buf(jinja_ctx *c, const jj_buf *b)
+jinja_value jj__str_buf(jinja_ctx *c, const buf *b)
 {
-    return jj__str_new(c, b->s ? b->s : "", b->n);
+    return jj__str_new(c, b->s ? b->s : "", b->len);
 }
 
 jinja_value jj__markup(jinja_value s)

@@ -76,13 +76,13 @@ typedef struct limited {
     size_t limit, calls;
 } limited;
 
-static char *limited_alloc(void *ud, char *old, size_t len, size_t cap)
+static char *limited_alloc(void *ud, char *old, size_t len, size_t need, size_t cap)
 {
     limited *l = ud;
     l->calls++;
+    cr_assert(len < need && need <= cap, "len %zu need %zu cap %zu", len, need, cap);
     if (cap > l->limit) return NULL;
     char *p = realloc(old, cap);
-    (void)len;
     return p;
 }
 

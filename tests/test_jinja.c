@@ -336,10 +336,10 @@ static jinja_value tj_random_value(jinja_ctx *c, uint64_t *rng, int depth)
     case 5: {
         static const char *const pieces[] = {"a",    "\"", "\\",   "\n", "\t", "é",
                                              "日本", "😀",  "\x01", "/",  " "};
-        char buf[64] = "";
+        char text[64] = "";
         for (int i = 0; i < (int)((r >> 8) % 6); i++)
-            strcat(buf, pieces[(r >> (12 + 4 * i)) % (sizeof pieces / sizeof pieces[0])]);
-        cr_assert_eq(jinja_str(c, buf, strlen(buf), &v), 0);
+            strcat(text, pieces[(r >> (12 + 4 * i)) % (sizeof pieces / sizeof pieces[0])]);
+        cr_assert_eq(jinja_str(c, text, strlen(text), &v), 0);
         return v;
     }
     case 6:
