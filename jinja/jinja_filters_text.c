@@ -1,6 +1,7 @@
 /*
  * jinja_filters_text.c — the filters that lay text out: title, center, indent, striptags,
- * truncate, urlencode, wordcount (the rest are in jinja_filters.c, which lists them all).
+ * truncate, urlencode, wordcount (the rest are in jinja_filters.c; JJ__FILTERS in
+ * jinja_internal.h lists them all).
  */
 #include <string.h>
 
