@@ -18,9 +18,9 @@ int buf_reserve(buf *b, size_t extra)
     size_t cap = b->cap ? b->cap : 64;
     while (cap < need)
         cap = cap > (size_t)-1 / 2 ? need : cap * 2;
-    char *s = b->alloc ? b->alloc(b->ud, b->s, b->len, cap) : realloc(b->s, cap);
+    char *s = b->alloc ? b->alloc(b->ud, b->s, b->len, need, cap) : realloc(b->s, cap);
     if (!s) goto fail;
-    if (!b->s) s[0] = 0;
+    s[b->len] = 0; /* a hook copies only the len bytes */
     b->s = s;
     b->cap = cap;
     return 0;

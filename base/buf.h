@@ -18,9 +18,11 @@
 #include <stddef.h>
 
 /* A replacement for realloc: a block of at least cap bytes that begins with the len bytes of
- * old (NULL on the first growth), or NULL (the buffer then sets oom). The old block is the
- * hook's to keep or free. */
-typedef char *(*buf_alloc_fn)(void *ud, char *old, size_t len, size_t cap);
+ * old (NULL on the first growth), or NULL (the buffer then sets oom). need (≤ cap) is what the
+ * string needs now, its bytes after the append and the NUL; cap is what the buffer asks for so
+ * that growth doubles. A hook that bounds the string checks need, so the bound is the same
+ * whatever the doubling rounds up to. The old block is the hook's to keep or free. */
+typedef char *(*buf_alloc_fn)(void *ud, char *old, size_t len, size_t need, size_t cap);
 
 typedef struct buf {
     char *s;           /* the bytes, NUL-terminated; NULL until the first append */

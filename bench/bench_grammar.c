@@ -65,7 +65,7 @@ static bg_pass walk(gr_grammar *g, const gr_vocab *v, int nv, uint64_t seed, uin
         if (d > p.worst_us) p.worst_us = d;
         p.steps++;
         if (k <= 0) break;
-        int pick = (int)(smp_splitmix64(&seed) % (uint64_t)k), tk = -1;
+        int pick = (int)(rng_splitmix64(&seed) % (uint64_t)k), tk = -1;
         for (int i = 0; i < nv && tk < 0; i++)
             if ((mask[i >> 5] >> (i & 31)) & 1 && pick-- == 0) tk = i;
         a = cpu_us();

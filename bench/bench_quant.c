@@ -23,7 +23,7 @@
 #include "cpu/internal.h"
 #include "engine/backend.h"
 #include "model/dtype.h"
-#include "engine/sampler.h"
+#include "base/rng.h"
 
 static double cpu_s(void)
 {
@@ -44,11 +44,11 @@ static model_tensor make_weight(int type, int64_t n_in, int64_t n_out, uint64_t 
     size_t bytes = t.row_bytes * (size_t)n_out, bb = dt_block_bytes(type);
     uint8_t *p = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
     if (!p) exit(1);
-    for (size_t i = 0; i < bytes; i++) p[i] = (uint8_t)smp_splitmix64(rng);
+    for (size_t i = 0; i < bytes; i++) p[i] = (uint8_t)rng_splitmix64(rng);
     int off[2], n16 = dt_f16_fields(type, off);
     for (size_t b = 0; b < bytes / bb; b++)
         for (int k = 0; k < n16; k++) {
-            uint16_t h = dt_f32_to_f16(0.001f * (float)(1 + smp_splitmix64(rng) % 16));
+            uint16_t h = dt_f32_to_f16(0.001f * (float)(1 + rng_splitmix64(rng) % 16));
             memcpy(p + b * bb + off[k], &h, 2);
         }
     t.data = p;
@@ -121,7 +121,7 @@ int main(int argc, char **argv)
                 be_weight w;
                 if (be->ops->weight_upload(be, &mt, &w)) return 1;
                 float *x = malloc((size_t)rows * n_in * sizeof *x), *out = malloc((size_t)rows * n_out * sizeof *out);
-                for (int64_t i = 0; i < rows * n_in; i++) x[i] = (float)(smp_splitmix64(&rng) % 2001) / 1000.0f - 1;
+                for (int64_t i = 0; i < rows * n_in; i++) x[i] = (float)(rng_splitmix64(&rng) % 2001) / 1000.0f - 1;
                 double t1 = time_matmul(be, &w, x, 1, out, nth);
                 double bytes = (double)mt.row_bytes * n_out;
                 if (roof > 0) printf(" %6.1f (%6.2f, %4.2fx)", bytes / t1 / 1e9, (double)n_in * n_out / t1 / 1e9, bytes / t1 / 1e9 / roof);

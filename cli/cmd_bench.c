@@ -63,7 +63,7 @@ typedef struct bn_state {
 
 static int bn_draw(bn_state *b, int lo, int hi)
 {
-    return lo + (int)(smp_splitmix64(&b->rng) % (uint64_t)(hi - lo + 1));
+    return lo + (int)(rng_splitmix64(&b->rng) % (uint64_t)(hi - lo + 1));
 }
 
 /* "MIN:MAX" or "N". 0 or -EINVAL. */
@@ -107,7 +107,7 @@ static int bn_submit(bn_state *b, bn_req *r)
     q.sampling.temperature = 0;
     q.sampling.ignore_eos = 1;
     q.sampling.has_seed = 1;
-    q.sampling.seed = smp_splitmix64(&b->rng);
+    q.sampling.seed = rng_splitmix64(&b->rng);
     q.grammar = gr_ref(b->grammar);
     int rc = engine_submit(b->e, &q, &r->id);
     if (rc) {
@@ -148,7 +148,7 @@ static bn_req *bn_add(bn_state *b, int conv, int turn, const int32_t *hist, int 
         return NULL;
     }
     memcpy(r->prompt, hist, (size_t)n_hist * sizeof(int32_t));
-    for (int i = n_hist; i < r->n_prompt; i++) r->prompt[i] = 3 + (int32_t)(smp_splitmix64(&b->rng) % (uint64_t)(b->n_vocab - 3));
+    for (int i = n_hist; i < r->n_prompt; i++) r->prompt[i] = 3 + (int32_t)(rng_splitmix64(&b->rng) % (uint64_t)(b->n_vocab - 3));
     if (r->n_prompt < 1) {
         free(r->prompt);
         free(r->out);
@@ -243,7 +243,7 @@ static int bn_warmup(bn_state *b)
     bn_req w = {.n_prompt = n, .max_tokens = 2, .prompt = p};
     int32_t out[2];
     w.out = out;
-    for (int i = 0; i < n; i++) p[i] = 3 + (int32_t)(smp_splitmix64(&b->rng) % (uint64_t)(b->n_vocab - 3));
+    for (int i = 0; i < n; i++) p[i] = 3 + (int32_t)(rng_splitmix64(&b->rng) % (uint64_t)(b->n_vocab - 3));
     bn_req *reqs = b->reqs; /* run the event loop over just this request */
     int n_reqs = b->n_reqs, turns = b->turns;
     b->reqs = &w;
@@ -399,7 +399,7 @@ int cli_bench(cli_opts *o)
     b.n_reqs_cap = o->requests * b.turns;
     b.reqs = calloc((size_t)b.n_reqs_cap, sizeof *b.reqs);
     if (!b.prefix || !b.reqs) goto out;
-    for (int i = 0; i < b.n_prefix; i++) b.prefix[i] = 3 + (int32_t)(smp_splitmix64(&b.rng) % (uint64_t)(b.n_vocab - 3));
+    for (int i = 0; i < b.n_prefix; i++) b.prefix[i] = 3 + (int32_t)(rng_splitmix64(&b.rng) % (uint64_t)(b.n_vocab - 3));
     for (int i = 0; i < o->requests; i++) {
         int len = bn_draw(&b, b.in_min, b.in_max);
         int n_new = len > b.n_prefix ? len - b.n_prefix : 1;

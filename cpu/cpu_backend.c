@@ -27,19 +27,6 @@
 #include "cpu/internal.h"
 #include "model/dtype.h"
 
-int cpu__scratch_reserve(cpu__scratch *s, size_t bytes)
-{
-    if (s->bytes >= bytes) return 0;
-    size_t want = bytes + bytes / 2 + 64;
-    want = (want + 63) & ~(size_t)63;
-    void *p = aligned_alloc(64, want);
-    if (!p) return -ENOMEM;
-    free(s->p);
-    s->p = p;
-    s->bytes = want;
-    return 0;
-}
-
 static cpu__backend *cb(backend *be)
 {
     return (cpu__backend *)be;

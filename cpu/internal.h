@@ -239,8 +239,8 @@ typedef struct cpu__kern {
 #define CPU__PANEL_MR 6   /* activation rows of the microkernel */
 #define CPU__PANEL_SCRATCH (((size_t)CPU__PANEL_KC * CPU__PANEL_NR + CPU__PANEL_KC) * sizeof(float) + 64)
 
-/* matmul.c: the packed panel layout of F32/F16/BF16 matrices that the AVX2 and AVX-512 GEMMs
- * share: tiles of CPU__PANEL_NR outputs, each [n_in][NR] elements of the weight's own type
+/* panel.c: the packed panel layout of F32/F16/BF16 matrices that the AVX2, AVX-512 and NEON
+ * GEMMs share: tiles of CPU__PANEL_NR outputs, each [n_in][NR] elements of the weight's own type
  * (zero past n_out). Bytes of the copy (4- and 2-byte elements) and the packer. */
 size_t cpu__panel_bytes_f32(int64_t n_in, int64_t n_out);
 size_t cpu__panel_bytes_16(int64_t n_in, int64_t n_out);
@@ -342,7 +342,8 @@ static inline void cpu__rope_pair(float *hx, int i, int half, int neox, const fl
     hx[i1] = as + bc;
 }
 
-/* Makes sure buffer s holds at least bytes (64-byte aligned); contents are not kept. 0 or -ENOMEM. */
+/* Makes sure buffer s holds at least bytes (64-byte aligned); contents are not kept. 0 or -ENOMEM
+ * (scratch.c). */
 int cpu__scratch_reserve(cpu__scratch *s, size_t bytes);
 
 static inline void *cpu__kv_k(const cpu__backend *c, int layer)
@@ -362,11 +363,11 @@ int cpu__select_group(cpu__backend *c, int g);
 
 /* ---- kernels: the driver side (files without a level suffix) ------------------------------- */
 
-/* quant.c: quantises n activations (a multiple of 32) into n / 32 cpu__q8s blocks with the
+/* act.c: quantises n activations (a multiple of 32) into n / 32 cpu__q8s blocks with the
  * table's Q8_0 quantiser (so d and q are the same at every level) and adds their sums. */
 void cpu__q8s_quantise(const cpu__kern *k, const float *x, cpu__q8s *out, int64_t n);
 
-/* matmul.c: the scalar definition of one activation block, which every level's quantisers
+/* act.c: the scalar definition of one activation block, which every level's quantisers
  * (quantise_q8, quantise_q8k) equal: d = max|x| / 127 over the n values, q[i] =
  * round-to-nearest-even(x[i] · (1/d)) (0 when d = 0). Returns d. */
 float cpu__quantise_block(const float *x, int n, int8_t *q);

@@ -19,7 +19,6 @@
  * every level's quantiser gives exactly the scalar result (the same reciprocal, the default
  * rounding mode), so Q8_0 results agree across levels up to f32 summation order.
  */
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -37,15 +36,6 @@ typedef cpu__q8x q8x;
 typedef cpu__mm_task mm_task;
 
 /* ---- scalar reference kernels ---------------------------------------------------------------- */
-
-float cpu__quantise_block(const float *x, int n, int8_t *q)
-{
-    float amax = 0;
-    for (int i = 0; i < n; i++) amax = fmaxf(amax, fabsf(x[i]));
-    float d = amax / 127.0f, id = d > 0 ? 1.0f / d : 0.0f;
-    for (int i = 0; i < n; i++) q[i] = (int8_t)lrintf(x[i] * id);
-    return d;
-}
 
 static void quantise_q8_scalar(const float *x, q8x *out, int64_t n)
 {
@@ -138,42 +128,6 @@ static void dots_run(void *v, int64_t lo_unit, int64_t hi_unit, int ith)
     for (int64_t u = lo_unit; u < hi_unit; u++) {
         int64_t lo = u * t->unit, hi = lo + t->unit < t->w->n_out ? lo + t->unit : t->w->n_out;
         dots_range(t, lo, hi);
-    }
-}
-
-/* ---- the panel layout shared by the F32/F16/BF16 packed GEMMs ---------------------------------- */
-
-size_t cpu__panel_bytes_f32(int64_t n_in, int64_t n_out)
-{
-    return (size_t)((n_out + CPU__PANEL_NR - 1) / CPU__PANEL_NR) * (size_t)n_in * CPU__PANEL_NR * 4;
-}
-
-size_t cpu__panel_bytes_16(int64_t n_in, int64_t n_out)
-{
-    return cpu__panel_bytes_f32(n_in, n_out) / 2;
-}
-
-void cpu__panel_pack(const be_weight *w, void *dst)
-{
-    enum { NR = CPU__PANEL_NR };
-    size_t es = dt_row_bytes(w->type, 1), rb = dt_row_bytes(w->type, w->n_in);
-    size_t tb = (size_t)w->n_in * NR * es;
-    for (int64_t o0 = 0; o0 < w->n_out; o0 += NR) {
-        char *tile = (char *)dst + (size_t)(o0 / NR) * tb;
-        for (int64_t k0 = 0; k0 < w->n_in; k0 += 64) { /* 64 inputs of 32 rows: cache-sized steps */
-            int64_t ke = k0 + 64 < w->n_in ? k0 + 64 : w->n_in;
-            for (int j = 0; j < NR; j++) {
-                const char *row = (const char *)w->data + (size_t)(o0 + j) * rb;
-                int live = o0 + j < w->n_out;
-                if (es == 4) {
-                    float *d = (float *)tile + j;
-                    for (int64_t k = k0; k < ke; k++) d[k * NR] = live ? ((const float *)row)[k] : 0.0f;
-                } else {
-                    uint16_t *d = (uint16_t *)tile + j;
-                    for (int64_t k = k0; k < ke; k++) d[k * NR] = live ? ((const uint16_t *)row)[k] : 0;
-                }
-            }
-        }
     }
 }
 

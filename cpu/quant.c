@@ -16,7 +16,6 @@
  */
 #include <errno.h>
 #include <math.h>
-#include <string.h>
 
 #include "cpu/cpu.h"
 #include "cpu/internal.h"
@@ -96,28 +95,6 @@ void cpu__qblock_decode(int type, const uint8_t *blk, int8_t *v, float *S, float
 {
     decode_values(type, blk, v);
     cpu__qscales(type, blk, S, W);
-}
-
-/* ---- activations --------------------------------------------------------------------------- */
-
-void cpu__q8s_quantise(const cpu__kern *k, const float *x, cpu__q8s *out, int64_t n)
-{
-    cpu__q8x tmp[16];
-    for (int64_t b0 = 0; b0 < n / 32; b0 += 16) {
-        int nb = n / 32 - b0 < 16 ? (int)(n / 32 - b0) : 16;
-        k->quantise_q8(x + b0 * 32, tmp, (int64_t)nb * 32);
-        for (int b = 0; b < nb; b++) {
-            cpu__q8s *o = &out[b0 + b];
-            int32_t s0 = 0, s1 = 0;
-            for (int i = 0; i < 16; i++) s0 += tmp[b].q[i], s1 += tmp[b].q[16 + i];
-            memcpy(o->q, tmp[b].q, 32);
-            o->d = tmp[b].d;
-            o->xs[0] = o->d * (float)s0;
-            o->xs[1] = o->d * (float)s1;
-            o->xs[2] = o->d * (float)(s0 + s1);
-            o->s32 = s0 + s1;
-        }
-    }
 }
 
 /* The scalar Q8_K quantiser (the table's quantise_q8k): every level's equals it. */

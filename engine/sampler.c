@@ -79,19 +79,11 @@ int smp_params_copy(smp_params *dst, const smp_params *src)
     return 0;
 }
 
-uint64_t smp_splitmix64(uint64_t *x)
-{
-    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 void smp_rng_seed(smp_rng *r, uint64_t seed)
 {
     uint64_t x = seed;
     for (int i = 0; i < 4; i++)
-        r->s[i] = smp_splitmix64(&x);
+        r->s[i] = rng_splitmix64(&x);
 }
 
 static inline uint64_t smp__rotl(uint64_t v, int k)

@@ -16,6 +16,8 @@
 
 #include <stdint.h>
 
+#include "base/rng.h"
+
 #define SMP_MAX_LOGPROBS 20
 
 typedef struct smp_params {
@@ -54,11 +56,6 @@ int smp_params_copy(smp_params *dst, const smp_params *src);
 typedef struct smp_rng {
     uint64_t s[4];
 } smp_rng;
-
-/* splitmix64: advances *state and returns the next well-mixed 64-bit word. It seeds xoshiro (as
- * its authors recommend) and is the project's one small deterministic generator elsewhere too
- * (synthetic weights, benchmark prompts). */
-uint64_t smp_splitmix64(uint64_t *state);
 
 void smp_rng_seed(smp_rng *r, uint64_t seed);
 uint64_t smp_rng_next(smp_rng *r);

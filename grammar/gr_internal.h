@@ -9,9 +9,15 @@
  *                              classes as UTF-8 byte sequences) ──subset construction──► DFA
  *   gr_grammar: one DFA per called rule, states numbered globally:
  *       next[state][byte class] → state | -1,  calls[state] = {(rule, return state)}, final flag
- *   gr_match.c: a configuration = a set of (state, stack node) pairs, stacks interned in a pool
+ *   gr_config.c: a configuration = a set of (state, stack node) pairs, stacks interned in a pool
+ *   gr_match.c: the matcher, a configuration advanced token by token
  *   gr_mask.c:  the vocabulary as a byte trie; per state a cached split of the vocabulary into
  *               accepted / uncertain (needs the stack) / rejected tokens
+ *
+ * Every file may call gr_util.c (arrays, errors, UTF-8, GBNF text), which calls none of them.
+ * Above it calls go one way: grammar.c (compiling, reference counts, the cache) → gr_regex.c,
+ * gr_parse.c, gr_compile.c → gr_dfa.c; grammar.c → gr_mask.c (the grammar's mask caches) →
+ * gr_config.c; gr_match.c (the matcher) → grammar.c (its reference), gr_mask.c, gr_config.c.
  *
  * Limits (GR_MAX_*) bound what an untrusted grammar can cost: every one of them turns into a
  * compile error (or, at run time, a dropped path, never a wrongly allowed token).
@@ -25,6 +31,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/buf.h"
 #include "grammar/grammar.h"
 
 #define GR_MAX_CP 0x10FFFFu
@@ -39,6 +46,8 @@
 #define GR_INLINE_LIMIT 20000         /* a rule used more than once is inlined up to this size */
 #define GR_MAX_DEPTH 2048             /* matcher stack depth (nesting of recursive rules) */
 #define GR_MAX_VISIT 8192             /* (state, stack) pairs visited building one configuration */
+
+/* ---- helpers (gr_util.c) ------------------------------------------------------------------- */
 
 /* Grows the array *p of *cap elements of elem bytes to hold at least need (doubling). 0 or
  * -ENOMEM (nothing changed). */
@@ -177,7 +186,7 @@ static inline int32_t gr__next(const gr_grammar *g, int32_t s, unsigned char byt
     return g->next[(size_t)s * (size_t)g->n_classes + g->cls[byte]];
 }
 
-/* ---- configurations (gr_match.c) -------------------------------------------------------------- */
+/* ---- configurations (gr_config.c) ------------------------------------------------------------- */
 
 typedef struct gr_pair {
     int32_t state; /* a state with byte edges */
@@ -203,6 +212,9 @@ int32_t gr__stacks_push(gr_stacks *st, int32_t ret, int32_t parent);
 int gr__stacks_copy(gr_stacks *dst, const gr_stacks *src);
 /* Forgets every node but the bottom. */
 void gr__stacks_reset(gr_stacks *st);
+/* Keeps only the nodes that pairs[0..n_pairs) stand on, renumbered in creation order, and
+ * rewrites the pairs' nodes to match. Returns the nodes left, or -ENOMEM (nothing changed). */
+int gr__stacks_compact(gr_stacks *st, gr_pair *pairs, int n_pairs);
 
 /* Result flags of a closure / step. */
 enum gr_step_flag {

@@ -163,7 +163,7 @@ static int rx_fail(rx *r, size_t pos, const char *msg)
 }
 
 /* Appends the JSON string encodings of the characters of s (normalised, non-empty). */
-static void emit_json_set(gr_buf *b, cset *s)
+static void emit_json_set(buf *b, cset *s)
 {
     cset plain = {0};
     int quote = 0, bslash = 0;
@@ -188,34 +188,34 @@ static void emit_json_set(gr_buf *b, cset *s)
         }
     }
     int alts = 0;
-    gr_buf_puts(b, "(");
+    buf_puts(b, "(");
     if (plain.n) {
-        gr_buf_puts(b, "[");
+        buf_puts(b, "[");
         for (int i = 0; i < plain.n; i++) {
             gr_buf_cp(b, plain.r[i].lo);
             if (plain.r[i].hi != plain.r[i].lo) {
-                gr_buf_puts(b, "-");
+                buf_puts(b, "-");
                 gr_buf_cp(b, plain.r[i].hi);
             }
         }
-        gr_buf_puts(b, "]");
+        buf_puts(b, "]");
         alts++;
     }
-    if (quote) gr_buf_puts(b, alts++ ? " | \"\\\\\\\"\"" : "\"\\\\\\\"\"");
-    if (bslash) gr_buf_puts(b, alts++ ? " | \"\\\\\\\\\"" : "\"\\\\\\\\\"");
+    if (quote) buf_puts(b, alts++ ? " | \"\\\\\\\"\"" : "\"\\\\\\\"\"");
+    if (bslash) buf_puts(b, alts++ ? " | \"\\\\\\\\\"" : "\"\\\\\\\\\"");
     static const char *short_esc[32] = {['\b'] = "b", ['\f'] = "f", ['\n'] = "n", ['\r'] = "r", ['\t'] = "t"};
     for (int i = 0; i < nctl; i++) {
-        if (alts++) gr_buf_puts(b, " | ");
-        if (short_esc[ctl[i]]) gr_buf_printf(b, "\"\\\\%s\"", short_esc[ctl[i]]);
-        else gr_buf_printf(b, "\"\\\\u00%02x\"", (unsigned)ctl[i]);
+        if (alts++) buf_puts(b, " | ");
+        if (short_esc[ctl[i]]) buf_printf(b, "\"\\\\%s\"", short_esc[ctl[i]]);
+        else buf_printf(b, "\"\\\\u00%02x\"", (unsigned)ctl[i]);
     }
-    gr_buf_puts(b, ")");
+    buf_puts(b, ")");
     if (plain.oom) b->oom = 1;
     cs_free(&plain);
 }
 
 /* Appends a set (non-empty) as a GBNF expression. */
-static void emit_set(rx *r, gr_buf *b, cset *s)
+static void emit_set(rx *r, buf *b, cset *s)
 {
     cs_norm(s);
     if (s->oom) b->oom = 1;
@@ -224,20 +224,20 @@ static void emit_set(rx *r, gr_buf *b, cset *s)
         return;
     }
     if (s->n == 1 && s->r[0].lo == s->r[0].hi) {
-        gr_buf_puts(b, "\"");
+        buf_puts(b, "\"");
         gr_buf_cp(b, s->r[0].lo);
-        gr_buf_puts(b, "\"");
+        buf_puts(b, "\"");
         return;
     }
-    gr_buf_puts(b, "[");
+    buf_puts(b, "[");
     for (int i = 0; i < s->n; i++) {
         gr_buf_cp(b, s->r[i].lo);
         if (s->r[i].hi != s->r[i].lo) {
-            gr_buf_puts(b, "-");
+            buf_puts(b, "-");
             gr_buf_cp(b, s->r[i].hi);
         }
     }
-    gr_buf_puts(b, "]");
+    buf_puts(b, "]");
 }
 
 /* Reads n hex digits (or {…} when n < 0) at i into *cp. */
@@ -367,10 +367,10 @@ static int parse_class(rx *r, cset *s)
     return 0;
 }
 
-static int parse_alt(rx *r, gr_buf *b, int top);
+static int parse_alt(rx *r, buf *b, int top);
 
 /* A group after '(' (at i). */
-static int parse_group(rx *r, gr_buf *b)
+static int parse_group(rx *r, buf *b)
 {
     size_t at = r->i++;
     if (r->i < r->n && r->s[r->i] == '?') {
@@ -395,9 +395,9 @@ static int parse_group(rx *r, gr_buf *b)
         }
     }
     if (++r->depth > GR_MAX_NEST) return rx_fail(r, at, "groups nested too deeply");
-    gr_buf_puts(b, "(");
+    buf_puts(b, "(");
     int rc = parse_alt(r, b, 0);
-    gr_buf_puts(b, ")");
+    buf_puts(b, ")");
     r->depth--;
     if (rc) return rc;
     if (r->i >= r->n || r->s[r->i] != ')') return rx_fail(r, at, "unclosed '('");
@@ -455,7 +455,7 @@ static const char JSON_ANY[] =
     "([^\"\\\\\\x00-\\x1F] | \"\\\\\" ([\"\\\\/bfnrt] | \"u\" ([0-9a-cA-Ce-fE-F] [0-9a-fA-F]{3} | [dD] [0-7] [0-9a-fA-F]{2})))";
 
 /* One atom (not a quantifier or anchor) at i into b. */
-static int parse_atom(rx *r, gr_buf *b)
+static int parse_atom(rx *r, buf *b)
 {
     unsigned char c = r->s[r->i];
     if (c == '(') return parse_group(r, b);
@@ -484,11 +484,11 @@ static int parse_atom(rx *r, gr_buf *b)
 }
 
 /* A sequence; at the top level ^ may start it and $ end it (*anch bit 1 / bit 2). */
-static int parse_seq(rx *r, gr_buf *b, int top, int *anch)
+static int parse_seq(rx *r, buf *b, int top, int *anch)
 {
     *anch = 0;
     int items = 0, rc = 0;
-    gr_buf_puts(b, "(");
+    buf_puts(b, "(");
     while (!rc && r->i < r->n) {
         unsigned char c = r->s[r->i];
         if (c == '|' || c == ')') break;
@@ -502,57 +502,57 @@ static int parse_seq(rx *r, gr_buf *b, int top, int *anch)
             continue;
         }
         if (c == '*' || c == '+' || c == '?') return rx_fail(r, at, "nothing to repeat");
-        gr_buf a = {0};
+        buf a = {0};
         long m, n;
         int q;
         if ((rc = parse_atom(r, &a)) == 0 && (q = parse_quant(r, &m, &n)) < 0) rc = q;
         if (!rc) {
-            gr_buf_puts(b, q ? " (" : " ");
-            gr_buf_put(b, a.p ? a.p : "", a.n);
+            buf_puts(b, q ? " (" : " ");
+            buf_put(b, a.s ? a.s : "", a.len);
             if (q) {
-                gr_buf_puts(b, ")");
-                if (n < 0 && m == 0) gr_buf_puts(b, "*");
-                else if (n < 0 && m == 1) gr_buf_puts(b, "+");
-                else if (n < 0) gr_buf_printf(b, "{%ld,}", m);
-                else if (m == 0 && n == 1) gr_buf_puts(b, "?");
-                else gr_buf_printf(b, "{%ld,%ld}", m, n);
+                buf_puts(b, ")");
+                if (n < 0 && m == 0) buf_puts(b, "*");
+                else if (n < 0 && m == 1) buf_puts(b, "+");
+                else if (n < 0) buf_printf(b, "{%ld,}", m);
+                else if (m == 0 && n == 1) buf_puts(b, "?");
+                else buf_printf(b, "{%ld,%ld}", m, n);
             }
             if (a.oom) b->oom = 1;
         }
-        free(a.p);
+        free(a.s);
         items++;
     }
     if (rc) return rc;
-    if (!items) gr_buf_puts(b, " \"\"");
-    gr_buf_puts(b, " )");
+    if (!items) buf_puts(b, " \"\"");
+    buf_puts(b, " )");
     return 0;
 }
 
-static int parse_alt(rx *r, gr_buf *b, int top)
+static int parse_alt(rx *r, buf *b, int top)
 {
     int first = 1;
-    gr_buf_puts(b, "(");
+    buf_puts(b, "(");
     for (;;) {
         int anch;
-        gr_buf_puts(b, first ? " " : " | ");
+        buf_puts(b, first ? " " : " | ");
         first = 0;
-        gr_buf sb = {0};
+        buf sb = {0};
         if (parse_seq(r, &sb, top, &anch)) {
-            free(sb.p);
+            free(sb.s);
             return -EINVAL;
         }
         int search = top && r->mode == GR_RE_JSON_SEARCH;
         if (search && !(anch & 1)) {
-            gr_buf_puts(b, JSON_ANY);
-            gr_buf_puts(b, "* ");
+            buf_puts(b, JSON_ANY);
+            buf_puts(b, "* ");
         }
-        gr_buf_put(b, sb.p ? sb.p : "", sb.n);
+        buf_put(b, sb.s ? sb.s : "", sb.len);
         if (sb.oom) b->oom = 1;
-        free(sb.p);
+        free(sb.s);
         if (search && !(anch & 2)) {
-            gr_buf_puts(b, " ");
-            gr_buf_puts(b, JSON_ANY);
-            gr_buf_puts(b, "*");
+            buf_puts(b, " ");
+            buf_puts(b, JSON_ANY);
+            buf_puts(b, "*");
         }
         if (r->i < r->n && r->s[r->i] == '|') {
             r->i++;
@@ -560,7 +560,7 @@ static int parse_alt(rx *r, gr_buf *b, int top)
         }
         break;
     }
-    gr_buf_puts(b, " )");
+    buf_puts(b, " )");
     return 0;
 }
 
@@ -571,13 +571,13 @@ char *gr_regex_to_gbnf(const char *re, size_t len, int mode, gr_error *err)
     memset(err, 0, sizeof *err);
     err->pos = -1;
     rx r = {(const unsigned char *)re, len, 0, mode, err, 0, 0};
-    gr_buf b = {0};
+    buf b = {0};
     int rc = parse_alt(&r, &b, 1);
     if (!rc && r.i < r.n) rc = rx_fail(&r, r.i, "unmatched ')'");
     if (!rc && b.oom) rc = rx_fail(&r, r.i, "out of memory");
     if (rc) {
-        free(b.p);
+        free(b.s);
         return NULL;
     }
-    return gr_buf_take(&b);
+    return buf_take(&b);
 }

@@ -1,7 +1,7 @@
 /*
  * grammar.c — the grammar module's entry points: compiling GBNF, regex and choice lists,
- * reference counting, the LRU cache of compiled grammars, and the small text and UTF-8 helpers
- * the other gr_*.c files share.
+ * reference counting and the LRU cache of compiled grammars. The small text and UTF-8 helpers
+ * the other gr_*.c files share are in gr_util.c, below all of them.
  *
  * Every front end becomes GBNF text first (a regex through gr_regex.c, a choice list as
  * alternatives of literals), so one parser and one compiler serve them all, and a composed
@@ -14,185 +14,6 @@
 #include <string.h>
 
 #include "grammar/gr_internal.h"
-
-/* ---- text and UTF-8 helpers ----------------------------------------------------------------- */
-
-void gr_buf_put(gr_buf *b, const char *s, size_t n)
-{
-    if (b->oom) return;
-    if (b->n + n + 1 > b->cap) {
-        size_t c = b->cap ? b->cap : 256;
-        while (c < b->n + n + 1) c *= 2;
-        char *p = realloc(b->p, c);
-        if (!p) {
-            b->oom = 1;
-            return;
-        }
-        b->p = p;
-        b->cap = c;
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = 0;
-}
-
-void gr_buf_puts(gr_buf *b, const char *s)
-{
-    gr_buf_put(b, s, strlen(s));
-}
-
-void gr_buf_printf(gr_buf *b, const char *fmt, ...)
-{
-    char tmp[512];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
-    va_end(ap);
-    if (n < 0) {
-        b->oom = 1;
-        return;
-    }
-    if ((size_t)n < sizeof tmp) {
-        gr_buf_put(b, tmp, (size_t)n);
-        return;
-    }
-    char *big = malloc((size_t)n + 1);
-    if (!big) {
-        b->oom = 1;
-        return;
-    }
-    va_start(ap, fmt);
-    vsnprintf(big, (size_t)n + 1, fmt, ap);
-    va_end(ap);
-    gr_buf_put(b, big, (size_t)n);
-    free(big);
-}
-
-void gr_buf_cp(gr_buf *b, uint32_t c)
-{
-    char t[16];
-    if (c == '"' || c == '\\' || c == '[' || c == ']' || c == '-' || c == '^' || c == '\'') {
-        t[0] = '\\';
-        t[1] = (char)c;
-        gr_buf_put(b, t, 2);
-    } else if (c >= 0x20 && c < 0x7f) {
-        t[0] = (char)c;
-        gr_buf_put(b, t, 1);
-    } else if (c < 0x80) {
-        gr_buf_printf(b, "\\x%02X", (unsigned)c);
-    } else if (c <= 0xFFFF) {
-        gr_buf_printf(b, "\\u%04X", (unsigned)c);
-    } else {
-        gr_buf_printf(b, "\\U%08X", (unsigned)c);
-    }
-}
-
-void gr_buf_literal(gr_buf *b, const char *s, size_t n)
-{
-    gr_buf_put(b, "\"", 1);
-    for (size_t i = 0; i < n;) {
-        uint32_t cp;
-        int l = gr__utf8_decode((const unsigned char *)s + i, n - i, &cp);
-        if (l < 0) { /* not UTF-8: cannot be written as a literal */
-            b->oom = 1;
-            return;
-        }
-        gr_buf_cp(b, cp);
-        i += (size_t)l;
-    }
-    gr_buf_put(b, "\"", 1);
-}
-
-char *gr_buf_take(gr_buf *b)
-{
-    if (b->oom) {
-        free(b->p);
-        memset(b, 0, sizeof *b);
-        return NULL;
-    }
-    if (!b->p) gr_buf_put(b, "", 0);
-    char *p = b->p;
-    memset(b, 0, sizeof *b);
-    return p;
-}
-
-int gr__grow(void **p, int *cap, int64_t need, size_t elem)
-{
-    if (need <= *cap) return 0;
-    if (need > INT32_MAX / 2) return -ENOMEM;
-    int64_t c = *cap ? *cap : 64;
-    while (c < need) c *= 2;
-    void *q = realloc(*p, (size_t)c * elem);
-    if (!q) return -ENOMEM;
-    *p = q;
-    *cap = (int)c;
-    return 0;
-}
-
-int gr__hexval(int c)
-{
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-}
-
-int gr__fail(gr_error *err, int pos, const char *fmt, ...)
-{
-    if (!err) return -EINVAL;
-    if (err->msg[0]) return -EINVAL; /* keep the first (innermost) reason */
-    err->pos = pos;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err->msg, sizeof err->msg, fmt, ap);
-    va_end(ap);
-    return -EINVAL;
-}
-
-int gr__utf8_decode(const unsigned char *s, size_t n, uint32_t *cp)
-{
-    if (n == 0) return -1;
-    unsigned char c = s[0];
-    if (c < 0x80) {
-        *cp = c;
-        return 1;
-    }
-    int l = c >= 0xF0 && c <= 0xF4 ? 4 : c >= 0xE0 ? (c < 0xF0 ? 3 : 0) : c >= 0xC2 ? 2 : 0;
-    if (!l || (size_t)l > n) return -1;
-    uint32_t v = c & (0x7F >> l);
-    for (int i = 1; i < l; i++) {
-        if ((s[i] & 0xC0) != 0x80) return -1;
-        v = (v << 6) | (s[i] & 0x3F);
-    }
-    static const uint32_t min[5] = {0, 0, 0x80, 0x800, 0x10000};
-    if (v < min[l] || v > GR_MAX_CP || (v >= 0xD800 && v <= 0xDFFF)) return -1;
-    *cp = v;
-    return l;
-}
-
-int gr__utf8_encode(uint32_t c, unsigned char *o)
-{
-    if (c < 0x80) {
-        o[0] = (unsigned char)c;
-        return 1;
-    }
-    if (c < 0x800) {
-        o[0] = (unsigned char)(0xC0 | (c >> 6));
-        o[1] = (unsigned char)(0x80 | (c & 0x3F));
-        return 2;
-    }
-    if (c < 0x10000) {
-        o[0] = (unsigned char)(0xE0 | (c >> 12));
-        o[1] = (unsigned char)(0x80 | ((c >> 6) & 0x3F));
-        o[2] = (unsigned char)(0x80 | (c & 0x3F));
-        return 3;
-    }
-    o[0] = (unsigned char)(0xF0 | (c >> 18));
-    o[1] = (unsigned char)(0x80 | ((c >> 12) & 0x3F));
-    o[2] = (unsigned char)(0x80 | ((c >> 6) & 0x3F));
-    o[3] = (unsigned char)(0x80 | (c & 0x3F));
-    return 4;
-}
 
 /* ---- compiling -------------------------------------------------------------------------------- */
 
@@ -261,12 +82,12 @@ gr_grammar *gr_compile_regex(const char *re, size_t len, gr_error *err)
     err->pos = -1;
     char *expr = gr_regex_to_gbnf(re, len, GR_RE_FULL, err);
     if (!expr) return NULL;
-    gr_buf b = {0};
-    gr_buf_puts(&b, "root ::= ");
-    gr_buf_puts(&b, expr);
-    gr_buf_puts(&b, "\n");
+    buf b = {0};
+    buf_puts(&b, "root ::= ");
+    buf_puts(&b, expr);
+    buf_puts(&b, "\n");
     free(expr);
-    return compile_generated(gr_buf_take(&b), err);
+    return compile_generated(buf_take(&b), err);
 }
 
 gr_grammar *gr_compile_choice(const char *const *choices, const size_t *lens, int n, gr_error *err)
@@ -289,21 +110,21 @@ gr_grammar *gr_compile_choice(const char *const *choices, const size_t *lens, in
             }
             k += (size_t)l;
         }
-    gr_buf b = {0};
-    gr_buf_puts(&b, "root ::= ");
+    buf b = {0};
+    buf_puts(&b, "root ::= ");
     for (int i = 0; i < n; i++) {
-        if (i) gr_buf_puts(&b, " | ");
+        if (i) buf_puts(&b, " | ");
         gr_buf_literal(&b, choices[i], lens[i]);
     }
-    gr_buf_puts(&b, "\n");
-    return compile_generated(gr_buf_take(&b), err);
+    buf_puts(&b, "\n");
+    return compile_generated(buf_take(&b), err);
 }
 
 char *gr_gbnf_literal(const char *s, size_t len)
 {
-    gr_buf b = {0};
+    buf b = {0};
     gr_buf_literal(&b, s, len);
-    return gr_buf_take(&b);
+    return buf_take(&b);
 }
 
 gr_grammar *gr_ref(gr_grammar *g)

@@ -32,7 +32,8 @@
  * append oai_schema_gbnf(schema, "args-") and compile the whole text with gr_compile_gbnf (in
  * server/, oai__grammar_gbnf does it through the server's grammar cache and turns errors into
  * 400s); the engine constrains a request given engine_request.grammar. gr_regex_to_gbnf and
- * gr_gbnf_literal produce GBNF expressions for regexes and literal text, and gr_buf builds text.
+ * gr_gbnf_literal produce GBNF expressions for regexes and literal text, and gr_buf_literal and
+ * gr_buf_cp write them into a growable string (base/buf.h).
  *
  * Limits: text nesting, rule count, repetition bounds, automaton states, table memory and
  * compile time are bounded (a clear error past them); at run time the stack depth and the
@@ -49,6 +50,8 @@
 #include <stdint.h>
 
 #include "model/tokenizer.h"
+
+struct buf; /* base/buf.h */
 
 typedef struct gr_grammar gr_grammar;
 typedef struct gr_vocab gr_vocab;
@@ -110,24 +113,10 @@ char *gr_regex_to_gbnf(const char *re, size_t len, int mode, gr_error *err);
  * is not valid UTF-8. */
 char *gr_gbnf_literal(const char *s, size_t len);
 
-/* A growable NUL-terminated string for writing grammar text; oom is sticky (every later append
- * is a no-op and gr_buf_take returns NULL). Zero-initialise it; gr_buf_take hands the string
- * over (or frees it on oom) and resets the buffer. */
-typedef struct gr_buf {
-    char *p;
-    size_t n, cap;
-    int oom;
-} gr_buf;
-
-void gr_buf_put(gr_buf *b, const char *s, size_t n);
-void gr_buf_puts(gr_buf *b, const char *s);
-void gr_buf_printf(gr_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* Appends a GBNF literal "..." for the UTF-8 text s[0..n) (invalid UTF-8 sets oom). */
-void gr_buf_literal(gr_buf *b, const char *s, size_t n);
+/* Appends a GBNF literal "..." for the UTF-8 text s[0..n) to b (invalid UTF-8 sets b's oom). */
+void gr_buf_literal(struct buf *b, const char *s, size_t n);
 /* Appends code point c escaped as it may appear inside a GBNF literal or class. */
-void gr_buf_cp(gr_buf *b, uint32_t c);
-/* The string (the caller frees it), or NULL after oom. */
-char *gr_buf_take(gr_buf *b);
+void gr_buf_cp(struct buf *b, uint32_t c);
 
 /* ---- vocabularies ------------------------------------------------------------------------ */
 

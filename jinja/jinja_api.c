@@ -1,6 +1,8 @@
 /*
- * jinja_api.c — the public face of the Jinja interpreter (jinja/jinja.h): compiling, render
- * contexts and their limits, rendering, building and reading values, error lines.
+ * jinja_api.c — the public face of the Jinja interpreter (jinja/jinja.h): compiling, variables
+ * of a render context, rendering, building and reading values, error lines. Contexts and the
+ * plain value constructors (jinja_none, jinja_int, ...) are jinja_value.c's, since the
+ * interpreter's own files create them too and must not call up into this file.
  *
  * Every entry point that can fail inside the interpreter sets a jj_catch first; errors longjmp
  * back to it and the entry point returns a negative errno with the context's arena still
@@ -28,32 +30,6 @@ void jinja_tmpl_destroy(jinja_tmpl *t)
     free(t);
 }
 
-jinja_ctx *jinja_ctx_create(const jinja_limits *lim)
-{
-    jinja_ctx *c = calloc(1, sizeof *c);
-    if (!c) return NULL;
-    if (lim) c->lim = *lim;
-    if (!c->lim.max_output_bytes) c->lim.max_output_bytes = 32u << 20;
-    if (!c->lim.max_memory_bytes) c->lim.max_memory_bytes = (size_t)512 << 20;
-    if (!c->lim.max_steps) c->lim.max_steps = 50000000;
-    if (!c->lim.max_depth) c->lim.max_depth = 200;
-    c->arena.limit_bytes = c->lim.max_memory_bytes;
-    return c;
-}
-
-void jinja_ctx_destroy(jinja_ctx *c)
-{
-    if (!c) return;
-    jj__arena_free(&c->arena);
-    free(c);
-}
-
-void jinja_ctx_set_time(jinja_ctx *c, const struct tm *now)
-{
-    c->now = *now;
-    c->have_now = 1;
-}
-
 int jinja_ctx_set(jinja_ctx *c, const char *name, jinja_value v)
 {
     jj_catch k = {0};
@@ -77,7 +53,7 @@ int jinja_render(const jinja_tmpl *t, jinja_ctx *c, char **out, size_t *out_len,
     if (out_len) *out_len = 0;
     if (err) memset(err, 0, sizeof *err);
     jj_catch k = {.err = err};
-    jj_buf buf;
+    buf text;
     c->catch = &k;
     c->tmpl = t;
     c->steps = 0;
@@ -88,24 +64,24 @@ int jinja_render(const jinja_tmpl *t, jinja_ctx *c, char **out, size_t *out_len,
         c->out = NULL;
         return k.code;
     }
-    jj__buf_init(&buf, c);
-    c->out = &buf;
+    jj__buf_init(&text, c);
+    c->out = &text;
     jj__exec_template(c, t);
-    char *res = malloc(buf.n + 1);
+    char *res = malloc(text.len + 1);
     if (!res) {
         c->catch = NULL;
         return -ENOMEM;
     }
-    if (buf.n) memcpy(res, buf.s, buf.n);
-    res[buf.n] = 0;
+    if (text.len) memcpy(res, text.s, text.len);
+    res[text.len] = 0;
     *out = res;
-    if (out_len) *out_len = buf.n;
+    if (out_len) *out_len = text.len;
     c->catch = NULL;
     c->out = NULL;
     return 0;
 }
 
-void jinja_error_format(const jinja_error *e, char *buf, size_t n)
+void jinja_error_format(const jinja_error *e, char *dst, size_t n)
 {
     char msg[sizeof e->message];
     size_t i;
@@ -113,9 +89,9 @@ void jinja_error_format(const jinja_error *e, char *buf, size_t n)
         msg[i] = (e->message[i] == '\n' || e->message[i] == '\r') ? ' ' : e->message[i];
     msg[i] = 0;
     if (e->line > 0)
-        snprintf(buf, n, "%s: %s (template line %d)", e->kind, msg, e->line);
+        snprintf(dst, n, "%s: %s (template line %d)", e->kind, msg, e->line);
     else
-        snprintf(buf, n, "%s: %s", e->kind, msg);
+        snprintf(dst, n, "%s: %s", e->kind, msg);
 }
 
 /* ---- values ------------------------------------------------------------------------------- */
@@ -167,31 +143,6 @@ static void do_set(jinja_ctx *c, void *p)
 {
     api_args *x = p;
     jj__dict_set(c, x->a, jj__str_cstr(c, x->s), x->b);
-}
-
-jinja_value jinja_none(void)
-{
-    return (jinja_value){.kind = JINJA_NONE};
-}
-
-jinja_value jinja_bool(int b)
-{
-    return (jinja_value){.kind = JINJA_BOOL, .b = !!b};
-}
-
-jinja_value jinja_int(int64_t i)
-{
-    return (jinja_value){.kind = JINJA_INT, .i = i};
-}
-
-jinja_value jinja_float(double f)
-{
-    return (jinja_value){.kind = JINJA_FLOAT, .f = f};
-}
-
-jinja_value jinja_undefined(void)
-{
-    return (jinja_value){.kind = JINJA_UNDEFINED};
 }
 
 int jinja_str(jinja_ctx *c, const char *s, size_t n, jinja_value *out)
@@ -267,7 +218,7 @@ const char *jinja_str_bytes(jinja_value v, size_t *len)
 
 char *jinja_json_dump(jinja_value v, int compact)
 {
-    jj_buf b;
+    buf b;
     jj_json_opts o;
     jj__json_opts_default(&o);
     if (compact) {

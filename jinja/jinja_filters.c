@@ -263,25 +263,25 @@ static jinja_value f_last(jinja_ctx *c, jinja_value v, const jj_callargs *a)
 /* Python's float(str): surrounding whitespace, a sign, digits with '_', inf, nan. */
 static int parse_float(jinja_value s, double *out)
 {
-    char buf[128];
+    char num[128];
     size_t o = 0;
     const char *p = s.s->s, *e = p + s.s->len;
     while (p < e && (*p == ' ' || (*p >= 9 && *p <= 13)))
         p++;
     while (e > p && (e[-1] == ' ' || (e[-1] >= 9 && e[-1] <= 13)))
         e--;
-    if (p == e || (size_t)(e - p) >= sizeof buf) return 0;
+    if (p == e || (size_t)(e - p) >= sizeof num) return 0;
     for (; p < e; p++)
-        if (*p != '_') buf[o++] = *p;
-    buf[o] = 0;
-    const char *w = buf + (buf[0] == '+' || buf[0] == '-');
+        if (*p != '_') num[o++] = *p;
+    num[o] = 0;
+    const char *w = num + (num[0] == '+' || num[0] == '-');
     if (!strcasecmp(w, "inf") || !strcasecmp(w, "infinity") || !strcasecmp(w, "nan")) {
-        *out = strtod(buf, NULL);
+        *out = strtod(num, NULL);
         return 1;
     }
     if ((w[0] | 0x20) == 'x' || ((w[0] == '0') && (w[1] | 0x20) == 'x')) return 0;
     char *end;
-    *out = strtod(buf, &end);
+    *out = strtod(num, &end);
     return *end == 0;
 }
 
@@ -405,7 +405,7 @@ static jinja_value f_join(jinja_ctx *c, jinja_value v, const jj_callargs *a)
 {
     ARGS("join", "d", "attribute");
     jinja_value l = jj__iter_list(c, v);
-    jj_buf b;
+    buf b;
     jj__buf_init(&b, c);
     for (uint32_t i = 0; i < l.l->n; i++) {
         if (i && given(arg[0])) jj__str(&b, arg[0]);
@@ -546,7 +546,7 @@ static jinja_value f_max(jinja_ctx *c, jinja_value v, const jj_callargs *a)
 static jinja_value f_pprint(jinja_ctx *c, jinja_value v, const jj_callargs *a)
 {
     jj__bind(c, "pprint", NULL, 0, a, NULL);
-    jj_buf b;
+    buf b;
     jj__buf_init(&b, c);
     jj__repr(&b, v);
     return jj__str_buf(c, &b);
@@ -567,10 +567,10 @@ static jinja_value f_reverse(jinja_ctx *c, jinja_value v, const jj_callargs *a)
     jj__bind(c, "reverse", NULL, 0, a, NULL);
     if (v.kind == JINJA_STR) {
         jinja_value l = jj__iter_list(c, v);
-        jj_buf b;
+        buf b;
         jj__buf_init(&b, c);
         for (uint32_t i = l.l->n; i-- > 0;)
-            jj__buf_add(&b, l.l->v[i].s->s, l.l->v[i].s->len);
+            buf_put(&b, l.l->v[i].s->s, l.l->v[i].s->len);
         jinja_value r = jj__str_buf(c, &b);
         r.flags = v.flags;
         return r;
@@ -622,9 +622,9 @@ static jinja_value f_round(jinja_ctx *c, jinja_value v, const jj_callargs *a)
         double r = nearbyint(x * s) / s;
         return v.kind == JINJA_FLOAT ? jinja_float(r) : jinja_int((int64_t)r);
     }
-    char buf[400];
-    snprintf(buf, sizeof buf, "%.*f", (int)p, x); /* exact decimal, round-half-even */
-    return jinja_float(strtod(buf, NULL));
+    char dec[400];
+    snprintf(dec, sizeof dec, "%.*f", (int)p, x); /* exact decimal, round-half-even */
+    return jinja_float(strtod(dec, NULL));
 }
 
 static jinja_value f_safe(jinja_ctx *c, jinja_value v, const jj_callargs *a)
@@ -706,7 +706,7 @@ static jinja_value f_tojson(jinja_ctx *c, jinja_value v, const jj_callargs *a)
         o.item_sep = s.l->v[0].s->s;
         o.key_sep = s.l->v[1].s->s;
     }
-    jj_buf b;
+    buf b;
     jj__buf_init(&b, c);
     jj__tojson(c, &b, v, &o, 0);
     return jj__str_buf(c, &b);
@@ -740,72 +740,11 @@ static jinja_value f_unsupported(jinja_ctx *c, jinja_value v, const jj_callargs 
     jj__raise(c, JJ_E_UNSUPPORTED, "this filter is not supported in chat templates");
 }
 
+#define FILTER_ENTRY(nm, fn) {nm, fn},
 static const struct {
     const char *name;
     filter_fn fn;
-} filters[] = {
-    {"abs", f_abs},
-    {"attr", f_attr},
-    {"batch", f_batch},
-    {"capitalize", f_capitalize},
-    {"center", jj__f_center},
-    {"count", f_length},
-    {"d", f_default},
-    {"default", f_default},
-    {"dictsort", f_dictsort},
-    {"e", f_escape},
-    {"escape", f_escape},
-    {"filesizeformat", f_unsupported},
-    {"first", f_first},
-    {"float", f_float},
-    {"forceescape", f_forceescape},
-    {"format", f_format},
-    {"groupby", f_unsupported},
-    {"indent", jj__f_indent},
-    {"int", f_int},
-    {"items", f_items},
-    {"join", f_join},
-    {"last", f_last},
-    {"length", f_length},
-    {"list", f_list},
-    {"lower", f_lower},
-    {"map", f_map},
-    {"max", f_max},
-    {"min", f_min},
-    {"pprint", f_pprint},
-    {"random", f_unsupported},
-    {"reject", f_reject},
-    {"rejectattr", f_rejectattr},
-    {"replace", f_replace},
-    {"reverse", f_reverse},
-    {"round", f_round},
-    {"safe", f_safe},
-    {"select", f_select},
-    {"selectattr", f_selectattr},
-    {"slice", f_slice},
-    {"sort", f_sort},
-    {"string", f_string},
-    {"striptags", jj__f_striptags},
-    {"sum", f_sum},
-    {"title", jj__f_title},
-    {"tojson", f_tojson},
-    {"trim", f_trim},
-    {"truncate", jj__f_truncate},
-    {"unique", f_unique},
-    {"upper", f_upper},
-    {"urlencode", jj__f_urlencode},
-    {"urlize", f_unsupported},
-    {"wordcount", jj__f_wordcount},
-    {"wordwrap", f_unsupported},
-    {"xmlattr", f_unsupported},
-};
-
-int jj__filter_index(const char *name)
-{
-    for (size_t i = 0; i < sizeof filters / sizeof filters[0]; i++)
-        if (!strcmp(filters[i].name, name)) return (int)i;
-    return -1;
-}
+} filters[] = {JJ__FILTERS(FILTER_ENTRY)};
 
 /* The filters Jinja writes as generators: they run when their result is iterated. */
 static int is_generator_filter(filter_fn fn)
@@ -823,20 +762,8 @@ jinja_value jj__apply_filter(jinja_ctx *c, int idx, jinja_value v, const jj_call
     jinja_value g = jj__list_new(c, JJ_L_GEN, 0);
     jj_callargs *copy = jj__alloc(c, sizeof *copy);
     *copy = *a;
-    g.l->lazy = idx + 1;
+    g.l->lazy = filters[idx].fn;
     g.l->lazy_in = v;
     g.l->lazy_args = copy;
     return g;
-}
-
-void jj__force_gen(jinja_ctx *c, jinja_value g)
-{
-    struct jinja_list *l = g.l;
-    int idx = l->lazy - 1;
-    l->lazy = 0;
-    jinja_value r = filters[idx].fn(c, l->lazy_in, l->lazy_args);
-    if (r.kind == JINJA_LIST && r.l->lazy) jj__force_gen(c, r);
-    l->v = r.l->v;
-    l->n = r.l->n;
-    l->cap = r.l->cap;
 }

@@ -1,6 +1,7 @@
 /*
  * jinja_filters_text.c — the filters that lay text out: title, center, indent, striptags,
- * truncate, urlencode, wordcount (the rest are in jinja_filters.c, which lists them all).
+ * truncate, urlencode, wordcount (the rest are in jinja_filters.c; JJ__FILTERS in
+ * jinja_internal.h lists them all).
  */
 #include <string.h>
 
@@ -26,7 +27,7 @@ jinja_value jj__f_title(jinja_ctx *c, jinja_value v, const jj_callargs *a)
 {
     jj__bind(c, "title", NULL, 0, a, NULL);
     jinja_value s = jj__soft_str(c, v);
-    jj_buf b;
+    buf b;
     jj__buf_init(&b, c);
     size_t i = 0;
     int start = 1;
@@ -36,7 +37,7 @@ jinja_value jj__f_title(jinja_ctx *c, jinja_value v, const jj_callargs *a)
         int sep = cp == '-' || cp == '(' || cp == '{' || cp == '[' || cp == '<' || jj__is_space(cp);
         uint32_t out = sep ? cp : start ? jj__upper(cp) : jj__lower(cp);
         start = sep;
-        jj__buf_add(&b, tmp, jj__utf8_put(tmp, out));
+        buf_put(&b, tmp, jj__utf8_put(tmp, out));
     }
     jinja_value r = jj__str_buf(c, &b);
     r.flags = s.flags;
@@ -48,7 +49,7 @@ jinja_value jj__f_center(jinja_ctx *c, jinja_value v, const jj_callargs *a)
     ARGS("center", "width");
     jinja_value s = jj__soft_str(c, v), m = jj__method(c, s, "center", 6);
     jj_callargs ca = {.pos = given(arg[0]) ? arg : (jinja_value[]){jinja_int(80)}, .n_pos = 1};
-    return jj__call(c, m, &ca);
+    return jj__call_native(c, m, &ca);
 }
 
 jinja_value jj__f_indent(jinja_ctx *c, jinja_value v, const jj_callargs *a)
@@ -66,26 +67,26 @@ jinja_value jj__f_indent(jinja_ctx *c, jinja_value v, const jj_callargs *a)
         ind = arg[0];
     else {
         int64_t w = given(arg[0]) ? jj__int_arg(c, arg[0], "indent") : 4;
-        jj_buf t;
+        buf t;
         jj__buf_init(&t, c);
         for (int64_t i = 0; i < w && i < 10000; i++)
-            jj__buf_putc(&t, ' ');
+            buf_putc(&t, ' ');
         ind = jj__str_buf(c, &t);
     }
     jinja_value s = jj__str_new(c, v.s->s, v.s->len);
     s = jj__binop(c, JJ_OP_ADD, s, jj__str_new(c, "\n", 1));
     jinja_value lines = jj__str_splitlines(c, s, 0);
     int blank = flag(arg[2], 0);
-    jj_buf b;
+    buf b;
     jj__buf_init(&b, c);
-    if (flag(arg[1], 0)) jj__buf_add(&b, ind.s->s, ind.s->len);
+    if (flag(arg[1], 0)) buf_put(&b, ind.s->s, ind.s->len);
     for (uint32_t i = 0; i < lines.l->n; i++) {
         jinja_value ln = lines.l->v[i];
         if (i) {
-            jj__buf_putc(&b, '\n');
-            if (blank || ln.s->len) jj__buf_add(&b, ind.s->s, ind.s->len);
+            buf_putc(&b, '\n');
+            if (blank || ln.s->len) buf_put(&b, ind.s->s, ind.s->len);
         }
-        jj__buf_add(&b, ln.s->s, ln.s->len);
+        buf_put(&b, ln.s->s, ln.s->len);
     }
     jinja_value r = jj__str_buf(c, &b);
     if (v.flags & JINJA_F_MARKUP) r.flags = JINJA_F_MARKUP;
@@ -96,7 +97,7 @@ jinja_value jj__f_striptags(jinja_ctx *c, jinja_value v, const jj_callargs *a)
 {
     jj__bind(c, "striptags", NULL, 0, a, NULL);
     jinja_value s = jj__plain_str(c, v);
-    jj_buf b;
+    buf b;
     jj__buf_init(&b, c);
     int space = 0;
     for (size_t i = 0; i < s.s->len; i++) {
@@ -107,12 +108,12 @@ jinja_value jj__f_striptags(jinja_ctx *c, jinja_value v, const jj_callargs *a)
             continue;
         }
         if (ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r') {
-            space = b.n > 0;
+            space = b.len > 0;
             continue;
         }
-        if (space) jj__buf_putc(&b, ' ');
+        if (space) buf_putc(&b, ' ');
         space = 0;
-        jj__buf_putc(&b, ch);
+        buf_putc(&b, ch);
     }
     return jj__str_buf(c, &b);
 }
@@ -143,42 +144,42 @@ jinja_value jj__f_truncate(jinja_ctx *c, jinja_value v, const jj_callargs *a)
 
 /* Jinja's url_quote: UTF-8 bytes, %XX but for letters, digits and _.-~ (and / outside a query
  * string, where a space is +). */
-static void url_quote(jj_buf *b, jinja_value v, int for_qs)
+static void url_quote(jinja_ctx *c, buf *b, jinja_value v, int for_qs)
 {
-    jinja_value s = jj__plain_str(b->c, v);
+    jinja_value s = jj__plain_str(c, v);
     for (size_t i = 0; i < s.s->len; i++) {
         unsigned char ch = (unsigned char)s.s->s[i];
         if ((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
             strchr("_.-~", ch) || (ch == '/' && !for_qs))
-            jj__buf_putc(b, (char)ch);
+            buf_putc(b, (char)ch);
         else if (ch == ' ' && for_qs)
-            jj__buf_putc(b, '+');
+            buf_putc(b, '+');
         else
-            jj__buf_printf(b, "%%%02X", ch);
+            buf_printf(b, "%%%02X", ch);
     }
 }
 
 jinja_value jj__f_urlencode(jinja_ctx *c, jinja_value v, const jj_callargs *a)
 {
     jj__bind(c, "urlencode", NULL, 0, a, NULL);
-    jj_buf b;
+    buf b;
     jj__buf_init(&b, c);
     if (v.kind != JINJA_LIST && v.kind != JINJA_DICT && v.kind != JINJA_UNDEFINED) {
-        url_quote(&b, v, 0);
+        url_quote(c, &b, v, 0);
         return jj__str_buf(c, &b);
     }
     /* a mapping or pairs: k=v joined by & */
     jinja_value items = v.kind == JINJA_DICT ? jj__method(c, v, "items", 5) : jj__iter_list(c, v);
-    if (v.kind == JINJA_DICT) items = jj__call(c, items, &(jj_callargs){0});
+    if (v.kind == JINJA_DICT) items = jj__call_native(c, items, &(jj_callargs){0});
     for (uint32_t i = 0; i < items.l->n; i++) {
         jinja_value pair = jj__iter_list(c, items.l->v[i]);
         if (pair.l->n != 2)
             jj__raise(c, JJ_E_VALUE, "%s values to unpack (expected 2)",
                       pair.l->n < 2 ? "not enough" : "too many");
-        if (i) jj__buf_putc(&b, '&');
-        url_quote(&b, pair.l->v[0], 1);
-        jj__buf_putc(&b, '=');
-        url_quote(&b, pair.l->v[1], 1);
+        if (i) buf_putc(&b, '&');
+        url_quote(c, &b, pair.l->v[0], 1);
+        buf_putc(&b, '=');
+        url_quote(c, &b, pair.l->v[1], 1);
     }
     return jj__str_buf(c, &b);
 }

@@ -211,11 +211,11 @@ static void fold_stmt(folder *f, jj_node *n)
         fold_expr(f, n->a);
         jinja_value v;
         if (foldable(n->a) && try_eval(f, n->a, &v)) { /* {{ const }}: its text, whatever it is */
-            jj_buf b;
+            buf b;
             jj__buf_init(&b, f->c);
             jj__str(&b, v);
             n->kind = S_DATA;
-            n->val = copy_into_template(f, jj__str_new(f->c, b.s ? b.s : "", b.n));
+            n->val = copy_into_template(f, jj__str_new(f->c, b.s ? b.s : "", b.len));
         }
         return;
     }

@@ -7,7 +7,13 @@
  * escaping their arguments when the format string is Markup, as markupsafe does. The globals
  * are the names Jinja's default namespace and transformers add: range (bounded as the sandbox
  * bounds it), dict, namespace, joiner, raise_exception and strftime_now. Called by
- * jinja_expr.c (globals, %), jinja_methods.c (format) and jinja_filters.c (format).
+ * jinja_expr.c (globals), jinja_ops.c (%), jinja_methods.c (format) and jinja_filters.c
+ * (format).
+ *
+ * str.format resolves {0.name} and {0[key]} with jinja_ops.c's attribute and item access, whose
+ * attributes of a string are jinja_methods.c's methods, format among them: a cycle of three
+ * files (see jinja_ops.c) through which no call chain runs, since a field is looked up, never
+ * called.
  */
 #include <math.h>
 #include <stdio.h>
@@ -32,7 +38,7 @@ typedef struct spec {
     char type;           /* 0 or the type letter */
 } spec;
 
-static void pad_field(jj_buf *b, const char *s, size_t n, size_t n_cp, const spec *sp, int numeric)
+static void pad_field(buf *b, const char *s, size_t n, size_t n_cp, const spec *sp, int numeric)
 {
     int64_t w = sp->width, pad = w > (int64_t)n_cp ? w - (int64_t)n_cp : 0;
     char align = sp->align ? sp->align : numeric ? '>' : '<';
@@ -40,17 +46,17 @@ static void pad_field(jj_buf *b, const char *s, size_t n, size_t n_cp, const spe
     size_t fl = jj__utf8_put(fill, sp->fill ? sp->fill : ' ');
     int64_t left = align == '>' ? pad : align == '^' ? pad / 2 : 0;
     if (align == '=' && n && (s[0] == '-' || s[0] == '+' || s[0] == ' ')) {
-        jj__buf_putc(b, s[0]);
+        buf_putc(b, s[0]);
         s++;
         n--;
         left = pad;
     } else if (align == '=')
         left = pad;
     for (int64_t i = 0; i < left; i++)
-        jj__buf_add(b, fill, fl);
-    jj__buf_add(b, s, n);
+        buf_put(b, fill, fl);
+    buf_put(b, s, n);
     for (int64_t i = left; i < pad; i++)
-        jj__buf_add(b, fill, fl);
+        buf_put(b, fill, fl);
 }
 
 static void group_digits(char *out, const char *digits, char sep)
@@ -63,7 +69,7 @@ static void group_digits(char *out, const char *digits, char sep)
     out[o] = 0;
 }
 
-static void format_int(jinja_ctx *c, jj_buf *b, int64_t v, const spec *sp)
+static void format_int(jinja_ctx *c, buf *b, int64_t v, const spec *sp)
 {
     char digits[80], grouped[120], body[160];
     char t = sp->type ? sp->type : 'd';
@@ -101,15 +107,15 @@ static void format_int(jinja_ctx *c, jj_buf *b, int64_t v, const spec *sp)
     pad_field(b, body, strlen(body), strlen(body), sp, 1);
 }
 
-static void format_float(jinja_ctx *c, jj_buf *b, double v, const spec *sp)
+static void format_float(jinja_ctx *c, buf *b, double v, const spec *sp)
 {
     char t = sp->type, body[520], num[360];
     int prec = sp->prec >= 0 ? (int)(sp->prec > 300 ? 300 : sp->prec) : 6;
     if (!t) {
-        jj_buf tmp;
+        buf tmp;
         jj__buf_init(&tmp, c);
         if (sp->prec >= 0)
-            jj__buf_printf(&tmp, "%.*g", prec ? prec : 1, v);
+            buf_printf(&tmp, "%.*g", prec ? prec : 1, v);
         else
             jj__repr_float(&tmp, v);
         snprintf(num, sizeof num, "%s", tmp.s ? tmp.s : "");
@@ -133,7 +139,7 @@ static void format_float(jinja_ctx *c, jj_buf *b, double v, const spec *sp)
     pad_field(b, body, strlen(body), strlen(body), sp, 1);
 }
 
-static void format_str(jinja_ctx *c, jj_buf *b, jinja_value s, const spec *sp)
+static void format_str(jinja_ctx *c, buf *b, jinja_value s, const spec *sp)
 {
     if (sp->type && sp->type != 's')
         jj__raise(c, JJ_E_VALUE, "Unknown format code '%c' for object of type 'str'", sp->type);
@@ -149,7 +155,7 @@ static void format_str(jinja_ctx *c, jj_buf *b, jinja_value s, const spec *sp)
 }
 
 /* Formats v by sp into b (Python's format(v, spec)). */
-static void format_value(jinja_ctx *c, jj_buf *b, jinja_value v, const spec *sp, int empty_spec)
+static void format_value(jinja_ctx *c, buf *b, jinja_value v, const spec *sp, int empty_spec)
 {
     if (v.kind == JINJA_UNDEFINED && v.u && v.u->exc == JJ_E_SECURITY) jj__undef_fail(c, v);
     if (empty_spec) {
@@ -276,23 +282,23 @@ jinja_value jj__str_format(jinja_ctx *c, jinja_value self, const jj_callargs *a)
     const char *p = self.s->s, *end = p + self.s->len;
     int markup = self.flags & JINJA_F_MARKUP;
     uint32_t auto_ix = 0;
-    jj_buf b;
+    buf b;
     jj__buf_init(&b, c);
     while (p < end) {
         if (*p == '}') {
             if (p + 1 < end && p[1] == '}') {
-                jj__buf_putc(&b, '}');
+                buf_putc(&b, '}');
                 p += 2;
                 continue;
             }
             jj__raise(c, JJ_E_VALUE, "Single '}' encountered in format string");
         }
         if (*p != '{') {
-            jj__buf_putc(&b, *p++);
+            buf_putc(&b, *p++);
             continue;
         }
         if (p + 1 < end && p[1] == '{') {
-            jj__buf_putc(&b, '{');
+            buf_putc(&b, '{');
             p += 2;
             continue;
         }
@@ -320,7 +326,7 @@ jinja_value jj__str_format(jinja_ctx *c, jinja_value self, const jj_callargs *a)
         const char *name_end = conv ? conv : colon ? colon : fe;
         jinja_value v = field_value(c, f, name_end, a, &auto_ix);
         if (conv) {
-            jj_buf t;
+            buf t;
             jj__buf_init(&t, c);
             if (conv[1] == 'r' || conv[1] == 'a')
                 jj__repr(&t, v);
@@ -363,10 +369,10 @@ static jinja_value pct_arg(jinja_ctx *c, jinja_value args, uint32_t *next, int m
     return args;
 }
 
-static void pct_one(jinja_ctx *c, jj_buf *b, char t, jinja_value v, spec *sp, int markup)
+static void pct_one(jinja_ctx *c, buf *b, char t, jinja_value v, spec *sp, int markup)
 {
     if (t == 's' || t == 'r' || t == 'a') {
-        jj_buf tmp;
+        buf tmp;
         jj__buf_init(&tmp, c);
         if (t == 's')
             jj__str(&tmp, v);
@@ -417,16 +423,16 @@ jinja_value jj__percent_format(jinja_ctx *c, jinja_value fmt, jinja_value args)
     const char *p = fmt.s->s, *end = p + fmt.s->len;
     int markup = fmt.flags & JINJA_F_MARKUP, mapping = args.kind == JINJA_DICT;
     uint32_t next = 0;
-    jj_buf b;
+    buf b;
     jj__buf_init(&b, c);
     while (p < end) {
         if (*p != '%') {
-            jj__buf_putc(&b, *p++);
+            buf_putc(&b, *p++);
             continue;
         }
         if (++p >= end) jj__raise(c, JJ_E_VALUE, "incomplete format");
         if (*p == '%') {
-            jj__buf_putc(&b, '%');
+            buf_putc(&b, '%');
             p++;
             continue;
         }
@@ -558,7 +564,7 @@ static jinja_value g_raise(jinja_ctx *c, jinja_value self, const jj_callargs *a)
     if (m.kind == JINJA__MISSING)
         jj__raise(c, JJ_E_TYPE,
                   "raise_exception() missing 1 required positional argument: 'message'");
-    jj_buf b;
+    buf b;
     jj__buf_init(&b, c);
     jj__str(&b, m);
     jj__raise(c, JJ_E_RAISE, "%s", b.s ? b.s : "");
@@ -580,21 +586,21 @@ static jinja_value g_strftime(jinja_ctx *c, jinja_value self, const jj_callargs 
         localtime_r(&now, &tmv);
     }
     /* %f (microseconds) is Python's own; the clock has none here */
-    jj_buf fmt;
+    buf fmt;
     jj__buf_init(&fmt, c);
     for (size_t i = 0; i < f.s->len; i++) {
         if (f.s->s[i] == '%' && i + 1 < f.s->len && f.s->s[i + 1] == 'f') {
-            jj__buf_puts(&fmt, "000000");
+            buf_puts(&fmt, "000000");
             i++;
         } else if (f.s->s[i] == '%' && i + 1 < f.s->len && f.s->s[i + 1] == '%') {
-            jj__buf_puts(&fmt, "%%");
+            buf_puts(&fmt, "%%");
             i++;
         } else
-            jj__buf_putc(&fmt, f.s->s[i]);
+            buf_putc(&fmt, f.s->s[i]);
     }
-    size_t cap = fmt.n * 8 + 64;
+    size_t cap = fmt.len * 8 + 64;
     char *out = jj__alloc(c, cap);
-    size_t n = fmt.n ? strftime(out, cap, fmt.s, &tmv) : 0;
+    size_t n = fmt.len ? strftime(out, cap, fmt.s, &tmv) : 0;
     return jj__str_new(c, out, n);
 }
 

@@ -1,19 +1,30 @@
 /*
- * jinja_internal.h — what the files of the Jinja interpreter share (jinja/):
+ * jinja_internal.h — what the files of the Jinja interpreter share (jinja/), from the bottom:
  *
- *   jinja_lex.c      source → tokens (whitespace control, trim_blocks, lstrip_blocks, raw)
- *   jinja_parse.c    tokens → AST (jj_node): expressions (jinja_parse.h: the parser's state)
- *   jinja_parse_stmt.c  statements and the compile-time checks
- *   jinja_fold.c     Jinja's optimizer: constant expressions evaluated at compile time
- *   jinja_value.c    the arena, strings / lists / dicts, Python truth, equality, order, len, in
+ *   jinja_value.c    the arena, errors, contexts, strings / lists / dicts, Python truth,
+ *                    equality, order, len, in, iteration
  *   jinja_repr.c     str(), repr(), float repr, escape()
  *   jinja_json.c     the JSON reader (order-keeping) and transformers' tojson writer
- *   jinja_expr.c     expressions: names, attributes, items, slices, operators, calls
- *   jinja_stmt.c     statements, scopes, loops, macros
- *   jinja_api.c      the public entry points (compile, contexts, render, values)
- *   jinja_filters.c  the filters (jinja_filters_text.c: the text-layout ones)
+ *   jinja_lex.c      source → tokens (whitespace control, trim_blocks, lstrip_blocks, raw)
+ *   jinja_builtins.c the names of the builtin filters and tests
+ *   jinja_parse.c    tokens → AST (jj_node): expressions (jinja_parse.h: the parser's state)
+ *   jinja_args.c     the natives' calling convention: argument binding, integer arguments
+ *   jinja_ops.c      attributes, items, slices, operators
+ *   jinja_methods.c  str / list / dict methods and the string helpers the filters share
+ *   jinja_format.c   str.format, % formatting, the globals
  *   jinja_tests.c    the tests
- *   jinja_methods.c  str / list / dict methods, str.format, % formatting, the globals
+ *   jinja_filters.c  the filters (jinja_filters_text.c: the text-layout ones)
+ *   jinja_expr.c     expressions: scopes, names, calls, the evaluator
+ *   jinja_stmt.c     statements, loops, macros
+ *   jinja_fold.c     Jinja's optimizer: constant expressions evaluated at compile time
+ *   jinja_parse_stmt.c  statements and the compile-time checks
+ *   jinja_api.c      the public entry points (compile, render, building and reading values)
+ *
+ * A file calls only files above it in this list, but for two cycles, each explained at the top
+ * of its files: jinja_expr.c <-> jinja_stmt.c, the interpreter's recursion (a macro call runs
+ * statements, statements evaluate expressions), and jinja_ops.c -> jinja_methods.c ->
+ * jinja_format.c -> jinja_ops.c (str.format looks its fields up as attributes, and a string's
+ * attributes are its methods, format among them).
  *
  * Errors inside a render or a compile unwind with longjmp to the entry point (jj__raise): an
  * interpreter has hundreds of failure points and every allocation lives in an arena that the
@@ -27,6 +38,7 @@
 #include <stdarg.h>
 #include <stdint.h>
 
+#include "base/buf.h"
 #include "jinja/jinja.h"
 
 /* ---- arena -------------------------------------------------------------------------------- */
@@ -94,6 +106,11 @@ enum jj_list_type {
     JJ_L_RANGE   /* range(a, b, step): items materialised, repr kept */
 };
 
+struct jj_callargs;
+
+/* A filter's function: what a lazy generator runs when it is first iterated. */
+typedef jinja_value (*jj_lazy_fn)(jinja_ctx *c, jinja_value in, const struct jj_callargs *a);
+
 struct jinja_list {
     jinja_value *v; /* [cap] */
     uint32_t n, cap;
@@ -101,9 +118,10 @@ struct jinja_list {
     uint8_t consumed; /* generators: already iterated */
     int64_t r[3];     /* JJ_L_RANGE: start, stop, step */
     /* a generator made by a filter that has not run yet (Jinja's generator filters are lazy:
-     * an error inside surfaces only when it is iterated): the filter's index + 1 (0: none),
-     * its input and arguments */
-    int lazy;
+     * an error inside surfaces only when it is iterated): the filter's function (NULL: none),
+     * its input and arguments. The generator carries the function rather than naming the
+     * filter so that iterating it (jinja_value.c) needs nothing from jinja_filters.c. */
+    jj_lazy_fn lazy;
     jinja_value lazy_in;
     const struct jj_callargs *lazy_args;
 };
@@ -264,15 +282,6 @@ struct jj_scope {
     int captured; /* a macro closes over it: do not reuse it for the next iteration */
 };
 
-/* A growable byte buffer in the context's arena (c != NULL; raises past the output limit) or
- * on the heap (c == NULL; oom set on failure). */
-typedef struct jj_buf {
-    char *s;
-    size_t n, cap;
-    jinja_ctx *c;
-    int oom;
-} jj_buf;
-
 struct jinja_loop {
     jinja_value items; /* the (filtered) list iterated */
     int64_t index0;
@@ -288,7 +297,7 @@ struct jinja_ctx {
     jj_scope vars;   /* the render variables (jinja_ctx_set) */
     jj_catch *catch; /* the active entry point */
     const jinja_tmpl *tmpl;
-    jj_buf *out; /* where output goes now */
+    buf *out; /* where output goes now */
     uint64_t steps;
     int depth;
     int line;    /* the line being evaluated, for errors */
@@ -310,12 +319,10 @@ void jj__step(jinja_ctx *c);
 /* Arena memory for a render: raises MemoryError past the limit. */
 void *jj__alloc(jinja_ctx *c, size_t n);
 
-/* Buffers. */
-void jj__buf_init(jj_buf *b, jinja_ctx *c);
-void jj__buf_add(jj_buf *b, const char *s, size_t n);
-void jj__buf_puts(jj_buf *b, const char *s);
-void jj__buf_putc(jj_buf *b, char ch);
-void jj__buf_printf(jj_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Makes b an empty string (base/buf.h) in c's arena: growing it past the output limit
+ * (max_output_bytes) raises LimitError, running out of memory raises as jj__alloc does, so its
+ * oom is never set. With c NULL, an ordinary heap string (oom set on failure; free its s). */
+void jj__buf_init(buf *b, jinja_ctx *c);
 
 /* Values. */
 extern const jinja_value jj__missing;
@@ -323,7 +330,7 @@ jinja_value jj__undef(jinja_ctx *c, int exc, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 jinja_value jj__str_new(jinja_ctx *c, const char *s, size_t n);
 jinja_value jj__str_cstr(jinja_ctx *c, const char *s);
-jinja_value jj__str_buf(jinja_ctx *c, const jj_buf *b);
+jinja_value jj__str_buf(jinja_ctx *c, const buf *b);
 jinja_value jj__markup(jinja_value s); /* the same string flagged Markup */
 jinja_value jj__list_new(jinja_ctx *c, int type, uint32_t cap);
 /* A new list of the given type holding a copy of v[0..n). */
@@ -346,9 +353,11 @@ int jj__equal(jinja_value a, jinja_value b);
 /* -1, 0, 1 as Python's <; raises TypeError for unorderable values. */
 int jj__compare(jinja_ctx *c, jinja_value a, jinja_value b);
 const char *jj__type_name(jinja_value v); /* Python's type(v).__name__ */
-void jj__str(jj_buf *b, jinja_value v);   /* Python str(v) */
-void jj__repr(jj_buf *b, jinja_value v);  /* Python repr(v) */
-void jj__repr_float(jj_buf *b, double f);
+void jj__str(buf *b, jinja_value v);   /* Python str(v) */
+void jj__repr(buf *b, jinja_value v);  /* Python repr(v) */
+void jj__repr_float(buf *b, double f);
+/* Runs the filter a lazy generator stands for, filling g with its items (jj__iter_list does). */
+void jj__force_gen(jinja_ctx *c, jinja_value g);
 /* Materialises something iterable as a list: list/tuple/views as is, dict keys, string
  * characters, a generator (marked consumed), undefined as empty; TypeError otherwise. */
 jinja_value jj__iter_list(jinja_ctx *c, jinja_value v);
@@ -380,7 +389,7 @@ typedef struct jj_json_opts {
 } jj_json_opts;
 void jj__json_opts_default(jj_json_opts *o);
 /* Writes v; on a value JSON cannot hold, raises TypeError (c) or returns -EINVAL (c NULL). */
-int jj__tojson(jinja_ctx *c, jj_buf *b, jinja_value v, const jj_json_opts *o, int level);
+int jj__tojson(jinja_ctx *c, buf *b, jinja_value v, const jj_json_opts *o, int level);
 
 /* Lexer / parser. */
 enum jj_tok {
@@ -448,16 +457,27 @@ jinja_value jj__copy_value(jinja_ctx *c, jinja_value v);
 jj_name jj__intern(jinja_tmpl *t, jj_catch *k, const char *s, size_t n);
 uint32_t jj__hash_bytes(const char *s, size_t n);
 
-/* Expressions and statements. */
-jinja_value jj__eval(jinja_ctx *c, jj_scope *s, const jj_node *n);
+/* Attributes, items, slices, operators (jinja_ops.c). */
+/* obj.name: the Python attribute, then the key; Undefined (raising when used) when neither. */
 jinja_value jj__getattr(jinja_ctx *c, jinja_value obj, const char *name, size_t n);
+/* obj[key]: the key or index, then the attribute; Undefined when neither. */
 jinja_value jj__getitem(jinja_ctx *c, jinja_value obj, jinja_value key);
-jinja_value jj__call(jinja_ctx *c, jinja_value fn, const jj_callargs *a);
+/* obj[lo:hi:st] (NONE for an absent bound), Python's own slice: TypeError when not sliceable. */
+jinja_value jj__slice(jinja_ctx *c, jinja_value obj, jinja_value lo, jinja_value hi,
+                      jinja_value st);
+/* a op b for the arithmetic JJ_OP_* (+ - * / // % **). */
 jinja_value jj__binop(jinja_ctx *c, int op, jinja_value a, jinja_value b);
+/* a op b for the comparisons and memberships (JJ_OP_EQ .. JJ_OP_NOTIN). */
+int jj__compare_op(jinja_ctx *c, int op, jinja_value a, jinja_value b);
+/* -v (neg) or +v. */
+jinja_value jj__unary(jinja_ctx *c, jinja_value v, int neg);
+
+/* Expressions and statements (jinja_expr.c, jinja_stmt.c). */
+jinja_value jj__eval(jinja_ctx *c, jj_scope *s, const jj_node *n);
+jinja_value jj__call(jinja_ctx *c, jinja_value fn, const jj_callargs *a);
 jinja_value jj__lookup(jj_scope *s, const jj_name *name); /* JINJA__MISSING when absent */
 void jj__scope_set(jinja_ctx *c, jj_scope *s, const jj_name *name, jinja_value v);
 jinja_value jj__call_macro(jinja_ctx *c, const struct jinja_func *f, const jj_callargs *a);
-jinja_value jj__loop_attr(jinja_ctx *c, jinja_value loop, const char *name, size_t n);
 /* Runs a whole template with its output going to c->out. */
 void jj__exec_template(jinja_ctx *c, const jinja_tmpl *t);
 jinja_value jj__loop_call(jinja_ctx *c, jinja_value loop, const jj_callargs *a);
@@ -473,16 +493,115 @@ struct jj_callargs {
     uint32_t n_kw;
 };
 
-/* Binds a to the parameter names params[0..n) (positional first, then by name) into out[n];
- * unpassed ones are jj__missing. TypeError for extra or unknown arguments. */
+/* jinja_args.c: binds a to the parameter names params[0..n) (positional first, then by name)
+ * into out[n]; unpassed ones are jj__missing. TypeError for extra or unknown arguments. */
 void jj__bind(jinja_ctx *c, const char *fname, const char *const *params, int n,
               const jj_callargs *a, jinja_value *out);
 
-/* Runs the filter a lazy generator stands for, filling g with its items (jj__iter_list does). */
-void jj__force_gen(jinja_ctx *c, jinja_value g);
-/* Builtins: index of a filter / test by name, or -1; apply one. */
+/* The builtin filters and tests in the order of their indices: X(name, function). The names
+ * are looked up (jinja_builtins.c) by the parser and by the `filter` and `test` tests, which
+ * need no function; only jinja_filters.c and jinja_tests.c expand the functions. */
+#define JJ__FILTERS(X)                  \
+    X("abs", f_abs)                     \
+    X("attr", f_attr)                   \
+    X("batch", f_batch)                 \
+    X("capitalize", f_capitalize)       \
+    X("center", jj__f_center)           \
+    X("count", f_length)                \
+    X("d", f_default)                   \
+    X("default", f_default)             \
+    X("dictsort", f_dictsort)           \
+    X("e", f_escape)                    \
+    X("escape", f_escape)               \
+    X("filesizeformat", f_unsupported)  \
+    X("first", f_first)                 \
+    X("float", f_float)                 \
+    X("forceescape", f_forceescape)     \
+    X("format", f_format)               \
+    X("groupby", f_unsupported)         \
+    X("indent", jj__f_indent)           \
+    X("int", f_int)                     \
+    X("items", f_items)                 \
+    X("join", f_join)                   \
+    X("last", f_last)                   \
+    X("length", f_length)               \
+    X("list", f_list)                   \
+    X("lower", f_lower)                 \
+    X("map", f_map)                     \
+    X("max", f_max)                     \
+    X("min", f_min)                     \
+    X("pprint", f_pprint)               \
+    X("random", f_unsupported)          \
+    X("reject", f_reject)               \
+    X("rejectattr", f_rejectattr)       \
+    X("replace", f_replace)             \
+    X("reverse", f_reverse)             \
+    X("round", f_round)                 \
+    X("safe", f_safe)                   \
+    X("select", f_select)               \
+    X("selectattr", f_selectattr)       \
+    X("slice", f_slice)                 \
+    X("sort", f_sort)                   \
+    X("string", f_string)               \
+    X("striptags", jj__f_striptags)     \
+    X("sum", f_sum)                     \
+    X("title", jj__f_title)             \
+    X("tojson", f_tojson)               \
+    X("trim", f_trim)                   \
+    X("truncate", jj__f_truncate)       \
+    X("unique", f_unique)               \
+    X("upper", f_upper)                 \
+    X("urlencode", jj__f_urlencode)     \
+    X("urlize", f_unsupported)          \
+    X("wordcount", jj__f_wordcount)     \
+    X("wordwrap", f_unsupported)        \
+    X("xmlattr", f_unsupported)
+
+#define JJ__TESTS(X)                    \
+    X("odd", t_odd)                     \
+    X("even", t_even)                   \
+    X("divisibleby", t_divisibleby)     \
+    X("defined", t_defined)             \
+    X("undefined", t_undefined)         \
+    X("filter", t_filter)               \
+    X("test", t_test)                   \
+    X("none", t_none)                   \
+    X("boolean", t_boolean)             \
+    X("false", t_false)                 \
+    X("true", t_true)                   \
+    X("integer", t_integer)             \
+    X("float", t_float)                 \
+    X("lower", t_lower)                 \
+    X("upper", t_upper)                 \
+    X("string", t_string)               \
+    X("mapping", t_mapping)             \
+    X("number", t_number)               \
+    X("sequence", t_sequence)           \
+    X("iterable", t_iterable)           \
+    X("callable", t_callable)           \
+    X("sameas", t_sameas)               \
+    X("escaped", t_escaped)             \
+    X("in", t_in)                       \
+    X("==", t_eq)                       \
+    X("eq", t_eq)                       \
+    X("equalto", t_eq)                  \
+    X("!=", t_ne)                       \
+    X("ne", t_ne)                       \
+    X(">", t_gt)                        \
+    X("gt", t_gt)                       \
+    X("greaterthan", t_gt)              \
+    X("ge", t_ge)                       \
+    X(">=", t_ge)                       \
+    X("<", t_lt)                        \
+    X("lt", t_lt)                       \
+    X("lessthan", t_lt)                 \
+    X("<=", t_le)                       \
+    X("le", t_le)
+
+/* jinja_builtins.c: the index of a builtin filter / test by name, or -1. */
 int jj__filter_index(const char *name);
 int jj__test_index(const char *name);
+/* Applies builtin filter / test idx (jinja_filters.c, jinja_tests.c). */
 jinja_value jj__apply_filter(jinja_ctx *c, int idx, jinja_value v, const jj_callargs *a);
 int jj__apply_test(jinja_ctx *c, int idx, jinja_value v, const jj_callargs *a);
 /* A method of a str / list / dict value by name as a bound callable, or MISSING when the type
@@ -490,13 +609,18 @@ int jj__apply_test(jinja_ctx *c, int idx, jinja_value v, const jj_callargs *a);
 jinja_value jj__method(jinja_ctx *c, jinja_value self, const char *name, size_t n);
 /* The global functions (range, dict, namespace, raise_exception, strftime_now, …). */
 jinja_value jj__global(jinja_ctx *c, const char *name, size_t n);
-/* The native behind a Python method or global this interpreter does not implement: calling it
- * raises NotImplementedError naming the function (jj__call reads the callable's name). */
+/* jinja_args.c: calls fn, a callable that is not a macro (a bound method, a global, a
+ * cycler's or joiner's method), as jj__call does; anything else that is not callable is a
+ * TypeError. The builtins call natives through it, so they need no evaluator. */
+jinja_value jj__call_native(jinja_ctx *c, jinja_value fn, const jj_callargs *a);
+/* jinja_args.c: the native behind a Python method or global this interpreter does not
+ * implement: calling it raises NotImplementedError naming the function (jj__call reads the
+ * callable's name). */
 jinja_value jj__unsupported(jinja_ctx *c, jinja_value self, const jj_callargs *a);
 /* Python's "fmt % args" for strings (Markup: the arguments are escaped). */
 jinja_value jj__percent_format(jinja_ctx *c, jinja_value fmt, jinja_value args);
-/* A Python attribute of obj that is not a dict key: a method, a namespace attribute, a loop
- * field; the sandbox's refusal for dunders; MISSING when there is none. */
+/* jinja_ops.c: a Python attribute of obj that is not a dict key: a method, a namespace
+ * attribute, a loop field; the sandbox's refusal for dunders; MISSING when there is none. */
 jinja_value jj__py_attr(jinja_ctx *c, jinja_value obj, const char *name, size_t n);
 
 /* String helpers shared by methods and filters. Results keep s's Markup flag. */
@@ -511,7 +635,7 @@ int jj__str_cased(jinja_value s, int upper); /* Python's islower (0) / isupper (
 jinja_value jj__plain_str(jinja_ctx *c, jinja_value v);
 /* Jinja's soft_str: strings (Markup included) as they are, anything else str(). */
 jinja_value jj__soft_str(jinja_ctx *c, jinja_value v);
-/* An integer argument (int or bool), or TypeError naming what. */
+/* jinja_args.c: an integer argument (int or bool), or TypeError naming what. */
 int64_t jj__int_arg(jinja_ctx *c, jinja_value v, const char *what);
 
 #endif

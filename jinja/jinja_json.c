@@ -31,9 +31,9 @@ void jj__json_opts_default(jj_json_opts *o)
     o->sort_keys = 0;
 }
 
-static void json_string(jj_buf *b, const char *s, size_t n, int ensure_ascii)
+static void json_string(buf *b, const char *s, size_t n, int ensure_ascii)
 {
-    jj__buf_putc(b, '"');
+    buf_putc(b, '"');
     size_t i = 0;
     while (i < n) {
         size_t st = i;
@@ -43,58 +43,58 @@ static void json_string(jj_buf *b, const char *s, size_t n, int ensure_ascii)
             while (e < n && (unsigned char)s[e] >= 0x20 && (unsigned char)s[e] < 0x7F &&
                    s[e] != '"' && s[e] != '\\')
                 e++;
-            jj__buf_add(b, s + i, e - i);
+            buf_put(b, s + i, e - i);
             i = e;
             continue;
         }
         uint32_t cp = jj__utf8_next(s, n, &i);
         switch (cp) {
         case '"':
-            jj__buf_puts(b, "\\\"");
+            buf_puts(b, "\\\"");
             break;
         case '\\':
-            jj__buf_puts(b, "\\\\");
+            buf_puts(b, "\\\\");
             break;
         case '\n':
-            jj__buf_puts(b, "\\n");
+            buf_puts(b, "\\n");
             break;
         case '\r':
-            jj__buf_puts(b, "\\r");
+            buf_puts(b, "\\r");
             break;
         case '\t':
-            jj__buf_puts(b, "\\t");
+            buf_puts(b, "\\t");
             break;
         case '\b':
-            jj__buf_puts(b, "\\b");
+            buf_puts(b, "\\b");
             break;
         case '\f':
-            jj__buf_puts(b, "\\f");
+            buf_puts(b, "\\f");
             break;
         default:
             if (cp < 0x20)
-                jj__buf_printf(b, "\\u%04x", cp);
+                buf_printf(b, "\\u%04x", cp);
             else if (cp >= 0x7F && ensure_ascii) {
                 if (cp >= 0x10000) {
                     uint32_t v = cp - 0x10000;
-                    jj__buf_printf(b, "\\u%04x\\u%04x", 0xD800 + (v >> 10), 0xDC00 + (v & 0x3FF));
+                    buf_printf(b, "\\u%04x\\u%04x", 0xD800 + (v >> 10), 0xDC00 + (v & 0x3FF));
                 } else
-                    jj__buf_printf(b, "\\u%04x", cp);
+                    buf_printf(b, "\\u%04x", cp);
             } else
-                jj__buf_add(b, s + st, i - st);
+                buf_put(b, s + st, i - st);
         }
     }
-    jj__buf_putc(b, '"');
+    buf_putc(b, '"');
 }
 
-static void json_newline(jj_buf *b, const jj_json_opts *o, int level)
+static void json_newline(buf *b, const jj_json_opts *o, int level)
 {
-    jj__buf_putc(b, '\n');
+    buf_putc(b, '\n');
     for (int i = 0; i < level; i++) {
         if (o->indent_str)
-            jj__buf_puts(b, o->indent_str);
+            buf_puts(b, o->indent_str);
         else
             for (int k = 0; k < o->indent; k++)
-                jj__buf_putc(b, ' ');
+                buf_putc(b, ' ');
     }
 }
 
@@ -105,30 +105,30 @@ static int json_fail(jinja_ctx *c, const char *fmt, const char *what)
 }
 
 /* A dict key as JSON writes it (keys that are not strings are converted, as Python does). */
-static int json_key(jinja_ctx *c, jj_buf *b, jinja_value k, const jj_json_opts *o)
+static int json_key(jinja_ctx *c, buf *b, jinja_value k, const jj_json_opts *o)
 {
     switch (k.kind) {
     case JINJA_STR:
         json_string(b, k.s->s, k.s->len, o->ensure_ascii);
         return 0;
     case JINJA_INT:
-        jj__buf_printf(b, "\"%lld\"", (long long)k.i);
+        buf_printf(b, "\"%lld\"", (long long)k.i);
         return 0;
     case JINJA_BOOL:
-        jj__buf_puts(b, k.b ? "\"true\"" : "\"false\"");
+        buf_puts(b, k.b ? "\"true\"" : "\"false\"");
         return 0;
     case JINJA_NONE:
-        jj__buf_puts(b, "\"null\"");
+        buf_puts(b, "\"null\"");
         return 0;
     case JINJA_FLOAT:
-        jj__buf_putc(b, '"');
+        buf_putc(b, '"');
         if (isnan(k.f))
-            jj__buf_puts(b, "NaN");
+            buf_puts(b, "NaN");
         else if (isinf(k.f))
-            jj__buf_puts(b, k.f < 0 ? "-Infinity" : "Infinity");
+            buf_puts(b, k.f < 0 ? "-Infinity" : "Infinity");
         else
             jj__repr_float(b, k.f);
-        jj__buf_putc(b, '"');
+        buf_putc(b, '"');
         return 0;
     default:
         return json_fail(c, "keys must be str, int, float, bool or None, not %s", jj__type_name(k));
@@ -163,35 +163,35 @@ static uint32_t *sorted_keys(jinja_ctx *c, const struct jinja_dict *d)
     return ix;
 }
 
-static int json_dict(jinja_ctx *c, jj_buf *b, jinja_value v, const jj_json_opts *o, int level)
+static int json_dict(jinja_ctx *c, buf *b, jinja_value v, const jj_json_opts *o, int level)
 {
     const struct jinja_dict *d = v.d;
     if (!d->n) {
-        jj__buf_puts(b, "{}");
+        buf_puts(b, "{}");
         return 0;
     }
     uint32_t *order = o->sort_keys ? sorted_keys(c, d) : NULL;
     if (o->sort_keys && !order) return -ENOMEM;
     int rc = 0;
-    jj__buf_putc(b, '{');
+    buf_putc(b, '{');
     for (uint32_t i = 0; i < d->n && !rc; i++) {
         const jj_entry *e = &d->e[order ? order[i] : i];
-        if (i) jj__buf_puts(b, o->item_sep);
+        if (i) buf_puts(b, o->item_sep);
         if (o->indent >= 0 || o->indent_str) json_newline(b, o, level + 1);
         rc = json_key(c, b, e->k, o);
         if (!rc) {
-            jj__buf_puts(b, o->key_sep);
+            buf_puts(b, o->key_sep);
             rc = jj__tojson(c, b, e->v, o, level + 1);
         }
     }
     if (!c) free(order);
     if (rc) return rc;
     if (o->indent >= 0 || o->indent_str) json_newline(b, o, level);
-    jj__buf_putc(b, '}');
+    buf_putc(b, '}');
     return 0;
 }
 
-int jj__tojson(jinja_ctx *c, jj_buf *b, jinja_value v, const jj_json_opts *o, int level)
+int jj__tojson(jinja_ctx *c, buf *b, jinja_value v, const jj_json_opts *o, int level)
 {
     if (level > JSON_MAX_DEPTH) {
         if (c) jj__raise(c, JJ_E_VALUE, "Circular reference detected");
@@ -199,19 +199,19 @@ int jj__tojson(jinja_ctx *c, jj_buf *b, jinja_value v, const jj_json_opts *o, in
     }
     switch (v.kind) {
     case JINJA_NONE:
-        jj__buf_puts(b, "null");
+        buf_puts(b, "null");
         return 0;
     case JINJA_BOOL:
-        jj__buf_puts(b, v.b ? "true" : "false");
+        buf_puts(b, v.b ? "true" : "false");
         return 0;
     case JINJA_INT:
-        jj__buf_printf(b, "%lld", (long long)v.i);
+        buf_printf(b, "%lld", (long long)v.i);
         return 0;
     case JINJA_FLOAT:
         if (isnan(v.f))
-            jj__buf_puts(b, "NaN");
+            buf_puts(b, "NaN");
         else if (isinf(v.f))
-            jj__buf_puts(b, v.f < 0 ? "-Infinity" : "Infinity");
+            buf_puts(b, v.f < 0 ? "-Infinity" : "Infinity");
         else
             jj__repr_float(b, v.f);
         return 0;
@@ -224,18 +224,18 @@ int jj__tojson(jinja_ctx *c, jj_buf *b, jinja_value v, const jj_json_opts *o, in
         if (jj__is_seq(v)) {
             const struct jinja_list *l = v.l;
             if (!l->n) {
-                jj__buf_puts(b, "[]");
+                buf_puts(b, "[]");
                 return 0;
             }
-            jj__buf_putc(b, '[');
+            buf_putc(b, '[');
             for (uint32_t i = 0; i < l->n; i++) {
-                if (i) jj__buf_puts(b, o->item_sep);
+                if (i) buf_puts(b, o->item_sep);
                 if (o->indent >= 0 || o->indent_str) json_newline(b, o, level + 1);
                 int rc = jj__tojson(c, b, l->v[i], o, level + 1);
                 if (rc) return rc;
             }
             if (o->indent >= 0 || o->indent_str) json_newline(b, o, level);
-            jj__buf_putc(b, ']');
+            buf_putc(b, ']');
             return 0;
         }
         break;
@@ -295,14 +295,14 @@ static int hex4(jreader *r, uint32_t *out)
 
 static jinja_value jstring(jreader *r)
 {
-    jj_buf b;
+    buf b;
     jj__buf_init(&b, r->c);
     r->i++; /* the opening quote */
     for (;;) {
         size_t st = r->i;
         while (r->i < r->n && r->s[r->i] != '"' && r->s[r->i] != '\\')
             r->i++;
-        jj__buf_add(&b, r->s + st, r->i - st);
+        buf_put(&b, r->s + st, r->i - st);
         if (r->i >= r->n) jfail(r, "Unterminated string starting at");
         if (r->s[r->i] == '"') {
             r->i++;
@@ -315,28 +315,28 @@ static jinja_value jstring(jreader *r)
         char tmp[4];
         switch (e) {
         case '"':
-            jj__buf_putc(&b, '"');
+            buf_putc(&b, '"');
             break;
         case '\\':
-            jj__buf_putc(&b, '\\');
+            buf_putc(&b, '\\');
             break;
         case '/':
-            jj__buf_putc(&b, '/');
+            buf_putc(&b, '/');
             break;
         case 'b':
-            jj__buf_putc(&b, '\b');
+            buf_putc(&b, '\b');
             break;
         case 'f':
-            jj__buf_putc(&b, '\f');
+            buf_putc(&b, '\f');
             break;
         case 'n':
-            jj__buf_putc(&b, '\n');
+            buf_putc(&b, '\n');
             break;
         case 'r':
-            jj__buf_putc(&b, '\r');
+            buf_putc(&b, '\r');
             break;
         case 't':
-            jj__buf_putc(&b, '\t');
+            buf_putc(&b, '\t');
             break;
         case 'u':
             if (!hex4(r, &cp)) jfail(r, "Invalid \\uXXXX escape");
@@ -350,7 +350,7 @@ static jinja_value jstring(jreader *r)
                 else
                     r->i = save;
             }
-            jj__buf_add(&b, tmp, jj__utf8_put(tmp, cp));
+            buf_put(&b, tmp, jj__utf8_put(tmp, cp));
             break;
         default:
             r->i--;

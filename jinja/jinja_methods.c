@@ -7,7 +7,12 @@
  * pop / popitem / clear on dicts) are the sandbox's refusal instead: an Undefined that raises
  * SecurityError when called. list.pop and list.clear are allowed (as in Jinja 3.1.2) and act
  * in place. On a Markup string the methods markupsafe wraps escape their string arguments and
- * return Markup. Indices are code points. Called by jinja_expr.c and jinja_filters.c.
+ * return Markup. Indices are code points. Called by jinja_ops.c (attribute access) and the
+ * filters.
+ *
+ * str.format is jinja_format.c's, which looks its fields up with jinja_ops.c's attribute
+ * access, which finds methods here: a cycle of three files (see jinja_ops.c) through which no
+ * call chain runs, since a field is looked up, never called.
  */
 #include <string.h>
 
@@ -28,11 +33,11 @@ static uint32_t *cps(jinja_ctx *c, jinja_value s, size_t *n)
 
 static jinja_value from_cps(jinja_ctx *c, const uint32_t *v, size_t n, int flags)
 {
-    jj_buf b;
+    buf b;
     jj__buf_init(&b, c);
     char tmp[4];
     for (size_t i = 0; i < n; i++)
-        jj__buf_add(&b, tmp, jj__utf8_put(tmp, v[i]));
+        buf_put(&b, tmp, jj__utf8_put(tmp, v[i]));
     jinja_value r = jj__str_buf(c, &b);
     r.flags = (uint8_t)flags;
     return r;
@@ -132,30 +137,30 @@ jinja_value jj__str_replace(jinja_ctx *c, jinja_value s, jinja_value old, jinja_
 {
     if (old.kind != JINJA_STR || rep.kind != JINJA_STR)
         jj__raise(c, JJ_E_TYPE, "replace() argument must be str");
-    jj_buf b;
+    buf b;
     jj__buf_init(&b, c);
     const char *p = s.s->s, *end = s.s->s + s.s->len;
     if (!old.s->len) {
         size_t i = 0;
         while (count != 0) {
-            jj__buf_add(&b, rep.s->s, rep.s->len);
+            buf_put(&b, rep.s->s, rep.s->len);
             if (count > 0) count--;
             if (i >= s.s->len) break;
             size_t st = i;
             jj__utf8_next(s.s->s, s.s->len, &i);
-            jj__buf_add(&b, s.s->s + st, i - st);
+            buf_put(&b, s.s->s + st, i - st);
         }
-        if (i < s.s->len) jj__buf_add(&b, s.s->s + i, s.s->len - i);
+        if (i < s.s->len) buf_put(&b, s.s->s + i, s.s->len - i);
     } else {
         while (count != 0) {
             const char *q = memmem(p, (size_t)(end - p), old.s->s, old.s->len);
             if (!q) break;
-            jj__buf_add(&b, p, (size_t)(q - p));
-            jj__buf_add(&b, rep.s->s, rep.s->len);
+            buf_put(&b, p, (size_t)(q - p));
+            buf_put(&b, rep.s->s, rep.s->len);
             p = q + old.s->len;
             if (count > 0) count--;
         }
-        jj__buf_add(&b, p, (size_t)(end - p));
+        buf_put(&b, p, (size_t)(end - p));
     }
     jinja_value r = jj__str_buf(c, &b);
     r.flags = s.flags;
@@ -194,15 +199,6 @@ int jj__str_cased(jinja_value s, int upper)
         if (upper ? is_upper_cp(cp) : is_lower_cp(cp)) any = 1;
     }
     return any;
-}
-
-int64_t jj__int_arg(jinja_ctx *c, jinja_value v, const char *what)
-{
-    if (v.kind == JINJA_INT) return v.i;
-    if (v.kind == JINJA_BOOL) return v.b;
-    if (v.kind == JINJA_UNDEFINED) jj__undef_fail(c, v);
-    jj__raise(c, JJ_E_TYPE, "%s: '%s' object cannot be interpreted as an integer", what,
-              jj__type_name(v));
 }
 
 /* ---- str methods -------------------------------------------------------------------------- */
@@ -493,7 +489,7 @@ static jinja_value m_join(jinja_ctx *c, jinja_value self, const jj_callargs *a)
 {
     ARGS("join", "iterable");
     jinja_value l = jj__iter_list(c, arg[0]);
-    jj_buf b;
+    buf b;
     jj__buf_init(&b, c);
     for (uint32_t i = 0; i < l.l->n; i++) {
         jinja_value it = l.l->v[i];
@@ -501,8 +497,8 @@ static jinja_value m_join(jinja_ctx *c, jinja_value self, const jj_callargs *a)
         if (it.kind != JINJA_STR)
             jj__raise(c, JJ_E_TYPE, "sequence item %u: expected str instance, %s found", i,
                       jj__type_name(it));
-        if (i) jj__buf_add(&b, self.s->s, self.s->len);
-        jj__buf_add(&b, it.s->s, it.s->len);
+        if (i) buf_put(&b, self.s->s, self.s->len);
+        buf_put(&b, it.s->s, it.s->len);
     }
     jinja_value r = jj__str_buf(c, &b);
     r.flags = self.flags;
@@ -530,21 +526,21 @@ static jinja_value pad(jinja_ctx *c, jinja_value self, const jj_callargs *a, con
         left = total / 2 + (total & w & 1);
     else if (!strcmp(nm, "rjust") || !strcmp(nm, "zfill"))
         left = total;
-    jj_buf b;
+    buf b;
     jj__buf_init(&b, c);
     size_t body = 0;
     if (!strcmp(nm, "zfill")) {
         fill = "0";
         if (self.s->len && (self.s->s[0] == '-' || self.s->s[0] == '+')) {
-            jj__buf_putc(&b, self.s->s[0]);
+            buf_putc(&b, self.s->s[0]);
             body = 1;
         }
     }
     for (int64_t i = 0; i < left; i++)
-        jj__buf_add(&b, fill, fl);
-    jj__buf_add(&b, self.s->s + body, self.s->len - body);
+        buf_put(&b, fill, fl);
+    buf_put(&b, self.s->s + body, self.s->len - body);
     for (int64_t i = left; i < total; i++)
-        jj__buf_add(&b, fill, fl);
+        buf_put(&b, fill, fl);
     jinja_value r = jj__str_buf(c, &b);
     r.flags = self.flags;
     return r;
@@ -782,7 +778,7 @@ static jinja_value m_lindex(jinja_ctx *c, jinja_value self, const jj_callargs *a
     if (y < 0) y = y + n < 0 ? 0 : y + n;
     for (int64_t i = x; i < y && i < n; i++)
         if (jj__equal(self.l->v[i], arg[0])) return jinja_int(i);
-    jj_buf b;
+    buf b;
     jj__buf_init(&b, c);
     jj__repr(&b, arg[0]);
     jj__raise(c, JJ_E_VALUE, "%.200s is not in %s", b.s ? b.s : "", jj__type_name(self));

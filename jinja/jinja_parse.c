@@ -123,7 +123,7 @@ int jj__p_is_name(const jj_token *t, const char *name)
     return t->type == T_NAME && t->n == strlen(name) && !memcmp(t->s, name, t->n);
 }
 
-static const char *describe(const jj_token *t, char *buf, size_t n)
+static const char *describe(const jj_token *t, char *dst, size_t n)
 {
     static const char *const opnames[] = {
         "+", "-",  "*",  "/", "//", "%", "**", "~", "[", "]", "(", ")", "{",
@@ -142,8 +142,8 @@ static const char *describe(const jj_token *t, char *buf, size_t n)
     case T_BLOCK_END:
         return "end of statement block";
     case T_NAME:
-        snprintf(buf, n, "%.*s", (int)(t->n > 60 ? 60 : t->n), t->s);
-        return buf;
+        snprintf(dst, n, "%.*s", (int)(t->n > 60 ? 60 : t->n), t->s);
+        return dst;
     case T_STRING:
         return "string";
     case T_INT:
@@ -157,9 +157,9 @@ static const char *describe(const jj_token *t, char *buf, size_t n)
 
 _Noreturn void jj__p_unexpected(parser *p, const char *want)
 {
-    char buf[80];
+    char desc[80];
     if (jj__p_cur(p)->type == T_EOF) jj__p_fail(p, "unexpected end of template, expected %s", want);
-    jj__p_fail(p, "expected %s, got '%s'", want, describe(jj__p_cur(p), buf, sizeof buf));
+    jj__p_fail(p, "expected %s, got '%s'", want, describe(jj__p_cur(p), desc, sizeof desc));
 }
 
 void jj__p_expect_op(parser *p, int op, const char *what)
@@ -276,18 +276,18 @@ static void parse_call_args(parser *p, jj_args *a)
 static jj_name dotted_name(parser *p)
 {
     jj_token *t = jj__p_expect_type(p, T_NAME, "a name");
-    char buf[256];
-    size_t n = t->n < sizeof buf ? t->n : sizeof buf - 1;
-    memcpy(buf, t->s, n);
+    char dotted[256];
+    size_t n = t->n < sizeof dotted ? t->n : sizeof dotted - 1;
+    memcpy(dotted, t->s, n);
     while (jj__p_is_op(jj__p_cur(p), TO_DOT)) {
         jj__p_next(p);
         jj_token *u = jj__p_expect_type(p, T_NAME, "a name");
-        if (n + 1 + u->n >= sizeof buf) jj__p_fail(p, "name too long");
-        buf[n++] = '.';
-        memcpy(buf + n, u->s, u->n);
+        if (n + 1 + u->n >= sizeof dotted) jj__p_fail(p, "name too long");
+        dotted[n++] = '.';
+        memcpy(dotted + n, u->s, u->n);
         n += u->n;
     }
-    return jj__p_pname(p, buf, n);
+    return jj__p_pname(p, dotted, n);
 }
 
 jj_node *jj__p_parse_filter(parser *p, jj_node *in, int start_inline)
@@ -499,15 +499,15 @@ static jj_node *parse_primary(parser *p)
             size_t total = t->n;
             for (uint32_t i = p->pos; p->tk[i].type == T_STRING; i++)
                 total += p->tk[i].n;
-            char *buf = jj__p_palloc(p, total + 1);
-            memcpy(buf, t->s, t->n);
+            char *joined = jj__p_palloc(p, total + 1);
+            memcpy(joined, t->s, t->n);
             size_t o = t->n;
             while (jj__p_cur(p)->type == T_STRING) {
-                memcpy(buf + o, jj__p_cur(p)->s, jj__p_cur(p)->n);
+                memcpy(joined + o, jj__p_cur(p)->s, jj__p_cur(p)->n);
                 o += jj__p_cur(p)->n;
                 jj__p_next(p);
             }
-            n->val = jj__p_const_str(p, buf, o);
+            n->val = jj__p_const_str(p, joined, o);
         }
     } else if (t->type == T_INT || t->type == T_FLOAT) {
         n = jj__p_node(p, N_CONST, t->line);
@@ -522,9 +522,9 @@ static jj_node *parse_primary(parser *p)
     else if (jj__p_is_op(t, TO_LBRACE))
         n = parse_dict(p);
     else {
-        char buf[80];
+        char desc[80];
         if (t->type == T_EOF) jj__p_fail(p, "unexpected end of template");
-        jj__p_fail(p, "unexpected '%s'", describe(t, buf, sizeof buf));
+        jj__p_fail(p, "unexpected '%s'", describe(t, desc, sizeof desc));
     }
     p->depth--;
     return n;
@@ -751,9 +751,9 @@ jj_node *jj__p_parse_tuple(parser *p, int simplified, int with_condexpr, const c
     if (!is_tuple) {
         if (args.n) return args.v[0];
         if (!explicit_parens) {
-            char buf[80];
+            char desc[80];
             jj__p_fail(p, "Expected an expression, got '%s'",
-                       describe(jj__p_cur(p), buf, sizeof buf));
+                       describe(jj__p_cur(p), desc, sizeof desc));
         }
     }
     jj_node *t = jj__p_node(p, N_TUPLE, line);

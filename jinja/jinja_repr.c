@@ -32,14 +32,14 @@ static int is_printable(uint32_t c)
 
 /* ---- str() and repr() --------------------------------------------------------------------- */
 
-void jj__repr_float(jj_buf *b, double f)
+void jj__repr_float(buf *b, double f)
 {
     if (isnan(f)) {
-        jj__buf_puts(b, "nan");
+        buf_puts(b, "nan");
         return;
     }
     if (isinf(f)) {
-        jj__buf_puts(b, f < 0 ? "-inf" : "inf");
+        buf_puts(b, f < 0 ? "-inf" : "inf");
         return;
     }
     char tmp[40];
@@ -57,128 +57,128 @@ void jj__repr_float(jj_buf *b, double f)
     int exp10 = atoi(p + 1);
     while (nd > 1 && digits[nd - 1] == '0')
         nd--;
-    if (neg) jj__buf_putc(b, '-');
+    if (neg) buf_putc(b, '-');
     if (exp10 >= -5 + 1 && exp10 < 16) {
         if (exp10 < 0) {
-            jj__buf_puts(b, "0.");
+            buf_puts(b, "0.");
             for (int i = -1; i > exp10; i--)
-                jj__buf_putc(b, '0');
-            jj__buf_add(b, digits, (size_t)nd);
+                buf_putc(b, '0');
+            buf_put(b, digits, (size_t)nd);
         } else {
             for (int i = 0; i <= exp10; i++)
-                jj__buf_putc(b, i < nd ? digits[i] : '0');
-            jj__buf_putc(b, '.');
+                buf_putc(b, i < nd ? digits[i] : '0');
+            buf_putc(b, '.');
             if (nd > exp10 + 1)
-                jj__buf_add(b, digits + exp10 + 1, (size_t)(nd - exp10 - 1));
+                buf_put(b, digits + exp10 + 1, (size_t)(nd - exp10 - 1));
             else
-                jj__buf_putc(b, '0');
+                buf_putc(b, '0');
         }
         return;
     }
-    jj__buf_putc(b, digits[0]);
+    buf_putc(b, digits[0]);
     if (nd > 1) {
-        jj__buf_putc(b, '.');
-        jj__buf_add(b, digits + 1, (size_t)nd - 1);
+        buf_putc(b, '.');
+        buf_put(b, digits + 1, (size_t)nd - 1);
     }
-    jj__buf_printf(b, "e%c%02d", exp10 < 0 ? '-' : '+', abs(exp10));
+    buf_printf(b, "e%c%02d", exp10 < 0 ? '-' : '+', abs(exp10));
 }
 
-static void repr_str(jj_buf *b, const char *s, size_t n)
+static void repr_str(buf *b, const char *s, size_t n)
 {
     int has_sq = memchr(s, '\'', n) != NULL, has_dq = memchr(s, '"', n) != NULL;
     char q = has_sq && !has_dq ? '"' : '\'';
-    jj__buf_putc(b, q);
+    buf_putc(b, q);
     size_t i = 0;
     while (i < n) {
         size_t start = i;
         uint32_t cp = jj__utf8_next(s, n, &i);
         if (cp == (uint32_t)q || cp == '\\') {
-            jj__buf_putc(b, '\\');
-            jj__buf_putc(b, (char)cp);
+            buf_putc(b, '\\');
+            buf_putc(b, (char)cp);
         } else if (cp == '\n')
-            jj__buf_puts(b, "\\n");
+            buf_puts(b, "\\n");
         else if (cp == '\r')
-            jj__buf_puts(b, "\\r");
+            buf_puts(b, "\\r");
         else if (cp == '\t')
-            jj__buf_puts(b, "\\t");
+            buf_puts(b, "\\t");
         else if (!is_printable(cp))
-            jj__buf_printf(b, cp < 0x100 ? "\\x%02x" : cp < 0x10000 ? "\\u%04x" : "\\U%08x", cp);
+            buf_printf(b, cp < 0x100 ? "\\x%02x" : cp < 0x10000 ? "\\u%04x" : "\\U%08x", cp);
         else
-            jj__buf_add(b, s + start, i - start);
+            buf_put(b, s + start, i - start);
     }
-    jj__buf_putc(b, q);
+    buf_putc(b, q);
 }
 
-static void repr_depth(jj_buf *b, jinja_value v, int depth);
+static void repr_depth(buf *b, jinja_value v, int depth);
 
-static void repr_items(jj_buf *b, const struct jinja_list *l, int depth)
+static void repr_items(buf *b, const struct jinja_list *l, int depth)
 {
     for (uint32_t i = 0; i < l->n; i++) {
-        if (i) jj__buf_puts(b, ", ");
+        if (i) buf_puts(b, ", ");
         repr_depth(b, l->v[i], depth + 1);
     }
 }
 
-static void repr_dict(jj_buf *b, const struct jinja_dict *d, int depth)
+static void repr_dict(buf *b, const struct jinja_dict *d, int depth)
 {
-    jj__buf_putc(b, '{');
+    buf_putc(b, '{');
     for (uint32_t i = 0; i < d->n; i++) {
-        if (i) jj__buf_puts(b, ", ");
+        if (i) buf_puts(b, ", ");
         repr_depth(b, d->e[i].k, depth + 1);
-        jj__buf_puts(b, ": ");
+        buf_puts(b, ": ");
         repr_depth(b, d->e[i].v, depth + 1);
     }
-    jj__buf_putc(b, '}');
+    buf_putc(b, '}');
 }
 
-static void repr_list(jj_buf *b, const struct jinja_list *l, int depth)
+static void repr_list(buf *b, const struct jinja_list *l, int depth)
 {
     switch (l->type) {
     case JJ_L_TUPLE:
-        jj__buf_putc(b, '(');
+        buf_putc(b, '(');
         repr_items(b, l, depth);
-        jj__buf_puts(b, l->n == 1 ? ",)" : ")");
+        buf_puts(b, l->n == 1 ? ",)" : ")");
         return;
     case JJ_L_GEN:
-        jj__buf_puts(b, "<generator object>");
+        buf_puts(b, "<generator object>");
         return;
     case JJ_L_ITEMS:
     case JJ_L_KEYS:
     case JJ_L_VALUES:
-        jj__buf_puts(b, l->type == JJ_L_ITEMS  ? "dict_items(["
+        buf_puts(b, l->type == JJ_L_ITEMS  ? "dict_items(["
                         : l->type == JJ_L_KEYS ? "dict_keys(["
                                                : "dict_values([");
         repr_items(b, l, depth);
-        jj__buf_puts(b, "])");
+        buf_puts(b, "])");
         return;
     case JJ_L_RANGE:
         if (l->r[2] == 1)
-            jj__buf_printf(b, "range(%lld, %lld)", (long long)l->r[0], (long long)l->r[1]);
+            buf_printf(b, "range(%lld, %lld)", (long long)l->r[0], (long long)l->r[1]);
         else
-            jj__buf_printf(b, "range(%lld, %lld, %lld)", (long long)l->r[0], (long long)l->r[1],
-                           (long long)l->r[2]);
+            buf_printf(b, "range(%lld, %lld, %lld)", (long long)l->r[0], (long long)l->r[1],
+                       (long long)l->r[2]);
         return;
     default:
-        jj__buf_putc(b, '[');
+        buf_putc(b, '[');
         repr_items(b, l, depth);
-        jj__buf_putc(b, ']');
+        buf_putc(b, ']');
     }
 }
 
-static void repr_depth(jj_buf *b, jinja_value v, int depth)
+static void repr_depth(buf *b, jinja_value v, int depth)
 {
     if (depth > 64) {
-        jj__buf_puts(b, "...");
+        buf_puts(b, "...");
         return;
     }
     switch (v.kind) {
     case JINJA_UNDEFINED:
-        jj__buf_puts(b, "Undefined");
+        buf_puts(b, "Undefined");
         return;
     case JINJA_STR:
-        if (v.flags & JINJA_F_MARKUP) jj__buf_puts(b, "Markup(");
+        if (v.flags & JINJA_F_MARKUP) buf_puts(b, "Markup(");
         repr_str(b, v.s->s, v.s->len);
-        if (v.flags & JINJA_F_MARKUP) jj__buf_putc(b, ')');
+        if (v.flags & JINJA_F_MARKUP) buf_putc(b, ')');
         return;
     case JINJA_LIST:
         repr_list(b, v.l, depth);
@@ -187,9 +187,9 @@ static void repr_depth(jj_buf *b, jinja_value v, int depth)
         repr_dict(b, v.d, depth);
         return;
     case JINJA_NAMESPACE:
-        jj__buf_puts(b, "<Namespace ");
+        buf_puts(b, "<Namespace ");
         repr_dict(b, v.d, depth);
-        jj__buf_putc(b, '>');
+        buf_putc(b, '>');
         return;
     default:
         jj__str(b, v);
@@ -197,43 +197,43 @@ static void repr_depth(jj_buf *b, jinja_value v, int depth)
     }
 }
 
-void jj__repr(jj_buf *b, jinja_value v)
+void jj__repr(buf *b, jinja_value v)
 {
     repr_depth(b, v, 0);
 }
 
-void jj__str(jj_buf *b, jinja_value v)
+void jj__str(buf *b, jinja_value v)
 {
     switch (v.kind) {
     case JINJA_UNDEFINED:
         return;
     case JINJA_NONE:
-        jj__buf_puts(b, "None");
+        buf_puts(b, "None");
         return;
     case JINJA_BOOL:
-        jj__buf_puts(b, v.b ? "True" : "False");
+        buf_puts(b, v.b ? "True" : "False");
         return;
     case JINJA_INT:
-        jj__buf_printf(b, "%lld", (long long)v.i);
+        buf_printf(b, "%lld", (long long)v.i);
         return;
     case JINJA_FLOAT:
         jj__repr_float(b, v.f);
         return;
     case JINJA_STR:
-        jj__buf_add(b, v.s->s, v.s->len);
+        buf_put(b, v.s->s, v.s->len);
         return;
     case JINJA_CALLABLE:
         if (v.fn->type == JJ_FN_MACRO)
-            jj__buf_printf(b, "<Macro '%s'>", v.fn->name);
+            buf_printf(b, "<Macro '%s'>", v.fn->name);
         else if (v.fn->type == JJ_FN_METHOD)
-            jj__buf_printf(b, "<built-in method %s of %s object>", v.fn->name,
-                           jj__type_name(v.fn->self));
+            buf_printf(b, "<built-in method %s of %s object>", v.fn->name,
+                       jj__type_name(v.fn->self));
         else
-            jj__buf_printf(b, "<function %s>", v.fn->name);
+            buf_printf(b, "<function %s>", v.fn->name);
         return;
     case JINJA_LOOP:
-        jj__buf_printf(b, "<LoopContext %lld/%u>", (long long)v.loop->index0 + 1,
-                       v.loop->items.l->n);
+        buf_printf(b, "<LoopContext %lld/%u>", (long long)v.loop->index0 + 1,
+                   v.loop->items.l->n);
         return;
     default:
         repr_depth(b, v, 0);
@@ -244,7 +244,7 @@ void jj__str(jj_buf *b, jinja_value v)
 jinja_value jj__soft_str(jinja_ctx *c, jinja_value v)
 {
     if (v.kind == JINJA_STR) return v;
-    jj_buf b;
+    buf b;
     jj__buf_init(&b, c);
     jj__str(&b, v);
     return jj__str_buf(c, &b);
@@ -262,28 +262,28 @@ jinja_value jj__escape(jinja_ctx *c, jinja_value v)
     if (v.kind == JINJA_STR && (v.flags & JINJA_F_MARKUP)) return v;
     jinja_value s = jj__plain_str(c, v);
     if (!strpbrk(s.s->s, "&<>\"'") && strlen(s.s->s) == s.s->len) return jj__markup(s);
-    jj_buf b;
+    buf b;
     jj__buf_init(&b, c);
     for (size_t i = 0; i < s.s->len; i++) {
         char ch = s.s->s[i];
         switch (ch) {
         case '&':
-            jj__buf_puts(&b, "&amp;");
+            buf_puts(&b, "&amp;");
             break;
         case '<':
-            jj__buf_puts(&b, "&lt;");
+            buf_puts(&b, "&lt;");
             break;
         case '>':
-            jj__buf_puts(&b, "&gt;");
+            buf_puts(&b, "&gt;");
             break;
         case '"':
-            jj__buf_puts(&b, "&#34;");
+            buf_puts(&b, "&#34;");
             break;
         case '\'':
-            jj__buf_puts(&b, "&#39;");
+            buf_puts(&b, "&#39;");
             break;
         default:
-            jj__buf_putc(&b, ch);
+            buf_putc(&b, ch);
         }
     }
     return jj__markup(jj__str_buf(c, &b));

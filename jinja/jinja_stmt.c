@@ -1,6 +1,6 @@
 /*
- * jinja_stmt.c — executing statements, and the public entry points (compile, contexts,
- * render).
+ * jinja_stmt.c — executing statements: output, conditions, loops, assignments, macros, call,
+ * filter, set and with blocks.
  *
  * Scoping is Jinja's: the template's top level is one scope over the render variables; every
  * iteration of a for body, a macro call, a call block's caller, a with block, a filter block,
@@ -8,7 +8,9 @@
  * is invisible outside (templates carry state in namespace() objects), while an if block makes
  * no scope. The loop variable is one object per loop whose index moves, as in Jinja. Output
  * goes to c->out; macros, set blocks and filter blocks capture it into their own buffer.
- * Called by jinja_api.c (jinja_render) and jinja_expr.c (macro and loop calls).
+ * Called by jinja_api.c (jinja_render) and jinja_expr.c (macro and loop calls): this file and
+ * jinja_expr.c call each other, the interpreter's recursion (statements evaluate expressions,
+ * and calling a macro or a recursive loop runs statements).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -35,13 +37,13 @@ static jj_name name_of(const char *s)
 /* Runs body in scope s with its output captured; returns the text as a string value. */
 static jinja_value capture(jinja_ctx *c, jj_scope *s, jj_node *const *body, uint32_t n, int *status)
 {
-    jj_buf buf, *saved = c->out;
-    jj__buf_init(&buf, c);
-    c->out = &buf;
+    buf text, *saved = c->out;
+    jj__buf_init(&text, c);
+    c->out = &text;
     int st = exec_body(c, s, body, n);
     c->out = saved;
     if (status) *status = st;
-    return jj__str_buf(c, &buf);
+    return jj__str_buf(c, &text);
 }
 
 /* ---- assignment --------------------------------------------------------------------------- */
@@ -71,48 +73,6 @@ static void assign(jinja_ctx *c, jj_scope *s, const jj_node *t, jinja_value v)
 }
 
 /* ---- loops -------------------------------------------------------------------------------- */
-
-static jinja_value loop_cycle(jinja_ctx *c, jinja_value self, const jj_callargs *a)
-{
-    if (!a->n_pos) jj__raise(c, JJ_E_TYPE, "no items for cycling given");
-    return a->pos[self.loop->index0 % a->n_pos];
-}
-
-static jinja_value loop_changed(jinja_ctx *c, jinja_value self, const jj_callargs *a)
-{
-    jinja_value args = jj__list_of(c, JJ_L_TUPLE, a->pos, a->n_pos);
-    struct jinja_loop *l = self.loop;
-    if (l->changed_last.kind != JINJA__MISSING && jj__equal(l->changed_last, args))
-        return jinja_bool(0);
-    l->changed_last = args;
-    return jinja_bool(1);
-}
-
-jinja_value jj__loop_attr(jinja_ctx *c, jinja_value lv, const char *name, size_t n)
-{
-    struct jinja_loop *l = lv.loop;
-    int64_t len = l->items.l->n, i = l->index0;
-#define IS(s) (n == sizeof(s) - 1 && !memcmp(name, s, n))
-    if (IS("index")) return jinja_int(i + 1);
-    if (IS("index0")) return jinja_int(i);
-    if (IS("revindex")) return jinja_int(len - i);
-    if (IS("revindex0")) return jinja_int(len - i - 1);
-    if (IS("first")) return jinja_bool(i == 0);
-    if (IS("last")) return jinja_bool(i == len - 1);
-    if (IS("length")) return jinja_int(len);
-    if (IS("depth")) return jinja_int(l->depth0 + 1);
-    if (IS("depth0")) return jinja_int(l->depth0);
-    if (IS("previtem"))
-        return i > 0 ? l->items.l->v[i - 1]
-                     : jj__undef(c, JJ_E_UNDEFINED, "there is no previous item");
-    if (IS("nextitem"))
-        return i + 1 < len ? l->items.l->v[i + 1]
-                           : jj__undef(c, JJ_E_UNDEFINED, "there is no next item");
-    if (IS("cycle")) return jj__func_new(c, JJ_FN_METHOD, "cycle", loop_cycle, lv);
-    if (IS("changed")) return jj__func_new(c, JJ_FN_METHOD, "changed", loop_changed, lv);
-#undef IS
-    return jj__missing;
-}
 
 /* Filters items by the loop's `if` test, evaluated with the target bound in a scratch scope. */
 static jinja_value loop_filter(jinja_ctx *c, jj_scope *s, const jj_node *f, jinja_value items)
@@ -168,13 +128,13 @@ jinja_value jj__loop_call(jinja_ctx *c, jinja_value lv, const jj_callargs *a)
     if (a->n_pos != 1 || a->n_kw) jj__raise(c, JJ_E_TYPE, "loop() takes exactly one argument");
     if (++c->depth > c->lim.max_depth)
         jj__raise(c, JJ_E_LIMIT, "recursive loop calls nested deeper than %d", c->lim.max_depth);
-    jj_buf buf, *saved = c->out;
-    jj__buf_init(&buf, c);
-    c->out = &buf;
+    buf text, *saved = c->out;
+    jj__buf_init(&text, c);
+    c->out = &text;
     run_loop(c, l->scope, l->node, a->pos[0], l->depth0 + 1);
     c->out = saved;
     c->depth--;
-    return jj__str_buf(c, &buf);
+    return jj__str_buf(c, &text);
 }
 
 /* ---- macros ------------------------------------------------------------------------------- */
@@ -282,7 +242,7 @@ static void exec_callblock(jinja_ctx *c, jj_scope *s, const jj_node *n)
 static void write_value(jinja_ctx *c, jinja_value v)
 {
     if (v.kind == JINJA_STR)
-        jj__buf_add(c->out, v.s->s, v.s->len);
+        buf_put(c->out, v.s->s, v.s->len);
     else
         jj__str(c->out, v);
 }
@@ -292,7 +252,7 @@ static int exec(jinja_ctx *c, jj_scope *s, const jj_node *n)
     c->line = n->line;
     switch (n->kind) {
     case S_DATA:
-        jj__buf_add(c->out, n->val.s->s, n->val.s->len);
+        buf_put(c->out, n->val.s->s, n->val.s->len);
         return X_NORMAL;
     case S_OUTPUT:
         write_value(c, jj__eval(c, s, n->a));

@@ -148,57 +148,11 @@ static int t_ne(jinja_ctx *c, jinja_value v, const jj_callargs *a)
     return !jj__equal(v, one_arg(c, a, "ne"));
 }
 
+#define TEST_ENTRY(nm, fn) {nm, fn},
 static const struct {
     const char *name;
     test_fn fn;
-} tests[] = {
-    {"odd", t_odd},
-    {"even", t_even},
-    {"divisibleby", t_divisibleby},
-    {"defined", t_defined},
-    {"undefined", t_undefined},
-    {"filter", t_filter},
-    {"test", t_test},
-    {"none", t_none},
-    {"boolean", t_boolean},
-    {"false", t_false},
-    {"true", t_true},
-    {"integer", t_integer},
-    {"float", t_float},
-    {"lower", t_lower},
-    {"upper", t_upper},
-    {"string", t_string},
-    {"mapping", t_mapping},
-    {"number", t_number},
-    {"sequence", t_sequence},
-    {"iterable", t_iterable},
-    {"callable", t_callable},
-    {"sameas", t_sameas},
-    {"escaped", t_escaped},
-    {"in", t_in},
-    {"==", t_eq},
-    {"eq", t_eq},
-    {"equalto", t_eq},
-    {"!=", t_ne},
-    {"ne", t_ne},
-    {">", t_gt},
-    {"gt", t_gt},
-    {"greaterthan", t_gt},
-    {"ge", t_ge},
-    {">=", t_ge},
-    {"<", t_lt},
-    {"lt", t_lt},
-    {"lessthan", t_lt},
-    {"<=", t_le},
-    {"le", t_le},
-};
-
-int jj__test_index(const char *name)
-{
-    for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++)
-        if (!strcmp(tests[i].name, name)) return (int)i;
-    return -1;
-}
+} tests[] = {JJ__TESTS(TEST_ENTRY)};
 
 int jj__apply_test(jinja_ctx *c, int idx, jinja_value v, const jj_callargs *a)
 {

@@ -1,7 +1,10 @@
 /*
  * jinja_value.c — the value model of the Jinja interpreter: the arena every value lives in,
- * errors, byte buffers, strings (UTF-8, code-point indexed), lists, insertion-ordered dicts,
- * and Python's semantics for them: truth, ==, <, hashing, len(), `in` (str and repr: jinja_repr.c).
+ * errors, render contexts (their arena, limits and clock), growable strings in the arena
+ * (base/buf.h, bounded by the output limit), strings (UTF-8, code-point indexed), lists,
+ * insertion-ordered dicts, and Python's semantics for them: truth, ==, <, hashing, len(), `in`,
+ * iteration (str and repr: jinja_repr.c). It calls no other file of the interpreter: a lazy
+ * generator carries the function that makes its items.
  *
  * Invariants: a jinja_str's n_cp is its number of code points and s[len] is NUL; a dict's
  * entries are unique by Python equality (1 == 1.0 == True) and its index, when present, maps
@@ -116,79 +119,50 @@ void *jj__alloc(jinja_ctx *c, size_t n)
     return p;
 }
 
+/* ---- render contexts ---------------------------------------------------------------------- */
+
+jinja_ctx *jinja_ctx_create(const jinja_limits *lim)
+{
+    jinja_ctx *c = calloc(1, sizeof *c);
+    if (!c) return NULL;
+    if (lim) c->lim = *lim;
+    if (!c->lim.max_output_bytes) c->lim.max_output_bytes = 32u << 20;
+    if (!c->lim.max_memory_bytes) c->lim.max_memory_bytes = (size_t)512 << 20;
+    if (!c->lim.max_steps) c->lim.max_steps = 50000000;
+    if (!c->lim.max_depth) c->lim.max_depth = 200;
+    c->arena.limit_bytes = c->lim.max_memory_bytes;
+    return c;
+}
+
+void jinja_ctx_destroy(jinja_ctx *c)
+{
+    if (!c) return;
+    jj__arena_free(&c->arena);
+    free(c);
+}
+
+void jinja_ctx_set_time(jinja_ctx *c, const struct tm *now)
+{
+    c->now = *now;
+    c->have_now = 1;
+}
+
 /* ---- buffers ------------------------------------------------------------------------------ */
 
-void jj__buf_init(jj_buf *b, jinja_ctx *c)
+/* The allocator of a context's strings: arena blocks, bounded by the output limit. */
+static char *arena_grow(void *ud, char *old, size_t len, size_t need, size_t cap)
 {
-    memset(b, 0, sizeof *b);
-    b->c = c;
+    jinja_ctx *c = ud;
+    if (need > c->lim.max_output_bytes)
+        jj__raise(c, JJ_E_LIMIT, "the rendered text exceeds %zu bytes", c->lim.max_output_bytes);
+    char *p = jj__alloc(c, cap);
+    if (len) memcpy(p, old, len);
+    return p;
 }
 
-static int buf_grow(jj_buf *b, size_t need)
+void jj__buf_init(buf *b, jinja_ctx *c)
 {
-    size_t cap = b->cap ? b->cap : 64;
-    while (cap < need)
-        cap *= 2;
-    char *p;
-    if (b->c) {
-        if (need > b->c->lim.max_output_bytes)
-            jj__raise(b->c, JJ_E_LIMIT, "the rendered text exceeds %zu bytes",
-                      b->c->lim.max_output_bytes);
-        p = jj__alloc(b->c, cap);
-        if (b->n) memcpy(p, b->s, b->n);
-    } else {
-        p = realloc(b->s, cap);
-        if (!p) {
-            b->oom = 1;
-            return -1;
-        }
-    }
-    b->s = p;
-    b->cap = cap;
-    return 0;
-}
-
-void jj__buf_add(jj_buf *b, const char *s, size_t n)
-{
-    if (b->oom) return;
-    if (b->n + n + 1 > b->cap && buf_grow(b, b->n + n + 1)) return;
-    if (n) memcpy(b->s + b->n, s, n);
-    b->n += n;
-    b->s[b->n] = 0;
-}
-
-void jj__buf_puts(jj_buf *b, const char *s)
-{
-    jj__buf_add(b, s, strlen(s));
-}
-
-void jj__buf_putc(jj_buf *b, char ch)
-{
-    jj__buf_add(b, &ch, 1);
-}
-
-void jj__buf_printf(jj_buf *b, const char *fmt, ...)
-{
-    char tmp[256];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
-    va_end(ap);
-    if (n < 0) return;
-    if ((size_t)n < sizeof tmp) {
-        jj__buf_add(b, tmp, (size_t)n);
-        return;
-    }
-    char *big = malloc((size_t)n + 1);
-    if (!big) {
-        b->oom = 1;
-        return;
-    }
-    va_start(ap, fmt);
-    vsnprintf(big, (size_t)n + 1, fmt, ap);
-    va_end(ap);
-    jj__buf_add(b, big, (size_t)n);
-    free(big);
+    *b = c ? (buf){.alloc = arena_grow, .ud = c} : (buf){0};
 }
 
 /* ---- UTF-8 and character classes ---------------------------------------------------------- */
@@ -301,6 +275,31 @@ uint32_t jj__upper(uint32_t c)
 
 /* ---- constructors ------------------------------------------------------------------------- */
 
+jinja_value jinja_none(void)
+{
+    return (jinja_value){.kind = JINJA_NONE};
+}
+
+jinja_value jinja_bool(int b)
+{
+    return (jinja_value){.kind = JINJA_BOOL, .b = !!b};
+}
+
+jinja_value jinja_int(int64_t i)
+{
+    return (jinja_value){.kind = JINJA_INT, .i = i};
+}
+
+jinja_value jinja_float(double f)
+{
+    return (jinja_value){.kind = JINJA_FLOAT, .f = f};
+}
+
+jinja_value jinja_undefined(void)
+{
+    return (jinja_value){.kind = JINJA_UNDEFINED};
+}
+
 const jinja_value jj__missing = {.kind = JINJA__MISSING};
 
 jinja_value jj__undef(jinja_ctx *c, int exc, const char *fmt, ...)
@@ -351,9 +350,9 @@ jinja_value jj__str_cstr(jinja_ctx *c, const char *s)
     return jj__str_new(c, s, strlen(s));
 }
 
-jinja_value jj__str_buf(jinja_ctx *c, const jj_buf *b)
+jinja_value jj__str_buf(jinja_ctx *c, const buf *b)
 {
-    return jj__str_new(c, b->s ? b->s : "", b->n);
+    return jj__str_new(c, b->s ? b->s : "", b->len);
 }
 
 jinja_value jj__markup(jinja_value s)
@@ -747,6 +746,18 @@ const char *jj__type_name(jinja_value v)
 }
 
 /* ---- iteration, len, in ------------------------------------------------------------------- */
+
+void jj__force_gen(jinja_ctx *c, jinja_value g)
+{
+    struct jinja_list *l = g.l;
+    jj_lazy_fn fn = l->lazy;
+    l->lazy = NULL;
+    jinja_value r = fn(c, l->lazy_in, l->lazy_args);
+    if (r.kind == JINJA_LIST && r.l->lazy) jj__force_gen(c, r);
+    l->v = r.l->v;
+    l->n = r.l->n;
+    l->cap = r.l->cap;
+}
 
 jinja_value jj__iter_list(jinja_ctx *c, jinja_value v)
 {

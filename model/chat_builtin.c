@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/buf.h"
 #include "model/chat.h"
 
 static const char *const tmpl_names[CHAT_TMPL_COUNT] = {
@@ -59,46 +60,15 @@ int chat_template_detect(const char *jinja, const tokenizer *tok)
 
 /* ---- string building ------------------------------------------------------------------------ */
 
-typedef struct sbuf {
-    char *s;
-    size_t n, cap;
-    int oom;
-} sbuf;
-
-static void sb_add(sbuf *b, const char *s, size_t n)
-{
-    if (b->oom) return;
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->n + n + 1)
-            cap *= 2;
-        char *p = realloc(b->s, cap);
-        if (!p) {
-            b->oom = 1;
-            return;
-        }
-        b->s = p;
-        b->cap = cap;
-    }
-    memcpy(b->s + b->n, s, n);
-    b->n += n;
-    b->s[b->n] = 0;
-}
-
-static void sb_puts(sbuf *b, const char *s)
-{
-    sb_add(b, s, strlen(s));
-}
-
 /* Appends s without its leading and trailing whitespace (Jinja's trim / Python's strip). */
-static void sb_trim(sbuf *b, const char *s)
+static void put_trimmed(buf *b, const char *s)
 {
     const char *e = s + strlen(s);
     while (s < e && strchr(" \t\n\r\v\f", *s))
         s++;
     while (e > s && strchr(" \t\n\r\v\f", e[-1]))
         e--;
-    sb_add(b, s, (size_t)(e - s));
+    buf_put(b, s, (size_t)(e - s));
 }
 
 /* ---- roles ---------------------------------------------------------------------------------- */
@@ -136,20 +106,20 @@ typedef struct render_ctx {
     int gen;     /* add_generation_prompt */
     int add_bos; /* write the BOS text first */
     const tokenizer *tok;
-    sbuf *b;
+    buf *b;
 } render_ctx;
 
 /* <|im_start|>role\ncontent<|im_end|>\n … <|im_start|>assistant\n */
 static void render_chatml(const render_ctx *c)
 {
     for (int i = 0; i < c->n; i++) {
-        sb_puts(c->b, "<|im_start|>");
-        sb_puts(c->b, role_names[role_of(c->msgs[i].role)]);
-        sb_puts(c->b, "\n");
-        sb_puts(c->b, c->msgs[i].content);
-        sb_puts(c->b, "<|im_end|>\n");
+        buf_puts(c->b, "<|im_start|>");
+        buf_puts(c->b, role_names[role_of(c->msgs[i].role)]);
+        buf_puts(c->b, "\n");
+        buf_puts(c->b, c->msgs[i].content);
+        buf_puts(c->b, "<|im_end|>\n");
     }
-    if (c->gen) sb_puts(c->b, "<|im_start|>assistant\n");
+    if (c->gen) buf_puts(c->b, "<|im_start|>assistant\n");
 }
 
 /* Llama-2: <s>[INST] <<SYS>>\nsys\n<</SYS>>\n\nuser [/INST] answer </s><s>[INST] user [/INST]
@@ -167,23 +137,23 @@ static void render_inst(const render_ctx *c, int llama2)
             continue;
         }
         if (role == ROLE_USER || (role < 0 && sys)) {
-            if (turns ? llama2 : c->add_bos) sb_puts(c->b, bos);
-            sb_puts(c->b, "[INST] ");
+            if (turns ? llama2 : c->add_bos) buf_puts(c->b, bos);
+            buf_puts(c->b, "[INST] ");
             if (sys) {
-                sb_puts(c->b, llama2 ? "<<SYS>>\n" : "");
-                sb_trim(c->b, sys);
-                sb_puts(c->b, llama2 ? "\n<</SYS>>\n\n" : "\n\n");
+                buf_puts(c->b, llama2 ? "<<SYS>>\n" : "");
+                put_trimmed(c->b, sys);
+                buf_puts(c->b, llama2 ? "\n<</SYS>>\n\n" : "\n\n");
                 sys = NULL;
             }
-            if (role == ROLE_USER) sb_trim(c->b, c->msgs[i].content);
-            sb_puts(c->b, " [/INST]");
+            if (role == ROLE_USER) put_trimmed(c->b, c->msgs[i].content);
+            buf_puts(c->b, " [/INST]");
             turns++;
         } else if (role == ROLE_ASSISTANT) {
-            if (!turns && c->add_bos) sb_puts(c->b, bos);
-            sb_puts(c->b, " ");
-            sb_trim(c->b, c->msgs[i].content);
-            if (llama2) sb_puts(c->b, " ");
-            sb_puts(c->b, eos);
+            if (!turns && c->add_bos) buf_puts(c->b, bos);
+            buf_puts(c->b, " ");
+            put_trimmed(c->b, c->msgs[i].content);
+            if (llama2) buf_puts(c->b, " ");
+            buf_puts(c->b, eos);
             turns++;
         }
     }
@@ -192,65 +162,65 @@ static void render_inst(const render_ctx *c, int llama2)
 /* <|begin_of_text|><|start_header_id|>role<|end_header_id|>\n\ncontent<|eot_id|> … */
 static void render_llama3(const render_ctx *c)
 {
-    if (c->add_bos) sb_puts(c->b, bos_text(c->tok, "<|begin_of_text|>"));
+    if (c->add_bos) buf_puts(c->b, bos_text(c->tok, "<|begin_of_text|>"));
     for (int i = 0; i < c->n; i++) {
         int role = role_of(c->msgs[i].role);
-        sb_puts(c->b, "<|start_header_id|>");
-        sb_puts(c->b, role == ROLE_TOOL ? "ipython" : role_names[role]);
-        sb_puts(c->b, "<|end_header_id|>\n\n");
-        sb_trim(c->b, c->msgs[i].content);
-        sb_puts(c->b, "<|eot_id|>");
+        buf_puts(c->b, "<|start_header_id|>");
+        buf_puts(c->b, role == ROLE_TOOL ? "ipython" : role_names[role]);
+        buf_puts(c->b, "<|end_header_id|>\n\n");
+        put_trimmed(c->b, c->msgs[i].content);
+        buf_puts(c->b, "<|eot_id|>");
     }
-    if (c->gen) sb_puts(c->b, "<|start_header_id|>assistant<|end_header_id|>\n\n");
+    if (c->gen) buf_puts(c->b, "<|start_header_id|>assistant<|end_header_id|>\n\n");
 }
 
 /* Zephyr: <|role|>\ncontent</s>\n     Phi-3: <|role|>\ncontent<|end|>\n     … <|assistant|>\n */
 static void render_tagged(const render_ctx *c, const char *end)
 {
     for (int i = 0; i < c->n; i++) {
-        sb_puts(c->b, "<|");
-        sb_puts(c->b, role_names[role_of(c->msgs[i].role)]);
-        sb_puts(c->b, "|>\n");
-        sb_puts(c->b, c->msgs[i].content);
-        sb_puts(c->b, end);
-        sb_puts(c->b, "\n");
+        buf_puts(c->b, "<|");
+        buf_puts(c->b, role_names[role_of(c->msgs[i].role)]);
+        buf_puts(c->b, "|>\n");
+        buf_puts(c->b, c->msgs[i].content);
+        buf_puts(c->b, end);
+        buf_puts(c->b, "\n");
     }
-    if (c->gen) sb_puts(c->b, "<|assistant|>\n");
+    if (c->gen) buf_puts(c->b, "<|assistant|>\n");
 }
 
 /* <bos><start_of_turn>user\nsys\n\nuser<end_of_turn>\n<start_of_turn>model\n…<end_of_turn>\n */
 static void render_gemma(const render_ctx *c)
 {
     const char *sys = NULL;
-    if (c->add_bos) sb_puts(c->b, bos_text(c->tok, "<bos>"));
+    if (c->add_bos) buf_puts(c->b, bos_text(c->tok, "<bos>"));
     for (int i = 0; i < c->n; i++) {
         int role = role_of(c->msgs[i].role);
         if (role == ROLE_SYSTEM) {
             sys = c->msgs[i].content;
             continue;
         }
-        sb_puts(c->b, role == ROLE_ASSISTANT ? "<start_of_turn>model\n" : "<start_of_turn>user\n");
+        buf_puts(c->b, role == ROLE_ASSISTANT ? "<start_of_turn>model\n" : "<start_of_turn>user\n");
         if (sys && role == ROLE_USER) {
-            sb_trim(c->b, sys);
-            sb_puts(c->b, "\n\n");
+            put_trimmed(c->b, sys);
+            buf_puts(c->b, "\n\n");
             sys = NULL;
         }
-        sb_trim(c->b, c->msgs[i].content);
-        sb_puts(c->b, "<end_of_turn>\n");
+        put_trimmed(c->b, c->msgs[i].content);
+        buf_puts(c->b, "<end_of_turn>\n");
     }
-    if (c->gen) sb_puts(c->b, "<start_of_turn>model\n");
+    if (c->gen) buf_puts(c->b, "<start_of_turn>model\n");
 }
 
 /* role: content\n … assistant: */
 static void render_plain(const render_ctx *c)
 {
     for (int i = 0; i < c->n; i++) {
-        sb_puts(c->b, role_names[role_of(c->msgs[i].role)]);
-        sb_puts(c->b, ": ");
-        sb_puts(c->b, c->msgs[i].content);
-        sb_puts(c->b, "\n");
+        buf_puts(c->b, role_names[role_of(c->msgs[i].role)]);
+        buf_puts(c->b, ": ");
+        buf_puts(c->b, c->msgs[i].content);
+        buf_puts(c->b, "\n");
     }
-    if (c->gen) sb_puts(c->b, "assistant:");
+    if (c->gen) buf_puts(c->b, "assistant:");
 }
 
 static void set_err(char *err, size_t err_len, const char *fmt, ...)
@@ -282,9 +252,9 @@ char *chat_render(int tmpl, const chat_msg *msgs, int n_msgs, int add_generation
             return NULL;
         }
     }
-    sbuf b = {0};
+    buf b = {0};
     render_ctx c = {msgs, n_msgs, add_generation_prompt, add_bos_text, tok, &b};
-    sb_add(&b, "", 0);
+    buf_put(&b, "", 0);
     switch (tmpl) {
     case CHAT_TMPL_CHATML:
         render_chatml(&c);

@@ -1,10 +1,6 @@
 /*
- * mkmodel.c — streaming GGUF writer and synthetic models of every architecture kvserve loads.
- *
- * Writer: metadata is serialised into a byte buffer as it is added; tensors are described by
- * name, type and shape, and their offsets follow from the shapes (each tensor starts at a
- * multiple of the alignment), so the header can be written before any data exists. Data rows
- * come from a callback and are converted to the tensor's type on the way out.
+ * mkmodel.c — synthetic models of every architecture kvserve loads, written through the GGUF
+ * writer (gguf_write.h).
  *
  * Models: weights are normal(0, 0.02) from Box–Muller over splitmix64, one generator per tensor
  * seeded from (seed, tensor index), so a file is a pure function of its parameters. Norms are 1
@@ -21,313 +17,11 @@
 #include <string.h>
 #include <strings.h>
 
+#include "base/rng.h"
 #include "model/dtype.h"
 #include "model/gguf.h"
-#include "engine/sampler.h"
+#include "model/gguf_write.h"
 #include "model/mkmodel_internal.h"
-
-#define MKM_ALIGN 32
-
-typedef struct mkm__tensor {
-    char *name;
-    int type;
-    int n_dims;
-    int64_t ne[4];
-    uint64_t offset;  /* from the start of the data section */
-    uint64_t n_bytes;
-} mkm__tensor;
-
-struct mkm_writer {
-    uint8_t *kv;          /* serialised metadata */
-    size_t kv_len, kv_cap;
-    uint64_t n_kv;
-    mkm__tensor *t;       /* [n_t] */
-    int n_t, cap_t;
-    uint64_t data_bytes;  /* size of the data section so far (aligned) */
-    int failed;           /* sticky -ENOMEM */
-};
-
-/* ---- writer ------------------------------------------------------------------------------- */
-
-static int put(mkm_writer *w, const void *p, size_t n)
-{
-    if (w->failed) return -ENOMEM;
-    if (w->kv_len + n > w->kv_cap) {
-        size_t cap = (w->kv_len + n) * 2 + 256;
-        uint8_t *q = realloc(w->kv, cap);
-        if (!q) {
-            w->failed = 1;
-            return -ENOMEM;
-        }
-        w->kv = q;
-        w->kv_cap = cap;
-    }
-    memcpy(w->kv + w->kv_len, p, n);
-    w->kv_len += n;
-    return 0;
-}
-
-static int put_u32(mkm_writer *w, uint32_t v) { return put(w, &v, 4); }
-static int put_u64(mkm_writer *w, uint64_t v) { return put(w, &v, 8); }
-static int put_str(mkm_writer *w, const char *s)
-{
-    size_t n = strlen(s);
-    put_u64(w, n);
-    return put(w, s, n);
-}
-
-static int put_key(mkm_writer *w, const char *key, uint32_t type)
-{
-    w->n_kv++;
-    put_str(w, key);
-    return put_u32(w, type);
-}
-
-mkm_writer *mkm_writer_create(void)
-{
-    mkm_writer *w = calloc(1, sizeof *w);
-    if (!w) return NULL;
-    if (mkm_kv_u32(w, "general.alignment", MKM_ALIGN)) {
-        mkm_writer_destroy(w);
-        return NULL;
-    }
-    return w;
-}
-
-void mkm_writer_destroy(mkm_writer *w)
-{
-    if (!w) return;
-    for (int i = 0; i < w->n_t; i++) free(w->t[i].name);
-    free(w->t);
-    free(w->kv);
-    free(w);
-}
-
-int mkm_kv_u32(mkm_writer *w, const char *key, uint32_t v)
-{
-    put_key(w, key, GGUF_T_U32);
-    return put_u32(w, v);
-}
-
-int mkm_kv_i32(mkm_writer *w, const char *key, int32_t v)
-{
-    put_key(w, key, GGUF_T_I32);
-    return put(w, &v, 4);
-}
-
-int mkm_kv_u64(mkm_writer *w, const char *key, uint64_t v)
-{
-    put_key(w, key, GGUF_T_U64);
-    return put_u64(w, v);
-}
-
-int mkm_kv_f32(mkm_writer *w, const char *key, float v)
-{
-    put_key(w, key, GGUF_T_F32);
-    return put(w, &v, 4);
-}
-
-int mkm_kv_bool(mkm_writer *w, const char *key, int v)
-{
-    uint8_t b = v != 0;
-    put_key(w, key, GGUF_T_BOOL);
-    return put(w, &b, 1);
-}
-
-int mkm_kv_str(mkm_writer *w, const char *key, const char *v)
-{
-    put_key(w, key, GGUF_T_STRING);
-    return put_str(w, v);
-}
-
-int mkm_kv_arr_str(mkm_writer *w, const char *key, const char *const *v, int64_t n)
-{
-    put_key(w, key, GGUF_T_ARRAY);
-    put_u32(w, GGUF_T_STRING);
-    put_u64(w, (uint64_t)n);
-    for (int64_t i = 0; i < n; i++) put_str(w, v[i]);
-    return w->failed ? -ENOMEM : 0;
-}
-
-int mkm_kv_arr_f32(mkm_writer *w, const char *key, const float *v, int64_t n)
-{
-    put_key(w, key, GGUF_T_ARRAY);
-    put_u32(w, GGUF_T_F32);
-    put_u64(w, (uint64_t)n);
-    return put(w, v, (size_t)n * 4);
-}
-
-int mkm_kv_arr_i32(mkm_writer *w, const char *key, const int32_t *v, int64_t n)
-{
-    put_key(w, key, GGUF_T_ARRAY);
-    put_u32(w, GGUF_T_I32);
-    put_u64(w, (uint64_t)n);
-    return put(w, v, (size_t)n * 4);
-}
-
-/* The types mkm_quantize_row can write. */
-static int writable_type(int type)
-{
-    return type == DT_F32 || type == DT_F16 || type == DT_BF16 || type == DT_Q8_0;
-}
-
-int mkm_tensor(mkm_writer *w, const char *name, int type, int n_dims, const int64_t *ne)
-{
-    if (!writable_type(type) || n_dims < 1 || n_dims > 4) return -EINVAL;
-    int64_t rows = 1;
-    for (int d = 1; d < n_dims; d++) {
-        if (ne[d] < 1) return -EINVAL;
-        rows *= ne[d];
-    }
-    size_t row = dt_row_bytes(type, ne[0]);
-    if (ne[0] < 1 || !row) return -EINVAL;
-    if (w->n_t == w->cap_t) {
-        int cap = w->cap_t ? 2 * w->cap_t : 64;
-        mkm__tensor *t = realloc(w->t, (size_t)cap * sizeof *t);
-        if (!t) {
-            w->failed = 1;
-            return -ENOMEM;
-        }
-        w->t = t;
-        w->cap_t = cap;
-    }
-    mkm__tensor *t = &w->t[w->n_t];
-    memset(t, 0, sizeof *t);
-    t->name = strdup(name);
-    if (!t->name) {
-        w->failed = 1;
-        return -ENOMEM;
-    }
-    t->type = type;
-    t->n_dims = n_dims;
-    for (int d = 0; d < 4; d++) t->ne[d] = d < n_dims ? ne[d] : 1;
-    t->offset = w->data_bytes;
-    t->n_bytes = (uint64_t)row * (uint64_t)rows;
-    w->data_bytes += (t->n_bytes + MKM_ALIGN - 1) / MKM_ALIGN * MKM_ALIGN;
-    return w->n_t++;
-}
-
-void mkm_quantize_row(int type, const float *src, void *dst, int64_t n)
-{
-    switch (type) {
-    case DT_F32:
-        memcpy(dst, src, (size_t)n * 4);
-        break;
-    case DT_F16: {
-        uint16_t *d = dst;
-        for (int64_t i = 0; i < n; i++) d[i] = dt_f32_to_f16(src[i]);
-        break;
-    }
-    case DT_BF16: {
-        uint16_t *d = dst;
-        for (int64_t i = 0; i < n; i++) d[i] = dt_f32_to_bf16(src[i]);
-        break;
-    }
-    case DT_Q8_0: {
-        dt_block_q8_0 *b = dst;
-        for (int64_t k = 0; k < n / DT_QK8_0; k++) {
-            const float *x = src + k * DT_QK8_0;
-            float amax = 0;
-            for (int j = 0; j < DT_QK8_0; j++) amax = fmaxf(amax, fabsf(x[j]));
-            float d = amax / 127.0f, id = d ? 1.0f / d : 0.0f;
-            b[k].d = dt_f32_to_f16(d);
-            for (int j = 0; j < DT_QK8_0; j++) b[k].q[j] = (int8_t)roundf(x[j] * id);
-        }
-        break;
-    }
-    default:
-        break;
-    }
-}
-
-static int write_pad(FILE *fp, uint64_t n)
-{
-    static const uint8_t zero[MKM_ALIGN];
-    return n && fwrite(zero, 1, (size_t)n, fp) != n ? -1 : 0;
-}
-
-/* Header, metadata, tensor table and padding. */
-static int write_header(const mkm_writer *w, FILE *fp, uint64_t *pos)
-{
-    uint32_t version = 3;
-    uint64_t n_t = (uint64_t)w->n_t;
-    int bad = fwrite("GGUF", 1, 4, fp) != 4 || fwrite(&version, 4, 1, fp) != 1 ||
-              fwrite(&n_t, 8, 1, fp) != 1 || fwrite(&w->n_kv, 8, 1, fp) != 1 ||
-              fwrite(w->kv, 1, w->kv_len, fp) != w->kv_len;
-    uint64_t p = 24 + w->kv_len;
-    for (int i = 0; i < w->n_t && !bad; i++) {
-        const mkm__tensor *t = &w->t[i];
-        uint64_t len = strlen(t->name);
-        uint32_t nd = (uint32_t)t->n_dims, type = (uint32_t)t->type;
-        bad |= fwrite(&len, 8, 1, fp) != 1 || fwrite(t->name, 1, len, fp) != len ||
-               fwrite(&nd, 4, 1, fp) != 1 || fwrite(t->ne, 8, nd, fp) != nd ||
-               fwrite(&type, 4, 1, fp) != 1 || fwrite(&t->offset, 8, 1, fp) != 1;
-        p += 8 + len + 4 + 8 * nd + 4 + 8;
-    }
-    uint64_t pad = (MKM_ALIGN - p % MKM_ALIGN) % MKM_ALIGN;
-    bad |= write_pad(fp, pad);
-    *pos = p + pad;
-    return bad ? -1 : 0;
-}
-
-static int write_data(const mkm_writer *w, FILE *fp, mkm_row_fn fn, void *ctx)
-{
-    int64_t max_ne0 = 1;
-    for (int i = 0; i < w->n_t; i++) max_ne0 = w->t[i].ne[0] > max_ne0 ? w->t[i].ne[0] : max_ne0;
-    float *row = malloc((size_t)max_ne0 * sizeof *row);
-    void *bytes = malloc(dt_row_bytes(DT_F32, max_ne0));
-    int rc = row && bytes ? 0 : -ENOMEM;
-    for (int i = 0; i < w->n_t && !rc; i++) {
-        const mkm__tensor *t = &w->t[i];
-        int64_t rows = t->ne[1] * t->ne[2] * t->ne[3];
-        size_t rb = dt_row_bytes(t->type, t->ne[0]);
-        for (int64_t r = 0; r < rows && !rc; r++) {
-            fn(ctx, i, r, row, t->ne[0]);
-            mkm_quantize_row(t->type, row, bytes, t->ne[0]);
-            if (fwrite(bytes, 1, rb, fp) != rb) rc = -EIO;
-        }
-        if (!rc && write_pad(fp, (MKM_ALIGN - t->n_bytes % MKM_ALIGN) % MKM_ALIGN)) rc = -EIO;
-    }
-    free(row);
-    free(bytes);
-    return rc;
-}
-
-int mkm_writer_write(mkm_writer *w, const char *path, mkm_row_fn fn, void *ctx, char *err,
-                     size_t err_len)
-{
-    if (w->failed) {
-        snprintf(err, err_len, "%s: out of memory while building the metadata", path);
-        return -ENOMEM;
-    }
-    char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *fp = fopen(tmp, "wb");
-    if (!fp) {
-        snprintf(err, err_len, "%s: cannot create: %s", tmp, strerror(errno));
-        return -EIO;
-    }
-    char *iobuf = malloc((size_t)1 << 22);
-    if (iobuf) setvbuf(fp, iobuf, _IOFBF, (size_t)1 << 22);
-    uint64_t pos;
-    int rc = write_header(w, fp, &pos) ? -EIO : write_data(w, fp, fn, ctx);
-    int e = errno;
-    if (fclose(fp) && !rc) {
-        rc = -EIO;
-        e = errno;
-    }
-    free(iobuf);
-    if (!rc && rename(tmp, path)) {
-        rc = -EIO;
-        e = errno;
-    }
-    if (rc) {
-        snprintf(err, err_len, "%s: write failed: %s", path,
-                 rc == -ENOMEM ? "out of memory" : strerror(e));
-        remove(tmp);
-    }
-    return rc;
-}
 
 /* ---- weights ------------------------------------------------------------------------------ */
 
@@ -352,7 +46,7 @@ static float gen_normal(mkm__gen *g)
         g->have_spare = 0;
         return g->spare;
     }
-    uint64_t r = smp_splitmix64(&g->state);
+    uint64_t r = rng_splitmix64(&g->state);
     float u1 = ((float)(r >> 40) + 1.0f) * (1.0f / 16777216.0f);
     float u2 = (float)((r >> 16) & 0xffffff) * (1.0f / 16777216.0f);
     float rad = sqrtf(-2.0f * logf(u1));
@@ -452,7 +146,7 @@ typedef struct mkm__shape {
 } mkm__shape;
 
 /* Adds every weight tensor; kind[i] says how to fill tensor i. 0 or -EINVAL/-ENOMEM. */
-static int add_tensors(mkm_writer *w, const mkm_params *p, const mkm__shape *sh, uint8_t *kind, char *err,
+static int add_tensors(gguf_writer *w, const mkm_params *p, const mkm__shape *sh, uint8_t *kind, char *err,
                        size_t err_len)
 {
     int64_t d = p->dim, q = (int64_t)sh->hd * p->heads, kv = (int64_t)sh->hd * sh->kvh, ff = sh->ffn;
@@ -463,7 +157,7 @@ static int add_tensors(mkm_writer *w, const mkm_params *p, const mkm__shape *sh,
 #define T(nm, k, typ, ne0, ne1)                                                             \
     do {                                                                                    \
         int64_t ne_[2] = {ne0, ne1};                                                        \
-        int r_ = rc ? rc : mkm_tensor(w, nm, typ, (ne1) != 0 ? 2 : 1, ne_);                    \
+        int r_ = rc ? rc : gguf_put_tensor(w, nm, typ, (ne1) != 0 ? 2 : 1, ne_);            \
         if (r_ >= 0 && !rc) kind[r_] = k;                                                   \
         else if (!rc) {                                                                     \
             rc = r_;                                                                        \
@@ -556,7 +250,7 @@ static int check_params(const mkm_params *p, mkm__shape *sh, char *err, size_t e
         why = "heads must be a multiple of kv heads";
     else if (sh->hd % 2)
         why = "the head size must be even for RoPE";
-    else if (!writable_type(p->type))
+    else if (!gguf_is_writable(p->type))
         why = "type must be F32, F16, BF16 or Q8_0";
     else if (p->type == DT_Q8_0 && (p->dim % 32 || sh->ffn % 32 || ((int64_t)sh->hd * p->heads) % 32))
         why = "Q8_0 needs dim, ffn and heads × head size to be multiples of 32";
@@ -572,34 +266,34 @@ static int check_params(const mkm_params *p, mkm__shape *sh, char *err, size_t e
 }
 
 /* The hyperparameter keys: the common ones, then each option that was set. */
-static void write_arch_keys(mkm_writer *w, const mkm_params *p, const mkm__shape *sh)
+static void write_arch_keys(gguf_writer *w, const mkm_params *p, const mkm__shape *sh)
 {
     const char *a = p->arch;
     char key[128];
 #define AK(suffix) (snprintf(key, sizeof key, "%s.%s", a, suffix), key)
-    mkm_kv_u32(w, AK("context_length"), (uint32_t)p->context);
-    mkm_kv_u32(w, AK("embedding_length"), (uint32_t)p->dim);
-    mkm_kv_u32(w, AK("block_count"), (uint32_t)p->layers);
-    mkm_kv_u32(w, AK("feed_forward_length"), (uint32_t)sh->ffn);
-    mkm_kv_u32(w, AK("attention.head_count"), (uint32_t)p->heads);
-    mkm_kv_u32(w, AK("attention.head_count_kv"), (uint32_t)sh->kvh);
+    gguf_put_u32(w, AK("context_length"), (uint32_t)p->context);
+    gguf_put_u32(w, AK("embedding_length"), (uint32_t)p->dim);
+    gguf_put_u32(w, AK("block_count"), (uint32_t)p->layers);
+    gguf_put_u32(w, AK("feed_forward_length"), (uint32_t)sh->ffn);
+    gguf_put_u32(w, AK("attention.head_count"), (uint32_t)p->heads);
+    gguf_put_u32(w, AK("attention.head_count_kv"), (uint32_t)sh->kvh);
     if (p->head_dim) {
-        mkm_kv_u32(w, AK("attention.key_length"), (uint32_t)sh->hd);
-        mkm_kv_u32(w, AK("attention.value_length"), (uint32_t)sh->hd);
+        gguf_put_u32(w, AK("attention.key_length"), (uint32_t)sh->hd);
+        gguf_put_u32(w, AK("attention.value_length"), (uint32_t)sh->hd);
     }
-    mkm_kv_u32(w, AK("rope.dimension_count"), (uint32_t)sh->rope_dims);
-    mkm_kv_f32(w, AK("rope.freq_base"), p->rope_base > 0 ? p->rope_base : 10000.0f);
-    mkm_kv_f32(w, AK("attention.layer_norm_rms_epsilon"), p->rms_eps > 0 ? p->rms_eps : 1e-5f);
-    mkm_kv_u32(w, AK("vocab_size"), (uint32_t)p->vocab);
-    if (p->swa_window) mkm_kv_u32(w, AK("attention.sliding_window"), (uint32_t)p->swa_window);
-    if (p->swa_pattern >= 0) mkm_kv_u32(w, AK("attention.sliding_window_pattern"), (uint32_t)p->swa_pattern);
-    if (p->rope_base_swa > 0) mkm_kv_f32(w, AK("rope.freq_base_swa"), p->rope_base_swa);
-    if (p->attn_softcap > 0) mkm_kv_f32(w, AK("attn_logit_softcapping"), p->attn_softcap);
-    if (p->final_softcap > 0) mkm_kv_f32(w, AK("final_logit_softcapping"), p->final_softcap);
-    if (p->rope_scaling) mkm_kv_str(w, AK("rope.scaling.type"), p->rope_scaling);
-    if (p->rope_factor > 0) mkm_kv_f32(w, AK("rope.scaling.factor"), p->rope_factor);
-    if (p->rope_ctx_orig > 0) mkm_kv_u32(w, AK("rope.scaling.original_context_length"), (uint32_t)p->rope_ctx_orig);
-    if (p->rope_attn_factor > 0) mkm_kv_f32(w, AK("rope.scaling.attn_factor"), p->rope_attn_factor);
+    gguf_put_u32(w, AK("rope.dimension_count"), (uint32_t)sh->rope_dims);
+    gguf_put_f32(w, AK("rope.freq_base"), p->rope_base > 0 ? p->rope_base : 10000.0f);
+    gguf_put_f32(w, AK("attention.layer_norm_rms_epsilon"), p->rms_eps > 0 ? p->rms_eps : 1e-5f);
+    gguf_put_u32(w, AK("vocab_size"), (uint32_t)p->vocab);
+    if (p->swa_window) gguf_put_u32(w, AK("attention.sliding_window"), (uint32_t)p->swa_window);
+    if (p->swa_pattern >= 0) gguf_put_u32(w, AK("attention.sliding_window_pattern"), (uint32_t)p->swa_pattern);
+    if (p->rope_base_swa > 0) gguf_put_f32(w, AK("rope.freq_base_swa"), p->rope_base_swa);
+    if (p->attn_softcap > 0) gguf_put_f32(w, AK("attn_logit_softcapping"), p->attn_softcap);
+    if (p->final_softcap > 0) gguf_put_f32(w, AK("final_logit_softcapping"), p->final_softcap);
+    if (p->rope_scaling) gguf_put_str(w, AK("rope.scaling.type"), p->rope_scaling);
+    if (p->rope_factor > 0) gguf_put_f32(w, AK("rope.scaling.factor"), p->rope_factor);
+    if (p->rope_ctx_orig > 0) gguf_put_u32(w, AK("rope.scaling.original_context_length"), (uint32_t)p->rope_ctx_orig);
+    if (p->rope_attn_factor > 0) gguf_put_f32(w, AK("rope.scaling.attn_factor"), p->rope_attn_factor);
 #undef AK
 }
 
@@ -614,24 +308,24 @@ int mkm_write(const char *path, const mkm_params *p, char *err, size_t err_len)
     mkm__shape sh;
     int rc = check_params(p, &sh, err, err_len);
     if (rc) return rc;
-    mkm_writer *w = mkm_writer_create();
+    gguf_writer *w = gguf_writer_create();
     uint8_t *kind = calloc(max_tensors(p), 1);
     if (!w || !kind) {
         snprintf(err, err_len, "mkmodel: out of memory");
         rc = -ENOMEM;
         goto out;
     }
-    mkm_kv_str(w, "general.architecture", p->arch);
-    mkm_kv_str(w, "general.name", p->name ? p->name : "mkmodel");
-    mkm_kv_u32(w, "general.file_type", (uint32_t)file_type_of(p->type));
+    gguf_put_str(w, "general.architecture", p->arch);
+    gguf_put_str(w, "general.name", p->name ? p->name : "mkmodel");
+    gguf_put_u32(w, "general.file_type", (uint32_t)file_type_of(p->type));
     write_arch_keys(w, p, &sh);
     if ((rc = mkm__write_vocab(w, p, err, err_len))) goto out;
     if ((rc = add_tensors(w, p, &sh, kind, err, err_len))) goto out;
     mkm__gen g = {.kind = kind, .seed = p->seed, .norm_std = p->norm_std,
                   .rope_base = p->rope_base > 0 ? p->rope_base : 10000.0f, .rope_dims = sh.rope_dims, .cur = -1};
-    rc = mkm_writer_write(w, path, gen_row, &g, err, err_len);
+    rc = gguf_writer_write(w, path, gen_row, &g, err, err_len);
 out:
     free(kind);
-    mkm_writer_destroy(w);
+    gguf_writer_destroy(w);
     return rc;
 }

@@ -1,9 +1,5 @@
 /*
- * mkmodel.h — a small streaming GGUF (v3) writer, and synthetic Llama-family models built on it.
- *
- * The writer keeps the metadata and the tensor table in memory, then writes the file in one pass:
- * header, metadata, tensor table, padding, and each tensor's rows as a callback produces them
- * (converted to the tensor's type on the way), so a multi-gigabyte model never sits in memory.
+ * mkmodel.h — synthetic Llama-family models, written with the GGUF writer (gguf_write.h).
  *
  * mkm_write() builds a whole model of any architecture kvserve loads (llama, qwen2, qwen3,
  * gemma2, gemma3, phi3) with the keys and tensors llama.cpp reads for it: random weights
@@ -18,45 +14,6 @@
 
 #include <stddef.h>
 #include <stdint.h>
-
-/* ---- the generic writer ---------------------------------------------------------------- */
-
-typedef struct mkm_writer mkm_writer;
-
-/* A new writer whose metadata already holds general.alignment = 32. NULL when out of memory. */
-mkm_writer *mkm_writer_create(void);
-void mkm_writer_destroy(mkm_writer *w);
-
-/* Append one metadata key/value. Each returns 0 or -ENOMEM; a failure is also remembered and
- * makes mkm_writer_write fail, so callers may check only the final write. Strings are copied. */
-int mkm_kv_u32(mkm_writer *w, const char *key, uint32_t v);
-int mkm_kv_i32(mkm_writer *w, const char *key, int32_t v);
-int mkm_kv_u64(mkm_writer *w, const char *key, uint64_t v);
-int mkm_kv_f32(mkm_writer *w, const char *key, float v);
-int mkm_kv_bool(mkm_writer *w, const char *key, int v);
-int mkm_kv_str(mkm_writer *w, const char *key, const char *v);
-int mkm_kv_arr_str(mkm_writer *w, const char *key, const char *const *v, int64_t n);
-int mkm_kv_arr_f32(mkm_writer *w, const char *key, const float *v, int64_t n);
-int mkm_kv_arr_i32(mkm_writer *w, const char *key, const int32_t *v, int64_t n);
-
-/* Append a tensor of type F32, F16, BF16 or Q8_0 (enum dt_type) and shape ne[0..n_dims) (GGML
- * order). Returns its index, or -EINVAL (bad type/shape: Q8_0 needs ne[0] % 32 == 0) / -ENOMEM. */
-int mkm_tensor(mkm_writer *w, const char *name, int type, int n_dims, const int64_t *ne);
-
-/* Produces row `row` (ne[0] floats) of tensor `tensor`. Called in file order: tensors in the
- * order they were added, rows in increasing order. */
-typedef void (*mkm_row_fn)(void *ctx, int tensor, int64_t row, float *dst, int64_t n);
-
-/* Writes the file (through path.tmp, renamed into place at the end). 0, or -EIO/-ENOMEM with a
- * one-line message in err. The writer is unchanged and may be written again. */
-int mkm_writer_write(mkm_writer *w, const char *path, mkm_row_fn fn, void *ctx, char *err,
-                     size_t err_len);
-
-/* Converts n floats to a row of the given type (F32, F16, BF16, or Q8_0 with d = max|x| / 127 and
- * q = round(x / d)); dst holds dt_row_bytes(type, n) bytes. */
-void mkm_quantize_row(int type, const float *src, void *dst, int64_t n);
-
-/* ---- synthetic models -------------------------------------------------------------------- */
 
 typedef struct mkm_params {
     const char *arch;       /* "llama", "qwen2", "qwen3", "gemma2", "gemma3" or "phi3" */

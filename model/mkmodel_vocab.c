@@ -194,7 +194,7 @@ static void vocab_free(mkm__vocab *v)
 }
 
 /* Builds the vocabulary of p and writes the tokenizer.* keys. */
-int mkm__write_vocab(mkm_writer *w, const mkm_params *p, char *err, size_t err_len)
+int mkm__write_vocab(gguf_writer *w, const mkm_params *p, char *err, size_t err_len)
 {
     mkm__vocab v = {.cap = p->vocab};
     v.gpt2 = p->tokenizer && !strcmp(p->tokenizer, "gpt2");
@@ -254,22 +254,22 @@ int mkm__write_vocab(mkm_writer *w, const mkm_params *p, char *err, size_t err_l
         rc = -EINVAL;
     }
     if (!rc) {
-        mkm_kv_str(w, "tokenizer.ggml.model", v.gpt2 ? "gpt2" : "llama");
-        mkm_kv_str(w, "tokenizer.ggml.pre", v.gpt2 ? "gpt-2" : "default");
-        mkm_kv_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)v.tok, v.n);
-        if (!v.gpt2) mkm_kv_arr_f32(w, "tokenizer.ggml.scores", v.score, v.n);
-        mkm_kv_arr_i32(w, "tokenizer.ggml.token_type", v.type, v.n);
-        if (v.gpt2) mkm_kv_arr_str(w, "tokenizer.ggml.merges", (const char *const *)v.merges,
+        gguf_put_str(w, "tokenizer.ggml.model", v.gpt2 ? "gpt2" : "llama");
+        gguf_put_str(w, "tokenizer.ggml.pre", v.gpt2 ? "gpt-2" : "default");
+        gguf_put_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)v.tok, v.n);
+        if (!v.gpt2) gguf_put_arr_f32(w, "tokenizer.ggml.scores", v.score, v.n);
+        gguf_put_arr_i32(w, "tokenizer.ggml.token_type", v.type, v.n);
+        if (v.gpt2) gguf_put_arr_str(w, "tokenizer.ggml.merges", (const char *const *)v.merges,
                                    v.n_merges);
-        mkm_kv_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)bos);
-        mkm_kv_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)eos);
-        if (!v.gpt2) mkm_kv_u32(w, "tokenizer.ggml.unknown_token_id", 0);
-        mkm_kv_bool(w, "tokenizer.ggml.add_bos_token", !v.gpt2);
-        mkm_kv_bool(w, "tokenizer.ggml.add_eos_token", 0);
-        if (!v.gpt2) mkm_kv_bool(w, "tokenizer.ggml.add_space_prefix", 1);
-        if (p->chat_template) mkm_kv_str(w, "tokenizer.chat_template", p->chat_template);
+        gguf_put_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)bos);
+        gguf_put_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)eos);
+        if (!v.gpt2) gguf_put_u32(w, "tokenizer.ggml.unknown_token_id", 0);
+        gguf_put_bool(w, "tokenizer.ggml.add_bos_token", !v.gpt2);
+        gguf_put_bool(w, "tokenizer.ggml.add_eos_token", 0);
+        if (!v.gpt2) gguf_put_bool(w, "tokenizer.ggml.add_space_prefix", 1);
+        if (p->chat_template) gguf_put_str(w, "tokenizer.chat_template", p->chat_template);
         if (p->chat_template_tool_use)
-            mkm_kv_str(w, "tokenizer.chat_template.tool_use", p->chat_template_tool_use);
+            gguf_put_str(w, "tokenizer.chat_template.tool_use", p->chat_template_tool_use);
     } else if (rc == -ENOMEM) {
         snprintf(err, err_len, "mkmodel: out of memory");
     }

@@ -1,5 +1,7 @@
 /*
- * tok_internal.h — what tokenizer.c, tok_spm.c and tok_bpe.c share (not a public interface).
+ * tok_internal.h — what the files of the tokenizer share (not a public interface). From the top:
+ * tokenizer.c (construction, partitioning, decoding) calls the merge algorithms tok_spm.c and
+ * tok_bpe.c; all three use the lookup tables (tok_vocab.c) and the growable arrays (tok_vec.c).
  *
  *   tokenizer
  *     pieces[n_vocab] ──► arena ("piece\0piece\0...")      scores, types: [n_vocab]
@@ -54,6 +56,7 @@ typedef struct tok__vec {
     int oom; /* set once an append failed; later appends are dropped */
 } tok__vec;
 
+/* Appends id (tok_vec.c). */
 void tok__push(tok__vec *o, int32_t id);
 
 /* A candidate merge of two adjacent symbols. The heap pops the smallest key first: the high 32
@@ -84,6 +87,7 @@ typedef struct tok__heap {
     int oom;
 } tok__heap;
 
+/* tok_vec.c: adds b. */
 void tok__heap_push(tok__heap *h, tok__bigram b);
 /* Pops the best bigram into *b; 0 when the heap is empty. */
 int tok__heap_pop(tok__heap *h, tok__bigram *b);
@@ -124,9 +128,16 @@ struct tokenizer {
     int n_re;
 };
 
-/* Id of the piece s[0..len), or -1. */
+/* tok_vocab.c: copies s's pieces, scores and types into t and indexes the pieces by text (later
+ * duplicates win, as in llama.cpp). 0 or -ENOMEM (t keeps what was allocated: tok_destroy frees it). */
+int tok__vocab_build(tokenizer *t, const tok_spec *s);
+/* tok_vocab.c: indexes s's "left right" merges by the ids of both sides (after
+ * tok__vocab_build); a merge naming a piece not in the vocabulary is dropped, the first
+ * occurrence of a pair keeps its rank. 0 or -ENOMEM. */
+int tok__merges_build(tokenizer *t, const tok_spec *s);
+/* tok_vocab.c: id of the piece s[0..len), or -1. */
 int32_t tok__lookup(const tokenizer *t, const char *s, size_t len);
-/* Rank of merging the tokens l and r, or -1. */
+/* tok_vocab.c: rank of merging the tokens l and r, or -1. */
 int32_t tok__merge_rank(const tokenizer *t, int32_t l, int32_t r);
 /* Length of the UTF-8 sequence a lead byte announces (1 for stray continuation bytes). */
 static inline size_t tok__utf8_len(unsigned char c)

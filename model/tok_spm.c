@@ -14,13 +14,6 @@
 
 #include "model/tok_internal.h"
 
-/* ---- binary heap of bigrams (shared with tok_bpe.c) ----------------------------------------- */
-
-static int better(const tok__bigram *a, const tok__bigram *b)
-{
-    return a->key < b->key;
-}
-
 /* Maps a score to an integer that sorts like -score (so the best score pops first). */
 static uint32_t score_prio(float score)
 {
@@ -28,47 +21,6 @@ static uint32_t score_prio(float score)
     uint32_t u;
     memcpy(&u, &f, sizeof u);
     return u & 0x80000000u ? ~u : u | 0x80000000u;
-}
-
-void tok__heap_push(tok__heap *h, tok__bigram b)
-{
-    if (h->oom) return;
-    if (h->n == h->cap) {
-        size_t cap = h->cap ? h->cap * 2 : 64;
-        tok__bigram *v = realloc(h->v, cap * sizeof *v);
-        if (!v) {
-            h->oom = 1;
-            return;
-        }
-        h->v = v;
-        h->cap = cap;
-    }
-    size_t i = h->n++;
-    while (i > 0) {
-        size_t p = (i - 1) / 2;
-        if (!better(&b, &h->v[p])) break;
-        h->v[i] = h->v[p];
-        i = p;
-    }
-    h->v[i] = b;
-}
-
-int tok__heap_pop(tok__heap *h, tok__bigram *b)
-{
-    if (!h->n) return 0;
-    *b = h->v[0];
-    tok__bigram last = h->v[--h->n];
-    size_t i = 0, n = h->n;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= n) break;
-        if (c + 1 < n && better(&h->v[c + 1], &h->v[c])) c++;
-        if (!better(&h->v[c], &last)) break;
-        h->v[i] = h->v[c];
-        i = c;
-    }
-    if (n) h->v[i] = last;
-    return 1;
 }
 
 /* ---- SentencePiece merges ------------------------------------------------------------------- */

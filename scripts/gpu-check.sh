@@ -79,7 +79,7 @@ OBJS=""
 pids=""
 n=0
 for src in cuda/*.cu model/gguf.c model/model.c model/model_hparams.c model/dtype.c engine/forward.c engine/sampler.c \
-           cli/backend.c cache/*.c cpu/*.c model/mkmodel.c model/mkmodel_vocab.c cuda/check/gpu_check.c; do
+           cli/backend.c cache/*.c cpu/*.c model/gguf_write.c model/mkmodel.c model/mkmodel_vocab.c cuda/check/gpu_check.c; do
     obj="$B/$(echo "$src" | tr / _).o"
     OBJS="$OBJS $obj"
     # the CPU kernels of each SIMD level get that level's flags (as in the Makefile)

@@ -66,10 +66,12 @@ typedef struct oai_bound {
     int excl;
 } oai_bound;
 
+struct buf; /* base/buf.h */
+
 /* GBNF for the JSON integers in lo..hi (inclusive bounds), appended to e; -1 when empty. */
-int oai__int_range(gr_buf *e, const oai_bound *lo, const oai_bound *hi);
+int oai__int_range(struct buf *e, const oai_bound *lo, const oai_bound *hi);
 /* GBNF for the JSON numbers in lo..hi (whole bounds, each inclusive or exclusive); -1 when
  * empty. */
-int oai__number_range(gr_buf *e, const oai_bound *lo, const oai_bound *hi);
+int oai__number_range(struct buf *e, const oai_bound *lo, const oai_bound *hi);
 
 #endif

@@ -17,13 +17,14 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base/buf.h"
 #include "server/oai_internal.h"
 
 #define MAX_DIGITS_UNBOUNDED 16
 
-static void alt(gr_buf *e, int *n)
+static void alt(buf *e, int *n)
 {
-    gr_buf_puts(e, *n ? " | " : "");
+    buf_puts(e, *n ? " | " : "");
     (*n)++;
 }
 
@@ -34,101 +35,101 @@ static int all_of(const char *s, int m, char c)
     return 1;
 }
 
-static void any_digits(gr_buf *e, int m)
+static void any_digits(buf *e, int m)
 {
-    if (m == 1) gr_buf_puts(e, " [0-9]");
-    else if (m > 1) gr_buf_printf(e, " [0-9]{%d}", m);
+    if (m == 1) buf_puts(e, " [0-9]");
+    else if (m > 1) buf_printf(e, " [0-9]{%d}", m);
 }
 
 /* m-digit strings ≥ x (x has m digits, leading zeros allowed). */
-static void digits_ge(gr_buf *e, const char *x, int m)
+static void digits_ge(buf *e, const char *x, int m)
 {
     if (m == 0) {
-        gr_buf_puts(e, " \"\"");
+        buf_puts(e, " \"\"");
         return;
     }
     int n = 0;
-    gr_buf_puts(e, " (");
+    buf_puts(e, " (");
     if (all_of(x + 1, m - 1, '0')) {
         alt(e, &n);
-        gr_buf_printf(e, "[%c-9]", x[0]);
+        buf_printf(e, "[%c-9]", x[0]);
         any_digits(e, m - 1);
     } else {
         alt(e, &n);
-        gr_buf_printf(e, "\"%c\"", x[0]);
+        buf_printf(e, "\"%c\"", x[0]);
         digits_ge(e, x + 1, m - 1);
         if (x[0] < '9') {
             alt(e, &n);
-            gr_buf_printf(e, "[%c-9]", x[0] + 1);
+            buf_printf(e, "[%c-9]", x[0] + 1);
             any_digits(e, m - 1);
         }
     }
-    gr_buf_puts(e, ")");
+    buf_puts(e, ")");
 }
 
 /* m-digit strings ≤ y. */
-static void digits_le(gr_buf *e, const char *y, int m)
+static void digits_le(buf *e, const char *y, int m)
 {
     if (m == 0) {
-        gr_buf_puts(e, " \"\"");
+        buf_puts(e, " \"\"");
         return;
     }
     int n = 0;
-    gr_buf_puts(e, " (");
+    buf_puts(e, " (");
     if (all_of(y + 1, m - 1, '9')) {
         alt(e, &n);
-        gr_buf_printf(e, "[0-%c]", y[0]);
+        buf_printf(e, "[0-%c]", y[0]);
         any_digits(e, m - 1);
     } else {
         alt(e, &n);
-        gr_buf_printf(e, "\"%c\"", y[0]);
+        buf_printf(e, "\"%c\"", y[0]);
         digits_le(e, y + 1, m - 1);
         if (y[0] > '0') {
             alt(e, &n);
-            gr_buf_printf(e, "[0-%c]", y[0] - 1);
+            buf_printf(e, "[0-%c]", y[0] - 1);
             any_digits(e, m - 1);
         }
     }
-    gr_buf_puts(e, ")");
+    buf_puts(e, ")");
 }
 
 /* m-digit strings from x to y (x ≤ y). */
-static void digits_between(gr_buf *e, const char *x, const char *y, int m)
+static void digits_between(buf *e, const char *x, const char *y, int m)
 {
     int k = 0;
     while (k < m && x[k] == y[k]) k++;
-    gr_buf_puts(e, " (");
+    buf_puts(e, " (");
     if (k) {
-        gr_buf_put(e, "\"", 1);
-        gr_buf_put(e, x, (size_t)k);
-        gr_buf_put(e, "\"", 1);
+        buf_put(e, "\"", 1);
+        buf_put(e, x, (size_t)k);
+        buf_put(e, "\"", 1);
     }
     if (k == m) {
-        if (!k) gr_buf_puts(e, "\"\"");
-        gr_buf_puts(e, ")");
+        if (!k) buf_puts(e, "\"\"");
+        buf_puts(e, ")");
         return;
     }
     int r = m - k - 1, n = 0;
     char a = x[k], b = y[k];
-    gr_buf_puts(e, " (");
+    buf_puts(e, " (");
     if (!all_of(x + k + 1, r, '0')) {
         alt(e, &n);
-        gr_buf_printf(e, "\"%c\"", a);
+        buf_printf(e, "\"%c\"", a);
         digits_ge(e, x + k + 1, r);
         a++;
     }
     if (!all_of(y + k + 1, r, '9')) {
         alt(e, &n);
-        gr_buf_printf(e, "\"%c\"", b);
+        buf_printf(e, "\"%c\"", b);
         digits_le(e, y + k + 1, r);
         b--;
     }
     if (a <= b) {
         alt(e, &n);
-        gr_buf_printf(e, "[%c-%c]", a, b);
+        buf_printf(e, "[%c-%c]", a, b);
         any_digits(e, r);
     }
-    gr_buf_puts(e, "))");
+    buf_puts(e, "))");
 }
 
 static int n_digits(uint64_t v)
@@ -146,11 +147,11 @@ static uint64_t pow10u(int k)
 }
 
 /* Decimal magnitudes lo..hi without leading zeros (unbounded: up to 16 digits, or lo's). */
-static void magnitudes(gr_buf *e, uint64_t lo, uint64_t hi, int unbounded)
+static void magnitudes(buf *e, uint64_t lo, uint64_t hi, int unbounded)
 {
     int dl = n_digits(lo), dh = unbounded ? (dl > MAX_DIGITS_UNBOUNDED ? dl : MAX_DIGITS_UNBOUNDED) : n_digits(hi);
     int n = 0;
-    gr_buf_puts(e, "(");
+    buf_puts(e, "(");
     for (int L = dl; L <= dh; L++) {
         uint64_t a = L == dl ? lo : pow10u(L - 1);
         uint64_t b = !unbounded && L == dh ? hi : pow10u(L) - 1;
@@ -161,27 +162,27 @@ static void magnitudes(gr_buf *e, uint64_t lo, uint64_t hi, int unbounded)
         alt(e, &n);
         digits_between(e, xs, ys, L);
     }
-    if (!n) gr_buf_puts(e, "\"\""); /* callers never ask for an empty range */
-    gr_buf_puts(e, ")");
+    if (!n) buf_puts(e, "\"\""); /* callers never ask for an empty range */
+    buf_puts(e, ")");
 }
 
-int oai__int_range(gr_buf *e, const oai_bound *lo, const oai_bound *hi)
+int oai__int_range(buf *e, const oai_bound *lo, const oai_bound *hi)
 {
     int64_t a = lo->set ? lo->v : 0, b = hi->set ? hi->v : 0;
     if (lo->set && hi->set && a > b) return -1;
     int n = 0;
-    gr_buf_puts(e, "(");
+    buf_puts(e, "(");
     if (!lo->set || a < 0) { /* negative part: magnitudes max(1, -b) .. -a */
         uint64_t mlo = hi->set && b < 0 ? (uint64_t)(-b) : 1;
         alt(e, &n);
-        gr_buf_puts(e, "\"-\" ");
+        buf_puts(e, "\"-\" ");
         magnitudes(e, mlo, lo->set ? (uint64_t)(-a) : 0, !lo->set);
     }
     if (!hi->set || b >= 0) {
         alt(e, &n);
         magnitudes(e, lo->set && a > 0 ? (uint64_t)a : 0, hi->set ? (uint64_t)b : 0, !hi->set);
     }
-    gr_buf_puts(e, ")");
+    buf_puts(e, ")");
     return 0;
 }
 
@@ -190,37 +191,37 @@ int oai__int_range(gr_buf *e, const oai_bound *lo, const oai_bound *hi)
 
 /* Numbers I.F ≥ 0 with I from l to h (h unbounded when !hs): I + F above l (beyond l when lx)
  * and at most h (below h when hx). Returns the alternatives written. */
-static int mag_part(gr_buf *e, const char *sign, uint64_t l, int lx, uint64_t h, int hx, int hs, int *n)
+static int mag_part(buf *e, const char *sign, uint64_t l, int lx, uint64_t h, int hx, int hs, int *n)
 {
     int before = *n;
     if (hs && l > h) return 0;
     if (hs && l == h) {
         if (!lx && !hx) {
             alt(e, n);
-            gr_buf_printf(e, "%s\"%llu\"", sign, (unsigned long long)l);
+            buf_printf(e, "%s\"%llu\"", sign, (unsigned long long)l);
         }
         return *n - before;
     }
     alt(e, n); /* I = l */
-    gr_buf_printf(e, "%s\"%llu\" %s%s", sign, (unsigned long long)l, lx ? FRAC_NONZERO : FRAC, lx ? "" : "?");
+    buf_printf(e, "%s\"%llu\" %s%s", sign, (unsigned long long)l, lx ? FRAC_NONZERO : FRAC, lx ? "" : "?");
     if (!hs || h - l >= 2) { /* l < I < h: any fraction */
         alt(e, n);
-        gr_buf_puts(e, sign);
+        buf_puts(e, sign);
         magnitudes(e, l + 1, hs ? h - 1 : 0, !hs);
-        gr_buf_puts(e, " " FRAC "?");
+        buf_puts(e, " " FRAC "?");
     }
     if (hs && !hx) { /* I = h exactly */
         alt(e, n);
-        gr_buf_printf(e, "%s\"%llu\"", sign, (unsigned long long)h);
+        buf_printf(e, "%s\"%llu\"", sign, (unsigned long long)h);
     }
     return *n - before;
 }
 
-int oai__number_range(gr_buf *e, const oai_bound *lo, const oai_bound *hi)
+int oai__number_range(buf *e, const oai_bound *lo, const oai_bound *hi)
 {
     int64_t a = lo->set ? lo->v : 0, b = hi->set ? hi->v : 0;
     int n = 0;
-    gr_buf_puts(e, "(");
+    buf_puts(e, "(");
     if (!lo->set || a < 0) { /* negative values: magnitude m = -v */
         uint64_t ml = hi->set && b < 0 ? (uint64_t)(-b) : 0;
         int mlx = hi->set && b < 0 ? hi->excl : 1; /* m > 0 */
@@ -231,6 +232,6 @@ int oai__number_range(gr_buf *e, const oai_bound *lo, const oai_bound *hi)
         int lx = lo->set && a >= 0 ? lo->excl : 0;
         mag_part(e, "", l, lx, hi->set ? (uint64_t)b : 0, hi->excl, hi->set, &n);
     }
-    gr_buf_puts(e, ")");
+    buf_puts(e, ")");
     return n ? 0 : -1;
 }

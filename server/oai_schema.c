@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/buf.h"
 #include "server/oai_internal.h"
 #include "server/oai_schema.h"
 
@@ -30,7 +31,7 @@ typedef struct sc_ref {
 } sc_ref;
 
 typedef struct sc {
-    gr_buf rules;
+    buf rules;
     const char *prefix;
     const cJSON *root;
     sc_ref *refs;
@@ -84,57 +85,57 @@ static void path_pop(sc *c, size_t old)
 /* ---- shared rules --------------------------------------------------------------------------- */
 
 /* Writes shared rule k once; appends its name to e. */
-static void shared(sc *c, int k, gr_buf *e)
+static void shared(sc *c, int k, buf *e)
 {
     static const char *const names[SH_N] = {"ws", "char", "string", "number", "integer", "value", "date", "time", "uuid", "email", "ipv4"};
     const char *p = c->prefix;
     if (!(c->shared & (1u << k))) {
         c->shared |= 1u << k;
-        gr_buf *r = &c->rules;
+        buf *r = &c->rules;
         switch (k) {
-        case SH_WS: gr_buf_printf(r, "%sws ::= ( \"\" | \" \" | \"\\n\" [ \\t]{0,20} )\n", p); break;
+        case SH_WS: buf_printf(r, "%sws ::= ( \"\" | \" \" | \"\\n\" [ \\t]{0,20} )\n", p); break;
         case SH_CHAR:
-            gr_buf_printf(r, "%schar ::= [^\"\\\\\\x00-\\x1F] | \"\\\\\" ([\"\\\\/bfnrt] | \"u\" ([0-9a-cA-Ce-fE-F] [0-9a-fA-F]{3} | [dD] [0-7] [0-9a-fA-F]{2}))\n", p);
+            buf_printf(r, "%schar ::= [^\"\\\\\\x00-\\x1F] | \"\\\\\" ([\"\\\\/bfnrt] | \"u\" ([0-9a-cA-Ce-fE-F] [0-9a-fA-F]{3} | [dD] [0-7] [0-9a-fA-F]{2}))\n", p);
             break;
         case SH_STRING:
             shared(c, SH_CHAR, NULL);
-            gr_buf_printf(r, "%sstring ::= \"\\\"\" %schar* \"\\\"\"\n", p, p);
+            buf_printf(r, "%sstring ::= \"\\\"\" %schar* \"\\\"\"\n", p, p);
             break;
         case SH_NUMBER:
-            gr_buf_printf(r, "%snumber ::= \"-\"? (\"0\" | [1-9] [0-9]{0,15}) (\".\" [0-9]{1,16})? ([eE] [-+]? [0-9]{1,2})?\n", p);
+            buf_printf(r, "%snumber ::= \"-\"? (\"0\" | [1-9] [0-9]{0,15}) (\".\" [0-9]{1,16})? ([eE] [-+]? [0-9]{1,2})?\n", p);
             break;
-        case SH_INTEGER: gr_buf_printf(r, "%sinteger ::= \"-\"? (\"0\" | [1-9] [0-9]{0,15})\n", p); break;
+        case SH_INTEGER: buf_printf(r, "%sinteger ::= \"-\"? (\"0\" | [1-9] [0-9]{0,15})\n", p); break;
         case SH_VALUE:
             shared(c, SH_WS, NULL);
             shared(c, SH_STRING, NULL);
             shared(c, SH_NUMBER, NULL);
-            gr_buf_printf(r, "%svalue ::= %sobject | %sarray | %sstring | %snumber | \"true\" | \"false\" | \"null\"\n", p, p, p, p, p);
-            gr_buf_printf(r, "%sobject ::= \"{\" %sws ( %sstring %sws \":\" %sws %svalue ( %sws \",\" %sws %sstring %sws \":\" %sws %svalue )* %sws )? \"}\"\n",
-                          p, p, p, p, p, p, p, p, p, p, p, p, p);
-            gr_buf_printf(r, "%sarray ::= \"[\" %sws ( %svalue ( %sws \",\" %sws %svalue )* %sws )? \"]\"\n", p, p, p, p, p, p, p);
+            buf_printf(r, "%svalue ::= %sobject | %sarray | %sstring | %snumber | \"true\" | \"false\" | \"null\"\n", p, p, p, p, p);
+            buf_printf(r, "%sobject ::= \"{\" %sws ( %sstring %sws \":\" %sws %svalue ( %sws \",\" %sws %sstring %sws \":\" %sws %svalue )* %sws )? \"}\"\n",
+                       p, p, p, p, p, p, p, p, p, p, p, p, p);
+            buf_printf(r, "%sarray ::= \"[\" %sws ( %svalue ( %sws \",\" %sws %svalue )* %sws )? \"]\"\n", p, p, p, p, p, p, p);
             break;
         case SH_DATE: /* days per month; February stops at 28 so every date exists */
-            gr_buf_printf(r, "%sdate ::= [1-9] [0-9]{3} \"-\" ( (\"0\" [13578] | \"1\" [02]) \"-\" (\"0\" [1-9] | [12] [0-9] | \"3\" [01]) | "
-                             "(\"0\" [469] | \"11\") \"-\" (\"0\" [1-9] | [12] [0-9] | \"30\") | \"02-\" (\"0\" [1-9] | \"1\" [0-9] | \"2\" [0-8]) )\n", p);
+            buf_printf(r, "%sdate ::= [1-9] [0-9]{3} \"-\" ( (\"0\" [13578] | \"1\" [02]) \"-\" (\"0\" [1-9] | [12] [0-9] | \"3\" [01]) | "
+                          "(\"0\" [469] | \"11\") \"-\" (\"0\" [1-9] | [12] [0-9] | \"30\") | \"02-\" (\"0\" [1-9] | \"1\" [0-9] | \"2\" [0-8]) )\n", p);
             break;
         case SH_TIME:
-            gr_buf_printf(r, "%stime ::= ([01] [0-9] | \"2\" [0-3]) \":\" [0-5] [0-9] \":\" [0-5] [0-9] (\".\" [0-9]{1,6})? "
-                             "(\"Z\" | [+-] ([01] [0-9] | \"2\" [0-3]) \":\" [0-5] [0-9])\n", p);
+            buf_printf(r, "%stime ::= ([01] [0-9] | \"2\" [0-3]) \":\" [0-5] [0-9] \":\" [0-5] [0-9] (\".\" [0-9]{1,6})? "
+                          "(\"Z\" | [+-] ([01] [0-9] | \"2\" [0-3]) \":\" [0-5] [0-9])\n", p);
             break;
         case SH_UUID:
-            gr_buf_printf(r, "%suuid ::= [0-9a-f]{8} \"-\" [0-9a-f]{4} \"-\" [0-9a-f]{4} \"-\" [0-9a-f]{4} \"-\" [0-9a-f]{12}\n", p);
+            buf_printf(r, "%suuid ::= [0-9a-f]{8} \"-\" [0-9a-f]{4} \"-\" [0-9a-f]{4} \"-\" [0-9a-f]{4} \"-\" [0-9a-f]{12}\n", p);
             break;
         case SH_EMAIL:
-            gr_buf_printf(r, "%semail ::= [A-Za-z0-9_%%+-]{1,32} (\".\" [A-Za-z0-9_%%+-]{1,32}){0,3} \"@\" "
-                             "[A-Za-z0-9] ([A-Za-z0-9-]{0,30} [A-Za-z0-9])? (\".\" [A-Za-z0-9] ([A-Za-z0-9-]{0,30} [A-Za-z0-9])?){1,3}\n", p);
+            buf_printf(r, "%semail ::= [A-Za-z0-9_%%+-]{1,32} (\".\" [A-Za-z0-9_%%+-]{1,32}){0,3} \"@\" "
+                          "[A-Za-z0-9] ([A-Za-z0-9-]{0,30} [A-Za-z0-9])? (\".\" [A-Za-z0-9] ([A-Za-z0-9-]{0,30} [A-Za-z0-9])?){1,3}\n", p);
             break;
         case SH_IPV4:
-            gr_buf_printf(r, "%sipv4 ::= %soctet \".\" %soctet \".\" %soctet \".\" %soctet\n"
-                             "%soctet ::= [0-9] | [1-9] [0-9] | \"1\" [0-9]{2} | \"2\" [0-4] [0-9] | \"25\" [0-5]\n", p, p, p, p, p, p);
+            buf_printf(r, "%sipv4 ::= %soctet \".\" %soctet \".\" %soctet \".\" %soctet\n"
+                          "%soctet ::= [0-9] | [1-9] [0-9] | \"1\" [0-9]{2} | \"2\" [0-4] [0-9] | \"25\" [0-5]\n", p, p, p, p, p, p);
             break;
         }
     }
-    if (e) gr_buf_printf(e, "%s%s", p, names[k]);
+    if (e) buf_printf(e, "%s%s", p, names[k]);
 }
 
 /* ---- JSON literals (enum, const) -------------------------------------------------------- */
@@ -153,59 +154,59 @@ static int valid_utf8(const char *s)
 }
 
 /* A JSON string's text "…" for s (escapes as JSON requires, UTF-8 as is). */
-static void json_string(gr_buf *t, const char *s)
+static void json_string(buf *t, const char *s)
 {
-    gr_buf_put(t, "\"", 1);
+    buf_put(t, "\"", 1);
     for (const unsigned char *u = (const unsigned char *)s; *u; u++) {
-        if (*u == '"' || *u == '\\') gr_buf_printf(t, "\\%c", *u);
-        else if (*u == '\n') gr_buf_puts(t, "\\n");
-        else if (*u == '\t') gr_buf_puts(t, "\\t");
-        else if (*u == '\r') gr_buf_puts(t, "\\r");
-        else if (*u < 0x20) gr_buf_printf(t, "\\u%04x", *u);
-        else gr_buf_put(t, (const char *)u, 1);
+        if (*u == '"' || *u == '\\') buf_printf(t, "\\%c", *u);
+        else if (*u == '\n') buf_puts(t, "\\n");
+        else if (*u == '\t') buf_puts(t, "\\t");
+        else if (*u == '\r') buf_puts(t, "\\r");
+        else if (*u < 0x20) buf_printf(t, "\\u%04x", *u);
+        else buf_put(t, (const char *)u, 1);
     }
-    gr_buf_put(t, "\"", 1);
+    buf_put(t, "\"", 1);
 }
 
 /* The compact JSON text of v. */
-static int json_text(sc *c, const cJSON *v, gr_buf *t)
+static int json_text(sc *c, const cJSON *v, buf *t)
 {
-    if (cJSON_IsNull(v)) gr_buf_puts(t, "null");
-    else if (cJSON_IsTrue(v)) gr_buf_puts(t, "true");
-    else if (cJSON_IsFalse(v)) gr_buf_puts(t, "false");
+    if (cJSON_IsNull(v)) buf_puts(t, "null");
+    else if (cJSON_IsTrue(v)) buf_puts(t, "true");
+    else if (cJSON_IsFalse(v)) buf_puts(t, "false");
     else if (cJSON_IsNumber(v)) {
         double d = v->valuedouble;
-        if (d == floor(d) && fabs(d) < 9007199254740992.0) gr_buf_printf(t, "%lld", (long long)d);
-        else gr_buf_printf(t, "%.17g", d);
+        if (d == floor(d) && fabs(d) < 9007199254740992.0) buf_printf(t, "%lld", (long long)d);
+        else buf_printf(t, "%.17g", d);
     } else if (cJSON_IsString(v)) {
         if (!valid_utf8(v->valuestring)) return fail(c, "a string of enum/const is not valid UTF-8");
         json_string(t, v->valuestring);
     } else if (cJSON_IsArray(v) || cJSON_IsObject(v)) {
         int obj = cJSON_IsObject(v), first = 1;
-        gr_buf_puts(t, obj ? "{" : "[");
+        buf_puts(t, obj ? "{" : "[");
         for (const cJSON *x = v->child; x; x = x->next) {
-            if (!first) gr_buf_puts(t, ",");
+            if (!first) buf_puts(t, ",");
             first = 0;
             if (obj) {
                 if (!valid_utf8(x->string)) return fail(c, "a key of enum/const is not valid UTF-8");
                 json_string(t, x->string);
-                gr_buf_puts(t, ":");
+                buf_puts(t, ":");
             }
             if (json_text(c, x, t)) return -1;
         }
-        gr_buf_puts(t, obj ? "}" : "]");
+        buf_puts(t, obj ? "}" : "]");
     } else {
         return fail(c, "a value of enum/const is not JSON");
     }
     return 0;
 }
 
-static int literal_of(sc *c, const cJSON *v, gr_buf *e)
+static int literal_of(sc *c, const cJSON *v, buf *e)
 {
-    gr_buf t = {0};
+    buf t = {0};
     int rc = json_text(c, v, &t);
-    if (!rc && !t.oom) gr_buf_literal(e, t.p, t.n);
-    free(t.p);
+    if (!rc && !t.oom) gr_buf_literal(e, t.s, t.len);
+    free(t.s);
     return rc;
 }
 
@@ -253,11 +254,11 @@ static int count_kw(sc *c, const cJSON *s, const char *name, long def, long *out
     return 0;
 }
 
-static int gen(sc *c, const cJSON *s, gr_buf *e);
+static int gen(sc *c, const cJSON *s, buf *e);
 
 /* ---- strings -------------------------------------------------------------------------------- */
 
-static int gen_string(sc *c, const cJSON *s, gr_buf *e)
+static int gen_string(sc *c, const cJSON *s, buf *e)
 {
     const cJSON *fmt = kw(s, "format"), *pat = kw(s, "pattern");
     long mn, mx;
@@ -265,7 +266,7 @@ static int gen_string(sc *c, const cJSON *s, gr_buf *e)
     int lengths = kw(s, "minLength") || kw(s, "maxLength");
     if ((fmt || pat) && lengths) return fail(c, "minLength/maxLength together with %s are not supported", fmt ? "format" : "pattern");
     if (fmt && pat) return fail(c, "format together with pattern is not supported");
-    gr_buf_puts(e, "\"\\\"\" ");
+    buf_puts(e, "\"\\\"\" ");
     if (fmt) {
         static const struct { const char *name; int k; } fm[] = {{"date", SH_DATE}, {"time", SH_TIME}, {"uuid", SH_UUID}, {"email", SH_EMAIL}, {"ipv4", SH_IPV4}};
         if (!cJSON_IsString(fmt)) return fail(c, "'format' must be a string");
@@ -274,7 +275,7 @@ static int gen_string(sc *c, const cJSON *s, gr_buf *e)
             if (!strcmp(fmt->valuestring, fm[i].name)) k = fm[i].k;
         if (!strcmp(fmt->valuestring, "date-time")) {
             shared(c, SH_DATE, e);
-            gr_buf_puts(e, " \"T\" ");
+            buf_puts(e, " \"T\" ");
             shared(c, SH_TIME, e);
         } else if (k >= 0) {
             shared(c, k, e);
@@ -286,15 +287,15 @@ static int gen_string(sc *c, const cJSON *s, gr_buf *e)
         gr_error ge;
         char *x = gr_regex_to_gbnf(pat->valuestring, strlen(pat->valuestring), GR_RE_JSON_SEARCH, &ge);
         if (!x) return fail(c, "pattern: %s at position %d", ge.msg, ge.pos);
-        gr_buf_puts(e, x);
+        buf_puts(e, x);
         free(x);
     } else {
         if (mx >= 0 && mn > mx) return fail(c, "minLength is above maxLength");
         shared(c, SH_CHAR, e);
-        if (mx < 0) gr_buf_printf(e, mn ? "{%ld,}" : "*", mn);
-        else gr_buf_printf(e, "{%ld,%ld}", mn, mx);
+        if (mx < 0) buf_printf(e, mn ? "{%ld,}" : "*", mn);
+        else buf_printf(e, "{%ld,%ld}", mn, mx);
     }
-    gr_buf_puts(e, " \"\\\"\"");
+    buf_puts(e, " \"\\\"\"");
     return 0;
 }
 
@@ -336,7 +337,7 @@ static int read_bound(sc *c, const cJSON *s, int upper, int integer, oai_bound *
     return 0;
 }
 
-static int gen_number(sc *c, const cJSON *s, int integer, gr_buf *e)
+static int gen_number(sc *c, const cJSON *s, int integer, buf *e)
 {
     oai_bound lo, hi;
     if (read_bound(c, s, 0, integer, &lo) || read_bound(c, s, 1, integer, &hi)) return -1;
@@ -351,7 +352,7 @@ static int gen_number(sc *c, const cJSON *s, int integer, gr_buf *e)
 
 /* ---- arrays --------------------------------------------------------------------------------- */
 
-static int gen_array(sc *c, const cJSON *s, gr_buf *e)
+static int gen_array(sc *c, const cJSON *s, buf *e)
 {
     const cJSON *items = kw(s, "items"), *prefix = kw(s, "prefixItems");
     long mn, mx;
@@ -362,63 +363,63 @@ static int gen_array(sc *c, const cJSON *s, gr_buf *e)
     if (no_more && mn > m) return fail(c, "minItems needs more items than prefixItems allows");
     long top = no_more && (mx < 0 || mx > m) ? m : mx; /* the most items possible (-1: unbounded) */
     if (top >= 0 && top < m) m = (int)top;
-    gr_buf it = {0};
+    buf it = {0};
     if (!no_more && (top < 0 || top > m)) {
         size_t old = path_push(c, ".items");
         int rc = items ? gen(c, items, &it) : (shared(c, SH_VALUE, &it), 0);
         path_pop(c, old);
         if (rc) {
-            free(it.p);
+            free(it.s);
             return -1;
         }
     }
-    gr_buf_puts(e, "( \"[\" ");
+    buf_puts(e, "( \"[\" ");
     shared(c, SH_WS, e);
-    if (m == 0 && !it.p) { /* no item can be there */
-        gr_buf_puts(e, " \"]\" )");
+    if (m == 0 && !it.s) { /* no item can be there */
+        buf_puts(e, " \"]\" )");
         return 0;
     }
-    if (mn == 0) gr_buf_puts(e, " (");
+    if (mn == 0) buf_puts(e, " (");
     /* the prefix items in order, each optional once minItems is reached */
     int opened = 0;
     for (int j = 0; j < m; j++) {
         if (j) {
-            if (j >= mn) gr_buf_puts(e, " ("), opened++;
-            gr_buf_puts(e, " ");
+            if (j >= mn) buf_puts(e, " ("), opened++;
+            buf_puts(e, " ");
             shared(c, SH_WS, e);
-            gr_buf_puts(e, " \",\" ");
+            buf_puts(e, " \",\" ");
             shared(c, SH_WS, e);
         }
-        gr_buf_puts(e, " ");
+        buf_puts(e, " ");
         size_t old = path_push(c, ".prefixItems[%d]", j);
         int rc = gen(c, cJSON_GetArrayItem(prefix, j), e);
         path_pop(c, old);
         if (rc) {
-            free(it.p);
+            free(it.s);
             return -1;
         }
     }
-    if (it.p) { /* then items: the rest of minItems, up to maxItems */
+    if (it.s) { /* then items: the rest of minItems, up to maxItems */
         long need = mn > m ? mn - m : 0, most = top < 0 ? -1 : top - m;
         if (m == 0) { /* the first item has no comma */
-            gr_buf_printf(e, " (%s)", it.p);
+            buf_printf(e, " (%s)", it.s);
             need = need ? need - 1 : 0;
             most = most < 0 ? -1 : most - 1;
         }
-        gr_buf_puts(e, " ( ");
+        buf_puts(e, " ( ");
         shared(c, SH_WS, e);
-        gr_buf_puts(e, " \",\" ");
+        buf_puts(e, " \",\" ");
         shared(c, SH_WS, e);
-        gr_buf_printf(e, " (%s) )", it.p);
-        if (most < 0) gr_buf_printf(e, need ? "{%ld,}" : "*", need);
-        else gr_buf_printf(e, "{%ld,%ld}", need, most);
+        buf_printf(e, " (%s) )", it.s);
+        if (most < 0) buf_printf(e, need ? "{%ld,}" : "*", need);
+        else buf_printf(e, "{%ld,%ld}", need, most);
     }
-    for (int k = 0; k < opened; k++) gr_buf_puts(e, " )?");
-    gr_buf_puts(e, " ");
+    for (int k = 0; k < opened; k++) buf_puts(e, " )?");
+    buf_puts(e, " ");
     shared(c, SH_WS, e);
-    if (mn == 0) gr_buf_puts(e, " )?");
-    gr_buf_puts(e, " \"]\" )");
-    free(it.p);
+    if (mn == 0) buf_puts(e, " )?");
+    buf_puts(e, " \"]\" )");
+    free(it.s);
     return 0;
 }
 
@@ -432,7 +433,7 @@ typedef struct sc_name {
 /* The keys an extra property may have: strings of plain characters (no escapes) other than the
  * names v[0..n) (a trie walk: stop where no name ends, leave the trie with any other character,
  * or follow a child). */
-static void not_names(gr_buf *e, sc_name *const *v, int n, int depth)
+static void not_names(buf *e, sc_name *const *v, int n, int depth)
 {
     int ends = 0, nk = 0;
     uint32_t next[128];
@@ -445,11 +446,11 @@ static void not_names(gr_buf *e, sc_name *const *v, int n, int depth)
         for (int k = 0; k < nk; k++) dup |= next[k] == v[i]->cp[depth];
         if (!dup && nk < 128) next[nk++] = v[i]->cp[depth];
     }
-    gr_buf_puts(e, "(");
-    if (!ends) gr_buf_puts(e, " \"\" |");
-    gr_buf_puts(e, " [^\"\\\\\\x00-\\x1F");
+    buf_puts(e, "(");
+    if (!ends) buf_puts(e, " \"\" |");
+    buf_puts(e, " [^\"\\\\\\x00-\\x1F");
     for (int k = 0; k < nk; k++) gr_buf_cp(e, next[k]);
-    gr_buf_puts(e, "] [^\"\\\\\\x00-\\x1F]*");
+    buf_puts(e, "] [^\"\\\\\\x00-\\x1F]*");
     sc_name **sub = malloc(sizeof *sub * (n > 0 ? (size_t)n : 1));
     if (!sub) {
         e->oom = 1;
@@ -459,13 +460,13 @@ static void not_names(gr_buf *e, sc_name *const *v, int n, int depth)
         int ns = 0;
         for (int i = 0; i < n; i++)
             if (v[i]->len > depth && v[i]->cp[depth] == next[k]) sub[ns++] = v[i];
-        gr_buf_puts(e, " | \"");
+        buf_puts(e, " | \"");
         gr_buf_cp(e, next[k]);
-        gr_buf_puts(e, "\" ");
+        buf_puts(e, "\" ");
         not_names(e, sub, ns, depth + 1);
     }
     free(sub);
-    gr_buf_puts(e, " )");
+    buf_puts(e, " )");
 }
 
 /* Decodes a property name into n; 0 when it has a character an extra key never has (so no
@@ -487,7 +488,7 @@ static int name_cps(const char *s, sc_name *n)
 }
 
 /* The extra members' key-value expression (a key no declared name equals), into x. */
-static int extra_kv(sc *c, const cJSON *props, const cJSON *add, gr_buf *x)
+static int extra_kv(sc *c, const cJSON *props, const cJSON *add, buf *x)
 {
     int n = props ? cJSON_GetArraySize(props) : 0, k = 0;
     sc_name *names = malloc(sizeof *names * (size_t)(n ? n : 1));
@@ -505,13 +506,13 @@ static int extra_kv(sc *c, const cJSON *props, const cJSON *add, gr_buf *x)
         if (r > 0) v[k] = &names[k], k++;
     }
     if (!rc) {
-        gr_buf_puts(x, "\"\\\"\" ");
+        buf_puts(x, "\"\\\"\" ");
         not_names(x, v, k, 0);
-        gr_buf_puts(x, " \"\\\"\" ");
+        buf_puts(x, " \"\\\"\" ");
         shared(c, SH_WS, x);
-        gr_buf_puts(x, " \":\" ");
+        buf_puts(x, " \":\" ");
         shared(c, SH_WS, x);
-        gr_buf_puts(x, " ");
+        buf_puts(x, " ");
         size_t old = path_push(c, ".additionalProperties");
         rc = cJSON_IsTrue(add) || !add ? (shared(c, SH_VALUE, x), 0) : gen(c, add, x);
         path_pop(c, old);
@@ -528,14 +529,14 @@ static int is_required(const cJSON *req, const char *name)
     return 0;
 }
 
-static void ws_comma_ws(sc *c, gr_buf *b)
+static void ws_comma_ws(sc *c, buf *b)
 {
     shared(c, SH_WS, b);
-    gr_buf_puts(b, " \",\" ");
+    buf_puts(b, " \",\" ");
     shared(c, SH_WS, b);
 }
 
-static int gen_object(sc *c, const cJSON *s, gr_buf *e)
+static int gen_object(sc *c, const cJSON *s, buf *e)
 {
     const cJSON *props = kw(s, "properties"), *req = kw(s, "required"), *add = kw(s, "additionalProperties");
     if (props && !cJSON_IsObject(props)) return fail(c, "'properties' must be an object");
@@ -550,56 +551,56 @@ static int gen_object(sc *c, const cJSON *s, gr_buf *e)
     int extras = add ? !cJSON_IsFalse(add) : !props; /* absent: none beside declared properties */
     int k = props ? cJSON_GetArraySize(props) : 0, id = ++c->n_objs, any_req = 0;
     const char *P = c->prefix;
-    gr_buf x = {0};
+    buf x = {0};
     if (extras && extra_kv(c, props, add, &x)) {
-        free(x.p);
+        free(x.s);
         return -1;
     }
     /* the members: KV_i, then A_i ("none yet, one must come") and B_i ("after one") */
     int i = 0;
     for (const cJSON *p = props ? props->child : NULL; p; p = p->next, i++) {
-        if (!valid_utf8(p->string)) return free(x.p), fail(c, "a property name is not valid UTF-8");
-        gr_buf kv = {0}, key = {0};
+        if (!valid_utf8(p->string)) return free(x.s), fail(c, "a property name is not valid UTF-8");
+        buf kv = {0}, key = {0};
         json_string(&key, p->string);
-        gr_buf_literal(&kv, key.p, key.n);
-        free(key.p);
-        gr_buf_puts(&kv, " ");
+        gr_buf_literal(&kv, key.s, key.len);
+        free(key.s);
+        buf_puts(&kv, " ");
         shared(c, SH_WS, &kv);
-        gr_buf_puts(&kv, " \":\" ");
+        buf_puts(&kv, " \":\" ");
         shared(c, SH_WS, &kv);
-        gr_buf_puts(&kv, " ");
+        buf_puts(&kv, " ");
         size_t old = path_push(c, ".properties.%.60s", p->string);
         int rc = gen(c, p, &kv);
         path_pop(c, old);
-        if (!rc) gr_buf_printf(&c->rules, "%so%d-k%d ::= %s\n", P, id, i, kv.p ? kv.p : "\"\"");
-        free(kv.p);
-        if (rc) return free(x.p), -1;
+        if (!rc) buf_printf(&c->rules, "%so%d-k%d ::= %s\n", P, id, i, kv.s ? kv.s : "\"\"");
+        free(kv.s);
+        if (rc) return free(x.s), -1;
         int rq = is_required(req, p->string);
         any_req |= rq;
-        gr_buf_printf(&c->rules, "%so%d-a%d ::= %so%d-k%d %so%d-b%d", P, id, i, P, id, i, P, id, i + 1);
-        if (!rq && (i + 1 < k || extras)) gr_buf_printf(&c->rules, " | %so%d-a%d", P, id, i + 1);
-        gr_buf_printf(&c->rules, "\n%so%d-b%d ::= (", P, id, i);
+        buf_printf(&c->rules, "%so%d-a%d ::= %so%d-k%d %so%d-b%d", P, id, i, P, id, i, P, id, i + 1);
+        if (!rq && (i + 1 < k || extras)) buf_printf(&c->rules, " | %so%d-a%d", P, id, i + 1);
+        buf_printf(&c->rules, "\n%so%d-b%d ::= (", P, id, i);
         ws_comma_ws(c, &c->rules);
-        gr_buf_printf(&c->rules, " %so%d-k%d)%s %so%d-b%d\n", P, id, i, rq ? "" : "?", P, id, i + 1);
+        buf_printf(&c->rules, " %so%d-k%d)%s %so%d-b%d\n", P, id, i, rq ? "" : "?", P, id, i + 1);
     }
-    gr_buf_printf(&c->rules, "%so%d-b%d ::= ", P, id, k);
+    buf_printf(&c->rules, "%so%d-b%d ::= ", P, id, k);
     if (extras) {
-        gr_buf_puts(&c->rules, "(");
+        buf_puts(&c->rules, "(");
         ws_comma_ws(c, &c->rules);
-        gr_buf_printf(&c->rules, " %s)*\n%so%d-a%d ::= %s %so%d-b%d\n", x.p, P, id, k, x.p, P, id, k);
+        buf_printf(&c->rules, " %s)*\n%so%d-a%d ::= %s %so%d-b%d\n", x.s, P, id, k, x.s, P, id, k);
     } else {
-        gr_buf_puts(&c->rules, "\"\"\n");
+        buf_puts(&c->rules, "\"\"\n");
     }
-    free(x.p);
-    gr_buf_puts(e, "( \"{\" ");
+    free(x.s);
+    buf_puts(e, "( \"{\" ");
     shared(c, SH_WS, e);
     if (!k && !extras) {
-        gr_buf_puts(e, " \"}\" )");
+        buf_puts(e, " \"}\" )");
         return 0;
     }
-    gr_buf_printf(e, any_req ? " %so%d-a0 " : " ( %so%d-a0 ", P, id);
+    buf_printf(e, any_req ? " %so%d-a0 " : " ( %so%d-a0 ", P, id);
     shared(c, SH_WS, e);
-    gr_buf_puts(e, any_req ? " \"}\" )" : " )? \"}\" )");
+    buf_puts(e, any_req ? " \"}\" )" : " )? \"}\" )");
     return 0;
 }
 
@@ -636,13 +637,13 @@ static const cJSON *resolve(const cJSON *root, const char *ptr)
     return cur;
 }
 
-static int gen_ref(sc *c, const cJSON *ref, gr_buf *e)
+static int gen_ref(sc *c, const cJSON *ref, buf *e)
 {
     if (!cJSON_IsString(ref)) return fail(c, "'$ref' must be a string");
     const char *ptr = ref->valuestring;
     for (int i = 0; i < c->n_refs; i++)
         if (!strcmp(c->refs[i].ptr, ptr)) {
-            gr_buf_printf(e, "%sref%d", c->prefix, c->refs[i].id);
+            buf_printf(e, "%sref%d", c->prefix, c->refs[i].id);
             return 0;
         }
     const cJSON *target = resolve(c->root, ptr);
@@ -659,13 +660,13 @@ static int gen_ref(sc *c, const cJSON *ref, gr_buf *e)
     c->refs[id].id = id;
     c->refs[id].done = 0;
     c->n_refs++;
-    gr_buf_printf(e, "%sref%d", c->prefix, id);
-    gr_buf body = {0};
+    buf_printf(e, "%sref%d", c->prefix, id);
+    buf body = {0};
     size_t old = path_push(c, ".$ref(%.80s)", ptr);
     int rc = gen(c, target, &body);
     path_pop(c, old);
-    if (!rc) gr_buf_printf(&c->rules, "%sref%d ::= %s\n", c->prefix, id, body.p ? body.p : "\"\"");
-    free(body.p);
+    if (!rc) buf_printf(&c->rules, "%sref%d ::= %s\n", c->prefix, id, body.s ? body.s : "\"\"");
+    free(body.s);
     return rc;
 }
 
@@ -723,13 +724,13 @@ static int value_fits(const cJSON *v, int types)
 }
 
 /* enum / const: the listed values that fit the type, as literals. */
-static int gen_values(sc *c, const cJSON *s, int types, gr_buf *e)
+static int gen_values(sc *c, const cJSON *s, int types, buf *e)
 {
     const cJSON *cv = kw(s, "const"), *ev = cJSON_GetObjectItemCaseSensitive(s, "enum");
     if (cJSON_GetObjectItemCaseSensitive(s, "const")) cv = cJSON_GetObjectItemCaseSensitive(s, "const");
     if (ev && (!cJSON_IsArray(ev) || !cJSON_GetArraySize(ev))) return fail(c, "'enum' must be a non-empty array");
     int n = 0;
-    gr_buf_puts(e, "(");
+    buf_puts(e, "(");
     for (const cJSON *v = cv ? cv : ev->child; v; v = cv ? NULL : v->next) {
         if (!value_fits(v, types)) continue;
         if (cv && ev) { /* both: const must be among the enum values */
@@ -737,31 +738,31 @@ static int gen_values(sc *c, const cJSON *s, int types, gr_buf *e)
             for (const cJSON *w = ev->child; w && !in; w = w->next) in = cJSON_Compare(v, w, 1);
             if (!in) continue;
         }
-        gr_buf_puts(e, n++ ? " | " : " ");
+        buf_puts(e, n++ ? " | " : " ");
         if (literal_of(c, v, e)) return -1;
     }
     if (!n) return fail(c, "no value of %s fits the schema's type", cv ? "'const'" : "'enum'");
-    gr_buf_puts(e, " )");
+    buf_puts(e, " )");
     return 0;
 }
 
-static int gen_alternatives(sc *c, const cJSON *list, const char *name, gr_buf *e)
+static int gen_alternatives(sc *c, const cJSON *list, const char *name, buf *e)
 {
     if (!cJSON_IsArray(list) || !cJSON_GetArraySize(list)) return fail(c, "'%s' must be a non-empty array of schemas", name);
-    gr_buf_puts(e, "(");
+    buf_puts(e, "(");
     int i = 0;
     for (const cJSON *x = list->child; x; x = x->next, i++) {
-        gr_buf_puts(e, i ? " | " : " ");
+        buf_puts(e, i ? " | " : " ");
         size_t old = path_push(c, ".%s[%d]", name, i);
         int rc = gen(c, x, e);
         path_pop(c, old);
         if (rc) return -1;
     }
-    gr_buf_puts(e, " )");
+    buf_puts(e, " )");
     return 0;
 }
 
-static int gen_inner(sc *c, const cJSON *s, gr_buf *e)
+static int gen_inner(sc *c, const cJSON *s, buf *e)
 {
     const cJSON *ref = kw(s, "$ref");
     if (ref) return check_keywords(c, s, "$ref") ? -1 : gen_ref(c, ref, e);
@@ -784,14 +785,14 @@ static int gen_inner(sc *c, const cJSON *s, gr_buf *e)
     }
     if ((types & T_NUMBER) && (types & T_INTEGER)) types &= ~T_INTEGER;
     int n = 0;
-    gr_buf_puts(e, "(");
+    buf_puts(e, "(");
     for (int b = 1; b <= T_OBJECT; b <<= 1) {
         if (!(types & b)) continue;
-        gr_buf_puts(e, n++ ? " | " : " ");
+        buf_puts(e, n++ ? " | " : " ");
         int rc = 0;
         switch (b) {
-        case T_NULL: gr_buf_puts(e, "\"null\""); break;
-        case T_BOOLEAN: gr_buf_puts(e, "(\"true\" | \"false\")"); break;
+        case T_NULL: buf_puts(e, "\"null\""); break;
+        case T_BOOLEAN: buf_puts(e, "(\"true\" | \"false\")"); break;
         case T_INTEGER: rc = gen_number(c, s, 1, e); break;
         case T_NUMBER: rc = gen_number(c, s, 0, e); break;
         case T_STRING: rc = gen_string(c, s, e); break;
@@ -800,11 +801,11 @@ static int gen_inner(sc *c, const cJSON *s, gr_buf *e)
         }
         if (rc) return -1;
     }
-    gr_buf_puts(e, " )");
+    buf_puts(e, " )");
     return 0;
 }
 
-static int gen(sc *c, const cJSON *s, gr_buf *e)
+static int gen(sc *c, const cJSON *s, buf *e)
 {
     if (c->failed) return -1;
     if (cJSON_IsTrue(s)) {
@@ -823,10 +824,10 @@ char *oai_schema_gbnf(const cJSON *schema, const char *prefix, char *err, size_t
 {
     sc c = {.prefix = prefix ? prefix : "", .root = schema, .err = err, .err_len = err_len};
     if (err_len) err[0] = 0;
-    gr_buf root = {0};
+    buf root = {0};
     int rc = gen(&c, schema, &root);
-    if (!rc) gr_buf_printf(&c.rules, "%sroot ::= %s\n", c.prefix, root.p ? root.p : "\"\"");
-    free(root.p);
+    if (!rc) buf_printf(&c.rules, "%sroot ::= %s\n", c.prefix, root.s ? root.s : "\"\"");
+    free(root.s);
     for (int i = 0; i < c.n_refs; i++) free(c.refs[i].ptr);
     free(c.refs);
     if (!rc && (c.rules.oom || root.oom)) {
@@ -834,8 +835,8 @@ char *oai_schema_gbnf(const cJSON *schema, const char *prefix, char *err, size_t
         rc = -1;
     }
     if (rc) {
-        free(c.rules.p);
+        free(c.rules.s);
         return NULL;
     }
-    return gr_buf_take(&c.rules);
+    return buf_take(&c.rules);
 }

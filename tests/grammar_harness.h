@@ -148,12 +148,12 @@ static inline char *gh_python(const char *input)
     fseek(fp, 0, SEEK_END);
     long len = ftell(fp);
     fseek(fp, 0, SEEK_SET);
-    char *buf = malloc((size_t)len + 1);
-    cr_assert_eq(fread(buf, 1, (size_t)len, fp), (size_t)len);
-    buf[len] = 0;
+    char *text = malloc((size_t)len + 1);
+    cr_assert_eq(fread(text, 1, (size_t)len, fp), (size_t)len);
+    text[len] = 0;
     fclose(fp);
     unlink(out);
-    return buf;
+    return text;
 }
 
 #endif

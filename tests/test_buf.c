@@ -76,13 +76,13 @@ typedef struct limited {
     size_t limit, calls;
 } limited;
 
-static char *limited_alloc(void *ud, char *old, size_t len, size_t cap)
+static char *limited_alloc(void *ud, char *old, size_t len, size_t need, size_t cap)
 {
     limited *l = ud;
     l->calls++;
+    cr_assert(len < need && need <= cap, "len %zu need %zu cap %zu", len, need, cap);
     if (cap > l->limit) return NULL;
     char *p = realloc(old, cap);
-    (void)len;
     return p;
 }
 
@@ -124,4 +124,38 @@ Test(buf, take_after_oom_is_null_and_empty_take_is_null)
     char *s = buf_take(&b);
     cr_assert_str_eq(s, "y-7");
     free(s);
+}
+
+/* A hook that hands out fresh blocks full of junk and copies only the len bytes it must: an
+ * arena's way (the old block stays where it is). */
+static char *junk_alloc(void *ud, char *old, size_t len, size_t need, size_t cap)
+{
+    char **blocks = ud;
+    char *p = malloc(cap);
+    cr_assert_not_null(p);
+    memset(p, 'x', cap);
+    if (len) memcpy(p, old, len);
+    for (int i = 0; i < 16; i++)
+        if (!blocks[i]) {
+            blocks[i] = p;
+            break;
+        }
+    (void)need;
+    return p;
+}
+
+Test(buf, a_hook_that_copies_len_bytes_keeps_the_nul)
+{
+    char *blocks[16] = {0};
+    buf b = {.alloc = junk_alloc, .ud = blocks};
+    cr_assert_eq(buf_reserve(&b, 10), 0);
+    cr_assert_str_eq(b.s, "");
+    buf_puts(&b, "abc");
+    cr_assert_eq(buf_reserve(&b, 1000), 0); /* grows: the new block is junk past "abc" */
+    cr_assert_eq(b.len, 3);
+    cr_assert_str_eq(b.s, "abc");
+    buf_printf(&b, "%0300d", 7); /* past printf's stack buffer: written in place */
+    cr_assert_eq(b.len, 303);
+    cr_assert_eq(b.s[303], 0);
+    for (int i = 0; i < 16; i++) free(blocks[i]);
 }

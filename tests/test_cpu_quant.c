@@ -28,7 +28,7 @@
 #include "cpu/quant.h"
 #include "engine/backend.h"
 #include "model/dtype.h"
-#include "engine/sampler.h"
+#include "base/rng.h"
 #include "tests/test_util.h"
 
 #define tq_types cpu__quant_types
@@ -62,7 +62,7 @@ static float tq_ref(int type, const uint8_t *w, const cpu__q8s *xs, const cpu__q
 
 static float tq_unif(uint64_t *rng) /* [-1, 1) */
 {
-    return (float)((smp_splitmix64(rng) >> 11) * 0x1p-53 * 2.0 - 1.0);
+    return (float)((rng_splitmix64(rng) >> 11) * 0x1p-53 * 2.0 - 1.0);
 }
 
 /* A random row of n_out × n_in weights of type; every 5th block has all its value and scale
@@ -242,7 +242,7 @@ Test(cpu_quant, q8k_quantiser_equal_at_every_level)
     tu_cpu_level lv[TU_MAX_LEVELS];
     int n_lv = tu_cpu_levels(lv);
     for (int it = 0; it < 50; it++) {
-        float scale = ldexpf(1.0f, (int)(smp_splitmix64(&rng) % 40) - 20);
+        float scale = ldexpf(1.0f, (int)(rng_splitmix64(&rng) % 40) - 20);
         for (int i = 0; i < N; i++) x[i] = scale * tq_unif(&rng);
         for (int i = 0; i < 256; i++) x[256 * (it % 8) + i] = 0.0f;            /* max|x| = 0 */
         for (int i = 0; i < 256; i++) x[256 * ((it + 3) % 8) + i] = i % 2 ? scale : -scale; /* every |q| = 127 */

@@ -6,9 +6,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "model/mkmodel.h"
+#include "model/gguf_write.h"
 #include "model/dtype.h"
-#include "engine/sampler.h"
+#include "base/rng.h"
 
 Test(dtype, f16_known_values)
 {
@@ -124,7 +124,7 @@ Test(dtype, q8_0_quantise)
     float x[32], back[32];
     for (int i = 0; i < 32; i++) x[i] = (float)(i - 10) * 0.37f;
     dt_block_q8_0 b;
-    mkm_quantize_row(DT_Q8_0, x, &b, 32);
+    gguf_quantize_row(DT_Q8_0, x, &b, 32);
     float amax = 21 * 0.37f, d = amax / 127.0f;
     cr_assert_eq(b.d, dt_f32_to_f16(d));
     cr_assert_eq(b.q[31], 127);
@@ -133,7 +133,7 @@ Test(dtype, q8_0_quantise)
     dt_to_f32(DT_Q8_0, &b, back, 32);
     for (int i = 0; i < 32; i++) cr_assert(fabsf(back[i] - x[i]) <= d * 0.51f + 1e-3f);
     float zero[32] = {0};
-    mkm_quantize_row(DT_Q8_0, zero, &b, 32);
+    gguf_quantize_row(DT_Q8_0, zero, &b, 32);
     dt_to_f32(DT_Q8_0, &b, back, 32);
     for (int i = 0; i < 32; i++) cr_assert_eq(back[i], 0.0f);
 }
@@ -314,7 +314,7 @@ static void td_check(int type, const td_blk *b, const char *what)
 static uint64_t td_rng = 0;
 static int td_rand(int n)
 {
-    return (int)(smp_splitmix64(&td_rng) % (uint64_t)n);
+    return (int)(rng_splitmix64(&td_rng) % (uint64_t)n);
 }
 
 Test(dtype, quant_layouts_random_blocks)

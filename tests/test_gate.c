@@ -17,7 +17,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "engine/sampler.h"
+#include "base/rng.h"
 #include "server/gate.h"
 #include "tests/server_harness.h"
 
@@ -50,7 +50,7 @@ static int tg_run(const char *in, size_t n, size_t max_body, uint64_t seed, tg_o
     uint64_t x = seed;
     int status = 0;
     for (size_t off = 0; off < n && !status;) {
-        size_t k = seed ? 1 + smp_splitmix64(&x) % 7 : n;
+        size_t k = seed ? 1 + rng_splitmix64(&x) % 7 : n;
         if (k > n - off) k = n - off;
         if (gate_feed(&p, in + off, k)) status = p.status;
         off += k;
@@ -199,9 +199,9 @@ Test(gate, random_bytes)
                             "Transfer-Encoding: chunked\r\n", "0\r\n", "5\r\n", "abcde", ":", " ", "\n", "\r", "x"};
     for (int it = 0; it < 2000; it++) {
         size_t n = 0;
-        int np = 1 + (int)(smp_splitmix64(&x) % 12);
+        int np = 1 + (int)(rng_splitmix64(&x) % 12);
         for (int k = 0; k < np; k++) {
-            const char *p = pieces[smp_splitmix64(&x) % (sizeof pieces / sizeof pieces[0])];
+            const char *p = pieces[rng_splitmix64(&x) % (sizeof pieces / sizeof pieces[0])];
             size_t l = strlen(p);
             if (n + l < sizeof in) {
                 memcpy(in + n, p, l);
@@ -210,7 +210,7 @@ Test(gate, random_bytes)
         }
         tg_out o;
         int nreq = 0;
-        tg_run(in, n, 64, smp_splitmix64(&x) | 1, &o, &nreq);
+        tg_run(in, n, 64, rng_splitmix64(&x) | 1, &o, &nreq);
         cr_assert_leq(o.n, n + (size_t)(nreq + 1) * 32, "iteration %d", it);
         free(o.s);
     }

@@ -13,6 +13,7 @@
 #include "model/mkmodel.h"
 #include "model/dtype.h"
 #include "model/gguf.h"
+#include "model/gguf_write.h"
 #include "tests/test_util.h"
 
 /* A growable byte buffer used to hand-build GGUF files. */
@@ -421,34 +422,34 @@ static void tg_tmp(char *buf, size_t n, const char *tag)
 
 Test(gguf, writer_round_trip)
 {
-    mkm_writer *w = mkm_writer_create();
+    gguf_writer *w = gguf_writer_create();
     cr_assert(w);
     const char *strs[] = {"alpha", "", "▁γ"};
     float fs[] = {1.5f, -2.25f};
     int32_t is[] = {7, -8, 9};
-    cr_assert_eq(mkm_kv_u32(w, "a.u32", 123456789u), 0);
-    cr_assert_eq(mkm_kv_i32(w, "a.i32", -42), 0);
-    cr_assert_eq(mkm_kv_u64(w, "a.u64", 1ull << 50), 0);
-    cr_assert_eq(mkm_kv_f32(w, "a.f32", 0.1f), 0);
-    cr_assert_eq(mkm_kv_bool(w, "a.bool", 1), 0);
-    cr_assert_eq(mkm_kv_str(w, "a.str", "text with ünïcode"), 0);
-    cr_assert_eq(mkm_kv_arr_str(w, "a.strs", strs, 3), 0);
-    cr_assert_eq(mkm_kv_arr_f32(w, "a.f32s", fs, 2), 0);
-    cr_assert_eq(mkm_kv_arr_i32(w, "a.i32s", is, 3), 0);
+    cr_assert_eq(gguf_put_u32(w, "a.u32", 123456789u), 0);
+    cr_assert_eq(gguf_put_i32(w, "a.i32", -42), 0);
+    cr_assert_eq(gguf_put_u64(w, "a.u64", 1ull << 50), 0);
+    cr_assert_eq(gguf_put_f32(w, "a.f32", 0.1f), 0);
+    cr_assert_eq(gguf_put_bool(w, "a.bool", 1), 0);
+    cr_assert_eq(gguf_put_str(w, "a.str", "text with ünïcode"), 0);
+    cr_assert_eq(gguf_put_arr_str(w, "a.strs", strs, 3), 0);
+    cr_assert_eq(gguf_put_arr_f32(w, "a.f32s", fs, 2), 0);
+    cr_assert_eq(gguf_put_arr_i32(w, "a.i32s", is, 3), 0);
     const int types[] = {DT_F32, DT_F16, DT_BF16, DT_Q8_0};
     const int64_t ne[3] = {64, 3, 2};
     char name[32];
     for (int t = 0; t < 4; t++) {
         snprintf(name, sizeof name, "t%d", t);
-        cr_assert_eq(mkm_tensor(w, name, types[t], t == 3 ? 3 : 2, ne), t);
+        cr_assert_eq(gguf_put_tensor(w, name, types[t], t == 3 ? 3 : 2, ne), t);
     }
-    cr_assert_eq(mkm_tensor(w, "odd", DT_F32, 1, (int64_t[]){5}), 4);
-    cr_assert_eq(mkm_tensor(w, "bad", DT_Q8_0, 1, (int64_t[]){33}), -EINVAL);
-    cr_assert_eq(mkm_tensor(w, "bad", DT_Q4_0, 1, (int64_t[]){32}), -EINVAL);
+    cr_assert_eq(gguf_put_tensor(w, "odd", DT_F32, 1, (int64_t[]){5}), 4);
+    cr_assert_eq(gguf_put_tensor(w, "bad", DT_Q8_0, 1, (int64_t[]){33}), -EINVAL);
+    cr_assert_eq(gguf_put_tensor(w, "bad", DT_Q4_0, 1, (int64_t[]){32}), -EINVAL);
     char path[512], err[512];
     tg_tmp(path, sizeof path, "rt");
-    cr_assert_eq(mkm_writer_write(w, path, tg_rows, NULL, err, sizeof err), 0, "%s", err);
-    mkm_writer_destroy(w);
+    cr_assert_eq(gguf_writer_write(w, path, tg_rows, NULL, err, sizeof err), 0, "%s", err);
+    gguf_writer_destroy(w);
 
     gguf_file *f;
     cr_assert_eq(gguf_open(path, &f, err, sizeof err), 0, "%s", err);
@@ -484,7 +485,7 @@ Test(gguf, writer_round_trip)
         cr_assert_eq(gt->n_bytes, rb * (size_t)rows);
         for (int64_t r = 0; r < rows; r++) {
             tg_rows(NULL, t, r, row, ne0);
-            mkm_quantize_row(type, row, want, ne0);
+            gguf_quantize_row(type, row, want, ne0);
             cr_assert_arr_eq((const uint8_t *)gt->data + r * rb, want, rb, "tensor %d row %d", t,
                              (int)r);
         }

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "model/gguf.h"
+#include "base/buf.h"
 #include "grammar/grammar.h"
 #include "model/tokenizer.h"
 #include "tests/grammar_harness.h"
@@ -326,16 +327,16 @@ static const char *const TG_REGEXES[] = {
     "^(a|b)+c$", ".{2}x", "[\\d.-]+", "(?:ab){2}|(?P<n>z+)", NULL};
 
 /* Appends s as a JSON string to b. */
-static void tg_json_str(gr_buf *b, const char *s, size_t n)
+static void tg_json_str(buf *b, const char *s, size_t n)
 {
-    gr_buf_puts(b, "\"");
+    buf_puts(b, "\"");
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)s[i];
-        if (c == '"' || c == '\\') gr_buf_printf(b, "\\%c", c);
-        else if (c < 0x20) gr_buf_printf(b, "\\u%04x", c);
-        else gr_buf_put(b, s + i, 1);
+        if (c == '"' || c == '\\') buf_printf(b, "\\%c", c);
+        else if (c < 0x20) buf_printf(b, "\\u%04x", c);
+        else buf_put(b, s + i, 1);
     }
-    gr_buf_puts(b, "\"");
+    buf_puts(b, "\"");
 }
 
 /* The k-th verdict of the JSON line `line` ({"ok": [...]}). */
@@ -372,7 +373,7 @@ Test(grammar, regex_outputs_fullmatch_in_python)
             if (k < 0) break;
         }
     }
-    gr_buf q = {0};
+    buf q = {0};
     char outs[16][20][256];
     int n_out[16] = {0};
     int nr = 0;
@@ -384,17 +385,17 @@ Test(grammar, regex_outputs_fullmatch_in_python)
             if (gh_generate(g, &tv, &rng, 8, 60, NULL, outs[nr][n_out[nr]], sizeof outs[nr][0])) n_out[nr]++;
         cr_assert_gt(n_out[nr], 10, "'%s': most generations should finish", TG_REGEXES[nr]);
         gr_unref(g);
-        gr_buf_puts(&q, "{\"re\": ");
+        buf_puts(&q, "{\"re\": ");
         tg_json_str(&q, TG_REGEXES[nr], strlen(TG_REGEXES[nr]));
-        gr_buf_puts(&q, ", \"strings\": [");
+        buf_puts(&q, ", \"strings\": [");
         for (int i = 0; i < n_out[nr] + nc; i++) {
             const char *t = i < n_out[nr] ? outs[nr][i] : cands[i - n_out[nr]];
-            if (i) gr_buf_puts(&q, ", ");
+            if (i) buf_puts(&q, ", ");
             tg_json_str(&q, t, strlen(t));
         }
-        gr_buf_puts(&q, "]}\n");
+        buf_puts(&q, "]}\n");
     }
-    char *input = gr_buf_take(&q);
+    char *input = buf_take(&q);
     char *reply = gh_python(input);
     free(input);
     char *line = reply;

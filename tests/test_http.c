@@ -14,7 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "engine/sampler.h"
+#include "base/rng.h"
 #include "model/utf8.h"
 #include "tests/server_harness.h"
 #include "tests/test_util.h"
@@ -132,16 +132,16 @@ Test(http, every_body_is_utf8, .timeout = 90)
     };
     for (int it = 0; it < 120; it++) {
         char junk[64], body[512], path[128];
-        int n = 1 + (int)(smp_splitmix64(&x) % 40);
+        int n = 1 + (int)(rng_splitmix64(&x) % 40);
         for (int k = 0; k < n; k++) {
-            unsigned char c = (unsigned char)(smp_splitmix64(&x) & 0xff);
+            unsigned char c = (unsigned char)(rng_splitmix64(&x) & 0xff);
             junk[k] = (char)(c == '"' || c == '\\' || c < 0x20 ? 0x80 | c : c);
         }
         junk[n] = 0;
-        int t = (int)(smp_splitmix64(&x) % (sizeof tmpl / sizeof tmpl[0]));
+        int t = (int)(rng_splitmix64(&x) % (sizeof tmpl / sizeof tmpl[0]));
         if (t == 1)
-            snprintf(body, sizeof body, tmpl[t], 3 + (unsigned)(smp_splitmix64(&x) % 256), 3 + (unsigned)(smp_splitmix64(&x) % 256),
-                     3 + (unsigned)(smp_splitmix64(&x) % 256));
+            snprintf(body, sizeof body, tmpl[t], 3 + (unsigned)(rng_splitmix64(&x) % 256), 3 + (unsigned)(rng_splitmix64(&x) % 256),
+                     3 + (unsigned)(rng_splitmix64(&x) % 256));
         else
             snprintf(body, sizeof body, tmpl[t], junk);
         const char *route = t == 2 ? "/v1/chat/completions" : "/v1/completions";
@@ -149,7 +149,7 @@ Test(http, every_body_is_utf8, .timeout = 90)
         if (it % 10 == 9) { /* a path of bytes the route table does not know */
             snprintf(path, sizeof path, "/v1/");
             for (int k = 0; k < 8; k++) {
-                unsigned char c = (unsigned char)(0x21 + smp_splitmix64(&x) % 0x5e);
+                unsigned char c = (unsigned char)(0x21 + rng_splitmix64(&x) % 0x5e);
                 path[4 + k] = (char)c;
             }
             path[12] = 0;

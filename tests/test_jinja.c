@@ -16,7 +16,7 @@
 
 #include "jinja/jinja.h"
 #include "jinja/jinja_internal.h"
-#include "engine/sampler.h"
+#include "base/rng.h"
 
 typedef struct tj_case {
     const char *tmpl;
@@ -264,7 +264,7 @@ Test(jinja, limits_bound_untrusted_templates)
 
 static jinja_value tj_random_key(jinja_ctx *c, uint64_t *rng)
 {
-    uint64_t r = smp_splitmix64(rng);
+    uint64_t r = rng_splitmix64(rng);
     switch (r % 4) {
     case 0:
         return jinja_int((int64_t)(r >> 8) % 40 - 20);
@@ -293,7 +293,7 @@ Test(jinja, dict_random_operations_match_a_model)
     int n = 0;
     for (int op = 0; op < 3000; op++) {
         jinja_value key = tj_random_key(c, &rng), val = jinja_int(op);
-        if (smp_splitmix64(&rng) % 3) {
+        if (rng_splitmix64(&rng) % 3) {
             jj__dict_set(c, d, key, val);
             int i = 0;
             while (i < n && !jj__equal(keys[i], key))
@@ -320,7 +320,7 @@ Test(jinja, dict_random_operations_match_a_model)
 
 static jinja_value tj_random_value(jinja_ctx *c, uint64_t *rng, int depth)
 {
-    uint64_t r = smp_splitmix64(rng);
+    uint64_t r = rng_splitmix64(rng);
     int kind = (int)(r % (depth > 3 ? 6 : 8));
     jinja_value v;
     switch (kind) {
@@ -336,10 +336,10 @@ static jinja_value tj_random_value(jinja_ctx *c, uint64_t *rng, int depth)
     case 5: {
         static const char *const pieces[] = {"a",    "\"", "\\",   "\n", "\t", "é",
                                              "日本", "😀",  "\x01", "/",  " "};
-        char buf[64] = "";
+        char text[64] = "";
         for (int i = 0; i < (int)((r >> 8) % 6); i++)
-            strcat(buf, pieces[(r >> (12 + 4 * i)) % (sizeof pieces / sizeof pieces[0])]);
-        cr_assert_eq(jinja_str(c, buf, strlen(buf), &v), 0);
+            strcat(text, pieces[(r >> (12 + 4 * i)) % (sizeof pieces / sizeof pieces[0])]);
+        cr_assert_eq(jinja_str(c, text, strlen(text), &v), 0);
         return v;
     }
     case 6:

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/buf.h"
 #include "grammar/grammar.h"
 #include "server/oai_schema.h"
 #include "tests/grammar_harness.h"
@@ -93,11 +94,11 @@ Test(oai_schema, recursive_refs_and_composition_prefix)
     char *rules = oai_schema_gbnf(s, "args-", err, sizeof err);
     cJSON_Delete(s);
     cr_assert_not_null(rules, "%s", err);
-    gr_buf b = {0};
-    gr_buf_puts(&b, "root ::= \"<tool_call>{\\\"name\\\": \\\"get_weather\\\", \\\"arguments\\\": \" args-root \"}</tool_call>\"\n");
-    gr_buf_puts(&b, rules);
+    buf b = {0};
+    buf_puts(&b, "root ::= \"<tool_call>{\\\"name\\\": \\\"get_weather\\\", \\\"arguments\\\": \" args-root \"}</tool_call>\"\n");
+    buf_puts(&b, rules);
     free(rules);
-    char *text = gr_buf_take(&b);
+    char *text = buf_take(&b);
     gr_error e;
     g = gr_compile_gbnf(text, strlen(text), NULL, &e);
     cr_assert_not_null(g, "%s", e.msg);
@@ -293,7 +294,7 @@ Test(oai_schema, random_schemas_validate_in_python)
     fprintf(stderr, "oai_schema/random: seed %llu (replay with KVSERVE_TEST_SEED)\n", (unsigned long long)seed);
     gh_voc tv;
     gh_voc_make(&tv, "{}[],:\" \n\t0123456789-.+eEabcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ@_%\\/T", TS_EXTRA, &r, 200);
-    gr_buf q = {0};
+    buf q = {0};
     int n_schemas = 50, n_docs = 0, unfinished = 0;
     char *doc = malloc(65536);
     for (int i = 0; i < n_schemas; i++) {
@@ -306,7 +307,7 @@ Test(oai_schema, random_schemas_validate_in_python)
         char err[384];
         gr_grammar *g = ts_compile(st, err, sizeof err);
         cr_assert_not_null(g, "schema %d refused: %s\n%s", i, err, st);
-        gr_buf_printf(&q, "{\"schema\": %s, \"docs\": [", st);
+        buf_printf(&q, "{\"schema\": %s, \"docs\": [", st);
         int k = 0;
         for (int d = 0; d < 8; d++) {
             if (!gh_generate(g, &tv, &r, 40, 600, "\"}]0123456789", doc, 65536)) {
@@ -315,18 +316,18 @@ Test(oai_schema, random_schemas_validate_in_python)
             }
             cJSON *js = cJSON_CreateString(doc);
             char *jt = cJSON_PrintUnformatted(js);
-            gr_buf_printf(&q, "%s%s", k++ ? ", " : "", jt);
+            buf_printf(&q, "%s%s", k++ ? ", " : "", jt);
             free(jt);
             cJSON_Delete(js);
         }
         n_docs += k;
-        gr_buf_puts(&q, "]}\n");
+        buf_puts(&q, "]}\n");
         free(st);
         cJSON_Delete(s);
         gr_unref(g);
     }
     cr_assert_gt(n_docs, 300, "hundreds of documents (%d generated, %d unfinished)", n_docs, unfinished);
-    char *input = gr_buf_take(&q);
+    char *input = buf_take(&q);
     char *reply = gh_python(input);
     /* every verdict must be true */
     char *bad = strstr(reply, "false");
@@ -367,10 +368,10 @@ static void ts_enumerate(const char *schema, const char *const *values_a, const 
     len[256] = 0;
     int32_t eog = 256;
     gr_vocab *v = gr_vocab_create_raw(257, (const char *const *)tok, len, &eog, 1);
-    gr_buf q = {0};
+    buf q = {0};
     char docs[4096][96];
     int nd = 0;
-    gr_buf_printf(&q, "{\"schema\": %s, \"docs\": [", schema);
+    buf_printf(&q, "{\"schema\": %s, \"docs\": [", schema);
     for (int s = 0; seps[s]; s++)
         for (int a = 0; values_a[a]; a++)
             for (int b = 0; values_b[b]; b++) {
@@ -381,13 +382,13 @@ static void ts_enumerate(const char *schema, const char *const *values_a, const 
                 else snprintf(docs[nd], sizeof docs[0], "{%s\"a\":%s%s,%s\"b\":%s%s%s}", sep, sep, values_a[a], sep, sep, values_b[b], sep);
                 cJSON *js = cJSON_CreateString(docs[nd]);
                 char *jt = cJSON_PrintUnformatted(js);
-                gr_buf_printf(&q, "%s%s", nd ? ", " : "", jt);
+                buf_printf(&q, "%s%s", nd ? ", " : "", jt);
                 free(jt);
                 cJSON_Delete(js);
                 nd++;
             }
-    gr_buf_puts(&q, "]}\n");
-    char *input = gr_buf_take(&q);
+    buf_puts(&q, "]}\n");
+    char *input = buf_take(&q);
     char *reply = gh_python(input);
     const char *p = strstr(reply, "\"ok\": [") + 7;
     uint32_t mask[GR_MASK_WORDS(257)];

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/buf.h"
 #include "model/chat.h"
 #include "server/oai_internal.h"
 #include "server/openai.h"
@@ -206,9 +207,9 @@ Test(oai_structured_model, completion_rate_on_stories260k)
     }
     te_collect(e, outs, n_schemas, n_schemas * 12);
     int stopped = 0, total = 0;
-    gr_buf q = {0};
+    buf q = {0};
     for (int s = 0; s < n_schemas; s++) {
-        gr_buf_printf(&q, "{\"schema\": %s, \"docs\": [", TST_SCHEMAS[s]);
+        buf_printf(&q, "{\"schema\": %s, \"docs\": [", TST_SCHEMAS[s]);
         int k = 0;
         for (int c = 0; c < 12; c++) {
             total++;
@@ -219,16 +220,16 @@ Test(oai_structured_model, completion_rate_on_stories260k)
             stopped++;
             cJSON *js = cJSON_CreateString(outs[s].text[c]);
             char *jt = cJSON_PrintUnformatted(js);
-            gr_buf_printf(&q, "%s%s", k++ ? ", " : "", jt);
+            buf_printf(&q, "%s%s", k++ ? ", " : "", jt);
             free(jt);
             cJSON_Delete(js);
         }
-        gr_buf_puts(&q, "]}\n");
+        buf_puts(&q, "]}\n");
         gr_unref(g[s]);
     }
     fprintf(stderr, "oai_structured/completion_rate: %d of %d finished with stop\n", stopped, total);
     cr_assert_geq(stopped * 10, total * 9, "only %d of %d completions finished with stop", stopped, total);
-    char *input = gr_buf_take(&q);
+    char *input = buf_take(&q);
     char *reply = gh_python(input);
     cr_assert_null(strstr(reply, "false"), "a completion does not validate:\n%s\n%s", input, reply);
     free(reply);
@@ -268,13 +269,13 @@ Test(oai_structured_model, generate_cli_flags)
     size_t n = fread(out, 1, sizeof out - 1, p);
     out[n] = 0;
     cr_assert_eq(pclose(p), 0);
-    gr_buf q = {0};
+    buf q = {0};
     cJSON *js = cJSON_CreateString(out);
     char *jt = cJSON_PrintUnformatted(js);
-    gr_buf_printf(&q, "{\"schema\": %s, \"docs\": [%s]}\n", TST_SCHEMAS[0], jt);
+    buf_printf(&q, "{\"schema\": %s, \"docs\": [%s]}\n", TST_SCHEMAS[0], jt);
     free(jt);
     cJSON_Delete(js);
-    char *input = gr_buf_take(&q);
+    char *input = buf_take(&q);
     char *reply = gh_python(input);
     cr_assert_null(strstr(reply, "false"), "generate printed '%s': %s", out, reply);
     free(reply);

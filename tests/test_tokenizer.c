@@ -24,7 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "model/mkmodel.h"
+#include "model/gguf_write.h"
 #include "model/tok_internal.h"
 #include "model/tokenizer.h"
 #include "tests/test_util.h"
@@ -705,17 +705,17 @@ static void ttok_bad_meta(const char *model, const char *pre, int with_tokens, i
     char dir[] = "/tmp/ttok_metaXXXXXX", path[64], err[256];
     cr_assert_not_null(mkdtemp(dir));
     snprintf(path, sizeof path, "%s/v.gguf", dir);
-    mkm_writer *w = mkm_writer_create();
+    gguf_writer *w = gguf_writer_create();
     static const char *const toks[] = {"a", "b", "ab"};
     static const float scores[] = {0, 0, 0, 0};
-    if (model) mkm_kv_str(w, "tokenizer.ggml.model", model);
-    if (pre) mkm_kv_str(w, "tokenizer.ggml.pre", pre);
-    if (with_tokens) mkm_kv_arr_str(w, "tokenizer.ggml.tokens", toks, 3);
-    if (n_scores) mkm_kv_arr_f32(w, "tokenizer.ggml.scores", scores, n_scores);
+    if (model) gguf_put_str(w, "tokenizer.ggml.model", model);
+    if (pre) gguf_put_str(w, "tokenizer.ggml.pre", pre);
+    if (with_tokens) gguf_put_arr_str(w, "tokenizer.ggml.tokens", toks, 3);
+    if (n_scores) gguf_put_arr_f32(w, "tokenizer.ggml.scores", scores, n_scores);
     static const char *const merges[] = {"a b"};
-    mkm_kv_arr_str(w, "tokenizer.ggml.merges", merges, 1);
-    cr_assert_eq(mkm_writer_write(w, path, NULL, NULL, err, sizeof err), 0, "%s", err);
-    mkm_writer_destroy(w);
+    gguf_put_arr_str(w, "tokenizer.ggml.merges", merges, 1);
+    cr_assert_eq(gguf_writer_write(w, path, NULL, NULL, err, sizeof err), 0, "%s", err);
+    gguf_writer_destroy(w);
     gguf_file *gf;
     cr_assert_eq(gguf_open(path, &gf, err, sizeof err), 0, "%s", err);
     err[0] = 0;

@@ -14,7 +14,7 @@
 #include <time.h>
 
 #include "model/chat.h"
-#include "engine/sampler.h"
+#include "base/rng.h"
 #include "server/toolcall.h"
 #include "tests/test_util.h"
 
@@ -545,7 +545,7 @@ static void tt_run(const tt_case *c, uint64_t *rng, uint64_t seed, size_t cut)
     memset(&st, 0, sizeof st);
     size_t n = strlen(c->output), at = 0;
     while (at < n) {
-        size_t k = rng ? 1 + smp_splitmix64(rng) % 7 : cut == (size_t)-1 ? 1 : cut && !at ? cut : n;
+        size_t k = rng ? 1 + rng_splitmix64(rng) % 7 : cut == (size_t)-1 ? 1 : cut && !at ? cut : n;
         if (at + k > n) k = n - at;
         cr_assert_eq(tc_parser_feed(p, c->output + at, k, 0, tt_emit, &st), 0);
         at += k;

@@ -9,7 +9,7 @@
 #include <unistd.h>
 
 #include "model/dtype.h"
-#include "engine/sampler.h"
+#include "base/rng.h"
 #include "cpu/cpu.h"
 #include "cpu/internal.h"
 #include "tests/test_util.h"
@@ -113,7 +113,7 @@ void tu_random_blocks(int type, int64_t n_blocks, uint64_t *rng, void *dst)
     size_t bb = dt_block_bytes(type);
     uint8_t *p = dst;
     for (size_t i = 0; i < bb * (size_t)n_blocks; i += 8) {
-        uint64_t r = smp_splitmix64(rng);
+        uint64_t r = rng_splitmix64(rng);
         for (size_t k = 0; k < 8 && i + k < bb * (size_t)n_blocks; k++) p[i + k] = (uint8_t)(r >> (8 * k));
     }
     tu_random_block_scales(type, n_blocks, rng, dst);
@@ -126,7 +126,7 @@ void tu_random_block_scales(int type, int64_t n_blocks, uint64_t *rng, void *dst
     int off[2], n16 = dt_f16_fields(type, off);
     for (int64_t b = 0; b < n_blocks; b++)
         for (int k = 0; k < n16; k++) {
-            uint64_t r = smp_splitmix64(rng);
+            uint64_t r = rng_splitmix64(rng);
             /* exponent field 3..11 (2^-12 .. 2^-4), any mantissa, any sign */
             uint16_t h = (uint16_t)((r & 0x8000) | (3 + (r >> 16) % 9) << 10 | ((r >> 32) & 0x3FF));
             memcpy(p + (size_t)b * bb + off[k], &h, 2);
