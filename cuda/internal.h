@@ -3,7 +3,7 @@
  * (CUDA C++ only; symbols use the cuda__ prefix).
  *
  * Ownership: cuda_backend_create allocates one cuda_backend; destroy frees every device and pinned
- * buffer it holds. Errors: the first failing CUDA/cuBLAS call of an op is logged (check.h) and
+ * buffer it holds. Errors: the first failing CUDA/cuBLAS call of an op is logged (errors.h) and
  * recorded in cb->error; sync and to_host then return -EIO. A sticky device error cannot be
  * cleared, so the engine treats -EIO as a process error.
  */
@@ -23,7 +23,7 @@ extern "C" {
 }
 #undef _Static_assert
 
-#include "cuda/check.h"
+#include "cuda/errors.h"
 #include "cuda/cuda_common.h"
 
 #define CUDA_GRAPH_MAX 32
