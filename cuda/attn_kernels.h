@@ -4,12 +4,13 @@
  * CUDA built-ins (cuda/check/emu_cuda.h), which checks them without a GPU.
  *
  * Included by attention.cu (after cuda/internal.h) and by cuda/check/attn_emu.cc (after the
- * emulation header). Expects the CUDA built-ins, __half / __nv_bfloat16 and cuda_common.h.
+ * emulation header). Expects the CUDA built-ins, __half / __nv_bfloat16.
  */
 #ifndef KVSERVE_CUDA_ATTN_KERNELS_H
 #define KVSERVE_CUDA_ATTN_KERNELS_H
 
-#include "cuda/cuda_common.h"
+#include "cuda/attn_plan.h"
+#include "cuda/kv_layout.h"
 #include "cuda/kv_kernels.h"
 
 struct cuda__attn_args {

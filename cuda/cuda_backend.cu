@@ -19,7 +19,7 @@
 #include <string.h>
 
 #include "cuda/internal.h"
-#include "cuda/quant_common.h"
+#include "cuda/quant_formats.h"
 
 extern "C" {
 #include "cuda/cuda_backend.h"

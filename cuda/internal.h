@@ -24,13 +24,13 @@ extern "C" {
 #undef _Static_assert
 
 #include "cuda/errors.h"
-#include "cuda/cuda_common.h"
+#include "cuda/attn_plan.h"
+#include "cuda/formats.h"
+#include "cuda/kv_layout.h"
+#include "cuda/launch.h"
+#include "cuda/meta.h"
 
 #define CUDA_GRAPH_MAX 32
-
-/* Threads per block and the most blocks of the grid-stride (element-wise) launches. */
-#define CUDA_EW_THREADS 256
-#define CUDA_EW_MAX_BLOCKS 65535u
 
 /* One captured decode step. */
 typedef struct cuda_graph_slot {
@@ -50,7 +50,7 @@ typedef struct cuda_backend {
     int error;            /* 0, or -EIO after the first failed call (sticky) */
 
     /* KV arena (kv_init): one allocation per layer group, each [its layers][2][n_blocks][n_kv_heads]
-     * [tile] (cuda_common.h); every group shares the tile shape */
+     * [tile] (kv_layout.h); every group shares the tile shape */
     cuda_kv_layout kv;    /* the shape (n_kv_heads, head_dim, block_size, tile_extra); n_layers all
                              layers, n_blocks group 0's */
     int kv_dtype;         /* enum kv_dtype */

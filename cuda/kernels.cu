@@ -7,12 +7,12 @@
  *
  * Every op follows engine/backend.h: activations are f32 row-major, the batch metadata comes
  * from begin() (cuda__meta offsets), every launch is on cb->stream and is checked.
- * Element formats are converted with the helpers of cuda_common.h (unit-tested on the CPU) or
+ * Element formats are converted with the helpers of cuda/formats.h (unit-tested on the CPU) or
  * the CUDA intrinsics they agree with.
  */
 #include "cuda/internal.h"
 #include "cuda/kv_kernels.h"
-#include "cuda/quant_common.h"
+#include "cuda/quant_formats.h"
 
 extern "C" {
 #include "cuda/cuda_backend.h"

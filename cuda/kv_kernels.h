@@ -4,12 +4,12 @@
  * and free of kernels (__global__), so that it also compiles under the CPU emulation of
  * cuda/check/emu_cuda.h, which checks the store without a GPU (cuda/check/attn_emu.cc).
  *
- * Expects the CUDA built-ins (or their emulation) and cuda/cuda_common.h.
+ * Expects the CUDA built-ins (or their emulation).
  */
 #ifndef KVSERVE_CUDA_KV_KERNELS_H
 #define KVSERVE_CUDA_KV_KERNELS_H
 
-#include "cuda/cuda_common.h"
+#include "cuda/kv_layout.h"
 
 static __device__ __forceinline__ float cuda__warp_max(float v)
 {

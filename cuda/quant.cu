@@ -11,7 +11,7 @@
  *   embed                                            the tokens' rows decoded to f32
  *
  * The kernels are in quant_kernels.h, where the CPU emulation (cuda/check/quant_emu.cc) runs
- * them too; the arithmetic they share with the host is in quant_common.h.
+ * them too; the arithmetic they share with the host is in quant_formats.h.
  */
 #include "cuda/internal.h"
 #include "cuda/quant_kernels.h"

@@ -20,10 +20,10 @@
 #ifndef KVSERVE_CUDA_QUANT_KERNELS_H
 #define KVSERVE_CUDA_QUANT_KERNELS_H
 
-#include "cuda/cuda_common.h"
-#include "cuda/quant_common.h"
+#include "cuda/launch.h"
+#include "cuda/quant_formats.h"
 
-/* The GEMV's block: 4 warps (it runs up to CUDA_QGEMV_MAX_ROWS rows, quant_common.h). */
+/* The GEMV's block: 4 warps (it runs up to CUDA_QGEMV_MAX_ROWS rows, quant_formats.h). */
 #define CUDA_QGEMV_THREADS 128
 
 /* out[r][o] = Σ_i W[o][i] · x[r][i] (+ bias[o]) for n_rows ≤ CUDA_QGEMV_MAX_ROWS rows; one warp

@@ -1,5 +1,6 @@
 /*
- * test_cuda_host.c — the CUDA backend's host-side arithmetic (cuda/cuda_common.h), on the CPU.
+ * test_cuda_host.c — the CUDA backend's host-side arithmetic (cuda/launch.h, formats.h,
+ * kv_layout.h, meta.h, attn_plan.h, quant_formats.h), on the CPU.
  *
  * These run in every build, with or without CUDA: the same __host__ __device__ helpers run in the
  * kernels, so checking them here against the CPU backend and brute-force models covers the
@@ -12,8 +13,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cuda/cuda_common.h"
-#include "cuda/quant_common.h"
+#include "cuda/attn_plan.h"
+#include "cuda/formats.h"
+#include "cuda/kv_layout.h"
+#include "cuda/launch.h"
+#include "cuda/meta.h"
+#include "cuda/quant_formats.h"
 #include "engine/backend.h"
 #include "model/dtype.h"
 #include "tests/test_util.h"
@@ -664,7 +669,7 @@ Test(cuda_host, silu_mul_matches_cpu_backend)
     be_destroy(be);
 }
 
-/* Every quantised type's 8-weight decoding (cuda/quant_common.h, what the kernels run) equals
+/* Every quantised type's 8-weight decoding (cuda/quant_formats.h, what the kernels run) equals
  * dt_to_f32 bit for bit, on random rows (random bytes, random finite scales). */
 Test(cuda_host, quant_dequant8_matches_reference)
 {

@@ -90,7 +90,7 @@ static void emu_run(dim3 grid, int threads, void (*block)(void))
 using std::min;
 
 /* 16-bit KV types are not emulated: the emulation checks the f32, int8 and e4m3 instantiations
- * (whose scales are read and written through cuda_common.h's software f16 conversions). */
+ * (whose scales are read and written through cuda/formats.h's software f16 conversions). */
 struct __half {
     uint16_t x;
 };

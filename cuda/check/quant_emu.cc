@@ -21,7 +21,8 @@
 
 #include "cuda/check/emu_cuda.h"
 extern "C" {
-#include "cuda/cuda_common.h"
+#include "cuda/formats.h"
+#include "cuda/launch.h"
 }
 #include "cuda/quant_kernels.h"
 

@@ -1,6 +1,6 @@
 /*
- * quant_common.h — the CUDA backend's decoding of the quantised weight types (layouts in
- * model/dtype.h), shared by host and device code like cuda_common.h: every function is CUDA_HD,
+ * quant_formats.h — the CUDA backend's decoding of the quantised weight types (layouts in
+ * model/dtype.h), shared by host and device code like cuda/formats.h: every function is CUDA_HD,
  * so the kernels run the very arithmetic that tests/test_cuda_host.c checks on the CPU against
  * dt_to_f32, bit for bit.
  *
@@ -12,12 +12,12 @@
  * Callers: cuda/quant_kernels.h (the dequantising GEMV, the F16 tiles, the embedding), the
  * launchers in cuda/quant.cu, tests/test_cuda_host.c and cuda/check/quant_emu.cc.
  */
-#ifndef KVSERVE_CUDA_QUANT_COMMON_H
-#define KVSERVE_CUDA_QUANT_COMMON_H
+#ifndef KVSERVE_CUDA_QUANT_FORMATS_H
+#define KVSERVE_CUDA_QUANT_FORMATS_H
 
 #include <stdint.h>
 
-#include "cuda/cuda_common.h"
+#include "cuda/formats.h"
 #include "model/dtype.h"
 
 /* 1 for the block types cuda_q_dequant8 decodes (the supported quantised types, Q8_0 included). */
