@@ -1,17 +1,17 @@
 /*
- * attn_kernels.h — the attention kernels themselves (see attention.cu for the algorithm), kept
+ * attn_kernels.h — the attention kernels themselves (see cuda/attn.cu for the algorithm), kept
  * apart from their launcher so that the same source also compiles against a CPU emulation of the
  * CUDA built-ins (cuda/check/emu_cuda.h), which checks them without a GPU.
  *
- * Included by attention.cu (after cuda/internal.h) and by cuda/check/attn_emu.cc (after the
+ * Included by cuda/attn.cu (after cuda/internal.h) and by cuda/check/attn_emu.cc (after the
  * emulation header). Expects the CUDA built-ins, __half / __nv_bfloat16.
  */
 #ifndef KVSERVE_CUDA_ATTN_KERNELS_H
 #define KVSERVE_CUDA_ATTN_KERNELS_H
 
 #include "cuda/attn_plan.h"
+#include "cuda/device.h"
 #include "cuda/kv_layout.h"
-#include "cuda/kv_kernels.h"
 
 struct cuda__attn_args {
     const float *q;          /* [n_tokens][n_heads][head_dim] */
@@ -129,22 +129,6 @@ static __device__ __forceinline__ void cuda__ldkv16(const uint8_t *p, float4 *o)
 static __device__ __forceinline__ float4 cuda__scale4(float4 v, float s)
 {
     return make_float4(v.x * s, v.y * s, v.z * s, v.w * s);
-}
-
-/* Row stride (floats) of the K tile in shared memory: padded so that lanes reading different
- * keys hit different banks; by 4 when head_dim allows 16-byte accesses (then the stride in
- * 16-byte units is odd whenever head_dim % 8 == 0), else by 1. */
-static __host__ __device__ inline int cuda__attn_kpad(int head_dim)
-{
-    return head_dim % 4 == 0 ? head_dim + 4 : head_dim + 1;
-}
-
-/* Shared-memory bytes for a block of `rows` query rows. */
-static inline size_t cuda__attn_smem(int rows, int head_dim)
-{
-    const int TK = CUDA_ATTN_TK;
-    return ((size_t)TK * (cuda__attn_kpad(head_dim) + head_dim) + (size_t)rows * (2 * head_dim + TK + 3)) *
-           sizeof(float);
 }
 
 template <typename T>

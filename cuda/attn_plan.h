@@ -4,7 +4,7 @@
  * one sequence), the split-K factor for long contexts, and the online-softmax merge of split
  * partials that the reduction kernel runs. Tested on the CPU by tests/test_cuda_host.c.
  *
- * Callers: the attention launcher and kernels (cuda/attention.cu, cuda/attn_kernels.h), the
+ * Callers: the attention launcher and kernels (cuda/attn.cu, cuda/attn_kernels.h), the
  * emulation (cuda/check/attn_emu.cc) and the tests.
  */
 #ifndef KVSERVE_CUDA_ATTN_PLAN_H
@@ -68,6 +68,22 @@ static inline CUDA_HD int cuda_attn_splits(int n_items, int n_kv_heads, int32_t 
 static inline CUDA_HD int cuda_attn_reduce_threads(int head_dim)
 {
     return head_dim < 128 ? 32 * (int)cuda_div_up(head_dim, 32) : 128;
+}
+
+/* Row stride (floats) of the K tile in shared memory: padded so that lanes reading different
+ * keys hit different banks; by 4 when head_dim allows 16-byte accesses (then the stride in
+ * 16-byte units is odd whenever head_dim % 8 == 0), else by 1. */
+static inline CUDA_HD int cuda__attn_kpad(int head_dim)
+{
+    return head_dim % 4 == 0 ? head_dim + 4 : head_dim + 1;
+}
+
+/* Shared-memory bytes for a block of `rows` query rows. */
+static inline size_t cuda__attn_smem(int rows, int head_dim)
+{
+    const int TK = CUDA_ATTN_TK;
+    return ((size_t)TK * (cuda__attn_kpad(head_dim) + head_dim) + (size_t)rows * (2 * head_dim + TK + 3)) *
+           sizeof(float);
 }
 
 /* ---- attention work list ----------------------------------------------------------------- */

@@ -9,8 +9,9 @@
  * values. Each value is formed in f32 in the order dt_to_f32 forms it. Reads are byte by byte:
  * blocks of 18, 22 or 110 bytes leave wider loads unaligned.
  *
- * Callers: cuda/quant_kernels.h (the dequantising GEMV, the F16 tiles, the embedding), the
- * launchers in cuda/quant.cu, tests/test_cuda_host.c and cuda/check/quant_emu.cc.
+ * Callers: the kernels of the quantised matvec, the quantised GEMM and the embedding
+ * (cuda/qmatvec_kernels.h, qgemm_kernels.h, gather_kernels.h), their launchers,
+ * tests/test_cuda_host.c and cuda/check/quant_emu.cc.
  */
 #ifndef KVSERVE_CUDA_QUANT_FORMATS_H
 #define KVSERVE_CUDA_QUANT_FORMATS_H
@@ -205,5 +206,26 @@ static inline CUDA_HD void cuda_q_dequant8(int type, const uint8_t *row, int64_t
     if (be == 32) cuda_q_legacy8(type, b, r, v);
     else cuda_q_k8(type, b, r, v);
 }
+
+/* Calls F<T>(args) for the template instance of a runtime type: the one switch every launcher
+ * (and the emulator) uses. A macro, so that this header stays plain C for the host tests: only
+ * C++ callers expand it. */
+#define CUDA_Q_DISPATCH(type, F, ...)                                                          \
+    do {                                                                                       \
+        switch (type) {                                                                        \
+        case DT_Q4_0: F<DT_Q4_0>(__VA_ARGS__); break;                                          \
+        case DT_Q4_1: F<DT_Q4_1>(__VA_ARGS__); break;                                          \
+        case DT_Q5_0: F<DT_Q5_0>(__VA_ARGS__); break;                                          \
+        case DT_Q5_1: F<DT_Q5_1>(__VA_ARGS__); break;                                          \
+        case DT_Q8_0: F<DT_Q8_0>(__VA_ARGS__); break;                                          \
+        case DT_IQ4_NL: F<DT_IQ4_NL>(__VA_ARGS__); break;                                      \
+        case DT_Q2_K: F<DT_Q2_K>(__VA_ARGS__); break;                                          \
+        case DT_Q3_K: F<DT_Q3_K>(__VA_ARGS__); break;                                          \
+        case DT_Q4_K: F<DT_Q4_K>(__VA_ARGS__); break;                                          \
+        case DT_Q5_K: F<DT_Q5_K>(__VA_ARGS__); break;                                          \
+        case DT_Q6_K: F<DT_Q6_K>(__VA_ARGS__); break;                                          \
+        default: F<DT_IQ4_XS>(__VA_ARGS__); break;                                             \
+        }                                                                                      \
+    } while (0)
 
 #endif

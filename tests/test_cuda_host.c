@@ -698,9 +698,10 @@ Test(cuda_host, quant_dequant8_matches_reference)
     }
 }
 
-/* The quantised-weight kernels (cuda/quant_kernels.h), the source nvcc compiles, under the CPU
- * emulation of cuda/check (quant_emu --quick: the decode GEMV, the prefill's F16 tiles and the
- * embedding for every type), against float64 and the host's decoding. */
+/* The quantised-weight kernels (cuda/qmatvec_kernels.h, qgemm_kernels.h, gather_kernels.h), the
+ * source nvcc compiles, under the CPU emulation of cuda/check (quant_emu --quick: the decode GEMV,
+ * the prefill's F16 tiles and the embedding for every type), against float64 and the host's
+ * decoding. */
 Test(cuda_host, quant_kernels_under_emulation, .timeout = 120)
 {
     const char *bin = getenv("KVSERVE_QUANT_EMU");

@@ -28,6 +28,7 @@ extern "C" {
 #include "cuda/kv_layout.h"
 }
 #include "cuda/attn_kernels.h"
+#include "cuda/kv_kernels.h"
 
 thread_local dim3 threadIdx, blockIdx;
 dim3 blockDim, gridDim;

@@ -1,6 +1,7 @@
 /*
  * emu_cuda.h — just enough of CUDA's device built-ins, on POSIX threads, to run the attention
- * kernels (cuda/attn_kernels.h) and the quantised-weight kernels (cuda/quant_kernels.h) on a CPU.
+ * kernels (cuda/attn_kernels.h), the K/V store (cuda/kv_kernels.h) and the quantised-weight
+ * kernels (cuda/qmatvec_kernels.h, qgemm_kernels.h, gather_kernels.h) on a CPU.
  * Host C++ only; see cuda/check/attn_emu.cc and cuda/check/quant_emu.cc.
  *
  * One launch runs blockDim.x threads that walk the grid's blocks in lock step (block after
@@ -89,8 +90,10 @@ static void emu_run(dim3 grid, int threads, void (*block)(void))
 #define __expf expf
 using std::min;
 
-/* 16-bit KV types are not emulated: the emulation checks the f32, int8 and e4m3 instantiations
- * (whose scales are read and written through cuda/formats.h's software f16 conversions). */
+/* 16-bit element types are not emulated: the emulation checks the f32, int8 and e4m3
+ * instantiations (whose scales are read and written through cuda/formats.h's software f16
+ * conversions); a 16-bit load gives NaN and a 16-bit store a NaN, so that a check that reaches
+ * one by mistake fails. */
 struct __half {
     uint16_t x;
 };
@@ -137,6 +140,17 @@ static inline float __half2float(__half h)
 static inline float __bfloat162float(__nv_bfloat16 h)
 {
     return (float)h.x * NAN;
+}
+
+static inline __half __float2half_rn(float f)
+{
+    __half h = {0x7e00u}; /* NaN */
+    return h;
+}
+static inline __nv_bfloat16 __float2bfloat16_rn(float f)
+{
+    __nv_bfloat16 h = {0x7fc0u}; /* NaN */
+    return h;
 }
 
 #endif

@@ -1,5 +1,5 @@
 /*
- * attention.cu — causal attention over the paged KV cache, for decode and prefill alike.
+ * attn.cu — causal attention over the paged KV cache, for decode and prefill alike.
  *
  * One kernel, FlashAttention-2 style: a block owns one work item (a run of new tokens of one
  * sequence: a single token for decode, a tile for prefill) and one kv head, and computes every
@@ -24,50 +24,14 @@
  * Each layer reads its layer group's arena and view of the batch (block tables, context
  * lengths); attention sinks (a moved StreamingLLM window) are one more key range, met by
  * be_attn.q_sink instead of q. The kernels themselves are in attn_kernels.h (also run under CPU
- * emulation); this file plans the work list once per step and launches them.
+ * emulation); the work list is planned once per step (meta.cu, cuda/attn_plan.h); this file
+ * launches the kernels.
  *
  * Not yet done: the QK and PV products use CUDA-core FMAs from shared memory, not tensor cores
  * (mma / wgmma), so long prefills are compute-bound well below the GPU's matrix rate.
  */
 #include "cuda/internal.h"
 #include "cuda/attn_kernels.h"
-
-/* Plans the batch's attention items and split factor for n_heads query heads and uploads the
- * items (once per step; every layer reuses them). 0 or a negative errno. */
-int cuda__attn_plan(cuda_backend *cb, int n_heads, int32_t max_kv_bound)
-{
-    const be_batch *b = cb->batch;
-    int gsize = n_heads / cb->kv.n_kv_heads;
-    int tile = cuda_attn_tile_tokens(gsize);
-    int32_t *items = cb->meta_host + cb->meta.total;
-    int32_t max_kv = 0;
-    int32_t n = cuda_attn_plan(b, tile, items, &max_kv);
-    if (max_kv_bound > max_kv) max_kv = max_kv_bound;
-    int32_t part = 0;
-    int splits = cuda_attn_splits(n, cb->kv.n_kv_heads, max_kv, cb->n_sm, b->n_tokens, n_heads, cb->kv.head_dim,
-                                  &part);
-    if (splits > 1) {
-        size_t need = (size_t)b->n_tokens * n_heads * splits * (cb->kv.head_dim + 2) * sizeof(float);
-        size_t cap = cb->attn_scratch_floats * sizeof(float);
-        int rc = cuda__grow(cb, (void **)&cb->attn_scratch, &cap, need);
-        if (rc) return rc;
-        cb->attn_scratch_floats = cap / sizeof(float);
-    }
-    size_t smem = cuda__attn_smem(tile * gsize, cb->kv.head_dim);
-    if (smem > cb->smem_optin) return -EINVAL;
-    if (n > 0 && CB_CHECK(cb, cudaMemcpyAsync(cb->meta_dev + cb->meta.total, items,
-                                              (size_t)n * CUDA_ATTN_ITEM_INTS * sizeof(int32_t),
-                                              cudaMemcpyHostToDevice, cb->stream)))
-        return -EIO;
-    if (CB_CHECK(cb, cudaEventRecord(cb->meta_done, cb->stream))) return -EIO;
-    cb->attn_heads = n_heads;
-    cb->model_heads = n_heads;
-    cb->attn_items = n;
-    cb->attn_tile_tokens = tile;
-    cb->attn_splits = splits;
-    cb->attn_part = part;
-    return 0;
-}
 
 template <typename T> static int cuda__attn_launch(cuda_backend *cb, const cuda__attn_args &a, int layer, size_t smem)
 {

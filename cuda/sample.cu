@@ -1,0 +1,24 @@
+/*
+ * sample.cu — sampling on the device (cuda_backend.h): today greedy sampling, the argmax of each
+ * logit row (sample_kernels.h), whose ids alone cross the bus.
+ */
+#include "cuda/internal.h"
+#include "cuda/sample_kernels.h"
+
+extern "C" {
+#include "cuda/cuda_backend.h"
+}
+
+extern "C" int cuda_argmax_rows(backend *be, const float *x, int n_rows, int dim, int32_t *ids)
+{
+    cuda_backend *cb = cuda__cb(be);
+    if (n_rows <= 0) return cb->error;
+    int32_t *d = NULL;
+    if (CB_CHECK(cb, cudaMallocAsync((void **)&d, (size_t)n_rows * sizeof(int32_t), cb->stream))) return -EIO;
+    cuda__argmax_k<<<n_rows, 1024, 0, cb->stream>>>(x, dim, d);
+    CB_CHECK_LAUNCH(cb);
+    CB_CHECK(cb, cudaMemcpyAsync(ids, d, (size_t)n_rows * sizeof(int32_t), cudaMemcpyDeviceToHost, cb->stream));
+    CB_CHECK(cb, cudaFreeAsync(d, cb->stream));
+    if (CB_CHECK(cb, cudaStreamSynchronize(cb->stream))) return -EIO;
+    return cb->error;
+}
