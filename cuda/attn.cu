@@ -25,7 +25,8 @@
  * lengths); attention sinks (a moved StreamingLLM window) are one more key range, met by
  * be_attn.q_sink instead of q. The kernels themselves are in attn_kernels.h (also run under CPU
  * emulation); the work list is planned once per step (meta.cu, cuda/attn_plan.h); this file
- * launches the kernels.
+ * launches the kernels, through the kernel table (kern.h): the attention entry is where kernels
+ * for other shapes or GPUs (tensor cores: mma, wgmma) plug in.
  *
  * Not yet done: the QK and PV products use CUDA-core FMAs from shared memory, not tensor cores
  * (mma / wgmma), so long prefills are compute-bound well below the GPU's matrix rate.
@@ -33,17 +34,47 @@
 #include "cuda/internal.h"
 #include "cuda/attn_kernels.h"
 
-template <typename T> static int cuda__attn_launch(cuda_backend *cb, const cuda__attn_args &a, int layer, size_t smem)
+/* ---- the sm_80 kernels' launchers ---------------------------------------------------------- */
+
+template <typename T>
+static int cuda__attn_launch(cudaStream_t s, const cuda__attn_args &a, const void *kp, const void *vp,
+                             int32_t n_items, size_t smem)
 {
     if (smem > 48 * 1024 &&
-        CB_CHECK(cb, cudaFuncSetAttribute(cuda__attn_k<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem)))
+        CUDA_CHECK(cudaFuncSetAttribute(cuda__attn_k<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem)))
         return -EIO;
-    const cuda_kv_layout *l;
-    const T *kp = (const T *)cuda__kv_plane(cb, layer, 0, &l), *vp = (const T *)cuda__kv_plane(cb, layer, 1, &l);
-    dim3 grid(a.splits, cb->kv.n_kv_heads, cb->attn_items);
-    cuda__attn_k<T><<<grid, CUDA_ATTN_THREADS, smem, cb->stream>>>(a, kp, vp);
-    return CB_CHECK_LAUNCH(cb);
+    dim3 grid(a.splits, a.n_kv_heads, n_items);
+    cuda__attn_k<T><<<grid, CUDA_ATTN_THREADS, smem, s>>>(a, (const T *)kp, (const T *)vp);
+    return 0;
 }
+
+static int cuda__attention_sm80(cudaStream_t s, const cuda__attn_args *a, int kv_dtype, const void *kp,
+                                const void *vp, int32_t n_items, size_t smem)
+{
+    switch (kv_dtype) {
+    case KV_F32: return cuda__attn_launch<float>(s, *a, kp, vp, n_items, smem);
+    case KV_BF16: return cuda__attn_launch<__nv_bfloat16>(s, *a, kp, vp, n_items, smem);
+    case KV_I8: return cuda__attn_launch<int8_t>(s, *a, kp, vp, n_items, smem);
+    case KV_FP8: return cuda__attn_launch<uint8_t>(s, *a, kp, vp, n_items, smem);
+    default: return cuda__attn_launch<__half>(s, *a, kp, vp, n_items, smem);
+    }
+}
+
+static void cuda__attn_reduce_sm80(cudaStream_t s, const float *part, float *out, int n_tokens, int n_heads,
+                                   int head_dim, int splits)
+{
+    dim3 grid(n_heads, n_tokens);
+    int threads = cuda_attn_reduce_threads(head_dim);
+    cuda__attn_reduce_k<<<grid, threads, 0, s>>>(part, out, n_heads, head_dim, splits);
+}
+
+void cuda__attn_fill_sm80(cuda__kern *k)
+{
+    k->attention = cuda__attention_sm80;
+    k->attn_reduce = cuda__attn_reduce_sm80;
+}
+
+/* ---- the op ------------------------------------------------------------------------------ */
 
 void cuda__op_attention(backend *be, int layer, const float *q, const be_attn *at, float *out)
 {
@@ -87,17 +118,10 @@ void cuda__op_attention(backend *be, int layer, const float *q, const be_attn *a
     a.window = at->window;
     a.tile_elems = (int32_t)cuda_kv_tile_elems(&cb->kv);
     size_t smem = cuda__attn_smem(cb->attn_tile_tokens * a.gsize, a.head_dim);
-    int rc;
-    switch (cb->kv_dtype) {
-    case KV_F32: rc = cuda__attn_launch<float>(cb, a, layer, smem); break;
-    case KV_BF16: rc = cuda__attn_launch<__nv_bfloat16>(cb, a, layer, smem); break;
-    case KV_I8: rc = cuda__attn_launch<int8_t>(cb, a, layer, smem); break;
-    case KV_FP8: rc = cuda__attn_launch<uint8_t>(cb, a, layer, smem); break;
-    default: rc = cuda__attn_launch<__half>(cb, a, layer, smem); break;
-    }
-    if (rc || a.splits == 1) return;
-    dim3 grid(n_heads, cb->meta.n_tokens);
-    int threads = cuda_attn_reduce_threads(a.head_dim);
-    cuda__attn_reduce_k<<<grid, threads, 0, cb->stream>>>(cb->attn_scratch, out, n_heads, a.head_dim, a.splits);
+    const cuda_kv_layout *l;
+    const void *kp = cuda__kv_plane(cb, layer, 0, &l), *vp = cuda__kv_plane(cb, layer, 1, &l);
+    if (cuda__fail(cb, cb->k.attention(cb->stream, &a, cb->kv_dtype, kp, vp, cb->attn_items, smem))) return;
+    if (CB_CHECK_LAUNCH(cb) || a.splits == 1) return;
+    cb->k.attn_reduce(cb->stream, cb->attn_scratch, out, cb->meta.n_tokens, n_heads, a.head_dim, a.splits);
     CB_CHECK_LAUNCH(cb);
 }

@@ -13,21 +13,6 @@
 #include "cuda/device.h"
 #include "cuda/kv_layout.h"
 
-struct cuda__attn_args {
-    const float *q;          /* [n_tokens][n_heads][head_dim] */
-    float *out;              /* [n_tokens][n_heads][head_dim] */
-    float *part;             /* [n_tokens][n_heads][splits][head_dim + 2] when splits > 1 */
-    const int32_t *q_start, *ctx_len, *block_table, *items;
-    int bt_stride, block_size, n_kv_heads, n_heads, head_dim, gsize, splits;
-    int32_t part_keys;
-    float scale;             /* multiplies q·k */
-    float softcap;           /* > 0: scores soft-capped at this (be_attn) */
-    int32_t window;          /* > 0: sliding window (be_attn) */
-    int32_t tile_elems;      /* elements of one (block, kv head) tile (cuda_kv_tile_elems) */
-    const int32_t *sinks;    /* [n_seqs] leading entries met by q_sink, or NULL (be_kv) */
-    const float *q_sink;     /* with sinks: the queries that meet them, shaped like q */
-};
-
 /* Qs[rows][D] = the item's query rows of kv head group g from q (pre-scaled). */
 static __device__ __forceinline__ void cuda__attn_load_q(const cuda__attn_args &a, const float *q, float *Qs,
                                                          int s, int t0, int g, int rows)

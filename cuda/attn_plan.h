@@ -1,8 +1,8 @@
 /*
  * attn_plan.h — the arithmetic around the CUDA attention kernels that host and device share
- * (CUDA_HD, launch.h): the kernel's block shape, the work list of a step (items of new tokens of
- * one sequence), the split-K factor for long contexts, and the online-softmax merge of split
- * partials that the reduction kernel runs. Tested on the CPU by tests/test_cuda_host.c.
+ * (CUDA_HD, launch.h): the kernel's block shape and arguments, the work list of a step (items
+ * of new tokens of one sequence), the split-K factor for long contexts, and the online-softmax
+ * merge of split partials that the reduction kernel runs. Tested on the CPU by tests/test_cuda_host.c.
  *
  * Callers: the attention launcher and kernels (cuda/attn.cu, cuda/attn_kernels.h), the
  * emulation (cuda/check/attn_emu.cc) and the tests.
@@ -85,6 +85,24 @@ static inline size_t cuda__attn_smem(int rows, int head_dim)
     return ((size_t)TK * (cuda__attn_kpad(head_dim) + head_dim) + (size_t)rows * (2 * head_dim + TK + 3)) *
            sizeof(float);
 }
+
+/* ---- the kernel's arguments ------------------------------------------------------------- */
+
+/* The arguments of the attention kernel (cuda/attn_kernels.h): one layer of the step. */
+typedef struct cuda__attn_args {
+    const float *q;          /* [n_tokens][n_heads][head_dim] */
+    float *out;              /* [n_tokens][n_heads][head_dim] */
+    float *part;             /* [n_tokens][n_heads][splits][head_dim + 2] when splits > 1 */
+    const int32_t *q_start, *ctx_len, *block_table, *items;
+    int bt_stride, block_size, n_kv_heads, n_heads, head_dim, gsize, splits;
+    int32_t part_keys;
+    float scale;             /* multiplies q·k */
+    float softcap;           /* > 0: scores soft-capped at this (be_attn) */
+    int32_t window;          /* > 0: sliding window (be_attn) */
+    int32_t tile_elems;      /* elements of one (block, kv head) tile (cuda_kv_tile_elems) */
+    const int32_t *sinks;    /* [n_seqs] leading entries met by q_sink, or NULL (be_kv) */
+    const float *q_sink;     /* with sinks: the queries that meet them, shaped like q */
+} cuda__attn_args;
 
 /* ---- attention work list ----------------------------------------------------------------- */
 

@@ -17,7 +17,15 @@
  *   elementwise.cu   SiLU × up, GELU × up, add, scale, soft-cap
  *   gather.cu        embedding rows (dense and quantised tables) and the logit rows
  *   sample.cu        greedy argmax on the device
+ *   kern.cu          the kernel table of a compute capability (kern.h)
  *   cublas_dl.cu     cuBLAS, loaded when the first backend is created
+ *
+ * The kernel table (cuda/kern.h, kern.cu): the ops reach every kernel through cb->k, a table of
+ * launchers filled once here, when the backend is created, for the device's compute capability:
+ * attention and its split-K merge; the dense GEMM and the conversions around it; per quantised
+ * type the matvec, the dequantisation and the embedding, and the quantised GEMM; RMSNorm, RoPE
+ * and the sink shift; the K/V store; the element-wise ops; the row gathers; argmax. Today every
+ * capability gets the sm_80 baseline; kern.h says how a kernel for a newer GPU is added.
  *
  * Headers host and device share are listed in cuda/launch.h; device code several families share
  * is in cuda/device.h; the backend's state and the functions between files are in
@@ -35,6 +43,7 @@
  * seen before replays a captured graph instead (graph.cu). Works on a machine with the CUDA
  * toolkit but no driver or GPU: cuda_is_available then says so, and nothing else is called.
  */
+#include <assert.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -324,6 +333,8 @@ extern "C" backend *cuda_backend_create(int device_index, char *err, size_t err_
     }
     const char *g = getenv("KVSERVE_CUDA_GRAPHS");
     cb->graphs_on = g && g[0] == '1';
+    cuda__kern_init(&cb->k, prop.major * 10 + prop.minor);
+    assert(!cuda__kern_missing(&cb->k));
     cb->n_sm = prop.multiProcessorCount;
     cb->smem_optin = prop.sharedMemPerBlockOptin;
     snprintf(cb->base.desc, sizeof cb->base.desc, "%.80s (sm_%d%d, %d SMs, %.0f GiB)", prop.name, prop.major,

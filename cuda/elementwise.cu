@@ -1,9 +1,21 @@
 /*
  * elementwise.cu — the element-wise ops of engine/backend.h (silu_mul, gelu_mul, scale, softcap,
- * add): one grid-stride kernel (elementwise_kernels.h) whose op is uniform across the grid.
+ * add): one grid-stride kernel (elementwise_kernels.h) whose op is uniform across the grid,
+ * reached through the kernel table (kern.h).
  */
 #include "cuda/internal.h"
 #include "cuda/elementwise_kernels.h"
+
+static void cuda__ew_sm80(cudaStream_t st, int op, float *x, const float *y, float s, int64_t n)
+{
+    unsigned g = cuda_grid_1d(n, CUDA_EW_THREADS, CUDA_EW_MAX_BLOCKS);
+    cuda__ew_k<<<g, CUDA_EW_THREADS, 0, st>>>(op, x, y, s, n);
+}
+
+void cuda__elementwise_fill_sm80(cuda__kern *k)
+{
+    k->ew = cuda__ew_sm80;
+}
 
 /* x[i] = op(x[i], y[i] or s) for n elements. */
 static void cuda__ew(backend *be, int op, float *x, const float *y, float s, int64_t n)
@@ -11,8 +23,7 @@ static void cuda__ew(backend *be, int op, float *x, const float *y, float s, int
     cuda_backend *cb = cuda__cb(be);
     if (cuda__graph_skip(cb)) return;
     if (n <= 0) return;
-    unsigned g = cuda_grid_1d(n, CUDA_EW_THREADS, CUDA_EW_MAX_BLOCKS);
-    cuda__ew_k<<<g, CUDA_EW_THREADS, 0, cb->stream>>>(op, x, y, s, n);
+    cb->k.ew(cb->stream, op, x, y, s, n);
     CB_CHECK_LAUNCH(cb);
 }
 

@@ -13,10 +13,8 @@
 #include "cuda/formats.h"
 #include "engine/backend.h"
 
-/* The element-wise ops share one grid-stride kernel: the op is uniform across the grid, so the
- * switch costs no divergence. */
-enum { CUDA_EW_SILU_MUL, CUDA_EW_GELU_MUL, CUDA_EW_ADD, CUDA_EW_SCALE, CUDA_EW_SOFTCAP };
-
+/* The element-wise ops (enum cuda_ew_op, cuda/formats.h) share one grid-stride kernel: the op is
+ * uniform across the grid, so the switch costs no divergence. */
 static __global__ void cuda__ew_k(int op, float *x, const float *y, float s, int64_t n)
 {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {

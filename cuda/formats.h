@@ -99,6 +99,9 @@ static inline CUDA_HD float cuda_q8_0_value(const uint8_t *row, int64_t i)
 
 /* ---- element formulas -------------------------------------------------------------------- */
 
+/* The element-wise ops of one kernel (cuda/elementwise_kernels.h). */
+enum cuda_ew_op { CUDA_EW_SILU_MUL, CUDA_EW_GELU_MUL, CUDA_EW_ADD, CUDA_EW_SCALE, CUDA_EW_SOFTCAP };
+
 /* SiLU(g) × u, as the CPU reference computes it. */
 static inline CUDA_HD float cuda_silu_mul(float g, float u)
 {

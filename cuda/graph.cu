@@ -11,7 +11,6 @@
  * every graph (cuda__graphs_reset), because the graphs hold their addresses.
  */
 #include "cuda/internal.h"
-#include "cuda/quant_formats.h"
 
 extern "C" {
 #include "cuda/cuda_backend.h"
@@ -51,7 +50,7 @@ int cuda__graph_begin(cuda_backend *cb, const be_batch *b)
     if (rc) return rc;
     size_t conv = (size_t)b->n_tokens * (size_t)cb->max_n_in * 2;
     rc = cuda__grow(cb, &cb->conv, &cb->conv_bytes, conv);
-    if (!rc && b->n_tokens > CUDA_QGEMV_MAX_ROWS) rc = cuda__grow(cb, &cb->qtile, &cb->qtile_bytes, cb->qtile_need);
+    if (!rc && b->n_tokens > cb->k.qmatvec_max_rows) rc = cuda__grow(cb, &cb->qtile, &cb->qtile_bytes, cb->qtile_need);
     if (rc) return rc;
     for (int i = 0; i < cb->n_graphs; i++)
         if (cb->graphs[i].n_tokens == b->n_tokens && cb->graphs[i].bt_stride == stride) {

@@ -24,9 +24,10 @@ extern "C" {
 }
 #undef _Static_assert
 
-#include "cuda/errors.h"
 #include "cuda/attn_plan.h"
+#include "cuda/errors.h"
 #include "cuda/formats.h"
+#include "cuda/kern.h"
 #include "cuda/kv_layout.h"
 #include "cuda/launch.h"
 #include "cuda/meta.h"
@@ -49,6 +50,7 @@ typedef struct cuda_backend {
     cublasHandle_t blas;
     void *blas_ws;        /* cuBLAS workspace we own, so captured GEMMs never allocate */
     int error;            /* 0, or -EIO after the first failed call (sticky) */
+    cuda__kern k;         /* the kernels of this device's compute capability (kern.h) */
 
     /* KV arena (kv_init): one allocation per layer group, each [its layers][2][n_blocks][n_kv_heads]
      * [tile] (kv_layout.h); every group shares the tile shape */
@@ -198,23 +200,14 @@ void cuda__op_store_kv(backend *be, int layer, const float *k, const float *v);
  * cuBLAS. */
 void cuda__op_matmul(backend *be, const float *x, int n_rows, const be_weight *w, const be_weight *bias,
                      float *out);
-/* Converts n_rows rows of a model tensor (raw bytes on the device, row_bytes apart, type src_type)
- * into dst of type dst_type (DT_F32 or DT_F16). */
+/* The table's conversion kernels, with their launches checked and failures recorded in cb:
+ * n_rows rows of a model tensor (raw bytes on the device, row_bytes apart, type src_type: F32, F16
+ * or BF16, else -EINVAL) into dst of type dst_type (DT_F32, DT_F16 or DT_BF16), 0 or -EIO;
+ * x [n] → F16 bits in dst, 0 or -EIO; out[i] += bias[i % n_out] for i < n. */
 int cuda__convert_rows(cuda_backend *cb, const void *src, int src_type, size_t row_bytes, int64_t n_in,
                        int64_t n_rows, void *dst, int dst_type);
-/* x [n] → F16 bits in dst; out[i] += bias[i % n_out] for i < n. */
 int cuda__to_f16(cuda_backend *cb, const float *x, uint16_t *dst, int64_t n);
 void cuda__add_bias(cuda_backend *cb, float *out, const float *bias, int64_t n_out, int64_t n);
-
-/* ---- quantised weights (qmatvec.cu, qgemm.cu) ---------------------------------------------- */
-
-/* out = x · Wᵀ (+ bias, may be NULL) for n_rows ≤ CUDA_QGEMV_MAX_ROWS (qmatvec.cu), or any
- * number of rows through F16 tiles and cuBLAS (qgemm.cu). */
-void cuda__qmatvec(cuda_backend *cb, const float *x, int n_rows, const be_weight *w, const float *bias, float *out);
-void cuda__qgemm(cuda_backend *cb, const float *x, int n_rows, const be_weight *w, const float *bias, float *out);
-/* Rows [r0, r0 + n_rows) of w into dst as F16 bits (f16 = 1) or f32; 0 or -EINVAL (not a
- * quantised type) / -EIO (qgemm.cu). */
-int cuda__q_decode_rows(cuda_backend *cb, const be_weight *w, int64_t r0, int64_t n_rows, void *dst, int f16);
 
 /* ---- attention (attn.cu) ------------------------------------------------------------------- */
 

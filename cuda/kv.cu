@@ -5,7 +5,8 @@
  *                             cuda/kv_layout.h ([its layers][2][n_blocks][n_kv_heads][tile])
  *   kv_copy_block             a block copied within its group (the partial block of n > 1 forks)
  *   kv_block_out / _in        a block copied to / from host memory for the second KV tier
- *   store_kv                  the step's K and V rows written at their slots (kv_kernels.h);
+ *   store_kv                  the step's K and V rows written at their slots (kv_kernels.h,
+ *                             through the kernel table);
  *                             cuda_rope_store_kv fuses RoPE on K into the same kernel
  *   cuda_kv_read              one slot read back as f32 (tests)
  *
@@ -132,6 +133,29 @@ int cuda__op_kv_block_in(backend *be, int group, int32_t block, const void *src)
 
 /* ---- the K/V store ------------------------------------------------------------------------- */
 
+static void cuda__store_kv_sm80(cudaStream_t s, int kv_dtype, float *k, const float *v, void *kb, void *vb,
+                                const int32_t *slots, const int32_t *pos, int n, const cuda_kv_layout *l,
+                                const be_rope *rp, const float *ff)
+{
+    const be_rope &r = *rp;
+    if (kv_dtype == KV_F32)
+        cuda__store_kv_k<<<n, 128, 0, s>>>(k, v, (float *)kb, (float *)vb, slots, pos, *l, r, ff);
+    else if (kv_dtype == KV_I8)
+        cuda__store_kv_q_k<<<n, 128, 0, s>>>(k, v, (int8_t *)kb, (int8_t *)vb, slots, pos, *l, r, ff);
+    else if (kv_dtype == KV_FP8)
+        cuda__store_kv_q_k<<<n, 128, 0, s>>>(k, v, (uint8_t *)kb, (uint8_t *)vb, slots, pos, *l, r, ff);
+    else if (kv_dtype == KV_BF16)
+        cuda__store_kv_k<<<n, 128, 0, s>>>(k, v, (__nv_bfloat16 *)kb, (__nv_bfloat16 *)vb, slots, pos, *l, r, ff);
+    else
+        cuda__store_kv_k<<<n, 128, 0, s>>>(k, v, (__half *)kb, (__half *)vb, slots, pos, *l, r, ff);
+}
+
+void cuda__kv_fill_sm80(cuda__kern *k)
+{
+    k->store_kv = cuda__store_kv_sm80;
+}
+
+/* Writes the step's k and v rows of one layer at their slots; with rope, k is rotated first. */
 static void cuda__store_kv(cuda_backend *cb, int layer, float *k, const float *v, const be_rope *rope)
 {
     be_rope r;
@@ -149,16 +173,7 @@ static void cuda__store_kv(cuda_backend *cb, int layer, float *k, const float *v
     char *kb = cuda__kv_plane(cb, layer, 0, &l), *vb = cuda__kv_plane(cb, layer, 1, &l);
     const cuda_meta_kv *mk = &cb->meta.kv[cb->meta.n_kv > 1 ? cb->kv_group[layer] : 0];
     const int32_t *slots = cuda__meta(cb, mk->slots), *pos = cuda__meta(cb, cb->meta.positions);
-    if (cb->kv_dtype == KV_F32)
-        cuda__store_kv_k<<<n, 128, 0, cb->stream>>>(k, v, (float *)kb, (float *)vb, slots, pos, *l, r, ff);
-    else if (cb->kv_dtype == KV_I8)
-        cuda__store_kv_q_k<<<n, 128, 0, cb->stream>>>(k, v, (int8_t *)kb, (int8_t *)vb, slots, pos, *l, r, ff);
-    else if (cb->kv_dtype == KV_FP8)
-        cuda__store_kv_q_k<<<n, 128, 0, cb->stream>>>(k, v, (uint8_t *)kb, (uint8_t *)vb, slots, pos, *l, r, ff);
-    else if (cb->kv_dtype == KV_BF16)
-        cuda__store_kv_k<<<n, 128, 0, cb->stream>>>(k, v, (__nv_bfloat16 *)kb, (__nv_bfloat16 *)vb, slots, pos, *l, r, ff);
-    else
-        cuda__store_kv_k<<<n, 128, 0, cb->stream>>>(k, v, (__half *)kb, (__half *)vb, slots, pos, *l, r, ff);
+    cb->k.store_kv(cb->stream, cb->kv_dtype, k, v, kb, vb, slots, pos, n, l, &r, ff);
     CB_CHECK_LAUNCH(cb);
 }
 

@@ -3,7 +3,8 @@
  * matrix is decoded (qgemm_kernels.h) into F16 tiles of whole rows (cuda_q_tile_rows, at most
  * CUDA_Q_TILE_BYTES), and cuBLAS multiplies each tile on tensor cores into its columns of the
  * output (FP32 accumulation). The weights stay quantised in GPU memory; only one tile is ever
- * decoded at a time.
+ * decoded at a time. The op that routes here is matmul (gemm.cu), through the kernel table; a
+ * GEMM on the quantised blocks themselves (integer tensor cores) would be another qgemm.
  */
 #include "cuda/internal.h"
 #include "cuda/qgemm_kernels.h"
@@ -16,11 +17,13 @@ static void cuda__launch_qdeq(cudaStream_t s, const be_weight *w, int64_t r0, in
                                                   r0, n_rows, dst, f16);
 }
 
-int cuda__q_decode_rows(cuda_backend *cb, const be_weight *w, int64_t r0, int64_t n_rows, void *dst, int f16)
+/* Rows [r0, r0 + n_rows) of w into dst as F16 bits (f16 = 1) or f32, through the table's
+ * qdequant. 0, -EINVAL (not a quantised type) or -EIO. */
+static int cuda__q_decode_rows(cuda_backend *cb, const be_weight *w, int64_t r0, int64_t n_rows, void *dst, int f16)
 {
     if (!cuda_q_is_quant(w->type) || w->n_in % cuda_q_block_elems(w->type)) return -EINVAL;
     if (n_rows <= 0) return 0;
-    CUDA_Q_DISPATCH(w->type, cuda__launch_qdeq, cb->stream, w, r0, n_rows, dst, f16);
+    cb->k.qdequant[w->type](cb->stream, w, r0, n_rows, dst, f16);
     return CB_CHECK_LAUNCH(cb);
 }
 
@@ -31,7 +34,9 @@ static int cuda__q_x16(cuda_backend *cb, const float *x, int64_t n)
     return cuda__to_f16(cb, x, (uint16_t *)cb->conv, n);
 }
 
-void cuda__qgemm(cuda_backend *cb, const float *x, int n_rows, const be_weight *w, const float *bias, float *out)
+/* out = x · Wᵀ (+ bias, or NULL), one F16 tile of W at a time. */
+static void cuda__qgemm_sm80(cuda_backend *cb, const float *x, int n_rows, const be_weight *w, const float *bias,
+                             float *out)
 {
     int64_t n_in = w->n_in, n_out = w->n_out;
     int64_t tile = cuda_q_tile_rows(n_in, n_out, CUDA_Q_TILE_BYTES);
@@ -49,4 +54,10 @@ void cuda__qgemm(cuda_backend *cb, const float *x, int n_rows, const be_weight *
             return;
     }
     if (bias) cuda__add_bias(cb, out, bias, n_out, (int64_t)n_rows * n_out);
+}
+
+void cuda__qgemm_fill_sm80(cuda__kern *k)
+{
+    CUDA_Q_FILL(k->qdequant, cuda__launch_qdeq);
+    k->qgemm = cuda__qgemm_sm80;
 }

@@ -2,7 +2,7 @@
  * qmatvec.cu — matmul on quantised weights for decode-sized batches (up to CUDA_QGEMV_MAX_ROWS
  * rows): the dequantising GEMV of qmatvec_kernels.h, which reads the weights' blocks as the file
  * stores them (a Q4_K_M model streams ~4.9 bits per weight per step) and decodes them in
- * registers.
+ * registers. The op that routes here is matmul (gemm.cu), through the kernel table.
  */
 #include "cuda/internal.h"
 #include "cuda/qmatvec_kernels.h"
@@ -16,8 +16,8 @@ static void cuda__launch_qgemv(cudaStream_t s, const be_weight *w, const float *
                                                       w->n_in, w->n_out, x, n_rows, bias, out);
 }
 
-void cuda__qmatvec(cuda_backend *cb, const float *x, int n_rows, const be_weight *w, const float *bias, float *out)
+void cuda__qmatvec_fill_sm80(cuda__kern *k)
 {
-    CUDA_Q_DISPATCH(w->type, cuda__launch_qgemv, cb->stream, w, x, n_rows, bias, out);
-    CB_CHECK_LAUNCH(cb);
+    CUDA_Q_FILL(k->qmatvec, cuda__launch_qgemv);
+    k->qmatvec_max_rows = CUDA_QGEMV_MAX_ROWS;
 }

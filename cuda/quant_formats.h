@@ -207,9 +207,9 @@ static inline CUDA_HD void cuda_q_dequant8(int type, const uint8_t *row, int64_t
     else cuda_q_k8(type, b, r, v);
 }
 
-/* Calls F<T>(args) for the template instance of a runtime type: the one switch every launcher
- * (and the emulator) uses. A macro, so that this header stays plain C for the host tests: only
- * C++ callers expand it. */
+/* Calls F<T>(args) for the template instance of a runtime type (the emulation programs' switch;
+ * the backend reaches the instances through the kernel table's per-type entries, CUDA_Q_FILL).
+ * Macros, so that this header stays plain C for the host tests: only C++ callers expand them. */
 #define CUDA_Q_DISPATCH(type, F, ...)                                                          \
     do {                                                                                       \
         switch (type) {                                                                        \
@@ -226,6 +226,24 @@ static inline CUDA_HD void cuda_q_dequant8(int type, const uint8_t *row, int64_t
         case DT_Q6_K: F<DT_Q6_K>(__VA_ARGS__); break;                                          \
         default: F<DT_IQ4_XS>(__VA_ARGS__); break;                                             \
         }                                                                                      \
+    } while (0)
+
+/* Sets tab[t] = F<t> for every quantised type t: the per-type entries of the kernel table
+ * (cuda/kern.h). */
+#define CUDA_Q_FILL(tab, F)                                                                    \
+    do {                                                                                       \
+        (tab)[DT_Q4_0] = F<DT_Q4_0>;                                                           \
+        (tab)[DT_Q4_1] = F<DT_Q4_1>;                                                           \
+        (tab)[DT_Q5_0] = F<DT_Q5_0>;                                                           \
+        (tab)[DT_Q5_1] = F<DT_Q5_1>;                                                           \
+        (tab)[DT_Q8_0] = F<DT_Q8_0>;                                                           \
+        (tab)[DT_IQ4_NL] = F<DT_IQ4_NL>;                                                       \
+        (tab)[DT_Q2_K] = F<DT_Q2_K>;                                                           \
+        (tab)[DT_Q3_K] = F<DT_Q3_K>;                                                           \
+        (tab)[DT_Q4_K] = F<DT_Q4_K>;                                                           \
+        (tab)[DT_Q5_K] = F<DT_Q5_K>;                                                           \
+        (tab)[DT_Q6_K] = F<DT_Q6_K>;                                                           \
+        (tab)[DT_IQ4_XS] = F<DT_IQ4_XS>;                                                       \
     } while (0)
 
 #endif
