@@ -19,8 +19,9 @@
 # is not linked but loaded when the check starts its backend (cuda/cublas_dl.h): libcublas.so.N and
 # libcublasLt.so.N of this toolkit, found through LD_LIBRARY_PATH, the program's RUNPATH (this
 # toolkit's lib64), the ld.so cache, or next to the program.
-# The program is built from engine/ cache/ cpu/ cuda/ and cli/mkmodel*.c sources with -arch=sm_90 into
-# build/gpu-check/. Exit status: 0 all checks pass, 1 a check failed, 2 no GPU or build error.
+# The program is built from the model/, engine/, cache/, cpu/ and cuda/ sources it needs and
+# cli/backend.c, with -arch=sm_90, into build/gpu-check/. Exit status: 0 all checks pass, 1 a check
+# failed, 2 no GPU or build error.
 set -eu
 cd "$(dirname "$0")/.."
 
