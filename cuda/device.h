@@ -56,7 +56,7 @@ static __device__ __forceinline__ float cuda__warp_sum(float v)
 /* Block-wide sum (blockDim.x a multiple of 32, ≤ 1024); every thread gets the result. */
 static __device__ inline float cuda__block_sum(float v)
 {
-    __shared__ float part[32];
+    static __shared__ float part[32];
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     __syncthreads(); /* part[] may still be read by a previous call */

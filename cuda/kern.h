@@ -25,7 +25,9 @@
  *  2. The kernel. Its source goes in the family's emulable header, cuda/NAME_kernels.h, or for
  *     a variant its own header, cuda/NAME_smXX_kernels.h: plain CUDA C that the CPU emulation
  *     (cuda/check/emu_cuda.h) also compiles: the built-ins, __half / __nv_bfloat16, the helpers
- *     of cuda/device.h and the CUDA_HD headers (cuda/launch.h lists them); no runtime calls.
+ *     of cuda/device.h and the CUDA_HD headers (cuda/launch.h lists them); no runtime calls;
+ *     fixed shared arrays declared static __shared__ (one array per block on the GPU, and one
+ *     for all the emulated threads of a block on the CPU).
  *     Its launcher goes in cuda/NAME.cu (a variant's in cuda/NAME_smXX.cu) as a static function
  *     that the file's fill function, cuda__NAME_fill_smXX, sets in the table; declare the fill
  *     function at the end of this file. The Makefile and scripts/gpu-check.sh build every .cu
@@ -38,10 +40,11 @@
  *     architecture-specific target (sm_90's wgmma needs sm_90a) also needs a -gencode
  *     arch=compute_90a,code=sm_90a for its file, in the Makefile and scripts/gpu-check.sh; its
  *     fill must run only for the devices that have it.
- *  4. The tests. The kernel header's source runs under the CPU emulation against a float64
- *     reference: a case in cuda/check/attn_emu.cc or quant_emu.cc, or a new NAME_emu.cc with
- *     its Makefile rule and a test in tests/test_cuda_host.c that runs it, so that it runs in
- *     `make test` on every machine. On a GPU, cuda/check/kernel_checks.c compares the op with
+ *  4. The tests. The kernel header's source runs under the CPU emulation against a float64 (or
+ *     the host's exact) reference: a case in cuda/check/attn_emu.cc, quant_emu.cc or
+ *     ops_emu.cc, or a new NAME_emu.cc with its Makefile rule, its place in scripts/gpu-check.sh
+ *     --emulate and a test in tests/test_cuda_host.c that runs it, so that it runs in `make
+ *     test` on every machine. On a GPU, cuda/check/kernel_checks.c compares the op with
  *     the CPU backend (make test-cuda, scripts/gpu-check.sh). A GPU runs the table of its own
  *     capability only: when a variant replaces the baseline on the GPU the checks run on, the
  *     baseline needs a way to be chosen there too (e.g. an environment variable capping the

@@ -46,7 +46,7 @@ static __global__ void cuda__rmsnorm_k(float *x, const float *res, const float *
  * be_rope_freq), then applied to every head in f32. */
 static __device__ void cuda__rope_row(float *x, int pos, const be_rope &r, const float *ff)
 {
-    __shared__ float cs[CUDA_ROPE_MAX_PAIRS], sn[CUDA_ROPE_MAX_PAIRS];
+    static __shared__ float cs[CUDA_ROPE_MAX_PAIRS], sn[CUDA_ROPE_MAX_PAIRS];
     int half = r.rope_dims / 2;
     if (half > CUDA_ROPE_MAX_PAIRS) half = CUDA_ROPE_MAX_PAIRS; /* head_dim > 1024 is not a real model */
     float ms = be_rope_mscale(&r);

@@ -32,8 +32,8 @@ static __global__ void cuda__argmax_k(const float *x, int dim, int32_t *ids)
             bi = oi;
         }
     }
-    __shared__ float sv[32];
-    __shared__ int si[32];
+    static __shared__ float sv[32];
+    static __shared__ int si[32];
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     if (lane == 0) {
         sv[warp] = best;

@@ -718,6 +718,26 @@ Test(cuda_host, quant_kernels_under_emulation, .timeout = 120)
     cr_assert(strstr(out, "Q6_K") && strstr(out, "IQ4_XS") && strstr(out, " 0 mismatches"), "%s", out);
 }
 
+/* The kernels of the other op families (cuda/norm_rope_kernels.h, elementwise_kernels.h,
+ * gather_kernels.h, sample_kernels.h, gemm_kernels.h, kv_kernels.h), the source nvcc compiles,
+ * under the CPU emulation of cuda/check (ops_emu --quick), against float64 and the host's
+ * arithmetic. */
+Test(cuda_host, op_kernels_under_emulation, .timeout = 120)
+{
+    const char *bin = getenv("KVSERVE_OPS_EMU");
+    if (!bin || !*bin) cr_skip_test("KVSERVE_OPS_EMU is not set to the emulation binary (make test sets it)");
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "'%s' --quick", bin);
+    int st = 0;
+    char *out = tu_capture(cmd, &st);
+    printf("%s", out);
+    cr_assert_eq(st, 0, "emulated kernels failed:\n%s", out);
+    cr_assert(strstr(out, "rmsnorm") && strstr(out, "rope_shift") && strstr(out, "argmax") &&
+                  strstr(out, "store_kv") && strstr(out, " 0 failed"),
+              "%s", out);
+    free(out);
+}
+
 /* Prefill tiles: whole rows, within the scratch budget, 64-row multiples when possible. */
 Test(cuda_host, quant_tile_rows)
 {

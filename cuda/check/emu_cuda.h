@@ -1,15 +1,17 @@
 /*
- * emu_cuda.h — just enough of CUDA's device built-ins, on POSIX threads, to run the attention
- * kernels (cuda/attn_kernels.h), the K/V store (cuda/kv_kernels.h) and the quantised-weight
- * kernels (cuda/qmatvec_kernels.h, qgemm_kernels.h, gather_kernels.h) on a CPU.
- * Host C++ only; see cuda/check/attn_emu.cc and cuda/check/quant_emu.cc.
+ * emu_cuda.h — just enough of CUDA's device built-ins, on POSIX threads, to run the kernel
+ * headers of cuda/ (cuda/NAME_kernels.h: attention, the K/V store, the quantised-weight kernels,
+ * norms and RoPE, the element-wise ops, the gathers, the GEMM's conversions, argmax) on a CPU.
+ * Host C++ only; see cuda/check/attn_emu.cc, quant_emu.cc and ops_emu.cc.
  *
  * One launch runs blockDim.x threads that walk the grid's blocks in lock step (block after
- * block), so shared memory (one static array) is reused safely; __syncthreads is a barrier over
- * those threads and warp shuffles exchange through a per-warp array between two barriers of the
- * warp's 32 threads. This is an emulation of the execution model, not of timing: it catches
- * indexing, masking, barrier placement within a block and reduction mistakes, not races that only
- * real concurrency or the memory model would show.
+ * block), so shared memory is reused safely: one static array for the dynamic part, and the
+ * kernels declare their fixed arrays static __shared__, which makes them one array for all the
+ * threads here as for a block on the GPU. __syncthreads is a barrier over those threads and warp
+ * shuffles exchange through a per-warp array between two barriers of the warp's 32 threads. This
+ * is an emulation of the execution model, not of timing: it catches indexing, masking, barrier
+ * placement within a block and reduction mistakes, not races that only real concurrency or the
+ * memory model would show.
  */
 #ifndef KVSERVE_EMU_CUDA_H
 #define KVSERVE_EMU_CUDA_H
@@ -51,6 +53,18 @@ static inline float __shfl_xor_sync(unsigned mask, float v, int o)
     emu_xchg[t] = v;
     pthread_barrier_wait(&emu_wbar[w]);
     float r = emu_xchg[(w << 5) | (lane ^ o)];
+    pthread_barrier_wait(&emu_wbar[w]);
+    return r;
+}
+
+static inline int __shfl_xor_sync(unsigned mask, int v, int o)
+{
+    static int xchg[1024]; /* the int lanes' own exchange, so that no value passes through a float */
+    (void)mask;
+    int t = (int)threadIdx.x, w = t >> 5, lane = t & 31;
+    xchg[t] = v;
+    pthread_barrier_wait(&emu_wbar[w]);
+    int r = xchg[(w << 5) | (lane ^ o)];
     pthread_barrier_wait(&emu_wbar[w]);
     return r;
 }
