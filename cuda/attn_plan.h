@@ -2,7 +2,8 @@
  * attn_plan.h — the arithmetic around the CUDA attention kernels that host and device share
  * (CUDA_HD, launch.h): the kernel's block shape and arguments, the work list of a step (items
  * of new tokens of one sequence), the split-K factor for long contexts, and the online-softmax
- * merge of split partials that the reduction kernel runs. Tested on the CPU by tests/test_cuda_host.c.
+ * merge of split partials that the reduction kernel runs. Tested on the CPU by
+ * tests/test_cuda_host.c.
  *
  * Callers: the attention launcher and kernels (cuda/attn.cu, cuda/attn_kernels.h), the
  * emulation (cuda/check/attn_emu.cc) and the tests.

@@ -2,7 +2,8 @@
  * formats.h — element formats the CUDA backend converts between, in host and device code alike
  * (CUDA_HD, launch.h): f32 bits, bf16 and f16 (exact decoding, round-to-nearest-even encoding),
  * the elements of a Q8_0 row; and the element formulas whose host copies the CPU tests compare
- * with the CPU backend: SiLU × up and the pair layout of RoPE.
+ * with the CPU backend: SiLU × up and the pair layout of RoPE (with the list of the element-wise
+ * kernel's ops).
  *
  * Callers: the kernel headers (cuda/NAME_kernels.h), the launchers, cuda/kv_layout.h,
  * cuda/quant_formats.h, tests/test_cuda_host.c and the emulation programs of cuda/check/.

@@ -1,7 +1,9 @@
 /*
  * internal.h — the CUDA backend's state and the functions shared between the cuda/ .cu files
  * (CUDA C++ only; symbols use the cuda__ prefix), grouped by the file that defines them: one
- * launcher file per op family (see the list at the top of cuda/cuda_backend.cu).
+ * launcher file per op family (see the list at the top of cuda/cuda_backend.cu). The vtable's ops
+ * are cuda__op_NAME, with the contract of be_ops.NAME (engine/backend.h); they reach their
+ * kernels through the backend's kernel table, cb->k (kern.h).
  *
  * Ownership: cuda_backend_create allocates one cuda_backend; destroy frees every device and pinned
  * buffer it holds. Errors: the first failing CUDA/cuBLAS call of an op is logged (errors.h) and
@@ -170,7 +172,8 @@ int cuda__grow(cuda_backend *cb, void **p, size_t *cap_bytes, size_t bytes);
 
 /* Drops every captured graph (device buffers they reference changed). */
 void cuda__graphs_reset(cuda_backend *cb);
-/* 1 when step b may run as a graph: graphs on, every buffer sized by two eager steps, pure decode. */
+/* 1 when step b may run as a graph: graphs on, every buffer sized by two eager steps, and pure
+ * decode. */
 int cuda__graph_eligible(const cuda_backend *cb, const be_batch *b);
 /* Called by begin() for an eligible step: selects the graph of its shape or starts capturing one.
  * 0 or a negative errno. */

@@ -8,7 +8,8 @@
  * emulation of cuda/check/. The headers built this way, one concept each:
  *
  *   launch.h         grid sizes (this file)
- *   formats.h        f16 / bf16 bits and f32, Q8_0 elements, the element formulas (SiLU, RoPE pairs)
+ *   formats.h        f16 / bf16 bits and f32, Q8_0 elements, the element formulas (SiLU,
+ *                    RoPE pairs, the element-wise ops)
  *   quant_formats.h  decoding the quantised weight blocks
  *   kv_layout.h      the paged KV arena: tiles, planes, slots, quantised rows' scales
  *   meta.h           the step's batch metadata packed into one int32 buffer
