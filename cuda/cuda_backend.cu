@@ -29,7 +29,11 @@
  *
  * Headers host and device share are listed in cuda/launch.h; device code several families share
  * is in cuda/device.h; the backend's state and the functions between files are in
- * cuda/internal.h.
+ * cuda/internal.h; the checking of every CUDA and cuBLAS call in cuda/errors.h. The check
+ * programs are in cuda/check/: the kernel headers run on the CPU under an emulation of the CUDA
+ * built-ins (emu_cuda.h; attn_emu.cc, quant_emu.cc, ops_emu.cc, run by make test), and every op
+ * is compared with the CPU backend on a GPU (kernel_checks.c, in make test-cuda and in the GPU
+ * check program gpu_check.c of scripts/gpu-check.sh).
  *
  * Weights: every matrix keeps its type on the device: F32, F16 and BF16 for cuBLAS, and the
  * quantised types (Q8_0, the legacy and K-quants, IQ4_NL, IQ4_XS) as the file's blocks, which
