@@ -1,31 +1,17 @@
 /*
- * attn_kernels.h — the attention kernels themselves (see attention.cu for the algorithm), kept
+ * attn_kernels.h — the attention kernels themselves (see cuda/attn.cu for the algorithm), kept
  * apart from their launcher so that the same source also compiles against a CPU emulation of the
  * CUDA built-ins (cuda/check/emu_cuda.h), which checks them without a GPU.
  *
- * Included by attention.cu (after cuda/internal.h) and by cuda/check/attn_emu.cc (after the
- * emulation header). Expects the CUDA built-ins, __half / __nv_bfloat16 and cuda_common.h.
+ * Included by cuda/attn.cu (after cuda/internal.h) and by cuda/check/attn_emu.cc (after the
+ * emulation header). Expects the CUDA built-ins, __half / __nv_bfloat16.
  */
 #ifndef KVSERVE_CUDA_ATTN_KERNELS_H
 #define KVSERVE_CUDA_ATTN_KERNELS_H
 
-#include "cuda/cuda_common.h"
-#include "cuda/kv_kernels.h"
-
-struct cuda__attn_args {
-    const float *q;          /* [n_tokens][n_heads][head_dim] */
-    float *out;              /* [n_tokens][n_heads][head_dim] */
-    float *part;             /* [n_tokens][n_heads][splits][head_dim + 2] when splits > 1 */
-    const int32_t *q_start, *ctx_len, *block_table, *items;
-    int bt_stride, block_size, n_kv_heads, n_heads, head_dim, gsize, splits;
-    int32_t part_keys;
-    float scale;             /* multiplies q·k */
-    float softcap;           /* > 0: scores soft-capped at this (be_attn) */
-    int32_t window;          /* > 0: sliding window (be_attn) */
-    int32_t tile_elems;      /* elements of one (block, kv head) tile (cuda_kv_tile_elems) */
-    const int32_t *sinks;    /* [n_seqs] leading entries met by q_sink, or NULL (be_kv) */
-    const float *q_sink;     /* with sinks: the queries that meet them, shaped like q */
-};
+#include "cuda/attn_plan.h"
+#include "cuda/device.h"
+#include "cuda/kv_layout.h"
 
 /* Qs[rows][D] = the item's query rows of kv head group g from q (pre-scaled). */
 static __device__ __forceinline__ void cuda__attn_load_q(const cuda__attn_args &a, const float *q, float *Qs,
@@ -128,22 +114,6 @@ static __device__ __forceinline__ void cuda__ldkv16(const uint8_t *p, float4 *o)
 static __device__ __forceinline__ float4 cuda__scale4(float4 v, float s)
 {
     return make_float4(v.x * s, v.y * s, v.z * s, v.w * s);
-}
-
-/* Row stride (floats) of the K tile in shared memory: padded so that lanes reading different
- * keys hit different banks; by 4 when head_dim allows 16-byte accesses (then the stride in
- * 16-byte units is odd whenever head_dim % 8 == 0), else by 1. */
-static __host__ __device__ inline int cuda__attn_kpad(int head_dim)
-{
-    return head_dim % 4 == 0 ? head_dim + 4 : head_dim + 1;
-}
-
-/* Shared-memory bytes for a block of `rows` query rows. */
-static inline size_t cuda__attn_smem(int rows, int head_dim)
-{
-    const int TK = CUDA_ATTN_TK;
-    return ((size_t)TK * (cuda__attn_kpad(head_dim) + head_dim) + (size_t)rows * (2 * head_dim + TK + 3)) *
-           sizeof(float);
 }
 
 template <typename T>

@@ -1,25 +1,58 @@
 /*
- * cuda_backend.cu — the CUDA backend of engine/backend.h: device selection, memory, weights,
- * the KV arena, batch metadata and the vtable. Kernels live in kernels.cu, attention.cu and
- * quant.cu (the quantised weights).
+ * cuda_backend.cu — the CUDA backend of engine/backend.h: the device, its memory, the weights and
+ * the vtable. The ops live with their op family, one launcher file each (cuda/NAME.cu), whose
+ * kernels are in an emulable header (cuda/NAME_kernels.h) where there are any:
+ *
+ *   cuda_backend.cu  device selection, memory, weights, pinned host buffers, synchronisation,
+ *                    lifetime and the vtable (this file)
+ *   graph.cu         CUDA graphs: decode steps captured once per shape and replayed
+ *   meta.cu          begin(): the batch packed and uploaded; the attention work list of the step
+ *   gemm.cu          matmul routing; dense GEMMs through cuBLAS; f32 / f16 / bf16 conversions
+ *   qmatvec.cu       quantised weights, decode rows: the dequantising GEMV
+ *   qgemm.cu         quantised weights, prefill rows: rows decoded into F16 tiles for cuBLAS
+ *   attn.cu          attention over the paged KV cache (one kernel family, split-K)
+ *   norm_rope.cu     RMSNorm (and the fused residual add), RoPE and the sink shift
+ *   kv.cu            the KV arena (init, block copies, the second tier's transfers, reads) and
+ *                    the K/V store (fused with RoPE as an extra)
+ *   elementwise.cu   SiLU × up, GELU × up, add, scale, soft-cap
+ *   gather.cu        embedding rows (dense and quantised tables) and the logit rows
+ *   sample.cu        greedy argmax on the device
+ *   kern.cu          the kernel table of a compute capability (kern.h)
+ *   cublas_dl.cu     cuBLAS, loaded when the first backend is created
+ *
+ * The kernel table (cuda/kern.h, kern.cu): the ops reach every kernel through cb->k, a table of
+ * launchers filled once here, when the backend is created, for the device's compute capability:
+ * attention and its split-K merge; the dense GEMM and the conversions around it; per quantised
+ * type the matvec, the dequantisation and the embedding, and the quantised GEMM; RMSNorm, RoPE
+ * and the sink shift; the K/V store; the element-wise ops; the row gathers; argmax. Today every
+ * capability gets the sm_80 baseline; kern.h says how a kernel for a newer GPU is added.
+ *
+ * Headers host and device share are listed in cuda/launch.h; device code several families share
+ * is in cuda/device.h; the backend's state and the functions between files are in
+ * cuda/internal.h; the checking of every CUDA and cuBLAS call in cuda/errors.h. The check
+ * programs are in cuda/check/: the kernel headers run on the CPU under an emulation of the CUDA
+ * built-ins (emu_cuda.h; attn_emu.cc, quant_emu.cc, ops_emu.cc, run by make test), and every op
+ * is compared with the CPU backend on a GPU (kernel_checks.c, in make test-cuda and in the GPU
+ * check program gpu_check.c of scripts/gpu-check.sh).
  *
  * Weights: every matrix keeps its type on the device: F32, F16 and BF16 for cuBLAS, and the
  * quantised types (Q8_0, the legacy and K-quants, IQ4_NL, IQ4_XS) as the file's blocks, which
- * quant.cu reads with a dequantising GEMV for decode and decodes into F16 tiles for cuBLAS in
- * prefill, so GPU memory and decode bandwidth are those of the file. Vectors (norms, biases)
- * become F32.
+ * the quantised matvec reads with a dequantising GEMV for decode and the quantised GEMM decodes
+ * into F16 tiles for cuBLAS in prefill, so GPU memory and decode bandwidth are those of the
+ * file. Vectors (norms, biases) become F32.
  *
  * Step protocol: begin() packs the batch into a pinned buffer and uploads it with one
  * asynchronous copy; the ops queue kernels on one stream; to_host()/sync() wait. Only logits
  * and batch metadata cross the bus. With CUDA graphs on (opt-in), a pure-decode step of a shape
- * seen before replays a captured graph instead (see cuda__graph_begin). Works on a machine with the CUDA toolkit but no driver or GPU:
- * cuda_is_available then says so, and nothing else is called.
+ * seen before replays a captured graph instead (graph.cu). Works on a machine with the CUDA
+ * toolkit but no driver or GPU: cuda_is_available then says so, and nothing else is called.
  */
+#include <assert.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cuda/internal.h"
-#include "cuda/quant_common.h"
+#include "cuda/quant_formats.h"
 
 extern "C" {
 #include "cuda/cuda_backend.h"
@@ -48,13 +81,6 @@ extern "C" int cuda_is_available(char *why, size_t why_len)
     }
     if (why && why_len) snprintf(why, why_len, "CUDA: %d device(s)", n);
     return 1;
-}
-
-/* The runtime's current device is per host thread, and the engine may drive the backend from
- * a thread other than the one that created it: entry points that start work select it first. */
-static int cuda__use(cuda_backend *cb)
-{
-    return CB_CHECK(cb, cudaSetDevice(cb->device));
 }
 
 /* ---- memory ------------------------------------------------------------------------------ */
@@ -171,114 +197,7 @@ static void cuda__weight_free(backend *be, be_weight *w)
     w->data = NULL;
 }
 
-/* ---- KV arena ---------------------------------------------------------------------------- */
-
-/* Frees every group's arena (cudaFree waits for work that uses it). */
-static void cuda__kv_free(cuda_backend *cb)
-{
-    for (int k = 0; k < KV_MAX_GROUPS; k++) {
-        if (cb->kv_arena[k]) CB_CHECK(cb, cudaFree(cb->kv_arena[k]));
-        cb->kv_arena[k] = NULL;
-    }
-}
-
-/* One zeroed allocation per layer group. All or nothing: on failure the previous arena stays. */
-static int cuda__kv_init(backend *be, const kv_geom *g, const int32_t *n_blocks)
-{
-    cuda_backend *cb = cuda__cb(be);
-    int ng = kv_n_groups(g);
-    if (g->n_layers < 1 || g->n_layers > KV_MAX_LAYERS || g->n_kv_heads < 1 || g->head_dim < 1 ||
-        g->block_size < 1 || ng > KV_MAX_GROUPS)
-        return -EINVAL;
-    if (g->dtype < 0 || g->dtype >= KV_N_DTYPES) return -EINVAL;
-    for (int k = 0; k < ng; k++)
-        if (n_blocks[k] < 1 || kv_group_layers(g, k) < 1) return -EINVAL;
-    if (cuda__use(cb)) return -EIO;
-    void *p[KV_MAX_GROUPS] = {NULL};
-    cuda_kv_layout lg[KV_MAX_GROUPS];
-    for (int k = 0; k < ng; k++) {
-        lg[k] = cuda_kv_layout_of(g, n_blocks[k]);
-        lg[k].n_layers = kv_group_layers(g, k);
-        size_t bytes = (size_t)cuda_kv_total_elems(&lg[k]) * kv_dtype_bytes(g->dtype);
-        int rc = 0;
-        if (CUDA_CHECK(cudaMalloc(&p[k], bytes))) {
-            cudaGetLastError();
-            p[k] = NULL;
-            rc = -ENOMEM;
-        } else if (CB_CHECK(cb, cudaMemsetAsync(p[k], 0, bytes, cb->stream))) {
-            rc = -EIO; /* zeroed, so that a read of a never-written slot is finite */
-        }
-        if (rc) {
-            for (int j = 0; j <= k; j++)
-                if (p[j]) cudaFree(p[j]);
-            return rc;
-        }
-    }
-    /* A second kv_init replaces the arena (as on the CPU). */
-    cuda__kv_free(cb);
-    cuda__graphs_reset(cb);
-    cb->steps_done = 0; /* a new model or geometry: graphs wait for fresh eager steps */
-    cb->model_heads = 0;
-    cb->kv = cuda_kv_layout_of(g, n_blocks[0]);
-    cb->kv_dtype = g->dtype;
-    cb->kv_groups = ng;
-    int seen[KV_MAX_GROUPS] = {0};
-    for (int l = 0; l < g->n_layers; l++) {
-        cb->kv_group[l] = (uint8_t)kv_group_of(g, l);
-        cb->kv_index[l] = seen[cb->kv_group[l]]++;
-    }
-    for (int k = 0; k < KV_MAX_GROUPS; k++) {
-        cb->kv_arena[k] = k < ng ? p[k] : NULL;
-        cb->kv_blocks[k] = k < ng ? n_blocks[k] : 0;
-        if (k < ng) cb->kvg[k] = lg[k];
-    }
-    return 0;
-}
-
-static void cuda__kv_copy_block(backend *be, int group, int32_t src, int32_t dst)
-{
-    cuda_backend *cb = cuda__cb(be);
-    const cuda_kv_layout *l = &cb->kvg[group];
-    size_t es = kv_dtype_bytes(cb->kv_dtype);
-    size_t block_bytes = (size_t)l->n_kv_heads * cuda_kv_tile_elems(l) * es;
-    size_t plane_bytes = (size_t)cuda_kv_plane_elems(l) * es;
-    char *base = (char *)cb->kv_arena[group];
-    /* One copy per (layer, K/V) plane: a single 2-D copy would need the plane size as its pitch,
-     * which exceeds the runtime's pitch limit for arenas of a few GiB per plane. */
-    for (size_t p = 0; p < 2 * (size_t)l->n_layers; p++)
-        if (CB_CHECK(cb, cudaMemcpyAsync(base + p * plane_bytes + (size_t)dst * block_bytes,
-                                         base + p * plane_bytes + (size_t)src * block_bytes, block_bytes,
-                                         cudaMemcpyDeviceToDevice, cb->stream)))
-            return;
-}
-
-/* Copies block `block` of group `group` between the arena and host memory, one chunk per (layer,
- * K/V) plane (cuda_kv_block_chunk_at), on the stream: in order with the steps around it. Only
- * between steps: a copy inside a graph capture would become part of the graph. */
-static int cuda__kv_block_copy(cuda_backend *cb, int group, int32_t block, char *host, int to_host)
-{
-    if (group < 0 || group >= KV_MAX_GROUPS || !cb->kv_arena[group] || cb->graph_mode) return -EIO;
-    const cuda_kv_layout *l = &cb->kvg[group];
-    if (block < 0 || block >= l->n_blocks) return -EINVAL;
-    size_t es = kv_dtype_bytes(cb->kv_dtype), chunk = cuda_kv_block_chunk_bytes(l, es);
-    for (int p = 0; p < 2 * l->n_layers; p++) {
-        char *dev = (char *)cb->kv_arena[group] + cuda_kv_block_chunk_at(l, es, block, p), *h = host + (size_t)p * chunk;
-        if (CB_CHECK(cb, cudaMemcpyAsync(to_host ? h : dev, to_host ? dev : h, chunk,
-                                         to_host ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice, cb->stream)))
-            return -EIO;
-    }
-    return 0;
-}
-
-static int cuda__kv_block_out(backend *be, int group, int32_t block, void *dst)
-{
-    return cuda__kv_block_copy(cuda__cb(be), group, block, (char *)dst, 1);
-}
-
-static int cuda__kv_block_in(backend *be, int group, int32_t block, const void *src)
-{
-    return cuda__kv_block_copy(cuda__cb(be), group, block, (char *)src, 0);
-}
+/* ---- pinned host memory ------------------------------------------------------------------ */
 
 /* Pinned host memory: asynchronous copies need it (pageable memory makes them synchronous). */
 static void *cuda__host_alloc(backend *be, size_t bytes)
@@ -294,147 +213,6 @@ static void *cuda__host_alloc(backend *be, size_t bytes)
 static void cuda__host_free(backend *be, void *p)
 {
     if (p) CB_CHECK(cuda__cb(be), cudaFreeHost(p));
-}
-
-/* ---- CUDA graphs for decode steps -------------------------------------------------------- */
-
-void cuda__graphs_reset(cuda_backend *cb)
-{
-    for (int i = 0; i < cb->n_graphs; i++)
-        if (cb->graphs[i].exec) cudaGraphExecDestroy(cb->graphs[i].exec);
-    cb->n_graphs = 0;
-}
-
-/* A step can use a graph when graphs are on, every buffer has been sized by two eager steps,
- * and it is pure decode: one new token per sequence, each of them a logit row. */
-static int cuda__graph_eligible(const cuda_backend *cb, const be_batch *b)
-{
-    if (!cb->graphs_on || cb->error || cb->steps_done < 2 || cb->model_heads <= 0 || !cb->kv_arena[0]) return 0;
-    return cuda_batch_is_pure_decode(b);
-}
-
-/* The widest block-table stride of the batch's groups: the graph's shape key. */
-static int32_t cuda__bt_stride(const cuda_meta_layout *L)
-{
-    int32_t m = 0;
-    for (int g = 0; g < L->n_kv; g++) m = L->kv[g].bt_stride > m ? L->kv[g].bt_stride : m;
-    return m;
-}
-
-/* Plans attention for the longest context the block table allows (so the launch shape does not
- * depend on the actual lengths), makes sure the conversion buffer (and, for a batch past the
- * quantised GEMV's rows, the F16 tile of quant.cu) is large enough, then either
- * selects the captured graph of this shape or starts capturing one. */
-static int cuda__graph_begin(cuda_backend *cb, const be_batch *b)
-{
-    int32_t stride = cuda__bt_stride(&cb->meta), bound = stride * cb->kv.block_size;
-    int rc = cuda__attn_plan(cb, cb->model_heads, bound);
-    if (rc) return rc;
-    size_t conv = (size_t)b->n_tokens * (size_t)cb->max_n_in * 2;
-    rc = cuda__grow(cb, &cb->conv, &cb->conv_bytes, conv);
-    if (!rc && b->n_tokens > CUDA_QGEMV_MAX_ROWS) rc = cuda__grow(cb, &cb->qtile, &cb->qtile_bytes, cb->qtile_need);
-    if (rc) return rc;
-    for (int i = 0; i < cb->n_graphs; i++)
-        if (cb->graphs[i].n_tokens == b->n_tokens && cb->graphs[i].bt_stride == stride) {
-            cb->graph_mode = 2;
-            cb->graph_slot = i;
-            return 0;
-        }
-    if (cb->n_graphs == CUDA_GRAPH_MAX) return 0; /* table full: run eagerly */
-    if (CB_CHECK(cb, cudaStreamBeginCapture(cb->stream, cudaStreamCaptureModeRelaxed))) return -EIO;
-    cb->graph_mode = 1;
-    cb->graph_slot = cb->n_graphs;
-    return 0;
-}
-
-/* At the end of a step (to_host or sync): finishes a capture and launches it, or launches the
- * replayed graph. 0 or -EIO. */
-static int cuda__graph_end(cuda_backend *cb)
-{
-    int mode = cb->graph_mode;
-    cb->graph_mode = 0;
-    if (mode == 0) {
-        cb->steps_done++;
-        return 0;
-    }
-    cuda_graph_slot *g = &cb->graphs[cb->graph_slot];
-    if (mode == 1) {
-        cudaGraph_t graph = NULL;
-        int rc = CB_CHECK(cb, cudaStreamEndCapture(cb->stream, &graph));
-        if (!rc) rc = CB_CHECK(cb, cudaGraphInstantiate(&g->exec, graph, 0));
-        if (graph) cudaGraphDestroy(graph);
-        if (rc) return -EIO;
-        g->n_tokens = cb->meta.n_tokens;
-        g->bt_stride = cuda__bt_stride(&cb->meta);
-        g->n_ops = cb->graph_ops;
-        cb->n_graphs++;
-    } else if (cb->graph_ops != g->n_ops) {
-        fprintf(stderr, "kvserve: CUDA graph replay saw %d ops, the capture %d\n", cb->graph_ops, g->n_ops);
-        return cuda__fail(cb, -EIO);
-    }
-    return CB_CHECK(cb, cudaGraphLaunch(g->exec, cb->stream));
-}
-
-extern "C" void cuda_set_graphs(backend *be, int on)
-{
-    cuda_backend *cb = cuda__cb(be);
-    cb->graphs_on = on;
-    if (!on) cuda__graphs_reset(cb);
-}
-
-/* ---- batch metadata ---------------------------------------------------------------------- */
-
-static int cuda__meta_reserve(cuda_backend *cb, size_t n_ints)
-{
-    if (n_ints <= cb->meta_cap) return 0;
-    size_t want = n_ints + n_ints / 2 + 256;
-    int32_t *h = NULL, *d = NULL;
-    if (CUDA_CHECK(cudaMallocHost((void **)&h, want * sizeof(int32_t)))) {
-        cudaGetLastError();
-        return -ENOMEM;
-    }
-    if (CUDA_CHECK(cudaMalloc((void **)&d, want * sizeof(int32_t)))) {
-        cudaFreeHost(h);
-        cudaGetLastError();
-        return -ENOMEM;
-    }
-    if (cb->meta_host) CB_CHECK(cb, cudaFreeHost(cb->meta_host));
-    if (cb->meta_dev) CB_CHECK(cb, cudaFree(cb->meta_dev));
-    cuda__graphs_reset(cb);
-    cb->meta_host = h;
-    cb->meta_dev = d;
-    cb->meta_cap = want;
-    return 0;
-}
-
-static int cuda__begin(backend *be, const be_batch *b)
-{
-    cuda_backend *cb = cuda__cb(be);
-    cuda_meta_layout L;
-    int rc = cuda_meta_plan(b, &L);
-    if (!rc && (b->n_kv > 1 ? b->n_kv : 1) > (cb->kv_groups > 0 ? cb->kv_groups : 1)) rc = -EINVAL;
-    if (!rc && cb->kv_arena[0]) rc = cuda_meta_check_kv(b, cb->kv.block_size, cb->kv_blocks);
-    if (rc) return rc;
-    if (cuda__use(cb)) return -EIO;
-    /* The pinned buffer may still be read by the previous step's copies. */
-    if (CB_CHECK(cb, cudaEventSynchronize(cb->meta_done))) return -EIO;
-    /* Room for the attention items too: at most one per token. */
-    size_t need = (size_t)L.total + (size_t)CUDA_ATTN_ITEM_INTS * (size_t)b->n_tokens + 1;
-    rc = cuda__meta_reserve(cb, need);
-    if (rc) return rc;
-    cuda_meta_pack(b, &L, cb->meta_host);
-    if (CB_CHECK(cb, cudaMemcpyAsync(cb->meta_dev, cb->meta_host, (size_t)L.total * sizeof(int32_t),
-                                     cudaMemcpyHostToDevice, cb->stream)))
-        return -EIO;
-    if (CB_CHECK(cb, cudaEventRecord(cb->meta_done, cb->stream))) return -EIO;
-    cb->meta = L;
-    cb->batch = b;
-    cb->have_batch = 1;
-    cb->attn_heads = 0;
-    cb->graph_mode = 0;
-    cb->graph_ops = 0;
-    if (cuda__graph_eligible(cb, b)) return cuda__graph_begin(cb, b);
-    return 0;
 }
 
 /* ---- synchronisation --------------------------------------------------------------------- */
@@ -483,36 +261,38 @@ static void cuda__destroy(backend *be)
     free(cb);
 }
 
+/* Designated, so that an entry cannot land in the wrong slot when be_ops changes; the ops not
+ * listed (embed_upload: weight_upload serves) are NULL. */
 static const be_ops cuda__ops = {
-    cuda__destroy,
-    cuda__weight_upload,
-    cuda__weight_free,
-    cuda__mem_available,
-    cuda__kv_init,
-    cuda__kv_copy_block,
-    cuda__kv_block_out,
-    cuda__kv_block_in,
-    cuda__host_alloc,
-    cuda__host_free,
-    cuda__alloc,
-    cuda__free,
-    cuda__begin,
-    cuda__op_embed,
-    cuda__op_rmsnorm,
-    cuda__op_matmul,
-    NULL, /* matmul_multi: forward.c calls matmul per matrix */
-    cuda__op_rope,
-    cuda__op_rope_shift,
-    cuda__op_store_kv,
-    cuda__op_attention,
-    cuda__op_silu_mul,
-    cuda__op_gelu_mul,
-    cuda__op_scale,
-    cuda__op_softcap,
-    cuda__op_add,
-    cuda__op_gather_rows,
-    cuda__to_host,
-    cuda__sync,
+    .destroy = cuda__destroy,
+    .weight_upload = cuda__weight_upload,
+    .weight_free = cuda__weight_free,
+    .mem_available = cuda__mem_available,
+    .kv_init = cuda__op_kv_init,
+    .kv_copy_block = cuda__op_kv_copy_block,
+    .kv_block_out = cuda__op_kv_block_out,
+    .kv_block_in = cuda__op_kv_block_in,
+    .host_alloc = cuda__host_alloc,
+    .host_free = cuda__host_free,
+    .alloc = cuda__alloc,
+    .free = cuda__free,
+    .begin = cuda__op_begin,
+    .embed = cuda__op_embed,
+    .rmsnorm = cuda__op_rmsnorm,
+    .matmul = cuda__op_matmul,
+    .matmul_multi = NULL, /* forward.c calls matmul per matrix */
+    .rope = cuda__op_rope,
+    .rope_shift = cuda__op_rope_shift,
+    .store_kv = cuda__op_store_kv,
+    .attention = cuda__op_attention,
+    .silu_mul = cuda__op_silu_mul,
+    .gelu_mul = cuda__op_gelu_mul,
+    .scale = cuda__op_scale,
+    .softcap = cuda__op_softcap,
+    .add = cuda__op_add,
+    .gather_rows = cuda__op_gather_rows,
+    .to_host = cuda__to_host,
+    .sync = cuda__sync,
 };
 
 extern "C" backend *cuda_backend_create(int device_index, char *err, size_t err_len)
@@ -559,6 +339,8 @@ extern "C" backend *cuda_backend_create(int device_index, char *err, size_t err_
     }
     const char *g = getenv("KVSERVE_CUDA_GRAPHS");
     cb->graphs_on = g && g[0] == '1';
+    cuda__kern_init(&cb->k, prop.major * 10 + prop.minor);
+    assert(!cuda__kern_missing(&cb->k));
     cb->n_sm = prop.multiProcessorCount;
     cb->smem_optin = prop.sharedMemPerBlockOptin;
     snprintf(cb->base.desc, sizeof cb->base.desc, "%.80s (sm_%d%d, %d SMs, %.0f GiB)", prop.name, prop.major,
@@ -574,41 +356,6 @@ extern "C" int cuda_upload_f32(backend *be, float *dst, const float *src, size_t
     if (CB_CHECK(cb, cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyHostToDevice, cb->stream)))
         return -EIO;
     if (CB_CHECK(cb, cudaStreamSynchronize(cb->stream))) return -EIO;
-    return cb->error;
-}
-
-extern "C" int cuda_kv_read(backend *be, int layer, int kind, int32_t slot, float *dst)
-{
-    cuda_backend *cb = cuda__cb(be);
-    if (!cb->kv_arena[0] || layer < 0 || layer >= cb->kv.n_layers || kind < 0 || kind > 1 || slot < 0) return -EINVAL;
-    const cuda_kv_layout *l;
-    const char *plane = cuda__kv_plane(cb, layer, kind, &l);
-    if (slot >= l->n_blocks * l->block_size || l->head_dim > 1024) return -EINVAL;
-    size_t es = kv_dtype_bytes(cb->kv_dtype);
-    uint16_t tmp[1024];
-    /* The arena is written on the backend's (non-blocking) stream: wait for it first. */
-    if (CB_CHECK(cb, cudaStreamSynchronize(cb->stream))) return -EIO;
-    for (int h = 0; h < l->n_kv_heads; h++) {
-        const char *p = plane + (size_t)cuda_kv_slot_index(l, 0, 0, slot, h, 0) * es;
-        float *o = dst + (size_t)h * l->head_dim;
-        if (es == 4) {
-            if (CB_CHECK(cb, cudaMemcpy(o, p, (size_t)l->head_dim * 4, cudaMemcpyDeviceToHost))) return -EIO;
-            continue;
-        }
-        if (CB_CHECK(cb, cudaMemcpy(tmp, p, (size_t)l->head_dim * es, cudaMemcpyDeviceToHost))) return -EIO;
-        if (kv_dtype_is_quant(cb->kv_dtype)) { /* codes, then the row's f16 scale */
-            uint8_t sc[KV_SCALE_BYTES];
-            const char *sp = plane + cuda_kv_scale_index(l, 0, 0, slot / l->block_size, h, slot % l->block_size);
-            if (CB_CHECK(cb, cudaMemcpy(sc, sp, KV_SCALE_BYTES, cudaMemcpyDeviceToHost))) return -EIO;
-            float d = cuda_kv_load_scale(sc);
-            const uint8_t *q = (const uint8_t *)tmp;
-            for (int e = 0; e < l->head_dim; e++)
-                o[e] = d * (cb->kv_dtype == KV_I8 ? (float)(int8_t)q[e] : kv_e4m3_decode(q[e]));
-            continue;
-        }
-        for (int d = 0; d < l->head_dim; d++)
-            o[d] = cb->kv_dtype == KV_BF16 ? cuda_bf16_to_f32(tmp[d]) : cuda_f16_to_f32(tmp[d]);
-    }
     return cb->error;
 }
 

@@ -47,6 +47,11 @@ void cuda_set_graphs(backend *be, int on);
 /* Number of attention splits (split-K partitions) the last attention launch used, for tests. */
 int cuda_last_attn_splits(backend *be);
 
+/* For tests, and needs no GPU: fills the kernel table a device of compute capability cc
+ * (major × 10 + minor) would get and returns the name of an entry it leaves empty, or NULL when
+ * every entry is set. */
+const char *cuda_kern_missing(int cc);
+
 #ifdef __cplusplus
 }
 #endif

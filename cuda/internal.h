@@ -1,9 +1,12 @@
 /*
  * internal.h — the CUDA backend's state and the functions shared between the cuda/ .cu files
- * (CUDA C++ only; symbols use the cuda__ prefix).
+ * (CUDA C++ only; symbols use the cuda__ prefix), grouped by the file that defines them: one
+ * launcher file per op family (see the list at the top of cuda/cuda_backend.cu). The vtable's ops
+ * are cuda__op_NAME, with the contract of be_ops.NAME (engine/backend.h); they reach their
+ * kernels through the backend's kernel table, cb->k (kern.h).
  *
  * Ownership: cuda_backend_create allocates one cuda_backend; destroy frees every device and pinned
- * buffer it holds. Errors: the first failing CUDA/cuBLAS call of an op is logged (check.h) and
+ * buffer it holds. Errors: the first failing CUDA/cuBLAS call of an op is logged (errors.h) and
  * recorded in cb->error; sync and to_host then return -EIO. A sticky device error cannot be
  * cleared, so the engine treats -EIO as a process error.
  */
@@ -23,14 +26,15 @@ extern "C" {
 }
 #undef _Static_assert
 
-#include "cuda/check.h"
-#include "cuda/cuda_common.h"
+#include "cuda/attn_plan.h"
+#include "cuda/errors.h"
+#include "cuda/formats.h"
+#include "cuda/kern.h"
+#include "cuda/kv_layout.h"
+#include "cuda/launch.h"
+#include "cuda/meta.h"
 
 #define CUDA_GRAPH_MAX 32
-
-/* Threads per block and the most blocks of the grid-stride (element-wise) launches. */
-#define CUDA_EW_THREADS 256
-#define CUDA_EW_MAX_BLOCKS 65535u
 
 /* One captured decode step. */
 typedef struct cuda_graph_slot {
@@ -48,9 +52,10 @@ typedef struct cuda_backend {
     cublasHandle_t blas;
     void *blas_ws;        /* cuBLAS workspace we own, so captured GEMMs never allocate */
     int error;            /* 0, or -EIO after the first failed call (sticky) */
+    cuda__kern k;         /* the kernels of this device's compute capability (kern.h) */
 
     /* KV arena (kv_init): one allocation per layer group, each [its layers][2][n_blocks][n_kv_heads]
-     * [tile] (cuda_common.h); every group shares the tile shape */
+     * [tile] (kv_layout.h); every group shares the tile shape */
     cuda_kv_layout kv;    /* the shape (n_kv_heads, head_dim, block_size, tile_extra); n_layers all
                              layers, n_blocks group 0's */
     int kv_dtype;         /* enum kv_dtype */
@@ -86,7 +91,7 @@ typedef struct cuda_backend {
     size_t conv_bytes;
     int64_t max_n_in;     /* largest matmul input width seen (sizes conv before a capture) */
 
-    /* Quantised weights' prefill: one F16 tile of whole rows (quant.cu); qtile_need is the
+    /* Quantised weights' prefill: one F16 tile of whole rows (qgemm.cu); qtile_need is the
      * largest tile of the uploaded matrices (allocated before a capture that needs it) */
     void *qtile;
     size_t qtile_bytes, qtile_need;
@@ -121,6 +126,13 @@ static inline int cuda__fail(cuda_backend *cb, int rc)
 #define CB_CHECK_BLAS(cb, call) cuda__fail((cb), CUBLAS_CHECK(call))
 #define CB_CHECK_LAUNCH(cb) cuda__fail((cb), CUDA_CHECK_LAUNCH())
 
+/* The runtime's current device is per host thread, and the engine may drive the backend from
+ * a thread other than the one that created it: entry points that start work select it first. */
+static inline int cuda__use(cuda_backend *cb)
+{
+    return CB_CHECK(cb, cudaSetDevice(cb->device));
+}
+
 /* Called first by every op: counts it, and says whether to skip it because this step replays a
  * graph that already holds it. */
 static inline int cuda__graph_skip(cuda_backend *cb)
@@ -128,13 +140,6 @@ static inline int cuda__graph_skip(cuda_backend *cb)
     cb->graph_ops++;
     return cb->graph_mode == 2;
 }
-
-/* Drops every captured graph (device buffers they reference changed). */
-void cuda__graphs_reset(cuda_backend *cb);
-
-/* Plans and uploads the attention items for n_heads; max_kv_bound > 0 sizes the split-K
- * partitions for that many keys instead of the batch's actual longest context (graphs). */
-int cuda__attn_plan(cuda_backend *cb, int n_heads, int32_t max_kv_bound);
 
 /* The (layer, kind) plane of the KV arena (kind 0 K, 1 V), as bytes; *l gets its group's layout,
  * whose plane-relative indices (cuda_kv_tile_index with layer 0, kind 0) address it. */
@@ -152,41 +157,83 @@ static inline const int32_t *cuda__meta(const cuda_backend *cb, int32_t off)
     return cb->meta_dev + off;
 }
 
+/* The frequency factors of RoPE r in device memory (a CUDA weight's data), or NULL. */
+static inline const float *cuda__rope_ff(const be_rope *r)
+{
+    return r->freq_factors ? (const float *)r->freq_factors->data : NULL;
+}
+
+/* ---- device and memory (cuda_backend.cu) --------------------------------------------------- */
+
 /* Grows a device buffer to at least bytes (contents lost). 0 or -ENOMEM. */
 int cuda__grow(cuda_backend *cb, void **p, size_t *cap_bytes, size_t bytes);
 
-/* kernels.cu: the elementwise, normalisation, embedding, RoPE, KV-store and conversion ops. */
-void cuda__op_embed(backend *be, const be_weight *emb, float *out);
+/* ---- CUDA graphs (graph.cu) ---------------------------------------------------------------- */
+
+/* Drops every captured graph (device buffers they reference changed). */
+void cuda__graphs_reset(cuda_backend *cb);
+/* 1 when step b may run as a graph: graphs on, every buffer sized by two eager steps, and pure
+ * decode. */
+int cuda__graph_eligible(const cuda_backend *cb, const be_batch *b);
+/* Called by begin() for an eligible step: selects the graph of its shape or starts capturing one.
+ * 0 or a negative errno. */
+int cuda__graph_begin(cuda_backend *cb, const be_batch *b);
+/* Called by to_host()/sync() at the end of a step: finishes a capture and launches it, or launches
+ * the replayed graph. 0 or -EIO. */
+int cuda__graph_end(cuda_backend *cb);
+
+/* ---- batch metadata and plans (meta.cu) ---------------------------------------------------- */
+
+int cuda__op_begin(backend *be, const be_batch *b);
+/* Plans and uploads the attention items for n_heads; max_kv_bound > 0 sizes the split-K
+ * partitions for that many keys instead of the batch's actual longest context (graphs). */
+int cuda__attn_plan(cuda_backend *cb, int n_heads, int32_t max_kv_bound);
+
+/* ---- KV arena and store (kv.cu) ------------------------------------------------------------ */
+
+int cuda__op_kv_init(backend *be, const kv_geom *g, const int32_t *n_blocks);
+void cuda__op_kv_copy_block(backend *be, int group, int32_t src, int32_t dst);
+int cuda__op_kv_block_out(backend *be, int group, int32_t block, void *dst);
+int cuda__op_kv_block_in(backend *be, int group, int32_t block, const void *src);
+void cuda__op_store_kv(backend *be, int layer, const float *k, const float *v);
+
+/* ---- dense GEMM and conversions (gemm.cu) -------------------------------------------------- */
+
+/* out = x · Wᵀ (+ bias): quantised weights go to the quantised matvec or GEMM, the others to
+ * cuBLAS. */
+void cuda__op_matmul(backend *be, const float *x, int n_rows, const be_weight *w, const be_weight *bias,
+                     float *out);
+/* The table's conversion kernels, with their launches checked and failures recorded in cb:
+ * n_rows rows of a model tensor (raw bytes on the device, row_bytes apart, type src_type: F32, F16
+ * or BF16, else -EINVAL) into dst of type dst_type (DT_F32, DT_F16 or DT_BF16), 0 or -EIO;
+ * x [n] → F16 bits in dst, 0 or -EIO; out[i] += bias[i % n_out] for i < n. */
+int cuda__convert_rows(cuda_backend *cb, const void *src, int src_type, size_t row_bytes, int64_t n_in,
+                       int64_t n_rows, void *dst, int dst_type);
+int cuda__to_f16(cuda_backend *cb, const float *x, uint16_t *dst, int64_t n);
+void cuda__add_bias(cuda_backend *cb, float *out, const float *bias, int64_t n_out, int64_t n);
+
+/* ---- attention (attn.cu) ------------------------------------------------------------------- */
+
+void cuda__op_attention(backend *be, int layer, const float *q, const be_attn *at, float *out);
+
+/* ---- norms and RoPE (norm_rope.cu) --------------------------------------------------------- */
+
 void cuda__op_rmsnorm(backend *be, const float *x, const be_weight *w, float eps, int n_rows, int dim,
                       float *out);
 void cuda__op_rope(backend *be, float *x, const be_rope *r);
 void cuda__op_rope_shift(backend *be, const float *x, float *out, const be_rope *r, int group);
-void cuda__op_store_kv(backend *be, int layer, const float *k, const float *v);
+
+/* ---- element-wise ops (elementwise.cu) ----------------------------------------------------- */
+
 void cuda__op_silu_mul(backend *be, float *gate, const float *up, int64_t n);
 void cuda__op_gelu_mul(backend *be, float *gate, const float *up, int64_t n);
 void cuda__op_scale(backend *be, float *x, float s, int64_t n);
 void cuda__op_softcap(backend *be, float *x, float cap, int64_t n);
 void cuda__op_add(backend *be, float *x, const float *y, int64_t n);
+
+/* ---- row gathers (gather.cu) --------------------------------------------------------------- */
+
+void cuda__op_embed(backend *be, const be_weight *emb, float *out);
 void cuda__op_gather_rows(backend *be, const float *x, int dim, float *out);
-void cuda__op_matmul(backend *be, const float *x, int n_rows, const be_weight *w, const be_weight *bias,
-                     float *out);
-/* Converts n_rows rows of a model tensor (raw bytes on the device, row_bytes apart, type src_type)
- * into dst of type dst_type (DT_F32 or DT_F16). */
-int cuda__convert_rows(cuda_backend *cb, const void *src, int src_type, size_t row_bytes, int64_t n_in,
-                       int64_t n_rows, void *dst, int dst_type);
-
-/* kernels.cu: x [n] → F16 bits in dst; out[i] += bias[i % n_out] for i < n. */
-int cuda__to_f16(cuda_backend *cb, const float *x, uint16_t *dst, int64_t n);
-void cuda__add_bias(cuda_backend *cb, float *out, const float *bias, int64_t n_out, int64_t n);
-
-/* quant.cu: the ops on quantised weights (blocks as the file stores them). matmul: bias may be
- * NULL. decode_rows: rows [r0, r0 + n_rows) of w into dst as F16 bits (f16 = 1) or f32; 0 or
- * -EINVAL (not a quantised type) / -EIO. */
-void cuda__q_matmul(cuda_backend *cb, const float *x, int n_rows, const be_weight *w, const float *bias, float *out);
-void cuda__q_embed(cuda_backend *cb, const be_weight *emb, int n_tokens, const int32_t *tokens, float *out);
-int cuda__q_decode_rows(cuda_backend *cb, const be_weight *w, int64_t r0, int64_t n_rows, void *dst, int f16);
-
-/* attention.cu */
-void cuda__op_attention(backend *be, int layer, const float *q, const be_attn *at, float *out);
 
 #endif

@@ -1,27 +1,19 @@
 /*
- * kv_kernels.h — device code both the attention kernels (attn_kernels.h) and the K/V store
- * (kernels.cu) need: warp reductions and the quantising store of int8 / fp8 rows. Header-only
- * and free of kernels (__global__), so that it also compiles under the CPU emulation of
- * cuda/check/emu_cuda.h, which checks the store without a GPU (cuda/check/attn_emu.cc).
+ * kv_kernels.h — the kernels of the K/V store: one token's K and V rows written into the paged
+ * arena at its slot, as f32 / f16 / bf16 values or, for int8 and fp8 arenas, as codes with one
+ * f16 scale per head vector (the rule of cache/kv.h); with RoPE, K is rotated first (the fused
+ * rope + store of cuda_rope_store_kv). Kept apart from the launcher (cuda/kv.cu) so that the
+ * same source compiles under the CPU emulation of cuda/check/emu_cuda.h, which checks the
+ * quantising store without a GPU (cuda/check/attn_emu.cc).
  *
- * Expects the CUDA built-ins (or their emulation) and cuda/cuda_common.h.
+ * Expects the CUDA built-ins (or their emulation) and __half / __nv_bfloat16.
  */
 #ifndef KVSERVE_CUDA_KV_KERNELS_H
 #define KVSERVE_CUDA_KV_KERNELS_H
 
-#include "cuda/cuda_common.h"
-
-static __device__ __forceinline__ float cuda__warp_max(float v)
-{
-    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    return v;
-}
-
-static __device__ __forceinline__ float cuda__warp_sum(float v)
-{
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
+#include "cuda/device.h"
+#include "cuda/kv_layout.h"
+#include "cuda/norm_rope_kernels.h"
 
 /* ---- the quantising K/V store --------------------------------------------------------------- */
 
@@ -63,6 +55,49 @@ static __device__ void cuda__store_q_row(const float *x, T *plane, cuda_kv_layou
             p[1] = (uint8_t)(sc >> 8);
         }
     }
+}
+
+/* ---- the store kernels: one block per token ------------------------------------------------ */
+
+/* Writes token t's k and v rows into the arena planes of one layer at its slot; with rope
+ * (r.rope_dims > 0) k is rotated first, in place, and the rotated values are stored. */
+template <typename T>
+static __global__ void cuda__store_kv_k(float *k, const float *v, T *kp, T *vp, const int32_t *slots,
+                                        const int32_t *pos, cuda_kv_layout l, be_rope r, const float *ff)
+{
+    int t = blockIdx.x;
+    int kv_dim = l.n_kv_heads * l.head_dim;
+    float *kt = k + (int64_t)t * kv_dim;
+    if (r.rope_dims > 0) {
+        cuda__rope_row(kt, pos[t], r, ff);
+        __syncthreads();
+    }
+    int32_t slot = slots[t];
+    if (slot < 0) return;
+    for (int i = threadIdx.x; i < kv_dim; i += blockDim.x) {
+        int h = i / l.head_dim, d = i % l.head_dim;
+        int64_t o = cuda_kv_slot_index(&l, 0, 0, slot, h, d);
+        kp[o] = cuda__st<T>(kt[i]);
+        vp[o] = cuda__st<T>(v[(int64_t)t * kv_dim + i]);
+    }
+}
+
+/* The same for a quantised arena (T = int8_t or uint8_t codes, see cuda__store_q_row). */
+template <typename T>
+static __global__ void cuda__store_kv_q_k(float *k, const float *v, T *kp, T *vp, const int32_t *slots,
+                                          const int32_t *pos, cuda_kv_layout l, be_rope r, const float *ff)
+{
+    int t = blockIdx.x;
+    int kv_dim = l.n_kv_heads * l.head_dim;
+    float *kt = k + (int64_t)t * kv_dim;
+    if (r.rope_dims > 0) {
+        cuda__rope_row(kt, pos[t], r, ff);
+        __syncthreads();
+    }
+    int32_t slot = slots[t];
+    if (slot < 0) return;
+    cuda__store_q_row(kt, kp, l, slot);
+    cuda__store_q_row(v + (int64_t)t * kv_dim, vp, l, slot);
 }
 
 #endif

@@ -11,16 +11,17 @@
 #                                              on a machine with python3; the GPU machine then needs only
 #                                              the work tree
 #   scripts/gpu-check.sh --quick [OUTDIR]      smaller kernel checks and shorter benchmarks
-#   scripts/gpu-check.sh --emulate             no GPU needed: run the attention kernels' and the
-#                                              quantised-weight kernels' source on the CPU
-#                                              (cuda/check/attn_emu.cc, quant_emu.cc) against float64 (~1 min)
+#   scripts/gpu-check.sh --emulate             no GPU needed: run the CUDA kernels' source on the CPU
+#                                              (cuda/check/attn_emu.cc, quant_emu.cc, ops_emu.cc)
+#                                              against float64 and the host's arithmetic (~1 min)
 #
 # Needs only the CUDA toolkit (nvcc, cuBLAS) and a C compiler: no -dev packages, no network. cuBLAS
 # is not linked but loaded when the check starts its backend (cuda/cublas_dl.h): libcublas.so.N and
 # libcublasLt.so.N of this toolkit, found through LD_LIBRARY_PATH, the program's RUNPATH (this
 # toolkit's lib64), the ld.so cache, or next to the program.
-# The program is built from engine/ cache/ cpu/ cuda/ and cli/mkmodel*.c sources with -arch=sm_90 into
-# build/gpu-check/. Exit status: 0 all checks pass, 1 a check failed, 2 no GPU or build error.
+# The program is built from the model/, engine/, cache/, cpu/ and cuda/ sources it needs and
+# cli/backend.c, with -arch=sm_90, into build/gpu-check/. Exit status: 0 all checks pass, 1 a check
+# failed, 2 no GPU or build error.
 set -eu
 cd "$(dirname "$0")/.."
 
@@ -32,11 +33,11 @@ while [ $# -gt 0 ]; do
     --quick) QUICK=--quick; shift ;;
     --emulate)
         mkdir -p build/gpu-check
-        for e in attn_emu quant_emu; do
+        for e in attn_emu quant_emu ops_emu; do
             ${CXX:-c++} -std=c++17 -O2 -g -Wall -Wextra -Wno-unused-parameter -Wno-unknown-pragmas \
                 -Wno-unused-function -Werror -I. -o build/gpu-check/$e cuda/check/$e.cc -lpthread
         done
-        build/gpu-check/attn_emu && exec build/gpu-check/quant_emu ;;
+        build/gpu-check/attn_emu && build/gpu-check/quant_emu && exec build/gpu-check/ops_emu ;;
     --prepare)
         src=${2:-tests/data}
         mkdir -p .gpu

@@ -5,7 +5,8 @@
  * cuda_is_available gives when none is visible; the checks themselves are shared with the GPU
  * check program (cuda/check/kernel_checks.c), at small sizes here. `make test-cuda` runs them.
  * The availability tests run everywhere CUDA is built and check the no-GPU path: a clear
- * one-line error naming CUDA, and the CPU chosen under --device auto.
+ * one-line error naming CUDA, and the CPU chosen under --device auto; so does the check that the
+ * kernel table of every compute capability is complete.
  */
 #ifdef KVSERVE_CUDA
 
@@ -71,6 +72,18 @@ Test(cuda, unavailable_is_a_clean_error)
     cr_assert_not_null(be, "auto falls back to the CPU");
     cr_assert_str_eq(be->name, "cpu");
     be_destroy(be);
+}
+
+/* The kernel table of each compute capability a device may report has every entry set
+ * (cuda/kern.h): an entry added without its fill, or a quantised type without its per-type
+ * kernels, fails here, on any machine that builds CUDA. */
+Test(cuda, kernel_table_complete)
+{
+    static const int ccs[] = {70, 75, 80, 86, 87, 89, 90, 100, 103, 120, 121};
+    for (size_t i = 0; i < sizeof ccs / sizeof ccs[0]; i++) {
+        const char *missing = cuda_kern_missing(ccs[i]);
+        cr_assert_null(missing, "sm_%d: the kernel table leaves %s empty", ccs[i], missing);
+    }
 }
 
 Test(cuda, embed)

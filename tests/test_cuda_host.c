@@ -1,5 +1,6 @@
 /*
- * test_cuda_host.c — the CUDA backend's host-side arithmetic (cuda/cuda_common.h), on the CPU.
+ * test_cuda_host.c — the CUDA backend's host-side arithmetic (cuda/launch.h, formats.h,
+ * kv_layout.h, meta.h, attn_plan.h, quant_formats.h), on the CPU.
  *
  * These run in every build, with or without CUDA: the same __host__ __device__ helpers run in the
  * kernels, so checking them here against the CPU backend and brute-force models covers the
@@ -12,8 +13,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cuda/cuda_common.h"
-#include "cuda/quant_common.h"
+#include "cuda/attn_plan.h"
+#include "cuda/formats.h"
+#include "cuda/kv_layout.h"
+#include "cuda/launch.h"
+#include "cuda/meta.h"
+#include "cuda/quant_formats.h"
 #include "engine/backend.h"
 #include "model/dtype.h"
 #include "tests/test_util.h"
@@ -664,7 +669,7 @@ Test(cuda_host, silu_mul_matches_cpu_backend)
     be_destroy(be);
 }
 
-/* Every quantised type's 8-weight decoding (cuda/quant_common.h, what the kernels run) equals
+/* Every quantised type's 8-weight decoding (cuda/quant_formats.h, what the kernels run) equals
  * dt_to_f32 bit for bit, on random rows (random bytes, random finite scales). */
 Test(cuda_host, quant_dequant8_matches_reference)
 {
@@ -693,9 +698,10 @@ Test(cuda_host, quant_dequant8_matches_reference)
     }
 }
 
-/* The quantised-weight kernels (cuda/quant_kernels.h), the source nvcc compiles, under the CPU
- * emulation of cuda/check (quant_emu --quick: the decode GEMV, the prefill's F16 tiles and the
- * embedding for every type), against float64 and the host's decoding. */
+/* The quantised-weight kernels (cuda/qmatvec_kernels.h, qgemm_kernels.h, gather_kernels.h), the
+ * source nvcc compiles, under the CPU emulation of cuda/check (quant_emu --quick: the decode GEMV,
+ * the prefill's F16 tiles and the embedding for every type), against float64 and the host's
+ * decoding. */
 Test(cuda_host, quant_kernels_under_emulation, .timeout = 120)
 {
     const char *bin = getenv("KVSERVE_QUANT_EMU");
@@ -710,6 +716,26 @@ Test(cuda_host, quant_kernels_under_emulation, .timeout = 120)
     printf("%s", out);
     cr_assert_eq(st, 0, "emulated kernels failed:\n%s", out);
     cr_assert(strstr(out, "Q6_K") && strstr(out, "IQ4_XS") && strstr(out, " 0 mismatches"), "%s", out);
+}
+
+/* The kernels of the other op families (cuda/norm_rope_kernels.h, elementwise_kernels.h,
+ * gather_kernels.h, sample_kernels.h, gemm_kernels.h, kv_kernels.h), the source nvcc compiles,
+ * under the CPU emulation of cuda/check (ops_emu --quick), against float64 and the host's
+ * arithmetic. */
+Test(cuda_host, op_kernels_under_emulation, .timeout = 120)
+{
+    const char *bin = getenv("KVSERVE_OPS_EMU");
+    if (!bin || !*bin) cr_skip_test("KVSERVE_OPS_EMU is not set to the emulation binary (make test sets it)");
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "'%s' --quick", bin);
+    int st = 0;
+    char *out = tu_capture(cmd, &st);
+    printf("%s", out);
+    cr_assert_eq(st, 0, "emulated kernels failed:\n%s", out);
+    cr_assert(strstr(out, "rmsnorm") && strstr(out, "rope_shift") && strstr(out, "argmax") &&
+                  strstr(out, "store_kv") && strstr(out, " 0 failed"),
+              "%s", out);
+    free(out);
 }
 
 /* Prefill tiles: whole rows, within the scratch budget, 64-row multiples when possible. */

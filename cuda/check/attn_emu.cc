@@ -15,7 +15,7 @@
  * `make test` (`--quick`: a few small cases). Exit status 0 when every attention case is within
  * 1e-5 relative error of float64 over the stored values (the kernel computes in f32; its
  * products of dequantised values are as exact as those of an f32 arena) and every stored byte
- * matches. Launch planning (items, splits) uses the same cuda_common.h helpers as the backend.
+ * matches. Launch planning (items, splits) uses the same cuda/attn_plan.h helpers as the backend.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,9 +24,11 @@
 
 #include "cuda/check/emu_cuda.h"
 extern "C" {
-#include "cuda/cuda_common.h"
+#include "cuda/attn_plan.h"
+#include "cuda/kv_layout.h"
 }
 #include "cuda/attn_kernels.h"
+#include "cuda/kv_kernels.h"
 
 thread_local dim3 threadIdx, blockIdx;
 dim3 blockDim, gridDim;

@@ -1,14 +1,17 @@
 /*
- * emu_cuda.h — just enough of CUDA's device built-ins, on POSIX threads, to run the attention
- * kernels (cuda/attn_kernels.h) and the quantised-weight kernels (cuda/quant_kernels.h) on a CPU.
- * Host C++ only; see cuda/check/attn_emu.cc and cuda/check/quant_emu.cc.
+ * emu_cuda.h — just enough of CUDA's device built-ins, on POSIX threads, to run the kernel
+ * headers of cuda/ (cuda/NAME_kernels.h: attention, the K/V store, the quantised-weight kernels,
+ * norms and RoPE, the element-wise ops, the gathers, the GEMM's conversions, argmax) on a CPU.
+ * Host C++ only; see cuda/check/attn_emu.cc, quant_emu.cc and ops_emu.cc.
  *
  * One launch runs blockDim.x threads that walk the grid's blocks in lock step (block after
- * block), so shared memory (one static array) is reused safely; __syncthreads is a barrier over
- * those threads and warp shuffles exchange through a per-warp array between two barriers of the
- * warp's 32 threads. This is an emulation of the execution model, not of timing: it catches
- * indexing, masking, barrier placement within a block and reduction mistakes, not races that only
- * real concurrency or the memory model would show.
+ * block), so shared memory is reused safely: one static array for the dynamic part, and the
+ * kernels declare their fixed arrays static __shared__, which makes them one array for all the
+ * threads here as for a block on the GPU. __syncthreads is a barrier over those threads and warp
+ * shuffles exchange through a per-warp array between two barriers of the warp's 32 threads. This
+ * is an emulation of the execution model, not of timing: it catches indexing, masking, barrier
+ * placement within a block and reduction mistakes, not races that only real concurrency or the
+ * memory model would show.
  */
 #ifndef KVSERVE_EMU_CUDA_H
 #define KVSERVE_EMU_CUDA_H
@@ -54,6 +57,18 @@ static inline float __shfl_xor_sync(unsigned mask, float v, int o)
     return r;
 }
 
+static inline int __shfl_xor_sync(unsigned mask, int v, int o)
+{
+    static int xchg[1024]; /* the int lanes' own exchange, so that no value passes through a float */
+    (void)mask;
+    int t = (int)threadIdx.x, w = t >> 5, lane = t & 31;
+    xchg[t] = v;
+    pthread_barrier_wait(&emu_wbar[w]);
+    int r = xchg[(w << 5) | (lane ^ o)];
+    pthread_barrier_wait(&emu_wbar[w]);
+    return r;
+}
+
 /* One launch of `threads` threads over the grid: every thread walks all blocks in order,
  * calling block() for each; the block is over (a barrier) before its shared memory is reused.
  * The kernel's arguments travel in the program's own globals. */
@@ -89,8 +104,10 @@ static void emu_run(dim3 grid, int threads, void (*block)(void))
 #define __expf expf
 using std::min;
 
-/* 16-bit KV types are not emulated: the emulation checks the f32, int8 and e4m3 instantiations
- * (whose scales are read and written through cuda_common.h's software f16 conversions). */
+/* 16-bit element types are not emulated: the emulation checks the f32, int8 and e4m3
+ * instantiations (whose scales are read and written through cuda/formats.h's software f16
+ * conversions); a 16-bit load gives NaN and a 16-bit store a NaN, so that a check that reaches
+ * one by mistake fails. */
 struct __half {
     uint16_t x;
 };
@@ -137,6 +154,17 @@ static inline float __half2float(__half h)
 static inline float __bfloat162float(__nv_bfloat16 h)
 {
     return (float)h.x * NAN;
+}
+
+static inline __half __float2half_rn(float f)
+{
+    __half h = {0x7e00u}; /* NaN */
+    return h;
+}
+static inline __nv_bfloat16 __float2bfloat16_rn(float f)
+{
+    __nv_bfloat16 h = {0x7fc0u}; /* NaN */
+    return h;
 }
 
 #endif

@@ -1,10 +1,10 @@
 /*
  * gpu_check.c — the self-contained GPU check program that scripts/gpu-check.sh builds and runs.
  *
- * Built from engine/ (GGUF, model, forward, sampler), cache/, cpu/, cuda/ and the synthetic-model
- * writer (cli/mkmodel*.c) only: no HTTP, JSON,
- * test framework or regex library, so it builds on a GPU machine that has just the CUDA toolkit
- * and a C compiler. In order, it:
+ * Built from model/ (GGUF, model, dtypes and the synthetic-model writer, mkmodel), engine/
+ * (forward, sampler), cache/, cpu/, cuda/ and cli/backend.c only: no HTTP, JSON, test framework
+ * or regex library, so it builds on a GPU machine that has just the CUDA toolkit and a C
+ * compiler. In order, it:
  *   1. checks every CUDA op against the CPU backend at realistic sizes (cuda/check/kernel_checks.c);
  *   2. runs the stories260K golden greedy cases end to end on the GPU, all cases in one varlen batch
  *      (token ids from a text file, no tokenizer), with f16 and f32 KV; then a synthetic model of

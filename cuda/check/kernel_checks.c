@@ -16,7 +16,7 @@
 #include <unistd.h>
 
 #include "cuda/cuda_backend.h"
-#include "cuda/cuda_common.h"
+#include "cuda/kv_layout.h"
 #include "engine/backend.h"
 #include "model/dtype.h"
 #include "engine/forward.h"

@@ -1,6 +1,7 @@
 /*
- * quant_emu.cc — runs the CUDA kernels of the quantised weight types (cuda/quant_kernels.h),
- * the very source nvcc compiles, on the CPU through cuda/check/emu_cuda.h, for every type:
+ * quant_emu.cc — runs the CUDA kernels of the quantised weight types (cuda/qmatvec_kernels.h,
+ * qgemm_kernels.h and the quantised embedding of gather_kernels.h), the very source nvcc
+ * compiles, on the CPU through cuda/check/emu_cuda.h, for every type:
  *   - the decode GEMV against a float64 product of the decoded weights and the activations, with
  *     the tolerance of its f32 arithmetic (each lane sums n_in / 32 products, then 5 shuffle
  *     adds and the bias: γ(n_in / 32 + 7) · Σ |w·x|), on shapes whose rows are not multiples of
@@ -21,9 +22,12 @@
 
 #include "cuda/check/emu_cuda.h"
 extern "C" {
-#include "cuda/cuda_common.h"
+#include "cuda/formats.h"
+#include "cuda/launch.h"
 }
-#include "cuda/quant_kernels.h"
+#include "cuda/gather_kernels.h"
+#include "cuda/qgemm_kernels.h"
+#include "cuda/qmatvec_kernels.h"
 
 thread_local dim3 threadIdx, blockIdx;
 dim3 blockDim, gridDim;

@@ -1,6 +1,6 @@
 /*
- * quant_common.h — the CUDA backend's decoding of the quantised weight types (layouts in
- * model/dtype.h), shared by host and device code like cuda_common.h: every function is CUDA_HD,
+ * quant_formats.h — the CUDA backend's decoding of the quantised weight types (layouts in
+ * model/dtype.h), shared by host and device code like cuda/formats.h: every function is CUDA_HD,
  * so the kernels run the very arithmetic that tests/test_cuda_host.c checks on the CPU against
  * dt_to_f32, bit for bit.
  *
@@ -9,15 +9,16 @@
  * values. Each value is formed in f32 in the order dt_to_f32 forms it. Reads are byte by byte:
  * blocks of 18, 22 or 110 bytes leave wider loads unaligned.
  *
- * Callers: cuda/quant_kernels.h (the dequantising GEMV, the F16 tiles, the embedding), the
- * launchers in cuda/quant.cu, tests/test_cuda_host.c and cuda/check/quant_emu.cc.
+ * Callers: the kernels of the quantised matvec, the quantised GEMM and the embedding
+ * (cuda/qmatvec_kernels.h, qgemm_kernels.h, gather_kernels.h), their launchers,
+ * tests/test_cuda_host.c and cuda/check/quant_emu.cc.
  */
-#ifndef KVSERVE_CUDA_QUANT_COMMON_H
-#define KVSERVE_CUDA_QUANT_COMMON_H
+#ifndef KVSERVE_CUDA_QUANT_FORMATS_H
+#define KVSERVE_CUDA_QUANT_FORMATS_H
 
 #include <stdint.h>
 
-#include "cuda/cuda_common.h"
+#include "cuda/formats.h"
 #include "model/dtype.h"
 
 /* 1 for the block types cuda_q_dequant8 decodes (the supported quantised types, Q8_0 included). */
@@ -205,5 +206,44 @@ static inline CUDA_HD void cuda_q_dequant8(int type, const uint8_t *row, int64_t
     if (be == 32) cuda_q_legacy8(type, b, r, v);
     else cuda_q_k8(type, b, r, v);
 }
+
+/* Calls F<T>(args) for the template instance of a runtime type (the emulation programs' switch;
+ * the backend reaches the instances through the kernel table's per-type entries, CUDA_Q_FILL).
+ * Macros, so that this header stays plain C for the host tests: only C++ callers expand them. */
+#define CUDA_Q_DISPATCH(type, F, ...)                                                          \
+    do {                                                                                       \
+        switch (type) {                                                                        \
+        case DT_Q4_0: F<DT_Q4_0>(__VA_ARGS__); break;                                          \
+        case DT_Q4_1: F<DT_Q4_1>(__VA_ARGS__); break;                                          \
+        case DT_Q5_0: F<DT_Q5_0>(__VA_ARGS__); break;                                          \
+        case DT_Q5_1: F<DT_Q5_1>(__VA_ARGS__); break;                                          \
+        case DT_Q8_0: F<DT_Q8_0>(__VA_ARGS__); break;                                          \
+        case DT_IQ4_NL: F<DT_IQ4_NL>(__VA_ARGS__); break;                                      \
+        case DT_Q2_K: F<DT_Q2_K>(__VA_ARGS__); break;                                          \
+        case DT_Q3_K: F<DT_Q3_K>(__VA_ARGS__); break;                                          \
+        case DT_Q4_K: F<DT_Q4_K>(__VA_ARGS__); break;                                          \
+        case DT_Q5_K: F<DT_Q5_K>(__VA_ARGS__); break;                                          \
+        case DT_Q6_K: F<DT_Q6_K>(__VA_ARGS__); break;                                          \
+        default: F<DT_IQ4_XS>(__VA_ARGS__); break;                                             \
+        }                                                                                      \
+    } while (0)
+
+/* Sets tab[t] = F<t> for every quantised type t: the per-type entries of the kernel table
+ * (cuda/kern.h). */
+#define CUDA_Q_FILL(tab, F)                                                                    \
+    do {                                                                                       \
+        (tab)[DT_Q4_0] = F<DT_Q4_0>;                                                           \
+        (tab)[DT_Q4_1] = F<DT_Q4_1>;                                                           \
+        (tab)[DT_Q5_0] = F<DT_Q5_0>;                                                           \
+        (tab)[DT_Q5_1] = F<DT_Q5_1>;                                                           \
+        (tab)[DT_Q8_0] = F<DT_Q8_0>;                                                           \
+        (tab)[DT_IQ4_NL] = F<DT_IQ4_NL>;                                                       \
+        (tab)[DT_Q2_K] = F<DT_Q2_K>;                                                           \
+        (tab)[DT_Q3_K] = F<DT_Q3_K>;                                                           \
+        (tab)[DT_Q4_K] = F<DT_Q4_K>;                                                           \
+        (tab)[DT_Q5_K] = F<DT_Q5_K>;                                                           \
+        (tab)[DT_Q6_K] = F<DT_Q6_K>;                                                           \
+        (tab)[DT_IQ4_XS] = F<DT_IQ4_XS>;                                                       \
+    } while (0)
 
 #endif

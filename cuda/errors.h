@@ -1,15 +1,16 @@
 /*
- * check.h — checking every CUDA runtime and cuBLAS call (CUDA C++ only).
+ * errors.h — checking every CUDA runtime and cuBLAS call (CUDA C++ only).
  *
  *   if (CUDA_CHECK(cudaMalloc(&p, n))) return -ENOMEM;
  *
  * CUDA_CHECK / CUBLAS_CHECK evaluate the call once; on failure they print one line naming the
  * call, the error and file:line to stderr and yield -EIO, else 0. CUDA_CHECK_LAUNCH() checks the
  * last kernel launch the same way. Callers decide what a failure means (the backend records it
- * and reports -EIO from sync/to_host; see cuda/internal.h).
+ * and reports -EIO from sync/to_host; see cuda/internal.h). Named errors.h so that it is not
+ * mistaken for part of cuda/check/, the check programs.
  */
-#ifndef KVSERVE_CUDA_CHECK_H
-#define KVSERVE_CUDA_CHECK_H
+#ifndef KVSERVE_CUDA_ERRORS_H
+#define KVSERVE_CUDA_ERRORS_H
 
 #include <errno.h>
 #include <stdio.h>

@@ -1,5 +1,5 @@
 /*
- * attention.cu — causal attention over the paged KV cache, for decode and prefill alike.
+ * attn.cu — causal attention over the paged KV cache, for decode and prefill alike.
  *
  * One kernel, FlashAttention-2 style: a block owns one work item (a run of new tokens of one
  * sequence: a single token for decode, a tile for prefill) and one kv head, and computes every
@@ -24,7 +24,9 @@
  * Each layer reads its layer group's arena and view of the batch (block tables, context
  * lengths); attention sinks (a moved StreamingLLM window) are one more key range, met by
  * be_attn.q_sink instead of q. The kernels themselves are in attn_kernels.h (also run under CPU
- * emulation); this file plans the work list once per step and launches them.
+ * emulation); the work list is planned once per step (meta.cu, cuda/attn_plan.h); this file
+ * launches the kernels, through the kernel table (kern.h): the attention entry is where kernels
+ * for other shapes or GPUs (tensor cores: mma, wgmma) plug in.
  *
  * Not yet done: the QK and PV products use CUDA-core FMAs from shared memory, not tensor cores
  * (mma / wgmma), so long prefills are compute-bound well below the GPU's matrix rate.
@@ -32,54 +34,47 @@
 #include "cuda/internal.h"
 #include "cuda/attn_kernels.h"
 
-/* Plans the batch's attention items and split factor for n_heads query heads and uploads the
- * items (once per step; every layer reuses them). 0 or a negative errno. */
-int cuda__attn_plan(cuda_backend *cb, int n_heads, int32_t max_kv_bound)
+/* ---- the sm_80 kernels' launchers ---------------------------------------------------------- */
+
+template <typename T>
+static int cuda__attn_launch(cudaStream_t s, const cuda__attn_args &a, const void *kp, const void *vp,
+                             int32_t n_items, size_t smem)
 {
-    const be_batch *b = cb->batch;
-    int gsize = n_heads / cb->kv.n_kv_heads;
-    int tile = cuda_attn_tile_tokens(gsize);
-    int32_t *items = cb->meta_host + cb->meta.total;
-    int32_t max_kv = 0;
-    int32_t n = cuda_attn_plan(b, tile, items, &max_kv);
-    if (max_kv_bound > max_kv) max_kv = max_kv_bound;
-    int32_t part = 0;
-    int splits = cuda_attn_splits(n, cb->kv.n_kv_heads, max_kv, cb->n_sm, b->n_tokens, n_heads, cb->kv.head_dim,
-                                  &part);
-    if (splits > 1) {
-        size_t need = (size_t)b->n_tokens * n_heads * splits * (cb->kv.head_dim + 2) * sizeof(float);
-        size_t cap = cb->attn_scratch_floats * sizeof(float);
-        int rc = cuda__grow(cb, (void **)&cb->attn_scratch, &cap, need);
-        if (rc) return rc;
-        cb->attn_scratch_floats = cap / sizeof(float);
-    }
-    size_t smem = cuda__attn_smem(tile * gsize, cb->kv.head_dim);
-    if (smem > cb->smem_optin) return -EINVAL;
-    if (n > 0 && CB_CHECK(cb, cudaMemcpyAsync(cb->meta_dev + cb->meta.total, items,
-                                              (size_t)n * CUDA_ATTN_ITEM_INTS * sizeof(int32_t),
-                                              cudaMemcpyHostToDevice, cb->stream)))
+    if (smem > 48 * 1024 &&
+        CUDA_CHECK(cudaFuncSetAttribute(cuda__attn_k<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem)))
         return -EIO;
-    if (CB_CHECK(cb, cudaEventRecord(cb->meta_done, cb->stream))) return -EIO;
-    cb->attn_heads = n_heads;
-    cb->model_heads = n_heads;
-    cb->attn_items = n;
-    cb->attn_tile_tokens = tile;
-    cb->attn_splits = splits;
-    cb->attn_part = part;
+    dim3 grid(a.splits, a.n_kv_heads, n_items);
+    cuda__attn_k<T><<<grid, CUDA_ATTN_THREADS, smem, s>>>(a, (const T *)kp, (const T *)vp);
     return 0;
 }
 
-template <typename T> static int cuda__attn_launch(cuda_backend *cb, const cuda__attn_args &a, int layer, size_t smem)
+static int cuda__attention_sm80(cudaStream_t s, const cuda__attn_args *a, int kv_dtype, const void *kp,
+                                const void *vp, int32_t n_items, size_t smem)
 {
-    if (smem > 48 * 1024 &&
-        CB_CHECK(cb, cudaFuncSetAttribute(cuda__attn_k<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem)))
-        return -EIO;
-    const cuda_kv_layout *l;
-    const T *kp = (const T *)cuda__kv_plane(cb, layer, 0, &l), *vp = (const T *)cuda__kv_plane(cb, layer, 1, &l);
-    dim3 grid(a.splits, cb->kv.n_kv_heads, cb->attn_items);
-    cuda__attn_k<T><<<grid, CUDA_ATTN_THREADS, smem, cb->stream>>>(a, kp, vp);
-    return CB_CHECK_LAUNCH(cb);
+    switch (kv_dtype) {
+    case KV_F32: return cuda__attn_launch<float>(s, *a, kp, vp, n_items, smem);
+    case KV_BF16: return cuda__attn_launch<__nv_bfloat16>(s, *a, kp, vp, n_items, smem);
+    case KV_I8: return cuda__attn_launch<int8_t>(s, *a, kp, vp, n_items, smem);
+    case KV_FP8: return cuda__attn_launch<uint8_t>(s, *a, kp, vp, n_items, smem);
+    default: return cuda__attn_launch<__half>(s, *a, kp, vp, n_items, smem);
+    }
 }
+
+static void cuda__attn_reduce_sm80(cudaStream_t s, const float *part, float *out, int n_tokens, int n_heads,
+                                   int head_dim, int splits)
+{
+    dim3 grid(n_heads, n_tokens);
+    int threads = cuda_attn_reduce_threads(head_dim);
+    cuda__attn_reduce_k<<<grid, threads, 0, s>>>(part, out, n_heads, head_dim, splits);
+}
+
+void cuda__attn_fill_sm80(cuda__kern *k)
+{
+    k->attention = cuda__attention_sm80;
+    k->attn_reduce = cuda__attn_reduce_sm80;
+}
+
+/* ---- the op ------------------------------------------------------------------------------ */
 
 void cuda__op_attention(backend *be, int layer, const float *q, const be_attn *at, float *out)
 {
@@ -123,17 +118,10 @@ void cuda__op_attention(backend *be, int layer, const float *q, const be_attn *a
     a.window = at->window;
     a.tile_elems = (int32_t)cuda_kv_tile_elems(&cb->kv);
     size_t smem = cuda__attn_smem(cb->attn_tile_tokens * a.gsize, a.head_dim);
-    int rc;
-    switch (cb->kv_dtype) {
-    case KV_F32: rc = cuda__attn_launch<float>(cb, a, layer, smem); break;
-    case KV_BF16: rc = cuda__attn_launch<__nv_bfloat16>(cb, a, layer, smem); break;
-    case KV_I8: rc = cuda__attn_launch<int8_t>(cb, a, layer, smem); break;
-    case KV_FP8: rc = cuda__attn_launch<uint8_t>(cb, a, layer, smem); break;
-    default: rc = cuda__attn_launch<__half>(cb, a, layer, smem); break;
-    }
-    if (rc || a.splits == 1) return;
-    dim3 grid(n_heads, cb->meta.n_tokens);
-    int threads = cuda_attn_reduce_threads(a.head_dim);
-    cuda__attn_reduce_k<<<grid, threads, 0, cb->stream>>>(cb->attn_scratch, out, n_heads, a.head_dim, a.splits);
+    const cuda_kv_layout *l;
+    const void *kp = cuda__kv_plane(cb, layer, 0, &l), *vp = cuda__kv_plane(cb, layer, 1, &l);
+    if (cuda__fail(cb, cb->k.attention(cb->stream, &a, cb->kv_dtype, kp, vp, cb->attn_items, smem))) return;
+    if (CB_CHECK_LAUNCH(cb) || a.splits == 1) return;
+    cb->k.attn_reduce(cb->stream, cb->attn_scratch, out, cb->meta.n_tokens, n_heads, a.head_dim, a.splits);
     CB_CHECK_LAUNCH(cb);
 }

@@ -1,0 +1,57 @@
+/*
+ * gemm_kernels.h — the kernels around the dense GEMMs, which cuBLAS runs: the activations
+ * converted to a weight's 16-bit type, the bias added to the output, and a model tensor's rows
+ * converted between f32, f16 and bf16 at upload. Kept apart from their launchers (cuda/gemm.cu)
+ * so that they compile under the CPU emulation of cuda/check/emu_cuda.h too.
+ *
+ * Expects the CUDA built-ins (or their emulation) and __half / __nv_bfloat16.
+ */
+#ifndef KVSERVE_CUDA_GEMM_KERNELS_H
+#define KVSERVE_CUDA_GEMM_KERNELS_H
+
+#include "cuda/device.h"
+#include "cuda/formats.h"
+#include "model/dtype.h"
+
+/* y[i] = x[i] in the 16-bit type T (__half or __nv_bfloat16), rounding to nearest even. */
+template <typename T> static __global__ void cuda__to16_k(const float *x, T *y, int64_t n)
+{
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        y[i] = cuda__st<T>(x[i]);
+}
+
+/* out[i] += bias[i % n_out] for i < n: the bias of every output row. */
+static __global__ void cuda__bias_k(float *out, const float *bias, int64_t n_out, int64_t n)
+{
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        out[i] += bias[i % n_out];
+}
+
+/* Element (r, i) of a raw float tensor of type src_type (rows row_bytes apart). */
+static __device__ float cuda__raw_value(const uint8_t *src, int src_type, size_t row_bytes, int64_t r, int64_t i)
+{
+    const uint8_t *row = src + (size_t)r * row_bytes;
+    switch (src_type) {
+    case DT_F32: return ((const float *)row)[i];
+    case DT_F16: return cuda_f16_to_f32(((const uint16_t *)row)[i]);
+    default: return cuda_bf16_to_f32(((const uint16_t *)row)[i]);
+    }
+}
+
+static __device__ void cuda__store_as(void *dst, int dst_type, int64_t e, float v)
+{
+    if (dst_type == DT_F32) ((float *)dst)[e] = v;
+    else if (dst_type == DT_BF16) ((uint16_t *)dst)[e] = cuda_f32_to_bf16(v);
+    else ((uint16_t *)dst)[e] = cuda_f32_to_f16(v);
+}
+
+/* Element e of the dst tensor (type dst_type: DT_F32, DT_F16 or DT_BF16, n_in a row, n in all)
+ * from element (e / n_in, e % n_in) of src. */
+static __global__ void cuda__convert_k(const uint8_t *src, int src_type, size_t row_bytes, int64_t n_in,
+                                       int64_t n, void *dst, int dst_type)
+{
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n; e += (int64_t)gridDim.x * blockDim.x)
+        cuda__store_as(dst, dst_type, e, cuda__raw_value(src, src_type, row_bytes, e / n_in, e % n_in));
+}
+
+#endif

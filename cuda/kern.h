@@ -1,0 +1,170 @@
+/*
+ * kern.h — the CUDA backend's kernel table: one per compute capability, chosen once when the
+ * backend is created (cuda__kern_init, kern.cu), modelled on the CPU backend's cpu__kern
+ * (cpu/internal.h). CUDA C++ only; included by cuda/internal.h, which includes engine/backend.h
+ * (C) first.
+ *
+ * The ops (the backend's vtable, in each family's cuda/NAME.cu) do what every kernel of their
+ * family shares: the graph bookkeeping, the batch metadata, the KV planes, the error record.
+ * They reach the kernels only through the table's entries: launchers that queue one family's
+ * kernels on a stream. Launchers take plain arguments (device pointers, shapes), not the
+ * backend, so that a variant brings only its kernels; the two that need the backend's scratch
+ * buffers and cuBLAS (gemm, qgemm) take it. Unless an entry says otherwise, it does not check its
+ * launch: the op does (CB_CHECK_LAUNCH), so a failure is logged with the op's file and line.
+ *
+ * Today every capability gets the same table, the sm_80 baseline (the kernels of each family's
+ * NAME_kernels.h). The build carries sm_90 code and compute_80 PTX for every file (NVCC_ARCH in
+ * the Makefile), so a device below 8.0 fails at its first launch, as it always has.
+ *
+ * How to add a kernel (a variant for a newer GPU, or a new kind of kernel):
+ *  1. The entry. Add it to struct cuda__kern below with its exact contract (shapes, what it may
+ *     assume, what it writes), or reuse one. A variant that needs a different launch shape or
+ *     plan (tile sizes, scratch) makes that part of its entry's contract rather than of the op.
+ *     List a new entry in cuda__kern_missing (kern.cu), with which tests/test_cuda.c checks
+ *     that no capability's table leaves it empty.
+ *  2. The kernel. Its source goes in the family's emulable header, cuda/NAME_kernels.h, or for
+ *     a variant its own header, cuda/NAME_smXX_kernels.h: plain CUDA C that the CPU emulation
+ *     (cuda/check/emu_cuda.h) also compiles: the built-ins, __half / __nv_bfloat16, the helpers
+ *     of cuda/device.h and the CUDA_HD headers (cuda/launch.h lists them); no runtime calls;
+ *     fixed shared arrays declared static __shared__ (one array per block on the GPU, and one
+ *     for all the emulated threads of a block on the CPU).
+ *     Its launcher goes in cuda/NAME.cu (a variant's in cuda/NAME_smXX.cu) as a static function
+ *     that the file's fill function, cuda__NAME_fill_smXX, sets in the table; declare the fill
+ *     function at the end of this file. The Makefile and scripts/gpu-check.sh build every .cu
+ *     file of cuda/: a new file needs no build change.
+ *  3. The capability. cuda__kern_init fills the baseline (every cuda__NAME_fill_sm80), then for
+ *     a device of capability cc ≥ XX calls the fill functions of the sm_XX variants, which
+ *     overwrite only what they implement; an entry without a variant keeps the one below. Code
+ *     that uses instructions of a newer architecture compiles only under a guard (#if
+ *     __CUDA_ARCH__ >= 900: every file is also built as compute_80 PTX), and one that needs an
+ *     architecture-specific target (sm_90's wgmma needs sm_90a) also needs a -gencode
+ *     arch=compute_90a,code=sm_90a for its file, in the Makefile and scripts/gpu-check.sh; its
+ *     fill must run only for the devices that have it.
+ *  4. The tests. The kernel header's source runs under the CPU emulation against a float64 (or
+ *     the host's exact) reference: a case in cuda/check/attn_emu.cc, quant_emu.cc or
+ *     ops_emu.cc, or a new NAME_emu.cc with its Makefile rule, its place in scripts/gpu-check.sh
+ *     --emulate and a test in tests/test_cuda_host.c that runs it, so that it runs in `make
+ *     test` on every machine. On a GPU, cuda/check/kernel_checks.c compares the op with
+ *     the CPU backend (make test-cuda, scripts/gpu-check.sh). A GPU runs the table of its own
+ *     capability only: when a variant replaces the baseline on the GPU the checks run on, the
+ *     baseline needs a way to be chosen there too (e.g. an environment variable capping the
+ *     capability, as KVSERVE_CPU_ISA caps the CPU's level), added with the first variant.
+ */
+#ifndef KVSERVE_CUDA_KERN_H
+#define KVSERVE_CUDA_KERN_H
+
+#include <cuda_runtime.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cuda/attn_plan.h"
+#include "cuda/kv_layout.h"
+
+struct cuda_backend;
+
+/* Weight types a table can hold kernels for: indexed by enum dt_type (the quantised types). */
+#define CUDA__W_TYPES 32
+
+typedef struct cuda__kern {
+    int cc; /* the compute capability it was filled for: major × 10 + minor */
+
+    /* ---- attention (attn.cu) ---- */
+    /* Causal attention of the step's planned items (cuda/attn_plan.h) over one layer's K and V
+     * planes kp, vp of KV type kv_dtype (enum kv_dtype): a grid of a->splits × a->n_kv_heads ×
+     * n_items blocks with smem bytes of dynamic shared memory (cuda__attn_smem). Writes a->out
+     * when a->splits is 1, else the partials a->part. Returns 0, or -EIO (logged) when the kernel
+     * cannot be given that much shared memory; then nothing is launched. */
+    int (*attention)(cudaStream_t s, const cuda__attn_args *a, int kv_dtype, const void *kp, const void *vp,
+                     int32_t n_items, size_t smem);
+    /* Merges the split-K partials part [n_tokens][n_heads][splits][head_dim + 2] into out
+     * [n_tokens][n_heads][head_dim]. */
+    void (*attn_reduce)(cudaStream_t s, const float *part, float *out, int n_tokens, int n_heads, int head_dim,
+                        int splits);
+
+    /* ---- dense matmul and conversions (gemm.cu) ---- */
+    /* out [n_rows][n_out] = x [n_rows][n_in] · Wᵀ (+ bias [n_out], or NULL) for F32, F16 and
+     * BF16 weights; records its own failures in cb. */
+    void (*gemm)(struct cuda_backend *cb, const float *x, int n_rows, const be_weight *w, const float *bias,
+                 float *out);
+    /* dst [n_rows][n_in] of dst_type (DT_F32, DT_F16 or DT_BF16) = the rows of a model tensor src
+     * (row_bytes apart) of src_type (the same three). */
+    void (*convert_rows)(cudaStream_t s, const void *src, int src_type, size_t row_bytes, int64_t n_in,
+                         int64_t n_rows, void *dst, int dst_type);
+    /* dst [n] = x [n] as dst_type (DT_F16 or DT_BF16), rounding to nearest even. */
+    void (*to16)(cudaStream_t s, const float *x, void *dst, int dst_type, int64_t n);
+    /* out[i] += bias[i % n_out] for i < n. */
+    void (*add_bias)(cudaStream_t s, float *out, const float *bias, int64_t n_out, int64_t n);
+
+    /* ---- quantised weights (qmatvec.cu, qgemm.cu, gather.cu) ---- */
+    /* Matmuls of up to this many rows take qmatvec, larger ones qgemm. */
+    int qmatvec_max_rows;
+    /* Per quantised type (cuda_q_is_quant; NULL for the others): out [n_rows][n_out] = x · Wᵀ
+     * (+ bias, or NULL) for n_rows ≤ qmatvec_max_rows, W in the file's blocks. */
+    void (*qmatvec[CUDA__W_TYPES])(cudaStream_t s, const be_weight *w, const float *x, int n_rows,
+                                   const float *bias, float *out);
+    /* The same for any number of rows (the prefill of a quantised model); records its own
+     * failures in cb. */
+    void (*qgemm)(struct cuda_backend *cb, const float *x, int n_rows, const be_weight *w, const float *bias,
+                  float *out);
+    /* Per quantised type: rows [r0, r0 + n_rows) of w decoded into dst [n_rows][n_in], F16 bits
+     * (f16 = 1) or f32. */
+    void (*qdequant[CUDA__W_TYPES])(cudaStream_t s, const be_weight *w, int64_t r0, int64_t n_rows, void *dst,
+                                    int f16);
+    /* Per quantised type: out [n_tokens][n_in] = the rows tokens[] of the table emb, as f32. */
+    void (*qembed[CUDA__W_TYPES])(cudaStream_t s, const be_weight *emb, int n_tokens, const int32_t *tokens,
+                                  float *out);
+
+    /* ---- norms and RoPE (norm_rope.cu) ---- */
+    /* out[r] = rmsnorm(x[r]) · w for n_rows rows of dim; with res != NULL, x[r] += res[r] first
+     * (written back). out may not alias x or res. */
+    void (*rmsnorm)(cudaStream_t s, float *x, const float *res, const float *w, float eps, int n_rows, int dim,
+                    float *out);
+    /* Rotates the n_tokens rows of x [n_tokens][r->n_heads][r->head_dim] in place at positions
+     * pos[] (device memory). r->freq_factors is ignored: ff is its device data, or NULL. */
+    void (*rope)(cudaStream_t s, float *x, const int32_t *pos, int n_tokens, const be_rope *r, const float *ff);
+    /* out row t = x row t rotated by −shift[s] of its sequence s (the last s with q_start[s] ≤ t;
+     * no rotation when sinks is NULL), for n_tokens rows; r and ff as for rope. */
+    void (*rope_shift)(cudaStream_t s, const float *x, float *out, int n_tokens, const int32_t *q_start,
+                       int n_seqs, const int32_t *sinks, const int32_t *shift, const be_rope *r, const float *ff);
+
+    /* ---- KV store (kv.cu) ---- */
+    /* Writes token t's rows k[t], v[t] ([n_kv_heads][head_dim] of l) into the planes kp, vp
+     * (KV type kv_dtype, layout l) at slots[t] (skipped when < 0), for n_tokens tokens; with
+     * r->rope_dims > 0, k[t] is first rotated in place at pos[t] (r, ff as for rope). */
+    void (*store_kv)(cudaStream_t s, int kv_dtype, float *k, const float *v, void *kp, void *vp,
+                     const int32_t *slots, const int32_t *pos, int n_tokens, const cuda_kv_layout *l,
+                     const be_rope *r, const float *ff);
+
+    /* ---- element-wise ops (elementwise.cu) ---- */
+    /* x[i] = op(x[i], y[i] or sc) for i < n (enum cuda_ew_op, cuda/formats.h). */
+    void (*ew)(cudaStream_t s, int op, float *x, const float *y, float sc, int64_t n);
+
+    /* ---- row gathers (gather.cu) ---- */
+    /* out [n_tokens][n_in] = the rows tokens[] of an F32, F16 or BF16 table emb, as f32. */
+    void (*embed)(cudaStream_t s, const be_weight *emb, const int32_t *tokens, int n_tokens, float *out);
+    /* out [n_rows][dim] = the rows rows[] of x. */
+    void (*gather_rows)(cudaStream_t s, const float *x, int dim, const int32_t *rows, int n_rows, float *out);
+
+    /* ---- sampling (sample.cu) ---- */
+    /* ids[j] (device memory) = the index of the largest value of row j of x [n_rows][dim], the
+     * lowest on ties, 0 for a row of NaNs. */
+    void (*argmax)(cudaStream_t s, const float *x, int n_rows, int dim, int32_t *ids);
+} cuda__kern;
+
+/* kern.cu: fills k with the kernels for a device of compute capability cc (major × 10 + minor). */
+void cuda__kern_init(cuda__kern *k, int cc);
+/* kern.cu: the name of an entry k leaves empty (NULL when every entry is set). */
+const char *cuda__kern_missing(const cuda__kern *k);
+
+/* Fill functions, one per file of launchers: each sets the entries its file implements. */
+void cuda__attn_fill_sm80(cuda__kern *k);        /* attn.cu */
+void cuda__gemm_fill_sm80(cuda__kern *k);        /* gemm.cu */
+void cuda__qmatvec_fill_sm80(cuda__kern *k);     /* qmatvec.cu */
+void cuda__qgemm_fill_sm80(cuda__kern *k);       /* qgemm.cu */
+void cuda__norm_rope_fill_sm80(cuda__kern *k);   /* norm_rope.cu */
+void cuda__kv_fill_sm80(cuda__kern *k);          /* kv.cu */
+void cuda__elementwise_fill_sm80(cuda__kern *k); /* elementwise.cu */
+void cuda__gather_fill_sm80(cuda__kern *k);      /* gather.cu */
+void cuda__sample_fill_sm80(cuda__kern *k);      /* sample.cu */
+
+#endif

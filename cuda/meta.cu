@@ -1,0 +1,105 @@
+/*
+ * meta.cu — begin(): the step's batch checked against the KV arena, packed into one pinned int32
+ * buffer (cuda/meta.h) and uploaded with one asynchronous copy; and the plans made from it once
+ * per step: the attention work list and split factor (cuda/attn_plan.h), uploaded after the
+ * metadata at its first attention call and reused by every layer.
+ *
+ * The pinned buffer is rewritten only after the copies of the previous step have read it (the
+ * event meta_done, recorded after every upload).
+ */
+#include "cuda/internal.h"
+
+/* Grows the pinned and the device metadata buffers to n_ints int32s each (contents lost). */
+static int cuda__meta_reserve(cuda_backend *cb, size_t n_ints)
+{
+    if (n_ints <= cb->meta_cap) return 0;
+    size_t want = n_ints + n_ints / 2 + 256;
+    int32_t *h = NULL, *d = NULL;
+    if (CUDA_CHECK(cudaMallocHost((void **)&h, want * sizeof(int32_t)))) {
+        cudaGetLastError();
+        return -ENOMEM;
+    }
+    if (CUDA_CHECK(cudaMalloc((void **)&d, want * sizeof(int32_t)))) {
+        cudaFreeHost(h);
+        cudaGetLastError();
+        return -ENOMEM;
+    }
+    if (cb->meta_host) CB_CHECK(cb, cudaFreeHost(cb->meta_host));
+    if (cb->meta_dev) CB_CHECK(cb, cudaFree(cb->meta_dev));
+    cuda__graphs_reset(cb);
+    cb->meta_host = h;
+    cb->meta_dev = d;
+    cb->meta_cap = want;
+    return 0;
+}
+
+/* be_ops.begin: validates the batch, packs it into the pinned buffer, uploads it, and starts or
+ * selects a CUDA graph for an eligible step. */
+int cuda__op_begin(backend *be, const be_batch *b)
+{
+    cuda_backend *cb = cuda__cb(be);
+    cuda_meta_layout L;
+    int rc = cuda_meta_plan(b, &L);
+    if (!rc && (b->n_kv > 1 ? b->n_kv : 1) > (cb->kv_groups > 0 ? cb->kv_groups : 1)) rc = -EINVAL;
+    if (!rc && cb->kv_arena[0]) rc = cuda_meta_check_kv(b, cb->kv.block_size, cb->kv_blocks);
+    if (rc) return rc;
+    if (cuda__use(cb)) return -EIO;
+    /* The pinned buffer may still be read by the previous step's copies. */
+    if (CB_CHECK(cb, cudaEventSynchronize(cb->meta_done))) return -EIO;
+    /* Room for the attention items too: at most one per token. */
+    size_t need = (size_t)L.total + (size_t)CUDA_ATTN_ITEM_INTS * (size_t)b->n_tokens + 1;
+    rc = cuda__meta_reserve(cb, need);
+    if (rc) return rc;
+    cuda_meta_pack(b, &L, cb->meta_host);
+    if (CB_CHECK(cb, cudaMemcpyAsync(cb->meta_dev, cb->meta_host, (size_t)L.total * sizeof(int32_t),
+                                     cudaMemcpyHostToDevice, cb->stream)))
+        return -EIO;
+    if (CB_CHECK(cb, cudaEventRecord(cb->meta_done, cb->stream))) return -EIO;
+    cb->meta = L;
+    cb->batch = b;
+    cb->have_batch = 1;
+    cb->attn_heads = 0;
+    cb->graph_mode = 0;
+    cb->graph_ops = 0;
+    if (cuda__graph_eligible(cb, b)) return cuda__graph_begin(cb, b);
+    return 0;
+}
+
+/* ---- attention plan ------------------------------------------------------------------------ */
+
+/* Plans the batch's attention items and split factor for n_heads query heads and uploads the
+ * items (once per step; every layer reuses them). 0 or a negative errno. */
+int cuda__attn_plan(cuda_backend *cb, int n_heads, int32_t max_kv_bound)
+{
+    const be_batch *b = cb->batch;
+    int gsize = n_heads / cb->kv.n_kv_heads;
+    int tile = cuda_attn_tile_tokens(gsize);
+    int32_t *items = cb->meta_host + cb->meta.total;
+    int32_t max_kv = 0;
+    int32_t n = cuda_attn_plan(b, tile, items, &max_kv);
+    if (max_kv_bound > max_kv) max_kv = max_kv_bound;
+    int32_t part = 0;
+    int splits = cuda_attn_splits(n, cb->kv.n_kv_heads, max_kv, cb->n_sm, b->n_tokens, n_heads, cb->kv.head_dim,
+                                  &part);
+    if (splits > 1) {
+        size_t need = (size_t)b->n_tokens * n_heads * splits * (cb->kv.head_dim + 2) * sizeof(float);
+        size_t cap = cb->attn_scratch_floats * sizeof(float);
+        int rc = cuda__grow(cb, (void **)&cb->attn_scratch, &cap, need);
+        if (rc) return rc;
+        cb->attn_scratch_floats = cap / sizeof(float);
+    }
+    size_t smem = cuda__attn_smem(tile * gsize, cb->kv.head_dim);
+    if (smem > cb->smem_optin) return -EINVAL;
+    if (n > 0 && CB_CHECK(cb, cudaMemcpyAsync(cb->meta_dev + cb->meta.total, items,
+                                              (size_t)n * CUDA_ATTN_ITEM_INTS * sizeof(int32_t),
+                                              cudaMemcpyHostToDevice, cb->stream)))
+        return -EIO;
+    if (CB_CHECK(cb, cudaEventRecord(cb->meta_done, cb->stream))) return -EIO;
+    cb->attn_heads = n_heads;
+    cb->model_heads = n_heads;
+    cb->attn_items = n;
+    cb->attn_tile_tokens = tile;
+    cb->attn_splits = splits;
+    cb->attn_part = part;
+    return 0;
+}

@@ -1,0 +1,63 @@
+/*
+ * qgemm.cu — matmul on quantised weights for more rows than the matvec takes (prefill): the
+ * matrix is decoded (qgemm_kernels.h) into F16 tiles of whole rows (cuda_q_tile_rows, at most
+ * CUDA_Q_TILE_BYTES), and cuBLAS multiplies each tile on tensor cores into its columns of the
+ * output (FP32 accumulation). The weights stay quantised in GPU memory; only one tile is ever
+ * decoded at a time. The op that routes here is matmul (gemm.cu), through the kernel table; a
+ * GEMM on the quantised blocks themselves (integer tensor cores) would be another qgemm.
+ */
+#include "cuda/internal.h"
+#include "cuda/qgemm_kernels.h"
+
+template <int T>
+static void cuda__launch_qdeq(cudaStream_t s, const be_weight *w, int64_t r0, int64_t n_rows, void *dst, int f16)
+{
+    unsigned g = cuda_grid_1d(n_rows * (w->n_in / 8), CUDA_EW_THREADS, CUDA_EW_MAX_BLOCKS);
+    cuda__qdeq_k<T><<<g, CUDA_EW_THREADS, 0, s>>>((const uint8_t *)w->data, dt_row_bytes(w->type, w->n_in), w->n_in,
+                                                  r0, n_rows, dst, f16);
+}
+
+/* Rows [r0, r0 + n_rows) of w into dst as F16 bits (f16 = 1) or f32, through the table's
+ * qdequant. 0, -EINVAL (not a quantised type) or -EIO. */
+static int cuda__q_decode_rows(cuda_backend *cb, const be_weight *w, int64_t r0, int64_t n_rows, void *dst, int f16)
+{
+    if (!cuda_q_is_quant(w->type) || w->n_in % cuda_q_block_elems(w->type)) return -EINVAL;
+    if (n_rows <= 0) return 0;
+    cb->k.qdequant[w->type](cb->stream, w, r0, n_rows, dst, f16);
+    return CB_CHECK_LAUNCH(cb);
+}
+
+/* The activations x [n_rows][n_in] as F16 in cb->conv. */
+static int cuda__q_x16(cuda_backend *cb, const float *x, int64_t n)
+{
+    if (cuda__fail(cb, cuda__grow(cb, &cb->conv, &cb->conv_bytes, (size_t)n * 2))) return -1;
+    return cuda__to_f16(cb, x, (uint16_t *)cb->conv, n);
+}
+
+/* out = x · Wᵀ (+ bias, or NULL), one F16 tile of W at a time. */
+static void cuda__qgemm_sm80(cuda_backend *cb, const float *x, int n_rows, const be_weight *w, const float *bias,
+                             float *out)
+{
+    int64_t n_in = w->n_in, n_out = w->n_out;
+    int64_t tile = cuda_q_tile_rows(n_in, n_out, CUDA_Q_TILE_BYTES);
+    if (cuda__fail(cb, cuda__grow(cb, &cb->qtile, &cb->qtile_bytes, (size_t)tile * n_in * 2))) return;
+    if (cuda__q_x16(cb, x, (int64_t)n_rows * n_in)) return;
+    float alpha = 1.0f, beta = 0.0f;
+    for (int64_t r0 = 0; r0 < n_out; r0 += tile) {
+        int64_t m = n_out - r0 < tile ? n_out - r0 : tile;
+        if (cuda__q_decode_rows(cb, w, r0, m, cb->qtile, 1)) return;
+        /* out[:, r0 .. r0+m) = x · tileᵀ: column-major, the output's leading dimension n_out */
+        if (CB_CHECK_BLAS(cb, cuda_blas()->gemm_ex(cb->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)m, n_rows, (int)n_in,
+                                                   &alpha, cb->qtile, CUDA_R_16F, (int)n_in, cb->conv, CUDA_R_16F,
+                                                   (int)n_in, &beta, out + r0, CUDA_R_32F, (int)n_out,
+                                                   CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT)))
+            return;
+    }
+    if (bias) cuda__add_bias(cb, out, bias, n_out, (int64_t)n_rows * n_out);
+}
+
+void cuda__qgemm_fill_sm80(cuda__kern *k)
+{
+    CUDA_Q_FILL(k->qdequant, cuda__launch_qdeq);
+    k->qgemm = cuda__qgemm_sm80;
+}
