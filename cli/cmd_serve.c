@@ -7,7 +7,7 @@
 #include "cache/kv.h"
 #include "cli/cli.h"
 #include "server/server.h"
-#include "server/toolcall.h"
+#include "server/toolcall/toolcall.h"
 
 int cli_serve(cli_opts *o)
 {

@@ -19,7 +19,7 @@
 #include "model/chat.h"
 #include "server/internal.h"
 #include "server/oai_chat.h"
-#include "server/toolcall.h"
+#include "server/toolcall/toolcall.h"
 
 /* ---- engine id → sub ------------------------------------------------------------------------ */
 

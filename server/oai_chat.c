@@ -2,11 +2,11 @@
  * oai_chat.c — tools, tool_choice, the template's inputs and the reading of the answer for
  * chat completions (see oai_chat.h).
  *
- * Parsing validates with cJSON (400s name the field) and keeps the body; the template's values
- * are read again from that copy with jinja/'s JSON reader, which keeps key order and
- * int / float. The answer of each choice goes through a server/toolcall.c parser; its deltas
- * become OpenAI's stream chunks (delta.content, delta.reasoning_content, delta.tool_calls with
- * index / id / type / function.name first and function.arguments in pieces, or the legacy
+ * Parsing validates with cJSON (400s name the field) and keeps the body; the template's values are
+ * read again from that copy with jinja/'s JSON reader, which keeps key order and int / float. The
+ * answer of each choice goes through a server/toolcall/toolcall.c parser; its deltas become
+ * OpenAI's stream chunks (delta.content, delta.reasoning_content, delta.tool_calls with index / id
+ * / type / function.name first and function.arguments in pieces, or the legacy
  * delta.function_call), and the parser's totals become the message of a non-streamed answer.
  */
 #include <cjson/cJSON.h>
@@ -18,7 +18,7 @@
 #include "server/oai_chat.h"
 #include "server/oai_internal.h"
 #include "server/oai_schema.h"
-#include "server/toolcall.h"
+#include "server/toolcall/toolcall.h"
 
 #define ERR_INVALID "invalid_request_error"
 

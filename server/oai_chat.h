@@ -8,7 +8,7 @@
  *   request body ──oai_parse (validates; keeps a copy)──► oai_chat
  *   oai_chat ──oai_chat_vars──► chat_vars for model/chat.c (values re-read from the body, so key
  *                                order and 1 vs 1.0 reach the template as the client sent them)
- *   generated text ──oai_chat_feed (server/toolcall.c per choice)──► deltas / message fields
+ *   generated text ──oai_chat_feed (a toolcall/ parser per choice)──► deltas / message fields
  *
  * Text content parts are joined ("" between them) before the template sees them, and tool-call
  * arguments sent as JSON strings are handed to the template parsed, as vLLM does; everything

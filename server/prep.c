@@ -26,7 +26,7 @@
 #include "model/utf8.h"
 #include "server/internal.h"
 #include "server/oai_chat.h"
-#include "server/toolcall.h"
+#include "server/toolcall/toolcall.h"
 
 /* Completions with echo and logprobs score the prompt tokens too (and so does prompt_logprobs). */
 static int echo_logprobs(const oai_request *q)

@@ -21,7 +21,7 @@
 
 #include "model/chat.h"
 #include "server/internal.h"
-#include "server/toolcall.h"
+#include "server/toolcall/toolcall.h"
 
 /* sd_notify(3)'s datagram protocol, without libsystemd. Silent when NOTIFY_SOCKET is unset. */
 void srv__notify(const char *msg)

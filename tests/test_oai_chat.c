@@ -14,7 +14,7 @@
 
 #include "server/oai_chat.h"
 #include "server/openai.h"
-#include "server/toolcall.h"
+#include "server/toolcall/toolcall.h"
 
 static const oai_limits toc_lim = {"tiny", 512, NULL};
 

@@ -1,6 +1,6 @@
 /*
  * toolcall_section.c — the call syntaxes whose calls sit in a marked section that is read whole
- * when its closing marker arrives (server/toolcall.c finds the markers in streamed text; this
+ * when its closing marker arrives (toolcall.c finds the markers in streamed text; this
  * file has the marker table and turns one complete section body into calls).
  *
  *   nemotron   <TOOLCALL>[{"name": …, "arguments": {…}}, …]</TOOLCALL>      (NVIDIA Nemotron)
@@ -49,7 +49,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "server/toolcall_internal.h"
+#include "server/toolcall/internal.h"
 
 /* ---- helpers ----------------------------------------------------------------------------- */
 

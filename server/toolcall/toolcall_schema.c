@@ -12,7 +12,7 @@
 #include <cjson/cJSON.h>
 #include <string.h>
 
-#include "server/toolcall_internal.h"
+#include "server/toolcall/internal.h"
 
 /* Whether a property's schema says its value is a string. */
 static int is_string_type(const cJSON *prop)

@@ -1,6 +1,6 @@
 /*
  * toolcall_pyval.c — call bodies written as code rather than JSON, turned into JSON arguments
- * (for server/toolcall_section.c):
+ * (for toolcall_section.c):
  *
  *   gemma4     call:NAME{key:VALUE,…}: keys bare or between <|"|> quotes, strings between
  *              <|"|> quotes (taken verbatim), numbers, true / false, nested {…} and […];
@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "server/toolcall_internal.h"
+#include "server/toolcall/internal.h"
 
 static const char gq[] = "<|\"|>"; /* Gemma's string quote */
 #define BAD ((size_t)-1)

@@ -3,14 +3,14 @@
  * toolcall_scan.c, buffers and JSON scanning; toolcall_tagged.c, the tagged syntaxes' markers;
  * toolcall_section.c and toolcall_pyval.c, the syntaxes read a whole section at a time;
  * toolcall_schema.c, the tool schemas' string parameters).
- * Nothing outside server/toolcall*.c includes it.
+ * Nothing outside server/toolcall/ includes it.
  */
 #ifndef KVSERVE_TOOLCALL_INTERNAL_H
 #define KVSERVE_TOOLCALL_INTERNAL_H
 
 #include <stddef.h>
 
-#include "server/toolcall.h"
+#include "server/toolcall/toolcall.h"
 
 typedef struct tbuf {
     char *s;
