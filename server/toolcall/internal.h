@@ -1,9 +1,15 @@
 /*
- * toolcall_internal.h — what the files of the output parsers share (toolcall.c, the parsers;
- * toolcall_scan.c, buffers and JSON scanning; toolcall_tagged.c, the tagged syntaxes' markers;
- * toolcall_section.c and toolcall_pyval.c, the syntaxes read a whole section at a time;
- * toolcall_schema.c, the tool schemas' string parameters).
- * Nothing outside server/toolcall/ includes it.
+ * internal.h — what the files of the output parsers share. From the bottom up:
+ *
+ *   toolcall_scan.c      buffers, JSON scanning and writing, names, markers, handing calls on
+ *   toolcall_pyval.c     call bodies written as code (for toolcall_section.c)
+ *   toolcall_tagged.c    the tagged syntaxes' markers and call bodies
+ *   toolcall_section.c   the syntaxes read a whole section at a time
+ *   toolcall_schema.c    the tool schemas' string parameters
+ *   toolcall.c           the parsers of toolcall.h, over all of the above
+ *
+ * Each file calls only files listed before it. Nothing outside server/toolcall/
+ * includes this header.
  */
 #ifndef KVSERVE_TOOLCALL_INTERNAL_H
 #define KVSERVE_TOOLCALL_INTERNAL_H
@@ -52,6 +58,12 @@ char *tc__json_unescape(const char *s, size_t n, size_t *out_len);
 void tc__json_value_of(tbuf *b, const char *v, size_t n);
 /* memmem for a C-string needle. */
 const char *tc__find(const char *s, size_t n, const char *needle);
+/* Appends s[0..n) as a JSON string. */
+void tc__json_str(tbuf *b, const char *s, size_t n);
+/* A character of a function name (letters, digits, _ - . : and any non-ASCII byte). */
+int tc__name_char(char c);
+/* Whether s[0..n) has lit at i. */
+int tc__at(const char *s, size_t n, size_t i, const char *lit);
 
 /* The markers of a tagged call syntax (toolcall_tagged.c): calls inside an optional section,
  * each from call_open to call_close, its name before sep and its arguments after it. */
@@ -74,6 +86,9 @@ typedef void (*tc_call_fn)(void *ud, const char *name, size_t name_len, const ch
 /* A body reader: the number of calls in s[0..n), each handed to fn when fn is set, or -1 when
  * the text is not calls (fn may then have seen some: tc__section_read validates first). */
 typedef int (*tc_read_fn)(const char *s, size_t n, tc_call_fn fn, void *ud);
+/* Hands the call name[0..nn) with args to fn (when set): count + 1, or -1 when args failed
+ * (out of memory) or the name is empty (toolcall_scan.c). */
+int tc__give(tc_call_fn fn, void *ud, const char *name, size_t nn, tbuf *args, int count);
 
 enum { TC_SECTION_PAIRS = 5 };
 
@@ -96,15 +111,6 @@ int tc__section_detect(const char *t);
 int tc__section_read(const tc_section *x, int pair, const char *s, size_t n, tc_call_fn fn,
                      void *ud);
 
-/* Appends s[0..n) as a JSON string. */
-void tc__json_str(tbuf *b, const char *s, size_t n);
-/* A character of a function name (letters, digits, _ - . : and any non-ASCII byte). */
-int tc__name_char(char c);
-/* Whether s[0..n) has lit at i. */
-int tc__at(const char *s, size_t n, size_t i, const char *lit);
-/* Hands the call name[0..nn) with args to fn (when set): count + 1, or -1 when args failed
- * (out of memory) or the name is empty. */
-int tc__give(tc_call_fn fn, void *ud, const char *name, size_t nn, tbuf *args, int count);
 /* Appends <parameter=K>V</parameter>… of s[0..n) as a JSON object to args. 0, or -1. */
 int tc__xml_params(const char *s, size_t n, tbuf *args);
 /* A non-JSON call body inside hermes' <tool_call>: Qwen3-Coder's <function=NAME>

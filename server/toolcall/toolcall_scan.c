@@ -1,8 +1,10 @@
 /*
  * toolcall_scan.c — the text machinery of the output parsers (toolcall.c): growable buffers,
  * an incremental scanner of JSON call objects (how far the name and the arguments value got in
- * text that may still be cut short), JSON string decoding, and writing a parameter value as JSON
- * for the call bodies that are not JSON.
+ * text that may still be cut short), JSON string decoding and writing, writing a parameter value
+ * as JSON for the call bodies that are not JSON, and the small readers every syntax shares
+ * (function-name characters, a marker at a position, handing a finished call to the caller).
+ * It calls no other file of the parsers.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -307,4 +309,48 @@ void tc__json_value_of(tbuf *b, const char *v, size_t n)
 const char *tc__find(const char *s, size_t n, const char *needle)
 {
     return s && n ? memmem(s, n, needle, strlen(needle)) : NULL;
+}
+
+/* ---- JSON strings, names, markers, calls handed on ----------------------------------------- */
+
+void tc__json_str(tbuf *b, const char *s, size_t n)
+{
+    tc__tb_add(b, "\"", 1);
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        char esc[8];
+        if (c == '"' || c == '\\') {
+            esc[0] = '\\';
+            esc[1] = (char)c;
+            tc__tb_add(b, esc, 2);
+        } else if (c == '\n')
+            tc__tb_add(b, "\\n", 2);
+        else if (c == '\t')
+            tc__tb_add(b, "\\t", 2);
+        else if (c < 0x20) {
+            snprintf(esc, sizeof esc, "\\u%04x", c);
+            tc__tb_add(b, esc, 6);
+        } else
+            tc__tb_add(b, s + i, 1);
+    }
+    tc__tb_add(b, "\"", 1);
+}
+
+int tc__name_char(char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+           c == '-' || c == '.' || c == ':' || (unsigned char)c >= 0x80;
+}
+
+int tc__at(const char *s, size_t n, size_t i, const char *lit)
+{
+    size_t k = strlen(lit);
+    return i <= n && n - i >= k && !memcmp(s + i, lit, k);
+}
+
+int tc__give(tc_call_fn fn, void *ud, const char *name, size_t nn, tbuf *args, int count)
+{
+    if (!args->s || !nn) return -1;
+    if (fn) fn(ud, name, nn, args->s, args->n);
+    return count + 1;
 }

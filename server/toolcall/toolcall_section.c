@@ -51,50 +51,6 @@
 
 #include "server/toolcall/internal.h"
 
-/* ---- helpers ----------------------------------------------------------------------------- */
-
-void tc__json_str(tbuf *b, const char *s, size_t n)
-{
-    tc__tb_add(b, "\"", 1);
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)s[i];
-        char esc[8];
-        if (c == '"' || c == '\\') {
-            esc[0] = '\\';
-            esc[1] = (char)c;
-            tc__tb_add(b, esc, 2);
-        } else if (c == '\n')
-            tc__tb_add(b, "\\n", 2);
-        else if (c == '\t')
-            tc__tb_add(b, "\\t", 2);
-        else if (c < 0x20) {
-            snprintf(esc, sizeof esc, "\\u%04x", c);
-            tc__tb_add(b, esc, 6);
-        } else
-            tc__tb_add(b, s + i, 1);
-    }
-    tc__tb_add(b, "\"", 1);
-}
-
-int tc__name_char(char c)
-{
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
-           c == '-' || c == '.' || c == ':' || (unsigned char)c >= 0x80;
-}
-
-int tc__at(const char *s, size_t n, size_t i, const char *lit)
-{
-    size_t k = strlen(lit);
-    return i <= n && n - i >= k && !memcmp(s + i, lit, k);
-}
-
-int tc__give(tc_call_fn fn, void *ud, const char *name, size_t nn, tbuf *args, int count)
-{
-    if (!args->s || !nn) return -1;
-    if (fn) fn(ud, name, nn, args->s, args->n);
-    return count + 1;
-}
-
 /* ---- JSON lists of call objects ---------------------------------------------------------- */
 
 /* [{"name"|"tool_name": …, "arguments"|"parameters": …}, …] or one such object. */
