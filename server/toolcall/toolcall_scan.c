@@ -1,10 +1,9 @@
 /*
- * toolcall_scan.c — the text machinery of the output parsers (toolcall.c): growable buffers,
- * an incremental scanner of JSON call objects (how far the name and the arguments value got in
- * text that may still be cut short), JSON string decoding and writing, writing a parameter value
- * as JSON for the call bodies that are not JSON, and the small readers every syntax shares
- * (function-name characters, a marker at a position, handing a finished call to the caller).
- * It calls no other file of the parsers.
+ * toolcall_scan.c — the text machinery of the output parsers (toolcall.c): the incremental scanner
+ * of JSON call objects (how far the name and the arguments value got in text that may still be cut
+ * short), JSON string decoding and writing, writing a parameter value as JSON for the call bodies
+ * that are not JSON, and the small readers every syntax shares (function-name characters, a marker
+ * at a position, handing a finished call to the caller). It calls no other file of the parsers.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -12,34 +11,6 @@
 #include <string.h>
 
 #include "server/toolcall/internal.h"
-
-/* ---- buffers ------------------------------------------------------------------------------ */
-
-int tc__tb_add(tbuf *b, const char *s, size_t n)
-{
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 64;
-        while (cap < b->n + n + 1)
-            cap *= 2;
-        char *p = realloc(b->s, cap);
-        if (!p) return -ENOMEM;
-        b->s = p;
-        b->cap = cap;
-    }
-    if (n) memcpy(b->s + b->n, s, n);
-    b->n += n;
-    b->s[b->n] = 0;
-    return 0;
-}
-
-void tc__tb_drop(tbuf *b, size_t k)
-{
-    if (!b->s) return;
-    if (k > b->n) k = b->n;
-    memmove(b->s, b->s + k, b->n - k);
-    b->n -= k;
-    b->s[b->n] = 0;
-}
 
 /* ---- JSON scanning ------------------------------------------------------------------------ */
 
@@ -292,7 +263,7 @@ static size_t strict_value(const char *s, size_t n, size_t i, int depth)
     return j;
 }
 
-void tc__json_value_of(tbuf *b, const char *v, size_t n)
+void tc__json_value_of(buf *b, const char *v, size_t n)
 {
     while (n && tc__is_ws(*v))
         v++, n--;
@@ -300,7 +271,7 @@ void tc__json_value_of(tbuf *b, const char *v, size_t n)
         n--;
     size_t e = n ? strict_value(v, n, 0, 0) : (size_t)-1;
     if (e == n) {
-        tc__tb_add(b, v, n);
+        buf_put(b, v, n);
         return;
     }
     tc__json_str(b, v, n);
@@ -313,27 +284,27 @@ const char *tc__find(const char *s, size_t n, const char *needle)
 
 /* ---- JSON strings, names, markers, calls handed on ----------------------------------------- */
 
-void tc__json_str(tbuf *b, const char *s, size_t n)
+void tc__json_str(buf *b, const char *s, size_t n)
 {
-    tc__tb_add(b, "\"", 1);
+    buf_put(b, "\"", 1);
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)s[i];
         char esc[8];
         if (c == '"' || c == '\\') {
             esc[0] = '\\';
             esc[1] = (char)c;
-            tc__tb_add(b, esc, 2);
+            buf_put(b, esc, 2);
         } else if (c == '\n')
-            tc__tb_add(b, "\\n", 2);
+            buf_put(b, "\\n", 2);
         else if (c == '\t')
-            tc__tb_add(b, "\\t", 2);
+            buf_put(b, "\\t", 2);
         else if (c < 0x20) {
             snprintf(esc, sizeof esc, "\\u%04x", c);
-            tc__tb_add(b, esc, 6);
+            buf_put(b, esc, 6);
         } else
-            tc__tb_add(b, s + i, 1);
+            buf_put(b, s + i, 1);
     }
-    tc__tb_add(b, "\"", 1);
+    buf_put(b, "\"", 1);
 }
 
 int tc__name_char(char c)
@@ -348,9 +319,9 @@ int tc__at(const char *s, size_t n, size_t i, const char *lit)
     return i <= n && n - i >= k && !memcmp(s + i, lit, k);
 }
 
-int tc__give(tc_call_fn fn, void *ud, const char *name, size_t nn, tbuf *args, int count)
+int tc__give(tc_call_fn fn, void *ud, const char *name, size_t nn, buf *args, int count)
 {
-    if (!args->s || !nn) return -1;
-    if (fn) fn(ud, name, nn, args->s, args->n);
+    if (!args->s || args->oom || !nn) return -1;
+    if (fn) fn(ud, name, nn, args->s, args->len);
     return count + 1;
 }
