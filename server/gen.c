@@ -18,7 +18,7 @@
 #include "base/clock.h"
 #include "model/chat.h"
 #include "server/internal.h"
-#include "server/oai_chat.h"
+#include "server/openai/oai_chat.h"
 #include "server/toolcall/toolcall.h"
 
 /* ---- engine id → sub ------------------------------------------------------------------------ */

@@ -20,7 +20,7 @@
 #include "model/model.h"
 #include "model/tokenizer.h"
 #include "server/metrics.h"
-#include "server/openai.h"
+#include "server/openai/openai.h"
 #include "server/server.h"
 
 #define SRV_HASH 1024

@@ -25,7 +25,7 @@
 
 #include "model/utf8.h"
 #include "server/internal.h"
-#include "server/oai_chat.h"
+#include "server/openai/oai_chat.h"
 #include "server/toolcall/toolcall.h"
 
 /* Completions with echo and logprobs score the prompt tokens too (and so does prompt_logprobs). */

@@ -10,7 +10,7 @@
  * bodies that are not JSON are read when complete: Qwen3-Coder's <function=NAME><parameter=K>…,
  * GLM's NAME<arg_key>K</arg_key><arg_value>V</arg_value> and MiniMax-M3's <invoke name=…>
  * elements inside <tool_call>. The section syntaxes are in toolcall_section.c. The JSON
- * scanning is in toolcall_scan.c. Callers: server/oai_chat.c; tests/test_toolcall.c.
+ * scanning is in toolcall_scan.c. Callers: server/openai/oai_chat.c; tests/test_toolcall.c.
  */
 #include <errno.h>
 #include <stdio.h>

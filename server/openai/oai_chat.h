@@ -12,7 +12,7 @@
  *
  * Text content parts are joined ("" between them) before the template sees them, and tool-call
  * arguments sent as JSON strings are handed to the template parsed, as vLLM does; everything
- * else is verbatim. Callers: server/openai.c (parse, response builders), server/prep.c (vars),
+ * else is verbatim. Callers: openai.c (parse, response builders), server/prep.c (vars),
  * server/gen.c (feeding choices).
  */
 #ifndef KVSERVE_OAI_CHAT_H
@@ -22,7 +22,7 @@
 #include <stdint.h>
 
 #include "model/chat.h"
-#include "server/openai.h"
+#include "server/openai/openai.h"
 
 enum oai_tool_choice { OAI_TOOLS_AUTO = 0, OAI_TOOLS_NONE, OAI_TOOLS_REQUIRED, OAI_TOOLS_NAMED };
 

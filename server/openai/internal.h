@@ -10,7 +10,7 @@
 #include <cjson/cJSON.h>
 
 #include "grammar/grammar.h"
-#include "server/openai.h"
+#include "server/openai/openai.h"
 
 /* Integer field of o in [lo, hi] into *out (left alone when absent or null). 0 or -EINVAL with
  * e filled (400 invalid_type / invalid_value naming the field). */

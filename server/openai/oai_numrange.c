@@ -17,7 +17,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "server/oai_internal.h"
+#include "server/openai/internal.h"
 
 #define MAX_DIGITS_UNBOUNDED 16
 

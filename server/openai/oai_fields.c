@@ -28,7 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "server/oai_internal.h"
+#include "server/openai/internal.h"
 
 /* Top-level keys some parser reads. A new request field goes here too, or the access log at -v
  * calls it ignored. */

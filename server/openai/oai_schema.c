@@ -16,8 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "server/oai_internal.h"
-#include "server/oai_schema.h"
+#include "server/openai/internal.h"
+#include "server/openai/oai_schema.h"
 
 #define SC_MAX_DEPTH 64
 

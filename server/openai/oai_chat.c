@@ -15,9 +15,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "server/oai_chat.h"
-#include "server/oai_internal.h"
-#include "server/oai_schema.h"
+#include "server/openai/oai_chat.h"
+#include "server/openai/internal.h"
+#include "server/openai/oai_schema.h"
 #include "server/toolcall/toolcall.h"
 
 #define ERR_INVALID "invalid_request_error"

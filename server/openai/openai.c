@@ -6,13 +6,13 @@
  * field in `param`, and the partially built request is freed, so a failed parse owns nothing.
  * Builders produce compact single-line JSON, which is what SSE framing needs.
  */
-#include "server/openai.h"
+#include "server/openai/openai.h"
 
 #include <cjson/cJSON.h>
 
 #include "model/utf8.h"
-#include "server/oai_chat.h"
-#include "server/oai_internal.h"
+#include "server/openai/oai_chat.h"
+#include "server/openai/internal.h"
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
