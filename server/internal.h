@@ -175,10 +175,9 @@ void srv__watch_start(srv_req *r);
 char *srv__gate_response(srv *s, int status, const char *message, const char *method,
                          const char *path, size_t *len);
 
-/* server.c: one sd_notify(3) datagram to $NOTIFY_SOCKET (silent when unset). */
-void srv__notify(const char *msg);
-
 /* watchdog.c */
+/* One sd_notify(3) datagram to $NOTIFY_SOCKET (silent when unset). */
+void srv__notify(const char *msg);
 /* WATCHDOG_USEC when it is meant for this process (WATCHDOG_PID unset or ours), else 0. */
 int64_t srv__watchdog_usec(void);
 /* 1 when a ping is due: loading (st NULL), or an engine alive whose heartbeat is fresher than
@@ -197,6 +196,12 @@ void srv__prep_free(srv_req *r);
 int srv__prompt_scored(const oai_request *q);
 /* Alternatives the prompt_logprobs field shows, or -1 for no such field. */
 int srv__prompt_logprobs_shown(const oai_request *q);
+/* Renders a chat (its template inputs in ch) into token ids (malloc'd *ids). 0 or -EINVAL with
+ * e filled (400 when the template fails on the request). */
+int srv__chat_ids(srv *s, const struct oai_chat *ch, int add_generation_prompt, int32_t **ids,
+                  int *n_ids, oai_error *e);
+/* Text into token ids (malloc'd *ids), with the model's BOS when add_special. 0 or -EINVAL. */
+int srv__text_ids(srv *s, const char *text, int add_special, int32_t **ids, int *n_ids, oai_error *e);
 
 /* gen.c */
 enum MHD_Result srv__gen_start(srv_req *r, int kind);
@@ -206,11 +211,6 @@ void srv__gen_cancel(srv_req *r);
 void srv__gen_free(srv_req *r);
 enum MHD_Result srv__tokenize(srv_req *r);
 enum MHD_Result srv__detokenize(srv_req *r);
-/* Renders a chat (its template inputs in ch) into token ids (malloc'd *ids). 0 or -EINVAL with
- * e filled (400 when the template fails on the request). */
-int srv__chat_ids(srv *s, const struct oai_chat *ch, int add_generation_prompt, int32_t **ids,
-                  int *n_ids, oai_error *e);
-int srv__text_ids(srv *s, const char *text, int add_special, int32_t **ids, int *n_ids, oai_error *e);
 void srv__stream_append(srv_req *r, const char *s, size_t n);
 
 #endif

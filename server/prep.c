@@ -8,6 +8,9 @@
  *                                       echo text, or a whole /tokenize  and gen.c submits or replies
  *                                       or /detokenize reply
  *
+ * Text and chats become token ids here (srv__text_ids, srv__chat_ids: the model's BOS and the
+ * chat template as the request asks).
+ *
  * A 15 MB prompt costs seconds of tokenization; done here, /health and every open stream go on
  * being served meanwhile. While phase is PREP the worker owns r->oreq, the prep arrays, the
  * subs/choices and r->result; the loop thread touches none of them (gen.c's cancel and the
@@ -23,10 +26,74 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "model/chat.h"
 #include "model/utf8.h"
 #include "server/internal.h"
 #include "server/openai/oai_chat.h"
 #include "server/toolcall/toolcall.h"
+
+/* ---- tokenization ------------------------------------------------------------------------- */
+
+static int encode(srv *s, const char *text, int add_special, int parse_special, int32_t **ids,
+                  int *n_ids, oai_error *e)
+{
+    size_t len = strlen(text);
+    int cap = (int)(len < 64 ? 64 : len + 8);
+    for (int tries = 0; tries < 2; tries++) {
+        int32_t *buf = malloc(sizeof *buf * (size_t)cap);
+        if (!buf) return oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+        int n = tok_encode(s->tok, text, len, add_special, parse_special, buf, cap);
+        if (n < 0) {
+            free(buf);
+            return oai_fail(e, 400, "invalid_request_error", "invalid_value", NULL,
+                            "the text cannot be tokenized (%s)", strerror(-n));
+        }
+        if (n <= cap) {
+            if (n == 0 && add_special && tok_bos(s->tok) >= 0) buf[n++] = tok_bos(s->tok);
+            *ids = buf;
+            *n_ids = n;
+            return 0;
+        }
+        free(buf);
+        cap = n;
+    }
+    return oai_fail(e, 500, "server_error", NULL, NULL, "tokenizer size mismatch");
+}
+
+int srv__text_ids(srv *s, const char *text, int add_special, int32_t **ids, int *n_ids, oai_error *e)
+{
+    return encode(s, text, add_special, 0, ids, n_ids, e);
+}
+
+int srv__chat_ids(srv *s, const oai_chat *ch, int add_generation_prompt, int32_t **ids,
+                  int *n_ids, oai_error *e)
+{
+    jinja_ctx *c = jinja_ctx_create(NULL);
+    if (!c) return oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+    chat_vars v;
+    int rc = oai_chat_vars(ch, c, add_generation_prompt, &v, e);
+    char *text = NULL, err[600] = "";
+    size_t len = 0;
+    int add_bos = 0;
+    if (!rc) {
+        int r = chat_tmpl_render(s->tmpl, &v, &text, &len, &add_bos, err, sizeof err);
+        if (r == -ENOMEM)
+            rc = oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+        else if (r)
+            rc = oai_fail(e, 400, "invalid_request_error", "invalid_value", "messages",
+                          "the chat template cannot render these messages: %s", err);
+    }
+    jinja_ctx_destroy(c);
+    if (rc) return rc;
+    if (strlen(text) != len) {
+        free(text);
+        return oai_fail(e, 400, "invalid_request_error", "invalid_value", "messages",
+                        "the chat template rendered a NUL character");
+    }
+    rc = encode(s, text, add_bos, 1, ids, n_ids, e);
+    free(text);
+    return rc;
+}
 
 /* Completions with echo and logprobs score the prompt tokens too (and so does prompt_logprobs). */
 static int echo_logprobs(const oai_request *q)

@@ -1,6 +1,6 @@
 /*
  * server.c — wiring: model + tokenizer + engine + HTTP daemon on one libuv loop, signals,
- * graceful drain and systemd notification.
+ * graceful drain and systemd notification (sent through watchdog.c).
  *
  * Life: load (model, tokenizer, chat template) → engine thread → listen → READY=1 → loop.
  * SIGTERM/SIGINT: /health turns 503, new generations get 503, STOPPING=1 is sent; in-flight
@@ -10,38 +10,15 @@
  */
 #include <errno.h>
 #include <signal.h>
-#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "model/chat.h"
 #include "server/internal.h"
 #include "server/toolcall/toolcall.h"
-
-/* sd_notify(3)'s datagram protocol, without libsystemd. Silent when NOTIFY_SOCKET is unset. */
-void srv__notify(const char *msg)
-{
-    const char *path = getenv("NOTIFY_SOCKET");
-    if (!path || !*path) return;
-    struct sockaddr_un a;
-    memset(&a, 0, sizeof a);
-    a.sun_family = AF_UNIX;
-    size_t n = strlen(path);
-    if (n >= sizeof a.sun_path) return;
-    memcpy(a.sun_path, path, n);
-    if (a.sun_path[0] == '@') a.sun_path[0] = 0; /* abstract namespace */
-    int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) return;
-    if (sendto(fd, msg, strlen(msg), MSG_NOSIGNAL, (struct sockaddr *)&a,
-               (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n)) < 0)
-        fprintf(stderr, "kvserve: sd_notify: %s\n", strerror(errno));
-    close(fd);
-}
 
 static void on_wake(uv_async_t *h)
 {
