@@ -23,7 +23,6 @@
 
 #include "base/clock.h"
 #include "model/utf8.h"
-#include "server/gate.h"
 #include "server/internal.h"
 
 /* ---- request objects ------------------------------------------------------------------------ */
@@ -251,9 +250,12 @@ static const char *reason_phrase(int status)
     }
 }
 
-char *srv__gate_response(srv *s, int status, const char *message, const char *method,
-                         const char *path, size_t *len)
+/* The gate's answer to a framing error (gate_reject_fn): the whole HTTP response with an OpenAI
+ * JSON error and Connection: close; it is logged like any request and counted. */
+static char *gate_response(void *ud, int status, const char *message, const char *method,
+                           const char *path, size_t *len)
 {
+    srv *s = ud;
     oai_error e;
     const char *code = status == 413 ? "request_too_large" : status == 503 ? "server_is_overloaded"
                                                                            : "malformed_http_request";
@@ -595,6 +597,12 @@ void srv__http_run(srv *s)
         uv_timer_start(&s->mhd_timer, on_mhd_timer, 1000, 0);
 }
 
+/* The gate forwarded bytes to MHD. */
+static void gate_run(void *ud)
+{
+    srv__http_run(ud);
+}
+
 /* libmicrohttpd's own messages, marked as such in the log. */
 static void on_mhd_log(void *cls, const char *fmt, va_list ap)
 {
@@ -637,7 +645,13 @@ int srv__http_start(srv *s, char *err, size_t err_len)
     uv_poll_start(&s->mhd_poll, UV_READABLE, on_mhd_poll);
     uv_timer_init(&s->loop, &s->mhd_timer);
     s->mhd_timer.data = s;
-    int rc = gate_listen(s, s->cfg->host, s->cfg->port, s->cfg->max_body_bytes, &s->port, err, err_len);
+    s->gate.loop = &s->loop;
+    s->gate.mhd = s->d;
+    s->gate.run = gate_run;
+    s->gate.reject = gate_response;
+    s->gate.ud = s;
+    int rc = gate_listen(&s->gate, s->cfg->host, s->cfg->port, s->cfg->max_body_bytes, &s->port,
+                         err, err_len);
     if (rc) return rc;
     srv__http_run(s);
     return 0;
@@ -658,7 +672,7 @@ void srv__http_stop(srv *s)
     s->d = NULL;
     /* What MHD wrote before it stopped is still in the socketpairs: the gate relays it to the
      * clients (the end of a drained stream) while the loop runs the close callbacks. */
-    gate_close(s);
+    gate_close(&s->gate);
 }
 
 /* Attaches the disconnect watch (gen.c, once a generation request is submitted). */

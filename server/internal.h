@@ -16,6 +16,7 @@
 #include <uv.h>
 
 #include "model/chat.h"
+#include "server/gate.h"
 #include "engine/engine.h"
 #include "model/model.h"
 #include "model/tokenizer.h"
@@ -141,12 +142,7 @@ struct srv {
     int drain_expired;
     int stopping;
     int port;                    /* bound port */
-    uv_tcp_t listener;           /* the listening socket (gate.c) */
-    int listener_open;
-    struct gate_conn *gate_conns; /* every relayed connection */
-    int n_gate_conns;
-    uv_timer_t gate_stop_timer;  /* bounds the flush after gate_close */
-    int gate_stopping;
+    gate_relay gate;             /* the listening socket and the relay into MHD (gate.c) */
     uv_timer_t watchdog_timer;   /* WATCHDOG=1 pings (watchdog.c) */
     int watchdog_on;
     int64_t watchdog_usec;       /* WATCHDOG_USEC, 0 when the watchdog is off */
@@ -170,10 +166,6 @@ enum MHD_Result srv__reply_error(srv_req *r, const oai_error *e);
 void srv__check_drain(srv *s);
 enum MHD_Result srv__stream_begin(srv_req *r);
 void srv__watch_start(srv_req *r);
-/* The whole HTTP response (status line, headers, OpenAI JSON error) the gate sends for a framing
- * error, with Connection: close; logs it like any request and counts it. malloc'd, *len set. */
-char *srv__gate_response(srv *s, int status, const char *message, const char *method,
-                         const char *path, size_t *len);
 
 /* watchdog.c */
 /* One sd_notify(3) datagram to $NOTIFY_SOCKET (silent when unset). */
