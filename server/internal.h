@@ -16,7 +16,7 @@
 #include <uv.h>
 
 #include "model/chat.h"
-#include "server/gate.h"
+#include "server/http/gate.h"
 #include "engine/engine.h"
 #include "model/model.h"
 #include "model/tokenizer.h"

@@ -24,7 +24,7 @@
 
 #include <microhttpd.h>
 
-#include "server/gate.h"
+#include "server/http/gate.h"
 
 #define GATE_QUEUE_HIGH (1u << 20)
 #define GATE_QUEUE_LOW (256u << 10)
