@@ -206,7 +206,7 @@ test-arm64:
 	    { echo "test-arm64: FAILED (exit status $$(cat $(ARM64_BUILD)/test.rc), or no test ran)" >&2; exit 1; }
 
 FUZZ_CFLAGS = -std=c11 -D_GNU_SOURCE -g -O1 -I. $(PKG_CFLAGS) -fsanitize=fuzzer,address,undefined -ffunction-sections -fdata-sections -Wl,--gc-sections
-FUZZ_LIB_SRCS := $(filter-out server/server.c server/http.c server/gen.c cli/cmd_serve.c,$(LIB_SRCS))
+FUZZ_LIB_SRCS := $(filter-out server/server.c server/http/http.c server/gen.c cli/cmd_serve.c,$(LIB_SRCS))
 FUZZ_OBJS := $(FUZZ_LIB_SRCS:%.c=$(BUILD)/fuzz/obj/%.o)
 $(BUILD)/fuzz/obj/%.o: %.c
 	@mkdir -p $(dir $@)

@@ -21,7 +21,7 @@
 #include "grammar/grammar.h"
 #include "model/model.h"
 #include "engine/sampler.h"
-#include "server/oai_schema.h"
+#include "server/openai/oai_schema.h"
 
 static double cpu_us(void)
 {

@@ -40,7 +40,8 @@ typedef struct cli_opts {
     const char *served_model_name;
     const char *chat_template;  /* serve: a built-in name, @FILE or text; mkmodel: a file */
     const char *reasoning_parser; /* serve: deepseek_r1, qwen3 or none */
-    const char *tool_call_parser; /* serve: auto or a tc_syntax_by_name() name (server/toolcall.h) */
+    const char *tool_call_parser; /* serve: auto or a tc_syntax_by_name() name
+                                     (server/toolcall/toolcall.h) */
     int max_queued_requests;
     int64_t max_queued_tokens;
     int max_model_len;          /* 0: the model's context */

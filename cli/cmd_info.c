@@ -27,7 +27,7 @@
 #include "jinja/jinja.h"
 #include "model/model.h"
 #include "model/tokenizer.h"
-#include "server/toolcall.h"
+#include "server/toolcall/toolcall.h"
 
 #define INFO_N_TYPES DT_N_TYPES /* GGML type numbers counted per type */
 

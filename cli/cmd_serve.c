@@ -8,7 +8,7 @@
 #include "cli/cli.h"
 #include "engine/backend.h"
 #include "server/server.h"
-#include "server/toolcall.h"
+#include "server/toolcall/toolcall.h"
 
 int cli_serve(cli_opts *o)
 {

@@ -1,8 +1,8 @@
 /*
  * structured.c — `--json-schema FILE` and `--grammar FILE` for `kvserve generate` and `kvserve
- * bench`: the file is read, a schema turned into GBNF (server/oai_schema.c), and compiled, with
- * the compile time measured as CPU time of the compiling thread (the figure the structured-output
- * benchmark reports).
+ * bench`: the file is read, a schema turned into GBNF (server/openai/oai_schema.c), and compiled,
+ * with the compile time measured as CPU time of the compiling thread (the figure the
+ * structured-output benchmark reports).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,7 +12,7 @@
 #include <cjson/cJSON.h>
 
 #include "cli/cli.h"
-#include "server/oai_schema.h"
+#include "server/openai/oai_schema.h"
 
 /* CPU time of this thread: what compiling costs, whatever else shares the machine. */
 static double now_ms(void)

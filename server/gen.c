@@ -1,12 +1,11 @@
 /*
  * gen.c — completions and chat completions over the engine, and the tokenizer endpoints.
  *
- * A request is parsed (openai.c), its prompts become token ids (text prompts with the model's
- * BOS, token-id prompts verbatim, chats through the template), and each prompt is submitted as
- * one engine request with n = best_of choices. Engine events (one per token) are turned into SSE
- * chunks at once, or accumulated until every choice finished for a non-streamed reply.
- * Choice j of prompt p lives at choices[p * best_of + j]; the response index is p * n + j
- * (after ranking when best_of > n).
+ * A request is prepared on a worker thread (prep.c: parsed by openai/, its prompts made token ids),
+ * then each prompt is submitted as one engine request with n = best_of choices. Engine events (one
+ * per token) are turned into SSE chunks at once, or accumulated until every choice finished for a
+ * non-streamed reply. Choice j of prompt p lives at choices[p * best_of + j]; the response index is
+ * p * n + j (after ranking when best_of > n).
  */
 #include <errno.h>
 #include <math.h>
@@ -18,8 +17,8 @@
 #include "base/clock.h"
 #include "model/chat.h"
 #include "server/internal.h"
-#include "server/oai_chat.h"
-#include "server/toolcall.h"
+#include "server/openai/oai_chat.h"
+#include "server/toolcall/toolcall.h"
 
 /* ---- engine id → sub ------------------------------------------------------------------------ */
 
@@ -54,69 +53,6 @@ static srv_sub *sub_find(srv *s, uint64_t id)
     return NULL;
 }
 
-/* ---- tokenization ------------------------------------------------------------------------- */
-
-static int encode(srv *s, const char *text, int add_special, int parse_special, int32_t **ids,
-                  int *n_ids, oai_error *e)
-{
-    size_t len = strlen(text);
-    int cap = (int)(len < 64 ? 64 : len + 8);
-    for (int tries = 0; tries < 2; tries++) {
-        int32_t *buf = malloc(sizeof *buf * (size_t)cap);
-        if (!buf) return oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
-        int n = tok_encode(s->tok, text, len, add_special, parse_special, buf, cap);
-        if (n < 0) {
-            free(buf);
-            return oai_fail(e, 400, "invalid_request_error", "invalid_value", NULL,
-                            "the text cannot be tokenized (%s)", strerror(-n));
-        }
-        if (n <= cap) {
-            if (n == 0 && add_special && tok_bos(s->tok) >= 0) buf[n++] = tok_bos(s->tok);
-            *ids = buf;
-            *n_ids = n;
-            return 0;
-        }
-        free(buf);
-        cap = n;
-    }
-    return oai_fail(e, 500, "server_error", NULL, NULL, "tokenizer size mismatch");
-}
-
-int srv__text_ids(srv *s, const char *text, int add_special, int32_t **ids, int *n_ids, oai_error *e)
-{
-    return encode(s, text, add_special, 0, ids, n_ids, e);
-}
-
-int srv__chat_ids(srv *s, const oai_chat *ch, int add_generation_prompt, int32_t **ids,
-                  int *n_ids, oai_error *e)
-{
-    jinja_ctx *c = jinja_ctx_create(NULL);
-    if (!c) return oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
-    chat_vars v;
-    int rc = oai_chat_vars(ch, c, add_generation_prompt, &v, e);
-    char *text = NULL, err[600] = "";
-    size_t len = 0;
-    int add_bos = 0;
-    if (!rc) {
-        int r = chat_tmpl_render(s->tmpl, &v, &text, &len, &add_bos, err, sizeof err);
-        if (r == -ENOMEM)
-            rc = oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
-        else if (r)
-            rc = oai_fail(e, 400, "invalid_request_error", "invalid_value", "messages",
-                          "the chat template cannot render these messages: %s", err);
-    }
-    jinja_ctx_destroy(c);
-    if (rc) return rc;
-    if (strlen(text) != len) {
-        free(text);
-        return oai_fail(e, 400, "invalid_request_error", "invalid_value", "messages",
-                        "the chat template rendered a NUL character");
-    }
-    rc = encode(s, text, add_bos, 1, ids, n_ids, e);
-    free(text);
-    return rc;
-}
-
 /* ---- request life -------------------------------------------------------------------------- */
 
 static int piece(void *ud, int32_t id, char *buf, int cap)
@@ -128,20 +64,44 @@ void srv__gen_cancel(srv_req *r)
 {
     if (!r->is_gen) return; /* nothing submitted (the worker may still own the state) */
     for (int i = 0; i < r->n_subs; i++)
-        if (r->subs[i].in_hash && r->subs[i].n_open > 0) engine_cancel(r->s->e, r->subs[i].id);
+        if (r->subs[i].in_hash && r->subs[i].n_open > 0)
+            engine_cancel(srv__of(r)->e, r->subs[i].id);
+}
+
+int srv__gen_busy(const srv_req *r)
+{
+    return r->n_open > 0 || r->phase == SRV_PHASE_PREP;
+}
+
+void srv__gen_closed(srv_req *r, int completed_ok)
+{
+    if (r->is_gen && r->n_open > 0) {
+        if (!completed_ok) r->h.client_gone = 1;
+        r->h.stream_abort = 1;
+        srv__gen_cancel(r);
+    }
+    if (r->counted_active) {
+        r->counted_active = 0;
+        srv__of(r)->n_gen_active--;
+    }
+}
+
+const char *srv__gen_ignored(const srv_req *r)
+{
+    /* The parse state is the worker's while the request is being prepared. */
+    return srv__of(r)->cfg->verbose && r->phase != SRV_PHASE_PREP ? r->oreq.ignored : NULL;
 }
 
 void srv__gen_free(srv_req *r)
 {
     srv__prep_free(r);
-    for (int i = 0; i < r->n_subs; i++) sub_remove(r->s, &r->subs[i]);
+    for (int i = 0; i < r->n_subs; i++) sub_remove(srv__of(r), &r->subs[i]);
     for (int i = 0; i < r->n_choices; i++) oai_choice_free(&r->choices[i]);
     for (int i = 0; r->echo_text && i < r->n_subs; i++) free(r->echo_text[i]);
     free(r->echo_text);
     free(r->choices);
     free(r->last_tok_us);
     free(r->subs);
-    free(r->out);
     free(r->result);
     oai_request_free(&r->oreq);
 }
@@ -204,23 +164,25 @@ static int submit_error(int rc, oai_error *e)
     return oai_fail(e, 500, "server_error", NULL, NULL, "submit failed: %s", strerror(-rc));
 }
 
+static enum MHD_Result gen_reenter(http_req *hr);
+
 enum MHD_Result srv__gen_start(srv_req *r, int kind)
 {
-    srv *s = r->s;
+    srv *s = srv__of(r);
     oai_error e;
     engine_stats st;
     engine_get_stats(s->e, &st);
     if (!st.alive) {
         oai_fail(&e, 503, "server_error", "engine_stopped", NULL, "The inference engine has stopped");
-        return srv__reply_error(r, &e);
+        return http_reply_error(&r->h, &e);
     }
-    return srv__prep_start(r, kind);
+    return srv__prep_start(r, kind, gen_reenter);
 }
 
 /* The prepared request goes to the engine, one engine request per prompt. */
 static enum MHD_Result gen_submit(srv_req *r)
 {
-    srv *s = r->s;
+    srv *s = srv__of(r);
     oai_request *q = &r->oreq;
     oai_error e;
     int np = r->n_prep, kind = q->kind;
@@ -234,7 +196,7 @@ static enum MHD_Result gen_submit(srv_req *r)
         r->id_seed = x;
         const char *pre = kind == OAI_CHAT ? "chatcmpl-" : "cmpl-";
         /* as vLLM: the X-Request-Id header, else the body's request_id, else a fresh one */
-        const char *given = r->req_id_given ? r->req_id : q->request_id;
+        const char *given = r->h.req_id_given ? r->h.req_id : q->request_id;
         if (given) snprintf(r->id, sizeof r->id, "%s%s", pre, given);
         else snprintf(r->id, sizeof r->id, "%s%016llx%06llx", pre, (unsigned long long)x, (unsigned long long)(ctr & 0xffffff));
     }
@@ -259,59 +221,56 @@ static enum MHD_Result gen_submit(srv_req *r)
         b->n_prompt = r->prep_n[p];
         b->n_open = q->best_of;
         r->n_open += q->best_of;
-        r->n_prompt_tokens += r->prep_n[p];
+        r->h.n_prompt_tokens += r->prep_n[p];
         sub_insert(s, b);
     }
     srv__prep_free(r);
     if (rc) {
         srv__gen_cancel(r);
         submit_error(rc, &e);
-        r->stream_abort = 1; /* events of already submitted prompts are dropped */
-        return srv__reply_error(r, &e);
+        r->h.stream_abort = 1; /* events of already submitted prompts are dropped */
+        return http_reply_error(&r->h, &e);
     }
     r->counted_active = 1;
     s->n_gen_active++;
-    r->last_emit_us = clk_now_us();
-    if (q->stream) return srv__stream_begin(r);
-    r->suspended = 1;
-    MHD_suspend_connection(r->conn);
+    if (q->stream) return http_stream_begin(&r->h);
+    http_suspend(&r->h);
     return MHD_YES;
 }
 
-/* Called when MHD re-enters the handler of a suspended request (preparation done, or the
- * engine's result ready). */
-enum MHD_Result srv__gen_reenter(srv_req *r)
+/* MHD's call for a held request (http_req.reenter): preparation done, or the engine's result
+ * ready. */
+static enum MHD_Result gen_reenter(http_req *hr)
 {
+    srv_req *r = (srv_req *)hr;
     if (r->phase == SRV_PHASE_PREP) { /* woken early (a disconnect): the worker still runs */
-        if (r->client_gone) return MHD_NO;
-        r->suspended = 1;
-        MHD_suspend_connection(r->conn);
+        if (r->h.client_gone) return MHD_NO;
+        http_suspend(&r->h);
         return MHD_YES;
     }
     if (r->phase == SRV_PHASE_PREPPED) {
         r->phase = SRV_PHASE_RUNNING;
-        if (r->client_gone) return MHD_NO;
-        if (r->prep_rc) return srv__reply_error(r, &r->prep_err);
+        if (r->h.client_gone) return MHD_NO;
+        if (r->prep_rc) return http_reply_error(&r->h, &r->prep_err);
         if (r->prep_kind == SRV_PREP_TOKENIZE || r->prep_kind == SRV_PREP_DETOKENIZE) {
             char *b = r->result;
             r->result = NULL;
-            return srv__reply(r, 200, "application/json", b, b ? strlen(b) : 0);
+            return http_reply(&r->h, 200, "application/json", b, b ? strlen(b) : 0);
         }
-        if (r->s->draining) {
+        if (srv__of(r)->http.draining) {
             oai_error e;
             oai_fail(&e, 503, "server_error", "server_shutting_down", NULL, "The server is shutting down");
-            return srv__reply_error(r, &e);
+            return http_reply_error(&r->h, &e);
         }
         return gen_submit(r);
     }
     if (r->result) {
         char *b = r->result;
         r->result = NULL;
-        return srv__reply(r, r->result_status, "application/json", b, strlen(b));
+        return http_reply(&r->h, r->result_status, "application/json", b, strlen(b));
     }
-    if (r->client_gone || r->stream_abort) return MHD_NO;
-    r->suspended = 1;
-    MHD_suspend_connection(r->conn);
+    if (r->h.client_gone || r->h.stream_abort) return MHD_NO;
+    http_suspend(&r->h);
     return MHD_YES;
 }
 
@@ -320,11 +279,11 @@ enum MHD_Result srv__gen_reenter(srv_req *r)
 static void emit(srv_req *r, char *chunk)
 {
     if (!chunk) {
-        r->stream_abort = 1;
+        r->h.stream_abort = 1;
         srv__gen_cancel(r);
         return;
     }
-    srv__stream_append(r, chunk, strlen(chunk));
+    http_stream_append(&r->h, chunk, strlen(chunk));
     free(chunk);
 }
 
@@ -334,13 +293,13 @@ static void stream_error(srv_req *r, const char *msg, const char *code)
     oai_fail(&e, 500, "server_error", code, NULL, "%s", msg);
     char *j = oai_error_json(&e);
     if (j) {
-        srv__stream_append(r, "data: ", 6);
-        srv__stream_append(r, j, strlen(j));
-        srv__stream_append(r, "\n\n", 2);
+        http_stream_append(&r->h, "data: ", 6);
+        http_stream_append(&r->h, j, strlen(j));
+        http_stream_append(&r->h, "\n\n", 2);
         free(j);
     }
-    r->stream_done = 1;
-    srv__req_resume(r);
+    r->h.stream_done = 1;
+    http_resume(&r->h);
 }
 
 static void usage_of(const srv_req *r, oai_usage *u)
@@ -350,7 +309,7 @@ static void usage_of(const srv_req *r, oai_usage *u)
         u->prompt_tokens += r->subs[p].n_prompt;
         u->cached_tokens += r->subs[p].cached_tokens;
     }
-    u->completion_tokens = r->n_output_tokens;
+    u->completion_tokens = r->h.n_output_tokens;
 }
 
 static int cmp_mean_lp(const void *a, const void *b)
@@ -379,16 +338,16 @@ static void finish_request(srv_req *r)
     oai_usage u;
     usage_of(r, &u);
     if (q->stream) {
-        if (r->stream_done || r->stream_abort) return;
+        if (r->h.stream_done || r->h.stream_abort) return;
         if (r->failed) {
             if (r->failed & 2) stream_error(r, "the inference engine failed while generating", "engine_error");
             else stream_error(r, "the request was cancelled (server shutting down)", "request_cancelled");
             return;
         }
         if (q->include_usage) emit(r, oai_usage_chunk_sse(&r->resp, &u));
-        srv__stream_append(r, "data: [DONE]\n\n", 14);
-        r->stream_done = 1;
-        srv__req_resume(r);
+        http_stream_append(&r->h, "data: [DONE]\n\n", 14);
+        r->h.stream_done = 1;
+        http_resume(&r->h);
         return;
     }
     if (r->failed) {
@@ -426,7 +385,7 @@ static void finish_request(srv_req *r)
             r->result_status = 500;
         }
     }
-    srv__req_resume(r);
+    http_resume(&r->h);
 }
 
 /* A choice's final event: what the request's metrics need from it. */
@@ -537,7 +496,8 @@ void srv__gen_event(srv *s, engine_event *ev)
             if (r->resp.prompt_logprobs >= 0) oai_choice_append_plp(c, &ev->logprobs[k], has);
         }
     } else if (q->stream) {
-        if (!r->failed && !r->stream_abort && !r->stream_done) stream_event(r, b->prompt_idx, c, ev);
+        if (!r->failed && !r->h.stream_abort && !r->h.stream_done)
+            stream_event(r, b->prompt_idx, c, ev);
     } else if (!r->failed) {
         if (ev->text_len) oai_choice_append_text(c, ev->text, ev->text_len);
         if (q->logprobs >= 0 && ev->logprobs)
@@ -548,17 +508,17 @@ void srv__gen_event(srv *s, engine_event *ev)
     note_final(b, ev);
     b->cached_tokens = ev->usage.cached_tokens;
     if (ev->usage.prompt_tokens) b->n_prompt = ev->usage.prompt_tokens;
-    r->n_output_tokens += ev->usage.completion_tokens;
+    r->h.n_output_tokens += ev->usage.completion_tokens;
     b->n_open--;
     r->n_open--;
-    if (r->failed && !r->client_gone) srv__gen_cancel(r);
+    if (r->failed && !r->h.client_gone) srv__gen_cancel(r);
     if (b->n_open == 0) {
         observe_request(s, b);
         sub_remove(s, b);
     }
     if (r->n_open == 0) {
-        if (r->conn) finish_request(r);
-        srv__req_maybe_free(r);
+        if (r->h.conn) finish_request(r);
+        http_req_maybe_free(&r->h);
     }
 }
 
@@ -566,10 +526,10 @@ void srv__gen_event(srv *s, engine_event *ev)
 
 enum MHD_Result srv__tokenize(srv_req *r)
 {
-    return srv__prep_start(r, SRV_PREP_TOKENIZE);
+    return srv__prep_start(r, SRV_PREP_TOKENIZE, gen_reenter);
 }
 
 enum MHD_Result srv__detokenize(srv_req *r)
 {
-    return srv__prep_start(r, SRV_PREP_DETOKENIZE);
+    return srv__prep_start(r, SRV_PREP_DETOKENIZE, gen_reenter);
 }

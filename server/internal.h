@@ -1,12 +1,17 @@
 /*
- * internal.h — what server.c, http.c and gen.c share. Everything here lives on the loop thread.
+ * internal.h — what the files of a request's life share (server.c, routes.c, gen.c, prep.c,
+ * watchdog.c). Everything here lives on the loop thread, but what prep.c's worker owns while a
+ * request is being prepared.
  *
- *   srv ──reqs──► srv_req (one per HTTP request, from MHD's first callback until both the
- *                  connection is done and every engine choice has finished)
+ *   srv ──http──► http_server ──reqs──► srv_req (one per HTTP request: an http_req first, then
+ *        │                               the generation's state; see http/http.h for its life)
  *        ──hash──► srv_sub (one per engine request: a prompt of an HTTP request) ──req──► srv_req
  *
- * A srv_req is freed by srv__req_maybe_free once conn_done, n_open == 0 and its disconnect
- * watch (a uv_poll on the client socket) is closed.
+ * From the top down: server.c wires the rest (it hands http/ the routes and the hooks); routes.c
+ * answers the small endpoints and passes generation to gen.c; gen.c submits to the engine and
+ * turns its events into responses, after prep.c prepared the request; watchdog.c talks to
+ * systemd. A srv_req is freed by http/ once its connection is done, the hook busy says no
+ * (n_open == 0, not being prepared) and its disconnect watch is closed.
  */
 #ifndef KVSERVE_SERVER_INTERNAL_H
 #define KVSERVE_SERVER_INTERNAL_H
@@ -15,12 +20,13 @@
 #include <stdint.h>
 #include <uv.h>
 
-#include "model/chat.h"
 #include "engine/engine.h"
+#include "model/chat.h"
 #include "model/model.h"
 #include "model/tokenizer.h"
+#include "server/http/http.h"
 #include "server/metrics.h"
-#include "server/openai.h"
+#include "server/openai/openai.h"
 #include "server/server.h"
 
 #define SRV_HASH 1024
@@ -43,8 +49,6 @@ typedef struct srv_sub {
     struct srv_sub *hnext;
 } srv_sub;
 
-enum srv_watch { SRV_WATCH_NONE = 0, SRV_WATCH_ON, SRV_WATCH_CLOSING, SRV_WATCH_CLOSED };
-
 /* Where a request stands with its preparation (prep.c). */
 enum srv_phase {
     SRV_PHASE_NONE = 0, /* not a prepared route, or not started */
@@ -57,21 +61,7 @@ enum srv_phase {
 enum { SRV_PREP_TOKENIZE = 16, SRV_PREP_DETOKENIZE };
 
 struct srv_req {
-    srv *s;
-    struct MHD_Connection *conn; /* NULL once MHD reported the request complete */
-    char method[16];
-    char path[192];
-    char req_id[96];             /* x-request-id, echoed or minted */
-    int req_id_given;            /* 1: req_id is the client's X-Request-Id */
-    int64_t start_us;
-    char *body;                  /* [body_len] uploaded bytes, NUL-terminated */
-    size_t body_len, body_cap;
-    int body_too_big;
-    int status;                  /* HTTP status sent (access log) */
-    const char *allow;           /* 405: the method the route takes (static string) */
-    int n_prompt_tokens, n_output_tokens;
-    int conn_done;
-    int suspended;
+    http_req h;                  /* first: http/ allocates the whole srv_req (req_size) */
     /* preparation on a worker thread (prep.c) */
     uv_work_t prep_work;
     int phase;                   /* enum srv_phase */
@@ -97,21 +87,10 @@ struct srv_req {
     int n_choices;
     int n_open;                  /* choices not finished, over all subs */
     int failed;                  /* 1: a choice was cancelled; 2: the engine failed (bits) */
-    int client_gone;
     char **echo_text;            /* [n_subs] prompt text for echo, or NULL */
     /* non-streamed result */
     char *result;                /* JSON body ready to send */
     int result_status;
-    /* stream */
-    char *out;                   /* SSE bytes not yet taken by MHD: out[out_off .. out_len) */
-    size_t out_len, out_off, out_cap;
-    int stream_done;             /* nothing more will be appended */
-    int stream_abort;            /* end the stream with an error (client gone / shutdown) */
-    int64_t last_emit_us;
-    /* disconnect watch */
-    uv_poll_t watch;
-    int watch_state;             /* enum srv_watch */
-    srv_req *prev, *next;
 };
 
 struct srv {
@@ -129,24 +108,15 @@ struct srv {
     int64_t created;             /* Unix seconds at start-up (/v1/models) */
     uv_loop_t loop;
     uv_async_t wake;
-    uv_poll_t mhd_poll;
-    uv_timer_t mhd_timer, ping_timer, drain_timer;
+    uv_timer_t ping_timer, drain_timer;
     uv_signal_t sig_term, sig_int;
-    struct MHD_Daemon *d;
+    http_config hc;              /* what http/ is told: the routes and the hooks (server.c) */
+    http_server http;            /* its requests, the bound port; http.draining after a signal */
     met met;
     srv_sub *hash[SRV_HASH];
-    srv_req *reqs;               /* every live srv_req */
     int n_gen_active;            /* generation requests whose connection is not done */
-    int draining;
     int drain_expired;
     int stopping;
-    int port;                    /* bound port */
-    uv_tcp_t listener;           /* the listening socket (gate.c) */
-    int listener_open;
-    struct gate_conn *gate_conns; /* every relayed connection */
-    int n_gate_conns;
-    uv_timer_t gate_stop_timer;  /* bounds the flush after gate_close */
-    int gate_stopping;
     uv_timer_t watchdog_timer;   /* WATCHDOG=1 pings (watchdog.c) */
     int watchdog_on;
     int64_t watchdog_usec;       /* WATCHDOG_USEC, 0 when the watchdog is off */
@@ -158,27 +128,19 @@ struct srv {
     int exit_code;
 };
 
-/* http.c */
-int srv__http_start(srv *s, char *err, size_t err_len);
-void srv__http_run(srv *s);
-void srv__http_stop(srv *s);
-void srv__req_resume(srv_req *r);
-void srv__req_maybe_free(srv_req *r);
-void srv__ping_tick(srv *s);
-enum MHD_Result srv__reply(srv_req *r, int status, const char *ctype, char *body, size_t len);
-enum MHD_Result srv__reply_error(srv_req *r, const oai_error *e);
-void srv__check_drain(srv *s);
-enum MHD_Result srv__stream_begin(srv_req *r);
-void srv__watch_start(srv_req *r);
-/* The whole HTTP response (status line, headers, OpenAI JSON error) the gate sends for a framing
- * error, with Connection: close; logs it like any request and counts it. malloc'd, *len set. */
-char *srv__gate_response(srv *s, int status, const char *message, const char *method,
-                         const char *path, size_t *len);
+/* The server of request r (http_server.data). */
+static inline srv *srv__of(const srv_req *r)
+{
+    return r->h.server->data;
+}
 
-/* server.c: one sd_notify(3) datagram to $NOTIFY_SOCKET (silent when unset). */
-void srv__notify(const char *msg);
+/* routes.c: the route table http/ dispatches on. */
+extern const http_route srv__routes[];
+extern const int srv__n_routes;
 
 /* watchdog.c */
+/* One sd_notify(3) datagram to $NOTIFY_SOCKET (silent when unset). */
+void srv__notify(const char *msg);
 /* WATCHDOG_USEC when it is meant for this process (WATCHDOG_PID unset or ours), else 0. */
 int64_t srv__watchdog_usec(void);
 /* 1 when a ping is due: loading (st NULL), or an engine alive whose heartbeat is fresher than
@@ -188,29 +150,41 @@ int srv__watchdog_ok(const engine_stats *st, int64_t now_us, int64_t usec);
 void srv__watchdog_start(srv *s);
 
 /* prep.c */
-/* Suspends r and prepares it on a worker thread: kind OAI_COMPLETION / OAI_CHAT (parse, prompts,
+/* Holds r and prepares it on a worker thread: kind OAI_COMPLETION / OAI_CHAT (parse, prompts,
  * response state) or SRV_PREP_TOKENIZE / SRV_PREP_DETOKENIZE (the whole reply in r->result).
- * MHD re-enters the access handler when it is done (phase PREPPED). */
-enum MHD_Result srv__prep_start(srv_req *r, int kind);
+ * Once it is done (phase PREPPED), MHD's next call for r goes to then. */
+enum MHD_Result srv__prep_start(srv_req *r, int kind, http_handler_fn then);
 void srv__prep_free(srv_req *r);
 /* 1 when the engine must score the prompt's tokens (echo + logprobs, or prompt_logprobs). */
 int srv__prompt_scored(const oai_request *q);
 /* Alternatives the prompt_logprobs field shows, or -1 for no such field. */
 int srv__prompt_logprobs_shown(const oai_request *q);
-
-/* gen.c */
-enum MHD_Result srv__gen_start(srv_req *r, int kind);
-enum MHD_Result srv__gen_reenter(srv_req *r);
-void srv__gen_event(srv *s, engine_event *ev);
-void srv__gen_cancel(srv_req *r);
-void srv__gen_free(srv_req *r);
-enum MHD_Result srv__tokenize(srv_req *r);
-enum MHD_Result srv__detokenize(srv_req *r);
 /* Renders a chat (its template inputs in ch) into token ids (malloc'd *ids). 0 or -EINVAL with
  * e filled (400 when the template fails on the request). */
 int srv__chat_ids(srv *s, const struct oai_chat *ch, int add_generation_prompt, int32_t **ids,
                   int *n_ids, oai_error *e);
+/* Text into token ids (malloc'd *ids), with the model's BOS when add_special. 0 or -EINVAL. */
 int srv__text_ids(srv *s, const char *text, int add_special, int32_t **ids, int *n_ids, oai_error *e);
-void srv__stream_append(srv_req *r, const char *s, size_t n);
+
+/* gen.c */
+/* A completion (kind OAI_COMPLETION) or chat completion (OAI_CHAT): 503 when the engine has
+ * stopped, else prepared (prep.c), then submitted, then answered or streamed. */
+enum MHD_Result srv__gen_start(srv_req *r, int kind);
+/* /tokenize and /detokenize: prepared on a worker thread, answered when that is done. */
+enum MHD_Result srv__tokenize(srv_req *r);
+enum MHD_Result srv__detokenize(srv_req *r);
+/* One engine event: a stream chunk or a piece of the reply, and the request's end. */
+void srv__gen_event(srv *s, engine_event *ev);
+/* Cancels r's engine requests still running (nothing before submission). */
+void srv__gen_cancel(srv_req *r);
+/* 1 while r's work is in flight: choices not finished, or a worker preparing it. */
+int srv__gen_busy(const srv_req *r);
+/* r's connection ended (completed_ok: the whole response went out): a generation the client
+ * left early is cancelled, and r no longer counts in n_gen_active. */
+void srv__gen_closed(srv_req *r, int completed_ok);
+/* The request fields r's client sent in vain, for the access log at -v, or NULL. */
+const char *srv__gen_ignored(const srv_req *r);
+/* Frees what r holds: its preparation, engine subs, choices, result and parsed request. */
+void srv__gen_free(srv_req *r);
 
 #endif

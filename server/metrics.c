@@ -7,10 +7,11 @@
  */
 #include "server/metrics.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "base/buf.h"
 
 /* vLLM's bucket boundaries, metric by metric. */
 static const double ttft_bounds[] = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75,
@@ -71,40 +72,6 @@ int met_reason_of(int finish)
     }
 }
 
-typedef struct buf {
-    char *s;
-    size_t len, cap;
-    int oom;
-} buf;
-
-static void bprintf(buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void bprintf(buf *b, const char *fmt, ...)
-{
-    if (b->oom) return;
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int n = vsnprintf(b->s + b->len, b->cap - b->len, fmt, ap);
-        va_end(ap);
-        if (n < 0) {
-            b->oom = 1;
-            return;
-        }
-        if ((size_t)n < b->cap - b->len) {
-            b->len += (size_t)n;
-            return;
-        }
-        size_t cap = b->cap * 2 + (size_t)n;
-        char *s = realloc(b->s, cap);
-        if (!s) {
-            b->oom = 1;
-            return;
-        }
-        b->s = s;
-        b->cap = cap;
-    }
-}
-
 /* The shortest of %.15g / %.17g that reads back as v (0.1, not 0.10000000000000001). */
 static const char *num(char *out, size_t n, double v)
 {
@@ -115,21 +82,21 @@ static const char *num(char *out, size_t n, double v)
 
 static void head(buf *b, const char *name, const char *type, const char *help)
 {
-    bprintf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+    buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
 static void gauge(buf *b, const char *lbl, const char *name, const char *help, double v)
 {
     head(b, name, "gauge", help);
     char t[40];
-    bprintf(b, "%s{%s} %s\n", name, lbl, num(t, sizeof t, v));
+    buf_printf(b, "%s{%s} %s\n", name, lbl, num(t, sizeof t, v));
 }
 
 static void counter(buf *b, const char *lbl, const char *name, const char *help, double v)
 {
     head(b, name, "counter", help);
     char t[40];
-    bprintf(b, "%s_total{%s} %s\n", name, lbl, num(t, sizeof t, v));
+    buf_printf(b, "%s_total{%s} %s\n", name, lbl, num(t, sizeof t, v));
 }
 
 static void hist(buf *b, const char *lbl, const char *name, const char *help, const met_hist *h)
@@ -140,14 +107,14 @@ static void hist(buf *b, const char *lbl, const char *name, const char *help, co
         cum += h->counts[i];
         /* le as the Prometheus Python client writes it (vLLM's): 1.0, 0.025, 160.0 */
         double v = h->bounds[i];
-        bprintf(b, v == (double)(long long)v ? "%s_bucket{%s,le=\"%.1f\"} %llu\n" : "%s_bucket{%s,le=\"%g\"} %llu\n",
+        buf_printf(b, v == (double)(long long)v ? "%s_bucket{%s,le=\"%.1f\"} %llu\n" : "%s_bucket{%s,le=\"%g\"} %llu\n",
                 name, lbl, v, (unsigned long long)cum);
     }
     cum += h->counts[h->n_bounds];
-    bprintf(b, "%s_bucket{%s,le=\"+Inf\"} %llu\n", name, lbl, (unsigned long long)cum);
+    buf_printf(b, "%s_bucket{%s,le=\"+Inf\"} %llu\n", name, lbl, (unsigned long long)cum);
     char t[40];
-    bprintf(b, "%s_sum{%s} %s\n", name, lbl, num(t, sizeof t, h->sum));
-    bprintf(b, "%s_count{%s} %llu\n", name, lbl, (unsigned long long)h->count);
+    buf_printf(b, "%s_sum{%s} %s\n", name, lbl, num(t, sizeof t, h->sum));
+    buf_printf(b, "%s_count{%s} %llu\n", name, lbl, (unsigned long long)h->count);
 }
 
 /* vllm:iteration_tokens_total: tokens per engine step, from the engine's own counts. */
@@ -172,8 +139,8 @@ static void per_tier(buf *b, const char *lbl, const char *name, const char *type
     head(b, name, type, help);
     const char *suffix = strcmp(type, "counter") ? "" : "_total";
     char t[40];
-    bprintf(b, "%s%s{%s,tier=\"host\"} %s\n", name, suffix, lbl, num(t, sizeof t, host));
-    bprintf(b, "%s%s{%s,tier=\"disk\"} %s\n", name, suffix, lbl, num(t, sizeof t, disk));
+    buf_printf(b, "%s%s{%s,tier=\"host\"} %s\n", name, suffix, lbl, num(t, sizeof t, host));
+    buf_printf(b, "%s%s{%s,tier=\"disk\"} %s\n", name, suffix, lbl, num(t, sizeof t, disk));
 }
 
 /* The second KV tier (only when one is configured). */
@@ -205,8 +172,8 @@ static void tier_metrics(buf *b, const char *lbl, const engine_stats *st)
 
 char *met_render(const met *m, const engine_stats *st, const char *model_name)
 {
-    buf b = {malloc(8192), 0, 8192, 0};
-    if (!b.s) return NULL;
+    buf b = {0};
+    if (buf_reserve(&b, 8192)) return NULL;
     char lbl[340];
     size_t o = 0;
     o += (size_t)snprintf(lbl, sizeof lbl, "model_name=\"");
@@ -233,7 +200,7 @@ char *met_render(const met *m, const engine_stats *st, const char *model_name)
     head(&b, "vllm:request_success", "counter", "Finished requests (one per prompt) by finish reason.");
     static const char *const reasons[MET_N_REASONS] = {"stop", "length", "abort"};
     for (int i = 0; i < MET_N_REASONS; i++)
-        bprintf(&b, "vllm:request_success_total{%s,finished_reason=\"%s\"} %llu\n", lbl, reasons[i],
+        buf_printf(&b, "vllm:request_success_total{%s,finished_reason=\"%s\"} %llu\n", lbl, reasons[i],
                 (unsigned long long)m->success[i]);
     hist(&b, lbl, "vllm:time_to_first_token_seconds", "Time to first token.", &m->ttft);
     hist(&b, lbl, "vllm:inter_token_latency_seconds", "Time between consecutive tokens of a choice.", &m->itl);
@@ -263,9 +230,5 @@ char *met_render(const met *m, const engine_stats *st, const char *model_name)
     counter(&b, lbl, "kvserve_http_requests", "HTTP requests answered.", (double)m->http_requests);
     counter(&b, lbl, "kvserve_http_errors", "HTTP requests answered with a status of 400 or more.", (double)m->http_errors);
     tier_metrics(&b, lbl, st);
-    if (b.oom) {
-        free(b.s);
-        return NULL;
-    }
-    return b.s;
+    return buf_take(&b); /* NULL when a growth failed */
 }

@@ -41,8 +41,8 @@ typedef struct met {
     met_hist gen_toks;    /* vllm:request_generation_tokens */
     double tok_bounds[MET_MAX_BUCKETS]; /* storage of the 1-2-5 bounds */
     uint64_t success[MET_N_REASONS]; /* finished requests (one per prompt) by reason */
-    uint64_t http_requests;          /* every HTTP request answered */
-    uint64_t http_errors;            /* answered with status ≥ 400 */
+    uint64_t http_requests;          /* HTTP requests answered, and those with status ≥ 400 */
+    uint64_t http_errors;            /* (copied from http/ before each render) */
     int64_t grammar_lookups;         /* structured-output grammar cache: lookups, hits, entries */
     int64_t grammar_hits;            /* (copied from the cache before each render) */
     int grammar_entries;

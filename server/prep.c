@@ -2,18 +2,21 @@
  * prep.c — everything a request needs before the engine sees it, off the loop thread.
  *
  *   loop thread                         libuv worker thread            loop thread
- *   srv__prep_start: suspend, queue ──► prep_work: parse the body,  ──► prep_done: resume the
+ *   srv__prep_start: hold, queue    ──► prep_work: parse the body,  ──► prep_done: resume the
  *   (phase PREP)                        template, tokenize, truncate,   connection (phase PREPPED);
  *                                       check the context, bad words,   MHD re-enters the handler
  *                                       echo text, or a whole /tokenize  and gen.c submits or replies
  *                                       or /detokenize reply
  *
+ * Text and chats become token ids here (srv__text_ids, srv__chat_ids: the model's BOS and the
+ * chat template as the request asks).
+ *
  * A 15 MB prompt costs seconds of tokenization; done here, /health and every open stream go on
  * being served meanwhile. While phase is PREP the worker owns r->oreq, the prep arrays, the
- * subs/choices and r->result; the loop thread touches none of them (gen.c's cancel and the
- * ping timer look at is_gen, which stays 0 until submission), and r is not freed before
- * prep_done ran. The tokenizer is immutable and thread-safe; the chat template renderer keeps no
- * shared state.
+ * subs/choices and r->result; the loop thread touches none of them (gen.c's cancel looks at is_gen,
+ * which stays 0 until submission; the ping timer only at streams, begun after it), and r is not
+ * freed before prep_done ran (gen.c's busy hook). The tokenizer is immutable and thread-safe; the
+ * chat template renderer keeps no shared state.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -23,10 +26,74 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "model/chat.h"
 #include "model/utf8.h"
 #include "server/internal.h"
-#include "server/oai_chat.h"
-#include "server/toolcall.h"
+#include "server/openai/oai_chat.h"
+#include "server/toolcall/toolcall.h"
+
+/* ---- tokenization ------------------------------------------------------------------------- */
+
+static int encode(srv *s, const char *text, int add_special, int parse_special, int32_t **ids,
+                  int *n_ids, oai_error *e)
+{
+    size_t len = strlen(text);
+    int cap = (int)(len < 64 ? 64 : len + 8);
+    for (int tries = 0; tries < 2; tries++) {
+        int32_t *buf = malloc(sizeof *buf * (size_t)cap);
+        if (!buf) return oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+        int n = tok_encode(s->tok, text, len, add_special, parse_special, buf, cap);
+        if (n < 0) {
+            free(buf);
+            return oai_fail(e, 400, "invalid_request_error", "invalid_value", NULL,
+                            "the text cannot be tokenized (%s)", strerror(-n));
+        }
+        if (n <= cap) {
+            if (n == 0 && add_special && tok_bos(s->tok) >= 0) buf[n++] = tok_bos(s->tok);
+            *ids = buf;
+            *n_ids = n;
+            return 0;
+        }
+        free(buf);
+        cap = n;
+    }
+    return oai_fail(e, 500, "server_error", NULL, NULL, "tokenizer size mismatch");
+}
+
+int srv__text_ids(srv *s, const char *text, int add_special, int32_t **ids, int *n_ids, oai_error *e)
+{
+    return encode(s, text, add_special, 0, ids, n_ids, e);
+}
+
+int srv__chat_ids(srv *s, const oai_chat *ch, int add_generation_prompt, int32_t **ids,
+                  int *n_ids, oai_error *e)
+{
+    jinja_ctx *c = jinja_ctx_create(NULL);
+    if (!c) return oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+    chat_vars v;
+    int rc = oai_chat_vars(ch, c, add_generation_prompt, &v, e);
+    char *text = NULL, err[600] = "";
+    size_t len = 0;
+    int add_bos = 0;
+    if (!rc) {
+        int r = chat_tmpl_render(s->tmpl, &v, &text, &len, &add_bos, err, sizeof err);
+        if (r == -ENOMEM)
+            rc = oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+        else if (r)
+            rc = oai_fail(e, 400, "invalid_request_error", "invalid_value", "messages",
+                          "the chat template cannot render these messages: %s", err);
+    }
+    jinja_ctx_destroy(c);
+    if (rc) return rc;
+    if (strlen(text) != len) {
+        free(text);
+        return oai_fail(e, 400, "invalid_request_error", "invalid_value", "messages",
+                        "the chat template rendered a NUL character");
+    }
+    rc = encode(s, text, add_bos, 1, ids, n_ids, e);
+    free(text);
+    return rc;
+}
 
 /* Completions with echo and logprobs score the prompt tokens too (and so does prompt_logprobs). */
 static int echo_logprobs(const oai_request *q)
@@ -132,7 +199,7 @@ static int prompt_ids(srv *s, const oai_request *q, int p, int32_t **ids, int *n
  * allocated. */
 static int build_prompts(srv_req *r, oai_error *e)
 {
-    srv *s = r->s;
+    srv *s = srv__of(r);
     oai_request *q = &r->oreq;
     if (q->truncate_prompt_tokens > s->n_ctx)
         return oai_fail(e, 400, "invalid_request_error", "invalid_value", "truncate_prompt_tokens",
@@ -201,8 +268,8 @@ static int build_bad_words(srv_req *r, oai_error *e)
         strcpy(spaced + 1, word);
         int32_t *a = NULL, *b = NULL;
         int na = 0, nb = 0;
-        int rc = srv__text_ids(r->s, word, 0, &a, &na, e);
-        if (!rc) rc = srv__text_ids(r->s, spaced, 0, &b, &nb, e);
+        int rc = srv__text_ids(srv__of(r), word, 0, &a, &na, e);
+        if (!rc) rc = srv__text_ids(srv__of(r), spaced, 0, &b, &nb, e);
         free(spaced);
         if (!rc && na > 0 && bad_append(p, &cap, a, na)) rc = oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
         if (!rc && na > 0 && nb == na && b[0] != a[0] && bad_append(p, &cap, b, nb))
@@ -233,10 +300,11 @@ static int alloc_state(srv_req *r)
             if (q->prompts[p].text) {
                 r->echo_text[p] = strdup(q->prompts[p].text);
             } else {
-                int len = tok_decode(r->s->tok, r->prep_ids[p], r->prep_n[p], 1, NULL, 0);
+                int len = tok_decode(srv__of(r)->tok, r->prep_ids[p], r->prep_n[p], 1, NULL, 0);
                 char *raw = malloc((size_t)(len > 0 ? len : 0) + 1);
                 if (raw) {
-                    if (len > 0) tok_decode(r->s->tok, r->prep_ids[p], r->prep_n[p], 1, raw, len);
+                    if (len > 0)
+                        tok_decode(srv__of(r)->tok, r->prep_ids[p], r->prep_n[p], 1, raw, len);
                     raw[len > 0 ? len : 0] = 0;
                     r->echo_text[p] = utf8_sanitize(raw, (size_t)(len > 0 ? len : 0));
                     free(raw);
@@ -261,9 +329,10 @@ static int alloc_state(srv_req *r)
 /* A generation request: parse, prompts, bad words, response state. */
 static int prep_generation(srv_req *r, oai_error *e)
 {
-    srv *s = r->s;
+    srv *s = srv__of(r);
     oai_limits lim = {s->model_id, s->n_vocab, s->grammars};
-    if (oai_parse(r->prep_kind, r->body ? r->body : "", r->body_len, &lim, &r->oreq, e)) return -EINVAL;
+    if (oai_parse(r->prep_kind, r->h.body ? r->h.body : "", r->h.body_len, &lim, &r->oreq, e))
+        return -EINVAL;
     if (build_prompts(r, e) || build_bad_words(r, e)) return -EINVAL;
     if (alloc_state(r)) return oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
     return 0;
@@ -272,9 +341,9 @@ static int prep_generation(srv_req *r, oai_error *e)
 /* /tokenize: the reply JSON into r->result. */
 static int prep_tokenize(srv_req *r, oai_error *e)
 {
-    srv *s = r->s;
+    srv *s = srv__of(r);
     oai_tok_request t;
-    if (oai_parse_tokenize(r->body ? r->body : "", r->body_len, &t, e)) return -EINVAL;
+    if (oai_parse_tokenize(r->h.body ? r->h.body : "", r->h.body_len, &t, e)) return -EINVAL;
     int32_t *ids = NULL;
     int n = 0;
     int rc = t.prompt ? srv__text_ids(s, t.prompt, t.add_special, &ids, &n, e)
@@ -297,10 +366,11 @@ static int prep_tokenize(srv_req *r, oai_error *e)
 /* /detokenize: the reply JSON into r->result. */
 static int prep_detokenize(srv_req *r, oai_error *e)
 {
-    srv *s = r->s;
+    srv *s = srv__of(r);
     oai_tok_request t;
     oai_limits lim = {s->model_id, s->n_vocab, NULL};
-    if (oai_parse_detokenize(r->body ? r->body : "", r->body_len, &lim, &t, e)) return -EINVAL;
+    if (oai_parse_detokenize(r->h.body ? r->h.body : "", r->h.body_len, &lim, &t, e))
+        return -EINVAL;
     int len = t.n_tokens ? tok_decode(s->tok, t.tokens, t.n_tokens, 1, NULL, 0) : 0;
     char *text = malloc((size_t)(len > 0 ? len : 0) + 1);
     if (text) {
@@ -339,17 +409,17 @@ static void prep_done(uv_work_t *w, int status)
         r->prep_rc = oai_fail(&r->prep_err, 503, "server_error", "server_shutting_down", NULL,
                               "The server is shutting down");
     r->phase = SRV_PHASE_PREPPED;
-    if (r->conn) {
-        srv__req_resume(r);
-        srv__http_run(r->s);
+    if (r->h.conn) {
+        http_resume(&r->h);
+        http_run(r->h.server);
     } else {
-        srv__req_maybe_free(r);
+        http_req_maybe_free(&r->h);
     }
 }
 
-enum MHD_Result srv__prep_start(srv_req *r, int kind)
+enum MHD_Result srv__prep_start(srv_req *r, int kind, http_handler_fn then)
 {
-    srv *s = r->s;
+    srv *s = srv__of(r);
     r->prep_kind = kind;
     r->phase = SRV_PHASE_PREP;
     if (s->e) {
@@ -363,11 +433,11 @@ enum MHD_Result srv__prep_start(srv_req *r, int kind)
         r->phase = 0;
         oai_error e;
         oai_fail(&e, 500, "server_error", NULL, NULL, "cannot queue the request's preparation");
-        return srv__reply_error(r, &e);
+        return http_reply_error(&r->h, &e);
     }
-    srv__watch_start(r);
-    r->suspended = 1;
-    MHD_suspend_connection(r->conn);
+    r->h.reenter = then;
+    http_watch_start(&r->h);
+    http_suspend(&r->h);
     return MHD_YES;
 }
 

@@ -1,8 +1,11 @@
 /*
  * server.c — wiring: model + tokenizer + engine + HTTP daemon on one libuv loop, signals,
- * graceful drain and systemd notification.
+ * graceful drain and systemd notification (sent through watchdog.c).
  *
- * Life: load (model, tokenizer, chat template) → engine thread → listen → READY=1 → loop.
+ * The HTTP side is http/'s: this file gives it the routes (routes.c) and the hooks through which
+ * it reaches gen.c (cancel, busy, closed, the access log's ignored fields, release).
+ *
+ * Life: listen → load (model, tokenizer, chat template) → engine thread → READY=1 → loop.
  * SIGTERM/SIGINT: /health turns 503, new generations get 503, STOPPING=1 is sent; in-flight
  * requests finish (their responses fully written) or --drain-timeout cancels them; then the loop
  * stops and everything is torn down in reverse order, exit 0. A second signal exits at once.
@@ -10,38 +13,15 @@
  */
 #include <errno.h>
 #include <signal.h>
-#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "model/chat.h"
 #include "server/internal.h"
-#include "server/toolcall.h"
-
-/* sd_notify(3)'s datagram protocol, without libsystemd. Silent when NOTIFY_SOCKET is unset. */
-void srv__notify(const char *msg)
-{
-    const char *path = getenv("NOTIFY_SOCKET");
-    if (!path || !*path) return;
-    struct sockaddr_un a;
-    memset(&a, 0, sizeof a);
-    a.sun_family = AF_UNIX;
-    size_t n = strlen(path);
-    if (n >= sizeof a.sun_path) return;
-    memcpy(a.sun_path, path, n);
-    if (a.sun_path[0] == '@') a.sun_path[0] = 0; /* abstract namespace */
-    int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) return;
-    if (sendto(fd, msg, strlen(msg), MSG_NOSIGNAL, (struct sockaddr *)&a,
-               (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n)) < 0)
-        fprintf(stderr, "kvserve: sd_notify: %s\n", strerror(errno));
-    close(fd);
-}
+#include "server/toolcall/toolcall.h"
 
 static void on_wake(uv_async_t *h)
 {
@@ -53,7 +33,7 @@ static void on_wake(uv_async_t *h)
             srv__gen_event(s, evs[i]);
             engine_event_free(evs[i]);
         }
-    srv__http_run(s);
+    http_run(&s->http);
 }
 
 /* Engine thread: only the async send. */
@@ -65,13 +45,14 @@ static void wake_cb(void *ud)
 static void on_ping(uv_timer_t *t)
 {
     srv *s = t->data;
-    srv__ping_tick(s);
-    srv__http_run(s);
+    http_ping(&s->http, s->cfg->sse_ping_interval_s);
+    http_run(&s->http);
 }
 
-void srv__check_drain(srv *s)
+/* Draining and no generation left: the loop stops (then the teardown). */
+static void check_drain(srv *s)
 {
-    if (s->draining && !s->stopping && s->n_gen_active == 0) {
+    if (s->http.draining && !s->stopping && s->n_gen_active == 0) {
         s->stopping = 1;
         uv_stop(&s->loop);
     }
@@ -83,7 +64,7 @@ static void on_drain_timeout(uv_timer_t *t)
     if (!s->drain_expired) {
         s->drain_expired = 1;
         fprintf(stderr, "kvserve: drain timeout: cancelling %d request(s)\n", s->n_gen_active);
-        for (srv_req *r = s->reqs; r; r = r->next) srv__gen_cancel(r);
+        for (http_req *r = s->http.reqs; r; r = r->next) srv__gen_cancel((srv_req *)r);
         uv_timer_start(t, on_drain_timeout, 2000, 0); /* let the cancellations be written */
         return;
     }
@@ -94,7 +75,7 @@ static void on_drain_timeout(uv_timer_t *t)
 static void on_signal(uv_signal_t *h, int signum)
 {
     srv *s = h->data;
-    if (s->draining) {
+    if (s->http.draining) {
         fprintf(stderr, "kvserve: second signal (%s): exiting now\n", strsignal(signum));
         _exit(1);
     }
@@ -108,12 +89,62 @@ static void on_signal(uv_signal_t *h, int signum)
         uv_stop(&s->loop);
         return;
     }
-    s->draining = 1;
+    s->http.draining = 1;
     srv__notify("STOPPING=1");
     fprintf(stderr, "kvserve: %s: draining %d in-flight request(s) (up to %.0f s)\n",
             strsignal(signum), s->n_gen_active, s->cfg->drain_timeout_s);
     uv_timer_start(&s->drain_timer, on_drain_timeout, (uint64_t)(s->cfg->drain_timeout_s * 1000), 0);
-    srv__check_drain(s);
+    check_drain(s);
+}
+
+/* ---- the hooks http/ calls (http_config) -------------------------------------------------- */
+
+static void on_cancel(http_req *r)
+{
+    srv__gen_cancel((srv_req *)r);
+}
+
+static int on_busy(const http_req *r)
+{
+    return srv__gen_busy((const srv_req *)r);
+}
+
+static void on_closed(http_req *r, int completed_ok)
+{
+    srv__gen_closed((srv_req *)r, completed_ok);
+    check_drain(r->server->data);
+}
+
+static const char *on_log_ignored(const http_req *r)
+{
+    return srv__gen_ignored((const srv_req *)r);
+}
+
+static void on_release(http_req *r)
+{
+    srv__gen_free((srv_req *)r);
+}
+
+/* What http/ is told: the listener, the limits, the routes (routes.c) and the hooks above. */
+static void http_config_of(srv *s)
+{
+    const srv_config *c = s->cfg;
+    s->hc = (http_config){
+        .host = c->host,
+        .port = c->port,
+        .max_body_bytes = c->max_body_bytes,
+        .api_key = c->api_key,
+        .guard_prefix = "/v1/",
+        .allowed_origins = c->allowed_origins,
+        .routes = srv__routes,
+        .n_routes = srv__n_routes,
+        .req_size = sizeof(srv_req),
+        .cancel = on_cancel,
+        .busy = on_busy,
+        .closed = on_closed,
+        .log_ignored = on_log_ignored,
+        .release = on_release,
+    };
 }
 
 /* The served model id: --served-model-name, else the file name without .gguf. */
@@ -160,7 +191,7 @@ static void close_handle(uv_handle_t *h)
 
 static void teardown(srv *s)
 {
-    srv__http_stop(s);
+    http_stop(&s->http);
     if (s->e) engine_destroy(s->e, 0);
     s->e = NULL;
     gr_cache_destroy(s->grammars);
@@ -169,18 +200,12 @@ static void teardown(srv *s)
     close_handle((uv_handle_t *)&s->ping_timer);
     if (s->watchdog_on) close_handle((uv_handle_t *)&s->watchdog_timer);
     close_handle((uv_handle_t *)&s->drain_timer);
-    close_handle((uv_handle_t *)&s->mhd_timer);
-    close_handle((uv_handle_t *)&s->mhd_poll);
     close_handle((uv_handle_t *)&s->sig_term);
     close_handle((uv_handle_t *)&s->sig_int);
     uv_run(&s->loop, UV_RUN_DEFAULT); /* runs the close callbacks */
-    while (s->reqs) { /* requests whose engine events died with the engine */
-        srv_req *r = s->reqs;
-        r->n_open = 0;
-        r->conn_done = 1;
-        if (r->watch_state == SRV_WATCH_CLOSING) r->watch_state = SRV_WATCH_CLOSED;
-        srv__req_maybe_free(r);
-    }
+    /* requests whose engine events died with the engine */
+    for (http_req *r = s->http.reqs; r; r = r->next) ((srv_req *)r)->n_open = 0;
+    http_free_all(&s->http);
     uv_loop_close(&s->loop);
     chat_tmpl_destroy(s->tmpl); /* it borrows the tokenizer */
     tok_destroy(s->tok);
@@ -232,9 +257,10 @@ static void load_done(uv_work_t *w, int status)
             "http://%s%s%s:%d\n",
             s->model_id, s->n_ctx, chat_tmpl_describe(s->tmpl), tc_syntax_name(s->tool_syntax),
             s->reasoning ? ", reasoning " : "", s->reasoning == TC_REASON_QWEN3 ? "qwen3" : s->reasoning ? "deepseek_r1" : "",
-            v6 ? "[" : "", cfg->host, v6 ? "]" : "", s->port);
+            v6 ? "[" : "", cfg->host, v6 ? "]" : "", s->http.port);
     char ready[512];
-    snprintf(ready, sizeof ready, "READY=1\nSTATUS=serving %s on port %d", s->model_id, s->port);
+    snprintf(ready, sizeof ready, "READY=1\nSTATUS=serving %s on port %d", s->model_id,
+             s->http.port);
     srv__notify(ready);
 }
 
@@ -264,7 +290,9 @@ int srv_run(const srv_config *cfg)
         goto out;
     }
     /* Listen first so that probes get 503 "loading" rather than a refused connection. */
-    if (srv__http_start(s, err, sizeof err)) {
+    http_config_of(s);
+    s->http.data = s;
+    if (http_start(&s->http, &s->loop, &s->hc, err, sizeof err)) {
         fprintf(stderr, "kvserve serve: %s\n", err);
         s->exit_code = 1;
         goto out;

@@ -1,5 +1,6 @@
 /*
- * watchdog.c — the systemd watchdog (sd_watchdog_enabled(3)'s protocol, without libsystemd).
+ * watchdog.c — systemd's notifications (sd_notify(3)'s datagrams: READY=1, STOPPING=1, and the
+ * watchdog's pings, sd_watchdog_enabled(3)'s protocol), without libsystemd.
  *
  * With WatchdogSec= in the unit, systemd sets WATCHDOG_USEC (and WATCHDOG_PID) and kills the
  * service when no "WATCHDOG=1" arrives for that long. The pings come from a loop timer every
@@ -9,12 +10,37 @@
  * While the model loads there is no engine yet and the loop's own liveness is what counts
  * (TimeoutStartSec= bounds the load).
  */
+#include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "base/clock.h"
 #include "server/internal.h"
+
+/* sd_notify(3)'s datagram protocol, without libsystemd. Silent when NOTIFY_SOCKET is unset. */
+void srv__notify(const char *msg)
+{
+    const char *path = getenv("NOTIFY_SOCKET");
+    if (!path || !*path) return;
+    struct sockaddr_un a;
+    memset(&a, 0, sizeof a);
+    a.sun_family = AF_UNIX;
+    size_t n = strlen(path);
+    if (n >= sizeof a.sun_path) return;
+    memcpy(a.sun_path, path, n);
+    if (a.sun_path[0] == '@') a.sun_path[0] = 0; /* abstract namespace */
+    int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return;
+    if (sendto(fd, msg, strlen(msg), MSG_NOSIGNAL, (struct sockaddr *)&a,
+               (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n)) < 0)
+        fprintf(stderr, "kvserve: sd_notify: %s\n", strerror(errno));
+    close(fd);
+}
 
 int64_t srv__watchdog_usec(void)
 {

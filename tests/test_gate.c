@@ -1,12 +1,12 @@
 /*
  * test_gate.c — HTTP/1.1 request framing in front of libmicrohttpd.
  *
- * Suite gate: the parser alone (server/gate_parse.c) on a table of valid and invalid requests,
+ * Suite gate: the parser alone (server/http/gate_parse.c) on a table of valid and invalid requests,
  * each fed whole and in random splits (printed seed) that must give the same forwarded bytes and
- * the same verdict. Suite gate_e2e: the same abuse against a real server over loopback — one
- * JSON error response and a close for every framing error (libmicrohttpd 0.9.75 sent two status
- * lines, HTML, kept ambiguous connections open and read chunked uploads past the limit to the
- * end), 413 as soon as a chunked body passes --max-body, keep-alive and 100-continue intact.
+ * the same verdict. Suite gate_e2e: the same abuse against a real server over loopback — one JSON
+ * error response and a close for every framing error (libmicrohttpd 0.9.75 sent two status lines,
+ * HTML, kept ambiguous connections open and read chunked uploads past the limit to the end), 413 as
+ * soon as a chunked body passes --max-body, keep-alive and 100-continue intact.
  */
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
@@ -18,7 +18,7 @@
 #include <unistd.h>
 
 #include "base/rng.h"
-#include "server/gate.h"
+#include "server/http/gate.h"
 #include "tests/server_harness.h"
 
 /* ---- the parser ---------------------------------------------------------------------------- */

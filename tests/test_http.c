@@ -1,5 +1,5 @@
 /*
- * test_http.c — serve options of server/http.c against a real server: CORS with
+ * test_http.c — serve options of server/http/http.c against a real server: CORS with
  * --allowed-origins (preflight, headers on plain and streamed replies, refusals, off by
  * default), --max-model-len (what /v1/models reports, what requests may use, and start-up
  * refusing a length the model or the KV budget cannot hold), and every response body valid

@@ -1,10 +1,10 @@
 /*
- * test_oai_chat.c — tools and the template's inputs at the OpenAI edge (server/oai_chat.c):
- * validation of tools / tool_choice / functions / chat_template fields (400s naming the field),
- * the values the template gets (parts joined, tool-call arguments parsed, legacy roles mapped,
- * key order and 1.0 kept), and the answer: message.tool_calls / function_call /
- * reasoning_content with finish_reason, and the stream's delta.tool_calls whose argument pieces
- * add up to the non-streamed arguments. No network, no model.
+ * test_oai_chat.c — tools and the template's inputs at the OpenAI edge (server/openai/oai_chat.c):
+ * validation of tools / tool_choice / functions / chat_template fields (400s naming the field), the
+ * values the template gets (parts joined, tool-call arguments parsed, legacy roles mapped, key
+ * order and 1.0 kept), and the answer: message.tool_calls / function_call / reasoning_content with
+ * finish_reason, and the stream's delta.tool_calls whose argument pieces add up to the non-streamed
+ * arguments. No network, no model.
  */
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
@@ -12,9 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "server/oai_chat.h"
-#include "server/openai.h"
-#include "server/toolcall.h"
+#include "server/openai/oai_chat.h"
+#include "server/openai/openai.h"
+#include "server/toolcall/toolcall.h"
 
 static const oai_limits toc_lim = {"tiny", 512, NULL};
 

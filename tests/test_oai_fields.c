@@ -1,5 +1,5 @@
 /*
- * test_oai_fields.c — vLLM's request extensions (server/oai_fields.c) as vLLM handles them.
+ * test_oai_fields.c — vLLM's request extensions (server/openai/oai_fields.c) as vLLM handles them.
  *
  * Suite oai_fields: the parser (types, ranges, the names of ignored fields), no model. Suite
  * oai_fields_e2e: each field against the real server on the in-repo stories260K, checked
@@ -16,7 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "server/openai.h"
+#include "server/openai/openai.h"
 #include "tests/server_harness.h"
 #include "tests/test_util.h"
 

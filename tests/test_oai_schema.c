@@ -1,5 +1,5 @@
 /*
- * test_oai_schema.c — JSON Schema → grammar (server/oai_schema.c).
+ * test_oai_schema.c — JSON Schema → grammar (server/openai/oai_schema.c).
  *
  *   - errors name the keyword and the schema path;
  *   - integer and number ranges against plain arithmetic on every value of a window;
@@ -19,7 +19,7 @@
 
 #include "base/buf.h"
 #include "grammar/grammar.h"
-#include "server/oai_schema.h"
+#include "server/openai/oai_schema.h"
 #include "tests/grammar_harness.h"
 
 static gr_grammar *ts_compile(const char *schema_json, char *err, size_t err_len)

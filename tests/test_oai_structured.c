@@ -1,5 +1,5 @@
 /*
- * test_oai_structured.c — the structured-output request fields (server/oai_structured.c) and
+ * test_oai_structured.c — the structured-output request fields (server/openai/oai_structured.c) and
  * constrained generation through the engine on stories260K:
  *
  *   - every spelling (response_format, guided_*, structured_outputs, grammar, json_schema)
@@ -16,8 +16,8 @@
 
 #include "base/buf.h"
 #include "model/chat.h"
-#include "server/oai_internal.h"
-#include "server/openai.h"
+#include "server/openai/internal.h"
+#include "server/openai/openai.h"
 #include "tests/engine_harness.h"
 #include "tests/grammar_harness.h"
 

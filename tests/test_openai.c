@@ -1,6 +1,6 @@
 /*
- * test_openai.c — request parsing/validation and response builders of server/openai.c, and the
- * Prometheus text of server/metrics.c. No network, no model.
+ * test_openai.c — request parsing/validation and response builders of server/openai/openai.c, and
+ * the Prometheus text of server/metrics.c. No network, no model.
  */
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "server/metrics.h"
-#include "server/openai.h"
+#include "server/openai/openai.h"
 
 static const oai_limits oa_lim = {"tiny", 512, NULL};
 

@@ -1,10 +1,10 @@
 /*
- * test_toolcall.c — the output parsers (server/toolcall.c) on scripted model outputs of every
- * call syntax and both reasoning parsers. Each output is fed whole, and again cut into random
- * pieces (seed printed): the fields must be the expected ones, the stream's deltas must add up
- * to exactly the same fields, and a call's name must come before any of its arguments. Then
- * the reference chat templates (../shared/chat-templates): the text a template writes for an
- * assistant turn with tool calls, read back by the parser its markers pick, gives those calls.
+ * test_toolcall.c — the output parsers (server/toolcall/toolcall.c) on scripted model outputs of
+ * every call syntax and both reasoning parsers. Each output is fed whole, and again cut into random
+ * pieces (seed printed): the fields must be the expected ones, the stream's deltas must add up to
+ * exactly the same fields, and a call's name must come before any of its arguments. Then the
+ * reference chat templates (../shared/chat-templates): the text a template writes for an assistant
+ * turn with tool calls, read back by the parser its markers pick, gives those calls.
  */
 #include <criterion/criterion.h>
 #include <dirent.h>
@@ -15,7 +15,7 @@
 
 #include "model/chat.h"
 #include "base/rng.h"
-#include "server/toolcall.h"
+#include "server/toolcall/toolcall.h"
 #include "tests/test_util.h"
 
 typedef struct tt_case {

@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "grammar/grammar.h"
-#include "server/oai_schema.h"
+#include "server/openai/oai_schema.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -1,7 +1,7 @@
 /*
- * fuzz_request.c — libFuzzer target for the OpenAI request parser (server/openai.c): any bytes
- * as a completions, chat, tokenize or detokenize body must parse or fail cleanly, never crash or
- * leak; accepted requests must satisfy the invariants the server relies on.
+ * fuzz_request.c — libFuzzer target for the OpenAI request parser (server/openai/openai.c): any
+ * bytes as a completions, chat, tokenize or detokenize body must parse or fail cleanly, never crash
+ * or leak; accepted requests must satisfy the invariants the server relies on.
  */
 #include <assert.h>
 #include <stddef.h>
@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "server/openai.h"
+#include "server/openai/openai.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

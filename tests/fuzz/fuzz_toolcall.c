@@ -1,7 +1,7 @@
 /*
- * fuzz_toolcall.c — libFuzzer target for the output parsers (server/toolcall.c): any model output
- * under any call syntax and reasoning parser, fed in pieces whose sizes the input chooses, must
- * be read without a crash or a leak, and the stream's deltas must add up to exactly the final
+ * fuzz_toolcall.c — libFuzzer target for the output parsers (server/toolcall/toolcall.c): any model
+ * output under any call syntax and reasoning parser, fed in pieces whose sizes the input chooses,
+ * must be read without a crash or a leak, and the stream's deltas must add up to exactly the final
  * content, reasoning and calls (names before arguments, calls in order).
  *
  * Input: byte 0 picks the syntax and the reasoning parser, byte 1 seeds the piece sizes, the
@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "server/toolcall.h"
+#include "server/toolcall/toolcall.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -68,7 +68,7 @@ typedef struct oai_request {
     int n_stop;                   /* 0 .. ENGINE_MAX_STOP */
     smp_params sampling;          /* its arrays (logit_bias, allowed_token_ids, stop_token_ids)
                                      are owned by the request */
-    /* vLLM's extensions (server/oai_fields.c) */
+    /* vLLM's extensions (oai_fields.c) */
     int include_stop_str;         /* include_stop_str_in_output */
     int skip_special;             /* skip_special_tokens (default 1): 0 renders control tokens */
     char *request_id;             /* owned: vLLM's request_id (the response id's tail), or NULL */
@@ -77,10 +77,10 @@ typedef struct oai_request {
     int prompt_logprobs;          /* -1: none; else alternatives per prompt token (0..20) */
     int truncate_prompt_tokens;   /* 0: off; else keep the last N prompt tokens */
     char *ignored;                /* owned: the unknown top-level fields, comma-separated, or NULL */
-    gr_grammar *grammar;          /* structured output (server/oai_structured.c): a reference the
+    gr_grammar *grammar;          /* structured output (oai_structured.c): a reference the
                                      request owns, NULL when unconstrained */
     struct oai_chat *chat;        /* chat: tools, tool_choice, the template's inputs (owned;
-                                     server/oai_chat.h) */
+                                     oai_chat.h) */
 } oai_request;
 
 typedef struct oai_limits {
@@ -111,7 +111,7 @@ typedef struct oai_tok_request {
     int add_generation_prompt;    /* default 1 */
     int32_t *tokens;              /* detokenize: owned [n_tokens] */
     int n_tokens;
-    struct oai_chat *chat;        /* messages: the template's inputs (owned; server/oai_chat.h) */
+    struct oai_chat *chat;        /* messages: the template's inputs (owned; oai_chat.h) */
 } oai_tok_request;
 
 int oai_parse_tokenize(const char *body, size_t len, oai_tok_request *out, oai_error *err);
@@ -152,7 +152,7 @@ typedef struct oai_choice {
     double cum_logprob;           /* sum over generated tokens */
     int started;                  /* streaming: first chunk (chat role) went out */
     struct oai_chat_state *chat;  /* chat with tools or a reasoning parser: the reader of the
-                                     output (owned; server/oai_chat.h), else NULL */
+                                     output (owned; oai_chat.h), else NULL */
 } oai_choice;
 
 enum oai_stop_kind { OAI_STOP_NONE = 0, OAI_STOP_STR, OAI_STOP_TOKEN };

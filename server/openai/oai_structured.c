@@ -19,8 +19,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "server/oai_internal.h"
-#include "server/oai_schema.h"
+#include "server/openai/internal.h"
+#include "server/openai/oai_schema.h"
 
 static const char ERR_INVALID[] = "invalid_request_error";
 

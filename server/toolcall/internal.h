@@ -1,26 +1,23 @@
 /*
- * toolcall_internal.h — what the files of the output parsers share (toolcall.c, the parsers;
- * toolcall_scan.c, buffers and JSON scanning; toolcall_tagged.c, the tagged syntaxes' markers;
- * toolcall_section.c and toolcall_pyval.c, the syntaxes read a whole section at a time;
- * toolcall_schema.c, the tool schemas' string parameters).
- * Nothing outside server/toolcall*.c includes it.
+ * internal.h — what the files of the output parsers share. From the bottom up:
+ *
+ *   toolcall_scan.c      JSON scanning and writing, names, markers, handing calls on
+ *   toolcall_pyval.c     call bodies written as code (for toolcall_section.c)
+ *   toolcall_tagged.c    the tagged syntaxes' markers and call bodies
+ *   toolcall_section.c   the syntaxes read a whole section at a time
+ *   toolcall_schema.c    the tool schemas' string parameters
+ *   toolcall.c           the parsers of toolcall.h, over all of the above
+ *
+ * Each file calls only files listed before it. Nothing outside server/toolcall/
+ * includes this header.
  */
 #ifndef KVSERVE_TOOLCALL_INTERNAL_H
 #define KVSERVE_TOOLCALL_INTERNAL_H
 
 #include <stddef.h>
 
-#include "server/toolcall.h"
-
-typedef struct tbuf {
-    char *s;
-    size_t n, cap;
-} tbuf;
-
-/* Appends s[0..n) (NUL-terminated after). 0 or -ENOMEM. */
-int tc__tb_add(tbuf *b, const char *s, size_t n);
-/* Removes the first k bytes. */
-void tc__tb_drop(tbuf *b, size_t k);
+#include "base/buf.h"
+#include "server/toolcall/toolcall.h"
 
 int tc__is_ws(char c);
 size_t tc__skip_ws(const char *s, size_t n, size_t i);
@@ -49,9 +46,15 @@ void tc__scan_obj(const char *s, size_t n, size_t i, jobj *o);
 char *tc__json_unescape(const char *s, size_t n, size_t *out_len);
 /* Appends v[0..n) trimmed as a JSON value: itself when it is strictly valid JSON (a number,
  * true, an object …), else a string. */
-void tc__json_value_of(tbuf *b, const char *v, size_t n);
+void tc__json_value_of(buf *b, const char *v, size_t n);
 /* memmem for a C-string needle. */
 const char *tc__find(const char *s, size_t n, const char *needle);
+/* Appends s[0..n) as a JSON string. */
+void tc__json_str(buf *b, const char *s, size_t n);
+/* A character of a function name (letters, digits, _ - . : and any non-ASCII byte). */
+int tc__name_char(char c);
+/* Whether s[0..n) has lit at i. */
+int tc__at(const char *s, size_t n, size_t i, const char *lit);
 
 /* The markers of a tagged call syntax (toolcall_tagged.c): calls inside an optional section,
  * each from call_open to call_close, its name before sep and its arguments after it. */
@@ -74,6 +77,9 @@ typedef void (*tc_call_fn)(void *ud, const char *name, size_t name_len, const ch
 /* A body reader: the number of calls in s[0..n), each handed to fn when fn is set, or -1 when
  * the text is not calls (fn may then have seen some: tc__section_read validates first). */
 typedef int (*tc_read_fn)(const char *s, size_t n, tc_call_fn fn, void *ud);
+/* Hands the call name[0..nn) with args to fn (when set): count + 1, or -1 when args failed
+ * (out of memory) or the name is empty (toolcall_scan.c). */
+int tc__give(tc_call_fn fn, void *ud, const char *name, size_t nn, buf *args, int count);
 
 enum { TC_SECTION_PAIRS = 5 };
 
@@ -96,17 +102,8 @@ int tc__section_detect(const char *t);
 int tc__section_read(const tc_section *x, int pair, const char *s, size_t n, tc_call_fn fn,
                      void *ud);
 
-/* Appends s[0..n) as a JSON string. */
-void tc__json_str(tbuf *b, const char *s, size_t n);
-/* A character of a function name (letters, digits, _ - . : and any non-ASCII byte). */
-int tc__name_char(char c);
-/* Whether s[0..n) has lit at i. */
-int tc__at(const char *s, size_t n, size_t i, const char *lit);
-/* Hands the call name[0..nn) with args to fn (when set): count + 1, or -1 when args failed
- * (out of memory) or the name is empty. */
-int tc__give(tc_call_fn fn, void *ud, const char *name, size_t nn, tbuf *args, int count);
 /* Appends <parameter=K>V</parameter>… of s[0..n) as a JSON object to args. 0, or -1. */
-int tc__xml_params(const char *s, size_t n, tbuf *args);
+int tc__xml_params(const char *s, size_t n, buf *args);
 /* A non-JSON call body inside hermes' <tool_call>: Qwen3-Coder's <function=NAME>
  * <parameter=K>V</parameter>…, GLM's NAME<arg_key>K</arg_key><arg_value>V</arg_value>… or
  * MiniMax-M3's elements. The number of calls handed to fn (when set), or -1. */
@@ -122,11 +119,11 @@ int tc__read_pythonic(const char *s, size_t n, tc_call_fn fn, void *ud);
 
 /* Records which top-level parameters of function name the JSON Schema text schema types as
  * strings (nothing when schema is NULL or not JSON). 0, or -ENOMEM with store unchanged. */
-int tc__schemas_add(tbuf *store, const char *name, const char *schema);
+int tc__schemas_add(buf *store, const char *name, const char *schema);
 /* Arguments a[0..n) of function fn[0..fnn) with each string-typed parameter that holds a
  * non-string JSON value turned into a string of that value's text, appended to out: 1 when
  * something changed (out holds the new arguments), 0 when a stands as it is. */
-int tc__schemas_retype(const tbuf *store, const char *fn, size_t fnn, const char *a, size_t n,
-                       tbuf *out);
+int tc__schemas_retype(const buf *store, const char *fn, size_t fnn, const char *a, size_t n,
+                       buf *out);
 
 #endif

@@ -17,8 +17,8 @@
 #include <string.h>
 
 #include "base/buf.h"
-#include "server/oai_internal.h"
-#include "server/oai_schema.h"
+#include "server/openai/internal.h"
+#include "server/openai/oai_schema.h"
 
 #define SC_MAX_DEPTH 64
 

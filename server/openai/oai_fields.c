@@ -21,14 +21,14 @@
  *
  * Every other top-level key that no parser reads is collected into r->ignored, so the access
  * log can name what a client sent in vain (fields are ignored, not refused, as vLLM does).
- * Called by openai.c's parser; the response helpers by its builders.
+ * Called by openai.c's parser; the response helpers by the builders of oai_response.c.
  */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "server/oai_internal.h"
+#include "server/openai/internal.h"
 
 /* Top-level keys some parser reads. A new request field goes here too, or the access log at -v
  * calls it ignored. */
@@ -220,7 +220,7 @@ static void add_entry(cJSON *d, const oai_resp *r, int32_t id, float lp, int ran
     cJSON *o = cJSON_AddObjectToObject(d, key);
     cJSON_AddNumberToObject(o, "logprob", lp);
     cJSON_AddNumberToObject(o, "rank", rank);
-    cJSON_AddItemToObject(o, "decoded_token", oai__token_string(r, id));
+    cJSON_AddItemToObject(o, "decoded_token", oai__token_string(r, id, NULL, NULL));
 }
 
 cJSON *oai__prompt_logprobs_json(const oai_resp *r, const oai_lp *lps, int n)

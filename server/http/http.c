@@ -1,13 +1,15 @@
 /*
- * http.c — libmicrohttpd inside the libuv loop: routing, authentication, plain JSON replies,
- * streamed bodies with suspend/resume, client-disconnect detection and the access log.
+ * http.c — libmicrohttpd inside the libuv loop (see http.h): routing, authentication, CORS,
+ * replies, streamed bodies with suspend/resume, client-disconnect detection and the access log.
  *
  * MHD runs with MHD_USE_EPOLL and no thread of its own: its epoll descriptor sits under a
  * uv_poll and MHD_run is called when it is readable, after engine events, and when the uv_timer
  * armed from MHD_get_timeout fires. A connection waiting on the engine is suspended (a non-streamed
  * request inside the access handler, a stream inside its content reader) and resumed when events
- * arrive. MHD does not watch suspended sockets, so every generation request also has a uv_poll on
- * its socket for UV_DISCONNECT: a client that goes away is cancelled in the engine at once.
+ * arrive. MHD does not watch suspended sockets, so every held request also has a uv_poll on its
+ * socket for UV_DISCONNECT: a client that goes away is cancelled (http_config.cancel) at once.
+ * What a route does is the application's: this file calls up only through the handlers and hooks
+ * of http_config.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -19,12 +21,8 @@
 #include <sys/socket.h>
 #include <time.h>
 
-#include <cjson/cJSON.h>
-
 #include "base/clock.h"
-#include "model/utf8.h"
-#include "server/gate.h"
-#include "server/internal.h"
+#include "server/http/http.h"
 
 /* ---- request objects ------------------------------------------------------------------------ */
 
@@ -40,11 +38,12 @@ static void mint_id(char *buf, size_t len, const char *prefix)
     snprintf(buf, len, "%s%016llx%04x", prefix, (unsigned long long)x, (unsigned)(ctr & 0xffff));
 }
 
-static srv_req *req_new(srv *s, struct MHD_Connection *c, const char *method, const char *url)
+static http_req *req_new(http_server *h, struct MHD_Connection *c, const char *method,
+                         const char *url)
 {
-    srv_req *r = calloc(1, sizeof *r);
+    http_req *r = calloc(1, h->cfg->req_size);
     if (!r) return NULL;
-    r->s = s;
+    r->server = h;
     r->conn = c;
     r->start_us = clk_now_us();
     snprintf(r->method, sizeof r->method, "%s", method);
@@ -55,46 +54,68 @@ static srv_req *req_new(srv *s, struct MHD_Connection *c, const char *method, co
     if (ok) snprintf(r->req_id, sizeof r->req_id, "%s", rid);
     else mint_id(r->req_id, sizeof r->req_id, "req-");
     r->req_id_given = ok;
-    r->next = s->reqs;
-    if (s->reqs) s->reqs->prev = r;
-    s->reqs = r;
+    r->next = h->reqs;
+    if (h->reqs) h->reqs->prev = r;
+    h->reqs = r;
     return r;
 }
 
-static void req_unlink_free(srv_req *r)
+static void req_unlink_free(http_req *r)
 {
-    srv *s = r->s;
+    http_server *h = r->server;
     if (r->prev) r->prev->next = r->next;
-    else s->reqs = r->next;
+    else h->reqs = r->next;
     if (r->next) r->next->prev = r->prev;
-    srv__gen_free(r);
+    h->cfg->release(r);
     free(r->body);
+    free(r->out);
     free(r);
 }
 
 static void on_watch_closed(uv_handle_t *h)
 {
-    srv_req *r = h->data;
-    r->watch_state = SRV_WATCH_CLOSED;
-    srv__req_maybe_free(r);
+    http_req *r = h->data;
+    r->watch_state = HTTP_WATCH_CLOSED;
+    http_req_maybe_free(r);
 }
 
-static void watch_close(srv_req *r)
+static void watch_close(http_req *r)
 {
-    if (r->watch_state != SRV_WATCH_ON) return;
-    r->watch_state = SRV_WATCH_CLOSING;
+    if (r->watch_state != HTTP_WATCH_ON) return;
+    r->watch_state = HTTP_WATCH_CLOSING;
     uv_close((uv_handle_t *)&r->watch, on_watch_closed);
 }
 
-void srv__req_maybe_free(srv_req *r)
+void http_req_maybe_free(http_req *r)
 {
-    if (!r->conn_done || r->n_open > 0 || r->phase == SRV_PHASE_PREP) return;
-    if (r->watch_state == SRV_WATCH_ON) watch_close(r);
-    if (r->watch_state == SRV_WATCH_CLOSING) return;
+    if (!r->conn_done || r->server->cfg->busy(r)) return;
+    if (r->watch_state == HTTP_WATCH_ON) watch_close(r);
+    if (r->watch_state == HTTP_WATCH_CLOSING) return;
     req_unlink_free(r);
 }
 
-void srv__req_resume(srv_req *r)
+void http_free_all(http_server *h)
+{
+    while (h->reqs) {
+        http_req *r = h->reqs;
+        r->conn_done = 1;
+        if (r->watch_state == HTTP_WATCH_CLOSING) r->watch_state = HTTP_WATCH_CLOSED;
+        http_req_maybe_free(r);
+        if (h->reqs != r) continue;
+        /* Still held, but the loop is over and nothing will ask again. A watch whose close
+         * never ran cannot be freed under libuv: leave the rest. */
+        if (r->watch_state == HTTP_WATCH_CLOSING) break;
+        req_unlink_free(r);
+    }
+}
+
+void http_suspend(http_req *r)
+{
+    r->suspended = 1;
+    MHD_suspend_connection(r->conn);
+}
+
+void http_resume(http_req *r)
 {
     if (r->suspended && r->conn) {
         r->suspended = 0;
@@ -105,38 +126,32 @@ void srv__req_resume(srv_req *r)
 /* The client socket reported a hang-up: cancel the work and let MHD close the connection. */
 static void on_watch(uv_poll_t *h, int status, int events)
 {
-    srv_req *r = h->data;
+    http_req *r = h->data;
     if (status >= 0 && !(events & UV_DISCONNECT)) return;
     uv_poll_stop(h);
     r->client_gone = 1;
     r->stream_abort = 1;
-    srv__gen_cancel(r);
-    srv__req_resume(r);
-    srv__http_run(r->s);
+    r->server->cfg->cancel(r);
+    http_resume(r);
+    http_run(r->server);
 }
 
-/* Starts the disconnect watch on r's socket (generation requests only). */
-static void watch_start(srv_req *r)
+void http_watch_start(http_req *r)
 {
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-    if (!ci || uv_poll_init(&r->s->loop, &r->watch, ci->connect_fd)) return;
+    if (!ci || uv_poll_init(r->server->loop, &r->watch, ci->connect_fd)) return;
     r->watch.data = r;
-    r->watch_state = SRV_WATCH_ON;
+    r->watch_state = HTTP_WATCH_ON;
     uv_poll_start(&r->watch, UV_DISCONNECT, on_watch);
 }
-
-/* ---- replies -------------------------------------------------------------------------------- */
-
-static enum MHD_Result reply_fail(srv_req *r, int status, const char *type, const char *code,
-                                  const char *fmt, const char *arg);
 
 /* ---- CORS (--allowed-origins) ------------------------------------------------------------ */
 
 /* The value for Access-Control-Allow-Origin when r's Origin is allowed, else NULL. */
-static const char *cors_origin(srv_req *r)
+static const char *cors_origin(http_req *r)
 {
-    const char *list = r->s->cfg->allowed_origins;
+    const char *list = r->server->cfg->allowed_origins;
     if (!list || !r->conn) return NULL;
     const char *o = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Origin");
     if (!o || !*o) return NULL;
@@ -154,7 +169,7 @@ static const char *cors_origin(srv_req *r)
     return NULL;
 }
 
-static void add_cors_headers(srv_req *r, struct MHD_Response *resp)
+static void add_cors_headers(http_req *r, struct MHD_Response *resp)
 {
     const char *allow = cors_origin(r);
     if (!allow) return;
@@ -166,11 +181,11 @@ static void add_cors_headers(srv_req *r, struct MHD_Response *resp)
 /* A browser's preflight (OPTIONS with Access-Control-Request-Method): 204 with what the API
  * allows, or 400 for an origin not in the list. Answered before authentication, as browsers
  * send no credentials with it. */
-static enum MHD_Result do_preflight(srv_req *r)
+static enum MHD_Result do_preflight(http_req *r)
 {
     const char *allow = cors_origin(r);
-    if (!allow) return reply_fail(r, 400, "invalid_request_error", "cors_origin_not_allowed",
-                                  "Disallowed CORS origin%s", "");
+    if (!allow) return http_reply_fail(r, 400, "invalid_request_error", "cors_origin_not_allowed",
+                                       "Disallowed CORS origin%s", "");
     struct MHD_Response *resp = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
     if (!resp) return MHD_NO;
     MHD_add_response_header(resp, "x-request-id", r->req_id);
@@ -188,15 +203,17 @@ static enum MHD_Result do_preflight(srv_req *r)
     return ret;
 }
 
-static void add_common_headers(srv_req *r, struct MHD_Response *resp, const char *ctype)
+/* ---- replies -------------------------------------------------------------------------------- */
+
+static void add_common_headers(http_req *r, struct MHD_Response *resp, const char *ctype)
 {
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
     MHD_add_response_header(resp, "x-request-id", r->req_id);
     add_cors_headers(r, resp);
-    if (r->s->draining) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
+    if (r->server->draining) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
 }
 
-enum MHD_Result srv__reply(srv_req *r, int status, const char *ctype, char *body, size_t len)
+enum MHD_Result http_reply(http_req *r, int status, const char *ctype, char *body, size_t len)
 {
     if (!body) {
         status = 500;
@@ -220,23 +237,23 @@ enum MHD_Result srv__reply(srv_req *r, int status, const char *ctype, char *body
     return ret;
 }
 
-enum MHD_Result srv__reply_error(srv_req *r, const oai_error *e)
+enum MHD_Result http_reply_error(http_req *r, const oai_error *e)
 {
     char *j = oai_error_json(e);
-    return srv__reply(r, e->status, "application/json", j, j ? strlen(j) : 0);
+    return http_reply(r, e->status, "application/json", j, j ? strlen(j) : 0);
 }
 
-static enum MHD_Result reply_json(srv_req *r, int status, char *json)
+enum MHD_Result http_reply_json(http_req *r, int status, char *json)
 {
-    return srv__reply(r, status, "application/json", json, json ? strlen(json) : 0);
+    return http_reply(r, status, "application/json", json, json ? strlen(json) : 0);
 }
 
-static enum MHD_Result reply_fail(srv_req *r, int status, const char *type, const char *code,
-                                  const char *fmt, const char *arg)
+enum MHD_Result http_reply_fail(http_req *r, int status, const char *type, const char *code,
+                                const char *fmt, const char *arg)
 {
     oai_error e;
     oai_fail(&e, status, type, code, NULL, fmt, arg);
-    return srv__reply_error(r, &e);
+    return http_reply_error(r, &e);
 }
 
 static const char *reason_phrase(int status)
@@ -251,9 +268,12 @@ static const char *reason_phrase(int status)
     }
 }
 
-char *srv__gate_response(srv *s, int status, const char *message, const char *method,
-                         const char *path, size_t *len)
+/* The gate's answer to a framing error (gate_reject_fn): the whole HTTP response with an OpenAI
+ * JSON error and Connection: close; it is logged like any request and counted. */
+static char *gate_response(void *ud, int status, const char *message, const char *method,
+                           const char *path, size_t *len)
 {
+    http_server *h = ud;
     oai_error e;
     const char *code = status == 413 ? "request_too_large" : status == 503 ? "server_is_overloaded"
                                                                            : "malformed_http_request";
@@ -271,8 +291,8 @@ char *srv__gate_response(srv *s, int status, const char *message, const char *me
     free(j);
     fprintf(stderr, "%s %s %d prompt_tokens=0 output_tokens=0 0.0ms id=%s (rejected: %s)\n",
             method && *method ? method : "-", path && *path ? path : "-", status, id, message);
-    s->met.http_requests++;
-    s->met.http_errors++;
+    h->n_requests++;
+    h->n_errors++;
     if (n < 0) return NULL;
     *len = (size_t)n;
     return out;
@@ -280,7 +300,7 @@ char *srv__gate_response(srv *s, int status, const char *message, const char *me
 
 /* ---- streams -------------------------------------------------------------------------------- */
 
-void srv__stream_append(srv_req *r, const char *p, size_t n)
+void http_stream_append(http_req *r, const char *p, size_t n)
 {
     if (r->stream_abort) return;
     if (r->out_off > 0 && r->out_off == r->out_len) r->out_off = r->out_len = 0;
@@ -296,7 +316,7 @@ void srv__stream_append(srv_req *r, const char *p, size_t n)
             char *o = realloc(r->out, cap);
             if (!o) {
                 r->stream_abort = 1;
-                srv__gen_cancel(r);
+                r->server->cfg->cancel(r);
                 return;
             }
             r->out = o;
@@ -306,12 +326,12 @@ void srv__stream_append(srv_req *r, const char *p, size_t n)
     memcpy(r->out + r->out_len, p, n);
     r->out_len += n;
     r->last_emit_us = clk_now_us();
-    srv__req_resume(r);
+    http_resume(r);
 }
 
 static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
 {
-    srv_req *r = cls;
+    http_req *r = cls;
     (void)pos;
     if (r->stream_abort) return MHD_CONTENT_READER_END_WITH_ERROR;
     if (r->out_len > r->out_off) {
@@ -329,9 +349,10 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
     return 0;
 }
 
-/* Queues the 200 SSE response whose body comes from r->out. */
-enum MHD_Result srv__stream_begin(srv_req *r)
+enum MHD_Result http_stream_begin(http_req *r)
 {
+    r->streaming = 1;
+    r->last_emit_us = clk_now_us();
     struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384,
                                                                   stream_reader, r, NULL);
     if (!resp) return MHD_NO;
@@ -343,70 +364,21 @@ enum MHD_Result srv__stream_begin(srv_req *r)
     return ret;
 }
 
-void srv__ping_tick(srv *s)
+void http_ping(http_server *h, double interval_s)
 {
     int64_t now = clk_now_us();
-    int64_t iv = (int64_t)(s->cfg->sse_ping_interval_s * 1e6);
-    for (srv_req *r = s->reqs; r; r = r->next)
-        if (r->is_gen && r->oreq.stream && r->conn && !r->stream_done && !r->stream_abort &&
+    int64_t iv = (int64_t)(interval_s * 1e6);
+    for (http_req *r = h->reqs; r; r = r->next)
+        if (r->streaming && r->conn && !r->stream_done && !r->stream_abort &&
             now - r->last_emit_us >= iv)
-            srv__stream_append(r, ": ping\n\n", 8);
+            http_stream_append(r, ": ping\n\n", 8);
 }
 
-/* ---- simple endpoints ---------------------------------------------------------------------- */
+/* ---- admission ----------------------------------------------------------------------------- */
 
-static enum MHD_Result do_health(srv_req *r)
+static int auth_ok(http_req *r)
 {
-    srv *s = r->s;
-    if (!s->e) return reply_json(r, 503, strdup("{\"status\":\"loading\"}"));
-    engine_stats st;
-    engine_get_stats(s->e, &st);
-    int busy = st.num_running + st.num_waiting > 0;
-    int stuck = busy && clk_now_us() - st.last_step_us > 60 * 1000000LL;
-    const char *why = s->draining ? "draining" : !st.alive ? "engine stopped" : stuck ? "engine stuck" : NULL;
-    char buf[128];
-    snprintf(buf, sizeof buf, "{\"status\":\"%s\"}", why ? why : "ok");
-    return reply_json(r, why ? 503 : 200, strdup(buf));
-}
-
-static enum MHD_Result do_metrics(srv_req *r)
-{
-    engine_stats st;
-    if (r->s->e) engine_get_stats(r->s->e, &st);
-    if (r->s->grammars)
-        gr_cache_stats(r->s->grammars, &r->s->met.grammar_entries, &r->s->met.grammar_lookups, &r->s->met.grammar_hits);
-    char *t = met_render(&r->s->met, r->s->e ? &st : NULL, r->s->model_id);
-    return srv__reply(r, 200, "text/plain; version=0.0.4; charset=utf-8", t, t ? strlen(t) : 0);
-}
-
-/* One model card (the served model), or the list holding it. */
-static char *model_json(srv *s, int list)
-{
-    char *id = utf8_sanitize(s->model_id, strlen(s->model_id)); /* a file name may be any bytes */
-    if (!id) return NULL;
-    cJSON *m = cJSON_CreateObject();
-    cJSON_AddStringToObject(m, "id", id);
-    cJSON_AddStringToObject(m, "object", "model");
-    cJSON_AddNumberToObject(m, "created", (double)s->created);
-    cJSON_AddStringToObject(m, "owned_by", "kvserve");
-    cJSON_AddStringToObject(m, "root", id);
-    cJSON_AddNullToObject(m, "parent");
-    cJSON_AddNumberToObject(m, "max_model_len", s->n_ctx);
-    free(id);
-    cJSON *o = m;
-    if (list) {
-        o = cJSON_CreateObject();
-        cJSON_AddStringToObject(o, "object", "list");
-        cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "data"), m);
-    }
-    char *out = cJSON_PrintUnformatted(o);
-    cJSON_Delete(o);
-    return out;
-}
-
-static int auth_ok(srv_req *r)
-{
-    const char *key = r->s->cfg->api_key;
+    const char *key = r->server->cfg->api_key;
     if (!key || !*key) return 1;
     const char *h = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
     if (!h || strncasecmp(h, "Bearer ", 7)) return 0;
@@ -418,91 +390,62 @@ static int auth_ok(srv_req *r)
     return diff == 0;
 }
 
-enum route { R_NONE, R_HEALTH, R_METRICS, R_MODELS, R_MODEL, R_COMPL, R_CHAT, R_TOK, R_DETOK };
-
-static int route_of(const char *p, const char **want)
+/* The route of path p, or NULL. */
+static const http_route *route_of(const http_config *cfg, const char *p)
 {
-    static const struct {
-        const char *path;
-        int r;
-        const char *method;
-    } t[] = {{"/health", R_HEALTH, "GET"},          {"/metrics", R_METRICS, "GET"},
-             {"/v1/models", R_MODELS, "GET"},       {"/v1/completions", R_COMPL, "POST"},
-             {"/v1/chat/completions", R_CHAT, "POST"}, {"/tokenize", R_TOK, "POST"},
-             {"/detokenize", R_DETOK, "POST"}};
-    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
-        if (!strcmp(p, t[i].path)) {
-            *want = t[i].method;
-            return t[i].r;
-        }
-    if (!strncmp(p, "/v1/models/", 11) && p[11]) {
-        *want = "GET";
-        return R_MODEL;
+    for (int i = 0; i < cfg->n_routes; i++) {
+        const http_route *t = &cfg->routes[i];
+        size_t n = strlen(t->path);
+        if (t->prefix ? !strncmp(p, t->path, n) && p[n] : !strcmp(p, t->path)) return t;
     }
-    return R_NONE;
+    return NULL;
 }
 
-static enum MHD_Result dispatch(srv_req *r)
+/* A request whose body is in: the preflight, authentication, the route, its method and the body
+ * limit are checked here, then the route's handler answers. */
+static enum MHD_Result dispatch(http_req *r)
 {
-    srv *s = r->s;
-    const char *want = NULL;
-    int rt = route_of(r->path, &want);
-    if (!strcmp(r->method, "OPTIONS") && s->cfg->allowed_origins &&
+    const http_config *cfg = r->server->cfg;
+    const http_route *rt = route_of(cfg, r->path);
+    if (!strcmp(r->method, "OPTIONS") && cfg->allowed_origins &&
         MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Access-Control-Request-Method"))
         return do_preflight(r);
-    int guarded = !strncmp(r->path, "/v1/", 4) || rt == R_TOK || rt == R_DETOK;
+    const char *gp = cfg->guard_prefix;
+    int guarded = (gp && !strncmp(r->path, gp, strlen(gp))) || (rt && rt->guarded);
     if (guarded && !auth_ok(r))
-        return reply_fail(r, 401, "invalid_request_error", "invalid_api_key",
-                          "Incorrect or missing API key%s", " (send 'Authorization: Bearer KEY')");
-    if (rt == R_NONE)
-        return reply_fail(r, 404, "invalid_request_error", "not_found", "Unknown route '%s'", r->path);
-    int head = !strcmp(r->method, "HEAD") && !strcmp(want, "GET");
-    r->allow = want;
-    if (strcmp(r->method, want) && !head)
-        return reply_fail(r, 405, "invalid_request_error", "method_not_allowed",
-                          "Method not allowed here (use %s)", want);
+        return http_reply_fail(r, 401, "invalid_request_error", "invalid_api_key",
+                               "Incorrect or missing API key%s",
+                               " (send 'Authorization: Bearer KEY')");
+    if (!rt)
+        return http_reply_fail(r, 404, "invalid_request_error", "not_found", "Unknown route '%s'",
+                               r->path);
+    int head = !strcmp(r->method, "HEAD") && !strcmp(rt->method, "GET");
+    r->allow = rt->method;
+    if (strcmp(r->method, rt->method) && !head)
+        return http_reply_fail(r, 405, "invalid_request_error", "method_not_allowed",
+                               "Method not allowed here (use %s)", rt->method);
     if (r->body_too_big) {
         char m[64];
-        snprintf(m, sizeof m, "%zu bytes", s->cfg->max_body_bytes);
-        return reply_fail(r, 413, "invalid_request_error", "request_too_large",
-                          "The request body exceeds the limit of %s", m);
+        snprintf(m, sizeof m, "%zu bytes", cfg->max_body_bytes);
+        return http_reply_fail(r, 413, "invalid_request_error", "request_too_large",
+                               "The request body exceeds the limit of %s", m);
     }
-    if (!s->e && rt != R_HEALTH && rt != R_METRICS)
-        return reply_fail(r, 503, "server_error", "model_loading", "The model is still loading%s", "");
-    switch (rt) {
-    case R_HEALTH: return do_health(r);
-    case R_METRICS: return do_metrics(r);
-    case R_MODELS: return reply_json(r, 200, model_json(s, 1));
-    case R_MODEL:
-        if (strcmp(r->path + 11, s->model_id))
-            return reply_fail(r, 404, "invalid_request_error", "model_not_found",
-                              "The model '%s' does not exist", r->path + 11);
-        return reply_json(r, 200, model_json(s, 0));
-    case R_TOK: return srv__tokenize(r);
-    case R_DETOK: return srv__detokenize(r);
-    case R_COMPL:
-    case R_CHAT:
-        if (s->draining)
-            return reply_fail(r, 503, "server_error", "server_shutting_down",
-                              "The server is shutting down%s", "");
-        return srv__gen_start(r, rt == R_CHAT ? OAI_CHAT : OAI_COMPLETION);
-    }
-    return MHD_NO;
+    return rt->handler(r);
 }
 
 static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char *url,
                                  const char *method, const char *version, const char *upload,
                                  size_t *upload_size, void **con_cls)
 {
-    srv *s = cls;
-    srv_req *r = *con_cls;
+    http_server *h = cls;
+    http_req *r = *con_cls;
     (void)version;
     if (!r) {
-        r = req_new(s, c, method, url);
+        r = req_new(h, c, method, url);
         if (!r) return MHD_NO;
         *con_cls = r;
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
-        if (cl && strtoull(cl, NULL, 10) > s->cfg->max_body_bytes) {
+        if (cl && strtoull(cl, NULL, 10) > h->cfg->max_body_bytes) {
             r->body_too_big = 1;
             return dispatch(r);
         }
@@ -512,7 +455,7 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
         size_t n = *upload_size;
         *upload_size = 0;
         if (r->body_too_big) return MHD_YES;
-        if (r->body_len + n > s->cfg->max_body_bytes) {
+        if (r->body_len + n > h->cfg->max_body_bytes) {
             r->body_too_big = 1;
             return MHD_YES;
         }
@@ -529,16 +472,17 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c, const char
         r->body[r->body_len] = 0;
         return MHD_YES;
     }
-    if (r->is_gen || r->phase) return srv__gen_reenter(r);
+    if (r->reenter) return r->reenter(r);
     return dispatch(r);
 }
 
-/* MHD says how the request ended: a client that left early is cancelled in the engine. */
+/* MHD says how the request ended: the application hears of it (a client that left early is
+ * cancelled there), then the access log line. */
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
                          enum MHD_RequestTerminationCode toe)
 {
-    srv *s = cls;
-    srv_req *r = *con_cls;
+    http_server *h = cls;
+    http_req *r = *con_cls;
     (void)c;
     if (!r) return;
     *con_cls = NULL;
@@ -546,53 +490,48 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     r->conn_done = 1;
     r->suspended = 0;
     watch_close(r);
-    if (r->is_gen && r->n_open > 0) {
-        if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK) r->client_gone = 1;
-        r->stream_abort = 1;
-        srv__gen_cancel(r);
-    }
+    h->cfg->closed(r, toe == MHD_REQUEST_TERMINATED_COMPLETED_OK);
     if (!r->status) r->status = 499; /* nothing was sent: the client went away */
     double ms = (double)(clk_now_us() - r->start_us) / 1000.0;
-    /* At -v the fields a client sent in vain are named (the parse state is the worker's while
-     * the request is still being prepared). */
-    const char *ign = s->cfg->verbose && r->phase != SRV_PHASE_PREP ? r->oreq.ignored : NULL;
+    const char *ign = h->cfg->log_ignored ? h->cfg->log_ignored(r) : NULL;
     fprintf(stderr, "%s %s %d prompt_tokens=%d output_tokens=%d %.1fms id=%s%s%s%s\n", r->method,
             r->path, r->status, r->n_prompt_tokens, r->n_output_tokens, ms, r->req_id,
             toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (client gone)", ign ? " ignored=" : "",
             ign ? ign : "");
-    s->met.http_requests++;
-    if (r->status >= 400) s->met.http_errors++;
-    if (r->counted_active) {
-        r->counted_active = 0;
-        s->n_gen_active--;
-    }
-    srv__req_maybe_free(r);
-    srv__check_drain(s);
+    h->n_requests++;
+    if (r->status >= 400) h->n_errors++;
+    http_req_maybe_free(r);
 }
 
 /* ---- MHD under libuv ---------------------------------------------------------------------- */
 
 static void on_mhd_timer(uv_timer_t *t)
 {
-    srv__http_run(t->data);
+    http_run(t->data);
 }
 
-static void on_mhd_poll(uv_poll_t *h, int status, int events)
+static void on_mhd_poll(uv_poll_t *p, int status, int events)
 {
     (void)status;
     (void)events;
-    srv__http_run(h->data);
+    http_run(p->data);
 }
 
-void srv__http_run(srv *s)
+void http_run(http_server *h)
 {
-    if (!s->d) return;
-    MHD_run(s->d);
+    if (!h->d) return;
+    MHD_run(h->d);
     MHD_UNSIGNED_LONG_LONG ms = 0;
-    if (MHD_get_timeout(s->d, &ms) == MHD_YES)
-        uv_timer_start(&s->mhd_timer, on_mhd_timer, ms > 60000 ? 60000 : ms, 0);
+    if (MHD_get_timeout(h->d, &ms) == MHD_YES)
+        uv_timer_start(&h->mhd_timer, on_mhd_timer, ms > 60000 ? 60000 : ms, 0);
     else
-        uv_timer_start(&s->mhd_timer, on_mhd_timer, 1000, 0);
+        uv_timer_start(&h->mhd_timer, on_mhd_timer, 1000, 0);
+}
+
+/* The gate forwarded bytes to MHD. */
+static void gate_run(void *ud)
+{
+    http_run(ud);
 }
 
 /* libmicrohttpd's own messages, marked as such in the log. */
@@ -610,59 +549,69 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap)
     fprintf(stderr, "kvserve: http: %s\n", msg);
 }
 
-int srv__http_start(srv *s, char *err, size_t err_len)
+int http_start(http_server *h, uv_loop_t *loop, const http_config *cfg, char *err, size_t err_len)
 {
+    h->cfg = cfg;
+    h->loop = loop;
     /* MHD gets its connections from the gate (MHD_add_connection), never from a socket of its
      * own: every request it sees has passed the gate's framing checks. */
     unsigned flags = MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG | MHD_USE_NO_LISTEN_SOCKET;
-    s->d = MHD_start_daemon(flags, 0, NULL, NULL, on_access, s,
-                            MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, s, /* first, as MHD wants */
-                            MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+    h->d = MHD_start_daemon(flags, 0, NULL, NULL, on_access, h,
+                            MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, h, /* first, as MHD wants */
+                            MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
                             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)600,
                             MHD_OPTION_CONNECTION_LIMIT, (unsigned)4000,
                             MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)65536,
                             MHD_OPTION_END);
-    if (!s->d) {
+    if (!h->d) {
         snprintf(err, err_len, "cannot start the HTTP daemon");
         return -EIO;
     }
-    const union MHD_DaemonInfo *ei = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_EPOLL_FD);
-    if (!ei || uv_poll_init(&s->loop, &s->mhd_poll, ei->epoll_fd)) {
+    const union MHD_DaemonInfo *ei = MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_EPOLL_FD);
+    if (!ei || uv_poll_init(loop, &h->mhd_poll, ei->epoll_fd)) {
         snprintf(err, err_len, "cannot watch the HTTP daemon's epoll descriptor");
-        MHD_stop_daemon(s->d);
-        s->d = NULL;
+        MHD_stop_daemon(h->d);
+        h->d = NULL;
         return -EIO;
     }
-    s->mhd_poll.data = s;
-    uv_poll_start(&s->mhd_poll, UV_READABLE, on_mhd_poll);
-    uv_timer_init(&s->loop, &s->mhd_timer);
-    s->mhd_timer.data = s;
-    int rc = gate_listen(s, s->cfg->host, s->cfg->port, s->cfg->max_body_bytes, &s->port, err, err_len);
+    h->mhd_poll.data = h;
+    uv_poll_start(&h->mhd_poll, UV_READABLE, on_mhd_poll);
+    uv_timer_init(loop, &h->mhd_timer);
+    h->mhd_timer.data = h;
+    h->gate.loop = loop;
+    h->gate.mhd = h->d;
+    h->gate.run = gate_run;
+    h->gate.reject = gate_response;
+    h->gate.ud = h;
+    int rc = gate_listen(&h->gate, cfg->host, cfg->port, cfg->max_body_bytes, &h->port, err,
+                         err_len);
     if (rc) return rc;
-    srv__http_run(s);
+    http_run(h);
     return 0;
 }
 
-void srv__http_stop(srv *s)
+static void close_handle(uv_handle_t *h)
 {
-    if (!s->d) return;
-    /* MHD must not be stopped with suspended connections: resume them as aborted first. */
-    for (srv_req *r = s->reqs; r; r = r->next) {
-        r->stream_abort = 1;
-        srv__req_resume(r);
-    }
-    for (int i = 0; i < 3; i++) MHD_run(s->d);
-    uv_poll_stop(&s->mhd_poll);
-    uv_timer_stop(&s->mhd_timer);
-    MHD_stop_daemon(s->d);
-    s->d = NULL;
-    /* What MHD wrote before it stopped is still in the socketpairs: the gate relays it to the
-     * clients (the end of a drained stream) while the loop runs the close callbacks. */
-    gate_close(s);
+    if (h->loop && !uv_is_closing(h)) uv_close(h, NULL);
 }
 
-/* Attaches the disconnect watch (gen.c, once a generation request is submitted). */
-void srv__watch_start(srv_req *r)
+void http_stop(http_server *h)
 {
-    watch_start(r);
+    if (h->d) {
+        /* MHD must not be stopped with suspended connections: resume them as aborted first. */
+        for (http_req *r = h->reqs; r; r = r->next) {
+            r->stream_abort = 1;
+            http_resume(r);
+        }
+        for (int i = 0; i < 3; i++) MHD_run(h->d);
+        uv_poll_stop(&h->mhd_poll);
+        uv_timer_stop(&h->mhd_timer);
+        MHD_stop_daemon(h->d);
+        h->d = NULL;
+        /* What MHD wrote before it stopped is still in the socketpairs: the gate relays it to
+         * the clients (the end of a drained stream) while the loop runs the close callbacks. */
+        gate_close(&h->gate);
+    }
+    close_handle((uv_handle_t *)&h->mhd_timer);
+    close_handle((uv_handle_t *)&h->mhd_poll);
 }

@@ -1,5 +1,5 @@
 /*
- * toolcall_tagged.c — the tagged call syntaxes of the output parsers (server/toolcall.c): calls
+ * toolcall_tagged.c — the tagged call syntaxes of the output parsers (toolcall.c): calls
  * written between special-token markers, with the name before a separator and the arguments
  * after it.
  *
@@ -16,7 +16,7 @@
  */
 #include <string.h>
 
-#include "server/toolcall_internal.h"
+#include "server/toolcall/internal.h"
 
 static const tc_tags deepseek = {"<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>",
                                  "<｜tool▁sep｜>", "<｜tool▁call▁end｜>", "<｜tool▁calls▁end｜>"};

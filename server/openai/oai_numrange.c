@@ -18,7 +18,7 @@
 #include <string.h>
 
 #include "base/buf.h"
-#include "server/oai_internal.h"
+#include "server/openai/internal.h"
 
 #define MAX_DIGITS_UNBOUNDED 16
 

@@ -10,9 +10,10 @@
  * NUL, and an empty name closing the record.
  */
 #include <cjson/cJSON.h>
+#include <errno.h>
 #include <string.h>
 
-#include "server/toolcall_internal.h"
+#include "server/toolcall/internal.h"
 
 /* Whether a property's schema says its value is a string. */
 static int is_string_type(const cJSON *prop)
@@ -32,33 +33,37 @@ static int is_string_type(const cJSON *prop)
     return str && !other;
 }
 
-int tc__schemas_add(tbuf *store, const char *name, const char *schema)
+int tc__schemas_add(buf *store, const char *name, const char *schema)
 {
     if (!name || !schema) return 0;
     cJSON *root = cJSON_Parse(schema);
     if (!root) return 0; /* not JSON: nothing known about its types */
     const cJSON *props = cJSON_GetObjectItemCaseSensitive(root, "properties"), *p;
-    size_t mark = store->n;
-    int rc = tc__tb_add(store, name, strlen(name) + 1);
+    size_t mark = store->len;
+    buf_put(store, name, strlen(name) + 1);
     cJSON_ArrayForEach(p, props)
     {
-        if (!rc && p->string && *p->string && is_string_type(p))
-            rc = tc__tb_add(store, p->string, strlen(p->string) + 1);
+        if (p->string && *p->string && is_string_type(p))
+            buf_put(store, p->string, strlen(p->string) + 1);
     }
-    if (!rc) rc = tc__tb_add(store, "", 1);
+    buf_put(store, "", 1);
     cJSON_Delete(root);
-    if (rc) store->n = mark; /* unchanged on failure */
-    return rc;
+    if (!store->oom) return 0;
+    /* unchanged on failure: the records before stay readable and later ones may still fit */
+    store->len = mark;
+    if (store->s) store->s[mark] = 0;
+    store->oom = 0;
+    return -ENOMEM;
 }
 
 /* The record of function fn[0..fnn), or NULL. */
-static const char *record(const tbuf *store, const char *fn, size_t fnn)
+static const char *record(const buf *store, const char *fn, size_t fnn)
 {
-    for (size_t i = 0; i < store->n;) {
+    for (size_t i = 0; i < store->len;) {
         const char *r = store->s + i;
         size_t l = strlen(r);
         if (l == fnn && !memcmp(r, fn, fnn)) return r + l + 1;
-        for (i += l + 1; i < store->n && store->s[i]; i += strlen(store->s + i) + 1) {
+        for (i += l + 1; i < store->len && store->s[i]; i += strlen(store->s + i) + 1) {
         }
         i++; /* the record's closing empty name */
     }
@@ -72,10 +77,10 @@ static int is_string_param(const char *rec, const char *k, size_t kn)
     return 0;
 }
 
-int tc__schemas_retype(const tbuf *store, const char *fn, size_t fnn, const char *a, size_t n,
-                       tbuf *out)
+int tc__schemas_retype(const buf *store, const char *fn, size_t fnn, const char *a, size_t n,
+                       buf *out)
 {
-    const char *rec = store->n ? record(store, fn, fnn) : NULL;
+    const char *rec = store->len ? record(store, fn, fnn) : NULL;
     if (!rec || !*rec) return 0;
     size_t i = tc__skip_ws(a, n, 0), from = 0;
     int changed = 0, done;
@@ -92,13 +97,13 @@ int tc__schemas_retype(const tbuf *store, const char *fn, size_t fnn, const char
         size_t ve = v < n ? tc__skip_value(a, n, v, &done) : (size_t)-1;
         if (ve == (size_t)-1 || !done) break;
         if (a[v] != '"' && is_string_param(rec, a + i + 1, ke - i - 2)) {
-            tc__tb_add(out, a + from, v - from);
+            buf_put(out, a + from, v - from);
             tc__json_str(out, a + v, ve - v);
             from = ve;
             changed = 1;
         }
         i = ve;
     }
-    if (changed) tc__tb_add(out, a + from, n - from);
-    return changed && out->s;
+    if (changed) buf_put(out, a + from, n - from);
+    return changed && out->s && !out->oom;
 }

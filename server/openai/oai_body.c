@@ -8,7 +8,7 @@
 #include <stddef.h>
 
 #include "model/utf8.h"
-#include "server/openai.h"
+#include "server/openai/openai.h"
 
 static int hex4(const char *p, const char *end, unsigned *out)
 {

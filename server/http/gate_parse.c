@@ -13,7 +13,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "server/gate.h"
+#include "server/http/gate.h"
 
 int gate_parser_init(gate_parser *p, size_t max_body, gate_sink_fn sink, void *ud)
 {

@@ -1,6 +1,6 @@
 /*
  * toolcall_section.c — the call syntaxes whose calls sit in a marked section that is read whole
- * when its closing marker arrives (server/toolcall.c finds the markers in streamed text; this
+ * when its closing marker arrives (toolcall.c finds the markers in streamed text; this
  * file has the marker table and turns one complete section body into calls).
  *
  *   nemotron   <TOOLCALL>[{"name": …, "arguments": {…}}, …]</TOOLCALL>      (NVIDIA Nemotron)
@@ -45,55 +45,12 @@
  * A section that does not parse as calls as a whole gives no call at all: the caller keeps its
  * text as content.
  */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "server/toolcall_internal.h"
-
-/* ---- helpers ----------------------------------------------------------------------------- */
-
-void tc__json_str(tbuf *b, const char *s, size_t n)
-{
-    tc__tb_add(b, "\"", 1);
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)s[i];
-        char esc[8];
-        if (c == '"' || c == '\\') {
-            esc[0] = '\\';
-            esc[1] = (char)c;
-            tc__tb_add(b, esc, 2);
-        } else if (c == '\n')
-            tc__tb_add(b, "\\n", 2);
-        else if (c == '\t')
-            tc__tb_add(b, "\\t", 2);
-        else if (c < 0x20) {
-            snprintf(esc, sizeof esc, "\\u%04x", c);
-            tc__tb_add(b, esc, 6);
-        } else
-            tc__tb_add(b, s + i, 1);
-    }
-    tc__tb_add(b, "\"", 1);
-}
-
-int tc__name_char(char c)
-{
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
-           c == '-' || c == '.' || c == ':' || (unsigned char)c >= 0x80;
-}
-
-int tc__at(const char *s, size_t n, size_t i, const char *lit)
-{
-    size_t k = strlen(lit);
-    return i <= n && n - i >= k && !memcmp(s + i, lit, k);
-}
-
-int tc__give(tc_call_fn fn, void *ud, const char *name, size_t nn, tbuf *args, int count)
-{
-    if (!args->s || !nn) return -1;
-    if (fn) fn(ud, name, nn, args->s, args->n);
-    return count + 1;
-}
+#include "server/toolcall/internal.h"
 
 /* ---- JSON lists of call objects ---------------------------------------------------------- */
 
@@ -113,16 +70,16 @@ static int read_json_list(const char *s, size_t n, tc_call_fn fn, void *ud)
         if (o.state != 1 || !o.name_done) return -1;
         size_t ln;
         char *name = tc__json_unescape(s + o.name_a, o.name_b - o.name_a, &ln);
-        tbuf args = {0};
+        buf args = {0};
         if (o.has_args && s[o.args_a] == '"') {
             size_t la;
             char *a = tc__json_unescape(s + o.args_a + 1, o.args_b - o.args_a - 2, &la);
-            if (a) tc__tb_add(&args, a, la);
+            if (a) buf_put(&args, a, la);
             free(a);
         } else if (o.has_args)
-            tc__tb_add(&args, s + o.args_a, o.args_b - o.args_a);
+            buf_put(&args, s + o.args_a, o.args_b - o.args_a);
         else
-            tc__tb_add(&args, "{}", 2);
+            buf_put(&args, "{}", 2);
         count = name ? tc__give(fn, ud, name, ln, &args, count) : -1;
         free(name);
         free(args.s);
@@ -159,8 +116,8 @@ static int read_name_keyed(const char *s, size_t n, tc_call_fn fn, void *ud)
         if (close >= n || s[close] != '}') return -1;
         size_t ln;
         char *name = tc__json_unescape(s + ka + 1, ke - ka - 2, &ln);
-        tbuf args = {0};
-        tc__tb_add(&args, s + va, ve - va);
+        buf args = {0};
+        buf_put(&args, s + va, ve - va);
         count = name ? tc__give(fn, ud, name, ln, &args, count) : -1;
         free(name);
         free(args.s);
@@ -174,7 +131,7 @@ static int read_name_keyed(const char *s, size_t n, tc_call_fn fn, void *ud)
 
 /* Appends a parameter's text as a JSON value (JSON when it is, else a string); a CDATA wrapper
  * is taken off first and always gives a string. */
-static void xml_value(tbuf *b, const char *v, size_t n, int force_string)
+static void xml_value(buf *b, const char *v, size_t n, int force_string)
 {
     size_t a = 0;
     while (a < n && tc__is_ws(v[a]))
@@ -191,11 +148,11 @@ static void xml_value(tbuf *b, const char *v, size_t n, int force_string)
         tc__json_value_of(b, v + a, n - a);
 }
 
-int tc__xml_params(const char *s, size_t n, tbuf *args)
+int tc__xml_params(const char *s, size_t n, buf *args)
 {
     const char *e = s + n, *q = s;
     int first = 1;
-    tc__tb_add(args, "{", 1);
+    buf_put(args, "{", 1);
     for (;;) {
         const char *ko = tc__find(q, (size_t)(e - q), "<parameter=");
         if (!ko) break;
@@ -203,21 +160,21 @@ int tc__xml_params(const char *s, size_t n, tbuf *args)
         if (!kb) return -1;
         const char *va = kb + 1, *vb = tc__find(va, (size_t)(e - va), "</parameter>");
         if (!vb) vb = e;
-        if (!first) tc__tb_add(args, ", ", 2);
+        if (!first) buf_put(args, ", ", 2);
         first = 0;
         tc__json_str(args, ka, (size_t)(kb - ka));
-        tc__tb_add(args, ": ", 2);
+        buf_put(args, ": ", 2);
         xml_value(args, va, (size_t)(vb - va), 0);
         q = vb;
     }
-    tc__tb_add(args, "}", 1);
-    return args->s ? 0 : -1;
+    buf_put(args, "}", 1);
+    return args->s && !args->oom ? 0 : -1;
 }
 
 /* Reads one call's text a[0..b) (between its opening and closing markers): its name
  * [*na, *nb) and its arguments appended to args. 0, or -1 when it is not a call. */
 typedef int (*body_fn)(const void *ctx, const char *a, const char *b, const char **na,
-                       const char **nb, tbuf *args);
+                       const char **nb, buf *args);
 
 /* The calls of s[0..n), each from open (after white space) to close (or the end; close NULL:
  * one call, to the end), nothing else between them but white space: the number of calls, or
@@ -234,7 +191,7 @@ static int each_call(const char *s, size_t n, const char *open, const char *clos
         if (!tc__at(q, (size_t)(e - q), i, open)) return -1;
         const char *a = q + i + lo, *na, *nb;
         const char *end = close ? tc__find(a, (size_t)(e - a), close) : NULL;
-        tbuf args = {0};
+        buf args = {0};
         int r = body(ctx, a, end ? end : e, &na, &nb, &args);
         if (!r) /* the name without white space around it */
             for (; na < nb && (tc__is_ws(*na) || tc__is_ws(nb[-1]));)
@@ -249,7 +206,7 @@ static int each_call(const char *s, size_t n, const char *open, const char *clos
 
 /* Seed-OSS: after <function=, NAME> and <parameter=K>V</parameter>… */
 static int body_function_eq(const void *ctx, const char *a, const char *b, const char **na,
-                            const char **nb, tbuf *args)
+                            const char **nb, buf *args)
 {
     (void)ctx;
     const char *ne = memchr(a, '>', (size_t)(b - a));
@@ -283,12 +240,12 @@ typedef struct invoke_tags {
 } invoke_tags;
 
 static int body_invoke(const void *ctx, const char *a, const char *b, const char **na,
-                       const char **nb, tbuf *args)
+                       const char **nb, buf *args)
 {
     const invoke_tags *t = ctx;
     const char *he = memchr(a, '>', (size_t)(b - a));
     if (!he || !attr(a, (size_t)(he - a), "name=\"", na, nb)) return -1;
-    tc__tb_add(args, "{", 1);
+    buf_put(args, "{", 1);
     for (const char *p = he + 1; (p = tc__find(p, (size_t)(b - p), t->po));) {
         const char *pe = memchr(p, '>', (size_t)(b - p)), *ka, *kb, *sa, *sb;
         if (!pe || !attr(p, (size_t)(pe - p), "name=\"", &ka, &kb)) break;
@@ -296,13 +253,13 @@ static int body_invoke(const void *ctx, const char *a, const char *b, const char
                   !memcmp(sa, "true", 4);
         const char *ve = tc__find(pe + 1, (size_t)(b - pe - 1), t->pc);
         if (!ve) ve = b;
-        if (args->n > 1) tc__tb_add(args, ", ", 2);
+        if (args->len > 1) buf_put(args, ", ", 2);
         tc__json_str(args, ka, (size_t)(kb - ka));
-        tc__tb_add(args, ": ", 2);
+        buf_put(args, ": ", 2);
         xml_value(args, pe + 1, (size_t)(ve - pe - 1), str);
         p = ve;
     }
-    tc__tb_add(args, "}", 1);
+    buf_put(args, "}", 1);
     return 0;
 }
 
@@ -320,11 +277,12 @@ static int read_invoke(const char *s, size_t n, const char *ns, const char *invo
 /* MiniCPM: the section is one <function name=…>…</function>, its markers taken off. */
 static int read_minicpm(const char *s, size_t n, tc_call_fn fn, void *ud)
 {
-    tbuf whole = {0};
-    tc__tb_add(&whole, "<function name=", 15);
-    tc__tb_add(&whole, s, n);
-    tc__tb_add(&whole, "</function>", 11);
-    int r = whole.s ? read_invoke(whole.s, whole.n, "", "function", "param", fn, ud) : -1;
+    buf whole = {0};
+    buf_put(&whole, "<function name=", 15);
+    buf_put(&whole, s, n);
+    buf_put(&whole, "</function>", 11);
+    int r = whole.s && !whole.oom ? read_invoke(whole.s, whole.len, "", "function", "param", fn, ud)
+                                   : -1;
     free(whole.s);
     return r == 1 ? 1 : -1;
 }
@@ -337,18 +295,19 @@ static int read_dsml(const char *s, size_t n, tc_call_fn fn, void *ud)
 /* ---- Solar's, Hy3's and Kimi-K3's tagged calls ---------------------------------------------- */
 
 /* Appends the JSON value that is all of a[0..b) (white space around it allowed). 0 or -1. */
-static int whole_json(const char *a, const char *b, tbuf *args)
+static int whole_json(const char *a, const char *b, buf *args)
 {
     int done;
     size_t n = (size_t)(b - a), v = tc__skip_ws(a, n, 0);
     size_t ve = v < n ? tc__skip_value(a, n, v, &done) : (size_t)-1;
     if (ve == (size_t)-1 || !done || tc__skip_ws(a, n, ve) != n) return -1;
-    return tc__tb_add(args, a + v, ve - v);
+    buf_put(args, a + v, ve - v);
+    return args->oom ? -ENOMEM : 0;
 }
 
 /* Solar: after <|tool_call:begin|>, ID<|tool_call:name|>NAME<|tool_call:args|>{…} */
 static int body_solar(const void *ctx, const char *a, const char *b, const char **na,
-                      const char **nb, tbuf *args)
+                      const char **nb, buf *args)
 {
     static const char nm[] = "<|tool_call:name|>", ar[] = "<|tool_call:args|>";
     (void)ctx;
@@ -379,7 +338,7 @@ static const kv_tags hy3_tags = {"<tool_sep:opensource>", "<arg_key:opensource>"
 /* GLM: NAME<arg_key>K</arg_key><arg_value>V</arg_value>…; Hy3: after <tool_call:opensource>,
  * NAME<tool_sep:opensource> and the pairs with :opensource tags. */
 static int body_kv(const void *ctx, const char *a, const char *b, const char **na, const char **nb,
-                   tbuf *args)
+                   buf *args)
 {
     const kv_tags *t = ctx;
     const char *ne = tc__find(a, (size_t)(b - a), t->sep ? t->sep : t->ko), *k;
@@ -394,7 +353,7 @@ static int body_kv(const void *ctx, const char *a, const char *b, const char **n
         if (!tc__name_char(*c)) return -1;
     *na = x;
     *nb = y;
-    tc__tb_add(args, "{", 1);
+    buf_put(args, "{", 1);
     size_t lko = strlen(t->ko), lvo = strlen(t->vo);
     for (; (k = tc__find(k, (size_t)(b - k), t->ko));) {
         const char *ka = k + lko, *kb = tc__find(ka, (size_t)(b - ka), t->kc);
@@ -402,13 +361,14 @@ static int body_kv(const void *ctx, const char *a, const char *b, const char **n
         const char *vb = va ? tc__find(va, (size_t)(b - va), t->vc) : NULL;
         if (!vb) break;
         va += lvo;
-        if (args->n > 1) tc__tb_add(args, ", ", 2);
+        if (args->len > 1) buf_put(args, ", ", 2);
         tc__json_str(args, ka, (size_t)(kb - ka));
-        tc__tb_add(args, ": ", 2);
+        buf_put(args, ": ", 2);
         xml_value(args, va, (size_t)(vb - va), 0);
         k = vb;
     }
-    return tc__tb_add(args, "}", 1);
+    buf_put(args, "}", 1);
+    return args->oom ? -ENOMEM : 0;
 }
 
 static int read_hy3(const char *s, size_t n, tc_call_fn fn, void *ud)
@@ -429,7 +389,7 @@ int tc__read_tool_call_body(const char *s, size_t n, tc_call_fn fn, void *ud)
  * type="T"<|sep|>V<|close|>argument<|sep|>… (type string: a string; others: JSON) or one
  * <|open|>json type="object"<|sep|>{…}<|close|>json<|sep|> */
 static int body_kimi3(const void *ctx, const char *a, const char *b, const char **na,
-                      const char **nb, tbuf *args)
+                      const char **nb, buf *args)
 {
     static const char sep[] = "<|sep|>", ao[] = "<|open|>argument ",
                       ac[] = "<|close|>argument<|sep|>", jo[] = "<|open|>json",
@@ -443,7 +403,7 @@ static int body_kimi3(const void *ctx, const char *a, const char *b, const char 
         const char *jb = ja ? tc__find(ja, (size_t)(b - ja), jc) : NULL;
         return jb ? whole_json(ja + sizeof sep - 1, jb, args) : -1;
     }
-    tc__tb_add(args, "{", 1);
+    buf_put(args, "{", 1);
     for (const char *p = he; (p = tc__find(p, (size_t)(b - p), ao));) {
         const char *pe = tc__find(p, (size_t)(b - p), sep), *ka, *kb, *ta, *tb;
         if (!pe || !attr(p, (size_t)(pe - p), "key=\"", &ka, &kb)) break;
@@ -451,16 +411,17 @@ static int body_kimi3(const void *ctx, const char *a, const char *b, const char 
                   !memcmp(ta, "string", 6);
         const char *va = pe + sizeof sep - 1, *vb = tc__find(va, (size_t)(b - va), ac);
         if (!vb) vb = b;
-        if (args->n > 1) tc__tb_add(args, ", ", 2);
+        if (args->len > 1) buf_put(args, ", ", 2);
         tc__json_str(args, ka, (size_t)(kb - ka));
-        tc__tb_add(args, ": ", 2);
+        buf_put(args, ": ", 2);
         if (str)
             tc__json_str(args, va, (size_t)(vb - va));
         else
             xml_value(args, va, (size_t)(vb - va), 0);
         p = vb;
     }
-    return tc__tb_add(args, "}", 1);
+    buf_put(args, "}", 1);
+    return args->oom ? -ENOMEM : 0;
 }
 
 static int read_kimi3(const char *s, size_t n, tc_call_fn fn, void *ud)
@@ -475,7 +436,7 @@ enum { TREE_DEPTH = 64 };
 /* The content of an element up to its closing tag </name[0..nl)>, from s[i], appended to b as
  * JSON: text is a scalar (JSON when strictly valid, else a string); child elements are an
  * object, or an array when all of them are <item>. Past the closing tag, or (size_t)-1. */
-static size_t tree_value(const char *s, size_t n, size_t i, const char *name, size_t nl, tbuf *b,
+static size_t tree_value(const char *s, size_t n, size_t i, const char *name, size_t nl, buf *b,
                          int depth)
 {
     const size_t bad = (size_t)-1;
@@ -489,7 +450,7 @@ static size_t tree_value(const char *s, size_t n, size_t i, const char *name, si
         xml_value(b, s + i, (size_t)(e - s) - i, 0);
         return (size_t)(e - s) + strlen(close);
     }
-    tbuf obj = {0}, arr = {0}; /* the children keyed by their names, and as a list */
+    buf obj = {0}, arr = {0}; /* the children keyed by their names, and as a list */
     int items = 0, all_items = 1;
     for (;; items++) {
         j = tc__skip_ws(s, n, j);
@@ -497,25 +458,29 @@ static size_t tree_value(const char *s, size_t n, size_t i, const char *name, si
         size_t ka = j + 1, kb = ka;
         while (kb < n && s[kb] != '>' && !tc__is_ws(s[kb]) && s[kb] != '/')
             kb++;
-        tbuf v = {0};
+        buf v = {0};
         if (s[j] != '<' || kb >= n || s[kb] != '>' || kb == ka ||
-            (j = tree_value(s, n, kb + 1, s + ka, kb - ka, &v, depth + 1)) == bad || !v.s) {
+            (j = tree_value(s, n, kb + 1, s + ka, kb - ka, &v, depth + 1)) == bad || !v.s ||
+            v.oom) {
             free(obj.s), free(arr.s), free(v.s);
             return bad;
         }
         all_items &= kb - ka == 4 && !memcmp(s + ka, "item", 4);
-        tc__tb_add(&obj, items ? ", " : "{", items ? 2 : 1);
+        buf_put(&obj, items ? ", " : "{", items ? 2 : 1);
         tc__json_str(&obj, s + ka, kb - ka);
-        tc__tb_add(&obj, ": ", 2);
-        tc__tb_add(&obj, v.s, v.n);
-        tc__tb_add(&arr, items ? ", " : "[", items ? 2 : 1);
-        tc__tb_add(&arr, v.s, v.n);
+        buf_put(&obj, ": ", 2);
+        buf_put(&obj, v.s, v.len);
+        buf_put(&arr, items ? ", " : "[", items ? 2 : 1);
+        buf_put(&arr, v.s, v.len);
         free(v.s);
     }
-    tc__tb_add(&obj, "}", 1);
-    tc__tb_add(&arr, "]", 1);
-    tbuf *pick = all_items ? &arr : &obj;
-    if (pick->s) tc__tb_add(b, pick->s, pick->n);
+    buf_put(&obj, "}", 1);
+    buf_put(&arr, "]", 1);
+    buf *pick = all_items ? &arr : &obj;
+    if (pick->oom)
+        b->oom = 1; /* the value is incomplete: so is b */
+    else if (pick->s)
+        buf_put(b, pick->s, pick->len);
     free(obj.s);
     free(arr.s);
     return j + strlen(close);
@@ -523,20 +488,22 @@ static size_t tree_value(const char *s, size_t n, size_t i, const char *name, si
 
 /* After <invoke , name="NAME"> and the arguments as elements <K>V</K>… */
 static int body_tree(const void *ctx, const char *a, const char *b, const char **na,
-                     const char **nb, tbuf *args)
+                     const char **nb, buf *args)
 {
     (void)ctx;
     const char *he = memchr(a, '>', (size_t)(b - a));
     if (!he || !attr(a, (size_t)(he - a), "name=\"", na, nb)) return -1;
     /* the arguments are the content of an element closed by the end of the call */
-    tbuf t = {0};
-    tc__tb_add(&t, he + 1, (size_t)(b - he - 1));
-    tc__tb_add(&t, "</invoke>", 9);
-    size_t i = tc__skip_ws(t.s ? t.s : "", t.n, 0), e = (size_t)-1;
-    if (t.s && tc__at(t.s, t.n, i, "</invoke>"))
-        e = (size_t)tc__tb_add(args, "{}", 2);
-    else if (t.s)
-        e = tree_value(t.s, t.n, 0, "invoke", 6, args, 0);
+    buf t = {0};
+    buf_put(&t, he + 1, (size_t)(b - he - 1));
+    buf_put(&t, "</invoke>", 9);
+    int ok = t.s && !t.oom;
+    size_t i = tc__skip_ws(ok ? t.s : "", ok ? t.len : 0, 0), e = (size_t)-1;
+    if (ok && tc__at(t.s, t.len, i, "</invoke>")) {
+        buf_put(args, "{}", 2); /* a failure shows in args->oom (tc__give) */
+        e = 0;
+    } else if (ok)
+        e = tree_value(t.s, t.len, 0, "invoke", 6, args, 0);
     if (e != (size_t)-1 && args->s && args->s[0] == '[') e = (size_t)-1; /* not an object */
     free(t.s);
     return e == (size_t)-1 ? -1 : 0;
@@ -545,14 +512,15 @@ static int body_tree(const void *ctx, const char *a, const char *b, const char *
 int tc__read_invoke_tree(const char *s, size_t n, tc_call_fn fn, void *ud)
 {
     static const char sep[] = "]<]minimax[>["; /* MiniMax-M3 writes it before every tag */
-    tbuf t = {0};
-    tc__tb_add(&t, "", 0);
+    buf t = {0};
+    buf_put(&t, "", 0);
     for (const char *q = s, *e = s + n; q < e;) {
         const char *m = tc__find(q, (size_t)(e - q), sep);
-        tc__tb_add(&t, q, (size_t)((m ? m : e) - q));
+        buf_put(&t, q, (size_t)((m ? m : e) - q));
         q = m ? m + sizeof sep - 1 : e;
     }
-    int r = t.s ? each_call(t.s, t.n, "<invoke ", "</invoke>", body_tree, NULL, fn, ud) : -1;
+    int r = t.s && !t.oom ? each_call(t.s, t.len, "<invoke ", "</invoke>", body_tree, NULL, fn, ud)
+                          : -1;
     free(t.s);
     return r;
 }

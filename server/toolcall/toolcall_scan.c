@@ -1,43 +1,16 @@
 /*
- * toolcall_scan.c — the text machinery of the output parsers (toolcall.c): growable buffers,
- * an incremental scanner of JSON call objects (how far the name and the arguments value got in
- * text that may still be cut short), JSON string decoding, and writing a parameter value as JSON
- * for the call bodies that are not JSON.
+ * toolcall_scan.c — the text machinery of the output parsers (toolcall.c): the incremental scanner
+ * of JSON call objects (how far the name and the arguments value got in text that may still be cut
+ * short), JSON string decoding and writing, writing a parameter value as JSON for the call bodies
+ * that are not JSON, and the small readers every syntax shares (function-name characters, a marker
+ * at a position, handing a finished call to the caller). It calls no other file of the parsers.
  */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "server/toolcall_internal.h"
-
-/* ---- buffers ------------------------------------------------------------------------------ */
-
-int tc__tb_add(tbuf *b, const char *s, size_t n)
-{
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 64;
-        while (cap < b->n + n + 1)
-            cap *= 2;
-        char *p = realloc(b->s, cap);
-        if (!p) return -ENOMEM;
-        b->s = p;
-        b->cap = cap;
-    }
-    if (n) memcpy(b->s + b->n, s, n);
-    b->n += n;
-    b->s[b->n] = 0;
-    return 0;
-}
-
-void tc__tb_drop(tbuf *b, size_t k)
-{
-    if (!b->s) return;
-    if (k > b->n) k = b->n;
-    memmove(b->s, b->s + k, b->n - k);
-    b->n -= k;
-    b->s[b->n] = 0;
-}
+#include "server/toolcall/internal.h"
 
 /* ---- JSON scanning ------------------------------------------------------------------------ */
 
@@ -290,7 +263,7 @@ static size_t strict_value(const char *s, size_t n, size_t i, int depth)
     return j;
 }
 
-void tc__json_value_of(tbuf *b, const char *v, size_t n)
+void tc__json_value_of(buf *b, const char *v, size_t n)
 {
     while (n && tc__is_ws(*v))
         v++, n--;
@@ -298,7 +271,7 @@ void tc__json_value_of(tbuf *b, const char *v, size_t n)
         n--;
     size_t e = n ? strict_value(v, n, 0, 0) : (size_t)-1;
     if (e == n) {
-        tc__tb_add(b, v, n);
+        buf_put(b, v, n);
         return;
     }
     tc__json_str(b, v, n);
@@ -307,4 +280,48 @@ void tc__json_value_of(tbuf *b, const char *v, size_t n)
 const char *tc__find(const char *s, size_t n, const char *needle)
 {
     return s && n ? memmem(s, n, needle, strlen(needle)) : NULL;
+}
+
+/* ---- JSON strings, names, markers, calls handed on ----------------------------------------- */
+
+void tc__json_str(buf *b, const char *s, size_t n)
+{
+    buf_put(b, "\"", 1);
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        char esc[8];
+        if (c == '"' || c == '\\') {
+            esc[0] = '\\';
+            esc[1] = (char)c;
+            buf_put(b, esc, 2);
+        } else if (c == '\n')
+            buf_put(b, "\\n", 2);
+        else if (c == '\t')
+            buf_put(b, "\\t", 2);
+        else if (c < 0x20) {
+            snprintf(esc, sizeof esc, "\\u%04x", c);
+            buf_put(b, esc, 6);
+        } else
+            buf_put(b, s + i, 1);
+    }
+    buf_put(b, "\"", 1);
+}
+
+int tc__name_char(char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+           c == '-' || c == '.' || c == ':' || (unsigned char)c >= 0x80;
+}
+
+int tc__at(const char *s, size_t n, size_t i, const char *lit)
+{
+    size_t k = strlen(lit);
+    return i <= n && n - i >= k && !memcmp(s + i, lit, k);
+}
+
+int tc__give(tc_call_fn fn, void *ud, const char *name, size_t nn, buf *args, int count)
+{
+    if (!args->s || args->oom || !nn) return -1;
+    if (fn) fn(ud, name, nn, args->s, args->len);
+    return count + 1;
 }

@@ -10,14 +10,14 @@
  * bodies that are not JSON are read when complete: Qwen3-Coder's <function=NAME><parameter=K>…,
  * GLM's NAME<arg_key>K</arg_key><arg_value>V</arg_value> and MiniMax-M3's <invoke name=…>
  * elements inside <tool_call>. The section syntaxes are in toolcall_section.c. The JSON
- * scanning is in toolcall_scan.c. Callers: server/oai_chat.c; tests/test_toolcall.c.
+ * scanning is in toolcall_scan.c. Callers: server/openai/oai_chat.c; tests/test_toolcall.c.
  */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "server/toolcall_internal.h"
+#include "server/toolcall/internal.h"
 
 /* ---- names ------------------------------------------------------------------------------- */
 
@@ -94,19 +94,19 @@ struct tc_parser {
     void *ud;
     /* reasoning stage */
     int rmode;
-    tbuf r;
+    buf r;
     /* tool-call stage */
     int tmode;
-    tbuf t;          /* undecided text, from the last commit point */
+    buf t;           /* undecided text, from the last commit point */
     int after_call;  /* content right after a call: its leading white space is dropped */
     int cur;         /* the call being read, or -1 */
     int cur_named;   /* its TC_D_CALL went out */
     size_t cur_args; /* bytes of its arguments emitted */
     const char *close_tag; /* T_ARRAY inside hermes' <tool_calls>: "</tool_calls>" */
     int section;           /* a section syntax: which of its marker pairs opened */
-    tbuf schemas;          /* the tools' string parameters (toolcall_schema.c) */
+    buf schemas;           /* the tools' string parameters (toolcall_schema.c) */
     /* what was read */
-    tbuf content, reason;
+    buf content, reason;
     int has_reason;
     tc_call *calls;
     int n_calls;
@@ -123,7 +123,8 @@ static void out_content(tc_parser *p, const char *s, size_t n)
         p->after_call = 0;
     }
     if (!n) return;
-    if (tc__tb_add(&p->content, s, n)) p->oom = 1;
+    buf_put(&p->content, s, n);
+    if (p->content.oom) p->oom = 1;
     tc_delta d = {TC_D_CONTENT, 0, s, n, NULL, NULL};
     if (p->emit) p->emit(p->ud, &d);
 }
@@ -132,7 +133,8 @@ static void out_reason(tc_parser *p, const char *s, size_t n)
 {
     p->has_reason = 1;
     if (!n) return;
-    if (tc__tb_add(&p->reason, s, n)) p->oom = 1;
+    buf_put(&p->reason, s, n);
+    if (p->reason.oom) p->oom = 1;
     tc_delta d = {TC_D_REASONING, 0, s, n, NULL, NULL};
     if (p->emit) p->emit(p->ud, &d);
 }
@@ -286,9 +288,9 @@ static int feed_obj(tc_parser *p, const char *s, size_t n, size_t start, size_t 
 /* The arguments of an XML-parameter call, its string-typed parameters made strings. */
 static void typed_args(tc_parser *p, const char *name, size_t nn, const char *a, size_t n)
 {
-    tbuf t = {0};
+    buf t = {0};
     if (tc__schemas_retype(&p->schemas, name, nn, a, n, &t))
-        call_args(p, t.s, t.n);
+        call_args(p, t.s, t.len);
     else
         call_args(p, a, n);
     free(t.s);
@@ -332,7 +334,7 @@ static size_t partial_suffix(const char *s, size_t n, const char *marker)
 static int stage_tagged_content(tc_parser *p, const tc_tags *t, size_t *pos, int final)
 {
     const char *s = p->t.s + *pos;
-    size_t n = p->t.n - *pos, hold = 0;
+    size_t n = p->t.len - *pos, hold = 0;
     const char *const marks[3] = {t->call_open, t->section_open, t->section_close};
     const char *first = NULL;
     int which = 0;
@@ -356,7 +358,7 @@ static int stage_tagged_content(tc_parser *p, const tc_tags *t, size_t *pos, int
 static int stage_tagged_call(tc_parser *p, const tc_tags *t, size_t *pos, int final)
 {
     const char *s = p->t.s + *pos;
-    size_t n = p->t.n - *pos, na, nb, aa, ab;
+    size_t n = p->t.len - *pos, na, nb, aa, ab;
     const char *close = tc__find(s, n, t->call_close);
     if (!close && !final) return 0;
     size_t body = close ? (size_t)(close - s) : n, used = close ? body + strlen(t->call_close) : n;
@@ -377,7 +379,7 @@ static int stage_tagged_call(tc_parser *p, const tc_tags *t, size_t *pos, int fi
 static int stage_section_content(tc_parser *p, const tc_section *x, size_t *pos, int final)
 {
     const char *s = p->t.s + *pos, *first = NULL;
-    size_t n = p->t.n - *pos, hold = 0;
+    size_t n = p->t.len - *pos, hold = 0;
     for (int i = 0; i < TC_SECTION_PAIRS && x->open[i]; i++) {
         const char *m = tc__find(s, n, x->open[i]);
         if (m && (!first || m < first)) first = m, p->section = i;
@@ -399,7 +401,7 @@ static int stage_section_content(tc_parser *p, const tc_section *x, size_t *pos,
 static int stage_section_body(tc_parser *p, const tc_section *x, size_t *pos, int final)
 {
     const char *s = p->t.s + *pos, *close_mark = x->close[p->section];
-    size_t n = p->t.n - *pos;
+    size_t n = p->t.len - *pos;
     const char *close = !close_mark ? NULL : !*close_mark ? s : tc__find(s, n, close_mark);
     if (!close && !final) return 0; /* no closing marker: the section runs to the end */
     size_t body = close ? (size_t)(close - s) : n, used = close ? body + strlen(close_mark) : n;
@@ -422,7 +424,7 @@ static int stage_content(tc_parser *p, size_t *pos, int final)
                                                    : NULL;
     const char *list = p->syntax == TC_HERMES ? "<tool_calls>" : NULL;
     const char *s = p->t.s + *pos;
-    size_t n = p->t.n - *pos;
+    size_t n = p->t.len - *pos;
     const char *m = marker ? tc__find(s, n, marker) : NULL;
     const char *l = list ? tc__find(s, m ? (size_t)(m - s) : n, list) : NULL;
     if (l) {
@@ -448,7 +450,7 @@ static int stage_content(tc_parser *p, size_t *pos, int final)
 static int stage_hermes_call(tc_parser *p, size_t *pos, int final)
 {
     const char *s = p->t.s + *pos;
-    size_t n = p->t.n - *pos, i = tc__skip_ws(s, n, 0);
+    size_t n = p->t.len - *pos, i = tc__skip_ws(s, n, 0);
     const char *close = tc__find(s, n, "</tool_call>");
     size_t body = close ? (size_t)(close - s) : n;
     if (i < body && s[i] == '{') {
@@ -481,7 +483,7 @@ static int stage_array(tc_parser *p, size_t *pos, int final)
 {
     for (;;) {
         const char *s = p->t.s + *pos;
-        size_t n = p->t.n - *pos, i = tc__skip_ws(s, n, 0);
+        size_t n = p->t.len - *pos, i = tc__skip_ws(s, n, 0);
         while (i < n && (s[i] == ',' || (p->close_tag && (s[i] == '[' || s[i] == ']'))))
             i = tc__skip_ws(s, n, i + 1);
         if (i >= n) return final;
@@ -551,7 +553,7 @@ static int args_value(tc_parser *p, const char *s, size_t n, size_t a, int final
 static int stage_mistral_call(tc_parser *p, size_t *pos, int final)
 {
     const char *s = p->t.s + *pos;
-    size_t n = p->t.n - *pos, i = tc__skip_ws(s, n, 0);
+    size_t n = p->t.len - *pos, i = tc__skip_ws(s, n, 0);
     if (i >= n) return final;
     if (s[i] == '[') {
         *pos += i + 1;
@@ -586,7 +588,7 @@ static int stage_function_call(tc_parser *p, size_t *pos, int final)
 {
     static const char close[] = "</function>";
     const char *s = p->t.s + *pos;
-    size_t n = p->t.n - *pos, e;
+    size_t n = p->t.len - *pos, e;
     if (!args_value(p, s, n, 0, final, &e)) return 0;
     size_t i = tc__skip_ws(s, n, e), k = n - i < sizeof close - 1 ? n - i : sizeof close - 1;
     if (!memcmp(s + i, close, k)) {
@@ -625,7 +627,7 @@ static int function_open(tc_parser *p, const char *s, size_t n, size_t i, size_t
 static int stage_recipient(tc_parser *p, size_t *pos, int final)
 {
     const char *s = p->t.s + *pos;
-    size_t n = p->t.n - *pos, i = 0, k = n < 3 ? n : 3;
+    size_t n = p->t.len - *pos, i = 0, k = n < 3 ? n : 3;
     if (!memcmp(s, ">>>", k)) {
         if (k < 3 && !final) return 0;
         if (k == 3) i = 3;
@@ -654,7 +656,7 @@ static int stage_recipient(tc_parser *p, size_t *pos, int final)
 static int stage_recipient_body(tc_parser *p, size_t *pos, int final)
 {
     const char *s = p->t.s + *pos;
-    size_t n = p->t.n - *pos, e;
+    size_t n = p->t.len - *pos, e;
     if (p->tmode == T_RECIPIENT_ARGS) {
         if (!args_value(p, s, n, 0, final, &e)) return 0;
         call_end(p);
@@ -674,7 +676,7 @@ static int stage_recipient_body(tc_parser *p, size_t *pos, int final)
 static int stage_start(tc_parser *p, size_t *pos, int final)
 {
     const char *s = p->t.s + *pos;
-    size_t n = p->t.n - *pos, i = tc__skip_ws(s, n, 0);
+    size_t n = p->t.len - *pos, i = tc__skip_ws(s, n, 0);
     static const char tag[] = "<|python_tag|>";
     if (p->syntax == TC_LLAMA3_JSON && n - i < sizeof tag - 1 && !memcmp(s + i, tag, n - i) &&
         !final)
@@ -755,7 +757,7 @@ static int stage_start(tc_parser *p, size_t *pos, int final)
 static int stage_after(tc_parser *p, size_t *pos, int final)
 {
     const char *s = p->t.s + *pos;
-    size_t n = p->t.n - *pos, i = tc__skip_ws(s, n, 0);
+    size_t n = p->t.len - *pos, i = tc__skip_ws(s, n, 0);
     if (i >= n) {
         if (final) *pos += n;
         return final;
@@ -775,7 +777,7 @@ static int stage_after(tc_parser *p, size_t *pos, int final)
 static void stage_args_only(tc_parser *p, size_t *pos, int final)
 {
     const char *s = p->t.s + *pos;
-    size_t n = p->t.n - *pos, a = p->cur_args ? 0 : tc__skip_ws(s, n, 0), b = n;
+    size_t n = p->t.len - *pos, a = p->cur_args ? 0 : tc__skip_ws(s, n, 0), b = n;
     while (b > a && tc__is_ws(s[b - 1])) /* trailing white space waits for what follows it */
         b--;
     if (b > a) call_args(p, s + a, b - a);
@@ -789,7 +791,8 @@ static void stage_args_only(tc_parser *p, size_t *pos, int final)
 static void stage_tools(tc_parser *p, int final)
 {
     size_t pos = 0;
-    if (!p->t.s && tc__tb_add(&p->t, "", 0)) p->oom = 1; /* the stages read p->t.s as text */
+    if (!p->t.s) buf_put(&p->t, "", 0); /* the stages read p->t.s as text */
+    if (p->t.oom) p->oom = 1;
     while (!p->oom) {
         size_t before = pos;
         int mode = p->tmode, go = 0;
@@ -830,19 +833,20 @@ static void stage_tools(tc_parser *p, int final)
             go = stage_recipient_body(p, &pos, final);
             break;
         default:
-            out_content(p, p->t.s + pos, p->t.n - pos);
-            pos = p->t.n;
+            out_content(p, p->t.s + pos, p->t.len - pos);
+            pos = p->t.len;
         }
         if (!go || (pos == before && p->tmode == mode)) break;
     }
-    tc__tb_drop(&p->t, pos);
+    buf_drop(&p->t, pos);
 }
 
 /* ---- the reasoning stage ------------------------------------------------------------------ */
 
 static void to_tools(tc_parser *p, const char *s, size_t n)
 {
-    if (tc__tb_add(&p->t, s, n)) p->oom = 1;
+    buf_put(&p->t, s, n);
+    if (p->t.oom) p->oom = 1;
 }
 
 static void stage_reasoning(tc_parser *p, int final)
@@ -850,13 +854,13 @@ static void stage_reasoning(tc_parser *p, int final)
     static const char open[] = "<think>", close[] = "</think>";
     for (;;) {
         const char *s = p->r.s ? p->r.s : "";
-        size_t n = p->r.n;
+        size_t n = p->r.len;
         if (p->rmode == R_START) {
             size_t i = tc__skip_ws(s, n, 0);
             size_t k = n - i < sizeof open - 1 ? n - i : sizeof open - 1;
             if (!memcmp(s + i, open, k) && k < sizeof open - 1 && !final) return;
             if (k == sizeof open - 1 && !memcmp(s + i, open, k)) {
-                tc__tb_drop(&p->r, i + k);
+                buf_drop(&p->r, i + k);
                 p->rmode = R_THINK;
                 continue;
             }
@@ -867,17 +871,17 @@ static void stage_reasoning(tc_parser *p, int final)
             const char *m = tc__find(s, n, close);
             if (m) {
                 out_reason(p, s, (size_t)(m - s));
-                tc__tb_drop(&p->r, (size_t)(m - s) + sizeof close - 1);
+                buf_drop(&p->r, (size_t)(m - s) + sizeof close - 1);
                 p->rmode = R_CONTENT;
                 continue;
             }
             size_t hold = final ? 0 : partial_suffix(s, n, close);
             out_reason(p, s, n - hold);
-            tc__tb_drop(&p->r, n - hold);
+            buf_drop(&p->r, n - hold);
             return;
         }
         to_tools(p, s, n);
-        tc__tb_drop(&p->r, n);
+        buf_drop(&p->r, n);
         return;
     }
 }
@@ -936,7 +940,8 @@ int tc_parser_feed(tc_parser *p, const char *text, size_t n, int final, tc_emit_
         call_begin(p);
         if (!p->oom) call_name(p, p->forced ? p->forced : "", p->forced ? strlen(p->forced) : 0);
     }
-    if (tc__tb_add(&p->r, text, n)) p->oom = 1;
+    buf_put(&p->r, text, n);
+    if (p->r.oom) p->oom = 1;
     if (!p->oom) stage_reasoning(p, final);
     if (!p->oom) stage_tools(p, final);
     p->emit = NULL;
@@ -946,13 +951,13 @@ int tc_parser_feed(tc_parser *p, const char *text, size_t n, int final, tc_emit_
 
 const char *tc_parser_content(const tc_parser *p, size_t *len)
 {
-    if (len) *len = p->content.n;
+    if (len) *len = p->content.len;
     return p->content.s ? p->content.s : "";
 }
 
 const char *tc_parser_reasoning(const tc_parser *p, size_t *len)
 {
-    if (len) *len = p->reason.n;
+    if (len) *len = p->reason.len;
     return p->has_reason ? (p->reason.s ? p->reason.s : "") : NULL;
 }
 

@@ -22,8 +22,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "server/gate.h"
-#include "server/internal.h"
+#include <microhttpd.h>
+
+#include "server/http/gate.h"
 
 #define GATE_QUEUE_HIGH (1u << 20)
 #define GATE_QUEUE_LOW (256u << 10)
@@ -32,7 +33,7 @@
 
 typedef struct gate_conn gate_conn;
 struct gate_conn {
-    srv *s;
+    gate_relay *g;
     uv_tcp_t client;
     uv_pipe_t pipe;
     uv_timer_t linger;       /* started by finish_client */
@@ -70,16 +71,16 @@ static void on_closed(uv_handle_t *h)
 {
     gate_conn *c = h->data;
     if (--c->n_open > 0) return;
-    srv *s = c->s;
+    gate_relay *g = c->g;
     if (c->prev) c->prev->next = c->next;
-    else s->gate_conns = c->next;
+    else g->conns = c->next;
     if (c->next) c->next->prev = c->prev;
-    s->n_gate_conns--;
+    g->n_conns--;
     gate_parser_fini(&c->p);
     free(c);
-    if (s->gate_stopping && !s->gate_conns && !uv_is_closing((uv_handle_t *)&s->gate_stop_timer)) {
-        uv_timer_stop(&s->gate_stop_timer); /* everything flushed in time */
-        uv_close((uv_handle_t *)&s->gate_stop_timer, on_stop_timer_closed);
+    if (g->stopping && !g->conns && !uv_is_closing((uv_handle_t *)&g->stop_timer)) {
+        uv_timer_stop(&g->stop_timer); /* everything flushed in time */
+        uv_close((uv_handle_t *)&g->stop_timer, on_stop_timer_closed);
     }
 }
 
@@ -110,7 +111,7 @@ static void on_client_shutdown(uv_shutdown_t *req, int status)
 {
     gate_conn *c = req->data;
     free(req);
-    if (status < 0 || c->client_eof || uv_timer_init(&c->s->loop, &c->linger)) {
+    if (status < 0 || c->client_eof || uv_timer_init(c->g->loop, &c->linger)) {
         close_all(c);
         return;
     }
@@ -190,7 +191,7 @@ static void reject(gate_conn *c)
 {
     close_pipe(c);
     size_t len = 0;
-    char *resp = srv__gate_response(c->s, c->p.status, c->p.message, c->p.method, c->p.path, &len);
+    char *resp = c->g->reject(c->g->ud, c->p.status, c->p.message, c->p.method, c->p.path, &len);
     if (resp) write_to(c, (uv_stream_t *)&c->client, resp, len);
     free(resp);
     finish_client(c);
@@ -261,19 +262,20 @@ static void on_pipe_read(uv_stream_t *st, ssize_t n, const uv_buf_t *b)
 /* A new client: its socketpair to MHD, then both directions. */
 static void on_connection(uv_stream_t *server, int status)
 {
-    srv *s = server->data;
+    gate_relay *g = server->data;
     if (status < 0) return;
     gate_conn *c = calloc(1, sizeof *c);
     if (!c) return;
-    c->s = s;
-    uv_tcp_init(&s->loop, &c->client);
+    c->g = g;
+    uv_tcp_init(g->loop, &c->client);
     c->client.data = c;
     c->n_open = 1;
-    c->next = s->gate_conns;
-    if (s->gate_conns) s->gate_conns->prev = c;
-    s->gate_conns = c;
-    s->n_gate_conns++;
-    if (uv_accept(server, (uv_stream_t *)&c->client) || gate_parser_init(&c->p, s->cfg->max_body_bytes, to_mhd, c)) {
+    c->next = g->conns;
+    if (g->conns) g->conns->prev = c;
+    g->conns = c;
+    g->n_conns++;
+    if (uv_accept(server, (uv_stream_t *)&c->client) ||
+        gate_parser_init(&c->p, g->max_body, to_mhd, c)) {
         close_all(c);
         return;
     }
@@ -283,7 +285,7 @@ static void on_connection(uv_stream_t *server, int status)
     int plen = sizeof peer;
     int ok = !uv_tcp_getpeername(&c->client, (struct sockaddr *)&peer, &plen) &&
              !socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, fds);
-    if (ok && (uv_pipe_init(&s->loop, &c->pipe, 0) || uv_pipe_open(&c->pipe, fds[0]))) {
+    if (ok && (uv_pipe_init(g->loop, &c->pipe, 0) || uv_pipe_open(&c->pipe, fds[0]))) {
         close(fds[0]);
         close(fds[1]);
         ok = 0;
@@ -291,7 +293,8 @@ static void on_connection(uv_stream_t *server, int status)
         c->pipe.data = c;
         c->n_open = 2;
         c->pipe_open = 1;
-        if (MHD_add_connection(s->d, fds[1], (struct sockaddr *)&peer, (socklen_t)plen) != MHD_YES) {
+        if (MHD_add_connection(g->mhd, fds[1], (struct sockaddr *)&peer, (socklen_t)plen) !=
+            MHD_YES) {
             close_pipe(c); /* MHD closed its end itself */
             ok = 0;
         }
@@ -305,13 +308,13 @@ static void on_connection(uv_stream_t *server, int status)
     c->client_reading = c->pipe_reading = 1;
     uv_read_start((uv_stream_t *)&c->client, alloc_cb, on_client_read);
     uv_read_start((uv_stream_t *)&c->pipe, alloc_cb, on_pipe_read);
-    srv__http_run(s);
+    g->run(g->ud);
 }
 
-int gate_listen(srv *s, const char *host, int port, size_t max_body, int *bound_port, char *err,
-                size_t err_len)
+int gate_listen(gate_relay *g, const char *host, int port, size_t max_body, int *bound_port,
+                char *err, size_t err_len)
 {
-    (void)max_body;
+    g->max_body = max_body;
     struct sockaddr_storage ss;
     memset(&ss, 0, sizeof ss);
     const char *h = host && *host ? host : "127.0.0.1";
@@ -327,11 +330,11 @@ int gate_listen(srv *s, const char *host, int port, size_t max_body, int *bound_
         memcpy(&ss, res->ai_addr, res->ai_addrlen);
         freeaddrinfo(res);
     }
-    uv_tcp_init(&s->loop, &s->listener);
-    s->listener.data = s;
-    s->listener_open = 1;
-    int rc = uv_tcp_bind(&s->listener, (struct sockaddr *)&ss, 0);
-    if (!rc) rc = uv_listen((uv_stream_t *)&s->listener, 1024, on_connection);
+    uv_tcp_init(g->loop, &g->listener);
+    g->listener.data = g;
+    g->listener_open = 1;
+    int rc = uv_tcp_bind(&g->listener, (struct sockaddr *)&ss, 0);
+    if (!rc) rc = uv_listen((uv_stream_t *)&g->listener, 1024, on_connection);
     if (rc) {
         snprintf(err, err_len, "cannot listen on %s:%d (%s)", h, port, uv_strerror(rc));
         return rc;
@@ -339,7 +342,7 @@ int gate_listen(srv *s, const char *host, int port, size_t max_body, int *bound_
     struct sockaddr_storage b;
     int bl = sizeof b;
     *bound_port = port;
-    if (!uv_tcp_getsockname(&s->listener, (struct sockaddr *)&b, &bl))
+    if (!uv_tcp_getsockname(&g->listener, (struct sockaddr *)&b, &bl))
         *bound_port = ntohs(b.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&b)->sin6_port
                                                     : ((struct sockaddr_in *)&b)->sin_port);
     return 0;
@@ -353,27 +356,28 @@ static void on_stop_timer_closed(uv_handle_t *h)
 /* The flush after gate_close took too long (a client not reading): cut what is left. */
 static void on_stop_timeout(uv_timer_t *t)
 {
-    srv *s = t->data;
-    for (gate_conn *c = s->gate_conns; c; c = c->next) close_all(c);
+    gate_relay *g = t->data;
+    for (gate_conn *c = g->conns; c; c = c->next) close_all(c);
     uv_close((uv_handle_t *)t, on_stop_timer_closed);
 }
 
-void gate_close(srv *s)
+void gate_close(gate_relay *g)
 {
-    if (s->listener_open && !uv_is_closing((uv_handle_t *)&s->listener)) uv_close((uv_handle_t *)&s->listener, NULL);
-    for (gate_conn *c = s->gate_conns; c; c = c->next)
+    if (g->listener_open && !uv_is_closing((uv_handle_t *)&g->listener))
+        uv_close((uv_handle_t *)&g->listener, NULL);
+    for (gate_conn *c = g->conns; c; c = c->next)
         if (c->client_reading && !c->closing) { /* no new requests; what MHD wrote still goes out */
             uv_read_stop((uv_stream_t *)&c->client);
             c->client_reading = 0;
         }
-    if (!s->gate_conns) return;
-    uv_timer_init(&s->loop, &s->gate_stop_timer);
-    s->gate_stop_timer.data = s;
-    s->gate_stopping = 1;
-    uv_timer_start(&s->gate_stop_timer, on_stop_timeout, GATE_STOP_FLUSH_MS, 0);
+    if (!g->conns) return;
+    uv_timer_init(g->loop, &g->stop_timer);
+    g->stop_timer.data = g;
+    g->stopping = 1;
+    uv_timer_start(&g->stop_timer, on_stop_timeout, GATE_STOP_FLUSH_MS, 0);
 }
 
-int gate_n_conns(const srv *s)
+int gate_n_conns(const gate_relay *g)
 {
-    return s->n_gate_conns;
+    return g->n_conns;
 }

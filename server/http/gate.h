@@ -31,6 +31,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <uv.h>
 
 #define GATE_MAX_HEAD 16384     /* request line + headers */
 #define GATE_MAX_LINE 1024      /* one chunk-size line or trailer line */
@@ -88,18 +89,43 @@ int gate_is_idle(const gate_parser *p);
 
 /* ---- the relay (gate.c) -------------------------------------------------------------------- */
 
-struct srv;
+struct MHD_Daemon;
+struct gate_conn;
+
+/* Where a framing error's answer comes from: the whole HTTP response (status line, headers, body,
+ * Connection: close) for status and message, the request's method and path as far as they were
+ * read (for the access log). malloc'd with *len set, or NULL. */
+typedef char *(*gate_reject_fn)(void *ud, int status, const char *message, const char *method,
+                                const char *path, size_t *len);
+
+/* The relay of one server, embedded in its owner (http.c). The owner sets the first fields
+ * before gate_listen; the rest is the relay's. Loop thread only. */
+typedef struct gate_relay {
+    uv_loop_t *loop;
+    struct MHD_Daemon *mhd;  /* receives every accepted connection (MHD_add_connection) */
+    void (*run)(void *ud);   /* called when MHD has new bytes to read: run it */
+    gate_reject_fn reject;
+    void *ud;                /* for run and reject */
+    size_t max_body;         /* decoded body bytes allowed per request (set by gate_listen) */
+    uv_tcp_t listener;
+    int listener_open;
+    struct gate_conn *conns; /* every relayed connection */
+    int n_conns;
+    uv_timer_t stop_timer;   /* bounds the flush after gate_close */
+    int stopping;
+} gate_relay;
 
 /* Binds host:port, listens, and relays every accepted connection through a gate_parser into
  * libmicrohttpd (MHD_add_connection with one end of a socketpair). *bound_port receives the
  * port (useful with port 0). 0, or a negative errno with err filled. */
-int gate_listen(struct srv *s, const char *host, int port, size_t max_body, int *bound_port,
+int gate_listen(gate_relay *g, const char *host, int port, size_t max_body, int *bound_port,
                 char *err, size_t err_len);
 
-/* Stops accepting and closes every relayed connection. */
-void gate_close(struct srv *s);
+/* Stops accepting and closes every relayed connection (what MHD wrote still goes out, for up to
+ * a few seconds). */
+void gate_close(gate_relay *g);
 
 /* Relayed connections now open. */
-int gate_n_conns(const struct srv *s);
+int gate_n_conns(const gate_relay *g);
 
 #endif

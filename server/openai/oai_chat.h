@@ -8,12 +8,13 @@
  *   request body ──oai_parse (validates; keeps a copy)──► oai_chat
  *   oai_chat ──oai_chat_vars──► chat_vars for model/chat.c (values re-read from the body, so key
  *                                order and 1 vs 1.0 reach the template as the client sent them)
- *   generated text ──oai_chat_feed (server/toolcall.c per choice)──► deltas / message fields
+ *   generated text ──oai_chat_feed (a toolcall/ parser per choice)──► deltas / message fields
  *
  * Text content parts are joined ("" between them) before the template sees them, and tool-call
  * arguments sent as JSON strings are handed to the template parsed, as vLLM does; everything
- * else is verbatim. Callers: server/openai.c (parse, response builders), server/prep.c (vars),
- * server/gen.c (feeding choices).
+ * else is verbatim. Callers: openai.c (parse), oai_response.c (the message and finish of a
+ * whole answer), server/prep.c (vars), server/gen.c (feeding choices). The functions are in
+ * oai_chat.c, but for oai_chat_feed, the stream's chunks, in oai_chat_stream.c.
  */
 #ifndef KVSERVE_OAI_CHAT_H
 #define KVSERVE_OAI_CHAT_H
@@ -22,7 +23,7 @@
 #include <stdint.h>
 
 #include "model/chat.h"
-#include "server/openai.h"
+#include "server/openai/openai.h"
 
 enum oai_tool_choice { OAI_TOOLS_AUTO = 0, OAI_TOOLS_NONE, OAI_TOOLS_REQUIRED, OAI_TOOLS_NAMED };
 
@@ -84,8 +85,9 @@ void oai_chat_state_free(oai_chat_state *st);
 char *oai_chat_feed(const oai_resp *r, oai_choice *c, const char *text, size_t n, int final,
                     const oai_lp *lps, int n_lps, int *oom);
 
-/* Response builders (openai.c): the message fields of a chat choice read by c->chat, and its
- * finish_reason ("tool_calls" / "function_call" when it called tools and stopped). */
+/* For the response builders (oai_response.c): the message fields of a chat choice read by
+ * c->chat, and its finish_reason ("tool_calls" / "function_call" when it called tools and
+ * stopped). */
 void oai__chat_message(struct cJSON *msg, const oai_choice *c);
 const char *oai__chat_finish(const oai_choice *c, int finish);
 

@@ -1,6 +1,6 @@
 /*
  * toolcall_pyval.c — call bodies written as code rather than JSON, turned into JSON arguments
- * (for server/toolcall_section.c):
+ * (for toolcall_section.c):
  *
  *   gemma4     call:NAME{key:VALUE,…}: keys bare or between <|"|> quotes, strings between
  *              <|"|> quotes (taken verbatim), numbers, true / false, nested {…} and […];
@@ -15,14 +15,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "server/toolcall_internal.h"
+#include "server/toolcall/internal.h"
 
 static const char gq[] = "<|\"|>"; /* Gemma's string quote */
 #define BAD ((size_t)-1)
 enum { MAX_DEPTH = 64 };
 
 /* A bare scalar s[a..b) trimmed: JSON when it is a JSON value, else a string. */
-static void bare(tbuf *b, const char *s, size_t a, size_t e)
+static void bare(buf *b, const char *s, size_t a, size_t e)
 {
     while (e > a && tc__is_ws(s[e - 1]))
         e--;
@@ -30,7 +30,7 @@ static void bare(tbuf *b, const char *s, size_t a, size_t e)
 }
 
 /* One Gemma value at s[i] appended to b as JSON; the index past it, or BAD. */
-static size_t g_value(const char *s, size_t n, size_t i, tbuf *b, int depth)
+static size_t g_value(const char *s, size_t n, size_t i, buf *b, int depth)
 {
     i = tc__skip_ws(s, n, i);
     if (i >= n || depth > MAX_DEPTH) return BAD;
@@ -42,14 +42,14 @@ static size_t g_value(const char *s, size_t n, size_t i, tbuf *b, int depth)
     }
     if (s[i] == '{' || s[i] == '[') {
         char close = s[i] == '{' ? '}' : ']';
-        tc__tb_add(b, s + i, 1);
+        buf_put(b, s + i, 1);
         for (int items = 0;; items++) {
             i = tc__skip_ws(s, n, i + !items);
             if (i >= n) return BAD;
             if (s[i] == close) break;
             if (items) {
                 if (s[i] != ',') return BAD;
-                tc__tb_add(b, ",", 1);
+                buf_put(b, ",", 1);
                 i = tc__skip_ws(s, n, i + 1);
             }
             if (close == '}') { /* key: bare or quoted */
@@ -67,13 +67,13 @@ static size_t g_value(const char *s, size_t n, size_t i, tbuf *b, int depth)
                 }
                 i = tc__skip_ws(s, n, i);
                 if (i >= n || s[i] != ':') return BAD;
-                tc__tb_add(b, ":", 1);
+                buf_put(b, ":", 1);
                 i++;
             }
             i = g_value(s, n, i, b, depth + 1);
             if (i == BAD) return BAD;
         }
-        tc__tb_add(b, &close, 1);
+        buf_put(b, &close, 1);
         return i + 1;
     }
     size_t a = i;
@@ -92,7 +92,7 @@ int tc__read_gemma4(const char *s, size_t n, tc_call_fn fn, void *ud)
         while (e < n && tc__name_char(s[e]))
             e++;
         if (e >= n || s[e] != '{') return -1;
-        tbuf args = {0};
+        buf args = {0};
         i = g_value(s, n, e, &args, 0);
         count = i == BAD ? -1 : tc__give(fn, ud, s + a, e - a, &args, count);
         free(args.s);
@@ -102,27 +102,28 @@ int tc__read_gemma4(const char *s, size_t n, tc_call_fn fn, void *ud)
 }
 
 /* A Python string literal at s[i] (quote s[i]) appended as a JSON string; past it, or BAD. */
-static size_t py_string(const char *s, size_t n, size_t i, tbuf *b)
+static size_t py_string(const char *s, size_t n, size_t i, buf *b)
 {
     char q = s[i];
-    tbuf t = {0};
-    tc__tb_add(&t, "", 0);
+    buf t = {0};
+    buf_put(&t, "", 0);
     for (i++; i < n && s[i] != q; i++) {
         char c = s[i];
         if (c == '\\' && i + 1 < n) {
             c = s[++i];
             c = c == 'n' ? '\n' : c == 't' ? '\t' : c == 'r' ? '\r' : c;
-            if (!strchr("ntr\\'\"", s[i])) tc__tb_add(&t, "\\", 1);
+            if (!strchr("ntr\\'\"", s[i])) buf_put(&t, "\\", 1);
         }
-        tc__tb_add(&t, &c, 1);
+        buf_put(&t, &c, 1);
     }
-    if (i < n && t.s) tc__json_str(b, t.s, t.n);
+    int ok = i < n && t.s && !t.oom;
+    if (ok) tc__json_str(b, t.s, t.len);
     free(t.s);
-    return i < n && t.s ? i + 1 : BAD;
+    return ok ? i + 1 : BAD;
 }
 
 /* One Python literal at s[i] appended to b as JSON; the index past it, or BAD. */
-static size_t py_value(const char *s, size_t n, size_t i, tbuf *b, int depth)
+static size_t py_value(const char *s, size_t n, size_t i, buf *b, int depth)
 {
     i = tc__skip_ws(s, n, i);
     if (i >= n || depth > MAX_DEPTH) return BAD;
@@ -130,7 +131,7 @@ static size_t py_value(const char *s, size_t n, size_t i, tbuf *b, int depth)
     if (s[i] == '[' || s[i] == '(' || s[i] == '{') {
         char close = s[i] == '[' ? ']' : s[i] == '(' ? ')' : '}';
         int dict = close == '}', items = 0;
-        tc__tb_add(b, dict ? "{" : "[", 1);
+        buf_put(b, dict ? "{" : "[", 1);
         for (i++;;) {
             i = tc__skip_ws(s, n, i);
             if (i < n && s[i] == close) break;
@@ -138,26 +139,28 @@ static size_t py_value(const char *s, size_t n, size_t i, tbuf *b, int depth)
                 if (i >= n || s[i] != ',') return BAD;
                 i = tc__skip_ws(s, n, i + 1);
                 if (i < n && s[i] == close) break; /* a trailing comma */
-                tc__tb_add(b, ",", 1);
+                buf_put(b, ",", 1);
             }
             if (dict) {
-                tbuf k = {0};
+                buf k = {0};
                 i = py_value(s, n, i, &k, depth + 1);
-                if (i != BAD && k.s && k.s[0] == '"')
-                    tc__tb_add(b, k.s, k.n);
+                if (k.oom)
+                    b->oom = 1; /* the key is incomplete: so is b */
+                else if (i != BAD && k.s && k.s[0] == '"')
+                    buf_put(b, k.s, k.len);
                 else if (i != BAD && k.s)
-                    tc__json_str(b, k.s, k.n);
+                    tc__json_str(b, k.s, k.len);
                 free(k.s);
                 i = i == BAD ? BAD : tc__skip_ws(s, n, i);
                 if (i == BAD || i >= n || s[i] != ':') return BAD;
-                tc__tb_add(b, ":", 1);
+                buf_put(b, ":", 1);
                 i++;
             }
             i = py_value(s, n, i, b, depth + 1);
             if (i == BAD) return BAD;
             items++;
         }
-        tc__tb_add(b, dict ? "}" : "]", 1);
+        buf_put(b, dict ? "}" : "]", 1);
         return i + 1;
     }
     size_t a = i;
@@ -167,7 +170,7 @@ static size_t py_value(const char *s, size_t n, size_t i, tbuf *b, int depth)
     static const char *const py[3][2] = {{"True", "true"}, {"False", "false"}, {"None", "null"}};
     for (int k = 0; k < 3; k++)
         if (i - a == strlen(py[k][0]) && !memcmp(s + a, py[k][0], i - a)) {
-            tc__tb_add(b, py[k][1], strlen(py[k][1]));
+            buf_put(b, py[k][1], strlen(py[k][1]));
             return i;
         }
     bare(b, s, a, i);
@@ -182,16 +185,16 @@ static size_t py_call(const char *s, size_t n, size_t i, tc_call_fn fn, void *ud
         i++;
     if (i == a || i >= n || s[i] != '(') return BAD;
     size_t name_end = i;
-    tbuf args = {0};
-    tc__tb_add(&args, "{", 1);
+    buf args = {0};
+    buf_put(&args, "{", 1);
     for (i++;;) {
         i = tc__skip_ws(s, n, i);
         if (i < n && s[i] == ')') break;
-        if (args.n > 1) {
+        if (args.len > 1) {
             if (i >= n || s[i] != ',') break;
             i = tc__skip_ws(s, n, i + 1);
             if (i < n && s[i] == ')') break;
-            tc__tb_add(&args, ",", 1);
+            buf_put(&args, ",", 1);
         }
         size_t k = i;
         while (i < n && tc__name_char(s[i]) && s[i] != ':')
@@ -200,12 +203,12 @@ static size_t py_call(const char *s, size_t n, size_t i, tc_call_fn fn, void *ud
         i = tc__skip_ws(s, n, i);
         if (ke == k || i >= n || s[i] != '=') break;
         tc__json_str(&args, s + k, ke - k);
-        tc__tb_add(&args, ":", 1);
+        buf_put(&args, ":", 1);
         i = py_value(s, n, i + 1, &args, 0);
         if (i == BAD) break;
     }
     int ok = i < n && s[i] == ')';
-    if (ok) tc__tb_add(&args, "}", 1);
+    if (ok) buf_put(&args, "}", 1);
     *count = ok ? tc__give(fn, ud, s + a, name_end - a, &args, *count) : -1;
     free(args.s);
     return *count < 0 ? BAD : i + 1;
