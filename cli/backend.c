@@ -5,7 +5,9 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "cli/backend.h"
 #include "cpu/cpu.h"
+#include "cuda/cuda_backend.h"
 #include "engine/backend.h"
 
 #ifndef KVSERVE_CUDA

@@ -16,14 +16,15 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/clock.h"
 #include "cache/block_pool.h"
 #include "cache/kv.h"
-#include "base/clock.h"
+#include "cli/backend.h"
 #include "cli/cli.h"
 #include "engine/backend.h"
 #include "engine/forward.h"
-#include "model/model.h"
 #include "engine/sampler.h"
+#include "model/model.h"
 #include "model/tokenizer.h"
 
 /* Everything one generation holds; gen__fini releases what is set. */

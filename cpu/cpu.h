@@ -59,8 +59,11 @@ int cpu_isa_parse(const char *s);
 int cpu_isa_default(int *isa, char *err, size_t err_len);
 
 /* A CPU backend running the kernels of level isa with n_threads threads (≤ 0: one per core).
- * NULL when isa is not supported here or out of memory. cpu_backend_create (engine/backend.h)
- * is this with cpu_isa_default(). */
+ * NULL when isa is not supported here or out of memory. */
 backend *cpu_backend_create_isa(int n_threads, int isa);
+
+/* cpu_backend_create_isa at the level cpu_isa_default() gives (NULL with a message on stderr
+ * when KVSERVE_CPU_ISA names a level the CPU cannot run). */
+backend *cpu_backend_create(int n_threads);
 
 #endif

@@ -1,7 +1,8 @@
 /*
  * cuda_backend.h — C entry points of the CUDA backend beyond engine/backend.h.
  *
- * cuda_backend_create / cuda_is_available are declared in engine/backend.h. The functions here
+ * cuda_backend_create and cuda_is_available make the backend (the wiring's factory, cli/backend.c,
+ * calls them; without CUDA in the build it defines both to say so). The other functions here
  * are extras for tests, the GPU check program and future engine paths (fused ops, sampling on the
  * device). They exist only when kvserve is built with CUDA (KVSERVE_CUDA); `be` must come from
  * cuda_backend_create. Like the ops, they queue work on the backend's stream; the ones returning
@@ -18,6 +19,12 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* The CUDA backend on GPU device_index, or NULL with a one-line message in err. */
+backend *cuda_backend_create(int device_index, char *err, size_t err_len);
+/* 1 when a CUDA device is usable (built with CUDA, driver present, at least one GPU); else 0
+ * with the reason in why. */
+int cuda_is_available(char *why, size_t why_len);
 
 /* Copies n floats from host src into backend memory dst (from be->ops->alloc). 0 or -EIO. */
 int cuda_upload_f32(backend *be, float *dst, const float *src, size_t n);

@@ -250,20 +250,6 @@ struct backend {
     int kv_in_host;   /* 1: the KV arena is host memory (block copies are plain memcpys) */
 };
 
-/* Creates the backend for device "cpu", "cuda" or "auto" (CUDA when built and a GPU is visible,
- * else CPU). n_threads ≤ 0 means one per core. NULL with a one-line message in err when the
- * device is unavailable (e.g. CUDA asked for but not built, no driver, or no GPU, or
- * KVSERVE_CPU_ISA names a SIMD level the CPU cannot run). */
-backend *be_create(const char *device, int n_threads, char *err, size_t err_len);
-
-/* The backends themselves (cpu/cpu_backend.c, cuda/cuda_backend.cu). cpu_backend_create runs
- * the best SIMD level of the CPU, or the one KVSERVE_CPU_ISA forces (NULL with a message on
- * stderr when that names a level the CPU cannot run); cpu/cpu.h picks a level explicitly. */
-backend *cpu_backend_create(int n_threads);
-backend *cuda_backend_create(int device_index, char *err, size_t err_len);
-/* 1 when a CUDA device is usable (built with CUDA, driver present, ≥ 1 GPU). */
-int cuda_is_available(char *why, size_t why_len);
-
 static inline void be_destroy(backend *be)
 {
     if (be) be->ops->destroy(be);

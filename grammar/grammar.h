@@ -26,7 +26,7 @@
  *   Left recursion (a rule reaching itself before consuming a byte) is an error.
  *
  * Composing grammars (e.g. a tool call: literal text around JSON arguments): write the pieces as
- * GBNF rules in one text. server/oai_schema.h turns a JSON Schema into GBNF rules under a name
+ * GBNF rules in one text. server/openai/oai_schema.h turns a JSON Schema into GBNF rules under a name
  * prefix, so a caller can write
  *     root ::= "<tool_call>{\"name\": \"get_weather\", \"arguments\": " args-root "}</tool_call>"
  * append oai_schema_gbnf(schema, "args-") and compile the whole text with gr_compile_gbnf (in

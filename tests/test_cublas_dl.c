@@ -24,7 +24,9 @@
 #include <link.h>
 #include <unistd.h>
 
+#include "cli/backend.h"
 #include "cuda/cublas_dl.h"
+#include "cuda/cuda_backend.h"
 
 /* A table filled with a byte pattern, to see that a failed open wrote nothing. */
 static void tbd_poison(cuda_blas_api *api)

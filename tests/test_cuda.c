@@ -14,7 +14,10 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "cli/backend.h"
+#include "cpu/cpu.h"
 #include "cuda/check/kernel_checks.c"
+#include "cuda/cuda_backend.h"
 #include "engine/forward.h"
 #include "model/model.h"
 #include "tests/test_util.h"

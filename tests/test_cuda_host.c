@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu/cpu.h"
 #include "cuda/attn_plan.h"
 #include "cuda/formats.h"
 #include "cuda/kv_layout.h"

@@ -4,7 +4,7 @@
  *   options   every option `kvserve COMMAND --help` prints, for every command `kvserve --help`
  *             lists, is in docs/configuration.md (the real binary, $KVSERVE_BIN, is asked);
  *   fields    every top-level request field the OpenAI parser reads (oai_request_fields, the
- *             table in server/oai_fields.c) is in docs/http-api.md, written as `name`;
+ *             table in server/openai/oai_fields.c) is in docs/http-api.md, written as `name`;
  *   readme    README.md has at most 300 lines (the details live in docs/);
  *   links     every relative link of README.md and the docs/ pages names an existing file, and a link
  *             into a Markdown file's #anchor names one of its headings.
@@ -26,7 +26,7 @@
 #include <unistd.h>
 
 #include "base/buf.h"
-#include "server/openai.h"
+#include "server/openai/openai.h"
 #include "tests/test_util.h"
 
 /* path of REL (relative to the repository root) in out[0 .. n). */

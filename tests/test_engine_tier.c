@@ -9,8 +9,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "model/mkmodel.h"
+#include "cli/backend.h"
 #include "engine/engine_tier.h"
+#include "model/mkmodel.h"
 #include "tests/engine_harness.h"
 
 #define TET_DOC 100 /* tokens of each shared document */

@@ -29,14 +29,15 @@
 
 #include "cache/block_pool.h"
 #include "cache/kv.h"
-#include "model/mkmodel.h"
+#include "cpu/cpu.h"
 #include "engine/backend.h"
-#include "model/dtype.h"
 #include "engine/forward.h"
-#include "model/model.h"
 #include "engine/sched.h"
-#include "tests/sched_harness.h"
+#include "model/dtype.h"
+#include "model/mkmodel.h"
+#include "model/model.h"
 #include "tests/ref_forward.h"
+#include "tests/sched_harness.h"
 #include "tests/test_util.h"
 
 #define TF_MAX_SEQS 3

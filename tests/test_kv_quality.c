@@ -21,10 +21,11 @@
 #include <string.h>
 
 #include "cache/kv.h"
+#include "cpu/cpu.h"
 #include "engine/backend.h"
 #include "engine/forward.h"
-#include "model/model.h"
 #include "engine/sched.h"
+#include "model/model.h"
 #include "tests/sched_harness.h"
 #include "tests/test_util.h"
 

@@ -8,6 +8,7 @@
  */
 #include <unistd.h>
 
+#include "cli/backend.h"
 #include "model/mkmodel.h"
 #include "model/model.h"
 #include "model/tokenizer.h"

@@ -28,8 +28,10 @@
 #include <string.h>
 #include <time.h>
 
+#include "cpu/cpu.h"
 #include "cuda/check/kernel_checks.c"
 #include "cuda/cublas_dl.h"
+#include "cuda/cuda_backend.h"
 #include "engine/forward.h"
 #include "model/model.h"
 

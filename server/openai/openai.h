@@ -119,7 +119,7 @@ int oai_parse_detokenize(const char *body, size_t len, const oai_limits *lim, oa
                          oai_error *err);
 void oai_tok_request_free(oai_tok_request *r);
 
-/* The top-level request fields some parser reads (server/oai_fields.c's table), for the
+/* The top-level request fields some parser reads (server/openai/oai_fields.c's table), for the
  * documentation check: a static array of static strings; its length goes into *n. */
 const char *const *oai_request_fields(size_t *n);
 
