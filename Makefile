@@ -53,7 +53,8 @@ CUDA_OBJS := $(CUDA_SRCS:%.cu=$(BUILD)/%.o)
 CUDA_LIBS := -L$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/targets/x86_64-linux/lib -Wl,-rpath,$(CUDA_HOME)/lib64 \
              -lcudart_static -ldl -lrt -lstdc++
 else
-CUDA_OBJS :=
+# Without the backend, its entry points say why (cuda/absent.c).
+CUDA_OBJS := $(BUILD)/cuda/absent.o
 CUDA_LIBS :=
 endif
 
@@ -180,7 +181,7 @@ ARM64_TESTS := tests/test_cpu.c tests/test_cpu_attn.c tests/test_cpu_isa.c tests
                tests/test_forward.c tests/test_golden.c tests/test_dtype.c tests/test_model.c \
                tests/test_gguf.c tests/test_kv.c tests/ref_forward.c tests/test_util.c tests/arm64/qemu_exec.c
 ARM64_LIB_SRCS := $(filter-out %_avx2.c %_avx512.c %_vnni.c,$(wildcard base/*.c jinja/*.c model/*.c grammar/*.c \
-                  cache/*.c engine/*.c cpu/*.c)) cli/backend.c
+                  cache/*.c engine/*.c cpu/*.c)) cli/device.c cuda/absent.c
 # Debian 12's arm64 packages put their libraries in both lib/ and usr/lib/ of the sysroot (the
 # sysroot is not usr-merged: zlib1g, libkeyutils1 and libcom-err2 land in lib/): the link must see
 # both, or Criterion's libgit2 and libkrb5 have undefined references.

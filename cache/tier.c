@@ -29,7 +29,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cache/tier_internal.h"
+#include "cache/tier_disk.h"
 
 enum { TIER__NONE = 0, TIER__QUEUED = 1, TIER__ON = 2 }; /* an entry's file state */
 enum { TIER__WRITE = 0, TIER__READ = 1, TIER__UNLINK = 2 }; /* job kinds */

@@ -1,7 +1,7 @@
 /*
  * tier_disk.c — the file tier's files: one per block, written whole or not at all (a temporary
  * file renamed into place), checked on every read (sizes, fingerprint, key, two checksums), and
- * found again by a scan after a restart. The layout is in tier_internal.h.
+ * found again by a scan after a restart. The layout is in tier_disk.h.
  *
  * No fsync: a block file is a cache entry. After a crash a file is complete (renamed after its
  * last byte was written) or fails its size or checksum test and is deleted; both are safe.
@@ -9,7 +9,7 @@
  * Called from the tier's I/O thread (reads, writes, unlinks) and from tier_create (open, scan);
  * nothing here keeps state.
  */
-#include "cache/tier_internal.h"
+#include "cache/tier_disk.h"
 
 #include <dirent.h>
 #include <errno.h>

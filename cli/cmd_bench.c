@@ -22,7 +22,7 @@
 
 #include "base/clock.h"
 #include "cache/kv.h"
-#include "cli/backend.h"
+#include "cli/device.h"
 #include "cli/cli.h"
 #include "engine/backend.h"
 #include "engine/engine.h"

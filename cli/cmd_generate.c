@@ -19,7 +19,7 @@
 #include "base/clock.h"
 #include "cache/block_pool.h"
 #include "cache/kv.h"
-#include "cli/backend.h"
+#include "cli/device.h"
 #include "cli/cli.h"
 #include "engine/backend.h"
 #include "engine/forward.h"

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "cache/kv.h"
-#include "cli/backend.h"
+#include "cli/device.h"
 #include "cli/cli.h"
 #include "engine/backend.h"
 #include "server/server.h"

@@ -1,7 +1,7 @@
 /*
  * cuda_backend.h — C entry points of the CUDA backend beyond engine/backend.h.
  *
- * cuda_backend_create and cuda_is_available make the backend (the wiring's factory, cli/backend.c,
+ * cuda_backend_create and cuda_is_available make the backend (the wiring's factory, cli/device.c,
  * calls them; without CUDA in the build it defines both to say so). The other functions here
  * are extras for tests, the GPU check program and future engine paths (fused ops, sampling on the
  * device). They exist only when kvserve is built with CUDA (KVSERVE_CUDA); `be` must come from

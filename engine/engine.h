@@ -36,7 +36,7 @@ typedef struct engine_config {
     const tokenizer *tok;        /* borrowed, outlives the engine */
     const char *device;          /* "cpu", "cuda", "auto" */
     int n_threads;               /* CPU backend threads; ≤ 0: one per core */
-    /* Creates the backend for device and n_threads (the wiring's factory: cli/backend.c's
+    /* Creates the backend for device and n_threads (the wiring's factory: cli/device.c's
      * be_create, which knows the CPU and CUDA backends; the engine itself knows only
      * engine/backend.h). Required. NULL with a one-line message in err when the device is
      * unavailable. engine_create calls it once; the engine destroys what it returns. */

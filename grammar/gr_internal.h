@@ -13,11 +13,13 @@
  *   gr_match.c: the matcher, a configuration advanced token by token
  *   gr_mask.c:  the vocabulary as a byte trie; per state a cached split of the vocabulary into
  *               accepted / uncertain (needs the stack) / rejected tokens
+ *   gr_mcache.c: where those cached splits are kept, per grammar and vocabulary
  *
  * Every file may call gr_util.c (arrays, errors, UTF-8, GBNF text), which calls none of them.
  * Above it calls go one way: grammar.c (compiling, reference counts, the cache) → gr_regex.c,
- * gr_parse.c, gr_compile.c → gr_dfa.c; grammar.c → gr_mask.c (the grammar's mask caches) →
- * gr_config.c; gr_match.c (the matcher) → grammar.c (its reference), gr_mask.c, gr_config.c.
+ * gr_parse.c, gr_compile.c → gr_dfa.c; grammar.c → gr_mcache.c (freeing and sizing the mask
+ * caches); gr_match.c (the matcher) → grammar.c (its reference), gr_mask.c → gr_mcache.c,
+ * gr_config.c.
  *
  * Limits (GR_MAX_*) bound what an untrusted grammar can cost: every one of them turns into a
  * compile error (or, at run time, a dropped path, never a wrongly allowed token).
@@ -129,7 +131,7 @@ typedef struct gr_call {
     int32_t ret;    /* state to continue in after the callee ends */
 } gr_call;
 
-typedef struct gr_mcache gr_mcache; /* per-vocabulary mask cache (gr_mask.c) */
+typedef struct gr_mcache gr_mcache; /* per-vocabulary mask cache (gr_mcache.c) */
 
 struct gr_grammar {
     atomic_int refs;
@@ -177,9 +179,37 @@ typedef struct gr_nfa {
  * with err; on failure g is untouched. */
 int gr__dfa_build(const gr_nfa *f, int64_t deadline_ms, gr_grammar *g, gr_error *err);
 
+/* ---- the per-state mask cache (gr_mcache.c) ----------------------------------------------- */
 
-/* Frees the per-vocabulary caches of g (gr_mask.c). */
+/* Frees the per-vocabulary caches of g. */
 void gr__mcache_free_all(gr_grammar *g);
+
+/* The per-state masks of one DFA state for one vocabulary (gr_mask.c computes them). */
+typedef struct gr_smask {
+    int n_acc;          /* accepted tokens */
+    uint32_t *acc_bits; /* [mask words] when dense, else NULL */
+    int32_t *acc_ids;   /* [n_acc] when sparse */
+    int n_unc;
+    int32_t *unc;       /* [n_unc] uncertain trie nodes, in trie order */
+} gr_smask;
+
+/* One vocabulary's cache of a grammar. */
+struct gr_mcache {
+    const gr_vocab *v;
+    gr_smask **st;      /* [n_states] NULL until computed */
+    size_t bytes;
+    gr_mcache *next;
+};
+
+/* Frees one state's masks (NULL is a no-op). */
+void gr__smask_free(gr_smask *sm);
+/* Bytes the grammar's caches hold, every vocabulary together (under the grammar's lock). */
+size_t gr__mcache_bytes(gr_grammar *g);
+/* The grammar's cache for vocabulary v, made empty on first use; NULL when out of memory
+ * (under the grammar's lock). */
+gr_mcache *gr__mcache_of(gr_grammar *g, const gr_vocab *v);
+
+/* ---- DFA steps ---------------------------------------------------------------------------- */
 
 static inline int32_t gr__next(const gr_grammar *g, int32_t s, unsigned char byte)
 {

@@ -329,74 +329,7 @@ static int check_unc(const gr_grammar *g, const gr_vocab *v, gr_stacks *st, gr_w
     return 0;
 }
 
-/* ---- the per-state cache ----------------------------------------------------------------- */
-
-typedef struct gr_smask {
-    int n_acc;          /* accepted tokens */
-    uint32_t *acc_bits; /* [mask words] when dense, else NULL */
-    int32_t *acc_ids;   /* [n_acc] when sparse */
-    int n_unc;
-    int32_t *unc;       /* [n_unc] uncertain trie nodes, in trie order */
-} gr_smask;
-
-struct gr_mcache {
-    const gr_vocab *v;
-    gr_smask **st;      /* [n_states] NULL until computed */
-    size_t bytes;
-    gr_mcache *next;
-};
-
-static void smask_free(gr_smask *sm)
-{
-    if (!sm) return;
-    free(sm->acc_bits);
-    free(sm->acc_ids);
-    free(sm->unc);
-    free(sm);
-}
-
-void gr__mcache_free_all(gr_grammar *g)
-{
-    while (g->caches) {
-        gr_mcache *c = g->caches;
-        g->caches = c->next;
-        for (int i = 0; i < g->n_states; i++) smask_free(c->st[i]);
-        free(c->st);
-        free(c);
-    }
-}
-
-static size_t mcache_bytes(gr_grammar *g)
-{
-    size_t n = 0;
-    for (gr_mcache *c = g->caches; c; c = c->next) n += c->bytes;
-    return n;
-}
-
-size_t gr_grammar_bytes(gr_grammar *g)
-{
-    pthread_mutex_lock(&g->mu);
-    size_t n = g->bytes + mcache_bytes(g);
-    pthread_mutex_unlock(&g->mu);
-    return n;
-}
-
-static gr_mcache *mcache_of(gr_grammar *g, const gr_vocab *v)
-{
-    for (gr_mcache *c = g->caches; c; c = c->next)
-        if (c->v == v) return c;
-    gr_mcache *c = calloc(1, sizeof *c);
-    if (!c) return NULL;
-    c->st = calloc((size_t)g->n_states, sizeof *c->st);
-    if (!c->st) {
-        free(c);
-        return NULL;
-    }
-    c->v = v;
-    c->next = g->caches;
-    g->caches = c;
-    return c;
-}
+/* ---- the per-state cache (its storage is gr_mcache.c) ------------------------------------ */
 
 /* Computes state s's split of the vocabulary (a cache walk). NULL on -ENOMEM. */
 static gr_smask *smask_compute(gr_matcher *m, int32_t s)
@@ -430,7 +363,7 @@ static gr_smask *smask_compute(gr_matcher *m, int32_t s)
     }
     return sm;
 fail:
-    smask_free(sm);
+    gr__smask_free(sm);
     return NULL;
 }
 
@@ -451,7 +384,7 @@ static int pair_mask(gr_matcher *m, gr_mcache *mc, gr_pair p, uint32_t *mask)
     if (!sm) {
         if (!(sm = tmp = smask_compute(m, p.state))) return -ENOMEM;
         size_t b = smask_bytes(sm, words);
-        if (mc && mcache_bytes(m->g) + b <= GR_MCACHE_BYTES) {
+        if (mc && gr__mcache_bytes(m->g) + b <= GR_MCACHE_BYTES) {
             mc->st[p.state] = sm;
             mc->bytes += b;
             tmp = NULL;
@@ -463,7 +396,7 @@ static int pair_mask(gr_matcher *m, gr_mcache *mc, gr_pair p, uint32_t *mask)
         for (int i = 0; i < sm->n_acc; i++) mask[sm->acc_ids[i] >> 5] |= 1u << (sm->acc_ids[i] & 31);
     }
     int rc = sm->n_unc ? check_unc(g, v, &m->st, &m->w, p.state, p.node, sm->unc, sm->n_unc, mask) : 0;
-    smask_free(tmp);
+    gr__smask_free(tmp);
     return rc;
 }
 
@@ -476,7 +409,7 @@ int gr_matcher_fill_mask(gr_matcher *m, uint32_t *mask)
     if (!m->terminated && m->cur.n) {
         if (walk_init(&m->w, v)) return -ENOMEM;
         pthread_mutex_lock(&m->g->mu);
-        gr_mcache *mc = mcache_of(m->g, v);
+        gr_mcache *mc = gr__mcache_of(m->g, v);
         for (int i = 0; i < m->cur.n && !rc; i++) rc = pair_mask(m, mc, m->cur.v[i], mask);
         pthread_mutex_unlock(&m->g->mu);
         if (rc) {

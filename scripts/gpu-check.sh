@@ -20,7 +20,7 @@
 # libcublasLt.so.N of this toolkit, found through LD_LIBRARY_PATH, the program's RUNPATH (this
 # toolkit's lib64), the ld.so cache, or next to the program.
 # The program is built from the model/, engine/, cache/, cpu/ and cuda/ sources it needs and
-# cli/backend.c, with -arch=sm_90, into build/gpu-check/. Exit status: 0 all checks pass, 1 a check
+# cli/device.c, with -arch=sm_90, into build/gpu-check/. Exit status: 0 all checks pass, 1 a check
 # failed, 2 no GPU or build error.
 set -eu
 cd "$(dirname "$0")/.."
@@ -80,7 +80,7 @@ OBJS=""
 pids=""
 n=0
 for src in cuda/*.cu model/gguf.c model/model.c model/model_hparams.c model/dtype.c engine/forward.c engine/sampler.c \
-           cli/backend.c cache/*.c cpu/*.c model/gguf_write.c model/mkmodel.c model/mkmodel_vocab.c cuda/check/gpu_check.c; do
+           cli/device.c cache/*.c cpu/*.c model/gguf_write.c model/mkmodel.c model/mkmodel_vocab.c cuda/check/gpu_check.c; do
     obj="$B/$(echo "$src" | tr / _).o"
     OBJS="$OBJS $obj"
     # the CPU kernels of each SIMD level get that level's flags (as in the Makefile)

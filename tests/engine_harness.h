@@ -16,7 +16,7 @@
 #include <time.h>
 
 #include "cache/kv.h"
-#include "cli/backend.h"
+#include "cli/device.h"
 #include "engine/backend.h"
 #include "engine/engine.h"
 #include "tests/test_util.h"

@@ -27,7 +27,7 @@
 #include <time.h>
 
 #include "cache/kv.h"
-#include "cli/backend.h"
+#include "cli/device.h"
 #include "engine/backend.h"
 #include "engine/engine.h"
 #include "model/model.h"

@@ -13,7 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "cli/backend.h"
+#include "cli/device.h"
 #include "cpu/cpu.h"
 #include "cpu/internal.h"
 #include "model/dtype.h"

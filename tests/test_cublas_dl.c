@@ -24,7 +24,7 @@
 #include <link.h>
 #include <unistd.h>
 
-#include "cli/backend.h"
+#include "cli/device.h"
 #include "cuda/cublas_dl.h"
 #include "cuda/cuda_backend.h"
 

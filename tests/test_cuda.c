@@ -14,7 +14,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "cli/backend.h"
+#include "cli/device.h"
 #include "cpu/cpu.h"
 #include "cuda/check/kernel_checks.c"
 #include "cuda/cuda_backend.h"

@@ -9,7 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cli/backend.h"
+#include "cli/device.h"
 #include "engine/engine_tier.h"
 #include "model/mkmodel.h"
 #include "tests/engine_harness.h"

@@ -8,7 +8,7 @@
  */
 #include <unistd.h>
 
-#include "cli/backend.h"
+#include "cli/device.h"
 #include "model/mkmodel.h"
 #include "model/model.h"
 #include "model/tokenizer.h"

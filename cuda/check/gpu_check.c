@@ -2,7 +2,7 @@
  * gpu_check.c — the self-contained GPU check program that scripts/gpu-check.sh builds and runs.
  *
  * Built from model/ (GGUF, model, dtypes and the synthetic-model writer, mkmodel), engine/
- * (forward, sampler), cache/, cpu/, cuda/ and cli/backend.c only: no HTTP, JSON, test framework
+ * (forward, sampler), cache/, cpu/, cuda/ and cli/device.c only: no HTTP, JSON, test framework
  * or regex library, so it builds on a GPU machine that has just the CUDA toolkit and a C
  * compiler. In order, it:
  *   1. checks every CUDA op against the CPU backend at realistic sizes (cuda/check/kernel_checks.c);

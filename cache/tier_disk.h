@@ -1,6 +1,7 @@
 /*
- * tier_internal.h — what cache/tier.c (index, levels, I/O thread) and cache/tier_disk.c (the
- * block files) share. Nothing outside cache/tier*.c includes it.
+ * tier_disk.h — the second tier's block files (cache/tier_disk.c): their on-disk format and the
+ * calls cache/tier.c (index, levels, I/O thread) makes to read, write, list and remove them.
+ * Nothing outside cache/tier*.c includes it.
  *
  * A block file, little-endian, TIER__HDR_FIXED + 4 × block_size + 8 header bytes then the block:
  *
@@ -14,8 +15,8 @@
  * A file is used only when its size is exactly header + block bytes, both checksums match and
  * its fingerprint, key and block size are the ones asked for.
  */
-#ifndef KVSERVE_TIER_INTERNAL_H
-#define KVSERVE_TIER_INTERNAL_H
+#ifndef KVSERVE_TIER_DISK_H
+#define KVSERVE_TIER_DISK_H
 
 #include <stddef.h>
 #include <stdint.h>

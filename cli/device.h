@@ -1,12 +1,12 @@
 /*
- * backend.h — the backend factory of the wiring: which backend --device names (cli/backend.c).
+ * device.h — the backend factory of the wiring: which backend --device names (cli/device.c).
  *
  * The engine never creates a backend itself: its configuration carries a factory
  * (engine_config.make_backend), and the commands set it to be_create, so engine/ knows only the
  * interface of engine/backend.h and nothing of cpu/ or cuda/.
  */
-#ifndef KVSERVE_CLI_BACKEND_H
-#define KVSERVE_CLI_BACKEND_H
+#ifndef KVSERVE_CLI_DEVICE_H
+#define KVSERVE_CLI_DEVICE_H
 
 #include <stddef.h>
 

@@ -1,29 +1,14 @@
 /*
- * backend.c — backend selection (--device cpu|cuda|auto). Without CUDA in the build, the CUDA
- * entry points below report that plainly instead of linking against a backend that is not there.
+ * device.c — backend selection (--device cpu|cuda|auto). Without CUDA in the build, the CUDA
+ * entry points (cuda/absent.c then) report that plainly, and "auto" means the CPU.
  */
 #include <stdio.h>
 #include <string.h>
 
-#include "cli/backend.h"
+#include "cli/device.h"
 #include "cpu/cpu.h"
 #include "cuda/cuda_backend.h"
 #include "engine/backend.h"
-
-#ifndef KVSERVE_CUDA
-backend *cuda_backend_create(int device_index, char *err, size_t err_len)
-{
-    (void)device_index;
-    snprintf(err, err_len, "CUDA: this kvserve was built without the CUDA backend (no nvcc at build time, or CUDA=0)");
-    return NULL;
-}
-
-int cuda_is_available(char *why, size_t why_len)
-{
-    snprintf(why, why_len, "CUDA: this kvserve was built without the CUDA backend");
-    return 0;
-}
-#endif
 
 /* The CPU backend at the default SIMD level (KVSERVE_CPU_ISA may lower it). */
 static backend *cpu_create(int n_threads, char *err, size_t err_len)
