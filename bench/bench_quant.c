@@ -72,7 +72,7 @@ static const struct {
     const char *name;
     int type;
 } types[] = {{"q4_0", DT_Q4_0}, {"q4_1", DT_Q4_1}, {"q5_0", DT_Q5_0}, {"q5_1", DT_Q5_1},
-             {"iq4_nl", DT_IQ4_NL}, {"q2_k", DT_Q2_K}, {"q3_k", DT_Q3_K}, {"q4_k", DT_Q4_K},
+             {"iq4_nl", DT_IQ4_NL}, {"mxfp4", DT_MXFP4}, {"q2_k", DT_Q2_K}, {"q3_k", DT_Q3_K}, {"q4_k", DT_Q4_K},
              {"q5_k", DT_Q5_K}, {"q6_k", DT_Q6_K}, {"iq4_xs", DT_IQ4_XS}};
 
 static int listed(const char *list, const char *name)

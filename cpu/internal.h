@@ -122,7 +122,7 @@ typedef struct cpu__mm_task {
 } cpu__mm_task;
 
 /* Weight types a table can hold matmul kernels for: indexed by enum dt_type. */
-#define CPU__MM_TYPES 32
+#define CPU__MM_TYPES 40 /* DT_N_TYPES */
 /* KV element types: indexed by enum kv_dtype. */
 #define CPU__KV_TYPES 8
 

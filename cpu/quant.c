@@ -1,6 +1,6 @@
 /*
  * quant.c — the scalar reference kernels of the quantised weight types other than Q8_0 (Q4_0,
- * Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K … Q6_K, IQ4_XS), as entries of the kernel table, and their
+ * Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4, Q2_K … Q6_K, IQ4_XS), as entries of the kernel table, and their
  * activation format: the formulation of quant.h in portable C.
  *
  * Every level runs the same formulation (quant_avx2.c and quant_vnni.c: quant_x86.h), so the
@@ -49,6 +49,10 @@ static void decode_values(int type, const uint8_t *b, int8_t *v)
     case DT_IQ4_NL:
         nibbles(b + 2, v);
         for (int i = 0; i < 32; i++) v[i] = dt_iq4nl_values[v[i]];
+        break;
+    case DT_MXFP4:
+        nibbles(b + 1, v);
+        for (int i = 0; i < 32; i++) v[i] = dt_mxfp4_values[v[i]];
         break;
     case DT_Q2_K:
         for (int i = 0; i < 256; i++) v[i] = (int8_t)((b[16 + 32 * (i / 128) + i % 32] >> (2 * ((i % 128) / 32))) & 3);
@@ -274,14 +278,16 @@ QUANT_DOT(Q4_K)
 QUANT_DOT(Q5_K)
 QUANT_DOT(Q6_K)
 QUANT_DOT(IQ4_XS)
+QUANT_DOT(MXFP4)
 
 const int cpu__quant_types[CPU__QUANT_N_TYPES] = {DT_Q4_0, DT_Q4_1, DT_Q5_0, DT_Q5_1, DT_IQ4_NL, DT_Q2_K,
-                                                  DT_Q3_K, DT_Q4_K, DT_Q5_K, DT_Q6_K, DT_IQ4_XS};
+                                                  DT_Q3_K, DT_Q4_K, DT_Q5_K, DT_Q6_K, DT_IQ4_XS, DT_MXFP4};
 
 void cpu__quant_fill_scalar(cpu__kern *k)
 {
     float (*const dots[CPU__QUANT_N_TYPES])(const void *, const void *, int64_t) = {
-        dot_Q4_0, dot_Q4_1, dot_Q5_0, dot_Q5_1, dot_IQ4_NL, dot_Q2_K, dot_Q3_K, dot_Q4_K, dot_Q5_K, dot_Q6_K, dot_IQ4_XS};
+        dot_Q4_0, dot_Q4_1, dot_Q5_0, dot_Q5_1, dot_IQ4_NL, dot_Q2_K, dot_Q3_K, dot_Q4_K, dot_Q5_K, dot_Q6_K, dot_IQ4_XS,
+        dot_MXFP4};
     k->quantise_q8k = quantise_q8k_scalar;
     for (int i = 0; i < CPU__QUANT_N_TYPES; i++) {
         int super = cpu__qk_is_super(cpu__quant_types[i]);

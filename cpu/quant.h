@@ -1,11 +1,12 @@
 /*
  * quant.h — the arithmetic every CPU kernel for the quantised weight types shares (Q4_0, Q4_1,
- * Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS). Internal to cpu/; no SIMD here.
+ * Q5_0, Q5_1, IQ4_NL, MXFP4, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS). Internal to cpu/; no SIMD here.
  * Two formulations: one for the types with blocks of 32, one for the super-block types.
  *
- * Blocks of 32 (Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL). Each weight is w = S · v + W: v a small
- * integer (unsigned 0..31; signed, the IQ4 code book's −127..113, for IQ4_NL, which has W = 0),
- * S and W floats of its block (e.g. Q4_0: v = q, S = d, W = −8d). The activations are quantised
+ * Blocks of 32 (Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4). Each weight is w = S · v + W: v a small
+ * integer (unsigned 0..31; signed, the IQ4 code book's −127..113 for IQ4_NL and the doubled FP4
+ * values −12..12 for MXFP4, which have W = 0), S and W floats of its block (e.g. Q4_0: v = q,
+ * S = d, W = −8d; MXFP4: S = 2^(e − 128), exact). The activations are quantised
  * once per matmul to blocks of 32, x = d_x · q (cpu__q8s in internal.h: d_x = max|x| / 127,
  * q = round-to-nearest-even(x / d_x)), which also carry X = d_x · Σ q. Then, per output and row:
  *
@@ -62,7 +63,7 @@ static inline cpu__qtraits cpu__qtraits_of(int type)
 {
     switch (type) {
     case DT_Q2_K: case DT_Q3_K: case DT_Q6_K: return (cpu__qtraits){16, 0};
-    case DT_IQ4_NL: case DT_IQ4_XS: return (cpu__qtraits){32, 1};
+    case DT_IQ4_NL: case DT_IQ4_XS: case DT_MXFP4: return (cpu__qtraits){32, 1};
     default: return (cpu__qtraits){32, 0};
     }
 }
@@ -87,6 +88,7 @@ static inline void cpu__qscales(int type, const uint8_t *b, float *S, float *W)
     case DT_Q5_0: S[0] = CPU__QF16(cpu__qu16(b)), W[0] = -16.0f * S[0]; break;
     case DT_Q4_1: case DT_Q5_1: S[0] = CPU__QF16(cpu__qu16(b)), W[0] = CPU__QF16(cpu__qu16(b + 2)); break;
     case DT_IQ4_NL: S[0] = CPU__QF16(cpu__qu16(b)); break;
+    case DT_MXFP4: S[0] = dt_e8m0_half(b[0]); break;
     default: break; /* the super-block types: cpu__qk_scales */
     }
 }
@@ -154,7 +156,7 @@ void cpu__qk_values(int type, const uint8_t *blk, int8_t *v);
 float cpu__qkdot_ref(int type, const uint8_t *w, const cpu__q8k *x, int64_t n_in);
 
 /* The types these kernels serve, in a fixed order (quant.c). */
-#define CPU__QUANT_N_TYPES 11
+#define CPU__QUANT_N_TYPES 12
 extern const int cpu__quant_types[CPU__QUANT_N_TYPES];
 
 /* The scalar level's plain run (a parallel-for body over cpu__mm_task units of outputs). */

@@ -1,6 +1,6 @@
 /*
  * quant_x86.h — the x86 kernels of the blocks-of-32 quantised types (Q4_0, Q4_1, Q5_0, Q5_1,
- * IQ4_NL) and the unit decoders and panel helpers that quantk_x86.h (the super-block types) also
+ * IQ4_NL, MXFP4) and the unit decoders and panel helpers that quantk_x86.h (the super-block types) also
  * uses, written once for two levels: included through quantk_x86.h by quant_avx2.c (QX_VNNI 0:
  * AVX2 maddubs) and quant_vnni.c (QX_VNNI 1: AVX-512 VNNI vpdpbusd). Only those files may
  * include it (it needs their target flags).
@@ -22,7 +22,7 @@
  *    group the integer sums are converted and folded in with the group scales. Each slice's
  *    partial results live in `out` between slices.
  *
- * Signed values (IQ4_NL, IQ4_XS): VNNI offsets them to unsigned (v + 128) and starts the integer
+ * Signed values (IQ4_NL, IQ4_XS, MXFP4): VNNI offsets them to unsigned (v + 128) and starts the integer
  * sums at −128 · Σ q, which gives back Σ v·q exactly; AVX2 multiplies |v| by q carrying v's sign
  * (the sign trick: maddubs would saturate on v + 128). Unsigned values are at most 63, so
  * maddubs' int16 pair sums (≤ 2 · 63 · 127) never saturate.
@@ -83,6 +83,14 @@ QX_INLINE __m256i qx_iq4(const uint8_t *qs)
     return _mm256_shuffle_epi8(book, qx_nibbles(qs));
 }
 
+/* MXFP4's code book (the FP4 values doubled) applied to 32 nibbles. */
+QX_INLINE __m256i qx_fp4(const uint8_t *qs)
+{
+    const __m256i book = _mm256_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12,
+                                          0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
+    return _mm256_shuffle_epi8(book, qx_nibbles(qs));
+}
+
 QX_INLINE __m256i qx_shr(__m256i v, int n) /* each byte's bits n.. down to 0 (n ≤ 7; mask after) */
 {
     return _mm256_srl_epi16(v, _mm_cvtsi32_si128(n));
@@ -98,6 +106,7 @@ QX_INLINE __m256i qx_unit(int type, const uint8_t *b, int k)
     case DT_Q5_0: return _mm256_or_si256(qx_nibbles(b + 6), _mm256_and_si256(qx_bits(b + 2), _mm256_set1_epi8(0x10)));
     case DT_Q5_1: return _mm256_or_si256(qx_nibbles(b + 8), _mm256_and_si256(qx_bits(b + 4), _mm256_set1_epi8(0x10)));
     case DT_IQ4_NL: return qx_iq4(b + 2);
+    case DT_MXFP4: return qx_fp4(b + 1);
     case DT_Q2_K: return _mm256_and_si256(qx_shr(qx_load(b + 16 + 32 * (k >> 2)), 2 * (k & 3)), m2);
     case DT_Q3_K: {
         __m256i lo = _mm256_and_si256(qx_shr(qx_load(b + 32 + 32 * (k >> 2)), 2 * (k & 3)), m2);
@@ -170,6 +179,14 @@ QX_INLINE void qx_scales8(int type, const uint8_t *b0, __m256i idx, __m256 *S, _
         break;
     }
     case DT_IQ4_NL: S[0] = qx_half(qx_gather(b0, idx, 0), 0); break;
+    case DT_MXFP4: { /* dt_e8m0_half lane-wise: e < 2 gives the subnormal 0x200000 << e, else (e − 1) << 23 */
+        __m256i e = _mm256_and_si256(qx_gather(b0, idx, 0), _mm256_set1_epi32(0xFF));
+        __m256i big = _mm256_slli_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(1)), 23);
+        __m256i small = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), e);
+        __m256i lt2 = _mm256_cmpgt_epi32(_mm256_set1_epi32(2), e);
+        S[0] = _mm256_castsi256_ps(_mm256_blendv_epi8(big, small, lt2));
+        break;
+    }
     default: break; /* the super-block types: quantk_x86.h */
     }
 }

@@ -603,12 +603,12 @@ QX_INLINE void qk_run(int type, void *task, int64_t lo_unit, int64_t hi_unit, in
     }
 #define QX_KERNELS(suffix, level)                                                             \
     QX_ONE(Q4_0) QX_ONE(Q4_1) QX_ONE(Q5_0) QX_ONE(Q5_1) QX_ONE(IQ4_NL) QX_ONE(Q2_K)            \
-    QX_ONE(Q3_K) QX_ONE(Q4_K) QX_ONE(Q5_K) QX_ONE(Q6_K) QX_ONE(IQ4_XS)                         \
+    QX_ONE(Q3_K) QX_ONE(Q4_K) QX_ONE(Q5_K) QX_ONE(Q6_K) QX_ONE(IQ4_XS) QX_ONE(MXFP4)           \
     void cpu__quant_fill_##suffix(cpu__kern *k)                                               \
     {                                                                                         \
         const cpu__range_fn runs[CPU__QUANT_N_TYPES] = {                                      \
             qx_run_Q4_0, qx_run_Q4_1, qx_run_Q5_0, qx_run_Q5_1, qx_run_IQ4_NL, qx_run_Q2_K,   \
-            qx_run_Q3_K, qx_run_Q4_K, qx_run_Q5_K, qx_run_Q6_K, qx_run_IQ4_XS};               \
+            qx_run_Q3_K, qx_run_Q4_K, qx_run_Q5_K, qx_run_Q6_K, qx_run_IQ4_XS, qx_run_MXFP4}; \
         for (int i = 0; i < CPU__QUANT_N_TYPES; i++)                                          \
             k->mm[cpu__quant_types[i]].plain = (cpu__mm_plain){                               \
                 .isa = level, .min_rows = 1, .align = 16, .scratch = qx_scratch, .run = runs[i]}; \

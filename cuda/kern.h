@@ -63,7 +63,7 @@
 struct cuda_backend;
 
 /* Weight types a table can hold kernels for: indexed by enum dt_type (the quantised types). */
-#define CUDA__W_TYPES 32
+#define CUDA__W_TYPES 40 /* DT_N_TYPES */
 
 typedef struct cuda__kern {
     int cc; /* the compute capability it was filled for: major × 10 + minor */

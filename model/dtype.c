@@ -11,6 +11,8 @@
 const int8_t dt_iq4nl_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                                     1,    13,   25,  38,  53,  69,  89,  113};
 
+const int8_t dt_mxfp4_values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
 /* One row per type number: name, elements per block, bytes per block, and 1 when supported. */
 typedef struct dt_info {
     const char *name;
@@ -51,7 +53,7 @@ static const dt_info dt_table[DT_N_TYPES] = {
     [DT_BF16] = {"BF16", 1, 2, 1},
     [DT_TQ1_0] = {"TQ1_0", 256, 54, 0},
     [DT_TQ2_0] = {"TQ2_0", 256, 66, 0},
-    [DT_MXFP4] = {"MXFP4", 32, 17, 0},
+    [DT_MXFP4] = {"MXFP4", 32, 17, 1},
 };
 
 static const dt_info *info(int type)
@@ -73,8 +75,8 @@ int dt_is_supported(int type)
 
 const char *dt_supported_list(void)
 {
-    return "F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL "
-           "and IQ4_XS";
+    return "F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, "
+           "IQ4_XS and MXFP4";
 }
 
 int dt_block_elems(int type)
@@ -165,6 +167,16 @@ static void deq_iq4_nl(const dt_block_iq4_nl *b, float *y)
     for (int j = 0; j < 16; j++) {
         y[j] = d * (float)dt_iq4nl_values[b->qs[j] & 0xF];
         y[j + 16] = d * (float)dt_iq4nl_values[b->qs[j] >> 4];
+    }
+}
+
+/* GGML's dequantize_row_mxfp4: the code book value times half the E8M0 scale, one f32 product. */
+static void deq_mxfp4(const dt_block_mxfp4 *b, float *y)
+{
+    float d = dt_e8m0_half(b->e);
+    for (int j = 0; j < 16; j++) {
+        y[j] = (float)dt_mxfp4_values[b->qs[j] & 0xF] * d;
+        y[j + 16] = (float)dt_mxfp4_values[b->qs[j] >> 4] * d;
     }
 }
 
@@ -294,6 +306,7 @@ void dt_to_f32(int type, const void *src, float *dst, int64_t n)
     case DT_Q5_1: DEQ_BLOCKS(dt_block_q5_1, deq_q5_1); break;
     case DT_Q8_0: DEQ_BLOCKS(dt_block_q8_0, deq_q8_0); break;
     case DT_IQ4_NL: DEQ_BLOCKS(dt_block_iq4_nl, deq_iq4_nl); break;
+    case DT_MXFP4: DEQ_BLOCKS(dt_block_mxfp4, deq_mxfp4); break;
     case DT_Q2_K: DEQ_BLOCKS(dt_block_q2_k, deq_q2_k); break;
     case DT_Q3_K: DEQ_BLOCKS(dt_block_q3_k, deq_q3_k); break;
     case DT_Q4_K: DEQ_BLOCKS(dt_block_q4_k, deq_q4_k); break;

@@ -17,6 +17,9 @@
  *   Q8_0   34 B  { f16 d; i8 qs[32]; }                 w = d · q
  *   IQ4_NL 18 B  { f16 d; u8 qs[16]; }                 w = d · K[q], K = dt_iq4nl_values (a
  *                                                      non-uniform 16-entry table), nibbles as Q4_0
+ *   MXFP4  17 B  { u8 e; u8 qs[16]; }                  w = 2^(e − 128) · K[q], K = dt_mxfp4_values
+ *                                                      (twice the E2M1 values), nibbles as Q4_0:
+ *                                                      OCP microscaling FP4 with an E8M0 scale
  *
  * K-quants, super-blocks of 256 weights split into sub-blocks of 16 or 32 that each carry a
  * small integer scale (and min) relative to the super-block's f16 d (and dmin).
@@ -134,6 +137,11 @@ typedef struct dt_block_iq4_nl {
     uint8_t qs[16];
 } dt_block_iq4_nl;
 
+typedef struct dt_block_mxfp4 {
+    uint8_t e;      /* E8M0 scale: the block's weights are 2^(e − 128) · K[q] */
+    uint8_t qs[16];
+} dt_block_mxfp4;
+
 typedef struct dt_block_q2_k {
     uint8_t scales[16];
     uint8_t qs[64];
@@ -186,6 +194,7 @@ DT_STATIC_ASSERT(sizeof(dt_block_q5_0) == 22, "q5_0 block must be 22 bytes");
 DT_STATIC_ASSERT(sizeof(dt_block_q5_1) == 24, "q5_1 block must be 24 bytes");
 DT_STATIC_ASSERT(sizeof(dt_block_q8_0) == 34, "q8_0 block must be 34 bytes");
 DT_STATIC_ASSERT(sizeof(dt_block_iq4_nl) == 18, "iq4_nl block must be 18 bytes");
+DT_STATIC_ASSERT(sizeof(dt_block_mxfp4) == 17, "mxfp4 block must be 17 bytes");
 DT_STATIC_ASSERT(sizeof(dt_block_q2_k) == 84, "q2_K block must be 84 bytes");
 DT_STATIC_ASSERT(sizeof(dt_block_q3_k) == 110, "q3_K block must be 110 bytes");
 DT_STATIC_ASSERT(sizeof(dt_block_q4_k) == 144, "q4_K block must be 144 bytes");
@@ -196,6 +205,21 @@ DT_STATIC_ASSERT(sizeof(dt_block_q8_k) == 292, "q8_K block must be 292 bytes");
 
 /* The 16 values of the IQ4_NL / IQ4_XS code book. */
 extern const int8_t dt_iq4nl_values[16];
+
+/* The 16 values of MXFP4's code book: E2M1 (±0, 0.5, 1, 1.5, 2, 3, 4, 6) doubled, so that they are
+ * integers; the block scale is halved to match (dt_e8m0_half). */
+extern const int8_t dt_mxfp4_values[16];
+
+/* 2^(e − 128), exactly, for an E8M0 scale byte e (GGML's GGML_E8M0_TO_FP32_HALF): half the
+ * scale the byte encodes, because dt_mxfp4_values are twice the FP4 values. e = 0 and 1 give
+ * the f32 subnormals 2^-128 and 2^-127. */
+static inline float dt_e8m0_half(uint8_t e)
+{
+    uint32_t bits = e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23;
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
 
 /* Scale and min of sub-block j (0..7) of a Q4_K / Q5_K super-block from its 12 packed bytes:
  * j < 4: the low 6 bits of s[j] and s[j + 4]; j ≥ 4: the nibbles of s[j + 4] with the top two
@@ -237,7 +261,7 @@ static inline int dt_f16_fields(int type, int off[2])
 const char *dt_name(int type);
 
 /* 1 when kvserve can compute with weights of this type: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0,
- * Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS. */
+ * Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, MXFP4. */
 int dt_is_supported(int type);
 
 /* The supported weight types as one human-readable list (for error messages). */

@@ -270,6 +270,16 @@ static int td_pack(int type, const td_blk *b, void *out, double *want, double *m
         }
         return 256;
     }
+    case DT_MXFP4: { /* the E8M0 scale from d's bits (below 250: every product stays finite) */
+        dt_block_mxfp4 *o = out;
+        o->e = (uint8_t)(b->d % 250);
+        td_put_nibbles(o->qs, b->q);
+        for (int i = 0; i < 32; i++) {
+            want[i] = ldexp((double)dt_mxfp4_values[b->q[i] & 15], o->e - 128);
+            mag[i] = fabs(want[i]);
+        }
+        return 32;
+    }
     case DT_IQ4_XS: {
         dt_block_iq4_xs *o = out;
         memset(o, 0, sizeof *o);
@@ -292,7 +302,7 @@ static int td_pack(int type, const td_blk *b, void *out, double *want, double *m
 }
 
 static const int td_types[] = {DT_Q4_0, DT_Q4_1, DT_Q5_0, DT_Q5_1, DT_IQ4_NL, DT_Q2_K,
-                               DT_Q3_K, DT_Q4_K, DT_Q5_K, DT_Q6_K, DT_IQ4_XS};
+                               DT_Q3_K, DT_Q4_K, DT_Q5_K, DT_Q6_K, DT_IQ4_XS, DT_MXFP4};
 #define TD_N_TYPES (int)(sizeof td_types / sizeof td_types[0])
 
 /* Packs b, dequantises it and compares with the integers' values: each value may differ from
@@ -389,13 +399,28 @@ Test(dtype, quant_layouts_edge_values)
     td_pack(DT_IQ4_NL, &b, blk, want, mag);
     dt_to_f32(DT_IQ4_NL, blk, got, 32);
     cr_assert_eq(got[5], -127.0f);
+    b.d = 131; /* E8M0 131: the block's FP4 values × 2^(131 − 127) = 16 */
+    for (int i = 0; i < 32; i++) b.q[i] = i % 16;
+    td_pack(DT_MXFP4, &b, blk, want, mag);
+    dt_to_f32(DT_MXFP4, blk, got, 32);
+    cr_assert(got[7] == 6.0f * 16 && got[15] == -6.0f * 16 && got[3] == 1.5f * 16 && got[8] == 0.0f,
+              "MXFP4: E2M1 6, −6, 1.5 and −0 at scale 2^4: %g %g %g %g", got[7], got[15], got[3], got[8]);
+}
+
+/* E8M0 scale bytes: every one is an exact power of two, 2^(e − 128) (half the encoded scale,
+ * because the code book holds twice the FP4 values), down to the subnormals of e = 0 and 1. */
+Test(dtype, e8m0_scales_are_exact_powers_of_two)
+{
+    for (int e = 0; e < 256; e++)
+        cr_assert_eq((double)dt_e8m0_half((uint8_t)e), ldexp(1.0, e - 128), "e8m0 %d", e);
+    cr_assert_eq(dt_bits_per_weight(DT_MXFP4), 4.25);
 }
 
 Test(dtype, every_ggml_type_is_sized)
 {
     /* Unsupported types still parse (so loading names the tensor that has them). */
     const int unsupported[] = {DT_IQ2_XXS, DT_IQ2_XS, DT_IQ3_XXS, DT_IQ1_S, DT_IQ3_S, DT_IQ2_S,
-                               DT_IQ1_M, DT_TQ1_0, DT_TQ2_0, DT_MXFP4, DT_Q8_K, DT_Q8_1};
+                               DT_IQ1_M, DT_TQ1_0, DT_TQ2_0, DT_Q8_K, DT_Q8_1};
     for (size_t i = 0; i < sizeof unsupported / sizeof unsupported[0]; i++) {
         int t = unsupported[i];
         cr_assert(!dt_is_supported(t) && dt_block_bytes(t) > 0 && strcmp(dt_name(t), "unknown"), "%d", t);

@@ -268,12 +268,12 @@ Test(model, refusals_name_the_problem)
     uint32_t v = 97;
     tm_expect(path, "qwen2.feed_forward_length", &v, 4, 25 + 4,
               "tensor 'blk.0.ffn_gate.weight' has shape [64, 96, 1, 1], expected [64, 97]");
-    /* unsupported tensor type: attn_q's type becomes MXFP4 (entry: name, n_dims, ne[2], type);
+    /* unsupported tensor type: attn_q's type becomes Q8_1 (entry: name, n_dims, ne[2], type);
      * the message names the tensor, its type and what is supported */
-    v = DT_MXFP4;
+    v = DT_Q8_1;
     tm_expect(path, "blk.0.attn_q.weight", &v, 4, 19 + 4 + 16,
-              "tensor 'blk.0.attn_q.weight' has type MXFP4 (39); kvserve supports F32, F16");
-    tm_expect(path, "blk.0.attn_q.weight", &v, 4, 19 + 4 + 16, "Q4_K, Q5_K, Q6_K, IQ4_NL and IQ4_XS weights");
+              "tensor 'blk.0.attn_q.weight' has type Q8_1 (9); kvserve supports F32, F16");
+    tm_expect(path, "blk.0.attn_q.weight", &v, 4, 19 + 4 + 16, "Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS and MXFP4 weights");
     /* a norm that is not F32 */
     v = DT_F16;
     tm_expect(path, "blk.0.attn_norm.weight", &v, 4, 22 + 4 + 8, "only F32 norms and biases");

@@ -124,6 +124,8 @@ void tu_random_block_scales(int type, int64_t n_blocks, uint64_t *rng, void *dst
     size_t bb = dt_block_bytes(type);
     uint8_t *p = dst;
     int off[2], n16 = dt_f16_fields(type, off);
+    for (int64_t b = 0; type == DT_MXFP4 && b < n_blocks; b++) /* E8M0 2^-12 .. 2^-4, as the f16 scales */
+        p[(size_t)b * bb] = (uint8_t)(116 + rng_splitmix64(rng) % 9);
     for (int64_t b = 0; b < n_blocks; b++)
         for (int k = 0; k < n16; k++) {
             uint64_t r = rng_splitmix64(rng);
