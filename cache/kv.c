@@ -11,6 +11,15 @@ int kv_formula(const kv_geom *g, int named, char *buf, size_t len)
 {
     const char *L = named ? " layers" : "", *H = named ? " kv heads" : "", *D = named ? " head dim" : "";
     size_t b = kv_dtype_bytes(g->dtype);
+    if (g->latent && named && kv_dtype_is_quant(g->dtype))
+        return snprintf(buf, len, "%d layers × ((%d latent + %d rope) × %zu byte + %d scale bytes)", g->n_layers,
+                        g->latent, g->head_dim - g->latent, b, KV_SCALE_BYTES);
+    if (g->latent && named)
+        return snprintf(buf, len, "%d layers × (%d latent + %d rope) × %zu bytes", g->n_layers, g->latent,
+                        g->head_dim - g->latent, b);
+    if (g->latent && kv_dtype_is_quant(g->dtype))
+        return snprintf(buf, len, "%d × (%d × %zu + %d)", g->n_layers, g->head_dim, b, KV_SCALE_BYTES);
+    if (g->latent) return snprintf(buf, len, "%d × %d × %zu", g->n_layers, g->head_dim, b);
     if (kv_dtype_is_quant(g->dtype))
         return snprintf(buf, len, "2 × %d%s × %d%s × (%d%s × %zu%s + %d%s)", g->n_layers, L, g->n_kv_heads, H,
                         g->head_dim, D, b, named ? " byte" : "", KV_SCALE_BYTES, named ? " scale bytes" : "");

@@ -5,6 +5,15 @@
  *   bytes per head vector = head_dim × bytes_per_value          (f32, f16, bf16)
  *                         = head_dim × 1 + 2 (its f16 scale)     (int8, fp8 e4m3)
  *
+ * The latent layout (multi-head latent attention, DeepSeek-V2/V3) keeps one vector per token and
+ * layer instead of K and V per head: the compressed latent (kv_lora_rank values, which is also
+ * the value every head attends to) followed by the RoPE key all heads share (qk_rope values), so
+ *
+ *   KV bytes per token = n_layers × bytes per vector of head_dim = kv_lora_rank + qk_rope values
+ *
+ * (n_kv_heads 1, no V: kv_n_vecs is 1). Its tiles are the K tiles of a one-head cache; the
+ * backends read the value from the first `latent` values of each vector.
+ *
  * The cache is cut into blocks of block_size tokens. A token's KV "slot" is
  * block_id × block_size + offset_in_block. Each backend lays out a block as it likes, but always
  * as one contiguous "tile" per (layer, K or V, block, kv head) of kv_tile_bytes, so that a block
@@ -77,6 +86,8 @@ typedef struct kv_geom {
     int head_dim;
     int block_size; /* tokens per block */
     int dtype;      /* enum kv_dtype */
+    int latent;     /* 0: K and V per kv head; > 0: the latent layout (see above), whose vectors'
+                       first `latent` values are the value (kv_lora_rank); n_kv_heads is 1 */
     int n_groups;   /* layer groups; 0 means one: every layer in group 0, keeping everything */
     kv_rule rule[KV_MAX_GROUPS];          /* each group's rule */
     uint8_t layer_group[KV_MAX_LAYERS];   /* each layer's group (n_groups > 1) */
@@ -148,6 +159,12 @@ static inline int kv_dtype_parse(const char *s)
     return -1;
 }
 
+/* Vectors stored per token, layer and kv head: K and V (2), or the latent alone (1). */
+static inline int kv_n_vecs(const kv_geom *g)
+{
+    return g->latent ? 1 : 2;
+}
+
 /* Bytes of one token's K (or V) vector of one kv head, its scale included. */
 static inline size_t kv_vec_bytes(const kv_geom *g)
 {
@@ -160,16 +177,17 @@ static inline size_t kv_tile_bytes(const kv_geom *g)
     return kv_vec_bytes(g) * (size_t)g->block_size;
 }
 
-/* 2 × n_layers × n_kv_heads × bytes per head vector: every layer, all groups together. */
+/* 2 (or 1: latent) × n_layers × n_kv_heads × bytes per head vector: every layer, all groups
+ * together. */
 static inline size_t kv_bytes_per_token(const kv_geom *g)
 {
-    return 2u * (size_t)g->n_layers * (size_t)g->n_kv_heads * kv_vec_bytes(g);
+    return (size_t)kv_n_vecs(g) * (size_t)g->n_layers * (size_t)g->n_kv_heads * kv_vec_bytes(g);
 }
 
 /* The same for the layers of one group. */
 static inline size_t kv_group_bytes_per_token(const kv_geom *g, int group)
 {
-    return 2u * (size_t)kv_group_layers(g, group) * (size_t)g->n_kv_heads * kv_vec_bytes(g);
+    return (size_t)kv_n_vecs(g) * (size_t)kv_group_layers(g, group) * (size_t)g->n_kv_heads * kv_vec_bytes(g);
 }
 
 /* Bytes of one block of one group (every layer of the group, K and V). */
@@ -200,7 +218,8 @@ static inline int64_t kv_group_seq_blocks(const kv_geom *g, int group, int64_t n
 
 /* Writes the formula of kv_bytes_per_token without its result into buf, e.g.
  * "2 × 5 layers × 4 kv heads × 8 head dim × 2 bytes" (named) or "2 × 5 × 4 × (8 × 1 + 2)" for an
- * int8 cache (unnamed). Returns what snprintf returns. (kv.c) */
+ * int8 cache (unnamed); the latent layout's "5 layers × (512 latent + 64 rope) × 2 bytes" or
+ * "5 × (576 × 1 + 2)". Returns what snprintf returns. (kv.c) */
 int kv_formula(const kv_geom *g, int named, char *buf, size_t len);
 
 /* Number of whole blocks that fit in budget_bytes (one group of every layer). */
