@@ -24,10 +24,8 @@
 
 #define MODEL_NAME_BYTES 64 /* room for one tensor name ("blk.N.attn_output.weight") */
 
-/* Binds tensor `name` with the expected shape [ne0] (ne1 == 0) or [ne0, ne1]. matrix: any
- * supported weight type, else F32 only. Absent and optional: t->data = NULL, returns 0. */
-static int bind(model__ld *ld, model_tensor *t, const char *name, int64_t ne0, int64_t ne1,
-                int matrix, int optional)
+int model__bind(model__ld *ld, model_tensor *t, const char *name, int64_t ne0, int64_t ne1, int64_t ne2, int matrix,
+                int optional)
 {
     if (ld->n_names == ld->cap_names) return model__fail(ld, -ENOMEM, "too many tensors bound");
     char *nm = ld->names + (size_t)ld->n_names++ * MODEL_NAME_BYTES;
@@ -36,14 +34,15 @@ static int bind(model__ld *ld, model_tensor *t, const char *name, int64_t ne0, i
     t->name = nm;
     t->type = DT_F32;
     t->ne[0] = ne0;
-    t->ne[1] = ne1 ? ne1 : 1;
+    t->ne[1] = (ne1 ? ne1 : 1) * ne2;
     const gguf_tensor *g = gguf_find_tensor(ld->f, name);
     if (!g) return optional ? 0 : model__fail(ld, -EINVAL, "missing tensor '%s'", name);
-    int shape_ok = g->ne[0] == ne0 && g->ne[2] == 1 && g->ne[3] == 1 &&
-                   (ne1 ? g->ne[1] == ne1 : g->ne[1] == 1);
+    int shape_ok = g->ne[0] == ne0 && g->ne[2] == ne2 && g->ne[3] == 1 && (ne1 ? g->ne[1] == ne1 : g->ne[1] == 1);
     if (!shape_ok) {
-        char want[64];
-        if (ne1)
+        char want[80];
+        if (ne2 > 1)
+            snprintf(want, sizeof want, "[%lld, %lld, %lld]", (long long)ne0, (long long)ne1, (long long)ne2);
+        else if (ne1)
             snprintf(want, sizeof want, "[%lld, %lld]", (long long)ne0, (long long)ne1);
         else
             snprintf(want, sizeof want, "[%lld]", (long long)ne0);
@@ -62,8 +61,7 @@ static int bind(model__ld *ld, model_tensor *t, const char *name, int64_t ne0, i
     return 0;
 }
 
-/* A view of rows [r0, r0 + n) of matrix m (or elements [r0, r0 + n) of vector m when m is 1-D). */
-static model_tensor view_rows(const model_tensor *m, int64_t r0, int64_t n)
+model_tensor model__view_rows(const model_tensor *m, int64_t r0, int64_t n)
 {
     model_tensor v = *m;
     if (m->ne[1] == 1) { /* a bias vector: F32 elements */
@@ -84,18 +82,22 @@ typedef struct layer_spec {
     int post_norms;    /* post_attention_norm, post_ffw_norm [n_embd] required */
     int fused_gate_up; /* ffn_up holds [gate; up] (phi3) */
     int llama_biases;  /* attn_output.bias and ffn_*.bias optional (llama) */
+    int out_bias;      /* attn_output.bias required (gpt-oss) */
+    const char *ffn_norm; /* the pre-FFN norm's name (gpt-oss calls it post_attention_norm) */
 } layer_spec;
 
 static layer_spec spec_of(const model_hparams *hp)
 {
-    layer_spec s = {hp->qk_norm, hp->post_norms, hp->arch == MODEL_ARCH_PHI3, hp->arch == MODEL_ARCH_LLAMA};
+    int gpt = hp->arch == MODEL_ARCH_GPT_OSS;
+    layer_spec s = {hp->qk_norm, hp->post_norms, hp->arch == MODEL_ARCH_PHI3, hp->arch == MODEL_ARCH_LLAMA, gpt,
+                    gpt ? "post_attention_norm.weight" : "ffn_norm.weight"};
     return s;
 }
 
 #define B(field, suffix, ne0, ne1, mat, opt)                                 \
     do {                                                                     \
         snprintf(n, sizeof n, "blk.%d.%s", i, suffix);                       \
-        if (!rc) rc = bind(ld, &l->field, n, ne0, ne1, mat, opt);            \
+        if (!rc) rc = model__bind(ld, &l->field, n, ne0, ne1, 1, mat, opt);            \
     } while (0)
 
 /* Q, K, V (and their optional biases): separate tensors, or views of a fused attn_qkv whose rows
@@ -116,43 +118,57 @@ static int bind_qkv(model__ld *ld, model_hparams *hp, int i, model_layer *l)
         return rc;
     }
     model_tensor w, b;
-    rc = bind(ld, &w, n, d, q + 2 * kv, 1, 0);
+    rc = model__bind(ld, &w, n, d, q + 2 * kv, 1, 1, 0);
     snprintf(n, sizeof n, "blk.%d.attn_qkv.bias", i);
-    if (!rc) rc = bind(ld, &b, n, q + 2 * kv, 0, 0, 1);
+    if (!rc) rc = model__bind(ld, &b, n, q + 2 * kv, 0, 1, 0, 1);
     if (rc) return rc;
-    l->wq = view_rows(&w, 0, q), l->wk = view_rows(&w, q, kv), l->wv = view_rows(&w, q + kv, kv);
-    l->bq = view_rows(&b, 0, q), l->bk = view_rows(&b, q, kv), l->bv = view_rows(&b, q + kv, kv);
+    l->wq = model__view_rows(&w, 0, q), l->wk = model__view_rows(&w, q, kv), l->wv = model__view_rows(&w, q + kv, kv);
+    l->bq = model__view_rows(&b, 0, q), l->bk = model__view_rows(&b, q, kv), l->bv = model__view_rows(&b, q + kv, kv);
     hp->fused_qkv = 1;
     return 0;
 }
 
-static int bind_layer(model__ld *ld, model_hparams *hp, int i, model_layer *l)
+/* The attention's tensors: MLA's (model_moe.c), or q/k/v and the output projection, with the
+ * architecture's norms, biases and sinks. */
+static int bind_attention(model__ld *ld, model_hparams *hp, int i, model_layer *l, model_tensor **views)
 {
-    int64_t d = hp->n_embd, q = (int64_t)hp->n_heads * hp->head_dim, ff = hp->n_ff;
+    int64_t d = hp->n_embd, q = (int64_t)hp->n_heads * hp->head_dim;
     layer_spec sp = spec_of(hp);
     char n[MODEL_NAME_BYTES];
-    int rc = bind_qkv(ld, hp, i, l);
+    int rc = hp->mla ? model__bind_mla(ld, hp, i, l, views) : bind_qkv(ld, hp, i, l);
     B(attn_norm, "attn_norm.weight", d, 0, 0, 0);
-    B(wo, "attn_output.weight", q, d, 1, 0);
-    if (sp.llama_biases) B(bo, "attn_output.bias", d, 0, 0, 1);
+    if (!hp->mla) B(wo, "attn_output.weight", q, d, 1, 0);
+    if (sp.llama_biases || sp.out_bias) B(bo, "attn_output.bias", d, 0, 0, !sp.out_bias);
+    if (hp->attn_sinks) B(sinks, "attn_sinks.weight", hp->n_heads, 0, 0, 0);
     if (sp.qk_norm) {
         B(q_norm, "attn_q_norm.weight", hp->head_dim, 0, 0, 0);
         B(k_norm, "attn_k_norm.weight", hp->head_dim, 0, 0, 0);
     }
     if (sp.post_norms) B(post_attn_norm, "post_attention_norm.weight", d, 0, 0, 0);
-    B(ffn_norm, "ffn_norm.weight", d, 0, 0, 0);
-    if (sp.fused_gate_up) {
+    return rc;
+}
+
+static int bind_layer(model__ld *ld, model_hparams *hp, int i, model_layer *l, model_tensor **views)
+{
+    int64_t d = hp->n_embd, ff = hp->n_ff;
+    layer_spec sp = spec_of(hp);
+    char n[MODEL_NAME_BYTES];
+    int rc = bind_attention(ld, hp, i, l, views);
+    B(ffn_norm, sp.ffn_norm, d, 0, 0, 0);
+    if (model_layer_is_moe(hp, i)) {
+        if (!rc) rc = model__bind_moe(ld, hp, i, l, views);
+    } else if (sp.fused_gate_up) {
         model_tensor up;
         snprintf(n, sizeof n, "blk.%d.ffn_up.weight", i);
-        if (!rc) rc = bind(ld, &up, n, d, 2 * ff, 1, 0);
-        if (!rc) l->w_gate = view_rows(&up, 0, ff), l->w_up = view_rows(&up, ff, ff);
+        if (!rc) rc = model__bind(ld, &up, n, d, 2 * ff, 1, 1, 0);
+        if (!rc) l->w_gate = model__view_rows(&up, 0, ff), l->w_up = model__view_rows(&up, ff, ff);
         hp->fused_gate_up = 1;
     } else {
         B(w_gate, "ffn_gate.weight", d, ff, 1, 0);
         B(w_up, "ffn_up.weight", d, ff, 1, 0);
     }
-    B(w_down, "ffn_down.weight", ff, d, 1, 0);
-    if (sp.llama_biases) {
+    if (!model_layer_is_moe(hp, i)) B(w_down, "ffn_down.weight", ff, d, 1, 0);
+    if (sp.llama_biases && !model_layer_is_moe(hp, i)) {
         B(b_gate, "ffn_gate.bias", ff, 0, 0, 1);
         B(b_up, "ffn_up.bias", ff, 0, 0, 1);
         B(b_down, "ffn_down.bias", d, 0, 0, 1);
@@ -162,25 +178,26 @@ static int bind_layer(model__ld *ld, model_hparams *hp, int i, model_layer *l)
 }
 #undef B
 
-/* Tensors bound per layer at most (separate q/k/v with biases, norms, output and FFN biases). */
-#define MODEL_TENSORS_PER_LAYER 20
+/* Tensors bound per layer at most (separate q/k/v with biases, norms, output and FFN biases;
+ * MLA's seven projections and norms; a router, its biases, experts and shared experts). */
+#define MODEL_TENSORS_PER_LAYER 48
 
 /* Global tensors: embedding, final norm, LM head (optional and tied to the embedding when
  * absent; gemma2 always ties), LM-head bias (qwen2), rope_freqs (llama). */
 static int bind_globals(model__ld *ld, model *m)
 {
     model_hparams *hp = &m->hp;
-    int rc = bind(ld, &m->tok_embd, "token_embd.weight", hp->n_embd, hp->n_vocab, 1, 0);
-    if (!rc) rc = bind(ld, &m->output_norm, "output_norm.weight", hp->n_embd, 0, 0, 0);
-    if (!rc && hp->arch != MODEL_ARCH_GEMMA2)
-        rc = bind(ld, &m->output, "output.weight", hp->n_embd, hp->n_vocab, 1, 1);
+    int rc = model__bind(ld, &m->tok_embd, "token_embd.weight", hp->n_embd, hp->n_vocab, 1, 1, 0);
+    if (!rc) rc = model__bind(ld, &m->output_norm, "output_norm.weight", hp->n_embd, 0, 1, 0, 0);
+    if (!rc && hp->arch != MODEL_ARCH_GEMMA2) /* gpt-oss never ties */
+        rc = model__bind(ld, &m->output, "output.weight", hp->n_embd, hp->n_vocab, 1, 1, hp->arch != MODEL_ARCH_GPT_OSS);
     if (!rc && !m->output.data) {
         m->output = m->tok_embd;
         hp->tied_output = 1;
     }
-    if (!rc && hp->arch == MODEL_ARCH_QWEN2) rc = bind(ld, &m->output_b, "output.bias", hp->n_vocab, 0, 0, 1);
+    if (!rc && hp->arch == MODEL_ARCH_QWEN2) rc = model__bind(ld, &m->output_b, "output.bias", hp->n_vocab, 0, 1, 0, 1);
     if (!rc && hp->arch == MODEL_ARCH_LLAMA) {
-        rc = bind(ld, &m->rope_freqs, "rope_freqs.weight", hp->rope_dims / 2, 0, 0, 1);
+        rc = model__bind(ld, &m->rope_freqs, "rope_freqs.weight", hp->rope_dims / 2, 0, 1, 0, 1);
         hp->has_rope_freqs = m->rope_freqs.data != NULL;
     }
     return rc;
@@ -224,15 +241,20 @@ int model_load_gguf(gguf_file *f, const char *path, model **out, char *err, size
     size_t layers_bytes = (size_t)hp->n_layers * sizeof(model_layer);
     if (!rc && !(m->layers = calloc(1, layers_bytes + n_names * MODEL_NAME_BYTES)))
         rc = model__fail(&ld, -ENOMEM, "out of memory");
+    if (!rc && model__views_per_layer(hp) &&
+        !(m->views = calloc((size_t)hp->n_layers * model__views_per_layer(hp), sizeof *m->views)))
+        rc = model__fail(&ld, -ENOMEM, "out of memory");
     if (!rc) {
         ld.names = (char *)m->layers + layers_bytes;
         ld.cap_names = (int)n_names;
         rc = bind_globals(&ld, m);
     }
-    for (int i = 0; !rc && i < hp->n_layers; i++) rc = bind_layer(&ld, hp, i, &m->layers[i]);
+    model_tensor *views = m->views;
+    for (int i = 0; !rc && i < hp->n_layers; i++) rc = bind_layer(&ld, hp, i, &m->layers[i], &views);
     if (!rc) rc = check_all_used(&ld, hp);
     free(ld.used);
     if (rc) {
+        free(m->views);
         free(m->layers);
         free(m);
         return rc;
@@ -258,6 +280,7 @@ void model_destroy(model *m)
 {
     if (!m) return;
     gguf_close(m->gguf);
+    free(m->views);
     free(m->layers);
     free(m);
 }
@@ -277,30 +300,55 @@ static size_t tensor_elems(const model_tensor *t)
     return t->data ? (size_t)t->ne[0] * (size_t)t->ne[1] : 0;
 }
 
-/* Σ f(t) over every bound tensor, the output matrix once when it is tied to the embedding; the
- * views of a fused tensor partition it, so summing them counts it once. */
-static size_t sum_tensors(const model *m, size_t (*f)(const model_tensor *))
+/* Σ f over the n views of an array (expert or head views), or 0 when it is absent. */
+static size_t sum_views(const model_tensor *v, int n, size_t (*f)(const model_tensor *))
 {
-    size_t n = f(&m->tok_embd) + f(&m->output_norm) + f(&m->output_b) + f(&m->rope_freqs);
-    if (!m->hp.tied_output) n += f(&m->output);
-    for (int i = 0; i < m->hp.n_layers; i++) {
+    size_t s = 0;
+    for (int k = 0; v && k < n; k++) s += f(&v[k]);
+    return s;
+}
+
+/* Σ f(t) over every bound tensor, the output matrix once when it is tied to the embedding; the
+ * views of a fused tensor partition it, so summing them counts it once. With active, the routed
+ * experts count n_expert_used / n_expert of their sum and the embedding table only when it is
+ * also the LM head. */
+static size_t sum_tensors(const model *m, size_t (*f)(const model_tensor *), int active)
+{
+    const model_hparams *hp = &m->hp;
+    size_t n = f(&m->output_norm) + f(&m->output_b) + f(&m->rope_freqs);
+    if (!active || hp->tied_output) n += f(&m->tok_embd);
+    if (!hp->tied_output) n += f(&m->output);
+    for (int i = 0; i < hp->n_layers; i++) {
         const model_layer *l = &m->layers[i];
         const model_tensor *ts[] = {&l->attn_norm, &l->wq,     &l->wk,       &l->wv,     &l->wo,
                                     &l->bq,        &l->bk,     &l->bv,       &l->bo,     &l->q_norm,
                                     &l->k_norm,    &l->post_attn_norm, &l->ffn_norm, &l->w_gate,
                                     &l->w_up,      &l->w_down, &l->b_gate,   &l->b_up,   &l->b_down,
-                                    &l->post_ffn_norm};
+                                    &l->post_ffn_norm, &l->sinks, &l->gate_inp, &l->gate_inp_b, &l->exp_probs_b,
+                                    &l->gate_shexp, &l->up_shexp, &l->down_shexp, &l->wq_a, &l->q_a_norm,
+                                    &l->wq_b,      &l->wkv_a,  &l->kv_a_norm};
         for (size_t k = 0; k < sizeof ts / sizeof ts[0]; k++) n += f(ts[k]);
+        n += sum_views(l->wk_b, hp->n_heads, f) + sum_views(l->wv_b, hp->n_heads, f);
+        const model_tensor *ex[] = {l->gate_exps, l->up_exps, l->down_exps, l->b_gate_exps, l->b_up_exps,
+                                    l->b_down_exps};
+        size_t e = 0;
+        for (size_t k = 0; k < sizeof ex / sizeof ex[0]; k++) e += sum_views(ex[k], hp->n_expert, f);
+        n += active && hp->n_expert ? (size_t)((double)e * hp->n_expert_used / hp->n_expert) : e;
     }
     return n;
 }
 
 size_t model_weight_bytes(const model *m)
 {
-    return sum_tensors(m, tensor_bytes);
+    return sum_tensors(m, tensor_bytes, 0);
 }
 
 size_t model_weight_elems(const model *m)
 {
-    return sum_tensors(m, tensor_elems);
+    return sum_tensors(m, tensor_elems, 0);
+}
+
+size_t model_active_elems(const model *m)
+{
+    return sum_tensors(m, tensor_elems, 1);
 }

@@ -11,6 +11,19 @@
  *   gemma3  gemma2 without soft-caps (final one optional), plus q/k norms, a sliding-window
  *           pattern (5 of 6 layers by default) and a second RoPE base for the sliding layers
  *   phi3    fused attn_qkv and fused gate+up (ffn_up), partial NeoX RoPE
+ *   qwen3moe    qwen3 attention, a mixture of experts (softmax top-k, renormalised) in every layer
+ *   llama + expert_count   Mixtral: llama attention, a softmax top-k mixture of experts
+ *   deepseek2   multi-head latent attention (a compressed latent + a shared RoPE key per token,
+ *               the up-projections absorbed into the query and the output), leading dense
+ *               layers, routed experts (softmax or sigmoid, grouped top-k, selection bias,
+ *               weight scale) plus shared experts, YaRN with its own q·k scale
+ *   gpt-oss     learned attention sinks, sliding window on every other layer, q/k/v/o biases,
+ *               a biased router whose k best logits are softmaxed, clamped SwiGLU experts with
+ *               biases, YaRN
+ *
+ * Expert tensors are 3-D in the file ([n_in, n_out, n_expert]); the model gives one 2-D view per
+ * expert (a contiguous run of rows), so every backend sees ordinary matrices. MLA's per-head
+ * up-projections (attn_k_b, attn_v_b) are views per head the same way.
  *
  * Every arch accepts a fused blk.N.attn_qkv.weight (and .bias) instead of separate q/k/v, and
  * optional q/k/v biases, as llama.cpp does. RoPE scaling (rope.scaling.type linear or yarn,
@@ -28,6 +41,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cache/kv.h"
 #include "model/gguf.h"
 
 enum model_arch {
@@ -37,10 +51,19 @@ enum model_arch {
     MODEL_ARCH_GEMMA2 = 3,
     MODEL_ARCH_GEMMA3 = 4,
     MODEL_ARCH_PHI3 = 5,
+    MODEL_ARCH_QWEN3MOE = 6,
+    MODEL_ARCH_DEEPSEEK2 = 7,
+    MODEL_ARCH_GPT_OSS = 8,
 };
 
-/* The gated FFN's activation: down(act(gate) * up). */
-enum model_act { MODEL_ACT_SILU = 0, MODEL_ACT_GELU_TANH = 1 };
+/* The gated FFN's activation: down(act(gate) * up). SWIGLU_OAI is gpt-oss's clamped SwiGLU:
+ * g = min(gate, limit), u = clamp(up, −limit, limit), act = g·σ(α·g)·(u + 1). */
+enum model_act { MODEL_ACT_SILU = 0, MODEL_ACT_GELU_TANH = 1, MODEL_ACT_SWIGLU_OAI = 2 };
+
+/* How a router's logits become the scores experts are chosen by (llama.cpp's
+ * expert_gating_func numbers): softmax over all experts, sigmoid of each, or the raw logits
+ * whose k best are then softmaxed among themselves (gpt-oss). */
+enum model_gating { MODEL_GATING_SOFTMAX = 1, MODEL_GATING_SIGMOID = 2, MODEL_GATING_SOFTMAX_WEIGHT = 3 };
 
 /* rope.scaling.type as read ("linear" is llama.cpp's default; without a factor it scales by 1). */
 enum model_rope_scaling { MODEL_ROPE_SCALING_NONE = 0, MODEL_ROPE_SCALING_LINEAR = 1, MODEL_ROPE_SCALING_YARN = 2 };
@@ -66,6 +89,31 @@ typedef struct model_layer {
     model_tensor w_down;         /* [n_ff → n_embd] */
     model_tensor b_gate, b_up, b_down; /* FFN biases (llama, optional) */
     model_tensor post_ffn_norm;  /* [n_embd] norm of the FFN output (gemma2/3) */
+    model_tensor sinks;          /* [n_heads] learned attention-sink logits (gpt-oss) */
+
+    /* mixture of experts (model_layer_is_moe): a router and n_expert experts */
+    model_tensor gate_inp;       /* [n_embd → n_expert] router */
+    model_tensor gate_inp_b;     /* [n_expert] router bias (gpt-oss) */
+    model_tensor exp_probs_b;    /* [n_expert] bias added to the scores for selection only
+                                    (DeepSeek-V3); data NULL when absent */
+    model_tensor *gate_exps;     /* [n_expert] views [n_embd → n_ff_exp] (of ffn_gate_up_exps' first
+                                    n_ff_exp rows of each expert when the file fuses them) */
+    model_tensor *up_exps;       /* [n_expert] views [n_embd → n_ff_exp] */
+    model_tensor *down_exps;     /* [n_expert] views [n_ff_exp → n_embd] */
+    model_tensor *b_gate_exps, *b_up_exps, *b_down_exps; /* [n_expert] bias views [n_ff_exp],
+                                    [n_ff_exp], [n_embd] (gpt-oss); NULL when absent */
+    model_tensor gate_shexp, up_shexp; /* [n_embd → n_ff_shexp] shared expert (deepseek2) */
+    model_tensor down_shexp;     /* [n_ff_shexp → n_embd] */
+
+    /* multi-head latent attention (deepseek2); wq is attn_q when q_lora_rank is 0 */
+    model_tensor wq_a, q_a_norm; /* [n_embd → q_lora_rank], [q_lora_rank] (q_lora_rank > 0) */
+    model_tensor wq_b;           /* [q_lora_rank → n_heads × (qk_nope + qk_rope)] */
+    model_tensor wkv_a;          /* [n_embd → kv_lora_rank + qk_rope]: the latent, then the RoPE key */
+    model_tensor kv_a_norm;      /* [kv_lora_rank] */
+    model_tensor *wk_b;          /* [n_heads] views [qk_nope → kv_lora_rank]: row r of head h holds
+                                    the latent's dimension r of h's key, so wk_b·q_nope is q's
+                                    latent image (the absorbed key up-projection) */
+    model_tensor *wv_b;          /* [n_heads] views [kv_lora_rank → v_head_dim] */
 } model_layer;
 
 typedef struct model_hparams {
@@ -113,6 +161,30 @@ typedef struct model_hparams {
     float final_softcap; /* soft-cap of the final logits (gemma2; gemma3 optional); 0: off */
     int fused_qkv;       /* the file stores attn_qkv (fused), for info */
     int fused_gate_up;   /* the file stores gate and up in one ffn_up (phi3), for info */
+    int attn_sinks;      /* 1: every layer has learned per-head sink logits (gpt-oss) */
+
+    /* mixture of experts (0 experts: every layer dense) */
+    int n_expert;        /* expert_count */
+    int n_expert_used;   /* expert_used_count: k */
+    int n_ff_exp;        /* width of each routed expert */
+    int n_expert_shared; /* shared experts (deepseek2), run as one SwiGLU of n_ff_shexp */
+    int n_ff_shexp;      /* n_expert_shared × n_ff_exp */
+    int n_layer_dense_lead; /* leading layers with a dense FFN of n_ff (deepseek2) */
+    int expert_gating;   /* enum model_gating */
+    int expert_weights_norm;    /* 1: the k weights are divided by their sum (≥ 6.1e-5) */
+    float expert_weights_scale; /* the k weights × this; 0 or 1: not applied */
+    int n_expert_groups, n_group_used; /* grouped top-k (DeepSeek-V3): only the n_group_used
+                                          groups with the best sums of their two best scores
+                                          compete; 0: no groups */
+    int fused_gate_up_exps;     /* the file stores ffn_gate_up_exps, for info */
+
+    /* multi-head latent attention (deepseek2): head_dim is the cached vector (kv_lora_rank +
+     * qk_rope), n_kv_heads 1, rope_dims qk_rope */
+    int mla;             /* 1: the KV cache holds one latent vector per token and layer */
+    int q_lora_rank;     /* 0: plain attn_q */
+    int kv_lora_rank;    /* the latent's size (also the value of the latent attention) */
+    int qk_nope;         /* per-head query/key dims without RoPE */
+    int v_head_dim;      /* per-head value size after the up-projection */
 } model_hparams;
 
 typedef struct model {
@@ -125,6 +197,7 @@ typedef struct model {
     model_tensor output_b;   /* [n_vocab] LM-head bias (qwen2, optional) */
     model_tensor rope_freqs; /* [rope_dims / 2] frequency divisors (llama, optional) */
     model_layer *layers;     /* [n_layers] */
+    model_tensor *views;     /* the expert and per-head views the layers point into (owned) */
 } model;
 
 /* One layer's RoPE, resolved from the hyperparameters (what backend.h's be_rope needs):
@@ -162,6 +235,20 @@ int model_layer_window(const model_hparams *hp, int il);
 
 /* Number of layers with a sliding window. */
 int model_n_swa_layers(const model_hparams *hp);
+
+/* The KV cache geometry of the model (one group keeping everything; the engine adds the layer
+ * groups): n_layers × n_kv_heads × head_dim per K and V, or MLA's latent layout (one vector of
+ * kv_lora_rank + qk_rope values per token and layer). */
+kv_geom model_kv_geom(const model_hparams *hp, int block_size, int dtype);
+
+/* 1 when layer il's FFN is a mixture of experts (experts exist and il is past the leading dense
+ * layers). */
+int model_layer_is_moe(const model_hparams *hp, int il);
+
+/* Weights one token computes with: every weight, the routed experts counted n_expert_used out
+ * of n_expert times (the "active parameters" of a mixture of experts; the embedding table is
+ * not counted, as only one row of it is read). */
+size_t model_active_elems(const model *m);
 
 /* Layer il's RoPE: base, scaling, YaRN ramp and mscale as llama.cpp applies them. */
 void model_layer_rope(const model_hparams *hp, int il, model_rope *out);

@@ -26,6 +26,7 @@ typedef struct arch_desc {
     int neox;       /* NeoX RoPE */
     int full_rope;  /* rope.dimension_count must equal the head size */
     const char *const *extra_keys; /* keys beyond the common ones that this arch reads */
+    int moe;        /* expert_count: 0 must be 0, 1 may be > 0, 2 must be > 0 */
 } arch_desc;
 
 static const char *const gemma2_keys[] = {"attention.sliding_window", "attention.sliding_window_pattern",
@@ -34,15 +35,27 @@ static const char *const gemma2_keys[] = {"attention.sliding_window", "attention
 static const char *const gemma3_keys[] = {"attention.sliding_window", "attention.sliding_window_pattern",
                                           "rope.freq_base_swa", "final_logit_softcapping", NULL};
 static const char *const phi3_keys[] = {"attention.sliding_window", NULL};
+static const char *const qwen3moe_keys[] = {"expert_feed_forward_length", NULL};
+static const char *const deepseek2_keys[] = {
+    "leading_dense_block_count", "expert_feed_forward_length", "expert_shared_count", "expert_weights_scale",
+    "expert_weights_norm", "expert_gating_func", "expert_group_count", "expert_group_used_count",
+    "attention.q_lora_rank", "attention.kv_lora_rank", "attention.key_length_mla", "attention.value_length_mla",
+    "rope.scaling.yarn_log_multiplier", "nextn_predict_layers", NULL};
+static const char *const gpt_oss_keys[] = {"attention.sliding_window", "attention.sliding_window_pattern",
+                                           "rope.freq_base_swa", "expert_feed_forward_length", NULL};
 static const char *const no_keys[] = {NULL};
 
+/* moe: what expert_count may be (0: must be 0; 1: may be > 0; 2: must be > 0). */
 static const arch_desc arch_table[] = {
-    {"llama", MODEL_ARCH_LLAMA, 0, 1, no_keys},
-    {"qwen2", MODEL_ARCH_QWEN2, 1, 1, no_keys},
-    {"qwen3", MODEL_ARCH_QWEN3, 1, 1, no_keys},
-    {"gemma2", MODEL_ARCH_GEMMA2, 1, 0, gemma2_keys},
-    {"gemma3", MODEL_ARCH_GEMMA3, 1, 0, gemma3_keys},
-    {"phi3", MODEL_ARCH_PHI3, 1, 0, phi3_keys},
+    {"llama", MODEL_ARCH_LLAMA, 0, 1, no_keys, 1},
+    {"qwen2", MODEL_ARCH_QWEN2, 1, 1, no_keys, 0},
+    {"qwen3", MODEL_ARCH_QWEN3, 1, 1, no_keys, 0},
+    {"gemma2", MODEL_ARCH_GEMMA2, 1, 0, gemma2_keys, 0},
+    {"gemma3", MODEL_ARCH_GEMMA3, 1, 0, gemma3_keys, 0},
+    {"phi3", MODEL_ARCH_PHI3, 1, 0, phi3_keys, 0},
+    {"qwen3moe", MODEL_ARCH_QWEN3MOE, 1, 1, qwen3moe_keys, 2},
+    {"deepseek2", MODEL_ARCH_DEEPSEEK2, 0, 0, deepseek2_keys, 1},
+    {"gpt-oss", MODEL_ARCH_GPT_OSS, 1, 1, gpt_oss_keys, 2},
 };
 
 /* Keys every arch reads (llama_model_base::load_hparams and the RoPE scaling of the context),
@@ -77,7 +90,7 @@ static void key_of(const char *arch, const char *suffix, char *key, size_t n)
 }
 
 /* Reads "<arch>.<suffix>" as an int in [min, MODEL__MAX_DIM]; def < 0 means required. */
-static int ld_int_min(model__ld *ld, const char *arch, const char *suffix, int def, int min, int *out)
+int model__ld_int(model__ld *ld, const char *arch, const char *suffix, int def, int min, int *out)
 {
     char key[128];
     key_of(arch, suffix, key, sizeof key);
@@ -103,12 +116,12 @@ static int ld_int_min(model__ld *ld, const char *arch, const char *suffix, int d
 
 static int ld_int(model__ld *ld, const char *arch, const char *suffix, int def, int *out)
 {
-    return ld_int_min(ld, arch, suffix, def, 1, out);
+    return model__ld_int(ld, arch, suffix, def, 1, out);
 }
 
 /* Reads "<arch>.<suffix>" as a finite number, > 0 (or ≥ 0 with zero_ok); absent: def, or an
  * error when def is NAN (required). */
-static int ld_float_ex(model__ld *ld, const char *arch, const char *suffix, float def, int zero_ok, float *out)
+int model__ld_float(model__ld *ld, const char *arch, const char *suffix, float def, int zero_ok, float *out)
 {
     char key[128];
     key_of(arch, suffix, key, sizeof key);
@@ -129,10 +142,11 @@ static int ld_float_ex(model__ld *ld, const char *arch, const char *suffix, floa
 
 static int ld_float(model__ld *ld, const char *arch, const char *suffix, float def, float *out)
 {
-    return ld_float_ex(ld, arch, suffix, def, 0, out);
+    return model__ld_float(ld, arch, suffix, def, 0, out);
 }
 
-/* Every "<arch>.*" key must be one kvserve reads or knows to be inert; MoE is refused. */
+/* Every "<arch>.*" key must be one kvserve reads or knows to be inert; experts only where the
+ * architecture has them. */
 static int check_keys(model__ld *ld, const arch_desc *ad)
 {
     size_t al = strlen(ad->name);
@@ -151,11 +165,11 @@ static int check_keys(model__ld *ld, const arch_desc *ad)
                                ad->name);
     }
     int n_expert;
-    int rc = ld_int_min(ld, ad->name, "expert_count", 0, 0, &n_expert);
+    int rc = model__ld_int(ld, ad->name, "expert_count", 0, 0, &n_expert);
     if (rc) return rc;
-    if (n_expert > 0)
-        return model__fail(ld, -EINVAL, "%s.expert_count = %d: mixture-of-experts models are not supported",
-                           ad->name, n_expert);
+    if (n_expert > 0 && !ad->moe)
+        return model__fail(ld, -EINVAL, "%s.expert_count = %d: architecture %s has no experts in llama.cpp "
+                           "(mixtures of experts: llama, qwen3moe, deepseek2, gpt-oss)", ad->name, n_expert, ad->name);
     return 0;
 }
 
@@ -184,7 +198,7 @@ static int read_rope_scaling(model__ld *ld, const char *a, model_hparams *hp)
     float factor = 0.0f;
     key_of(a, "rope.scaling.factor", key, sizeof key);
     const char *suffix = gguf_find(ld->f, key) ? "rope.scaling.factor" : "rope.scale_linear";
-    if ((rc = ld_float_ex(ld, a, suffix, 0.0f, 1, &factor))) return rc;
+    if ((rc = model__ld_float(ld, a, suffix, 0.0f, 1, &factor))) return rc;
     hp->rope_freq_scale = factor == 0.0f || hp->rope_scaling == MODEL_ROPE_SCALING_NONE ? 1.0f : 1.0f / factor;
     hp->rope_freq_scale_swa = hp->rope_freq_scale;
     if ((rc = ld_int(ld, a, "rope.scaling.original_context_length", hp->n_ctx_train, &hp->rope_ctx_orig)) ||
@@ -204,7 +218,7 @@ static int read_swa_pattern(model__ld *ld, const char *a, int def, int *out)
     const gguf_kv *kv = gguf_find(ld->f, key);
     if (kv && kv->type == GGUF_T_ARRAY)
         return model__fail(ld, -EINVAL, "key '%s' is a per-layer array; kvserve supports a period only", key);
-    return ld_int_min(ld, a, "attention.sliding_window_pattern", def, 0, out);
+    return model__ld_int(ld, a, "attention.sliding_window_pattern", def, 0, out);
 }
 
 /* gemma2 / gemma3: window, pattern, second RoPE base, soft-caps and the query scale
@@ -216,7 +230,7 @@ static int read_gemma(model__ld *ld, const char *a, model_hparams *hp)
     hp->post_norms = 1;
     hp->ffn_act = MODEL_ACT_GELU_TANH;
     hp->qk_norm = !g2;
-    if ((rc = ld_int_min(ld, a, "attention.sliding_window", g2 ? 4096 : 0, 0, &hp->swa_window))) return rc;
+    if ((rc = model__ld_int(ld, a, "attention.sliding_window", g2 ? 4096 : 0, 0, &hp->swa_window))) return rc;
     if (g2 && hp->swa_window == 0)
         return model__fail(ld, -EINVAL, "%s.attention.sliding_window is 0 (gemma2 has sliding layers)", a);
     if ((rc = read_swa_pattern(ld, a, g2 ? 2 : 6, &hp->swa_pattern))) return rc;
@@ -226,7 +240,7 @@ static int read_gemma(model__ld *ld, const char *a, model_hparams *hp)
     if (g2 && ((rc = ld_float(ld, a, "attn_logit_softcapping", 50.0f, &hp->attn_softcap)) ||
                (rc = ld_float(ld, a, "final_logit_softcapping", 30.0f, &hp->final_softcap))))
         return rc;
-    if (!g2 && (rc = ld_float_ex(ld, a, "final_logit_softcapping", 0.0f, 1, &hp->final_softcap))) return rc;
+    if (!g2 && (rc = model__ld_float(ld, a, "final_logit_softcapping", 0.0f, 1, &hp->final_softcap))) return rc;
     int big = hp->n_layers == (g2 ? 46 : 62);
     hp->attn_scale = 1.0f / sqrtf((float)(big ? hp->n_embd / hp->n_heads : hp->head_dim));
     return 0;
@@ -249,7 +263,9 @@ static int read_heads(model__ld *ld, const arch_desc *ad, model_hparams *hp)
                            "%s.attention.key_length", hp->n_embd, hp->n_heads, a);
     int vlen;
     if ((rc = ld_int(ld, a, "attention.value_length", hp->head_dim, &vlen))) return rc;
-    if (vlen != hp->head_dim)
+    if (ad->arch == MODEL_ARCH_DEEPSEEK2) /* MLA: the latent's size, checked with the MLA keys */
+        hp->kv_lora_rank = vlen;
+    else if (vlen != hp->head_dim)
         return model__fail(ld, -EINVAL, "attention.value_length %d differs from key_length %d (not supported)",
                            vlen, hp->head_dim);
     if ((int64_t)hp->n_heads * hp->head_dim > MODEL__MAX_DIM)
@@ -269,7 +285,7 @@ static int read_vocab_size(model__ld *ld, const char *a, model_hparams *hp)
 {
     const gguf_arr *toks;
     const gguf_tensor *emb = gguf_find_tensor(ld->f, "token_embd.weight");
-    int rc = ld_int_min(ld, a, "vocab_size", 0, 0, &hp->n_vocab);
+    int rc = model__ld_int(ld, a, "vocab_size", 0, 0, &hp->n_vocab);
     if (rc) return rc;
     if (!hp->n_vocab && !gguf_get_arr(ld->f, "tokenizer.ggml.tokens", &toks) && toks->n > 0 &&
         toks->n <= MODEL__MAX_DIM)
@@ -298,7 +314,7 @@ int model__read_hparams(model__ld *ld, model_hparams *hp)
     const arch_desc *ad = find_arch(s);
     if (!ad)
         return model__fail(ld, -EINVAL, "unsupported architecture '%s' (kvserve supports llama, qwen2, qwen3, "
-                           "gemma2, gemma3 and phi3)", hp->arch_name);
+                           "gemma2, gemma3, phi3, qwen3moe, deepseek2 and gpt-oss)", hp->arch_name);
     hp->arch = ad->arch;
     const char *a = ad->name;
     if (!gguf_get_str(f, "general.name", &s)) gguf_str_copy(s, hp->name, sizeof hp->name);
@@ -320,8 +336,12 @@ int model__read_hparams(model__ld *ld, model_hparams *hp)
     hp->qk_norm = hp->arch == MODEL_ARCH_QWEN3;
     if ((hp->arch == MODEL_ARCH_GEMMA2 || hp->arch == MODEL_ARCH_GEMMA3) && (rc = read_gemma(ld, a, hp))) return rc;
     /* phi3: llama.cpp reads the window and disables it ("Phi SWA is currently disabled") */
-    if (hp->arch == MODEL_ARCH_PHI3 && (rc = ld_int_min(ld, a, "attention.sliding_window", 0, 0, &hp->swa_ignored)))
+    if (hp->arch == MODEL_ARCH_PHI3 && (rc = model__ld_int(ld, a, "attention.sliding_window", 0, 0, &hp->swa_ignored)))
         return rc;
+    hp->qk_norm |= hp->arch == MODEL_ARCH_QWEN3MOE;
+    if ((rc = model__read_moe(ld, a, hp))) return rc;
+    if (hp->arch == MODEL_ARCH_DEEPSEEK2 && (rc = model__read_mla(ld, a, hp))) return rc;
+    if (hp->arch == MODEL_ARCH_GPT_OSS && (rc = model__read_gpt_oss(ld, a, hp))) return rc;
     uint32_t ft;
     hp->file_type = gguf_get_u32(f, "general.file_type", &ft) || ft > 1000000 ? -1 : (int)ft;
     return 0;
@@ -341,6 +361,18 @@ int model_n_swa_layers(const model_hparams *hp)
     int n = 0;
     for (int l = 0; l < hp->n_layers; l++) n += model_layer_window(hp, l) > 0;
     return n;
+}
+
+kv_geom model_kv_geom(const model_hparams *hp, int block_size, int dtype)
+{
+    kv_geom g = kv_geom_make(hp->n_layers, hp->n_kv_heads, hp->head_dim, block_size, dtype);
+    g.latent = hp->mla ? hp->kv_lora_rank : 0;
+    return g;
+}
+
+int model_layer_is_moe(const model_hparams *hp, int il)
+{
+    return hp->n_expert > 0 && il >= hp->n_layer_dense_lead;
 }
 
 /* ggml_rope_yarn_corr_dim: the pair index whose wavelength spans n_ctx_orig / n_rot turns. */
@@ -369,7 +401,9 @@ void model_layer_rope(const model_hparams *hp, int il, model_rope *r)
     r->ext_factor = 1.0f;
     r->corr_lo = lo > 0 ? lo : 0;
     r->corr_hi = hi < (float)(r->dims - 1) ? hi : (float)(r->dims - 1);
-    r->mscale *= 1.0f + 0.1f * logf(1.0f / r->freq_scale);
+    /* deepseek2: llama.cpp divides the attention factor by the gain first, so cos and sin keep
+     * rope.scaling.attn_factor alone (the gain goes into its q·k scale, model_attn_scale) */
+    if (hp->arch != MODEL_ARCH_DEEPSEEK2) r->mscale *= 1.0f + 0.1f * logf(1.0f / r->freq_scale);
 }
 
 float model_attn_scale(const model_hparams *hp)
@@ -440,11 +474,30 @@ char *model_features(const model_hparams *hp, char *buf, size_t len)
     if (hp->qk_norm) feat(buf, len, &at, "q/k norm");
     if (hp->fused_qkv) feat(buf, len, &at, "fused qkv");
     if (hp->fused_gate_up) feat(buf, len, &at, "fused gate+up");
-    feat(buf, len, &at, "%s", hp->ffn_act == MODEL_ACT_GELU_TANH ? "GeGLU (tanh)" : "SwiGLU");
+    feat(buf, len, &at, "%s", hp->ffn_act == MODEL_ACT_GELU_TANH ? "GeGLU (tanh)"
+                              : hp->ffn_act == MODEL_ACT_SWIGLU_OAI ? "clamped SwiGLU (alpha 1.702, limit 7)"
+                                                                     : "SwiGLU");
+    if (hp->n_expert) {
+        static const char *const gating[] = {"?", "softmax", "sigmoid", "top-k softmax"};
+        feat(buf, len, &at, "%d experts of width %d, %d used, %s routing%s", hp->n_expert, hp->n_ff_exp,
+             hp->n_expert_used, gating[hp->expert_gating & 3], hp->expert_weights_norm ? " renormalised" : "");
+        if (hp->expert_weights_scale != 0.0f && hp->expert_weights_scale != 1.0f)
+            feat(buf, len, &at, "expert weights x%g", (double)hp->expert_weights_scale);
+        if (hp->n_expert_groups)
+            feat(buf, len, &at, "%d expert groups, %d used", hp->n_expert_groups, hp->n_group_used);
+        if (hp->n_ff_shexp) feat(buf, len, &at, "shared experts of width %d", hp->n_ff_shexp);
+        if (hp->n_layer_dense_lead) feat(buf, len, &at, "%d leading dense layers", hp->n_layer_dense_lead);
+        if (hp->fused_gate_up_exps) feat(buf, len, &at, "fused gate+up experts");
+    }
+    if (hp->mla)
+        feat(buf, len, &at, "MLA latent %d + rope key %d (q_lora %d, qk_nope %d, v_head %d)", hp->kv_lora_rank,
+             hp->rope_dims, hp->q_lora_rank, hp->qk_nope, hp->v_head_dim);
+    if (hp->attn_sinks) feat(buf, len, &at, "learned attention sinks");
     if (model_embd_scale(hp) != 1.0f) feat(buf, len, &at, "embedding x%g", (double)model_embd_scale(hp));
     if (hp->post_norms) feat(buf, len, &at, "post-attention/FFN norms");
-    if (fabsf(model_attn_scale(hp) * sqrtf((float)hp->head_dim) - 1.0f) > 1e-6f)
+    if (fabsf(model_attn_scale(hp) * sqrtf((float)hp->head_dim) - 1.0f) > 1e-6f && !hp->mla)
         feat(buf, len, &at, "q scale %g", (double)model_attn_scale(hp));
+    if (hp->mla) feat(buf, len, &at, "q scale %g", (double)model_attn_scale(hp));
     if (hp->attn_softcap > 0) feat(buf, len, &at, "attention soft-cap %g", (double)hp->attn_softcap);
     if (hp->final_softcap > 0) feat(buf, len, &at, "final soft-cap %g", (double)hp->final_softcap);
     int n_swa = model_n_swa_layers(hp);
