@@ -511,7 +511,7 @@ static double bench_attn(backend *be, int n_seqs, int ctx, int n_new, int shared
     int inner = n_new > 1 ? 12 : 48;
     for (int rep = 0; rep < 7; rep++) {
         double t0 = kernel_s();
-        be_attn at = {n_heads, 1.0f / sqrtf((float)hd), 0.0f, 0, NULL};
+        be_attn at = {n_heads, 1.0f / sqrtf((float)hd), 0.0f, 0, NULL, NULL};
         for (int k = 0; k < inner; k++) be->ops->attention(be, k % g.n_layers, q, &at, out);
         t[rep] = (kernel_s() - t0) / inner;
     }

@@ -157,7 +157,7 @@ static int gen__setup(gen_state *g, const cli_opts *o)
                 o->kv_dtype ? o->kv_dtype : "", o->block_size);
         return -1;
     }
-    g->geom = kv_geom_make(hp->n_layers, hp->n_kv_heads, hp->head_dim, o->block_size, kvd);
+    g->geom = model_kv_geom(hp, o->block_size, kvd);
 
     /* Tokens that need KV: the prompt and every generated token but the last. */
     int64_t want = (int64_t)g->n_prompt + (g->n_predict > 0 ? g->n_predict - 1 : 0);

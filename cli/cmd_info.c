@@ -137,12 +137,7 @@ static void info_gather(info_data *d)
 /* The KV geometry of hp with dtype, block_size and, with window > 0, sinks + window on every layer. */
 static void info_kv_geom(const model_hparams *hp, int dtype, int block_size, int window, int sinks, kv_geom *g)
 {
-    memset(g, 0, sizeof *g);
-    g->n_layers = hp->n_layers;
-    g->n_kv_heads = hp->n_kv_heads;
-    g->head_dim = hp->head_dim;
-    g->block_size = block_size > 0 ? block_size : 16;
-    g->dtype = dtype;
+    *g = model_kv_geom(hp, block_size > 0 ? block_size : 16, dtype);
     if (window > 0) g->rule[0] = (kv_rule){KV_KEEP_SINKS, window, sinks};
 }
 

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "cpu/internal.h"
+#include "model/dtype.h"
 
 float cpu__quantise_block(const float *x, int n, int8_t *q)
 {
@@ -35,5 +36,19 @@ void cpu__q8s_quantise(const cpu__kern *k, const float *x, cpu__q8s *out, int64_
             o->xs[2] = o->d * (float)(s0 + s1);
             o->s32 = s0 + s1;
         }
+    }
+}
+
+void cpu__q8s_quantise_h(const cpu__kern *k, const float *x, cpu__q8s *out, int64_t n)
+{
+    cpu__q8s_quantise(k, x, out, n);
+    for (int64_t b = 0; b < n / 32; b++) {
+        cpu__q8s *o = &out[b];
+        int32_t s0 = 0;
+        for (int i = 0; i < 16; i++) s0 += o->q[i];
+        o->d = dt_f16_to_f32(dt_f32_to_f16(o->d));
+        o->xs[0] = o->d * (float)s0;
+        o->xs[1] = o->d * (float)(o->s32 - s0);
+        o->xs[2] = o->d * (float)o->s32;
     }
 }

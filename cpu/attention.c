@@ -24,7 +24,14 @@
  *
  * Attention sinks (a window that moved, backend.h): a sequence's first sinks[s] entries are one
  * span met by be_attn.q_sink, the rest another met by q; such sequences take neither the decode
- * fast path nor a shared-prefix group (members' sinks would meet different queries).
+ * fast path nor a shared-prefix group (members' sinks would meet different queries). Learned
+ * sinks (be_attn.head_sinks, gpt-oss) are a logit per head that joins each row's softmax when
+ * the row is finished (be_attn_sink): no entry is kept for them.
+ *
+ * The latent layout (MLA, cache/kv.h) has one plane per layer whose tiles are laid out as V's:
+ * a token's vector is stored once, row-major, and a chunk's V is read from it as it is, its K
+ * by transposing the converted chunk. Its output has head_dim values per head; the first
+ * `latent` are the latent attention's result.
  */
 #include <errno.h>
 #include <float.h>
@@ -164,6 +171,31 @@ static void store_kv_quant(const kv_geom *g, uint8_t *kt, uint8_t *vt, int off, 
 
 #define KROW 256 /* elements of a K row converted at a time */
 
+/* The latent layout: each token's vector once, row-major in its tile (as V is), its scale after
+ * the tile's codes when quantised. */
+static void store_latent(cpu__backend *c, int layer, const float *k)
+{
+    const kv_geom *g = &c->kv;
+    const cpu__batch *b = &c->batch;
+    int hd = g->head_dim, bs = g->block_size;
+    size_t tb = kv_tile_bytes(g), eb = kv_dtype_bytes(g->dtype);
+    uint8_t *plane = cpu__kv_k(c, layer);
+    for (int i = 0; i < b->n_tokens; i++) {
+        int32_t slot = b->slots[i], off = slot % bs;
+        uint8_t *tile = plane + (size_t)(slot / bs) * tb;
+        const float *x = k + (size_t)i * hd;
+        if (!kv_dtype_is_quant(g->dtype)) {
+            c->k.f32_to_kv(g->dtype, x, tile + (size_t)off * hd * eb, hd);
+            continue;
+        }
+        float inv;
+        uint16_t s = kvq_scale_of(g->dtype, x, hd, &inv);
+        for (int e = 0; e < hd; e++) tile[(size_t)off * hd + e] = kvq_encode(g->dtype, x[e], inv);
+        uint8_t *sp = tile + (size_t)bs * hd + KV_SCALE_BYTES * off;
+        sp[0] = (uint8_t)(s & 0xff), sp[1] = (uint8_t)(s >> 8);
+    }
+}
+
 /* Where KV entry `off` of a block lives: K tiles are [head_dim][block_size] (element (off, d) at
  * d * block_size + off), V tiles [block_size][head_dim]; a quantised tile's block_size f16
  * scales follow its codes. */
@@ -171,6 +203,10 @@ void cpu__store_kv(cpu__backend *c, int layer, const float *k, const float *v)
 {
     const kv_geom *g = &c->kv;
     const cpu__batch *b = &c->batch;
+    if (g->latent) {
+        store_latent(c, layer, k);
+        return;
+    }
     if (kv_dtype_is_quant(g->dtype)) {
         int kv_dim = g->n_kv_heads * g->head_dim, bs = g->block_size;
         size_t tb = kv_tile_bytes(g);
@@ -290,6 +326,19 @@ static void gather_kv(const cpu__backend *c, const char *kb, const char *vb, con
                 __builtin_prefetch(vb + nx + o, 0, 2);
             }
         }
+        if (g->latent) { /* V as stored, K its transpose */
+            const uint8_t *t = (const uint8_t *)vb + ((size_t)bt[j / bs] * g->n_kv_heads + kvh) * tb;
+            float *vr = vt + (size_t)(j - j0) * hd;
+            if (quant)
+                c->k.kvq_to_f32(g->dtype, t + (size_t)off * hd, (size_t)hd, t + tile + KV_SCALE_BYTES * off, 0, vr,
+                                (size_t)hd, len, hd);
+            else
+                c->k.kv_to_f32(g->dtype, t + (size_t)off * hd * eb, 0, vr, 0, 1, len * hd);
+            for (int i = 0; i < len; i++)
+                for (int d = 0; d < hd; d++) kt[(size_t)d * KCH + (j - j0) + i] = vr[(size_t)i * hd + d];
+            j += len;
+            continue;
+        }
         if (quant) { /* codes times their vector's scale, straight into the f32 buffers */
             const uint8_t *kq = (const uint8_t *)kb + ((size_t)bt[j / bs] * g->n_kv_heads + kvh) * tb;
             const uint8_t *vq = (const uint8_t *)vb + ((size_t)bt[j / bs] * g->n_kv_heads + kvh) * tb;
@@ -381,9 +430,11 @@ static void attn_tile_run(const attn_task *t, float *scr, const attn_tile *tl, i
         }
         if (lo < hi) attn_span(t, scr, &rm, kvh, bt, lo, hi, 0, rows, mx, l, acc);
     }
+    const float *hs = t->a->head_sinks ? t->a->head_sinks->data : NULL;
     for (int r = 0; r < rows; r++) {
-        float *o = t->out + ((size_t)row_tok(&rm, r / gq) * t->n_heads + (size_t)kvh * gq + r % gq) * hd;
-        float inv = 1.0f / l[r];
+        int h = kvh * gq + r % gq;
+        float *o = t->out + ((size_t)row_tok(&rm, r / gq) * t->n_heads + h) * hd;
+        float inv = hs ? be_attn_sink(mx[r], l[r], hs[h]) : 1.0f / l[r];
         for (int d = 0; d < hd; d++) o[d] = acc[(size_t)r * hd + d] * inv;
     }
 }
@@ -399,7 +450,8 @@ static void attn_run(void *v, int64_t lo, int64_t hi, int ith)
     cpu__backend *c = t->c;
     const kv_geom *g = &c->kv;
     float *scr = c->scratch[ith].p;
-    void (*decode)(const cpu__attn_row *) = g->block_size % 16 == 0 && t->n_heads == g->n_kv_heads
+    void (*decode)(const cpu__attn_row *) = g->block_size % 16 == 0 && t->n_heads == g->n_kv_heads &&
+                                                    !g->latent && !t->a->head_sinks
                                                 ? c->k.attn_decode[g->dtype] : NULL;
     for (int64_t k = lo; k < hi; k++) {
         const attn_tile *tl = &t->tiles[t->n_tiles - 1 - k % t->n_tiles];

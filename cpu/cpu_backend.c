@@ -44,6 +44,9 @@ static void cpu_destroy(backend *be)
     for (int i = 0; i < CPU__MAX_THREADS; i++) free(c->scratch[i].p);
     free(c->shared.p);
     free(c->tiles.p);
+    free(c->groups.p);
+    free(c->moe.p);
+    free(c->mla.p);
     free(c->tok_seq);
     free(c->tok_kvpos);
     free(c->rope.tab.p);
@@ -164,14 +167,15 @@ static size_t cpu_mem_available(backend *be)
     return 0;
 }
 
-/* One allocation per layer group: its layers' K then V, each [n_blocks][n_kv_heads][tile]. All
- * or nothing: on failure the previous arena stays. */
+/* One allocation per layer group: its layers' K then V, each [n_blocks][n_kv_heads][tile] (the
+ * latent layout: one plane per layer). All or nothing: on failure the previous arena stays. */
 static int cpu_kv_init(backend *be, const kv_geom *g, const int32_t *n_blocks)
 {
     cpu__backend *c = cb(be);
     int ng = kv_n_groups(g);
     if (g->n_layers <= 0 || g->n_layers > KV_MAX_LAYERS || g->n_kv_heads <= 0 || g->head_dim <= 0 ||
-        g->block_size <= 0 || ng > KV_MAX_GROUPS || g->dtype < 0 || g->dtype >= KV_N_DTYPES)
+        g->block_size <= 0 || ng > KV_MAX_GROUPS || g->dtype < 0 || g->dtype >= KV_N_DTYPES ||
+        (g->latent && (g->n_kv_heads != 1 || g->latent > g->head_dim)))
         return -EINVAL;
     void *mem[KV_MAX_GROUPS] = {NULL};
     size_t layer[KV_MAX_GROUPS];
@@ -182,7 +186,7 @@ static int cpu_kv_init(backend *be, const kv_geom *g, const int32_t *n_blocks)
             break;
         }
         layer[k] = ((size_t)n_blocks[k] * g->n_kv_heads * kv_tile_bytes(g) + 63) & ~(size_t)63;
-        mem[k] = aligned_alloc(64, layer[k] * 2 * (size_t)kv_group_layers(g, k));
+        mem[k] = aligned_alloc(64, layer[k] * (size_t)kv_n_vecs(g) * (size_t)kv_group_layers(g, k));
         if (!mem[k]) rc = -ENOMEM;
     }
     if (rc) {
@@ -210,13 +214,13 @@ static void cpu_kv_copy_block(backend *be, int group, int32_t src, int32_t dst)
         if (kv_group_of(&c->kv, l) != group) continue;
         char *k = cpu__kv_k(c, l), *v = cpu__kv_v(c, l);
         memcpy(k + (size_t)dst * bb, k + (size_t)src * bb, bb);
-        memcpy(v + (size_t)dst * bb, v + (size_t)src * bb, bb);
+        if (!c->kv.latent) memcpy(v + (size_t)dst * bb, v + (size_t)src * bb, bb);
     }
 }
 
 /* Copies block `block` of layer group `group` between the arena and a host copy (out: arena →
- * host), chunk by chunk in layer order, K before V, each chunk n_kv_heads tiles long: the host
- * copy is kv_group_bytes_per_block bytes. (Written as one loop with plain memcpy calls: a
+ * host), chunk by chunk in layer order, K before V (the latent layout: its one plane), each chunk
+ * n_kv_heads tiles long: the host copy is kv_group_bytes_per_block bytes. (Written as one loop with plain memcpy calls: a
  * version passing the copy as a function pointer was compiled to nothing by aarch64 gcc 12.) */
 static void cpu__block_copy(cpu__backend *c, int group, int32_t block, char *host, int out)
 {
@@ -225,14 +229,15 @@ static void cpu__block_copy(cpu__backend *c, int group, int32_t block, char *hos
         if (kv_group_of(&c->kv, l) != group) continue;
         char *k = (char *)cpu__kv_k(c, l) + (size_t)block * bb;
         char *v = (char *)cpu__kv_v(c, l) + (size_t)block * bb;
+        int two = !c->kv.latent;
         if (out) {
             memcpy(host + off, k, bb);
-            memcpy(host + off + bb, v, bb);
+            if (two) memcpy(host + off + bb, v, bb);
         } else {
             memcpy(k, host + off, bb);
-            memcpy(v, host + off + bb, bb);
+            if (two) memcpy(v, host + off + bb, bb);
         }
-        off += 2 * bb;
+        off += (size_t)kv_n_vecs(&c->kv) * bb;
     }
 }
 
@@ -404,6 +409,34 @@ static void cpu_gather_rows(backend *be, const float *x, int dim, float *out)
         memmove(out + (size_t)j * dim, x + (size_t)b->logit_rows[j] * dim, (size_t)dim * sizeof(float));
 }
 
+static int cpu_moe_prepare(backend *be, be_moe *m)
+{
+    (void)be;
+    m->extra = NULL; /* the CPU reads the experts' be_weights as they are */
+    return 0;
+}
+
+static void cpu_moe_release(backend *be, be_moe *m)
+{
+    (void)be;
+    m->extra = NULL;
+}
+
+static void cpu_moe_ffn(backend *be, const float *x, int n_rows, const float *logits, const be_moe *m, float *out)
+{
+    cpu__moe_ffn(cb(be), x, n_rows, logits, m, out);
+}
+
+static void cpu_mla_qk(backend *be, const float *q, const float *kv, const be_mla *m, float *q_lat, float *k_lat)
+{
+    cpu__mla_qk(cb(be), q, kv, m, q_lat, k_lat);
+}
+
+static void cpu_mla_out(backend *be, const float *o, const be_mla *m, float *out)
+{
+    cpu__mla_out(cb(be), o, m, out);
+}
+
 static int cpu_to_host(backend *be, const float *src, size_t n, float *dst)
 {
     if (src != dst) memmove(dst, src, n * sizeof(float));
@@ -446,6 +479,11 @@ static const be_ops cpu_ops = {
     .to_host = cpu_to_host,
     .sync = cpu_sync,
     .embed_upload = cpu_embed_upload,
+    .moe_prepare = cpu_moe_prepare,
+    .moe_release = cpu_moe_release,
+    .moe_ffn = cpu_moe_ffn,
+    .mla_qk = cpu_mla_qk,
+    .mla_out = cpu_mla_out,
 };
 
 backend *cpu__backend_create(int n_threads, int isa, unsigned features)

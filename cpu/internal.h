@@ -115,7 +115,7 @@ typedef struct cpu__mm_task {
     const cpu__q8x *xq;  /* CPU__ACT_Q8_0: quantised activations [n_rows][n_in / 32] */
     const int32_t *xsum; /* CPU__ACT_Q8_0 for packed kernels with xsum set: -128 × Σ q of each
                           * block of xq, [n_rows][n_in / 32] (else NULL) */
-    const cpu__q8s *xs;  /* CPU__ACT_Q8S: quantised activations [n_rows][n_in / 32] */
+    const cpu__q8s *xs;  /* CPU__ACT_Q8S, CPU__ACT_Q8S_H: quantised activations [n_rows][n_in / 32] */
     const cpu__q8k *xk;  /* CPU__ACT_Q8K: quantised activations [n_rows][n_in / 256] */
     int64_t n_units;     /* units of work */
     int64_t unit;        /* outputs per unit */
@@ -132,6 +132,8 @@ enum cpu__act {
     CPU__ACT_Q8_0 = 1, /* t->xq (and t->xsum): blocks of 32 int8 with an f32 scale (cpu__q8x) */
     CPU__ACT_Q8S = 2,  /* t->xs: the same blocks with their sums (cpu__q8s; quant.h) */
     CPU__ACT_Q8K = 3,  /* t->xk: blocks of 256 int8 with one f32 scale and int16 sums (cpu__q8k) */
+    CPU__ACT_Q8S_H = 4, /* t->xs: CPU__ACT_Q8S's blocks with d rounded to f16 once the values are
+                           quantised, as llama.cpp's Q8_0 activations are (MXFP4 follows it) */
 };
 
 /* A copy of a matrix packed once at upload into a level's own layout (be_weight.extra). */
@@ -304,7 +306,7 @@ struct cpu__backend {
     /* KV arena. Per layer and per K/V: [n_blocks][n_kv_heads][tile] of kv.dtype, so a
      * (block, kv head) pair is one contiguous tile of block_size × head_dim values. Inside the
      * tile V is [block_size][head_dim] and K is transposed, [head_dim][block_size]: see
-     * attention.c for why. */
+     * attention.c for why. The latent layout has one plane per layer, its tiles laid out as V's. */
     kv_geom kv;
     int32_t n_blocks[KV_MAX_GROUPS];  /* per layer group */
     void *kv_mem[KV_MAX_GROUPS];      /* per group: one allocation holding its layers' K then V */
@@ -314,6 +316,9 @@ struct cpu__backend {
     cpu__scratch scratch[CPU__MAX_THREADS]; /* per thread */
     cpu__scratch shared;                    /* e.g. the quantised activations of a matmul */
     cpu__scratch tiles;                     /* attention's plan for the step: units and groups */
+    cpu__scratch groups;                    /* cpu__matmul_grouped's plans */
+    cpu__scratch moe;                       /* moe.c: routing, grouped rows and expert results */
+    cpu__scratch mla;                       /* mla.c: gathered heads and their products */
     int64_t attn_n_tiles;                   /* units in that plan */
     cpu__chunk *chunks;                     /* packed weight copies (cpu_backend.c), newest first */
     cpu__kern k;                            /* the kernels of this backend's level */
@@ -346,15 +351,16 @@ static inline void cpu__rope_pair(float *hx, int i, int half, int neox, const fl
  * (scratch.c). */
 int cpu__scratch_reserve(cpu__scratch *s, size_t bytes);
 
+/* A layer's K and V planes; the latent layout has one plane, which both return. */
 static inline void *cpu__kv_k(const cpu__backend *c, int layer)
 {
     int g = kv_group_of(&c->kv, layer);
-    return (char *)c->kv_mem[g] + (size_t)c->kv_index[layer] * 2 * c->kv_layer_bytes[g];
+    return (char *)c->kv_mem[g] + (size_t)c->kv_index[layer] * kv_n_vecs(&c->kv) * c->kv_layer_bytes[g];
 }
 static inline void *cpu__kv_v(const cpu__backend *c, int layer)
 {
-    int g = kv_group_of(&c->kv, layer);
-    return (char *)c->kv_mem[g] + ((size_t)c->kv_index[layer] * 2 + 1) * c->kv_layer_bytes[g];
+    int g = kv_group_of(&c->kv, layer), two = !c->kv.latent;
+    return (char *)c->kv_mem[g] + ((size_t)c->kv_index[layer] * kv_n_vecs(&c->kv) + two) * c->kv_layer_bytes[g];
 }
 
 /* Makes c->batch (and the per-token KV indices, and attention's plan) describe layer group g's
@@ -366,6 +372,10 @@ int cpu__select_group(cpu__backend *c, int g);
 /* act.c: quantises n activations (a multiple of 32) into n / 32 cpu__q8s blocks with the
  * table's Q8_0 quantiser (so d and q are the same at every level) and adds their sums. */
 void cpu__q8s_quantise(const cpu__kern *k, const float *x, cpu__q8s *out, int64_t n);
+
+/* act.c: the same with each block's d rounded to f16 after its values are quantised (and the
+ * sums scaled by that d): CPU__ACT_Q8S_H. */
+void cpu__q8s_quantise_h(const cpu__kern *k, const float *x, cpu__q8s *out, int64_t n);
 
 /* act.c: the scalar definition of one activation block, which every level's quantisers
  * (quantise_q8, quantise_q8k) equal: d = max|x| / 127 over the n values, q[i] =
@@ -381,12 +391,33 @@ void cpu__matmul(cpu__backend *c, const float *x, int n_rows, const be_weight *w
 void cpu__matmul_multi(cpu__backend *c, const float *x, int n_rows, int n, const be_weight *const *w,
                        const be_weight *const *bias, float *const *out);
 
+/* One matmul of a group (cpu__matmul_grouped): rows [row0, row0 + n_rows) of the common x by w
+ * (+ bias, or NULL) into out [n_rows][w->n_out]. */
+typedef struct cpu__mm_group {
+    const be_weight *w, *bias;
+    int32_t row0, n_rows;
+    float *out;
+} cpu__mm_group;
+
+/* matmul.c: the n matmuls g[] over the rows of x ([n_rows][n_in]; every g[i].w has n_in inputs
+ * and a type of one activation format) as one parallel for: the activations are converted once
+ * for all rows and each group's units are handed out like one matmul's, so a thread that is
+ * done with one expert's (or head's) outputs takes another's. Each result is exactly what
+ * cpu__matmul gives for its rows. 0, -EINVAL (mixed inputs) or -ENOMEM (nothing written). */
+int cpu__matmul_grouped(cpu__backend *c, const float *x, int n_rows, int n, const cpu__mm_group *g);
+
 /* attention.c */
 void cpu__store_kv(cpu__backend *c, int layer, const float *k, const float *v);
 /* Plans the step's attention units (called by begin): prefill chunks cut into query tiles,
  * decode tokens of sequences whose block tables share a prefix grouped. 0 or -ENOMEM. */
 int cpu__attention_plan(cpu__backend *c);
 void cpu__attention(cpu__backend *c, int layer, const float *q, const be_attn *a, float *out);
+
+/* moe.c: be_ops.moe_ffn. */
+void cpu__moe_ffn(cpu__backend *c, const float *x, int n_rows, const float *logits, const be_moe *m, float *out);
+/* mla.c: be_ops.mla_qk and mla_out. */
+void cpu__mla_qk(cpu__backend *c, const float *q, const float *kv, const be_mla *m, float *q_lat, float *k_lat);
+void cpu__mla_out(cpu__backend *c, const float *o, const be_mla *m, float *out);
 
 /* ops.c: the row-wise and element-wise ops. */
 void cpu__embed(cpu__backend *c, const be_weight *emb, float *out);

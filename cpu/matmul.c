@@ -19,6 +19,8 @@
  * every level's quantiser gives exactly the scalar result (the same reciprocal, the default
  * rounding mode), so Q8_0 results agree across levels up to f32 summation order.
  */
+#include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -96,7 +98,7 @@ void cpu__matmul_fill_scalar(cpu__kern *k)
 static const void *act_row(const mm_task *t, int64_t r, int act)
 {
     if (act == CPU__ACT_Q8_0) return t->xq + r * (t->w->n_in / 32);
-    if (act == CPU__ACT_Q8S) return t->xs + r * (t->w->n_in / 32);
+    if (act == CPU__ACT_Q8S || act == CPU__ACT_Q8S_H) return t->xs + r * (t->w->n_in / 32);
     if (act == CPU__ACT_Q8K) return t->xk + r * (t->w->n_in / 256);
     return t->x + r * t->w->n_in;
 }
@@ -177,6 +179,11 @@ static void row_q8s(const cpu__kern *k, const float *x, void *out, int64_t n)
     cpu__q8s_quantise(k, x, out, n);
 }
 
+static void row_q8s_h(const cpu__kern *k, const float *x, void *out, int64_t n)
+{
+    cpu__q8s_quantise_h(k, x, out, n);
+}
+
 static void row_q8k(const cpu__kern *k, const float *x, void *out, int64_t n)
 {
     k->quantise_q8k(x, out, n);
@@ -194,11 +201,11 @@ static void for_rows(cpu__backend *c, int n_rows, int64_t n_in, int small, cpu__
 static int convert_activations(cpu__backend *c, mm_task *t, int act, int xsum, int small)
 {
     int64_t n_in = t->w->n_in;
-    if (act == CPU__ACT_Q8K || act == CPU__ACT_Q8S) {
+    if (act == CPU__ACT_Q8K || act == CPU__ACT_Q8S || act == CPU__ACT_Q8S_H) {
         int k8 = act == CPU__ACT_Q8K;
         size_t rb = k8 ? (size_t)(n_in / 256) * sizeof(cpu__q8k) : (size_t)(n_in / 32) * sizeof(cpu__q8s);
         if (cpu__scratch_reserve(&c->shared, (size_t)t->n_rows * rb)) return -1;
-        rows_task rt = {&c->k, t->x, n_in, c->shared.p, rb, k8 ? row_q8k : row_q8s};
+        rows_task rt = {&c->k, t->x, n_in, c->shared.p, rb, k8 ? row_q8k : act == CPU__ACT_Q8S_H ? row_q8s_h : row_q8s};
         for_rows(c, t->n_rows, n_in, small, rows_run, &rt);
         if (k8) t->xk = c->shared.p;
         else t->xs = c->shared.p;
@@ -325,4 +332,70 @@ void cpu__matmul(cpu__backend *c, const float *x, int n_rows, const be_weight *w
                  const be_weight *bias, float *out)
 {
     cpu__matmul_multi(c, x, n_rows, 1, &w, &bias, &out);
+}
+
+/* ---- grouped matmuls ------------------------------------------------------------------------ */
+
+/* The units of any number of plans, numbered one after the other (multi_run's for a list that
+ * may be long: a binary search finds the first plan of a take). */
+typedef struct mm_grouped {
+    int n;
+    mm_plan *p;
+    int64_t *first; /* [n + 1] */
+} mm_grouped;
+
+static void grouped_run(void *v, int64_t lo, int64_t hi, int ith)
+{
+    mm_grouped *m = v;
+    int a = 0, b = m->n; /* the last plan whose first unit is ≤ lo */
+    while (b - a > 1) {
+        int mid = (a + b) / 2;
+        if (m->first[mid] <= lo) a = mid;
+        else b = mid;
+    }
+    for (int i = a; i < m->n && m->first[i] < hi; i++) {
+        int64_t s = lo > m->first[i] ? lo : m->first[i], e = hi < m->first[i + 1] ? hi : m->first[i + 1];
+        if (s < e) m->p[i].run(&m->p[i].t, s - m->first[i], e - m->first[i], ith);
+    }
+}
+
+int cpu__matmul_grouped(cpu__backend *c, const float *x, int n_rows, int n, const cpu__mm_group *g)
+{
+    if (n <= 0) return 0;
+    int act = c->k.mm[g[0].w->type].act;
+    int64_t work = 0;
+    for (int i = 0; i < n; i++) {
+        if (c->k.mm[g[i].w->type].act != act || g[i].w->n_in != g[0].w->n_in) return -EINVAL;
+        work += (int64_t)g[i].n_rows * g[i].w->n_in * g[i].w->n_out;
+    }
+    int small = work < 65536;
+    if (cpu__scratch_reserve(&c->groups, (size_t)n * sizeof(mm_plan) + (size_t)(n + 1) * sizeof(int64_t)))
+        return -ENOMEM;
+    mm_plan *p = c->groups.p;
+    mm_grouped m = {.n = n, .p = p, .first = (int64_t *)(p + n)};
+    m.first[0] = 0;
+    int xsum = 0;
+    size_t scratch = 0;
+    for (int i = 0; i < n; i++) {
+        plan_matmul(c, x + (size_t)g[i].row0 * g[i].w->n_in, g[i].n_rows, g[i].w, g[i].bias, g[i].out, small, &p[i]);
+        xsum |= p[i].xsum;
+        if (p[i].scratch > scratch) scratch = p[i].scratch;
+        m.first[i + 1] = m.first[i] + p[i].t.n_units;
+    }
+    /* the activations of all rows once, each group pointing at its own */
+    mm_task all = {.c = c, .x = x, .n_rows = n_rows, .w = g[0].w};
+    if (convert_activations(c, &all, act, xsum, small)) return -ENOMEM;
+    int64_t nb = g[0].w->n_in / 32, nk = g[0].w->n_in / 256;
+    for (int i = 0; i < n; i++) {
+        int64_t r = g[i].row0;
+        p[i].t.xq = all.xq ? all.xq + r * nb : NULL;
+        p[i].t.xsum = all.xsum ? all.xsum + r * nb : NULL;
+        p[i].t.xs = all.xs ? all.xs + r * nb : NULL;
+        p[i].t.xk = all.xk ? all.xk + r * nk : NULL;
+    }
+    for (int i = 0; i < (small ? 1 : c->n_threads) && scratch; i++)
+        if (cpu__scratch_reserve(&c->scratch[i], scratch)) return -ENOMEM;
+    if (small) grouped_run(&m, 0, m.first[n], 0);
+    else cpu__pool_for_guided(c->pool, m.first[n], 1, grouped_run, &m);
+    return 0;
 }

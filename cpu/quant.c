@@ -292,7 +292,8 @@ void cpu__quant_fill_scalar(cpu__kern *k)
     for (int i = 0; i < CPU__QUANT_N_TYPES; i++) {
         int super = cpu__qk_is_super(cpu__quant_types[i]);
         k->mm[cpu__quant_types[i]] = (cpu__mm_kern){
-            .act = super ? CPU__ACT_Q8K : CPU__ACT_Q8S, .dot_isa = CPU_ISA_SCALAR, .dot = dots[i],
+            .act = super ? CPU__ACT_Q8K : cpu__quant_types[i] == DT_MXFP4 ? CPU__ACT_Q8S_H : CPU__ACT_Q8S,
+            .dot_isa = CPU_ISA_SCALAR, .dot = dots[i],
             .plain = {.isa = CPU_ISA_SCALAR, .min_rows = 1, .align = 16, .scratch = super ? qk_scratch : ref_scratch,
                       .run = super ? qk_run_scalar : cpu__quant_run_scalar}};
     }

@@ -137,7 +137,19 @@ typedef struct be_attn {
     int32_t window; /* > 0: sliding window of this many positions; 0: full causal */
     const float *q_sink; /* when the layer's group view has sinks: the queries that meet them
                             (q after rope_shift, same shape as q); else NULL */
+    const be_weight *head_sinks; /* [n_heads] F32 learned sink logits (gpt-oss), or NULL:
+                            head h's softmax gets e^(sink_h − m) more in its denominator
+                            (m = max(sink_h, the scores)) and no value, see be_attn_sink */
 } be_attn;
+
+/* The learned sink's share of a head's softmax: an online-softmax state (running max mx, sum l
+ * of e^(s − mx), unnormalised output acc) meets sink logit s_k. The output is acc · the factor
+ * returned: with m = max(mx, s_k), e^(mx − m) / (l · e^(mx − m) + e^(s_k − m)). */
+static inline BE_HOST_DEVICE float be_attn_sink(float mx, float l, float sink)
+{
+    float m = mx > sink ? mx : sink, a = expf(mx - m);
+    return a / (l * a + expf(sink - m));
+}
 
 /* tanh-approximated GELU: 0.5 x (1 + tanh(sqrt(2/π) (x + 0.044715 x³))), as GeGLU uses it. */
 static inline BE_HOST_DEVICE float be_gelu_tanh(float x)
@@ -149,6 +161,124 @@ static inline BE_HOST_DEVICE float be_gelu_tanh(float x)
 static inline BE_HOST_DEVICE float be_softcap(float x, float cap)
 {
     return cap * tanhf(x / cap);
+}
+
+/* ---- mixture of experts and multi-head latent attention --------------------------------------
+ *
+ * A MoE layer's FFN is one op (moe_ffn): the backend routes each row, groups the rows by expert
+ * so that every chosen expert's weights are read once for all its rows (and an expert no row
+ * chose is not read), runs the experts and sums their outputs with the routing weights. MLA
+ * (multi-head latent attention, DeepSeek-V2/V3) caches one vector per token and layer — the
+ * normed latent c and a RoPE key shared by all heads, a latent KV layout (cache/kv.h) — and
+ * attends in the latent space: each head's key up-projection is absorbed into its query
+ * (mla_qk), the attention op runs as MQA over the cached vectors (the value is the latent: the
+ * first kv_lora values of each), and the value up-projection applies to the result (mla_out). */
+
+/* How a router's logits pick experts and weigh them (llama.cpp's build_moe_ffn). */
+typedef struct be_moe_rule {
+    int n_expert, n_used; /* experts, and k of them per row */
+    int gating;           /* enum model_gating */
+    int norm;             /* 1: the k weights are divided by max(their sum, 6.103515625e-5) */
+    float scale;          /* then multiplied by this unless it is 0 or 1 */
+    int n_groups, n_group_used; /* > 1: grouped top-k (DeepSeek-V3); 0: none */
+} be_moe_rule;
+
+/* Routes one row: p = gating(logits) (softmax over all experts, sigmoid of each, or the logits
+ * themselves), selection scores p + sel_bias (sel_bias [n_expert] or NULL); with groups, only the
+ * n_group_used groups whose two best scores sum highest stay in the running; ids[0 .. k) = the k
+ * best scores in descending order (the lower index first on ties), w[j] = p[ids[j]], softmaxed
+ * among themselves for MODEL_GATING_SOFTMAX_WEIGHT, then normalised and scaled by the rule.
+ * scr: 3 × n_expert floats. Host and device code share this one definition. */
+static inline BE_HOST_DEVICE void be_moe_route(const be_moe_rule *r, const float *logits, const float *sel_bias,
+                                               int32_t *ids, float *w, float *scr)
+{
+    int E = r->n_expert, k = r->n_used;
+    float *p = scr, *s = scr + E, mx = -INFINITY, sum = 0.0f;
+    for (int e = 0; e < E; e++) mx = logits[e] > mx ? logits[e] : mx;
+    for (int e = 0; e < E; e++) {
+        float v = logits[e];
+        if (r->gating == 1) v = expf(v - mx), sum += v;            /* softmax (MODEL_GATING_SOFTMAX) */
+        else if (r->gating == 2) v = 1.0f / (1.0f + expf(-v));     /* sigmoid */
+        p[e] = v;
+    }
+    for (int e = 0; e < E; e++) {
+        if (r->gating == 1) p[e] /= sum;
+        s[e] = p[e] + (sel_bias ? sel_bias[e] : 0.0f);
+    }
+    if (r->n_groups > 1) { /* only the groups with the best sums of their two best scores compete */
+        int per = E / r->n_groups;
+        float *gs = scr + 2 * E;
+        for (int g = 0; g < r->n_groups; g++) {
+            float a = -INFINITY, b = -INFINITY;
+            for (int e = g * per; e < (g + 1) * per; e++)
+                if (s[e] > a) b = a, a = s[e];
+                else if (s[e] > b) b = s[e];
+            gs[g] = a + b;
+        }
+        for (int kept = 0; kept < r->n_group_used; kept++) { /* a kept group's score becomes NaN */
+            int best = -1;
+            for (int g = 0; g < r->n_groups; g++)
+                if (gs[g] == gs[g] && (best < 0 || gs[g] > gs[best])) best = g;
+            if (best >= 0) gs[best] = NAN;
+        }
+        for (int g = 0; g < r->n_groups; g++)
+            for (int e = g * per; gs[g] == gs[g] && e < (g + 1) * per; e++) s[e] = -INFINITY;
+    }
+    for (int j = 0; j < k; j++) {
+        int best = 0;
+        for (int e = 1; e < E; e++)
+            if (s[e] > s[best]) best = e;
+        ids[j] = best;
+        w[j] = p[best];
+        s[best] = -INFINITY;
+    }
+    if (r->gating == 3) { /* MODEL_GATING_SOFTMAX_WEIGHT: softmax over the k chosen */
+        float m = w[0], t = 0.0f;
+        for (int j = 1; j < k; j++) m = w[j] > m ? w[j] : m;
+        for (int j = 0; j < k; j++) w[j] = expf(w[j] - m), t += w[j];
+        for (int j = 0; j < k; j++) w[j] /= t;
+    }
+    if (r->norm) {
+        float t = 0.0f;
+        for (int j = 0; j < k; j++) t += w[j];
+        t = t > 6.103515625e-5f ? t : 6.103515625e-5f;
+        for (int j = 0; j < k; j++) w[j] /= t;
+    }
+    if (r->scale != 0.0f && r->scale != 1.0f)
+        for (int j = 0; j < k; j++) w[j] *= r->scale;
+}
+
+/* A MoE layer's experts in backend memory. */
+typedef struct be_moe {
+    be_moe_rule rule;
+    int act;          /* enum model_act: MODEL_ACT_SILU or MODEL_ACT_SWIGLU_OAI */
+    float alpha, limit; /* SWIGLU_OAI: x = min(gate, limit), y = clamp(up, −limit, limit),
+                           act = x · σ(alpha · x) · (y + 1) */
+    const be_weight *sel_bias; /* [n_expert] F32 selection bias, or NULL */
+    const be_weight *gate, *up, *down;       /* [n_expert] each: [n_embd → n_ff], [n_ff → n_embd] */
+    const be_weight *b_gate, *b_up, *b_down; /* [n_expert] F32 biases each, or NULL */
+    void *extra;      /* the backend's own per-layer state (moe_prepare), or NULL */
+} be_moe;
+
+/* An MLA layer's absorbed projections. */
+typedef struct be_mla {
+    int n_heads;
+    int qk_nope, rope; /* q's per-head split: qk_nope dims without RoPE, then rope dims */
+    int kv_lora;       /* the latent's size; a cached vector is kv_lora + rope values */
+    int v_head;        /* per-head value size after the up-projection */
+    float eps;         /* RMSNorm epsilon of the latent */
+    const be_weight *kv_norm; /* [kv_lora] */
+    const be_weight *k_b;     /* [n_heads]: [qk_nope → kv_lora] */
+    const be_weight *v_b;     /* [n_heads]: [kv_lora → v_head] */
+    be_rope rope_q, rope_k;   /* over the rope dims alone (head_dim = rope_dims = rope): n_heads
+                                 heads for q, 1 for the key */
+} be_mla;
+
+/* SwiGLU-OAI of one gate/up pair. */
+static inline BE_HOST_DEVICE float be_swiglu_oai(float g, float u, float alpha, float limit)
+{
+    float x = g < limit ? g : limit, y = u < -limit ? -limit : u > limit ? limit : u;
+    return x / (1.0f + expf(-alpha * x)) * (y + 1.0f);
 }
 
 typedef struct backend backend;
@@ -241,6 +371,29 @@ typedef struct be_ops {
      * embedding not tied to the LM head), so that a backend can skip what it prepares for
      * matmul. Otherwise as weight_upload; weight_free frees it. */
     int (*embed_upload)(backend *be, const model_tensor *src, be_weight *dst);
+
+    /* ---- mixture of experts and multi-head latent attention (optional: a backend without them
+     * cannot run those models, and forward says so) ---- */
+    /* Prepares a MoE layer once its weights are uploaded (m->extra may take the backend's
+     * state for it); 0 or a negative errno. moe_release frees what it made. */
+    int (*moe_prepare)(backend *be, be_moe *m);
+    void (*moe_release)(backend *be, be_moe *m);
+    /* out [n_rows][n_embd] = Σ_j w_j · (down_e(act(gate_e·x + b, up_e·x + b)) + b_down_e), e = ids[j],
+     * for each row x of x [n_rows][n_embd], routed by its logits (logits [n_rows][n_expert]:
+     * the router's output) as be_moe_route defines; the k terms are added in selection order.
+     * The rows are grouped by expert, so each chosen expert's weights are read once per call and
+     * an expert no row chose is not read. */
+    void (*moe_ffn)(backend *be, const float *x, int n_rows, const float *logits, const be_moe *m, float *out);
+    /* The latent query and key of the batch's tokens from q [n_tokens][n_heads][qk_nope + rope]
+     * and kv [n_tokens][kv_lora + rope]:
+     *   k_lat[t]    = [ rmsnorm(kv[t][0 .. kv_lora)) · kv_norm ; rope_k(kv[t][kv_lora ..)) ]
+     *   q_lat[t][h] = [ k_b[h] · q[t][h][0 .. qk_nope) ; rope_q(q[t][h][qk_nope ..)) ]
+     * (q_lat [n_tokens][n_heads][kv_lora + rope], k_lat [n_tokens][kv_lora + rope]), at the
+     * batch's positions. */
+    void (*mla_qk)(backend *be, const float *q, const float *kv, const be_mla *m, float *q_lat, float *k_lat);
+    /* out[t][h·v_head ..] = v_b[h] · o[t][h][0 .. kv_lora) for o [n_tokens][n_heads][kv_lora + rope]
+     * (the latent attention's output; its last rope values of each head are not read). */
+    void (*mla_out)(backend *be, const float *o, const be_mla *m, float *out);
 } be_ops;
 
 struct backend {

@@ -737,7 +737,7 @@ static int eng__setup(engine *e, char *err, size_t err_len)
                     c->max_batch_tokens, c->max_seqs);
         c->max_batch_tokens = c->max_seqs;
     }
-    e->kv.g = kv_geom_make(hp->n_layers, hp->n_kv_heads, hp->head_dim, c->block_size, c->kv_dtype);
+    e->kv.g = model_kv_geom(hp, c->block_size, c->kv_dtype);
     e->kv.max_batch_tokens = c->max_batch_tokens;
     int n_train = hp->n_ctx_train > 0 ? hp->n_ctx_train : 2048;
     if (c->max_model_len < 0 || c->max_model_len > n_train) {
@@ -747,6 +747,11 @@ static int eng__setup(engine *e, char *err, size_t err_len)
     }
     e->kv.n_ctx = c->max_model_len > 0 ? c->max_model_len : n_train;
     e->n_vocab = hp->n_vocab;
+    if (hp->mla && c->kv_window > 0) { /* the sinks' queries would need MLA's rope split */
+        snprintf(err, err_len, "kv-window (attention sinks + a window) is not supported with multi-head latent "
+                 "attention (%s)", hp->arch_name);
+        return -1;
+    }
     if (engine_kv_groups(&e->kv, hp, c->kv_window, c->kv_sinks, err, err_len)) return -1;
     engine_kv_blocks(&e->kv, eng__kv_budget(e));
     if (engine_kv_check_budget(&e->kv, err, err_len)) return -1;

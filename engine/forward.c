@@ -6,7 +6,9 @@
  * NeoX or adjacent pairs, a second base and no scaling on gemma3's sliding layers, linear /
  * YaRN scaling, rope_freqs), attention with the layer's scale, soft-cap and window,
  * post-attention / post-FFN norms (gemma), SwiGLU or GeGLU, the embedding scale and the final
- * soft-cap. Fused tensors arrive as views (model.c), so the graph always sees q/k/v and gate/up.
+ * soft-cap, learned attention sinks (gpt-oss). Fused tensors arrive as views (model.c), so the
+ * graph always sees q/k/v and gate/up. Two pieces live in their own files, behind one call each:
+ * a mixture-of-experts FFN (forward_moe.c) and multi-head latent attention (forward_mla.c).
  *
  * fwd_create uploads every weight, allocates the KV arena and the activation scratch (sized for
  * max_tokens rows and max_logits logit rows); fwd_run walks one varlen batch through the layers.
@@ -25,6 +27,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/forward_mla.h"
+#include "engine/forward_moe.h"
+
 typedef struct fwd_layer {
     be_weight attn_norm;      /* [dim] */
     be_weight wq, wk, wv, wo; /* [dim → q_dim], [dim → kv_dim] ×2, [q_dim → dim] */
@@ -36,12 +41,13 @@ typedef struct fwd_layer {
     be_weight w_down;         /* [n_ff → dim] */
     be_weight b_gate, b_up, b_down; /* FFN biases (llama, optional) */
     be_weight post_ffn_norm;  /* [dim] (gemma) */
+    be_weight sinks;          /* [n_heads] learned sink logits (gpt-oss); data NULL when absent */
     be_rope rope_q, rope_k;   /* this layer's RoPE for q and k */
     be_attn attn;             /* this layer's scale, soft-cap and window */
 } fwd_layer;
 
 /* The model_tensor ↔ be_weight pairs of a layer, in one order for upload and free. */
-#define FWD_LAYER_WEIGHTS 20
+#define FWD_LAYER_WEIGHTS 21
 
 struct fwd {
     const model *m; /* borrowed */
@@ -58,6 +64,8 @@ struct fwd {
     be_weight rope_freqs;  /* [rope_dims / 2] frequency divisors, or data NULL */
     int output_shared;     /* 1: output is tok_embd's upload (free once) */
     fwd_layer *layers;     /* [n_layers] */
+    fwd_moe *moe;          /* the experts of the MoE layers, or NULL (a dense model) */
+    fwd_mla *mla;          /* latent attention, or NULL */
 
     /* activation scratch in backend memory, f32 row-major */
     float *x;      /* [max_tokens][dim]     residual stream */
@@ -65,7 +73,7 @@ struct fwd {
     float *q;      /* [max_tokens][q_dim] */
     float *qs;     /* [max_tokens][q_dim]   the queries as they meet attention sinks */
     float *k, *v;  /* [max_tokens][kv_dim] */
-    float *att;    /* [max_tokens][q_dim]   attention output */
+    float *att;    /* [max_tokens][max(dim, q_dim)] attention output; a MoE or MLA layer's result */
     float *hb;     /* [max_tokens][n_ff]    gate, then silu(gate) * up */
     float *hb2;    /* [max_tokens][n_ff]    up */
     float *lx;     /* [max_logits][dim]     the logit rows' hidden states */
@@ -91,12 +99,13 @@ static void fwd__layer_pairs(const model_layer *ml, fwd_layer *l, const model_te
     const model_tensor *s[FWD_LAYER_WEIGHTS] = {
         &ml->attn_norm, &ml->wq,     &ml->wk,     &ml->wv,       &ml->wo,     &ml->bq,     &ml->bk,
         &ml->bv,        &ml->bo,     &ml->q_norm, &ml->k_norm,   &ml->post_attn_norm, &ml->ffn_norm,
-        &ml->w_gate,    &ml->w_up,   &ml->w_down, &ml->b_gate,   &ml->b_up,   &ml->b_down, &ml->post_ffn_norm};
+        &ml->w_gate,    &ml->w_up,   &ml->w_down, &ml->b_gate,   &ml->b_up,   &ml->b_down, &ml->post_ffn_norm,
+        &ml->sinks};
     be_weight *d[FWD_LAYER_WEIGHTS] = {&l->attn_norm, &l->wq,     &l->wk,     &l->wv,       &l->wo,
                                        &l->bq,        &l->bk,     &l->bv,     &l->bo,       &l->q_norm,
                                        &l->k_norm,    &l->post_attn_norm,     &l->ffn_norm, &l->w_gate,
                                        &l->w_up,      &l->w_down, &l->b_gate, &l->b_up,     &l->b_down,
-                                       &l->post_ffn_norm};
+                                       &l->post_ffn_norm, &l->sinks};
     memcpy(src, s, sizeof s);
     memcpy(dst, d, sizeof d);
 }
@@ -135,7 +144,7 @@ static void fwd__layer_params(fwd *f, int li, fwd_layer *l)
     l->rope_k = r;
     l->rope_k.n_heads = hp->n_kv_heads;
     l->attn = (be_attn){.n_heads = hp->n_heads, .scale = model_attn_scale(hp), .softcap = hp->attn_softcap,
-                        .window = model_layer_window(hp, li)};
+                        .window = model_layer_window(hp, li), .head_sinks = l->sinks.data ? &l->sinks : NULL};
 }
 
 /* Allocates every scratch buffer; 0 or -ENOMEM. */
@@ -149,7 +158,7 @@ static int fwd__alloc_scratch(fwd *f)
         size_t n;
     } s[] = {
         {&f->x, T * hp->n_embd},       {&f->xb, T * wide},      {&f->q, T * f->q_dim}, {&f->qs, T * f->q_dim},
-        {&f->k, T * f->kv_dim},        {&f->v, T * f->kv_dim},  {&f->att, T * f->q_dim},
+        {&f->k, T * f->kv_dim},        {&f->v, T * f->kv_dim},  {&f->att, T * wide},
         {&f->hb, T * hp->n_ff},        {&f->hb2, T * hp->n_ff}, {&f->lx, L * hp->n_embd},
         {&f->logits, L * hp->n_vocab},
     };
@@ -163,6 +172,8 @@ static int fwd__alloc_scratch(fwd *f)
 void fwd_destroy(fwd *f)
 {
     if (!f) return;
+    fwd_moe_destroy(f->moe);
+    fwd_mla_destroy(f->mla);
     float *bufs[] = {f->x, f->xb, f->q, f->qs, f->k, f->v, f->att, f->hb, f->hb2, f->lx, f->logits};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) f->be->ops->free(f->be, bufs[i]);
@@ -189,7 +200,8 @@ fwd *fwd_create(const model *m, backend *be, const kv_geom *g, const int32_t *n_
         kv_bytes += kv_group_bytes_per_block(g, k) * (size_t)n_blocks[k];
     }
     if (g->n_layers != hp->n_layers || g->n_kv_heads != hp->n_kv_heads || g->n_layers > KV_MAX_LAYERS ||
-        g->head_dim != hp->head_dim || g->block_size <= 0 || !blocks_ok || max_tokens <= 0 || max_logits <= 0) {
+        g->head_dim != hp->head_dim || g->latent != (hp->mla ? hp->kv_lora_rank : 0) || g->block_size <= 0 ||
+        !blocks_ok || max_tokens <= 0 || max_logits <= 0) {
         snprintf(err, err_len,
                  "forward: KV geometry (%d layers, %d kv heads, head dim %d, block %d, "
                  "%d blocks) does not fit the model (%d, %d, %d) or a size is not positive",
@@ -236,6 +248,11 @@ fwd *fwd_create(const model *m, backend *be, const kv_geom *g, const int32_t *n_
         fwd_destroy(f);
         return NULL;
     }
+    if ((hp->n_expert && !(f->moe = fwd_moe_create(m, be, max_tokens, err, err_len))) ||
+        (hp->mla && !(f->mla = fwd_mla_create(m, be, max_tokens, err, err_len)))) {
+        fwd_destroy(f);
+        return NULL;
+    }
     rc = be->ops->kv_init(be, g, n_blocks);
     if (rc) {
         snprintf(err, err_len, "forward: allocating %d KV blocks (%zu bytes) failed (%s)",
@@ -277,6 +294,8 @@ static void fwd__matmuls(fwd *f, const float *x, int n_rows, int n, const be_wei
         for (int i = 0; i < n; i++) op->matmul(f->be, x, n_rows, w[i], b[i], out[i]);
 }
 
+static void fwd__ffn(fwd *f, int li, int n);
+
 /* One transformer block over the batch's n rows of f->x (in place). */
 static void fwd__layer(fwd *f, int li, int n)
 {
@@ -288,6 +307,12 @@ static void fwd__layer(fwd *f, int li, int n)
 
     /* attention: x += post_norm(Wo · attn(rope(qk_norm(Wq·n(x))), rope(qk_norm(Wk·n(x))), Wv·n(x))) */
     op->rmsnorm(be, f->x, &l->attn_norm, hp->rms_eps, n, dim, f->xb);
+    if (f->mla) { /* latent attention (forward_mla.c), then the FFN below */
+        fwd_mla_attention(f->mla, li, f->xb, n, &l->wq, &l->wo, &l->attn, f->att);
+        op->add(be, f->x, f->att, (int64_t)n * dim);
+        fwd__ffn(f, li, n);
+        return;
+    }
     fwd__matmuls(f, f->xb, n, 3, (const be_weight *[]){&l->wq, &l->wk, &l->wv},
                  (const be_weight *[]){fwd__bias(&l->bq), fwd__bias(&l->bk), fwd__bias(&l->bv)},
                  (float *[]){f->q, f->k, f->v});
@@ -309,9 +334,24 @@ static void fwd__layer(fwd *f, int li, int n)
     op->matmul(be, f->att, n, &l->wo, fwd__bias(&l->bo), f->xb);
     if (l->post_attn_norm.data) op->rmsnorm(be, f->xb, &l->post_attn_norm, hp->rms_eps, n, dim, f->xb);
     op->add(be, f->x, f->xb, (int64_t)n * dim);
+    fwd__ffn(f, li, n);
+}
 
-    /* feed-forward: x += post_norm(Wdown · (act(Wgate·n(x)) * Wup·n(x))) */
+/* The feed-forward half of layer li over the batch's n rows of f->x (in place):
+ * x += post_norm(Wdown · (act(Wgate·n(x)) * Wup·n(x))), or the mixture of experts of a MoE layer. */
+static void fwd__ffn(fwd *f, int li, int n)
+{
+    const model_hparams *hp = &f->m->hp;
+    const fwd_layer *l = &f->layers[li];
+    const be_ops *op = f->be->ops;
+    backend *be = f->be;
+    int dim = hp->n_embd;
     op->rmsnorm(be, f->x, &l->ffn_norm, hp->rms_eps, n, dim, f->xb);
+    if (model_layer_is_moe(hp, li)) {
+        fwd_moe_ffn(f->moe, li, f->xb, n, f->att);
+        op->add(be, f->x, f->att, (int64_t)n * dim);
+        return;
+    }
     fwd__matmuls(f, f->xb, n, 2, (const be_weight *[]){&l->w_gate, &l->w_up},
                  (const be_weight *[]){fwd__bias(&l->b_gate), fwd__bias(&l->b_up)}, (float *[]){f->hb, f->hb2});
     if (hp->ffn_act == MODEL_ACT_GELU_TANH)

@@ -450,7 +450,7 @@ static double gc_bench_attention_ex(backend *be, int n_seqs, int ctx_len, int n_
     for (int r = -2; r < 7; r++) {
         be->ops->sync(be);
         double t0 = gc_now();
-        be_attn at = {H, 1.0f / sqrtf((float)D), 0.0f, 0, NULL};
+        be_attn at = {H, 1.0f / sqrtf((float)D), 0.0f, 0, NULL, NULL};
         for (int i = 0; i < reps; i++) be->ops->attention(be, 0, q, &at, o);
         be->ops->sync(be);
         if (r >= 0) t[r] = (gc_now() - t0) / reps;

@@ -558,7 +558,7 @@ static kc_result kc_check_attention(kc_ctx *c, const kc_attn_case *ac)
             be->ops->begin(be, &fb.b);
             be->ops->store_kv(be, layer, kd, vd);
             be->ops->begin(be, &ab.b);
-            be_attn at = {ac->n_heads, 1.0f / sqrtf((float)ac->head_dim), ac->softcap, ac->window, NULL};
+            be_attn at = {ac->n_heads, 1.0f / sqrtf((float)ac->head_dim), ac->softcap, ac->window, NULL, NULL};
             be->ops->attention(be, layer, qd, &at, od);
             out[b] = kc_get(be, od, nq);
             be->ops->free(be, kd), be->ops->free(be, vd), be->ops->free(be, qd), be->ops->free(be, od);
@@ -742,7 +742,7 @@ static kc_result kc_check_store_kv(kc_ctx *c, int kv_dtype)
 static double kc_arch_run(kc_ctx *c, const model *m, int n_prompt, int n_steps)
 {
     const int bs = 16, V = m->hp.n_vocab, nb = (n_prompt + n_steps) / bs + 1, cap = n_prompt + n_steps + 1;
-    kv_geom g = kv_geom_make(m->hp.n_layers, m->hp.n_kv_heads, m->hp.head_dim, bs, KV_F32);
+    kv_geom g = model_kv_geom(&m->hp, bs, KV_F32);
     char err[512];
     backend *be[2] = {c->gpu, c->cpu};
     fwd *f[2];
