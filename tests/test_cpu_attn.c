@@ -76,7 +76,7 @@ typedef struct cpua_case {
 static be_attn cpua_attn(const cpua_case *tc, int n_heads)
 {
     be_attn a = {n_heads, tc->scale > 0 ? tc->scale : 1.0f / sqrtf((float)tc->head_dim), tc->softcap,
-                 tc->window, NULL};
+                 tc->window, NULL, NULL};
     return a;
 }
 

@@ -43,9 +43,12 @@ static const cpu__kern *tq_scalar(void)
     return &k;
 }
 
-static void tq_quantise(const float *x, cpu__q8s *out, int64_t n)
+/* The activations of a blocks-of-32 type in its format (d rounded to f16 for MXFP4, as
+ * llama.cpp's Q8_0 activations are). */
+static void tq_quantise(int type, const float *x, cpu__q8s *out, int64_t n)
 {
-    cpu__q8s_quantise(tq_scalar(), x, out, n);
+    if (tq_scalar()->mm[type].act == CPU__ACT_Q8S_H) cpu__q8s_quantise_h(tq_scalar(), x, out, n);
+    else cpu__q8s_quantise(tq_scalar(), x, out, n);
 }
 
 static void tq_quantise_k(const float *x, cpu__q8k *out, int64_t n)
@@ -187,7 +190,7 @@ Test(cpu_quant, reference_dot_is_the_formulation)
         for (int it = 0; it < 20; it++) {
             uint8_t *w = tq_weights(type, N, 1, &rng);
             for (int i = 0; i < N; i++) x[i] = it % 3 == 0 && i < 256 ? 0.0f : 3 * tq_unif(&rng);
-            tq_quantise(x, xq, N);
+            tq_quantise(type, x, xq, N);
             tq_quantise_k(x, xk, N);
             double mag, want, tol, u = 0x1p-24;
             if (super) {
@@ -210,7 +213,7 @@ Test(cpu_quant, reference_dot_is_the_formulation)
     }
     /* the quantisers: d = max|x| / 127, q = round(x / d), sums exact */
     for (int i = 0; i < 32; i++) x[i] = (float)(i - 16) * 0.25f;
-    tq_quantise(x, xq, 32);
+    tq_quantise(DT_Q4_0, x, xq, 32);
     cr_assert_eq(xq[0].d, 4.0f / 127.0f);
     cr_assert_eq(xq[0].q[0], -127);
     cr_assert_eq(xq[0].q[16], 0);
@@ -279,19 +282,21 @@ static void tq_check(int type, int64_t n_in, int64_t n_out, uint64_t seed)
     for (int64_t o = 0; o < n_out; o++) bias[o] = tq_unif(&rng);
     for (int64_t i = 0; i < MAX_ROWS * n_in; i++) x[i] = 2 * tq_unif(&rng);
     for (int64_t i = 0; i < 256 && i < n_in; i++) x[n_in + i] = 0.0f; /* row 1 starts with max|x| = 0 */
-    for (int r = 0; r < MAX_ROWS; r++) tq_quantise(x + r * n_in, xq + r * (n_in / 32), n_in);
+    for (int r = 0; r < MAX_ROWS; r++) tq_quantise(type, x + r * n_in, xq + r * (n_in / 32), n_in);
     if (cpu__qk_is_super(type))
         for (int r = 0; r < MAX_ROWS; r++) tq_quantise_k(x + r * n_in, xk + r * (n_in / 256), n_in);
     for (int r = 0; r < MAX_ROWS; r++)
         for (int64_t o = 0; o < n_out; o++) ref[r * n_out + o] = tq_ref(type, data + o * rb, xq, xk, n_in, r);
     /* The end-to-end sanity check, on row 0: |Σ w·x − Σ w·d·q| ≤ Σ |w|·d/2 (each q is x/d
-     * rounded to an integer) plus the f32 roundings. */
+     * rounded to an integer) plus the f32 roundings; with d rounded to f16 after q was chosen,
+     * also |q|·|Δd| ≤ 127 · 2^-11 · d more. */
+    double half = tq_scalar()->mm[type].act == CPU__ACT_Q8S_H ? 0.5 + 127.0 * 0x1p-11 * 1.001 : 0.5;
     for (int64_t o = 0; o < n_out; o++) {
         dt_to_f32(type, data + o * rb, deq, n_in);
         double exact = 0, bound = 0, mag = 0;
         for (int64_t i = 0; i < n_in; i++) {
             exact += (double)deq[i] * x[i];
-            bound += fabs(deq[i]) * (cpu__qk_is_super(type) ? xk[i / 256].d : xq[i / 32].d) * 0.5;
+            bound += fabs(deq[i]) * (cpu__qk_is_super(type) ? xk[i / 256].d : xq[i / 32].d) * half;
             mag += fabs((double)deq[i] * x[i]);
         }
         cr_assert(fabs(ref[o] - exact) <= bound + 1e-5 * mag + 1e-30, "%s output %lld: %.9g vs exact %.9g (bound %.3g)",
