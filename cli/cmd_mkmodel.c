@@ -1,6 +1,7 @@
 /*
  * cmd_mkmodel.c — `kvserve mkmodel -o OUT.gguf [--dim N --layers N --heads N --kv-heads N
- * --ffn N --vocab N --context N --type f32|f16|bf16|q8_0 --arch ARCH --seed N` and the
+ * --ffn N --vocab N --context N --type f32|f16|bf16|q8_0 --arch ARCH --seed N --experts N
+ * --experts-used K` and the
  * architecture options (--head-dim, --rope-dims, --swa-window, --attn-softcap, --rope-scaling,
  * --fused-qkv, ...; `kvserve mkmodel --help`) --chat-template FILE]: writes a synthetic model
  * (random weights, working SentencePiece vocabulary, the file's text as tokenizer.chat_template)
@@ -50,6 +51,8 @@ int cli_mkmodel(cli_opts *o)
     p.type = parse_type(o->type);
     if (o->seed >= 0) p.seed = (uint64_t)o->seed;
     p.head_dim = o->head_dim;
+    p.experts = o->experts;
+    p.experts_used = o->experts_used;
     p.rope_dims = o->rope_dims;
     p.rope_base = (float)o->rope_base;
     p.rope_base_swa = (float)o->rope_base_swa;

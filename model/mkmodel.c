@@ -25,10 +25,8 @@
 
 /* ---- weights ------------------------------------------------------------------------------ */
 
-enum { MKM_RANDOM = 0, MKM_ONES = 1, MKM_ROPE_FREQS = 2 };
-
 typedef struct mkm__gen {
-    const uint8_t *kind; /* [n_tensors] MKM_RANDOM, MKM_ONES or MKM_ROPE_FREQS */
+    const uint8_t *kind; /* [n_tensors] MKM_RANDOM, MKM_ONES, MKM_ROPE_FREQS, MKM_ROUTER, MKM_SINKS */
     uint64_t seed;
     float norm_std;      /* MKM_ONES: 1 + normal(0, norm_std) */
     float rope_base;     /* MKM_ROPE_FREQS: the rope base and dims the factors are for */
@@ -92,7 +90,8 @@ static void gen_row(void *ctx, int tensor, int64_t row, float *dst, int64_t n)
         for (int64_t i = 0; i < n; i++) dst[i] = g->norm_std > 0 ? 1.0f + g->norm_std * gen_normal(g) : 1.0f;
         return;
     }
-    for (int64_t i = 0; i < n; i++) dst[i] = 0.02f * gen_normal(g);
+    float std = g->kind[tensor] == MKM_ROUTER ? 1.0f / sqrtf((float)n) : g->kind[tensor] == MKM_SINKS ? 1.0f : 0.02f;
+    for (int64_t i = 0; i < n; i++) dst[i] = std * gen_normal(g);
 }
 
 /* ---- parameters and tensors --------------------------------------------------------------- */
@@ -125,11 +124,13 @@ typedef struct mkm__arch {
     int post_norms; /* post_attention_norm / post_ffw_norm */
     int fused;      /* attn_qkv and gate+up in ffn_up (phi3) */
     int tie_always; /* no output.weight whatever p->tied says (gemma2) */
+    int gpt_oss;    /* output bias and sinks, the pre-FFN norm named post_attention_norm, never tied */
 } mkm__arch;
 
 static const mkm__arch mkm_arches[] = {
-    {"llama", 0, 0, 0, 0, 0}, {"qwen2", 1, 0, 0, 0, 0},  {"qwen3", 0, 1, 0, 0, 0},
-    {"gemma2", 0, 0, 1, 0, 1}, {"gemma3", 0, 1, 1, 0, 0}, {"phi3", 0, 0, 0, 1, 0},
+    {"llama", 0, 0, 0, 0, 0, 0},     {"qwen2", 1, 0, 0, 0, 0, 0},  {"qwen3", 0, 1, 0, 0, 0, 0},
+    {"gemma2", 0, 0, 1, 0, 1, 0},    {"gemma3", 0, 1, 1, 0, 0, 0}, {"phi3", 0, 0, 0, 1, 0, 0},
+    {"qwen3moe", 0, 1, 0, 0, 0, 0},  {"deepseek2", 0, 0, 0, 0, 0, 0}, {"gpt-oss", 1, 0, 0, 0, 0, 1},
 };
 
 static const mkm__arch *arch_of(const char *name)
@@ -143,68 +144,88 @@ static const mkm__arch *arch_of(const char *name)
 typedef struct mkm__shape {
     const mkm__arch *a;
     int ffn, kvh, hd, rope_dims;
+    mkm__moe moe; /* experts and MLA (mkmodel_moe.c) */
 } mkm__shape;
 
-/* Adds every weight tensor; kind[i] says how to fill tensor i. 0 or -EINVAL/-ENOMEM. */
-static int add_tensors(gguf_writer *w, const mkm_params *p, const mkm__shape *sh, uint8_t *kind, char *err,
-                       size_t err_len)
+void mkm__tensor(mkm__out *o, const char *name, int kind, int type, int64_t ne0, int64_t ne1, int64_t ne2)
 {
-    int64_t d = p->dim, q = (int64_t)sh->hd * p->heads, kv = (int64_t)sh->hd * sh->kvh, ff = sh->ffn;
+    if (o->rc) return;
+    int64_t ne[3] = {ne0, ne1, ne2};
+    int nd = ne2 ? 3 : ne1 ? 2 : 1;
+    int r = gguf_put_tensor(o->w, name, type, nd, ne);
+    if (r >= 0) {
+        o->kind[r] = (uint8_t)kind;
+        return;
+    }
+    o->rc = r;
+    snprintf(o->err, o->err_len, "mkmodel: cannot add tensor '%s' [%lld, %lld, %lld] of type %s%s", name,
+             (long long)ne0, (long long)ne1, (long long)ne2, dt_name(type),
+             type == DT_Q8_0 ? " (Q8_0 needs ne[0] % 32 == 0)" : "");
+}
+
+/* The attention tensors of layer l other than MLA's: q/k/v (fused or not, with biases), q/k
+ * norms, the output projection and its bias, sinks. */
+static void add_attention(mkm__out *o, const mkm_params *p, const mkm__shape *sh, int l)
+{
+    int64_t d = p->dim, q = (int64_t)sh->hd * p->heads, kv = (int64_t)sh->hd * sh->kvh;
     const mkm__arch *a = sh->a;
     int fused = a->fused || p->fused_qkv, bias = a->qkv_bias || p->qkv_bias;
     char name[64];
-    int rc = 0;
-#define T(nm, k, typ, ne0, ne1)                                                             \
-    do {                                                                                    \
-        int64_t ne_[2] = {ne0, ne1};                                                        \
-        int r_ = rc ? rc : gguf_put_tensor(w, nm, typ, (ne1) != 0 ? 2 : 1, ne_);            \
-        if (r_ >= 0 && !rc) kind[r_] = k;                                                   \
-        else if (!rc) {                                                                     \
-            rc = r_;                                                                        \
-            snprintf(err, err_len, "mkmodel: cannot add tensor '%s' [%lld, %lld] of type %s%s", \
-                     nm, (long long)(ne0), (long long)(ne1), dt_name(typ),                   \
-                     typ == DT_Q8_0 ? " (Q8_0 needs ne[0] % 32 == 0)" : "");                 \
-        }                                                                                   \
-    } while (0)
-    T("token_embd.weight", MKM_RANDOM, p->type, d, p->vocab);
-    T("output_norm.weight", MKM_ONES, DT_F32, d, 0);
-    if (!p->tied && !a->tie_always) T("output.weight", MKM_RANDOM, p->type, d, p->vocab);
-    if (p->rope_freqs) T("rope_freqs.weight", MKM_ROPE_FREQS, DT_F32, sh->rope_dims / 2, 0);
-    for (int l = 0; l < p->layers && !rc; l++) {
 #define L(suffix) (snprintf(name, sizeof name, "blk.%d.%s", l, suffix), name)
-        T(L("attn_norm.weight"), MKM_ONES, DT_F32, d, 0);
-        if (fused) {
-            T(L("attn_qkv.weight"), MKM_RANDOM, p->type, d, q + 2 * kv);
-            if (bias) T(L("attn_qkv.bias"), MKM_RANDOM, DT_F32, q + 2 * kv, 0);
-        } else {
-            T(L("attn_q.weight"), MKM_RANDOM, p->type, d, q);
-            T(L("attn_k.weight"), MKM_RANDOM, p->type, d, kv);
-            T(L("attn_v.weight"), MKM_RANDOM, p->type, d, kv);
-            if (bias) {
-                T(L("attn_q.bias"), MKM_RANDOM, DT_F32, q, 0);
-                T(L("attn_k.bias"), MKM_RANDOM, DT_F32, kv, 0);
-                T(L("attn_v.bias"), MKM_RANDOM, DT_F32, kv, 0);
-            }
+    if (fused) {
+        mkm__tensor(o, L("attn_qkv.weight"), MKM_RANDOM, p->type, d, q + 2 * kv, 0);
+        if (bias) mkm__tensor(o, L("attn_qkv.bias"), MKM_RANDOM, DT_F32, q + 2 * kv, 0, 0);
+    } else {
+        mkm__tensor(o, L("attn_q.weight"), MKM_RANDOM, p->type, d, q, 0);
+        mkm__tensor(o, L("attn_k.weight"), MKM_RANDOM, p->type, d, kv, 0);
+        mkm__tensor(o, L("attn_v.weight"), MKM_RANDOM, p->type, d, kv, 0);
+        if (bias) {
+            mkm__tensor(o, L("attn_q.bias"), MKM_RANDOM, DT_F32, q, 0, 0);
+            mkm__tensor(o, L("attn_k.bias"), MKM_RANDOM, DT_F32, kv, 0, 0);
+            mkm__tensor(o, L("attn_v.bias"), MKM_RANDOM, DT_F32, kv, 0, 0);
         }
-        if (a->qk_norm) {
-            T(L("attn_q_norm.weight"), MKM_ONES, DT_F32, sh->hd, 0);
-            T(L("attn_k_norm.weight"), MKM_ONES, DT_F32, sh->hd, 0);
-        }
-        T(L("attn_output.weight"), MKM_RANDOM, p->type, q, d);
-        if (a->post_norms) T(L("post_attention_norm.weight"), MKM_ONES, DT_F32, d, 0);
-        T(L("ffn_norm.weight"), MKM_ONES, DT_F32, d, 0);
+    }
+    if (a->qk_norm) {
+        mkm__tensor(o, L("attn_q_norm.weight"), MKM_ONES, DT_F32, sh->hd, 0, 0);
+        mkm__tensor(o, L("attn_k_norm.weight"), MKM_ONES, DT_F32, sh->hd, 0, 0);
+    }
+    mkm__tensor(o, L("attn_output.weight"), MKM_RANDOM, p->type, q, d, 0);
+    if (a->gpt_oss) {
+        mkm__tensor(o, L("attn_output.bias"), MKM_RANDOM, DT_F32, d, 0, 0);
+        mkm__tensor(o, L("attn_sinks.weight"), MKM_SINKS, DT_F32, p->heads, 0, 0);
+    }
+#undef L
+}
+
+/* Adds every weight tensor; o->kind[i] says how to fill tensor i. 0 or -EINVAL/-ENOMEM. */
+static int add_tensors(mkm__out *o, const mkm_params *p, const mkm__shape *sh)
+{
+    int64_t d = p->dim, ff = sh->ffn;
+    const mkm__arch *a = sh->a;
+    char name[64];
+    mkm__tensor(o, "token_embd.weight", MKM_RANDOM, p->type, d, p->vocab, 0);
+    mkm__tensor(o, "output_norm.weight", MKM_ONES, DT_F32, d, 0, 0);
+    if ((!p->tied && !a->tie_always) || a->gpt_oss) mkm__tensor(o, "output.weight", MKM_RANDOM, p->type, d, p->vocab, 0);
+    if (p->rope_freqs) mkm__tensor(o, "rope_freqs.weight", MKM_ROPE_FREQS, DT_F32, sh->rope_dims / 2, 0, 0);
+    for (int l = 0; l < p->layers && !o->rc; l++) {
+#define L(suffix) (snprintf(name, sizeof name, "blk.%d.%s", l, suffix), name)
+        mkm__tensor(o, L("attn_norm.weight"), MKM_ONES, DT_F32, d, 0, 0);
+        if (sh->moe.mla) mkm__mla_tensors(o, p, &sh->moe, l);
+        else add_attention(o, p, sh, l);
+        if (a->post_norms) mkm__tensor(o, L("post_attention_norm.weight"), MKM_ONES, DT_F32, d, 0, 0);
+        mkm__tensor(o, a->gpt_oss ? L("post_attention_norm.weight") : L("ffn_norm.weight"), MKM_ONES, DT_F32, d, 0, 0);
+        if (mkm__moe_tensors(o, p, &sh->moe, l)) continue;
         if (a->fused) {
-            T(L("ffn_up.weight"), MKM_RANDOM, p->type, d, 2 * ff);
+            mkm__tensor(o, L("ffn_up.weight"), MKM_RANDOM, p->type, d, 2 * ff, 0);
         } else {
-            T(L("ffn_gate.weight"), MKM_RANDOM, p->type, d, ff);
-            T(L("ffn_up.weight"), MKM_RANDOM, p->type, d, ff);
+            mkm__tensor(o, L("ffn_gate.weight"), MKM_RANDOM, p->type, d, ff, 0);
+            mkm__tensor(o, L("ffn_up.weight"), MKM_RANDOM, p->type, d, ff, 0);
         }
-        T(L("ffn_down.weight"), MKM_RANDOM, p->type, ff, d);
-        if (a->post_norms) T(L("post_ffw_norm.weight"), MKM_ONES, DT_F32, d, 0);
+        mkm__tensor(o, L("ffn_down.weight"), MKM_RANDOM, p->type, ff, d, 0);
+        if (a->post_norms) mkm__tensor(o, L("post_ffw_norm.weight"), MKM_ONES, DT_F32, d, 0, 0);
 #undef L
     }
-#undef T
-    return rc < 0 ? rc : 0;
+    return o->rc;
 }
 
 /* Why the architecture options of p do not fit its architecture, or NULL. */
@@ -214,9 +235,11 @@ static const char *check_arch_options(const mkm_params *p, const mkm__shape *sh)
     int gemma = !strncmp(n, "gemma", 5), phi3 = !strcmp(n, "phi3"), llama = !strcmp(n, "llama");
     if (sh->rope_dims > sh->hd || sh->rope_dims < 2 || sh->rope_dims % 2)
         return "rope dims must be even and at most the head size";
-    if (sh->rope_dims != sh->hd && !gemma && !phi3) return "partial rope needs gemma2, gemma3 or phi3";
-    if ((p->swa_window || p->swa_pattern >= 0 || p->rope_base_swa > 0) && !gemma)
-        return "sliding-window options need gemma2 or gemma3";
+    int ds2 = !strcmp(n, "deepseek2"), gpt = !strcmp(n, "gpt-oss");
+    if (sh->rope_dims != sh->hd && !gemma && !phi3 && !ds2) return "partial rope needs gemma2, gemma3, phi3 or deepseek2";
+    if ((p->swa_window || p->rope_base_swa > 0) && !gemma && !gpt)
+        return "sliding-window options need gemma2, gemma3 or gpt-oss";
+    if (p->swa_pattern >= 0 && !gemma) return "the sliding-window pattern needs gemma2 or gemma3 (gpt-oss's is 2)";
     if (p->swa_window < 0 || p->swa_pattern < -1) return "the window and its pattern must not be negative";
     if (p->attn_softcap < 0 || p->final_softcap < 0 || (p->attn_softcap > 0 && strcmp(n, "gemma2")))
         return "soft-caps must be positive, the attention soft-cap gemma2 only";
@@ -237,7 +260,7 @@ static int check_params(const mkm_params *p, mkm__shape *sh, char *err, size_t e
     sh->rope_dims = p->rope_dims ? p->rope_dims : sh->hd;
     const char *why = NULL;
     if (!sh->a)
-        why = "arch must be llama, qwen2, qwen3, gemma2, gemma3 or phi3";
+        why = "arch must be llama, qwen2, qwen3, gemma2, gemma3, phi3, qwen3moe, deepseek2 or gpt-oss";
     else if (p->dim < 1 || p->layers < 1 || p->heads < 1 || sh->kvh < 1 || sh->ffn < 1 || p->context < 1 ||
              p->head_dim < 0 || p->rope_dims < 0)
         why = "dim, layers, heads, kv heads, ffn, context, head dim and rope dims must be positive";
@@ -257,7 +280,12 @@ static int check_params(const mkm_params *p, mkm__shape *sh, char *err, size_t e
     else if (p->n_extra < 0 || (p->n_extra && !p->extra_tokens))
         why = "bad extra token list";
     else
-        why = check_arch_options(p, sh);
+        why = mkm__moe_shape(p, sh->hd, sh->rope_dims, sh->ffn, &sh->moe);
+    if (!why && sh->moe.mla) { /* MLA: one latent "kv head", the RoPE part of each head */
+        sh->kvh = 1;
+        sh->rope_dims = sh->moe.rope;
+    }
+    if (!why) why = check_arch_options(p, sh);
     if (why) {
         snprintf(err, err_len, "mkmodel: %s", why);
         return -EINVAL;
@@ -277,7 +305,10 @@ static void write_arch_keys(gguf_writer *w, const mkm_params *p, const mkm__shap
     gguf_put_u32(w, AK("feed_forward_length"), (uint32_t)sh->ffn);
     gguf_put_u32(w, AK("attention.head_count"), (uint32_t)p->heads);
     gguf_put_u32(w, AK("attention.head_count_kv"), (uint32_t)sh->kvh);
-    if (p->head_dim) {
+    if (sh->moe.mla) { /* the cached vector: the latent and the RoPE key */
+        gguf_put_u32(w, AK("attention.key_length"), (uint32_t)(sh->moe.kv_lora + sh->moe.rope));
+        gguf_put_u32(w, AK("attention.value_length"), (uint32_t)sh->moe.kv_lora);
+    } else if (p->head_dim) {
         gguf_put_u32(w, AK("attention.key_length"), (uint32_t)sh->hd);
         gguf_put_u32(w, AK("attention.value_length"), (uint32_t)sh->hd);
     }
@@ -285,7 +316,8 @@ static void write_arch_keys(gguf_writer *w, const mkm_params *p, const mkm__shap
     gguf_put_f32(w, AK("rope.freq_base"), p->rope_base > 0 ? p->rope_base : 10000.0f);
     gguf_put_f32(w, AK("attention.layer_norm_rms_epsilon"), p->rms_eps > 0 ? p->rms_eps : 1e-5f);
     gguf_put_u32(w, AK("vocab_size"), (uint32_t)p->vocab);
-    if (p->swa_window) gguf_put_u32(w, AK("attention.sliding_window"), (uint32_t)p->swa_window);
+    if (p->swa_window || !strcmp(a, "gpt-oss"))
+        gguf_put_u32(w, AK("attention.sliding_window"), (uint32_t)(p->swa_window ? p->swa_window : 128));
     if (p->swa_pattern >= 0) gguf_put_u32(w, AK("attention.sliding_window_pattern"), (uint32_t)p->swa_pattern);
     if (p->rope_base_swa > 0) gguf_put_f32(w, AK("rope.freq_base_swa"), p->rope_base_swa);
     if (p->attn_softcap > 0) gguf_put_f32(w, AK("attn_logit_softcapping"), p->attn_softcap);
@@ -294,13 +326,14 @@ static void write_arch_keys(gguf_writer *w, const mkm_params *p, const mkm__shap
     if (p->rope_factor > 0) gguf_put_f32(w, AK("rope.scaling.factor"), p->rope_factor);
     if (p->rope_ctx_orig > 0) gguf_put_u32(w, AK("rope.scaling.original_context_length"), (uint32_t)p->rope_ctx_orig);
     if (p->rope_attn_factor > 0) gguf_put_f32(w, AK("rope.scaling.attn_factor"), p->rope_attn_factor);
+    mkm__moe_keys(w, p, &sh->moe);
 #undef AK
 }
 
-/* Tensors a model of p holds at most: 3 global + 16 per layer. */
+/* Tensors a model of p holds at most: 4 global + 24 per layer. */
 static size_t max_tensors(const mkm_params *p)
 {
-    return 4 + (size_t)p->layers * 16;
+    return 4 + (size_t)p->layers * 24;
 }
 
 int mkm_write(const char *path, const mkm_params *p, char *err, size_t err_len)
@@ -320,7 +353,8 @@ int mkm_write(const char *path, const mkm_params *p, char *err, size_t err_len)
     gguf_put_u32(w, "general.file_type", (uint32_t)file_type_of(p->type));
     write_arch_keys(w, p, &sh);
     if ((rc = mkm__write_vocab(w, p, err, err_len))) goto out;
-    if ((rc = add_tensors(w, p, &sh, kind, err, err_len))) goto out;
+    mkm__out o = {.w = w, .kind = kind, .err = err, .err_len = err_len};
+    if ((rc = add_tensors(&o, p, &sh))) goto out;
     mkm__gen g = {.kind = kind, .seed = p->seed, .norm_std = p->norm_std,
                   .rope_base = p->rope_base > 0 ? p->rope_base : 10000.0f, .rope_dims = sh.rope_dims, .cur = -1};
     rc = gguf_writer_write(w, path, gen_row, &g, err, err_len);

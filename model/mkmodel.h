@@ -2,7 +2,8 @@
  * mkmodel.h — synthetic Llama-family models, written with the GGUF writer (gguf_write.h).
  *
  * mkm_write() builds a whole model of any architecture kvserve loads (llama, qwen2, qwen3,
- * gemma2, gemma3, phi3) with the keys and tensors llama.cpp reads for it: random weights
+ * gemma2, gemma3, phi3, qwen3moe, deepseek2, gpt-oss; llama with experts) with the keys and
+ * tensors llama.cpp reads for it: random weights
  * normal(0, 0.02) from a fixed-seed generator, norms 1 (or 1 + normal(0, norm_std)), biases
  * random, and a working vocabulary (SentencePiece "llama" or byte-level "gpt2" flavour). Each
  * architecture option (head size, partial RoPE, windows, soft-caps, RoPE scaling, fused
@@ -16,7 +17,8 @@
 #include <stdint.h>
 
 typedef struct mkm_params {
-    const char *arch;       /* "llama", "qwen2", "qwen3", "gemma2", "gemma3" or "phi3" */
+    const char *arch;       /* "llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3", "qwen3moe",
+                               "deepseek2" or "gpt-oss" */
     const char *name;       /* general.name; NULL: "mkmodel" */
     int dim;                /* embedding size */
     int layers;
@@ -51,6 +53,23 @@ typedef struct mkm_params {
     int n_extra;
     const char *chat_template; /* written as tokenizer.chat_template when non-NULL */
     const char *chat_template_tool_use; /* tokenizer.chat_template.tool_use when non-NULL */
+
+    /* mixture of experts (qwen3moe, gpt-oss and deepseek2 always have experts; llama with
+     * experts > 0 is Mixtral-style). The router's weights are normal(0, 1/√dim), so that its
+     * logits are of order 1 and the experts' scores are well apart. */
+    int experts;            /* expert_count (0: 8 where experts are required) */
+    int experts_used;       /* expert_used_count (0: 2, at most experts); ffn is each expert's width */
+    /* deepseek2 (0: the default in brackets) */
+    int kv_lora;            /* attention.kv_lora_rank [4 × the head size] */
+    int q_lora;             /* attention.q_lora_rank [0: plain attn_q] */
+    int v_head;             /* attention.value_length_mla [the head size] */
+    int shared_experts;     /* expert_shared_count [1] */
+    int dense_lead;         /* leading_dense_block_count [1 when layers > 1] */
+    float expert_scale;     /* expert_weights_scale [not written] */
+    int expert_norm;        /* 1: expert_weights_norm true [not written] */
+    int gating;             /* expert_gating_func (1 softmax, 2 sigmoid) [not written] */
+    int expert_groups, groups_used; /* expert_group_count / _used_count [not written] */
+    int sel_bias;           /* 1: exp_probs_b.bias (a selection bias) */
 } mkm_params;
 
 /* Fills the defaults: llama, dim 64, 2 layers, 4 heads, vocab 512, context 2048, F32, seed 1234,

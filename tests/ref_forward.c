@@ -5,6 +5,13 @@
  * with linear and YaRN scaling and frequency factors (the ramp written out here, not through
  * backend.h), the q·k scale, soft-caps, sliding windows, post norms, GeGLU and the embedding
  * scale. Per-layer hyperparameters (window, RoPE base and scaling) come from model.h.
+ *
+ * The MoE and MLA architectures are written out the naive way: the router in double (softmax,
+ * sigmoid or top-k softmax, selection bias, groups, renormalisation, scale) and every chosen
+ * expert in turn; MLA with each head's key and value up-projected from the cached latent
+ * (k_nope = A_hᵀ c, v = B_h c) and ordinary per-head attention — not absorbed, so that the
+ * backends' latent-space attention is checked against the definition it must equal. Learned
+ * sinks add e^(sink − m) to each head's denominator.
  */
 #include "tests/ref_forward.h"
 
@@ -21,6 +28,12 @@ typedef struct rf_layer {
     double *ffn_norm, *w_gate, *w_up, *w_down, *b_gate, *b_up, *b_down, *post_ffn_norm;
     model_rope rope;                                           /* the layer's RoPE */
     int window;                                                /* 0: full causal */
+    double *sinks;                                             /* [n_heads] or NULL */
+    /* MoE: router [E][dim], its bias, the selection bias; experts [E] of [ff][dim] / [dim][ff] */
+    double *router, *router_b, *sel_b, **eg, **eu, **ed, **ebg, **ebu, **ebd;
+    double *sh_g, *sh_u, *sh_d;                                /* shared experts, or NULL */
+    /* MLA: the q LoRA, the latent's projection and norm, per-head k_b [r][nope] and v_b [v][r] */
+    double *wq_a, *q_a_norm, *wq_b, *wkv_a, *kv_a_norm, **wk_b, **wv_b;
 } rf_layer;
 
 #define RF_LAYER_ARRAYS 20
@@ -76,6 +89,54 @@ static void rf__layer_arrays(rf_layer *L, const model_layer *ml, double ***d, co
     memcpy(t, tt, sizeof tt);
 }
 
+/* n tensors (views) as double, or NULL when v is NULL. */
+static double **rf__deq_n(const model_tensor *v, int n)
+{
+    if (!v) return NULL;
+    double **a = calloc((size_t)n, sizeof *a);
+    for (int k = 0; k < n; k++) a[k] = rf__deq(&v[k]);
+    return a;
+}
+
+static void rf__free_n(double **a, int n)
+{
+    for (int k = 0; a && k < n; k++) free(a[k]);
+    free(a);
+}
+
+/* The sinks, experts and MLA projections of layer l (absent ones stay NULL). */
+static void rf__create_moe_mla(const model *m, int l, rf_layer *L)
+{
+    const model_hparams *hp = &m->hp;
+    const model_layer *ml = &m->layers[l];
+    int E = hp->n_expert, H = hp->n_heads;
+    L->sinks = rf__deq(&ml->sinks);
+    if (model_layer_is_moe(hp, l)) {
+        L->router = rf__deq(&ml->gate_inp), L->router_b = rf__deq(&ml->gate_inp_b), L->sel_b = rf__deq(&ml->exp_probs_b);
+        L->eg = rf__deq_n(ml->gate_exps, E), L->eu = rf__deq_n(ml->up_exps, E), L->ed = rf__deq_n(ml->down_exps, E);
+        L->ebg = rf__deq_n(ml->b_gate_exps, E), L->ebu = rf__deq_n(ml->b_up_exps, E);
+        L->ebd = rf__deq_n(ml->b_down_exps, E);
+        L->sh_g = rf__deq(&ml->gate_shexp), L->sh_u = rf__deq(&ml->up_shexp), L->sh_d = rf__deq(&ml->down_shexp);
+    }
+    if (hp->mla) {
+        L->wq_a = rf__deq(&ml->wq_a), L->q_a_norm = rf__deq(&ml->q_a_norm), L->wq_b = rf__deq(&ml->wq_b);
+        L->wkv_a = rf__deq(&ml->wkv_a), L->kv_a_norm = rf__deq(&ml->kv_a_norm);
+        L->wk_b = rf__deq_n(ml->wk_b, H), L->wv_b = rf__deq_n(ml->wv_b, H);
+    }
+}
+
+static void rf__free_moe_mla(const model_hparams *hp, rf_layer *L)
+{
+    int E = hp->n_expert, H = hp->n_heads;
+    double *one[] = {L->sinks, L->router, L->router_b, L->sel_b, L->sh_g, L->sh_u, L->sh_d, L->wq_a, L->q_a_norm,
+                     L->wq_b, L->wkv_a, L->kv_a_norm};
+    for (size_t i = 0; i < sizeof one / sizeof one[0]; i++) free(one[i]);
+    double **many[] = {L->eg, L->eu, L->ed, L->ebg, L->ebu, L->ebd};
+    for (size_t i = 0; i < sizeof many / sizeof many[0]; i++) rf__free_n(many[i], E);
+    rf__free_n(L->wk_b, H);
+    rf__free_n(L->wv_b, H);
+}
+
 rf_model *rf_create(const model *m, int kv_round)
 {
     rf_model *r = calloc(1, sizeof *r);
@@ -95,6 +156,7 @@ rf_model *rf_create(const model *m, int kv_round)
         for (int k = 0; k < RF_LAYER_ARRAYS; k++) *d[k] = rf__deq(t[k]);
         model_layer_rope(&m->hp, l, &L->rope);
         L->window = model_layer_window(&m->hp, l);
+        rf__create_moe_mla(m, l, L);
     }
     return r;
 }
@@ -106,6 +168,7 @@ void rf_destroy(rf_model *r)
         double **d[RF_LAYER_ARRAYS];
         rf__layer_arrays(&r->layers[l], NULL, d, NULL);
         for (int k = 0; k < RF_LAYER_ARRAYS; k++) free(*d[k]);
+        rf__free_moe_mla(&r->hp, &r->layers[l]);
     }
     free(r->layers);
     free(r->tok_embd);
@@ -231,13 +294,14 @@ static void rf__softcap(double *x, int n, double cap)
         for (int i = 0; i < n; i++) x[i] = cap * tanh(x[i] / cap);
 }
 
-/* Attention of one query head q [hd] over keys first .. pos of the cached k/v (row stride kv_dim). */
+/* Attention of one query head q [hd] over keys first .. pos of the cached k/v (row stride kv_dim);
+ * with sink (a learned sink logit), e^(sink − m) joins the denominator. */
 static void rf__attend(const rf_model *r, const double *q, const double *kc, const double *vc, int kv_dim,
-                       int first, int pos, double *sc, double *out)
+                       int first, int pos, const double *sink, double *sc, double *out)
 {
     const model_hparams *hp = &r->hp;
     int hd = hp->head_dim;
-    double mx = -INFINITY, sum = 0.0;
+    double mx = sink ? *sink : -INFINITY, sum = 0.0;
     for (int t = first; t <= pos; t++) {
         double d = 0.0;
         for (int i = 0; i < hd; i++) d += q[i] * kc[(size_t)t * kv_dim + i];
@@ -246,6 +310,7 @@ static void rf__attend(const rf_model *r, const double *q, const double *kc, con
         if (sc[t] > mx) mx = sc[t];
     }
     for (int t = first; t <= pos; t++) sum += sc[t] = exp(sc[t] - mx);
+    if (sink) sum += exp(*sink - mx);
     for (int i = 0; i < hd; i++) {
         double acc = 0.0;
         for (int t = first; t <= pos; t++) acc += sc[t] * vc[(size_t)t * kv_dim + i];
@@ -276,55 +341,217 @@ static void rf__residual(const rf_model *r, double *x, double *o, const double *
     for (int i = 0; i < dim; i++) x[i] += o[i];
 }
 
+/* The standard attention of layer l at position pos (in the cache) for xb: q/k/v, norms, RoPE
+ * (keys kept unrotated under a StreamingLLM window), the store, each head's attention; out gets
+ * W_o · attention (+ bias). */
+static void rf__attention(const rf_model *r, rf_seq *s, int l, const double *xb, int pos, double *out)
+{
+    const model_hparams *hp = &r->hp;
+    const rf_layer *L = &r->layers[l];
+    int dim = hp->n_embd, hd = hp->head_dim, nh = hp->n_heads, nkv = hp->n_kv_heads, q_dim = nh * hd, kv_dim = nkv * hd;
+    double *kc = s->k + ((size_t)l * s->max_ctx) * kv_dim, *vc = s->v + ((size_t)l * s->max_ctx) * kv_dim;
+    double *kp = kc + (size_t)pos * kv_dim, *vp = vc + (size_t)pos * kv_dim;
+    double *q = malloc((size_t)q_dim * sizeof *q), *att = malloc((size_t)q_dim * sizeof *att);
+    double *sc = malloc((size_t)(pos + 1) * sizeof *sc);
+    double *krot = s->window ? malloc((size_t)(pos + 1) * kv_dim * sizeof *krot) : NULL;
+    rf__matvec(L->wq, L->bq, xb, dim, q_dim, q);
+    rf__matvec(L->wk, L->bk, xb, dim, kv_dim, kp);
+    rf__matvec(L->wv, L->bv, xb, dim, kv_dim, vp);
+    for (int h = 0; L->q_norm && h < nh; h++) rf__rmsnorm(q + h * hd, L->q_norm, hp->rms_eps, hd, q + h * hd);
+    for (int h = 0; L->k_norm && h < nkv; h++) rf__rmsnorm(kp + h * hd, L->k_norm, hp->rms_eps, hd, kp + h * hd);
+    rf__rope(r, q, nh, &L->rope, pos);
+    if (s->window) { /* keys kept unrotated, rotated here at their position within the cache */
+        memcpy(krot, kc, (size_t)(pos + 1) * kv_dim * sizeof *krot);
+        for (int t = 0; t <= pos; t++) rf__rope(r, krot + (size_t)t * kv_dim, nkv, &L->rope, t);
+    } else {
+        rf__rope(r, kp, nkv, &L->rope, pos);
+    }
+    const double *ka = s->window ? krot : kc;
+    for (int i = 0; i < kv_dim; i++) {
+        kp[i] = rf__round_kv(kp[i], r->kv_round);
+        vp[i] = rf__round_kv(vp[i], r->kv_round);
+    }
+    int first = L->window > 0 && pos - L->window + 1 > 0 ? pos - L->window + 1 : 0;
+    for (int h = 0; h < nh; h++) {
+        int kh = h / (nh / nkv);
+        rf__attend(r, q + h * hd, ka + kh * hd, vc + kh * hd, kv_dim, first, pos, L->sinks ? &L->sinks[h] : NULL, sc,
+                   att + h * hd);
+    }
+    rf__matvec(L->wo, L->bo, att, q_dim, dim, out);
+    free(q), free(att), free(sc), free(krot);
+}
+
+/* MLA the naive way at position pos: the cache holds [c | k_pe] per token (rounded as the KV
+ * dtype), and every head's key [A_hᵀ c | k_pe] and value B_h c are up-projected from it. */
+static void rf__mla(const rf_model *r, rf_seq *s, int l, const double *xb, int pos, double *out)
+{
+    const model_hparams *hp = &r->hp;
+    const rf_layer *L = &r->layers[l];
+    int dim = hp->n_embd, H = hp->n_heads, nope = hp->qk_nope, rp = hp->rope_dims, lr = hp->kv_lora_rank;
+    int hq = nope + rp, hl = hp->head_dim, vh = hp->v_head_dim, ql = hp->q_lora_rank;
+    double *kc = s->k + ((size_t)l * s->max_ctx) * hl, *kp = kc + (size_t)pos * hl;
+    double *q = malloc((size_t)H * hq * sizeof *q), *qa = malloc((size_t)(ql ? ql : 1) * sizeof *qa);
+    double *kn = malloc((size_t)nope * sizeof *kn), *v = malloc((size_t)vh * sizeof *v);
+    double *sc = malloc((size_t)(pos + 1) * sizeof *sc), *o = malloc((size_t)H * vh * sizeof *o);
+    if (ql) {
+        rf__matvec(L->wq_a, NULL, xb, dim, ql, qa);
+        rf__rmsnorm(qa, L->q_a_norm, hp->rms_eps, ql, qa);
+        rf__matvec(L->wq_b, NULL, qa, ql, H * hq, q);
+    } else {
+        rf__matvec(L->wq, NULL, xb, dim, H * hq, q);
+    }
+    rf__matvec(L->wkv_a, NULL, xb, dim, hl, kp);
+    rf__rmsnorm(kp, L->kv_a_norm, hp->rms_eps, lr, kp);
+    rf__rope(r, kp + lr, 1, &L->rope, pos);
+    for (int i = 0; i < hl; i++) kp[i] = rf__round_kv(kp[i], r->kv_round);
+    for (int h = 0; h < H; h++) {
+        double *qh = q + (size_t)h * hq, mx = -INFINITY, sum = 0;
+        rf__rope(r, qh + nope, 1, &L->rope, pos);
+        for (int t = 0; t <= pos; t++) {
+            const double *c = kc + (size_t)t * hl;
+            double d = 0;
+            for (int j = 0; j < nope; j++) { /* k_nope[j] = Σ_r A_h[r][j] c[r] */
+                kn[j] = 0;
+                for (int k = 0; k < lr; k++) kn[j] += L->wk_b[h][(size_t)k * nope + j] * c[k];
+                d += qh[j] * kn[j];
+            }
+            for (int j = 0; j < rp; j++) d += qh[nope + j] * c[lr + j];
+            sc[t] = d * model_attn_scale(hp);
+            mx = fmax(mx, sc[t]);
+        }
+        for (int t = 0; t <= pos; t++) sum += sc[t] = exp(sc[t] - mx);
+        for (int i = 0; i < vh; i++) o[h * vh + i] = 0;
+        for (int t = 0; t <= pos; t++) {
+            rf__matvec(L->wv_b[h], NULL, kc + (size_t)t * hl, lr, vh, v); /* v = B_h c */
+            for (int i = 0; i < vh; i++) o[h * vh + i] += sc[t] / sum * v[i];
+        }
+    }
+    rf__matvec(L->wo, NULL, o, H * vh, dim, out);
+    free(q), free(qa), free(kn), free(v), free(sc), free(o);
+}
+
+/* One token's routing: ids[k], w[k] (the definition of backend.h's be_moe_route, in double). */
+static void rf__route(const rf_model *r, const rf_layer *L, const double *lg, int *ids, double *w)
+{
+    const model_hparams *hp = &r->hp;
+    int E = hp->n_expert, k = hp->n_expert_used, G = hp->n_expert_groups;
+    double p[1024], sel[1024], mx = -INFINITY, sum = 0;
+    for (int e = 0; e < E; e++) mx = fmax(mx, lg[e]);
+    for (int e = 0; e < E; e++) {
+        p[e] = hp->expert_gating == MODEL_GATING_SOFTMAX   ? exp(lg[e] - mx)
+               : hp->expert_gating == MODEL_GATING_SIGMOID ? 1.0 / (1.0 + exp(-lg[e]))
+                                                           : lg[e];
+        sum += p[e];
+    }
+    for (int e = 0; e < E; e++) {
+        if (hp->expert_gating == MODEL_GATING_SOFTMAX) p[e] /= sum;
+        sel[e] = p[e] + (L->sel_b ? L->sel_b[e] : 0);
+    }
+    if (G > 1) { /* groups ranked by the sum of their two best; the rest leave */
+        int per = E / G, keep[64] = {0};
+        double gs[64];
+        for (int g = 0; g < G; g++) {
+            double a = -INFINITY, b = -INFINITY;
+            for (int e = g * per; e < (g + 1) * per; e++)
+                if (sel[e] > a) b = a, a = sel[e];
+                else if (sel[e] > b) b = sel[e];
+            gs[g] = a + b;
+        }
+        for (int n = 0; n < hp->n_group_used; n++) {
+            int best = -1;
+            for (int g = 0; g < G; g++)
+                if (!keep[g] && (best < 0 || gs[g] > gs[best])) best = g;
+            keep[best] = 1;
+        }
+        for (int e = 0; e < E; e++)
+            if (!keep[e / per]) sel[e] = -INFINITY;
+    }
+    for (int j = 0; j < k; j++) {
+        int best = 0;
+        for (int e = 1; e < E; e++)
+            if (sel[e] > sel[best]) best = e;
+        ids[j] = best, w[j] = p[best], sel[best] = -INFINITY;
+    }
+    double t = 0, m = -INFINITY;
+    if (hp->expert_gating == MODEL_GATING_SOFTMAX_WEIGHT) {
+        for (int j = 0; j < k; j++) m = fmax(m, w[j]);
+        for (int j = 0; j < k; j++) t += w[j] = exp(w[j] - m);
+        for (int j = 0; j < k; j++) w[j] /= t;
+    }
+    if (hp->expert_weights_norm) {
+        t = 0;
+        for (int j = 0; j < k; j++) t += w[j];
+        for (int j = 0; j < k; j++) w[j] /= fmax(t, 6.103515625e-5);
+    }
+    if (hp->expert_weights_scale != 0 && hp->expert_weights_scale != 1)
+        for (int j = 0; j < k; j++) w[j] *= hp->expert_weights_scale;
+}
+
+/* out = the gated FFN of xb through gate, up, down (biases or NULL) of width ff. */
+static void rf__glu(const rf_model *r, int act, const double *g_w, const double *g_b, const double *u_w,
+                    const double *u_b, const double *d_w, const double *d_b, int ff, const double *xb, double *out)
+{
+    int dim = r->hp.n_embd;
+    double *g = malloc((size_t)ff * sizeof *g), *u = malloc((size_t)ff * sizeof *u);
+    rf__matvec(g_w, g_b, xb, dim, ff, g);
+    rf__matvec(u_w, u_b, xb, dim, ff, u);
+    for (int i = 0; i < ff; i++) {
+        if (act == MODEL_ACT_SWIGLU_OAI) {
+            double x = fmin(g[i], 7.0), y = fmin(fmax(u[i], -7.0), 7.0);
+            g[i] = x / (1.0 + exp(-1.702 * x)) * (y + 1.0);
+        } else {
+            g[i] = rf__act(act, g[i]) * u[i];
+        }
+    }
+    rf__matvec(d_w, d_b, g, ff, dim, out);
+    free(g), free(u);
+}
+
+/* The FFN of layer l for xb: dense, or the routed experts (+ the shared ones). */
+static void rf__ffn(const rf_model *r, int l, const double *xb, double *out)
+{
+    const model_hparams *hp = &r->hp;
+    const rf_layer *L = &r->layers[l];
+    int dim = hp->n_embd;
+    if (!L->router) {
+        rf__glu(r, hp->ffn_act, L->w_gate, L->b_gate, L->w_up, L->b_up, L->w_down, L->b_down, hp->n_ff, xb, out);
+        return;
+    }
+    double *lg = malloc((size_t)hp->n_expert * sizeof *lg), *y = malloc((size_t)dim * sizeof *y), w[64];
+    int ids[64];
+    rf__matvec(L->router, L->router_b, xb, dim, hp->n_expert, lg);
+    rf__route(r, L, lg, ids, w);
+    for (int i = 0; i < dim; i++) out[i] = 0;
+    for (int j = 0; j < hp->n_expert_used; j++) {
+        int e = ids[j];
+        rf__glu(r, hp->ffn_act, L->eg[e], L->ebg ? L->ebg[e] : NULL, L->eu[e], L->ebu ? L->ebu[e] : NULL, L->ed[e],
+                L->ebd ? L->ebd[e] : NULL, hp->n_ff_exp, xb, y);
+        for (int i = 0; i < dim; i++) out[i] += w[j] * y[i];
+    }
+    if (L->sh_g) {
+        rf__glu(r, MODEL_ACT_SILU, L->sh_g, NULL, L->sh_u, NULL, L->sh_d, NULL, hp->n_ff_shexp, xb, y);
+        for (int i = 0; i < dim; i++) out[i] += y[i];
+    }
+    free(lg), free(y);
+}
+
 void rf_step(const rf_model *r, rf_seq *s, int32_t token, double *logits)
 {
     const model_hparams *hp = &r->hp;
-    int dim = hp->n_embd, hd = hp->head_dim, nh = hp->n_heads, nkv = hp->n_kv_heads;
-    int q_dim = nh * hd, kv_dim = nkv * hd, ff = hp->n_ff;
+    int dim = hp->n_embd;
     if (s->window) rf__window_drop(r, s);
     int pos = s->window ? s->len : s->n; /* the query's position: within the cache with a window */
-    double *x = malloc((size_t)dim * sizeof *x),
-           *xb = malloc((size_t)(dim > q_dim ? dim : q_dim) * sizeof *xb);
-    double *q = malloc((size_t)q_dim * sizeof *q), *att = malloc((size_t)q_dim * sizeof *att);
-    double *g = malloc((size_t)ff * sizeof *g), *u = malloc((size_t)ff * sizeof *u);
-    double *sc = malloc((size_t)(pos + 1) * sizeof *sc), *o = malloc((size_t)dim * sizeof *o);
-    double *krot = s->window ? malloc((size_t)(pos + 1) * kv_dim * sizeof *krot) : NULL;
+    double *x = malloc((size_t)dim * sizeof *x), *xb = malloc((size_t)dim * sizeof *xb);
+    double *o = malloc((size_t)dim * sizeof *o);
     for (int i = 0; i < dim; i++) x[i] = r->tok_embd[(size_t)token * dim + i] * model_embd_scale(hp);
-
     for (int l = 0; l < hp->n_layers; l++) {
         const rf_layer *L = &r->layers[l];
-        double *kc = s->k + ((size_t)l * s->max_ctx) * kv_dim, *vc = s->v + ((size_t)l * s->max_ctx) * kv_dim;
-        double *kp = kc + (size_t)pos * kv_dim, *vp = vc + (size_t)pos * kv_dim;
         rf__rmsnorm(x, L->attn_norm, hp->rms_eps, dim, xb);
-        rf__matvec(L->wq, L->bq, xb, dim, q_dim, q);
-        rf__matvec(L->wk, L->bk, xb, dim, kv_dim, kp);
-        rf__matvec(L->wv, L->bv, xb, dim, kv_dim, vp);
-        for (int h = 0; L->q_norm && h < nh; h++) rf__rmsnorm(q + h * hd, L->q_norm, hp->rms_eps, hd, q + h * hd);
-        for (int h = 0; L->k_norm && h < nkv; h++) rf__rmsnorm(kp + h * hd, L->k_norm, hp->rms_eps, hd, kp + h * hd);
-        rf__rope(r, q, nh, &L->rope, pos);
-        if (s->window) { /* keys kept unrotated, rotated here at their position within the cache */
-            memcpy(krot, kc, (size_t)(pos + 1) * kv_dim * sizeof *krot);
-            for (int t = 0; t <= pos; t++) rf__rope(r, krot + (size_t)t * kv_dim, nkv, &L->rope, t);
-        } else {
-            rf__rope(r, kp, nkv, &L->rope, pos);
-        }
-        const double *ka = s->window ? krot : kc;
-        for (int i = 0; i < kv_dim; i++) {
-            kp[i] = rf__round_kv(kp[i], r->kv_round);
-            vp[i] = rf__round_kv(vp[i], r->kv_round);
-        }
-        int first = L->window > 0 && pos - L->window + 1 > 0 ? pos - L->window + 1 : 0;
-        for (int h = 0; h < nh; h++) {
-            int kh = h / (nh / nkv);
-            rf__attend(r, q + h * hd, ka + kh * hd, vc + kh * hd, kv_dim, first, pos, sc, att + h * hd);
-        }
-        rf__matvec(L->wo, L->bo, att, q_dim, dim, o);
+        if (hp->mla) rf__mla(r, s, l, xb, pos, o);
+        else rf__attention(r, s, l, xb, pos, o);
         rf__residual(r, x, o, L->post_attn_norm);
         rf__rmsnorm(x, L->ffn_norm, hp->rms_eps, dim, xb);
-        rf__matvec(L->w_gate, L->b_gate, xb, dim, ff, g);
-        rf__matvec(L->w_up, L->b_up, xb, dim, ff, u);
-        for (int i = 0; i < ff; i++) g[i] = rf__act(hp->ffn_act, g[i]) * u[i];
-        rf__matvec(L->w_down, L->b_down, g, ff, dim, o);
+        rf__ffn(r, l, xb, o);
         rf__residual(r, x, o, L->post_ffn_norm);
     }
     s->n++;
@@ -334,13 +561,5 @@ void rf_step(const rf_model *r, rf_seq *s, int32_t token, double *logits)
         rf__matvec(r->output, r->output_b, xb, dim, hp->n_vocab, logits);
         rf__softcap(logits, hp->n_vocab, hp->final_softcap);
     }
-    free(x);
-    free(xb);
-    free(q);
-    free(att);
-    free(g);
-    free(u);
-    free(sc);
-    free(o);
-    free(krot);
+    free(x), free(xb), free(o);
 }

@@ -246,7 +246,14 @@ static int32_t tf_tables(tf_seq *seqs, int n_seqs, int bs, uint64_t *rng)
 static double tf_tol(const model *m, int n_ctx)
 {
     const model_hparams *hp = &m->hp;
-    double per_layer = 5.0 * hp->n_embd + hp->head_dim + 2.0 * n_ctx + hp->n_ff;
+    /* experts: the router, the expert's own gate/up/down and the shared experts' on the way;
+     * MLA: the absorbed key (qk_nope), the latent scores, the value up-projection and its heads */
+    double ffn = hp->n_expert ? fmax(hp->n_ff, hp->n_expert + hp->n_ff_exp + hp->n_ff_shexp + hp->n_expert_used)
+                              : hp->n_ff;
+    double attn = hp->mla ? hp->qk_nope + hp->head_dim + hp->kv_lora_rank + (double)hp->n_heads * hp->v_head_dim +
+                                hp->q_lora_rank
+                          : hp->head_dim;
+    double per_layer = 5.0 * hp->n_embd + attn + 2.0 * n_ctx + ffn;
     return 2 * 0x1p-24 * (hp->n_layers * per_layer + 2.0 * hp->n_embd);
 }
 
@@ -268,7 +275,7 @@ static void tf_modes(tf_ctx *c, int kv_dtype, int bs, double qtol, const char *w
     tf_seq_make(c, &seqs[2], 51, 9, &rng);
     size_t cross_n = (size_t)3 * 128 * c->n_vocab;
     double *cross[3];
-    kv_geom g = kv_geom_make(c->m->hp.n_layers, c->m->hp.n_kv_heads, c->m->hp.head_dim, bs, kv_dtype);
+    kv_geom g = model_kv_geom(&c->m->hp, bs, kv_dtype);
     for (int li = 0; li < n_lv; li++) {
         backend *be = tu_cpu_backend(&lv[li], 2);
         for (int mode = 0; mode < 3; mode++) {
@@ -456,6 +463,98 @@ Test(forward, llama_rope_scaling, .timeout = 120)
     p.rope_factor = 3.0f;
     tf_open_p(&c, &p);
     tf_modes(&c, KV_F32, 5, 1e-5, "llama linear F32");
+    tf_close(&c);
+}
+
+/* qwen3moe: 8 experts of width 32, 2 used, renormalised softmax routing, q/k norms: every token's
+ * two experts grouped with the other tokens' in prefill chunks, one of 8 read per decode step. */
+Test(forward, qwen3moe_experts, .timeout = 120)
+{
+    tf_ctx c;
+    mkm_params p;
+    tf_params(&p, "qwen3moe", DT_F32, 32, 31);
+    p.norm_std = 0.2f;
+    tf_open_p(&c, &p);
+    cr_assert(c.m->hp.n_expert == 8 && c.m->hp.n_expert_used == 2 && c.m->hp.expert_weights_norm);
+    tf_modes(&c, KV_F32, 16, 0, "qwen3moe F32");
+    tf_modes(&c, KV_F16, 5, TF_KV16_NORMED_TOL, "qwen3moe F32");
+    tf_close(&c);
+}
+
+/* llama with experts (Mixtral-style), 6 experts of which 3, F16 and Q8_0 weights. */
+Test(forward, llama_experts, .timeout = 120)
+{
+    tf_ctx c;
+    mkm_params p;
+    tf_params(&p, "llama", DT_F16, 64, 32);
+    p.experts = 6;
+    p.experts_used = 3;
+    tf_open_p(&c, &p);
+    cr_assert(c.m->hp.n_expert == 6 && c.m->hp.n_ff_exp == 64 && c.m->layers[2].gate_exps);
+    tf_modes(&c, KV_F32, 16, 0, "llama 6 experts F16");
+    tf_close(&c);
+    tf_params(&p, "llama", DT_Q8_0, 64, 33);
+    p.experts = 4;
+    p.experts_used = 1;
+    tf_open_p(&c, &p);
+    tf_modes(&c, KV_F32, 5, 3e-2, "llama 4 experts Q8_0");
+    tf_close(&c);
+}
+
+/* deepseek2 with MLA: the backend's absorbed latent attention against the reference's naive one
+ * (every head's key and value up-projected from the cached latent), a leading dense layer,
+ * shared experts, YaRN with its log factor in the q·k scale; then a q LoRA with sigmoid routing
+ * over expert groups, a selection bias, renormalisation and a scale, on an f16 latent cache. */
+Test(forward, deepseek2_mla_absorbed_equals_naive, .timeout = 180)
+{
+    tf_ctx c;
+    mkm_params p;
+    tf_params(&p, "deepseek2", DT_F32, 32, 34);
+    p.heads = 4;
+    p.head_dim = 16;
+    p.rope_dims = 8;
+    p.kv_lora = 48;
+    p.v_head = 12;
+    p.expert_scale = 2.0f;
+    p.shared_experts = 2;
+    p.rope_scaling = "yarn";
+    p.rope_factor = 4.0f;
+    p.rope_ctx_orig = 64;
+    p.norm_std = 0.2f;
+    tf_open_p(&c, &p);
+    const model_hparams *hp = &c.m->hp;
+    cr_assert(hp->mla && hp->n_kv_heads == 1 && hp->head_dim == 56 && hp->n_layer_dense_lead == 1 &&
+              !model_layer_is_moe(hp, 0) && model_layer_is_moe(hp, 1) && hp->n_ff_shexp == 64);
+    tf_modes(&c, KV_F32, 16, 0, "deepseek2 MLA F32");
+    tf_modes(&c, KV_F32, 5, 0, "deepseek2 MLA F32");
+    tf_close(&c);
+    tf_params(&p, "deepseek2", DT_F32, 32, 35);
+    p.heads = 4, p.head_dim = 16, p.rope_dims = 8, p.kv_lora = 32, p.q_lora = 24;
+    p.experts = 8, p.experts_used = 3, p.expert_groups = 4, p.groups_used = 2, p.gating = 2, p.expert_norm = 1;
+    p.expert_scale = 2.5f, p.sel_bias = 1;
+    tf_open_p(&c, &p);
+    cr_assert(c.m->hp.q_lora_rank == 24 && c.m->hp.expert_gating == MODEL_GATING_SIGMOID &&
+              c.m->hp.n_expert_groups == 4 && c.m->layers[1].exp_probs_b.data && c.m->layers[0].wq_a.data);
+    tf_modes(&c, KV_F32, 16, 0, "deepseek2 q-LoRA grouped sigmoid F32");
+    tf_modes(&c, KV_F16, 16, TF_KV16_NORMED_TOL, "deepseek2 q-LoRA grouped sigmoid F32");
+    tf_close(&c);
+}
+
+/* gpt-oss: learned sinks, a window of 11 on layers 0 and 2, q/k/v/o biases, a biased router
+ * whose two best logits are softmaxed, clamped SwiGLU experts with biases. */
+Test(forward, gpt_oss_sinks_window_experts, .timeout = 120)
+{
+    tf_ctx c;
+    mkm_params p;
+    tf_params(&p, "gpt-oss", DT_F32, 32, 36);
+    p.swa_window = 11;
+    p.norm_std = 0.2f;
+    tf_open_p(&c, &p);
+    const model_hparams *hp = &c.m->hp;
+    cr_assert(hp->attn_sinks && model_layer_window(hp, 0) == 11 && !model_layer_window(hp, 1) &&
+              hp->ffn_act == MODEL_ACT_SWIGLU_OAI && c.m->layers[1].b_down_exps && c.m->layers[0].sinks.data);
+    tf_modes(&c, KV_F32, 16, 0, "gpt-oss F32");
+    tf_modes(&c, KV_F32, 5, 0, "gpt-oss F32");
     tf_close(&c);
 }
 
