@@ -134,6 +134,21 @@ static void info_gather(info_data *d)
     info_vocab(d);
 }
 
+/* The experts line: how many, how wide, how many per token, and the active parameters. */
+static void info_print_moe(const model *m)
+{
+    const model_hparams *hp = &m->hp;
+    if (!hp->n_expert) return;
+    size_t all = model_weight_elems(m), active = model_active_elems(m);
+    printf("experts:        %d routed experts of width %d, %d used per token", hp->n_expert, hp->n_ff_exp,
+           hp->n_expert_used);
+    if (hp->n_ff_shexp) printf(", %d shared (one SwiGLU of width %d)", hp->n_expert_shared, hp->n_ff_shexp);
+    if (hp->n_layer_dense_lead) printf(", the first %d layer%s dense", hp->n_layer_dense_lead,
+                                       hp->n_layer_dense_lead > 1 ? "s" : "");
+    printf("; active parameters per token %zu of %zu (%.1f%%: k of the routed experts, the embedding table not at all)\n", active, all,
+           100.0 * (double)active / (double)all);
+}
+
 /* The KV geometry of hp with dtype, block_size and, with window > 0, sinks + window on every layer. */
 static void info_kv_geom(const model_hparams *hp, int dtype, int block_size, int window, int sinks, kv_geom *g)
 {
@@ -251,9 +266,15 @@ static void info_print_text(const info_data *d)
            "stored, quantised types included)\n", model_weight_bytes(d->m),
            8.0 * (double)model_weight_bytes(d->m) / (double)model_weight_elems(d->m),
            model_weight_bytes(d->m));
-    printf("KV cache:       bytes per token = 2 × n_layers × n_kv_heads × (head_dim × bytes per value"
-           " + a %d-byte scale for int8/fp8); capacity of --kv-memory %zu bytes in blocks of %d tokens\n",
-           KV_SCALE_BYTES, d->kv_budget, d->block_size);
+    info_print_moe(d->m);
+    if (hp->mla)
+        printf("KV cache:       bytes per token = n_layers × (kv_lora_rank + qk_rope) × bytes per value (+ a %d-byte "
+               "scale for int8/fp8): one latent vector per token and layer; capacity of --kv-memory %zu bytes in "
+               "blocks of %d tokens\n", KV_SCALE_BYTES, d->kv_budget, d->block_size);
+    else
+        printf("KV cache:       bytes per token = 2 × n_layers × n_kv_heads × (head_dim × bytes per value"
+               " + a %d-byte scale for int8/fp8); capacity of --kv-memory %zu bytes in blocks of %d tokens\n",
+               KV_SCALE_BYTES, d->kv_budget, d->block_size);
     char at[64];
     info_seq_what(d, hp->n_ctx_train, at, sizeof at);
     for (size_t i = 0; i < INFO_N_KV; i++) {
@@ -273,6 +294,14 @@ static void info_print_text(const info_data *d)
            kv_bytes_per_token(&g) * (size_t)hp->n_ctx_train);
     char by_type[512];
     printf("  by layer type (f16): %s\n", model_kv_by_layer_type(hp, kv_vec_bytes(&g), by_type, sizeof by_type));
+    if (hp->mla) {
+        size_t mha = (size_t)hp->n_layers * (size_t)model_mha_kv_values(hp) * 2;
+        printf("MLA latent:     %d latent + %d RoPE key = %d values per token and layer, %zu bytes/token at f16; "
+               "plain multi-head attention would keep %d heads × (%d + %d key + %d value) = %d values, %zu "
+               "bytes/token: %.1f× more\n", hp->kv_lora_rank, hp->rope_dims, hp->head_dim, kv_bytes_per_token(&g),
+               hp->n_heads, hp->qk_nope, hp->rope_dims, hp->v_head_dim, model_mha_kv_values(hp), mha,
+               (double)mha / (double)kv_bytes_per_token(&g));
+    }
     info_print_tier(d, hp);
 }
 
@@ -335,6 +364,19 @@ static int info_print_json(const info_data *d)
         cJSON_AddNumberToObject(h, "sliding_window_layers", model_n_swa_layers(hp));
         cJSON_AddNumberToObject(h, "attn_softcap", hp->attn_softcap);
         cJSON_AddNumberToObject(h, "final_softcap", hp->final_softcap);
+        cJSON_AddNumberToObject(h, "n_expert", hp->n_expert);
+        cJSON_AddNumberToObject(h, "n_expert_used", hp->n_expert_used);
+        cJSON_AddNumberToObject(h, "n_ff_exp", hp->n_ff_exp);
+        cJSON_AddNumberToObject(h, "n_expert_shared", hp->n_expert_shared);
+        cJSON_AddNumberToObject(h, "n_layer_dense_lead", hp->n_layer_dense_lead);
+        cJSON_AddBoolToObject(h, "mla", hp->mla);
+        cJSON_AddNumberToObject(h, "kv_lora_rank", hp->kv_lora_rank);
+        cJSON_AddNumberToObject(h, "q_lora_rank", hp->q_lora_rank);
+        cJSON_AddNumberToObject(h, "v_head_dim", hp->v_head_dim);
+        cJSON_AddBoolToObject(h, "attn_sinks", hp->attn_sinks);
+        cJSON_AddNumberToObject(o, "active_params", (double)model_active_elems(d->m));
+        cJSON_AddNumberToObject(o, "kv_values_per_token_layer", hp->mla ? hp->head_dim : 2 * hp->n_kv_heads * hp->head_dim);
+        cJSON_AddNumberToObject(o, "mha_kv_values_per_token_layer", model_mha_kv_values(hp));
         char feats[512];
         cJSON_AddStringToObject(o, "features", model_features(hp, feats, sizeof feats));
         cJSON_AddNumberToObject(o, "weight_bytes", (double)model_weight_bytes(d->m));

@@ -136,6 +136,11 @@ void engine_kv_log(const engine_kv *kv, const model_hparams *hp)
             "%d blocks of %d tokens = %lld tokens; max %lld sequences at %s\n",
             kv_dtype_name(g->dtype), formula, bpt, (int)kv->n_blocks[0], g->block_size, (long long)cap,
             (long long)engine_kv_seq_capacity(kv), at);
+    if (hp->mla)
+        fprintf(stderr, "KV cache: MLA latent layout, one vector of %d latent + %d RoPE key values per token and "
+                "layer; plain multi-head attention would keep %d values (K and V per head), %.1fx more\n",
+                hp->kv_lora_rank, hp->rope_dims, model_mha_kv_values(hp),
+                (double)model_mha_kv_values(hp) / (double)hp->head_dim);
     if (model_n_swa_layers(hp))
         fprintf(stderr, "KV cache by layer type: %s; the sliding layers release what left their window, "
                 "%d blocks for them, %d for the others\n",

@@ -37,7 +37,7 @@ hash_key engine_tier_fingerprint(const model *m, const kv_geom *g, const char *b
     hash_init(&h);
     static const char tag[] = "kvserve KV tier blocks";
     int32_t v[] = {ENGINE_TIER_FORMAT, g->n_layers, g->n_kv_heads, g->head_dim, g->block_size, g->dtype,
-                   kv_n_groups(g), g->rule[0].keep, g->rule[0].window, g->rule[0].sinks};
+                   kv_n_groups(g), g->rule[0].keep, g->rule[0].window, g->rule[0].sinks, g->latent};
     hash_update(&h, tag, sizeof tag);
     hash_update(&h, backend_name, strlen(backend_name) + 1);
     hash_update(&h, v, sizeof v);

@@ -241,6 +241,11 @@ int model_n_swa_layers(const model_hparams *hp);
  * kv_lora_rank + qk_rope values per token and layer). */
 kv_geom model_kv_geom(const model_hparams *hp, int block_size, int dtype);
 
+/* Values per token and layer that K and V per head take: 2 × n_kv_heads × head_dim, or for an MLA
+ * model what plain multi-head attention would keep (n_heads × (qk_nope + qk_rope + v_head)),
+ * against the kv_lora_rank + qk_rope of its latent. */
+int model_mha_kv_values(const model_hparams *hp);
+
 /* 1 when layer il's FFN is a mixture of experts (experts exist and il is past the leading dense
  * layers). */
 int model_layer_is_moe(const model_hparams *hp, int il);

@@ -370,6 +370,11 @@ kv_geom model_kv_geom(const model_hparams *hp, int block_size, int dtype)
     return g;
 }
 
+int model_mha_kv_values(const model_hparams *hp)
+{
+    return hp->mla ? hp->n_heads * (hp->qk_nope + hp->rope_dims + hp->v_head_dim) : 2 * hp->n_kv_heads * hp->head_dim;
+}
+
 int model_layer_is_moe(const model_hparams *hp, int il)
 {
     return hp->n_expert > 0 && il >= hp->n_layer_dense_lead;
@@ -431,6 +436,11 @@ int model_arch_is_supported(const char *name)
 char *model_kv_by_layer_type(const model_hparams *hp, size_t vec_bytes, char *buf, size_t len)
 {
     int n_swa = model_n_swa_layers(hp), n_glob = hp->n_layers - n_swa;
+    if (hp->mla) { /* one latent vector per token and layer (no windows in MLA models) */
+        snprintf(buf, len, "%d layer%s × 1 latent vector × %zu bytes = %zu bytes/token (MLA)", hp->n_layers,
+                 hp->n_layers == 1 ? "" : "s", vec_bytes, vec_bytes * (size_t)hp->n_layers);
+        return buf;
+    }
     size_t per_layer = 2u * (size_t)hp->n_kv_heads * vec_bytes;
     int at = snprintf(buf, len, "%d global layer%s × 2 × %d kv heads × %zu bytes = %zu bytes/token", n_glob,
                       n_glob == 1 ? "" : "s", hp->n_kv_heads, vec_bytes, per_layer * (size_t)n_glob);
@@ -486,7 +496,8 @@ char *model_features(const model_hparams *hp, char *buf, size_t len)
         if (hp->n_expert_groups)
             feat(buf, len, &at, "%d expert groups, %d used", hp->n_expert_groups, hp->n_group_used);
         if (hp->n_ff_shexp) feat(buf, len, &at, "shared experts of width %d", hp->n_ff_shexp);
-        if (hp->n_layer_dense_lead) feat(buf, len, &at, "%d leading dense layers", hp->n_layer_dense_lead);
+        if (hp->n_layer_dense_lead)
+            feat(buf, len, &at, "%d leading dense layer%s", hp->n_layer_dense_lead, hp->n_layer_dense_lead > 1 ? "s" : "");
         if (hp->fused_gate_up_exps) feat(buf, len, &at, "fused gate+up experts");
     }
     if (hp->mla)

@@ -214,7 +214,7 @@ char *met_render(const met *m, const engine_stats *st, const char *model_name)
     hist(&b, lbl, "vllm:request_generation_tokens", "Generated tokens per request.", &m->gen_toks);
     iteration_tokens(&b, lbl, st);
     counter(&b, lbl, "kvserve_prefix_cache_evictions", "KV blocks evicted from the prefix cache.", (double)st->prefix_cache_evictions);
-    gauge(&b, lbl, "kvserve_kv_bytes_per_token", "KV bytes per token: 2 x layers x kv_heads x (head_dim x bytes + the int8/fp8 scale).", (double)st->kv_bytes_per_token);
+    gauge(&b, lbl, "kvserve_kv_bytes_per_token", "KV bytes per token: 2 x layers x kv_heads x (head_dim x bytes + the int8/fp8 scale); with MLA, layers x (latent + rope key) x bytes.", (double)st->kv_bytes_per_token);
     gauge(&b, lbl, "kvserve_kv_capacity_tokens", "Tokens the KV arena holds.", (double)st->kv_capacity_tokens);
     gauge(&b, lbl, "kvserve_kv_capacity_sequences", "Sequences the KV arena holds at once at full context (or one window).", (double)st->kv_capacity_seqs);
     gauge(&b, lbl, "kvserve_kv_blocks_total", "KV blocks in the arena.", (double)st->kv_blocks_total);

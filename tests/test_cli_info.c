@@ -207,6 +207,52 @@ Test(cli_info, mkmodel_then_info)
     free(err);
 }
 
+/* A mixture of experts and a latent-attention model made by mkmodel: the experts line with the
+ * active parameters, the MLA latent line with what plain MHA would keep, and the JSON. */
+Test(cli_info, moe_and_mla_lines)
+{
+    ci_bin();
+    const char *d = getenv("TMPDIR");
+    char tmp[512], args[1024];
+    snprintf(tmp, sizeof tmp, "%s/kvserve_ci_moe_%d.gguf", d && *d ? d : "/tmp", (int)getpid());
+    char *out, *err;
+    snprintf(args, sizeof args, "mkmodel -o '%s' --arch qwen3moe --dim 64 --layers 2 --heads 4 --experts 16 "
+             "--experts-used 4 --ffn 32", tmp);
+    cr_assert_eq(ci_run(args, &out, &err), 0, "%s", err);
+    free(out), free(err);
+    snprintf(args, sizeof args, "info -m '%s'", tmp);
+    cr_assert_eq(ci_run(args, &out, &err), 0, "%s", err);
+    /* active: everything but the embedding, 4 of the 16 experts (each 3 × 64 × 32 weights) */
+    cr_assert(strstr(out, "experts:        16 routed experts of width 32, 4 used per token"), "%s", out);
+    size_t all = 0, active = 0;
+    const char *at = strstr(out, "active parameters per token ");
+    cr_assert(at && sscanf(at, "active parameters per token %zu of %zu", &active, &all) == 2, "%s", out);
+    cr_assert_eq(all - active, 512u * 64 + 2u * 12 * 3 * 64 * 32, "%zu of %zu", active, all);
+    free(out), free(err);
+    snprintf(args, sizeof args, "mkmodel -o '%s' --arch deepseek2 --dim 64 --layers 3 --heads 4 --head-dim 16 "
+             "--ffn 32 --experts 4", tmp);
+    cr_assert_eq(ci_run(args, &out, &err), 0, "%s", err);
+    free(out), free(err);
+    snprintf(args, sizeof args, "info -m '%s'", tmp);
+    cr_assert_eq(ci_run(args, &out, &err), 0, "%s", err);
+    /* latent 4 × 16 = 64, RoPE 8: 72 values per token and layer; MHA: 4 × (16 + 8 + 16) = 160 */
+    cr_assert(strstr(out, "MLA latent:     64 latent + 8 RoPE key = 72 values per token and layer, 432 bytes/token at f16"),
+              "%s", out);
+    cr_assert(strstr(out, "4 heads × (16 + 8 key + 16 value) = 160 values, 960 bytes/token"), "%s", out);
+    cr_assert(strstr(out, "KV bytes per token (f16):  3 × 72 × 2 = 432"), "%s", out);
+    free(out), free(err);
+    snprintf(args, sizeof args, "info -m '%s' --json", tmp);
+    cr_assert_eq(ci_run(args, &out, &err), 0, "%s", err);
+    cJSON *j = cJSON_Parse(strrchr(out, '{') ? out : "{}");
+    cr_assert_not_null(j);
+    cr_assert_eq(cJSON_GetObjectItem(j, "kv_values_per_token_layer")->valueint, 72);
+    cr_assert_eq(cJSON_GetObjectItem(j, "mha_kv_values_per_token_layer")->valueint, 160);
+    cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "hparams"), "mla")));
+    cJSON_Delete(j);
+    free(out), free(err);
+    unlink(tmp);
+}
+
 Test(cli_info, vocab_only_file)
 {
     char path[4096], args[4300];

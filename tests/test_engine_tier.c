@@ -48,10 +48,8 @@ static engine *tet_engine(const char *dir, size_t host_bytes, int dtype, int win
     c.n_threads = 1;
     c.make_backend = be_create;
     c.kv_dtype = dtype;
-    c.kv_memory_bytes = 14 * 16 * kv_bytes_per_token(&(kv_geom){.n_layers = te_model->hp.n_layers,
-                                                               .n_kv_heads = te_model->hp.n_kv_heads,
-                                                               .head_dim = te_model->hp.head_dim,
-                                                               .dtype = dtype});
+    kv_geom g = model_kv_geom(&te_model->hp, 16, dtype);
+    c.kv_memory_bytes = 14 * 16 * kv_bytes_per_token(&g);
     c.max_model_len = 160;
     c.max_seqs = 4;
     c.max_batch_tokens = 64;
@@ -89,7 +87,7 @@ static engine_usage tet_run(engine *e, int d, int s, int32_t *out)
 static engine *tet_equal_and_restart(const char *dir, int dtype)
 {
     engine *plain = tet_engine(NULL, 0, dtype, 0);
-    kv_geom g = kv_geom_make(te_model->hp.n_layers, te_model->hp.n_kv_heads, te_model->hp.head_dim, 16, dtype);
+    kv_geom g = model_kv_geom(&te_model->hp, 16, dtype);
     engine *tiered = tet_engine(dir, 4 * kv_bytes_per_block(&g), dtype, 0);
     int32_t a[TET_GEN], b[TET_GEN];
     static const int order[] = {1, 2, 3, 1, 4, 2, 3, 4, 1, 3};
@@ -179,6 +177,40 @@ Test(engine_tier, sinks_and_window)
     tu_rm_rf(dir);
 }
 
+/* A model with multi-head latent attention (a generated deepseek2): its latent blocks (one
+ * vector per token and layer, half a K/V block's size and less) go out to the tier and come
+ * back, f16 and int8, with outputs equal to those without a tier and a restart finding them. */
+Test(engine_tier, latent_kv_blocks)
+{
+    TE_NEED_MODEL();
+    mkm_params p;
+    mkm_params_default(&p);
+    p.arch = "deepseek2";
+    p.dim = 64, p.layers = 2, p.heads = 4, p.head_dim = 16, p.ffn = 32, p.experts = 4, p.norm_std = 0.2f;
+    char path[512], err[512];
+    tu_write_mkmodel(&p, "tier-mla", path, sizeof path);
+    model *saved = te_model, *m;
+    tokenizer *saved_tok = te_tok;
+    cr_assert_eq(model_load(path, &m, err, sizeof err), 0, "%s", err);
+    te_model = m;
+    te_tok = tok_create(m->gguf, err, sizeof err);
+    cr_assert_not_null(te_tok, "%s", err);
+    kv_geom g = model_kv_geom(&m->hp, 16, KV_F16);
+    cr_assert(g.latent == 64 && kv_bytes_per_token(&g) == 2u * 72 * 2, "the latent layout: %zu bytes/token",
+              kv_bytes_per_token(&g));
+    const int dtypes[] = {KV_F16, KV_I8};
+    for (int i = 0; i < 2; i++) {
+        char dir[256];
+        tu_mkdtemp("engine-tier-mla", dir, sizeof dir);
+        engine_destroy(tet_equal_and_restart(dir, dtypes[i]), 0);
+        tu_rm_rf(dir);
+    }
+    tok_destroy(te_tok);
+    model_destroy(m);
+    te_model = saved, te_tok = saved_tok;
+    unlink(path);
+}
+
 Test(engine_tier, fingerprint_names_model_geometry_and_backend)
 {
     TE_NEED_MODEL();
@@ -192,6 +224,9 @@ Test(engine_tier, fingerprint_names_model_geometry_and_backend)
     g2 = g;
     g2.block_size = 32;
     cr_assert(!hash_key_eq(k, engine_tier_fingerprint(te_model, &g2, "cpu")), "block size");
+    g2 = g;
+    g2.latent = 2;
+    cr_assert(!hash_key_eq(k, engine_tier_fingerprint(te_model, &g2, "cpu")), "latent layout");
     /* Two generated models of one shape: the same weights name the same blocks, other weights
      * (another seed: same metadata, same tensor table) do not. */
     char pa[512], pb[512], pc[512], err[256];
