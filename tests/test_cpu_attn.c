@@ -9,7 +9,8 @@
  * chunk (more new tokens than the kernel's query tile), at every SIMD level this machine
  * supports. The reference sees the K/V values after rounding to the arena's dtype (quantising
  * int8 / e4m3 vectors by the rule of cache/kv.h), so the tolerance only covers f32 arithmetic,
- * derived from it (cpua_tol); attention sinks met by their own queries too.
+ * derived from it (cpua_tol); attention sinks met by their own queries too, learned per-head sink
+ * logits (gpt-oss) and the latent layout of MLA (one vector per token that is key and value).
  */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -71,6 +72,8 @@ typedef struct cpua_case {
     float softcap; /* 0: off */
     int window;    /* 0: full causal */
     int sinks;     /* > 0: sequences longer than this meet their first `sinks` entries with q_sink */
+    int learned;   /* 1: a learned sink logit per head (be_attn.head_sinks) */
+    int latent;    /* > 0: the latent layout (one kv head, the vector is also the value) */
 } cpua_case;
 
 static be_attn cpua_attn(const cpua_case *tc, int n_heads)
@@ -95,7 +98,8 @@ static double cpua_gamma(double n)
  * of 16 or more keys (γ_{n + n/16 + 16}); an error δ in a score moves the output by at most
  * 2δ · Σ p|v|. Writes out_ref[hd] and tol[hd]. */
 static void cpua_ref_row(const cpua_case *tc, const float *q, const float *qs, int n_sink, int last,
-                         const float *const *kr, const float *const *vr, double *sc, double *out_ref, double *tol)
+                         const float *const *kr, const float *const *vr, const float *hsink, double *sc,
+                         double *out_ref, double *tol)
 {
     int hd = tc->head_dim, dtype = kv_dtype_is_quant(tc->dtype) ? KV_F32 : tc->dtype; /* quantised: kr is rounded */
     double scale = tc->scale > 0 ? tc->scale : 1.0 / sqrt((double)hd), m = -INFINITY, l = 0, mag = 0;
@@ -113,7 +117,9 @@ static void cpua_ref_row(const cpua_case *tc, const float *q, const float *qs, i
         mag = fmax(mag, a * scale);
         m = fmax(m, sc[j]);
     }
+    if (hsink) m = fmax(m, *hsink);
     for (int j = first; j <= last; j++) l += exp(sc[j] - m);
+    if (hsink) l += exp(*hsink - m); /* a learned sink: mass in the denominator, no value */
     double ds = cpua_gamma(hd + 3) * mag + (tc->softcap > 0 ? 3 * 0x1p-24 * tc->softcap : 0);
     double dr = cpua_gamma(n + n / 16 + 16);
     for (int e = 0; e < hd; e++) {
@@ -134,10 +140,12 @@ static void cpua_ref_row(const cpua_case *tc, const float *q, const float *qs, i
 static void cpua_run(const cpua_case *tc)
 {
     const int ctx[CPUA_NSEQ] = {23, 300, 5, 1, 150}, n_new[CPUA_NSEQ] = {7, 1, 5, 1, 37}; /* 300: > 256 keys */
-    int n_kv = 2, n_heads = n_kv * tc->gqa, hd = tc->head_dim, bs = tc->block_size;
+    int n_kv = tc->latent ? 1 : 2, n_heads = n_kv * tc->gqa, hd = tc->head_dim, bs = tc->block_size;
     int kv_dim = n_kv * hd, q_dim = n_heads * hd;
-    cpua_rng = 0x1234567ull + (uint64_t)(hd * 131 + tc->gqa * 17 + bs * 3 + tc->dtype) * 7919;
+    cpua_rng = 0x1234567ull + (uint64_t)(hd * 131 + tc->gqa * 17 + bs * 3 + tc->dtype + 5 * tc->learned) * 7919;
     uint64_t seed = cpua_rng;
+    float hsink[64];
+    for (int h = 0; h < n_heads; h++) hsink[h] = 3.0f * cpua_rand(); /* of the scores' order */
 
     /* Random block tables: a shuffled list of block ids dealt to the sequences. */
     int bt_stride = 0, n_blocks = 2; /* 2 spare blocks for the copy test */
@@ -174,6 +182,7 @@ static void cpua_run(const cpua_case *tc)
             for (int d = 0; d < kv_dim; d++) {
                 K[(size_t)(base[s] + j) * kv_dim + d] = cpua_rand() * 2.0f;
                 V[(size_t)(base[s] + j) * kv_dim + d] = cpua_rand();
+                if (tc->latent) V[(size_t)(base[s] + j) * kv_dim + d] = K[(size_t)(base[s] + j) * kv_dim + d];
             }
         }
 
@@ -219,30 +228,34 @@ static void cpua_run(const cpua_case *tc)
                     kr[j] = KR + (size_t)(base[s] + j) * kv_dim + (h / tc->gqa) * hd;
                     vr[j] = VR + (size_t)(base[s] + j) * kv_dim + (h / tc->gqa) * hd;
                 }
-                cpua_ref_row(tc, q + at, qs + at, sinks[s], pos[i], kr, vr, sc, ref + at, tol + at);
+                cpua_ref_row(tc, q + at, qs + at, sinks[s], pos[i], kr, vr, tc->learned ? &hsink[h] : NULL, sc,
+                             ref + at, tol + at);
             }
 
     tu_cpu_level lv[TU_MAX_LEVELS];
     int n_lv = tu_cpu_levels(lv);
     for (int li = 0; li < n_lv; li++) {
         backend *be = tu_cpu_backend(&lv[li], tc->threads);
-        kv_geom g = {.n_layers = 2, .n_kv_heads = n_kv, .head_dim = hd, .block_size = bs, .dtype = tc->dtype};
+        kv_geom g = {.n_layers = 2, .n_kv_heads = n_kv, .head_dim = hd, .block_size = bs, .dtype = tc->dtype,
+                     .latent = tc->latent};
         cr_assert_eq(be->ops->kv_init(be, &g, &n_blocks), 0);
         /* A store-only step writes the cached prefixes; layer 0 gets different values so that
          * a layer mix-up shows. */
         be_batch hb = {.n_tokens = n_hist, .n_seqs = 0, .n_kv = 1, .kv = {{.slots = hslot}}};
         cr_assert_eq(be->ops->begin(be, &hb), 0);
-        be->ops->store_kv(be, 1, hk, hv);
-        be->ops->store_kv(be, 0, hv, hk);
+        be->ops->store_kv(be, 1, hk, tc->latent ? NULL : hv);
+        be->ops->store_kv(be, 0, hv, tc->latent ? NULL : hk);
         /* The step: new tokens of every sequence, their K/V stored, then attention. */
         be_batch b = {.n_tokens = n_tok, .tokens = pos, .positions = pos, .n_seqs = CPUA_NSEQ, .q_start = q_start, .n_logits = 0, .logit_rows = pos, .n_kv = 1, .kv = {{.slots = nslot, .ctx_len = ctx, .block_table = bt, .bt_stride = bt_stride}}};
         if (tc->sinks) b.kv[0].sinks = sinks, b.kv[0].sink_shift = shift;
         cr_assert_eq(be->ops->begin(be, &b), 0);
-        be->ops->store_kv(be, 1, nk, nv);
-        be->ops->store_kv(be, 0, nv, nk);
+        be->ops->store_kv(be, 1, nk, tc->latent ? NULL : nv);
+        be->ops->store_kv(be, 0, nv, tc->latent ? NULL : nk);
         for (size_t i = 0; i < (size_t)n_tok * q_dim; i++) out[i] = NAN;
         be_attn at = cpua_attn(tc, n_heads);
         at.q_sink = qs;
+        be_weight hs = {.type = 0, .n_in = n_heads, .n_out = 1, .data = hsink};
+        if (tc->learned) at.head_sinks = &hs;
         be->ops->attention(be, 1, q, &at, out);
         for (size_t e = 0; e < (size_t)n_tok * q_dim; e++)
             cr_assert(fabs(out[e] - ref[e]) <= tol[e],
@@ -279,7 +292,7 @@ Test(cpu, attention_paged_gqa)
         for (int b = 0; b < 4; b++)
             for (int c = 0; c < 3; c++)
                 for (int d = 0; d < 3; d++, k++) {
-                    cpua_case tc = {hds[a], gqas[b], bss[c], dtypes[d], 1 + k % 3, 0, 0, 0, 0};
+                    cpua_case tc = {hds[a], gqas[b], bss[c], dtypes[d], 1 + k % 3, 0, 0, 0, 0, 0, 0};
                     cpua_run(&tc);
                 }
 }
@@ -300,7 +313,7 @@ Test(cpu, attention_window_softcap_scale)
         for (int a = 0; a < 2; a++)
             for (int b = 0; b < 2; b++, k++) {
                 cpua_case tc = {hds[a], gqas[b], bss[k % 2], dtypes[(k / 2) % 2], 1 + k % 3, v[i].scale, v[i].cap,
-                                v[i].window, 0};
+                                v[i].window, 0, 0, 0};
                 cpua_run(&tc);
             }
 }
@@ -317,7 +330,7 @@ Test(cpu, attention_quantised_kv)
             for (int c = 0; c < 3; c++)
                 for (int d = KV_I8; d <= KV_FP8; d++, k++) {
                     int w = k % 4 == 3 ? 37 : 0;
-                    cpua_case tc = {hds[a], gqas[b], bss[c], d, 1 + k % 3, 0, w ? 20.0f : 0.0f, w, 0};
+                    cpua_case tc = {hds[a], gqas[b], bss[c], d, 1 + k % 3, 0, w ? 20.0f : 0.0f, w, 0, 0, 0};
                     cpua_run(&tc);
                 }
 }
@@ -373,9 +386,40 @@ Test(cpu, attention_sinks_meet_their_queries)
     for (int a = 0; a < 2; a++)
         for (int b = 0; b < 2; b++)
             for (int c = 0; c < 3; c++, k++) {
-                cpua_case tc = {hds[a], gqas[b], c == 1 ? 7 : 16, dtypes[k % 3], 1 + k % 3, 0, 0, 0, sinks[c]};
+                cpua_case tc = {hds[a], gqas[b], c == 1 ? 7 : 16, dtypes[k % 3], 1 + k % 3, 0, 0, 0, sinks[c], 0, 0};
                 cpua_run(&tc);
             }
+}
+
+/* Learned sink logits per head (gpt-oss): each head's softmax gains e^(sink − m) in its
+ * denominator; with GQA, windows, quantised arenas, decode rows (no fast path) and long chunks. */
+Test(cpu, attention_learned_sinks)
+{
+    const int hds[] = {8, 64}, gqas[] = {1, 4};
+    const int dtypes[] = {KV_F16, KV_I8, KV_F32};
+    int k = 0;
+    for (int a = 0; a < 2; a++)
+        for (int b = 0; b < 2; b++)
+            for (int d = 0; d < 3; d++, k++) {
+                int w = k % 2 ? 16 : 0;
+                cpua_case tc = {hds[a], gqas[b], k % 3 == 1 ? 7 : 16, dtypes[d], 1 + k % 3, 0, 0, w, 0, 1, 0};
+                cpua_run(&tc);
+            }
+}
+
+/* The latent layout (MLA): one plane per layer, each token's vector stored once (K read as its
+ * transpose, V as stored), one kv head for up to 16 query heads; every KV dtype, odd block sizes,
+ * the head sizes of the reference file (80) and of DeepSeek (576). */
+Test(cpu, attention_latent_layout)
+{
+    const int hds[] = {80, 576}, gqas[] = {4, 16}, bss[] = {16, 7};
+    const int dtypes[] = {KV_F16, KV_F32, KV_BF16, KV_I8, KV_FP8};
+    int k = 0;
+    for (int a = 0; a < 2; a++)
+        for (int d = 0; d < 5; d++, k++) {
+            cpua_case tc = {hds[a], gqas[k % 2], bss[k % 2], dtypes[d], 1 + k % 3, 0, 0, 0, 0, k % 4 == 3, hds[a] - 16};
+            cpua_run(&tc);
+        }
 }
 
 /* ---- sequences sharing prefix blocks ---------------------------------------------------------- */
@@ -446,7 +490,7 @@ static void cpua_shared_run(const cpua_case *tc)
                     kr[j] = KR + e;
                     vr[j] = VR + e;
                 }
-                cpua_ref_row(tc, q + at, q + at, 0, pos[i], kr, vr, sc, ref + at, tol + at);
+                cpua_ref_row(tc, q + at, q + at, 0, pos[i], kr, vr, NULL, sc, ref + at, tol + at);
             }
 
     tu_cpu_level lv[TU_MAX_LEVELS];
@@ -487,7 +531,7 @@ Test(cpu, attention_shared_prefix_groups)
                 for (int e = 0; e < 4; e++, k++) {
                     /* every third run windowed (inside the shared part, or past it) and soft-capped */
                     int w = k % 3 == 1 ? 50 : k % 3 == 2 ? 300 : 0;
-                    cpua_case tc = {hds[a], gqas[c], bss[d], dtypes[e], 1 + k % 4, 0, w ? 30.0f : 0.0f, w, 0};
+                    cpua_case tc = {hds[a], gqas[c], bss[d], dtypes[e], 1 + k % 4, 0, w ? 30.0f : 0.0f, w, 0, 0, 0};
                     cpua_shared_run(&tc);
                 }
 }
