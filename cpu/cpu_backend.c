@@ -427,6 +427,19 @@ static void cpu_moe_ffn(backend *be, const float *x, int n_rows, const float *lo
     cpu__moe_ffn(cb(be), x, n_rows, logits, m, out);
 }
 
+static int cpu_mla_prepare(backend *be, be_mla *m)
+{
+    (void)be;
+    m->extra = NULL;
+    return 0;
+}
+
+static void cpu_mla_release(backend *be, be_mla *m)
+{
+    (void)be;
+    m->extra = NULL;
+}
+
 static void cpu_mla_qk(backend *be, const float *q, const float *kv, const be_mla *m, float *q_lat, float *k_lat)
 {
     cpu__mla_qk(cb(be), q, kv, m, q_lat, k_lat);
@@ -482,6 +495,8 @@ static const be_ops cpu_ops = {
     .moe_prepare = cpu_moe_prepare,
     .moe_release = cpu_moe_release,
     .moe_ffn = cpu_moe_ffn,
+    .mla_prepare = cpu_mla_prepare,
+    .mla_release = cpu_mla_release,
     .mla_qk = cpu_mla_qk,
     .mla_out = cpu_mla_out,
 };

@@ -61,11 +61,11 @@ static int cuda__attention_sm80(cudaStream_t s, const cuda__attn_args *a, int kv
 }
 
 static void cuda__attn_reduce_sm80(cudaStream_t s, const float *part, float *out, int n_tokens, int n_heads,
-                                   int head_dim, int splits)
+                                   int head_dim, int splits, const float *head_sinks)
 {
     dim3 grid(n_heads, n_tokens);
     int threads = cuda_attn_reduce_threads(head_dim);
-    cuda__attn_reduce_k<<<grid, threads, 0, s>>>(part, out, n_heads, head_dim, splits);
+    cuda__attn_reduce_k<<<grid, threads, 0, s>>>(part, out, n_heads, head_dim, splits, head_sinks);
 }
 
 void cuda__attn_fill_sm80(cuda__kern *k)
@@ -80,6 +80,10 @@ void cuda__op_attention(backend *be, int layer, const float *q, const be_attn *a
 {
     cuda_backend *cb = cuda__cb(be);
     int n_heads = at->n_heads;
+    if (cuda_kv_kinds(&cb->kv) == 1) { /* the latent layout: MLA's own kernel (mla.cu) */
+        cuda__mla_attention(cb, layer, q, at, out);
+        return;
+    }
     if (cuda__graph_skip(cb) || cb->meta.n_tokens <= 0 || cb->error) return;
     if (n_heads % cb->kv.n_kv_heads) {
         cuda__fail(cb, -EINVAL);
@@ -106,6 +110,7 @@ void cuda__op_attention(backend *be, int layer, const float *q, const be_attn *a
     a.bt_stride = mk->bt_stride;
     a.sinks = mk->sinks >= 0 && at->q_sink ? cuda__meta(cb, mk->sinks) : NULL;
     a.q_sink = at->q_sink;
+    a.head_sinks = at->head_sinks ? (const float *)at->head_sinks->data : NULL;
     a.block_size = cb->kv.block_size;
     a.n_kv_heads = cb->kv.n_kv_heads;
     a.n_heads = n_heads;
@@ -122,6 +127,7 @@ void cuda__op_attention(backend *be, int layer, const float *q, const be_attn *a
     const void *kp = cuda__kv_plane(cb, layer, 0, &l), *vp = cuda__kv_plane(cb, layer, 1, &l);
     if (cuda__fail(cb, cb->k.attention(cb->stream, &a, cb->kv_dtype, kp, vp, cb->attn_items, smem))) return;
     if (CB_CHECK_LAUNCH(cb) || a.splits == 1) return;
-    cb->k.attn_reduce(cb->stream, cb->attn_scratch, out, cb->meta.n_tokens, n_heads, a.head_dim, a.splits);
+    cb->k.attn_reduce(cb->stream, cb->attn_scratch, out, cb->meta.n_tokens, n_heads, a.head_dim, a.splits,
+                      a.head_sinks);
     CB_CHECK_LAUNCH(cb);
 }

@@ -268,7 +268,8 @@ cuda__attn_k(cuda__attn_args a, const T *kp, const T *vp)
         int64_t tok = a.q_start[s] + t0 + r / a.gsize;
         int h = g * a.gsize + r % a.gsize;
         if (a.splits == 1) {
-            a.out[tok * qstride + h * D + d] = Ls[r] > 0.0f ? Os[i] / Ls[r] : 0.0f;
+            float f = a.head_sinks ? be_attn_sink(Ms[r], Ls[r], a.head_sinks[h]) : Ls[r] > 0.0f ? 1.0f / Ls[r] : 0.0f;
+            a.out[tok * qstride + h * D + d] = Os[i] * f;
         } else {
             float *pp = a.part + ((tok * a.n_heads + h) * a.splits + p) * (D + 2);
             pp[d] = Os[i];
@@ -280,8 +281,10 @@ cuda__attn_k(cuda__attn_args a, const T *kp, const T *vp)
     }
 }
 
-/* Merges the split partials of one (token, head): grid (n_heads, n_tokens). */
-static __global__ void cuda__attn_reduce_k(const float *part, float *out, int n_heads, int D, int splits)
+/* Merges the split partials of one (token, head): grid (n_heads, n_tokens); with head_sinks,
+ * each head's learned sink logit joins the merged softmax (be_attn_sink). */
+static __global__ void cuda__attn_reduce_k(const float *part, float *out, int n_heads, int D, int splits,
+                                           const float *head_sinks)
 {
     int h = blockIdx.x;
     int64_t t = blockIdx.y;
@@ -294,7 +297,7 @@ static __global__ void cuda__attn_reduce_k(const float *part, float *out, int n_
             m = cuda_softmax_merge(m, &l, q[D], q[D + 1], &ca, &cb);
             o = o * ca + q[d] * cb;
         }
-        out[(t * n_heads + h) * D + d] = l > 0.0f ? o / l : 0.0f;
+        out[(t * n_heads + h) * D + d] = head_sinks ? o * be_attn_sink(m, l, head_sinks[h]) : l > 0.0f ? o / l : 0.0f;
     }
 }
 

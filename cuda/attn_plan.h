@@ -103,6 +103,7 @@ typedef struct cuda__attn_args {
     int32_t tile_elems;      /* elements of one (block, kv head) tile (cuda_kv_tile_elems) */
     const int32_t *sinks;    /* [n_seqs] leading entries met by q_sink, or NULL (be_kv) */
     const float *q_sink;     /* with sinks: the queries that meet them, shaped like q */
+    const float *head_sinks; /* [n_heads] learned sink logits (be_attn.head_sinks), or NULL */
 } cuda__attn_args;
 
 /* ---- attention work list ----------------------------------------------------------------- */

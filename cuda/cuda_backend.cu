@@ -17,6 +17,10 @@
  *   elementwise.cu   SiLU × up, GELU × up, add, scale, soft-cap
  *   gather.cu        embedding rows (dense and quantised tables) and the logit rows
  *   sample.cu        greedy argmax on the device
+ *   moe.cu           mixtures of experts: routing, rows grouped by expert, the grouped matvec
+ *                    (also MLA's per-head projections), MXFP4's 8-bit activations
+ *   mla.cu           multi-head latent attention: the latent query and key, attention over the
+ *                    latent KV layout
  *   kern.cu          the kernel table of a compute capability (kern.h)
  *   cublas_dl.cu     cuBLAS, loaded when the first backend is created
  *
@@ -254,6 +258,8 @@ static void cuda__destroy(backend *be)
     if (cb->attn_scratch) cudaFree(cb->attn_scratch);
     if (cb->conv) cudaFree(cb->conv);
     if (cb->qtile) cudaFree(cb->qtile);
+    if (cb->moe_buf) cudaFree(cb->moe_buf);
+    if (cb->mx_act) cudaFree(cb->mx_act);
     if (cb->meta_done) cudaEventDestroy(cb->meta_done);
     if (cb->blas) cuda_blas()->destroy(cb->blas);
     if (cb->blas_ws) cudaFree(cb->blas_ws);
@@ -293,6 +299,13 @@ static const be_ops cuda__ops = {
     .gather_rows = cuda__op_gather_rows,
     .to_host = cuda__to_host,
     .sync = cuda__sync,
+    .moe_prepare = cuda__op_moe_prepare,
+    .moe_release = cuda__op_moe_release,
+    .moe_ffn = cuda__op_moe_ffn,
+    .mla_prepare = cuda__op_mla_prepare,
+    .mla_release = cuda__op_mla_release,
+    .mla_qk = cuda__op_mla_qk,
+    .mla_out = cuda__op_mla_out,
 };
 
 extern "C" backend *cuda_backend_create(int device_index, char *err, size_t err_len)

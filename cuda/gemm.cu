@@ -100,6 +100,7 @@ void cuda__op_matmul(backend *be, const float *x, int n_rows, const be_weight *w
     if (n_rows <= 0) return;
     if (w->n_in > cb->max_n_in) cb->max_n_in = w->n_in;
     const float *b = bias && bias->data ? (const float *)bias->data : NULL;
+    if (w->type == DT_MXFP4) x = cuda__mxfp4_act(cb, x, n_rows, w->n_in); /* as llama.cpp's product (moe.cu) */
     if (!cuda_q_is_quant(w->type)) {
         cb->k.gemm(cb, x, n_rows, w, b, out);
     } else if (n_rows <= cb->k.qmatvec_max_rows) {

@@ -108,6 +108,13 @@ typedef struct cuda_backend {
     int model_heads;      /* n_heads the attention op was called with, 0 until the first call */
     int n_graphs;
     cuda_graph_slot graphs[CUDA_GRAPH_MAX];
+
+    /* Mixtures of experts (moe.cu): one step's routing, grouped rows and expert results; and the
+     * 8-bit-rounded activations of an MXFP4 matmul */
+    void *moe_buf;
+    size_t moe_bytes;
+    float *mx_act;
+    size_t mx_bytes;
 } cuda_backend;
 
 static inline cuda_backend *cuda__cb(backend *be)
@@ -141,14 +148,17 @@ static inline int cuda__graph_skip(cuda_backend *cb)
     return cb->graph_mode == 2;
 }
 
-/* The (layer, kind) plane of the KV arena (kind 0 K, 1 V), as bytes; *l gets its group's layout,
- * whose plane-relative indices (cuda_kv_tile_index with layer 0, kind 0) address it. */
+/* The (layer, kind) plane of the KV arena (kind 0 K, 1 V; the latent layout's one plane for
+ * either), as bytes; *l gets its group's layout, whose plane-relative indices (cuda_kv_tile_index
+ * with layer 0, kind 0) address it. */
 static inline char *cuda__kv_plane(const cuda_backend *cb, int layer, int kind, const cuda_kv_layout **l)
 {
     int g = cb->kv_group[layer];
     *l = &cb->kvg[g];
     size_t plane = (size_t)cuda_kv_plane_elems(*l) * kv_dtype_bytes(cb->kv_dtype);
-    return (char *)cb->kv_arena[g] + (size_t)(2 * cb->kv_index[layer] + kind) * plane;
+    int kinds = cuda_kv_kinds(*l);
+    if (kind >= kinds) kind = 0; /* the latent layout: its one plane is key and value */
+    return (char *)cb->kv_arena[g] + (size_t)(kinds * cb->kv_index[layer] + kind) * plane;
 }
 
 /* Device-side pointer to the packed batch metadata array at int32 offset off. */
@@ -230,6 +240,21 @@ void cuda__op_gelu_mul(backend *be, float *gate, const float *up, int64_t n);
 void cuda__op_scale(backend *be, float *x, float s, int64_t n);
 void cuda__op_softcap(backend *be, float *x, float cap, int64_t n);
 void cuda__op_add(backend *be, float *x, const float *y, int64_t n);
+
+/* ---- mixtures of experts and latent attention (moe.cu, mla.cu) ----------------------------- */
+
+int cuda__op_moe_prepare(backend *be, be_moe *m);
+void cuda__op_moe_release(backend *be, be_moe *m);
+void cuda__op_moe_ffn(backend *be, const float *x, int n_rows, const float *logits, const be_moe *m, float *out);
+int cuda__op_mla_prepare(backend *be, be_mla *m);
+void cuda__op_mla_release(backend *be, be_mla *m);
+void cuda__op_mla_qk(backend *be, const float *q, const float *kv, const be_mla *m, float *q_lat, float *k_lat);
+void cuda__op_mla_out(backend *be, const float *o, const be_mla *m, float *out);
+/* The attention op for a latent KV arena (attn.cu calls it). */
+void cuda__mla_attention(cuda_backend *cb, int layer, const float *q, const be_attn *at, float *out);
+/* x [n_rows][n_in] as an MXFP4 matmul must see it: copied and rounded through llama.cpp's Q8_0
+ * activation blocks (n_in % 32 == 0), in the backend's scratch; x itself on failure (recorded). */
+const float *cuda__mxfp4_act(cuda_backend *cb, const float *x, int n_rows, int64_t n_in);
 
 /* ---- row gathers (gather.cu) --------------------------------------------------------------- */
 

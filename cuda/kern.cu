@@ -26,6 +26,8 @@ void cuda__kern_init(cuda__kern *k, int cc)
     cuda__elementwise_fill_sm80(k);
     cuda__gather_fill_sm80(k);
     cuda__sample_fill_sm80(k);
+    cuda__moe_fill_sm80(k);
+    cuda__mla_fill_sm80(k);
     k->cc = cc;
 }
 
@@ -49,6 +51,16 @@ const char *cuda__kern_missing(const cuda__kern *k)
     CUDA__KERN_NEED(embed);
     CUDA__KERN_NEED(gather_rows);
     CUDA__KERN_NEED(argmax);
+    CUDA__KERN_NEED(moe_route);
+    CUDA__KERN_NEED(moe_group);
+    CUDA__KERN_NEED(moe_act);
+    CUDA__KERN_NEED(moe_combine);
+    CUDA__KERN_NEED(q8h_round);
+    CUDA__KERN_NEED(mla_prep);
+    CUDA__KERN_NEED(mla_attention);
+    CUDA__KERN_NEED(moe_gemv[DT_F32]);
+    CUDA__KERN_NEED(moe_gemv[DT_F16]);
+    CUDA__KERN_NEED(moe_gemv[DT_BF16]);
     /* Every quantised type the backend accepts (cuda_q_is_quant) has its per-type entries. */
     for (int t = 0; t < 2 * CUDA__W_TYPES; t++) {
         if (!cuda_q_is_quant(t)) continue;
@@ -56,6 +68,7 @@ const char *cuda__kern_missing(const cuda__kern *k)
         CUDA__KERN_NEED(qmatvec[t]);
         CUDA__KERN_NEED(qdequant[t]);
         CUDA__KERN_NEED(qembed[t]);
+        CUDA__KERN_NEED(moe_gemv[t]);
     }
 #undef CUDA__KERN_NEED
     return NULL;

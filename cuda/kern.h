@@ -59,6 +59,8 @@
 
 #include "cuda/attn_plan.h"
 #include "cuda/kv_layout.h"
+#include "cuda/mla_plan.h"
+#include "cuda/moe_plan.h"
 
 struct cuda_backend;
 
@@ -77,9 +79,9 @@ typedef struct cuda__kern {
     int (*attention)(cudaStream_t s, const cuda__attn_args *a, int kv_dtype, const void *kp, const void *vp,
                      int32_t n_items, size_t smem);
     /* Merges the split-K partials part [n_tokens][n_heads][splits][head_dim + 2] into out
-     * [n_tokens][n_heads][head_dim]. */
+     * [n_tokens][n_heads][head_dim]; head_sinks [n_heads] (learned sink logits) or NULL. */
     void (*attn_reduce)(cudaStream_t s, const float *part, float *out, int n_tokens, int n_heads, int head_dim,
-                        int splits);
+                        int splits, const float *head_sinks);
 
     /* ---- dense matmul and conversions (gemm.cu) ---- */
     /* out [n_rows][n_out] = x [n_rows][n_in] · Wᵀ (+ bias [n_out], or NULL) for F32, F16 and
@@ -149,6 +151,36 @@ typedef struct cuda__kern {
     /* ids[j] (device memory) = the index of the largest value of row j of x [n_rows][dim], the
      * lowest on ties, 0 for a row of NaNs. */
     void (*argmax)(cudaStream_t s, const float *x, int n_rows, int dim, int32_t *ids);
+
+    /* ---- mixture of experts (moe.cu; kernels in moe_kernels.h) ---- */
+    /* Routes n_tok tokens (be_moe_route over logits [n_tok][n_expert], sel_bias or NULL): ids and
+     * w [n_tok][k], and adds each token's rows to cnt[expert] (zeroed by the caller). */
+    void (*moe_route)(cudaStream_t s, const be_moe_rule *r, const float *logits, const float *sel_bias, int n_tok,
+                      int32_t *ids, float *w, int32_t *cnt);
+    /* Groups the n_tok × k routed rows by expert: start [n_expert + 1] from cnt, row [n_tok][k] the
+     * grouped row of each (token, j), xg [rows][dim] the tokens' inputs x [n_tok][dim] there;
+     * fill [n_expert] is scratch. */
+    void (*moe_group)(cudaStream_t s, const int32_t *ids, int n_tok, int k, int n_expert, const float *x, int64_t dim,
+                      const int32_t *cnt, int32_t *start, int32_t *fill, int32_t *row, float *xg);
+    /* Per weight type (F32, F16, BF16 and the quantised ones): the grouped matvec of
+     * cuda__moe_proj (moe_kernels.h), reading only the groups with rows; n_in % 8 == 0. */
+    void (*moe_gemv[CUDA__W_TYPES])(cudaStream_t s, const cuda__moe_proj *p, const float *x, float *out);
+    /* g[i] = SiLU(g[i]) · u[i] (swiglu 0) or SwiGLU-OAI (1, alpha, limit) for i < n. */
+    void (*moe_act)(cudaStream_t s, float *g, const float *u, int64_t n, int swiglu, float alpha, float limit);
+    /* out [n_tok][dim] = Σ_j w[t][j] · y[row[t][j]], j in selection order. */
+    void (*moe_combine)(cudaStream_t s, const float *y, const int32_t *row, const float *w, int n_tok, int k,
+                        int64_t dim, float *out);
+    /* x [n] (n % 32 == 0) rounded in place through llama.cpp's Q8_0 activation blocks (the
+     * activations an MXFP4 product sees). */
+    void (*q8h_round)(cudaStream_t s, float *x, int64_t n);
+
+    /* ---- multi-head latent attention (mla.cu; kernels in mla_kernels.h) ---- */
+    /* The latent key and every head's RoPE part of the latent query of a->n tokens (one block
+     * per token, cuda__mla_prep_k). */
+    void (*mla_prep)(cudaStream_t s, const cuda__mla_prep_args *a, int n_tokens);
+    /* Attention over a latent KV plane kp of type kv_dtype (cuda__mla_attn_k) for n_tokens tokens;
+     * 0, or -EIO when the block cannot get its shared memory (nothing launched). */
+    int (*mla_attention)(cudaStream_t s, const cuda__mla_attn_args *a, int kv_dtype, const void *kp, int n_tokens);
 } cuda__kern;
 
 /* kern.cu: fills k with the kernels for a device of compute capability cc (major × 10 + minor). */
@@ -166,5 +198,7 @@ void cuda__kv_fill_sm80(cuda__kern *k);          /* kv.cu */
 void cuda__elementwise_fill_sm80(cuda__kern *k); /* elementwise.cu */
 void cuda__gather_fill_sm80(cuda__kern *k);      /* gather.cu */
 void cuda__sample_fill_sm80(cuda__kern *k);      /* sample.cu */
+void cuda__moe_fill_sm80(cuda__kern *k);         /* moe.cu */
+void cuda__mla_fill_sm80(cuda__kern *k);         /* mla.cu */
 
 #endif

@@ -41,7 +41,8 @@ int cuda__op_kv_init(backend *be, const kv_geom *g, const int32_t *n_blocks)
     if (g->n_layers < 1 || g->n_layers > KV_MAX_LAYERS || g->n_kv_heads < 1 || g->head_dim < 1 ||
         g->block_size < 1 || ng > KV_MAX_GROUPS)
         return -EINVAL;
-    if (g->dtype < 0 || g->dtype >= KV_N_DTYPES) return -EINVAL;
+    if (g->dtype < 0 || g->dtype >= KV_N_DTYPES || (g->latent && (g->n_kv_heads != 1 || g->latent > g->head_dim)))
+        return -EINVAL;
     for (int k = 0; k < ng; k++)
         if (n_blocks[k] < 1 || kv_group_layers(g, k) < 1) return -EINVAL;
     if (cuda__use(cb)) return -EIO;
@@ -96,7 +97,7 @@ void cuda__op_kv_copy_block(backend *be, int group, int32_t src, int32_t dst)
     char *base = (char *)cb->kv_arena[group];
     /* One copy per (layer, K/V) plane: a single 2-D copy would need the plane size as its pitch,
      * which exceeds the runtime's pitch limit for arenas of a few GiB per plane. */
-    for (size_t p = 0; p < 2 * (size_t)l->n_layers; p++)
+    for (size_t p = 0; p < (size_t)cuda_kv_kinds(l) * l->n_layers; p++)
         if (CB_CHECK(cb, cudaMemcpyAsync(base + p * plane_bytes + (size_t)dst * block_bytes,
                                          base + p * plane_bytes + (size_t)src * block_bytes, block_bytes,
                                          cudaMemcpyDeviceToDevice, cb->stream)))
@@ -112,7 +113,7 @@ static int cuda__kv_block_copy(cuda_backend *cb, int group, int32_t block, char 
     const cuda_kv_layout *l = &cb->kvg[group];
     if (block < 0 || block >= l->n_blocks) return -EINVAL;
     size_t es = kv_dtype_bytes(cb->kv_dtype), chunk = cuda_kv_block_chunk_bytes(l, es);
-    for (int p = 0; p < 2 * l->n_layers; p++) {
+    for (int p = 0; p < cuda_kv_kinds(l) * l->n_layers; p++) {
         char *dev = (char *)cb->kv_arena[group] + cuda_kv_block_chunk_at(l, es, block, p), *h = host + (size_t)p * chunk;
         if (CB_CHECK(cb, cudaMemcpyAsync(to_host ? h : dev, to_host ? dev : h, chunk,
                                          to_host ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice, cb->stream)))
@@ -171,6 +172,7 @@ static void cuda__store_kv(cuda_backend *cb, int layer, float *k, const float *v
     if (n <= 0) return;
     const cuda_kv_layout *l;
     char *kb = cuda__kv_plane(cb, layer, 0, &l), *vb = cuda__kv_plane(cb, layer, 1, &l);
+    if (cuda_kv_kinds(l) == 1) vb = NULL, v = NULL; /* the latent layout: k is the one vector */
     const cuda_meta_kv *mk = &cb->meta.kv[cb->meta.n_kv > 1 ? cb->kv_group[layer] : 0];
     const int32_t *slots = cuda__meta(cb, mk->slots), *pos = cuda__meta(cb, cb->meta.positions);
     cb->k.store_kv(cb->stream, cb->kv_dtype, k, v, kb, vb, slots, pos, n, l, &r, ff);

@@ -60,7 +60,8 @@ static __device__ void cuda__store_q_row(const float *x, T *plane, cuda_kv_layou
 /* ---- the store kernels: one block per token ------------------------------------------------ */
 
 /* Writes token t's k and v rows into the arena planes of one layer at its slot; with rope
- * (r.rope_dims > 0) k is rotated first, in place, and the rotated values are stored. */
+ * (r.rope_dims > 0) k is rotated first, in place, and the rotated values are stored. vp NULL (the
+ * latent layout): k alone. */
 template <typename T>
 static __global__ void cuda__store_kv_k(float *k, const float *v, T *kp, T *vp, const int32_t *slots,
                                         const int32_t *pos, cuda_kv_layout l, be_rope r, const float *ff)
@@ -78,7 +79,7 @@ static __global__ void cuda__store_kv_k(float *k, const float *v, T *kp, T *vp, 
         int h = i / l.head_dim, d = i % l.head_dim;
         int64_t o = cuda_kv_slot_index(&l, 0, 0, slot, h, d);
         kp[o] = cuda__st<T>(kt[i]);
-        vp[o] = cuda__st<T>(v[(int64_t)t * kv_dim + i]);
+        if (vp) vp[o] = cuda__st<T>(v[(int64_t)t * kv_dim + i]);
     }
 }
 
@@ -97,7 +98,7 @@ static __global__ void cuda__store_kv_q_k(float *k, const float *v, T *kp, T *vp
     int32_t slot = slots[t];
     if (slot < 0) return;
     cuda__store_q_row(kt, kp, l, slot);
-    cuda__store_q_row(v + (int64_t)t * kv_dim, vp, l, slot);
+    if (vp) cuda__store_q_row(v + (int64_t)t * kv_dim, vp, l, slot);
 }
 
 #endif

@@ -17,8 +17,9 @@
 #include "cuda/launch.h"
 
 /* The arena is one allocation of elements (f32, f16, bf16, or bytes for int8 / fp8):
- *   [n_layers][2][n_blocks][n_kv_heads][tile]
- * kind 0 = K, 1 = V. One (block, kv head) is a contiguous tile: block_size × head_dim values
+ *   [n_layers][n_kinds][n_blocks][n_kv_heads][tile]
+ * kind 0 = K, 1 = V; the latent layout of MLA (cache/kv.h) has one kind, its vectors (one kv
+ * head), which the attention reads as key and value alike. One (block, kv head) is a contiguous tile: block_size × head_dim values
  * (row-major, as on the CPU's V tiles), so the attention kernel streams whole rows of head_dim
  * values with coalesced loads; a quantised tile then holds the block_size f16 scales of its
  * rows (tile_extra = 2 × block_size bytes, see cache/kv.h). */
@@ -29,6 +30,7 @@ typedef struct cuda_kv_layout {
     int block_size; /* tokens per block */
     int32_t n_blocks;
     int tile_extra; /* elements after a tile's values: 2 × block_size (bytes) for int8/fp8, else 0 */
+    int n_kinds;    /* planes per layer: 2 (K and V), or 1 for the latent layout (0 means 2) */
 } cuda_kv_layout;
 
 /* The layout of n_blocks blocks of geometry g. */
@@ -41,7 +43,14 @@ static inline cuda_kv_layout cuda_kv_layout_of(const kv_geom *g, int32_t n_block
     l.block_size = g->block_size;
     l.n_blocks = n_blocks;
     l.tile_extra = kv_dtype_is_quant(g->dtype) ? KV_SCALE_BYTES * g->block_size : 0;
+    l.n_kinds = kv_n_vecs(g);
     return l;
+}
+
+/* Planes per layer (K and V, or the latent's one). */
+static inline CUDA_HD int cuda_kv_kinds(const cuda_kv_layout *l)
+{
+    return l->n_kinds == 1 ? 1 : 2;
 }
 
 /* Elements of one (block, kv head) tile, scales included. */
@@ -58,14 +67,14 @@ static inline CUDA_HD int64_t cuda_kv_plane_elems(const cuda_kv_layout *l)
 
 static inline CUDA_HD int64_t cuda_kv_total_elems(const cuda_kv_layout *l)
 {
-    return 2 * (int64_t)l->n_layers * cuda_kv_plane_elems(l);
+    return cuda_kv_kinds(l) * (int64_t)l->n_layers * cuda_kv_plane_elems(l);
 }
 
 /* Element index of the first value of tile (block, head) in plane (layer, kind). */
 static inline CUDA_HD int64_t cuda_kv_tile_index(const cuda_kv_layout *l, int layer, int kind, int32_t block,
                                                  int head)
 {
-    int64_t plane = (int64_t)(layer * 2 + kind) * cuda_kv_plane_elems(l);
+    int64_t plane = (int64_t)(layer * cuda_kv_kinds(l) + kind) * cuda_kv_plane_elems(l);
     return plane + ((int64_t)block * l->n_kv_heads + head) * cuda_kv_tile_elems(l);
 }
 
@@ -92,11 +101,12 @@ static inline CUDA_HD int64_t cuda_kv_slot_index(const cuda_kv_layout *l, int la
 }
 
 /* The second KV tier's copy of one block (kv_block_out / kv_block_in): in each (layer, K|V) plane
- * p = 2 × layer + kind of a group's arena (layers counted within the group), the block's
+ * p = kinds × layer + kind of a group's arena (layers counted within the group), the block's
  * n_kv_heads tiles — values and, for int8 / fp8, their scales — are one contiguous chunk of
  * cuda_kv_block_chunk_bytes, at byte cuda_kv_block_chunk_at of the arena and at p × that size in
- * the host copy: 2 × n_layers chunks, kv_group_bytes_per_block bytes in all, in the CPU backend's
- * order (each layer's K, then its V). es: bytes per arena element (kv_dtype_bytes). */
+ * the host copy: kinds × n_layers chunks, kv_group_bytes_per_block bytes in all, in the CPU
+ * backend's order (each layer's K, then its V; the latent's one plane). es: bytes per arena
+ * element (kv_dtype_bytes). */
 static inline size_t cuda_kv_block_chunk_bytes(const cuda_kv_layout *l, size_t es)
 {
     return (size_t)l->n_kv_heads * (size_t)cuda_kv_tile_elems(l) * es;
@@ -104,7 +114,7 @@ static inline size_t cuda_kv_block_chunk_bytes(const cuda_kv_layout *l, size_t e
 
 static inline size_t cuda_kv_block_chunk_at(const cuda_kv_layout *l, size_t es, int32_t block, int p)
 {
-    return (size_t)cuda_kv_tile_index(l, p / 2, p % 2, block, 0) * es;
+    return (size_t)cuda_kv_tile_index(l, p / cuda_kv_kinds(l), p % cuda_kv_kinds(l), block, 0) * es;
 }
 
 /* Slot of KV entry j of a sequence with block-table row bt. */

@@ -26,7 +26,7 @@ static inline CUDA_HD int cuda_q_is_quant(int type)
 {
     switch (type) {
     case DT_Q4_0: case DT_Q4_1: case DT_Q5_0: case DT_Q5_1: case DT_Q8_0: case DT_IQ4_NL:
-    case DT_Q2_K: case DT_Q3_K: case DT_Q4_K: case DT_Q5_K: case DT_Q6_K: case DT_IQ4_XS:
+    case DT_Q2_K: case DT_Q3_K: case DT_Q4_K: case DT_Q5_K: case DT_Q6_K: case DT_IQ4_XS: case DT_MXFP4:
         return 1;
     default:
         return 0;
@@ -37,7 +37,7 @@ static inline CUDA_HD int cuda_q_is_quant(int type)
 static inline CUDA_HD int cuda_q_block_elems(int type)
 {
     switch (type) {
-    case DT_Q4_0: case DT_Q4_1: case DT_Q5_0: case DT_Q5_1: case DT_Q8_0: case DT_IQ4_NL: return 32;
+    case DT_Q4_0: case DT_Q4_1: case DT_Q5_0: case DT_Q5_1: case DT_Q8_0: case DT_IQ4_NL: case DT_MXFP4: return 32;
     case DT_Q2_K: case DT_Q3_K: case DT_Q4_K: case DT_Q5_K: case DT_Q6_K: case DT_IQ4_XS: return 256;
     default: return 0;
     }
@@ -52,6 +52,7 @@ static inline CUDA_HD int cuda_q_block_bytes(int type)
     case DT_Q5_1: return 24;
     case DT_Q8_0: return 34;
     case DT_IQ4_NL: return 18;
+    case DT_MXFP4: return 17;
     case DT_Q2_K: return 84;
     case DT_Q3_K: return 110;
     case DT_Q4_K: return 144;
@@ -76,6 +77,21 @@ static inline CUDA_HD int cuda_q_iq4nl(int q)
     return (int8_t)(((q & 8 ? hi : lo) >> (8 * (q & 7))) & 0xFF);
 }
 
+/* Entry q of MXFP4's code book (dt_mxfp4_values: the E2M1 values doubled), from two constants. */
+static inline CUDA_HD int cuda_q_fp4(int q)
+{
+    const uint64_t lo = 0x0C08060403020100ull; /* 0 1 2 3 4 6 8 12 */
+    const uint64_t hi = 0xF4F8FAFCFDFEFF00ull; /* 0 -1 -2 -3 -4 -6 -8 -12 */
+    return (int8_t)(((q & 8 ? hi : lo) >> (8 * (q & 7))) & 0xFF);
+}
+
+/* 2^(e − 128) for an E8M0 byte (dt_e8m0_half), exactly. */
+static inline CUDA_HD float cuda_q_e8m0_half(uint8_t e)
+{
+    uint32_t bits = e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23;
+    return cuda_bits_f32(bits);
+}
+
 /* Q4_K / Q5_K sub-block scale and min (dt_k4_scale_min). */
 static inline CUDA_HD void cuda_q_k4_scale_min(const uint8_t *s, int j, int *sc, int *m)
 {
@@ -88,9 +104,17 @@ static inline CUDA_HD void cuda_q_k4_scale_min(const uint8_t *s, int j, int *sc,
     }
 }
 
-/* Legacy blocks: weights r .. r+7 (r = 0, 8, 16, 24) of the block at b. */
+/* Legacy blocks (and MXFP4's): weights r .. r+7 (r = 0, 8, 16, 24) of the block at b. */
 static inline CUDA_HD void cuda_q_legacy8(int type, const uint8_t *b, int r, float *v)
 {
+    if (type == DT_MXFP4) { /* code book value × 2^(e − 128), one f32 product as GGML forms it */
+        float d = cuda_q_e8m0_half(b[0]);
+        for (int k = 0; k < 8; k++) {
+            int i = r + k;
+            v[k] = (float)cuda_q_fp4(i < 16 ? b[1 + i] & 0xF : b[1 + i - 16] >> 4) * d;
+        }
+        return;
+    }
     float d = cuda_q_f16(b);
     if (type == DT_Q8_0) {
         for (int k = 0; k < 8; k++) v[k] = d * (float)(int8_t)b[2 + r + k];
@@ -224,6 +248,7 @@ static inline CUDA_HD void cuda_q_dequant8(int type, const uint8_t *row, int64_t
         case DT_Q4_K: F<DT_Q4_K>(__VA_ARGS__); break;                                          \
         case DT_Q5_K: F<DT_Q5_K>(__VA_ARGS__); break;                                          \
         case DT_Q6_K: F<DT_Q6_K>(__VA_ARGS__); break;                                          \
+        case DT_MXFP4: F<DT_MXFP4>(__VA_ARGS__); break;                                        \
         default: F<DT_IQ4_XS>(__VA_ARGS__); break;                                             \
         }                                                                                      \
     } while (0)
@@ -244,6 +269,7 @@ static inline CUDA_HD void cuda_q_dequant8(int type, const uint8_t *row, int64_t
         (tab)[DT_Q5_K] = F<DT_Q5_K>;                                                           \
         (tab)[DT_Q6_K] = F<DT_Q6_K>;                                                           \
         (tab)[DT_IQ4_XS] = F<DT_IQ4_XS>;                                                       \
+        (tab)[DT_MXFP4] = F<DT_MXFP4>;                                                         \
     } while (0)
 
 #endif

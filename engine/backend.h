@@ -272,6 +272,7 @@ typedef struct be_mla {
     const be_weight *v_b;     /* [n_heads]: [kv_lora → v_head] */
     be_rope rope_q, rope_k;   /* over the rope dims alone (head_dim = rope_dims = rope): n_heads
                                  heads for q, 1 for the key */
+    void *extra;              /* the backend's own per-layer state (mla_prepare), or NULL */
 } be_mla;
 
 /* SwiGLU-OAI of one gate/up pair. */
@@ -390,6 +391,10 @@ typedef struct be_ops {
      *   q_lat[t][h] = [ k_b[h] · q[t][h][0 .. qk_nope) ; rope_q(q[t][h][qk_nope ..)) ]
      * (q_lat [n_tokens][n_heads][kv_lora + rope], k_lat [n_tokens][kv_lora + rope]), at the
      * batch's positions. */
+    /* Prepares an MLA layer once its weights are uploaded (m->extra may take the backend's state);
+     * 0 or a negative errno. mla_release frees what it made. */
+    int (*mla_prepare)(backend *be, be_mla *m);
+    void (*mla_release)(backend *be, be_mla *m);
     void (*mla_qk)(backend *be, const float *q, const float *kv, const be_mla *m, float *q_lat, float *k_lat);
     /* out[t][h·v_head ..] = v_b[h] · o[t][h][0 .. kv_lora) for o [n_tokens][n_heads][kv_lora + rope]
      * (the latent attention's output; its last rope values of each head are not read). */

@@ -19,6 +19,7 @@ typedef struct mla_layer {
     be_weight wkv_a, kv_a_norm;
     be_weight *k_b, *v_b;           /* [n_heads] each */
     be_mla m;
+    int prepared;                   /* mla_prepare succeeded: release it */
 } mla_layer;
 
 struct fwd_mla {
@@ -69,11 +70,14 @@ static int mla_layer_upload(fwd_mla *x, int il, mla_layer *L)
                     .v_head = hp->v_head_dim, .eps = hp->rms_eps, .kv_norm = &L->kv_a_norm, .k_b = L->k_b,
                     .v_b = L->v_b, .rope_q = r, .rope_k = r};
     L->m.rope_k.n_heads = 1;
+    if ((rc = x->be->ops->mla_prepare(x->be, &L->m))) return rc;
+    L->prepared = 1;
     return 0;
 }
 
 static void mla_layer_free(fwd_mla *x, mla_layer *L)
 {
+    if (L->prepared) x->be->ops->mla_release(x->be, &L->m);
     for (int h = 0; h < x->m->hp.n_heads; h++) {
         if (L->k_b) free1(x->be, &L->k_b[h]);
         if (L->v_b) free1(x->be, &L->v_b[h]);
@@ -98,7 +102,7 @@ void fwd_mla_destroy(fwd_mla *x)
 fwd_mla *fwd_mla_create(const model *m, backend *be, int max_tokens, char *err, size_t err_len)
 {
     const model_hparams *hp = &m->hp;
-    if (!be->ops->mla_qk || !be->ops->mla_out) {
+    if (!be->ops->mla_qk || !be->ops->mla_out || !be->ops->mla_prepare || !be->ops->mla_release) {
         snprintf(err, err_len, "forward: the %s backend cannot run multi-head latent attention (%s)", be->name,
                  hp->arch_name);
         return NULL;

@@ -127,7 +127,7 @@ Test(cuda_host, pure_decode_batches)
 
 Test(cuda_host, kv_layout_bijective)
 {
-    cuda_kv_layout l = {3, 2, 8, 4, 5, 0}; /* layers, kv heads, head_dim, block_size, n_blocks, no scales */
+    cuda_kv_layout l = {3, 2, 8, 4, 5, 0, 2}; /* layers, kv heads, head_dim, block_size, n_blocks, no scales */
     int64_t total = cuda_kv_total_elems(&l);
     cr_assert_eq(total, 2 * 3 * 5 * 2 * 4 * 8);
     unsigned char *seen = calloc((size_t)total, 1);
@@ -218,7 +218,7 @@ Test(cuda_host, kernels_under_emulation, .timeout = 120)
  * layer's K then V: element (block, head, off, d) at the same offset on both backends. */
 Test(cuda_host, kv_layout_matches_cpu)
 {
-    cuda_kv_layout l = {4, 3, 16, 16, 7, 0};
+    cuda_kv_layout l = {4, 3, 16, 16, 7, 0, 2};
     size_t plane = (size_t)l.n_blocks * l.n_kv_heads * l.block_size * l.head_dim;
     for (int layer = 0; layer < l.n_layers; layer++)
         for (int kind = 0; kind < 2; kind++) {
@@ -248,28 +248,31 @@ Test(cuda_host, kv_block_chunks_tile_the_arena)
         kv_geom g = kv_geom_make(tch_int(&seed, 1, 6), tch_int(&seed, 1, 5), hds[tch_int(&seed, 0, 3)],
                                  bss[tch_int(&seed, 0, 2)], it % KV_N_DTYPES);
         g.n_groups = tch_int(&seed, 1, g.n_layers < 3 ? g.n_layers : 3);
+        if (it % 3 == 2) g.n_kv_heads = 1, g.latent = g.head_dim - 4; /* MLA's latent layout: one plane */
         for (int l = 0; l < g.n_layers; l++) g.layer_group[l] = (uint8_t)(l < g.n_groups ? l : tch_int(&seed, 0, g.n_groups - 1));
         size_t es = kv_dtype_bytes(g.dtype);
         for (int k = 0; k < kv_n_groups(&g); k++) {
             cuda_kv_layout l = cuda_kv_layout_of(&g, tch_int(&seed, 1, 9));
             l.n_layers = kv_group_layers(&g, k); /* as kv_init lays out a group's arena */
             size_t chunk = cuda_kv_block_chunk_bytes(&l, es), total = (size_t)cuda_kv_total_elems(&l) * es;
-            cr_assert_eq(2 * (size_t)l.n_layers * chunk, kv_group_bytes_per_block(&g, k),
+            int kinds = cuda_kv_kinds(&l);
+            cr_assert_eq(kinds, g.latent ? 1 : 2);
+            cr_assert_eq((size_t)kinds * l.n_layers * chunk, kv_group_bytes_per_block(&g, k),
                          "%s, group %d: the host copy is the tier's block", kv_dtype_name(g.dtype), k);
-            int n_chunks = 2 * l.n_layers * l.n_blocks;
+            int n_chunks = kinds * l.n_layers * l.n_blocks;
             unsigned char *seen = calloc((size_t)n_chunks, 1);
             for (int32_t b = 0; b < l.n_blocks; b++)
-                for (int p = 0; p < 2 * l.n_layers; p++) {
+                for (int p = 0; p < kinds * l.n_layers; p++) {
                     size_t at = cuda_kv_block_chunk_at(&l, es, b, p);
                     cr_assert_eq(at % chunk, 0);
                     cr_assert_lt(at / chunk, (size_t)n_chunks);
                     cr_assert_eq(seen[at / chunk]++, 0, "block %d plane %d overlaps another chunk", b, p);
                     for (int h = 0; h < l.n_kv_heads; h++) {
                         int off = tch_int(&seed, 0, l.block_size - 1), d = tch_int(&seed, 0, l.head_dim - 1);
-                        size_t v = (size_t)cuda_kv_index(&l, p / 2, p % 2, b, h, off, d) * es;
+                        size_t v = (size_t)cuda_kv_index(&l, p / kinds, p % kinds, b, h, off, d) * es;
                         cr_assert(v >= at && v + es <= at + chunk, "a value outside its block's chunk");
                         if (!kv_dtype_is_quant(g.dtype)) continue;
-                        size_t sc = (size_t)cuda_kv_scale_index(&l, p / 2, p % 2, b, h, off);
+                        size_t sc = (size_t)cuda_kv_scale_index(&l, p / kinds, p % kinds, b, h, off);
                         cr_assert(sc >= at && sc + KV_SCALE_BYTES <= at + chunk, "a scale outside its block's chunk");
                     }
                 }
@@ -677,7 +680,7 @@ Test(cuda_host, quant_dequant8_matches_reference)
     uint64_t seed = 0x9a11, s = seed;
     printf("cuda_host/quant_dequant8_matches_reference seed %#llx\n", (unsigned long long)seed);
     const int types[] = {DT_Q4_0, DT_Q4_1, DT_Q5_0, DT_Q5_1, DT_Q8_0, DT_IQ4_NL,
-                         DT_Q2_K, DT_Q3_K, DT_Q4_K, DT_Q5_K, DT_Q6_K, DT_IQ4_XS};
+                         DT_Q2_K, DT_Q3_K, DT_Q4_K, DT_Q5_K, DT_Q6_K, DT_IQ4_XS, DT_MXFP4};
     enum { N = 512 };
     static uint8_t row[N / 32 * 210];
     float ref[N], v[8];
@@ -735,6 +738,27 @@ Test(cuda_host, op_kernels_under_emulation, .timeout = 120)
     cr_assert_eq(st, 0, "emulated kernels failed:\n%s", out);
     cr_assert(strstr(out, "rmsnorm") && strstr(out, "rope_shift") && strstr(out, "argmax") &&
                   strstr(out, "store_kv") && strstr(out, " 0 failed"),
+              "%s", out);
+    free(out);
+}
+
+/* The mixture-of-experts and latent-attention kernels (cuda/moe_kernels.h, mla_kernels.h), the
+ * source nvcc compiles, under the CPU emulation of cuda/check (moe_emu --quick): routing against
+ * be_moe_route, the whole FFN in F32, Q8_0 and MXFP4 against float64 with unchosen experts
+ * unreadable, MXFP4's 8-bit activations bit for bit, MLA's prep and attention over f32 and int8
+ * latent planes against float64. */
+Test(cuda_host, moe_mla_kernels_under_emulation, .timeout = 180)
+{
+    const char *bin = getenv("KVSERVE_MOE_EMU");
+    if (!bin || !*bin) cr_skip_test("KVSERVE_MOE_EMU is not set to the emulation binary (make test sets it)");
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "'%s' --quick", bin);
+    int st = 0;
+    char *out = tu_capture(cmd, &st);
+    printf("%s", out);
+    cr_assert_eq(st, 0, "emulated kernels failed:\n%s", out);
+    cr_assert(strstr(out, "route E 32") && strstr(out, "moe_ffn MXFP4") && strstr(out, "mla attention int8") &&
+                  strstr(out, " 0 failed"),
               "%s", out);
     free(out);
 }

@@ -5,7 +5,8 @@
  * attention over the values the arena holds (decode, prefill chunks over cached prefixes, GQA
  * groups, head sizes that are not multiples of 32, block sizes whose tiles are not 16-byte
  * aligned, split-K with its reduction kernel, the per-layer parameters of be_attn (scale,
- * soft-cap, sliding window), attention sinks met by their own queries; f32, int8 and e4m3
+ * soft-cap, sliding window), attention sinks met by their own queries, learned per-head sink
+ * logits (gpt-oss); f32, int8 and e4m3
  * arenas), and the store's codes and scales
  * against the codecs of cache/kv.h, byte for byte.
  *
@@ -55,7 +56,7 @@ static void emu_block()
 {
     const emu_launch &e = emu_l;
     if (e.kind == 1) {
-        cuda__attn_reduce_k(e.a.part, e.a.out, e.n_heads, e.head_dim, e.splits);
+        cuda__attn_reduce_k(e.a.part, e.a.out, e.n_heads, e.head_dim, e.splits, e.a.head_sinks);
     } else if (e.kind == 2) {
         const float *row = e.rows + (size_t)blockIdx.x * e.l.n_kv_heads * e.l.head_dim;
         if (e.dtype == KV_I8) cuda__store_q_row(row, (int8_t *)e.plane, e.l, e.slots[blockIdx.x]);
@@ -92,6 +93,7 @@ struct emu_case {
     int window;    /* 0: full causal */
     float scale;   /* 0: 1/sqrt(head_dim) */
     int sinks;     /* > 0: every sequence longer than this meets its first `sinks` keys with q_sink */
+    int learned;   /* 1: a learned sink logit per head (gpt-oss) joins every softmax */
 };
 
 /* The value the arena holds at (kind, slot, head, e) of plane pair (kp, vp) of one layer. */
@@ -208,6 +210,9 @@ static double emu_check(const emu_case &c, int *splits_out)
     a.scale = c.scale > 0 ? c.scale : 1.0f / sqrtf((float)D), a.softcap = c.softcap, a.window = c.window;
     a.tile_elems = (int32_t)cuda_kv_tile_elems(&l);
     a.sinks = c.sinks > 0 ? sinks.data() : NULL, a.q_sink = qs.data();
+    std::vector<float> hsink(c.n_heads);
+    for (auto &x : hsink) x = 3 * emu_unif();
+    a.head_sinks = c.learned ? hsink.data() : NULL;
     size_t es = kv_dtype_bytes(c.dtype);
     emu_l.kind = 0;
     emu_l.dtype = c.dtype;
@@ -243,7 +248,9 @@ static double emu_check(const emu_case &c, int *splits_out)
                     if (c.softcap > 0) sc[j] = c.softcap * tanh(sc[j] / c.softcap);
                     mx = std::max(mx, sc[j]);
                 }
+                if (c.learned) mx = std::max(mx, (double)hsink[h]);
                 for (int j = lo; j <= qp; j++) z += exp(sc[j] - mx);
+                if (c.learned) z += exp(hsink[h] - mx); /* the sink: in the denominator, no value */
                 for (int e = 0; e < D; e++) {
                     double o = 0;
                     for (int j = lo; j <= qp; j++)
@@ -264,33 +271,35 @@ int main(int argc, char **argv)
     const emu_case cases[] = {
         /* seqs, max ctx, max new, heads, kv heads, head_dim, SMs (small → split-K), block, KV,
          * soft-cap, window, scale */
-        {5, 90, 1, 8, 4, 8, 100, 16, KV_F32, 0.0f, 0, 0.0f, 0},     /* decode, stories260K's shape */
-        {2, 900, 1, 8, 2, 64, 100, 16, KV_F32, 0.0f, 0, 0.0f, 0},   /* long decode: split-K */
-        {3, 300, 70, 4, 4, 64, 100, 16, KV_F32, 0.0f, 0, 0.0f, 0},  /* prefill chunks over cached prefixes, MHA */
-        {6, 300, 40, 16, 2, 32, 2, 16, KV_F32, 0.0f, 0, 0.0f, 0},   /* mixed decode + prefill, GQA 8 */
-        {4, 200, 30, 32, 4, 16, 100, 16, KV_F32, 0.0f, 0, 0.0f, 0}, /* mixed, GQA 8, two tokens per tile */
-        {1, 1300, 1, 2, 1, 40, 64, 16, KV_F32, 0.0f, 0, 0.0f, 0},   /* head_dim not a multiple of 32, split-K */
-        {2, 600, 200, 2, 2, 8, 4, 16, KV_F32, 0.0f, 0, 0.0f, 0},    /* long prefill split across partitions */
-        {3, 129, 64, 64, 1, 8, 100, 16, KV_F32, 0.0f, 0, 0.0f, 0},  /* MQA: a group larger than the row target */
-        {3, 150, 20, 4, 2, 10, 100, 16, KV_F32, 0.0f, 0, 0.0f, 0},  /* head_dim not a multiple of 4: scalar loads */
-        {4, 300, 40, 8, 4, 64, 100, 16, KV_F32, 20.0f, 16, 0.0f, 0}, /* Gemma 2: soft-cap + window, prefill */
-        {2, 900, 1, 8, 2, 64, 100, 16, KV_F32, 0.0f, 100, 0.0f, 0},  /* window with split-K: empty partitions */
-        {3, 200, 70, 4, 2, 16, 4, 16, KV_F32, 50.0f, 1, 0.3f, 0},    /* window of 1, another scale */
-        {2, 600, 200, 2, 2, 8, 4, 16, KV_F32, 0.0f, 37, 0.0f, 0},    /* long prefill, window across tiles */
-        {4, 120, 20, 8, 2, 64, 100, 16, KV_I8, 0.0f, 0, 0.0f, 0},    /* int8: 16-byte loads, scales per row */
-        {2, 1300, 1, 4, 2, 64, 64, 16, KV_I8, 0.0f, 0, 0.0f, 0},     /* int8 decode, split-K */
-        {3, 90, 30, 8, 4, 8, 100, 16, KV_I8, 0.0f, 0, 0.0f, 0},      /* int8, head_dim 8: the scalar load path */
-        {3, 100, 25, 4, 2, 64, 100, 5, KV_I8, 0.0f, 0, 0.0f, 0},     /* int8, tiles not 16-byte aligned */
-        {4, 120, 20, 8, 2, 64, 100, 16, KV_FP8, 0.0f, 0, 0.0f, 0},   /* e4m3 */
-        {2, 1300, 1, 4, 1, 32, 64, 8, KV_FP8, 0.0f, 0, 0.0f, 0},     /* e4m3 decode, split-K, MQA */
-        {3, 90, 30, 8, 4, 10, 100, 3, KV_FP8, 20.0f, 40, 0.0f, 0},   /* e4m3, scalar path, odd block, window */
-        {4, 300, 40, 8, 2, 64, 100, 16, KV_F32, 0.0f, 0, 0.0f, 16},  /* attention sinks: prefill + decode */
-        {2, 1300, 1, 4, 2, 64, 64, 16, KV_I8, 0.0f, 0, 0.0f, 48},    /* sinks with split-K, int8 */
-        {3, 120, 20, 4, 2, 10, 100, 4, KV_FP8, 0.0f, 0, 0.0f, 8},    /* sinks, scalar loads, e4m3 */
-        {3, 100, 12, 4, 2, 16, 100, 16, KV_I8, 0.0f, 0, 0.0f, 16},   /* sinks, a small int8 case (--quick) */
+        {5, 90, 1, 8, 4, 8, 100, 16, KV_F32, 0.0f, 0, 0.0f, 0, 0},     /* decode, stories260K's shape */
+        {2, 900, 1, 8, 2, 64, 100, 16, KV_F32, 0.0f, 0, 0.0f, 0, 0},   /* long decode: split-K */
+        {3, 300, 70, 4, 4, 64, 100, 16, KV_F32, 0.0f, 0, 0.0f, 0, 0},  /* prefill chunks over cached prefixes, MHA */
+        {6, 300, 40, 16, 2, 32, 2, 16, KV_F32, 0.0f, 0, 0.0f, 0, 0},   /* mixed decode + prefill, GQA 8 */
+        {4, 200, 30, 32, 4, 16, 100, 16, KV_F32, 0.0f, 0, 0.0f, 0, 0}, /* mixed, GQA 8, two tokens per tile */
+        {1, 1300, 1, 2, 1, 40, 64, 16, KV_F32, 0.0f, 0, 0.0f, 0, 0},   /* head_dim not a multiple of 32, split-K */
+        {2, 600, 200, 2, 2, 8, 4, 16, KV_F32, 0.0f, 0, 0.0f, 0, 0},    /* long prefill split across partitions */
+        {3, 129, 64, 64, 1, 8, 100, 16, KV_F32, 0.0f, 0, 0.0f, 0, 0},  /* MQA: a group larger than the row target */
+        {3, 150, 20, 4, 2, 10, 100, 16, KV_F32, 0.0f, 0, 0.0f, 0, 0},  /* head_dim not a multiple of 4: scalar loads */
+        {4, 300, 40, 8, 4, 64, 100, 16, KV_F32, 20.0f, 16, 0.0f, 0, 0}, /* Gemma 2: soft-cap + window, prefill */
+        {2, 900, 1, 8, 2, 64, 100, 16, KV_F32, 0.0f, 100, 0.0f, 0, 0},  /* window with split-K: empty partitions */
+        {3, 200, 70, 4, 2, 16, 4, 16, KV_F32, 50.0f, 1, 0.3f, 0, 0},    /* window of 1, another scale */
+        {2, 600, 200, 2, 2, 8, 4, 16, KV_F32, 0.0f, 37, 0.0f, 0, 0},    /* long prefill, window across tiles */
+        {4, 120, 20, 8, 2, 64, 100, 16, KV_I8, 0.0f, 0, 0.0f, 0, 0},    /* int8: 16-byte loads, scales per row */
+        {2, 1300, 1, 4, 2, 64, 64, 16, KV_I8, 0.0f, 0, 0.0f, 0, 0},     /* int8 decode, split-K */
+        {3, 90, 30, 8, 4, 8, 100, 16, KV_I8, 0.0f, 0, 0.0f, 0, 0},      /* int8, head_dim 8: the scalar load path */
+        {3, 100, 25, 4, 2, 64, 100, 5, KV_I8, 0.0f, 0, 0.0f, 0, 0},     /* int8, tiles not 16-byte aligned */
+        {4, 120, 20, 8, 2, 64, 100, 16, KV_FP8, 0.0f, 0, 0.0f, 0, 0},   /* e4m3 */
+        {2, 1300, 1, 4, 1, 32, 64, 8, KV_FP8, 0.0f, 0, 0.0f, 0, 0},     /* e4m3 decode, split-K, MQA */
+        {3, 90, 30, 8, 4, 10, 100, 3, KV_FP8, 20.0f, 40, 0.0f, 0, 0},   /* e4m3, scalar path, odd block, window */
+        {4, 300, 40, 8, 2, 64, 100, 16, KV_F32, 0.0f, 0, 0.0f, 16, 0},  /* attention sinks: prefill + decode */
+        {2, 1300, 1, 4, 2, 64, 64, 16, KV_I8, 0.0f, 0, 0.0f, 48, 0},    /* sinks with split-K, int8 */
+        {3, 120, 20, 4, 2, 10, 100, 4, KV_FP8, 0.0f, 0, 0.0f, 8, 0},    /* sinks, scalar loads, e4m3 */
+        {3, 100, 12, 4, 2, 16, 100, 16, KV_I8, 0.0f, 0, 0.0f, 16, 0},   /* sinks, a small int8 case (--quick) */
+        {4, 300, 40, 8, 2, 64, 100, 16, KV_F32, 0.0f, 16, 0.0f, 0, 1},  /* learned sinks (gpt-oss): window, prefill */
+        {2, 1300, 1, 4, 1, 64, 64, 16, KV_I8, 0.0f, 0, 0.0f, 0, 1},     /* learned sinks with split-K, int8, MQA */
     };
     /* --quick (make test): one case of each load path and arena type, in a few seconds */
-    const int quick_cases[] = {0, 15, 16, 18, 19, 22, 23};
+    const int quick_cases[] = {0, 15, 16, 18, 19, 22, 23, 24, 25};
     printf("attention kernels under CPU emulation vs float64 (seed %#llx)%s\n", (unsigned long long)emu_rs,
            quick ? ", quick" : "");
     int bad = 0, n_cases = quick ? (int)(sizeof quick_cases / sizeof quick_cases[0]) : (int)(sizeof cases / sizeof cases[0]);
@@ -300,9 +309,10 @@ int main(int argc, char **argv)
         double e = emu_check(c, &splits);
         int ok = e < 1e-5;
         bad += !ok;
-        printf("  %-4s seqs %d ctx<=%d new<=%d heads %d/%d hd %d block %d cap %g window %d sinks %d: splits %d, "
+        printf("  %-4s seqs %d ctx<=%d new<=%d heads %d/%d hd %d block %d cap %g window %d sinks %d%s: splits %d, "
                "rel err %.2e %s\n", kv_dtype_name(c.dtype), c.n_seqs, c.max_ctx, c.max_new, c.n_heads, c.n_kv_heads,
-               c.head_dim, c.block_size, (double)c.softcap, c.window, c.sinks, splits, e, ok ? "ok" : "FAIL");
+               c.head_dim, c.block_size, (double)c.softcap, c.window, c.sinks, c.learned ? " learned" : "", splits, e,
+               ok ? "ok" : "FAIL");
     }
     return bad ? 1 : 0;
 }

@@ -1,7 +1,8 @@
 /*
  * emu_cuda.h — just enough of CUDA's device built-ins, on POSIX threads, to run the kernel
  * headers of cuda/ (cuda/NAME_kernels.h: attention, the K/V store, the quantised-weight kernels,
- * norms and RoPE, the element-wise ops, the gathers, the GEMM's conversions, argmax) on a CPU.
+ * norms and RoPE, the element-wise ops, the gathers, the GEMM's conversions, argmax, the mixture
+ * of experts and latent attention) on a CPU.
  * Host C++ only; see cuda/check/attn_emu.cc, quant_emu.cc and ops_emu.cc.
  *
  * One launch runs blockDim.x threads that walk the grid's blocks in lock step (block after
@@ -99,6 +100,13 @@ static void emu_run(dim3 grid, int threads, void (*block)(void))
     for (int t = 0; t < threads; t++) pthread_join(th[t], NULL);
     pthread_barrier_destroy(&emu_bar);
     for (int w = 0; w < threads / 32; w++) pthread_barrier_destroy(&emu_wbar[w]);
+}
+
+/* Atomic add on int (the MoE routing's per-expert counters): the emulated threads are real
+ * threads, so the compiler's atomics give the GPU's semantics. */
+static inline int atomicAdd(int *p, int v)
+{
+    return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST);
 }
 
 #define __expf expf

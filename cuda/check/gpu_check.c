@@ -12,7 +12,9 @@
  *      tensors, partial and scaled RoPE), prefill and decode logits against the CPU backend;
  *   3. benchmarks: device-to-device copy bandwidth (the memory ceiling), cuBLAS BF16 GEMM (the
  *      matrix ceiling), the backend's matmul, decode attention bandwidth, and batch-1 / batched
- *      decode of a TinyLlama-1.1B-shaped random BF16 model built in memory;
+ *      decode of a TinyLlama-1.1B-shaped random BF16 model built in memory; decode of a synthetic
+ *      Qwen3-MoE-shaped model (16 experts of width 512, 2 used) against its dense qwen3 twin with
+ *      the same active parameters, and of a deepseek2 (MLA) model;
  * and prints a short table last. Exit status: 0 all checks pass, 1 a check failed, 2 no GPU or a
  * setup error.
  *
@@ -581,6 +583,63 @@ static double gc_bench_decode(fwd *f, const model *m, int n_seqs, int prompt, in
     return tps;
 }
 
+/* Decode tok/s at batch 1 and 16 of a synthetic model written by mkmodel (0 when it cannot run). */
+static void gc_bench_synth(backend *gpu, const mkm_params *p, int quick, double *t1, double *t16)
+{
+    char path[512], err[512];
+    const char *tmp = getenv("TMPDIR");
+    snprintf(path, sizeof path, "%s/kvserve-gc-%s-%d.gguf", tmp && *tmp ? tmp : "/tmp", p->arch, (int)getpid());
+    model *m = NULL;
+    *t1 = *t16 = 0;
+    if (mkm_write(path, p, err, sizeof err) || model_load(path, &m, err, sizeof err)) {
+        printf("  %s: %s\n", p->arch, err);
+        remove(path);
+        return;
+    }
+    const int bs = 16, prompt = 64, steps = quick ? 16 : 64, batch = 16, stride = (prompt + steps + bs) / bs + 1;
+    kv_geom g = model_kv_geom(&m->hp, bs, KV_F16);
+    const int32_t n_blocks = batch * stride;
+    fwd *f = fwd_create(m, gpu, &g, &n_blocks, batch * prompt, batch, err, sizeof err);
+    if (f) {
+        cuda_set_graphs(gpu, 1);
+        *t1 = gc_bench_decode(f, m, 1, prompt, steps, stride);
+        *t16 = gc_bench_decode(f, m, batch, prompt, steps, stride);
+        cuda_set_graphs(gpu, 0);
+        fwd_destroy(f);
+    } else {
+        printf("  %s: %s\n", p->arch, err);
+    }
+    model_destroy(m);
+    remove(path);
+}
+
+/* The issue's MoE shape: dim 1024, 8 layers, 16 experts of width 512 of which 2 are used, Q8_0,
+ * against the dense qwen3 twin whose FFN (1024) has the same active parameters; and a deepseek2
+ * of the same size whose attention is MLA. */
+static void gc_bench_moe(backend *gpu, int quick)
+{
+    mkm_params p;
+    mkm_params_default(&p);
+    p.dim = 1024, p.layers = 8, p.heads = 16, p.kv_heads = 8, p.vocab = 32000, p.context = 4096;
+    p.type = DT_Q8_0, p.seed = 7;
+    char v[40], ref[48];
+    double d1, d16, m1, m16, l1, l16;
+    p.arch = "qwen3", p.ffn = 1024;
+    gc_bench_synth(gpu, &p, quick, &d1, &d16);
+    p.arch = "qwen3moe", p.ffn = 512, p.experts = 16, p.experts_used = 2;
+    gc_bench_synth(gpu, &p, quick, &m1, &m16);
+    p.arch = "deepseek2", p.heads = 16, p.kv_heads = 0, p.head_dim = 64, p.rope_dims = 32, p.kv_lora = 256;
+    gc_bench_synth(gpu, &p, quick, &l1, &l16);
+    snprintf(v, sizeof v, "%.0f / %.0f tok/s", d1, d16);
+    gc_add("dense qwen3 Q8_0 b=1 / b=16", v, "dim 1024, 8 layers, ffn 1024", -1);
+    snprintf(v, sizeof v, "%.0f / %.0f tok/s", m1, m16);
+    snprintf(ref, sizeof ref, "%.2fx / %.2fx dense (goal 0.8)", d1 > 0 ? m1 / d1 : 0, d16 > 0 ? m16 / d16 : 0);
+    gc_add("qwen3moe 16x512 k2 b=1 / b=16", v, ref, -1);
+    snprintf(v, sizeof v, "%.0f / %.0f tok/s", l1, l16);
+    snprintf(ref, sizeof ref, "%.2fx / %.2fx qwen3moe", m1 > 0 ? l1 / m1 : 0, m16 > 0 ? l16 / m16 : 0);
+    gc_add("deepseek2 MLA 256+32 b=1 / b=16", v, ref, -1);
+}
+
 static void gc_bench(backend *gpu, int quick)
 {
     char v[40], ref[48];
@@ -677,6 +736,7 @@ static void gc_bench(backend *gpu, int quick)
     cuda_set_graphs(gpu, 0);
     fwd_destroy(f);
     gc_tinyllama_free(&gm);
+    gc_bench_moe(gpu, quick);
 }
 
 int main(int argc, char **argv)

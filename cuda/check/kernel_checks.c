@@ -735,7 +735,7 @@ static kc_result kc_check_store_kv(kc_ctx *c, int kv_dtype)
 
 /* ---- whole models of every architecture ------------------------------------------------------- */
 
-#define KC_N_ARCHS 5
+#define KC_N_ARCHS 9
 
 /* Logits of one sequence (a prompt, then greedy decode steps chosen by the CPU) through fwd on
  * both backends; the worst max |Δ| over max |logit| of a row. */
@@ -794,11 +794,16 @@ static double kc_arch_run(kc_ctx *c, const model *m, int n_prompt, int n_steps)
 /* A synthetic model of architecture `which` (0 .. KC_N_ARCHS - 1) with its features switched on
  * (qwen3: another head size; gemma2: windows shorter than a block, soft-caps, partial RoPE;
  * gemma3: a pattern, two bases, scaling on the global layers; phi3: fused tensors with a bias,
- * partial RoPE; llama: YaRN and rope_freqs with a fused qkv), F32 weights and f32 KV so that both
+ * partial RoPE; llama: YaRN and rope_freqs with a fused qkv; qwen3moe, Mixtral-style llama,
+ * deepseek2 with MLA and gpt-oss: the mixtures of experts, latent attention and learned sinks),
+ * F32 weights and f32 KV so that both
  * sides run FP32 GEMMs: they differ by summation order only, ~1e-6 of the logits. */
 static kc_result kc_check_arch(kc_ctx *c, int which)
 {
-    static const char *const arches[KC_N_ARCHS] = {"qwen3", "gemma2", "gemma3", "phi3", "llama"};
+    static const char *const arches[KC_N_ARCHS] = {"qwen3", "gemma2", "gemma3", "phi3", "llama",
+                                                   "qwen3moe", "llama", "deepseek2", "gpt-oss"};
+    static const char *const labels[KC_N_ARCHS] = {"qwen3", "gemma2", "gemma3", "phi3", "llama",
+                                                   "qwen3moe", "mixtral", "deepseek2", "gpt-oss"};
     mkm_params p;
     mkm_params_default(&p);
     p.arch = arches[which];
@@ -809,10 +814,16 @@ static kc_result kc_check_arch(kc_ctx *c, int which)
     if (which == 2) p.swa_window = 9, p.swa_pattern = 3, p.rope_base = 1e6f, p.rope_scaling = "linear", p.rope_factor = 8;
     if (which == 3) p.rope_dims = 6, p.qkv_bias = 1;
     if (which == 4) p.rope_freqs = 1, p.rope_scaling = "yarn", p.rope_factor = 4, p.rope_ctx_orig = 32, p.fused_qkv = 1;
+    if (which >= 5) p.experts = 8, p.experts_used = 2, p.ffn = c->big ? 256 : 48; /* each expert's width */
+    if (which == 6) p.experts_used = 3;
+    if (which == 7) /* MLA with a q LoRA, shared experts, a leading dense layer, DeepSeek-V3's routing */
+        p.heads = 4, p.head_dim = 16, p.rope_dims = 8, p.kv_lora = 32, p.q_lora = 24, p.gating = 2, p.expert_norm = 1,
+        p.expert_scale = 2.5f, p.expert_groups = 4, p.groups_used = 2, p.sel_bias = 1, p.experts_used = 3;
+    if (which == 8) p.swa_window = 11, p.experts_used = 4; /* sinks, biases, clamped SwiGLU, windows */
     char path[512], err[512], name[48], note[96] = "";
     const char *tmp = getenv("TMPDIR");
-    snprintf(path, sizeof path, "%s/kvserve-kc-%s-%d.gguf", tmp && *tmp ? tmp : "/tmp", arches[which], (int)getpid());
-    snprintf(name, sizeof name, "arch %s logits", arches[which]);
+    snprintf(path, sizeof path, "%s/kvserve-kc-%s-%d.gguf", tmp && *tmp ? tmp : "/tmp", labels[which], (int)getpid());
+    snprintf(name, sizeof name, "arch %s logits", labels[which]);
     model *m = NULL;
     double e = INFINITY;
     if (mkm_write(path, &p, err, sizeof err) || model_load(path, &m, err, sizeof err))

@@ -45,6 +45,7 @@ static const char *dt_name_emu(int t)
     case DT_Q5_1: return "Q5_1";
     case DT_Q8_0: return "Q8_0";
     case DT_IQ4_NL: return "IQ4_NL";
+    case DT_MXFP4: return "MXFP4";
     case DT_Q2_K: return "Q2_K";
     case DT_Q3_K: return "Q3_K";
     case DT_Q4_K: return "Q4_K";
@@ -67,7 +68,8 @@ static float qe_unif()
     return (float)((qe_next() >> 11) * (1.0 / 9007199254740992.0) * 2 - 1);
 }
 
-/* Random blocks: random bytes, then every f16 field a finite scale of moderate size. */
+/* Random blocks: random bytes, then every f16 field (MXFP4: its E8M0 byte) a finite scale of
+ * moderate size. */
 static std::vector<uint8_t> qe_weights(int type, int64_t n_in, int64_t n_out)
 {
     size_t bb = (size_t)cuda_q_block_bytes(type), nb = (size_t)(n_in / cuda_q_block_elems(type) * n_out);
@@ -79,6 +81,7 @@ static std::vector<uint8_t> qe_weights(int type, int64_t n_in, int64_t n_out)
             uint16_t h = cuda_f32_to_f16(0.01f * (0.5f + (float)(qe_next() % 100) / 100.0f) * (qe_next() & 1 ? 1 : -1));
             memcpy(&w[b * bb + off[k]], &h, 2);
         }
+    for (size_t b = 0; type == DT_MXFP4 && b < nb; b++) w[b * bb] = (uint8_t)(118 + qe_next() % 6); /* E8M0 2^-10 .. 2^-5 */
     return w;
 }
 
@@ -204,7 +207,7 @@ int main(int argc, char **argv)
 {
     const int quick = argc > 1 && !strcmp(argv[1], "--quick");
     const int types[] = {DT_Q4_0, DT_Q4_1, DT_Q5_0, DT_Q5_1, DT_Q8_0, DT_IQ4_NL,
-                         DT_Q2_K, DT_Q3_K, DT_Q4_K, DT_Q5_K, DT_Q6_K, DT_IQ4_XS};
+                         DT_Q2_K, DT_Q3_K, DT_Q4_K, DT_Q5_K, DT_Q6_K, DT_IQ4_XS, DT_MXFP4};
     int bad = 0, n = 0;
     for (int t : types) {
         int be = cuda_q_block_elems(t);

@@ -1,0 +1,170 @@
+/*
+ * mla.cu — multi-head latent attention on the GPU (be_ops.mla_prepare, mla_release, mla_qk,
+ * mla_out, and the attention op over a latent KV arena, which attn.cu hands over): a layer's
+ * per-head up-projections get a device table of their pointers once; the latent query and key of
+ * a step are the prep kernel (the latent's norm, the RoPE parts) and the grouped matvec of
+ * moe_kernels.h with one group per head (k_b · q_nope); the value up-projection is the same
+ * matvec over the attention's output; attention runs mla_kernels.h's kernel over the latent
+ * plane, each cached vector the key and the value of every head.
+ */
+#include <string.h>
+
+#include "cuda/internal.h"
+#include "cuda/mla_kernels.h"
+
+/* A layer's device state (be_mla.extra): the heads' matrices. */
+typedef struct cuda__mla_layer {
+    const void **kb, **vb; /* device [n_heads] each */
+    int kb_type, vb_type;
+} cuda__mla_layer;
+
+/* ---- launchers ----------------------------------------------------------------------------- */
+
+static void cuda__mla_prep_sm80(cudaStream_t s, const cuda__mla_prep_args *a, int n_tokens)
+{
+    cuda__mla_prep_k<<<n_tokens, 128, 0, s>>>(*a);
+}
+
+template <typename T>
+static int cuda__mla_attn_launch(cudaStream_t s, const cuda__mla_attn_args &a, const void *kp, int n_tokens)
+{
+    size_t smem = cuda__mla_smem(a.head_dim);
+    if (smem > 48 * 1024 &&
+        CUDA_CHECK(cudaFuncSetAttribute(cuda__mla_attn_k<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem)))
+        return -EIO;
+    dim3 g((unsigned)cuda_div_up(a.n_heads, CUDA_MLA_ROWS), (unsigned)n_tokens);
+    cuda__mla_attn_k<T><<<g, CUDA_MLA_THREADS, smem, s>>>(a, (const T *)kp);
+    return 0;
+}
+
+static int cuda__mla_attention_sm80(cudaStream_t s, const cuda__mla_attn_args *a, int kv_dtype, const void *kp,
+                                    int n_tokens)
+{
+    switch (kv_dtype) {
+    case KV_F32: return cuda__mla_attn_launch<float>(s, *a, kp, n_tokens);
+    case KV_BF16: return cuda__mla_attn_launch<__nv_bfloat16>(s, *a, kp, n_tokens);
+    case KV_I8: return cuda__mla_attn_launch<int8_t>(s, *a, kp, n_tokens);
+    case KV_FP8: return cuda__mla_attn_launch<uint8_t>(s, *a, kp, n_tokens);
+    default: return cuda__mla_attn_launch<__half>(s, *a, kp, n_tokens);
+    }
+}
+
+void cuda__mla_fill_sm80(cuda__kern *k)
+{
+    k->mla_prep = cuda__mla_prep_sm80;
+    k->mla_attention = cuda__mla_attention_sm80;
+}
+
+/* ---- the ops ------------------------------------------------------------------------------- */
+
+static int cuda__mla_table(cuda_backend *cb, const be_weight *w, int n, const void ***dev, int *type)
+{
+    const void **h = (const void **)calloc((size_t)n, sizeof *h);
+    if (!h) return -ENOMEM;
+    *type = w[0].type;
+    int rc = cb->k.moe_gemv[*type] && w[0].n_in % 8 == 0 ? 0 : -EINVAL;
+    for (int i = 0; i < n && !rc; i++) {
+        h[i] = w[i].data;
+        if (w[i].type != *type) rc = -EINVAL;
+    }
+    if (!rc && CUDA_CHECK(cudaMalloc((void **)dev, (size_t)n * sizeof(void *)))) {
+        cudaGetLastError();
+        *dev = NULL;
+        rc = -ENOMEM;
+    }
+    if (!rc && CB_CHECK(cb, cudaMemcpy((void *)*dev, h, (size_t)n * sizeof(void *), cudaMemcpyHostToDevice)))
+        rc = -EIO;
+    free(h);
+    return rc;
+}
+
+int cuda__op_mla_prepare(backend *be, be_mla *m)
+{
+    cuda_backend *cb = cuda__cb(be);
+    cuda__mla_layer *st = (cuda__mla_layer *)calloc(1, sizeof *st);
+    if (!st || cuda__use(cb)) {
+        free(st);
+        return -ENOMEM;
+    }
+    m->extra = st;
+    int rc = cuda__mla_table(cb, m->k_b, m->n_heads, &st->kb, &st->kb_type);
+    if (!rc) rc = cuda__mla_table(cb, m->v_b, m->n_heads, &st->vb, &st->vb_type);
+    if (rc) cuda__op_mla_release(be, m);
+    return rc;
+}
+
+void cuda__op_mla_release(backend *be, be_mla *m)
+{
+    cuda__mla_layer *st = (cuda__mla_layer *)m->extra;
+    if (!st) return;
+    cuda__graphs_reset(cuda__cb(be));
+    if (st->kb) cudaFree((void *)st->kb);
+    if (st->vb) cudaFree((void *)st->vb);
+    free(st);
+    m->extra = NULL;
+}
+
+/* out group h = w[h] · x group h for every token: the heads' grouped matvec. */
+static void cuda__mla_heads(cuda_backend *cb, const void **w, int type, const be_weight *w0, int H, int T,
+                            const float *x, int64_t x_goff, int64_t x_stride, float *out, int64_t o_goff, int64_t o_stride)
+{
+    cuda__moe_proj p;
+    memset(&p, 0, sizeof p);
+    p.w = w, p.n_groups = H, p.n_rows = T;
+    p.n_in = w0->n_in, p.n_out = w0->n_out, p.row_bytes = dt_row_bytes(type, w0->n_in);
+    p.x_goff = x_goff, p.x_stride = x_stride, p.o_goff = o_goff, p.o_stride = o_stride;
+    cb->k.moe_gemv[type](cb->stream, &p, x, out);
+}
+
+void cuda__op_mla_qk(backend *be, const float *q, const float *kv, const be_mla *m, float *q_lat, float *k_lat)
+{
+    cuda_backend *cb = cuda__cb(be);
+    int T = cb->meta.n_tokens, H = m->n_heads, hq = m->qk_nope + m->rope, hl = m->kv_lora + m->rope;
+    const cuda__mla_layer *st = (const cuda__mla_layer *)m->extra;
+    if (cuda__graph_skip(cb) || T <= 0 || cb->error || !st) return;
+    cuda__mla_prep_args a;
+    memset(&a, 0, sizeof a);
+    a.q = q, a.kv = kv, a.norm = (const float *)m->kv_norm->data, a.q_lat = q_lat, a.k_lat = k_lat;
+    a.pos = cuda__meta(cb, cb->meta.positions);
+    a.n_heads = H, a.nope = m->qk_nope, a.rope = m->rope, a.kv_lora = m->kv_lora, a.eps = m->eps;
+    a.rope_q = m->rope_q, a.rope_k = m->rope_k;
+    a.rope_q.freq_factors = a.rope_k.freq_factors = NULL;
+    cb->k.mla_prep(cb->stream, &a, T);
+    cuda__mla_heads(cb, st->kb, st->kb_type, &m->k_b[0], H, T, q, hq, (int64_t)H * hq, q_lat, hl, (int64_t)H * hl);
+    CB_CHECK_LAUNCH(cb);
+}
+
+void cuda__op_mla_out(backend *be, const float *o, const be_mla *m, float *out)
+{
+    cuda_backend *cb = cuda__cb(be);
+    int T = cb->meta.n_tokens, H = m->n_heads, hl = m->kv_lora + m->rope;
+    const cuda__mla_layer *st = (const cuda__mla_layer *)m->extra;
+    if (cuda__graph_skip(cb) || T <= 0 || cb->error || !st) return;
+    cuda__mla_heads(cb, st->vb, st->vb_type, &m->v_b[0], H, T, o, hl, (int64_t)H * hl, out, m->v_head,
+                    (int64_t)H * m->v_head);
+    CB_CHECK_LAUNCH(cb);
+}
+
+void cuda__mla_attention(cuda_backend *cb, int layer, const float *q, const be_attn *at, float *out)
+{
+    if (cuda__graph_skip(cb) || cb->meta.n_tokens <= 0 || cb->error) return;
+    if (at->window > 0 || at->head_sinks || at->softcap > 0 || at->n_heads < 1) { /* not MLA's */
+        cuda__fail(cb, -EINVAL);
+        return;
+    }
+    const cuda_kv_layout *l;
+    const void *kp = cuda__kv_plane(cb, layer, 0, &l);
+    const cuda_meta_kv *mk = &cb->meta.kv[cb->meta.n_kv > 1 ? cb->kv_group[layer] : 0];
+    cuda__mla_attn_args a;
+    memset(&a, 0, sizeof a);
+    a.q = q, a.out = out;
+    a.q_start = cuda__meta(cb, cb->meta.q_start);
+    a.ctx_len = cuda__meta(cb, mk->ctx_len);
+    a.block_table = cuda__meta(cb, mk->block_table);
+    a.n_seqs = cb->meta.n_seqs, a.bt_stride = mk->bt_stride, a.block_size = l->block_size;
+    a.n_heads = at->n_heads, a.head_dim = l->head_dim;
+    a.tile_elems = (int32_t)cuda_kv_tile_elems(l);
+    a.scale = at->scale;
+    if (cuda__fail(cb, cb->k.mla_attention(cb->stream, &a, cb->kv_dtype, kp, cb->meta.n_tokens))) return;
+    CB_CHECK_LAUNCH(cb);
+}

@@ -1,0 +1,209 @@
+/*
+ * moe.cu — mixtures of experts on the GPU (be_ops.moe_prepare, moe_release, moe_ffn): a layer's
+ * experts get a device table of their matrices' and biases' pointers once (moe_prepare); a step
+ * routes its tokens, groups the routed rows by expert and runs the three projections as grouped
+ * matvecs in which an expert no token chose is not read (moe_kernels.h, through the kernel
+ * table), then the weighted sum. Also the 8-bit rounding of the activations an MXFP4 product sees
+ * (cuda__mxfp4_act, for gemm.cu's matmul as for the experts).
+ *
+ * The step's buffers are one device allocation (moe_buf) grown to the largest step; inside a
+ * CUDA graph capture it must not grow (graphs start after two eager steps of the shape, which
+ * size it).
+ */
+#include <string.h>
+
+#include "cuda/internal.h"
+#include "cuda/moe_kernels.h"
+
+/* A layer's device state (be_moe.extra). */
+typedef struct cuda__moe_layer {
+    const void **w;  /* device [3][n_expert] matrices: gate, up, down */
+    const float **b; /* device [3][n_expert] biases (NULL entries), or NULL when there are none */
+    int type[3];     /* each projection's weight type */
+} cuda__moe_layer;
+
+/* ---- launchers ----------------------------------------------------------------------------- */
+
+template <int T>
+static void cuda__launch_moe_gemv(cudaStream_t s, const cuda__moe_proj *p, const float *x, float *out)
+{
+    dim3 g((unsigned)cuda_div_up(p->n_out, CUDA_MOE_THREADS / 32), (unsigned)p->n_groups);
+    cuda__moe_gemv_k<T><<<g, CUDA_MOE_THREADS, 0, s>>>(*p, x, out);
+}
+
+static void cuda__moe_route_sm80(cudaStream_t s, const be_moe_rule *r, const float *logits, const float *sel_bias,
+                                 int n_tok, int32_t *ids, float *w, int32_t *cnt)
+{
+    cuda__moe_route_k<<<n_tok, 32, 0, s>>>(*r, logits, sel_bias, ids, w, cnt);
+}
+
+static void cuda__moe_group_sm80(cudaStream_t s, const int32_t *ids, int n_tok, int k, int n_expert, const float *x,
+                                 int64_t dim, const int32_t *cnt, int32_t *start, int32_t *fill, int32_t *row,
+                                 float *xg)
+{
+    cuda__moe_scan_k<<<1, 32, 0, s>>>(cnt, n_expert, start, fill);
+    cuda__moe_scatter_k<<<n_tok * k, 128, 0, s>>>(ids, k, x, dim, fill, row, xg);
+}
+
+static void cuda__moe_act_sm80(cudaStream_t s, float *g, const float *u, int64_t n, int swiglu, float alpha,
+                               float limit)
+{
+    cuda__moe_act_k<<<cuda_grid_1d(n, CUDA_EW_THREADS, CUDA_EW_MAX_BLOCKS), CUDA_EW_THREADS, 0, s>>>(g, u, n, swiglu,
+                                                                                                    alpha, limit);
+}
+
+static void cuda__moe_combine_sm80(cudaStream_t s, const float *y, const int32_t *row, const float *w, int n_tok,
+                                   int k, int64_t dim, float *out)
+{
+    cuda__moe_combine_k<<<n_tok, 128, 0, s>>>(y, row, w, k, dim, out);
+}
+
+static void cuda__q8h_round_sm80(cudaStream_t s, float *x, int64_t n)
+{
+    int64_t blocks = n / 32;
+    cuda__q8h_k<<<cuda_grid_1d(blocks, 8, CUDA_EW_MAX_BLOCKS), 256, 0, s>>>(x, blocks);
+}
+
+void cuda__moe_fill_sm80(cuda__kern *k)
+{
+    k->moe_route = cuda__moe_route_sm80;
+    k->moe_group = cuda__moe_group_sm80;
+    k->moe_act = cuda__moe_act_sm80;
+    k->moe_combine = cuda__moe_combine_sm80;
+    k->q8h_round = cuda__q8h_round_sm80;
+    k->moe_gemv[DT_F32] = cuda__launch_moe_gemv<DT_F32>;
+    k->moe_gemv[DT_F16] = cuda__launch_moe_gemv<DT_F16>;
+    k->moe_gemv[DT_BF16] = cuda__launch_moe_gemv<DT_BF16>;
+    CUDA_Q_FILL(k->moe_gemv, cuda__launch_moe_gemv);
+}
+
+/* ---- the ops ------------------------------------------------------------------------------- */
+
+/* A device copy of n host pointers (NULL when n is 0). */
+static int cuda__moe_table(cuda_backend *cb, const void *const *h, int n, void **dev)
+{
+    *dev = NULL;
+    if (CUDA_CHECK(cudaMalloc(dev, (size_t)n * sizeof(void *)))) {
+        cudaGetLastError();
+        return -ENOMEM;
+    }
+    if (CB_CHECK(cb, cudaMemcpy(*dev, h, (size_t)n * sizeof(void *), cudaMemcpyHostToDevice))) return -EIO;
+    return 0;
+}
+
+int cuda__op_moe_prepare(backend *be, be_moe *m)
+{
+    cuda_backend *cb = cuda__cb(be);
+    int E = m->rule.n_expert;
+    const be_weight *proj[3] = {m->gate, m->up, m->down}, *bias[3] = {m->b_gate, m->b_up, m->b_down};
+    if (E < 1 || E > CUDA_MOE_MAX_EXPERTS || m->gate[0].n_in % 8 || m->down[0].n_in % 8) return -EINVAL;
+    cuda__moe_layer *st = (cuda__moe_layer *)calloc(1, sizeof *st);
+    const void **hw = (const void **)calloc((size_t)6 * E, sizeof *hw);
+    if (!st || !hw || cuda__use(cb)) {
+        free(st), free(hw);
+        return -ENOMEM;
+    }
+    int biased = 0;
+    for (int p = 0; p < 3; p++) {
+        st->type[p] = proj[p][0].type;
+        for (int e = 0; e < E; e++) {
+            if (proj[p][e].type != st->type[p] || !cb->k.moe_gemv[st->type[p]]) { /* one type per projection */
+                free(st), free(hw);
+                return -EINVAL;
+            }
+            hw[p * E + e] = proj[p][e].data;
+            hw[(3 + p) * E + e] = bias[p] ? bias[p][e].data : NULL;
+            biased |= bias[p] != NULL;
+        }
+    }
+    int rc = cuda__moe_table(cb, hw, 3 * E, (void **)&st->w);
+    if (!rc && biased) rc = cuda__moe_table(cb, hw + 3 * E, 3 * E, (void **)&st->b);
+    free(hw);
+    m->extra = st;
+    if (rc) cuda__op_moe_release(be, m);
+    return rc;
+}
+
+void cuda__op_moe_release(backend *be, be_moe *m)
+{
+    cuda__moe_layer *st = (cuda__moe_layer *)m->extra;
+    if (!st) return;
+    cuda__graphs_reset(cuda__cb(be));
+    if (st->w) cudaFree((void *)st->w);
+    if (st->b) cudaFree((void *)st->b);
+    free(st);
+    m->extra = NULL;
+}
+
+/* The step's buffers in moe_buf: ints then floats. */
+typedef struct cuda__moe_bufs {
+    int32_t *ids, *row, *cnt, *start, *fill;
+    float *w, *xg, *g, *u, *y;
+} cuda__moe_bufs;
+
+static int cuda__moe_bufs_get(cuda_backend *cb, int64_t R, int E, int64_t dim, int64_t ff, cuda__moe_bufs *b)
+{
+    size_t ints = (size_t)(2 * R + 3 * E + 1 + 64), floats = (size_t)(R + 2 * R * dim + 2 * R * ff + 64);
+    size_t bytes = ints * 4 + floats * 4 + 256;
+    if (bytes > cb->moe_bytes && cb->graph_mode) return -EIO; /* sized by the eager steps before */
+    if (cuda__grow(cb, &cb->moe_buf, &cb->moe_bytes, bytes)) return -ENOMEM;
+    int32_t *i = (int32_t *)cb->moe_buf;
+    b->ids = i, b->row = i + R, b->cnt = i + 2 * R, b->start = b->cnt + E, b->fill = b->start + E + 1;
+    float *f = (float *)(((uintptr_t)(b->fill + E) + 255) & ~(uintptr_t)255);
+    b->w = f, b->xg = f + R, b->g = b->xg + R * dim, b->u = b->g + R * ff, b->y = b->u + R * ff;
+    return 0;
+}
+
+/* One projection of every chosen expert's rows: x [R][n_in] → out [R][n_out]. */
+static void cuda__moe_proj_run(cuda_backend *cb, const cuda__moe_layer *st, int p, const be_weight *w0, int E,
+                               const int32_t *start, const float *x, float *out)
+{
+    cuda__moe_proj pr;
+    memset(&pr, 0, sizeof pr);
+    pr.w = st->w + (size_t)p * E;
+    pr.b = st->b ? st->b + (size_t)p * E : NULL;
+    pr.start = start;
+    pr.n_groups = E;
+    pr.n_in = w0->n_in, pr.n_out = w0->n_out;
+    pr.row_bytes = dt_row_bytes(w0->type, w0->n_in);
+    pr.x_stride = w0->n_in, pr.o_stride = w0->n_out;
+    cb->k.moe_gemv[st->type[p]](cb->stream, &pr, x, out);
+}
+
+void cuda__op_moe_ffn(backend *be, const float *x, int n_rows, const float *logits, const be_moe *m, float *out)
+{
+    cuda_backend *cb = cuda__cb(be);
+    if (cuda__graph_skip(cb) || n_rows <= 0 || cb->error) return;
+    const cuda__moe_layer *st = (const cuda__moe_layer *)m->extra;
+    int E = m->rule.n_expert, k = m->rule.n_used;
+    int64_t R = (int64_t)n_rows * k, dim = m->gate[0].n_in, ff = m->gate[0].n_out;
+    cuda__moe_bufs b;
+    if (!st || cuda__fail(cb, cuda__moe_bufs_get(cb, R, E, dim, ff, &b))) return;
+    cudaStream_t s = cb->stream;
+    if (CB_CHECK(cb, cudaMemsetAsync(b.cnt, 0, (size_t)E * 4, s))) return;
+    cb->k.moe_route(s, &m->rule, logits, m->sel_bias ? (const float *)m->sel_bias->data : NULL, n_rows, b.ids, b.w,
+                    b.cnt);
+    cb->k.moe_group(s, b.ids, n_rows, k, E, x, dim, b.cnt, b.start, b.fill, b.row, b.xg);
+    if (st->type[0] == DT_MXFP4 || st->type[1] == DT_MXFP4) cb->k.q8h_round(s, b.xg, R * dim);
+    cuda__moe_proj_run(cb, st, 0, &m->gate[0], E, b.start, b.xg, b.g);
+    cuda__moe_proj_run(cb, st, 1, &m->up[0], E, b.start, b.xg, b.u);
+    cb->k.moe_act(s, b.g, b.u, R * ff, m->act == MODEL_ACT_SWIGLU_OAI, m->alpha, m->limit);
+    if (st->type[2] == DT_MXFP4) cb->k.q8h_round(s, b.g, R * ff);
+    cuda__moe_proj_run(cb, st, 2, &m->down[0], E, b.start, b.g, b.y);
+    cb->k.moe_combine(s, b.y, b.row, b.w, n_rows, k, dim, out);
+    CB_CHECK_LAUNCH(cb);
+}
+
+const float *cuda__mxfp4_act(cuda_backend *cb, const float *x, int n_rows, int64_t n_in)
+{
+    size_t n = (size_t)n_rows * (size_t)n_in;
+    if (n * 4 > cb->mx_bytes && cb->graph_mode) {
+        cuda__fail(cb, -EIO);
+        return x;
+    }
+    if (cuda__fail(cb, cuda__grow(cb, (void **)&cb->mx_act, &cb->mx_bytes, n * 4))) return x;
+    if (CB_CHECK(cb, cudaMemcpyAsync(cb->mx_act, x, n * 4, cudaMemcpyDeviceToDevice, cb->stream))) return x;
+    cb->k.q8h_round(cb->stream, cb->mx_act, (int64_t)n);
+    CB_CHECK_LAUNCH(cb);
+    return cb->mx_act;
+}

@@ -1,0 +1,169 @@
+/*
+ * moe_kernels.h — the kernels of the mixture-of-experts FFN (cuda/moe.cu) and of the per-head
+ * projections of latent attention (cuda/mla.cu), kept apart from their launchers so that the same
+ * source compiles under the CPU emulation of cuda/check/emu_cuda.h (cuda/check/moe_emu.cc).
+ *
+ * A MoE layer on the GPU, for n tokens routed to k experts each (R = n·k routed rows):
+ *   route    one block per token: be_moe_route (engine/backend.h, the definition the CPU shares)
+ *            writes the token's experts and weights and counts each expert's rows (atomics);
+ *   group    one block: each expert's first row (a prefix sum of the counts); then one thread per
+ *            routed row takes the next row of its expert and copies the token's input there, so
+ *            an expert's rows are contiguous (their order within an expert is whatever the
+ *            atomics give: each row's result depends on that row alone);
+ *   gemv     the grouped projection: grid (output tiles, experts); a block whose expert has no
+ *            rows returns at once, so an expert no token chose is not read; otherwise each warp
+ *            computes one output for all of its expert's rows, 8 rows per pass over the weight
+ *            row, in any weight type (f32 / f16 / bf16 values, or the quantised blocks decoded by
+ *            cuda_q_dequant8). The same kernel with strided rows and per-group offsets is MLA's
+ *            per-head projection (a group per head, every token a row);
+ *   act      SiLU × up, or gpt-oss's clamped SwiGLU, element-wise;
+ *   combine  one block per token: out = Σ_j w_j · y[row of (token, j)], in selection order.
+ * MXFP4 experts see their activations as llama.cpp's Q8_0 blocks (q8h: per 32 values, codes of
+ * amax / 127 and that scale rounded to f16), applied to the rows before the matvec.
+ */
+#ifndef KVSERVE_CUDA_MOE_KERNELS_H
+#define KVSERVE_CUDA_MOE_KERNELS_H
+
+#include "cuda/device.h"
+#include "cuda/formats.h"
+#include "cuda/launch.h"
+#include "cuda/moe_plan.h"
+#include "cuda/quant_formats.h"
+
+/* 8 weights i0 .. i0+7 of a weight row of type T (i0 a multiple of 8). */
+template <int T>
+static __device__ __forceinline__ void cuda__moe_w8(const uint8_t *row, int64_t i0, float *v)
+{
+    if (T == DT_F32) {
+        const float *p = (const float *)row + i0;
+        for (int k = 0; k < 8; k++) v[k] = p[k];
+    } else if (T == DT_F16 || T == DT_BF16) {
+        const uint16_t *p = (const uint16_t *)row + i0;
+        for (int k = 0; k < 8; k++) v[k] = T == DT_F16 ? cuda_f16_to_f32(p[k]) : cuda_bf16_to_f32(p[k]);
+    } else {
+        cuda_q_dequant8(T, row, i0, v);
+    }
+}
+
+/* The grouped matvec: grid (⌈n_out / 4⌉, n_groups), CUDA_MOE_THREADS threads; n_in % 8 == 0. */
+template <int T>
+static __global__ void __launch_bounds__(CUDA_MOE_THREADS) cuda__moe_gemv_k(cuda__moe_proj p, const float *x, float *out)
+{
+    const int e = blockIdx.y, lane = threadIdx.x & 31;
+    const int r0 = p.start ? p.start[e] : 0, r1 = p.start ? p.start[e + 1] : p.n_rows;
+    if (r0 >= r1) return; /* no row chose this expert: its weights are not read */
+    const int64_t o = (int64_t)blockIdx.x * (CUDA_MOE_THREADS / 32) + (threadIdx.x >> 5);
+    if (o >= p.n_out) return; /* the whole warp */
+    const uint8_t *row = (const uint8_t *)p.w[e] + (size_t)o * p.row_bytes;
+    const float *xe = x + e * p.x_goff;
+    float *oe = out + e * p.o_goff;
+    for (int rb = r0; rb < r1; rb += CUDA_MOE_ROWS) {
+        const int nr = r1 - rb < CUDA_MOE_ROWS ? r1 - rb : CUDA_MOE_ROWS;
+        float acc[CUDA_MOE_ROWS];
+#pragma unroll
+        for (int r = 0; r < CUDA_MOE_ROWS; r++) acc[r] = 0.0f;
+        for (int64_t i0 = (int64_t)lane * 8; i0 < p.n_in; i0 += 32 * 8) {
+            float v[8];
+            cuda__moe_w8<T>(row, i0, v);
+#pragma unroll
+            for (int r = 0; r < CUDA_MOE_ROWS; r++) {
+                if (r >= nr) break;
+                const float *xr = xe + (int64_t)(rb + r) * p.x_stride + i0;
+#pragma unroll
+                for (int k = 0; k < 8; k++) acc[r] += v[k] * xr[k];
+            }
+        }
+        for (int r = 0; r < nr; r++) {
+            float s = cuda__warp_sum(acc[r]);
+            if (lane == 0) oe[(int64_t)(rb + r) * p.o_stride + o] = s + (p.b && p.b[e] ? p.b[e][o] : 0.0f);
+        }
+    }
+}
+
+/* ---- routing and grouping ----------------------------------------------------------------- */
+
+/* One block per token (32 threads; lane 0 routes): ids/w [n][k], cnt[e] += the token's rows of e. */
+static __global__ void cuda__moe_route_k(be_moe_rule r, const float *logits, const float *sel_bias, int32_t *ids,
+                                         float *w, int32_t *cnt)
+{
+    static __shared__ float scr[3 * CUDA_MOE_MAX_EXPERTS];
+    const int t = blockIdx.x, k = r.n_used;
+    if (threadIdx.x != 0) return;
+    be_moe_route(&r, logits + (int64_t)t * r.n_expert, sel_bias, ids + (int64_t)t * k, w + (int64_t)t * k, scr);
+    for (int j = 0; j < k; j++) atomicAdd(&cnt[ids[(int64_t)t * k + j]], 1);
+}
+
+/* One block: start[e] = Σ_{e' < e} cnt[e'] (start[E] = all rows), fill[e] = start[e]. */
+static __global__ void cuda__moe_scan_k(const int32_t *cnt, int n_expert, int32_t *start, int32_t *fill)
+{
+    if (threadIdx.x != 0) return;
+    int32_t s = 0;
+    for (int e = 0; e < n_expert; e++) {
+        start[e] = fill[e] = s;
+        s += cnt[e];
+    }
+    start[n_expert] = s;
+}
+
+/* One block per routed row (t, j): its expert's next row gets the token's input; row[t·k + j]
+ * records where. */
+static __global__ void cuda__moe_scatter_k(const int32_t *ids, int k, const float *x, int64_t dim, int32_t *fill,
+                                           int32_t *row, float *xg)
+{
+    static __shared__ int32_t at;
+    const int64_t i = blockIdx.x;
+    if (threadIdx.x == 0) {
+        at = atomicAdd(&fill[ids[i]], 1);
+        row[i] = at;
+    }
+    __syncthreads();
+    const float *src = x + (i / k) * dim;
+    float *dst = xg + (int64_t)at * dim;
+    for (int64_t d = threadIdx.x; d < dim; d += blockDim.x) dst[d] = src[d];
+}
+
+/* g[i] = act(g[i], u[i]) for n elements: SiLU × up (swiglu 0) or SwiGLU-OAI (swiglu 1). */
+static __global__ void cuda__moe_act_k(float *g, const float *u, int64_t n, int swiglu, float alpha, float limit)
+{
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        g[i] = swiglu ? be_swiglu_oai(g[i], u[i], alpha, limit) : cuda_silu_mul(g[i], u[i]);
+}
+
+/* One block per token: out[t] = Σ_j w[t·k + j] · y[row[t·k + j]], j in selection order. */
+static __global__ void cuda__moe_combine_k(const float *y, const int32_t *row, const float *w, int k, int64_t dim,
+                                           float *out)
+{
+    const int64_t t = blockIdx.x;
+    for (int64_t d = threadIdx.x; d < dim; d += blockDim.x) {
+        float acc = 0.0f;
+        for (int j = 0; j < k; j++) {
+            float term = y[(int64_t)row[t * k + j] * dim + d] * w[t * k + j];
+            acc = j ? acc + term : term;
+        }
+        out[t * dim + d] = acc;
+    }
+}
+
+/* ---- llama.cpp's 8-bit activations for MXFP4 --------------------------------------------- */
+
+/* x rounded through a Q8_0 block with an f16 scale (what llama.cpp's MXFP4 product sees): per 32
+ * values, d = amax / 127, q = round-half-even(x / d) with the reciprocal of d, then q · f16(d). */
+static inline CUDA_HD float cuda_q8h_value(float x, float amax)
+{
+    float d = amax / 127.0f, id = d > 0.0f ? 1.0f / d : 0.0f;
+    return rintf(x * id) * cuda_f16_to_f32(cuda_f32_to_f16(d));
+}
+
+/* In place over n / 32 blocks of 32 values: one warp per block, a lane per value. */
+static __global__ void cuda__q8h_k(float *x, int64_t n_blocks)
+{
+    const int lane = threadIdx.x & 31;
+    const int64_t warps = (int64_t)gridDim.x * (blockDim.x >> 5);
+    for (int64_t b = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); b < n_blocks; b += warps) {
+        float v = x[b * 32 + lane];
+        float amax = cuda__warp_max(fabsf(v));
+        x[b * 32 + lane] = cuda_q8h_value(v, amax);
+    }
+}
+
+#endif

@@ -1,0 +1,33 @@
+/*
+ * moe_plan.h — the launch shapes and arguments of the grouped projections of cuda/moe_kernels.h
+ * (the mixture-of-experts FFN, and MLA's per-head projections), for the kernel table (kern.h),
+ * the launchers and the emulation. Host and device code alike; nothing here touches the runtime.
+ */
+#ifndef KVSERVE_CUDA_MOE_PLAN_H
+#define KVSERVE_CUDA_MOE_PLAN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Threads of the grouped matvec's block: 4 warps, one output each. */
+#define CUDA_MOE_THREADS 128
+/* Rows one pass of a warp over its weight row serves. */
+#define CUDA_MOE_ROWS 8
+/* Largest expert count the routing block handles (llama.cpp's bound). */
+#define CUDA_MOE_MAX_EXPERTS 1024
+
+/* One grouped projection: group e multiplies its rows of x by matrix w[e] (n_in → n_out, type
+ * `type`, rows row_bytes apart) into out. Group e's rows are [start[e], start[e + 1]) when start is
+ * set (MoE: rows grouped by expert), else [0, n_rows) for every group (MLA: every token for each
+ * head). Row r of group e reads x + e·x_goff + r·x_stride and writes out + e·o_goff + r·o_stride. */
+typedef struct cuda__moe_proj {
+    const void *const *w;   /* [n_groups] device pointers to the matrices */
+    const float *const *b;  /* [n_groups] biases [n_out], or NULL for none */
+    const int32_t *start;   /* [n_groups + 1] or NULL */
+    int n_groups, n_rows;
+    int64_t n_in, n_out;
+    size_t row_bytes;
+    int64_t x_goff, x_stride, o_goff, o_stride;
+} cuda__moe_proj;
+
+#endif
