@@ -12,7 +12,8 @@
 #                                              the work tree
 #   scripts/gpu-check.sh --quick [OUTDIR]      smaller kernel checks and shorter benchmarks
 #   scripts/gpu-check.sh --emulate             no GPU needed: run the CUDA kernels' source on the CPU
-#                                              (cuda/check/attn_emu.cc, quant_emu.cc, ops_emu.cc)
+#                                              (cuda/check/attn_emu.cc, quant_emu.cc, ops_emu.cc,
+#                                              moe_emu.cc)
 #                                              against float64 and the host's arithmetic (~1 min)
 #
 # Needs only the CUDA toolkit (nvcc, cuBLAS) and a C compiler: no -dev packages, no network. cuBLAS
@@ -33,11 +34,12 @@ while [ $# -gt 0 ]; do
     --quick) QUICK=--quick; shift ;;
     --emulate)
         mkdir -p build/gpu-check
-        for e in attn_emu quant_emu ops_emu; do
+        for e in attn_emu quant_emu ops_emu moe_emu; do
             ${CXX:-c++} -std=c++17 -O2 -g -Wall -Wextra -Wno-unused-parameter -Wno-unknown-pragmas \
                 -Wno-unused-function -Werror -I. -o build/gpu-check/$e cuda/check/$e.cc -lpthread
         done
-        build/gpu-check/attn_emu && build/gpu-check/quant_emu && exec build/gpu-check/ops_emu ;;
+        build/gpu-check/attn_emu && build/gpu-check/quant_emu && build/gpu-check/ops_emu &&
+            exec build/gpu-check/moe_emu ;;
     --prepare)
         src=${2:-tests/data}
         mkdir -p .gpu
