@@ -51,6 +51,15 @@ int cuda_argmax_rows(backend *be, const float *x, int n_rows, int dim, int32_t *
  * replayed after that; any other step runs eagerly. */
 void cuda_set_graphs(backend *be, int on);
 
+/* Selects how matmuls of more rows than a decode batch run on quantised weights: 0 (the
+ * default) the integer tensor-core GEMM mmq on activations quantised to 8-bit blocks, 1 the
+ * weights decoded into F16 tiles that cuBLAS multiplies (kept to compare the two). */
+void cuda_set_quant_prefill(backend *be, int f16_tiles);
+
+/* The backend's CUDA stream (a cudaStream_t), on which every op is queued: for benchmarks that
+ * capture ops into a graph of their own or time them with events. */
+void *cuda_backend_stream(backend *be);
+
 /* Number of attention splits (split-K partitions) the last attention launch used, for tests. */
 int cuda_last_attn_splits(backend *be);
 
