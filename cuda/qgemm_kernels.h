@@ -51,7 +51,9 @@ static __device__ __forceinline__ void cuda__mmq_load_w(const uint8_t *__restric
         cuda__u32x2 v = {q[0], q[1]};
         *(cuda__u32x2 *)(sw + row * CUDA_MMQ_STRIDE + 32 * j + 8 * t) = v;
         if (t) continue;
-        ssub[row * CUDA_MMQ_KC + j] = cuda_qi_sub(T, blk, jj);
+        uint32_t head[4];
+        cuda_qi_head(T, blk, head);
+        ssub[row * CUDA_MMQ_KC + j] = cuda_qi_sub_h(T, head, jj);
         if (jj == 0) {
             float d, dm;
             cuda_qi_scales(T, blk, &d, &dm);
@@ -117,6 +119,7 @@ static __global__ void __launch_bounds__(CUDA_MMQ_THREADS)
         cuda__mmq_load_w<T>(w, row_bytes, n_out, r0, k0, nc, sw, ssub, sd);
         cuda__mmq_load_x<T>(xq, xd, n_in, n_tok, x0, k0, nc, sx, sdx);
         __syncthreads();
+#pragma unroll 2
         for (int j = 0; j < nc; j++) {
             uint32_t a[2][4], sl[2], sh[2];
 #pragma unroll

@@ -59,9 +59,13 @@ static __global__ void __launch_bounds__(CUDA_MMVQ_WARPS * 32)
     const int c0 = 2 * t, c1 = 2 * t + 1;
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     int ci[4] = {0, 0, 0, 0}, cm[4] = {0, 0, 0, 0};
-#pragma unroll 2
-    for (int64_t u = (int64_t)blockIdx.y * CUDA_MMVQ_WARPS + warp; u < n_blocks; u += split * CUDA_MMVQ_WARPS) {
+    /* One weight block (one chunk, or the eight of a super-block) of both rows against the
+     * activations: its head unpacked once, the chunks through the mma, the scales at its end. */
+    auto block = [&](int64_t u) {
         const uint8_t *blo = row_lo + u * BB, *bhi = row_hi + u * BB;
+        uint32_t hlo[4], hhi[4];
+        cuda_qi_head(T, blo, hlo);
+        cuda_qi_head(T, bhi, hhi);
 #pragma unroll
         for (int j = 0; j < NC; j++) {
             uint32_t ql[2], qh[2], b[2] = {0, 0};
@@ -73,13 +77,22 @@ static __global__ void __launch_bounds__(CUDA_MMVQ_WARPS * 32)
                 b[0] = xv.x;
                 b[1] = xv.y;
             }
-            cuda__qmma_chunk<T>(a, cuda_qi_sub(T, blo, j), cuda_qi_sub(T, bhi, j), b, ci, cm);
+            cuda__qmma_chunk<T>(a, cuda_qi_sub_h(T, hlo, j), cuda_qi_sub_h(T, hhi, j), b, ci, cm);
         }
         float d_lo, dm_lo, d_hi, dm_hi;
         cuda_qi_scales(T, blo, &d_lo, &dm_lo);
         cuda_qi_scales(T, bhi, &d_hi, &dm_hi);
         float dx0 = c0 < n_rows ? xd[c0 * n_blocks + u] : 0.0f, dx1 = c1 < n_rows ? xd[c1 * n_blocks + u] : 0.0f;
         cuda__qmma_block<T>(d_lo, dm_lo, d_hi, dm_hi, dx0, dx1, ci, cm, acc);
+    };
+    /* deep enough unrolling that every warp keeps about 2 KB of weights in flight */
+    const int64_t u0 = (int64_t)blockIdx.y * CUDA_MMVQ_WARPS + warp, du = (int64_t)split * CUDA_MMVQ_WARPS;
+    if (NC == 1) {
+#pragma unroll 8
+        for (int64_t u = u0; u < n_blocks; u += du) block(u);
+    } else {
+#pragma unroll 2
+        for (int64_t u = u0; u < n_blocks; u += du) block(u);
     }
 
     static __shared__ float red[CUDA_MMVQ_WARPS][128];

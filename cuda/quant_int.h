@@ -220,49 +220,100 @@ static CUDA_QI_INLINE CUDA_HD void cuda_qi_ints(int type, const uint8_t *b, int 
     }
 }
 
-/* The sub-block integers of chunk j of the block at b, as one word: byte 0 s[0], byte 1 s[1]
+/* An f16 given as its bits, as f32 (exact): the hardware conversion on the device. */
+static CUDA_QI_INLINE CUDA_HD float cuda_qi_f16(uint32_t bits)
+{
+#ifdef __CUDA_ARCH__
+    return __half2float(__ushort_as_half((unsigned short)bits));
+#else
+    return cuda_f16_to_f32((uint16_t)bits);
+#endif
+}
+
+/* The sub-block scale bytes of the block at b (at most 16), as four little-endian words loaded
+ * once per block: the 16 scale bytes of Q2_K and Q6_K, the 12 of Q3_K, Q4_K and Q5_K, and IQ4_XS's
+ * high bits (h[0], 16 bits) and low nibbles (h[1]); nothing for the legacy types. */
+static CUDA_QI_INLINE CUDA_HD void cuda_qi_head(int type, const uint8_t *b, uint32_t h[4])
+{
+    h[0] = h[1] = h[2] = h[3] = 0;
+    switch (type) {
+    case DT_Q2_K:
+        for (int k = 0; k < 4; k++) h[k] = cuda_qi_u32(b + 4 * k);
+        break;
+    case DT_Q3_K:
+        for (int k = 0; k < 3; k++) h[k] = cuda_qi_u32_a2(b + 96 + 4 * k);
+        break;
+    case DT_Q4_K: case DT_Q5_K:
+        for (int k = 0; k < 3; k++) h[k] = cuda_qi_u32(b + 4 + 4 * k);
+        break;
+    case DT_Q6_K:
+        for (int k = 0; k < 4; k++) h[k] = cuda_qi_u32_a2(b + 192 + 4 * k);
+        break;
+    case DT_IQ4_XS:
+        h[0] = cuda_qi_u16(b + 2);
+        h[1] = cuda_qi_u32(b + 4);
+        break;
+    default: break;
+    }
+}
+
+/* Byte i of a head. */
+static CUDA_QI_INLINE CUDA_HD uint32_t cuda_qi_hb(const uint32_t h[4], int i)
+{
+    return h[i >> 2] >> 8 * (i & 3) & 0xFF;
+}
+
+/* The sub-block integers of chunk j from the block's head, as one word: byte 0 s[0], byte 1 s[1]
  * (signed), byte 2 m[0], byte 3 m[1] (0..63). 0x00000101 (s = 1, no min) for the types without
  * sub-blocks, 0x01010101 for Q4_1 / Q5_1 (their min applies to every weight). */
-static CUDA_QI_INLINE CUDA_HD uint32_t cuda_qi_sub(int type, const uint8_t *b, int j)
+static CUDA_QI_INLINE CUDA_HD uint32_t cuda_qi_sub_h(int type, const uint32_t h[4], int j)
 {
     uint32_t s0, s1, m0 = 0, m1 = 0;
     switch (type) {
     case DT_Q4_1: case DT_Q5_1: return 0x01010101u;
     case DT_Q2_K:
-        s0 = b[2 * j] & 0xF, m0 = b[2 * j] >> 4;
-        s1 = b[2 * j + 1] & 0xF, m1 = b[2 * j + 1] >> 4;
+        s0 = cuda_qi_hb(h, 2 * j) & 0xF, m0 = cuda_qi_hb(h, 2 * j) >> 4;
+        s1 = cuda_qi_hb(h, 2 * j + 1) & 0xF, m1 = cuda_qi_hb(h, 2 * j + 1) >> 4;
         break;
     case DT_Q3_K: {
-        const uint8_t *sc = b + 96;
         uint32_t v[2];
         for (int k = 0; k < 2; k++) {
             int sb = 2 * j + k;
-            int lo = sb < 8 ? sc[sb] & 0xF : sc[sb - 8] >> 4;
-            int hi = (sc[8 + sb % 4] >> (2 * (sb / 4))) & 3;
-            v[k] = (uint32_t)((lo | hi << 4) - 32) & 0xFF;
+            uint32_t lo = sb < 8 ? cuda_qi_hb(h, sb) & 0xF : cuda_qi_hb(h, sb - 8) >> 4;
+            uint32_t hi = cuda_qi_hb(h, 8 + sb % 4) >> (2 * (sb / 4)) & 3;
+            v[k] = ((lo | hi << 4) - 32) & 0xFF;
         }
         s0 = v[0], s1 = v[1];
         break;
     }
-    case DT_Q4_K: case DT_Q5_K: {
-        int sc, m;
-        cuda_q_k4_scale_min(b + 4, j, &sc, &m);
-        s0 = s1 = (uint32_t)sc, m0 = m1 = (uint32_t)m;
+    case DT_Q4_K: case DT_Q5_K: /* dt_k4_scale_min */
+        if (j < 4) {
+            s0 = cuda_qi_hb(h, j) & 63, m0 = cuda_qi_hb(h, j + 4) & 63;
+        } else {
+            s0 = (cuda_qi_hb(h, j + 4) & 0xF) | (cuda_qi_hb(h, j - 4) >> 6) << 4;
+            m0 = (cuda_qi_hb(h, j + 4) >> 4) | (cuda_qi_hb(h, j) >> 6) << 4;
+        }
+        s1 = s0, m1 = m0;
         break;
-    }
-    case DT_Q6_K: {
-        int h = j / 4, s = j % 4;
-        s0 = b[192 + 8 * h + 2 * s], s1 = b[192 + 8 * h + 2 * s + 1];
+    case DT_Q6_K:
+        s0 = cuda_qi_hb(h, 8 * (j / 4) + 2 * (j % 4)), s1 = cuda_qi_hb(h, 8 * (j / 4) + 2 * (j % 4) + 1);
         break;
-    }
     case DT_IQ4_XS: {
-        int ls = ((b[4 + j / 2] >> (4 * (j % 2))) & 0xF) | ((((b[2] | b[3] << 8) >> (2 * j)) & 3) << 4);
-        s0 = s1 = (uint32_t)(ls - 32) & 0xFF;
+        uint32_t ls = (h[1] >> (4 * j) & 0xF) | (h[0] >> (2 * j) & 3) << 4;
+        s0 = s1 = (ls - 32) & 0xFF;
         break;
     }
     default: return 0x00000101u; /* Q4_0, Q5_0, Q8_0, IQ4_NL */
     }
     return s0 | s1 << 8 | m0 << 16 | m1 << 24;
+}
+
+/* The same from the block itself (head and decoding in one). */
+static CUDA_QI_INLINE CUDA_HD uint32_t cuda_qi_sub(int type, const uint8_t *b, int j)
+{
+    uint32_t h[4];
+    cuda_qi_head(type, b, h);
+    return cuda_qi_sub_h(type, h, j);
 }
 
 /* s[h] (signed) and m[h] of a sub word. */
@@ -275,16 +326,23 @@ static CUDA_QI_INLINE CUDA_HD int cuda_qi_m(uint32_t sub, int h)
     return (int)(sub >> (16 + 8 * h) & 0xFF);
 }
 
-/* D and DM of the block at b (DM 0 without a min; Q4_1 / Q5_1 store +m, so DM is −m). */
+/* D and DM of the block at b (DM 0 without a min; Q4_1 / Q5_1 store +m, so DM is −m): one 16-
+ * or 32-bit load. */
 static CUDA_QI_INLINE CUDA_HD void cuda_qi_scales(int type, const uint8_t *b, float *d, float *dm)
 {
+    uint32_t v;
     switch (type) {
-    case DT_Q4_1: case DT_Q5_1: *d = cuda_q_f16(b), *dm = -cuda_q_f16(b + 2); return;
-    case DT_Q2_K: *d = cuda_q_f16(b + 80), *dm = cuda_q_f16(b + 82); return;
-    case DT_Q3_K: *d = cuda_q_f16(b + 108), *dm = 0.0f; return;
-    case DT_Q4_K: case DT_Q5_K: *d = cuda_q_f16(b), *dm = cuda_q_f16(b + 2); return;
-    case DT_Q6_K: *d = cuda_q_f16(b + 208), *dm = 0.0f; return;
-    default: *d = cuda_q_f16(b), *dm = 0.0f; return; /* Q4_0, Q5_0, Q8_0, IQ4_NL, IQ4_XS */
+    case DT_Q4_1: case DT_Q5_1:
+        v = cuda_qi_u32(b);
+        *d = cuda_qi_f16(v & 0xFFFF), *dm = -cuda_qi_f16(v >> 16);
+        return;
+    case DT_Q2_K: case DT_Q4_K: case DT_Q5_K:
+        v = cuda_qi_u32(b + (type == DT_Q2_K ? 80 : 0));
+        *d = cuda_qi_f16(v & 0xFFFF), *dm = cuda_qi_f16(v >> 16);
+        return;
+    case DT_Q3_K: *d = cuda_qi_f16(cuda_qi_u16(b + 108)), *dm = 0.0f; return;
+    case DT_Q6_K: *d = cuda_qi_f16(cuda_qi_u16(b + 208)), *dm = 0.0f; return;
+    default: *d = cuda_qi_f16(cuda_qi_u16(b)), *dm = 0.0f; return; /* Q4_0, Q5_0, Q8_0, IQ4_NL, IQ4_XS */
     }
 }
 
