@@ -56,6 +56,12 @@ void cuda_set_graphs(backend *be, int on);
  * weights decoded into F16 tiles that cuBLAS multiplies (kept to compare the two). */
 void cuda_set_quant_prefill(backend *be, int f16_tiles);
 
+/* Queues the activation quantiser of the quantised matmuls alone: x [n_rows][n_in] (f32, backend
+ * memory) into the backend's scratch in blocks of `block` values (32 or 256), as a matmul on a
+ * quantised matrix of that block size starts. For benchmarks that separate its time from the
+ * matmul's. */
+void cuda_quantise_activations(backend *be, const float *x, int n_rows, int64_t n_in, int block);
+
 /* The backend's CUDA stream (a cudaStream_t), on which every op is queued: for benchmarks that
  * capture ops into a graph of their own or time them with events. */
 void *cuda_backend_stream(backend *be);

@@ -14,6 +14,10 @@
  */
 #include "cuda/internal.h"
 #include "cuda/qact_kernels.h"
+
+extern "C" {
+#include "cuda/cuda_backend.h"
+}
 #include "cuda/qmatvec_kernels.h"
 
 /* ---- the sm_80 kernels' launchers ---------------------------------------------------------- */
@@ -120,4 +124,14 @@ void cuda__qmatmul(cuda_backend *cb, const void *x, int act, int n_rows, int n, 
             if (CB_CHECK_LAUNCH(cb)) return;
         }
     }
+}
+
+extern "C" void cuda_quantise_activations(backend *be, const float *x, int n_rows, int64_t n_in, int block)
+{
+    cuda_backend *cb = cuda__cb(be);
+    if (n_in > cb->qmax_n_in) cb->qmax_n_in = n_in;
+    if (cuda__fail(cb, cuda__qmm_reserve(cb, n_rows))) return;
+    float *xd = (float *)((char *)cb->qact + cuda_qa_scales_offset(n_rows, n_in));
+    cb->k.qact(cb->stream, x, DT_F32, n_rows, n_in, block, (int8_t *)cb->qact, xd);
+    CB_CHECK_LAUNCH(cb);
 }

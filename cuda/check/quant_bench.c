@@ -26,17 +26,34 @@ static int gq_copies(size_t bytes)
     return n < 2 ? 2 : n > GQ_MAX_COPIES ? GQ_MAX_COPIES : (int)n;
 }
 
-/* Seconds per matmul call of n_rows rows, the calls rotating over the n copies ws[], as the
- * median of 7 replays of a captured graph of reps calls (the scratch is sized by a warm-up). */
-static double gq_time(backend *be, const be_weight *ws, int n, const float *x, int n_rows, float *out, int reps)
+/* One timed call: the matmul of n_rows rows on copy i % n of ws[] (ws NULL: the activation
+ * quantiser alone, in blocks of qa). */
+typedef struct gq_call {
+    backend *be;
+    const be_weight *ws;
+    int n, n_rows, k, qa;
+    const float *x;
+    float *out;
+} gq_call;
+
+static void gq_run(const gq_call *c, int i)
 {
+    if (c->ws) c->be->ops->matmul(c->be, c->x, c->n_rows, &c->ws[i % c->n], NULL, c->out);
+    else cuda_quantise_activations(c->be, c->x, c->n_rows, c->k, c->qa);
+}
+
+/* Seconds per call, as the median of 7 replays of a captured graph of reps calls (the scratch
+ * is sized by a warm-up first), timed with events on the backend's stream. */
+static double gq_time(const gq_call *c, int reps)
+{
+    backend *be = c->be;
     cudaStream_t s = (cudaStream_t)cuda_backend_stream(be);
-    for (int i = 0; i < n; i++) be->ops->matmul(be, x, n_rows, &ws[i], NULL, out);
+    for (int i = 0; i < (c->ws ? c->n : 1); i++) gq_run(c, i);
     if (be->ops->sync(be)) return INFINITY;
     cudaGraph_t g;
     cudaGraphExec_t ge;
     GC_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed));
-    for (int i = 0; i < reps; i++) be->ops->matmul(be, x, n_rows, &ws[i % n], NULL, out);
+    for (int i = 0; i < reps; i++) gq_run(c, i);
     GC_CUDA(cudaStreamEndCapture(s, &g));
     GC_CUDA(cudaGraphInstantiate(&ge, g, 0));
     cudaEvent_t e0, e1;
@@ -73,20 +90,26 @@ static void gq_shape(backend *gpu, int type, int k, int n, double copy, double p
     kc_fill(&c, x, (size_t)R * k, 1.0f);
     float *xd = kc_put(gpu, x, (size_t)R * k), *od = gpu->ops->alloc(gpu, (size_t)R * n);
     free(x);
-    double t1 = up ? gq_time(gpu, ws, up, xd, 1, od, 100) : INFINITY;
-    double t8 = up ? gq_time(gpu, ws, up, xd, 8, od, 100) : INFINITY;
-    double t512 = up ? gq_time(gpu, ws, up, xd, R, od, 4) : INFINITY;
-    cuda_set_quant_prefill(gpu, 1);
-    double tf16 = up ? gq_time(gpu, ws, up, xd, R, od, 4) : INFINITY;
-    cuda_set_quant_prefill(gpu, 0);
+    gq_call call = {gpu, ws, up, 1, k, cuda_q_act_block(type), xd, od};
+    double t1 = INFINITY, t8 = INFINITY, t512 = INFINITY, tf16 = INFINITY, q1 = INFINITY;
+    if (up) {
+        t1 = gq_time(&call, 100);
+        call.n_rows = 8, t8 = gq_time(&call, 100);
+        call.n_rows = R, t512 = gq_time(&call, 4);
+        cuda_set_quant_prefill(gpu, 1);
+        tf16 = gq_time(&call, 4);
+        cuda_set_quant_prefill(gpu, 0);
+        call.ws = NULL, call.n_rows = 1, q1 = gq_time(&call, 100);
+    }
     for (int i = 0; i < up; i++) gpu->ops->weight_free(gpu, &ws[i]);
     gpu->ops->free(gpu, xd), gpu->ops->free(gpu, od);
     double g1 = bytes / t1 / 1e9, g8 = bytes / t8 / 1e9, flop = 2.0 * R * (double)k * n;
     double f512 = flop / t512 / 1e12, ff16 = flop / tf16 / 1e12;
-    printf("  %-6s %5d->%-5d (%2d copies): 1 row %6.1f us %5.0f GB/s %3.0f%%  8 rows %6.1f us %5.0f GB/s %3.0f%%  "
-           "512 rows mmq %5.1f TFLOP/s %3.0f%%, f16 tiles %5.1f TFLOP/s %3.0f%%\n",
-           dt_name(type), k, n, up, t1 * 1e6, g1, 100 * g1 / copy, t8 * 1e6, g8, 100 * g8 / copy, f512,
-           100 * f512 / peak, ff16, 100 * ff16 / peak);
+    printf("  %-6s %5d->%-5d (%2d copies): 1 row %6.1f us %5.0f GB/s %3.0f%% (quantiser %4.1f us, mmvq alone "
+           "%3.0f%%)  8 rows %6.1f us %5.0f GB/s %3.0f%%  512 rows mmq %5.1f TFLOP/s %3.0f%%, f16 tiles %5.1f "
+           "TFLOP/s %3.0f%%\n",
+           dt_name(type), k, n, up, t1 * 1e6, g1, 100 * g1 / copy, q1 * 1e6, 100 * bytes / (t1 - q1) / 1e9 / copy,
+           t8 * 1e6, g8, 100 * g8 / copy, f512, 100 * f512 / peak, ff16, 100 * ff16 / peak);
     char what[48], v[40], ref[48];
     snprintf(what, sizeof what, "%s %d->%d 1/8 rows", dt_name(type), k, n);
     snprintf(v, sizeof v, "%.0f/%.0f GB/s %.0f/%.0f%%", g1, g8, 100 * g1 / copy, 100 * g8 / copy);
