@@ -302,6 +302,56 @@ static int qe_check_mm(int type, int act, int n_rows, int64_t n_in, int64_t n_ou
     return bad;
 }
 
+/* ---- the emulated integer instructions ---------------------------------------------------- */
+
+/* mma.sync m16n8k32 and m16n8k16 (s8) through cuda/imma.h on one warp, the fragments filled from
+ * random A (16 × 32) and B (32 × 8) by the PTX ISA's formulas as written in its tables (row =
+ * groupID (+ 8), col = threadID_in_group · 4 + (i & 3) (+ 16) …), against the plain product;
+ * and __dp4a on values worked out by hand. */
+static int qe_check_int_instructions()
+{
+    int8_t A[16][32], B[32][8];
+    for (auto &r : A)
+        for (auto &v : r) v = (int8_t)qe_next();
+    for (auto &r : B)
+        for (auto &v : r) v = (int8_t)qe_next();
+    static int d32[32][4], d16[32][4];
+    dim3 g;
+    qe_launch(g, 32, [&] {
+        int lane = (int)threadIdx.x, gid = lane >> 2, tig = lane & 3;
+        uint32_t a[4] = {0, 0, 0, 0}, b[2] = {0, 0};
+        for (int i = 0; i < 16; i++) { /* a_i: register i / 4, byte i % 4 */
+            int row = (i < 4 || (i >= 8 && i < 12)) ? gid : gid + 8;
+            int col = tig * 4 + (i & 3) + (i >= 8 ? 16 : 0);
+            a[i / 4] |= (uint32_t)(uint8_t)A[row][col] << 8 * (i % 4);
+        }
+        for (int i = 0; i < 8; i++) b[i / 4] |= (uint32_t)(uint8_t)B[tig * 4 + (i & 3) + (i >= 4 ? 16 : 0)][gid] << 8 * (i % 4);
+        int c[4] = {1, 2, 3, 4};
+        cuda__mma_s8_16832(c, a, b);
+        memcpy(d32[lane], c, sizeof c);
+        uint32_t a16[2] = {0, 0}, b16 = 0; /* k = 0..15 of the same A and B */
+        for (int i = 0; i < 8; i++)
+            a16[i / 4] |= (uint32_t)(uint8_t)A[i < 4 ? gid : gid + 8][tig * 4 + (i & 3)] << 8 * (i % 4);
+        for (int i = 0; i < 4; i++) b16 |= (uint32_t)(uint8_t)B[tig * 4 + i][gid] << 8 * i;
+        int e[4] = {0, 0, 0, 0};
+        cuda__mma_s8_16816(e, a16, b16);
+        memcpy(d16[lane], e, sizeof e);
+    });
+    int bad = 0;
+    for (int lane = 0; lane < 32; lane++)
+        for (int i = 0; i < 4; i++) {
+            int row = (lane >> 2) + 8 * (i >> 1), col = 2 * (lane & 3) + (i & 1), want32 = i + 1, want16 = 0;
+            for (int k = 0; k < 32; k++) want32 += A[row][k] * B[k][col];
+            for (int k = 0; k < 16; k++) want16 += A[row][k] * B[k][col];
+            if ((d32[lane][i] != want32 || d16[lane][i] != want16) && bad++ < 3)
+                printf("  mma lane %d c%d: %d / %d, want %d / %d\n", lane, i, d32[lane][i], d16[lane][i], want32, want16);
+        }
+    /* bytes from the lowest: (2, 1, 127, -128) · (-128, 127, -1, 1) + 5 = -256 + 127 - 127 - 128 + 5 */
+    if (__dp4a((int)0x807F0102u, (int)0x01FF7F80u, 5) != -379) bad++;
+    if (__dp4a(0x807F0102u, 0x01FF7F80u, 5u) != 128u * 1 + 127u * 255 + 1u * 127 + 2u * 128 + 5) bad++;
+    return bad;
+}
+
 /* ---- the F16 tiles and the embedding ------------------------------------------------------ */
 
 /* Host decoding of weight i of row r. */
@@ -421,6 +471,7 @@ int main(int argc, char **argv)
     const int quick = argc > 1 && !strcmp(argv[1], "--quick");
     const int types[] = {DT_Q4_0, DT_Q4_1, DT_Q5_0, DT_Q5_1, DT_Q8_0, DT_IQ4_NL,
                          DT_Q2_K, DT_Q3_K, DT_Q4_K, DT_Q5_K, DT_Q6_K, DT_IQ4_XS};
+    qe_row("emulated mma.sync s8, dp4a", qe_check_int_instructions(), 1);
     const int acts[] = {DT_F32, DT_BF16, DT_F16};
     for (int a : acts) {
         char what[64];
