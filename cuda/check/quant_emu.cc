@@ -426,7 +426,7 @@ static void qe_row(const char *what, int bad, int n)
 {
     qe_checks += n;
     qe_bad += bad;
-    printf("%-34s %s\n", what, bad ? "FAILED" : "ok");
+    printf("%s: %s\n", what, bad ? "FAILED" : "ok");
 }
 
 static void qe_type(int t, int quick)
