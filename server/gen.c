@@ -27,7 +27,7 @@ static unsigned hash_of(uint64_t id)
     return (unsigned)((id * 0x9E3779B97F4A7C15ull) >> 54) & (SRV_HASH - 1);
 }
 
-static void sub_insert(srv *s, srv_sub *b)
+void srv__sub_insert(srv *s, srv_sub *b)
 {
     unsigned h = hash_of(b->id);
     b->hnext = s->hash[h];
@@ -103,6 +103,7 @@ void srv__gen_free(srv_req *r)
     free(r->last_tok_us);
     free(r->subs);
     free(r->result);
+    srv__pool_free(r);
     oai_request_free(&r->oreq);
 }
 
@@ -146,7 +147,7 @@ static void free_engine_request(engine_request *er)
     free(er->stop);
 }
 
-static int submit_error(int rc, oai_error *e)
+int srv__submit_error(int rc, oai_error *e)
 {
     if (rc == -E2BIG)
         return oai_fail(e, 400, "invalid_request_error", "invalid_value", "prompt",
@@ -222,12 +223,12 @@ static enum MHD_Result gen_submit(srv_req *r)
         b->n_open = q->best_of;
         r->n_open += q->best_of;
         r->h.n_prompt_tokens += r->prep_n[p];
-        sub_insert(s, b);
+        srv__sub_insert(s, b);
     }
     srv__prep_free(r);
     if (rc) {
         srv__gen_cancel(r);
-        submit_error(rc, &e);
+        srv__submit_error(rc, &e);
         r->h.stream_abort = 1; /* events of already submitted prompts are dropped */
         return http_reply_error(&r->h, &e);
     }
@@ -262,7 +263,7 @@ static enum MHD_Result gen_reenter(http_req *hr)
             oai_fail(&e, 503, "server_error", "server_shutting_down", NULL, "The server is shutting down");
             return http_reply_error(&r->h, &e);
         }
-        return gen_submit(r);
+        return r->pool ? srv__pool_submit(r) : gen_submit(r);
     }
     if (r->result) {
         char *b = r->result;
@@ -337,6 +338,11 @@ static void finish_request(srv_req *r)
     oai_request *q = &r->oreq;
     oai_usage u;
     usage_of(r, &u);
+    if (r->pool) {
+        srv__pool_finish(r);
+        http_resume(&r->h);
+        return;
+    }
     if (q->stream) {
         if (r->h.stream_done || r->h.stream_abort) return;
         if (r->failed) {
@@ -478,6 +484,7 @@ void srv__gen_event(srv *s, engine_event *ev)
         r->last_tok_us[ci] = now;
     }
     c->cum_logprob = ev->cum_logprob;
+    if (ev->pooled && r->pool) srv__pool_take(r, b->prompt_idx, ev);
     if (ev->finish == ENGINE_FINISH_ABORT) r->failed |= 1;
     if (ev->finish == ENGINE_FINISH_ERROR) r->failed |= 2;
     if (ev->finish == ENGINE_FINISH_STOP && ev->stop_str >= 0) {

@@ -30,6 +30,7 @@
 #include "model/utf8.h"
 #include "server/internal.h"
 #include "server/openai/oai_chat.h"
+#include "server/openai/oai_pool.h"
 #include "server/toolcall/toolcall.h"
 
 /* ---- tokenization ------------------------------------------------------------------------- */
@@ -397,6 +398,9 @@ static void prep_work(uv_work_t *w)
     switch (r->prep_kind) {
     case SRV_PREP_TOKENIZE: r->prep_rc = prep_tokenize(r, e); break;
     case SRV_PREP_DETOKENIZE: r->prep_rc = prep_detokenize(r, e); break;
+    case SRV_PREP_POOL + OAI_EMBED:
+    case SRV_PREP_POOL + OAI_RERANK:
+    case SRV_PREP_POOL + OAI_SCORE: r->prep_rc = srv__pool_prep(r, e); break;
     default: r->prep_rc = prep_generation(r, e); break;
     }
 }

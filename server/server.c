@@ -181,7 +181,7 @@ static int load(srv *s, char *err, size_t err_len)
     s->n_ctx = s->m->hp.n_ctx_train;
     s->n_vocab = tok_n_vocab(s->tok);
     if (s->m->hp.n_vocab < s->n_vocab) s->n_vocab = s->m->hp.n_vocab;
-    return 0;
+    return srv__pool_load(s, err, err_len);
 }
 
 static void close_handle(uv_handle_t *h)
@@ -207,6 +207,7 @@ static void teardown(srv *s)
     for (http_req *r = s->http.reqs; r; r = r->next) ((srv_req *)r)->n_open = 0;
     http_free_all(&s->http);
     uv_loop_close(&s->loop);
+    srv__pool_unload(s);
     chat_tmpl_destroy(s->tmpl); /* it borrows the tokenizer */
     tok_destroy(s->tok);
     model_destroy(s->m);

@@ -376,18 +376,27 @@ void http_ping(http_server *h, double interval_s)
 
 /* ---- admission ----------------------------------------------------------------------------- */
 
-static int auth_ok(http_req *r)
+/* 1 when the presented key h equals key (in constant time). */
+static int key_equal(const char *h, const char *key)
 {
-    const char *key = r->server->cfg->api_key;
-    if (!key || !*key) return 1;
-    const char *h = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
-    if (!h || strncasecmp(h, "Bearer ", 7)) return 0;
-    h += 7;
-    while (*h == ' ') h++;
     size_t a = strlen(h), b = strlen(key);
     unsigned diff = (unsigned)(a ^ b);
     for (size_t i = 0; i < b; i++) diff |= (unsigned)(unsigned char)(i < a ? h[i] : 0) ^ (unsigned char)key[i];
     return diff == 0;
+}
+
+/* The key as OpenAI's clients send it (Authorization: Bearer KEY) or Anthropic's (x-api-key). */
+static int auth_ok(http_req *r)
+{
+    const char *key = r->server->cfg->api_key;
+    if (!key || !*key) return 1;
+    const char *x = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "x-api-key");
+    if (x && key_equal(x, key)) return 1;
+    const char *h = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+    if (!h || strncasecmp(h, "Bearer ", 7)) return 0;
+    h += 7;
+    while (*h == ' ') h++;
+    return key_equal(h, key);
 }
 
 /* The route of path p, or NULL. */
@@ -415,7 +424,7 @@ static enum MHD_Result dispatch(http_req *r)
     if (guarded && !auth_ok(r))
         return http_reply_fail(r, 401, "invalid_request_error", "invalid_api_key",
                                "Incorrect or missing API key%s",
-                               " (send 'Authorization: Bearer KEY')");
+                               " (send 'Authorization: Bearer KEY' or 'x-api-key: KEY')");
     if (!rt)
         return http_reply_fail(r, 404, "invalid_request_error", "not_found", "Unknown route '%s'",
                                r->path);

@@ -49,6 +49,13 @@ int oai__get_num(const cJSON *o, const char *name, double lo, double hi, float *
 /* Boolean field into *out (0/1). 0 or -EINVAL. */
 int oai__get_bool(const cJSON *o, const char *name, int *out, oai_error *e);
 
+/* ---- shared readers of openai.c ------------------------------------------------------------- */
+
+/* A non-empty array of token ids, each in [0, lim->n_vocab), into a malloc'd *out[*n_out].
+ * 0 or -EINVAL with e filled (400 naming param). */
+int oai__parse_ids(const cJSON *a, const oai_limits *lim, const char *param, int32_t **out, int *n_out,
+                   oai_error *e);
+
 /* ---- token texts (oai_token.c) -------------------------------------------------------------- */
 
 /* A token's text as logprobs show it (invalid UTF-8 → U+FFFD; "token_id:N" with token_ids).

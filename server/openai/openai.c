@@ -483,3 +483,9 @@ void oai_tok_request_free(oai_tok_request *r)
     oai_chat_free(r->chat);
     memset(r, 0, sizeof *r);
 }
+
+int oai__parse_ids(const cJSON *a, const oai_limits *lim, const char *param, int32_t **out, int *n_out,
+                   oai_error *e)
+{
+    return parse_ids(a, lim, param, out, n_out, e);
+}
