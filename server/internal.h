@@ -29,6 +29,8 @@
 #include "server/openai/openai.h"
 #include "server/server.h"
 
+typedef struct oai_chat_state oai_chat_state;
+
 #define SRV_HASH 1024
 
 typedef struct srv srv;
@@ -60,6 +62,8 @@ enum srv_phase {
 /* prep_kind values beyond the generation kinds (OAI_COMPLETION, OAI_CHAT); the pooled routes
  * are SRV_PREP_POOL + their enum oai_pool_kind (pooled.c). */
 enum { SRV_PREP_TOKENIZE = 16, SRV_PREP_DETOKENIZE, SRV_PREP_POOL = 32 };
+/* The Responses and Messages APIs: chat requests answered in their shapes (dialect.c). */
+enum { SRV_PREP_RESPONSES = 48, SRV_PREP_MESSAGES, SRV_PREP_COUNT_TOKENS };
 
 struct srv_pool; /* pooled.c: a pooled request's parse and results */
 
@@ -133,6 +137,7 @@ struct srv {
     char *rerank_tmpl;           /* the GGUF's tokenizer.chat_template.rerank ({query}, {document}), or NULL */
     int32_t sep_id;              /* tokenizer.ggml.seperator_token_id (rerank prompts), or -1 */
     int add_sep;                 /* tokenizer.ggml.add_sep_token */
+    struct rstore *store;        /* stored /v1/responses (rstore.h), NULL with --response-store 0 */
     int exit_code;
 };
 
@@ -188,7 +193,27 @@ void srv__pool_take(srv_req *r, int p, engine_event *ev);
 void srv__pool_finish(srv_req *r);
 void srv__pool_free(srv_req *r);
 
+/* dialect.c: the Responses and Messages APIs */
+/* Worker: r's body (prep_kind SRV_PREP_RESPONSES, _MESSAGES, _COUNT_TOKENS) into r->oreq. */
+int srv__dialect_parse(srv_req *r, const oai_limits *lim, oai_error *e);
+/* Worker: /v1/messages/count_tokens' answer into r->result. */
+int srv__dialect_count_tokens(srv_req *r, oai_error *e);
+/* An error body in r's API's shape (Anthropic's for /v1/messages). malloc'd. */
+char *srv__error_json(const srv_req *r, const oai_error *e);
+/* Loop: the stream's opening events, one engine event's, an error's, and the end (the whole
+ * answer into r->result when not streaming; a Response kept when it is to be stored). */
+void srv__dialect_stream_begin(srv_req *r);
+void srv__dialect_stream_event(srv_req *r, oai_choice *c, const engine_event *ev);
+void srv__dialect_stream_error(srv_req *r, const oai_error *e);
+void srv__dialect_finish(srv_req *r, const oai_usage *u);
+/* GET and DELETE /v1/responses/{id}. */
+enum MHD_Result srv__responses_get(srv_req *r);
+enum MHD_Result srv__responses_delete(srv_req *r);
+
 /* gen.c */
+/* Choice c's reader of reasoning and tool calls (c->chat), created on first use; NULL when the
+ * request needs none. */
+oai_chat_state *srv__chat_reader(srv_req *r, oai_choice *c);
 /* Tracks engine request b->id of b->req for its events. */
 void srv__sub_insert(srv *s, srv_sub *b);
 /* The HTTP error of an engine_submit failure into e; returns -EINVAL. */

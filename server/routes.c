@@ -129,6 +129,34 @@ static enum MHD_Result do_chat(http_req *hr)
     return generation(hr, OAI_CHAT);
 }
 
+static enum MHD_Result do_responses(http_req *hr)
+{
+    return generation(hr, SRV_PREP_RESPONSES);
+}
+
+static enum MHD_Result do_messages(http_req *hr)
+{
+    return generation(hr, SRV_PREP_MESSAGES);
+}
+
+static enum MHD_Result do_count_tokens(http_req *hr)
+{
+    return generation(hr, SRV_PREP_COUNT_TOKENS);
+}
+
+/* GET and DELETE /v1/responses/{id}: the store answers (no engine needed, but a loaded server). */
+static enum MHD_Result do_response_get(http_req *hr)
+{
+    if (!srv__of((srv_req *)hr)->e) return loading(hr);
+    return srv__responses_get((srv_req *)hr);
+}
+
+static enum MHD_Result do_response_delete(http_req *hr)
+{
+    if (!srv__of((srv_req *)hr)->e) return loading(hr);
+    return srv__responses_delete((srv_req *)hr);
+}
+
 static enum MHD_Result do_embeddings(http_req *hr)
 {
     return generation(hr, SRV_PREP_POOL + OAI_EMBED);
@@ -151,6 +179,9 @@ const http_route srv__routes[] = {
     {"/v1/models", "GET", 0, 0, do_models},
     {"/v1/completions", "POST", 0, 0, do_completions},
     {"/v1/chat/completions", "POST", 0, 0, do_chat},
+    {"/v1/responses", "POST", 0, 0, do_responses},
+    {"/v1/messages", "POST", 0, 0, do_messages},
+    {"/v1/messages/count_tokens", "POST", 0, 0, do_count_tokens},
     {"/v1/embeddings", "POST", 0, 0, do_embeddings},
     {"/v1/rerank", "POST", 0, 0, do_rerank},
     {"/rerank", "POST", 0, 1, do_rerank},
@@ -158,5 +189,7 @@ const http_route srv__routes[] = {
     {"/tokenize", "POST", 0, 1, do_tokenize},
     {"/detokenize", "POST", 0, 1, do_detokenize},
     {"/v1/models/", "GET", 1, 0, do_model},
+    {"/v1/responses/", "GET", 1, 0, do_response_get},
+    {"/v1/responses/", "DELETE", 1, 0, do_response_delete},
 };
 const int srv__n_routes = (int)(sizeof srv__routes / sizeof srv__routes[0]);

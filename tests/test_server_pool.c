@@ -414,3 +414,20 @@ Test(server_pool, rank_pooling_of_a_generative_model)
     free(log);
     th_stop(&tsp_srv);
 }
+
+/* The official OpenAI Node SDK's embeddings.create (base64 by default, which it decodes). */
+Test(server_pool, openai_sdk_embeddings)
+{
+    if (system("command -v node >/dev/null 2>&1") != 0 || access("tests/e2e/node_modules/openai/package.json", R_OK))
+        cr_skip_test("node or tests/e2e/node_modules missing (run: cd tests/e2e && npm ci)");
+    tsp_start("embed-tiny.gguf", NULL);
+    char cmd[1024], log[400];
+    snprintf(log, sizeof log, "%s/sdk.log", tsp_srv.dir);
+    snprintf(cmd, sizeof cmd, "cd tests/e2e && KVSERVE_URL=http://127.0.0.1:%d/v1 KVSERVE_MODEL=embed-tiny KVSERVE_DIM=16 "
+                              "timeout 60 node openai_embeddings.mjs > '%s' 2>&1", tsp_srv.port, log);
+    int rc = system(cmd);
+    char *out = tu_read_file(log, NULL);
+    unlink(log);
+    cr_assert_eq(rc, 0, "openai_embeddings.mjs failed:\n%s", out ? out : "");
+    free(out);
+}

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "server/openai/oai_chat.h"
+#include "server/openai/oai_dialect.h"
 #include "server/openai/internal.h"
 
 static const char *const ERR_INVALID = "invalid_request_error";
@@ -421,6 +422,7 @@ void oai_request_free(oai_request *r)
     oai__free_vllm(r);
     gr_unref(r->grammar);
     oai_chat_free(r->chat);
+    oai_dialect_free(r->dialect);
     memset(r, 0, sizeof *r);
 }
 
