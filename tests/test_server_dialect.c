@@ -749,3 +749,27 @@ Test(server_dialect, metrics_count_the_new_routes)
     cr_assert(log && strstr(log, "POST /v1/responses 200") && strstr(log, "POST /v1/messages 200"), "the access log");
     free(log);
 }
+
+/* Admission covers the new routes as the old ones: overload (503 with Retry-After, Anthropic's
+ * overloaded_error on /v1/messages) and CORS headers. */
+Test(server_dialect, overload_and_cors_cover_the_new_routes)
+{
+    th_server o;
+    static const char *const args[] = {"--kv-memory", "32MiB", "--max-queued-requests", "0", "--allowed-origins",
+                                       "https://app.example", NULL};
+    th_start(&o, tdl_model, args, NULL, TH_WAIT_HEALTHY);
+    const char *paths[] = {"/v1/responses", "/v1/messages"};
+    const char *bodies[] = {"{\"input\": \"x\"}", "{\"max_tokens\": 2, \"messages\": [{\"role\": \"user\", \"content\": \"x\"}]}"};
+    for (int i = 0; i < 2; i++) {
+        th_resp r = th_http(o.port, NULL, paths[i], bodies[i], "Origin: https://app.example");
+        cr_assert_eq(r.status, 503, "%s: %ld %s", paths[i], r.status, r.body);
+        cr_assert(strcasestr(r.headers, "Retry-After: 1"), "%s", r.headers);
+        cr_assert(strcasestr(r.headers, "Access-Control-Allow-Origin: https://app.example"), "%s", r.headers);
+        cJSON *e = cJSON_Parse(r.body);
+        if (i == 0) cr_assert_str_eq(tdl_str(e, "error.code"), "server_is_overloaded");
+        else cr_assert_str_eq(tdl_str(e, "error.type"), "overloaded_error");
+        cJSON_Delete(e);
+        th_resp_free(&r);
+    }
+    th_stop(&o);
+}

@@ -381,6 +381,11 @@ Test(server_pool, generative_model_needs_pooling)
     cr_assert_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(o, "usage"), "completion_tokens")->valueint, 4);
     cJSON_Delete(o);
     th_stop(&tsp_srv);
+    /* the queue limits cover the pooled routes */
+    const char *const full[] = {"--pooling", "mean", "--max-queued-requests", "0", NULL};
+    th_start(&tsp_srv, NULL, full, NULL, TH_WAIT_HEALTHY);
+    tsp_error("/v1/embeddings", "{\"input\": \"x\"}", 503, "server_is_overloaded", NULL);
+    th_stop(&tsp_srv);
 }
 
 Test(server_pool, rank_pooling_of_a_generative_model)

@@ -126,6 +126,8 @@ struct oai_dialect {
     char *acc;            /* the open item's text so far (owned, NUL-terminated) */
     size_t acc_len;
     cJSON *done;          /* items (Anthropic: content blocks) closed so far, in streamed order */
+    char *pend;           /* white space of the content held back between items (owned) */
+    size_t pend_len;
     char *sse;            /* events being built (owned) */
     size_t sse_len;
     int oom;

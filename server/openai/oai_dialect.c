@@ -45,6 +45,7 @@ void oai_dialect_free(oai_dialect *d)
     cJSON_Delete(d->done);
     free(d->call_name);
     free(d->acc);
+    free(d->pend);
     free(d->sse);
     free(d);
 }
@@ -252,13 +253,48 @@ typedef struct di_feed {
 static void di_on_delta(void *ud, const tc_delta *t)
 {
     di_feed *f = ud;
+    oai_dialect *d = f->d;
     if ((t->kind == TC_D_CALL || t->kind == TC_D_ARGS) && t->index > 0 && f->st && !f->st->parallel) return;
+    tc_delta joined;
+    if (t->kind == TC_D_CONTENT && d->open != DI_TEXT) {
+        /* white space between items (a newline before a tool call) opens no message of its own,
+         * as the whole answer drops blank content beside calls */
+        if (t->len) {
+            char *p = realloc(d->pend, d->pend_len + t->len + 1);
+            if (!p) {
+                d->oom = 1;
+                return;
+            }
+            memcpy(p + d->pend_len, t->text, t->len);
+            d->pend = p;
+            d->pend_len += t->len;
+        }
+        if (di_blank(d->pend, d->pend_len) && (t->len || !f->n_lps)) return;
+        joined = *t;
+        joined.text = d->pend;
+        joined.len = d->pend_len;
+        t = &joined;
+    }
     if (f->d->kind == OAI_DIALECT_RESPONSES) {
         oai__responses_delta(f->d, f->r, t, t->kind == TC_D_CONTENT ? f->lps : NULL, f->n_lps);
         if (t->kind == TC_D_CONTENT) f->n_lps = 0; /* the token's log-probs go out once */
     } else {
         oai__messages_delta(f->d, f->r, t);
     }
+    if (t == &joined) d->pend_len = 0;
+}
+
+/* The end of a stream's text: white space still held is said when nothing else was. */
+static void di_flush(di_feed *f)
+{
+    oai_dialect *d = f->d;
+    if (!d->pend_len) return;
+    if (!d->n_items) {
+        tc_delta t = {TC_D_CONTENT, 0, d->pend, d->pend_len, NULL, NULL};
+        if (d->kind == OAI_DIALECT_RESPONSES) oai__responses_delta(d, f->r, &t, NULL, 0);
+        else oai__messages_delta(d, f->r, &t);
+    }
+    d->pend_len = 0;
 }
 
 char *oai_dialect_stream_feed(oai_dialect *d, const oai_resp *r, oai_choice *c, const char *text, size_t n,
@@ -274,6 +310,7 @@ char *oai_dialect_stream_feed(oai_dialect *d, const oai_resp *r, oai_choice *c, 
         di_on_delta(&f, &t);
     }
     if (final) {
+        di_flush(&f);
         if (d->kind == OAI_DIALECT_RESPONSES) oai__responses_close_item(d, r);
         else oai__messages_close_item(d);
     }

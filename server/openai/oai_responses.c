@@ -834,6 +834,11 @@ void oai__responses_close_item(oai_dialect *d, const oai_resp *r)
 char *oai__responses_close(oai_dialect *d, const oai_resp *r, const oai_choice *c, const oai_usage *u)
 {
     int cut = c->finish == ENGINE_FINISH_LENGTH;
+    if (!d->n_items) { /* nothing was said: an empty message, as the whole answer has */
+        tc_delta t = {TC_D_CONTENT, 0, "", 0, NULL, NULL};
+        rs_open_item(d, r, &t);
+        oai__responses_close_item(d, r);
+    }
     cJSON *resp = rs_object(d, r, cut ? "incomplete" : "completed", cJSON_Duplicate(d->done, 1), u, NULL);
     char *s = resp ? cJSON_PrintUnformatted(resp) : NULL;
     cJSON *o = oai__di_new(cut ? "response.incomplete" : "response.completed");
