@@ -15,7 +15,7 @@
 #include "tests/test_util.h"
 
 typedef struct trs_ent {
-    char id[16];
+    char id[24];
     char resp[64], conv[64];
     long stamp;
     int live;
