@@ -13,18 +13,23 @@
 #include "cuda/formats.h"
 #include "model/dtype.h"
 
-/* y[i] = x[i] in the 16-bit type T (__half or __nv_bfloat16), rounding to nearest even. */
-template <typename T> static __global__ void cuda__to16_k(const float *x, T *y, int64_t n)
+/* y[i] = x[i] converted from S to D (float, __half or __nv_bfloat16), rounding to nearest even:
+ * activations into the type a cuBLAS GEMM takes. */
+template <typename S, typename D> static __global__ void cuda__conv_k(const S *x, D *y, int64_t n)
 {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-        y[i] = cuda__st<T>(x[i]);
+        y[i] = cuda__st<D>(cuda__ld(x[i]));
 }
 
-/* out[i] += bias[i % n_out] for i < n: the bias of every output row. */
-static __global__ void cuda__bias_k(float *out, const float *bias, int64_t n_out, int64_t n)
+/* out[i] (+)= bias[i % n_out] for i < n: src NULL adds the bias in place; else out[i] = src[i] +
+ * bias (bias NULL: + 0), the f32 product of a GEMM into the output's type O. */
+template <typename O>
+static __global__ void cuda__bias_k(const float *src, O *out, const float *bias, int64_t n_out, int64_t n)
 {
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-        out[i] += bias[i % n_out];
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        float v = src ? src[i] : cuda__ld(out[i]);
+        out[i] = cuda__st<O>(v + (bias ? bias[i % n_out] : 0.0f));
+    }
 }
 
 /* Element (r, i) of a raw float tensor of type src_type (rows row_bytes apart). */

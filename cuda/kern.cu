@@ -19,6 +19,8 @@ void cuda__kern_init(cuda__kern *k, int cc)
      * it, under `if (cc >= XX)`, newest last (kern.h). */
     cuda__attn_fill_sm80(k);
     cuda__gemm_fill_sm80(k);
+    cuda__gemv_fill_sm80(k);
+    cuda__fused_fill_sm80(k);
     cuda__qmatvec_fill_sm80(k);
     cuda__qgemm_fill_sm80(k);
     cuda__norm_rope_fill_sm80(k);
@@ -36,16 +38,20 @@ const char *cuda__kern_missing(const cuda__kern *k)
     CUDA__KERN_NEED(attention);
     CUDA__KERN_NEED(attn_reduce);
     CUDA__KERN_NEED(gemm);
+    CUDA__KERN_NEED(gemv_max_rows);
+    CUDA__KERN_NEED(gemv);
     CUDA__KERN_NEED(convert_rows);
-    CUDA__KERN_NEED(to16);
-    CUDA__KERN_NEED(add_bias);
+    CUDA__KERN_NEED(conv);
+    CUDA__KERN_NEED(bias);
     CUDA__KERN_NEED(qmatvec_max_rows);
     CUDA__KERN_NEED(qgemm);
     CUDA__KERN_NEED(rmsnorm);
     CUDA__KERN_NEED(rope);
     CUDA__KERN_NEED(rope_shift);
     CUDA__KERN_NEED(store_kv);
+    CUDA__KERN_NEED(qkv_post);
     CUDA__KERN_NEED(ew);
+    CUDA__KERN_NEED(glu);
     CUDA__KERN_NEED(embed);
     CUDA__KERN_NEED(gather_rows);
     CUDA__KERN_NEED(argmax);

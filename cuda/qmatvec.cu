@@ -7,13 +7,26 @@
 #include "cuda/internal.h"
 #include "cuda/qmatvec_kernels.h"
 
-template <int T>
-static void cuda__launch_qgemv(cudaStream_t s, const be_weight *w, const float *x, int n_rows, const float *bias,
-                               float *out)
+template <int T, typename X, typename O>
+static void cuda__launch_qgemv_xo(cudaStream_t s, const be_weight *w, const X *x, int n_rows, const float *bias,
+                                  O *out)
 {
     unsigned g = (unsigned)cuda_div_up(w->n_out, CUDA_QGEMV_THREADS / 32);
     cuda__qgemv_k<T><<<g, CUDA_QGEMV_THREADS, 0, s>>>((const uint8_t *)w->data, dt_row_bytes(w->type, w->n_in),
                                                       w->n_in, w->n_out, x, n_rows, bias, out);
+}
+
+/* The activation and output types: f32 / f32, bf16 / f32 (the fused QKV's products), bf16 / bf16. */
+template <int T>
+static void cuda__launch_qgemv(cudaStream_t s, const be_weight *w, const void *x, int x_type, int n_rows,
+                               const float *bias, void *out, int out_type)
+{
+    if (x_type == DT_F32)
+        cuda__launch_qgemv_xo<T>(s, w, (const float *)x, n_rows, bias, (float *)out);
+    else if (out_type == DT_F32)
+        cuda__launch_qgemv_xo<T>(s, w, (const __nv_bfloat16 *)x, n_rows, bias, (float *)out);
+    else
+        cuda__launch_qgemv_xo<T>(s, w, (const __nv_bfloat16 *)x, n_rows, bias, (__nv_bfloat16 *)out);
 }
 
 void cuda__qmatvec_fill_sm80(cuda__kern *k)

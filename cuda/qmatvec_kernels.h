@@ -14,6 +14,7 @@
 #ifndef KVSERVE_CUDA_QMATVEC_KERNELS_H
 #define KVSERVE_CUDA_QMATVEC_KERNELS_H
 
+#include "cuda/device.h"
 #include "cuda/launch.h"
 #include "cuda/quant_formats.h"
 
@@ -21,11 +22,12 @@
 #define CUDA_QGEMV_THREADS 128
 
 /* out[r][o] = Σ_i W[o][i] · x[r][i] (+ bias[o]) for n_rows ≤ CUDA_QGEMV_MAX_ROWS rows; one warp
- * per output o = blockIdx.x · 4 + warp. T is the weight type (a cuda_q_is_quant type). */
-template <int T>
+ * per output o = blockIdx.x · 4 + warp. T is the weight type (a cuda_q_is_quant type); X and O
+ * the element types of x and out (f32, or the activations'). */
+template <int T, typename X, typename O>
 static __global__ void __launch_bounds__(CUDA_QGEMV_THREADS)
-    cuda__qgemv_k(const uint8_t *w, size_t row_bytes, int64_t n_in, int64_t n_out, const float *x, int n_rows,
-                  const float *bias, float *out)
+    cuda__qgemv_k(const uint8_t *w, size_t row_bytes, int64_t n_in, int64_t n_out, const X *x, int n_rows,
+                  const float *bias, O *out)
 {
     const int lane = threadIdx.x & 31;
     const int64_t o = (int64_t)blockIdx.x * (CUDA_QGEMV_THREADS / 32) + (threadIdx.x >> 5);
@@ -40,9 +42,9 @@ static __global__ void __launch_bounds__(CUDA_QGEMV_THREADS)
 #pragma unroll
         for (int r = 0; r < CUDA_QGEMV_MAX_ROWS; r++) {
             if (r >= n_rows) break;
-            const float *xr = x + (int64_t)r * n_in + i0;
+            const X *xr = x + (int64_t)r * n_in + i0;
 #pragma unroll
-            for (int k = 0; k < 8; k++) acc[r] += v[k] * xr[k];
+            for (int k = 0; k < 8; k++) acc[r] += v[k] * cuda__ld(xr[k]);
         }
     }
 #pragma unroll
@@ -50,7 +52,7 @@ static __global__ void __launch_bounds__(CUDA_QGEMV_THREADS)
         if (r >= n_rows) break;
         float s = acc[r];
         for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
-        if (lane == 0) out[(int64_t)r * n_out + o] = s + (bias ? bias[o] : 0.0f);
+        if (lane == 0) out[(int64_t)r * n_out + o] = cuda__st<O>(s + (bias ? bias[o] : 0.0f));
     }
 }
 

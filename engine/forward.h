@@ -31,4 +31,9 @@ int fwd_run(fwd *f, const be_batch *b, float *logits);
 
 backend *fwd_backend(fwd *f);
 
+/* Bytes of weights one decode step reads (the whole of every matrix and vector of the layers and
+ * the LM head, one row of the embedding), as the backend stores them: the numerator of a decode
+ * step's bandwidth bound. */
+double fwd_weight_bytes_per_token(const fwd *f);
+
 #endif
