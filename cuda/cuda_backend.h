@@ -68,6 +68,14 @@ size_t cuda_graph_nodes(backend *be);
  * step's bytes are bounded by. */
 double cuda_copy_gbps(backend *be);
 
+/* For the GPU check: fills dst (device memory of n elements of type DT_F32, DT_F16 or DT_BF16)
+ * with uniform values in [-scale, scale) from a hash of (seed, index) (cuda_random_value), so
+ * that large random weights are made on the device. 0, -EINVAL or -EIO. */
+int cuda_fill_random(backend *be, void *dst, size_t n, int type, uint64_t seed, float scale);
+/* The backend's stream (a cudaStream_t), on which every op queues its work: the GPU check
+ * captures ops into its own graphs to time them without launch gaps. */
+void *cuda_stream_of(backend *be);
+
 /* Number of attention splits (split-K partitions) the last attention launch used, for tests. */
 int cuda_last_attn_splits(backend *be);
 

@@ -15,6 +15,10 @@
 #include "cuda/gemv_kernels.h"
 #include "cuda/quant_formats.h"
 
+extern "C" {
+#include "cuda/cuda_backend.h"
+}
+
 /* The most bytes of f32 product one chunk of a converted GEMM writes (mm32). */
 #define CUDA_MM32_BYTES ((size_t)64 << 20)
 
@@ -173,4 +177,22 @@ void cuda__op_matmul(backend *be, const void *x, int n_rows, const be_weight *w,
     cuda_backend *cb = cuda__cb(be);
     if (cuda__graph_skip(cb)) return;
     cuda__matmul(cb, x, n_rows, w, bias && bias->data ? (const float *)bias->data : NULL, out, cb->act, 0.0f);
+}
+
+/* ---- random weights on the device (cuda_backend.h) ------------------------------------------ */
+
+extern "C" int cuda_fill_random(backend *be, void *dst, size_t n, int type, uint64_t seed, float scale)
+{
+    cuda_backend *cb = cuda__cb(be);
+    if (type != DT_F32 && type != DT_F16 && type != DT_BF16) return -EINVAL;
+    if (cuda__use(cb)) return -EIO;
+    unsigned g = cuda_grid_1d((int64_t)n, CUDA_EW_THREADS, CUDA_EW_MAX_BLOCKS);
+    cuda__random_k<<<g, CUDA_EW_THREADS, 0, cb->stream>>>(dst, type, (int64_t)n, seed, scale);
+    if (CB_CHECK_LAUNCH(cb) || CB_CHECK(cb, cudaStreamSynchronize(cb->stream))) return -EIO;
+    return cb->error;
+}
+
+extern "C" void *cuda_stream_of(backend *be)
+{
+    return (void *)cuda__cb(be)->stream;
 }

@@ -32,6 +32,17 @@ static __global__ void cuda__bias_k(const float *src, O *out, const float *bias,
     }
 }
 
+/* The value of element i of the random tensor of seed: uniform in [-scale, scale), from a hash of
+ * (seed, i), the same on the host and the device (the GPU check's weights made on the device). */
+static inline CUDA_HD float cuda_random_value(uint64_t seed, uint64_t i, float scale)
+{
+    uint64_t z = seed * 0x9e3779b97f4a7c15ull + i * 0xbf58476d1ce4e5b9ull + 0x94d049bb133111ebull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    return ((float)(z >> 40) * (1.0f / 8388608.0f) - 1.0f) * scale;
+}
+
 /* Element (r, i) of a raw float tensor of type src_type (rows row_bytes apart). */
 static __device__ float cuda__raw_value(const uint8_t *src, int src_type, size_t row_bytes, int64_t r, int64_t i)
 {
@@ -57,6 +68,13 @@ static __global__ void cuda__convert_k(const uint8_t *src, int src_type, size_t 
 {
     for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n; e += (int64_t)gridDim.x * blockDim.x)
         cuda__store_as(dst, dst_type, e, cuda__raw_value(src, src_type, row_bytes, e / n_in, e % n_in));
+}
+
+/* dst [n] of dst_type (DT_F32, DT_F16 or DT_BF16) = cuda_random_value(seed, i, scale). */
+static __global__ void cuda__random_k(void *dst, int dst_type, int64_t n, uint64_t seed, float scale)
+{
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        cuda__store_as(dst, dst_type, i, cuda_random_value(seed, (uint64_t)i, scale));
 }
 
 #endif
