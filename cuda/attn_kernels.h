@@ -124,6 +124,7 @@ cuda__attn_k(cuda__attn_args a, const T *kp, const T *vp)
 {
     const int TK = CUDA_ATTN_TK, D = a.head_dim;
     extern __shared__ float sm[]; /* dynamic */
+    cuda__pdl_trigger(); /* the output projection may launch early (it waits before reading) */
     const int32_t *it = a.items + blockIdx.z * CUDA_ATTN_ITEM_INTS;
     const int s = it[0], t0 = it[1], nt = it[2];
     const int g = blockIdx.y, p = blockIdx.x, tid = threadIdx.x;
@@ -287,6 +288,7 @@ cuda__attn_k(cuda__attn_args a, const T *kp, const T *vp)
 template <typename A>
 static __global__ void cuda__attn_reduce_k(const float *part, A *out, int n_heads, int D, int splits)
 {
+    cuda__pdl_trigger();
     int h = blockIdx.x;
     int64_t t = blockIdx.y;
     const float *pp = part + (t * n_heads + h) * splits * (D + 2);

@@ -424,13 +424,17 @@ extern "C" backend *cuda_backend_create_act(int device_index, int act_type, char
         return NULL;
     }
     cb->graphs_on = 1;
-    cuda__kern_init(&cb->k, prop.major * 10 + prop.minor);
+    int cc = prop.major * 10 + prop.minor;
+    const char *cap = getenv("KVSERVE_CUDA_CC"); /* run an older capability's kernels (kern.h) */
+    if (cap && atoi(cap) > 0 && atoi(cap) < cc) cc = atoi(cap);
+    cuda__kern_init(&cb->k, cc);
     assert(!cuda__kern_missing(&cb->k));
     cb->n_sm = prop.multiProcessorCount;
     cb->smem_optin = prop.sharedMemPerBlockOptin;
     cb->l2_bytes = (size_t)prop.l2CacheSize;
-    snprintf(cb->base.desc, sizeof cb->base.desc, "%.80s (sm_%d%d, %d SMs, %.0f GiB)", prop.name, prop.major,
-             prop.minor, prop.multiProcessorCount, (double)prop.totalGlobalMem / (1024.0 * 1024 * 1024));
+    snprintf(cb->base.desc, sizeof cb->base.desc, "%.60s (sm_%d%d, %d SMs, %.0f GiB%.20s)", prop.name, prop.major,
+             prop.minor, prop.multiProcessorCount, (double)prop.totalGlobalMem / (1024.0 * 1024 * 1024),
+             cc < prop.major * 10 + prop.minor ? ", KVSERVE_CUDA_CC" : "");
     return &cb->base;
 }
 

@@ -166,6 +166,28 @@ template <typename T, int N> static __device__ __forceinline__ void cuda__stv(T 
     }
 }
 
+/* ---- programmatic dependent launch (sm_90) ------------------------------------------------ */
+
+/* cuda__pdl_wait: waits until the kernels this one depends on have completed and their writes
+ * are visible; a kernel launched with programmatic stream serialization (the sm_90 launchers)
+ * may start before them and must call it before it reads their outputs (or writes memory they
+ * read). cuda__pdl_trigger: lets the next kernel on the stream launch now (it still waits for
+ * this one's completion in its cuda__pdl_wait). Both are no-ops before sm_90, for a kernel
+ * launched without the attribute, and under the CPU emulation (which runs launches in order). */
+static __device__ __forceinline__ void cuda__pdl_wait(void)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+static __device__ __forceinline__ void cuda__pdl_trigger(void)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;");
+#endif
+}
+
 /* ---- reductions -------------------------------------------------------------------------- */
 
 static __device__ __forceinline__ float cuda__warp_max(float v)

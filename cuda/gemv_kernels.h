@@ -62,6 +62,26 @@ static __device__ __forceinline__ float cuda__gemv_epi(const cuda_gemv_args &a, 
     return a.softcap > 0.0f ? be_softcap(v, a.softcap) : v;
 }
 
+/* One round of loads: raw[u][j] = the 16-byte chunk c0 + u · stride of weight row wr[j] (zeros
+ * past nc chunks). */
+template <int NW, int U>
+static __device__ __forceinline__ void cuda__gemv_round(const void *const *wr, int64_t c0, int stride, int64_t nc,
+                                                        uint4 (*raw)[NW])
+{
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        int64_t c = c0 + (int64_t)u * stride;
+#pragma unroll
+        for (int j = 0; j < NW; j++) {
+            if (c < nc) {
+                raw[u][j] = ((const uint4 *)wr[j])[c];
+            } else {
+                raw[u][j].x = raw[u][j].y = raw[u][j].z = raw[u][j].w = 0u;
+            }
+        }
+    }
+}
+
 /* out[r][o] for o in this warp group's NO outputs and r < n_rows ≤ R. W, X, O: the weight,
  * activation and output element types; G = 2 for GLU (a gate and an up row per output). */
 template <typename W, typename X, typename O, int R, int G>
@@ -77,7 +97,8 @@ static __global__ void __launch_bounds__(CUDA_GEMV_THREADS) cuda__gemv_k(cuda_ge
     const int kw = warp % ks, grp = warp / ks;
     const int64_t o0 = ((int64_t)blockIdx.x * (CUDA_GEMV_THREADS / 32 / ks) + grp) * NO;
     const int64_t nc = a.n_in / V;
-    const W *wr[NW];
+    const void *wr[NW];
+    cuda__pdl_trigger(); /* the next kernel may launch: it waits for this one before reading */
 #pragma unroll
     for (int j = 0; j < NW; j++) { /* rows past n_out read the last one; their sums are dropped */
         int64_t o = o0 + j / G < a.n_out ? o0 + j / G : a.n_out - 1;
@@ -89,27 +110,27 @@ static __global__ void __launch_bounds__(CUDA_GEMV_THREADS) cuda__gemv_k(cuda_ge
 #pragma unroll
         for (int r = 0; r < R; r++) acc[j][r] = 0.0f;
     const X *x = (const X *)a.x;
-    for (int64_t base = (int64_t)kw * 32 + lane; base < nc; base += (int64_t)32 * ks * U) {
-        uint4 raw[U][NW];
+    const int64_t step = (int64_t)32 * ks * U;
+    uint4 raw[U][NW];
+    cuda__gemv_round<NW, U>(wr, (int64_t)kw * 32 + lane, 32 * ks, nc, raw);
+    /* The weights do not depend on the kernels before this one: their first round is in flight
+     * before the wait for the previous kernel's output (programmatic dependent launch, sm_90:
+     * the launch itself and the previous kernel's tail overlap this kernel's first loads). */
+    cuda__pdl_wait();
+    for (int64_t base = (int64_t)kw * 32 + lane; base < nc; base += step) {
+        uint4 cur[U][NW];
 #pragma unroll
-        for (int u = 0; u < U; u++) { /* every load of the round first, then the arithmetic */
-            int64_t c = base + (int64_t)u * 32 * ks;
+        for (int u = 0; u < U; u++)
 #pragma unroll
-            for (int j = 0; j < NW; j++) {
-                if (c < nc) {
-                    raw[u][j] = ((const uint4 *)wr[j])[c];
-                } else {
-                    raw[u][j].x = raw[u][j].y = raw[u][j].z = raw[u][j].w = 0u;
-                }
-            }
-        }
+            for (int j = 0; j < NW; j++) cur[u][j] = raw[u][j];
+        cuda__gemv_round<NW, U>(wr, base + step, 32 * ks, nc, raw); /* the next round's loads first */
 #pragma unroll
         for (int u = 0; u < U; u++) {
             int64_t c = base + (int64_t)u * 32 * ks;
             if (c >= nc) break;
             float wv[NW][V];
 #pragma unroll
-            for (int j = 0; j < NW; j++) cuda__unpack16<W>(raw[u][j], wv[j]);
+            for (int j = 0; j < NW; j++) cuda__unpack16<W>(cur[u][j], wv[j]);
 #pragma unroll
             for (int r = 0; r < R; r++) {
                 if (r >= a.n_rows) break;
@@ -153,6 +174,7 @@ static __global__ void __launch_bounds__(CUDA_GEMV_THREADS) cuda__gemv_scalar_k(
     if (o >= a.n_out) return; /* the whole warp */
     const W *wr[2] = {(const W *)a.w + o * a.n_in, (const W *)(G == 2 ? a.w2 : a.w) + o * a.n_in};
     const X *x = (const X *)a.x;
+    cuda__pdl_wait();
     float acc[2][CUDA_GEMV_MAX_ROWS];
 #pragma unroll
     for (int r = 0; r < CUDA_GEMV_MAX_ROWS; r++) acc[0][r] = acc[1][r] = 0.0f;

@@ -28,6 +28,7 @@ void cuda__kern_init(cuda__kern *k, int cc)
     cuda__elementwise_fill_sm80(k);
     cuda__gather_fill_sm80(k);
     cuda__sample_fill_sm80(k);
+    if (cc >= 90) cuda__gemv_fill_sm90(k);
     k->cc = cc;
 }
 

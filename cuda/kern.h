@@ -12,9 +12,12 @@
  * buffers and cuBLAS (gemm, qgemm) take it. Unless an entry says otherwise, it does not check its
  * launch: the op does (CB_CHECK_LAUNCH), so a failure is logged with the op's file and line.
  *
- * Today every capability gets the same table, the sm_80 baseline (the kernels of each family's
- * NAME_kernels.h). The build carries sm_90 code and compute_80 PTX for every file (NVCC_ARCH in
- * the Makefile), so a device below 8.0 fails at its first launch, as it always has.
+ * Every capability gets the sm_80 baseline (the kernels of each family's NAME_kernels.h); sm_90
+ * and newer launch the dense matrix-vector kernels as programmatic dependent launches
+ * (cuda__gemv_fill_sm90). KVSERVE_CUDA_CC caps the capability the table is filled for (e.g. 80
+ * on an H200 runs the baseline), so that the checks can compare a variant with the baseline on
+ * the GPU they run on. The build carries sm_90 code and compute_80 PTX for every file (NVCC_ARCH
+ * in the Makefile), so a device below 8.0 fails at its first launch, as it always has.
  *
  * How to add a kernel (a variant for a newer GPU, or a new kind of kernel):
  *  1. The entry. Add it to struct cuda__kern below with its exact contract (shapes, what it may
@@ -197,6 +200,7 @@ const char *cuda__kern_missing(const cuda__kern *k);
 void cuda__attn_fill_sm80(cuda__kern *k);        /* attn.cu */
 void cuda__gemm_fill_sm80(cuda__kern *k);        /* gemm.cu */
 void cuda__gemv_fill_sm80(cuda__kern *k);        /* gemv.cu */
+void cuda__gemv_fill_sm90(cuda__kern *k);        /* gemv.cu: programmatic dependent launches */
 void cuda__fused_fill_sm80(cuda__kern *k);       /* fused.cu */
 void cuda__qmatvec_fill_sm80(cuda__kern *k);     /* qmatvec.cu */
 void cuda__qgemm_fill_sm80(cuda__kern *k);       /* qgemm.cu */

@@ -31,6 +31,7 @@ template <typename X, typename Y, typename O>
 static __global__ void cuda__rmsnorm_k(X *x, const Y *res, const int32_t *rows, int write_back, const float *w,
                                        float eps, int dim, O *out)
 {
+    cuda__pdl_trigger(); /* a projection after the norm may launch (it waits before reading) */
     const int64_t r = blockIdx.x, src = rows ? rows[r] : r;
     X *xr = x + src * dim;
     const Y *yr = res ? res + src * dim : NULL;

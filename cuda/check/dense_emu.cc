@@ -13,7 +13,8 @@
  *     residual add (f32 residual, bf16 branch and output; the sum written back) and the gathered
  *     norm of the LM head, RoPE, the K/V store, the element-wise ops, the gated activation, the
  *     activation conversions and the GEMM's bias into the output type;
- *   - attention with bf16 queries and output (attn_kernels.h) against the same kernel in f32.
+ *   - attention with bf16 queries and output (attn_kernels.h) against the same kernel in f32;
+ *   - the random weights the GPU check makes on the device (gemm_kernels.h) against the host's.
  * Every output is poisoned first, so an unwritten element fails. Sum bounds: an f32 sum of m
  * products is within γ(m) = m · 2^-24 / (1 − m · 2^-24) of Σ|products|; a result rounded to bf16
  * (f16) moves by at most 2^-9 (2^-12) of itself, and the tests allow twice that.
@@ -706,6 +707,28 @@ static void de_attention_bf16(int splits_wanted)
     de_report(what, ok, "");
 }
 
+/* ---- random weights made on the device ------------------------------------------------------ */
+
+/* cuda__random_k (the GPU check's device-made weights): every element is the host's
+ * cuda_random_value of its index, rounded to the type; values in [-scale, scale), not constant. */
+static void de_random(void)
+{
+    const int64_t n = 1000;
+    std::vector<float> f(n, NAN);
+    std::vector<uint16_t> h(n, 0xffff);
+    de_launch(2, 1, CUDA_EW_THREADS, [&] { cuda__random_k(f.data(), DT_F32, n, 42, 0.5f); });
+    de_launch(2, 1, CUDA_EW_THREADS, [&] { cuda__random_k(h.data(), DT_BF16, n, 42, 0.5f); });
+    int ok = 1;
+    double sum = 0;
+    for (int64_t i = 0; i < n; i++) {
+        float want = cuda_random_value(42, (uint64_t)i, 0.5f);
+        ok &= f[i] == want && h[i] == cuda_f32_to_bf16(want) && want >= -0.5f && want < 0.5f;
+        sum += want;
+    }
+    ok &= fabs(sum / n) < 0.05 && f[0] != f[1] && cuda_random_value(43, 0, 0.5f) != f[0];
+    de_report("random weights on the device = the host's values", ok, "");
+}
+
 int main(int argc, char **argv)
 {
     const int quick = argc > 1 && !strcmp(argv[1], "--quick");
@@ -720,6 +743,7 @@ int main(int argc, char **argv)
     de_elementwise_bf16();
     de_attention_bf16(1);
     de_attention_bf16(3);
+    de_random();
     printf("dense_emu%s: %d checks, %d failed\n", quick ? " --quick" : "", de_checks, de_bad);
     return de_bad ? 1 : 0;
 }

@@ -359,6 +359,29 @@ static void gc_golden(backend *gpu, const char *model_path, const char *golden_p
     model_destroy(m);
 }
 
+/* The kernel table of the device's capability against the sm_80 baseline (KVSERVE_CUDA_CC=80:
+ * the matrix-vector kernels launched without programmatic dependent launches on sm_90): the same
+ * arithmetic, so the golden cases must pick the same tokens with bf16 activations. */
+static void gc_golden_baseline(backend *gpu, const char *model_path, const char *golden_path)
+{
+    static gc_case a[32], b[32];
+    char err[256];
+    model *m = NULL;
+    int n = golden_path ? gc_read_golden(golden_path, a, 32) : -1;
+    if (n <= 0 || !model_path || model_load(model_path, &m, err, sizeof err)) return;
+    memcpy(b, a, sizeof b);
+    setenv("KVSERVE_CUDA_CC", "80", 1);
+    backend *base = cuda_backend_create(0, err, sizeof err);
+    unsetenv("KVSERVE_CUDA_CC");
+    double tps;
+    int ok = base && gc_golden_run(m, gpu, a, n, KV_F16, &tps) >= 0 && gc_golden_run(m, base, b, n, KV_F16, &tps) >= 0;
+    int same = ok && gc_same_tokens(a, b, n);
+    printf("  golden bf16, this GPU's kernels vs the sm_80 baseline: %s\n", same ? "identical" : "DIFFER");
+    gc_add("golden bf16 kernels = sm_80 baseline", same ? "identical" : "DIFFER", "every token", same);
+    be_destroy(base);
+    model_destroy(m);
+}
+
 /* ---- 2b. every architecture: CUDA logits against the CPU backend ---------------------------- */
 
 static void gc_archs(kc_ctx *c)
@@ -634,6 +657,7 @@ int main(int argc, char **argv)
     }
     gc_kernels_bf16(gpu, cpu, quick);
     gc_golden(gpu, model_path, golden);
+    gc_golden_baseline(gpu, model_path, golden);
     printf("  (%.1f s)\n", gc_now() - t0);
     be_destroy(cpu);
     gc_bench(gpu, quick);
