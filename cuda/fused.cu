@@ -58,8 +58,9 @@ void cuda__fused_fill_sm80(cuda__kern *k)
 int cuda__fused_reserve(cuda_backend *cb, int rows)
 {
     size_t as = cb->act == DT_F32 ? 4 : 2, r = (size_t)rows;
-    size_t mm = (size_t)cuda__mm32_rows(cb->max_n_out > 0 ? cb->max_n_out : 1) * (size_t)cb->max_n_out * 4;
-    if (r * (size_t)cb->max_n_out * 4 < mm) mm = r * (size_t)cb->max_n_out * 4;
+    /* a chunk of any GEMM of these rows: at most the rows × the widest output, at most the cap */
+    size_t mm = r * (size_t)cb->max_n_out * 4;
+    if (mm > CUDA_MM32_BYTES) mm = CUDA_MM32_BYTES;
     if (!cuda__scratch(cb, &cb->qkv32, r * (size_t)cb->max_qkv_cols * 4) ||
         !cuda__scratch(cb, &cb->glu, r * (size_t)cb->max_glu_cols * as) ||
         !cuda__scratch(cb, &cb->lmx, r * (size_t)cb->max_lm_dim * as) || !cuda__scratch(cb, &cb->mm32, mm))

@@ -19,9 +19,6 @@ extern "C" {
 #include "cuda/cuda_backend.h"
 }
 
-/* The most bytes of f32 product one chunk of a converted GEMM writes (mm32). */
-#define CUDA_MM32_BYTES ((size_t)64 << 20)
-
 /* ---- the sm_80 kernels' launchers ---------------------------------------------------------- */
 
 static void cuda__convert_rows_sm80(cudaStream_t s, const void *src, int src_type, size_t row_bytes, int64_t n_in,

@@ -56,6 +56,9 @@ typedef struct cuda_graph_slot {
     cudaGraphExec_t exec;
 } cuda_graph_slot;
 
+/* The most bytes of f32 product one chunk of a converted GEMM writes (cuda_backend.mm32). */
+#define CUDA_MM32_BYTES ((size_t)64 << 20)
+
 /* A device scratch buffer that grows. */
 typedef struct cuda_scratch {
     void *p;
