@@ -64,6 +64,8 @@ struct fwd {
     int pad_rows;   /* rows a step may be padded to (be->pad_rows_max while this fwd runs) */
     int q_dim, kv_dim;
     const be_batch *b;     /* the batch of the step being run (borrowed during fwd_run) */
+    const void *pending;   /* after fwd_run: the last branch not yet added to x, or NULL */
+    int n_rows;            /* after fwd_run: the rows of the step (padded rows included) */
 
     be_weight tok_embd;    /* [dim × n_vocab] */
     be_weight output_norm; /* [dim] */
@@ -489,6 +491,7 @@ static void fwd__logits(fwd *f, const void *pending, int n, int n_logits)
         return;
     }
     if (pending) op->add(be, f->x, pending, (int64_t)n * hp->n_embd);
+    f->pending = NULL;
     op->gather_rows(be, f->x, hp->n_embd, f->lx);
     op->rmsnorm(be, f->lx, &f->output_norm, hp->rms_eps, n_logits, hp->n_embd, f->lx);
     op->matmul(be, f->lx, n_logits, &f->output, fwd__bias(&f->output_b), f->logits);
@@ -516,6 +519,8 @@ int fwd_run(fwd *f, const be_batch *b, float *logits)
     const void *pending = NULL;
     for (int l = 0; l < hp->n_layers; l++)
         fwd__layer(f, l, n, &pending);
+    f->pending = pending; /* fwd_hidden adds it when a pooled sequence asks for the hidden states */
+    f->n_rows = n;
     if (b->n_logits == 0) return op->sync(be);
 
     /* final norm and LM head only on the rows that sample */
@@ -523,10 +528,38 @@ int fwd_run(fwd *f, const be_batch *b, float *logits)
     return op->to_host(be, f->logits, (size_t)b->n_logits * hp->n_vocab, logits);
 }
 
+/* RMSNorm of n rows of dim (the final norm, weights w) on the host, in place. */
+static void fwd__host_norm(float *x, int n, int dim, const float *w, float eps)
+{
+    for (int r = 0; r < n; r++) {
+        float *row = x + (size_t)r * dim;
+        double ss = 0;
+        for (int i = 0; i < dim; i++) ss += (double)row[i] * row[i];
+        double inv = 1.0 / sqrt(ss / dim + eps);
+        for (int i = 0; i < dim; i++) row[i] = (float)(row[i] * inv * w[i]);
+    }
+}
+
 int fwd_hidden(fwd *f, int n_rows, float *out)
 {
     const model_hparams *hp = &f->m->hp;
-    if (n_rows <= 0 || n_rows > f->max_tokens) return -EINVAL;
-    f->be->ops->rmsnorm(f->be, f->x, &f->output_norm, hp->rms_eps, n_rows, hp->n_embd, f->xb);
-    return f->be->ops->to_host(f->be, f->xb, (size_t)n_rows * hp->n_embd, out);
+    const be_ops *op = f->be->ops;
+    if (n_rows <= 0 || n_rows > f->max_tokens || n_rows > f->n_rows) return -EINVAL;
+    if (f->pending) { /* the last layer's branch, not added to the residual stream yet */
+        op->add(f->be, f->x, f->pending, (int64_t)f->n_rows * hp->n_embd);
+        f->pending = NULL;
+    }
+    if (f->be->act_type == DT_F32) { /* the backend's own norm, in f32 */
+        op->rmsnorm(f->be, f->x, &f->output_norm, hp->rms_eps, n_rows, hp->n_embd, f->xb);
+        return op->to_host(f->be, f->xb, (size_t)n_rows * hp->n_embd, out);
+    }
+    /* 16-bit activations: the f32 residual comes to the host and is normalised there, so that a
+     * pooled embedding keeps f32 precision */
+    float *w = malloc((size_t)hp->n_embd * sizeof *w);
+    if (!w) return -ENOMEM;
+    model_tensor_row_f32(&f->m->output_norm, 0, w);
+    int rc = op->to_host(f->be, f->x, (size_t)n_rows * hp->n_embd, out);
+    if (!rc) fwd__host_norm(out, n_rows, hp->n_embd, w, hp->rms_eps);
+    free(w);
+    return rc;
 }

@@ -9,7 +9,8 @@
  * and a begin that pads pure-decode steps as the CUDA backend does; its logits must equal the
  * plain CPU backend's for every architecture's features (biases, q/k norms, post norms, GeGLU,
  * soft-caps, windows, fused file tensors, partial RoPE), quantised weights, and a file whose
- * Q/K/V and gate/up types differ (stacked in two pieces, and apart). What forward.c decides —
+ * Q/K/V and gate/up types differ (stacked in two pieces, and apart); and so must the hidden
+ * states pooled sequences read (fwd_hidden adds the branch the fused LM head left pending). What forward.c decides —
  * which op runs, on which rows, with which pending branch — is what this test checks; the fused
  * kernels themselves are checked under emulation (cuda/check/dense_emu.cc).
  */
@@ -287,6 +288,13 @@ static double ff_compare(const model *m, int kv_dtype)
             worst = fmax(worst, d / mx);
         }
         cr_assert(isnan(lg[1][(size_t)n * V]), "rows past the batch's logit rows are not copied to the host");
+        if (step == 0) { /* the pooled hidden states: the last branch is pending on the fused path */
+            int dim = m->hp.n_embd;
+            float *h[2] = {malloc((size_t)n * dim * 4), malloc((size_t)n * dim * 4)};
+            for (int k = 0; k < 2; k++) cr_assert_eq(fwd_hidden(f[k], n, h[k]), 0);
+            cr_assert(!memcmp(h[0], h[1], (size_t)n * dim * 4), "fwd_hidden differs on the fused path");
+            free(h[0]), free(h[1]);
+        }
     }
     cr_assert_gt(ff.padded_steps, 0, "a decode step of 3 sequences is padded to 4 rows");
     cr_assert(ff.calls[0] > 0 && ff.calls[1] > 0 && ff.calls[2] > 0 && ff.calls[3] > 0, "every fused op ran");
