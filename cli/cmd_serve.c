@@ -39,6 +39,9 @@ int cli_serve(cli_opts *o)
     c.drain_timeout_s = o->drain_timeout_s;
     c.sse_ping_interval_s = o->sse_ping_interval_s;
     c.grammar_cache = o->grammar_cache;
+    c.pooling = o->pooling;
+    c.response_store = o->response_store;
+    c.response_store_bytes = o->response_store_bytes;
     if (o->port < 0 || o->port > 65535 || c.drain_timeout_s < 0 || c.sse_ping_interval_s <= 0 || c.grammar_cache < 0) {
         fprintf(stderr, "kvserve serve: --port, --drain-timeout, --sse-ping-interval or --grammar-cache out of range\n");
         return 2;
@@ -48,6 +51,11 @@ int cli_serve(cli_opts *o)
     e->device = o->device;
     e->n_threads = o->threads;
     e->make_backend = be_create;
+    char gerr[128];
+    if (be_set_cuda_graphs(o->cuda_graphs, gerr, sizeof gerr)) {
+        fprintf(stderr, "kvserve serve: %s\n", gerr);
+        return 2;
+    }
     e->kv_memory_bytes = o->kv_memory_bytes;
     e->kv_host_memory_bytes = o->kv_host_memory_bytes;
     e->kv_disk_dir = o->kv_disk_dir && *o->kv_disk_dir ? o->kv_disk_dir : NULL;

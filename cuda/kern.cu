@@ -19,6 +19,8 @@ void cuda__kern_init(cuda__kern *k, int cc)
      * it, under `if (cc >= XX)`, newest last (kern.h). */
     cuda__attn_fill_sm80(k);
     cuda__gemm_fill_sm80(k);
+    cuda__gemv_fill_sm80(k);
+    cuda__fused_fill_sm80(k);
     cuda__qmatvec_fill_sm80(k);
     cuda__qgemm_fill_sm80(k);
     cuda__norm_rope_fill_sm80(k);
@@ -28,6 +30,7 @@ void cuda__kern_init(cuda__kern *k, int cc)
     cuda__sample_fill_sm80(k);
     cuda__moe_fill_sm80(k);
     cuda__mla_fill_sm80(k);
+    if (cc >= 90) cuda__gemv_fill_sm90(k);
     k->cc = cc;
 }
 
@@ -38,16 +41,21 @@ const char *cuda__kern_missing(const cuda__kern *k)
     CUDA__KERN_NEED(attention);
     CUDA__KERN_NEED(attn_reduce);
     CUDA__KERN_NEED(gemm);
+    CUDA__KERN_NEED(gemv_max_rows);
+    CUDA__KERN_NEED(gemv);
     CUDA__KERN_NEED(convert_rows);
-    CUDA__KERN_NEED(to16);
-    CUDA__KERN_NEED(add_bias);
+    CUDA__KERN_NEED(conv);
+    CUDA__KERN_NEED(bias);
     CUDA__KERN_NEED(qmatvec_max_rows);
+    CUDA__KERN_NEED(qact);
     CUDA__KERN_NEED(qgemm);
     CUDA__KERN_NEED(rmsnorm);
     CUDA__KERN_NEED(rope);
     CUDA__KERN_NEED(rope_shift);
     CUDA__KERN_NEED(store_kv);
+    CUDA__KERN_NEED(qkv_post);
     CUDA__KERN_NEED(ew);
+    CUDA__KERN_NEED(glu);
     CUDA__KERN_NEED(embed);
     CUDA__KERN_NEED(gather_rows);
     CUDA__KERN_NEED(argmax);
@@ -61,11 +69,13 @@ const char *cuda__kern_missing(const cuda__kern *k)
     CUDA__KERN_NEED(moe_gemv[DT_F32]);
     CUDA__KERN_NEED(moe_gemv[DT_F16]);
     CUDA__KERN_NEED(moe_gemv[DT_BF16]);
+    CUDA__KERN_NEED(moe_gemv[DT_MXFP4]);
     /* Every quantised type the backend accepts (cuda_q_is_quant) has its per-type entries. */
     for (int t = 0; t < 2 * CUDA__W_TYPES; t++) {
         if (!cuda_q_is_quant(t)) continue;
         if (t >= CUDA__W_TYPES) return "CUDA__W_TYPES (a quantised type past the per-type entries)";
-        CUDA__KERN_NEED(qmatvec[t]);
+        CUDA__KERN_NEED(mmvq[t]);
+        CUDA__KERN_NEED(mmq[t]);
         CUDA__KERN_NEED(qdequant[t]);
         CUDA__KERN_NEED(qembed[t]);
         CUDA__KERN_NEED(moe_gemv[t]);

@@ -5,7 +5,8 @@
  * a step are the prep kernel (the latent's norm, the RoPE parts) and the grouped matvec of
  * moe_kernels.h with one group per head (k_b · q_nope); the value up-projection is the same
  * matvec over the attention's output; attention runs mla_kernels.h's kernel over the latent
- * plane, each cached vector the key and the value of every head.
+ * plane, each cached vector the key and the value of every head. The kernels compute in f32;
+ * activations of another type are converted on the way in and out (cuda__f32_parts, moe.cu).
  */
 #include <string.h>
 
@@ -116,36 +117,50 @@ static void cuda__mla_heads(cuda_backend *cb, const void **w, int type, const be
     cb->k.moe_gemv[type](cb->stream, &p, x, out);
 }
 
-void cuda__op_mla_qk(backend *be, const float *q, const float *kv, const be_mla *m, float *q_lat, float *k_lat)
+void cuda__op_mla_qk(backend *be, const void *q_act, const void *kv_act, const be_mla *m, void *q_lat_act,
+                     void *k_lat_act)
 {
     cuda_backend *cb = cuda__cb(be);
     int T = cb->meta.n_tokens, H = m->n_heads, hq = m->qk_nope + m->rope, hl = m->kv_lora + m->rope;
     const cuda__mla_layer *st = (const cuda__mla_layer *)m->extra;
     if (cuda__graph_skip(cb) || T <= 0 || cb->error || !st) return;
+    const size_t n[4] = {(size_t)T * H * hq, (size_t)T * hl, (size_t)T * H * hl, (size_t)T * hl};
+    const void *from[4] = {q_act, kv_act, NULL, NULL};
+    float *part[4];
+    if (cuda__f32_parts(cb, 4, n, from, part)) return;
+    const float *q = part[0];
+    float *q_lat = part[2], *k_lat = part[3];
     cuda__mla_prep_args a;
     memset(&a, 0, sizeof a);
-    a.q = q, a.kv = kv, a.norm = (const float *)m->kv_norm->data, a.q_lat = q_lat, a.k_lat = k_lat;
+    a.q = q, a.kv = part[1], a.norm = (const float *)m->kv_norm->data, a.q_lat = q_lat, a.k_lat = k_lat;
     a.pos = cuda__meta(cb, cb->meta.positions);
     a.n_heads = H, a.nope = m->qk_nope, a.rope = m->rope, a.kv_lora = m->kv_lora, a.eps = m->eps;
     a.rope_q = m->rope_q, a.rope_k = m->rope_k;
     a.rope_q.freq_factors = a.rope_k.freq_factors = NULL;
     cb->k.mla_prep(cb->stream, &a, T);
     cuda__mla_heads(cb, st->kb, st->kb_type, &m->k_b[0], H, T, q, hq, (int64_t)H * hq, q_lat, hl, (int64_t)H * hl);
-    CB_CHECK_LAUNCH(cb);
+    if (CB_CHECK_LAUNCH(cb)) return;
+    cuda__f32_to_act(cb, q_lat, q_lat_act, (int64_t)n[2]);
+    cuda__f32_to_act(cb, k_lat, k_lat_act, (int64_t)n[3]);
 }
 
-void cuda__op_mla_out(backend *be, const float *o, const be_mla *m, float *out)
+void cuda__op_mla_out(backend *be, const void *o_act, const be_mla *m, void *out_act)
 {
     cuda_backend *cb = cuda__cb(be);
     int T = cb->meta.n_tokens, H = m->n_heads, hl = m->kv_lora + m->rope;
     const cuda__mla_layer *st = (const cuda__mla_layer *)m->extra;
     if (cuda__graph_skip(cb) || T <= 0 || cb->error || !st) return;
-    cuda__mla_heads(cb, st->vb, st->vb_type, &m->v_b[0], H, T, o, hl, (int64_t)H * hl, out, m->v_head,
+    const size_t n[2] = {(size_t)T * H * hl, (size_t)T * H * m->v_head};
+    const void *from[2] = {o_act, NULL};
+    float *part[2];
+    if (cuda__f32_parts(cb, 2, n, from, part)) return;
+    cuda__mla_heads(cb, st->vb, st->vb_type, &m->v_b[0], H, T, part[0], hl, (int64_t)H * hl, part[1], m->v_head,
                     (int64_t)H * m->v_head);
-    CB_CHECK_LAUNCH(cb);
+    if (CB_CHECK_LAUNCH(cb)) return;
+    cuda__f32_to_act(cb, part[1], out_act, (int64_t)n[1]);
 }
 
-void cuda__mla_attention(cuda_backend *cb, int layer, const float *q, const be_attn *at, float *out)
+void cuda__mla_attention(cuda_backend *cb, int layer, const void *q_act, const be_attn *at, void *out_act)
 {
     if (cuda__graph_skip(cb) || cb->meta.n_tokens <= 0 || cb->error) return;
     if (at->window > 0 || at->head_sinks || at->softcap > 0 || at->n_heads < 1) { /* not MLA's */
@@ -155,9 +170,14 @@ void cuda__mla_attention(cuda_backend *cb, int layer, const float *q, const be_a
     const cuda_kv_layout *l;
     const void *kp = cuda__kv_plane(cb, layer, 0, &l);
     const cuda_meta_kv *mk = &cb->meta.kv[cb->meta.n_kv > 1 ? cb->kv_group[layer] : 0];
+    const size_t n = (size_t)cb->meta.n_tokens * at->n_heads * l->head_dim;
+    const size_t ns[2] = {n, n};
+    const void *from[2] = {q_act, NULL};
+    float *part[2];
+    if (cuda__f32_parts(cb, 2, ns, from, part)) return;
     cuda__mla_attn_args a;
     memset(&a, 0, sizeof a);
-    a.q = q, a.out = out;
+    a.q = part[0], a.out = part[1];
     a.q_start = cuda__meta(cb, cb->meta.q_start);
     a.ctx_len = cuda__meta(cb, mk->ctx_len);
     a.block_table = cuda__meta(cb, mk->block_table);
@@ -166,5 +186,6 @@ void cuda__mla_attention(cuda_backend *cb, int layer, const float *q, const be_a
     a.tile_elems = (int32_t)cuda_kv_tile_elems(l);
     a.scale = at->scale;
     if (cuda__fail(cb, cb->k.mla_attention(cb->stream, &a, cb->kv_dtype, kp, cb->meta.n_tokens))) return;
-    CB_CHECK_LAUNCH(cb);
+    if (CB_CHECK_LAUNCH(cb)) return;
+    cuda__f32_to_act(cb, part[1], out_act, (int64_t)n);
 }

@@ -3,8 +3,9 @@
  * experts get a device table of their matrices' and biases' pointers once (moe_prepare); a step
  * routes its tokens, groups the routed rows by expert and runs the three projections as grouped
  * matvecs in which an expert no token chose is not read (moe_kernels.h, through the kernel
- * table), then the weighted sum. Also the 8-bit rounding of the activations an MXFP4 product sees
- * (cuda__mxfp4_act, for gemm.cu's matmul as for the experts).
+ * table), then the weighted sum. MXFP4 experts see their activations rounded as llama.cpp's 8-bit
+ * blocks. The kernels compute in f32: activations of another type (bf16) are converted on the way
+ * in and out (cuda__f32_parts, in the moe32 scratch, which mla.cu uses too).
  *
  * The step's buffers are one device allocation (moe_buf) grown to the largest step; inside a
  * CUDA graph capture it must not grow (graphs start after two eager steps of the shape, which
@@ -74,6 +75,7 @@ void cuda__moe_fill_sm80(cuda__kern *k)
     k->moe_gemv[DT_F32] = cuda__launch_moe_gemv<DT_F32>;
     k->moe_gemv[DT_F16] = cuda__launch_moe_gemv<DT_F16>;
     k->moe_gemv[DT_BF16] = cuda__launch_moe_gemv<DT_BF16>;
+    k->moe_gemv[DT_MXFP4] = cuda__launch_moe_gemv<DT_MXFP4>;
     CUDA_Q_FILL(k->moe_gemv, cuda__launch_moe_gemv);
 }
 
@@ -170,7 +172,8 @@ static void cuda__moe_proj_run(cuda_backend *cb, const cuda__moe_layer *st, int 
     cb->k.moe_gemv[st->type[p]](cb->stream, &pr, x, out);
 }
 
-void cuda__op_moe_ffn(backend *be, const float *x, int n_rows, const float *logits, const be_moe *m, float *out)
+void cuda__op_moe_ffn(backend *be, const void *x_act, int n_rows, const void *logits_act, const be_moe *m,
+                      void *out_act)
 {
     cuda_backend *cb = cuda__cb(be);
     if (cuda__graph_skip(cb) || n_rows <= 0 || cb->error) return;
@@ -179,6 +182,13 @@ void cuda__op_moe_ffn(backend *be, const float *x, int n_rows, const float *logi
     int64_t R = (int64_t)n_rows * k, dim = m->gate[0].n_in, ff = m->gate[0].n_out;
     cuda__moe_bufs b;
     if (!st || cuda__fail(cb, cuda__moe_bufs_get(cb, R, E, dim, ff, &b))) return;
+    /* the kernels compute in f32: the inputs converted, the output converted back */
+    const size_t n[3] = {(size_t)n_rows * dim, (size_t)n_rows * E, (size_t)n_rows * dim};
+    const void *from[3] = {x_act, logits_act, NULL};
+    float *part[3];
+    if (cuda__f32_parts(cb, 3, n, from, part)) return;
+    const float *x = part[0], *logits = part[1];
+    float *out = cb->act == DT_F32 ? (float *)out_act : part[2];
     cudaStream_t s = cb->stream;
     if (CB_CHECK(cb, cudaMemsetAsync(b.cnt, 0, (size_t)E * 4, s))) return;
     cb->k.moe_route(s, &m->rule, logits, m->sel_bias ? (const float *)m->sel_bias->data : NULL, n_rows, b.ids, b.w,
@@ -191,19 +201,42 @@ void cuda__op_moe_ffn(backend *be, const float *x, int n_rows, const float *logi
     if (st->type[2] == DT_MXFP4) cb->k.q8h_round(s, b.g, R * ff);
     cuda__moe_proj_run(cb, st, 2, &m->down[0], E, b.start, b.g, b.y);
     cb->k.moe_combine(s, b.y, b.row, b.w, n_rows, k, dim, out);
-    CB_CHECK_LAUNCH(cb);
+    if (CB_CHECK_LAUNCH(cb)) return;
+    cuda__f32_to_act(cb, out, out_act, n[2]);
 }
 
-const float *cuda__mxfp4_act(cuda_backend *cb, const float *x, int n_rows, int64_t n_in)
+int cuda__f32_parts(cuda_backend *cb, int n_parts, const size_t *n, const void *const *from, float **part)
 {
-    size_t n = (size_t)n_rows * (size_t)n_in;
-    if (n * 4 > cb->mx_bytes && cb->graph_mode) {
-        cuda__fail(cb, -EIO);
-        return x;
+    if (cb->act == DT_F32) { /* the activations are f32 already; outputs get scratch of their own */
+        size_t total = 0;
+        for (int i = 0; i < n_parts; i++) total += from[i] ? 0 : (n[i] + 63) / 64 * 64;
+        char *p = total ? (char *)cuda__scratch(cb, &cb->moe32, total * 4) : NULL;
+        if (total && !p) return -1;
+        for (int i = 0; i < n_parts; i++) {
+            part[i] = from[i] ? (float *)from[i] : (float *)p;
+            if (!from[i]) p += (n[i] + 63) / 64 * 64 * 4;
+        }
+        return 0;
     }
-    if (cuda__fail(cb, cuda__grow(cb, (void **)&cb->mx_act, &cb->mx_bytes, n * 4))) return x;
-    if (CB_CHECK(cb, cudaMemcpyAsync(cb->mx_act, x, n * 4, cudaMemcpyDeviceToDevice, cb->stream))) return x;
-    cb->k.q8h_round(cb->stream, cb->mx_act, (int64_t)n);
+    size_t total = 0;
+    for (int i = 0; i < n_parts; i++) total += (n[i] + 63) / 64 * 64;
+    char *p = (char *)cuda__scratch(cb, &cb->moe32, total * 4);
+    if (!p) return -1;
+    for (int i = 0; i < n_parts; i++) {
+        part[i] = (float *)p;
+        p += (n[i] + 63) / 64 * 64 * 4;
+        if (from[i] && n[i]) cb->k.conv(cb->stream, from[i], cb->act, part[i], DT_F32, (int64_t)n[i]);
+    }
+    return CB_CHECK_LAUNCH(cb) ? -1 : 0;
+}
+
+void cuda__f32_to_act(cuda_backend *cb, const float *x, void *out, int64_t n)
+{
+    if (cb->act == DT_F32 && (const void *)x == out) return;
+    if (cb->act == DT_F32) {
+        CB_CHECK(cb, cudaMemcpyAsync(out, x, (size_t)n * 4, cudaMemcpyDeviceToDevice, cb->stream));
+        return;
+    }
+    cb->k.conv(cb->stream, x, DT_F32, out, cb->act, n);
     CB_CHECK_LAUNCH(cb);
-    return cb->mx_act;
 }

@@ -26,14 +26,21 @@ static inline CUDA_HD int cuda_q_is_quant(int type)
 {
     switch (type) {
     case DT_Q4_0: case DT_Q4_1: case DT_Q5_0: case DT_Q5_1: case DT_Q8_0: case DT_IQ4_NL:
-    case DT_Q2_K: case DT_Q3_K: case DT_Q4_K: case DT_Q5_K: case DT_Q6_K: case DT_IQ4_XS: case DT_MXFP4:
+    case DT_Q2_K: case DT_Q3_K: case DT_Q4_K: case DT_Q5_K: case DT_Q6_K: case DT_IQ4_XS:
         return 1;
     default:
         return 0;
     }
 }
 
-/* Weights per block and bytes per block of the types above (0 for others). */
+/* 1 for the block types the backend stores: the quantised types above, and MXFP4, which only the
+ * experts' grouped matvec reads (moe_kernels.h), through cuda_q_dequant8. */
+static inline CUDA_HD int cuda_q_is_block(int type)
+{
+    return cuda_q_is_quant(type) || type == DT_MXFP4;
+}
+
+/* Weights per block and bytes per block of the types above and MXFP4 (0 for others). */
 static inline CUDA_HD int cuda_q_block_elems(int type)
 {
     switch (type) {
@@ -248,7 +255,6 @@ static inline CUDA_HD void cuda_q_dequant8(int type, const uint8_t *row, int64_t
         case DT_Q4_K: F<DT_Q4_K>(__VA_ARGS__); break;                                          \
         case DT_Q5_K: F<DT_Q5_K>(__VA_ARGS__); break;                                          \
         case DT_Q6_K: F<DT_Q6_K>(__VA_ARGS__); break;                                          \
-        case DT_MXFP4: F<DT_MXFP4>(__VA_ARGS__); break;                                        \
         default: F<DT_IQ4_XS>(__VA_ARGS__); break;                                             \
         }                                                                                      \
     } while (0)
@@ -269,7 +275,6 @@ static inline CUDA_HD void cuda_q_dequant8(int type, const uint8_t *row, int64_t
         (tab)[DT_Q5_K] = F<DT_Q5_K>;                                                           \
         (tab)[DT_Q6_K] = F<DT_Q6_K>;                                                           \
         (tab)[DT_IQ4_XS] = F<DT_IQ4_XS>;                                                       \
-        (tab)[DT_MXFP4] = F<DT_MXFP4>;                                                         \
     } while (0)
 
 #endif

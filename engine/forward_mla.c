@@ -26,13 +26,14 @@ struct fwd_mla {
     const model *m; /* borrowed */
     backend *be;    /* borrowed */
     mla_layer *layers;
-    float *qa;    /* [T][q_lora_rank] */
-    float *q;     /* [T][n_heads][qk_nope + rope] */
-    float *kv;    /* [T][kv_lora + rope] */
-    float *q_lat; /* [T][n_heads][kv_lora + rope] */
-    float *k_lat; /* [T][kv_lora + rope] */
-    float *o;     /* [T][n_heads][kv_lora + rope] the latent attention's output */
-    float *ov;    /* [T][n_heads × v_head] */
+    /* scratch, activations of the backend's act_type */
+    void *qa;    /* [T][q_lora_rank] */
+    void *q;     /* [T][n_heads][qk_nope + rope] */
+    void *kv;    /* [T][kv_lora + rope] */
+    void *q_lat; /* [T][n_heads][kv_lora + rope] */
+    void *k_lat; /* [T][kv_lora + rope] */
+    void *o;     /* [T][n_heads][kv_lora + rope] the latent attention's output */
+    void *ov;    /* [T][n_heads × v_head] */
 };
 
 static int up1(backend *be, const model_tensor *t, be_weight *w)
@@ -93,7 +94,7 @@ void fwd_mla_destroy(fwd_mla *x)
     if (!x) return;
     for (int l = 0; x->layers && l < x->m->hp.n_layers; l++) mla_layer_free(x, &x->layers[l]);
     free(x->layers);
-    float *bufs[] = {x->qa, x->q, x->kv, x->q_lat, x->k_lat, x->o, x->ov};
+    void *bufs[] = {x->qa, x->q, x->kv, x->q_lat, x->k_lat, x->o, x->ov};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) x->be->ops->free(x->be, bufs[i]);
     free(x);
@@ -114,7 +115,7 @@ fwd_mla *fwd_mla_create(const model *m, backend *be, int max_tokens, char *err, 
     if (!(x->layers = calloc((size_t)hp->n_layers, sizeof *x->layers))) goto oom;
     size_t T = (size_t)max_tokens, H = (size_t)hp->n_heads, hl = (size_t)hp->head_dim;
     struct {
-        float **p;
+        void **p;
         size_t n;
     } s[] = {{&x->qa, T * (hp->q_lora_rank ? hp->q_lora_rank : 1)}, {&x->q, T * H * (hp->qk_nope + hp->rope_dims)},
              {&x->kv, T * hl}, {&x->q_lat, T * H * hl}, {&x->k_lat, T * hl}, {&x->o, T * H * hl},
@@ -137,8 +138,8 @@ oom:
     return NULL;
 }
 
-void fwd_mla_attention(fwd_mla *x, int li, const float *h, int n, const be_weight *wq, const be_weight *wo,
-                       const be_attn *at, float *out)
+void fwd_mla_attention(fwd_mla *x, int li, const void *h, int n, const be_weight *wq, const be_weight *wo,
+                       const be_attn *at, void *out)
 {
     const model_hparams *hp = &x->m->hp;
     const be_ops *op = x->be->ops;
@@ -151,7 +152,7 @@ void fwd_mla_attention(fwd_mla *x, int li, const float *h, int n, const be_weigh
         op->matmul(be, h, n, &L->wkv_a, NULL, x->kv);
     } else {
         const be_weight *w[2] = {wq, &L->wkv_a}, *b[2] = {NULL, NULL};
-        float *o[2] = {x->q, x->kv};
+        void *o[2] = {x->q, x->kv};
         if (op->matmul_multi) op->matmul_multi(be, h, n, 2, w, b, o);
         else
             for (int i = 0; i < 2; i++) op->matmul(be, h, n, w[i], NULL, o[i]);

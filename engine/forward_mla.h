@@ -31,7 +31,7 @@ void fwd_mla_destroy(fwd_mla *x);
 /* out [n][n_embd] = layer li's attention of h [n][n_embd]: wq is its plain query projection
  * (data NULL with a q LoRA), wo its output projection, at its be_attn (scale, window, sinks);
  * the layer's latent KV is stored on the way. */
-void fwd_mla_attention(fwd_mla *x, int li, const float *h, int n, const be_weight *wq, const be_weight *wo,
-                       const be_attn *at, float *out);
+void fwd_mla_attention(fwd_mla *x, int li, const void *h, int n, const be_weight *wq, const be_weight *wo,
+                       const be_attn *at, void *out);
 
 #endif

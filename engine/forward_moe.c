@@ -29,9 +29,10 @@ struct fwd_moe {
     const model *m; /* borrowed */
     backend *be;    /* borrowed */
     moe_layer *layers;  /* [n_layers]; the dense layers' are zero */
-    float *logits;      /* [max_tokens][n_expert] the router's output */
-    float *sh_g, *sh_u; /* [max_tokens][n_ff_shexp] the shared experts' gate and up */
-    float *sh_out;      /* [max_tokens][n_embd] their output */
+    /* activations (the backend's act_type) */
+    void *logits;       /* [max_tokens][n_expert] the router's output */
+    void *sh_g, *sh_u;  /* [max_tokens][n_ff_shexp] the shared experts' gate and up */
+    void *sh_out;       /* [max_tokens][n_embd] their output */
 };
 
 static int up1(backend *be, const model_tensor *t, be_weight *w)
@@ -92,7 +93,7 @@ void fwd_moe_destroy(fwd_moe *x)
     if (!x) return;
     for (int l = 0; x->layers && l < x->m->hp.n_layers; l++) moe_layer_free(x, &x->layers[l]);
     free(x->layers);
-    float *bufs[] = {x->logits, x->sh_g, x->sh_u, x->sh_out};
+    void *bufs[] = {x->logits, x->sh_g, x->sh_u, x->sh_out};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) x->be->ops->free(x->be, bufs[i]);
     free(x);
@@ -137,7 +138,7 @@ oom:
     return NULL;
 }
 
-void fwd_moe_ffn(fwd_moe *x, int li, const float *h, int n, float *out)
+void fwd_moe_ffn(fwd_moe *x, int li, const void *h, int n, float *resid, void *out)
 {
     const model_hparams *hp = &x->m->hp;
     const be_ops *op = x->be->ops;
@@ -147,11 +148,11 @@ void fwd_moe_ffn(fwd_moe *x, int li, const float *h, int n, float *out)
     op->moe_ffn(be, h, n, x->logits, &L->m, out);
     if (!L->gate_sh.data) return;
     const be_weight *w[2] = {&L->gate_sh, &L->up_sh}, *b[2] = {NULL, NULL};
-    float *o[2] = {x->sh_g, x->sh_u};
+    void *o[2] = {x->sh_g, x->sh_u};
     if (op->matmul_multi) op->matmul_multi(be, h, n, 2, w, b, o);
     else
         for (int i = 0; i < 2; i++) op->matmul(be, h, n, w[i], NULL, o[i]);
     op->silu_mul(be, x->sh_g, x->sh_u, (int64_t)n * hp->n_ff_shexp);
     op->matmul(be, x->sh_g, n, &L->down_sh, NULL, x->sh_out);
-    op->add(be, out, x->sh_out, (int64_t)n * hp->n_embd);
+    op->add(be, resid, x->sh_out, (int64_t)n * hp->n_embd);
 }

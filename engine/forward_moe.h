@@ -24,7 +24,9 @@ typedef struct fwd_moe fwd_moe;
 fwd_moe *fwd_moe_create(const model *m, backend *be, int max_tokens, char *err, size_t err_len);
 void fwd_moe_destroy(fwd_moe *x);
 
-/* out [n][n_embd] = MoE layer li's FFN of the n rows of h [n][n_embd] (already normed). */
-void fwd_moe_ffn(fwd_moe *x, int li, const float *h, int n, float *out);
+/* out [n][n_embd] = the routed experts of MoE layer li over the n rows of h [n][n_embd] (already
+ * normed); h and out are activations. The shared experts' output (deepseek2) is added to the f32
+ * residual stream resid [n][n_embd] at once. */
+void fwd_moe_ffn(fwd_moe *x, int li, const void *h, int n, float *resid, void *out);
 
 #endif

@@ -65,6 +65,18 @@ enum model_act { MODEL_ACT_SILU = 0, MODEL_ACT_GELU_TANH = 1, MODEL_ACT_SWIGLU_O
  * whose k best are then softmaxed among themselves (gpt-oss). */
 enum model_gating { MODEL_GATING_SOFTMAX = 1, MODEL_GATING_SIGMOID = 2, MODEL_GATING_SOFTMAX_WEIGHT = 3 };
 
+/* How a sequence's hidden states become one vector (embeddings) or a score (rerankers): the
+ * GGUF's <arch>.pooling_type, with llama.cpp's values. Pooling reads the hidden states after the
+ * final norm: their mean over the sequence, the first token's (CLS) or the last token's; RANK
+ * takes the first token's (the last one's for qwen3) through the classification head (cls.*). */
+enum model_pooling {
+    MODEL_POOL_NONE = 0,
+    MODEL_POOL_MEAN = 1,
+    MODEL_POOL_CLS = 2,
+    MODEL_POOL_LAST = 3,
+    MODEL_POOL_RANK = 4,
+};
+
 /* rope.scaling.type as read ("linear" is llama.cpp's default; without a factor it scales by 1). */
 enum model_rope_scaling { MODEL_ROPE_SCALING_NONE = 0, MODEL_ROPE_SCALING_LINEAR = 1, MODEL_ROPE_SCALING_YARN = 2 };
 
@@ -185,6 +197,10 @@ typedef struct model_hparams {
     int kv_lora_rank;    /* the latent's size (also the value of the latent attention) */
     int qk_nope;         /* per-head query/key dims without RoPE */
     int v_head_dim;      /* per-head value size after the up-projection */
+
+    /* embeddings and rerankers */
+    int pooling;         /* enum model_pooling: <arch>.pooling_type (NONE when absent) */
+    int n_cls_out;       /* classifier outputs: <arch>.classifier.output_labels' count, else 1 */
 } model_hparams;
 
 typedef struct model {
@@ -196,6 +212,10 @@ typedef struct model {
     model_tensor output;     /* [n_embd → n_vocab]; equals tok_embd when tied */
     model_tensor output_b;   /* [n_vocab] LM-head bias (qwen2, optional) */
     model_tensor rope_freqs; /* [rope_dims / 2] frequency divisors (llama, optional) */
+    model_tensor cls, cls_b; /* [n_embd → n_embd], [n_embd]: a reranker's dense layer before
+                                tanh (optional; llama.cpp's cls.weight / cls.bias) */
+    model_tensor cls_out, cls_out_b; /* [n_embd → n_cls_out], [n_cls_out]: its output layer
+                                (optional; cls.output.*; Qwen3-Reranker: the yes/no rows) */
     model_layer *layers;     /* [n_layers] */
     model_tensor *views;     /* the expert and per-head views the layers point into (owned) */
 } model;
@@ -270,6 +290,11 @@ char *model_features(const model_hparams *hp, char *buf, size_t len);
 
 /* Name of an enum model_rope_scaling value ("none", "linear", "yarn"). */
 const char *model_rope_scaling_name(int scaling);
+
+/* "none", "mean", "cls", "last", "rank" for an enum model_pooling, NULL for another value. */
+const char *model_pooling_name(int pooling);
+/* The enum model_pooling of a name above, or -1. */
+int model_pooling_by_name(const char *name);
 
 /* 1 when kvserve loads architecture `name` (general.architecture). */
 int model_arch_is_supported(const char *name);
