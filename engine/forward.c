@@ -382,7 +382,10 @@ double fwd_weight_bytes_per_token(const fwd *f)
         for (size_t i = 0; i < sizeof w / sizeof w[0]; i++) b += fwd__wbytes(w[i]);
         for (int i = 0; i < L->n_qkv; i++) b += fwd__wbytes(&L->qkv_w[i]) + fwd__wbytes(&L->qkv_b[i]);
         for (int i = 0; i < L->n_glu; i++) b += fwd__wbytes(&L->glu_w[i]) + fwd__wbytes(&L->glu_b[i]);
+        b += fwd__wbytes(&L->sinks);
     }
+    if (f->moe) b += fwd_moe_bytes_per_token(f->moe);
+    if (f->mla) b += fwd_mla_bytes_per_token(f->mla);
     return b;
 }
 

@@ -39,7 +39,7 @@ backend *fwd_backend(fwd *f);
 
 /* Bytes of weights one decode step reads (the whole of every matrix and vector of the layers and
  * the LM head, one row of the embedding), as the backend stores them: the numerator of a decode
- * step's bandwidth bound. */
+ * step's bandwidth bound; of a mixture of experts, n_used of the n_expert experts (their average). */
 double fwd_weight_bytes_per_token(const fwd *f);
 
 #endif

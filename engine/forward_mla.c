@@ -138,6 +138,23 @@ oom:
     return NULL;
 }
 
+static double mla_wbytes(const be_weight *w)
+{
+    return w->data ? (double)dt_row_bytes(w->type, w->n_in) * (double)w->n_out : 0.0;
+}
+
+double fwd_mla_bytes_per_token(const fwd_mla *x)
+{
+    double b = 0;
+    for (int l = 0; l < x->m->hp.n_layers; l++) {
+        const mla_layer *L = &x->layers[l];
+        const be_weight *ws[] = {&L->wq_a, &L->q_a_norm, &L->wq_b, &L->wkv_a, &L->kv_a_norm};
+        for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) b += mla_wbytes(ws[i]);
+        for (int h = 0; h < x->m->hp.n_heads; h++) b += mla_wbytes(&L->k_b[h]) + mla_wbytes(&L->v_b[h]);
+    }
+    return b;
+}
+
 void fwd_mla_attention(fwd_mla *x, int li, const void *h, int n, const be_weight *wq, const be_weight *wo,
                        const be_attn *at, void *out)
 {

@@ -34,4 +34,7 @@ void fwd_mla_destroy(fwd_mla *x);
 void fwd_mla_attention(fwd_mla *x, int li, const void *h, int n, const be_weight *wq, const be_weight *wo,
                        const be_attn *at, void *out);
 
+/* Weight bytes of the latent attention's own projections (all of them, every layer). */
+double fwd_mla_bytes_per_token(const fwd_mla *x);
+
 #endif

@@ -138,6 +138,27 @@ oom:
     return NULL;
 }
 
+static double moe_wbytes(const be_weight *w)
+{
+    return w->data ? (double)dt_row_bytes(w->type, w->n_in) * (double)w->n_out : 0.0;
+}
+
+double fwd_moe_bytes_per_token(const fwd_moe *x)
+{
+    const model_hparams *hp = &x->m->hp;
+    double b = 0;
+    for (int l = 0; l < hp->n_layers; l++) {
+        const moe_layer *L = &x->layers[l];
+        if (!L->w) continue; /* a dense layer */
+        const be_weight *one[] = {&L->router, &L->router_b, &L->sel_bias, &L->gate_sh, &L->up_sh, &L->down_sh};
+        for (size_t i = 0; i < sizeof one / sizeof one[0]; i++) b += moe_wbytes(one[i]);
+        double e = 0;
+        for (int k = 0; k < MW_N * hp->n_expert; k++) e += moe_wbytes(&L->w[k]);
+        b += e * hp->n_expert_used / hp->n_expert;
+    }
+    return b;
+}
+
 void fwd_moe_ffn(fwd_moe *x, int li, const void *h, int n, float *resid, void *out)
 {
     const model_hparams *hp = &x->m->hp;

@@ -29,4 +29,8 @@ void fwd_moe_destroy(fwd_moe *x);
  * residual stream resid [n][n_embd] at once. */
 void fwd_moe_ffn(fwd_moe *x, int li, const void *h, int n, float *resid, void *out);
 
+/* Weight bytes one token's decode reads in the MoE layers: routers, shared experts and n_used of
+ * the n_expert routed experts (their average size). */
+double fwd_moe_bytes_per_token(const fwd_moe *x);
+
 #endif

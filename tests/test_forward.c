@@ -466,6 +466,24 @@ Test(forward, llama_rope_scaling, .timeout = 120)
     tf_close(&c);
 }
 
+/* The decode bound's numerator of an F32 model on the CPU backend (which keeps F32 weights as
+ * they are): every active parameter once (model_active_elems: the routed experts at n_used of
+ * n_expert, MLA's head views, sinks) and one embedding row, 4 bytes each. */
+static void tf_bytes_per_token(tf_ctx *c)
+{
+    backend *be = cpu_backend_create(1);
+    kv_geom g = model_kv_geom(&c->m->hp, 16, KV_F32);
+    int32_t nb = 4;
+    char err[512];
+    fwd *f = fwd_create(c->m, be, &g, &nb, 8, 8, err, sizeof err);
+    cr_assert_not_null(f, "fwd_create: %s", err);
+    double want = 4.0 * ((double)model_active_elems(c->m) + c->m->hp.n_embd), got = fwd_weight_bytes_per_token(f);
+    cr_assert(fabs(got - want) <= 1e-6 * want + 4 * c->m->hp.n_layers, "bytes per token %.0f, active weights %.0f",
+              got, want);
+    fwd_destroy(f);
+    be_destroy(be);
+}
+
 /* qwen3moe: 8 experts of width 32, 2 used, renormalised softmax routing, q/k norms: every token's
  * two experts grouped with the other tokens' in prefill chunks, one of 8 read per decode step. */
 Test(forward, qwen3moe_experts, .timeout = 120)
@@ -476,6 +494,7 @@ Test(forward, qwen3moe_experts, .timeout = 120)
     p.norm_std = 0.2f;
     tf_open_p(&c, &p);
     cr_assert(c.m->hp.n_expert == 8 && c.m->hp.n_expert_used == 2 && c.m->hp.expert_weights_norm);
+    tf_bytes_per_token(&c);
     tf_modes(&c, KV_F32, 16, 0, "qwen3moe F32");
     tf_modes(&c, KV_F16, 5, TF_KV16_NORMED_TOL, "qwen3moe F32");
     tf_close(&c);
@@ -525,6 +544,7 @@ Test(forward, deepseek2_mla_absorbed_equals_naive, .timeout = 180)
     const model_hparams *hp = &c.m->hp;
     cr_assert(hp->mla && hp->n_kv_heads == 1 && hp->head_dim == 56 && hp->n_layer_dense_lead == 1 &&
               !model_layer_is_moe(hp, 0) && model_layer_is_moe(hp, 1) && hp->n_ff_shexp == 64);
+    tf_bytes_per_token(&c);
     tf_modes(&c, KV_F32, 16, 0, "deepseek2 MLA F32");
     tf_modes(&c, KV_F32, 5, 0, "deepseek2 MLA F32");
     tf_close(&c);
