@@ -13,7 +13,7 @@
 #   scripts/gpu-check.sh --quick [OUTDIR]      smaller kernel checks and shorter benchmarks
 #   scripts/gpu-check.sh --emulate             no GPU needed: run the CUDA kernels' source on the CPU
 #                                              (cuda/check/attn_emu.cc, quant_emu.cc, ops_emu.cc)
-#                                              against float64 and the host's arithmetic (~1 min)
+#                                              against float64 and the host's arithmetic (~15 s)
 #
 # Needs only the CUDA toolkit (nvcc, cuBLAS) and a C compiler: no -dev packages, no network. cuBLAS
 # is not linked but loaded when the check starts its backend (cuda/cublas_dl.h): libcublas.so.N and

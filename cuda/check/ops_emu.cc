@@ -17,8 +17,8 @@
  *   - the K/V store kernels (kv_kernels.h) with RoPE fused: an f32 arena against the rotated row
  *     exactly, an int8 arena against the codes and scales of cache/kv.h's rule; slots < 0
  *     write nothing.
- * Every output is poisoned first, so an unwritten element fails. 16-bit activations are not
- * emulated (emu_cuda.h). No GPU or CUDA toolkit is needed. Built by the Makefile and run by
+ * Every output is poisoned first, so an unwritten element fails. The activations checked are
+ * f32. No GPU or CUDA toolkit is needed. Built by the Makefile and run by
  * `make test` (`--quick`: fewer shapes) and `scripts/gpu-check.sh --emulate`; exit status 0 when
  * every check passes.
  */
