@@ -103,14 +103,8 @@ static const char *cuda__attn_tc_refusal(const cuda_backend *cb)
     if (cb->attn_force == 1 || (cb->attn_force == 0 && env && !strcmp(env, "ref")))
         return "the reference kernel was asked for";
     if (!cb->k.attn_prefill || !cb->k.attn_decode) return "this GPU's kernel table has no tensor-core kernels";
-    if (!cuda_attn_tc_head_dim_ok(l->head_dim)) return "its head dim has no tensor-core kernel (64, 96, 128, 256)";
-    if (cb->kv_dtype == KV_F32) return "an f32 cache keeps f32 products";
-    if (((size_t)cuda_kv_tile_elems(l) * es) % 16) return "its KV tiles are not 16-byte aligned";
-    if (kv_dtype_is_quant(cb->kv_dtype) && l->block_size % 2) return "a quantised cache needs an even block size";
-    size_t pf = cuda_attn_pf_smem(l->head_dim, kv_dtype_is_quant(cb->kv_dtype), 1);
-    size_t dec = cuda_attn_dec_smem(l->head_dim, (int)es, 1);
-    if ((pf > dec ? pf : dec) > cb->smem_optin) return "their tiles need more shared memory than this GPU gives a block";
-    return NULL;
+    return cuda_attn_tc_refusal(l->head_dim, cb->kv_dtype, l->block_size, (size_t)cuda_kv_tile_elems(l) * es,
+                                cb->smem_optin);
 }
 
 void cuda__attn_choose(cuda_backend *cb)

@@ -45,6 +45,8 @@ template <typename TKV, int D> struct cuda__dec_shape {
     static constexpr int ECV = CBV / ES, NCV = VE / ECV;
     static constexpr int RS = D * ES + 16;
     static constexpr int STAGE = 2 * CUDA_ATTN_DEC_BC * RS + (ES == 1 ? 4 * CUDA_ATTN_DEC_BC : 0);
+    static_assert((D / 4 * ES) % CBK == 0 && (VE * ES) % CBV == 0 && ECK % 4 == 0,
+                  "a lane's K and V runs must be whole chunks of whole k16 steps");
 };
 
 /* CB bytes of shared memory at p (CB-aligned) into w[CB / 4]. */
@@ -103,7 +105,7 @@ static __device__ __forceinline__ void cuda__dec_load_q(const cuda__attn_args &a
                                                         const cuda__tc_item &it, int g)
 {
     typedef cuda__dec_shape<TKV, D> SH;
-    for (int e = threadIdx.x; e < D / 16 * 128; e += blockDim.x) {
+    for (int e = threadIdx.x; e < D / 16 * 128; e += CUDA_ATTN_TC_THREADS) {
         int kc = e >> 7, ln = (e >> 2) & 31, reg = e & 3, t = ln & 3;
         int r = (ln >> 2) + 8 * (reg & 1), mm = 4 * kc + 2 * (reg >> 1);
         int d = ((mm / SH::ECK) * 4 + t) * SH::ECK + mm % SH::ECK;
@@ -242,10 +244,10 @@ cuda__attn_dec_k(cuda__attn_args a, const TKV *kp, const TKV *vp)
         if (t < n_tiles) {
             char *st = stages + (t % NS) * SH::STAGE;
             int32_t kt = it.kb + t * BC;
-            cuda__tc_copy_rows<TKV, D>(a, kp, vp, it.bt, g, kt, it.ke, BC, st, st + BC * SH::RS, SH::RS);
+            cuda__tc_copy_rows<TKV, D, BC>(a, kp, vp, it.bt, g, kt, it.ke, st, st + BC * SH::RS, SH::RS);
             if constexpr (QUANT)
-                cuda__tc_copy_scales<TKV, D>(a, kp, vp, it.bt, g, kt, it.ke, BC, (uint16_t *)(st + 2 * BC * SH::RS),
-                                             (uint16_t *)(st + 2 * BC * SH::RS) + BC);
+                cuda__tc_copy_scales<TKV, D, BC>(a, kp, vp, it.bt, g, kt, it.ke, (uint16_t *)(st + 2 * BC * SH::RS),
+                                                 (uint16_t *)(st + 2 * BC * SH::RS) + BC);
         }
         cuda__cp_commit();
     };

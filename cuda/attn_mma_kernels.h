@@ -82,17 +82,20 @@ static __device__ __forceinline__ int64_t cuda__tc_row_off(const cuda__attn_args
     return (tok * a.n_heads + g * a.gsize + rr % a.gsize) * a.head_dim;
 }
 
-/* Queues cp.async copies of the K and V rows of keys kt .. kt + rows − 1 (kv head g) into Kd and
+/* Queues cp.async copies of the K and V rows of keys kt .. kt + ROWS − 1 (kv head g) into Kd and
  * Vd, `stride` bytes apart: each row's D × sizeof(TKV) bytes in 16-byte pieces (a multiple of 16);
- * keys ≥ ke become zeros. */
-template <typename TKV, int D>
+ * keys ≥ ke become zeros. The loop's trip count is known and it is unrolled twice, so two
+ * block-table reads are in flight together (more spills the prefill kernel's registers at head
+ * dim 128). */
+template <typename TKV, int D, int ROWS>
 static __device__ __forceinline__ void cuda__tc_copy_rows(const cuda__attn_args &a, const TKV *kp, const TKV *vp,
-                                                          const int32_t *bt, int g, int32_t kt, int32_t ke, int rows,
-                                                          char *Kd, char *Vd, int stride)
+                                                          const int32_t *bt, int g, int32_t kt, int32_t ke, char *Kd,
+                                                          char *Vd, int stride)
 {
     constexpr int CH = D * (int)sizeof(TKV) / 16, EL = 16 / (int)sizeof(TKV);
     const int64_t blk = (int64_t)a.n_kv_heads * a.tile_elems, head = (int64_t)g * a.tile_elems;
-    for (int i = threadIdx.x; i < rows * CH; i += blockDim.x) {
+#pragma unroll 2
+    for (int i = threadIdx.x; i < ROWS * CH; i += CUDA_ATTN_TC_THREADS) {
         int r = i / CH, c = i % CH;
         int32_t j = kt + r;
         const TKV *ks = kp, *vs = vp;
@@ -107,14 +110,15 @@ static __device__ __forceinline__ void cuda__tc_copy_rows(const cuda__attn_args 
 }
 
 /* The f16 scales of the same rows of a quantised cache, two keys per 4-byte copy (block_size is
- * even and kt a multiple of 2, so a pair never straddles a block): into Ksc, Vsc [rows]. */
-template <typename TKV, int D>
+ * even and kt a multiple of 2, so a pair never straddles a block): into Ksc, Vsc [ROWS]. */
+template <typename TKV, int D, int ROWS>
 static __device__ __forceinline__ void cuda__tc_copy_scales(const cuda__attn_args &a, const TKV *kp, const TKV *vp,
-                                                            const int32_t *bt, int g, int32_t kt, int32_t ke, int rows,
+                                                            const int32_t *bt, int g, int32_t kt, int32_t ke,
                                                             uint16_t *Ksc, uint16_t *Vsc)
 {
     const int64_t blk = (int64_t)a.n_kv_heads * a.tile_elems, head = (int64_t)g * a.tile_elems;
-    for (int i = threadIdx.x; i < rows / 2; i += blockDim.x) {
+#pragma unroll
+    for (int i = threadIdx.x; i < ROWS / 2; i += CUDA_ATTN_TC_THREADS) {
         int32_t j = kt + 2 * i;
         const TKV *ks = kp, *vs = vp;
         int n = 0;
@@ -276,7 +280,7 @@ static __device__ __forceinline__ void cuda__pf_load_q(const cuda__attn_args &a,
                                                        const cuda__tc_item &it, int g)
 {
     constexpr int DS = D + 8;
-    for (int i = threadIdx.x; i < BR * (D / 2); i += blockDim.x) {
+    for (int i = threadIdx.x; i < BR * (D / 2); i += CUDA_ATTN_TC_THREADS) {
         int r = i / (D / 2), d = 2 * (i % (D / 2));
         float x = 0.0f, y = 0.0f;
         if (r < it.nr) {
@@ -293,7 +297,8 @@ template <typename TKV, int D, int BC>
 static __device__ __forceinline__ void cuda__pf_dequant(const uint8_t *codes, const uint16_t *sc, __half *dst,
                                                         int32_t kt, int32_t ke)
 {
-    for (int i = threadIdx.x; i < BC * (D / 8); i += blockDim.x) {
+#pragma unroll 2
+    for (int i = threadIdx.x; i < BC * (D / 8); i += CUDA_ATTN_TC_THREADS) {
         int r = i / (D / 8), c = 8 * (i % (D / 8));
         float s = kt + r < ke ? cuda_f16_to_f32(sc[r]) : 0.0f;
         const TKV *x = (const TKV *)(codes + r * (D + 16) + c);
@@ -434,11 +439,11 @@ cuda__attn_pf_k(cuda__attn_args a, const TKV *kp, const TKV *vp)
         int32_t kt = it.kb + t * BC;
         char *st = buf + (t & 1) * (QUANT ? RAW : TILE);
         if constexpr (QUANT) {
-            cuda__tc_copy_rows<TKV, D>(a, kp, vp, it.bt, g, kt, it.ke, BC, st, st + BC * (D + 16), D + 16);
-            cuda__tc_copy_scales<TKV, D>(a, kp, vp, it.bt, g, kt, it.ke, BC, (uint16_t *)(st + 2 * BC * (D + 16)),
-                                         (uint16_t *)(st + 2 * BC * (D + 16) + 2 * BC));
+            cuda__tc_copy_rows<TKV, D, BC>(a, kp, vp, it.bt, g, kt, it.ke, st, st + BC * (D + 16), D + 16);
+            cuda__tc_copy_scales<TKV, D, BC>(a, kp, vp, it.bt, g, kt, it.ke, (uint16_t *)(st + 2 * BC * (D + 16)),
+                                             (uint16_t *)(st + 2 * BC * (D + 16) + 2 * BC));
         } else {
-            cuda__tc_copy_rows<TKV, D>(a, kp, vp, it.bt, g, kt, it.ke, BC, st, st + BC * DS * 2, DS * 2);
+            cuda__tc_copy_rows<TKV, D, BC>(a, kp, vp, it.bt, g, kt, it.ke, st, st + BC * DS * 2, DS * 2);
         }
         cuda__cp_commit();
     };

@@ -164,13 +164,13 @@ static inline CUDA_HD int cuda_attn_tc_head_dim_ok(int d)
 
 /* Both kernels run 4 warps. The prefill kernel's block owns BR query rows (two m16 tiles per warp
  * up to head dim 128, one beyond, so the O accumulators fit the registers) and streams K/V tiles
- * of BC keys, double-buffered: 64 keys, 48 at head dim 128 (whose 128 O and 2 × 24 S
- * accumulators per thread then fit sm_90's 255 registers without spilling; 64 spilled), 32 at
- * 256. The decode kernel's block owns up to 16 query rows (one m16 tile, every warp the same
+ * of BC keys, double-buffered: 64 keys at head dim 64, 48 at 96 and 128 (whose 96 or 128 O and
+ * 48 S accumulators per thread then fit sm_90's 255 registers without spilling; 64 keys
+ * spilled), 32 at 256. The decode kernel's block owns up to 16 query rows (one m16 tile, every warp the same
  * rows) and streams stages of 64 keys (16 per warp), DEC_STAGES deep. */
 #define CUDA_ATTN_TC_THREADS 128
 #define CUDA_ATTN_PF_BR(d) ((d) <= 128 ? 128 : 64)
-#define CUDA_ATTN_PF_BC(d) ((d) < 128 ? 64 : (d) == 128 ? 48 : 32)
+#define CUDA_ATTN_PF_BC(d) ((d) <= 64 ? 64 : (d) <= 128 ? 48 : 32)
 #define CUDA_ATTN_DEC_ROWS 16
 #define CUDA_ATTN_DEC_BC 64
 #define CUDA_ATTN_DEC_STAGES(d) ((d) <= 128 ? 3 : 2)
@@ -197,6 +197,23 @@ static inline size_t cuda_attn_dec_smem(int head_dim, int es, int sinks)
     size_t stage = 2 * (size_t)CUDA_ATTN_DEC_BC * ((size_t)head_dim * es + 16) + (es == 1 ? 4 * CUDA_ATTN_DEC_BC : 0);
     size_t st = (size_t)CUDA_ATTN_DEC_STAGES(head_dim) * stage, merge = 4 * 16 * ((size_t)head_dim + 2) * 4;
     return q + (st > merge ? st : merge);
+}
+
+/* Why the tensor-core kernels cannot serve a KV geometry (head_dim, kv_dtype of enum kv_dtype,
+ * block_size, tile_bytes: one (block, kv head) tile with its scales) on a GPU that gives a block
+ * smem_optin bytes of shared memory, or NULL when they can. An f32 cache asks for f32 products:
+ * the reference kernel keeps them. */
+static inline const char *cuda_attn_tc_refusal(int head_dim, int kv_dtype, int block_size, size_t tile_bytes,
+                                               size_t smem_optin)
+{
+    if (!cuda_attn_tc_head_dim_ok(head_dim)) return "its head dim has no tensor-core kernel (64, 96, 128, 256)";
+    if (kv_dtype == KV_F32) return "an f32 cache keeps f32 products";
+    if (tile_bytes % 16) return "its KV tiles are not 16-byte aligned";
+    int quant = kv_dtype == KV_I8 || kv_dtype == KV_FP8;
+    if (quant && block_size % 2) return "a quantised cache needs an even block size";
+    size_t pf = cuda_attn_pf_smem(head_dim, quant, 1), dec = cuda_attn_dec_smem(head_dim, quant ? 1 : 2, 1);
+    if ((pf > dec ? pf : dec) > smem_optin) return "their tiles need more shared memory than this GPU gives a block";
+    return NULL;
 }
 
 /* The tensor-core plan of one step: the work list is its decode items (rows ≤ 16: a sequence's

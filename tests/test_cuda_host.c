@@ -542,6 +542,26 @@ Test(cuda_host, attn_tc_smem)
             }
 }
 
+/* The dispatcher's geometry rule: the tensor-core kernels take head dims 64/96/128/256 with f16,
+ * bf16, int8 or e4m3 caches whose tiles are 16-byte aligned (quantised: an even block size), when
+ * the GPU gives a block enough shared memory; the reference kernel everything else. */
+Test(cuda_host, attn_tc_refusal)
+{
+    const size_t h100 = 227 << 10;
+    for (int d = 1; d <= 512; d++) {
+        int ok = d == 64 || d == 96 || d == 128 || d == 256;
+        size_t tile = (size_t)16 * d * 2;
+        cr_assert_eq(cuda_attn_tc_refusal(d, KV_F16, 16, tile, h100) == NULL, ok, "head dim %d", d);
+    }
+    cr_assert_null(cuda_attn_tc_refusal(128, KV_BF16, 16, 16 * 128 * 2, h100));
+    cr_assert_null(cuda_attn_tc_refusal(128, KV_I8, 16, 16 * (128 + 2), h100));
+    cr_assert_null(cuda_attn_tc_refusal(256, KV_FP8, 32, 32 * (256 + 2), 163 << 10), "an A100 fits head dim 256");
+    cr_assert_not_null(cuda_attn_tc_refusal(128, KV_F32, 16, 16 * 128 * 4, h100), "f32 keeps f32 products");
+    cr_assert_not_null(cuda_attn_tc_refusal(64, KV_I8, 5, 5 * 66, h100), "odd block: tiles unaligned");
+    cr_assert_not_null(cuda_attn_tc_refusal(64, KV_I8, 3, 208, h100), "an odd block size, however aligned");
+    cr_assert_not_null(cuda_attn_tc_refusal(128, KV_F16, 16, 16 * 128 * 2, 99 << 10), "too little shared memory");
+}
+
 /* ---- online softmax ------------------------------------------------------------------------- */
 
 /* Splits random scores into random contiguous partitions, reduces each to (m, l, o) in f32 and
