@@ -168,7 +168,8 @@ static void gc_kernels(backend *gpu, backend *cpu, int quick)
 
 /* The same backend ops with bf16 activations (what serving runs): matmul of every weight type
  * through the matrix-vector kernels (1 and 8 rows, a GLU-sized and an odd shape) and cuBLAS / the
- * quantised GEMM (77 rows), against float64 over the activations as rounded; the whole graph of
+ * quantised GEMM (77 rows), against float64 over the activations as rounded; attention with bf16
+ * queries and outputs (both tensor-core kernels and the reference one); the whole graph of
  * every architecture, and llama with BF16 and Q8_0 weights, against the CPU backend. */
 static void gc_kernels_bf16(backend *gpu, backend *cpu, int quick)
 {
@@ -183,6 +184,18 @@ static void gc_kernels_bf16(backend *gpu, backend *cpu, int quick)
         gc_report(kc_check_matmul(&c, t, 3, kc_n_in(t, 2051), 77, 1)); /* not whole 16-byte chunks */
         gc_report(kc_check_matmul(&c, t, 77, kc_n_in(t, 2048), 1024, 1));
     }
+    /* attention with bf16 queries and outputs: both tensor-core kernels, every KV type, sinks,
+     * split-K, and the reference kernel */
+    const kc_attn_case cases[] = {
+        {"decode batch", 64, 100, 2048, 1, 1, 32, 4, 64, KV_F16, 0.0f, 0, 0, 0},
+        {"decode long (split-K)", 2, 8000, 32768, 1, 1, 32, 8, 128, KV_BF16, 0.0f, 0, 0, 0},
+        {"prefill+prefix", 4, 200, 1500, 100, 512, 32, 8, 128, KV_BF16, 0.0f, 0, 0, 0},
+        {"window+softcap", 6, 1, 1500, 1, 90, 16, 8, 256, KV_F16, 50.0f, 96, 0, 0},
+        {"sinks mixed", 8, 100, 1500, 1, 200, 32, 4, 64, KV_I8, 0.0f, 0, 16, 0},
+        {"mixed hd128", 8, 1, 700, 1, 90, 16, 4, 128, KV_FP8, 0.0f, 0, 0, 0},
+        {"mixed", 24, 1, 1200, 1, 200, 32, 4, 64, KV_F16, 0.0f, 0, 0, 1}, /* the reference kernel */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) gc_report(kc_check_attention(&c, &cases[i]));
     for (int a = 0; a < KC_N_ARCHS; a++) gc_report(kc_check_arch(&c, a));
     gc_report(kc_check_arch_typed(&c, KC_N_ARCHS - 1, DT_BF16));
     gc_report(kc_check_arch_typed(&c, KC_N_ARCHS - 1, DT_Q8_0));
