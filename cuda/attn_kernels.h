@@ -1,7 +1,11 @@
 /*
- * attn_kernels.h — the attention kernels themselves (see cuda/attn.cu for the algorithm), kept
- * apart from their launcher so that the same source also compiles against a CPU emulation of the
- * CUDA built-ins (cuda/check/emu_cuda.h), which checks them without a GPU.
+ * attn_kernels.h — the reference attention kernel (see cuda/attn.cu for the algorithm) and its
+ * split-K reduction, and the loads of the KV types that the tensor-core kernels
+ * (attn_mma_kernels.h, attn_decode_kernels.h) share; kept apart from their launcher so that the
+ * same source also compiles against a CPU emulation of the CUDA built-ins
+ * (cuda/check/emu_cuda.h), which checks them without a GPU. The reference kernel serves every
+ * shape (any head dim, block size and KV type, f32 included) on CUDA cores; the dispatcher
+ * (attn.cu) sends it the steps the tensor-core kernels do not take.
  *
  * Included by cuda/attn.cu (after cuda/internal.h) and by cuda/check/attn_emu.cc (after the
  * emulation header). Expects the CUDA built-ins, __half / __nv_bfloat16.
@@ -13,18 +17,17 @@
 #include "cuda/device.h"
 #include "cuda/kv_layout.h"
 
-/* Qs[rows][D] = the item's query rows of kv head group g from q (activations of type A,
- * pre-scaled). */
-template <typename A>
-static __device__ __forceinline__ void cuda__attn_load_q(const cuda__attn_args &a, const void *qv, float *Qs,
-                                                         int s, int t0, int g, int rows)
+/* Qs[rows][D] = the item's query rows of kv head group g from q (pre-scaled). */
+template <typename TQ>
+static __device__ __forceinline__ void cuda__attn_load_q(const cuda__attn_args &a, const TQ *q, float *Qs, int s,
+                                                         int t0, int g, int rows)
 {
     const int D = a.head_dim, qstride = a.n_heads * D;
     for (int i = threadIdx.x; i < rows * D; i += blockDim.x) {
         int r = i / D, d = i % D;
         int64_t tok = a.q_start[s] + t0 + r / a.gsize;
         int h = g * a.gsize + r % a.gsize;
-        Qs[i] = cuda__ld(((const A *)qv)[tok * qstride + h * D + d]) * a.scale;
+        Qs[i] = cuda__ld(q[tok * qstride + h * D + d]) * a.scale;
     }
 }
 
@@ -118,10 +121,11 @@ static __device__ __forceinline__ float4 cuda__scale4(float4 v, float s)
     return make_float4(v.x * s, v.y * s, v.z * s, v.w * s);
 }
 
-template <typename T, typename A>
+template <typename T, typename TQ>
 static __global__ void __launch_bounds__(CUDA_ATTN_THREADS)
 cuda__attn_k(cuda__attn_args a, const T *kp, const T *vp)
 {
+    const TQ *q = (const TQ *)a.q, *q_sink = (const TQ *)a.q_sink;
     const int TK = CUDA_ATTN_TK, D = a.head_dim;
     extern __shared__ float sm[]; /* dynamic */
     cuda__pdl_trigger(); /* the output projection may launch early (it waits before reading) */
@@ -156,7 +160,7 @@ cuda__attn_k(cuda__attn_args a, const T *kp, const T *vp)
 
     /* Attention sinks: keys below n_sink meet q_sink, the rest q; no tile straddles the two. */
     const int32_t n_sink = a.sinks ? a.sinks[s] : 0;
-    cuda__attn_load_q<A>(a, k_begin < n_sink ? a.q_sink : a.q, Qs, s, t0, g, rows);
+    cuda__attn_load_q(a, k_begin < n_sink ? q_sink : q, Qs, s, t0, g, rows);
     for (int i = tid; i < rows * D; i += blockDim.x) Os[i] = 0.0f;
     for (int r = tid; r < rows; r += blockDim.x) {
         Ms[r] = -INFINITY;
@@ -169,7 +173,7 @@ cuda__attn_k(cuda__attn_args a, const T *kp, const T *vp)
         if (kt < n_sink) kt_end = min(kt_end, n_sink);
         __syncthreads(); /* the previous tile's K/V/S (and Q) are no longer read */
         if (kt == n_sink && kt > k_begin) { /* past the sinks: the ordinary queries */
-            cuda__attn_load_q<A>(a, a.q, Qs, s, t0, g, rows);
+            cuda__attn_load_q(a, q, Qs, s, t0, g, rows);
             __syncthreads();
         }
         if (vec_ok) {
@@ -273,7 +277,7 @@ cuda__attn_k(cuda__attn_args a, const T *kp, const T *vp)
         if (a.splits == 1) {
             float v = a.head_sinks ? Os[i] * be_attn_sink(Ms[r], Ls[r], a.head_sinks[h])
                                    : Ls[r] > 0.0f ? Os[i] / Ls[r] : 0.0f;
-            ((A *)a.out)[tok * qstride + h * D + d] = cuda__st<A>(v);
+            ((TQ *)a.out)[tok * qstride + h * D + d] = cuda__st<TQ>(v);
         } else {
             float *pp = a.part + ((tok * a.n_heads + h) * a.splits + p) * (D + 2);
             pp[d] = Os[i];
@@ -285,11 +289,11 @@ cuda__attn_k(cuda__attn_args a, const T *kp, const T *vp)
     }
 }
 
-/* Merges the split partials of one (token, head) into out (activations of type A): grid
- * (n_heads, n_tokens); with head_sinks, each head's learned sink logit joins the merged softmax
+/* Merges the split partials of one (token, head) into out (queries' type TQ): grid (n_heads,
+ * n_tokens); with head_sinks, each head's learned sink logit joins the merged softmax
  * (be_attn_sink). */
-template <typename A>
-static __global__ void cuda__attn_reduce_k(const float *part, A *out, int n_heads, int D, int splits,
+template <typename TQ>
+static __global__ void cuda__attn_reduce_k(const float *part, TQ *out, int n_heads, int D, int splits,
                                            const float *head_sinks)
 {
     cuda__pdl_trigger();
@@ -305,7 +309,7 @@ static __global__ void cuda__attn_reduce_k(const float *part, A *out, int n_head
             o = o * ca + q[d] * cb;
         }
         out[(t * n_heads + h) * D + d] =
-            cuda__st<A>(head_sinks ? o * be_attn_sink(m, l, head_sinks[h]) : l > 0.0f ? o / l : 0.0f);
+            cuda__st<TQ>(head_sinks ? o * be_attn_sink(m, l, head_sinks[h]) : l > 0.0f ? o / l : 0.0f);
     }
 }
 
