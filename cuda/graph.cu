@@ -126,6 +126,7 @@ int cuda__graph_begin(cuda_backend *cb)
     if (cb->model_heads > 0) rc = cuda__attn_plan(cb, cb->model_heads, key->bt_stride * cb->kv.block_size);
     if (!rc) rc = cuda__fused_reserve(cb, key->rows);
     if (!rc) rc = cuda__qmm_reserve(cb, key->rows); /* the quantised weights' scratch */
+    if (!rc) rc = cuda__moe_reserve(cb, key->rows);  /* the experts' and latent attention's */
     if (rc || !cuda__graph_eligible(cb)) return rc;
     for (int i = 0; i < cb->n_graphs; i++)
         if (cuda__key_eq(&cb->graphs[i].key, key)) {

@@ -180,6 +180,7 @@ typedef struct cuda_backend {
     void *moe_buf;
     size_t moe_bytes;
     cuda_scratch moe32;
+    size_t moe_row_bytes, moe32_row_floats; /* the largest per-row needs seen (cuda__moe_reserve) */
 } cuda_backend;
 
 static inline cuda_backend *cuda__cb(backend *be)
@@ -367,9 +368,13 @@ void cuda__op_mla_out(backend *be, const void *o, const be_mla *m, void *out);
 void cuda__mla_attention(cuda_backend *cb, int layer, const void *q, const be_attn *at, void *out);
 /* f32 views of activations for the MoE and MLA kernels, which compute in f32: parts n[i] floats
  * each of the moe32 scratch, from[i] (activations, or NULL: nothing to convert) converted into
- * part i; 0, or -1 with the failure recorded in cb. With f32 activations each part is from[i]
- * itself where given. */
-int cuda__f32_parts(cuda_backend *cb, int n_parts, const size_t *n, const void *const *from, float **part);
+ * part i, for a step of rows rows; 0, or -1 with the failure recorded in cb. With f32 activations
+ * each part is from[i] itself where given. */
+int cuda__f32_parts(cuda_backend *cb, int rows, int n_parts, const size_t *n, const void *const *from,
+                    float **part);
+/* Grows the MoE step buffers and the moe32 scratch for a step of rows rows, by the largest per-row
+ * needs the eager steps recorded (before a graph capture, which may not grow them). 0 or -ENOMEM. */
+int cuda__moe_reserve(cuda_backend *cb, int rows);
 /* out [n] activations = x [n] f32 (no-op with f32 activations when out == x). */
 void cuda__f32_to_act(cuda_backend *cb, const float *x, void *out, int64_t n);
 

@@ -127,7 +127,7 @@ void cuda__op_mla_qk(backend *be, const void *q_act, const void *kv_act, const b
     const size_t n[4] = {(size_t)T * H * hq, (size_t)T * hl, (size_t)T * H * hl, (size_t)T * hl};
     const void *from[4] = {q_act, kv_act, NULL, NULL};
     float *part[4];
-    if (cuda__f32_parts(cb, 4, n, from, part)) return;
+    if (cuda__f32_parts(cb, T, 4, n, from, part)) return;
     const float *q = part[0];
     float *q_lat = part[2], *k_lat = part[3];
     cuda__mla_prep_args a;
@@ -153,7 +153,7 @@ void cuda__op_mla_out(backend *be, const void *o_act, const be_mla *m, void *out
     const size_t n[2] = {(size_t)T * H * hl, (size_t)T * H * m->v_head};
     const void *from[2] = {o_act, NULL};
     float *part[2];
-    if (cuda__f32_parts(cb, 2, n, from, part)) return;
+    if (cuda__f32_parts(cb, T, 2, n, from, part)) return;
     cuda__mla_heads(cb, st->vb, st->vb_type, &m->v_b[0], H, T, part[0], hl, (int64_t)H * hl, part[1], m->v_head,
                     (int64_t)H * m->v_head);
     if (CB_CHECK_LAUNCH(cb)) return;
@@ -174,7 +174,7 @@ void cuda__mla_attention(cuda_backend *cb, int layer, const void *q_act, const b
     const size_t ns[2] = {n, n};
     const void *from[2] = {q_act, NULL};
     float *part[2];
-    if (cuda__f32_parts(cb, 2, ns, from, part)) return;
+    if (cuda__f32_parts(cb, cb->meta.n_tokens, 2, ns, from, part)) return;
     cuda__mla_attn_args a;
     memset(&a, 0, sizeof a);
     a.q = part[0], a.out = part[1];

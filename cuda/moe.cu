@@ -143,11 +143,17 @@ typedef struct cuda__moe_bufs {
     float *w, *xg, *g, *u, *y;
 } cuda__moe_bufs;
 
-static int cuda__moe_bufs_get(cuda_backend *cb, int64_t R, int E, int64_t dim, int64_t ff, cuda__moe_bufs *b)
+/* Bytes of the step's buffers for R routed rows. */
+static size_t cuda__moe_bytes(int64_t R, int E, int64_t dim, int64_t ff)
 {
     size_t ints = (size_t)(2 * R + 3 * E + 1 + 64), floats = (size_t)(R + 2 * R * dim + 2 * R * ff + 64);
-    size_t bytes = ints * 4 + floats * 4 + 256;
-    if (bytes > cb->moe_bytes && cb->graph_mode) return -EIO; /* sized by the eager steps before */
+    return ints * 4 + floats * 4 + 256;
+}
+
+static int cuda__moe_bufs_get(cuda_backend *cb, int64_t R, int E, int64_t dim, int64_t ff, cuda__moe_bufs *b)
+{
+    size_t bytes = cuda__moe_bytes(R, E, dim, ff);
+    if (bytes > cb->moe_bytes && cb->graph_mode) return -EIO; /* cuda__moe_reserve sized it */
     if (cuda__grow(cb, &cb->moe_buf, &cb->moe_bytes, bytes)) return -ENOMEM;
     int32_t *i = (int32_t *)cb->moe_buf;
     b->ids = i, b->row = i + R, b->cnt = i + 2 * R, b->start = b->cnt + E, b->fill = b->start + E + 1;
@@ -181,12 +187,14 @@ void cuda__op_moe_ffn(backend *be, const void *x_act, int n_rows, const void *lo
     int E = m->rule.n_expert, k = m->rule.n_used;
     int64_t R = (int64_t)n_rows * k, dim = m->gate[0].n_in, ff = m->gate[0].n_out;
     cuda__moe_bufs b;
+    size_t one = cuda__moe_bytes(k, E, dim, ff); /* a row's share, bounding any step's per row */
+    if (one > cb->moe_row_bytes) cb->moe_row_bytes = one;
     if (!st || cuda__fail(cb, cuda__moe_bufs_get(cb, R, E, dim, ff, &b))) return;
     /* the kernels compute in f32: the inputs converted, the output converted back */
     const size_t n[3] = {(size_t)n_rows * dim, (size_t)n_rows * E, (size_t)n_rows * dim};
     const void *from[3] = {x_act, logits_act, NULL};
     float *part[3];
-    if (cuda__f32_parts(cb, 3, n, from, part)) return;
+    if (cuda__f32_parts(cb, n_rows, 3, n, from, part)) return;
     const float *x = part[0], *logits = part[1];
     float *out = cb->act == DT_F32 ? (float *)out_act : part[2];
     cudaStream_t s = cb->stream;
@@ -205,8 +213,22 @@ void cuda__op_moe_ffn(backend *be, const void *x_act, int n_rows, const void *lo
     cuda__f32_to_act(cb, out, out_act, n[2]);
 }
 
-int cuda__f32_parts(cuda_backend *cb, int n_parts, const size_t *n, const void *const *from, float **part)
+int cuda__moe_reserve(cuda_backend *cb, int rows)
 {
+    if (cb->moe_row_bytes && cuda__grow(cb, &cb->moe_buf, &cb->moe_bytes, (size_t)rows * cb->moe_row_bytes))
+        return -ENOMEM;
+    if (cb->moe32_row_floats && !cuda__scratch(cb, &cb->moe32, (size_t)rows * cb->moe32_row_floats * 4))
+        return -ENOMEM;
+    return 0;
+}
+
+int cuda__f32_parts(cuda_backend *cb, int rows, int n_parts, const size_t *n, const void *const *from,
+                    float **part)
+{
+    size_t need = 0; /* every part, as a bound per row for cuda__moe_reserve */
+    for (int i = 0; i < n_parts; i++) need += (n[i] + 63) / 64 * 64;
+    need = (need + (size_t)rows - 1) / (size_t)rows + 64 * (size_t)n_parts;
+    if (need > cb->moe32_row_floats) cb->moe32_row_floats = need;
     if (cb->act == DT_F32) { /* the activations are f32 already; outputs get scratch of their own */
         size_t total = 0;
         for (int i = 0; i < n_parts; i++) total += from[i] ? 0 : (n[i] + 63) / 64 * 64;
