@@ -323,24 +323,30 @@ static void fwd__layer(fwd *f, int li, int n)
     op->add(be, f->x, f->xb, (int64_t)n * dim);
 }
 
-int fwd_run(fwd *f, const be_batch *b, float *logits)
+int fwd_begin(fwd *f, const be_batch *b)
+{
+    if (b->n_tokens <= 0 || b->n_tokens > f->max_tokens || b->n_logits < 0 ||
+        b->n_logits > f->max_logits || b->n_seqs <= 0)
+        return -EINVAL;
+    int rc = f->be->ops->begin(f->be, b);
+    if (!rc) f->b = b;
+    return rc;
+}
+
+int fwd_launch(fwd *f, const float **logits)
 {
     const model_hparams *hp = &f->m->hp;
     const be_ops *op = f->be->ops;
     backend *be = f->be;
-    if (b->n_tokens <= 0 || b->n_tokens > f->max_tokens || b->n_logits < 0 ||
-        b->n_logits > f->max_logits || b->n_seqs <= 0)
-        return -EINVAL;
-    int rc = op->begin(be, b);
-    if (rc) return rc;
+    const be_batch *b = f->b;
     int n = b->n_tokens;
-    f->b = b;
+    *logits = NULL;
 
     op->embed(be, &f->tok_embd, f->x);
     if (model_embd_scale(hp) != 1.0f) op->scale(be, f->x, model_embd_scale(hp), (int64_t)n * hp->n_embd);
     for (int l = 0; l < hp->n_layers; l++)
         fwd__layer(f, l, n);
-    if (b->n_logits == 0) return op->sync(be);
+    if (b->n_logits == 0) return 0;
 
     /* final norm and LM head only on the rows that sample */
     op->gather_rows(be, f->x, hp->n_embd, f->lx);
@@ -348,5 +354,16 @@ int fwd_run(fwd *f, const be_batch *b, float *logits)
     op->matmul(be, f->lx, b->n_logits, &f->output, fwd__bias(&f->output_b), f->logits);
     if (hp->final_softcap > 0)
         op->softcap(be, f->logits, hp->final_softcap, (int64_t)b->n_logits * hp->n_vocab);
-    return op->to_host(be, f->logits, (size_t)b->n_logits * hp->n_vocab, logits);
+    *logits = f->logits;
+    return 0;
+}
+
+int fwd_run(fwd *f, const be_batch *b, float *logits)
+{
+    const float *dev = NULL;
+    int rc = fwd_begin(f, b);
+    if (!rc) rc = fwd_launch(f, &dev);
+    if (rc) return rc;
+    if (!dev) return f->be->ops->sync(f->be);
+    return f->be->ops->to_host(f->be, dev, (size_t)b->n_logits * f->m->hp.n_vocab, logits);
 }
