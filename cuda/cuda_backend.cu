@@ -16,7 +16,7 @@
  *                    the K/V store (fused with RoPE as an extra)
  *   elementwise.cu   SiLU × up, GELU × up, add, scale, soft-cap
  *   gather.cu        embedding rows (dense and quantised tables) and the logit rows
- *   sample.cu        greedy argmax on the device
+ *   sample.cu        sampling on the device (the sample op), token references, greedy argmax
  *   kern.cu          the kernel table of a compute capability (kern.h)
  *   cublas_dl.cu     cuBLAS, loaded when the first backend is created
  *
@@ -42,8 +42,11 @@
  * file. Vectors (norms, biases) become F32.
  *
  * Step protocol: begin() packs the batch into a pinned buffer and uploads it with one
- * asynchronous copy; the ops queue kernels on one stream; to_host()/sync() wait. Only logits
- * and batch metadata cross the bus. With CUDA graphs on (opt-in), a pure-decode step of a shape
+ * asynchronous copy (two pinned buffers alternate, so that the next step can be packed while
+ * this one runs); the ops queue kernels on one stream; the sample op queues the sampler and the
+ * copy of its tokens into a pinned slot, and sample_wait is the step's one wait (to_host()/sync()
+ * serve callers that want the logits). Only token ids, the requested log-probs and batch metadata
+ * cross the bus. With CUDA graphs on (opt-in), a pure-decode step of a shape
  * seen before replays a captured graph instead (graph.cu). Works on a machine with the CUDA
  * toolkit but no driver or GPU: cuda_is_available then says so, and nothing else is called.
  */
@@ -250,6 +253,9 @@ static void cuda__destroy(backend *be)
     for (int k = 0; k < KV_MAX_GROUPS; k++)
         if (cb->kv_arena[k]) cudaFree(cb->kv_arena[k]);
     if (cb->meta_host) cudaFreeHost(cb->meta_host);
+    if (cb->meta_host_alt) cudaFreeHost(cb->meta_host_alt);
+    if (cb->meta_done_alt) cudaEventDestroy(cb->meta_done_alt);
+    cuda__smp_free(cb);
     if (cb->meta_dev) cudaFree(cb->meta_dev);
     if (cb->attn_scratch) cudaFree(cb->attn_scratch);
     if (cb->conv) cudaFree(cb->conv);
@@ -293,6 +299,8 @@ static const be_ops cuda__ops = {
     .gather_rows = cuda__op_gather_rows,
     .to_host = cuda__to_host,
     .sync = cuda__sync,
+    .sample = cuda__op_sample,
+    .sample_wait = cuda__op_sample_wait,
 };
 
 extern "C" backend *cuda_backend_create(int device_index, char *err, size_t err_len)
@@ -324,6 +332,7 @@ extern "C" backend *cuda_backend_create(int device_index, char *err, size_t err_
     if (!rc) rc = CUDA_CHECK(cudaGetDeviceProperties(&prop, device_index));
     if (!rc) rc = CUDA_CHECK(cudaStreamCreateWithFlags(&cb->stream, cudaStreamNonBlocking));
     if (!rc) rc = CUDA_CHECK(cudaEventCreateWithFlags(&cb->meta_done, cudaEventDisableTiming));
+    if (!rc) rc = CUDA_CHECK(cudaEventCreateWithFlags(&cb->meta_done_alt, cudaEventDisableTiming));
     if (!rc) rc = CUBLAS_CHECK(blas->create(&cb->blas));
     if (!rc) rc = CUBLAS_CHECK(blas->set_stream(cb->blas, cb->stream));
     if (!rc) rc = CUDA_CHECK(cudaMalloc(&cb->blas_ws, CUDA_BLAS_WORKSPACE));

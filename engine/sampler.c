@@ -338,7 +338,8 @@ static int32_t smp__argmax(const float *l, int n)
     return best;
 }
 
-/* Raw log-softmax: the logprob of each of the n_top best tokens, and lse for any token. */
+/* Raw log-softmax: the logprob of each of the n_top best tokens (NaN never among them), and lse
+ * for any token. */
 static double smp__raw_stats(const float *raw, int n, smp_result *out, int n_top)
 {
     float mx = raw[smp__argmax(raw, n)];
@@ -349,6 +350,7 @@ static double smp__raw_stats(const float *raw, int n, smp_result *out, int n_top
     /* top-N by insertion into a short sorted list */
     int k = 0;
     for (int i = 0; i < n && n_top > 0; i++) {
+        if (raw[i] != raw[i]) continue;
         if (k == n_top && !smp__better(raw[i], i, raw[out->top_ids[k - 1]], out->top_ids[k - 1]))
             continue;
         int j = k < n_top ? k++ : k - 1;

@@ -12,8 +12,9 @@
 #                                              the work tree
 #   scripts/gpu-check.sh --quick [OUTDIR]      smaller kernel checks and shorter benchmarks
 #   scripts/gpu-check.sh --emulate             no GPU needed: run the CUDA kernels' source on the CPU
-#                                              (cuda/check/attn_emu.cc, quant_emu.cc, ops_emu.cc)
-#                                              against float64 and the host's arithmetic (~1 min)
+#                                              (cuda/check/attn_emu.cc, quant_emu.cc, ops_emu.cc,
+#                                              sample_emu.cc) against float64, the host's arithmetic
+#                                              and the CPU's sampler (~2 min)
 #
 # Needs only the CUDA toolkit (nvcc, cuBLAS) and a C compiler: no -dev packages, no network. cuBLAS
 # is not linked but loaded when the check starts its backend (cuda/cublas_dl.h): libcublas.so.N and
@@ -37,7 +38,10 @@ while [ $# -gt 0 ]; do
             ${CXX:-c++} -std=c++17 -O2 -g -Wall -Wextra -Wno-unused-parameter -Wno-unknown-pragmas \
                 -Wno-unused-function -Werror -I. -o build/gpu-check/$e cuda/check/$e.cc -lpthread
         done
-        build/gpu-check/attn_emu && build/gpu-check/quant_emu && exec build/gpu-check/ops_emu ;;
+        ${CC:-cc} -std=c11 -D_GNU_SOURCE -O2 -I. -c -o build/gpu-check/sampler.o engine/sampler.c
+        ${CXX:-c++} -std=c++17 -O2 -g -Wall -Wextra -Wno-unused-parameter -Wno-unknown-pragmas -Wno-unused-function \
+            -Werror -I. -o build/gpu-check/sample_emu cuda/check/sample_emu.cc build/gpu-check/sampler.o -lpthread -lm
+        build/gpu-check/attn_emu && build/gpu-check/quant_emu && build/gpu-check/ops_emu && exec build/gpu-check/sample_emu ;;
     --prepare)
         src=${2:-tests/data}
         mkdir -p .gpu

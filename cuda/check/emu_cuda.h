@@ -1,8 +1,9 @@
 /*
  * emu_cuda.h — just enough of CUDA's device built-ins, on POSIX threads, to run the kernel
  * headers of cuda/ (cuda/NAME_kernels.h: attention, the K/V store, the quantised-weight kernels,
- * norms and RoPE, the element-wise ops, the gathers, the GEMM's conversions, argmax) on a CPU.
- * Host C++ only; see cuda/check/attn_emu.cc, quant_emu.cc and ops_emu.cc.
+ * norms and RoPE, the element-wise ops, the gathers, the GEMM's conversions, argmax, the sampler)
+ * on a CPU. Host C++ only; see cuda/check/attn_emu.cc, quant_emu.cc, ops_emu.cc and
+ * sample_emu.cc.
  *
  * One launch runs blockDim.x threads that walk the grid's blocks in lock step (block after
  * block), so shared memory is reused safely: one static array for the dynamic part, and the
@@ -165,6 +166,56 @@ static inline __nv_bfloat16 __float2bfloat16_rn(float f)
 {
     __nv_bfloat16 h = {0x7fc0u}; /* NaN */
     return h;
+}
+
+/* ---- for the sampler (sample_kernels.h): double shuffles, atomics, bit casts ---- */
+
+static inline double __shfl_xor_sync(unsigned mask, double v, int o)
+{
+    static double xchg[1024]; /* the double lanes' own exchange */
+    (void)mask;
+    int t = (int)threadIdx.x, w = t >> 5, lane = t & 31;
+    xchg[t] = v;
+    pthread_barrier_wait(&emu_wbar[w]);
+    double r = xchg[(w << 5) | (lane ^ o)];
+    pthread_barrier_wait(&emu_wbar[w]);
+    return r;
+}
+
+/* Atomics on memory the emulated threads share (they run truly in parallel). */
+static inline unsigned atomicAdd(unsigned *a, unsigned v)
+{
+    return __atomic_fetch_add(a, v, __ATOMIC_SEQ_CST);
+}
+static inline int atomicAdd(int *a, int v)
+{
+    return __atomic_fetch_add(a, v, __ATOMIC_SEQ_CST);
+}
+static inline double atomicAdd(double *a, double v)
+{
+    uint64_t *p = (uint64_t *)a, old = __atomic_load_n(p, __ATOMIC_SEQ_CST), nw;
+    double d;
+    do {
+        memcpy(&d, &old, sizeof d);
+        d += v;
+        memcpy(&nw, &d, sizeof nw);
+    } while (!__atomic_compare_exchange_n(p, &old, nw, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST));
+    memcpy(&d, &old, sizeof d);
+    return d;
+}
+
+static inline unsigned __float_as_uint(float f)
+{
+    unsigned u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+static inline float __int_as_float(int i)
+{
+    float f;
+    memcpy(&f, &i, sizeof f);
+    return f;
 }
 
 #endif
