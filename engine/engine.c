@@ -829,7 +829,11 @@ static int eng__setup(engine *e, char *err, size_t err_len)
     if (!e->be) return -1;
     int gpu = strcmp(e->be->name, "cpu") != 0;
     if (c->max_seqs <= 0) c->max_seqs = gpu ? 256 : 64;
-    if (c->max_batch_tokens <= 0) c->max_batch_tokens = gpu ? 8192 : 512;
+    /* A GPU step costs about the same up to ~100 tokens of a 1B model (the weights' read), then
+     * grows with its tokens: 2048 keeps a step that mixes a prefill chunk with 256 decodes near
+     * 10 ms on an H100/H200 for a 1B model (2 GFLOP a token at ~450 TFLOP/s) while admitting
+     * several prompts a step (docs/gpu.md). */
+    if (c->max_batch_tokens <= 0) c->max_batch_tokens = gpu ? 2048 : 512;
     /* A CPU step is compute-bound from a few dozen prefill tokens on (its time grows with every
      * token), so a second prompt in the same step only delays the first one's first token; a
      * GPU step costs about the same up to thousands of tokens, so there every prompt that fits
