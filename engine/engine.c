@@ -101,6 +101,7 @@ struct engine {
     int64_t idle_at_us;       /* when kv_blocks_idle was last counted */
     int failed;
     int64_t phase_us[ENGINE_PHASES];      /* this step's time per phase */
+    int launched;                         /* a step was launched since the last observation */
     uint64_t phase_hist[ENGINE_PHASES][ENGINE_STEP_BUCKETS + 1]; /* all steps' (copied to stats) */
     int64_t phase_total_us[ENGINE_PHASES];
     int64_t log_at_us, log_steps;         /* -v: the last breakdown's time and step count */
@@ -501,6 +502,7 @@ static int eng__step_once(engine *e, eng_evlist *out)
     if (rc == -EAGAIN && !busy) return eng__unschedulable(e, out);
     if (rc == -EAGAIN) rc = 0; /* nothing new to launch: collect the step in flight */
     else if (!rc) rc = stp_launch(e->steps, &plan, &sp);
+    e->launched |= !rc && sp;
     if (!rc && sp && stp_in_flight(e->steps) == 2) e->steps_overlapped++;
     if (!rc && sp && !e->overlap) rc = eng__advance(e, sp);
     if (!rc && stp_in_flight(e->steps) > (e->overlap && sp ? 1 : 0)) rc = eng__collect(e, out);
@@ -521,11 +523,17 @@ static int eng__step(engine *e, eng_evlist *out)
     return 0;
 }
 
-/* The step's phase times into the histograms; at -v, a breakdown on stderr every 10 s. */
-static void eng__phase_times(engine *e, int stepped)
+/* The step's phase times into the histograms, one observation per launched step (so that the
+ * counts equal the steps, overlapped or not: an iteration that only collects a step in flight or
+ * finds nothing new to schedule adds its time to the next step's); at -v, a breakdown on stderr
+ * every 10 s. */
+static void eng__phase_times(engine *e)
 {
+    int stepped = e->launched;
+    e->launched = 0;
     stp_take_times(e->steps, e->phase_us);
-    for (int k = 0; k < ENGINE_PHASES && stepped; k++) {
+    if (!stepped) return;
+    for (int k = 0; k < ENGINE_PHASES; k++) {
         int b = 0;
         while (b < ENGINE_STEP_BUCKETS && e->phase_us[k] > engine_step_bounds_us[b]) b++;
         e->phase_hist[k][b]++;
@@ -719,7 +727,7 @@ static void *eng__thread(void *arg)
             for (eng_req *q = e->active; q; q = q->next) eng__end_request(e, q, ENGINE_FINISH_ABORT, &out);
         }
         int worked = aborting ? 0 : eng__step(e, &out);
-        eng__phase_times(e, worked);
+        eng__phase_times(e);
         eng__reap(e);
 
         pthread_mutex_lock(&e->mu);
