@@ -372,3 +372,8 @@ extern "C" int cuda_last_attn_splits(backend *be)
 {
     return cuda__cb(be)->attn_splits;
 }
+
+extern "C" void *cuda_backend_stream(backend *be)
+{
+    return (void *)cuda__cb(be)->stream;
+}

@@ -54,6 +54,10 @@ void cuda_set_graphs(backend *be, int on);
 /* Number of attention splits (split-K partitions) the last attention launch used, for tests. */
 int cuda_last_attn_splits(backend *be);
 
+/* The backend's stream (a cudaStream_t) every op runs on, for measurements that record events
+ * between ops (the GPU check's step timing). */
+void *cuda_backend_stream(backend *be);
+
 /* For tests, and needs no GPU: fills the kernel table a device of compute capability cc
  * (major × 10 + minor) would get and returns the name of an entry it leaves empty, or NULL when
  * every entry is set. */
