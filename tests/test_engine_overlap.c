@@ -7,9 +7,11 @@
  * text for text (greedy and seeded draws are functions of the logits and the position only):
  * golden greedy cases batched, with the prefix cache and under preemption; a mixed workload of
  * seeded sampling with every filter and penalty, log-probs, n > 1, min_tokens, prompt log-probs
- * and stop strings; grammar-constrained requests (which take synchronous steps). A stop string,
- * end of generation or cancellation is seen one step late: the token computed past it is dropped
- * (counted), never sent; max_tokens is exact. Skips when the model is absent.
+ * and stop strings, the same on a pool that forces preemption; bans, biases and stop ids; a seeded
+ * request alone, sent again and among others; grammar-constrained requests (which take synchronous
+ * steps). A stop string, end of generation or cancellation is seen one step late: the token
+ * computed past it is dropped (counted), never sent; max_tokens is exact. Skips when the model is
+ * absent.
  */
 #include <unistd.h>
 
@@ -519,4 +521,45 @@ Test(engine_overlap, bans_biases_and_end_of_generation_match_synchronous)
     for (int k = 1; k < q[3].c[0].n_toks; k++)
         cr_assert(q[3].c[0].toks[k - 1] != t3->gen[0] || q[3].c[0].toks[k] != t3->gen[1], "a bad word completed");
     if (q[4].c[0].finish == ENGINE_FINISH_STOP) cr_assert_geq(q[4].c[0].n_toks, 20, "min_tokens");
+}
+
+/* A seeded request gives the same tokens sent twice, alone or among other requests, overlapped or
+ * not: its draws are keyed by (seed + choice, position) only. */
+Test(engine_overlap, seeded_request_is_batch_invariant)
+{
+    TE_NEED_MODEL();
+    static const teo_spec probe = {2, 80, 2, 1.0f, 0.95f, 0, 1.1f, 0.2f, 0, 0, 1, 0, 0, NULL, 77};
+    static teo_req alone[2][1], mixed[2][TEO_MIXED + 1];
+    for (int ov = 0; ov < 2; ov++) {
+        engine *e = teo_engine(ov, (size_t)16 << 20, 0, 16, 128);
+        memset(alone[ov], 0, sizeof alone[ov]);
+        alone[ov][0].n = 2;
+        alone[ov][0].id = teo_submit(e, &probe);
+        teo_collect(e, alone[ov], 1, 2);
+        memset(mixed[ov], 0, sizeof mixed[ov]);
+        int finals = 0;
+        for (int i = 0; i < TEO_MIXED; i++) { /* others first, so the probe joins a full batch */
+            mixed[ov][i + 1].n = teo_mixed[i].n;
+            mixed[ov][i + 1].id = teo_submit(e, &teo_mixed[i]);
+            finals += teo_mixed[i].n;
+        }
+        mixed[ov][0].n = 2;
+        mixed[ov][0].id = teo_submit(e, &probe);
+        teo_collect(e, mixed[ov], TEO_MIXED + 1, finals + 2);
+        teo_idle(e);
+        engine_destroy(e, 1);
+    }
+    for (int ov = 0; ov < 2; ov++)
+        for (int c = 0; c < 2; c++) {
+            const teo_choice *x = &alone[0][0].c[c], *y = &mixed[ov][0].c[c], *z = &alone[ov][0].c[c];
+            cr_assert_eq(x->finish, ENGINE_FINISH_LENGTH);
+            cr_assert_eq(x->n_toks, y->n_toks);
+            cr_assert_eq(x->n_toks, z->n_toks);
+            for (int t = 0; t < x->n_toks; t++) {
+                cr_assert_eq(x->toks[t], y->toks[t], "overlap %d choice %d token %d: batched", ov, c, t);
+                cr_assert_eq(x->toks[t], z->toks[t], "overlap %d choice %d token %d: sent again", ov, c, t);
+            }
+        }
+    cr_assert(memcmp(alone[0][0].c[0].toks, alone[0][0].c[1].toks, sizeof alone[0][0].c[0].toks),
+              "two choices of one seed draw differently");
 }
