@@ -13,7 +13,8 @@
 #   scripts/gpu-check.sh --quick [OUTDIR]      smaller kernel checks and shorter benchmarks
 #                                              (without --quick, a build/kvserve built with CUDA also
 #                                              gives the engine's step breakdown at 1, 64 and 256
-#                                              streams: OUTDIR/engine-steps.txt)
+#                                              streams, and the step budget's sweep at 256:
+#                                              OUTDIR/engine-steps.txt)
 #   scripts/gpu-check.sh --emulate             no GPU needed: run the CUDA kernels' source on the CPU
 #                                              (cuda/check/attn_emu.cc, quant_emu.cc, ops_emu.cc,
 #                                              sample_emu.cc) against float64, the host's arithmetic
@@ -142,6 +143,12 @@ if [ -z "$QUICK" ] && [ -x build/kvserve ]; then
                     --input-len 256:256 --output-len 128:128 --overlap "$ov" --json 2>/dev/null | tail -n 1)
                 echo "streams $c overlap $ov: ${j:-failed}" | tee -a "$OUT/engine-steps.txt"
             done
+        done
+        # the per-step token budget at 256 streams: its TTFT against its TPOT (docs/gpu.md)
+        for mbt in 1024 2048 4096 8192; do
+            j=$(timeout 120 build/kvserve bench -m "$M1" --device cuda --requests 1024 --max-seqs 256 \
+                --input-len 256:256 --output-len 128:128 --max-batch-tokens "$mbt" --json 2>/dev/null | tail -n 1)
+            echo "streams 256 max-batch-tokens $mbt: ${j:-failed}" | tee -a "$OUT/engine-steps.txt"
         done
         rm -f "$M1"
     else
