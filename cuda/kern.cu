@@ -63,6 +63,8 @@ const char *cuda__kern_missing(const cuda__kern *k)
     CUDA__KERN_NEED(embed);
     CUDA__KERN_NEED(gather_rows);
     CUDA__KERN_NEED(argmax);
+    CUDA__KERN_NEED(sample_rows);
+    CUDA__KERN_NEED(resolve_tokens);
     CUDA__KERN_NEED(moe_route);
     CUDA__KERN_NEED(moe_group);
     CUDA__KERN_NEED(moe_act);
