@@ -32,7 +32,8 @@ typedef struct cli_opts {
     int prefill_admit_tokens;   /* 0: 64 on CPU, no limit on GPU; < 0: no limit */
     const char *schedule;       /* fcfs|lpm */
     const char *overlap;        /* auto|on|off: overlapped engine steps */
-    const char *speculative;    /* --speculative ngram|off */
+    const char *speculative;    /* --speculative ngram|draft|off */
+    const char *draft_model;    /* --draft-model FILE */
     int num_speculative_tokens; /* most drafts per sequence and step */
     int spec_ngram_min, spec_ngram_max; /* n-gram proposer's suffix lengths */
     int spec_disable_batch;     /* no drafts above this many decoding sequences */
@@ -90,6 +91,8 @@ typedef struct cli_opts {
     int rope_orig_ctx;          /* 0: not written */
     int rope_freqs, fused_qkv, qkv_bias, tied; /* flags */
     double norm_std;            /* 0: norms 1 */
+    int quiet_from;             /* mkmodel: layers from this one on are quiet (0: off) */
+    double quiet_scale;         /* mkmodel: their output weights' scale */
     /* misc */
     int verbose;
     int help;

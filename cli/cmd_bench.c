@@ -357,7 +357,7 @@ static int bn_config(const cli_opts *o, engine_config *c)
     else if (!strcmp(o->schedule, "lpm")) c->schedule = ENGINE_SCHED_LPM;
     else c->schedule = -1;
     if (cli_spec_config(o, c)) {
-        fprintf(stderr, "kvserve bench: unknown --speculative '%s' (ngram or off)\n", o->speculative);
+        fprintf(stderr, "kvserve bench: unknown --speculative '%s' (ngram, draft or off)\n", o->speculative);
         return -EINVAL;
     }
     if (c->kv_dtype < 0 || c->schedule < 0 || c->overlap < 0 || o->block_size <= 0 || o->requests <= 0 ||

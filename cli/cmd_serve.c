@@ -67,7 +67,7 @@ int cli_serve(cli_opts *o)
     e->overlap = cli_overlap_parse(o->overlap);
     e->verbose = o->verbose;
     if (cli_spec_config(o, e)) {
-        fprintf(stderr, "kvserve serve: unknown --speculative '%s' (ngram or off)\n", o->speculative);
+        fprintf(stderr, "kvserve serve: unknown --speculative '%s' (ngram, draft or off)\n", o->speculative);
         return 2;
     }
     if (e->overlap < 0) {

@@ -853,15 +853,60 @@ static size_t eng__kv_budget(const engine *e)
 }
 
 /* The scheduler's proposal hook over the engine's proposer. */
-static int eng__propose(void *ud, const seq *s, int k, int32_t *out)
+static int eng__propose(void *ud, seq *s, int k, int32_t *out)
 {
     spec_proposer *p = ud;
     return p->ops->propose(p, s, k, out);
 }
 
-/* The proposer of cfg.spec_method. Returns the draft rows a step may verify (0 when off), or -1
- * with err filled. */
-static int eng__setup_spec(engine *e, char *err, size_t err_len)
+static void eng__propose_release(void *ud, seq *s)
+{
+    spec_proposer *p = ud;
+    if (p->ops->release) p->ops->release(p, s);
+}
+
+/* The draft-model proposer: the model loaded and checked against the target's vocabulary, its
+ * KV share taken from *budget (in proportion to the two models' bytes per token, and on a GPU
+ * its weights too). 0, or -1 with err filled. */
+static int eng__setup_draft(engine *e, size_t *budget, char *err, size_t err_len)
+{
+    engine_config *c = &e->cfg;
+    if (!c->spec_draft_model) {
+        snprintf(err, err_len, "--speculative draft needs --draft-model FILE");
+        return -1;
+    }
+    model *m;
+    char why[256];
+    if (model_load(c->spec_draft_model, &m, why, sizeof why)) {
+        snprintf(err, err_len, "draft model: %s", why);
+        return -1;
+    }
+    if (m->hp.n_vocab != c->model->hp.n_vocab) {
+        snprintf(err, err_len, "draft model: vocabulary of %d tokens, the target's has %d", m->hp.n_vocab,
+                 c->model->hp.n_vocab);
+        model_destroy(m);
+        return -1;
+    }
+    size_t dbpt = spec_draft_bytes_per_token(m, c->block_size, c->kv_dtype), tbpt = kv_bytes_per_token(&e->kv.g);
+    if (e->be->ops->mem_available(e->be)) { /* a device: the draft's weights come out of it too */
+        size_t w = model_weight_bytes(m);
+        *budget = *budget > w ? *budget - w : 0;
+    }
+    size_t share = (size_t)((double)*budget * (double)dbpt / (double)(dbpt + tbpt));
+    spec_draft_config dc = {m, c->make_backend, e->be->name, c->n_threads, share, c->kv_dtype, c->block_size,
+                            e->kv.n_ctx, c->max_batch_tokens};
+    e->spec = spec_draft_create(&dc, err, err_len);
+    if (!e->spec) {
+        model_destroy(m);
+        return -1;
+    }
+    *budget -= share;
+    return 0;
+}
+
+/* The proposer of cfg.spec_method (a draft model's KV share comes out of *budget). Returns the
+ * draft rows a step may verify (0 when off), or -1 with err filled. */
+static int eng__setup_spec(engine *e, size_t *budget, char *err, size_t err_len)
 {
     engine_config *c = &e->cfg;
     if (c->spec_method == SPEC_OFF) return 0;
@@ -869,12 +914,9 @@ static int eng__setup_spec(engine *e, char *err, size_t err_len)
         snprintf(err, err_len, "num-speculative-tokens %d is outside 1 .. %d", c->spec_k, SPEC_MAX_K);
         return -1;
     }
-    if (c->spec_method != SPEC_NGRAM) {
-        snprintf(err, err_len, "speculative method '%s' is not available in this build (ngram is)",
-                 spec_method_name(c->spec_method));
-        return -1;
-    }
-    if (c->spec_ngram_min < 1 || c->spec_ngram_max < c->spec_ngram_min) {
+    if (c->spec_method == SPEC_DRAFT) {
+        if (eng__setup_draft(e, budget, err, err_len)) return -1;
+    } else if (c->spec_ngram_min < 1 || c->spec_ngram_max < c->spec_ngram_min) {
         snprintf(err, err_len, "speculative n-gram sizes %d .. %d: need 1 ≤ min ≤ max", c->spec_ngram_min,
                  c->spec_ngram_max);
         return -1;
@@ -885,7 +927,7 @@ static int eng__setup_spec(engine *e, char *err, size_t err_len)
     sc.k = c->spec_k;
     sc.ngram_min = c->spec_ngram_min;
     sc.ngram_max = c->spec_ngram_max;
-    e->spec = spec_ngram_create(&sc);
+    if (!e->spec) e->spec = spec_ngram_create(&sc);
     if (!e->spec) {
         snprintf(err, err_len, "out of memory creating the proposer");
         return -1;
@@ -932,10 +974,11 @@ static int eng__setup(engine *e, char *err, size_t err_len)
     e->kv.n_ctx = c->max_model_len > 0 ? c->max_model_len : n_train;
     e->n_vocab = hp->n_vocab;
     if (engine_kv_groups(&e->kv, hp, c->kv_window, c->kv_sinks, err, err_len)) return -1;
-    engine_kv_blocks(&e->kv, eng__kv_budget(e));
-    if (engine_kv_check_budget(&e->kv, err, err_len)) return -1;
-    int spec_rows = eng__setup_spec(e, err, err_len);
+    size_t budget = eng__kv_budget(e);
+    int spec_rows = eng__setup_spec(e, &budget, err, err_len);
     if (spec_rows < 0) return -1;
+    engine_kv_blocks(&e->kv, budget);
+    if (engine_kv_check_budget(&e->kv, err, err_len)) return -1;
     int max_logits = sched_max_logits(c->max_seqs) + spec_rows;
     e->f = fwd_create(c->model, e->be, &e->kv.g, e->kv.n_blocks, c->max_batch_tokens, max_logits, err, err_len);
     if (!e->f) return -1;
@@ -953,6 +996,7 @@ static int eng__setup(engine *e, char *err, size_t err_len)
         .eog_ids = e->eog,
         .n_eog = e->n_eog,
         .propose = e->spec ? eng__propose : NULL,
+        .propose_release = e->spec ? eng__propose_release : NULL,
         .propose_ud = e->spec,
         .spec_k = c->spec_k,
         .spec_rows = spec_rows,

@@ -97,6 +97,7 @@ typedef struct engine_config {
     int spec_ngram_min;          /* ngram: shortest suffix looked up */
     int spec_ngram_max;          /* ngram: longest suffix looked up */
     int spec_disable_batch;      /* no proposals in a step with more decoding sequences than this */
+    const char *spec_draft_model; /* draft: the draft model's GGUF file (same vocabulary) */
 } engine_config;
 
 void engine_config_default(engine_config *c);

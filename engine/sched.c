@@ -583,6 +583,7 @@ int sched_commit(sched *sc, sampling_out *v, int n)
 void sched_release(sched *sc, seq *s, int finish)
 {
     if (s->status == SEQ_FINISHED) return;
+    if (s->spec_state && sc->c.propose_release) sc->c.propose_release(sc->c.propose_ud, s);
     sched__tier_release(sc, s);
     if (s->status == SEQ_RUNNING) {
         sched__free_blocks(sc, s);

@@ -37,7 +37,8 @@ typedef struct sched_config {
     /* Speculative decoding (engine/spec.h): propose(ud, s, k, out) guesses up to k tokens that
      * follow s into out and returns how many; NULL: off. Called while planning, for a sequence
      * that decodes one token and holds no pending token. */
-    int (*propose)(void *ud, const seq *s, int k, int32_t *out);
+    int (*propose)(void *ud, seq *s, int k, int32_t *out);
+    void (*propose_release)(void *ud, seq *s); /* s finished: the proposer drops its state */
     void *propose_ud;
     int spec_k;             /* most drafts per sequence and step (≤ SEQ_MAX_DRAFT) */
     int spec_rows;          /* most draft rows per step (logit rows beyond sched_max_logits) */

@@ -95,6 +95,8 @@ typedef struct seq {
                                n_tokens) that this step verifies (a copy also lies in tokens[n_tokens
                                ..) until sched_advance puts the placeholder there) */
     int n_draft;            /* drafts planned this step (0: an ordinary decode); reset by sched_apply */
+    void *spec_state;       /* the proposer's state for this sequence (a draft model's shadow), NULL
+                               when none; freed by the proposer's release, never copied by a clone */
     int spec_k;             /* drafts to ask for next (adaptive, spec.h: spec_next_k); 0: not yet set */
     int flights;            /* launched steps whose results name this sequence and are not
                                applied yet: its owner must not free it while > 0 */

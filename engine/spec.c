@@ -63,7 +63,7 @@ typedef struct ngram {
     int n_min, n_max;
 } ngram;
 
-static int ngram_propose(spec_proposer *p, const seq *s, int k, int32_t *out)
+static int ngram_propose(spec_proposer *p, seq *s, int k, int32_t *out)
 {
     const ngram *g = (const ngram *)p;
     return spec_ngram_lookup(s->tokens, s->n_tokens, g->n_min, g->n_max, k, out);

@@ -30,6 +30,9 @@
 #include <stdint.h>
 
 #include "engine/seq.h"
+#include "model/model.h"
+
+struct backend; /* engine/backend.h */
 
 enum spec_method { SPEC_OFF = 0, SPEC_NGRAM = 1, SPEC_DRAFT = 2 };
 
@@ -48,10 +51,11 @@ typedef struct spec_proposer spec_proposer;
 
 typedef struct spec_ops {
     /* Up to k (≥ 1) guesses of the tokens that follow s's known tokens into out[0 .. k).
-     * Returns how many (0: no proposal, s decodes one token as usual). Must not change s. */
-    int (*propose)(spec_proposer *p, const seq *s, int k, int32_t *out);
-    /* s finished or was preempted: drop whatever the proposer keeps for it. May be NULL. */
-    void (*release)(spec_proposer *p, const seq *s);
+     * Returns how many (0: no proposal, s decodes one token as usual). Changes nothing of s
+     * but s->spec_state, the proposer's own slot. */
+    int (*propose)(spec_proposer *p, seq *s, int k, int32_t *out);
+    /* s finished: drop whatever the proposer keeps for it (s->spec_state). May be NULL. */
+    void (*release)(spec_proposer *p, seq *s);
     void (*destroy)(spec_proposer *p);
 } spec_ops;
 
@@ -64,6 +68,23 @@ void spec_config_default(spec_config *c);
 /* Parses "ngram", "draft", "off" into *method. 0 or -EINVAL. */
 int spec_method_parse(const char *s, int *method);
 const char *spec_method_name(int method);
+
+/* The draft-model proposer's setting. */
+typedef struct spec_draft_config {
+    model *m;               /* the draft model: owned by the proposer once it is created */
+    struct backend *(*make_backend)(const char *device, int n_threads, char *err, size_t err_len);
+    const char *device;     /* the target's device: the draft runs on its own instance of it */
+    int n_threads;
+    size_t kv_bytes;        /* the draft's share of the KV budget */
+    int kv_dtype, block_size;
+    int n_ctx;              /* the context limit (the share must hold one sequence at it) */
+    int max_tokens;         /* tokens per draft step (its prefill chunk) */
+} spec_draft_config;
+
+/* The draft-model proposer. NULL with a message in err (c->m stays the caller's then). */
+spec_proposer *spec_draft_create(const spec_draft_config *c, char *err, size_t err_len);
+/* KV bytes per token of model m's cache in blocks of block_size of kv_dtype. */
+size_t spec_draft_bytes_per_token(const model *m, int block_size, int kv_dtype);
 
 /* The n-gram proposer over c's sizes (copied). NULL on -ENOMEM. */
 spec_proposer *spec_ngram_create(const spec_config *c);

@@ -723,3 +723,121 @@ Test(engine_spec, every_architecture_greedy_matches_off, .timeout = 600)
     cr_assert_gt(drafts, 0);
     cr_assert_gt(acc, 0, "some drafts were accepted");
 }
+
+/* ---- the draft-model proposer ------------------------------------------------------------------ */
+
+/* A synthetic pair: the target's first two layers, embedding and head are the draft's, its four
+ * more layers are quiet. Writes both files; the caller unlinks them. */
+static void ts_pair(char *target, char *draft, size_t n, int type, int draft_vocab)
+{
+    mkm_params p;
+    mkm_params_default(&p);
+    p.dim = 64;
+    p.heads = 4;
+    p.kv_heads = 2;
+    p.type = type;
+    p.seed = 77;
+    p.layers = 6;
+    p.quiet_from = 2;
+    p.quiet_scale = 0.01f;
+    tu_write_mkmodel(&p, "spec-target", target, n);
+    p.layers = 2;
+    p.quiet_from = 0;
+    if (draft_vocab) p.vocab = draft_vocab;
+    tu_write_mkmodel(&p, "spec-draft", draft, n);
+}
+
+/* Greedy and seeded-sampled requests (log-probs, n = 2, a stop string, penalties) on the target,
+ * speculation off and with the draft: the same streams; the draft's guesses are mostly right. */
+Test(engine_spec, draft_model_matches_off, .timeout = 300)
+{
+    char tp[1024], dp[1024], err[512];
+    ts_pair(tp, dp, sizeof tp, DT_F32, 0);
+    model *m;
+    cr_assert_eq(model_load(tp, &m, err, sizeof err), 0, "%s", err);
+    tokenizer *tok = tok_create(m->gguf, err, sizeof err);
+    cr_assert_not_null(tok, "%s", err);
+    static ts_req runs[2][4];
+    engine_stats st;
+    for (int sp = 0; sp < 2; sp++) {
+        engine_config c;
+        engine_config_default(&c);
+        c.model = m;
+        c.tok = tok;
+        c.device = "cpu";
+        c.n_threads = 1;
+        c.make_backend = be_create;
+        c.kv_memory_bytes = (size_t)32 << 20;
+        c.quiet = 1;
+        c.wake = te_wake;
+        c.wake_ud = &te_w;
+        c.max_seqs = 8;
+        c.max_batch_tokens = 128;
+        c.spec_method = sp ? SPEC_DRAFT : SPEC_OFF;
+        c.spec_draft_model = dp;
+        c.spec_k = 5;
+        engine *e = engine_create(&c, err, sizeof err);
+        cr_assert_not_null(e, "%s", err);
+        memset(runs[sp], 0, sizeof runs[sp]);
+        for (int q = 0; q < 4; q++) {
+            engine_request r;
+            memset(&r, 0, sizeof r);
+            r.n_prompt = 10 + 7 * q;
+            r.prompt = malloc((size_t)r.n_prompt * sizeof(int32_t));
+            for (int i = 0; i < r.n_prompt; i++) r.prompt[i] = (int32_t)(3 + (i * 31 + q * 7) % 500);
+            r.n = q == 2 ? 2 : 1;
+            r.max_tokens = 80;
+            smp_params_default(&r.sampling);
+            r.sampling.temperature = q == 0 ? 0.0f : 0.05f; /* sampled, but peaked: mostly agreeing */
+            r.sampling.seed = 500 + (uint64_t)q;
+            r.sampling.has_seed = 1;
+            r.sampling.n_logprobs = q % 2 ? 2 : -1;
+            if (q == 3) r.sampling.repetition_penalty = 1.2f;
+            runs[sp][q].n = r.n;
+            cr_assert_eq(engine_submit(e, &r, &runs[sp][q].id), 0);
+        }
+        ts_collect(e, runs[sp], 4, 5);
+        ts_idle(e);
+        engine_get_stats(e, &st);
+        engine_destroy(e, 1);
+    }
+    ts_same(runs[0], runs[1], 4, "draft model");
+    printf("draft: %lld verify rows, %lld drafts, %lld accepted\n", (long long)st.spec_drafts,
+           (long long)st.spec_draft_tokens, (long long)st.spec_accepted);
+    cr_assert_eq(st.spec_method, SPEC_DRAFT);
+    cr_assert_gt(st.spec_accepted * 3, st.spec_draft_tokens, "a quiet-layer target agrees with its draft often");
+    tok_destroy(tok);
+    model_destroy(m);
+    unlink(tp);
+    unlink(dp);
+}
+
+/* A draft whose vocabulary differs is refused at start-up, and so is draft without a file. */
+Test(engine_spec, draft_model_vocabulary_checked)
+{
+    char tp[1024], dp[1024], err[512];
+    ts_pair(tp, dp, sizeof tp, DT_F32, 600);
+    model *m;
+    cr_assert_eq(model_load(tp, &m, err, sizeof err), 0, "%s", err);
+    tokenizer *tok = tok_create(m->gguf, err, sizeof err);
+    engine_config c;
+    engine_config_default(&c);
+    c.model = m;
+    c.tok = tok;
+    c.device = "cpu";
+    c.n_threads = 1;
+    c.make_backend = be_create;
+    c.kv_memory_bytes = (size_t)32 << 20;
+    c.quiet = 1;
+    c.spec_method = SPEC_DRAFT;
+    c.spec_draft_model = dp;
+    cr_assert_null(engine_create(&c, err, sizeof err));
+    cr_assert(strstr(err, "vocabulary"), "%s", err);
+    c.spec_draft_model = NULL;
+    cr_assert_null(engine_create(&c, err, sizeof err));
+    cr_assert(strstr(err, "draft-model"), "%s", err);
+    tok_destroy(tok);
+    model_destroy(m);
+    unlink(tp);
+    unlink(dp);
+}

@@ -52,7 +52,7 @@ typedef struct ss_prop {
     int64_t calls, proposed;
 } ss_prop;
 
-static int ss_propose(void *ud, const seq *s, int k, int32_t *out)
+static int ss_propose(void *ud, seq *s, int k, int32_t *out)
 {
     ss_prop *p = ud;
     p->calls++;
