@@ -736,6 +736,8 @@ static void gc_bench_overlap(backend *gpu, gc_model *gm, int quick)
     fwd_destroy(f);
 }
 
+#include "cuda/check/spec_checks.c"
+
 static void gc_bench(backend *gpu, int quick)
 {
     char v[40], ref[48];
@@ -833,6 +835,7 @@ static void gc_bench(backend *gpu, int quick)
     fwd_destroy(f);
     gc_bench_sampler(gpu);
     gc_bench_overlap(gpu, &gm, quick);
+    gc_spec(gpu, &gm, quick);
     gc_tinyllama_free(&gm);
 }
 
