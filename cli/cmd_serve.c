@@ -39,6 +39,9 @@ int cli_serve(cli_opts *o)
     c.drain_timeout_s = o->drain_timeout_s;
     c.sse_ping_interval_s = o->sse_ping_interval_s;
     c.grammar_cache = o->grammar_cache;
+    c.pooling = o->pooling;
+    c.response_store = o->response_store;
+    c.response_store_bytes = o->response_store_bytes;
     if (o->port < 0 || o->port > 65535 || c.drain_timeout_s < 0 || c.sse_ping_interval_s <= 0 || c.grammar_cache < 0) {
         fprintf(stderr, "kvserve serve: --port, --drain-timeout, --sse-ping-interval or --grammar-cache out of range\n");
         return 2;

@@ -45,6 +45,7 @@
 #include "engine/engine_kv.h"
 #include "engine/engine_tier.h"
 #include "engine/forward.h"
+#include "engine/pool.h"
 #include "engine/sampling.h"
 #include "engine/sched.h"
 #include "engine/spec.h"
@@ -59,6 +60,7 @@ typedef struct eng_req {
     detok *dt;              /* [r.n] */
     char *done;             /* [r.n] 1 when the choice's final event was queued */
     int n_done;
+    pool_acc *pool;         /* a pooled request's accumulator (engine_request.pooling), else NULL */
     struct eng_req *next;   /* submission queue, then the active list */
 } eng_req;
 
@@ -77,6 +79,9 @@ struct engine {
     const int32_t *eog;
     int n_eog;
     gr_vocab *gvoc;         /* the vocabulary as grammars see it, built at the first constrained request */
+    pool_rows pool_buf;     /* pooled sequences' hidden rows of a step (host) */
+    pool_head head;         /* the reranking head, built at the first rank-pooled request */
+    int head_state;         /* 0: not built yet, 1: built, -1: the model has none */
     pthread_t thread;
     int thread_started;
 
@@ -103,6 +108,7 @@ struct engine {
     int64_t idle_at_us;       /* when kv_blocks_idle was last counted */
     int failed;
     int64_t phase_us[ENGINE_PHASES];      /* this step's time per phase */
+    int launched;                         /* a step was launched since the last observation */
     uint64_t phase_hist[ENGINE_PHASES][ENGINE_STEP_BUCKETS + 1]; /* all steps' (copied to stats) */
     int64_t phase_total_us[ENGINE_PHASES];
     int64_t log_at_us, log_steps;         /* -v: the last breakdown's time and step count */
@@ -164,6 +170,7 @@ static void eng__req_free(eng_req *q)
     free(q->seqs);
     free(q->dt);
     free(q->done);
+    pool_acc_destroy(q->pool);
     eng__free_request_arrays(&q->r);
     free(q);
 }
@@ -174,6 +181,7 @@ void engine_event_free(engine_event *ev)
     free(ev->text);
     free(ev->tokens);
     free(ev->logprobs);
+    free(ev->pooled);
     free(ev);
 }
 
@@ -286,6 +294,52 @@ static void eng__reap(engine *e)
 
 /* ---- the engine thread ----------------------------------------------------------------- */
 
+/* A pooled request's accumulator, and what its sequence needs from the scheduler: the whole
+ * prompt computed when rows of a cached prefix are pooled, its blocks kept out of the prefix
+ * cache unless it asked. The reranking head is built at the first request that ranks. 0 or -1. */
+static int eng__pool_setup(engine *e, eng_req *q, seq *s)
+{
+    const model *m = e->cfg.model;
+    if (q->r.pooling == MODEL_POOL_RANK && !e->head_state) {
+        char err[256];
+        e->head_state = pool_head_init(&e->head, m, e->cfg.tok, err, sizeof err) ? -1 : 1;
+        if (e->head_state < 0 && !e->cfg.quiet) fprintf(stderr, "engine: %s\n", err);
+    }
+    if (q->r.pooling == MODEL_POOL_RANK && e->head_state < 0) return -1;
+    q->pool = pool_acc_create(q->r.pooling, m->hp.n_embd, q->r.n_prompt, e->head.last);
+    if (!q->pool) return -1;
+    s->pool = q->pool;
+    s->pool_whole = pool_acc_whole(q->pool);
+    s->no_cache = !q->r.cache_prompt;
+    return 0;
+}
+
+/* A pooled request's one event: its vector, or the head's outputs (rank), finish STOP. */
+static void eng__end_pooled(engine *e, eng_req *q, eng_evlist *out)
+{
+    if (q->done[0]) return;
+    const pool_acc *a = q->pool;
+    engine_event *ev = pool_acc_done(a) ? eng__event(q, 0, "", 0, NULL, ENGINE_FINISH_STOP) : NULL;
+    float *row = ev ? malloc(sizeof *row * (size_t)a->dim) : NULL;
+    int n = a->kind == MODEL_POOL_RANK ? e->head.n_out : a->dim;
+    if (row) ev->pooled = malloc(sizeof *ev->pooled * (size_t)n);
+    if (!row || !ev->pooled) {
+        free(row);
+        engine_event_free(ev);
+        eng__end_request(e, q, ENGINE_FINISH_ERROR, out);
+        return;
+    }
+    pool_acc_result(a, row);
+    if (a->kind == MODEL_POOL_RANK) pool_head_apply(&e->head, row, ev->pooled);
+    else memcpy(ev->pooled, row, sizeof *row * (size_t)n);
+    free(row);
+    ev->n_pooled = n;
+    if (q->seqs[0] && q->seqs[0]->status != SEQ_FINISHED) sched_release(e->sc, q->seqs[0], ENGINE_FINISH_STOP);
+    eng__emit(out, ev);
+    q->done[0] = 1;
+    q->n_done++;
+}
+
 /* Makes q's first sequence and puts it in the scheduler (or finishes it when max_tokens is 0). */
 static void eng__intake(engine *e, eng_req *q, eng_evlist *out)
 {
@@ -301,7 +355,7 @@ static void eng__intake(engine *e, eng_req *q, eng_evlist *out)
                        q->r.include_stop_str))
             goto fail;
     for (int i = 0; i < n; i++) q->dt[i].render_special = q->r.render_special;
-    if (q->r.max_tokens == 0 && !q->r.prompt_logprobs) {
+    if (q->r.max_tokens == 0 && !q->r.prompt_logprobs && !q->r.pooling) {
         for (int i = 0; i < n; i++) {
             eng__emit(out, eng__event(q, i, "", 0, NULL, ENGINE_FINISH_LENGTH));
             q->done[i] = 1;
@@ -332,6 +386,11 @@ static void eng__intake(engine *e, eng_req *q, eng_evlist *out)
         }
     }
     s->arrival_us = q->arrival_us;
+    if (q->r.pooling && eng__pool_setup(e, q, s)) {
+        seq_destroy(s);
+        q->seqs[0] = NULL;
+        goto fail;
+    }
     if (sched_add(e->sc, s)) {
         q->seqs[0] = NULL;
         seq_destroy(s);
@@ -470,7 +529,9 @@ static void eng__on_results(engine *e, const sampling_out *v, int n, eng_evlist 
         } else if (v[i].kind == SAMPLING_SKIP) {
             i++;
         } else if (v[i].kind == SAMPLING_END) {
-            eng__end_request(e, v[i++].s->owner, ENGINE_FINISH_LENGTH, out);
+            eng_req *q = v[i++].s->owner;
+            if (q->pool) eng__end_pooled(e, q, out);
+            else eng__end_request(e, q, ENGINE_FINISH_LENGTH, out);
         } else {
             eng__on_sample(e, &v[i++], out);
         }
@@ -529,6 +590,7 @@ static int eng__step_once(engine *e, eng_evlist *out)
     if (rc == -EAGAIN && !busy) return eng__unschedulable(e, out);
     if (rc == -EAGAIN) rc = 0; /* nothing new to launch: collect the step in flight */
     else if (!rc) rc = stp_launch(e->steps, &plan, &sp);
+    e->launched |= !rc && sp;
     if (!rc && sp && stp_in_flight(e->steps) == 2) e->steps_overlapped++;
     if (!rc && sp && !e->overlap) rc = eng__advance(e, sp);
     if (!rc && stp_in_flight(e->steps) > (e->overlap && sp ? 1 : 0)) rc = eng__collect(e, out);
@@ -549,11 +611,17 @@ static int eng__step(engine *e, eng_evlist *out)
     return 0;
 }
 
-/* The step's phase times into the histograms; at -v, a breakdown on stderr every 10 s. */
-static void eng__phase_times(engine *e, int stepped)
+/* The step's phase times into the histograms, one observation per launched step (so that the
+ * counts equal the steps, overlapped or not: an iteration that only collects a step in flight or
+ * finds nothing new to schedule adds its time to the next step's); at -v, a breakdown on stderr
+ * every 10 s. */
+static void eng__phase_times(engine *e)
 {
+    int stepped = e->launched;
+    e->launched = 0;
     stp_take_times(e->steps, e->phase_us);
-    for (int k = 0; k < ENGINE_PHASES && stepped; k++) {
+    if (!stepped) return;
+    for (int k = 0; k < ENGINE_PHASES; k++) {
         int b = 0;
         while (b < ENGINE_STEP_BUCKETS && e->phase_us[k] > engine_step_bounds_us[b]) b++;
         e->phase_hist[k][b]++;
@@ -751,7 +819,7 @@ static void *eng__thread(void *arg)
             for (eng_req *q = e->active; q; q = q->next) eng__end_request(e, q, ENGINE_FINISH_ABORT, &out);
         }
         int worked = aborting ? 0 : eng__step(e, &out);
-        eng__phase_times(e, worked);
+        eng__phase_times(e);
         eng__reap(e);
 
         pthread_mutex_lock(&e->mu);
@@ -1008,7 +1076,7 @@ static int eng__setup(engine *e, char *err, size_t err_len)
     }
     e->sc = sched_create(&sc);
     stp_config pc = {e->be, e->f, &e->kv.g, e->n_vocab, e->eog, e->n_eog, c->max_batch_tokens, c->max_seqs,
-                     max_logits};
+                     max_logits, c->model->hp.n_embd, &e->pool_buf};
     e->steps = stp_create(&pc);
     if (!e->sc || !e->steps) {
         snprintf(err, err_len, "out of memory creating the scheduler");
@@ -1087,6 +1155,8 @@ void engine_destroy(engine *e, int drain)
     sched_destroy(e->sc);
     if (e->spec) e->spec->ops->destroy(e->spec);
     gr_vocab_destroy(e->gvoc);
+    pool_head_fini(&e->head);
+    free(e->pool_buf.v);
     fwd_destroy(e->f);
     be_destroy(e->be);
     pthread_mutex_destroy(&e->mu);
@@ -1100,6 +1170,9 @@ static int eng__validate(const engine *e, const engine_request *req)
     if (!req->prompt || req->n_prompt < 1 || req->n < 1 || req->n > e->cfg.max_seqs ||
         req->max_tokens < 0 || req->n_stop < 0 || req->n_stop > ENGINE_MAX_STOP ||
         (req->n_stop > 0 && !req->stop) || req->prompt_top > SMP_MAX_LOGPROBS)
+        return -EINVAL;
+    if (req->pooling && (req->pooling < MODEL_POOL_MEAN || req->pooling > MODEL_POOL_RANK || req->n != 1 ||
+                         req->max_tokens || req->grammar || req->prompt_logprobs))
         return -EINVAL;
     if (!engine_kv_can_hold(&e->kv, req->n_prompt, req->max_tokens)) return -EINVAL;
     for (int i = 0; i < req->n_prompt; i++)

@@ -37,6 +37,11 @@ int fwd_run(fwd *f, const be_batch *b, float *logits);
  * work is queued. 0 or a negative errno. */
 int fwd_begin(fwd *f, const be_batch *b);
 int fwd_launch(fwd *f, const float **logits);
+/* After fwd_run: the hidden states of the step's first n_rows tokens after the final norm
+ * (what llama.cpp pools for embeddings), as f32 into out [n_rows][n_embd] (host memory), for
+ * pooled sequences. Uses the normed-input scratch, which the step no longer needs. 0 or a
+ * negative errno. */
+int fwd_hidden(fwd *f, int n_rows, float *out);
 
 backend *fwd_backend(fwd *f);
 

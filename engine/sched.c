@@ -270,7 +270,7 @@ static int sched__admit(sched *sc, int i, int *budget, char *held)
 {
     seq *c = sc->waiting[i];
     int matched = 0;
-    if (sc->tree && !seq_is_scoring(c)) {
+    if (sc->tree && !seq_computes_prompt(c)) {
         matched = sched__match(sc, c);
         if (sched__dedup_hold(sc, c, matched)) {
             sched__match_drop(sc, matched);
@@ -329,11 +329,12 @@ static int sched__n_decoding(const sched *sc)
 
 /* Asks the proposer for s's drafts (at most *spare, which shrinks by what was proposed) and puts
  * them into s->draft and past its known tokens; returns how many. A sequence that still scores
- * its prompt, has not forked, holds a pending token or is near its last token proposes nothing. */
+ * its prompt, has not forked, pools its hidden states, holds a pending token or is near its last
+ * token proposes nothing. */
 static int sched__propose(sched *sc, seq *s, int *spare)
 {
     s->n_draft = 0;
-    if (!sc->c.propose || s->pending >= 0 || s->n_choices > 1 || seq_is_scoring(s)) return 0;
+    if (!sc->c.propose || s->pending >= 0 || s->n_choices > 1 || seq_is_scoring(s) || s->pool) return 0;
     int k = s->spec_k > 0 ? s->spec_k : sc->c.spec_k;
     int left[] = {*spare, sc->spec_left, s->max_tokens - seq_n_output(s) - 1, sc->ctx_limit - s->n_tokens - 1,
                   s->cap - s->n_tokens - 1, SEQ_MAX_DRAFT};

@@ -100,6 +100,12 @@ typedef struct seq {
     int spec_k;             /* drafts to ask for next (adaptive, spec.h: spec_next_k); 0: not yet set */
     int flights;            /* launched steps whose results name this sequence and are not
                                applied yet: its owner must not free it while > 0 */
+    struct pool_acc *pool;  /* a pooled sequence (embeddings, reranking: engine/pool.h): its
+                               accumulator, borrowed from the engine's request; else NULL */
+    int pool_whole;         /* with pool: 1 when it pools rows a cached prefix would not give
+                               (every row for mean, the first for cls) */
+    int no_cache;           /* 1: its blocks never enter the prefix cache (they are freed when
+                               it ends) */
 } seq;
 
 /* A new WAITING sequence over a copy of prompt[0..n_prompt). NULL on -ENOMEM. */
@@ -127,6 +133,13 @@ static inline int seq_n_output(const seq *s)
 static inline int seq_is_scoring(const seq *s)
 {
     return s->prompt_logprobs && s->plp_next < s->n_prompt;
+}
+
+/* 1 while s must compute its prompt itself rather than take a cached prefix: it scores the
+ * prompt, or it pools rows a cached prefix would not give (every row, or the first). */
+static inline int seq_computes_prompt(const seq *s)
+{
+    return seq_is_scoring(s) || (s->pool_whole && s->n_computed < s->n_prompt);
 }
 
 /* A copy of s (tokens, computed count, parameters, timestamps, its own copy of the grammar

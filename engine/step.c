@@ -108,6 +108,9 @@ int stp_launch(stp *p, const sched_plan *plan, const sampling_plan **sp)
     int64_t t2 = clk_now_us();
     const float *logits = NULL;
     if (!rc) rc = fwd_launch(p->c.f, &logits);
+    /* pooled sequences take their hidden rows now, before the next step's forward can reuse the
+     * scratch they are read from (a copy to the host: such a step waits for its forward) */
+    if (!rc && p->c.pool) rc = pool_step(p->c.f, plan->entries, plan->n_entries, p->c.pool_dim, p->c.pool);
     int64_t t3 = clk_now_us();
     if (!rc) rc = stp__sample(p, slot, logits);
     int64_t t4 = clk_now_us();

@@ -27,6 +27,7 @@
 #include "cache/kv.h"
 #include "engine/backend.h"
 #include "engine/forward.h"
+#include "engine/pool.h"
 #include "engine/sampling.h"
 #include "engine/sched.h"
 
@@ -38,6 +39,8 @@ typedef struct stp_config {
     const int32_t *eog;       /* [n_eog] borrowed: end-of-generation ids */
     int n_eog;
     int max_tokens, max_seqs, max_logits; /* the batch's bounds */
+    int pool_dim;             /* n_embd: the hidden rows pooled sequences take (engine/pool.h) */
+    pool_rows *pool;          /* borrowed: their host buffer */
 } stp_config;
 
 typedef struct stp stp;

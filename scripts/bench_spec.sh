@@ -4,19 +4,20 @@
 #   target: dim 768, 12 heads, 24 layers, Q8_0, layers 4.. quiet (--quiet-from 4);
 #   draft:  the same seed with 4 layers (the target's first four, embedding and head).
 # Points (each the median of RUNS interleaved off/on pairs, so load on a shared machine hits both):
-#   1. one stream, 64-token prompt, 256 output tokens: off vs --speculative draft;
+#   1. one stream, 64-token prompt, OUT output tokens: off vs --speculative draft;
 #   2. the same stream: off vs --speculative ngram (the synthetic target's greedy output falls into
 #      cycles, which prompt lookup catches: a repeating workload, not a real edit);
 #   3. 16 streams: off vs draft and vs ngram (speculation turns itself off above
 #      --spec-disable-batch decoding sequences).
 # Prints a Markdown table. Usage: scripts/bench_spec.sh [BIN]; THREADS (2), RUNS (3), K (4),
-# QUIET (0.05, the quiet layers' scale: lower makes the pair agree more).
+# QUIET (0.05, the quiet layers' scale: lower makes the pair agree more), OUT (256 output tokens).
 set -euo pipefail
 BIN=${1:-build/kvserve}
 THREADS=${THREADS:-2}
 RUNS=${RUNS:-3}
 K=${K:-4}
 QUIET=${QUIET:-0.05}
+OUT=${OUT:-256}
 DIR=${KVSERVE_BENCH_DIR:-${TMPDIR:-/tmp}/kvserve-bench}
 # shellcheck source=benchlib.sh
 . "$(dirname "$0")/benchlib.sh"
@@ -36,7 +37,7 @@ point() { # label, streams, spec flags... -> one table row
     shift 2
     local off=() on=() acc=()
     for _ in $(seq 1 "$RUNS"); do
-        local w=(--requests "$streams" --max-seqs "$streams" --input-len 64:64 --output-len 256:256)
+        local w=(--requests "$streams" --max-seqs "$streams" --input-len 64:64 --output-len "$OUT:$OUT")
         local a b
         a=$(run "${w[@]}")
         b=$(run "${w[@]}" --num-speculative-tokens "$K" "$@")

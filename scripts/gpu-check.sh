@@ -11,6 +11,10 @@
 #                                              on a machine with python3; the GPU machine then needs only
 #                                              the work tree
 #   scripts/gpu-check.sh --quick [OUTDIR]      smaller kernel checks and shorter benchmarks
+#                                              (without --quick, a build/kvserve built with CUDA also
+#                                              gives the engine's step breakdown at 1, 64 and 256
+#                                              streams, and the step budget's sweep at 256:
+#                                              OUTDIR/engine-steps.txt)
 #   scripts/gpu-check.sh --emulate             no GPU needed: run the CUDA kernels' source on the CPU
 #                                              (cuda/check/attn_emu.cc, quant_emu.cc, ops_emu.cc,
 #                                              sample_emu.cc) against float64, the host's arithmetic
@@ -121,8 +125,34 @@ GOLDEN=.gpu/stories260K.golden.txt
 [ -f "$MODEL" ] || echo "gpu-check: $MODEL missing (run --prepare on a machine with the models): golden check will fail"
 set +e
 if command -v nvidia-smi >/dev/null 2>&1; then nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1; fi
-{ timeout 235 "$B/gpu_check" --model "$MODEL" --golden "$GOLDEN" --out "$OUT" $QUICK; echo $? > "$OUT/exit-status"; } 2>&1 \
+{ timeout 330 "$B/gpu_check" --model "$MODEL" --golden "$GOLDEN" --out "$OUT" $QUICK; echo $? > "$OUT/exit-status"; } 2>&1 \
     | tee "$OUT/gpu-check.log"
 rc=$(cat "$OUT/exit-status" 2>/dev/null || echo 2)
-[ "$rc" = 124 ] && echo "gpu-check: timed out after 235 s"
+[ "$rc" = 124 ] && echo "gpu-check: timed out after 330 s"
+# The whole engine's step by phase (kvserve_step_seconds: schedule, upload, forward, sample, output)
+# at 1, 64 and 256 streams, overlapped and not, when a kvserve built with CUDA is at build/kvserve
+# (`make all` on this machine): the 1.1B-shaped bf16 model, 256-token prompts, 128 output tokens.
+if [ -z "$QUICK" ] && [ -x build/kvserve ]; then
+    M1="$OUT/1b1-bf16.gguf"
+    if build/kvserve mkmodel -o "$M1" --dim 2048 --layers 22 --heads 32 --kv-heads 4 --ffn 5632 --vocab 32000 \
+        --context 2048 --type bf16 > /dev/null 2>&1; then
+        : > "$OUT/engine-steps.txt"
+        for c in 1 64 256; do
+            for ov in on off; do
+                j=$(timeout 120 build/kvserve bench -m "$M1" --device cuda --requests $((c * 4)) --max-seqs "$c" \
+                    --input-len 256:256 --output-len 128:128 --overlap "$ov" --json 2>/dev/null | tail -n 1)
+                echo "streams $c overlap $ov: ${j:-failed}" | tee -a "$OUT/engine-steps.txt"
+            done
+        done
+        # the per-step token budget at 256 streams: its TTFT against its TPOT (docs/gpu.md)
+        for mbt in 1024 2048 4096 8192; do
+            j=$(timeout 120 build/kvserve bench -m "$M1" --device cuda --requests 1024 --max-seqs 256 \
+                --input-len 256:256 --output-len 128:128 --max-batch-tokens "$mbt" --json 2>/dev/null | tail -n 1)
+            echo "streams 256 max-batch-tokens $mbt: ${j:-failed}" | tee -a "$OUT/engine-steps.txt"
+        done
+        rm -f "$M1"
+    else
+        echo "gpu-check: kvserve mkmodel failed: no engine step breakdown"
+    fi
+fi
 exit "$rc"

@@ -21,6 +21,7 @@
 
 #include "model/chat.h"
 #include "server/internal.h"
+#include "server/rstore.h"
 #include "server/toolcall/toolcall.h"
 
 static void on_wake(uv_async_t *h)
@@ -125,6 +126,11 @@ static void on_release(http_req *r)
     srv__gen_free((srv_req *)r);
 }
 
+static char *on_error_body(const http_req *r, const oai_error *e)
+{
+    return srv__error_json((const srv_req *)r, e);
+}
+
 /* What http/ is told: the listener, the limits, the routes (routes.c) and the hooks above. */
 static void http_config_of(srv *s)
 {
@@ -144,6 +150,7 @@ static void http_config_of(srv *s)
         .closed = on_closed,
         .log_ignored = on_log_ignored,
         .release = on_release,
+        .error_body = on_error_body,
     };
 }
 
@@ -181,7 +188,7 @@ static int load(srv *s, char *err, size_t err_len)
     s->n_ctx = s->m->hp.n_ctx_train;
     s->n_vocab = tok_n_vocab(s->tok);
     if (s->m->hp.n_vocab < s->n_vocab) s->n_vocab = s->m->hp.n_vocab;
-    return 0;
+    return srv__pool_load(s, err, err_len);
 }
 
 static void close_handle(uv_handle_t *h)
@@ -196,6 +203,8 @@ static void teardown(srv *s)
     s->e = NULL;
     gr_cache_destroy(s->grammars);
     s->grammars = NULL;
+    rstore_destroy(s->store);
+    s->store = NULL;
     close_handle((uv_handle_t *)&s->wake);
     close_handle((uv_handle_t *)&s->ping_timer);
     if (s->watchdog_on) close_handle((uv_handle_t *)&s->watchdog_timer);
@@ -207,6 +216,7 @@ static void teardown(srv *s)
     for (http_req *r = s->http.reqs; r; r = r->next) ((srv_req *)r)->n_open = 0;
     http_free_all(&s->http);
     uv_loop_close(&s->loop);
+    srv__pool_unload(s);
     chat_tmpl_destroy(s->tmpl); /* it borrows the tokenizer */
     tok_destroy(s->tok);
     model_destroy(s->m);
@@ -283,6 +293,12 @@ int srv_run(const srv_config *cfg)
     uv_signal_init(&s->loop, &s->sig_int);
     s->sig_term.data = s->sig_int.data = s;
     model_id_of(cfg, s->model_id, sizeof s->model_id);
+    /* Stored /v1/responses for previous_response_id and GET /v1/responses/{id}. */
+    if (cfg->response_store > 0 && !(s->store = rstore_create(cfg->response_store, cfg->response_store_bytes))) {
+        fprintf(stderr, "kvserve serve: out of memory\n");
+        s->exit_code = 1;
+        goto out;
+    }
     /* Grammars with their cached masks: entries from the flag, at most 1 GiB in all. */
     if (cfg->grammar_cache > 0 && !(s->grammars = gr_cache_create(cfg->grammar_cache, (size_t)1 << 30))) {
         fprintf(stderr, "kvserve serve: out of memory\n");

@@ -12,7 +12,8 @@
  * shuffles exchange through a per-warp array between two barriers of the warp's 32 threads. This
  * is an emulation of the execution model, not of timing: it catches indexing, masking, barrier
  * placement within a block and reduction mistakes, not races that only real concurrency or the
- * memory model would show.
+ * memory model would show. The integer instructions (dp4a, the s8 mma.sync shapes, the atomics of
+ * a last-block reduction) are in emu_int.h, included at the end.
  */
 #ifndef KVSERVE_EMU_CUDA_H
 #define KVSERVE_EMU_CUDA_H
@@ -182,11 +183,8 @@ static inline double __shfl_xor_sync(unsigned mask, double v, int o)
     return r;
 }
 
-/* Atomics on memory the emulated threads share (they run truly in parallel). */
-static inline unsigned atomicAdd(unsigned *a, unsigned v)
-{
-    return __atomic_fetch_add(a, v, __ATOMIC_SEQ_CST);
-}
+/* Atomics on memory the emulated threads share (they run truly in parallel; the unsigned one is
+ * emu_int.h's). */
 static inline int atomicAdd(int *a, int v)
 {
     return __atomic_fetch_add(a, v, __ATOMIC_SEQ_CST);
@@ -217,5 +215,8 @@ static inline float __int_as_float(int i)
     memcpy(&f, &i, sizeof f);
     return f;
 }
+
+/* ---- integer instructions (dp4a, s8 mma.sync), atomics: emu_int.h ---------------------- */
+#include "cuda/check/emu_int.h"
 
 #endif

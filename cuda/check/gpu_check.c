@@ -11,11 +11,15 @@
  *      every architecture with its features switched on (windows, soft-caps, q/k norms, fused
  *      tensors, partial and scaled RoPE), prefill and decode logits against the CPU backend;
  *   3. benchmarks: device-to-device copy bandwidth (the memory ceiling), cuBLAS BF16 GEMM (the
- *      matrix ceiling), the backend's matmul, decode attention bandwidth, and batch-1 / batched
- *      decode of a TinyLlama-1.1B-shaped random BF16 model built in memory; the device sampler's
- *      time per step (256 rows of 32,000) against the host's path, and 256-sequence decode with
- *      logits to the host against the sampler on the device, synchronous and overlapped (the
- *      next step launched with its tokens read on the device);
+ *      matrix ceiling), the backend's matmul (BF16, and every quantised type at 1, 8 and 512 rows
+ *      on two shapes: cuda/check/quant_bench.c), decode attention bandwidth, and batch-1 /
+ *      batched decode of a TinyLlama-1.1B-shaped random BF16 model built in memory, and of its
+ *      Q8_0 and Q4_K twins at batch 1; the device sampler's time per step (256 rows of 32,000)
+ *      against the host's path, and 256-sequence decode with logits to the host against the
+ *      sampler on the device, synchronous and overlapped (the next step launched with its tokens
+ *      read on the device); the decode step's time by phase at 1, 64 and 256 sequences,
+ *      synchronous and overlapped (host: batch, begin, launch, sample, wait; device: busy time
+ *      and the launch-to-launch gap, from events on the backend's stream);
  * and prints a short table last. Exit status: 0 all checks pass, 1 a check failed, 2 no GPU or a
  * setup error.
  *
@@ -39,7 +43,7 @@
 #include "engine/forward.h"
 #include "model/model.h"
 
-#define GC_MAX_ROWS 128
+#define GC_MAX_ROWS 192
 
 typedef struct gc_row {
     char what[48];
@@ -118,7 +122,11 @@ static void gc_kernels(backend *gpu, backend *cpu, int quick)
         gc_report(kc_check_matmul(&c, kc_weight_types[i], 1, 2048, 2048, 0));
         gc_report(kc_check_matmul(&c, kc_weight_types[i], 8, 2048, 1024, 1));
         gc_report(kc_check_matmul(&c, kc_weight_types[i], 77, 2048, 1024, 1));
+        /* a concatenated Q/K/V of TinyLlama's shape (2048 + 2 × 256 rows) at decode */
+        if (cuda_q_is_quant(kc_weight_types[i])) gc_report(kc_check_matmul(&c, kc_weight_types[i], 5, 2048, 2560, 1));
     }
+    gc_report(kc_check_qmatmul_multi(&c, 1, 2048));
+    gc_report(kc_check_qmatmul_multi(&c, 100, 2048));
     for (int neox = 0; neox < 2; neox++) {
         gc_report(kc_check_rope(&c, neox, 0));
         gc_report(kc_check_rope(&c, neox, 1));
@@ -320,6 +328,7 @@ static void gc_archs(kc_ctx *c)
 {
     printf("== every architecture: CUDA logits vs the CPU backend\n");
     for (int a = 0; a < KC_N_ARCHS; a++) gc_report(kc_check_arch(c, a));
+    gc_report(kc_check_arch_typed(c, KC_N_ARCHS - 1, DT_Q8_0)); /* llama, Q8_0: mmvq and mmq end to end */
 }
 
 /* ---- 3. benchmarks ------------------------------------------------------------------------- */
@@ -622,13 +631,55 @@ static double sc_bench_sampler(backend *be, const float *logits, int32_t n, int3
     return t[REPS / 2];
 }
 
+/* Where a decode step's time goes, host and device (gc_bench_decode_device with si): the host's
+ * mean microseconds per step building the batch (the engine's schedule), in fwd_begin (metadata
+ * packed into pinned memory and its asynchronous upload, the token references), fwd_launch
+ * (enqueueing the forward or replaying its graph), be_ops.sample (enqueueing the sampler) and
+ * sample_wait (the step's one wait); from CUDA events on the backend's stream, the device's time
+ * from a step's first work (its metadata's copy) to its sampler's end, and the gap from one step's
+ * sampler end to the next step's first work having completed: the device idle between steps plus
+ * the metadata copy (a few microseconds), which overlapped steps should bring to that copy alone. */
+typedef struct gc_stepinfo {
+    double host_us[5]; /* build, begin, launch, sample, wait */
+    double wall_ms;    /* per decode step */
+    double gpu_ms;     /* per decode step: first work to sampler end */
+    double gap_us, gap_p90_us;
+} gc_stepinfo;
+
+static const char *const gc_host_phase[5] = {"build", "begin", "launch", "sample", "wait"};
+
+/* The stepinfo's device times from the events recorded at each step's first work (first[st]) and
+ * its sampler's end (end[st]), decode steps 1 .. steps. */
+static void gc_step_events(gc_stepinfo *si, cudaEvent_t *first, cudaEvent_t *end, int steps)
+{
+    double busy = 0, gaps[1024];
+    int ng = 0;
+    cudaEventSynchronize(end[steps]);
+    for (int st = 1; st <= steps; st++) {
+        float ms = 0;
+        if (cudaEventElapsedTime(&ms, first[st], end[st]) == cudaSuccess) busy += ms;
+        if (cudaEventElapsedTime(&ms, end[st - 1], first[st]) == cudaSuccess && ng < 1024) gaps[ng++] = ms * 1e3;
+    }
+    si->gpu_ms = busy / steps;
+    qsort(gaps, (size_t)ng, sizeof *gaps, gc_cmp_double);
+    double sum = 0;
+    for (int i = 0; i < ng; i++) sum += gaps[i];
+    si->gap_us = ng ? sum / ng : 0;
+    si->gap_p90_us = ng ? gaps[(ng * 9) / 10 < ng ? (ng * 9) / 10 : ng - 1] : 0;
+}
+
 /* Decode throughput of n_seqs sequences as the engine runs them with the sampler on the device
  * (greedy rows, be_ops.sample): synchronous (each step's tokens waited for, then fed back from the
  * host), or overlapped (step n + 1 begun and launched with its tokens as references to step n's
  * sampled ids, then step n waited for). tok/s of the decode steps. */
 static double gc_bench_decode_device(fwd *f, const model *m, int n_seqs, int prompt, int steps, int bt_stride,
-                                     int overlap)
+                                     int overlap, gc_stepinfo *si)
 {
+    cudaStream_t stream = si ? (cudaStream_t)cuda_backend_stream(fwd_backend(f)) : NULL;
+    cudaEvent_t *ev = si ? calloc(2 * ((size_t)steps + 1), sizeof *ev) : NULL;
+    for (int i = 0; ev && i < 2 * (steps + 1); i++) cudaEventCreate(&ev[i]);
+    if (si) memset(si, 0, sizeof *si);
+    double th[6];
     const int bs = 16;
     backend *be = fwd_backend(f);
     int max_tok = n_seqs * prompt;
@@ -651,6 +702,7 @@ static double gc_bench_decode_device(fwd *f, const model *m, int n_seqs, int pro
     int rc = 0;
     for (int st = 0; st <= steps && !rc; st++) {
         int n = 0;
+        th[0] = gc_now();
         q_start[0] = 0;
         for (int s = 0; s < n_seqs; s++) {
             int cnt = st == 0 ? prompt : 1, base = st == 0 ? 0 : prompt + st - 1;
@@ -665,15 +717,29 @@ static double gc_bench_decode_device(fwd *f, const model *m, int n_seqs, int pro
         }
         be_batch b = {.n_tokens = n, .tokens = tokens, .positions = pos, .n_seqs = n_seqs, .q_start = q_start, .n_logits = n_seqs, .logit_rows = lrows, .n_kv = 1, .kv = {{.slots = slots, .ctx_len = ctx, .block_table = bt, .bt_stride = bt_stride}}};
         const float *logits = NULL;
+        th[1] = gc_now();
         rc = fwd_begin(f, &b);
+        if (ev) cudaEventRecord(ev[st], stream); /* after the metadata's copy */
+        th[2] = gc_now();
         if (!rc) rc = fwd_launch(f, &logits);
+        th[3] = gc_now();
         if (!rc) rc = be->ops->sample(be, logits, &sb, st & 1);
+        if (ev) cudaEventRecord(ev[steps + 1 + st], stream);
+        th[4] = gc_now();
         if (!rc && (!overlap || st == 0)) rc = be->ops->sample_wait(be, st & 1, &ids, &lps);
         else if (!rc) rc = be->ops->sample_wait(be, (st - 1) & 1, &ids, &lps); /* step st - 1's, while st runs */
+        th[5] = gc_now();
+        for (int k = 0; si && st > 0 && k < 5; k++) si->host_us[k] += (th[k + 1] - th[k]) * 1e6 / steps;
         if (st == 0) t0 = gc_now(); /* time the decode steps only */
     }
     if (!rc && overlap) rc = be->ops->sample_wait(be, steps & 1, &ids, &lps);
     double tps = rc ? 0 : (double)n_seqs * steps / (gc_now() - t0);
+    if (si && !rc) {
+        si->wall_ms = (gc_now() - t0) * 1e3 / steps;
+        gc_step_events(si, ev, ev + steps + 1, steps);
+    }
+    for (int i = 0; ev && i < 2 * (steps + 1); i++) cudaEventDestroy(ev[i]);
+    free(ev);
     free(tokens), free(pos), free(slots), free(q_start), free(ctx), free(lrows), free(bt), free(rows);
     return tps;
 }
@@ -701,6 +767,36 @@ static void gc_bench_sampler(backend *gpu)
     gpu->ops->free(gpu, xg);
 }
 
+/* The step's time by phase at 1, 64 and 256 sequences, synchronous and overlapped, with graphs:
+ * one row each (wall time per step, the device's share of it, the launch-to-launch gap), the host
+ * phases in the log. */
+static void gc_bench_steps(fwd *f, const model *m, int prompt, int steps, int stride)
+{
+    static const int sizes[3] = {1, 64, 256};
+    char what[64], v[40], ref[64];
+    backend *be = fwd_backend(f);
+    cuda_set_graphs(be, 1);
+    for (int i = 0; i < 3; i++)
+        for (int ov = 0; ov < 2; ov++) {
+            gc_stepinfo si;
+            double tps = gc_bench_decode_device(f, m, sizes[i], prompt, steps, stride, ov, &si);
+            snprintf(what, sizeof what, "step b=%d %s", sizes[i], ov ? "overlapped" : "sync");
+            if (tps <= 0) {
+                gc_add(what, "not run", "decode failed", 0);
+                continue;
+            }
+            snprintf(v, sizeof v, "%.3f ms/step", si.wall_ms);
+            snprintf(ref, sizeof ref, "GPU %.0f%%, gap %.0f us (p90 %.0f)", si.wall_ms > 0 ? 100 * si.gpu_ms / si.wall_ms : 0,
+                     si.gap_us, si.gap_p90_us);
+            gc_add(what, v, ref, -1);
+            printf("  %s: %.3f ms/step, device %.3f ms, gap mean %.1f us p90 %.1f us; host us/step:", what, si.wall_ms,
+                   si.gpu_ms, si.gap_us, si.gap_p90_us);
+            for (int k = 0; k < 5; k++) printf(" %s %.1f", gc_host_phase[k], si.host_us[k]);
+            printf("\n");
+        }
+    cuda_set_graphs(be, 0);
+}
+
 /* Decode of the TinyLlama-shaped model at 256 sequences: logits to the host against the sampler on
  * the device, synchronous and overlapped, and one sequence overlapped (its time per token). */
 static void gc_bench_overlap(backend *gpu, gc_model *gm, int quick)
@@ -719,9 +815,9 @@ static void gc_bench_overlap(backend *gpu, gc_model *gm, int quick)
     gc_add("tinyllama b=256, host sampling", v, "logits to the host", -1);
     for (int graphs = 0; graphs < 2; graphs++) {
         cuda_set_graphs(gpu, graphs);
-        double sync = gc_bench_decode_device(f, &gm->m, batch, prompt, steps, stride, 0);
-        double ov = gc_bench_decode_device(f, &gm->m, batch, prompt, steps, stride, 1);
-        double one = gc_bench_decode_device(f, &gm->m, 1, prompt, steps, stride, 1);
+        double sync = gc_bench_decode_device(f, &gm->m, batch, prompt, steps, stride, 0, NULL);
+        double ov = gc_bench_decode_device(f, &gm->m, batch, prompt, steps, stride, 1, NULL);
+        double one = gc_bench_decode_device(f, &gm->m, 1, prompt, steps, stride, 1, NULL);
         snprintf(v, sizeof v, "%.0f tok/s", sync);
         snprintf(ref, sizeof ref, "%.2fx host sampling%s", sync / host, graphs ? ", graphs" : "");
         gc_add("  device sampling, sync", v, ref, -1);
@@ -733,9 +829,11 @@ static void gc_bench_overlap(backend *gpu, gc_model *gm, int quick)
         gc_add("  b=1 overlapped", v, ref, -1);
     }
     cuda_set_graphs(gpu, 0);
+    gc_bench_steps(f, &gm->m, prompt, steps, stride);
     fwd_destroy(f);
 }
 
+#include "cuda/check/quant_bench.c"
 #include "cuda/check/spec_checks.c"
 
 static void gc_bench(backend *gpu, int quick)
@@ -757,21 +855,8 @@ static void gc_bench(backend *gpu, int quick)
     snprintf(v, sizeof v, "%.0f GB/s weights", wgbs);
     snprintf(ref, sizeof ref, "%.0f%% of copy", 100 * wgbs / copy);
     gc_add("matmul op 1x2048->5632", v, ref, -1);
-    /* quantised blocks on the device: the dequantising GEMV (decode), F16 tiles + cuBLAS (prefill) */
-    const int qtypes[] = {DT_Q4_0, DT_Q4_K, DT_Q6_K, DT_Q8_0};
-    for (int i = 0; i < 4; i++) {
-        char name[64];
-        gc_bench_matmul(gpu, qtypes[i], 1, &wgbs);
-        snprintf(v, sizeof v, "%.0f GB/s weights", wgbs);
-        snprintf(ref, sizeof ref, "%.0f%% of copy", 100 * wgbs / copy);
-        snprintf(name, sizeof name, "matmul op %s 1x2048->5632", dt_name(qtypes[i]));
-        gc_add(name, v, ref, -1);
-        mm = gc_bench_matmul(gpu, qtypes[i], 512, NULL);
-        snprintf(v, sizeof v, "%.1f TFLOP/s", mm);
-        snprintf(ref, sizeof ref, "%.0f%% of cuBLAS peak", 100 * mm / peak);
-        snprintf(name, sizeof name, "matmul op %s 512x2048->5632", dt_name(qtypes[i]));
-        gc_add(name, v, ref, -1);
-    }
+    /* quantised blocks on the device: mmvq (decode), mmq and the F16 tiles (prefill), every type */
+    gc_bench_quant(gpu, copy, peak, quick);
     int sp = 0;
     double ab = gc_bench_attention(gpu, 64, 2048, &sp);
     snprintf(v, sizeof v, "%.0f GB/s (splits %d)", ab, sp);
@@ -837,6 +922,8 @@ static void gc_bench(backend *gpu, int quick)
     gc_bench_overlap(gpu, &gm, quick);
     gc_spec(gpu, &gm, quick);
     gc_tinyllama_free(&gm);
+    /* the same model with Q8_0 and Q4_K weights, one sequence, against these bf16 figures */
+    gc_bench_quant_models(gpu, copy, t1, g1, quick);
 }
 
 int main(int argc, char **argv)
