@@ -27,18 +27,25 @@ typedef struct tcu_env {
     kc_ctx c;
 } tcu_env;
 
-static void tcu_open(tcu_env *e, uint64_t seed, const char *what)
+/* The op checks run the GPU backend with f32 activations (every kernel's f32 instantiation:
+ * within f32 rounding of the CPU); act_type DT_BF16 gives the backend serving runs. */
+static void tcu_open_act(tcu_env *e, uint64_t seed, const char *what, int act_type)
 {
     char why[256];
     if (!cuda_is_available(why, sizeof why)) cr_skip_test("no GPU visible, %s not run (%s)", what, why);
     char err[256];
     memset(e, 0, sizeof *e);
-    e->c.gpu = cuda_backend_create(0, err, sizeof err);
+    e->c.gpu = cuda_backend_create_act(0, act_type, err, sizeof err);
     cr_assert_not_null(e->c.gpu, "%s", err);
     e->c.cpu = cpu_backend_create(2);
     cr_assert_not_null(e->c.cpu);
     e->c.rng = seed;
     printf("cuda/%s seed %#llx on %s\n", what, (unsigned long long)seed, e->c.gpu->desc);
+}
+
+static void tcu_open(tcu_env *e, uint64_t seed, const char *what)
+{
+    tcu_open_act(e, seed, what, DT_F32);
 }
 
 static void tcu_close(tcu_env *e)
@@ -268,6 +275,52 @@ Test(cuda, every_architecture)
     tcu_open(&e, 0xa2c4, "every_architecture");
     for (int a = 0; a < KC_N_ARCHS; a++) tcu_expect(kc_check_arch(&e.c, a));
     tcu_expect(kc_check_arch_typed(&e.c, KC_N_ARCHS - 1, DT_Q8_0));
+    tcu_close(&e);
+}
+
+/* bf16 activations, what serving runs: matmul of every weight type (matrix-vector kernels and
+ * cuBLAS / the quantised GEMM) against float64, and every architecture's logits against the CPU
+ * backend within the bf16 tolerance (kernel_checks.c). */
+Test(cuda, bf16_ops_and_architectures, .timeout = 120)
+{
+    tcu_env e;
+    tcu_open_act(&e, 0xbf16, "bf16_ops_and_architectures", DT_BF16);
+    for (int i = 0; i < KC_N_WEIGHT_TYPES; i++) {
+        int t = kc_weight_types[i];
+        tcu_expect(kc_check_matmul(&e.c, t, 1, kc_n_in(t, 96), 80, 1));
+        tcu_expect(kc_check_matmul(&e.c, t, 6, kc_n_in(t, 98), 40, 0));
+        tcu_expect(kc_check_matmul(&e.c, t, 33, kc_n_in(t, 160), 72, 1));
+    }
+    for (int a = 0; a < KC_N_ARCHS; a++) tcu_expect(kc_check_arch(&e.c, a));
+    tcu_expect(kc_check_arch_typed(&e.c, KC_N_ARCHS - 1, DT_Q8_0));
+    tcu_close(&e);
+}
+
+/* With bf16 activations the tokens must not depend on CUDA graphs: every padded decode step runs
+ * the kernels of its shape, captured, replayed or eager. */
+Test(cuda, bf16_graphs_change_no_token, .timeout = 120)
+{
+    tcu_env e;
+    tcu_open_act(&e, 2, "bf16_graphs_change_no_token", DT_BF16);
+    char path[4096], err[512];
+    snprintf(path, sizeof path, "%s/stories260K.gguf", tu_data_dir());
+    model *m = NULL;
+    if (model_load(path, &m, err, sizeof err)) {
+        tcu_close(&e);
+        cr_assert_fail("model_load %s: %s", path, err);
+    }
+    static int32_t eager[TCU_SEQS][TCU_STEPS], graphs[TCU_SEQS][TCU_STEPS];
+    cuda_set_graphs(e.c.gpu, 0);
+    tcu_generate(m, e.c.gpu, KV_F16, eager);
+    cuda_set_graphs(e.c.gpu, 1);
+    tcu_generate(m, e.c.gpu, KV_F16, graphs);
+    cr_assert_gt(cuda_graph_nodes(e.c.gpu), 0, "a decode step was captured");
+    printf("  a captured decode step of 3 (padded to 4) sequences: %zu graph nodes\n", cuda_graph_nodes(e.c.gpu));
+    for (int s = 0; s < TCU_SEQS; s++)
+        for (int i = 0; i < TCU_STEPS; i++)
+            cr_assert_eq(graphs[s][i], eager[s][i], "sequence %d token %d: %d with graphs, %d without", s, i,
+                         graphs[s][i], eager[s][i]);
+    model_destroy(m);
     tcu_close(&e);
 }
 
