@@ -63,7 +63,7 @@ struct spec_proposer {
     const spec_ops *ops;
 };
 
-/* Fills c with the defaults: off, k 4, n-grams 2 .. 4, off above 8 decoding sequences. */
+/* Fills c with the defaults: off, k 4, n-grams 2 .. 4, off above 4 decoding sequences. */
 void spec_config_default(spec_config *c);
 /* Parses "ngram", "draft", "off" into *method. 0 or -EINVAL. */
 int spec_method_parse(const char *s, int *method);
