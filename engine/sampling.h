@@ -23,6 +23,10 @@
  *            parent) for the scheduler's structural commit (sched_advance).
  *   finish   (once the backend's results are back): one result per slot, in the same order; a
  *            drawn token the grammar rejects halts its choice with an error.
+ * A verify entry (speculative decoding, engine/spec.h) has a SAMPLE row per logit row: row j draws
+ * the token j places past the sequence's known ones, with the drafts before it in its history
+ * (and, constrained, the mask after them). finish keeps row j's result only while every draw
+ * before it equalled its draft (result field spec = j), so the results are the accepted run.
  * sampling_step does both with the rows run on the host (tests, and backends without a sample op).
  *
  * What this phase changes: the grammar states of the sequences that drew (at finish), and at a
