@@ -48,6 +48,7 @@
 #include "engine/pool.h"
 #include "engine/sampling.h"
 #include "engine/sched.h"
+#include "engine/engine_spec.h"
 #include "engine/spec.h"
 #include "engine/step.h"
 
@@ -933,77 +934,6 @@ static void eng__propose_release(void *ud, seq *s)
     if (p->ops->release) p->ops->release(p, s);
 }
 
-/* The draft-model proposer: the model loaded and checked against the target's vocabulary, its
- * KV share taken from *budget (in proportion to the two models' bytes per token, and on a GPU
- * its weights too). 0, or -1 with err filled. */
-static int eng__setup_draft(engine *e, size_t *budget, char *err, size_t err_len)
-{
-    engine_config *c = &e->cfg;
-    if (!c->spec_draft_model) {
-        snprintf(err, err_len, "--speculative draft needs --draft-model FILE");
-        return -1;
-    }
-    model *m;
-    char why[256];
-    if (model_load(c->spec_draft_model, &m, why, sizeof why)) {
-        snprintf(err, err_len, "draft model: %s", why);
-        return -1;
-    }
-    if (m->hp.n_vocab != c->model->hp.n_vocab) {
-        snprintf(err, err_len, "draft model: vocabulary of %d tokens, the target's has %d", m->hp.n_vocab,
-                 c->model->hp.n_vocab);
-        model_destroy(m);
-        return -1;
-    }
-    size_t dbpt = spec_draft_bytes_per_token(m, c->block_size, c->kv_dtype), tbpt = kv_bytes_per_token(&e->kv.g);
-    if (e->be->ops->mem_available(e->be)) { /* a device: the draft's weights come out of it too */
-        size_t w = model_weight_bytes(m);
-        *budget = *budget > w ? *budget - w : 0;
-    }
-    size_t share = (size_t)((double)*budget * (double)dbpt / (double)(dbpt + tbpt));
-    spec_draft_config dc = {m, c->make_backend, e->be->name, c->n_threads, share, c->kv_dtype, c->block_size,
-                            e->kv.n_ctx, c->max_batch_tokens};
-    e->spec = spec_draft_create(&dc, err, err_len);
-    if (!e->spec) {
-        model_destroy(m);
-        return -1;
-    }
-    *budget -= share;
-    return 0;
-}
-
-/* The proposer of cfg.spec_method (a draft model's KV share comes out of *budget). Returns the
- * draft rows a step may verify (0 when off), or -1 with err filled. */
-static int eng__setup_spec(engine *e, size_t *budget, char *err, size_t err_len)
-{
-    engine_config *c = &e->cfg;
-    if (c->spec_method == SPEC_OFF) return 0;
-    if (c->spec_k < 1 || c->spec_k > SPEC_MAX_K) {
-        snprintf(err, err_len, "num-speculative-tokens %d is outside 1 .. %d", c->spec_k, SPEC_MAX_K);
-        return -1;
-    }
-    if (c->spec_method == SPEC_DRAFT) {
-        if (eng__setup_draft(e, budget, err, err_len)) return -1;
-    } else if (c->spec_ngram_min < 1 || c->spec_ngram_max < c->spec_ngram_min) {
-        snprintf(err, err_len, "speculative n-gram sizes %d .. %d: need 1 ≤ min ≤ max", c->spec_ngram_min,
-                 c->spec_ngram_max);
-        return -1;
-    }
-    spec_config sc;
-    spec_config_default(&sc);
-    sc.method = c->spec_method;
-    sc.k = c->spec_k;
-    sc.ngram_min = c->spec_ngram_min;
-    sc.ngram_max = c->spec_ngram_max;
-    if (!e->spec) e->spec = spec_ngram_create(&sc);
-    if (!e->spec) {
-        snprintf(err, err_len, "out of memory creating the proposer");
-        return -1;
-    }
-    int n = c->spec_disable_batch < c->max_seqs ? c->spec_disable_batch : c->max_seqs;
-    return c->spec_k * (n > 0 ? n : 0);
-}
-
 /* Backend, KV arena, forward, scheduler and sample phase. 0, or -1 with err filled. */
 static int eng__setup(engine *e, char *err, size_t err_len)
 {
@@ -1043,7 +973,7 @@ static int eng__setup(engine *e, char *err, size_t err_len)
     e->n_vocab = hp->n_vocab;
     if (engine_kv_groups(&e->kv, hp, c->kv_window, c->kv_sinks, err, err_len)) return -1;
     size_t budget = eng__kv_budget(e);
-    int spec_rows = eng__setup_spec(e, &budget, err, err_len);
+    int spec_rows = engine_spec_create(c, e->be, &e->kv.g, e->kv.n_ctx, &budget, &e->spec, err, err_len);
     if (spec_rows < 0) return -1;
     engine_kv_blocks(&e->kv, budget);
     if (engine_kv_check_budget(&e->kv, err, err_len)) return -1;
