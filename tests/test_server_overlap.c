@@ -30,6 +30,7 @@ static th_server to_srv[2]; /* [0] --overlap off, [1] --overlap on */
 
 static void to_start(void)
 {
+    unsetenv("KVSERVE_TEST_SERVE_ARGS"); /* this suite sets --overlap itself, on one server and off on the other */
     static const char *const args[2][6] = {{"--kv-memory", "16MiB", "--overlap", "off", NULL},
                                            {"--kv-memory", "16MiB", "--overlap", "on", NULL}};
     for (int i = 0; i < 2; i++) th_start(&to_srv[i], NULL, args[i], NULL, TH_WAIT_HEALTHY);
