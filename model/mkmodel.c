@@ -27,9 +27,10 @@
 /* ---- weights ------------------------------------------------------------------------------ */
 
 typedef struct mkm__gen {
-    const uint8_t *kind; /* [n_tensors] MKM_RANDOM, MKM_ONES, MKM_ROPE_FREQS, MKM_ROUTER, MKM_SINKS */
+    const uint8_t *kind; /* [n_tensors] MKM_RANDOM, MKM_ONES, MKM_ROPE_FREQS, MKM_ROUTER, MKM_SINKS, MKM_QUIET */
     uint64_t seed;
     float norm_std;      /* MKM_ONES: 1 + normal(0, norm_std) */
+    float quiet_scale;   /* MKM_QUIET: normal(0, 0.02) times this */
     float rope_base;     /* MKM_ROPE_FREQS: the rope base and dims the factors are for */
     int rope_dims;
     int cur;             /* tensor the generator state belongs to, -1 none */
@@ -91,8 +92,11 @@ static void gen_row(void *ctx, int tensor, int64_t row, float *dst, int64_t n)
         for (int64_t i = 0; i < n; i++) dst[i] = g->norm_std > 0 ? 1.0f + g->norm_std * gen_normal(g) : 1.0f;
         return;
     }
-    float std = g->kind[tensor] == MKM_ROUTER ? 1.0f / sqrtf((float)n) : g->kind[tensor] == MKM_SINKS ? 1.0f : 0.02f;
-    for (int64_t i = 0; i < n; i++) dst[i] = std * gen_normal(g);
+    float sd = g->kind[tensor] == MKM_ROUTER ? 1.0f / sqrtf((float)n)
+               : g->kind[tensor] == MKM_SINKS ? 1.0f
+               : g->kind[tensor] == MKM_QUIET ? 0.02f * g->quiet_scale
+                                              : 0.02f;
+    for (int64_t i = 0; i < n; i++) dst[i] = sd * gen_normal(g);
 }
 
 /* ---- parameters and tensors --------------------------------------------------------------- */
@@ -196,7 +200,9 @@ static void add_attention(mkm__out *o, const mkm_params *p, const mkm__shape *sh
         mkm__tensor(o, L("attn_q_norm.weight"), MKM_ONES, DT_F32, sh->hd, 0, 0);
         mkm__tensor(o, L("attn_k_norm.weight"), MKM_ONES, DT_F32, sh->hd, 0, 0);
     }
-    mkm__tensor(o, L("attn_output.weight"), MKM_RANDOM, p->type, q, d, 0);
+    /* from quiet_from on, what a layer adds to the residual is scaled down */
+    int out_kind = p->quiet_from > 0 && l >= p->quiet_from ? MKM_QUIET : MKM_RANDOM;
+    mkm__tensor(o, L("attn_output.weight"), out_kind, p->type, q, d, 0);
     if (a->gpt_oss) {
         mkm__tensor(o, L("attn_output.bias"), MKM_RANDOM, DT_F32, d, 0, 0);
         mkm__tensor(o, L("attn_sinks.weight"), MKM_SINKS, DT_F32, p->heads, 0, 0);
@@ -228,7 +234,8 @@ static int add_tensors(mkm__out *o, const mkm_params *p, const mkm__shape *sh)
             mkm__tensor(o, L("ffn_gate.weight"), MKM_RANDOM, p->type, d, ff, 0);
             mkm__tensor(o, L("ffn_up.weight"), MKM_RANDOM, p->type, d, ff, 0);
         }
-        mkm__tensor(o, L("ffn_down.weight"), MKM_RANDOM, p->type, ff, d, 0);
+        int out_kind = p->quiet_from > 0 && l >= p->quiet_from ? MKM_QUIET : MKM_RANDOM;
+        mkm__tensor(o, L("ffn_down.weight"), out_kind, p->type, ff, d, 0);
         if (a->post_norms) mkm__tensor(o, L("post_ffw_norm.weight"), MKM_ONES, DT_F32, d, 0, 0);
 #undef L
     }
@@ -384,6 +391,7 @@ int mkm_write(const char *path, const mkm_params *p, char *err, size_t err_len)
     mkm__out o = {.w = w, .kind = kind, .err = err, .err_len = err_len};
     if ((rc = add_tensors(&o, p, &sh))) goto out;
     mkm__gen g = {.kind = kind, .seed = p->seed, .norm_std = p->norm_std,
+                  .quiet_scale = p->quiet_scale > 0 ? p->quiet_scale : 0.05f,
                   .rope_base = p->rope_base > 0 ? p->rope_base : 10000.0f, .rope_dims = sh.rope_dims, .cur = -1};
     rc = gguf_writer_write(w, path, gen_row, &g, err, err_len);
 out:

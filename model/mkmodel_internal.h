@@ -16,7 +16,7 @@
 int mkm__write_vocab(gguf_writer *w, const mkm_params *p, char *err, size_t err_len);
 
 /* How a tensor's values are made (mkmodel.c's generator). */
-enum { MKM_RANDOM = 0, MKM_ONES = 1, MKM_ROPE_FREQS = 2, MKM_ROUTER = 3, MKM_SINKS = 4 };
+enum { MKM_RANDOM = 0, MKM_ONES = 1, MKM_ROPE_FREQS = 2, MKM_ROUTER = 3, MKM_SINKS = 4, MKM_QUIET = 5 };
 
 /* The writer, the fill kind of every tensor and the first error, as the tensor adders share
  * them. */

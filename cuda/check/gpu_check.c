@@ -829,6 +829,7 @@ static void gc_bench_overlap(backend *gpu, gc_model *gm, int quick)
 }
 
 #include "cuda/check/quant_bench.c"
+#include "cuda/check/spec_checks.c"
 
 /* Decode tok/s at batch 1 and 16 of a synthetic model written by mkmodel (0 when it cannot run). */
 static void gc_bench_synth(backend *gpu, const mkm_params *p, int quick, double *t1, double *t16)
@@ -1024,6 +1025,7 @@ static void gc_bench(backend *gpu, int quick)
         gc_add("tinyllama overlap", "not run", "out of device memory", 0);
     } else {
         gc_bench_overlap(gpu, &gm, quick);
+        gc_spec(gpu, &gm, quick);
         gc_model_free(&gm);
     }
     /* the same model with Q8_0 and Q4_K weights, one sequence, against these bf16 figures */
