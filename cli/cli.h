@@ -27,6 +27,7 @@ typedef struct cli_opts {
     size_t kv_host_memory_bytes; /* --kv-host-memory SIZE: host-RAM tier (0: off) */
     const char *kv_disk_dir;    /* --kv-disk-dir DIR: file tier (NULL: off) */
     size_t kv_disk_bytes;       /* --kv-disk-size SIZE (0: the default) */
+    double kv_disk_timeout_s;   /* --kv-disk-timeout S */
     int max_seqs;               /* 0: 64 on CPU, 256 on GPU */
     int max_batch_tokens;       /* 0: 512 on CPU, 8192 on GPU */
     int prefill_admit_tokens;   /* 0: 64 on CPU, no limit on GPU; < 0: no limit */

@@ -52,6 +52,7 @@ int cli_serve(cli_opts *o)
     e->kv_host_memory_bytes = o->kv_host_memory_bytes;
     e->kv_disk_dir = o->kv_disk_dir && *o->kv_disk_dir ? o->kv_disk_dir : NULL;
     e->kv_disk_bytes = o->kv_disk_bytes;
+    e->kv_disk_timeout_s = o->kv_disk_timeout_s;
     e->gpu_memory_utilization = o->gpu_memory_utilization;
     e->kv_dtype = kv_dtype_parse(o->kv_dtype);
     if (e->kv_dtype < 0) {

@@ -40,6 +40,7 @@ static const opt table[] = {
     {"kv-host-memory", 0, O_SIZE, OFF(kv_host_memory_bytes), "0 (off)", "serve bench info", "second KV tier in host RAM (pinned on a GPU): evicted prefix blocks are copied there and loaded back instead of recomputed (e.g. 8GiB)"},
     {"kv-disk-dir", 0, O_STR, OFF(kv_disk_dir), NULL, "serve bench info", "second KV tier in files under DIR: prefix blocks are written behind and loaded back, also by a restarted server with the same model"},
     {"kv-disk-size", 0, O_SIZE, OFF(kv_disk_bytes), "half the free space, at most 64GiB", "serve bench info", "capacity of the --kv-disk-dir tier"},
+    {"kv-disk-timeout", 0, O_DBL, OFF(kv_disk_timeout_s), "2", "serve bench", "seconds a --kv-disk-dir file operation may take: a load not done by then is recomputed, and a stuck disk stalls the tier (loads miss, writes are skipped) until it returns"},
     {"max-seqs", 0, O_INT, OFF(max_seqs), "64 cpu / 256 gpu", ENGINE_CMDS, "most sequences running at once"},
     {"max-batch-tokens", 0, O_INT, OFF(max_batch_tokens), "512 cpu / 8192 gpu", ENGINE_CMDS, "token budget of one engine step"},
     {"prefill-admit-tokens", 0, O_INT, OFF(prefill_admit_tokens), "64 cpu / off gpu", "serve bench", "admit no further prompt into a step that already holds this many prefill tokens (-1 = off)"},
@@ -129,6 +130,7 @@ void cli_opts_default(cli_opts *o)
     o->drain_timeout_s = 30;
     o->sse_ping_interval_s = 15;
     o->max_body_bytes = (size_t)16 << 20;
+    o->kv_disk_timeout_s = 2;
     o->grammar_cache = 64;
     o->prompt = "";
     o->n_predict = 128;

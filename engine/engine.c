@@ -434,7 +434,10 @@ static void eng__on_results(engine *e, const sampling_out *v, int n, eng_evlist 
  * commit. Returns 1 when something ran, 0 when idle. */
 static int eng__step(engine *e, eng_evlist *out)
 {
-    if (!sched_num_running(e->sc) && !sched_num_waiting(e->sc)) return 0;
+    if (!sched_num_running(e->sc) && !sched_num_waiting(e->sc)) {
+        sched_tier_poll(e->sc); /* the tier's own work goes on while nothing runs */
+        return 0;
+    }
     sched_plan plan;
     sampling_out *v = NULL;
     int n = 0, rc = sched_schedule(e->sc, &plan);
@@ -473,6 +476,11 @@ static void eng__tier_stats(const engine *e, const sched_stats *ss, engine_stats
     st->tier_bytes_from_host = ts.bytes_from_host;
     st->tier_writes_skipped = ts.writes_skipped;
     st->tier_files_ignored = ts.files_ignored;
+    st->tier_files_skipped = ts.files_skipped;
+    st->tier_io_timeouts = ts.io_timeouts;
+    st->tier_disk_stalled = ts.disk_stalled;
+    st->tier_verified = ts.verified;
+    st->tier_unverified_blocks = ts.old_blocks;
     st->tier_hit_tokens = ss->tier_hit_tokens;
     st->tier_loads = ss->tier_loads;
     memcpy(st->tier_load_hist, ss->tier_load_hist, sizeof st->tier_load_hist);
@@ -617,6 +625,8 @@ static void *eng__thread(void *arg)
             for (eng_req *q = e->active; q; q = q->next) eng__end_request(e, q, ENGINE_FINISH_ABORT, &out);
         int worked = aborting ? 0 : eng__step(e, &out);
         eng__reap(e);
+        /* A tier load's deadline is met even when nothing else wakes this thread. */
+        int64_t tier_us = e->tier && sched_tier_pending(e->sc) ? tier_next_deadline_us(e->tier) : -1;
 
         pthread_mutex_lock(&e->mu);
         int pushed = eng__push_events(e, &out);
@@ -631,7 +641,8 @@ static void *eng__thread(void *arg)
         if (idle && !e->aborting && !e->draining) { /* wake now and then: the heartbeat */
             struct timespec ts;
             clock_gettime(CLOCK_MONOTONIC, &ts);
-            ts.tv_nsec += ENGINE_HEARTBEAT_MS * 1000000L;
+            ts.tv_nsec += tier_us >= 0 && tier_us < ENGINE_HEARTBEAT_MS * 1000L ? (long)tier_us * 1000L + 1000000L
+                                                                                 : ENGINE_HEARTBEAT_MS * 1000000L;
             ts.tv_sec += ts.tv_nsec / 1000000000L;
             ts.tv_nsec %= 1000000000L;
             pthread_cond_timedwait(&e->cv, &e->mu, &ts);
@@ -692,7 +703,7 @@ static int eng__setup_tier(engine *e, char *err, size_t err_len)
         return 0;
     }
     engine_tier_config tc = {c->kv_host_memory_bytes, disk ? c->kv_disk_dir : NULL, c->kv_disk_bytes, eng__tier_wake, e,
-                             c->quiet};
+                             c->quiet, (int)(c->kv_disk_timeout_s * 1000)};
     e->tier = engine_tier_create(&tc, e->be, c->model, &e->kv.g, &e->tier_root, err, err_len);
     if (!e->tier) return -1;
     if (sched_set_tier(e->sc, e->tier, e->tier_root)) {
