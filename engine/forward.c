@@ -209,9 +209,11 @@ fwd *fwd_create(const model *m, backend *be, const kv_geom *g, const int32_t *n_
     f->layers = calloc((size_t)hp->n_layers, sizeof *f->layers);
     if (!f->layers) goto oom;
 
-    f->output_shared = hp->tied_output || m->output.data == m->tok_embd.data;
+    /* A backend with embed_upload keeps embed's rows apart from the LM head's layout, also for
+     * tied embeddings (then uploaded twice): no backend reads the model's mapping after this. */
+    f->output_shared = (hp->tied_output || m->output.data == m->tok_embd.data) && !be->ops->embed_upload;
     int rc;
-    if (!f->output_shared && be->ops->embed_upload) { /* embed is its only reader */
+    if (be->ops->embed_upload) { /* embed is its only reader */
         memset(&f->tok_embd, 0, sizeof f->tok_embd);
         rc = be->ops->embed_upload(be, &m->tok_embd, &f->tok_embd);
     } else {

@@ -22,6 +22,7 @@
 
 #include "engine/engine.h"
 #include "model/chat.h"
+#include "model/gguf.h"
 #include "model/model.h"
 #include "model/tokenizer.h"
 #include "server/http/http.h"
@@ -121,9 +122,15 @@ struct srv {
     int watchdog_on;
     int64_t watchdog_usec;       /* WATCHDOG_USEC, 0 when the watchdog is off */
     int watchdog_missed;         /* pings withheld (logged once) */
-    uv_work_t load_req;          /* model + tokenizer load on a libuv worker thread */
+    uv_work_t load_req;          /* model, tokenizer and engine set up on a libuv worker thread */
     int load_rc;                 /* its result (0 or negative errno) */
     char load_err[512];
+    engine *load_engine;         /* the engine load_work created, until load_done adopts it */
+    uv_timer_t model_timer;      /* the model file's watch (model_watch.c) */
+    uv_fs_t model_stat;          /* its stat in flight */
+    int model_watch_on, model_stat_busy;
+    gguf_file_id model_seen;     /* the file's identity last logged (or the loaded one's) */
+    int model_seen_gone;         /* 1: its disappearance was logged */
     engine_config ec;            /* the engine's configuration (outlives the engine) */
     int exit_code;
 };
@@ -148,6 +155,10 @@ int64_t srv__watchdog_usec(void);
 int srv__watchdog_ok(const engine_stats *st, int64_t now_us, int64_t usec);
 /* Starts the pings every WATCHDOG_USEC / 2 when systemd asked for them. */
 void srv__watchdog_start(srv *s);
+
+/* model_watch.c */
+/* Logs when the model file under the running server changes (checked every 2 s off the loop). */
+void srv__model_watch_start(srv *s);
 
 /* prep.c */
 /* Holds r and prepares it on a worker thread: kind OAI_COMPLETION / OAI_CHAT (parse, prompts,

@@ -26,6 +26,7 @@
 static void on_wake(uv_async_t *h)
 {
     srv *s = h->data;
+    if (!s->e) return; /* the engine runs before load_done adopts it: nothing was submitted */
     engine_event *evs[64];
     int n;
     while ((n = engine_poll(s->e, evs, 64)) > 0)
@@ -194,12 +195,15 @@ static void teardown(srv *s)
     http_stop(&s->http);
     if (s->e) engine_destroy(s->e, 0);
     s->e = NULL;
+    engine_destroy(s->load_engine, 0); /* created, never adopted (a signal during start-up) */
+    s->load_engine = NULL;
     gr_cache_destroy(s->grammars);
     s->grammars = NULL;
     close_handle((uv_handle_t *)&s->wake);
     close_handle((uv_handle_t *)&s->ping_timer);
     if (s->watchdog_on) close_handle((uv_handle_t *)&s->watchdog_timer);
     close_handle((uv_handle_t *)&s->drain_timer);
+    if (s->model_watch_on) close_handle((uv_handle_t *)&s->model_timer);
     close_handle((uv_handle_t *)&s->sig_term);
     close_handle((uv_handle_t *)&s->sig_int);
     uv_run(&s->loop, UV_RUN_DEFAULT); /* runs the close callbacks */
@@ -212,12 +216,33 @@ static void teardown(srv *s)
     model_destroy(s->m);
 }
 
-/* Worker thread: the slow part of start-up. Touches nothing the loop thread reads before
- * load_done runs. */
+/* The engine on the loaded model (its weights uploaded, its KV arena allocated, its tier's
+ * folder scanned); then the server stops reading the model file: the backend owns the weights,
+ * so a file replaced under the server can neither fault it nor change its output. */
+static int start_engine(srv *s, char *err, size_t err_len)
+{
+    s->ec = s->cfg->engine;
+    s->ec.model = s->m;
+    s->ec.tok = s->tok;
+    s->ec.wake = wake_cb;
+    s->ec.wake_ud = &s->wake;
+    s->load_engine = engine_create(&s->ec, err, err_len);
+    if (!s->load_engine) return -EINVAL;
+    int rc = gguf_detach(s->m->gguf);
+    if (rc)
+        fprintf(stderr, "kvserve: the model file stays mapped (%s): replacing it under the server is unsafe\n",
+                strerror(-rc));
+    return 0;
+}
+
+/* Worker thread: the slow part of start-up (the model, its weights' upload, the KV arena, the
+ * tier's folder: all off the loop, so /health answers meanwhile). Touches nothing the loop thread
+ * reads before load_done runs. */
 static void load_work(uv_work_t *w)
 {
     srv *s = w->data;
     s->load_rc = load(s, s->load_err, sizeof s->load_err);
+    if (!s->load_rc) s->load_rc = start_engine(s, s->load_err, sizeof s->load_err);
 }
 
 /* Loop thread: start the engine on the loaded model, then tell systemd we are ready. */
@@ -233,21 +258,9 @@ static void load_done(uv_work_t *w, int status)
         uv_stop(&s->loop);
         return;
     }
-    s->ec = cfg->engine;
-    s->ec.model = s->m;
-    s->ec.tok = s->tok;
-    s->ec.wake = wake_cb;
-    s->ec.wake_ud = &s->wake;
-    char err[512] = "";
-    engine *e = engine_create(&s->ec, err, sizeof err);
-    if (!e) {
-        fprintf(stderr, "kvserve serve: %s\n", err);
-        s->exit_code = 1;
-        s->stopping = 1;
-        uv_stop(&s->loop);
-        return;
-    }
-    s->e = e;
+    engine *e = s->e = s->load_engine;
+    s->load_engine = NULL;
+    srv__model_watch_start(s);
     engine_stats st;
     engine_get_stats(e, &st);
     s->n_ctx = st.n_ctx; /* --max-model-len, or the model's */

@@ -1,0 +1,180 @@
+/*
+ * test_hardening.c — a spawned server against what a hostile client or a careless operator does
+ * to it: block files of the KV disk tier replaced by FIFOs between two runs of the same prompt,
+ * the model file truncated and replaced under a running server, and (below) slow clients, HTTP
+ * edge cases and signals. Every case failed before its fix: the FIFO request never answered and
+ * SIGTERM then never exited; the replaced model killed the server with SIGBUS.
+ *
+ * Loopback only, every wait a poll with a deadline.
+ */
+#include <cjson/cJSON.h>
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "tests/server_harness.h"
+#include "tests/test_util.h"
+
+/* A completion's text (greedy), or fails the test. */
+static char *hd_complete(int port, const char *prompt, int max_tokens)
+{
+    char body[512];
+    snprintf(body, sizeof body, "{\"prompt\":\"%s\",\"max_tokens\":%d,\"temperature\":0}", prompt, max_tokens);
+    th_resp r = th_http(port, NULL, "/v1/completions", body, NULL);
+    cr_assert_eq(r.status, 200, "%ld %s", r.status, r.body ? r.body : "");
+    cJSON *j = cJSON_Parse(r.body);
+    cr_assert_not_null(j);
+    const cJSON *t = cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "choices"), 0), "text");
+    cr_assert(cJSON_IsString(t));
+    char *out = strdup(t->valuestring);
+    cJSON_Delete(j);
+    th_resp_free(&r);
+    return out;
+}
+
+/* The value of a metric sample whose line starts with name (labels included), or -1. */
+static double hd_metric(int port, const char *name)
+{
+    th_resp r = th_http(port, NULL, "/metrics", NULL, NULL);
+    double v = -1;
+    for (const char *p = r.body; p && (p = strstr(p, name)); p++) {
+        if (p != r.body && p[-1] != '\n') continue;
+        const char *sp = strchr(p, ' ');
+        if (sp && sscanf(sp, " %lf", &v) == 1) break;
+    }
+    th_resp_free(&r);
+    return v;
+}
+
+/* Polls the server's log for needle up to ms; 1 when found. */
+static int hd_log_has(const th_server *s, const char *needle, int ms)
+{
+    int64_t end = th_now_ms() + ms;
+    do {
+        char *log = th_log(s);
+        int found = log && strstr(log, needle);
+        free(log);
+        if (found) return 1;
+        usleep(20000);
+    } while (th_now_ms() < end);
+    return 0;
+}
+
+/* Replaces every *.kvb below dir by a FIFO; returns how many. */
+static int hd_fifo_blocks(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    int n = 0;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        if (de->d_name[0] == '.') continue;
+        char p[1024];
+        snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
+        struct stat st;
+        if (lstat(p, &st)) continue;
+        if (S_ISDIR(st.st_mode)) {
+            n += hd_fifo_blocks(p);
+        } else if (strlen(de->d_name) > 4 && !strcmp(de->d_name + strlen(de->d_name) - 4, ".kvb")) {
+            cr_assert_eq(unlink(p), 0);
+            cr_assert_eq(mkfifo(p, 0644), 0);
+            n++;
+        }
+    }
+    closedir(d);
+    return n;
+}
+
+#define HD_PROMPT "Once upon a time, there was a little girl named Lily. She loved to play outside in the sun."
+
+/* Run 1 computes a prompt's blocks into the disk tier; after run 2 has started (its index holds
+ * them) each block file becomes a FIFO. The same prompt must be answered (the loads fail at once
+ * and the prefix is recomputed, same text), the FIFOs are counted, and SIGTERM exits within the
+ * drain timeout. (The tier's I/O thread used to block in open() forever: no answer, and a
+ * "drained, exiting" that never exited.) */
+Test(hardening, fifo_in_the_disk_tier, .timeout = 90)
+{
+    char dir[256];
+    tu_mkdtemp("hd-tier", dir, sizeof dir);
+    static const char *const args[] = {"--kv-disk-dir", NULL, "--drain-timeout", "5", NULL};
+    const char *a[5];
+    memcpy(a, args, sizeof a);
+    a[1] = dir;
+    th_server s;
+    th_start(&s, NULL, a, NULL, TH_WAIT_HEALTHY);
+    char *text1 = hd_complete(s.port, HD_PROMPT, 8);
+    int64_t t0;
+    cr_assert_neq(th_signal_wait(&s, SIGTERM, 20000), -1, "run 1 did not exit");
+    th_stop(&s);
+
+    th_start(&s, NULL, a, NULL, TH_WAIT_HEALTHY);
+    t0 = th_now_ms(); /* the blocks of run 1 are used once the model's hash vouches for them */
+    while (hd_metric(s.port, "kvserve_kv_tier_unverified_blocks{") != 0)
+        cr_assert_lt(th_now_ms() - t0, 10000, "the model was not hashed in 10 s");
+    int n = hd_fifo_blocks(dir);
+    cr_assert_gt(n, 0, "run 1 wrote no block file");
+    t0 = th_now_ms();
+    char *text2 = hd_complete(s.port, HD_PROMPT, 8);
+    cr_assert_lt(th_now_ms() - t0, 15000, "the request took %lld ms", (long long)(th_now_ms() - t0));
+    cr_assert_str_eq(text1, text2, "recomputed, the same text");
+    cr_assert_gt(hd_metric(s.port, "kvserve_kv_tier_files_skipped_total{"), 0, "the FIFOs are counted");
+    cr_assert_eq(hd_metric(s.port, "kvserve_kv_tier_disk_up{"), 1, "the tier stays on");
+    t0 = th_now_ms();
+    int st = th_signal_wait(&s, SIGTERM, 7000);
+    cr_assert_neq(st, -1, "SIGTERM did not exit within the drain timeout (5 s)");
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "exit status %d", st);
+    free(text1);
+    free(text2);
+    th_stop(&s);
+    tu_rm_rf(dir);
+}
+
+/* The model file truncated, then rewritten with other bytes, under a running server: it goes
+ * on answering with the weights it loaded (the same greedy text), and says in its log that the
+ * file changed. (The CPU server used to die of SIGBUS, without a log line.) */
+Test(hardening, model_file_replaced_while_serving, .timeout = 90)
+{
+    char dir[256], path[512], src[512];
+    tu_mkdtemp("hd-model", dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/model.gguf", dir);
+    snprintf(src, sizeof src, "%s/stories260K.gguf", tu_data_dir());
+    size_t len = 0;
+    char *bytes = tu_read_file(src, &len);
+    cr_assert_not_null(bytes);
+    FILE *f = fopen(path, "wb");
+    cr_assert_not_null(f);
+    cr_assert_eq(fwrite(bytes, 1, len, f), len);
+    fclose(f);
+    th_server s;
+    th_start(&s, path, NULL, NULL, TH_WAIT_HEALTHY);
+    char *before = hd_complete(s.port, "Once upon a time", 24);
+
+    cr_assert_eq(truncate(path, 64), 0); /* what `cp other.gguf model.gguf` does first */
+    char *after = hd_complete(s.port, "Once upon a time", 24);
+    cr_assert_str_eq(before, after, "the truncated file changed the output");
+    free(after);
+    f = fopen(path, "r+b"); /* then other bytes (here: the same file, every weight negated) */
+    cr_assert_not_null(f);
+    for (size_t i = len / 2; i < len; i += 4) bytes[i] = (char)(bytes[i] ^ 0x80);
+    cr_assert_eq(fwrite(bytes, 1, len, f), len);
+    fclose(f);
+    after = hd_complete(s.port, "Once upon a time", 24);
+    cr_assert_str_eq(before, after, "the rewritten file changed the output");
+    cr_assert(hd_log_has(&s, "changed under the running server", 10000), "no log line says the file changed");
+    th_resp r = th_http(s.port, NULL, "/health", NULL, NULL);
+    cr_assert_eq(r.status, 200);
+    th_resp_free(&r);
+    free(before);
+    free(after);
+    free(bytes);
+    th_stop(&s);
+    tu_rm_rf(dir);
+}
