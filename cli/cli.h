@@ -28,6 +28,12 @@ typedef struct cli_opts {
     const char *kv_disk_dir;    /* --kv-disk-dir DIR: file tier (NULL: off) */
     size_t kv_disk_bytes;       /* --kv-disk-size SIZE (0: the default) */
     double kv_disk_timeout_s;   /* --kv-disk-timeout S */
+    double http_header_timeout_s;    /* --http-header-timeout S */
+    double http_body_min_rate;       /* --http-body-min-rate BYTES/S */
+    double http_keepalive_timeout_s; /* --http-keepalive-timeout S */
+    int http_max_connections;        /* --http-max-connections N */
+    int http_max_per_client;         /* --http-max-connections-per-client N */
+    int http_reserved_connections;   /* --http-reserved-connections N */
     int max_seqs;               /* 0: 64 on CPU, 256 on GPU */
     int max_batch_tokens;       /* 0: 512 on CPU, 8192 on GPU */
     int prefill_admit_tokens;   /* 0: 64 on CPU, no limit on GPU; < 0: no limit */

@@ -39,6 +39,13 @@ int cli_serve(cli_opts *o)
     c.drain_timeout_s = o->drain_timeout_s;
     c.sse_ping_interval_s = o->sse_ping_interval_s;
     c.grammar_cache = o->grammar_cache;
+    c.http_limits = (gate_limits){o->http_max_connections, o->http_reserved_connections, o->http_max_per_client,
+                                  o->http_header_timeout_s, o->http_body_min_rate, o->http_keepalive_timeout_s};
+    if (o->http_max_connections < 1 || o->http_reserved_connections < 1 || o->http_max_per_client < 0 ||
+        !(o->http_header_timeout_s > 0) || !(o->http_body_min_rate >= 0) || !(o->http_keepalive_timeout_s > 0)) {
+        fprintf(stderr, "kvserve serve: an --http-* limit is out of range (connections ≥ 1, timeouts > 0, rate ≥ 0)\n");
+        return 2;
+    }
     if (o->port < 0 || o->port > 65535 || c.drain_timeout_s < 0 || c.sse_ping_interval_s <= 0 || c.grammar_cache < 0) {
         fprintf(stderr, "kvserve serve: --port, --drain-timeout, --sse-ping-interval or --grammar-cache out of range\n");
         return 2;

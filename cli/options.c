@@ -59,6 +59,12 @@ static const opt table[] = {
     {"allowed-origins", 0, O_STR, OFF(allowed_origins), "none (CORS off)", "serve", "CORS: comma-separated origins allowed to call the API from a browser, or *"},
     {"drain-timeout", 0, O_DBL, OFF(drain_timeout_s), "30", "serve", "seconds to finish in-flight requests on SIGTERM"},
     {"sse-ping-interval", 0, O_DBL, OFF(sse_ping_interval_s), "15", "serve", "seconds between ': ping' comments while a stream waits"},
+    {"http-header-timeout", 0, O_DBL, OFF(http_header_timeout_s), "10", "serve", "seconds a request head may take from its first byte (a new connection: from accept); 408 and close beyond"},
+    {"http-body-min-rate", 0, O_DBL, OFF(http_body_min_rate), "1024", "serve", "bytes/s a request body must keep up: it may take --http-header-timeout plus one second per this many bytes, 408 and close beyond (0 = no floor)"},
+    {"http-keepalive-timeout", 0, O_DBL, OFF(http_keepalive_timeout_s), "5", "serve", "seconds a connection with nothing in flight stays open"},
+    {"http-max-connections", 0, O_INT, OFF(http_max_connections), "4096", "serve", "open connections; a new one beyond closes the oldest idle or unfinished-head one (lowered to what the open-file limit holds)"},
+    {"http-max-connections-per-client", 0, O_INT, OFF(http_max_per_client), "256", "serve", "open connections from one client address, enforced the same way (0 = no cap; behind a proxy every connection is the proxy's)"},
+    {"http-reserved-connections", 0, O_INT, OFF(http_reserved_connections), "32", "serve", "connections beyond the limits for GET /health and /metrics only, when nothing can be closed to make room"},
     {"max-body", 0, O_SIZE, OFF(max_body_bytes), "16MiB", "serve", "largest request body accepted (413 beyond)"},
     {"grammar-cache", 0, O_INT, OFF(grammar_cache), "64", "serve", "compiled structured-output grammars kept, least recently used dropped first (0 = compile every request)"},
     {"prompt", 'p', O_STR, OFF(prompt), "\"\"", "generate", "prompt text"},
@@ -130,6 +136,12 @@ void cli_opts_default(cli_opts *o)
     o->drain_timeout_s = 30;
     o->sse_ping_interval_s = 15;
     o->max_body_bytes = (size_t)16 << 20;
+    o->http_header_timeout_s = 10;
+    o->http_body_min_rate = 1024;
+    o->http_keepalive_timeout_s = 5;
+    o->http_max_connections = 4096;
+    o->http_max_per_client = 256;
+    o->http_reserved_connections = 32;
     o->kv_disk_timeout_s = 2;
     o->grammar_cache = 64;
     o->prompt = "";

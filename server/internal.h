@@ -110,7 +110,7 @@ struct srv {
     uv_loop_t loop;
     uv_async_t wake;
     uv_timer_t ping_timer, drain_timer;
-    uv_signal_t sig_term, sig_int;
+    uv_signal_t sig_term, sig_int, sig_hup;
     http_config hc;              /* what http/ is told: the routes and the hooks (server.c) */
     http_server http;            /* its requests, the bound port; http.draining after a signal */
     met met;

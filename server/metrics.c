@@ -233,6 +233,10 @@ char *met_render(const met *m, const engine_stats *st, const char *model_name)
     gauge(&b, lbl, "kvserve_grammar_cache_entries", "Compiled grammars in the cache.", m->grammar_entries);
     counter(&b, lbl, "kvserve_http_requests", "HTTP requests answered.", (double)m->http_requests);
     counter(&b, lbl, "kvserve_http_errors", "HTTP requests answered with a status of 400 or more.", (double)m->http_errors);
+    gauge(&b, lbl, "kvserve_http_connections", "Open client connections.", m->http_conns);
+    counter(&b, lbl, "kvserve_http_connections_evicted", "Connections with nothing in flight closed to make room for new ones (--http-max-connections, --http-max-connections-per-client).", (double)m->http_evicted);
+    counter(&b, lbl, "kvserve_http_timeouts", "Connections closed by the header, body-rate or keep-alive timeout.", (double)m->http_timed_out);
+    counter(&b, lbl, "kvserve_http_connections_refused", "Connections refused with 503: no room and the reserve full, or a reserved one asking for another route.", (double)m->http_refused);
     tier_metrics(&b, lbl, st);
     return buf_take(&b); /* NULL when a growth failed */
 }

@@ -47,6 +47,12 @@ static enum MHD_Result do_metrics(http_req *hr)
                        &s->met.grammar_hits);
     s->met.http_requests = s->http.n_requests;
     s->met.http_errors = s->http.n_errors;
+    gate_stats gs;
+    gate_get_stats(&s->http.gate, &gs);
+    s->met.http_conns = gs.n_conns;
+    s->met.http_evicted = gs.evicted;
+    s->met.http_timed_out = gs.timed_out;
+    s->met.http_refused = gs.refused;
     char *t = met_render(&s->met, s->e ? &st : NULL, s->model_id);
     return http_reply(hr, 200, "text/plain; version=0.0.4; charset=utf-8", t, t ? strlen(t) : 0);
 }

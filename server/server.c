@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -71,6 +72,25 @@ static void on_drain_timeout(uv_timer_t *t)
     }
     s->stopping = 1;
     uv_stop(&s->loop);
+}
+
+/* SIGHUP: the log is stderr, which whoever started the server owns (journald, a redirect): there
+ * is nothing to reopen, and a hang-up must not stop a server the way the default action would. */
+static void on_hangup(uv_signal_t *h, int signum)
+{
+    (void)h;
+    (void)signum;
+    fprintf(stderr, "kvserve: SIGHUP ignored (the log is stderr; SIGTERM drains and stops)\n");
+}
+
+/* Every connection costs descriptors: take the hard open-file limit (as vLLM does), not the
+ * soft one a shell leaves (often 1024). */
+static void raise_nofile(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) || rl.rlim_cur >= rl.rlim_max) return;
+    rl.rlim_cur = rl.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &rl);
 }
 
 static void on_signal(uv_signal_t *h, int signum)
@@ -137,6 +157,7 @@ static void http_config_of(srv *s)
         .api_key = c->api_key,
         .guard_prefix = "/v1/",
         .allowed_origins = c->allowed_origins,
+        .limits = c->http_limits,
         .routes = srv__routes,
         .n_routes = srv__n_routes,
         .req_size = sizeof(srv_req),
@@ -206,6 +227,7 @@ static void teardown(srv *s)
     if (s->model_watch_on) close_handle((uv_handle_t *)&s->model_timer);
     close_handle((uv_handle_t *)&s->sig_term);
     close_handle((uv_handle_t *)&s->sig_int);
+    close_handle((uv_handle_t *)&s->sig_hup);
     uv_run(&s->loop, UV_RUN_DEFAULT); /* runs the close callbacks */
     /* requests whose engine events died with the engine */
     for (http_req *r = s->http.reqs; r; r = r->next) ((srv_req *)r)->n_open = 0;
@@ -294,7 +316,9 @@ int srv_run(const srv_config *cfg)
     s->ping_timer.data = s->drain_timer.data = s;
     uv_signal_init(&s->loop, &s->sig_term);
     uv_signal_init(&s->loop, &s->sig_int);
-    s->sig_term.data = s->sig_int.data = s;
+    uv_signal_init(&s->loop, &s->sig_hup);
+    s->sig_term.data = s->sig_int.data = s->sig_hup.data = s;
+    raise_nofile();
     model_id_of(cfg, s->model_id, sizeof s->model_id);
     /* Grammars with their cached masks: entries from the flag, at most 1 GiB in all. */
     if (cfg->grammar_cache > 0 && !(s->grammars = gr_cache_create(cfg->grammar_cache, (size_t)1 << 30))) {
@@ -312,6 +336,7 @@ int srv_run(const srv_config *cfg)
     }
     uv_signal_start(&s->sig_term, on_signal, SIGTERM);
     uv_signal_start(&s->sig_int, on_signal, SIGINT);
+    uv_signal_start(&s->sig_hup, on_hangup, SIGHUP);
     double pi = cfg->sse_ping_interval_s > 0 ? cfg->sse_ping_interval_s : 15;
     uint64_t tick = (uint64_t)(pi * 500) > 10 ? (uint64_t)(pi * 500) : 10;
     if (tick > 1000) tick = 1000;

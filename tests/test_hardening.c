@@ -117,7 +117,7 @@ Test(hardening, fifo_in_the_disk_tier, .timeout = 90)
 
     th_start(&s, NULL, a, NULL, TH_WAIT_HEALTHY);
     t0 = th_now_ms(); /* the blocks of run 1 are used once the model's hash vouches for them */
-    while (hd_metric(s.port, "kvserve_kv_tier_unverified_blocks{") != 0)
+    while (hd_metric(s.port, "kvserve_kv_tier_unverified_blocks{") > 0)
         cr_assert_lt(th_now_ms() - t0, 10000, "the model was not hashed in 10 s");
     int n = hd_fifo_blocks(dir);
     cr_assert_gt(n, 0, "run 1 wrote no block file");
@@ -177,4 +177,119 @@ Test(hardening, model_file_replaced_while_serving, .timeout = 90)
     free(bytes);
     th_stop(&s);
     tu_rm_rf(dir);
+}
+
+/* ---- HTTP edge cases ------------------------------------------------------------------------------ */
+
+/* A complete POST and then the client's half-close (`printf 'POST …' | nc -N`): HTTP/1.1 lets a
+ * client stop sending after its request; the answer must still come (it was a 499, the FIN
+ * taken for a disconnect). Also with the request's answer taking a while (a generation). */
+Test(hardening, half_closed_request_is_answered, .timeout = 60)
+{
+    th_server s;
+    th_start(&s, NULL, NULL, NULL, TH_WAIT_HEALTHY);
+    const char *body = "{\"prompt\":\"Once upon a time\",\"max_tokens\":64,\"ignore_eos\":true}";
+    char req[512];
+    int n = snprintf(req, sizeof req, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                                      "Content-Length: %zu\r\n\r\n%s", strlen(body), body);
+    th_resp r = th_raw(s.port, req, (size_t)n, 1, 20000);
+    cr_assert_eq(r.status, 200, "a half-closed request got: %s", r.raw);
+    cr_assert(strstr(r.body, "\"choices\""), "%s", r.body);
+    cr_assert(r.closed, "the connection closes after the answer");
+    th_resp_free(&r);
+    static const char two[] = "GET /health HTTP/1.1\r\nHost: x\r\n\r\nGET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n";
+    r = th_raw(s.port, two, sizeof two - 1, 1, 10000);
+    cr_assert_eq(th_count_status_lines(r.raw), 2, "both pipelined requests before the FIN are answered: %s", r.raw);
+    th_resp_free(&r);
+    char *log = th_log(&s);
+    cr_assert_null(strstr(log, " 499 "), "a half-close was taken for a disconnect:\n%s", log);
+    free(log);
+    th_stop(&s);
+}
+
+/* A valid request followed by a malformed one on the same connection: the valid one's response
+ * comes first, then the 400, then the close (the 400 used to replace it). */
+Test(hardening, pipelined_valid_then_malformed, .timeout = 60)
+{
+    th_server s;
+    th_start(&s, NULL, NULL, NULL, TH_WAIT_HEALTHY);
+    static const char raw[] = "GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
+                              "GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n"
+                              "GET /x HTTP/1.1\r\nHost: x\r\nBad Header\r\n\r\n";
+    th_resp r = th_raw(s.port, raw, sizeof raw - 1, 0, 10000);
+    cr_assert_eq(th_count_status_lines(r.raw), 3, "%s", r.raw);
+    const char *a = strstr(r.raw, "HTTP/1.1 200"), *b = strstr(r.raw, "\"object\":\"list\""), *c = strstr(r.raw, "HTTP/1.1 400");
+    cr_assert(a && b && c && a < b && b < c, "the answers in order, the 400 last: %s", r.raw);
+    cr_assert(r.closed);
+    th_resp_free(&r);
+    /* A slow valid request (a generation) before the malformed one. */
+    const char *body = "{\"prompt\":\"Once\",\"max_tokens\":48,\"ignore_eos\":true}";
+    char req[600];
+    int n = snprintf(req, sizeof req, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                                      "Content-Length: %zu\r\n\r\n%s\x01garbage\r\n\r\n", strlen(body), body);
+    r = th_raw(s.port, req, (size_t)n, 0, 20000);
+    cr_assert_eq(th_count_status_lines(r.raw), 2, "%s", r.raw);
+    a = strstr(r.raw, "\"choices\"");
+    c = strstr(r.raw, "HTTP/1.1 400");
+    cr_assert(a && c && a < c, "the completion, then the 400: %s", r.raw);
+    th_resp_free(&r);
+    th_stop(&s);
+}
+
+/* RFC 9112 §3.2.2: a server must accept the absolute form of a request target (it was a 404). */
+Test(hardening, absolute_form_targets, .timeout = 60)
+{
+    th_server s;
+    th_start(&s, NULL, NULL, NULL, TH_WAIT_HEALTHY);
+    static const char raw[] = "GET http://x/health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    th_resp r = th_raw(s.port, raw, sizeof raw - 1, 0, 10000);
+    cr_assert_eq(r.status, 200, "%s", r.raw);
+    th_resp_free(&r);
+    const char *body = "{\"prompt\":\"Once\",\"max_tokens\":2}";
+    char req[512];
+    int n = snprintf(req, sizeof req, "POST HTTP://127.0.0.1:%d/v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                                      "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n%s", s.port, strlen(body), body);
+    r = th_raw(s.port, req, (size_t)n, 0, 10000);
+    cr_assert_eq(r.status, 200, "%s", r.raw);
+    th_resp_free(&r);
+    char *log = th_log(&s);
+    cr_assert(strstr(log, "POST /v1/completions 200"), "logged with its path:\n%s", log);
+    free(log);
+    th_stop(&s);
+}
+
+/* Data after the JSON body ({…}xyz, {…}{…}) is a 400 (it was accepted). */
+Test(hardening, trailing_data_after_the_json_body, .timeout = 60)
+{
+    th_server s;
+    th_start(&s, NULL, NULL, NULL, TH_WAIT_HEALTHY);
+    static const char *const bodies[] = {"{\"prompt\":\"a\",\"max_tokens\":1}xyz",
+                                         "{\"prompt\":\"a\",\"max_tokens\":1}{\"prompt\":\"b\"}"};
+    for (int i = 0; i < 2; i++) {
+        th_resp r = th_http(s.port, NULL, "/v1/completions", bodies[i], NULL);
+        cr_assert_eq(r.status, 400, "%s: %ld %s", bodies[i], r.status, r.body);
+        cr_assert(strstr(r.body, "invalid_json"), "%s", r.body);
+        th_resp_free(&r);
+    }
+    th_resp r = th_http(s.port, NULL, "/v1/completions", "{\"prompt\":\"a\",\"max_tokens\":1}\n", NULL);
+    cr_assert_eq(r.status, 200, "a trailing newline is fine: %s", r.body);
+    th_resp_free(&r);
+    th_stop(&s);
+}
+
+/* SIGHUP never kills (it killed at once, streams cut): the server logs it and goes on serving;
+ * a stream in flight runs to [DONE]. */
+Test(hardening, sighup_does_not_kill, .timeout = 60)
+{
+    th_server s;
+    th_start(&s, NULL, NULL, NULL, TH_WAIT_HEALTHY);
+    cr_assert_eq(kill(s.pid, SIGHUP), 0);
+    cr_assert(hd_log_has(&s, "SIGHUP", 5000), "no log line for SIGHUP");
+    int st;
+    cr_assert_eq(waitpid(s.pid, &st, WNOHANG), 0, "SIGHUP killed the server");
+    th_resp r = th_http(s.port, NULL, "/v1/completions", "{\"prompt\":\"Once\",\"max_tokens\":8,\"stream\":true}", NULL);
+    cr_assert_eq(r.status, 200);
+    cr_assert(strstr(r.body, "[DONE]"), "%s", r.body);
+    th_resp_free(&r);
+    th_stop(&s);
 }

@@ -91,8 +91,9 @@ typedef struct oai_limits {
 } oai_limits;
 
 /* The body checks every parser below starts with: valid UTF-8, no raw control character inside
- * a string, no NUL (raw or \u0000 in a string). 0, or -EINVAL with *err filled (400
- * invalid_json, or invalid_value for a NUL in a string). */
+ * a string, no NUL (raw or \u0000 in a string), nothing but white space after the top-level
+ * object or array. 0, or -EINVAL with *err filled (400 invalid_json, or invalid_value for a NUL
+ * in a string). */
 int oai_validate_body(const char *body, size_t len, oai_error *err);
 
 /* Parses body[0..len) as a request of the given kind into *out (zeroed first). Returns 0, or a
