@@ -319,9 +319,14 @@ int srv_run(const srv_config *cfg)
     uv_signal_init(&s->loop, &s->sig_hup);
     s->sig_term.data = s->sig_int.data = s->sig_hup.data = s;
     raise_nofile();
+    /* A request's preparation may wait for a grammar's compilation (up to GR_COMPILE_WORKERS
+     * running and GR_COMPILE_QUEUE waiting): more libuv workers than those, so that requests
+     * without a grammar are prepared meanwhile. An operator's own setting wins. */
+    setenv("UV_THREADPOOL_SIZE", "16", 0);
     model_id_of(cfg, s->model_id, sizeof s->model_id);
-    /* Grammars with their cached masks: entries from the flag, at most 1 GiB in all. */
-    if (cfg->grammar_cache > 0 && !(s->grammars = gr_cache_create(cfg->grammar_cache, (size_t)1 << 30))) {
+    /* Grammars with their cached masks: entries from the flag (0: none kept), at most 1 GiB in
+     * all; the cache's workers compile every structured-output grammar (low priority, bounded). */
+    if (!(s->grammars = gr_cache_create(cfg->grammar_cache, (size_t)1 << 30))) {
         fprintf(stderr, "kvserve serve: out of memory\n");
         s->exit_code = 1;
         goto out;

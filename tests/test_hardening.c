@@ -12,6 +12,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -291,5 +292,90 @@ Test(hardening, sighup_does_not_kill, .timeout = 60)
     cr_assert_eq(r.status, 200);
     cr_assert(strstr(r.body, "[DONE]"), "%s", r.body);
     th_resp_free(&r);
+    th_stop(&s);
+}
+
+/* ---- grammar compilation ---------------------------------------------------------------------- */
+
+typedef struct hd_call {
+    int port;
+    char body[256];
+    th_resp r;
+    int64_t ms;
+} hd_call;
+
+static void *hd_post(void *arg)
+{
+    hd_call *c = arg;
+    int64_t t0 = th_now_ms();
+    c->r = th_http(c->port, NULL, "/v1/completions", c->body, NULL);
+    c->ms = th_now_ms() - t0;
+    return NULL;
+}
+
+/* The median wall time of n short completions. */
+static int64_t hd_plain_ms(int port, int n)
+{
+    int64_t v[16];
+    for (int i = 0; i < n; i++) {
+        int64_t t0 = th_now_ms();
+        th_resp r = th_http(port, NULL, "/v1/completions", "{\"prompt\":\"Once\",\"max_tokens\":8}", NULL);
+        v[i] = th_now_ms() - t0;
+        cr_assert_eq(r.status, 200, "%s", r.body);
+        th_resp_free(&r);
+    }
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && v[j - 1] > v[j]; j--) {
+            int64_t t = v[j];
+            v[j] = v[j - 1];
+            v[j - 1] = t;
+        }
+    return v[n / 2];
+}
+
+/* guided_regex "(a?){10000}a{10000}" is refused within 3.3 s (it took 17 s of CPU, 25-43 s of
+ * wall time), its failure is remembered (the resend is answered at once), and three such
+ * compilations at once leave other requests' latency alone (they run on two low-priority
+ * workers). */
+Test(hardening, grammar_compilation_has_a_real_deadline, .timeout = 120)
+{
+    th_server s;
+    th_start(&s, NULL, NULL, NULL, TH_WAIT_HEALTHY);
+    const char *body = "{\"prompt\":\"x\",\"max_tokens\":4,\"guided_regex\":\"(a?){10000}a{10000}\"}";
+    int64_t t0 = th_now_ms();
+    th_resp r = th_http(s.port, NULL, "/v1/completions", body, NULL);
+    int64_t ms = th_now_ms() - t0;
+    printf("hardening: (a?){10000}a{10000} refused in %lld ms\n", (long long)ms);
+    cr_assert_eq(r.status, 400, "%ld %s", r.status, r.body);
+    cr_assert(strstr(r.body, "took more than 3000 ms"), "%s", r.body);
+    cr_assert_lt(ms, 3300, "refused after %lld ms", (long long)ms);
+    th_resp_free(&r);
+    t0 = th_now_ms();
+    r = th_http(s.port, NULL, "/v1/completions", body, NULL);
+    ms = th_now_ms() - t0;
+    cr_assert_eq(r.status, 400);
+    cr_assert(strstr(r.body, "took more than 3000 ms"), "%s", r.body);
+    cr_assert_lt(ms, 1000, "the failure was not remembered: %lld ms", (long long)ms);
+    th_resp_free(&r);
+
+    int64_t base = hd_plain_ms(s.port, 7);
+    hd_call calls[3];
+    pthread_t th[3];
+    for (int i = 0; i < 3; i++) { /* three other sources: no cache, no sharing */
+        calls[i].port = s.port;
+        snprintf(calls[i].body, sizeof calls[i].body,
+                 "{\"prompt\":\"x\",\"max_tokens\":4,\"guided_regex\":\"(a?){%d}a{%d}\"}", 10001 + i, 10001 + i);
+        pthread_create(&th[i], NULL, hd_post, &calls[i]);
+    }
+    int64_t loaded = hd_plain_ms(s.port, 7);
+    printf("hardening: a short completion: %lld ms alone, %lld ms during three slow compilations\n",
+           (long long)base, (long long)loaded);
+    for (int i = 0; i < 3; i++) {
+        pthread_join(th[i], NULL);
+        cr_assert_eq(calls[i].r.status, 400, "%s", calls[i].r.body);
+        cr_assert_lt(calls[i].ms, 3 * 3300 + 1000, "a queued compilation took %lld ms", (long long)calls[i].ms);
+        th_resp_free(&calls[i].r);
+    }
+    cr_assert_lt(loaded, 3 * base + 300, "other requests slowed: %lld ms vs %lld ms", (long long)loaded, (long long)base);
     th_stop(&s);
 }
