@@ -506,8 +506,11 @@ static void eng__update_stats(engine *e)
         st->iter_tokens_sum += tok;
         e->step_tokens_seen = ss.step_tokens;
     }
+    /* O(tree): not on every step, but always when the engine goes idle, since an idle engine
+     * looks again only at its heartbeat and the last request's blocks would show as used. */
+    int quiet = !sched_num_running(e->sc) && !sched_num_waiting(e->sc);
     if (!t) st->kv_blocks_idle = 0;
-    else if (now - e->idle_at_us >= 100000) { /* O(tree): not on every step */
+    else if (now - e->idle_at_us >= 100000 || (quiet && e->idle_at_us < st->last_step_us)) {
         /* group 0's evictable blocks, and (an estimate, in proportion) their companions in the
          * other groups, which are freed with them */
         int64_t n0 = rdx_n_blocks(t), ev = rdx_n_evictable(t);

@@ -15,8 +15,9 @@
  *               accepted / uncertain (needs the stack) / rejected tokens
  *   gr_mcache.c: where those cached splits are kept, per grammar and vocabulary
  *
- * Every file may call gr_util.c (arrays, errors, UTF-8, GBNF text), which calls none of them.
- * Above it calls go one way: grammar.c (compiling, reference counts, the cache) → gr_regex.c,
+ * Every file may call gr_util.c (arrays, errors, UTF-8, GBNF text, the compile budget), which
+ * calls none of them. Above it calls go one way: gr_cache.c (the cache of compiled grammars and
+ * its compile workers) → grammar.c (compiling, reference counts) → gr_regex.c,
  * gr_parse.c, gr_compile.c → gr_dfa.c; grammar.c → gr_mcache.c (freeing and sizing the mask
  * caches); gr_match.c (the matcher) → grammar.c (its reference), gr_mask.c → gr_mcache.c,
  * gr_config.c.
