@@ -443,7 +443,7 @@ static void stream_event(srv_req *r, int p, oai_choice *c, const engine_event *e
             /* The echoed prompt, with its scored tokens when asked (collected until now). */
             emit(r, oai_chunk_sse(rs, c, 0, r->echo_text[p], strlen(r->echo_text[p]), c->lps,
                                   c->n_lps, 0, 0));
-            for (int k = 0; k < c->n_lps; k++) c->text_offset += oai_token_chars(rs, c->lps[k].r.token);
+            for (int k = 0; k < c->n_lps; k++) c->text_offset += oai_lp_chars(rs, &c->lps[k]);
             c->n_lps = 0;
         }
     }
@@ -460,6 +460,15 @@ static void stream_event(srv_req *r, int p, oai_choice *c, const engine_event *e
         emit(r, oai_chunk_sse(rs, c, 0, ev->text, ev->text_len, lp, has_lp, c->text_offset, fin));
     }
     if (has_lp) c->text_offset += oai_token_chars(rs, lp[0].r.token);
+}
+
+/* 1 when the prompt token at position pos of c's echo starts the decoded text, which drops its
+ * leading space (SentencePiece's dummy prefix): the first token, or the one after a BOS. */
+static int starts_text(srv *s, const oai_choice *c, int pos)
+{
+    if (!tok_strips_space_after_bos(s->tok)) return 0;
+    int32_t bos = tok_bos(s->tok);
+    return pos == 0 ? c->lps[0].r.token != bos : pos == 1 && c->lps[0].r.token == bos;
 }
 
 void srv__gen_event(srv *s, engine_event *ev)
@@ -492,7 +501,8 @@ void srv__gen_event(srv *s, engine_event *ev)
          * prompt_logprobs field lists them apart). */
         for (int k = 0; !r->failed && ev->logprobs && k < ev->n_tokens; k++) {
             int has = !isnan(ev->logprobs[k].logprob);
-            if (q->echo && q->logprobs >= 0) oai_choice_append_lp(c, &ev->logprobs[k], has);
+            if (q->echo && q->logprobs >= 0 && !oai_choice_append_lp(c, &ev->logprobs[k], has))
+                c->lps[c->n_lps - 1].skip_space = starts_text(s, c, c->n_lps - 1);
             if (r->resp.prompt_logprobs >= 0) oai_choice_append_plp(c, &ev->logprobs[k], has);
         }
     } else if (q->stream) {

@@ -21,6 +21,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "base/buf.h"
 #include "tests/server_harness.h"
 #include "tests/test_util.h"
 
@@ -377,5 +378,79 @@ Test(hardening, grammar_compilation_has_a_real_deadline, .timeout = 120)
         th_resp_free(&calls[i].r);
     }
     cr_assert_lt(loaded, 3 * base + 300, "other requests slowed: %lld ms vs %lld ms", (long long)loaded, (long long)base);
+    th_stop(&s);
+}
+
+/* ---- what a new user meets ------------------------------------------------------------------- */
+
+/* echo with logprobs: every text_offset is where its token's text begins in the echoed text, the
+ * first word's included (SentencePiece drops the dummy-prefix space of the first piece: the offsets
+ * were one past the truth from the second token on, [0,0,5,10,12,17] for [0,0,4,9,11,16]). Checked
+ * against the text itself, streamed and not. */
+static void hd_check_offsets(const char *text, const cJSON *lp)
+{
+    const cJSON *toks = cJSON_GetObjectItem(lp, "tokens"), *offs = cJSON_GetObjectItem(lp, "text_offset");
+    int n = cJSON_GetArraySize(toks);
+    cr_assert_gt(n, 4);
+    cr_assert_eq(cJSON_GetArraySize(offs), n);
+    size_t len = strlen(text);
+    for (int i = 0; i < n; i++) {
+        const char *t = cJSON_GetArrayItem(toks, i)->valuestring;
+        size_t off = (size_t)cJSON_GetArrayItem(offs, i)->valuedouble; /* (ASCII here: chars = bytes) */
+        cr_assert_leq(off, len, "token %d offset %zu past the text", i, off);
+        if (!*t) continue; /* BOS */
+        const char *want = off == 0 && t[0] == ' ' ? t + 1 : t; /* the first piece's dropped space */
+        cr_assert(!strncmp(text + off, want, strlen(want)), "token %d '%s' is not at offset %zu of '%s'", i, t, off, text);
+    }
+}
+
+Test(hardening, echo_text_offsets_match_the_text, .timeout = 60)
+{
+    th_server s;
+    th_start(&s, NULL, NULL, NULL, TH_WAIT_HEALTHY);
+    const char *prompt = "Once upon a time, there was";
+    char body[256];
+    snprintf(body, sizeof body, "{\"prompt\":\"%s\",\"max_tokens\":6,\"temperature\":0,\"echo\":true,\"logprobs\":1}", prompt);
+    th_resp r = th_http(s.port, NULL, "/v1/completions", body, NULL);
+    cr_assert_eq(r.status, 200, "%s", r.body);
+    cJSON *j = cJSON_Parse(r.body);
+    const cJSON *ch = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "choices"), 0);
+    const char *text = cJSON_GetObjectItem(ch, "text")->valuestring;
+    cr_assert(!strncmp(text, prompt, strlen(prompt)), "%s", text);
+    const cJSON *lp = cJSON_GetObjectItem(ch, "logprobs");
+    hd_check_offsets(text, lp);
+    const cJSON *offs = cJSON_GetObjectItem(lp, "text_offset");
+    cr_assert_eq(cJSON_GetArrayItem(offs, 2)->valueint, 4, "' upon' starts at 4 in 'Once upon'");
+    cJSON_Delete(j);
+    th_resp_free(&r);
+
+    /* Streamed: the echo chunk and the generated ones, joined. */
+    snprintf(body, sizeof body,
+             "{\"prompt\":\"%s\",\"max_tokens\":6,\"temperature\":0,\"echo\":true,\"logprobs\":1,\"stream\":true}", prompt);
+    r = th_http(s.port, NULL, "/v1/completions", body, NULL);
+    cr_assert_eq(r.status, 200);
+    buf all = {0};
+    cJSON *toks = cJSON_CreateArray(), *offs2 = cJSON_CreateArray();
+    for (const char *p = r.body; (p = strstr(p, "data: {")); p++) {
+        const char *e = strstr(p, "\n\n");
+        char *one = strndup(p + 6, (size_t)(e - p - 6));
+        cJSON *c = cJSON_Parse(one);
+        free(one);
+        const cJSON *c0 = cJSON_GetArrayItem(cJSON_GetObjectItem(c, "choices"), 0);
+        buf_puts(&all, cJSON_GetObjectItem(c0, "text")->valuestring);
+        const cJSON *l = cJSON_GetObjectItem(c0, "logprobs");
+        for (int i = 0; cJSON_IsObject(l) && i < cJSON_GetArraySize(cJSON_GetObjectItem(l, "tokens")); i++) {
+            cJSON_AddItemToArray(toks, cJSON_Duplicate(cJSON_GetArrayItem(cJSON_GetObjectItem(l, "tokens"), i), 1));
+            cJSON_AddItemToArray(offs2, cJSON_Duplicate(cJSON_GetArrayItem(cJSON_GetObjectItem(l, "text_offset"), i), 1));
+        }
+        cJSON_Delete(c);
+    }
+    cJSON *lp2 = cJSON_CreateObject();
+    cJSON_AddItemToObject(lp2, "tokens", toks);
+    cJSON_AddItemToObject(lp2, "text_offset", offs2);
+    hd_check_offsets(all.s, lp2);
+    cJSON_Delete(lp2);
+    free(all.s);
+    th_resp_free(&r);
     th_stop(&s);
 }
