@@ -454,3 +454,44 @@ Test(hardening, echo_text_offsets_match_the_text, .timeout = 60)
     th_resp_free(&r);
     th_stop(&s);
 }
+
+/* The README's tool-call example, as written there: the serve line's --chat-template and the
+ * request body after it, against the in-repo model: a valid call comes back (the README's
+ * example used to need a template the default model does not have). */
+Test(hardening, readme_tool_call_example_works, .timeout = 60)
+{
+    char *readme = tu_read_file("README.md", NULL);
+    if (!readme) cr_skip_test("README.md not found (run the tests from the repository root)");
+    const char *serve = strstr(readme, "--chat-template @");
+    cr_assert_not_null(serve, "the README shows no --chat-template for tools");
+    char tmpl[256];
+    cr_assert_eq(sscanf(serve + strlen("--chat-template "), "%255s", tmpl), 1);
+    const char *d = strstr(serve, "-d '");
+    cr_assert_not_null(d);
+    d += 4;
+    const char *e = strchr(d, '\'');
+    cr_assert_not_null(e);
+    char *body = strndup(d, (size_t)(e - d));
+    cJSON *j = cJSON_Parse(body);
+    cr_assert_not_null(j, "the README's request is not JSON: %s", body);
+    cJSON_Delete(j);
+    const char *args[] = {"--chat-template", tmpl, NULL};
+    th_server s;
+    th_start(&s, NULL, args, NULL, TH_WAIT_HEALTHY);
+    th_resp r = th_http(s.port, NULL, "/v1/chat/completions", body, NULL);
+    cr_assert_eq(r.status, 200, "%s", r.body);
+    j = cJSON_Parse(r.body);
+    const cJSON *m = cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "choices"), 0), "message");
+    const cJSON *call = cJSON_GetArrayItem(cJSON_GetObjectItem(m, "tool_calls"), 0);
+    cr_assert_not_null(call, "no tool call: %s", r.body);
+    const cJSON *fn = cJSON_GetObjectItem(call, "function");
+    cr_assert_str_eq(cJSON_GetObjectItem(fn, "name")->valuestring, "get_weather");
+    cJSON *a = cJSON_Parse(cJSON_GetObjectItem(fn, "arguments")->valuestring);
+    cr_assert(cJSON_IsString(cJSON_GetObjectItem(a, "city")), "%s", r.body);
+    cJSON_Delete(a);
+    cJSON_Delete(j);
+    th_resp_free(&r);
+    free(body);
+    free(readme);
+    th_stop(&s);
+}
