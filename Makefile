@@ -58,6 +58,21 @@ CUDA_OBJS := $(BUILD)/cuda/absent.o
 CUDA_LIBS :=
 endif
 
+# --- version ------------------------------------------------------------------
+# `kvserve --version`: the release and the commit (short hash, "-dirty" with uncommitted changes;
+# "unknown" in a tree without git, e.g. a release tarball). Only cli/version.c sees them, and it is
+# rebuilt when the commit changes ($(BUILD)/commit.txt is rewritten only then).
+KVSERVE_VERSION := 0.1.0
+GIT_COMMIT = $(eval GIT_COMMIT := $$(shell { git rev-parse --short=12 HEAD && { git diff --quiet HEAD -- || echo -dirty; }; } \
+             2>/dev/null | tr -d '\n'))$(GIT_COMMIT)
+$(BUILD)/commit.txt: FORCE
+	@mkdir -p $(dir $@)
+	@c='$(or $(GIT_COMMIT),unknown)'; [ "$$(cat $@ 2>/dev/null)" = "$$c" ] || echo "$$c" > $@
+$(BUILD)/cli/version.o: $(BUILD)/commit.txt
+$(BUILD)/cli/version.o: CFLAGS += -DKVSERVE_VERSION='"$(KVSERVE_VERSION)"' -DKVSERVE_COMMIT='"$(or $(GIT_COMMIT),unknown)"'
+.PHONY: FORCE
+FORCE:
+
 # --- CPU kernels per SIMD level ---------------------------------------------
 # A file of cpu/ named after a level gets that level's target flags and runs only when the CPU
 # has it (cpu/internal.h); every other file is built for the baseline target.

@@ -6,6 +6,7 @@
 #ifndef KVSERVE_CLI_H
 #define KVSERVE_CLI_H
 
+#include <stdio.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -136,5 +137,11 @@ int cli_render_chat(cli_opts *o);
  * *compile_ms is the CPU time the schema conversion and compilation took. 0, or -1 after printing
  * a one-line error prefixed with "kvserve CMD". */
 int cli_grammar(const cli_opts *o, const char *cmd, gr_grammar **out, double *compile_ms);
+
+/* version.c: the release, the commit the binary was built from ("unknown" without git, with
+ * "-dirty" for uncommitted changes), and `kvserve --version`'s lines (with the backends built in). */
+const char *cli_version(void);
+const char *cli_commit(void);
+void cli_print_version(FILE *out);
 
 #endif

@@ -220,3 +220,28 @@ Test(cli_info, vocab_only_file)
     free(out);
     free(err);
 }
+
+/* `kvserve --version` (there was none): the release, the commit the binary was built from (the
+ * checkout's HEAD when the tests run in one), and the backends built in. */
+Test(cli_info, version)
+{
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "'%s' --version 2>&1", ci_bin());
+    int st;
+    char *out = tu_capture(cmd, &st);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s", out);
+    cr_assert(!strncmp(out, "kvserve 0.", 10), "%s", out);
+    cr_assert(strstr(out, "(commit "), "%s", out);
+    cr_assert(strstr(out, "backends: cpu ("), "%s", out);
+#ifdef KVSERVE_CUDA
+    cr_assert(strstr(out, "cuda"), "a CUDA build names its backend: %s", out);
+#endif
+    int st2;
+    char *head = tu_capture("git rev-parse --short=12 HEAD 2>/dev/null", &st2);
+    if (WIFEXITED(st2) && WEXITSTATUS(st2) == 0 && strlen(head) >= 12) {
+        head[12] = 0;
+        cr_assert(strstr(out, head), "not the checkout's commit %s: %s", head, out);
+    }
+    free(head);
+    free(out);
+}
