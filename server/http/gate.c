@@ -416,6 +416,7 @@ static void time_out(gate_conn *c, const char *what)
 /* One connection's deadlines at now. */
 static void sweep_one(gate_conn *c, int64_t now)
 {
+    if (c->pending_status) return; /* answering already: MHD's side is being drained */
     const gate_limits *L = &c->g->lim;
     int64_t head_us = (int64_t)(L->header_timeout_s * 1e6);
     int busy = outstanding(c) > 0;
