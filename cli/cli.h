@@ -58,6 +58,10 @@ typedef struct cli_opts {
     double sse_ping_interval_s;
     size_t max_body_bytes;
     int grammar_cache;          /* --grammar-cache N (0: off) */
+    const char *pooling;        /* serve: --pooling mean|cls|last|rank (NULL: the model's);
+                                   mkmodel: the pooling_type written */
+    int response_store;         /* --response-store N: stored /v1/responses (0: none) */
+    size_t response_store_bytes; /* --response-store-size SIZE */
     /* generate / tokenize */
     const char *prompt;         /* -p */
     int n_predict;              /* -n */

@@ -39,6 +39,9 @@ int cli_serve(cli_opts *o)
     c.drain_timeout_s = o->drain_timeout_s;
     c.sse_ping_interval_s = o->sse_ping_interval_s;
     c.grammar_cache = o->grammar_cache;
+    c.pooling = o->pooling;
+    c.response_store = o->response_store;
+    c.response_store_bytes = o->response_store_bytes;
     c.http_limits = (gate_limits){o->http_max_connections, o->http_reserved_connections, o->http_max_per_client,
                                   o->http_header_timeout_s, o->http_body_min_rate, o->http_keepalive_timeout_s};
     if (o->http_max_connections < 1 || o->http_reserved_connections < 1 || o->http_max_per_client < 0 ||

@@ -66,6 +66,9 @@ static const opt table[] = {
     {"http-max-connections-per-client", 0, O_INT, OFF(http_max_per_client), "256", "serve", "open connections from one client address, enforced the same way (0 = no cap; behind a proxy every connection is the proxy's)"},
     {"http-reserved-connections", 0, O_INT, OFF(http_reserved_connections), "32", "serve", "connections beyond the limits for GET /health and /metrics only, when nothing can be closed to make room"},
     {"max-body", 0, O_SIZE, OFF(max_body_bytes), "16MiB", "serve", "largest request body accepted (413 beyond)"},
+    {"pooling", 0, O_STR, OFF(pooling), "the model's pooling_type", "serve mkmodel", "serve: how /v1/embeddings pools hidden states (mean, cls or last; rank: /v1/rerank scores with the model's classification head, or the \"yes\"/\"no\" logits of its LM head), also for a generative model; mkmodel: the pooling_type written (rank adds a classification head)"},
+    {"response-store", 0, O_INT, OFF(response_store), "1024", "serve", "/v1/responses kept for previous_response_id and GET (store: true), least recently used dropped first (0 = none kept)"},
+    {"response-store-size", 0, O_SIZE, OFF(response_store_bytes), "64MiB", "serve", "bytes those stored responses may take in all"},
     {"grammar-cache", 0, O_INT, OFF(grammar_cache), "64", "serve", "compiled structured-output grammars kept, least recently used dropped first (0 = compile every request)"},
     {"prompt", 'p', O_STR, OFF(prompt), "\"\"", "generate", "prompt text"},
     {"n-predict", 'n', O_INT, OFF(n_predict), "128", "generate", "tokens to generate"},
@@ -144,6 +147,8 @@ void cli_opts_default(cli_opts *o)
     o->http_reserved_connections = 32;
     o->kv_disk_timeout_s = 2;
     o->grammar_cache = 64;
+    o->response_store = 1024;
+    o->response_store_bytes = (size_t)64 << 20;
     o->prompt = "";
     o->n_predict = 128;
     o->temperature = 0.8;

@@ -34,6 +34,7 @@
 #include "engine/engine_kv.h"
 #include "engine/engine_tier.h"
 #include "engine/forward.h"
+#include "engine/pool.h"
 #include "engine/sampling.h"
 #include "engine/sched.h"
 
@@ -46,6 +47,7 @@ typedef struct eng_req {
     detok *dt;              /* [r.n] */
     char *done;             /* [r.n] 1 when the choice's final event was queued */
     int n_done;
+    pool_acc *pool;         /* a pooled request's accumulator (engine_request.pooling), else NULL */
     struct eng_req *next;   /* submission queue, then the active list */
 } eng_req;
 
@@ -64,6 +66,10 @@ struct engine {
     const int32_t *eog;
     int n_eog;
     gr_vocab *gvoc;         /* the vocabulary as grammars see it, built at the first constrained request */
+    pool_rows pool_buf;     /* pooled sequences' hidden rows of a step (host) */
+    pool_head head;         /* the reranking head, built with the engine (see eng__setup) */
+    int head_state;         /* 1: built, -1: the model has none (head_err says why; logged once) */
+    char head_err[256];
     pthread_t thread;
     int thread_started;
 
@@ -133,6 +139,7 @@ static void eng__req_free(eng_req *q)
     free(q->seqs);
     free(q->dt);
     free(q->done);
+    pool_acc_destroy(q->pool);
     eng__free_request_arrays(&q->r);
     free(q);
 }
@@ -143,6 +150,7 @@ void engine_event_free(engine_event *ev)
     free(ev->text);
     free(ev->tokens);
     free(ev->logprobs);
+    free(ev->pooled);
     free(ev);
 }
 
@@ -247,6 +255,51 @@ static void eng__reap(engine *e)
 
 /* ---- the engine thread ----------------------------------------------------------------- */
 
+/* A pooled request's accumulator, and what its sequence needs from the scheduler: the whole
+ * prompt computed when rows of a cached prefix are pooled, its blocks kept out of the prefix
+ * cache unless it asked. The reranking head was built with the engine (eng__setup). 0 or -1. */
+static int eng__pool_setup(engine *e, eng_req *q, seq *s)
+{
+    const model *m = e->cfg.model;
+    if (q->r.pooling == MODEL_POOL_RANK && e->head_state < 0) {
+        if (e->head_err[0] && !e->cfg.quiet) fprintf(stderr, "engine: %s\n", e->head_err);
+        e->head_err[0] = 0; /* once */
+        return -1;
+    }
+    q->pool = pool_acc_create(q->r.pooling, m->hp.n_embd, q->r.n_prompt, e->head.last);
+    if (!q->pool) return -1;
+    s->pool = q->pool;
+    s->pool_whole = pool_acc_whole(q->pool);
+    s->no_cache = !q->r.cache_prompt;
+    return 0;
+}
+
+/* A pooled request's one event: its vector, or the head's outputs (rank), finish STOP. */
+static void eng__end_pooled(engine *e, eng_req *q, eng_evlist *out)
+{
+    if (q->done[0]) return;
+    const pool_acc *a = q->pool;
+    engine_event *ev = pool_acc_done(a) ? eng__event(q, 0, "", 0, NULL, ENGINE_FINISH_STOP) : NULL;
+    float *row = ev ? malloc(sizeof *row * (size_t)a->dim) : NULL;
+    int n = a->kind == MODEL_POOL_RANK ? e->head.n_out : a->dim;
+    if (row) ev->pooled = malloc(sizeof *ev->pooled * (size_t)n);
+    if (!row || !ev->pooled) {
+        free(row);
+        engine_event_free(ev);
+        eng__end_request(e, q, ENGINE_FINISH_ERROR, out);
+        return;
+    }
+    pool_acc_result(a, row);
+    if (a->kind == MODEL_POOL_RANK) pool_head_apply(&e->head, row, ev->pooled);
+    else memcpy(ev->pooled, row, sizeof *row * (size_t)n);
+    free(row);
+    ev->n_pooled = n;
+    if (q->seqs[0] && q->seqs[0]->status != SEQ_FINISHED) sched_release(e->sc, q->seqs[0], ENGINE_FINISH_STOP);
+    eng__emit(out, ev);
+    q->done[0] = 1;
+    q->n_done++;
+}
+
 /* Makes q's first sequence and puts it in the scheduler (or finishes it when max_tokens is 0). */
 static void eng__intake(engine *e, eng_req *q, eng_evlist *out)
 {
@@ -262,7 +315,7 @@ static void eng__intake(engine *e, eng_req *q, eng_evlist *out)
                        q->r.include_stop_str))
             goto fail;
     for (int i = 0; i < n; i++) q->dt[i].render_special = q->r.render_special;
-    if (q->r.max_tokens == 0 && !q->r.prompt_logprobs) {
+    if (q->r.max_tokens == 0 && !q->r.prompt_logprobs && !q->r.pooling) {
         for (int i = 0; i < n; i++) {
             eng__emit(out, eng__event(q, i, "", 0, NULL, ENGINE_FINISH_LENGTH));
             q->done[i] = 1;
@@ -293,6 +346,11 @@ static void eng__intake(engine *e, eng_req *q, eng_evlist *out)
         }
     }
     s->arrival_us = q->arrival_us;
+    if (q->r.pooling && eng__pool_setup(e, q, s)) {
+        seq_destroy(s);
+        q->seqs[0] = NULL;
+        goto fail;
+    }
     if (sched_add(e->sc, s)) {
         q->seqs[0] = NULL;
         seq_destroy(s);
@@ -423,7 +481,9 @@ static void eng__on_results(engine *e, const sampling_out *v, int n, eng_evlist 
             eng__on_prompt(e, v + i, k, out);
             i += k;
         } else if (v[i].kind == SAMPLING_END) {
-            eng__end_request(e, v[i++].s->owner, ENGINE_FINISH_LENGTH, out);
+            eng_req *q = v[i++].s->owner;
+            if (q->pool) eng__end_pooled(e, q, out);
+            else eng__end_request(e, q, ENGINE_FINISH_LENGTH, out);
         } else {
             eng__on_sample(e, &v[i++], out);
         }
@@ -443,6 +503,7 @@ static int eng__step(engine *e, eng_evlist *out)
     int n = 0, rc = sched_schedule(e->sc, &plan);
     if (rc == -EAGAIN) return eng__unschedulable(e, out);
     if (!rc) rc = eng__forward(e, &plan);
+    if (!rc) rc = pool_step(e->f, plan.entries, plan.n_entries, e->cfg.model->hp.n_embd, &e->pool_buf);
     if (!rc) rc = n = sampling_step(e->smp, plan.entries, plan.n_entries, e->logits, &v);
     if (rc >= 0) rc = sched_commit(e->sc, v, n);
     if (rc < 0) {
@@ -793,6 +854,9 @@ static int eng__setup(engine *e, char *err, size_t err_len)
         snprintf(err, err_len, "out of memory creating the scheduler");
         return -1;
     }
+    /* The reranking head is read from the model now: once the engine exists a server stops
+     * reading the model file (model/gguf.h gguf_detach), so nothing may read tensors later. */
+    e->head_state = pool_head_init(&e->head, c->model, c->tok, e->head_err, sizeof e->head_err) ? -1 : 1;
     return eng__setup_tier(e, err, err_len);
 }
 
@@ -860,6 +924,8 @@ void engine_destroy(engine *e, int drain)
     batch_fini(&e->bb);
     free(e->logits);
     gr_vocab_destroy(e->gvoc);
+    pool_head_fini(&e->head);
+    free(e->pool_buf.v);
     fwd_destroy(e->f);
     be_destroy(e->be);
     pthread_mutex_destroy(&e->mu);
@@ -873,6 +939,9 @@ static int eng__validate(const engine *e, const engine_request *req)
     if (!req->prompt || req->n_prompt < 1 || req->n < 1 || req->n > e->cfg.max_seqs ||
         req->max_tokens < 0 || req->n_stop < 0 || req->n_stop > ENGINE_MAX_STOP ||
         (req->n_stop > 0 && !req->stop) || req->prompt_top > SMP_MAX_LOGPROBS)
+        return -EINVAL;
+    if (req->pooling && (req->pooling < MODEL_POOL_MEAN || req->pooling > MODEL_POOL_RANK || req->n != 1 ||
+                         req->max_tokens || req->grammar || req->prompt_logprobs))
         return -EINVAL;
     if (!engine_kv_can_hold(&e->kv, req->n_prompt, req->max_tokens)) return -EINVAL;
     for (int i = 0; i < req->n_prompt; i++)

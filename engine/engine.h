@@ -110,6 +110,14 @@ typedef struct engine_request {
                                   computed in full (no prefix-cache reuse); max_tokens may then be 0 */
     int prompt_top;            /* alternatives per scored prompt token (0 .. SMP_MAX_LOGPROBS);
                                   < 0: sampling.n_logprobs */
+    int pooling;               /* enum model_pooling: NONE generates. Else a pooled request
+                                  (embeddings, reranking: engine/pool.h): n 1, max_tokens 0, no
+                                  grammar; its prompt is computed and its one final event carries
+                                  the pooled vector (MEAN, CLS, LAST: n_embd floats of the hidden
+                                  state after the final norm) or the classification head's outputs
+                                  (RANK) in pooled, finish STOP */
+    int cache_prompt;          /* pooled requests: 1 puts the computed full blocks into the prefix
+                                  cache as a generation's are; 0 frees the KV when it ends */
     gr_grammar *grammar;       /* structured output: every choice's text must be a sentence of it
                                   (each choice its own matcher; end-of-generation only when
                                   complete); NULL: unconstrained. A reference the engine owns
@@ -147,6 +155,8 @@ typedef struct engine_event {
                                   ended the choice, else -1 (EOS and other end-of-generation
                                   tokens leave both at -1) */
     double cum_logprob;        /* sum of this choice's sampled-token logprobs so far */
+    float *pooled;             /* a pooled request's final event: [n_pooled] (engine_request.pooling) */
+    int n_pooled;
     engine_usage usage;        /* valid on the final event of a choice */
     engine_timings timings;    /* valid on the final event of a choice */
 } engine_event;

@@ -352,3 +352,11 @@ int fwd_run(fwd *f, const be_batch *b, float *logits)
         op->softcap(be, f->logits, hp->final_softcap, (int64_t)b->n_logits * hp->n_vocab);
     return op->to_host(be, f->logits, (size_t)b->n_logits * hp->n_vocab, logits);
 }
+
+int fwd_hidden(fwd *f, int n_rows, float *out)
+{
+    const model_hparams *hp = &f->m->hp;
+    if (n_rows <= 0 || n_rows > f->max_tokens) return -EINVAL;
+    f->be->ops->rmsnorm(f->be, f->x, &f->output_norm, hp->rms_eps, n_rows, hp->n_embd, f->xb);
+    return f->be->ops->to_host(f->be, f->xb, (size_t)n_rows * hp->n_embd, out);
+}

@@ -29,6 +29,12 @@ void fwd_destroy(fwd *f);
  * the logit rows into logits [n_logits][n_vocab] (host memory). 0 or a negative errno. */
 int fwd_run(fwd *f, const be_batch *b, float *logits);
 
+/* After fwd_run: the hidden states of the step's first n_rows tokens after the final norm
+ * (what llama.cpp pools for embeddings), as f32 into out [n_rows][n_embd] (host memory), for
+ * pooled sequences. Uses the normed-input scratch, which the step no longer needs. 0 or a
+ * negative errno. */
+int fwd_hidden(fwd *f, int n_rows, float *out);
+
 backend *fwd_backend(fwd *f);
 
 #endif

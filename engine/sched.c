@@ -258,7 +258,7 @@ static int sched__admit(sched *sc, int i, int *budget, char *held)
 {
     seq *c = sc->waiting[i];
     int matched = 0;
-    if (sc->tree && !seq_is_scoring(c)) {
+    if (sc->tree && !seq_computes_prompt(c)) {
         matched = sched__match(sc, c);
         if (sched__dedup_hold(sc, c, matched)) {
             sched__match_drop(sc, matched);

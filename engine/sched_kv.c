@@ -216,7 +216,7 @@ int64_t sched__check_tree(const sched *sc, int g)
 void sched__insert(sched *sc, seq *s)
 {
     const seq_kv *k = &s->kv[0];
-    if (!sc->tree || !sched__can_offer(sc, s)) return;
+    if (!sc->tree || s->no_cache || !sched__can_offer(sc, s)) return;
     int full = s->n_computed / sc->c.block_size;
     if (full > k->n_blocks) full = k->n_blocks;
     if (full <= s->n_inserted) return;
@@ -357,7 +357,7 @@ int sched__reserve(sched *sc, seq *s, int n_new)
 void sched__rematch(sched *sc, seq *s)
 {
     int bs = sc->c.block_size;
-    if (!sc->tree || !sched__can_offer(sc, s) || seq_is_scoring(s) || s->n_computed % bs ||
+    if (!sc->tree || !sched__can_offer(sc, s) || seq_computes_prompt(s) || s->n_computed % bs ||
         s->n_computed >= s->n_tokens - 1)
         return;
     int m = sched__match(sc, s), nb = m / bs, ok = m > s->n_computed;

@@ -80,6 +80,12 @@ typedef struct seq {
     int plp_top;            /* alternatives reported per scored prompt token */
     int plp_next;           /* the next prompt index to score (prompt_logprobs) */
     double cum_logprob;     /* sum of sampled-token log-probs */
+    struct pool_acc *pool;  /* a pooled sequence (embeddings, reranking: engine/pool.h): its
+                               accumulator, borrowed from the engine's request; else NULL */
+    int pool_whole;         /* with pool: 1 when it pools rows a cached prefix would not give
+                               (every row for mean, the first for cls) */
+    int no_cache;           /* 1: its blocks never enter the prefix cache (they are freed when
+                               it ends) */
 } seq;
 
 /* A new WAITING sequence over a copy of prompt[0..n_prompt). NULL on -ENOMEM. */
@@ -101,6 +107,13 @@ static inline int seq_n_output(const seq *s)
 static inline int seq_is_scoring(const seq *s)
 {
     return s->prompt_logprobs && s->plp_next < s->n_prompt;
+}
+
+/* 1 while s must compute its prompt itself rather than take a cached prefix: it scores the
+ * prompt, or it pools rows a cached prefix would not give (every row, or the first). */
+static inline int seq_computes_prompt(const seq *s)
+{
+    return seq_is_scoring(s) || (s->pool_whole && s->n_computed < s->n_prompt);
 }
 
 /* A copy of s (tokens, computed count, parameters, timestamps, its own copy of the grammar

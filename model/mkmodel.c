@@ -22,6 +22,7 @@
 #include "model/gguf.h"
 #include "model/gguf_write.h"
 #include "model/mkmodel_internal.h"
+#include "model/model.h"
 
 /* ---- weights ------------------------------------------------------------------------------ */
 
@@ -145,6 +146,12 @@ typedef struct mkm__shape {
     int ffn, kvh, hd, rope_dims;
 } mkm__shape;
 
+/* 1 when p asks for a reranker (pooling "rank"). */
+static int mkm__rank(const mkm_params *p)
+{
+    return p->pooling && !strcmp(p->pooling, "rank");
+}
+
 /* Adds every weight tensor; kind[i] says how to fill tensor i. 0 or -EINVAL/-ENOMEM. */
 static int add_tensors(gguf_writer *w, const mkm_params *p, const mkm__shape *sh, uint8_t *kind, char *err,
                        size_t err_len)
@@ -203,6 +210,14 @@ static int add_tensors(gguf_writer *w, const mkm_params *p, const mkm__shape *sh
         if (a->post_norms) T(L("post_ffw_norm.weight"), MKM_ONES, DT_F32, d, 0);
 #undef L
     }
+    if (mkm__rank(p) && !strcmp(a->name, "qwen3")) {
+        T("cls.output.weight", MKM_RANDOM, p->type, d, 2);
+    } else if (mkm__rank(p)) {
+        T("cls.weight", MKM_RANDOM, p->type, d, d);
+        T("cls.bias", MKM_RANDOM, DT_F32, d, 0);
+        T("cls.output.weight", MKM_RANDOM, p->type, d, 1);
+        T("cls.output.bias", MKM_RANDOM, DT_F32, 1, 0);
+    }
 #undef T
     return rc < 0 ? rc : 0;
 }
@@ -224,6 +239,7 @@ static const char *check_arch_options(const mkm_params *p, const mkm__shape *sh)
     if (p->rope_freqs && !llama) return "rope_freqs.weight needs llama";
     if (p->rope_factor < 0 || p->rope_ctx_orig < 0 || p->rope_attn_factor < 0)
         return "rope scaling numbers must not be negative";
+    if (p->pooling && model_pooling_by_name(p->pooling) < 0) return "pooling must be none, mean, cls, last or rank";
     return NULL;
 }
 
@@ -294,13 +310,25 @@ static void write_arch_keys(gguf_writer *w, const mkm_params *p, const mkm__shap
     if (p->rope_factor > 0) gguf_put_f32(w, AK("rope.scaling.factor"), p->rope_factor);
     if (p->rope_ctx_orig > 0) gguf_put_u32(w, AK("rope.scaling.original_context_length"), (uint32_t)p->rope_ctx_orig);
     if (p->rope_attn_factor > 0) gguf_put_f32(w, AK("rope.scaling.attn_factor"), p->rope_attn_factor);
+    if (p->pooling) gguf_put_u32(w, AK("pooling_type"), (uint32_t)model_pooling_by_name(p->pooling));
+    if (mkm__rank(p) && !strcmp(a, "qwen3")) {
+        static const char *const labels[] = {"yes", "no"};
+        gguf_put_arr_str(w, AK("classifier.output_labels"), labels, 2);
+        /* what llama.cpp's converter stores for Qwen3-Reranker */
+        gguf_put_str(w, "tokenizer.chat_template.rerank",
+                     "<|im_start|>system\nJudge whether the Document meets the requirements based on the Query "
+                     "and the Instruct provided. Note that the answer can only be \"yes\" or \"no\".<|im_end|>\n"
+                     "<|im_start|>user\n<Instruct>: Given a web search query, retrieve relevant passages that "
+                     "answer the query\n<Query>: {query}\n<Document>: {document}<|im_end|>\n"
+                     "<|im_start|>assistant\n<think>\n\n</think>\n\n");
+    }
 #undef AK
 }
 
-/* Tensors a model of p holds at most: 3 global + 16 per layer. */
+/* Tensors a model of p holds at most: 4 global, 4 of a classification head + 16 per layer. */
 static size_t max_tensors(const mkm_params *p)
 {
-    return 4 + (size_t)p->layers * 16;
+    return 8 + (size_t)p->layers * 16;
 }
 
 int mkm_write(const char *path, const mkm_params *p, char *err, size_t err_len)

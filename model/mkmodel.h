@@ -51,6 +51,12 @@ typedef struct mkm_params {
     int n_extra;
     const char *chat_template; /* written as tokenizer.chat_template when non-NULL */
     const char *chat_template_tool_use; /* tokenizer.chat_template.tool_use when non-NULL */
+    const char *pooling;    /* <arch>.pooling_type by name: "none", "mean", "cls", "last" or
+                               "rank" (NULL: not written). "rank" adds a classification head as
+                               llama.cpp's converter writes it: for qwen3 Qwen3-Reranker's
+                               (cls.output of the "yes" and "no" rows, output labels yes / no and
+                               its tokenizer.chat_template.rerank), else a BERT-style one
+                               (cls.weight / cls.bias, tanh, a one-output cls.output) */
 } mkm_params;
 
 /* Fills the defaults: llama, dim 64, 2 layers, 4 heads, vocab 512, context 2048, F32, seed 1234,

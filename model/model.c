@@ -165,6 +165,20 @@ static int bind_layer(model__ld *ld, model_hparams *hp, int i, model_layer *l)
 /* Tensors bound per layer at most (separate q/k/v with biases, norms, output and FFN biases). */
 #define MODEL_TENSORS_PER_LAYER 20
 
+/* A reranker's classification head (llama.cpp's cls, cls_b, cls_out, cls_out_b), every part
+ * optional: bound for any architecture, used by rank pooling (engine/pool.c). */
+static int bind_cls(model__ld *ld, model *m)
+{
+    const model_hparams *hp = &m->hp;
+    int rc = bind(ld, &m->cls, "cls.weight", hp->n_embd, hp->n_embd, 1, 1);
+    if (!rc) rc = bind(ld, &m->cls_b, "cls.bias", hp->n_embd, 0, 0, 1);
+    if (!rc) rc = bind(ld, &m->cls_out, "cls.output.weight", hp->n_embd, hp->n_cls_out, 1, 1);
+    if (!rc) rc = bind(ld, &m->cls_out_b, "cls.output.bias", hp->n_cls_out, 0, 0, 1);
+    if (!rc && ((m->cls_b.data && !m->cls.data) || (m->cls_out_b.data && !m->cls_out.data)))
+        rc = model__fail(ld, -EINVAL, "a classifier bias (cls.bias / cls.output.bias) without its weight");
+    return rc;
+}
+
 /* Global tensors: embedding, final norm, LM head (optional and tied to the embedding when
  * absent; gemma2 always ties), LM-head bias (qwen2), rope_freqs (llama). */
 static int bind_globals(model__ld *ld, model *m)
@@ -183,7 +197,7 @@ static int bind_globals(model__ld *ld, model *m)
         rc = bind(ld, &m->rope_freqs, "rope_freqs.weight", hp->rope_dims / 2, 0, 0, 1);
         hp->has_rope_freqs = m->rope_freqs.data != NULL;
     }
-    return rc;
+    return rc ? rc : bind_cls(ld, m);
 }
 
 /* Every tensor of the file must have been bound. */
@@ -220,7 +234,7 @@ int model_load_gguf(gguf_file *f, const char *path, model **out, char *err, size
     int rc = model__read_hparams(&ld, &m->hp);
     model_hparams *hp = &m->hp;
     /* One allocation for the layers and, after them, the tensor names. */
-    size_t n_names = 8 + (size_t)hp->n_layers * MODEL_TENSORS_PER_LAYER;
+    size_t n_names = 12 + (size_t)hp->n_layers * MODEL_TENSORS_PER_LAYER;
     size_t layers_bytes = (size_t)hp->n_layers * sizeof(model_layer);
     if (!rc && !(m->layers = calloc(1, layers_bytes + n_names * MODEL_NAME_BYTES)))
         rc = model__fail(&ld, -ENOMEM, "out of memory");
@@ -281,7 +295,8 @@ static size_t tensor_elems(const model_tensor *t)
  * views of a fused tensor partition it, so summing them counts it once. */
 static size_t sum_tensors(const model *m, size_t (*f)(const model_tensor *))
 {
-    size_t n = f(&m->tok_embd) + f(&m->output_norm) + f(&m->output_b) + f(&m->rope_freqs);
+    size_t n = f(&m->tok_embd) + f(&m->output_norm) + f(&m->output_b) + f(&m->rope_freqs) + f(&m->cls) +
+               f(&m->cls_b) + f(&m->cls_out) + f(&m->cls_out_b);
     if (!m->hp.tied_output) n += f(&m->output);
     for (int i = 0; i < m->hp.n_layers; i++) {
         const model_layer *l = &m->layers[i];

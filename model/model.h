@@ -42,6 +42,18 @@ enum model_arch {
 /* The gated FFN's activation: down(act(gate) * up). */
 enum model_act { MODEL_ACT_SILU = 0, MODEL_ACT_GELU_TANH = 1 };
 
+/* How a sequence's hidden states become one vector (embeddings) or a score (rerankers): the
+ * GGUF's <arch>.pooling_type, with llama.cpp's values. Pooling reads the hidden states after the
+ * final norm: their mean over the sequence, the first token's (CLS) or the last token's; RANK
+ * takes the first token's (the last one's for qwen3) through the classification head (cls.*). */
+enum model_pooling {
+    MODEL_POOL_NONE = 0,
+    MODEL_POOL_MEAN = 1,
+    MODEL_POOL_CLS = 2,
+    MODEL_POOL_LAST = 3,
+    MODEL_POOL_RANK = 4,
+};
+
 /* rope.scaling.type as read ("linear" is llama.cpp's default; without a factor it scales by 1). */
 enum model_rope_scaling { MODEL_ROPE_SCALING_NONE = 0, MODEL_ROPE_SCALING_LINEAR = 1, MODEL_ROPE_SCALING_YARN = 2 };
 
@@ -113,6 +125,10 @@ typedef struct model_hparams {
     float final_softcap; /* soft-cap of the final logits (gemma2; gemma3 optional); 0: off */
     int fused_qkv;       /* the file stores attn_qkv (fused), for info */
     int fused_gate_up;   /* the file stores gate and up in one ffn_up (phi3), for info */
+
+    /* embeddings and rerankers */
+    int pooling;         /* enum model_pooling: <arch>.pooling_type (NONE when absent) */
+    int n_cls_out;       /* classifier outputs: <arch>.classifier.output_labels' count, else 1 */
 } model_hparams;
 
 typedef struct model {
@@ -124,6 +140,10 @@ typedef struct model {
     model_tensor output;     /* [n_embd → n_vocab]; equals tok_embd when tied */
     model_tensor output_b;   /* [n_vocab] LM-head bias (qwen2, optional) */
     model_tensor rope_freqs; /* [rope_dims / 2] frequency divisors (llama, optional) */
+    model_tensor cls, cls_b; /* [n_embd → n_embd], [n_embd]: a reranker's dense layer before
+                                tanh (optional; llama.cpp's cls.weight / cls.bias) */
+    model_tensor cls_out, cls_out_b; /* [n_embd → n_cls_out], [n_cls_out]: its output layer
+                                (optional; cls.output.*; Qwen3-Reranker: the yes/no rows) */
     model_layer *layers;     /* [n_layers] */
 } model;
 
@@ -178,6 +198,11 @@ char *model_features(const model_hparams *hp, char *buf, size_t len);
 
 /* Name of an enum model_rope_scaling value ("none", "linear", "yarn"). */
 const char *model_rope_scaling_name(int scaling);
+
+/* "none", "mean", "cls", "last", "rank" for an enum model_pooling, NULL for another value. */
+const char *model_pooling_name(int pooling);
+/* The enum model_pooling of a name above, or -1. */
+int model_pooling_by_name(const char *name);
 
 /* 1 when kvserve loads architecture `name` (general.architecture). */
 int model_arch_is_supported(const char *name);

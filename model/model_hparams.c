@@ -54,7 +54,8 @@ static const char *const common_keys[] = {
     "attention.value_length", "attention.layer_norm_rms_epsilon", "rope.dimension_count",
     "rope.freq_base", "rope.scaling.type", "rope.scaling.factor", "rope.scale_linear",
     "rope.scaling.original_context_length", "rope.scaling.attn_factor", "rope.scaling.finetuned",
-    "vocab_size", "tensor_data_layout", "expert_count", "expert_used_count", NULL,
+    "vocab_size", "tensor_data_layout", "expert_count", "expert_used_count", "pooling_type",
+    "classifier.output_labels", "attention.causal", NULL,
 };
 
 int model__fail(model__ld *ld, int rc, const char *fmt, ...)
@@ -286,6 +287,48 @@ static const arch_desc *find_arch(gguf_str s)
     return NULL;
 }
 
+/* Embedding and reranker keys: pooling_type (llama.cpp's values 0..4; -1, unspecified, is
+ * none), the classifier's output labels (their count is the head's width) and
+ * attention.causal, which only true may be (kvserve's attention is causal). */
+static int read_pooling(model__ld *ld, const char *a, model_hparams *hp)
+{
+    char key[128];
+    int64_t v = 0;
+    key_of(a, "pooling_type", key, sizeof key);
+    int rc = gguf_get_i64(ld->f, key, &v);
+    if (rc == -EINVAL || (!rc && (v < -1 || v > MODEL_POOL_RANK)))
+        return model__fail(ld, -EINVAL, "key '%s' is not a pooling type llama.cpp knows (0..4)", key);
+    hp->pooling = !rc && v > 0 ? (int)v : MODEL_POOL_NONE;
+    hp->n_cls_out = 1;
+    const gguf_arr *arr;
+    key_of(a, "classifier.output_labels", key, sizeof key);
+    rc = gguf_get_arr(ld->f, key, &arr);
+    if (rc == -EINVAL || (!rc && (arr->type != GGUF_T_STRING || arr->n < 1 || arr->n > 4096)))
+        return model__fail(ld, -EINVAL, "key '%s' is not a list of 1 to 4096 labels", key);
+    if (!rc) hp->n_cls_out = (int)arr->n;
+    int causal = 1;
+    key_of(a, "attention.causal", key, sizeof key);
+    rc = gguf_get_bool(ld->f, key, &causal);
+    if (rc == -EINVAL) return model__fail(ld, -EINVAL, "key '%s' is not a bool", key);
+    if (!causal)
+        return model__fail(ld, -EINVAL, "key '%s' is false: non-causal (bidirectional) attention is not "
+                           "supported", key);
+    return 0;
+}
+
+const char *model_pooling_name(int pooling)
+{
+    static const char *const names[] = {"none", "mean", "cls", "last", "rank"};
+    return pooling >= 0 && pooling <= MODEL_POOL_RANK ? names[pooling] : NULL;
+}
+
+int model_pooling_by_name(const char *name)
+{
+    for (int i = 0; name && i <= MODEL_POOL_RANK; i++)
+        if (!strcmp(name, model_pooling_name(i))) return i;
+    return -1;
+}
+
 int model__read_hparams(model__ld *ld, model_hparams *hp)
 {
     const gguf_file *f = ld->f;
@@ -310,7 +353,8 @@ int model__read_hparams(model__ld *ld, model_hparams *hp)
         (rc = ld_int(ld, a, "context_length", -1, &hp->n_ctx_train)) || (rc = read_heads(ld, ad, hp)) ||
         (rc = ld_float(ld, a, "rope.freq_base", 10000.0f, &hp->rope_base)) ||
         (rc = ld_float(ld, a, "attention.layer_norm_rms_epsilon", NAN, &hp->rms_eps)) ||
-        (rc = read_rope_scaling(ld, a, hp)) || (rc = read_vocab_size(ld, a, hp)))
+        (rc = read_rope_scaling(ld, a, hp)) || (rc = read_vocab_size(ld, a, hp)) ||
+        (rc = read_pooling(ld, a, hp)))
         return rc;
     hp->rope_neox = ad->neox;
     hp->rope_base_swa = hp->rope_base;
@@ -450,5 +494,9 @@ char *model_features(const model_hparams *hp, char *buf, size_t len)
     int n_swa = model_n_swa_layers(hp);
     if (n_swa) feat(buf, len, &at, "sliding window %d on %d of %d layers", hp->swa_window, n_swa, hp->n_layers);
     if (hp->swa_ignored) feat(buf, len, &at, "sliding_window %d not applied (as llama.cpp)", hp->swa_ignored);
+    if (hp->pooling == MODEL_POOL_RANK)
+        feat(buf, len, &at, "reranker (%d classifier output%s)", hp->n_cls_out, hp->n_cls_out == 1 ? "" : "s");
+    else if (hp->pooling != MODEL_POOL_NONE)
+        feat(buf, len, &at, "embeddings (%s pooling)", model_pooling_name(hp->pooling));
     return buf;
 }

@@ -344,6 +344,10 @@ int tok_add_bos(const tokenizer *t)
 {
     return t->add_bos && t->bos >= 0;
 }
+int tok_add_eos(const tokenizer *t)
+{
+    return t->add_eos && t->eos >= 0;
+}
 
 int tok_eog_ids(const tokenizer *t, const int32_t **out)
 {

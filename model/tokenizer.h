@@ -39,6 +39,7 @@ int tok_n_vocab(const tokenizer *t);
 int32_t tok_bos(const tokenizer *t);     /* -1 when none */
 int32_t tok_eos(const tokenizer *t);     /* -1 when none */
 int tok_add_bos(const tokenizer *t);     /* tokenizer.ggml.add_bos_token (default per model) */
+int tok_add_eos(const tokenizer *t);     /* tokenizer.ggml.add_eos_token (default 0) and an eos */
 /* End-of-generation ids: eos, eot (tokenizer.ggml.eot_token_id), eom, and control tokens such as
  * <|im_end|>, <|eot_id|>, <end_of_turn>, <|end|> when present. Returns the count; ids in *out
  * (borrowed). BOS is among them only when the metadata also names it eos/eot/eom (GPT-2's

@@ -18,6 +18,7 @@
 #include "model/chat.h"
 #include "server/internal.h"
 #include "server/openai/oai_chat.h"
+#include "server/openai/oai_dialect.h"
 #include "server/toolcall/toolcall.h"
 
 /* ---- engine id → sub ------------------------------------------------------------------------ */
@@ -27,7 +28,7 @@ static unsigned hash_of(uint64_t id)
     return (unsigned)((id * 0x9E3779B97F4A7C15ull) >> 54) & (SRV_HASH - 1);
 }
 
-static void sub_insert(srv *s, srv_sub *b)
+void srv__sub_insert(srv *s, srv_sub *b)
 {
     unsigned h = hash_of(b->id);
     b->hnext = s->hash[h];
@@ -103,6 +104,7 @@ void srv__gen_free(srv_req *r)
     free(r->last_tok_us);
     free(r->subs);
     free(r->result);
+    srv__pool_free(r);
     oai_request_free(&r->oreq);
 }
 
@@ -146,7 +148,7 @@ static void free_engine_request(engine_request *er)
     free(er->stop);
 }
 
-static int submit_error(int rc, oai_error *e)
+int srv__submit_error(int rc, oai_error *e)
 {
     if (rc == -E2BIG)
         return oai_fail(e, 400, "invalid_request_error", "invalid_value", "prompt",
@@ -194,7 +196,7 @@ static enum MHD_Result gen_submit(srv_req *r)
         clock_gettime(CLOCK_REALTIME, &ts);
         uint64_t x = ((uint64_t)ts.tv_sec * 1000000007ull) ^ ((uint64_t)ts.tv_nsec << 17) ^ (++ctr * 0x9E3779B97F4A7C15ull);
         r->id_seed = x;
-        const char *pre = kind == OAI_CHAT ? "chatcmpl-" : "cmpl-";
+        const char *pre = q->dialect ? oai_dialect_id_prefix(q->dialect) : kind == OAI_CHAT ? "chatcmpl-" : "cmpl-";
         /* as vLLM: the X-Request-Id header, else the body's request_id, else a fresh one */
         const char *given = r->h.req_id_given ? r->h.req_id : q->request_id;
         if (given) snprintf(r->id, sizeof r->id, "%s%s", pre, given);
@@ -222,18 +224,22 @@ static enum MHD_Result gen_submit(srv_req *r)
         b->n_open = q->best_of;
         r->n_open += q->best_of;
         r->h.n_prompt_tokens += r->prep_n[p];
-        sub_insert(s, b);
+        srv__sub_insert(s, b);
     }
     srv__prep_free(r);
     if (rc) {
         srv__gen_cancel(r);
-        submit_error(rc, &e);
+        srv__submit_error(rc, &e);
         r->h.stream_abort = 1; /* events of already submitted prompts are dropped */
         return http_reply_error(&r->h, &e);
     }
     r->counted_active = 1;
     s->n_gen_active++;
-    if (q->stream) return http_stream_begin(&r->h);
+    if (q->stream) {
+        enum MHD_Result ret = http_stream_begin(&r->h);
+        if (q->dialect) srv__dialect_stream_begin(r);
+        return ret;
+    }
     http_suspend(&r->h);
     return MHD_YES;
 }
@@ -252,7 +258,8 @@ static enum MHD_Result gen_reenter(http_req *hr)
         r->phase = SRV_PHASE_RUNNING;
         if (r->h.client_gone) return MHD_NO;
         if (r->prep_rc) return http_reply_error(&r->h, &r->prep_err);
-        if (r->prep_kind == SRV_PREP_TOKENIZE || r->prep_kind == SRV_PREP_DETOKENIZE) {
+        if (r->prep_kind == SRV_PREP_TOKENIZE || r->prep_kind == SRV_PREP_DETOKENIZE ||
+            r->prep_kind == SRV_PREP_COUNT_TOKENS) {
             char *b = r->result;
             r->result = NULL;
             return http_reply(&r->h, 200, "application/json", b, b ? strlen(b) : 0);
@@ -262,7 +269,7 @@ static enum MHD_Result gen_reenter(http_req *hr)
             oai_fail(&e, 503, "server_error", "server_shutting_down", NULL, "The server is shutting down");
             return http_reply_error(&r->h, &e);
         }
-        return gen_submit(r);
+        return r->pool ? srv__pool_submit(r) : gen_submit(r);
     }
     if (r->result) {
         char *b = r->result;
@@ -291,7 +298,8 @@ static void stream_error(srv_req *r, const char *msg, const char *code)
 {
     oai_error e;
     oai_fail(&e, 500, "server_error", code, NULL, "%s", msg);
-    char *j = oai_error_json(&e);
+    char *j = r->oreq.dialect ? NULL : oai_error_json(&e);
+    if (r->oreq.dialect) srv__dialect_stream_error(r, &e);
     if (j) {
         http_stream_append(&r->h, "data: ", 6);
         http_stream_append(&r->h, j, strlen(j));
@@ -322,7 +330,7 @@ static int cmp_mean_lp(const void *a, const void *b)
 
 /* The choice's reader of reasoning and tool calls, created on first use; NULL when the request
  * needs none (or memory ran out: the text then goes out as it is). */
-static oai_chat_state *chat_reader(srv_req *r, oai_choice *c)
+oai_chat_state *srv__chat_reader(srv_req *r, oai_choice *c)
 {
     const oai_chat *ch = r->oreq.chat;
     if (c->chat || !ch || (ch->syntax == TC_SYNTAX_NONE && ch->reasoning == TC_REASON_NONE)) return c->chat;
@@ -337,6 +345,11 @@ static void finish_request(srv_req *r)
     oai_request *q = &r->oreq;
     oai_usage u;
     usage_of(r, &u);
+    if (r->pool) {
+        srv__pool_finish(r);
+        http_resume(&r->h);
+        return;
+    }
     if (q->stream) {
         if (r->h.stream_done || r->h.stream_abort) return;
         if (r->failed) {
@@ -344,8 +357,9 @@ static void finish_request(srv_req *r)
             else stream_error(r, "the request was cancelled (server shutting down)", "request_cancelled");
             return;
         }
-        if (q->include_usage) emit(r, oai_usage_chunk_sse(&r->resp, &u));
-        http_stream_append(&r->h, "data: [DONE]\n\n", 14);
+        if (q->dialect) srv__dialect_finish(r, &u); /* its own closing events, no [DONE] */
+        else if (q->include_usage) emit(r, oai_usage_chunk_sse(&r->resp, &u));
+        if (!q->dialect) http_stream_append(&r->h, "data: [DONE]\n\n", 14);
         r->h.stream_done = 1;
         http_resume(&r->h);
         return;
@@ -357,29 +371,33 @@ static void finish_request(srv_req *r)
         else
             oai_fail(&e, 503, "server_error", "request_cancelled", NULL,
                      "the request was cancelled (server shutting down)");
-        r->result = oai_error_json(&e);
+        r->result = srv__error_json(r, &e);
         r->result_status = e.status;
     } else {
         int bo = q->best_of, nn = q->n;
         for (int i = 0; q->kind == OAI_CHAT && i < r->n_choices; i++) {
             oai_choice *c = &r->choices[i];
             int oom;
-            if (chat_reader(r, c)) oai_chat_feed(NULL, c, c->text ? c->text : "", c->text_len, 1, NULL, 0, &oom);
+            if (srv__chat_reader(r, c)) oai_chat_feed(NULL, c, c->text ? c->text : "", c->text_len, 1, NULL, 0, &oom);
         }
-        oai_choice *sel = malloc(sizeof *sel * (size_t)(r->n_subs * nn) + 1);
-        if (sel) {
-            for (int p = 0; p < r->n_subs; p++) {
-                oai_choice *cand = r->choices + p * bo;
-                if (bo > nn) qsort(cand, (size_t)bo, sizeof *cand, cmp_mean_lp);
-                for (int j = 0; j < nn; j++) {
-                    sel[p * nn + j] = cand[j];
-                    sel[p * nn + j].index = p * nn + j;
+        if (q->dialect) {
+            srv__dialect_finish(r, &u);
+        } else {
+            oai_choice *sel = malloc(sizeof *sel * (size_t)(r->n_subs * nn) + 1);
+            if (sel) {
+                for (int p = 0; p < r->n_subs; p++) {
+                    oai_choice *cand = r->choices + p * bo;
+                    if (bo > nn) qsort(cand, (size_t)bo, sizeof *cand, cmp_mean_lp);
+                    for (int j = 0; j < nn; j++) {
+                        sel[p * nn + j] = cand[j];
+                        sel[p * nn + j].index = p * nn + j;
+                    }
                 }
+                r->result = oai_response_json(&r->resp, sel, r->n_subs * nn, &u);
+                free(sel);
             }
-            r->result = oai_response_json(&r->resp, sel, r->n_subs * nn, &u);
-            free(sel);
+            r->result_status = 200;
         }
-        r->result_status = 200;
         if (!r->result) {
             r->result = strdup("{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\",\"param\":null,\"code\":null}}");
             r->result_status = 500;
@@ -428,6 +446,10 @@ static void observe_request(srv *s, const srv_sub *b)
 static void stream_event(srv_req *r, int p, oai_choice *c, const engine_event *ev)
 {
     oai_request *q = &r->oreq;
+    if (q->dialect) { /* the Responses / Messages APIs' own events */
+        srv__dialect_stream_event(r, c, ev);
+        return;
+    }
     const oai_resp *rs = &r->resp;
     int has_lp = q->logprobs >= 0 && ev->logprobs && ev->n_tokens > 0;
     oai_lp lp[1];
@@ -449,7 +471,7 @@ static void stream_event(srv_req *r, int p, oai_choice *c, const engine_event *e
     }
     int fin = ev->finish == ENGINE_FINISH_STOP || ev->finish == ENGINE_FINISH_LENGTH ? ev->finish : 0;
     if (q->kind == OAI_CHAT) {
-        if (chat_reader(r, c)) { /* reasoning / tool calls: the reader decides what goes out */
+        if (srv__chat_reader(r, c)) { /* reasoning / tool calls: the reader decides what goes out */
             int oom;
             char *chunks = oai_chat_feed(rs, c, ev->text, ev->text_len, fin != 0, lp, has_lp, &oom);
             if (chunks || oom) emit(r, chunks);
@@ -487,6 +509,7 @@ void srv__gen_event(srv *s, engine_event *ev)
         r->last_tok_us[ci] = now;
     }
     c->cum_logprob = ev->cum_logprob;
+    if (ev->pooled && r->pool) srv__pool_take(r, b->prompt_idx, ev);
     if (ev->finish == ENGINE_FINISH_ABORT) r->failed |= 1;
     if (ev->finish == ENGINE_FINISH_ERROR) r->failed |= 2;
     if (ev->finish == ENGINE_FINISH_STOP && ev->stop_str >= 0) {

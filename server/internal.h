@@ -30,6 +30,8 @@
 #include "server/openai/openai.h"
 #include "server/server.h"
 
+typedef struct oai_chat_state oai_chat_state;
+
 #define SRV_HASH 1024
 
 typedef struct srv srv;
@@ -58,8 +60,13 @@ enum srv_phase {
     SRV_PHASE_RUNNING,  /* submitted to the engine (or the reply queued) */
 };
 
-/* prep_kind values beyond the generation kinds (OAI_COMPLETION, OAI_CHAT). */
-enum { SRV_PREP_TOKENIZE = 16, SRV_PREP_DETOKENIZE };
+/* prep_kind values beyond the generation kinds (OAI_COMPLETION, OAI_CHAT); the pooled routes
+ * are SRV_PREP_POOL + their enum oai_pool_kind (pooled.c). */
+enum { SRV_PREP_TOKENIZE = 16, SRV_PREP_DETOKENIZE, SRV_PREP_POOL = 32 };
+/* The Responses and Messages APIs: chat requests answered in their shapes (dialect.c). */
+enum { SRV_PREP_RESPONSES = 48, SRV_PREP_MESSAGES, SRV_PREP_COUNT_TOKENS };
+
+struct srv_pool; /* pooled.c: a pooled request's parse and results */
 
 struct srv_req {
     http_req h;                  /* first: http/ allocates the whole srv_req (req_size) */
@@ -89,6 +96,7 @@ struct srv_req {
     int n_open;                  /* choices not finished, over all subs */
     int failed;                  /* 1: a choice was cancelled; 2: the engine failed (bits) */
     char **echo_text;            /* [n_subs] prompt text for echo, or NULL */
+    struct srv_pool *pool;       /* embeddings, rerank, score (pooled.c), else NULL */
     /* non-streamed result */
     char *result;                /* JSON body ready to send */
     int result_status;
@@ -132,6 +140,11 @@ struct srv {
     gguf_file_id model_seen;     /* the file's identity last logged (or the loaded one's) */
     int model_seen_gone;         /* 1: its disappearance was logged */
     engine_config ec;            /* the engine's configuration (outlives the engine) */
+    int pooling;                 /* enum model_pooling served: --pooling, else the model's */
+    char *rerank_tmpl;           /* the GGUF's tokenizer.chat_template.rerank ({query}, {document}), or NULL */
+    int32_t sep_id;              /* tokenizer.ggml.seperator_token_id (rerank prompts), or -1 */
+    int add_sep;                 /* tokenizer.ggml.add_sep_token */
+    struct rstore *store;        /* stored /v1/responses (rstore.h), NULL with --response-store 0 */
     int exit_code;
 };
 
@@ -177,7 +190,45 @@ int srv__chat_ids(srv *s, const struct oai_chat *ch, int add_generation_prompt, 
 /* Text into token ids (malloc'd *ids), with the model's BOS when add_special. 0 or -EINVAL. */
 int srv__text_ids(srv *s, const char *text, int add_special, int32_t **ids, int *n_ids, oai_error *e);
 
+/* pooled.c: /v1/embeddings, /v1/rerank (/rerank), /v1/score */
+/* At load (worker thread): the pooling served and what reranking needs. 0, or -EINVAL with err. */
+int srv__pool_load(srv *s, char *err, size_t err_len);
+void srv__pool_unload(srv *s);
+/* Worker: parse, check the pooling, the prompts' token ids into r->prep_*, the response state. */
+int srv__pool_prep(srv_req *r, oai_error *e);
+/* Loop: one engine request per input. */
+enum MHD_Result srv__pool_submit(srv_req *r);
+/* An event's pooled vector (taken from ev) for input p. */
+void srv__pool_take(srv_req *r, int p, engine_event *ev);
+/* Every input done: the response (or error) into r->result. */
+void srv__pool_finish(srv_req *r);
+void srv__pool_free(srv_req *r);
+
+/* dialect.c: the Responses and Messages APIs */
+/* Worker: r's body (prep_kind SRV_PREP_RESPONSES, _MESSAGES, _COUNT_TOKENS) into r->oreq. */
+int srv__dialect_parse(srv_req *r, const oai_limits *lim, oai_error *e);
+/* Worker: /v1/messages/count_tokens' answer into r->result. */
+int srv__dialect_count_tokens(srv_req *r, oai_error *e);
+/* An error body in r's API's shape (Anthropic's for /v1/messages). malloc'd. */
+char *srv__error_json(const srv_req *r, const oai_error *e);
+/* Loop: the stream's opening events, one engine event's, an error's, and the end (the whole
+ * answer into r->result when not streaming; a Response kept when it is to be stored). */
+void srv__dialect_stream_begin(srv_req *r);
+void srv__dialect_stream_event(srv_req *r, oai_choice *c, const engine_event *ev);
+void srv__dialect_stream_error(srv_req *r, const oai_error *e);
+void srv__dialect_finish(srv_req *r, const oai_usage *u);
+/* GET and DELETE /v1/responses/{id}. */
+enum MHD_Result srv__responses_get(srv_req *r);
+enum MHD_Result srv__responses_delete(srv_req *r);
+
 /* gen.c */
+/* Choice c's reader of reasoning and tool calls (c->chat), created on first use; NULL when the
+ * request needs none. */
+oai_chat_state *srv__chat_reader(srv_req *r, oai_choice *c);
+/* Tracks engine request b->id of b->req for its events. */
+void srv__sub_insert(srv *s, srv_sub *b);
+/* The HTTP error of an engine_submit failure into e; returns -EINVAL. */
+int srv__submit_error(int rc, oai_error *e);
 /* A completion (kind OAI_COMPLETION) or chat completion (OAI_CHAT): 503 when the engine has
  * stopped, else prepared (prep.c), then submitted, then answered or streamed. */
 enum MHD_Result srv__gen_start(srv_req *r, int kind);

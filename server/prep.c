@@ -30,6 +30,7 @@
 #include "model/utf8.h"
 #include "server/internal.h"
 #include "server/openai/oai_chat.h"
+#include "server/openai/oai_pool.h"
 #include "server/toolcall/toolcall.h"
 
 /* ---- tokenization ------------------------------------------------------------------------- */
@@ -331,8 +332,10 @@ static int prep_generation(srv_req *r, oai_error *e)
 {
     srv *s = srv__of(r);
     oai_limits lim = {s->model_id, s->n_vocab, s->grammars};
-    if (oai_parse(r->prep_kind, r->h.body ? r->h.body : "", r->h.body_len, &lim, &r->oreq, e))
-        return -EINVAL;
+    int rc = r->prep_kind >= SRV_PREP_RESPONSES
+                 ? srv__dialect_parse(r, &lim, e)
+                 : oai_parse(r->prep_kind, r->h.body ? r->h.body : "", r->h.body_len, &lim, &r->oreq, e);
+    if (rc) return -EINVAL;
     if (build_prompts(r, e) || build_bad_words(r, e)) return -EINVAL;
     if (alloc_state(r)) return oai_fail(e, 500, "server_error", NULL, NULL, "out of memory");
     return 0;
@@ -397,6 +400,10 @@ static void prep_work(uv_work_t *w)
     switch (r->prep_kind) {
     case SRV_PREP_TOKENIZE: r->prep_rc = prep_tokenize(r, e); break;
     case SRV_PREP_DETOKENIZE: r->prep_rc = prep_detokenize(r, e); break;
+    case SRV_PREP_POOL + OAI_EMBED:
+    case SRV_PREP_POOL + OAI_RERANK:
+    case SRV_PREP_POOL + OAI_SCORE: r->prep_rc = srv__pool_prep(r, e); break;
+    case SRV_PREP_COUNT_TOKENS: r->prep_rc = srv__dialect_count_tokens(r, e); break;
     default: r->prep_rc = prep_generation(r, e); break;
     }
 }

@@ -1,7 +1,8 @@
 /*
  * routes.c — the API's routes, which http/ dispatches on after admission (authentication, the
  * method, the body limit): /health, /metrics and /v1/models are answered here at once;
- * completions, chat completions, /tokenize and /detokenize go to gen.c. Every route but /health
+ * completions, chat completions, the pooled routes (embeddings, rerank, score: pooled.c through
+ * gen.c), /tokenize and /detokenize go to gen.c. Every route but /health
  * and /metrics answers 503 while the model loads; a generation, 503 while the server drains.
  */
 #include <stdio.h>
@@ -13,6 +14,7 @@
 #include "base/clock.h"
 #include "model/utf8.h"
 #include "server/internal.h"
+#include "server/openai/oai_pool.h"
 
 static enum MHD_Result loading(http_req *r)
 {
@@ -133,6 +135,49 @@ static enum MHD_Result do_chat(http_req *hr)
     return generation(hr, OAI_CHAT);
 }
 
+static enum MHD_Result do_responses(http_req *hr)
+{
+    return generation(hr, SRV_PREP_RESPONSES);
+}
+
+static enum MHD_Result do_messages(http_req *hr)
+{
+    return generation(hr, SRV_PREP_MESSAGES);
+}
+
+static enum MHD_Result do_count_tokens(http_req *hr)
+{
+    return generation(hr, SRV_PREP_COUNT_TOKENS);
+}
+
+/* GET and DELETE /v1/responses/{id}: the store answers (no engine needed, but a loaded server). */
+static enum MHD_Result do_response_get(http_req *hr)
+{
+    if (!srv__of((srv_req *)hr)->e) return loading(hr);
+    return srv__responses_get((srv_req *)hr);
+}
+
+static enum MHD_Result do_response_delete(http_req *hr)
+{
+    if (!srv__of((srv_req *)hr)->e) return loading(hr);
+    return srv__responses_delete((srv_req *)hr);
+}
+
+static enum MHD_Result do_embeddings(http_req *hr)
+{
+    return generation(hr, SRV_PREP_POOL + OAI_EMBED);
+}
+
+static enum MHD_Result do_rerank(http_req *hr)
+{
+    return generation(hr, SRV_PREP_POOL + OAI_RERANK);
+}
+
+static enum MHD_Result do_score(http_req *hr)
+{
+    return generation(hr, SRV_PREP_POOL + OAI_SCORE);
+}
+
 /* Looked up in this order: the exact paths, then the one prefix. */
 const http_route srv__routes[] = {
     {"/health", "GET", 0, 0, do_health},
@@ -140,8 +185,17 @@ const http_route srv__routes[] = {
     {"/v1/models", "GET", 0, 0, do_models},
     {"/v1/completions", "POST", 0, 0, do_completions},
     {"/v1/chat/completions", "POST", 0, 0, do_chat},
+    {"/v1/responses", "POST", 0, 0, do_responses},
+    {"/v1/messages", "POST", 0, 0, do_messages},
+    {"/v1/messages/count_tokens", "POST", 0, 0, do_count_tokens},
+    {"/v1/embeddings", "POST", 0, 0, do_embeddings},
+    {"/v1/rerank", "POST", 0, 0, do_rerank},
+    {"/rerank", "POST", 0, 1, do_rerank},
+    {"/v1/score", "POST", 0, 0, do_score},
     {"/tokenize", "POST", 0, 1, do_tokenize},
     {"/detokenize", "POST", 0, 1, do_detokenize},
     {"/v1/models/", "GET", 1, 0, do_model},
+    {"/v1/responses/", "GET", 1, 0, do_response_get},
+    {"/v1/responses/", "DELETE", 1, 0, do_response_delete},
 };
 const int srv__n_routes = (int)(sizeof srv__routes / sizeof srv__routes[0]);

@@ -22,6 +22,7 @@
 
 #include "model/chat.h"
 #include "server/internal.h"
+#include "server/rstore.h"
 #include "server/toolcall/toolcall.h"
 
 static void on_wake(uv_async_t *h)
@@ -146,6 +147,11 @@ static void on_release(http_req *r)
     srv__gen_free((srv_req *)r);
 }
 
+static char *on_error_body(const http_req *r, const oai_error *e)
+{
+    return srv__error_json((const srv_req *)r, e);
+}
+
 /* What http/ is told: the listener, the limits, the routes (routes.c) and the hooks above. */
 static void http_config_of(srv *s)
 {
@@ -166,6 +172,7 @@ static void http_config_of(srv *s)
         .closed = on_closed,
         .log_ignored = on_log_ignored,
         .release = on_release,
+        .error_body = on_error_body,
     };
 }
 
@@ -203,7 +210,7 @@ static int load(srv *s, char *err, size_t err_len)
     s->n_ctx = s->m->hp.n_ctx_train;
     s->n_vocab = tok_n_vocab(s->tok);
     if (s->m->hp.n_vocab < s->n_vocab) s->n_vocab = s->m->hp.n_vocab;
-    return 0;
+    return srv__pool_load(s, err, err_len);
 }
 
 static void close_handle(uv_handle_t *h)
@@ -220,6 +227,8 @@ static void teardown(srv *s)
     s->load_engine = NULL;
     gr_cache_destroy(s->grammars);
     s->grammars = NULL;
+    rstore_destroy(s->store);
+    s->store = NULL;
     close_handle((uv_handle_t *)&s->wake);
     close_handle((uv_handle_t *)&s->ping_timer);
     if (s->watchdog_on) close_handle((uv_handle_t *)&s->watchdog_timer);
@@ -233,6 +242,7 @@ static void teardown(srv *s)
     for (http_req *r = s->http.reqs; r; r = r->next) ((srv_req *)r)->n_open = 0;
     http_free_all(&s->http);
     uv_loop_close(&s->loop);
+    srv__pool_unload(s);
     chat_tmpl_destroy(s->tmpl); /* it borrows the tokenizer */
     tok_destroy(s->tok);
     model_destroy(s->m);
@@ -324,6 +334,12 @@ int srv_run(const srv_config *cfg)
      * without a grammar are prepared meanwhile. An operator's own setting wins. */
     setenv("UV_THREADPOOL_SIZE", "16", 0);
     model_id_of(cfg, s->model_id, sizeof s->model_id);
+    /* Stored /v1/responses for previous_response_id and GET /v1/responses/{id}. */
+    if (cfg->response_store > 0 && !(s->store = rstore_create(cfg->response_store, cfg->response_store_bytes))) {
+        fprintf(stderr, "kvserve serve: out of memory\n");
+        s->exit_code = 1;
+        goto out;
+    }
     /* Grammars with their cached masks: entries from the flag (0: none kept), at most 1 GiB in
      * all; the cache's workers compile every structured-output grammar (low priority, bounded). */
     if (!(s->grammars = gr_cache_create(cfg->grammar_cache, (size_t)1 << 30))) {

@@ -29,6 +29,9 @@ typedef struct srv_config {
     int verbose;                   /* 1: the access log names ignored request fields */
     int grammar_cache;             /* compiled structured-output grammars kept (0: none) */
     gate_limits http_limits;       /* connection limits and timeouts (server/http/gate.h) */
+    const char *pooling;           /* --pooling mean|cls|last|rank; NULL: the model's pooling_type */
+    int response_store;            /* /v1/responses kept for previous_response_id and GET (0: none) */
+    size_t response_store_bytes;   /* their bytes in all */
     engine_config engine;          /* engine settings; model, tok and wake are set by the server */
 } srv_config;
 

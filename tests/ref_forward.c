@@ -278,6 +278,11 @@ static void rf__residual(const rf_model *r, double *x, double *o, const double *
 
 void rf_step(const rf_model *r, rf_seq *s, int32_t token, double *logits)
 {
+    rf_step_hidden(r, s, token, logits, NULL);
+}
+
+void rf_step_hidden(const rf_model *r, rf_seq *s, int32_t token, double *logits, double *hidden)
+{
     const model_hparams *hp = &r->hp;
     int dim = hp->n_embd, hd = hp->head_dim, nh = hp->n_heads, nkv = hp->n_kv_heads;
     int q_dim = nh * hd, kv_dim = nkv * hd, ff = hp->n_ff;
@@ -329,8 +334,9 @@ void rf_step(const rf_model *r, rf_seq *s, int32_t token, double *logits)
     }
     s->n++;
     if (s->window) s->len++;
+    if (logits || hidden) rf__rmsnorm(x, r->output_norm, hp->rms_eps, dim, xb);
+    if (hidden) memcpy(hidden, xb, (size_t)dim * sizeof *hidden);
     if (logits) {
-        rf__rmsnorm(x, r->output_norm, hp->rms_eps, dim, xb);
         rf__matvec(r->output, r->output_b, xb, dim, hp->n_vocab, logits);
         rf__softcap(logits, hp->n_vocab, hp->final_softcap);
     }

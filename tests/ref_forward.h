@@ -36,6 +36,10 @@ int rf_seq_len(const rf_seq *s);
 /* Feeds one token at the next position; writes the n_vocab logits when logits is non-NULL. */
 void rf_step(const rf_model *r, rf_seq *s, int32_t token, double *logits);
 
+/* The same, and the token's hidden state after the final norm (what embeddings pool) into
+ * hidden[n_embd] when it is non-NULL. */
+void rf_step_hidden(const rf_model *r, rf_seq *s, int32_t token, double *logits, double *hidden);
+
 /* Index of the largest of n values, lowest on ties. */
 int rf_argmax(const double *x, int n);
 

@@ -4,7 +4,9 @@
  *   options   every option `kvserve COMMAND --help` prints, for every command `kvserve --help`
  *             lists, is in docs/configuration.md (the real binary, $KVSERVE_BIN, is asked);
  *   fields    every top-level request field the OpenAI parser reads (oai_request_fields, the
- *             table in server/openai/oai_fields.c) is in docs/http-api.md, written as `name`;
+ *             table in server/openai/oai_fields.c) and the parsers of the other routes read
+ *             (oai_pool_fields: embeddings, rerank, score; oai_dialect_fields: the Responses and
+ *             Messages APIs) is in docs/http-api.md, as `name`;
  *   readme    README.md has at most 300 lines (the details live in docs/);
  *   links     every relative link of README.md and the docs/ pages names an existing file, and a link
  *             into a Markdown file's #anchor names one of its headings.
@@ -26,6 +28,8 @@
 #include <unistd.h>
 
 #include "base/buf.h"
+#include "server/openai/oai_dialect.h"
+#include "server/openai/oai_pool.h"
 #include "server/openai/openai.h"
 #include "tests/test_util.h"
 
@@ -155,6 +159,14 @@ Test(docs, every_request_field_in_http_api)
     buf miss = {0};
     for (size_t i = 0; i < n; i++)
         if (!td_has_code(docs, f[i])) buf_printf(&miss, " %s", f[i]);
+    /* the other routes' parsers: embeddings, rerank, score; the Responses and Messages APIs */
+    for (int k = OAI_EMBED; k <= OAI_SCORE + 2; k++) {
+        f = k <= OAI_SCORE ? oai_pool_fields(k, &n)
+                           : oai_dialect_fields(k == OAI_SCORE + 1 ? OAI_DIALECT_RESPONSES : OAI_DIALECT_MESSAGES, &n);
+        cr_assert_gt(n, 3);
+        for (size_t i = 0; i < n; i++)
+            if (!td_has_code(docs, f[i])) buf_printf(&miss, " %s", f[i]);
+    }
     cr_assert_eq(miss.len, 0, "docs/http-api.md does not document these request fields (as `name`):%s",
                  miss.s);
     buf_free(&miss);

@@ -379,3 +379,43 @@ Test(model, vocab_only_file_is_refused_cleanly)
     cr_assert_neq(model_load(path, &m, err, sizeof err), 0);
     cr_assert(strstr(err, "missing tensor 'token_embd.weight'"), "%s", err);
 }
+
+/* Embedding and reranker files: pooling_type read, a classification head bound for any arch
+ * (llama.cpp's BERT-style cls + cls.output, or Qwen3-Reranker's yes/no cls.output with its
+ * labels), and a pooling type llama.cpp does not know refused. */
+Test(model, pooling_type_and_classification_heads)
+{
+    const char *archs[] = {"llama", "qwen3", "qwen2"};
+    const char *pools[] = {"rank", "rank", "last"};
+    for (int a = 0; a < 3; a++) {
+        mkm_params p;
+        mkm_params_default(&p);
+        p.arch = archs[a];
+        p.pooling = pools[a];
+        char path[512], err[512];
+        tu_write_mkmodel(&p, "pool", path, sizeof path);
+        model *m;
+        cr_assert_eq(model_load(path, &m, err, sizeof err), 0, "%s", err);
+        cr_assert_eq(m->hp.pooling, a < 2 ? MODEL_POOL_RANK : MODEL_POOL_LAST);
+        cr_assert_eq(m->hp.n_cls_out, a == 1 ? 2 : 1, "qwen3: the labels yes / no");
+        cr_assert_eq(m->cls.data != NULL, a == 0);
+        cr_assert_eq(m->cls_b.data != NULL, a == 0);
+        cr_assert_eq(m->cls_out.data != NULL, a < 2);
+        if (a < 2) cr_assert(m->cls_out.ne[0] == 64 && m->cls_out.ne[1] == (a == 1 ? 2 : 1));
+        char feats[512];
+        model_features(&m->hp, feats, sizeof feats);
+        cr_assert(strstr(feats, a < 2 ? "reranker" : "embeddings (last pooling)"), "%s", feats);
+        model_destroy(m);
+        if (a == 0) {
+            uint32_t v = 9;
+            tm_expect(path, "llama.pooling_type", &v, 4, 18 + 4, "is not a pooling type llama.cpp knows");
+            /* cls.bias without cls.weight */
+            tm_expect(path, "cls.weight", "X", 1, 0, "a classifier bias (cls.bias / cls.output.bias) without its weight");
+        }
+        unlink(path);
+    }
+    cr_assert_eq(model_pooling_by_name("cls"), MODEL_POOL_CLS);
+    cr_assert_eq(model_pooling_by_name("max"), -1);
+    cr_assert_str_eq(model_pooling_name(MODEL_POOL_MEAN), "mean");
+    cr_assert_null(model_pooling_name(7));
+}

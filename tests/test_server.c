@@ -678,6 +678,13 @@ Test(server, auth_admission_and_metrics)
     r = sv_post("/tokenize", "{\"prompt\":\"x\"}");
     sv_check_error(&r, 401, "invalid_api_key", NULL);
     sv_resp_free(&r);
+    r = sv_http(NULL, "/v1/completions", "{\"prompt\":\"x\",\"max_tokens\":1}", "x-api-key: wrong", NULL);
+    sv_check_error(&r, 401, "invalid_api_key", NULL);
+    sv_resp_free(&r);
+    /* Anthropic's clients send the key as x-api-key */
+    r = sv_http(NULL, "/v1/completions", "{\"prompt\":\"x\",\"max_tokens\":1}", "x-api-key: sekret", NULL);
+    cr_assert_eq(r.status, 200, "%s", r.body);
+    sv_resp_free(&r);
     r = sv_http(NULL, "/v1/completions", "{\"prompt\":\"x\",\"max_tokens\":1,\"model\":\"tiny\"}", "Authorization: Bearer sekret", NULL);
     cr_assert_eq(r.status, 200, "%s", r.body);
     cr_assert(strstr(r.body, "\"model\":\"tiny\""));
@@ -701,7 +708,7 @@ Test(server, auth_admission_and_metrics)
     static const char *const names[] = {
         "vllm:num_requests_running{model_name=\"tiny\",engine=\"0\"}", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
         "vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total", "vllm:prompt_tokens_total",
-        "vllm:generation_tokens_total", "vllm:request_success_total{model_name=\"tiny\",engine=\"0\",finished_reason=\"length\"} 1",
+        "vllm:generation_tokens_total", "vllm:request_success_total{model_name=\"tiny\",engine=\"0\",finished_reason=\"length\"} 2",
         "vllm:time_to_first_token_seconds_bucket", "vllm:inter_token_latency_seconds_count",
         "vllm:e2e_request_latency_seconds_sum", "vllm:request_queue_time_seconds_bucket",
         "vllm:num_preemptions_total", "kvserve_prefix_cache_evictions_total", "kvserve_kv_bytes_per_token",

@@ -239,7 +239,8 @@ enum MHD_Result http_reply(http_req *r, int status, const char *ctype, char *bod
 
 enum MHD_Result http_reply_error(http_req *r, const oai_error *e)
 {
-    char *j = oai_error_json(e);
+    const http_config *cfg = r->server->cfg;
+    char *j = cfg->error_body ? cfg->error_body(r, e) : oai_error_json(e);
     return http_reply(r, e->status, "application/json", j, j ? strlen(j) : 0);
 }
 
@@ -379,29 +380,42 @@ void http_ping(http_server *h, double interval_s)
 
 /* ---- admission ----------------------------------------------------------------------------- */
 
-static int auth_ok(http_req *r)
+/* 1 when the presented key h equals key (in constant time). */
+static int key_equal(const char *h, const char *key)
 {
-    const char *key = r->server->cfg->api_key;
-    if (!key || !*key) return 1;
-    const char *h = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
-    if (!h || strncasecmp(h, "Bearer ", 7)) return 0;
-    h += 7;
-    while (*h == ' ') h++;
     size_t a = strlen(h), b = strlen(key);
     unsigned diff = (unsigned)(a ^ b);
     for (size_t i = 0; i < b; i++) diff |= (unsigned)(unsigned char)(i < a ? h[i] : 0) ^ (unsigned char)key[i];
     return diff == 0;
 }
 
-/* The route of path p, or NULL. */
-static const http_route *route_of(const http_config *cfg, const char *p)
+/* The key as OpenAI's clients send it (Authorization: Bearer KEY) or Anthropic's (x-api-key). */
+static int auth_ok(http_req *r)
 {
+    const char *key = r->server->cfg->api_key;
+    if (!key || !*key) return 1;
+    const char *x = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "x-api-key");
+    if (x && key_equal(x, key)) return 1;
+    const char *h = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+    if (!h || strncasecmp(h, "Bearer ", 7)) return 0;
+    h += 7;
+    while (*h == ' ') h++;
+    return key_equal(h, key);
+}
+
+/* The route of path p for method m (a path may have a route per method), else the first one of
+ * the path (whose method a 405 names), or NULL. */
+static const http_route *route_of(const http_config *cfg, const char *p, const char *m)
+{
+    const http_route *first = NULL;
     for (int i = 0; i < cfg->n_routes; i++) {
         const http_route *t = &cfg->routes[i];
         size_t n = strlen(t->path);
-        if (t->prefix ? !strncmp(p, t->path, n) && p[n] : !strcmp(p, t->path)) return t;
+        if (!(t->prefix ? !strncmp(p, t->path, n) && p[n] : !strcmp(p, t->path))) continue;
+        if (!strcmp(m, t->method) || (!strcmp(m, "HEAD") && !strcmp(t->method, "GET"))) return t;
+        if (!first) first = t;
     }
-    return NULL;
+    return first;
 }
 
 /* A request whose body is in: the preflight, authentication, the route, its method and the body
@@ -409,7 +423,7 @@ static const http_route *route_of(const http_config *cfg, const char *p)
 static enum MHD_Result dispatch(http_req *r)
 {
     const http_config *cfg = r->server->cfg;
-    const http_route *rt = route_of(cfg, r->path);
+    const http_route *rt = route_of(cfg, r->path, r->method);
     if (!strcmp(r->method, "OPTIONS") && cfg->allowed_origins &&
         MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Access-Control-Request-Method"))
         return do_preflight(r);
@@ -418,7 +432,7 @@ static enum MHD_Result dispatch(http_req *r)
     if (guarded && !auth_ok(r))
         return http_reply_fail(r, 401, "invalid_request_error", "invalid_api_key",
                                "Incorrect or missing API key%s",
-                               " (send 'Authorization: Bearer KEY')");
+                               " (send 'Authorization: Bearer KEY' or 'x-api-key: KEY')");
     if (!rt)
         return http_reply_fail(r, 404, "invalid_request_error", "not_found", "Unknown route '%s'",
                                r->path);

@@ -65,6 +65,9 @@ typedef struct http_config {
     const char *(*log_ignored)(const http_req *r);
     /* r is about to be freed: release what the application holds in it. */
     void (*release)(http_req *r);
+    /* The body of an error reply to r (malloc'd), for routes whose API shapes errors its own way;
+     * NULL hook: OpenAI's shape (oai_error_json). */
+    char *(*error_body)(const http_req *r, const oai_error *e);
 } http_config;
 
 enum http_watch { HTTP_WATCH_NONE = 0, HTTP_WATCH_ON, HTTP_WATCH_CLOSING, HTTP_WATCH_CLOSED };

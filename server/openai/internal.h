@@ -16,6 +16,10 @@
  *   oai_response.c     choice accumulation and every response builder
  *   oai_chat_stream.c  a chat answer's stream chunks
  *   openai.c           the request parsers
+ *   oai_pool.c         embeddings, rerank and score bodies and answers
+ *   oai_dialect.c      what the Responses and Messages APIs share: events, output items
+ *   oai_responses.c    the Responses API (request → chat request; Response objects, events)
+ *   oai_messages.c     Anthropic's Messages API (likewise)
  */
 #ifndef KVSERVE_OAI_INTERNAL_H
 #define KVSERVE_OAI_INTERNAL_H
@@ -23,6 +27,7 @@
 #include <cjson/cJSON.h>
 
 #include "grammar/grammar.h"
+#include "server/openai/oai_dialect.h"
 #include "server/openai/openai.h"
 
 /* ---- errors (oai_error.c) ------------------------------------------------------------------ */
@@ -48,6 +53,13 @@ int oai__get_ll(const cJSON *o, const char *name, long long lo, long long hi, lo
 int oai__get_num(const cJSON *o, const char *name, double lo, double hi, float *out, oai_error *e);
 /* Boolean field into *out (0/1). 0 or -EINVAL. */
 int oai__get_bool(const cJSON *o, const char *name, int *out, oai_error *e);
+
+/* ---- shared readers of openai.c ------------------------------------------------------------- */
+
+/* A non-empty array of token ids, each in [0, lim->n_vocab), into a malloc'd *out[*n_out].
+ * 0 or -EINVAL with e filled (400 naming param). */
+int oai__parse_ids(const cJSON *a, const oai_limits *lim, const char *param, int32_t **out, int *n_out,
+                   oai_error *e);
 
 /* ---- token texts (oai_token.c) -------------------------------------------------------------- */
 
@@ -95,6 +107,86 @@ struct oai_chat_state {
  * lps[0..n_lps) and finish (0: none). malloc'd "data: {...}\n\n", or NULL. */
 char *oai__chat_chunk(const oai_resp *r, const oai_choice *c, cJSON *delta, const oai_lp *lps,
                       int n_lps, int finish);
+
+/* ---- the Responses and Messages APIs (oai_dialect.c, oai_responses.c, oai_messages.c) ------ */
+
+enum { DI_NONE = 0, DI_TEXT, DI_REASONING, DI_CALL }; /* what an open output item holds */
+
+struct oai_dialect {
+    int kind;             /* enum oai_dialect_kind */
+    cJSON *echo;          /* Responses: the request fields a Response object echoes; else NULL */
+    cJSON *history;       /* the conversation before the answer, as chat messages: the stored
+                             one (previous_response_id) and this request's input, without the
+                             instructions (which are not carried over) */
+    int store;            /* Responses: keep the answer (store, default true) */
+    int logprobs;         /* Responses: output_text logprobs with this many alternatives, or -1 */
+    int max_output;       /* Responses: max_output_tokens, or -1 */
+    /* streaming (loop thread) */
+    int64_t seq;          /* Responses: sequence_number of the next event */
+    int n_items;          /* output items (Anthropic: content blocks) opened so far */
+    int open;             /* DI_*: what the open item holds */
+    int open_call;        /* DI_CALL: the tool call's index */
+    char open_id[64];     /* its item id (Responses) */
+    char call_id[64];     /* DI_CALL: the call's id */
+    char *call_name;      /* DI_CALL: the function's name (owned) */
+    char *acc;            /* the open item's text so far (owned, NUL-terminated) */
+    size_t acc_len;
+    cJSON *done;          /* items (Anthropic: content blocks) closed so far, in streamed order */
+    char *pend;           /* white space of the content held back between items (owned) */
+    size_t pend_len;
+    char *sse;            /* events being built (owned) */
+    size_t sse_len;
+    int oom;
+};
+
+/* A new dialect of kind (its JSON members empty). NULL on -ENOMEM. */
+oai_dialect *oai__dialect_new(int kind);
+/* A new event object whose first member is "type": type. */
+cJSON *oai__di_new(const char *type);
+/* Appends "event: TYPE\ndata: JSON\n\n" for data (consumed; made by oai__di_new), with the
+ * sequence_number of a Responses event. */
+void oai__di_event(oai_dialect *d, cJSON *data);
+/* The events appended so far (malloc'd, the dialect's buffer reset), or NULL when none. */
+char *oai__di_take(oai_dialect *d);
+/* Appends n bytes to the open item's text. */
+void oai__di_acc(oai_dialect *d, const char *s, size_t n);
+/* An output item id: prefix + hex derived from the response id and index (stable, so the
+ * stream's ids and the final object's agree). */
+void oai__di_item_id(const oai_resp *r, const char *prefix, int index, char *out, size_t n);
+
+/* What choice c said: its content, reasoning (NULL: none) and tool calls (n_calls of them; the
+ * first one only without parallel calls). */
+struct tc_call;
+struct tc_delta;
+
+typedef struct oai_di_out {
+    const char *content, *reasoning;
+    size_t content_len, reasoning_len;
+    int n_calls;
+    const struct tc_call *const *calls; /* [n_calls] borrowed from the choice's parser */
+} oai_di_out;
+/* Fills o; calls has room for n_cap. */
+void oai__di_out(const oai_choice *c, oai_di_out *o, const struct tc_call **calls, int n_cap);
+/* The chat message of the answer (assistant: content, tool_calls, reasoning_content). */
+cJSON *oai__di_assistant(const oai_choice *c);
+
+/* A string field of JSON text into a cJSON string (strndup of n bytes). */
+cJSON *oai__di_str(const char *s, size_t n);
+
+/* The dialects' own halves (oai_responses.c, oai_messages.c). */
+const char *const *oai__responses_fields(size_t *n);
+const char *const *oai__messages_fields(size_t *n);
+char *oai__responses_json(oai_dialect *d, const oai_resp *r, const oai_choice *c, const oai_usage *u);
+void oai__responses_open(oai_dialect *d, const oai_resp *r);
+void oai__responses_delta(oai_dialect *d, const oai_resp *r, const struct tc_delta *t, const oai_lp *lps, int n_lps);
+void oai__responses_close_item(oai_dialect *d, const oai_resp *r);
+char *oai__responses_close(oai_dialect *d, const oai_resp *r, const oai_choice *c, const oai_usage *u);
+void oai__responses_error(oai_dialect *d, const oai_resp *r, const oai_error *e);
+char *oai__messages_json(oai_dialect *d, const oai_resp *r, const oai_choice *c, const oai_usage *u);
+void oai__messages_open(oai_dialect *d, const oai_resp *r, const oai_usage *u);
+void oai__messages_delta(oai_dialect *d, const oai_resp *r, const struct tc_delta *t);
+void oai__messages_close_item(oai_dialect *d);
+char *oai__messages_close(oai_dialect *d, const oai_resp *r, const oai_choice *c, const oai_usage *u);
 
 /* ---- structured outputs (oai_structured.c, oai_schema.c, oai_numrange.c) ------------------- */
 

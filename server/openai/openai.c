@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "server/openai/oai_chat.h"
+#include "server/openai/oai_dialect.h"
 #include "server/openai/internal.h"
 
 static const char *const ERR_INVALID = "invalid_request_error";
@@ -421,6 +422,7 @@ void oai_request_free(oai_request *r)
     oai__free_vllm(r);
     gr_unref(r->grammar);
     oai_chat_free(r->chat);
+    oai_dialect_free(r->dialect);
     memset(r, 0, sizeof *r);
 }
 
@@ -482,4 +484,10 @@ void oai_tok_request_free(oai_tok_request *r)
     free(r->tokens);
     oai_chat_free(r->chat);
     memset(r, 0, sizeof *r);
+}
+
+int oai__parse_ids(const cJSON *a, const oai_limits *lim, const char *param, int32_t **out, int *n_out,
+                   oai_error *e)
+{
+    return parse_ids(a, lim, param, out, n_out, e);
 }

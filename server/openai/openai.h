@@ -81,6 +81,8 @@ typedef struct oai_request {
                                      request owns, NULL when unconstrained */
     struct oai_chat *chat;        /* chat: tools, tool_choice, the template's inputs (owned;
                                      oai_chat.h) */
+    struct oai_dialect *dialect;  /* a Responses or Messages request answered in its own shape
+                                     (owned; oai_dialect.h), NULL for chat completions */
 } oai_request;
 
 typedef struct oai_limits {
