@@ -8,8 +8,10 @@
  *   graph.cu         CUDA graphs: decode steps captured once per shape and replayed
  *   meta.cu          begin(): the batch packed and uploaded; the attention work list of the step
  *   gemm.cu          matmul routing; dense GEMMs through cuBLAS; f32 / f16 / bf16 conversions
- *   qmatvec.cu       quantised weights, decode rows: the dequantising GEMV
- *   qgemm.cu         quantised weights, prefill rows: rows decoded into F16 tiles for cuBLAS
+ *   qmatvec.cu       quantised weights: activations quantised to 8-bit blocks, the integer
+ *                    matrix-vector mmvq for decode rows, routing to mmq for more
+ *   qgemm.cu         quantised weights, prefill rows: the integer GEMM mmq (and F16 tiles for
+ *                    cuBLAS, kept to compare against)
  *   attn.cu          attention over the paged KV cache (one kernel family, split-K)
  *   norm_rope.cu     RMSNorm (and the fused residual add), RoPE and the sink shift
  *   kv.cu            the KV arena (init, block copies, the second tier's transfers, reads) and
@@ -22,8 +24,9 @@
  *
  * The kernel table (cuda/kern.h, kern.cu): the ops reach every kernel through cb->k, a table of
  * launchers filled once here, when the backend is created, for the device's compute capability:
- * attention and its split-K merge; the dense GEMM and the conversions around it; per quantised
- * type the matvec, the dequantisation and the embedding, and the quantised GEMM; RMSNorm, RoPE
+ * attention and its split-K merge; the dense GEMM and the conversions around it; the activation
+ * quantiser and, per quantised type, the integer matvec and GEMM, the dequantisation and the
+ * embedding; RMSNorm, RoPE
  * and the sink shift; the K/V store; the element-wise ops; the row gathers; argmax. Today every
  * capability gets the sm_80 baseline; kern.h says how a kernel for a newer GPU is added.
  *
@@ -37,9 +40,9 @@
  *
  * Weights: every matrix keeps its type on the device: F32, F16 and BF16 for cuBLAS, and the
  * quantised types (Q8_0, the legacy and K-quants, IQ4_NL, IQ4_XS) as the file's blocks, which
- * the quantised matvec reads with a dequantising GEMV for decode and the quantised GEMM decodes
- * into F16 tiles for cuBLAS in prefill, so GPU memory and decode bandwidth are those of the
- * file. Vectors (norms, biases) become F32.
+ * the integer kernels multiply with activations quantised to 8-bit blocks on the tensor cores
+ * (mmvq for decode, mmq for prefill), so GPU memory and decode bandwidth are those of the file.
+ * Vectors (norms, biases) become F32.
  *
  * Step protocol: begin() packs the batch into a pinned buffer and uploads it with one
  * asynchronous copy; the ops queue kernels on one stream; to_host()/sync() wait. Only logits
@@ -183,6 +186,7 @@ static int cuda__weight_upload(backend *be, const model_tensor *src, be_weight *
     if (cuda_q_is_quant(w.type)) {
         size_t tile = (size_t)cuda_q_tile_rows(w.n_in, w.n_out, CUDA_Q_TILE_BYTES) * (size_t)w.n_in * 2;
         if (tile > cb->qtile_need) cb->qtile_need = tile;
+        cuda__qmm_note_weight(cb, &w);
     }
     *dst = w;
     return 0;
@@ -254,6 +258,9 @@ static void cuda__destroy(backend *be)
     if (cb->attn_scratch) cudaFree(cb->attn_scratch);
     if (cb->conv) cudaFree(cb->conv);
     if (cb->qtile) cudaFree(cb->qtile);
+    if (cb->qact) cudaFree(cb->qact);
+    if (cb->qpart) cudaFree(cb->qpart);
+    if (cb->qticket) cudaFree(cb->qticket);
     if (cb->meta_done) cudaEventDestroy(cb->meta_done);
     if (cb->blas) cuda_blas()->destroy(cb->blas);
     if (cb->blas_ws) cudaFree(cb->blas_ws);
@@ -280,7 +287,7 @@ static const be_ops cuda__ops = {
     .embed = cuda__op_embed,
     .rmsnorm = cuda__op_rmsnorm,
     .matmul = cuda__op_matmul,
-    .matmul_multi = NULL, /* forward.c calls matmul per matrix */
+    .matmul_multi = cuda__op_matmul_multi,
     .rope = cuda__op_rope,
     .rope_shift = cuda__op_rope_shift,
     .store_kv = cuda__op_store_kv,
@@ -357,6 +364,16 @@ extern "C" int cuda_upload_f32(backend *be, float *dst, const float *src, size_t
         return -EIO;
     if (CB_CHECK(cb, cudaStreamSynchronize(cb->stream))) return -EIO;
     return cb->error;
+}
+
+extern "C" void cuda_set_quant_prefill(backend *be, int f16_tiles)
+{
+    cuda__cb(be)->qprefill_f16 = f16_tiles != 0;
+}
+
+extern "C" void *cuda_backend_stream(backend *be)
+{
+    return (void *)cuda__cb(be)->stream;
 }
 
 extern "C" int cuda_last_attn_splits(backend *be)

@@ -51,6 +51,21 @@ int cuda_argmax_rows(backend *be, const float *x, int n_rows, int dim, int32_t *
  * replayed after that; any other step runs eagerly. */
 void cuda_set_graphs(backend *be, int on);
 
+/* Selects how matmuls of more rows than a decode batch run on quantised weights: 0 (the
+ * default) the integer tensor-core GEMM mmq on activations quantised to 8-bit blocks, 1 the
+ * weights decoded into F16 tiles that cuBLAS multiplies (kept to compare the two). */
+void cuda_set_quant_prefill(backend *be, int f16_tiles);
+
+/* Queues the activation quantiser of the quantised matmuls alone: x [n_rows][n_in] (f32, backend
+ * memory) into the backend's scratch in blocks of `block` values (32 or 256), as a matmul on a
+ * quantised matrix of that block size starts. For benchmarks that separate its time from the
+ * matmul's. */
+void cuda_quantise_activations(backend *be, const float *x, int n_rows, int64_t n_in, int block);
+
+/* The backend's CUDA stream (a cudaStream_t), on which every op is queued: for benchmarks that
+ * capture ops into a graph of their own or time them with events. */
+void *cuda_backend_stream(backend *be);
+
 /* Number of attention splits (split-K partitions) the last attention launch used, for tests. */
 int cuda_last_attn_splits(backend *be);
 

@@ -1,7 +1,8 @@
 /*
  * gemm.cu — matmul (engine/backend.h) and the conversions around it. Routing: quantised weights
- * go to the quantised matvec for decode-sized batches (the table's qmatvec, qmatvec.cu) and to the
- * quantised GEMM for more rows (qgemm, qgemm.cu); F32, F16 and BF16 weights go to the dense GEMM
+ * go to the integer path (cuda__qmatmul, qmatvec.cu: activations quantised to 8-bit blocks, then
+ * the matvec mmvq for decode-sized batches or the GEMM mmq for more rows; matmul_multi shares one
+ * quantisation between its matrices); F32, F16 and BF16 weights go to the dense GEMM
  * (gemm), which is cuBLAS: a GEMM with FP32 accumulation, the activations converted to the
  * weight's 16-bit type first. The kernels here (gemm_kernels.h) convert activations, add biases,
  * and convert a model tensor's rows between f32, f16 and bf16 when weights are uploaded.
@@ -91,8 +92,8 @@ void cuda__add_bias(cuda_backend *cb, float *out, const float *bias, int64_t n_o
 
 /* ---- matmul ------------------------------------------------------------------------------ */
 
-/* out = x · Wᵀ (+ bias): quantised weights through the quantised matvec (up to the table's
- * qmatvec_max_rows rows: decode) or GEMM, the others through the dense GEMM. */
+/* out = x · Wᵀ (+ bias): quantised weights through the integer path (mmvq up to the table's
+ * qmatvec_max_rows rows, mmq beyond: cuda__qmatmul), the others through the dense GEMM. */
 void cuda__op_matmul(backend *be, const float *x, int n_rows, const be_weight *w, const be_weight *bias, float *out)
 {
     cuda_backend *cb = cuda__cb(be);
@@ -100,12 +101,24 @@ void cuda__op_matmul(backend *be, const float *x, int n_rows, const be_weight *w
     if (n_rows <= 0) return;
     if (w->n_in > cb->max_n_in) cb->max_n_in = w->n_in;
     const float *b = bias && bias->data ? (const float *)bias->data : NULL;
-    if (!cuda_q_is_quant(w->type)) {
-        cb->k.gemm(cb, x, n_rows, w, b, out);
-    } else if (n_rows <= cb->k.qmatvec_max_rows) {
-        cb->k.qmatvec[w->type](cb->stream, w, x, n_rows, b, out);
-        CB_CHECK_LAUNCH(cb);
-    } else {
-        cb->k.qgemm(cb, x, n_rows, w, b, out);
+    if (!cuda_q_is_quant(w->type)) cb->k.gemm(cb, x, n_rows, w, b, out);
+    else cuda__qmatmul(cb, x, DT_F32, n_rows, 1, &w, &b, (void *const *)&out);
+}
+
+void cuda__op_matmul_multi(backend *be, const float *x, int n_rows, int n, const be_weight *const *w,
+                           const be_weight *const *bias, float *const *out)
+{
+    cuda_backend *cb = cuda__cb(be);
+    int all_quant = n <= BE_MATMUL_MULTI_MAX;
+    for (int i = 0; i < n && all_quant; i++) all_quant = cuda_q_is_quant(w[i]->type) && w[i]->n_in == w[0]->n_in;
+    if (!all_quant) {
+        for (int i = 0; i < n; i++) cuda__op_matmul(be, x, n_rows, w[i], bias[i], out[i]);
+        return;
     }
+    if (cuda__graph_skip(cb)) return;
+    if (n_rows <= 0) return;
+    if (w[0]->n_in > cb->max_n_in) cb->max_n_in = w[0]->n_in;
+    const float *b[BE_MATMUL_MULTI_MAX];
+    for (int i = 0; i < n; i++) b[i] = bias[i] && bias[i]->data ? (const float *)bias[i]->data : NULL;
+    cuda__qmatmul(cb, x, DT_F32, n_rows, n, w, b, (void *const *)out);
 }

@@ -40,9 +40,9 @@ static int32_t cuda__bt_stride(const cuda_meta_layout *L)
 }
 
 /* Plans attention for the longest context the block table allows (so the launch shape does not
- * depend on the actual lengths), makes sure the conversion buffer (and, for a batch past the
- * quantised GEMV's rows, the F16 tile of the quantised GEMM) is large enough, then either
- * selects the captured graph of this shape or starts capturing one. */
+ * depend on the actual lengths), makes sure the conversion buffer and the quantised weights'
+ * scratch (cuda__qmm_reserve) are large enough, then either selects the captured graph of this
+ * shape or starts capturing one. */
 int cuda__graph_begin(cuda_backend *cb, const be_batch *b)
 {
     int32_t stride = cuda__bt_stride(&cb->meta), bound = stride * cb->kv.block_size;
@@ -50,7 +50,7 @@ int cuda__graph_begin(cuda_backend *cb, const be_batch *b)
     if (rc) return rc;
     size_t conv = (size_t)b->n_tokens * (size_t)cb->max_n_in * 2;
     rc = cuda__grow(cb, &cb->conv, &cb->conv_bytes, conv);
-    if (!rc && b->n_tokens > cb->k.qmatvec_max_rows) rc = cuda__grow(cb, &cb->qtile, &cb->qtile_bytes, cb->qtile_need);
+    if (!rc) rc = cuda__qmm_reserve(cb, b->n_tokens);
     if (rc) return rc;
     for (int i = 0; i < cb->n_graphs; i++)
         if (cb->graphs[i].n_tokens == b->n_tokens && cb->graphs[i].bt_stride == stride) {

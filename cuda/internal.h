@@ -91,10 +91,22 @@ typedef struct cuda_backend {
     size_t conv_bytes;
     int64_t max_n_in;     /* largest matmul input width seen (sizes conv before a capture) */
 
-    /* Quantised weights' prefill: one F16 tile of whole rows (qgemm.cu); qtile_need is the
-     * largest tile of the uploaded matrices (allocated before a capture that needs it) */
+    /* Quantised weights' F16-tile prefill (qgemm.cu, with qprefill_f16): one F16 tile of whole
+     * rows; qtile_need is the largest tile of the uploaded matrices */
     void *qtile;
     size_t qtile_bytes, qtile_need;
+    int qprefill_f16;     /* 1: prefill through F16 tiles and cuBLAS instead of mmq */
+
+    /* Quantised weights' integer path (qmatvec.cu): the activations quantised to 8-bit blocks,
+     * mmvq's split partials and per-tile tickets (zeroed); the _need sizes and qmax_n_in are the
+     * largest of the uploaded matrices (cuda__qmm_note_weight) */
+    void *qact;
+    size_t qact_bytes;
+    float *qpart;
+    size_t qpart_bytes, qpart_need;
+    unsigned *qticket;
+    size_t qticket_bytes, qticket_need;
+    int64_t qmax_n_in;
 
     /* CUDA graphs for decode steps (opt-in, cuda_set_graphs / KVSERVE_CUDA_GRAPHS=1). A decode-only
      * step of a batch shape seen before replays the graph captured the first time: begin()
@@ -203,6 +215,10 @@ void cuda__op_store_kv(backend *be, int layer, const float *k, const float *v);
  * cuBLAS. */
 void cuda__op_matmul(backend *be, const float *x, int n_rows, const be_weight *w, const be_weight *bias,
                      float *out);
+/* matmul_multi: quantised matrices share one quantisation of x (cuda__qmatmul); others run as
+ * matmul. */
+void cuda__op_matmul_multi(backend *be, const float *x, int n_rows, int n, const be_weight *const *w,
+                           const be_weight *const *bias, float *const *out);
 /* The table's conversion kernels, with their launches checked and failures recorded in cb:
  * n_rows rows of a model tensor (raw bytes on the device, row_bytes apart, type src_type: F32, F16
  * or BF16, else -EINVAL) into dst of type dst_type (DT_F32, DT_F16 or DT_BF16), 0 or -EIO;
@@ -211,6 +227,19 @@ int cuda__convert_rows(cuda_backend *cb, const void *src, int src_type, size_t r
                        int64_t n_rows, void *dst, int dst_type);
 int cuda__to_f16(cuda_backend *cb, const float *x, uint16_t *dst, int64_t n);
 void cuda__add_bias(cuda_backend *cb, float *out, const float *bias, int64_t n_out, int64_t n);
+
+/* ---- quantised weights: the integer path (qmatvec.cu) --------------------------------------- */
+
+/* out[i] = x · W[i]ᵀ (+ bias[i], or NULL) for n quantised matrices of one input width over the
+ * same n_rows rows of x (activation type act: DT_F32, DT_BF16 or DT_F16; out[i] the same type):
+ * x quantised once per block size, then mmvq or mmq per matrix. Failures are recorded in cb. */
+void cuda__qmatmul(cuda_backend *cb, const void *x, int act, int n_rows, int n, const be_weight *const *w,
+                   const float *const *bias, void *const *out);
+/* Records what quantised matrix w needs of the scratch (called when it is uploaded). */
+void cuda__qmm_note_weight(cuda_backend *cb, const be_weight *w);
+/* Allocates the scratch of the integer path for n_rows rows of the uploaded matrices. 0 or
+ * -ENOMEM. */
+int cuda__qmm_reserve(cuda_backend *cb, int n_rows);
 
 /* ---- attention (attn.cu) ------------------------------------------------------------------- */
 

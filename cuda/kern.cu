@@ -40,6 +40,7 @@ const char *cuda__kern_missing(const cuda__kern *k)
     CUDA__KERN_NEED(to16);
     CUDA__KERN_NEED(add_bias);
     CUDA__KERN_NEED(qmatvec_max_rows);
+    CUDA__KERN_NEED(qact);
     CUDA__KERN_NEED(qgemm);
     CUDA__KERN_NEED(rmsnorm);
     CUDA__KERN_NEED(rope);
@@ -53,7 +54,8 @@ const char *cuda__kern_missing(const cuda__kern *k)
     for (int t = 0; t < 2 * CUDA__W_TYPES; t++) {
         if (!cuda_q_is_quant(t)) continue;
         if (t >= CUDA__W_TYPES) return "CUDA__W_TYPES (a quantised type past the per-type entries)";
-        CUDA__KERN_NEED(qmatvec[t]);
+        CUDA__KERN_NEED(mmvq[t]);
+        CUDA__KERN_NEED(mmq[t]);
         CUDA__KERN_NEED(qdequant[t]);
         CUDA__KERN_NEED(qembed[t]);
     }

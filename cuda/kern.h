@@ -96,14 +96,25 @@ typedef struct cuda__kern {
     void (*add_bias)(cudaStream_t s, float *out, const float *bias, int64_t n_out, int64_t n);
 
     /* ---- quantised weights (qmatvec.cu, qgemm.cu, gather.cu) ---- */
-    /* Matmuls of up to this many rows take qmatvec, larger ones qgemm. */
+    /* Matmuls of up to this many rows (≤ 8) take mmvq, larger ones mmq. */
     int qmatvec_max_rows;
-    /* Per quantised type (cuda_q_is_quant; NULL for the others): out [n_rows][n_out] = x · Wᵀ
-     * (+ bias, or NULL) for n_rows ≤ qmatvec_max_rows, W in the file's blocks. */
-    void (*qmatvec[CUDA__W_TYPES])(cudaStream_t s, const be_weight *w, const float *x, int n_rows,
-                                   const float *bias, float *out);
-    /* The same for any number of rows (the prefill of a quantised model); records its own
-     * failures in cb. */
+    /* xq [n_rows][n_in] (int8, permuted blocks of 32) and xd [n_rows][n_in / qa] (f32 scales) = x
+     * [n_rows][n_in] of activation type act (DT_F32, DT_BF16 or DT_F16) quantised in blocks of qa
+     * = 32 or 256 (cuda/quant_int.h; n_in a multiple of qa). */
+    void (*qact)(cudaStream_t s, const void *x, int act, int n_rows, int64_t n_in, int qa, int8_t *xq, float *xd);
+    /* Per quantised type (cuda_q_is_quant; NULL for the others): out [n_rows][n_out] (type act) =
+     * x · Wᵀ (+ bias, or NULL) for n_rows ≤ qmatvec_max_rows, W in the file's blocks, x quantised
+     * by qact in blocks of cuda_q_act_block(type): the integer matrix-vector mmvq
+     * (qmatvec_kernels.h), each tile of 16 rows split over `split` blocks (cuda_mmvq_split); with
+     * split > 1, part holds split × n_rows × n_out floats and ticket one zeroed counter per tile
+     * (left zeroed). */
+    void (*mmvq[CUDA__W_TYPES])(cudaStream_t s, const be_weight *w, const int8_t *xq, const float *xd, int n_rows,
+                                const float *bias, void *out, int act, int split, float *part, unsigned *ticket);
+    /* The same for any number of rows: the integer GEMM mmq (qgemm_kernels.h). */
+    void (*mmq[CUDA__W_TYPES])(cudaStream_t s, const be_weight *w, const int8_t *xq, const float *xd, int n_rows,
+                               const float *bias, void *out, int act);
+    /* The other prefill path, kept to compare against (cuda_set_quant_prefill): W decoded into F16
+     * tiles that cuBLAS multiplies with x [n_rows][n_in] (f32); records its own failures in cb. */
     void (*qgemm)(struct cuda_backend *cb, const float *x, int n_rows, const be_weight *w, const float *bias,
                   float *out);
     /* Per quantised type: rows [r0, r0 + n_rows) of w decoded into dst [n_rows][n_in], F16 bits

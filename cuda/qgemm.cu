@@ -1,13 +1,30 @@
 /*
  * qgemm.cu — matmul on quantised weights for more rows than the matvec takes (prefill): the
- * matrix is decoded (qgemm_kernels.h) into F16 tiles of whole rows (cuda_q_tile_rows, at most
- * CUDA_Q_TILE_BYTES), and cuBLAS multiplies each tile on tensor cores into its columns of the
- * output (FP32 accumulation). The weights stay quantised in GPU memory; only one tile is ever
- * decoded at a time. The op that routes here is matmul (gemm.cu), through the kernel table; a
- * GEMM on the quantised blocks themselves (integer tensor cores) would be another qgemm.
+ * integer tensor-core GEMM mmq of qgemm_kernels.h, on activations the op (qmatvec.cu) quantised
+ * to 8-bit blocks. The other path is kept to compare against (cuda_set_quant_prefill): the matrix
+ * decoded into F16 tiles of whole rows (cuda_q_tile_rows, at most CUDA_Q_TILE_BYTES) that cuBLAS
+ * multiplies on tensor cores (FP32 accumulation), one tile at a time.
  */
 #include "cuda/internal.h"
 #include "cuda/qgemm_kernels.h"
+
+template <int T>
+static void cuda__launch_mmq(cudaStream_t s, const be_weight *w, const int8_t *xq, const float *xd, int n_rows,
+                             const float *bias, void *out, int act)
+{
+    dim3 grid((unsigned)cuda_div_up(w->n_out, CUDA_MMQ_BM), (unsigned)cuda_div_up(n_rows, CUDA_MMQ_BN));
+    const uint8_t *wd = (const uint8_t *)w->data;
+    size_t rb = dt_row_bytes(w->type, w->n_in);
+    if (act == DT_BF16)
+        cuda__mmq_k<T, __nv_bfloat16><<<grid, CUDA_MMQ_THREADS, 0, s>>>(wd, rb, w->n_in, w->n_out, xq, xd, n_rows,
+                                                                        bias, (__nv_bfloat16 *)out);
+    else if (act == DT_F16)
+        cuda__mmq_k<T, __half><<<grid, CUDA_MMQ_THREADS, 0, s>>>(wd, rb, w->n_in, w->n_out, xq, xd, n_rows, bias,
+                                                                 (__half *)out);
+    else
+        cuda__mmq_k<T, float><<<grid, CUDA_MMQ_THREADS, 0, s>>>(wd, rb, w->n_in, w->n_out, xq, xd, n_rows, bias,
+                                                                (float *)out);
+}
 
 template <int T>
 static void cuda__launch_qdeq(cudaStream_t s, const be_weight *w, int64_t r0, int64_t n_rows, void *dst, int f16)
@@ -34,7 +51,7 @@ static int cuda__q_x16(cuda_backend *cb, const float *x, int64_t n)
     return cuda__to_f16(cb, x, (uint16_t *)cb->conv, n);
 }
 
-/* out = x · Wᵀ (+ bias, or NULL), one F16 tile of W at a time. */
+/* out = x · Wᵀ (+ bias, or NULL), one F16 tile of W at a time (f32 activations). */
 static void cuda__qgemm_sm80(cuda_backend *cb, const float *x, int n_rows, const be_weight *w, const float *bias,
                              float *out)
 {
@@ -58,6 +75,7 @@ static void cuda__qgemm_sm80(cuda_backend *cb, const float *x, int n_rows, const
 
 void cuda__qgemm_fill_sm80(cuda__kern *k)
 {
+    CUDA_Q_FILL(k->mmq, cuda__launch_mmq);
     CUDA_Q_FILL(k->qdequant, cuda__launch_qdeq);
     k->qgemm = cuda__qgemm_sm80;
 }

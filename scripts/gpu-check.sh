@@ -117,8 +117,8 @@ GOLDEN=.gpu/stories260K.golden.txt
 [ -f "$MODEL" ] || echo "gpu-check: $MODEL missing (run --prepare on a machine with the models): golden check will fail"
 set +e
 if command -v nvidia-smi >/dev/null 2>&1; then nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1; fi
-{ timeout 235 "$B/gpu_check" --model "$MODEL" --golden "$GOLDEN" --out "$OUT" $QUICK; echo $? > "$OUT/exit-status"; } 2>&1 \
+{ timeout 330 "$B/gpu_check" --model "$MODEL" --golden "$GOLDEN" --out "$OUT" $QUICK; echo $? > "$OUT/exit-status"; } 2>&1 \
     | tee "$OUT/gpu-check.log"
 rc=$(cat "$OUT/exit-status" 2>/dev/null || echo 2)
-[ "$rc" = 124 ] && echo "gpu-check: timed out after 235 s"
+[ "$rc" = 124 ] && echo "gpu-check: timed out after 330 s"
 exit "$rc"

@@ -116,6 +116,8 @@ Test(cuda, matmul)
         tcu_expect(kc_check_matmul(&e.c, t, 5, kc_n_in(t, 160), 77, 1));
         tcu_expect(kc_check_matmul(&e.c, t, 33, kc_n_in(t, 160), 72, 1));
     }
+    tcu_expect(kc_check_qmatmul_multi(&e.c, 3, 512));
+    tcu_expect(kc_check_qmatmul_multi(&e.c, 40, 512));
     tcu_close(&e);
 }
 
@@ -256,6 +258,7 @@ Test(cuda, every_architecture)
     tcu_env e;
     tcu_open(&e, 0xa2c4, "every_architecture");
     for (int a = 0; a < KC_N_ARCHS; a++) tcu_expect(kc_check_arch(&e.c, a));
+    tcu_expect(kc_check_arch_typed(&e.c, KC_N_ARCHS - 1, DT_Q8_0));
     tcu_close(&e);
 }
 

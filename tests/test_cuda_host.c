@@ -14,12 +14,14 @@
 #include <string.h>
 
 #include "cpu/cpu.h"
+#include "cpu/internal.h"
 #include "cuda/attn_plan.h"
 #include "cuda/formats.h"
 #include "cuda/kv_layout.h"
 #include "cuda/launch.h"
 #include "cuda/meta.h"
 #include "cuda/quant_formats.h"
+#include "cuda/quant_int.h"
 #include "engine/backend.h"
 #include "model/dtype.h"
 #include "tests/test_util.h"
@@ -699,9 +701,119 @@ Test(cuda_host, quant_dequant8_matches_reference)
     }
 }
 
-/* The quantised-weight kernels (cuda/qmatvec_kernels.h, qgemm_kernels.h, gather_kernels.h), the
- * source nvcc compiles, under the CPU emulation of cuda/check (quant_emu --quick: the decode GEMV,
- * the prefill's F16 tiles and the embedding for every type), against float64 and the host's
+/* The integer chunk form of every quantised type (cuda/quant_int.h, what mmvq and mmq decode):
+ * each weight rebuilt as (D · s[h]) · q − DM · m[h] from the lane's codes, the sub word and the
+ * block scales equals dt_to_f32 bit for bit (both form it with the same f32 operations), on
+ * random rows. Every lane's codes are checked, so a byte given to the wrong lane fails. */
+Test(cuda_host, quant_int_chunks_match_reference)
+{
+    uint64_t seed = 0x1a7c4, s = seed;
+    printf("cuda_host/quant_int_chunks_match_reference seed %#llx\n", (unsigned long long)seed);
+    const int types[] = {DT_Q4_0, DT_Q4_1, DT_Q5_0, DT_Q5_1, DT_Q8_0, DT_IQ4_NL,
+                         DT_Q2_K, DT_Q3_K, DT_Q4_K, DT_Q5_K, DT_Q6_K, DT_IQ4_XS};
+    enum { N = 512 };
+    static uint8_t row[N / 32 * 210];
+    float ref[N];
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        int type = types[ti], be = cuda_q_block_elems(type), bb = cuda_q_block_bytes(type);
+        cr_assert_eq(cuda_q_act_block(type), be);
+        for (int it = 0; it < 50; it++) {
+            tu_random_blocks(type, N / be, &s, row);
+            dt_to_f32(type, row, ref, N);
+            for (int i = 0; i < N; i++) {
+                const uint8_t *b = row + (i / be) * bb;
+                int j = i % be / 32, h = i % 32 / 16, t = i % 16 / 4;
+                uint32_t q[2], sub = cuda_qi_sub(type, b, j);
+                float d, dm;
+                cuda_qi_ints(type, b, j, t, q);
+                cuda_qi_scales(type, b, &d, &dm);
+                int code = (int8_t)(q[h] >> 8 * (i % 4));
+                float v = d * (float)cuda_qi_s(sub, h) * (float)code - dm * (float)cuda_qi_m(sub, h);
+                cr_assert(memcmp(&v, &ref[i], 4) == 0, "%s element %d: %g vs %g", dt_name(type), i, v, ref[i]);
+                if (!cuda_q_has_min(type)) cr_assert_eq(cuda_qi_m(sub, h), 0, "%s: a min without DM", dt_name(type));
+                if (!cuda_q_split16(type)) cr_assert_eq(cuda_qi_s(sub, 0), cuda_qi_s(sub, 1));
+            }
+        }
+    }
+}
+
+/* The byte helpers of the chunk form: prmt's selector semantics, the IQ4 code book through two
+ * permutes, the byte-wise offset subtraction. */
+Test(cuda_host, quant_int_byte_helpers)
+{
+    cr_assert_eq(cuda_prmt(0x33221100u, 0x77665544u, 0x7531u), 0x77553311u);
+    cr_assert_eq(cuda_prmt(0x33221100u, 0x77665544u, 0x0000u), 0x00000000u);
+    cr_assert_eq(cuda_prmt(0x33221100u, 0x77665544u, 0xFEDCu), 0x77665544u, "only the low 3 bits select");
+    for (uint32_t v = 0; v < 1u << 16; v++) {
+        uint32_t codes = (v & 0xF) | (v >> 4 & 0xF) << 8 | (v >> 8 & 0xF) << 16 | (v >> 12 & 0xF) << 24;
+        uint32_t got = cuda_qi_iq4(codes);
+        for (int k = 0; k < 4; k++) {
+            int c = (int)(codes >> 8 * k & 0xF);
+            cr_assert_eq((int8_t)(got >> 8 * k), dt_iq4nl_values[c], "code %d in byte %d", c, k);
+        }
+        uint32_t sixes = codes * 4 | 3 * 0x01010101u; /* 6-bit codes 3..63 */
+        uint32_t off = cuda_qi_sub_off(sixes, 32);
+        for (int k = 0; k < 4; k++) cr_assert_eq((int8_t)(off >> 8 * k), (int)(sixes >> 8 * k & 0xFF) - 32);
+    }
+}
+
+/* The activation quantiser's reference is the CPU backend's block quantiser, bit for bit; the
+ * permuted position is a bijection of each block of 32 that puts lane t's values 4t..4t+3 and
+ * 16+4t..16+4t+3 at bytes 8t..8t+7. */
+Test(cuda_host, quant_act_reference)
+{
+    uint64_t seed = 0xac7, s = seed;
+    printf("cuda_host/quant_act_reference seed %#llx\n", (unsigned long long)seed);
+    float x[256];
+    int8_t q[256], r[256];
+    for (int it = 0; it < 2000; it++) {
+        int n = it % 2 ? 256 : 32;
+        float scale = it % 7 == 0 ? 0.0f : powf(2.0f, (float)tch_int(&s, -20, 20));
+        for (int i = 0; i < n; i++) x[i] = tch_unif(&s) * scale;
+        if (it % 5 == 1) { /* the block's maximum and half of it: q = 63.5 up to rounding, a tie or nearly */
+            x[0] = scale;
+            x[n - 1] = -0.5f * scale;
+        }
+        float d = cuda_qa_quantise(x, n, q), dc = cpu__quantise_block(x, n, r);
+        cr_assert(memcmp(&d, &dc, 4) == 0 && memcmp(q, r, (size_t)n) == 0, "block %d differs from the CPU's", it);
+    }
+    int seen[32] = {0};
+    for (int i = 0; i < 32; i++) {
+        int p = cuda_qa_pos(i);
+        cr_assert(p >= 0 && p < 32 && !seen[p]++);
+        int t = i % 16 / 4;
+        cr_assert_eq(p / 8, t, "value %d belongs to lane %d", i, t);
+        cr_assert_eq(p % 8, 4 * (i / 16) + i % 4);
+    }
+    cr_assert_eq(cuda_qa_bytes(DT_Q4_K, 3, 512), 3 * 512 + 3 * 2 * 4);
+    cr_assert_eq(cuda_qa_bytes(DT_Q8_0, 1, 96), 96 + 3 * 4);
+    cr_assert_eq(cuda_qa_scales_offset(1, 40) % 16, 0);
+}
+
+/* mmvq's split of a tile over blocks: at least 1, at most CUDA_MMVQ_MAX_SPLIT, never so fine that
+ * a warp gets fewer than its minimum of weight blocks, and only for matrices too small to fill
+ * the GPU. */
+Test(cuda_host, mmvq_split)
+{
+    uint64_t s = 0x5911;
+    cr_assert_eq(cuda_mmvq_split(128256, 16, 256, 132), 1, "an LM head fills the GPU");
+    cr_assert_gt(cuda_mmvq_split(2048, 64, 32, 132), 1, "2048 rows do not");
+    for (int it = 0; it < 100000; it++) {
+        int be = it % 2 ? 256 : 32, n_sm = tch_int(&s, 1, 200);
+        int64_t n_out = tch_int(&s, 1, 200000), n_blocks = tch_int(&s, 1, 2000);
+        int sp = cuda_mmvq_split(n_out, n_blocks, be, n_sm);
+        cr_assert(sp >= 1 && sp <= CUDA_MMVQ_MAX_SPLIT);
+        if (sp > 1) {
+            cr_assert_geq(n_blocks / ((int64_t)sp * CUDA_MMVQ_WARPS), be == 32 ? 4 : 1);
+            cr_assert_lt(cuda_div_up(n_out, 16) * CUDA_MMVQ_WARPS * (sp - 1), (int64_t)n_sm * 24);
+        }
+    }
+}
+
+/* The quantised-weight kernels (cuda/qact_kernels.h, qmatvec_kernels.h, qgemm_kernels.h,
+ * gather_kernels.h), the source nvcc compiles, under the CPU emulation of cuda/check (quant_emu
+ * --quick: the activation quantiser, the integer matvec mmvq and GEMM mmq, the F16 tiles of the
+ * other prefill path and the embedding for every type), against float64 and the host's
  * decoding. */
 Test(cuda_host, quant_kernels_under_emulation, .timeout = 120)
 {
@@ -716,7 +828,9 @@ Test(cuda_host, quant_kernels_under_emulation, .timeout = 120)
     int st = pclose(p);
     printf("%s", out);
     cr_assert_eq(st, 0, "emulated kernels failed:\n%s", out);
-    cr_assert(strstr(out, "Q6_K") && strstr(out, "IQ4_XS") && strstr(out, " 0 mismatches"), "%s", out);
+    cr_assert(strstr(out, "Q6_K mmvq 8 rows") && strstr(out, "IQ4_XS mmq") && strstr(out, "qact bf16") &&
+                  strstr(out, " 0 mismatches"),
+              "%s", out);
 }
 
 /* The kernels of the other op families (cuda/norm_rope_kernels.h, elementwise_kernels.h,

@@ -11,7 +11,8 @@
  * shuffles exchange through a per-warp array between two barriers of the warp's 32 threads. This
  * is an emulation of the execution model, not of timing: it catches indexing, masking, barrier
  * placement within a block and reduction mistakes, not races that only real concurrency or the
- * memory model would show.
+ * memory model would show. The integer instructions (dp4a, the s8 mma.sync shapes, the atomics of
+ * a last-block reduction) are in emu_int.h, included at the end.
  */
 #ifndef KVSERVE_EMU_CUDA_H
 #define KVSERVE_EMU_CUDA_H
@@ -166,5 +167,8 @@ static inline __nv_bfloat16 __float2bfloat16_rn(float f)
     __nv_bfloat16 h = {0x7fc0u}; /* NaN */
     return h;
 }
+
+/* ---- integer instructions (dp4a, s8 mma.sync), atomics: emu_int.h ---------------------- */
+#include "cuda/check/emu_int.h"
 
 #endif

@@ -11,8 +11,10 @@
  *      every architecture with its features switched on (windows, soft-caps, q/k norms, fused
  *      tensors, partial and scaled RoPE), prefill and decode logits against the CPU backend;
  *   3. benchmarks: device-to-device copy bandwidth (the memory ceiling), cuBLAS BF16 GEMM (the
- *      matrix ceiling), the backend's matmul, decode attention bandwidth, and batch-1 / batched
- *      decode of a TinyLlama-1.1B-shaped random BF16 model built in memory;
+ *      matrix ceiling), the backend's matmul (BF16, and every quantised type at 1, 8 and 512 rows
+ *      on two shapes: cuda/check/quant_bench.c), decode attention bandwidth, and batch-1 /
+ *      batched decode of a TinyLlama-1.1B-shaped random BF16 model built in memory, and of its
+ *      Q8_0 and Q4_K twins at batch 1;
  * and prints a short table last. Exit status: 0 all checks pass, 1 a check failed, 2 no GPU or a
  * setup error.
  *
@@ -35,7 +37,7 @@
 #include "engine/forward.h"
 #include "model/model.h"
 
-#define GC_MAX_ROWS 96
+#define GC_MAX_ROWS 160
 
 typedef struct gc_row {
     char what[48];
@@ -114,7 +116,11 @@ static void gc_kernels(backend *gpu, backend *cpu, int quick)
         gc_report(kc_check_matmul(&c, kc_weight_types[i], 1, 2048, 2048, 0));
         gc_report(kc_check_matmul(&c, kc_weight_types[i], 8, 2048, 1024, 1));
         gc_report(kc_check_matmul(&c, kc_weight_types[i], 77, 2048, 1024, 1));
+        /* a concatenated Q/K/V of TinyLlama's shape (2048 + 2 × 256 rows) at decode */
+        if (cuda_q_is_quant(kc_weight_types[i])) gc_report(kc_check_matmul(&c, kc_weight_types[i], 5, 2048, 2560, 1));
     }
+    gc_report(kc_check_qmatmul_multi(&c, 1, 2048));
+    gc_report(kc_check_qmatmul_multi(&c, 100, 2048));
     for (int neox = 0; neox < 2; neox++) {
         gc_report(kc_check_rope(&c, neox, 0));
         gc_report(kc_check_rope(&c, neox, 1));
@@ -315,6 +321,7 @@ static void gc_archs(kc_ctx *c)
 {
     printf("== every architecture: CUDA logits vs the CPU backend\n");
     for (int a = 0; a < KC_N_ARCHS; a++) gc_report(kc_check_arch(c, a));
+    gc_report(kc_check_arch_typed(c, KC_N_ARCHS - 1, DT_Q8_0)); /* llama, Q8_0: mmvq and mmq end to end */
 }
 
 /* ---- 3. benchmarks ------------------------------------------------------------------------- */
@@ -581,6 +588,8 @@ static double gc_bench_decode(fwd *f, const model *m, int n_seqs, int prompt, in
     return tps;
 }
 
+#include "cuda/check/quant_bench.c"
+
 static void gc_bench(backend *gpu, int quick)
 {
     char v[40], ref[48];
@@ -600,21 +609,8 @@ static void gc_bench(backend *gpu, int quick)
     snprintf(v, sizeof v, "%.0f GB/s weights", wgbs);
     snprintf(ref, sizeof ref, "%.0f%% of copy", 100 * wgbs / copy);
     gc_add("matmul op 1x2048->5632", v, ref, -1);
-    /* quantised blocks on the device: the dequantising GEMV (decode), F16 tiles + cuBLAS (prefill) */
-    const int qtypes[] = {DT_Q4_0, DT_Q4_K, DT_Q6_K, DT_Q8_0};
-    for (int i = 0; i < 4; i++) {
-        char name[64];
-        gc_bench_matmul(gpu, qtypes[i], 1, &wgbs);
-        snprintf(v, sizeof v, "%.0f GB/s weights", wgbs);
-        snprintf(ref, sizeof ref, "%.0f%% of copy", 100 * wgbs / copy);
-        snprintf(name, sizeof name, "matmul op %s 1x2048->5632", dt_name(qtypes[i]));
-        gc_add(name, v, ref, -1);
-        mm = gc_bench_matmul(gpu, qtypes[i], 512, NULL);
-        snprintf(v, sizeof v, "%.1f TFLOP/s", mm);
-        snprintf(ref, sizeof ref, "%.0f%% of cuBLAS peak", 100 * mm / peak);
-        snprintf(name, sizeof name, "matmul op %s 512x2048->5632", dt_name(qtypes[i]));
-        gc_add(name, v, ref, -1);
-    }
+    /* quantised blocks on the device: mmvq (decode), mmq and the F16 tiles (prefill), every type */
+    gc_bench_quant(gpu, copy, peak, quick);
     int sp = 0;
     double ab = gc_bench_attention(gpu, 64, 2048, &sp);
     snprintf(v, sizeof v, "%.0f GB/s (splits %d)", ab, sp);
@@ -677,6 +673,8 @@ static void gc_bench(backend *gpu, int quick)
     cuda_set_graphs(gpu, 0);
     fwd_destroy(f);
     gc_tinyllama_free(&gm);
+    /* the same model with Q8_0 and Q4_K weights, one sequence, against these bf16 figures */
+    gc_bench_quant_models(gpu, copy, t1, g1, quick);
 }
 
 int main(int argc, char **argv)

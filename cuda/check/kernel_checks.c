@@ -17,6 +17,7 @@
 
 #include "cuda/cuda_backend.h"
 #include "cuda/kv_layout.h"
+#include "cuda/quant_int.h"
 #include "engine/backend.h"
 #include "model/dtype.h"
 #include "engine/forward.h"
@@ -322,7 +323,100 @@ static kc_result kc_check_rmsnorm(kc_ctx *c, int fused)
     return kc_res(fused ? "add+rmsnorm (fused)" : "rmsnorm", err, 1e-6, "");
 }
 
-/* matmul against a float64 reference over the exact (dequantised) weights. */
+/* The float64 reference of a quantised matmul and its bounds (cuda/quant_int.h): ref = x̂ · Wᵀ
+ * (+ bias) with x̂ the activations quantised as the GPU quantises them (blocks of
+ * cuda_q_act_block, the CPU backend's rule); tol = the GPU kernels' own arithmetic, γ(blocks +
+ * 16) · Σ |dx a| (|D s q| + |DM m|); sig = the standard deviation of x̂ · w − x · w under the
+ * rounding model (each a off by a uniform ±dx/2: Σ w² dx² / 12), which bounds how far a backend
+ * that rounds its activations otherwise (or not at all) may be. Arrays [n_rows][n_out]. */
+static void kc_qmatmul_ref(const kc_tensor *kt, const float *x, int n_rows, const float *bias, double *ref,
+                           double *tol, double *sig)
+{
+    int type = kt->t.type, qa = cuda_q_act_block(type);
+    int64_t n_in = kt->t.ne[0], n_out = kt->t.ne[1], nb = n_in / qa;
+    int8_t *q = malloc((size_t)(n_rows * n_in));
+    float *d = malloc((size_t)(n_rows * nb) * 4), *wrow = malloc((size_t)n_in * 4);
+    double *mw = malloc((size_t)n_in * 8);
+    for (int r = 0; r < n_rows; r++)
+        for (int64_t b = 0; b < nb; b++)
+            d[r * nb + b] = cuda_qa_quantise(x + r * n_in + b * qa, qa, q + r * n_in + b * qa);
+    const double gamma = (double)(nb + 16) * 0x1p-24;
+    for (int64_t o = 0; o < n_out; o++) {
+        const uint8_t *row = (const uint8_t *)kt->t.data + (size_t)o * kt->t.row_bytes;
+        model_tensor_row_f32(&kt->t, o, wrow);
+        for (int64_t i = 0; i < n_in; i++) { /* |D s q| + |DM m| of weight i */
+            const uint8_t *blk = row + (size_t)(i / qa) * dt_block_bytes(type);
+            int j = (int)(i % qa / 32), h = (int)(i % 32 / 16);
+            uint32_t cq[2], sub = cuda_qi_sub(type, blk, j);
+            float D, DM;
+            cuda_qi_ints(type, blk, j, (int)(i % 16 / 4), cq);
+            cuda_qi_scales(type, blk, &D, &DM);
+            mw[i] = fabs((double)D * cuda_qi_s(sub, h) * (int8_t)(cq[h] >> 8 * (i % 4))) +
+                    fabs((double)DM * cuda_qi_m(sub, h));
+        }
+        for (int r = 0; r < n_rows; r++) {
+            double s = bias ? bias[o] : 0.0, mag = fabs(s), var = 0;
+            for (int64_t i = 0; i < n_in; i++) {
+                double dx = d[r * nb + i / qa], a = dx * q[r * n_in + i];
+                s += a * wrow[i];
+                mag += fabs(a) * mw[i];
+                var += (double)wrow[i] * wrow[i] * dx * dx / 12.0;
+            }
+            ref[(size_t)r * n_out + o] = s;
+            tol[(size_t)r * n_out + o] = gamma * mag * 1.01 + 1e-30;
+            sig[(size_t)r * n_out + o] = sqrt(var);
+        }
+    }
+    free(q), free(d), free(wrow), free(mw);
+}
+
+/* A quantised matmul on the GPU (mmvq up to 8 rows, mmq beyond) against its contract, the
+ * float64 product with the activations quantised its way, within the bound of its arithmetic;
+ * and against the CPU backend within the activations' rounding: 6 standard deviations of one
+ * backend's rounding noise plus both arithmetic bounds (the CPU quantises the same blocks the
+ * same way where it quantises: then the two agree far closer). err is the larger of the two
+ * worst ratios of deviation to bound (ok ≤ 1). */
+static kc_result kc_check_qmatmul(kc_ctx *c, const char *name, kc_tensor *kt, kc_tensor *kb, int n_rows, int bias)
+{
+    int64_t n_in = kt->t.ne[0], n_out = kt->t.ne[1];
+    size_t nx = (size_t)n_rows * n_in, no = (size_t)n_rows * n_out;
+    float *x = malloc(nx * 4);
+    double *ref = malloc(no * 8), *tol = malloc(no * 8), *sig = malloc(no * 8);
+    kc_fill(c, x, nx, 1.0f);
+    kc_qmatmul_ref(kt, x, n_rows, bias ? (const float *)kb->mem : NULL, ref, tol, sig);
+    be_weight wg, bg, wc, bc;
+    double err = INFINITY;
+    const char *note = "max |gpu-ref|/bound, |gpu-cpu|/bound";
+    if (c->gpu->ops->weight_upload(c->gpu, &kt->t, &wg) || c->gpu->ops->weight_upload(c->gpu, &kb->t, &bg) ||
+        c->cpu->ops->weight_upload(c->cpu, &kt->t, &wc) || c->cpu->ops->weight_upload(c->cpu, &kb->t, &bc)) {
+        note = "upload failed";
+    } else {
+        float *xg = kc_put(c->gpu, x, nx), *og = kc_put(c->gpu, NULL, no);
+        float *xc = kc_put(c->cpu, x, nx), *oc = kc_put(c->cpu, NULL, no);
+        c->gpu->ops->matmul(c->gpu, xg, n_rows, &wg, bias ? &bg : NULL, og);
+        c->cpu->ops->matmul(c->cpu, xc, n_rows, &wc, bias ? &bc : NULL, oc);
+        float *hg = kc_get(c->gpu, og, no), *hc = kc_get(c->cpu, oc, no);
+        if (hg && hc) {
+            err = 0;
+            for (size_t e = 0; e < no && err <= INFINITY; e++) {
+                double rg = fabs(hg[e] - ref[e]) / tol[e];
+                double rc = fabs((double)hg[e] - hc[e]) / (6 * sig[e] + 2 * tol[e] + fabs(ref[e]) * 0x1p-23);
+                if (!isfinite(hg[e]) || hg[e] == kc_poison) rg = INFINITY;
+                err = fmax(err, fmax(rg, rc));
+            }
+        }
+        free(hg), free(hc);
+        c->gpu->ops->free(c->gpu, xg), c->gpu->ops->free(c->gpu, og);
+        c->cpu->ops->free(c->cpu, xc), c->cpu->ops->free(c->cpu, oc);
+        c->gpu->ops->weight_free(c->gpu, &wg), c->gpu->ops->weight_free(c->gpu, &bg);
+        c->cpu->ops->weight_free(c->cpu, &wc), c->cpu->ops->weight_free(c->cpu, &bc);
+    }
+    free(x), free(ref), free(tol), free(sig);
+    return kc_res(name, err, 1.0, note);
+}
+
+/* matmul against a float64 reference over the exact (dequantised) weights; the quantised types
+ * through kc_check_qmatmul. */
 static kc_result kc_check_matmul(kc_ctx *c, int type, int n_rows, int n_in, int n_out, int bias)
 {
     char name[48];
@@ -330,6 +424,11 @@ static kc_result kc_check_matmul(kc_ctx *c, int type, int n_rows, int n_in, int 
     kc_tensor kt, kb;
     if (kc_tensor_random(c, &kt, type, n_in, n_out, 0.5f)) return kc_res(name, INFINITY, 0, "host OOM");
     kc_tensor_random(c, &kb, DT_F32, n_out, 1, 1.0f);
+    if (cuda_q_is_quant(type)) {
+        kc_result r = kc_check_qmatmul(c, name, &kt, &kb, n_rows, bias);
+        free(kt.mem), free(kb.mem);
+        return r;
+    }
     size_t nx = (size_t)n_rows * n_in, no = (size_t)n_rows * n_out;
     float *x = malloc(nx * 4), *ref = malloc(no * 4), *wrow = malloc((size_t)n_in * 4);
     kc_fill(c, x, nx, 1.0f);
@@ -358,12 +457,60 @@ static kc_result kc_check_matmul(kc_ctx *c, int type, int n_rows, int n_in, int 
         c->gpu->ops->weight_free(c->gpu, &bg);
     }
     free(x), free(ref), free(wrow), free(kt.mem), free(kb.mem);
-    /* F32: true FP32 GEMM. 16-bit: activations rounded to the weight's type (BF16 has 8 bits).
-     * Quantised: the dequantising GEMV in f32 up to 8 rows; beyond, weights and activations
-     * rounded to F16 (2^-11 each) for the tensor cores. */
-    int quant = dt_block_elems(type) > 1;
-    double tol = type == DT_F32 || (quant && n_rows <= 8) ? 1e-5 : type == DT_BF16 ? 8e-3 : quant ? 3e-3 : 2e-3;
+    /* F32: true FP32 GEMM. 16-bit: activations rounded to the weight's type (BF16 has 8 bits). */
+    double tol = type == DT_F32 ? 1e-5 : type == DT_BF16 ? 8e-3 : 2e-3;
     return kc_res(name, err, tol, note);
+}
+
+/* matmul_multi over quantised matrices of one input width and mixed types (a Q4_K_M layer's
+ * Q, K, V: two block sizes, so two quantisations of the shared input), each result against its
+ * own kc_check_qmatmul-style bound. */
+static kc_result kc_check_qmatmul_multi(kc_ctx *c, int n_rows, int n_in)
+{
+    const int types[3] = {DT_Q4_K, DT_Q8_0, DT_Q6_K};
+    const int outs[3] = {c->big ? 2048 : 64, c->big ? 256 : 40, c->big ? 256 : 24};
+    char name[48];
+    snprintf(name, sizeof name, "matmul_multi Q4_K,Q8_0,Q6_K %dx%d", n_rows, n_in);
+    kc_tensor kt[3];
+    be_weight wg[3];
+    const be_weight *wp[3], *bp[3] = {NULL, NULL, NULL};
+    float *og[3];
+    double *ref[3], *tol[3], *sig[3];
+    size_t nx = (size_t)n_rows * n_in;
+    float *x = malloc(nx * 4);
+    kc_fill(c, x, nx, 1.0f);
+    int up = 0, ok[3];
+    for (int k = 0; k < 3; k++) {
+        size_t no = (size_t)n_rows * outs[k];
+        kc_tensor_random(c, &kt[k], types[k], n_in, outs[k], 0.5f);
+        ref[k] = malloc(no * 8), tol[k] = malloc(no * 8), sig[k] = malloc(no * 8);
+        kc_qmatmul_ref(&kt[k], x, n_rows, NULL, ref[k], tol[k], sig[k]);
+        ok[k] = c->gpu->ops->weight_upload(c->gpu, &kt[k].t, &wg[k]) == 0;
+        up += ok[k];
+        wp[k] = &wg[k];
+        og[k] = kc_put(c->gpu, NULL, no);
+    }
+    double err = INFINITY;
+    if (up == 3) {
+        float *xg = kc_put(c->gpu, x, nx);
+        c->gpu->ops->matmul_multi(c->gpu, xg, n_rows, 3, wp, bp, og);
+        err = 0;
+        for (int k = 0; k < 3; k++) {
+            size_t no = (size_t)n_rows * outs[k];
+            float *h = kc_get(c->gpu, og[k], no);
+            for (size_t e = 0; e < no; e++)
+                err = fmax(err, !h || !isfinite(h[e]) ? INFINITY : fabs(h[e] - ref[k][e]) / tol[k][e]);
+            free(h);
+        }
+        c->gpu->ops->free(c->gpu, xg);
+    }
+    for (int k = 0; k < 3; k++) {
+        if (ok[k]) c->gpu->ops->weight_free(c->gpu, &wg[k]);
+        c->gpu->ops->free(c->gpu, og[k]);
+        free(kt[k].mem), free(ref[k]), free(tol[k]), free(sig[k]);
+    }
+    free(x);
+    return kc_res(name, err, 1.0, up == 3 ? "max |gpu-ref|/bound" : "upload failed");
 }
 
 /* RoPE on a [n][heads][head_dim] tensor at random positions, against the CPU op. The partial
@@ -794,9 +941,15 @@ static double kc_arch_run(kc_ctx *c, const model *m, int n_prompt, int n_steps)
 /* A synthetic model of architecture `which` (0 .. KC_N_ARCHS - 1) with its features switched on
  * (qwen3: another head size; gemma2: windows shorter than a block, soft-caps, partial RoPE;
  * gemma3: a pattern, two bases, scaling on the global layers; phi3: fused tensors with a bias,
- * partial RoPE; llama: YaRN and rope_freqs with a fused qkv), F32 weights and f32 KV so that both
- * sides run FP32 GEMMs: they differ by summation order only, ~1e-6 of the logits. */
-static kc_result kc_check_arch(kc_ctx *c, int which)
+ * partial RoPE; llama: YaRN and rope_freqs with a fused qkv), matrices of `type` and f32 KV.
+ * F32 weights: both sides run FP32 GEMMs and differ by summation order only, ~1e-6 of the
+ * logits (tolerance 1e-4). Q8_0: both sides quantise the activations of every matmul to the
+ * same 8-bit blocks, so they differ where a summation-order difference tips an activation's
+ * rounding to the next step, 1/127 of its block's maximum, and through what follows from it:
+ * between the CPU backend's own scalar and AVX-512 levels that is 0 to 1.8% of the largest
+ * logit on these models (tolerance 5e-2); a wrong scale or code moves the logits by their own
+ * size. */
+static kc_result kc_check_arch_typed(kc_ctx *c, int which, int type)
 {
     static const char *const arches[KC_N_ARCHS] = {"qwen3", "gemma2", "gemma3", "phi3", "llama"};
     mkm_params p;
@@ -812,7 +965,8 @@ static kc_result kc_check_arch(kc_ctx *c, int which)
     char path[512], err[512], name[48], note[96] = "";
     const char *tmp = getenv("TMPDIR");
     snprintf(path, sizeof path, "%s/kvserve-kc-%s-%d.gguf", tmp && *tmp ? tmp : "/tmp", arches[which], (int)getpid());
-    snprintf(name, sizeof name, "arch %s logits", arches[which]);
+    p.type = type;
+    snprintf(name, sizeof name, "arch %s %slogits", arches[which], type == DT_F32 ? "" : type == DT_Q8_0 ? "Q8_0 " : "? ");
     model *m = NULL;
     double e = INFINITY;
     if (mkm_write(path, &p, err, sizeof err) || model_load(path, &m, err, sizeof err))
@@ -821,5 +975,10 @@ static kc_result kc_check_arch(kc_ctx *c, int which)
         e = kc_arch_run(c, m, c->big ? 40 : 20, c->big ? 24 : 8);
     model_destroy(m);
     remove(path);
-    return kc_res(name, e, 1e-4, note);
+    return kc_res(name, e, type == DT_F32 ? 1e-4 : 5e-2, note);
+}
+
+static kc_result kc_check_arch(kc_ctx *c, int which)
+{
+    return kc_check_arch_typed(c, which, DT_F32);
 }
