@@ -59,18 +59,27 @@ CUDA_LIBS :=
 endif
 
 # --- version ------------------------------------------------------------------
-# `kvserve --version`: the release and the commit (short hash, "-dirty" with uncommitted changes;
-# "unknown" in a tree without git, e.g. a release tarball). Only cli/version.c sees them, and it is
+# `kvserve --version`: the release (the file VERSION) and the commit: git's short hash in a
+# checkout ("-dirty" with uncommitted changes); in a tree made by `git archive` (a release tarball),
+# the hash git wrote into .git_archival.txt (export-subst, .gitattributes); "unknown" otherwise.
+# Git is asked only when this tree is a checkout itself (.git here), never a repository around an
+# unpacked tarball. Packagers may set KVSERVE_COMMIT. Only cli/version.c sees the two, and it is
 # rebuilt when the commit changes ($(BUILD)/commit.txt is rewritten only then).
-KVSERVE_VERSION := 0.1.0
-GIT_COMMIT = $(eval GIT_COMMIT := $$(shell { git rev-parse --short=12 HEAD && { git diff --quiet HEAD -- || echo -dirty; }; } \
-             2>/dev/null | tr -d '\n'))$(GIT_COMMIT)
+KVSERVE_VERSION := $(or $(strip $(shell cat VERSION 2>/dev/null)),0.0.0)
+GIT_COMMIT = $(eval GIT_COMMIT := $$(shell if [ -e .git ]; then \
+                 { git rev-parse --short=12 HEAD && { git diff --quiet HEAD -- || echo -dirty; }; } 2>/dev/null; \
+             else sed -n 's/^node: \([0-9a-f]\{12\}\)[0-9a-f]*$$$$/\1/p' .git_archival.txt 2>/dev/null; fi \
+             | tr -d '\n'))$(GIT_COMMIT)
+KVSERVE_COMMIT ?= $(or $(GIT_COMMIT),unknown)
 $(BUILD)/commit.txt: FORCE
 	@mkdir -p $(dir $@)
-	@c='$(or $(GIT_COMMIT),unknown)'; [ "$$(cat $@ 2>/dev/null)" = "$$c" ] || echo "$$c" > $@
+	@c='$(KVSERVE_COMMIT)'; [ "$$(cat $@ 2>/dev/null)" = "$$c" ] || echo "$$c" > $@
 $(BUILD)/cli/version.o: $(BUILD)/commit.txt
-$(BUILD)/cli/version.o: CFLAGS += -DKVSERVE_VERSION='"$(KVSERVE_VERSION)"' -DKVSERVE_COMMIT='"$(or $(GIT_COMMIT),unknown)"'
-.PHONY: FORCE
+$(BUILD)/cli/version.o: CFLAGS += -DKVSERVE_VERSION='"$(KVSERVE_VERSION)"' -DKVSERVE_COMMIT='"$(KVSERVE_COMMIT)"'
+# What --version will say, for scripts (scripts/mkdeb.sh) and tests: "VERSION COMMIT".
+print-version:
+	@echo '$(KVSERVE_VERSION) $(KVSERVE_COMMIT)'
+.PHONY: FORCE print-version
 FORCE:
 
 # --- CPU kernels per SIMD level ---------------------------------------------
