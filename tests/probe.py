@@ -17,9 +17,14 @@ throws at it what broke servers before:
   edges       a half-closed request, a malformed request pipelined after valid ones, an
               absolute-form target, data after the JSON body, SIGHUP
   grammar     a regex whose compilation explodes: refused within 3.3 s, then at once (cached)
-  tier        the KV disk tier's block files replaced by FIFOs under a running server: the
-              request answers, SIGTERM exits within the drain timeout
-  model       the model file truncated and rewritten under a running server: same answers
+  tier        the KV disk tier's block files replaced by FIFOs and directories under a running
+              server: the request answers, the tier stays on, SIGTERM exits within the drain
+              timeout
+  model       the model file truncated and rewritten under a running server: same answers, and
+              one log line says the file changed
+  user        what a new user tries: echo's text_offset against the echoed text, tool_choice
+              "required" (whole calls, no content; one call without parallel_tool_calls) cut by
+              max_tokens, vllm:kv_cache_usage_perc back to 0 as soon as the engine is idle
   signals     SIGTERM with streams in flight: each ends with [DONE], exit 0
 
 Afterwards the server must be idle with no leaked KV block (every used block held by the
@@ -384,21 +389,24 @@ def probe_grammar(binary, model, tmp):
 
 
 def fifo_blocks(d):
-    n = 0
+    """Every block file becomes a FIFO, or (every other one) a directory: (fifos, directories)."""
+    n = [0, 0]
     for root, _, files in os.walk(d):
-        for f in files:
+        for f in sorted(files):
             if f.endswith(".kvb"):
                 p = os.path.join(root, f)
                 os.unlink(p)
-                os.mkfifo(p)
-                n += 1
+                kind = (n[0] + n[1]) % 2
+                os.mkdir(p) if kind else os.mkfifo(p)
+                n[kind] += 1
     return n
 
 
 def probe_tier(binary, model, tmp):
     d = os.path.join(tmp, "tier")
     args = ["--kv-disk-dir", d, "--drain-timeout", "5"]
-    body = b'{"prompt":"Once upon a time, there was a little girl named Lily. She loved to play","max_tokens":8,"temperature":0}'
+    body = (b'{"prompt":"Once upon a time, there was a little girl named Lily. She loved to play outside in the sun '
+            b'with her friends. One day, she saw a big red ball in the park and ran to get it.","max_tokens":8,"temperature":0}')
     srv = Server(binary, model, args, tmp)
     first = request(srv.port, "POST", "/v1/completions", body)[2]
     srv.p.send_signal(signal.SIGTERM)
@@ -408,11 +416,17 @@ def probe_tier(binary, model, tmp):
         end = time.time() + 10
         while srv.metrics().get("kvserve_kv_tier_unverified_blocks", 0) > 0 and time.time() < end:
             time.sleep(0.05)
-        if not fifo_blocks(d):
-            fail("tier: run 1 wrote no block file")
+        fifos, dirs = fifo_blocks(d)
+        if fifos + dirs < 2:
+            fail("tier: run 1 wrote %d block file(s), not enough for a FIFO and a directory" % (fifos + dirs))
         st, _, again = request(srv.port, "POST", "/v1/completions", body, wait=20)
         if st != 200 or json.loads(again)["choices"][0]["text"] != json.loads(first)["choices"][0]["text"]:
-            fail("tier: with FIFOs for block files: %d %r" % (st, again[:200]))
+            fail("tier: with FIFOs and directories for block files: %d %r" % (st, again[:200]))
+        m = srv.metrics()
+        if m.get("kvserve_kv_tier_disk_up") != 1:
+            fail("tier: a FIFO or a directory under a block's name turned the disk tier off")
+        if m.get("kvserve_kv_tier_files_skipped_total", 0) < 1:
+            fail("tier: the FIFOs and directories were not counted")
         t0 = time.time()
         srv.p.send_signal(signal.SIGTERM)
         try:
@@ -440,9 +454,90 @@ def probe_model(binary, model, tmp):
         texts = [json.loads(x)["choices"][0]["text"] if x.startswith(b"{") else None for x in (before, mid, after)]
         if srv.p.poll() is not None or len(set(texts)) != 1:
             fail("model: replaced under the server: %r" % (texts,))
+        end = time.time() + 6  # the file is looked at every 2 s
+        while "changed under the running server" not in srv.tail() and time.time() < end:
+            time.sleep(0.1)
+        if "changed under the running server" not in srv.tail():
+            fail("model: no log line says the file changed:\n" + srv.tail())
     finally:
         srv.stop()
     return 3
+
+
+def check_offsets(what, text, lp):
+    """Every token of an echo sits at its text_offset in the text (the first piece's dummy-prefix
+    space is not in the text)."""
+    toks, offs = lp["tokens"], lp["text_offset"]
+    if len(toks) != len(offs) or offs != sorted(offs):
+        fail("%s: text_offset %r for %d tokens" % (what, offs, len(toks)))
+        return
+    for t, o in zip(toks, offs):
+        want = t[1:] if o == 0 and t.startswith(" ") else t
+        if not t.startswith("bytes:") and not text[o:].startswith(want):
+            fail("%s: token %r is not at offset %d of %r (offsets %r)" % (what, t, o, text, offs))
+            return
+
+
+def probe_user(binary, model, tmp, rng):
+    """What a new user tries: echo with logprobs, tool_choice "required", /metrics once idle."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    tmpl = os.path.join(here, "..", "config", "templates", "chatml-tools.jinja")
+    srv = Server(binary, model, ["--chat-template", "@" + tmpl], tmp)
+    n = 0
+    try:
+        words = "Once upon a time there was a little girl named Lily who loved to play in the park".split()
+        for _ in range(3):
+            prompt = " ".join(words[:rng.randint(3, len(words))]) + rng.choice(["", ",", "."])
+            body = json.dumps({"prompt": prompt, "max_tokens": 6, "echo": True, "logprobs": 1,
+                               "temperature": 0}).encode()
+            st, _, out = request(srv.port, "POST", "/v1/completions", body)
+            if st != 200:
+                fail("user: echo answered %d %r" % (st, out[:200]))
+                continue
+            c = json.loads(out)["choices"][0]
+            check_offsets("user: echo of %r" % prompt, c["text"], c["logprobs"])
+            n += 1
+        tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+            "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
+        for parallel in (True, False):
+            for mt in (rng.randint(5, 30), rng.randint(31, 120)):
+                body = json.dumps({"messages": [{"role": "user", "content": "Weather in Paris?"}], "tools": tools,
+                                   "tool_choice": "required", "parallel_tool_calls": parallel, "max_tokens": mt,
+                                   "temperature": 0.9, "seed": rng.randint(0, 1 << 30)}).encode()
+                st, _, out = request(srv.port, "POST", "/v1/chat/completions", body)
+                what = "user: tool_choice required, parallel %s, max_tokens %d" % (parallel, mt)
+                if st != 200:
+                    fail("%s: %d %r" % (what, st, out[:200]))
+                    continue
+                c = json.loads(out)["choices"][0]
+                calls = c["message"].get("tool_calls") or []
+                if c["message"].get("content") is not None:
+                    fail("%s: content %r" % (what, c["message"]["content"]))
+                if len(calls) > (16 if parallel else 1):
+                    fail("%s: %d calls" % (what, len(calls)))
+                if not parallel and mt > 60 and (len(calls) != 1 or c["finish_reason"] != "tool_calls"):
+                    fail("%s: not one whole call: %r" % (what, c))
+                for call in calls:
+                    try:
+                        if not isinstance(json.loads(call["function"]["arguments"]).get("city"), str):
+                            raise ValueError
+                    except (ValueError, AttributeError):
+                        fail("%s: a call's arguments %r" % (what, call["function"]["arguments"]))
+                n += 1
+        # vllm:kv_cache_usage_perc counts blocks only the prefix cache holds as free: 0 once idle
+        # (it lagged ~0.5 s behind an idle engine)
+        request(srv.port, "POST", "/v1/completions", b'{"prompt":"Once upon a time","max_tokens":8}')
+        end, usage = time.time() + 0.2, None
+        while time.time() < end:
+            usage = srv.metrics().get("vllm:kv_cache_usage_perc")
+            if usage == 0:
+                break
+        if usage != 0:
+            fail("user: vllm:kv_cache_usage_perc %s 200 ms after the last request" % usage)
+        n += 1
+    finally:
+        srv.stop()
+    return n
 
 
 def wait_idle(srv):
@@ -518,8 +613,9 @@ def main():
         print("edges: %d HTTP edge cases" % probe_edges(binary, model, tmp), flush=True)
         t = probe_grammar(binary, model, tmp)
         print("grammar: refused in %.1f s, then in %.2f s" % (t[0], t[1]), flush=True)
-        print("tier: FIFOs for block files; SIGTERM exit in %.1f s" % probe_tier(binary, model, tmp), flush=True)
+        print("tier: FIFOs and directories for block files; SIGTERM exit in %.1f s" % probe_tier(binary, model, tmp), flush=True)
         print("model: %d answers across a replaced model file" % probe_model(binary, model, tmp), flush=True)
+        print("user: %d requests as a new user makes them" % probe_user(binary, model, tmp, rng), flush=True)
         print("signals: %d streams through a drain" % probe_signals(binary, model, 3 * k, tmp), flush=True)
     print("probe: %s in %.1f s" % ("ok" if not FAILS else "%d failure(s)" % len(FAILS), time.time() - t0))
     return 1 if FAILS else 0
