@@ -35,6 +35,7 @@ typedef struct oai_chat_state oai_chat_state;
 #define SRV_HASH 1024
 
 typedef struct srv srv;
+typedef struct srv_model_stat srv_model_stat; /* model_watch.c */
 typedef struct srv_req srv_req;
 
 typedef struct srv_sub {
@@ -135,8 +136,8 @@ struct srv {
     char load_err[512];
     engine *load_engine;         /* the engine load_work created, until load_done adopts it */
     uv_timer_t model_timer;      /* the model file's watch (model_watch.c) */
-    uv_fs_t model_stat;          /* its stat in flight */
-    int model_watch_on, model_stat_busy;
+    srv_model_stat *model_stat;  /* its stat in flight (on a thread of its own), or NULL */
+    int model_watch_on;
     gguf_file_id model_seen;     /* the file's identity last logged (or the loaded one's) */
     int model_seen_gone;         /* 1: its disappearance was logged */
     engine_config ec;            /* the engine's configuration (outlives the engine) */
@@ -172,6 +173,8 @@ void srv__watchdog_start(srv *s);
 /* model_watch.c */
 /* Logs when the model file under the running server changes (checked every 2 s off the loop). */
 void srv__model_watch_start(srv *s);
+/* Stops the watch; a stat that has not returned (a stalled mount) is abandoned, never waited for. */
+void srv__model_watch_stop(srv *s);
 
 /* prep.c */
 /* Holds r and prepares it on a worker thread: kind OAI_COMPLETION / OAI_CHAT (parse, prompts,

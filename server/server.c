@@ -233,7 +233,7 @@ static void teardown(srv *s)
     close_handle((uv_handle_t *)&s->ping_timer);
     if (s->watchdog_on) close_handle((uv_handle_t *)&s->watchdog_timer);
     close_handle((uv_handle_t *)&s->drain_timer);
-    if (s->model_watch_on) close_handle((uv_handle_t *)&s->model_timer);
+    srv__model_watch_stop(s);
     close_handle((uv_handle_t *)&s->sig_term);
     close_handle((uv_handle_t *)&s->sig_int);
     close_handle((uv_handle_t *)&s->sig_hup);

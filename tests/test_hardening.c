@@ -181,6 +181,55 @@ Test(hardening, model_file_replaced_while_serving, .timeout = 90)
     tu_rm_rf(dir);
 }
 
+/* The model file on a mount that stalls (stat() never returns, as on a hung NFS or FUSE mount;
+ * tests/stall_stat.c preloaded): the server's watch of the file must not hold up its exit, and
+ * SIGTERM exits within the drain timeout. (The watch's stat ran on a libuv worker: the loop's
+ * teardown waited for it, and libuv joins its workers when the process exits.) */
+Test(hardening, model_on_a_stalled_mount_does_not_block_exit, .timeout = 60)
+{
+    const char *so = getenv("KVSERVE_STALL_SO");
+    if (!so || access(so, R_OK)) cr_skip_test("KVSERVE_STALL_SO does not name tests/stall_stat.c's library (make test sets it)");
+    char dir[256], path[512], src[512], when[600], stalled[700];
+    tu_mkdtemp("hd-stall", dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/model-on-a-stalled-mount.gguf", dir);
+    snprintf(src, sizeof src, "%s/stories260K.gguf", tu_data_dir());
+    snprintf(when, sizeof when, "%s/stall-now", dir);
+    snprintf(stalled, sizeof stalled, "%s.stalled", when);
+    size_t len = 0;
+    char *bytes = tu_read_file(src, &len);
+    cr_assert_not_null(bytes);
+    FILE *f = fopen(path, "wb");
+    cr_assert_not_null(f);
+    cr_assert_eq(fwrite(bytes, 1, len, f), len);
+    fclose(f);
+    free(bytes);
+    char e_pre[600], e_when[700];
+    snprintf(e_pre, sizeof e_pre, "LD_PRELOAD=%s", so);
+    snprintf(e_when, sizeof e_when, "KVSERVE_STALL_WHEN=%s", when);
+    const char *env[] = {e_pre, "KVSERVE_STALL_PATH=model-on-a-stalled-mount", e_when, NULL};
+    const char *args[] = {"--drain-timeout", "3", NULL};
+    th_server s;
+    th_start(&s, path, args, env, TH_WAIT_HEALTHY);
+    char *text = hd_complete(s.port, "Once upon a time", 8);
+    free(text);
+    f = fopen(when, "w"); /* from now on the model's path stalls */
+    cr_assert_not_null(f);
+    fclose(f);
+    int64_t t0 = th_now_ms();
+    while (access(stalled, F_OK))
+        cr_assert_lt(th_now_ms() - t0, 10000, "the server did not look at its model file in 10 s");
+    th_resp r = th_http(s.port, NULL, "/health", NULL, NULL);
+    cr_assert_eq(r.status, 200, "/health while the model's mount stalls");
+    th_resp_free(&r);
+    t0 = th_now_ms();
+    int st = th_signal_wait(&s, SIGTERM, 8000);
+    cr_assert_neq(st, -1, "SIGTERM did not exit within 8 s (drain timeout 3 s) with the model's mount stalled");
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "exit status %d", st);
+    printf("hardening: exit %lld ms after SIGTERM with the model's mount stalled\n", (long long)(th_now_ms() - t0));
+    th_stop(&s);
+    tu_rm_rf(dir);
+}
+
 /* ---- HTTP edge cases ------------------------------------------------------------------------------ */
 
 /* A complete POST and then the client's half-close (`printf 'POST …' | nc -N`): HTTP/1.1 lets a
