@@ -606,16 +606,23 @@ int tier_loads_pending(const tier *t)
     return t->n_loading;
 }
 
-int tier_flush(tier *t)
+/* tier_flush, giving up (-ETIMEDOUT, the rest still queued) when the clock passes until_us
+ * (0: only a job past its deadline ends the wait). */
+static int tier__flush_until(tier *t, int64_t until_us)
 {
     if (!t->threads_started) return 0;
     do {
         tier__fence(t); /* after it every queued job is ready, and only this thread queues more */
-        if (tier__io_wait_idle(t)) return -ETIMEDOUT;
+        if (tier__io_wait_idle(t, until_us)) return -ETIMEDOUT;
         tier__complete(t); /* may queue unlinks and leave buffers for a fence */
     } while (t->need_fence || tier__io_busy(t));
     tier__expire(t); /* the I/O thread is idle: not stalled */
     return 0;
+}
+
+int tier_flush(tier *t)
+{
+    return tier__flush_until(t, 0);
 }
 
 /* ---- creation --------------------------------------------------------------------------------- */
@@ -781,7 +788,10 @@ void tier_destroy(tier *t)
     if (!t) return;
     int gone = 1;
     if (t->threads_started) {
-        tier_flush(t);
+        /* The writes behind get one deadline in all, not one each: a disk that is slow but not
+         * stuck (every write just within the deadline) must not stretch a SIGTERM's exit by the
+         * length of the queue. What is left is dropped (a cache: the blocks are recomputed). */
+        tier__flush_until(t, clk_now_us() + t->io_timeout_us);
         gone = tier__stop_threads(t);
         if (gone) {
             tier__complete(t);

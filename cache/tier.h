@@ -132,9 +132,11 @@ typedef struct tier tier;
 tier *tier_create(const tier_config *c, char *err, size_t err_len);
 
 /* Finishes every queued write (and read), stops the I/O thread and frees everything. Loads not
- * yet polled are dropped. Bounded: when the I/O thread does not finish a job within the
- * deadline, the queued jobs are dropped and the thread is left behind (it frees what it still
- * uses when its system call returns; the copy functions and wake are never called again). */
+ * yet polled are dropped. Bounded, to about twice the deadline: the queue gets one deadline in
+ * all to drain, and when the I/O thread has not stopped one deadline later (a job stuck, or a
+ * slow disk with writes still queued) the queued jobs are dropped and the thread is left behind
+ * (it frees what it still uses when its system call returns; the copy functions and wake are
+ * never called again). */
 void tier_destroy(tier *t);
 
 /* 1 when tier_load(key) would start a load (the host tier holds it, or the file tier has it or

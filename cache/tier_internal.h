@@ -141,8 +141,8 @@ int tier__verify_result(tier *t, int *rc, hash_key *hash);
 /* 1 while the I/O thread has jobs. */
 int tier__io_busy(tier *t);
 /* Waits until the I/O thread's queue is empty and it is idle: 0, or -ETIMEDOUT as soon as the
- * job it runs is older than the deadline. */
-int tier__io_wait_idle(tier *t);
+ * job it runs is older than the deadline, or the clock passes until_us (0: no such bound). */
+int tier__io_wait_idle(tier *t, int64_t until_us);
 /* Starts the I/O thread and, with a file tier and a source, the verifier. 0 or -EAGAIN. */
 int tier__start_threads(tier *t);
 /* Stops the threads, waiting up to the deadline: 1 when they are gone; 0 when one is stuck:

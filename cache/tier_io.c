@@ -355,11 +355,12 @@ int tier__verify_result(tier *t, int *rc, hash_key *hash)
     return done;
 }
 
-int tier__io_wait_idle(tier *t)
+int tier__io_wait_idle(tier *t, int64_t until_us)
 {
     pthread_mutex_lock(&t->mu);
     while (t->todo_head || t->busy) {
-        if (t->running && clk_now_us() - t->running_t0_us > t->io_timeout_us) {
+        int64_t now = clk_now_us();
+        if ((t->running && now - t->running_t0_us > t->io_timeout_us) || (until_us && now > until_us)) {
             pthread_mutex_unlock(&t->mu);
             return -ETIMEDOUT;
         }

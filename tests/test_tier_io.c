@@ -340,6 +340,50 @@ Test(tier_io, destroy_does_not_wait_for_a_stuck_thread, .timeout = 60)
     tu_rm_rf(dir);
 }
 
+/* A disk that is slow but never stuck: each write takes most of the deadline. */
+static atomic_int ti_slow_in;
+static void ti_slow(int kind)
+{
+    atomic_fetch_add(&ti_slow_in, 1);
+    usleep(250 * 1000);
+    atomic_fetch_sub(&ti_slow_in, 1);
+}
+
+/* tier_destroy with sixteen writes queued on a disk that takes 250 ms for each (under the 400 ms
+ * deadline, so no job ever times out) returns within about twice the deadline, not after the
+ * whole queue (4 s: a SIGTERM's exit used to wait for every write behind). */
+Test(tier_io, destroy_bounds_a_slow_queue, .timeout = 60)
+{
+    char dir[256];
+    tu_mkdtemp("tier-slow", dir, sizeof dir);
+    tier_config c = ti_config(dir, 400);
+    c.staging_bytes = 16 * TI_BB;
+    tier *t = ti_create(&c);
+    tier__test_hook = ti_slow;
+    const int32_t toks[TI_BS] = {0};
+    for (int k = 0; k < 16; k++) {
+        ti_fill(1, k);
+        tier_save(t, ti_key(k), hash_key_of("ti-root", 7), toks, 1);
+    }
+    tier_stats st;
+    tier_get_stats(t, &st);
+    cr_assert_eq(st.writes_skipped, 0, "every write was queued");
+    int64_t t0 = clk_now_ms();
+    tier_destroy(t);
+    int64_t ms = clk_now_ms() - t0;
+    printf("tier_io: destroy with 16 slow writes queued: %lld ms (deadline 400 ms, 250 ms a write)\n", (long long)ms);
+    cr_assert_lt(ms, 1500, "tier_destroy waited %lld ms for a slow queue", (long long)ms);
+    t0 = clk_now_ms(); /* the thread left behind finishes its write and leaves */
+    while (atomic_load(&ti_slow_in)) {
+        cr_assert_lt(clk_now_ms() - t0, 5000);
+        sched_yield();
+    }
+    tier__test_hook = NULL;
+    t = ti_create(&c); /* the folder's lock was released */
+    tier_destroy(t);
+    tu_rm_rf(dir);
+}
+
 /* ---- blocks of earlier runs and the model's content ------------------------------------------- */
 
 static tier_file_id ti_file_id(const char *path)
