@@ -52,6 +52,7 @@ typedef struct gr_cjob {
     gr_compile_fn fn;
     void *arg;       /* the first caller's, valid while it waits */
     int done;
+    int dropped;     /* gr_cache_stop answered it unrun */
     gr_grammar *g;   /* the result (a reference the job holds) ... */
     gr_error err;    /* ... or the error */
     int refs;        /* the waiting callers */
@@ -73,7 +74,8 @@ struct gr_cache {
     gr_cjob *flight;          /* every unfinished job (queued or running) */
     pthread_t workers[GR_COMPILE_WORKERS];
     int n_workers;
-    int stop;
+    int stop;                 /* gr_cache_stop ran: nothing more is queued or compiled */
+    int n_waiting;            /* callers inside gr_cache_compile (destroy waits for them) */
 };
 
 static uint64_t key_hash(const char *k, size_t n)
@@ -172,7 +174,7 @@ static void *worker_main(void *arg)
     pthread_mutex_lock(&c->mu);
     for (;;) {
         while (!c->q_head && !c->stop) pthread_cond_wait(&c->work, &c->mu);
-        if (!c->q_head) break;
+        if (!c->q_head || c->stop) break; /* stopping: gr_cache_stop answered the queue */
         gr_cjob *j = c->q_head;
         c->q_head = j->next;
         if (!c->q_head) c->q_tail = NULL;
@@ -209,14 +211,37 @@ gr_cache *gr_cache_create(int max_entries, size_t max_bytes)
     return c;
 }
 
-void gr_cache_destroy(gr_cache *c)
+void gr_cache_stop(gr_cache *c)
 {
     if (!c) return;
     pthread_mutex_lock(&c->mu);
     c->stop = 1;
+    while (c->q_head) { /* every queued job has a waiter, who frees it (job_unref) */
+        gr_cjob *j = c->q_head;
+        c->q_head = j->next;
+        c->n_queued--;
+        gr__fail(&j->err, -1, "the server is stopping");
+        j->done = j->dropped = 1;
+        for (gr_cjob **pp = &c->flight; *pp; pp = &(*pp)->fnext)
+            if (*pp == j) {
+                *pp = j->fnext;
+                break;
+            }
+    }
+    c->q_tail = NULL;
     pthread_cond_broadcast(&c->work);
+    pthread_cond_broadcast(&c->done);
     pthread_mutex_unlock(&c->mu);
+}
+
+void gr_cache_destroy(gr_cache *c)
+{
+    if (!c) return;
+    gr_cache_stop(c);
     for (int i = 0; i < c->n_workers; i++) pthread_join(c->workers[i], NULL); /* a compile ends by its budget */
+    pthread_mutex_lock(&c->mu);
+    while (c->n_waiting > 0) pthread_cond_wait(&c->done, &c->mu); /* every job is done: they leave now */
+    pthread_mutex_unlock(&c->mu);
     for (int i = 0; i < c->n; i++) {
         free(c->e[i].key);
         gr_unref(c->e[i].g);
@@ -261,6 +286,12 @@ gr_grammar *gr_cache_compile(gr_cache *c, const char *key, size_t len, gr_compil
     pthread_mutex_lock(&c->mu);
     c->lookups++;
     int i = cache_find(c, key, len, h);
+    if (c->stop && i < 0) {
+        pthread_mutex_unlock(&c->mu);
+        if (busy) *busy = 1;
+        gr__fail(err, -1, "the server is stopping");
+        return NULL;
+    }
     if (i >= 0) { /* compiled before: the grammar, or why it failed */
         c->hits++;
         c->e[i].used = ++c->clock;
@@ -299,10 +330,13 @@ gr_grammar *gr_cache_compile(gr_cache *c, const char *key, size_t len, gr_compil
         pthread_cond_signal(&c->work);
     }
     j->refs++;
+    c->n_waiting++;
     while (!j->done) pthread_cond_wait(&c->done, &c->mu);
     gr_grammar *g = gr_ref(j->g);
     if (!g) *err = j->err;
+    if (!g && j->dropped && busy) *busy = 1; /* not the source's fault: try again elsewhere */
     job_unref(j);
+    if (--c->n_waiting == 0 && c->stop) pthread_cond_broadcast(&c->done); /* gr_cache_destroy waits */
     pthread_mutex_unlock(&c->mu);
     return g;
 }

@@ -187,6 +187,13 @@ void gr_matcher_check(const gr_matcher *m);
  * max_bytes of their memory, with GR_COMPILE_WORKERS low-priority threads that compile
  * (gr_cache_compile). Thread-safe. NULL on -ENOMEM. */
 gr_cache *gr_cache_create(int max_entries, size_t max_bytes);
+/* Stops compiling: queued compilations fail at once ("the server is stopping", their callers
+ * return), and so does every later gr_cache_compile of a source not cached (*busy set); the
+ * ones running end by their budget. Lookups still work. For a server that stops: its requests
+ * then finish their preparation without waiting for a queue. */
+void gr_cache_stop(gr_cache *c);
+/* Stops (gr_cache_stop), waits for the running compilations (their budget) and for every caller
+ * still in gr_cache_compile to leave, then frees the cache. No call may start after it began. */
 void gr_cache_destroy(gr_cache *c);
 /* A new reference to the grammar cached under key[0..len), or NULL. */
 gr_grammar *gr_cache_get(gr_cache *c, const char *key, size_t len);
@@ -206,8 +213,8 @@ typedef gr_grammar *(*gr_compile_fn)(void *arg, int64_t deadline_us, gr_error *e
  * GR_COMPILE_MS from when the worker starts it, while the caller waits; then cached under key,
  * a failure too (err; a timeout for GR_TIMEOUT_TTL_S: a busy machine may have caused it).
  * Callers of a key being compiled wait for that compilation. Returns a new reference, or NULL with err filled; *busy (may be NULL) is set to
- * 1 when the queue is full and nothing was tried (err says so). arg must stay valid until the
- * call returns. */
+ * 1 when nothing was tried — the queue is full, or the cache stopped (gr_cache_stop) before the
+ * compilation ran — and err says so. arg must stay valid until the call returns. */
 gr_grammar *gr_cache_compile(gr_cache *c, const char *key, size_t len, gr_compile_fn fn, void *arg,
                              gr_error *err, int *busy);
 

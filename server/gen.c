@@ -249,8 +249,10 @@ static enum MHD_Result gen_submit(srv_req *r)
 static enum MHD_Result gen_reenter(http_req *hr)
 {
     srv_req *r = (srv_req *)hr;
-    if (r->phase == SRV_PHASE_PREP) { /* woken early (a disconnect): the worker still runs */
-        if (r->h.client_gone) return MHD_NO;
+    if (r->phase == SRV_PHASE_PREP) { /* woken early (a disconnect, a stop): the worker still runs */
+        /* http_stop resumes every connection as aborted: suspended again, one would abort MHD's
+         * stop (the server died of SIGABRT when stopped during a grammar's compilation). */
+        if (r->h.client_gone || r->h.stream_abort) return MHD_NO;
         http_suspend(&r->h);
         return MHD_YES;
     }

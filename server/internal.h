@@ -35,7 +35,10 @@ typedef struct oai_chat_state oai_chat_state;
 #define SRV_HASH 1024
 
 typedef struct srv srv;
-typedef struct srv_model_stat srv_model_stat; /* model_watch.c */
+typedef struct srv_model_stat srv_model_stat; /* server.c: while draining, stops the loop once nothing is generated or prepared any more. */
+void srv__drain_check(srv *s);
+
+/* model_watch.c */
 typedef struct srv_req srv_req;
 
 typedef struct srv_sub {

@@ -52,13 +52,28 @@ static void on_ping(uv_timer_t *t)
     http_run(&s->http);
 }
 
-/* Draining and no generation left: the loop stops (then the teardown). */
+/* Requests whose preparation (parse, prompts, a grammar's compilation) is still running on a
+ * worker: their connections are suspended until it ends, and MHD cannot stop with them. */
+static int n_preparing(const srv *s)
+{
+    int n = 0;
+    for (const http_req *r = s->http.reqs; r; r = r->next) n += ((const srv_req *)r)->phase == SRV_PHASE_PREP;
+    return n;
+}
+
+/* Draining and no generation left, nor a request being prepared (it is answered 503 when its
+ * preparation ends, or cut at the drain timeout): the loop stops (then the teardown). */
 static void check_drain(srv *s)
 {
-    if (s->http.draining && !s->stopping && s->n_gen_active == 0) {
+    if (s->http.draining && !s->stopping && s->n_gen_active == 0 && n_preparing(s) == 0) {
         s->stopping = 1;
         uv_stop(&s->loop);
     }
+}
+
+void srv__drain_check(srv *s)
+{
+    check_drain(s);
 }
 
 static void on_drain_timeout(uv_timer_t *t)
@@ -112,6 +127,9 @@ static void on_signal(uv_signal_t *h, int signum)
         return;
     }
     s->http.draining = 1;
+    /* Queued grammar compilations fail now: their requests are answered at once, not after the
+     * queue (the ones compiling end by their budget). */
+    gr_cache_stop(s->grammars);
     srv__notify("STOPPING=1");
     fprintf(stderr, "kvserve: %s: draining %d in-flight request(s) (up to %.0f s)\n",
             strsignal(signum), s->n_gen_active, s->cfg->drain_timeout_s);
@@ -225,10 +243,9 @@ static void teardown(srv *s)
     s->e = NULL;
     engine_destroy(s->load_engine, 0); /* created, never adopted (a signal during start-up) */
     s->load_engine = NULL;
-    gr_cache_destroy(s->grammars);
-    s->grammars = NULL;
-    rstore_destroy(s->store);
-    s->store = NULL;
+    /* Preparations still running (on libuv workers) may be in the grammar cache: it stops
+     * compiling now, so that they finish without a queue, and is freed once they are done. */
+    gr_cache_stop(s->grammars);
     close_handle((uv_handle_t *)&s->wake);
     close_handle((uv_handle_t *)&s->ping_timer);
     if (s->watchdog_on) close_handle((uv_handle_t *)&s->watchdog_timer);
@@ -237,7 +254,11 @@ static void teardown(srv *s)
     close_handle((uv_handle_t *)&s->sig_term);
     close_handle((uv_handle_t *)&s->sig_int);
     close_handle((uv_handle_t *)&s->sig_hup);
-    uv_run(&s->loop, UV_RUN_DEFAULT); /* runs the close callbacks */
+    uv_run(&s->loop, UV_RUN_DEFAULT); /* runs the close callbacks; the preparations end */
+    gr_cache_destroy(s->grammars);
+    s->grammars = NULL;
+    rstore_destroy(s->store); /* (read by preparations too) */
+    s->store = NULL;
     /* requests whose engine events died with the engine */
     for (http_req *r = s->http.reqs; r; r = r->next) ((srv_req *)r)->n_open = 0;
     http_free_all(&s->http);

@@ -28,14 +28,21 @@ static int64_t tb_regex(const char *re, int ms, gr_grammar **g, gr_error *e)
 }
 
 /* Pathological sources stop by their deadline: no earlier than it (they are truly expensive)
- * and within 10% (plus a little scheduling slack for a loaded machine) after it. */
-Test(grammar_budget, expensive_sources_stop_at_the_deadline, .timeout = 60)
+ * and within 10% (plus a little scheduling slack for a loaded machine) after it. On a machine
+ * shared by many builds a thread may not run for a few hundred ms: a source that overshoots is
+ * tried again, up to three times (a deadline checked too rarely overshoots every time). */
+Test(grammar_budget, expensive_sources_stop_at_the_deadline, .timeout = 90)
 {
     static const char *const slow[] = {"(a?){10000}a{10000}", "((a|b)*c){2000}(a|b){3000}", "(a?){5000}(b?){5000}a{5000}"};
     for (size_t i = 0; i < sizeof slow / sizeof *slow; i++) {
         gr_grammar *g;
         gr_error e;
         int64_t ms = tb_regex(slow[i], 1000, &g, &e);
+        for (int again = 0; again < 2 && !g && ms > 1100 + 150; again++) {
+            printf("grammar_budget: %s stopped %lld ms after a 1000 ms budget: again (a busy machine?)\n", slow[i],
+                   (long long)ms);
+            ms = tb_regex(slow[i], 1000, &g, &e);
+        }
         printf("grammar_budget: %s refused after %lld ms (budget 1000 ms): %s\n", slow[i], (long long)ms, g ? "compiled" : e.msg);
         if (g) { /* a machine fast enough to finish is not a failure of the deadline */
             gr_unref(g);
@@ -121,12 +128,15 @@ typedef struct tb_call {
     const char *key;
     gr_grammar *g;
     gr_error e;
+    atomic_int returned; /* 1 once gr_cache_compile returned */
+    int busy;            /* its *busy */
 } tb_call;
 
 static void *tb_caller(void *arg)
 {
     tb_call *k = arg;
-    k->g = gr_cache_compile(k->c, k->key, strlen(k->key), tb_compile, k->s, &k->e, NULL);
+    k->g = gr_cache_compile(k->c, k->key, strlen(k->key), tb_compile, k->s, &k->e, &k->busy);
+    atomic_store(&k->returned, 1);
     return NULL;
 }
 
@@ -150,7 +160,7 @@ Test(grammar_budget, the_cache_shares_and_remembers, .timeout = 60)
     tb_call k[4];
     pthread_t th[4];
     for (int i = 0; i < 4; i++) {
-        k[i] = (tb_call){c, &ok, "Gok", NULL, {0}};
+        k[i] = (tb_call){c, &ok, "Gok", NULL, {0}, 0, 0};
         pthread_create(&th[i], NULL, tb_caller, &k[i]);
     }
     int64_t t0 = clk_now_ms();
@@ -195,7 +205,7 @@ Test(grammar_budget, the_queue_is_bounded, .timeout = 60)
     int64_t t0 = clk_now_ms();
     for (int i = 0; i < N; i++) {
         snprintf(keys[i], sizeof keys[i], "Gq%d", i);
-        k[i] = (tb_call){c, &held, keys[i], NULL, {0}};
+        k[i] = (tb_call){c, &held, keys[i], NULL, {0}, 0, 0};
         pthread_create(&th[i], NULL, tb_caller, &k[i]);
         while (i == GR_COMPILE_WORKERS - 1 && atomic_load(&held.calls) < GR_COMPILE_WORKERS)
             cr_assert_lt(clk_now_ms() - t0, 10000, "the workers did not start");
@@ -218,4 +228,62 @@ Test(grammar_budget, the_queue_is_bounded, .timeout = 60)
         gr_unref(k[i].g);
     }
     gr_cache_destroy(c);
+}
+
+static void *tb_destroyer(void *arg)
+{
+    gr_cache_destroy(arg);
+    return NULL;
+}
+
+/* A server that stops destroys its cache with compilations running and a queue behind them: the
+ * queued callers return at once ("the server is stopping"), their sources never compiled, a new
+ * source is refused, and destroy returns once the running ones end, after every caller has left
+ * (it used to compile the whole queue first, up to four budgets of 3 s on two workers, and could
+ * free the cache under a caller still waking up). */
+Test(grammar_budget, destroy_answers_the_queue, .timeout = 60)
+{
+    gr_cache *c = gr_cache_create(64, 0);
+    static tb_src held = TB_SRC("root ::= \"x\"");
+    enum { N = GR_COMPILE_WORKERS + GR_COMPILE_QUEUE };
+    tb_call k[N];
+    pthread_t th[N];
+    char keys[N][16];
+    int64_t t0 = clk_now_ms();
+    for (int i = 0; i < N; i++) {
+        snprintf(keys[i], sizeof keys[i], "Gs%d", i);
+        k[i] = (tb_call){c, &held, keys[i], NULL, {0}, 0, 0};
+        pthread_create(&th[i], NULL, tb_caller, &k[i]);
+        while (i == GR_COMPILE_WORKERS - 1 && atomic_load(&held.calls) < GR_COMPILE_WORKERS)
+            cr_assert_lt(clk_now_ms() - t0, 10000, "the workers did not start");
+    }
+    int64_t lookups = 0;
+    while (lookups < N) {
+        gr_cache_stats(c, NULL, &lookups, NULL);
+        cr_assert_lt(clk_now_ms() - t0, 10000, "%lld callers arrived", (long long)lookups);
+    }
+    gr_cache_stop(c);
+    int busy = 0;
+    gr_error e;
+    cr_assert_null(gr_cache_compile(c, "Gnew", 4, tb_compile, &held, &e, &busy));
+    cr_assert(busy && strstr(e.msg, "stopping"), "a new source after stop: %s", e.msg);
+    pthread_t d;
+    pthread_create(&d, NULL, tb_destroyer, c);
+    t0 = clk_now_ms();
+    for (int i = GR_COMPILE_WORKERS; i < N; i++) { /* the queue's callers, while the workers are held */
+        while (!atomic_load(&k[i].returned))
+            cr_assert_lt(clk_now_ms() - t0, 5000, "queued caller %d still waits after stop", i);
+        cr_assert_null(k[i].g);
+        cr_assert(strstr(k[i].e.msg, "stopping"), "%s", k[i].e.msg);
+        cr_assert(k[i].busy, "a source dropped unrun is busy (503), not the source's error (400)");
+    }
+    tb_release(&held);
+    pthread_join(d, NULL);
+    for (int i = 0; i < N; i++) {
+        cr_assert(atomic_load(&k[i].returned), "caller %d still inside the destroyed cache", i);
+        pthread_join(th[i], NULL);
+        if (i < GR_COMPILE_WORKERS) cr_assert_not_null(k[i].g, "a running compilation completes: %s", k[i].e.msg);
+        gr_unref(k[i].g);
+    }
+    cr_assert_eq(atomic_load(&held.calls), GR_COMPILE_WORKERS, "queued sources were compiled after stop");
 }

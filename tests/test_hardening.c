@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "base/buf.h"
+#include "grammar/grammar.h"
 #include "tests/server_harness.h"
 #include "tests/test_util.h"
 
@@ -427,6 +428,49 @@ Test(hardening, grammar_compilation_has_a_real_deadline, .timeout = 120)
         th_resp_free(&calls[i].r);
     }
     cr_assert_lt(loaded, 3 * base + 300, "other requests slowed: %lld ms vs %lld ms", (long long)loaded, (long long)base);
+    th_stop(&s);
+}
+
+/* SIGTERM with ten expensive grammars in flight (two compiling, eight queued: each its own
+ * source) and a 1 s drain: the server exits within about one compile budget after the drain,
+ * the queued sources never compiled (it used to compile the whole queue first: four more budgets
+ * of 3 s on two workers). */
+Test(hardening, sigterm_with_grammars_queued, .timeout = 120)
+{
+    const char *args[] = {"--drain-timeout", "1", NULL};
+    th_server s;
+    th_start(&s, NULL, args, NULL, TH_WAIT_HEALTHY);
+    enum { N = 10 };
+    hd_call calls[N];
+    pthread_t th[N];
+    for (int i = 0; i < N; i++) {
+        calls[i].port = s.port;
+        snprintf(calls[i].body, sizeof calls[i].body,
+                 "{\"prompt\":\"x\",\"max_tokens\":4,\"guided_regex\":\"(a?){%d}a{%d}\"}", 10100 + i, 10100 + i);
+        pthread_create(&th[i], NULL, hd_post, &calls[i]);
+    }
+    int64_t t0 = th_now_ms(); /* every request is being prepared (a lookup each) */
+    while (hd_metric(s.port, "kvserve_grammar_cache_lookups_total{") < N)
+        cr_assert_lt(th_now_ms() - t0, 20000, "the requests did not reach the grammar cache");
+    t0 = th_now_ms();
+    int st = th_signal_wait(&s, SIGTERM, 30000);
+    int64_t ms = th_now_ms() - t0;
+    printf("hardening: exit %lld ms after SIGTERM with %d grammar compilations in flight (drain 1 s)\n",
+           (long long)ms, N);
+    cr_assert_neq(st, -1, "no exit within 30 s");
+    char *log = th_log(&s);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "exit status %d:\n%s", st, log);
+    free(log);
+    cr_assert_lt(ms, 8000, "exit %lld ms after SIGTERM: the queue was compiled first", (long long)ms);
+    int n503 = 0;
+    for (int i = 0; i < N; i++) { /* answered (the source's 400, or 503 for the queue), or cut */
+        pthread_join(th[i], NULL);
+        long st_i = calls[i].r.status;
+        cr_assert(st_i == 0 || st_i == 400 || st_i == 503, "request %d: %ld %s", i, st_i, calls[i].r.body);
+        n503 += st_i == 503;
+        th_resp_free(&calls[i].r);
+    }
+    cr_assert_geq(n503, N - GR_COMPILE_WORKERS - 1, "the queued requests were not answered 503 at once");
     th_stop(&s);
 }
 
