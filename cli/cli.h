@@ -18,6 +18,7 @@ typedef struct cli_opts {
     const char *model;          /* -m, --model */
     const char *device;         /* --device cpu|cuda|auto */
     int threads;                /* --threads (0 = one per core) */
+    const char *cuda_graphs;    /* --cuda-graphs on|off */
     /* KV cache and scheduler */
     size_t kv_memory_bytes;     /* --kv-memory SIZE */
     double gpu_memory_utilization;

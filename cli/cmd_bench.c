@@ -319,6 +319,11 @@ static int bn_config(const cli_opts *o, engine_config *c)
     c->device = o->device;
     c->n_threads = o->threads;
     c->make_backend = be_create;
+    char gerr[128];
+    if (be_set_cuda_graphs(o->cuda_graphs, gerr, sizeof gerr)) {
+        fprintf(stderr, "kvserve bench: %s\n", gerr);
+        return -EINVAL;
+    }
     c->kv_memory_bytes = o->kv_memory_bytes;
     c->kv_host_memory_bytes = o->kv_host_memory_bytes;
     c->kv_disk_dir = o->kv_disk_dir && *o->kv_disk_dir ? o->kv_disk_dir : NULL;

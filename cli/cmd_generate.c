@@ -21,6 +21,7 @@
 #include "cache/kv.h"
 #include "cli/device.h"
 #include "cli/cli.h"
+#include "cuda/cuda_backend.h"
 #include "engine/backend.h"
 #include "engine/forward.h"
 #include "engine/sampler.h"
@@ -183,6 +184,10 @@ static int gen__setup(gen_state *g, const cli_opts *o)
     g->chunk = o->max_batch_tokens > 0 ? o->max_batch_tokens : 512;
     if (g->chunk > g->n_prompt) g->chunk = g->n_prompt;
 
+    if (be_set_cuda_graphs(o->cuda_graphs, err, sizeof err)) {
+        fprintf(stderr, "kvserve generate: %s\n", err);
+        return -1;
+    }
     if (!(g->be = be_create(o->device, o->threads, err, sizeof err))) {
         fprintf(stderr, "kvserve generate: %s\n", err);
         return -1;
@@ -255,6 +260,26 @@ static const char *gen__check_sampling(const cli_opts *o)
     if (!(o->min_p >= 0 && o->min_p <= 1)) return "--min-p must be in [0, 1]";
     if (o->n_predict < 0) return "-n must be 0 or more";
     return NULL;
+}
+
+/* On a GPU, the decode bound and how close the measured rate came to it, as JSON members (a
+ * leading comma) in out; "" on the CPU. A decode token reads every weight of the model once
+ * (fwd_weight_bytes_per_token) and the KV of its context, at the device's copy bandwidth
+ * (cuda_copy_gbps: measured once with a device-to-device copy); the context is taken at its mean
+ * over the decode steps. */
+static void gen__bound(const gen_state *g, int n_gen, double decode_tps, char *out, size_t n)
+{
+    out[0] = 0;
+    if (strcmp(g->be->name, "cuda") || n_gen < 2) return;
+    double gbps = cuda_copy_gbps(g->be);
+    if (!(gbps > 0)) return;
+    double ctx = g->n_prompt + n_gen / 2.0;
+    double bytes = fwd_weight_bytes_per_token(g->f) + (double)kv_bytes_per_token(&g->geom) * ctx;
+    double bound = gbps * 1e9 / bytes;
+    snprintf(out, n,
+             ", \"copy_gb_per_s\": %.0f, \"bytes_per_token\": %.0f, \"bound_tokens_per_s\": %.2f, "
+             "\"fraction_of_bound\": %.3f",
+             gbps, bytes, bound, decode_tps / bound);
 }
 
 int cli_generate(cli_opts *o)
@@ -331,12 +356,14 @@ int cli_generate(cli_opts *o)
     /* decode = the n_gen - 1 steps between the first token (its logits came from the prefill)
      * and the last one, sampling and printing included */
     double prefill_ms = t1 - t0, decode_ms = t_last - t_first;
+    double decode_tps = decode_ms > 0 ? (n_gen - 1) / (decode_ms / 1e3) : 0.0;
+    char bound[192];
+    gen__bound(&g, n_gen, decode_tps, bound, sizeof bound);
     fprintf(stderr,
             "{\"prompt_tokens\": %d, \"generated_tokens\": %d, \"prefill_ms\": %.3f, "
-            "\"decode_ms\": %.3f, \"prefill_tokens_per_s\": %.2f, \"decode_tokens_per_s\": %.2f}\n",
-            g.n_prompt, n_gen, prefill_ms, decode_ms,
-            prefill_ms > 0 ? g.n_prompt / (prefill_ms / 1e3) : 0.0,
-            decode_ms > 0 ? (n_gen - 1) / (decode_ms / 1e3) : 0.0);
+            "\"decode_ms\": %.3f, \"prefill_tokens_per_s\": %.2f, \"decode_tokens_per_s\": %.2f%s}\n",
+            g.n_prompt, n_gen, prefill_ms, decode_ms, prefill_ms > 0 ? g.n_prompt / (prefill_ms / 1e3) : 0.0,
+            decode_tps, bound);
     free(pos);
     free(slots);
     free(mask);

@@ -58,6 +58,11 @@ int cli_serve(cli_opts *o)
     e->device = o->device;
     e->n_threads = o->threads;
     e->make_backend = be_create;
+    char gerr[128];
+    if (be_set_cuda_graphs(o->cuda_graphs, gerr, sizeof gerr)) {
+        fprintf(stderr, "kvserve serve: %s\n", gerr);
+        return 2;
+    }
     e->kv_memory_bytes = o->kv_memory_bytes;
     e->kv_host_memory_bytes = o->kv_host_memory_bytes;
     e->kv_disk_dir = o->kv_disk_dir && *o->kv_disk_dir ? o->kv_disk_dir : NULL;

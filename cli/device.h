@@ -18,4 +18,9 @@
  * KVSERVE_CPU_ISA names a SIMD level the CPU cannot run). */
 backend *be_create(const char *device, int n_threads, char *err, size_t err_len);
 
+/* --cuda-graphs: "on" (the default) or "off" for the CUDA backends be_create makes from now on.
+ * 0, or -EINVAL with a one-line message in err for another value. Called by the commands before
+ * they start the engine (which creates its backend on its own thread). */
+int be_set_cuda_graphs(const char *arg, char *err, size_t err_len);
+
 #endif

@@ -30,6 +30,7 @@ static const opt table[] = {
     {"model", 'm', O_STR, OFF(model), NULL, "serve generate bench info tokenize detokenize", "GGUF model file"},
     {"config", 0, O_STR, OFF(config), NULL, "serve bench generate", "config file of 'key = value' lines (keys are these option names)"},
     {"device", 0, O_STR, OFF(device), "auto", ENGINE_CMDS, "cpu, cuda or auto (CUDA when built and a GPU is visible)"},
+    {"cuda-graphs", 0, O_STR, OFF(cuda_graphs), "on", ENGINE_CMDS, "CUDA graphs for decode steps: on or off (each decode batch size, padded to a power of two, is captured once and replayed)"},
     {"threads", 't', O_INT, OFF(threads), "cores", ENGINE_CMDS, "CPU backend threads (0 = one per core)"},
     {"kv-memory", 0, O_SIZE, OFF(kv_memory_bytes), "2GiB", ENGINE_CMDS " info", "KV cache budget on the CPU (e.g. 512MiB, 2GiB); info: the budget its capacity lines assume"},
     {"gpu-memory-utilization", 0, O_DBL, OFF(gpu_memory_utilization), "0.90", ENGINE_CMDS, "fraction of free GPU memory for weights and KV"},
@@ -126,6 +127,7 @@ void cli_opts_default(cli_opts *o)
 {
     memset(o, 0, sizeof *o);
     o->device = "auto";
+    o->cuda_graphs = "on";
     o->kv_memory_bytes = (size_t)2 << 30;
     o->gpu_memory_utilization = 0.90;
     o->kv_dtype = "f16";

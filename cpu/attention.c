@@ -177,6 +177,7 @@ void cpu__store_kv(cpu__backend *c, int layer, const float *k, const float *v)
         uint8_t *kb = cpu__kv_k(c, layer), *vb = cpu__kv_v(c, layer);
         for (int i = 0; i < b->n_tokens; i++) {
             int32_t slot = b->slots[i], blk = slot / bs;
+            if (slot < 0) continue; /* a token that stores nothing (backend.h) */
             for (int h = 0; h < g->n_kv_heads; h++) {
                 size_t at = ((size_t)blk * g->n_kv_heads + h) * tb, x = (size_t)i * kv_dim + (size_t)h * g->head_dim;
                 store_kv_quant(g, kb + at, vb + at, slot % bs, k + x, v + x);
@@ -189,6 +190,7 @@ void cpu__store_kv(cpu__backend *c, int layer, const float *k, const float *v)
     char *kb = cpu__kv_k(c, layer), *vb = cpu__kv_v(c, layer);
     for (int i = 0; i < b->n_tokens; i++) {
         int32_t slot = b->slots[i], blk = slot / bs, off = slot % bs;
+        if (slot < 0) continue;
         for (int h = 0; h < g->n_kv_heads; h++) {
             size_t at = ((size_t)blk * g->n_kv_heads + h) * tile;
             const float *kr = k + (size_t)i * kv_dim + (size_t)h * hd;

@@ -268,9 +268,10 @@ static void *cpu_host_alloc(backend *be, size_t bytes)
     return aligned_alloc(64, (bytes + 63) & ~(size_t)63);
 }
 
-static float *cpu_alloc(backend *be, size_t n_floats)
+/* n activations: f32 on the CPU. */
+static void *cpu_alloc(backend *be, size_t n)
 {
-    size_t bytes = (n_floats * sizeof(float) + 63) & ~(size_t)63;
+    size_t bytes = (n * sizeof(float) + 63) & ~(size_t)63;
     return aligned_alloc(64, bytes ? bytes : 64);
 }
 
@@ -329,6 +330,7 @@ static int cpu_begin(backend *be, const be_batch *b)
     }
     c->step = *b;
     c->step_gen++;
+    be->step_rows = b->n_tokens; /* the CPU never pads a step */
     for (int s = 0; s < b->n_seqs; s++)
         for (int i = b->q_start[s]; i < b->q_start[s + 1]; i++) c->tok_seq[i] = s;
     c->group = -1;
@@ -340,30 +342,30 @@ static void cpu_embed(backend *be, const be_weight *emb, float *out)
     cpu__embed(cb(be), emb, out);
 }
 
-static void cpu_rmsnorm(backend *be, const float *x, const be_weight *w, float eps, int n_rows,
-                        int dim, float *out)
+static void cpu_rmsnorm(backend *be, const void *x, const be_weight *w, float eps, int n_rows,
+                        int dim, void *out)
 {
     cpu__rmsnorm(cb(be), x, w, eps, n_rows, dim, out);
 }
 
-static void cpu_matmul(backend *be, const float *x, int n_rows, const be_weight *w,
-                       const be_weight *bias, float *out)
+static void cpu_matmul(backend *be, const void *x, int n_rows, const be_weight *w,
+                       const be_weight *bias, void *out)
 {
     cpu__matmul(cb(be), x, n_rows, w, bias, out);
 }
 
-static void cpu_matmul_multi(backend *be, const float *x, int n_rows, int n, const be_weight *const *w,
-                             const be_weight *const *bias, float *const *out)
+static void cpu_matmul_multi(backend *be, const void *x, int n_rows, int n, const be_weight *const *w,
+                             const be_weight *const *bias, void *const *out)
 {
-    cpu__matmul_multi(cb(be), x, n_rows, n, w, bias, out);
+    cpu__matmul_multi(cb(be), x, n_rows, n, w, bias, (float *const *)out);
 }
 
-static void cpu_rope(backend *be, float *x, const be_rope *r)
+static void cpu_rope(backend *be, void *x, const be_rope *r)
 {
     cpu__rope(cb(be), x, r);
 }
 
-static void cpu_rope_shift(backend *be, const float *x, float *out, const be_rope *r, int group)
+static void cpu_rope_shift(backend *be, const void *x, void *out, const be_rope *r, int group)
 {
     cpu__select_group(cb(be), group); /* the view's sink shifts are set even if planning fails */
     cpu__rope_shift(cb(be), x, out, r);
@@ -371,24 +373,24 @@ static void cpu_rope_shift(backend *be, const float *x, float *out, const be_rop
 
 /* The layer's group view first (a no-op within a single-group model): its slots for the store,
  * its tables, KV indices and plan for attention (a failed plan poisons attention's output). */
-static void cpu_store_kv(backend *be, int layer, const float *k, const float *v)
+static void cpu_store_kv(backend *be, int layer, const void *k, const void *v)
 {
     cpu__select_group(cb(be), kv_group_of(&cb(be)->kv, layer));
     cpu__store_kv(cb(be), layer, k, v);
 }
 
-static void cpu_attention(backend *be, int layer, const float *q, const be_attn *a, float *out)
+static void cpu_attention(backend *be, int layer, const void *q, const be_attn *a, void *out)
 {
     cpu__select_group(cb(be), kv_group_of(&cb(be)->kv, layer));
     cpu__attention(cb(be), layer, q, a, out);
 }
 
-static void cpu_silu_mul(backend *be, float *gate, const float *up, int64_t n)
+static void cpu_silu_mul(backend *be, void *gate, const void *up, int64_t n)
 {
     cpu__silu_mul(cb(be), gate, up, n);
 }
 
-static void cpu_gelu_mul(backend *be, float *gate, const float *up, int64_t n)
+static void cpu_gelu_mul(backend *be, void *gate, const void *up, int64_t n)
 {
     cpu__gelu_mul(cb(be), gate, up, n);
 }
@@ -403,7 +405,7 @@ static void cpu_softcap(backend *be, float *x, float cap, int64_t n)
     cpu__softcap(cb(be), x, cap, n);
 }
 
-static void cpu_add(backend *be, float *x, const float *y, int64_t n)
+static void cpu_add(backend *be, float *x, const void *y, int64_t n)
 {
     cpu__add(cb(be), x, y, n);
 }
@@ -478,6 +480,7 @@ backend *cpu__backend_create(int n_threads, int isa, unsigned features)
     c->base.ops = &cpu_ops;
     c->base.name = "cpu";
     c->base.kv_in_host = 1;
+    c->base.act_type = DT_F32; /* the reference: activations stay f32 */
     char feat[32] = "";
     if (features & (CPU_FEAT_VNNI | CPU_FEAT_BF16 | CPU_FEAT_DOTPROD))
         snprintf(feat, sizeof feat, " (%s%s%s)", features & CPU_FEAT_VNNI ? "+vnni" : "",

@@ -36,36 +36,47 @@
 
 /* ---- the sm_80 kernels' launchers ---------------------------------------------------------- */
 
-template <typename T>
+template <typename T, typename A>
 static int cuda__attn_launch(cudaStream_t s, const cuda__attn_args &a, const void *kp, const void *vp,
                              int32_t n_items, size_t smem)
 {
     if (smem > 48 * 1024 &&
-        CUDA_CHECK(cudaFuncSetAttribute(cuda__attn_k<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem)))
+        CUDA_CHECK(cudaFuncSetAttribute(cuda__attn_k<T, A>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem)))
         return -EIO;
     dim3 grid(a.splits, a.n_kv_heads, n_items);
-    cuda__attn_k<T><<<grid, CUDA_ATTN_THREADS, smem, s>>>(a, (const T *)kp, (const T *)vp);
+    cuda__attn_k<T, A><<<grid, CUDA_ATTN_THREADS, smem, s>>>(a, (const T *)kp, (const T *)vp);
     return 0;
 }
 
-static int cuda__attention_sm80(cudaStream_t s, const cuda__attn_args *a, int kv_dtype, const void *kp,
-                                const void *vp, int32_t n_items, size_t smem)
+template <typename A>
+static int cuda__attention_act(cudaStream_t s, const cuda__attn_args *a, int kv_dtype, const void *kp, const void *vp,
+                               int32_t n_items, size_t smem)
 {
     switch (kv_dtype) {
-    case KV_F32: return cuda__attn_launch<float>(s, *a, kp, vp, n_items, smem);
-    case KV_BF16: return cuda__attn_launch<__nv_bfloat16>(s, *a, kp, vp, n_items, smem);
-    case KV_I8: return cuda__attn_launch<int8_t>(s, *a, kp, vp, n_items, smem);
-    case KV_FP8: return cuda__attn_launch<uint8_t>(s, *a, kp, vp, n_items, smem);
-    default: return cuda__attn_launch<__half>(s, *a, kp, vp, n_items, smem);
+    case KV_F32: return cuda__attn_launch<float, A>(s, *a, kp, vp, n_items, smem);
+    case KV_BF16: return cuda__attn_launch<__nv_bfloat16, A>(s, *a, kp, vp, n_items, smem);
+    case KV_I8: return cuda__attn_launch<int8_t, A>(s, *a, kp, vp, n_items, smem);
+    case KV_FP8: return cuda__attn_launch<uint8_t, A>(s, *a, kp, vp, n_items, smem);
+    default: return cuda__attn_launch<__half, A>(s, *a, kp, vp, n_items, smem);
     }
 }
 
-static void cuda__attn_reduce_sm80(cudaStream_t s, const float *part, float *out, int n_tokens, int n_heads,
+static int cuda__attention_sm80(cudaStream_t s, const cuda__attn_args *a, int kv_dtype, int act, const void *kp,
+                                const void *vp, int32_t n_items, size_t smem)
+{
+    if (act == DT_BF16) return cuda__attention_act<__nv_bfloat16>(s, a, kv_dtype, kp, vp, n_items, smem);
+    return cuda__attention_act<float>(s, a, kv_dtype, kp, vp, n_items, smem);
+}
+
+static void cuda__attn_reduce_sm80(cudaStream_t s, const float *part, void *out, int act, int n_tokens, int n_heads,
                                    int head_dim, int splits)
 {
     dim3 grid(n_heads, n_tokens);
     int threads = cuda_attn_reduce_threads(head_dim);
-    cuda__attn_reduce_k<<<grid, threads, 0, s>>>(part, out, n_heads, head_dim, splits);
+    if (act == DT_BF16)
+        cuda__attn_reduce_k<<<grid, threads, 0, s>>>(part, (__nv_bfloat16 *)out, n_heads, head_dim, splits);
+    else
+        cuda__attn_reduce_k<<<grid, threads, 0, s>>>(part, (float *)out, n_heads, head_dim, splits);
 }
 
 void cuda__attn_fill_sm80(cuda__kern *k)
@@ -76,7 +87,7 @@ void cuda__attn_fill_sm80(cuda__kern *k)
 
 /* ---- the op ------------------------------------------------------------------------------ */
 
-void cuda__op_attention(backend *be, int layer, const float *q, const be_attn *at, float *out)
+void cuda__op_attention(backend *be, int layer, const void *q, const be_attn *at, void *out)
 {
     cuda_backend *cb = cuda__cb(be);
     int n_heads = at->n_heads;
@@ -91,7 +102,9 @@ void cuda__op_attention(backend *be, int layer, const float *q, const be_attn *a
             cuda__fail(cb, -EIO);
             return;
         }
-        if (cuda__fail(cb, cuda__attn_plan(cb, n_heads, 0))) return;
+        /* a padded decode step plans for its padded block-table stride, as its graph does */
+        int32_t bound = cb->padded ? cb->pad_stride * cb->kv.block_size : 0;
+        if (cuda__fail(cb, cuda__attn_plan(cb, n_heads, bound))) return;
     }
     if (cb->attn_items == 0) return;
     cuda__attn_args a;
@@ -120,8 +133,8 @@ void cuda__op_attention(backend *be, int layer, const float *q, const be_attn *a
     size_t smem = cuda__attn_smem(cb->attn_tile_tokens * a.gsize, a.head_dim);
     const cuda_kv_layout *l;
     const void *kp = cuda__kv_plane(cb, layer, 0, &l), *vp = cuda__kv_plane(cb, layer, 1, &l);
-    if (cuda__fail(cb, cb->k.attention(cb->stream, &a, cb->kv_dtype, kp, vp, cb->attn_items, smem))) return;
+    if (cuda__fail(cb, cb->k.attention(cb->stream, &a, cb->kv_dtype, cb->act, kp, vp, cb->attn_items, smem))) return;
     if (CB_CHECK_LAUNCH(cb) || a.splits == 1) return;
-    cb->k.attn_reduce(cb->stream, cb->attn_scratch, out, cb->meta.n_tokens, n_heads, a.head_dim, a.splits);
+    cb->k.attn_reduce(cb->stream, cb->attn_scratch, out, cb->act, cb->meta.n_tokens, n_heads, a.head_dim, a.splits);
     CB_CHECK_LAUNCH(cb);
 }

@@ -13,8 +13,10 @@
 #include "cuda/device.h"
 #include "cuda/kv_layout.h"
 
-/* Qs[rows][D] = the item's query rows of kv head group g from q (pre-scaled). */
-static __device__ __forceinline__ void cuda__attn_load_q(const cuda__attn_args &a, const float *q, float *Qs,
+/* Qs[rows][D] = the item's query rows of kv head group g from q (activations of type A,
+ * pre-scaled). */
+template <typename A>
+static __device__ __forceinline__ void cuda__attn_load_q(const cuda__attn_args &a, const void *qv, float *Qs,
                                                          int s, int t0, int g, int rows)
 {
     const int D = a.head_dim, qstride = a.n_heads * D;
@@ -22,7 +24,7 @@ static __device__ __forceinline__ void cuda__attn_load_q(const cuda__attn_args &
         int r = i / D, d = i % D;
         int64_t tok = a.q_start[s] + t0 + r / a.gsize;
         int h = g * a.gsize + r % a.gsize;
-        Qs[i] = q[tok * qstride + h * D + d] * a.scale;
+        Qs[i] = cuda__ld(((const A *)qv)[tok * qstride + h * D + d]) * a.scale;
     }
 }
 
@@ -116,12 +118,13 @@ static __device__ __forceinline__ float4 cuda__scale4(float4 v, float s)
     return make_float4(v.x * s, v.y * s, v.z * s, v.w * s);
 }
 
-template <typename T>
+template <typename T, typename A>
 static __global__ void __launch_bounds__(CUDA_ATTN_THREADS)
 cuda__attn_k(cuda__attn_args a, const T *kp, const T *vp)
 {
     const int TK = CUDA_ATTN_TK, D = a.head_dim;
     extern __shared__ float sm[]; /* dynamic */
+    cuda__pdl_trigger(); /* the output projection may launch early (it waits before reading) */
     const int32_t *it = a.items + blockIdx.z * CUDA_ATTN_ITEM_INTS;
     const int s = it[0], t0 = it[1], nt = it[2];
     const int g = blockIdx.y, p = blockIdx.x, tid = threadIdx.x;
@@ -153,7 +156,7 @@ cuda__attn_k(cuda__attn_args a, const T *kp, const T *vp)
 
     /* Attention sinks: keys below n_sink meet q_sink, the rest q; no tile straddles the two. */
     const int32_t n_sink = a.sinks ? a.sinks[s] : 0;
-    cuda__attn_load_q(a, k_begin < n_sink ? a.q_sink : a.q, Qs, s, t0, g, rows);
+    cuda__attn_load_q<A>(a, k_begin < n_sink ? a.q_sink : a.q, Qs, s, t0, g, rows);
     for (int i = tid; i < rows * D; i += blockDim.x) Os[i] = 0.0f;
     for (int r = tid; r < rows; r += blockDim.x) {
         Ms[r] = -INFINITY;
@@ -166,7 +169,7 @@ cuda__attn_k(cuda__attn_args a, const T *kp, const T *vp)
         if (kt < n_sink) kt_end = min(kt_end, n_sink);
         __syncthreads(); /* the previous tile's K/V/S (and Q) are no longer read */
         if (kt == n_sink && kt > k_begin) { /* past the sinks: the ordinary queries */
-            cuda__attn_load_q(a, a.q, Qs, s, t0, g, rows);
+            cuda__attn_load_q<A>(a, a.q, Qs, s, t0, g, rows);
             __syncthreads();
         }
         if (vec_ok) {
@@ -268,7 +271,7 @@ cuda__attn_k(cuda__attn_args a, const T *kp, const T *vp)
         int64_t tok = a.q_start[s] + t0 + r / a.gsize;
         int h = g * a.gsize + r % a.gsize;
         if (a.splits == 1) {
-            a.out[tok * qstride + h * D + d] = Ls[r] > 0.0f ? Os[i] / Ls[r] : 0.0f;
+            ((A *)a.out)[tok * qstride + h * D + d] = cuda__st<A>(Ls[r] > 0.0f ? Os[i] / Ls[r] : 0.0f);
         } else {
             float *pp = a.part + ((tok * a.n_heads + h) * a.splits + p) * (D + 2);
             pp[d] = Os[i];
@@ -280,9 +283,12 @@ cuda__attn_k(cuda__attn_args a, const T *kp, const T *vp)
     }
 }
 
-/* Merges the split partials of one (token, head): grid (n_heads, n_tokens). */
-static __global__ void cuda__attn_reduce_k(const float *part, float *out, int n_heads, int D, int splits)
+/* Merges the split partials of one (token, head) into out (activations of type A): grid
+ * (n_heads, n_tokens). */
+template <typename A>
+static __global__ void cuda__attn_reduce_k(const float *part, A *out, int n_heads, int D, int splits)
 {
+    cuda__pdl_trigger();
     int h = blockIdx.x;
     int64_t t = blockIdx.y;
     const float *pp = part + (t * n_heads + h) * splits * (D + 2);
@@ -294,7 +300,7 @@ static __global__ void cuda__attn_reduce_k(const float *part, float *out, int n_
             m = cuda_softmax_merge(m, &l, q[D], q[D + 1], &ca, &cb);
             o = o * ca + q[d] * cb;
         }
-        out[(t * n_heads + h) * D + d] = l > 0.0f ? o / l : 0.0f;
+        out[(t * n_heads + h) * D + d] = cuda__st<A>(l > 0.0f ? o / l : 0.0f);
     }
 }
 

@@ -91,8 +91,8 @@ static inline size_t cuda__attn_smem(int rows, int head_dim)
 
 /* The arguments of the attention kernel (cuda/attn_kernels.h): one layer of the step. */
 typedef struct cuda__attn_args {
-    const float *q;          /* [n_tokens][n_heads][head_dim] */
-    float *out;              /* [n_tokens][n_heads][head_dim] */
+    const void *q;           /* [n_tokens][n_heads][head_dim], activations (the backend's act_type) */
+    void *out;               /* [n_tokens][n_heads][head_dim], activations like q */
     float *part;             /* [n_tokens][n_heads][splits][head_dim + 2] when splits > 1 */
     const int32_t *q_start, *ctx_len, *block_table, *items;
     int bt_stride, block_size, n_kv_heads, n_heads, head_dim, gsize, splits;
@@ -102,7 +102,7 @@ typedef struct cuda__attn_args {
     int32_t window;          /* > 0: sliding window (be_attn) */
     int32_t tile_elems;      /* elements of one (block, kv head) tile (cuda_kv_tile_elems) */
     const int32_t *sinks;    /* [n_seqs] leading entries met by q_sink, or NULL (be_kv) */
-    const float *q_sink;     /* with sinks: the queries that meet them, shaped like q */
+    const void *q_sink;      /* with sinks: the queries that meet them, shaped and typed like q */
 } cuda__attn_args;
 
 /* ---- attention work list ----------------------------------------------------------------- */

@@ -8,6 +8,10 @@
  *   graph.cu         CUDA graphs: decode steps captured once per shape and replayed
  *   meta.cu          begin(): the batch packed and uploaded; the attention work list of the step
  *   gemm.cu          matmul routing; dense GEMMs through cuBLAS; f32 / f16 / bf16 conversions
+ *   gemv.cu          dense matrix-vector kernels: decode matmuls of up to 8 rows on F32 / F16 /
+ *                    BF16 weights, with the GLU and soft-capped LM-head epilogues
+ *   fused.cu         the fused ops: add + RMSNorm, QKV + biases + norms + RoPE + KV store, gate/up
+ *                    + activation, final norm + LM head
  *   qmatvec.cu       quantised weights: activations quantised to 8-bit blocks, the integer
  *                    matrix-vector mmvq for decode rows, routing to mmq for more
  *   qgemm.cu         quantised weights, prefill rows: the integer GEMM mmq (and F16 tiles for
@@ -44,11 +48,16 @@
  * (mmvq for decode, mmq for prefill), so GPU memory and decode bandwidth are those of the file.
  * Vectors (norms, biases) become F32.
  *
+ * Activations are bf16 between ops (engine/backend.h: act_type; cuda_backend_create_act makes a
+ * backend with f32 ones, for checks), the residual stream and logits f32. Q/K/V and gate/up are
+ * stacked into one matrix at upload (weight_upload_cat) for the fused ops.
+ *
  * Step protocol: begin() packs the batch into a pinned buffer and uploads it with one
  * asynchronous copy; the ops queue kernels on one stream; to_host()/sync() wait. Only logits
- * and batch metadata cross the bus. With CUDA graphs on (opt-in), a pure-decode step of a shape
- * seen before replays a captured graph instead (graph.cu). Works on a machine with the CUDA
- * toolkit but no driver or GPU: cuda_is_available then says so, and nothing else is called.
+ * and batch metadata cross the bus. A pure-decode step is padded to a captured shape and, with
+ * CUDA graphs on (the default), replays the graph of that shape (graph.cu). Works on a machine
+ * with the CUDA toolkit but no driver or GPU: cuda_is_available then says so, and nothing else
+ * is called.
  */
 #include <assert.h>
 #include <stdlib.h>
@@ -91,6 +100,10 @@ extern "C" int cuda_is_available(char *why, size_t why_len)
 int cuda__grow(cuda_backend *cb, void **p, size_t *cap_bytes, size_t bytes)
 {
     if (bytes <= *cap_bytes) return 0;
+    if (cb->graph_mode == 1) { /* a captured kernel would keep the old address */
+        fprintf(stderr, "kvserve: CUDA: a %zu-byte buffer would grow inside a graph capture\n", bytes);
+        return -EIO;
+    }
     size_t want = bytes + bytes / 4;
     void *q = NULL;
     if (CUDA_CHECK(cudaMalloc(&q, want))) {
@@ -104,15 +117,23 @@ int cuda__grow(cuda_backend *cb, void **p, size_t *cap_bytes, size_t bytes)
     return 0;
 }
 
-static float *cuda__alloc(backend *be, size_t n_floats)
+void *cuda__scratch(cuda_backend *cb, cuda_scratch *s, size_t bytes)
+{
+    if (cuda__fail(cb, cuda__grow(cb, &s->p, &s->bytes, bytes))) return NULL;
+    return s->p;
+}
+
+/* n activations (be_act_bytes each), 256-byte aligned as cudaMalloc's are. */
+static void *cuda__alloc(backend *be, size_t n)
 {
     void *p = NULL;
     if (cuda__use(cuda__cb(be))) return NULL;
-    if (CUDA_CHECK(cudaMalloc(&p, n_floats ? n_floats * sizeof(float) : 4))) {
+    size_t bytes = n * be_act_bytes(be);
+    if (CUDA_CHECK(cudaMalloc(&p, bytes ? bytes : 4))) {
         cudaGetLastError();
         return NULL;
     }
-    return (float *)p;
+    return p;
 }
 
 static void cuda__free(backend *be, void *p)
@@ -145,6 +166,37 @@ static int cuda__weight_type(const model_tensor *t)
     }
 }
 
+/* Copies (or converts to type) the tensor src into device memory at dst, waiting for the copy.
+ * The tensor may be in host memory (the model's mapping) or on this device. 0 or -EIO. */
+static int cuda__upload_into(cuda_backend *cb, const model_tensor *src, int type, void *dst)
+{
+    size_t raw = src->row_bytes * (size_t)src->ne[1];
+    int rc = 0;
+    if (type == src->type) {
+        rc = CUDA_CHECK(cudaMemcpyAsync(dst, src->data, raw, cudaMemcpyDefault, cb->stream));
+        if (!rc) rc = CUDA_CHECK(cudaStreamSynchronize(cb->stream));
+    } else {
+        void *stage = NULL;
+        rc = CUDA_CHECK(cudaMalloc(&stage, raw));
+        if (!rc) rc = CUDA_CHECK(cudaMemcpyAsync(stage, src->data, raw, cudaMemcpyDefault, cb->stream));
+        if (!rc) rc = cuda__convert_rows(cb, stage, src->type, src->row_bytes, src->ne[0], src->ne[1], dst, type);
+        if (!rc) rc = CUDA_CHECK(cudaStreamSynchronize(cb->stream));
+        if (stage) cudaFree(stage);
+    }
+    if (rc) cudaGetLastError();
+    return rc ? -EIO : 0;
+}
+
+/* Records the scratch a quantised matrix of this shape needs: the integer path's
+ * (cuda__qmm_note_weight) and the F16-tile prefill's tile (qgemm.cu). */
+static void cuda__note_tile(cuda_backend *cb, const be_weight *w)
+{
+    if (!cuda_q_is_quant(w->type)) return;
+    size_t tile = (size_t)cuda_q_tile_rows(w->n_in, w->n_out, CUDA_Q_TILE_BYTES) * (size_t)w->n_in * 2;
+    if (tile > cb->qtile_need) cb->qtile_need = tile;
+    cuda__qmm_note_weight(cb, w);
+}
+
 static int cuda__weight_upload(backend *be, const model_tensor *src, be_weight *dst)
 {
     cuda_backend *cb = cuda__cb(be);
@@ -165,29 +217,49 @@ static int cuda__weight_upload(backend *be, const model_tensor *src, be_weight *
         cudaGetLastError();
         return -ENOMEM;
     }
-    size_t raw = src->row_bytes * (size_t)w.n_out;
-    int rc = 0;
-    if (w.type == src->type) {
-        rc = CUDA_CHECK(cudaMemcpyAsync(w.data, src->data, raw, cudaMemcpyHostToDevice, cb->stream));
-        if (!rc) rc = CUDA_CHECK(cudaStreamSynchronize(cb->stream));
-    } else {
-        void *stage = NULL;
-        rc = CUDA_CHECK(cudaMalloc(&stage, raw));
-        if (!rc) rc = CUDA_CHECK(cudaMemcpyAsync(stage, src->data, raw, cudaMemcpyHostToDevice, cb->stream));
-        if (!rc) rc = cuda__convert_rows(cb, stage, src->type, src->row_bytes, w.n_in, w.n_out, w.data, w.type);
-        if (!rc) rc = CUDA_CHECK(cudaStreamSynchronize(cb->stream));
-        if (stage) cudaFree(stage);
-    }
-    if (rc) {
+    if (cuda__upload_into(cb, src, w.type, w.data)) {
         cudaFree(w.data);
-        cudaGetLastError();
         return -EIO;
     }
-    if (cuda_q_is_quant(w.type)) {
-        size_t tile = (size_t)cuda_q_tile_rows(w.n_in, w.n_out, CUDA_Q_TILE_BYTES) * (size_t)w.n_in * 2;
-        if (tile > cb->qtile_need) cb->qtile_need = tile;
-        cuda__qmm_note_weight(cb, &w);
+    cuda__note_tile(cb, &w);
+    *dst = w;
+    return 0;
+}
+
+/* n ≥ 2 tensors as one: matrices of one device type and width stacked by rows (a quantised
+ * matrix's rows are whole blocks, so this is a byte concatenation), or vectors (biases)
+ * concatenated into one f32 vector. */
+static int cuda__weight_upload_cat(backend *be, const model_tensor *const *src, int n, be_weight *dst)
+{
+    cuda_backend *cb = cuda__cb(be);
+    if (n < 2) return -EINVAL;
+    const int vec = src[0]->ne[1] == 1, type = cuda__weight_type(src[0]);
+    be_weight w;
+    memset(&w, 0, sizeof w);
+    w.type = type;
+    w.n_in = vec ? 0 : src[0]->ne[0];
+    w.n_out = vec ? 1 : 0;
+    for (int i = 0; i < n; i++) {
+        if (!src[i]->data || cuda__weight_type(src[i]) != type || (src[i]->ne[1] == 1) != vec ||
+            (!vec && src[i]->ne[0] != w.n_in) || type < 0)
+            return -EINVAL;
+        if (vec) w.n_in += src[i]->ne[0];
+        else w.n_out += src[i]->ne[1];
     }
+    if (cuda__use(cb)) return -EIO;
+    size_t row = dt_row_bytes(w.type, w.n_in), bytes = vec ? row : row * (size_t)w.n_out, off = 0;
+    if (CUDA_CHECK(cudaMalloc(&w.data, bytes))) {
+        cudaGetLastError();
+        return -ENOMEM;
+    }
+    for (int i = 0; i < n; i++) {
+        if (cuda__upload_into(cb, src[i], type, (char *)w.data + off)) {
+            cudaFree(w.data);
+            return -EIO;
+        }
+        off += vec ? dt_row_bytes(type, src[i]->ne[0]) : dt_row_bytes(type, w.n_in) * (size_t)src[i]->ne[1];
+    }
+    cuda__note_tile(cb, &w);
     *dst = w;
     return 0;
 }
@@ -261,6 +333,10 @@ static void cuda__destroy(backend *be)
     if (cb->qact) cudaFree(cb->qact);
     if (cb->qpart) cudaFree(cb->qpart);
     if (cb->qticket) cudaFree(cb->qticket);
+    cuda_scratch *scratch[] = {&cb->mm32, &cb->qkv32, &cb->glu, &cb->lmx};
+    for (size_t i = 0; i < sizeof scratch / sizeof scratch[0]; i++)
+        if (scratch[i]->p) cudaFree(scratch[i]->p);
+    free(cb->pad_buf);
     if (cb->meta_done) cudaEventDestroy(cb->meta_done);
     if (cb->blas) cuda_blas()->destroy(cb->blas);
     if (cb->blas_ws) cudaFree(cb->blas_ws);
@@ -269,7 +345,8 @@ static void cuda__destroy(backend *be)
 }
 
 /* Designated, so that an entry cannot land in the wrong slot when be_ops changes; the ops not
- * listed (embed_upload: weight_upload serves) are NULL. */
+ * listed (embed_upload: weight_upload serves; matmul_multi: the fused ops take the stacks) are
+ * NULL. */
 static const be_ops cuda__ops = {
     .destroy = cuda__destroy,
     .weight_upload = cuda__weight_upload,
@@ -300,10 +377,19 @@ static const be_ops cuda__ops = {
     .gather_rows = cuda__op_gather_rows,
     .to_host = cuda__to_host,
     .sync = cuda__sync,
+    .weight_upload_cat = cuda__weight_upload_cat,
+    .add_rmsnorm = cuda__op_add_rmsnorm,
+    .qkv = cuda__op_qkv,
+    .glu = cuda__op_glu,
+    .lm_head = cuda__op_lm_head,
 };
 
-extern "C" backend *cuda_backend_create(int device_index, char *err, size_t err_len)
+extern "C" backend *cuda_backend_create_act(int device_index, int act_type, char *err, size_t err_len)
 {
+    if (act_type != DT_BF16 && act_type != DT_F32) {
+        snprintf(err, err_len, "CUDA: activations must be bf16 or f32");
+        return NULL;
+    }
     char why[256];
     if (!cuda_is_available(why, sizeof why)) {
         snprintf(err, err_len, "%s", why);
@@ -325,6 +411,8 @@ extern "C" backend *cuda_backend_create(int device_index, char *err, size_t err_
     }
     cb->base.ops = &cuda__ops;
     cb->base.name = "cuda";
+    cb->base.act_type = act_type;
+    cb->act = act_type;
     cb->device = device_index;
     cudaDeviceProp prop;
     int rc = CUDA_CHECK(cudaSetDevice(device_index));
@@ -344,15 +432,24 @@ extern "C" backend *cuda_backend_create(int device_index, char *err, size_t err_
         cuda__destroy(&cb->base);
         return NULL;
     }
-    const char *g = getenv("KVSERVE_CUDA_GRAPHS");
-    cb->graphs_on = g && g[0] == '1';
-    cuda__kern_init(&cb->k, prop.major * 10 + prop.minor);
+    cb->graphs_on = 1;
+    int cc = prop.major * 10 + prop.minor;
+    const char *cap = getenv("KVSERVE_CUDA_CC"); /* run an older capability's kernels (kern.h) */
+    if (cap && atoi(cap) > 0 && atoi(cap) < cc) cc = atoi(cap);
+    cuda__kern_init(&cb->k, cc);
     assert(!cuda__kern_missing(&cb->k));
     cb->n_sm = prop.multiProcessorCount;
     cb->smem_optin = prop.sharedMemPerBlockOptin;
-    snprintf(cb->base.desc, sizeof cb->base.desc, "%.80s (sm_%d%d, %d SMs, %.0f GiB)", prop.name, prop.major,
-             prop.minor, prop.multiProcessorCount, (double)prop.totalGlobalMem / (1024.0 * 1024 * 1024));
+    cb->l2_bytes = (size_t)prop.l2CacheSize;
+    snprintf(cb->base.desc, sizeof cb->base.desc, "%.60s (sm_%d%d, %d SMs, %.0f GiB%.20s)", prop.name, prop.major,
+             prop.minor, prop.multiProcessorCount, (double)prop.totalGlobalMem / (1024.0 * 1024 * 1024),
+             cc < prop.major * 10 + prop.minor ? ", KVSERVE_CUDA_CC" : "");
     return &cb->base;
+}
+
+extern "C" backend *cuda_backend_create(int device_index, char *err, size_t err_len)
+{
+    return cuda_backend_create_act(device_index, DT_BF16, err, err_len);
 }
 
 /* ---- extras (cuda_backend.h) ------------------------------------------------------------- */
@@ -379,4 +476,67 @@ extern "C" void *cuda_backend_stream(backend *be)
 extern "C" int cuda_last_attn_splits(backend *be)
 {
     return cuda__cb(be)->attn_splits;
+}
+
+extern "C" int cuda_upload_act(backend *be, void *dst, const float *src, size_t n)
+{
+    cuda_backend *cb = cuda__cb(be);
+    if (cb->act == DT_F32) return cuda_upload_f32(be, (float *)dst, src, n);
+    uint16_t *h = (uint16_t *)malloc(n * 2 + 2);
+    if (!h) return -ENOMEM;
+    for (size_t i = 0; i < n; i++) h[i] = cuda_f32_to_bf16(src[i]);
+    int rc = CB_CHECK(cb, cudaMemcpyAsync(dst, h, n * 2, cudaMemcpyHostToDevice, cb->stream));
+    if (!rc) rc = CB_CHECK(cb, cudaStreamSynchronize(cb->stream));
+    free(h);
+    return rc ? -EIO : cb->error;
+}
+
+extern "C" int cuda_download_act(backend *be, const void *src, size_t n, float *dst)
+{
+    cuda_backend *cb = cuda__cb(be);
+    if (cb->act == DT_F32) return be->ops->to_host(be, (const float *)src, n, dst);
+    uint16_t *h = (uint16_t *)malloc(n * 2 + 2);
+    if (!h) return -ENOMEM;
+    int rc = CB_CHECK(cb, cudaMemcpyAsync(h, src, n * 2, cudaMemcpyDeviceToHost, cb->stream));
+    if (!rc) rc = CB_CHECK(cb, cudaStreamSynchronize(cb->stream));
+    for (size_t i = 0; !rc && i < n; i++) dst[i] = cuda_bf16_to_f32(h[i]);
+    free(h);
+    return rc ? -EIO : cb->error;
+}
+
+/* The median of 5 timed copies of 256 MiB after a warm-up, bytes read + written; measured once. */
+extern "C" double cuda_copy_gbps(backend *be)
+{
+    static double gbps = -1; /* one device per process is what the wiring makes */
+    cuda_backend *cb = cuda__cb(be);
+    if (gbps >= 0) return gbps;
+    const size_t bytes = (size_t)256 << 20;
+    void *a = NULL, *b = NULL;
+    cudaEvent_t e0 = NULL, e1 = NULL;
+    float ms[5];
+    int rc = cuda__use(cb) || CUDA_CHECK(cudaMalloc(&a, bytes)) || CUDA_CHECK(cudaMalloc(&b, bytes)) ||
+             CUDA_CHECK(cudaEventCreate(&e0)) || CUDA_CHECK(cudaEventCreate(&e1)) ||
+             CUDA_CHECK(cudaMemsetAsync(a, 0x5a, bytes, cb->stream));
+    for (int r = -1; !rc && r < 5; r++) {
+        rc = CUDA_CHECK(cudaEventRecord(e0, cb->stream)) ||
+             CUDA_CHECK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, cb->stream)) ||
+             CUDA_CHECK(cudaEventRecord(e1, cb->stream)) || CUDA_CHECK(cudaEventSynchronize(e1));
+        if (!rc && r >= 0) rc = CUDA_CHECK(cudaEventElapsedTime(&ms[r], e0, e1));
+    }
+    if (a) cudaFree(a);
+    if (b) cudaFree(b);
+    if (e0) cudaEventDestroy(e0);
+    if (e1) cudaEventDestroy(e1);
+    if (rc) {
+        cudaGetLastError();
+        return 0.0;
+    }
+    for (int i = 0; i < 5; i++) /* sort the five: the median is the middle one */
+        for (int j = i + 1; j < 5; j++)
+            if (ms[j] < ms[i]) {
+                float t = ms[i];
+                ms[i] = ms[j], ms[j] = t;
+            }
+    gbps = ms[2] > 0 ? 2.0 * (double)bytes / (ms[2] * 1e-3) / 1e9 : 0.0;
+    return gbps;
 }

@@ -13,18 +13,34 @@
 #include "cuda/formats.h"
 #include "model/dtype.h"
 
-/* y[i] = x[i] in the 16-bit type T (__half or __nv_bfloat16), rounding to nearest even. */
-template <typename T> static __global__ void cuda__to16_k(const float *x, T *y, int64_t n)
+/* y[i] = x[i] converted from S to D (float, __half or __nv_bfloat16), rounding to nearest even:
+ * activations into the type a cuBLAS GEMM takes. */
+template <typename S, typename D> static __global__ void cuda__conv_k(const S *x, D *y, int64_t n)
 {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-        y[i] = cuda__st<T>(x[i]);
+        y[i] = cuda__st<D>(cuda__ld(x[i]));
 }
 
-/* out[i] += bias[i % n_out] for i < n: the bias of every output row. */
-static __global__ void cuda__bias_k(float *out, const float *bias, int64_t n_out, int64_t n)
+/* out[i] (+)= bias[i % n_out] for i < n: src NULL adds the bias in place; else out[i] = src[i] +
+ * bias (bias NULL: + 0), the f32 product of a GEMM into the output's type O. */
+template <typename O>
+static __global__ void cuda__bias_k(const float *src, O *out, const float *bias, int64_t n_out, int64_t n)
 {
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-        out[i] += bias[i % n_out];
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        float v = src ? src[i] : cuda__ld(out[i]);
+        out[i] = cuda__st<O>(v + (bias ? bias[i % n_out] : 0.0f));
+    }
+}
+
+/* The value of element i of the random tensor of seed: uniform in [-scale, scale), from a hash of
+ * (seed, i), the same on the host and the device (the GPU check's weights made on the device). */
+static inline CUDA_HD float cuda_random_value(uint64_t seed, uint64_t i, float scale)
+{
+    uint64_t z = seed * 0x9e3779b97f4a7c15ull + i * 0xbf58476d1ce4e5b9ull + 0x94d049bb133111ebull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    return ((float)(z >> 40) * (1.0f / 8388608.0f) - 1.0f) * scale;
 }
 
 /* Element (r, i) of a raw float tensor of type src_type (rows row_bytes apart). */
@@ -52,6 +68,13 @@ static __global__ void cuda__convert_k(const uint8_t *src, int src_type, size_t 
 {
     for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n; e += (int64_t)gridDim.x * blockDim.x)
         cuda__store_as(dst, dst_type, e, cuda__raw_value(src, src_type, row_bytes, e / n_in, e % n_in));
+}
+
+/* dst [n] of dst_type (DT_F32, DT_F16 or DT_BF16) = cuda_random_value(seed, i, scale). */
+static __global__ void cuda__random_k(void *dst, int dst_type, int64_t n, uint64_t seed, float scale)
+{
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        cuda__store_as(dst, dst_type, i, cuda_random_value(seed, (uint64_t)i, scale));
 }
 
 #endif

@@ -34,20 +34,44 @@ extern "C" {
 #include "cuda/launch.h"
 #include "cuda/meta.h"
 
-#define CUDA_GRAPH_MAX 32
+/* Captured decode graphs kept at once (least recently replayed dropped first). */
+#define CUDA_GRAPH_MAX 64
+/* The largest decode batch that is padded to a captured shape (buckets 1, 2, 4, ..., 256). */
+#define CUDA_GRAPH_MAX_ROWS 256
+
+/* The shape a captured decode step is keyed by: everything its kernels' arguments depend on. */
+typedef struct cuda_graph_key {
+    int32_t rows;       /* padded batch size (a power of two ≤ CUDA_GRAPH_MAX_ROWS) */
+    int32_t bt_stride;  /* padded block-table stride of every group (a power of two) */
+    int32_t n_kv;       /* layer groups in the batch */
+    uint32_t sinks;     /* bit g: group g's view has attention sinks (rope_shift runs) */
+} cuda_graph_key;
 
 /* One captured decode step. */
 typedef struct cuda_graph_slot {
-    int32_t n_tokens, bt_stride; /* the key: decode batch size and block-table stride */
-    int n_ops;                   /* ops in the captured step (replays must match) */
+    cuda_graph_key key;
+    int n_ops;            /* ops in the captured step (replays must match) */
+    uint64_t last_used;   /* the step it last ran in (the least recent is replaced first) */
+    size_t n_nodes;       /* nodes of the graph: kernels (cuBLAS's included) and copies */
     cudaGraphExec_t exec;
 } cuda_graph_slot;
+
+/* The most bytes of f32 product one chunk of a converted GEMM writes (cuda_backend.mm32). */
+#define CUDA_MM32_BYTES ((size_t)64 << 20)
+
+/* A device scratch buffer that grows. */
+typedef struct cuda_scratch {
+    void *p;
+    size_t bytes;
+} cuda_scratch;
 
 typedef struct cuda_backend {
     backend base;         /* first: a backend * is a cuda_backend * */
     int device;
     int n_sm;             /* multiprocessors */
     size_t smem_optin;    /* largest dynamic shared memory one block may opt into (bytes) */
+    size_t l2_bytes;      /* L2 cache size */
+    int act;              /* the activations' element type (base.act_type): DT_BF16, or DT_F32 */
     cudaStream_t stream;  /* every op runs on this one stream, in call order */
     cublasHandle_t blas;
     void *blas_ws;        /* cuBLAS workspace we own, so captured GEMMs never allocate */
@@ -74,8 +98,16 @@ typedef struct cuda_backend {
     size_t meta_cap;      /* int32s in both buffers */
     cudaEvent_t meta_done;
     cuda_meta_layout meta;
-    const be_batch *batch; /* borrowed until the next begin */
+    const be_batch *batch; /* borrowed until the next begin (or &pad) */
     int have_batch;
+
+    /* A pure-decode step padded to its graph shape (begin, graph.cu): the padded batch and the
+     * host arrays it points into */
+    be_batch pad;
+    int32_t *pad_buf;
+    size_t pad_cap;       /* int32s in pad_buf */
+    int padded;           /* 1: this step runs padded (batch is &pad) */
+    int32_t pad_stride;   /* the padded block-table stride of this step */
 
     /* Attention plan of the current batch (made at its first attention call) */
     int attn_heads;       /* n_heads the plan was made for; 0 = not planned this step */
@@ -86,10 +118,18 @@ typedef struct cuda_backend {
     float *attn_scratch;  /* split partials [n_tokens][n_heads][splits][head_dim + 2] */
     size_t attn_scratch_floats;
 
-    /* Activations converted to a weight's 16-bit type for cuBLAS */
+    /* Activations converted to a weight's type for cuBLAS */
     void *conv;
     size_t conv_bytes;
     int64_t max_n_in;     /* largest matmul input width seen (sizes conv before a capture) */
+    int64_t max_n_out;    /* largest matmul output width seen (sizes mm32) */
+
+    /* Scratch of the matmuls and fused ops (grown before a capture for its rows, fused.cu):
+     * a GEMM's f32 product in row chunks of at most CUDA_MM32_BYTES (outputs of another type
+     * than the product's), the QKV products [rows][q + 2 kv] f32, a stacked gate/up product
+     * [rows][2 n_ff] (when no GLU matrix-vector kernel takes it), the normed logit rows */
+    cuda_scratch mm32, qkv32, glu, lmx;
+    int64_t max_qkv_cols, max_glu_cols, max_lm_dim; /* the widest of each seen */
 
     /* Quantised weights' F16-tile prefill (qgemm.cu, with qprefill_f16): one F16 tile of whole
      * rows; qtile_need is the largest tile of the uploaded matrices */
@@ -108,17 +148,21 @@ typedef struct cuda_backend {
     size_t qticket_bytes, qticket_need;
     int64_t qmax_n_in;
 
-    /* CUDA graphs for decode steps (opt-in, cuda_set_graphs / KVSERVE_CUDA_GRAPHS=1). A decode-only
-     * step of a batch shape seen before replays the graph captured the first time: begin()
-     * uploads the metadata, the ops only count themselves, to_host()/sync() launch the graph.
-     * Any change of device buffers (free, grow, kv_init) drops every graph. */
+    /* CUDA graphs for decode steps (on by default; cuda_set_graphs). A decode-only step is padded
+     * to its shape (rows to a power of two, the block-table stride to a power of two) and, once
+     * that shape has been captured, replayed: begin() uploads the metadata, the ops only count
+     * themselves, to_host()/sync() launch the graph. Any change of device buffers (free, grow,
+     * kv_init) drops every graph. */
     int graphs_on;
     int graph_mode;       /* 0 eager, 1 capturing this step, 2 replaying this step */
     int graph_slot;       /* the slot being captured or replayed */
     int graph_ops;        /* ops called this step */
     int steps_done;       /* eager steps completed (graphs wait for two, so every buffer is sized) */
+    uint64_t step_no;     /* steps begun */
     int model_heads;      /* n_heads the attention op was called with, 0 until the first call */
     int n_graphs;
+    cuda_graph_key step_key; /* the key of a padded step */
+    size_t last_graph_nodes; /* nodes of the graph the last captured step made */
     cuda_graph_slot graphs[CUDA_GRAPH_MAX];
 } cuda_backend;
 
@@ -177,19 +221,26 @@ static inline const float *cuda__rope_ff(const be_rope *r)
 
 /* ---- device and memory (cuda_backend.cu) --------------------------------------------------- */
 
-/* Grows a device buffer to at least bytes (contents lost). 0 or -ENOMEM. */
+/* Grows a device buffer to at least bytes (contents lost). 0 or -ENOMEM; -EIO (logged) when
+ * it would have to grow inside a graph capture (a buffer the step's shape should have sized). */
 int cuda__grow(cuda_backend *cb, void **p, size_t *cap_bytes, size_t bytes);
+/* The scratch s with at least bytes, or NULL (failure recorded in cb). */
+void *cuda__scratch(cuda_backend *cb, cuda_scratch *s, size_t bytes);
 
 /* ---- CUDA graphs (graph.cu) ---------------------------------------------------------------- */
 
 /* Drops every captured graph (device buffers they reference changed). */
 void cuda__graphs_reset(cuda_backend *cb);
-/* 1 when step b may run as a graph: graphs on, every buffer sized by two eager steps, and pure
- * decode. */
-int cuda__graph_eligible(const cuda_backend *cb, const be_batch *b);
-/* Called by begin() for an eligible step: selects the graph of its shape or starts capturing one.
- * 0 or a negative errno. */
-int cuda__graph_begin(cuda_backend *cb, const be_batch *b);
+/* Called by begin() for every batch: b itself, or for a pure-decode step of at most
+ * CUDA_GRAPH_MAX_ROWS sequences (and no more than be->pad_rows_max), its copy padded to its
+ * graph shape in cb->pad (cb->padded set, cb->step_key its key). NULL on -ENOMEM. */
+const be_batch *cuda__graph_pad(cuda_backend *cb, const be_batch *b);
+/* 1 when the padded step may run as a graph: graphs on, every buffer sized by two eager steps. */
+int cuda__graph_eligible(const cuda_backend *cb);
+/* Called by begin() for a padded step: plans attention for the padded stride and sizes every
+ * scratch buffer for its rows; then, when eligible, selects the graph of its shape or starts
+ * capturing one. 0 or a negative errno. */
+int cuda__graph_begin(cuda_backend *cb);
 /* Called by to_host()/sync() at the end of a step: finishes a capture and launches it, or launches
  * the replayed graph. 0 or -EIO. */
 int cuda__graph_end(cuda_backend *cb);
@@ -207,34 +258,44 @@ int cuda__op_kv_init(backend *be, const kv_geom *g, const int32_t *n_blocks);
 void cuda__op_kv_copy_block(backend *be, int group, int32_t src, int32_t dst);
 int cuda__op_kv_block_out(backend *be, int group, int32_t block, void *dst);
 int cuda__op_kv_block_in(backend *be, int group, int32_t block, const void *src);
-void cuda__op_store_kv(backend *be, int layer, const float *k, const float *v);
+void cuda__op_store_kv(backend *be, int layer, const void *k, const void *v);
+/* The K and V planes of layer and the batch's slots and positions for it. */
+void cuda__kv_target(cuda_backend *cb, int layer, void **kp, void **vp, const cuda_kv_layout **l,
+                     const int32_t **slots, const int32_t **pos);
 
 /* ---- dense GEMM and conversions (gemm.cu) -------------------------------------------------- */
 
-/* out = x · Wᵀ (+ bias): quantised weights go to the quantised matvec or GEMM, the others to
- * cuBLAS. */
-void cuda__op_matmul(backend *be, const float *x, int n_rows, const be_weight *w, const be_weight *bias,
-                     float *out);
+/* out = x · Wᵀ (+ bias): quantised weights go to the integer path (cuda__qmatmul), the others to
+ * the matrix-vector kernels (up to gemv_max_rows rows) or cuBLAS. */
+void cuda__op_matmul(backend *be, const void *x, int n_rows, const be_weight *w, const be_weight *bias, void *out);
 /* matmul_multi: quantised matrices share one quantisation of x (cuda__qmatmul); others run as
  * matmul. */
-void cuda__op_matmul_multi(backend *be, const float *x, int n_rows, int n, const be_weight *const *w,
-                           const be_weight *const *bias, float *const *out);
+void cuda__op_matmul_multi(backend *be, const void *x, int n_rows, int n, const be_weight *const *w,
+                           const be_weight *const *bias, void *const *out);
+/* The same with the output's type chosen (DT_F32, or cb->act) and, with softcap > 0, the outputs
+ * capped (cap · tanh(v / cap)); x activations. Failures are recorded in cb. */
+void cuda__matmul(cuda_backend *cb, const void *x, int n_rows, const be_weight *w, const float *bias, void *out,
+                  int out_type, float softcap);
 /* The table's conversion kernels, with their launches checked and failures recorded in cb:
  * n_rows rows of a model tensor (raw bytes on the device, row_bytes apart, type src_type: F32, F16
  * or BF16, else -EINVAL) into dst of type dst_type (DT_F32, DT_F16 or DT_BF16), 0 or -EIO;
  * x [n] → F16 bits in dst, 0 or -EIO; out[i] += bias[i % n_out] for i < n. */
 int cuda__convert_rows(cuda_backend *cb, const void *src, int src_type, size_t row_bytes, int64_t n_in,
                        int64_t n_rows, void *dst, int dst_type);
-int cuda__to_f16(cuda_backend *cb, const float *x, uint16_t *dst, int64_t n);
-void cuda__add_bias(cuda_backend *cb, float *out, const float *bias, int64_t n_out, int64_t n);
+int cuda__conv(cuda_backend *cb, const void *x, int x_type, void *dst, int dst_type, int64_t n);
+void cuda__add_bias(cuda_backend *cb, const float *src, void *out, int out_type, const float *bias, int64_t n_out,
+                    int64_t n);
+/* Rows per chunk of a GEMM of n_out outputs whose f32 product goes through mm32. */
+int64_t cuda__mm32_rows(int64_t n_out);
 
 /* ---- quantised weights: the integer path (qmatvec.cu) --------------------------------------- */
 
 /* out[i] = x · W[i]ᵀ (+ bias[i], or NULL) for n quantised matrices of one input width over the
- * same n_rows rows of x (activation type act: DT_F32, DT_BF16 or DT_F16; out[i] the same type):
- * x quantised once per block size, then mmvq or mmq per matrix. Failures are recorded in cb. */
+ * same n_rows rows of x (of type act: DT_F32, DT_BF16 or DT_F16; out[i] of out_type, one of the
+ * same three): x quantised once per block size, then mmvq or mmq per matrix. Failures are
+ * recorded in cb. */
 void cuda__qmatmul(cuda_backend *cb, const void *x, int act, int n_rows, int n, const be_weight *const *w,
-                   const float *const *bias, void *const *out);
+                   const float *const *bias, void *const *out, int out_type);
 /* Records what quantised matrix w needs of the scratch (called when it is uploaded). */
 void cuda__qmm_note_weight(cuda_backend *cb, const be_weight *w);
 /* Allocates the scratch of the integer path for n_rows rows of the uploaded matrices. 0 or
@@ -243,22 +304,32 @@ int cuda__qmm_reserve(cuda_backend *cb, int n_rows);
 
 /* ---- attention (attn.cu) ------------------------------------------------------------------- */
 
-void cuda__op_attention(backend *be, int layer, const float *q, const be_attn *at, float *out);
+void cuda__op_attention(backend *be, int layer, const void *q, const be_attn *at, void *out);
 
 /* ---- norms and RoPE (norm_rope.cu) --------------------------------------------------------- */
 
-void cuda__op_rmsnorm(backend *be, const float *x, const be_weight *w, float eps, int n_rows, int dim,
-                      float *out);
-void cuda__op_rope(backend *be, float *x, const be_rope *r);
-void cuda__op_rope_shift(backend *be, const float *x, float *out, const be_rope *r, int group);
+void cuda__op_rmsnorm(backend *be, const void *x, const be_weight *w, float eps, int n_rows, int dim, void *out);
+void cuda__op_rope(backend *be, void *x, const be_rope *r);
+void cuda__op_rope_shift(backend *be, const void *x, void *out, const be_rope *r, int group);
+
+/* ---- fused ops (fused.cu) ------------------------------------------------------------------ */
+
+void cuda__op_add_rmsnorm(backend *be, float *x, const void *y, const be_weight *w, float eps, int n_rows, int dim,
+                          void *out);
+void cuda__op_qkv(backend *be, int layer, const void *x, int n_rows, const be_qkv *p, void *q);
+void cuda__op_glu(backend *be, const void *x, int n_rows, const be_glu *p, void *out);
+void cuda__op_lm_head(backend *be, const float *x, const void *y, const be_weight *norm, float eps,
+                      const be_weight *w, const be_weight *bias, float softcap, float *logits);
+/* Grows the fused ops' scratch for steps of rows rows (before a graph capture). 0 or -ENOMEM. */
+int cuda__fused_reserve(cuda_backend *cb, int rows);
 
 /* ---- element-wise ops (elementwise.cu) ----------------------------------------------------- */
 
-void cuda__op_silu_mul(backend *be, float *gate, const float *up, int64_t n);
-void cuda__op_gelu_mul(backend *be, float *gate, const float *up, int64_t n);
+void cuda__op_silu_mul(backend *be, void *gate, const void *up, int64_t n);
+void cuda__op_gelu_mul(backend *be, void *gate, const void *up, int64_t n);
 void cuda__op_scale(backend *be, float *x, float s, int64_t n);
 void cuda__op_softcap(backend *be, float *x, float cap, int64_t n);
-void cuda__op_add(backend *be, float *x, const float *y, int64_t n);
+void cuda__op_add(backend *be, float *x, const void *y, int64_t n);
 
 /* ---- row gathers (gather.cu) --------------------------------------------------------------- */
 

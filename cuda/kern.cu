@@ -19,6 +19,8 @@ void cuda__kern_init(cuda__kern *k, int cc)
      * it, under `if (cc >= XX)`, newest last (kern.h). */
     cuda__attn_fill_sm80(k);
     cuda__gemm_fill_sm80(k);
+    cuda__gemv_fill_sm80(k);
+    cuda__fused_fill_sm80(k);
     cuda__qmatvec_fill_sm80(k);
     cuda__qgemm_fill_sm80(k);
     cuda__norm_rope_fill_sm80(k);
@@ -26,6 +28,7 @@ void cuda__kern_init(cuda__kern *k, int cc)
     cuda__elementwise_fill_sm80(k);
     cuda__gather_fill_sm80(k);
     cuda__sample_fill_sm80(k);
+    if (cc >= 90) cuda__gemv_fill_sm90(k);
     k->cc = cc;
 }
 
@@ -36,9 +39,11 @@ const char *cuda__kern_missing(const cuda__kern *k)
     CUDA__KERN_NEED(attention);
     CUDA__KERN_NEED(attn_reduce);
     CUDA__KERN_NEED(gemm);
+    CUDA__KERN_NEED(gemv_max_rows);
+    CUDA__KERN_NEED(gemv);
     CUDA__KERN_NEED(convert_rows);
-    CUDA__KERN_NEED(to16);
-    CUDA__KERN_NEED(add_bias);
+    CUDA__KERN_NEED(conv);
+    CUDA__KERN_NEED(bias);
     CUDA__KERN_NEED(qmatvec_max_rows);
     CUDA__KERN_NEED(qact);
     CUDA__KERN_NEED(qgemm);
@@ -46,7 +51,9 @@ const char *cuda__kern_missing(const cuda__kern *k)
     CUDA__KERN_NEED(rope);
     CUDA__KERN_NEED(rope_shift);
     CUDA__KERN_NEED(store_kv);
+    CUDA__KERN_NEED(qkv_post);
     CUDA__KERN_NEED(ew);
+    CUDA__KERN_NEED(glu);
     CUDA__KERN_NEED(embed);
     CUDA__KERN_NEED(gather_rows);
     CUDA__KERN_NEED(argmax);

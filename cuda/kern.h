@@ -12,9 +12,12 @@
  * buffers and cuBLAS (gemm, qgemm) take it. Unless an entry says otherwise, it does not check its
  * launch: the op does (CB_CHECK_LAUNCH), so a failure is logged with the op's file and line.
  *
- * Today every capability gets the same table, the sm_80 baseline (the kernels of each family's
- * NAME_kernels.h). The build carries sm_90 code and compute_80 PTX for every file (NVCC_ARCH in
- * the Makefile), so a device below 8.0 fails at its first launch, as it always has.
+ * Every capability gets the sm_80 baseline (the kernels of each family's NAME_kernels.h); sm_90
+ * and newer launch the dense matrix-vector kernels as programmatic dependent launches
+ * (cuda__gemv_fill_sm90). KVSERVE_CUDA_CC caps the capability the table is filled for (e.g. 80
+ * on an H200 runs the baseline), so that the checks can compare a variant with the baseline on
+ * the GPU they run on. The build carries sm_90 code and compute_80 PTX for every file (NVCC_ARCH
+ * in the Makefile), so a device below 8.0 fails at its first launch, as it always has.
  *
  * How to add a kernel (a variant for a newer GPU, or a new kind of kernel):
  *  1. The entry. Add it to struct cuda__kern below with its exact contract (shapes, what it may
@@ -61,6 +64,10 @@
 #include "cuda/kv_layout.h"
 
 struct cuda_backend;
+struct cuda_gemv_args; /* cuda/gemv_kernels.h */
+struct cuda_qkv_args;  /* cuda/fused_kernels.h */
+typedef struct cuda_gemv_args cuda_gemv_args;
+typedef struct cuda_qkv_args cuda_qkv_args;
 
 /* Weight types a table can hold kernels for: indexed by enum dt_type (the quantised types). */
 #define CUDA__W_TYPES 32
@@ -68,32 +75,50 @@ struct cuda_backend;
 typedef struct cuda__kern {
     int cc; /* the compute capability it was filled for: major × 10 + minor */
 
+    /* Activation element types: every entry that reads or writes activations takes their type
+     * (act, x_type, out_type: DT_F32 or DT_BF16, the backend's act_type, engine/backend.h) and
+     * void pointers; the residual stream and logits are f32. */
+
     /* ---- attention (attn.cu) ---- */
     /* Causal attention of the step's planned items (cuda/attn_plan.h) over one layer's K and V
-     * planes kp, vp of KV type kv_dtype (enum kv_dtype): a grid of a->splits × a->n_kv_heads ×
-     * n_items blocks with smem bytes of dynamic shared memory (cuda__attn_smem). Writes a->out
-     * when a->splits is 1, else the partials a->part. Returns 0, or -EIO (logged) when the kernel
-     * cannot be given that much shared memory; then nothing is launched. */
-    int (*attention)(cudaStream_t s, const cuda__attn_args *a, int kv_dtype, const void *kp, const void *vp,
+     * planes kp, vp of KV type kv_dtype (enum kv_dtype), q and out activations of type act: a
+     * grid of a->splits × a->n_kv_heads × n_items blocks with smem bytes of dynamic shared
+     * memory (cuda__attn_smem). Writes a->out when a->splits is 1, else the partials a->part.
+     * Returns 0, or -EIO (logged) when the kernel cannot be given that much shared memory; then
+     * nothing is launched. */
+    int (*attention)(cudaStream_t s, const cuda__attn_args *a, int kv_dtype, int act, const void *kp, const void *vp,
                      int32_t n_items, size_t smem);
     /* Merges the split-K partials part [n_tokens][n_heads][splits][head_dim + 2] into out
-     * [n_tokens][n_heads][head_dim]. */
-    void (*attn_reduce)(cudaStream_t s, const float *part, float *out, int n_tokens, int n_heads, int head_dim,
-                        int splits);
+     * [n_tokens][n_heads][head_dim] (activations of type act). */
+    void (*attn_reduce)(cudaStream_t s, const float *part, void *out, int act, int n_tokens, int n_heads,
+                        int head_dim, int splits);
+
+    /* ---- dense matrix-vector (gemv.cu) ---- */
+    /* Matmuls of up to this many rows on F32, F16 and BF16 weights take gemv. */
+    int gemv_max_rows;
+    /* out = x · Wᵀ (cuda_gemv_args, gemv_kernels.h: plain with bias and soft-cap, or GLU) for
+     * a->n_rows ≤ gemv_max_rows rows: W of w_type (DT_F32, DT_F16 or DT_BF16), x of x_type, out
+     * of out_type; the launch shape (split-K) from cuda_gemv_plan for n_sm SMs. GLU needs
+     * out_type == x_type. */
+    void (*gemv)(cudaStream_t s, int w_type, int x_type, int out_type, const cuda_gemv_args *a, int n_sm);
 
     /* ---- dense matmul and conversions (gemm.cu) ---- */
     /* out [n_rows][n_out] = x [n_rows][n_in] · Wᵀ (+ bias [n_out], or NULL) for F32, F16 and
-     * BF16 weights; records its own failures in cb. */
-    void (*gemm)(struct cuda_backend *cb, const float *x, int n_rows, const be_weight *w, const float *bias,
-                 float *out);
+     * BF16 weights through cuBLAS (FP32 accumulation); x activations, out of out_type (f32 or
+     * the activations'); records its own failures in cb. */
+    void (*gemm)(struct cuda_backend *cb, const void *x, int n_rows, const be_weight *w, const float *bias, void *out,
+                 int out_type);
     /* dst [n_rows][n_in] of dst_type (DT_F32, DT_F16 or DT_BF16) = the rows of a model tensor src
      * (row_bytes apart) of src_type (the same three). */
     void (*convert_rows)(cudaStream_t s, const void *src, int src_type, size_t row_bytes, int64_t n_in,
                          int64_t n_rows, void *dst, int dst_type);
-    /* dst [n] = x [n] as dst_type (DT_F16 or DT_BF16), rounding to nearest even. */
-    void (*to16)(cudaStream_t s, const float *x, void *dst, int dst_type, int64_t n);
-    /* out[i] += bias[i % n_out] for i < n. */
-    void (*add_bias)(cudaStream_t s, float *out, const float *bias, int64_t n_out, int64_t n);
+    /* dst [n] = x [n] converted from x_type to dst_type (DT_F32, DT_F16 or DT_BF16), rounding to
+     * nearest even. */
+    void (*conv)(cudaStream_t s, const void *x, int x_type, void *dst, int dst_type, int64_t n);
+    /* out[i] = (src ? src[i] : out[i]) + bias[i % n_out] (bias NULL: + 0) for i < n, out of
+     * out_type: a GEMM's f32 product (or the output in place) with its bias. */
+    void (*bias)(cudaStream_t s, const float *src, void *out, int out_type, const float *bias, int64_t n_out,
+                 int64_t n);
 
     /* ---- quantised weights (qmatvec.cu, qgemm.cu, gather.cu) ---- */
     /* Matmuls of up to this many rows (≤ 8) take mmvq, larger ones mmq. */
@@ -102,21 +127,24 @@ typedef struct cuda__kern {
      * [n_rows][n_in] of activation type act (DT_F32, DT_BF16 or DT_F16) quantised in blocks of qa
      * = 32 or 256 (cuda/quant_int.h; n_in a multiple of qa). */
     void (*qact)(cudaStream_t s, const void *x, int act, int n_rows, int64_t n_in, int qa, int8_t *xq, float *xd);
-    /* Per quantised type (cuda_q_is_quant; NULL for the others): out [n_rows][n_out] (type act) =
-     * x · Wᵀ (+ bias, or NULL) for n_rows ≤ qmatvec_max_rows, W in the file's blocks, x quantised
-     * by qact in blocks of cuda_q_act_block(type): the integer matrix-vector mmvq
+    /* Per quantised type (cuda_q_is_quant; NULL for the others): out [n_rows][n_out] (of out_type:
+     * DT_F32, DT_BF16 or DT_F16) = x · Wᵀ (+ bias, or NULL) for n_rows ≤ qmatvec_max_rows, W in
+     * the file's blocks, x quantised by qact in blocks of cuda_q_act_block(type): the integer
+     * matrix-vector mmvq
      * (qmatvec_kernels.h), each tile of 16 rows split over `split` blocks (cuda_mmvq_split); with
      * split > 1, part holds split × n_rows × n_out floats and ticket one zeroed counter per tile
      * (left zeroed). */
     void (*mmvq[CUDA__W_TYPES])(cudaStream_t s, const be_weight *w, const int8_t *xq, const float *xd, int n_rows,
-                                const float *bias, void *out, int act, int split, float *part, unsigned *ticket);
+                                const float *bias, void *out, int out_type, int split, float *part,
+                                unsigned *ticket);
     /* The same for any number of rows: the integer GEMM mmq (qgemm_kernels.h). */
     void (*mmq[CUDA__W_TYPES])(cudaStream_t s, const be_weight *w, const int8_t *xq, const float *xd, int n_rows,
-                               const float *bias, void *out, int act);
+                               const float *bias, void *out, int out_type);
     /* The other prefill path, kept to compare against (cuda_set_quant_prefill): W decoded into F16
-     * tiles that cuBLAS multiplies with x [n_rows][n_in] (f32); records its own failures in cb. */
-    void (*qgemm)(struct cuda_backend *cb, const float *x, int n_rows, const be_weight *w, const float *bias,
-                  float *out);
+     * tiles that cuBLAS multiplies with x [n_rows][n_in] (activations), out of out_type; records
+     * its own failures in cb. */
+    void (*qgemm)(struct cuda_backend *cb, const void *x, int n_rows, const be_weight *w, const float *bias, void *out,
+                  int out_type);
     /* Per quantised type: rows [r0, r0 + n_rows) of w decoded into dst [n_rows][n_in], F16 bits
      * (f16 = 1) or f32. */
     void (*qdequant[CUDA__W_TYPES])(cudaStream_t s, const be_weight *w, int64_t r0, int64_t n_rows, void *dst,
@@ -126,34 +154,48 @@ typedef struct cuda__kern {
                                   float *out);
 
     /* ---- norms and RoPE (norm_rope.cu) ---- */
-    /* out[r] = rmsnorm(x[r]) · w for n_rows rows of dim; with res != NULL, x[r] += res[r] first
-     * (written back). out may not alias x or res. */
-    void (*rmsnorm)(cudaStream_t s, float *x, const float *res, const float *w, float eps, int n_rows, int dim,
-                    float *out);
-    /* Rotates the n_tokens rows of x [n_tokens][r->n_heads][r->head_dim] in place at positions
-     * pos[] (device memory). r->freq_factors is ignored: ff is its device data, or NULL. */
-    void (*rope)(cudaStream_t s, float *x, const int32_t *pos, int n_tokens, const be_rope *r, const float *ff);
+    /* out[r] = rmsnorm(h) · w for n_rows rows of dim, h the row rows[r] of x (rows NULL: row r)
+     * plus, with res != NULL, the same row of res (written back to x when write_back). x is the
+     * f32 residual stream when x_f32, else activations; res and out are activations (act). out
+     * may equal x only without res. */
+    void (*rmsnorm)(cudaStream_t s, int act, int x_f32, void *x, const void *res, const int32_t *rows, int write_back,
+                    const float *w, float eps, int n_rows, int dim, void *out);
+    /* Rotates the n_tokens rows of x [n_tokens][r->n_heads][r->head_dim] (activations) in place at
+     * positions pos[] (device memory). r->freq_factors is ignored: ff is its device data, or
+     * NULL. */
+    void (*rope)(cudaStream_t s, int act, void *x, const int32_t *pos, int n_tokens, const be_rope *r,
+                 const float *ff);
     /* out row t = x row t rotated by −shift[s] of its sequence s (the last s with q_start[s] ≤ t;
-     * no rotation when sinks is NULL), for n_tokens rows; r and ff as for rope. */
-    void (*rope_shift)(cudaStream_t s, const float *x, float *out, int n_tokens, const int32_t *q_start,
+     * no rotation when sinks is NULL), for n_tokens rows of activations; r and ff as for rope. */
+    void (*rope_shift)(cudaStream_t s, int act, const void *x, void *out, int n_tokens, const int32_t *q_start,
                        int n_seqs, const int32_t *sinks, const int32_t *shift, const be_rope *r, const float *ff);
 
     /* ---- KV store (kv.cu) ---- */
-    /* Writes token t's rows k[t], v[t] ([n_kv_heads][head_dim] of l) into the planes kp, vp
-     * (KV type kv_dtype, layout l) at slots[t] (skipped when < 0), for n_tokens tokens; with
-     * r->rope_dims > 0, k[t] is first rotated in place at pos[t] (r, ff as for rope). */
-    void (*store_kv)(cudaStream_t s, int kv_dtype, float *k, const float *v, void *kp, void *vp,
+    /* Writes token t's rows k[t], v[t] ([n_kv_heads][head_dim] of l, activations) into the planes
+     * kp, vp (KV type kv_dtype, layout l) at slots[t] (skipped when < 0), for n_tokens tokens;
+     * with r->rope_dims > 0, k[t] is first rotated in place at pos[t] (r, ff as for rope). */
+    void (*store_kv)(cudaStream_t s, int kv_dtype, int act, void *k, const void *v, void *kp, void *vp,
                      const int32_t *slots, const int32_t *pos, int n_tokens, const cuda_kv_layout *l,
                      const be_rope *r, const float *ff);
 
+    /* ---- fused ops (fused.cu) ---- */
+    /* The QKV epilogue (fused_kernels.h): biases, q/k norms, RoPE, q out, K/V into the cache of
+     * kv_dtype, for n_tokens tokens; activations of type act. a->head_dim ≤ CUDA_QKV_MAX_HEAD_DIM. */
+    void (*qkv_post)(cudaStream_t s, int kv_dtype, int act, const cuda_qkv_args *a, int n_tokens);
+
     /* ---- element-wise ops (elementwise.cu) ---- */
-    /* x[i] = op(x[i], y[i] or sc) for i < n (enum cuda_ew_op, cuda/formats.h). */
-    void (*ew)(cudaStream_t s, int op, float *x, const float *y, float sc, int64_t n);
+    /* x[i] = op(x[i], y[i] or sc) for i < n (enum cuda_ew_op, cuda/formats.h); x of x_type, y of
+     * y_type (each DT_F32 or DT_BF16). */
+    void (*ew)(cudaStream_t s, int op, int x_type, void *x, int y_type, const void *y, float sc, int64_t n);
+    /* out [n_rows][n_ff] = act(g + bg) × (u + bu), rows of g and u ld apart, activations of type
+     * act (cuda__glu_k). */
+    void (*glu)(cudaStream_t s, int act, const void *g, const void *u, int64_t ld, int64_t n_ff, int64_t n_rows,
+                const float *bg, const float *bu, int gelu, void *out);
 
     /* ---- row gathers (gather.cu) ---- */
     /* out [n_tokens][n_in] = the rows tokens[] of an F32, F16 or BF16 table emb, as f32. */
     void (*embed)(cudaStream_t s, const be_weight *emb, const int32_t *tokens, int n_tokens, float *out);
-    /* out [n_rows][dim] = the rows rows[] of x. */
+    /* out [n_rows][dim] = the rows rows[] of x (f32). */
     void (*gather_rows)(cudaStream_t s, const float *x, int dim, const int32_t *rows, int n_rows, float *out);
 
     /* ---- sampling (sample.cu) ---- */
@@ -170,6 +212,9 @@ const char *cuda__kern_missing(const cuda__kern *k);
 /* Fill functions, one per file of launchers: each sets the entries its file implements. */
 void cuda__attn_fill_sm80(cuda__kern *k);        /* attn.cu */
 void cuda__gemm_fill_sm80(cuda__kern *k);        /* gemm.cu */
+void cuda__gemv_fill_sm80(cuda__kern *k);        /* gemv.cu */
+void cuda__gemv_fill_sm90(cuda__kern *k);        /* gemv.cu: programmatic dependent launches */
+void cuda__fused_fill_sm80(cuda__kern *k);       /* fused.cu */
 void cuda__qmatvec_fill_sm80(cuda__kern *k);     /* qmatvec.cu */
 void cuda__qgemm_fill_sm80(cuda__kern *k);       /* qgemm.cu */
 void cuda__norm_rope_fill_sm80(cuda__kern *k);   /* norm_rope.cu */

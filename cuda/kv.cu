@@ -133,11 +133,11 @@ int cuda__op_kv_block_in(backend *be, int group, int32_t block, const void *src)
 
 /* ---- the K/V store ------------------------------------------------------------------------- */
 
-static void cuda__store_kv_sm80(cudaStream_t s, int kv_dtype, float *k, const float *v, void *kb, void *vb,
-                                const int32_t *slots, const int32_t *pos, int n, const cuda_kv_layout *l,
-                                const be_rope *rp, const float *ff)
+template <typename A>
+static void cuda__store_kv_act(cudaStream_t s, int kv_dtype, A *k, const A *v, void *kb, void *vb,
+                               const int32_t *slots, const int32_t *pos, int n, const cuda_kv_layout *l,
+                               const be_rope &r, const float *ff)
 {
-    const be_rope &r = *rp;
     if (kv_dtype == KV_F32)
         cuda__store_kv_k<<<n, 128, 0, s>>>(k, v, (float *)kb, (float *)vb, slots, pos, *l, r, ff);
     else if (kv_dtype == KV_I8)
@@ -150,13 +150,36 @@ static void cuda__store_kv_sm80(cudaStream_t s, int kv_dtype, float *k, const fl
         cuda__store_kv_k<<<n, 128, 0, s>>>(k, v, (__half *)kb, (__half *)vb, slots, pos, *l, r, ff);
 }
 
+static void cuda__store_kv_sm80(cudaStream_t s, int kv_dtype, int act, void *k, const void *v, void *kb, void *vb,
+                                const int32_t *slots, const int32_t *pos, int n, const cuda_kv_layout *l,
+                                const be_rope *rp, const float *ff)
+{
+    if (act == DT_BF16)
+        cuda__store_kv_act(s, kv_dtype, (__nv_bfloat16 *)k, (const __nv_bfloat16 *)v, kb, vb, slots, pos, n, l, *rp, ff);
+    else
+        cuda__store_kv_act(s, kv_dtype, (float *)k, (const float *)v, kb, vb, slots, pos, n, l, *rp, ff);
+}
+
 void cuda__kv_fill_sm80(cuda__kern *k)
 {
     k->store_kv = cuda__store_kv_sm80;
 }
 
-/* Writes the step's k and v rows of one layer at their slots; with rope, k is rotated first. */
-static void cuda__store_kv(cuda_backend *cb, int layer, float *k, const float *v, const be_rope *rope)
+void cuda__kv_target(cuda_backend *cb, int layer, void **kp, void **vp, const cuda_kv_layout **l,
+                     const int32_t **slots, const int32_t **pos)
+{
+    const cuda_kv_layout *lay;
+    *kp = cuda__kv_plane(cb, layer, 0, &lay);
+    *vp = cuda__kv_plane(cb, layer, 1, &lay);
+    if (l) *l = lay;
+    const cuda_meta_kv *mk = &cb->meta.kv[cb->meta.n_kv > 1 ? cb->kv_group[layer] : 0];
+    *slots = cuda__meta(cb, mk->slots);
+    *pos = cuda__meta(cb, cb->meta.positions);
+}
+
+/* Writes the step's k and v rows (activations) of one layer at their slots; with rope, k is
+ * rotated first. */
+static void cuda__store_kv(cuda_backend *cb, int layer, void *k, const void *v, const be_rope *rope)
 {
     be_rope r;
     memset(&r, 0, sizeof r); /* rope_dims 0: no rotation */
@@ -170,20 +193,20 @@ static void cuda__store_kv(cuda_backend *cb, int layer, float *k, const float *v
     int n = cb->meta.n_tokens;
     if (n <= 0) return;
     const cuda_kv_layout *l;
-    char *kb = cuda__kv_plane(cb, layer, 0, &l), *vb = cuda__kv_plane(cb, layer, 1, &l);
-    const cuda_meta_kv *mk = &cb->meta.kv[cb->meta.n_kv > 1 ? cb->kv_group[layer] : 0];
-    const int32_t *slots = cuda__meta(cb, mk->slots), *pos = cuda__meta(cb, cb->meta.positions);
-    cb->k.store_kv(cb->stream, cb->kv_dtype, k, v, kb, vb, slots, pos, n, l, &r, ff);
+    void *kb, *vb;
+    const int32_t *slots, *pos;
+    cuda__kv_target(cb, layer, &kb, &vb, &l, &slots, &pos);
+    cb->k.store_kv(cb->stream, cb->kv_dtype, cb->act, k, v, kb, vb, slots, pos, n, l, &r, ff);
     CB_CHECK_LAUNCH(cb);
 }
 
-void cuda__op_store_kv(backend *be, int layer, const float *k, const float *v)
+void cuda__op_store_kv(backend *be, int layer, const void *k, const void *v)
 {
     if (cuda__graph_skip(cuda__cb(be))) return;
-    cuda__store_kv(cuda__cb(be), layer, (float *)k, v, NULL);
+    cuda__store_kv(cuda__cb(be), layer, (void *)k, v, NULL);
 }
 
-extern "C" void cuda_rope_store_kv(backend *be, int layer, float *k, const float *v, const be_rope *r)
+extern "C" void cuda_rope_store_kv(backend *be, int layer, void *k, const void *v, const be_rope *r)
 {
     cuda__store_kv(cuda__cb(be), layer, k, v, r);
 }

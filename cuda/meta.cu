@@ -33,8 +33,8 @@ static int cuda__meta_reserve(cuda_backend *cb, size_t n_ints)
     return 0;
 }
 
-/* be_ops.begin: validates the batch, packs it into the pinned buffer, uploads it, and starts or
- * selects a CUDA graph for an eligible step. */
+/* be_ops.begin: validates the batch, pads a pure-decode step to its graph shape (graph.cu), packs
+ * it into the pinned buffer, uploads it, and starts or selects a CUDA graph for it. */
 int cuda__op_begin(backend *be, const be_batch *b)
 {
     cuda_backend *cb = cuda__cb(be);
@@ -46,23 +46,27 @@ int cuda__op_begin(backend *be, const be_batch *b)
     if (cuda__use(cb)) return -EIO;
     /* The pinned buffer may still be read by the previous step's copies. */
     if (CB_CHECK(cb, cudaEventSynchronize(cb->meta_done))) return -EIO;
+    const be_batch *run = cuda__graph_pad(cb, b);
+    if (!run) return -ENOMEM;
+    if (run != b && cuda_meta_plan(run, &L)) return -EINVAL; /* the padded copy's layout */
     /* Room for the attention items too: at most one per token. */
-    size_t need = (size_t)L.total + (size_t)CUDA_ATTN_ITEM_INTS * (size_t)b->n_tokens + 1;
+    size_t need = (size_t)L.total + (size_t)CUDA_ATTN_ITEM_INTS * (size_t)run->n_tokens + 1;
     rc = cuda__meta_reserve(cb, need);
     if (rc) return rc;
-    cuda_meta_pack(b, &L, cb->meta_host);
+    cuda_meta_pack(run, &L, cb->meta_host);
     if (CB_CHECK(cb, cudaMemcpyAsync(cb->meta_dev, cb->meta_host, (size_t)L.total * sizeof(int32_t),
                                      cudaMemcpyHostToDevice, cb->stream)))
         return -EIO;
     if (CB_CHECK(cb, cudaEventRecord(cb->meta_done, cb->stream))) return -EIO;
     cb->meta = L;
-    cb->batch = b;
+    cb->batch = run;
     cb->have_batch = 1;
     cb->attn_heads = 0;
     cb->graph_mode = 0;
     cb->graph_ops = 0;
-    if (cuda__graph_eligible(cb, b)) return cuda__graph_begin(cb, b);
-    return 0;
+    cb->step_no++;
+    be->step_rows = run->n_tokens;
+    return cb->padded ? cuda__graph_begin(cb) : 0;
 }
 
 /* ---- attention plan ------------------------------------------------------------------------ */

@@ -16,37 +16,67 @@
 
 /* ---- RMSNorm ----------------------------------------------------------------------------- */
 
-/* One block per row. With res != NULL, x[r] += res[r] first (written back), then the norm of the
- * sum goes to out. Sum of squares in f32 across the block, as the CPU reference does per row. */
-static __global__ void cuda__rmsnorm_k(float *x, const float *res, const float *w, float eps, int dim, float *out)
+/* Elements of a row one thread keeps in registers between the two passes of the norm (rows
+ * longer than CUDA_NORM_THREADS × this are read twice). */
+#define CUDA_NORM_KEEP 8
+/* Threads of the norm's block: one block per row. */
+#define CUDA_NORM_THREADS 512
+
+/* One block per output row r, whose source row is rows[r] (rows NULL: r). The row is h = x[src]
+ * (+ res[src] when res is not NULL; the sum written back to x[src] when write_back), and
+ * out[r] = h / sqrt(mean(h²) + eps) · w. X, Y, O: the element types of x, res and out (the f32
+ * residual stream, or activations); out may equal x only without res. Sum of squares in f32
+ * across the block, as the CPU reference does per row. */
+template <typename X, typename Y, typename O>
+static __global__ void cuda__rmsnorm_k(X *x, const Y *res, const int32_t *rows, int write_back, const float *w,
+                                       float eps, int dim, O *out)
 {
-    int64_t r = blockIdx.x;
-    float *xr = x + r * dim;
-    float ss = 0.0f;
-    for (int i = threadIdx.x; i < dim; i += blockDim.x) {
-        float v = xr[i];
-        if (res) {
-            v += res[r * dim + i];
-            xr[i] = v;
+    cuda__pdl_trigger(); /* a projection after the norm may launch (it waits before reading) */
+    const int64_t r = blockIdx.x, src = rows ? rows[r] : r;
+    X *xr = x + src * dim;
+    const Y *yr = res ? res + src * dim : NULL;
+    float keep[CUDA_NORM_KEEP], ss = 0.0f;
+#pragma unroll
+    for (int k = 0; k < CUDA_NORM_KEEP; k++) {
+        int i = threadIdx.x + k * blockDim.x;
+        float v = 0.0f;
+        if (i < dim) {
+            v = cuda__ld(xr[i]);
+            if (yr) v += cuda__ld(yr[i]);
         }
+        keep[k] = v;
+        ss += v * v;
+    }
+    for (int i = threadIdx.x + CUDA_NORM_KEEP * blockDim.x; i < dim; i += blockDim.x) {
+        float v = cuda__ld(xr[i]) + (yr ? cuda__ld(yr[i]) : 0.0f);
         ss += v * v;
     }
     ss = cuda__block_sum(ss);
-    float inv = 1.0f / sqrtf(ss / (float)dim + eps);
-    for (int i = threadIdx.x; i < dim; i += blockDim.x) out[r * dim + i] = xr[i] * inv * w[i];
+    const float inv = 1.0f / sqrtf(ss / (float)dim + eps);
+    O *o = out + r * dim;
+#pragma unroll
+    for (int k = 0; k < CUDA_NORM_KEEP; k++) {
+        int i = threadIdx.x + k * blockDim.x;
+        if (i >= dim) break;
+        if (yr && write_back) xr[i] = cuda__st<X>(keep[k]);
+        o[i] = cuda__st<O>(keep[k] * inv * w[i]);
+    }
+    for (int i = threadIdx.x + CUDA_NORM_KEEP * blockDim.x; i < dim; i += blockDim.x) {
+        float v = cuda__ld(xr[i]) + (yr ? cuda__ld(yr[i]) : 0.0f);
+        if (yr && write_back) xr[i] = cuda__st<X>(v);
+        o[i] = cuda__st<O>(v * inv * w[i]);
+    }
 }
 
 /* ---- RoPE -------------------------------------------------------------------------------- */
 
 #define CUDA_ROPE_MAX_PAIRS 512
 
-/* Rotates the rope_dims leading dims of every head of token row x at position pos (r: the layer's
- * rope with n_heads heads; ff: its frequency factors in device memory, or NULL); the whole block
- * calls it. Angles are computed once per pair in double (as on the CPU, through the same
- * be_rope_freq), then applied to every head in f32. */
-static __device__ void cuda__rope_row(float *x, int pos, const be_rope &r, const float *ff)
+/* The cos and sin (times mscale) of pair i < min(rope_dims / 2, CUDA_ROPE_MAX_PAIRS) of RoPE r at
+ * position pos into cs[i], sn[i], by the threads of the block; angles in double (as on the CPU,
+ * through the same be_rope_freq). The caller synchronises before reading them. */
+static __device__ void cuda__rope_angles(int pos, const be_rope &r, const float *ff, float *cs, float *sn)
 {
-    static __shared__ float cs[CUDA_ROPE_MAX_PAIRS], sn[CUDA_ROPE_MAX_PAIRS];
     int half = r.rope_dims / 2;
     if (half > CUDA_ROPE_MAX_PAIRS) half = CUDA_ROPE_MAX_PAIRS; /* head_dim > 1024 is not a real model */
     float ms = be_rope_mscale(&r);
@@ -56,18 +86,30 @@ static __device__ void cuda__rope_row(float *x, int pos, const be_rope &r, const
         cs[i] = (float)c * ms;
         sn[i] = (float)s * ms;
     }
+}
+
+/* Rotates the rope_dims leading dims of every head of token row x (activations of type A) at
+ * position pos (r: the layer's rope with n_heads heads; ff: its frequency factors in device
+ * memory, or NULL); the whole block calls it. Angles once per pair (cuda__rope_angles), then
+ * applied to every head in f32. */
+template <typename A> static __device__ void cuda__rope_row(A *x, int pos, const be_rope &r, const float *ff)
+{
+    static __shared__ float cs[CUDA_ROPE_MAX_PAIRS], sn[CUDA_ROPE_MAX_PAIRS];
+    int half = r.rope_dims / 2;
+    if (half > CUDA_ROPE_MAX_PAIRS) half = CUDA_ROPE_MAX_PAIRS;
+    cuda__rope_angles(pos, r, ff, cs, sn);
     __syncthreads();
     for (int idx = threadIdx.x; idx < r.n_heads * half; idx += blockDim.x) {
         int h = idx / half, i = idx % half, a, b;
         cuda_rope_pair(r.neox, r.rope_dims, i, &a, &b);
-        float *xh = x + (int64_t)h * r.head_dim;
-        float x0 = xh[a], x1 = xh[b];
-        xh[a] = x0 * cs[i] - x1 * sn[i];
-        xh[b] = x0 * sn[i] + x1 * cs[i];
+        A *xh = x + (int64_t)h * r.head_dim;
+        float x0 = cuda__ld(xh[a]), x1 = cuda__ld(xh[b]);
+        xh[a] = cuda__st<A>(x0 * cs[i] - x1 * sn[i]);
+        xh[b] = cuda__st<A>(x0 * sn[i] + x1 * cs[i]);
     }
 }
 
-static __global__ void cuda__rope_k(float *x, const int32_t *pos, be_rope r, const float *ff)
+template <typename A> static __global__ void cuda__rope_k(A *x, const int32_t *pos, be_rope r, const float *ff)
 {
     int t = blockIdx.x;
     cuda__rope_row(x + (int64_t)t * r.n_heads * r.head_dim, pos[t], r, ff);
@@ -75,7 +117,8 @@ static __global__ void cuda__rope_k(float *x, const int32_t *pos, be_rope r, con
 
 /* out row t = x row t rotated by −shift of its sequence (sinks NULL: 0), a pure rotation (r's
  * mscale is 1). The sequence of token t: the last s with q_start[s] ≤ t. */
-static __global__ void cuda__rope_shift_k(const float *x, float *out, const int32_t *q_start, int n_seqs,
+template <typename A>
+static __global__ void cuda__rope_shift_k(const A *x, A *out, const int32_t *q_start, int n_seqs,
                                           const int32_t *sinks, const int32_t *shift, be_rope r, const float *ff)
 {
     int t = blockIdx.x, lo = 0, hi = n_seqs - 1;
@@ -85,8 +128,8 @@ static __global__ void cuda__rope_shift_k(const float *x, float *out, const int3
         else hi = mid - 1;
     }
     int64_t row = (int64_t)r.n_heads * r.head_dim;
-    const float *xs = x + t * row;
-    float *o = out + t * row;
+    const A *xs = x + t * row;
+    A *o = out + t * row;
     for (int64_t i = threadIdx.x; i < row; i += blockDim.x) o[i] = xs[i];
     __syncthreads();
     int sh = sinks ? shift[lo] : 0;

@@ -36,15 +36,15 @@ static void cuda__qact_sm80(cudaStream_t s, const void *x, int act, int n_rows, 
 
 template <int T>
 static void cuda__launch_mmvq(cudaStream_t s, const be_weight *w, const int8_t *xq, const float *xd, int n_rows,
-                              const float *bias, void *out, int act, int split, float *part, unsigned *ticket)
+                              const float *bias, void *out, int out_type, int split, float *part, unsigned *ticket)
 {
     dim3 grid((unsigned)cuda_div_up(w->n_out, 16), (unsigned)split);
     const uint8_t *wd = (const uint8_t *)w->data;
     size_t rb = dt_row_bytes(w->type, w->n_in);
-    if (act == DT_BF16)
+    if (out_type == DT_BF16)
         cuda__mmvq_k<T, __nv_bfloat16><<<grid, CUDA_MMVQ_WARPS * 32, 0, s>>>(
             wd, rb, w->n_in, w->n_out, xq, xd, n_rows, bias, (__nv_bfloat16 *)out, part, ticket);
-    else if (act == DT_F16)
+    else if (out_type == DT_F16)
         cuda__mmvq_k<T, __half><<<grid, CUDA_MMVQ_WARPS * 32, 0, s>>>(wd, rb, w->n_in, w->n_out, xq, xd, n_rows,
                                                                       bias, (__half *)out, part, ticket);
     else
@@ -97,10 +97,10 @@ int cuda__qmm_reserve(cuda_backend *cb, int n_rows)
 /* ---- the op -------------------------------------------------------------------------------- */
 
 void cuda__qmatmul(cuda_backend *cb, const void *x, int act, int n_rows, int n, const be_weight *const *w,
-                   const float *const *bias, void *const *out)
+                   const float *const *bias, void *const *out, int out_type)
 {
-    if (n_rows > cb->k.qmatvec_max_rows && cb->qprefill_f16) { /* the F16 tiles, to compare against */
-        for (int i = 0; i < n; i++) cb->k.qgemm(cb, (const float *)x, n_rows, w[i], bias[i], (float *)out[i]);
+    if (n_rows > cb->k.qmatvec_max_rows && cb->qprefill_f16 && act == cb->act) { /* the F16 tiles, to compare */
+        for (int i = 0; i < n; i++) cb->k.qgemm(cb, x, n_rows, w[i], bias[i], out[i], out_type);
         return;
     }
     if (cuda__fail(cb, cuda__qmm_reserve(cb, n_rows))) return;
@@ -118,9 +118,9 @@ void cuda__qmatmul(cuda_backend *cb, const void *x, int act, int n_rows, int n, 
                 quantised = 1;
             }
             if (n_rows <= cb->k.qmatvec_max_rows)
-                cb->k.mmvq[w[i]->type](cb->stream, w[i], xq, xd, n_rows, bias[i], out[i], act,
+                cb->k.mmvq[w[i]->type](cb->stream, w[i], xq, xd, n_rows, bias[i], out[i], out_type,
                                        cuda__mmvq_split(cb, w[i]), cb->qpart, cb->qticket);
-            else cb->k.mmq[w[i]->type](cb->stream, w[i], xq, xd, n_rows, bias[i], out[i], act);
+            else cb->k.mmq[w[i]->type](cb->stream, w[i], xq, xd, n_rows, bias[i], out[i], out_type);
             if (CB_CHECK_LAUNCH(cb)) return;
         }
     }

@@ -5,8 +5,25 @@
  * nvcc exists). Nothing above this interface knows which one runs.
  *
  * Memory: weights, activations and the KV arena live in backend memory. forward.c never reads
- * them on the host: it passes the pointers the backend returned back into the ops. Activations
- * are f32 row-major [rows][cols] on every backend. Only logits (and batch metadata) cross.
+ * them on the host: it passes the pointers the backend returned back into the ops. Only logits
+ * (and batch metadata) cross.
+ *
+ * Element types between ops, row-major [rows][cols] everywhere:
+ *   - activations (the GEMMs' inputs and outputs, q / k / v, attention's input and output, the
+ *     feed-forward's hidden rows): the backend's act_type (struct backend): DT_F32 on the CPU,
+ *     DT_BF16 on CUDA. bf16 rather than f16: it has f32's exponent range, so the activations of
+ *     models that overflow f16 (Gemma's feed-forward, large residual outliers) stay finite, and
+ *     it is the type of the served checkpoints, whose matrices cuBLAS multiplies with bf16
+ *     activations without a conversion. The pointers are void * (forward.c never assumes f32).
+ *   - the residual stream (embed's output, add's and add_rmsnorm's x, gather_rows, lm_head's
+ *     input) is f32 on every backend: it carries the sum of every layer's contributions, and a
+ *     16-bit sum would lose about 3 significant digits per add across the layers, for a saving
+ *     of under 2% of a decode step's bytes (the weights dominate).
+ *   - logits are f32 (lm_head writes them so; a backend with f32 activations gets them from
+ *     matmul), and so is everything to_host copies.
+ * A backend whose act_type is not DT_F32 must implement the ops that cross between the residual
+ * stream and the activations (add_rmsnorm and lm_head): forward.c's unfused path passes the
+ * residual to rmsnorm and matmul, which only an f32 backend can take (fwd_create checks).
  *
  * The varlen batch (vLLM style): one flat list of new tokens from any mix of sequences — prefill
  * chunks and single decode tokens. Sequence s owns tokens q_start[s] .. q_start[s+1]-1. The KV
@@ -34,6 +51,7 @@
 #include <stdint.h>
 
 #include "cache/kv.h"
+#include "model/dtype.h"
 #include "model/model.h"
 
 /* One layer group's view of the batch's KV. */
@@ -135,8 +153,8 @@ typedef struct be_attn {
     float scale;    /* multiplies q·k, e.g. 1/sqrt(head_dim) */
     float softcap;  /* > 0: attention-logit soft-capping (Gemma 2); 0: off */
     int32_t window; /* > 0: sliding window of this many positions; 0: full causal */
-    const float *q_sink; /* when the layer's group view has sinks: the queries that meet them
-                            (q after rope_shift, same shape as q); else NULL */
+    const void *q_sink;  /* when the layer's group view has sinks: the queries that meet them
+                            (q after rope_shift, same shape and type as q); else NULL */
 } be_attn;
 
 /* tanh-approximated GELU: 0.5 x (1 + tanh(sqrt(2/π) (x + 0.044715 x³))), as GeGLU uses it. */
@@ -150,6 +168,28 @@ static inline BE_HOST_DEVICE float be_softcap(float x, float cap)
 {
     return cap * tanhf(x / cap);
 }
+
+/* A layer's attention input projections for the fused qkv op: Q, K and V as n_w row blocks
+ * that stack to [Wq; Wk; Wv] ([q_dim + 2 kv_dim][dim]): n_w = 1 when the backend stacked all
+ * three at upload (weight_upload_cat), 2 for [Wq; Wk] and Wv, or [Wq] and [Wk; Wv], 3 when apart
+ * (types differ). b[i] is the bias of w[i] (stacked alike), or NULL. */
+typedef struct be_qkv {
+    int n_w;
+    const be_weight *w[3];
+    const be_weight *b[3];
+    const be_weight *q_norm, *k_norm; /* [head_dim] per-head RMSNorm (qwen3, gemma3), or NULL */
+    float eps;                               /* their epsilon */
+    const be_rope *rope_q, *rope_k;   /* the layer's RoPE of q and k */
+} be_qkv;
+
+/* The feed-forward's gate and up projections for the fused glu op: n_w = 1 when w[0] is
+ * [Wgate; Wup] stacked by rows ([2 n_ff][dim]), 2 when apart; b[i] the bias of w[i] or NULL. */
+typedef struct be_glu {
+    int n_w;
+    const be_weight *w[2];
+    const be_weight *b[2];
+    int gelu; /* 1: GELU(tanh)(gate) × up (GeGLU); 0: SiLU(gate) × up (SwiGLU) */
+} be_glu;
 
 typedef struct backend backend;
 
@@ -185,53 +225,61 @@ typedef struct be_ops {
     void *(*host_alloc)(backend *be, size_t bytes);
     void (*host_free)(backend *be, void *p);
 
-    /* Activation scratch: n_floats f32 in backend memory, or NULL. */
-    float *(*alloc)(backend *be, size_t n_floats);
+    /* Activation scratch: n elements of the backend's act_type in backend memory, or NULL
+     * (be_alloc_f32 below sizes f32 buffers: the residual stream, logits). */
+    void *(*alloc)(backend *be, size_t n);
     void (*free)(backend *be, void *p);
 
-    /* Starts a step: takes (and for a device, uploads) the batch metadata. The batch's arrays are
+    /* Starts a step: takes (and for a device, uploads) the batch metadata, and sets
+     * be->step_rows, the rows the step's ops run over: b->n_tokens, or more when the backend pads
+     * a pure-decode step (one token per sequence, each a logit row) to a shape it has captured
+     * (CUDA graphs). The padded rows are tokens of sequences of their own that write no KV and
+     * whose results nobody reads; forward.c passes step_rows as every op's row count (and as
+     * n_logits), and copies only the batch's own logit rows to the host. The batch's arrays are
      * borrowed until the next begin. 0 or a negative errno. */
     int (*begin)(backend *be, const be_batch *b);
 
-    /* out[i][:] = embedding row of the batch's token i (dequantised to f32). */
+    /* out[i][:] = embedding row of the batch's token i (dequantised to f32): the residual stream. */
     void (*embed)(backend *be, const be_weight *emb, float *out);
-    /* out[r] = x[r] / sqrt(mean(x[r]^2) + eps) * w, for n_rows rows of dim. out may equal x. */
-    void (*rmsnorm)(backend *be, const float *x, const be_weight *w, float eps, int n_rows, int dim,
-                    float *out);
-    /* out[r][o] = sum_i x[r][i] * W[o][i] (+ bias[o]); x is [n_rows][w->n_in], out [n_rows][w->n_out]. */
-    void (*matmul)(backend *be, const float *x, int n_rows, const be_weight *w,
-                   const be_weight *bias, float *out);
+    /* out[r] = x[r] / sqrt(mean(x[r]^2) + eps) * w, for n_rows rows of dim; x and out are
+     * activations (act_type). out may equal x. */
+    void (*rmsnorm)(backend *be, const void *x, const be_weight *w, float eps, int n_rows, int dim,
+                    void *out);
+    /* out[r][o] = sum_i x[r][i] * W[o][i] (+ bias[o]); x is [n_rows][w->n_in], out
+     * [n_rows][w->n_out], both activations. */
+    void (*matmul)(backend *be, const void *x, int n_rows, const be_weight *w, const be_weight *bias,
+                   void *out);
     /* Optional (NULL: matmul n times): out[i] = matmul(x, w[i], bias[i]) for i < n ≤
      * BE_MATMUL_MULTI_MAX (4) matrices of one input length over the same rows (Q, K and V; gate and
      * up), each result exactly matmul's, in one pass of dispatch. bias[i] may be NULL. */
-    void (*matmul_multi)(backend *be, const float *x, int n_rows, int n, const be_weight *const *w,
-                         const be_weight *const *bias, float *const *out);
-    /* Rotates x [n_tokens][n_heads * head_dim] in place at the batch's positions. */
-    void (*rope)(backend *be, float *x, const be_rope *r);
+    void (*matmul_multi)(backend *be, const void *x, int n_rows, int n, const be_weight *const *w,
+                         const be_weight *const *bias, void *const *out);
+    /* Rotates x [n_tokens][n_heads * head_dim] (activations) in place at the batch's positions. */
+    void (*rope)(backend *be, void *x, const be_rope *r);
     /* out = x (rotated queries, [n_tokens][n_heads * head_dim]) rotated further by −sink_shift of
      * each token's sequence in layer group `group`: the angle −shift · be_rope_freq of every
      * pair, a pure rotation (mscale is not applied again). The queries then meet the group's
      * sinks at their position within the cache. Only called when the group view has sinks. */
-    void (*rope_shift)(backend *be, const float *x, float *out, const be_rope *r, int group);
-    /* Writes k and v [n_tokens][kv_dim] of layer into the KV arena at the batch's slots (those
-     * of the layer's group). */
-    void (*store_kv)(backend *be, int layer, const float *k, const float *v);
+    void (*rope_shift)(backend *be, const void *x, void *out, const be_rope *r, int group);
+    /* Writes k and v [n_tokens][kv_dim] (activations) of layer into the KV arena at the batch's
+     * slots (those of the layer's group). */
+    void (*store_kv)(backend *be, int layer, const void *k, const void *v);
     /* Causal attention of q [n_tokens][a->n_heads * head_dim] over the paged KV of layer (its
      * group's view), with GQA (query head h reads kv head h / (n_heads / n_kv_heads)), the
      * scale, soft-cap and sliding window of *a (see be_attn), and a->q_sink for the sink
-     * entries; out [n_tokens][n_heads * head_dim]. */
-    void (*attention)(backend *be, int layer, const float *q, const be_attn *a, float *out);
-    /* gate[i] = silu(gate[i]) * up[i] for n elements. */
-    void (*silu_mul)(backend *be, float *gate, const float *up, int64_t n);
-    /* gate[i] = gelu_tanh(gate[i]) * up[i] for n elements (GeGLU). */
-    void (*gelu_mul)(backend *be, float *gate, const float *up, int64_t n);
-    /* x[i] *= s for n elements. */
+     * entries; out [n_tokens][n_heads * head_dim]. q and out are activations. */
+    void (*attention)(backend *be, int layer, const void *q, const be_attn *a, void *out);
+    /* gate[i] = silu(gate[i]) * up[i] for n elements (activations). */
+    void (*silu_mul)(backend *be, void *gate, const void *up, int64_t n);
+    /* gate[i] = gelu_tanh(gate[i]) * up[i] for n elements (GeGLU; activations). */
+    void (*gelu_mul)(backend *be, void *gate, const void *up, int64_t n);
+    /* x[i] *= s for n f32 elements (the residual stream: the embedding scale). */
     void (*scale)(backend *be, float *x, float s, int64_t n);
-    /* x[i] = cap · tanh(x[i] / cap) for n elements (logit soft-capping). */
+    /* x[i] = cap · tanh(x[i] / cap) for n f32 elements (logit soft-capping). */
     void (*softcap)(backend *be, float *x, float cap, int64_t n);
-    /* x[i] += y[i] for n elements. */
-    void (*add)(backend *be, float *x, const float *y, int64_t n);
-    /* out[j][:] = x[logit_rows[j]][:] for the batch's logit rows. */
+    /* x[i] += y[i] for n elements: x the f32 residual stream, y activations. */
+    void (*add)(backend *be, float *x, const void *y, int64_t n);
+    /* out[j][:] = x[logit_rows[j]][:] for the batch's logit rows (f32 rows of the residual). */
     void (*gather_rows)(backend *be, const float *x, int dim, float *out);
     /* Copies n floats of backend memory to the host, waiting for queued work. 0 or -EIO. */
     int (*to_host)(backend *be, const float *src, size_t n, float *dst);
@@ -241,6 +289,33 @@ typedef struct be_ops {
      * embedding not tied to the LM head), so that a backend can skip what it prepares for
      * matmul. Otherwise as weight_upload; weight_free frees it. */
     int (*embed_upload)(backend *be, const model_tensor *src, be_weight *dst);
+
+    /* ---- fused ops: optional (NULL: forward.c runs the ops above instead) ---- */
+
+    /* Optional: n ≥ 2 matrices of one type and input width uploaded as one whose rows are theirs
+     * in order (Q, K and V; gate and up), for the fused ops below, which take such stacks
+     * (be_qkv, be_glu). A quantised matrix's rows are whole blocks, so the stack is a byte
+     * concatenation of the rows. -EINVAL when the types or widths differ; else as weight_upload. */
+    int (*weight_upload_cat)(backend *be, const model_tensor *const *src, int n, be_weight *dst);
+    /* Optional: x[r] += y[r] (y NULL: no add) on the f32 residual stream, then out[r] =
+     * rmsnorm(x[r]) · w as activations, for n_rows rows of dim: the residual add of one branch
+     * and the norm before the next. out may not alias x or y. */
+    void (*add_rmsnorm)(backend *be, float *x, const void *y, const be_weight *w, float eps, int n_rows,
+                        int dim, void *out);
+    /* Optional: the attention's inputs of layer: q, k, v = x · [Wq; Wk; Wv]ᵀ (+ biases), per-head
+     * RMSNorm of q and k (p->q_norm, p->k_norm), RoPE of q and k at the batch's positions, and k
+     * and v written into the layer's KV at the batch's slots (quantised for an int8 / fp8
+     * cache); q [n_rows][q_dim] comes back (activations) for attention. x [n_rows][dim]. */
+    void (*qkv)(backend *be, int layer, const void *x, int n_rows, const be_qkv *p, void *q);
+    /* Optional: out [n_rows][n_ff] = act(x · Wgateᵀ (+ b)) × (x · Wupᵀ (+ b)), act SiLU or
+     * GELU(tanh) (p->gelu); x [n_rows][dim] and out are activations. */
+    void (*glu)(backend *be, const void *x, int n_rows, const be_glu *p, void *out);
+    /* Optional: the logits of the batch's logit rows: for row j (token logit_rows[j]), h = x[t]
+     * (+ y[t] when y is not NULL: the last layer's pending branch), then rmsnorm(h) · norm,
+     * then · Wᵀ (+ bias), then cap · tanh(· / cap) when softcap > 0; logits [n_logits][w->n_out]
+     * f32. x is the f32 residual stream (not written), y activations. */
+    void (*lm_head)(backend *be, const float *x, const void *y, const be_weight *norm, float eps,
+                    const be_weight *w, const be_weight *bias, float softcap, float *logits);
 } be_ops;
 
 struct backend {
@@ -248,7 +323,25 @@ struct backend {
     const char *name; /* "cpu" or "cuda" */
     char desc[128];   /* human-readable: threads and SIMD level, or GPU name and memory */
     int kv_in_host;   /* 1: the KV arena is host memory (block copies are plain memcpys) */
+    int act_type;     /* enum dt_type of the activations between ops: DT_F32 or DT_BF16 */
+    int32_t step_rows; /* rows the current step's ops run over (set by begin) */
+    int32_t pad_rows_max; /* set by the caller before begin: the most rows its scratch holds, so
+                             the most begin may pad a step to (0: no padding) */
 };
+
+/* Bytes of one activation element. */
+static inline size_t be_act_bytes(const backend *be)
+{
+    return be->act_type == DT_F32 ? 4 : 2;
+}
+
+/* n f32 values of backend memory (the residual stream, logits) from the activation allocator,
+ * or NULL. */
+static inline float *be_alloc_f32(backend *be, size_t n)
+{
+    size_t es = be_act_bytes(be);
+    return (float *)be->ops->alloc(be, (n * sizeof(float) + es - 1) / es);
+}
 
 static inline void be_destroy(backend *be)
 {

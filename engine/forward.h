@@ -37,4 +37,9 @@ int fwd_hidden(fwd *f, int n_rows, float *out);
 
 backend *fwd_backend(fwd *f);
 
+/* Bytes of weights one decode step reads (the whole of every matrix and vector of the layers and
+ * the LM head, one row of the embedding), as the backend stores them: the numerator of a decode
+ * step's bandwidth bound. */
+double fwd_weight_bytes_per_token(const fwd *f);
+
 #endif

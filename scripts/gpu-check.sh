@@ -8,12 +8,21 @@
 #   scripts/gpu-check.sh --build-only          only build (CI: proves the check binary compiles and links)
 #   scripts/gpu-check.sh --prepare [DATA_DIR]  copy stories260K.gguf and its golden ids (as plain text)
 #                                              from DATA_DIR (default tests/data) into .gpu/ (git-ignored),
-#                                              on a machine with python3; the GPU machine then needs only
-#                                              the work tree
+#                                              on a machine with python3; with a built build/kvserve, also
+#                                              the binary and the libraries it needs beyond the C
+#                                              library (ldd: libmicrohttpd, libcjson, libuv, libpcre2,
+#                                              ...) into .gpu/kvserve and .gpu/lib, for a GPU machine
+#                                              that has the CUDA toolkit but none of the -dev packages;
+#                                              the GPU machine then needs only the work tree and .gpu/
+#   scripts/gpu-check.sh --serve [OUTDIR]      the checks, then the serving table (scripts/gpu-serve.sh:
+#                                              1.1B-shaped bf16 and q8_0 models made with mkmodel,
+#                                              generate, the engine bench, serve + bench_serving at 1,
+#                                              16, 64 and 256 streams) into OUTDIR/serving.md
+#   scripts/gpu-check.sh --serve-only [OUTDIR] the serving table alone
 #   scripts/gpu-check.sh --quick [OUTDIR]      smaller kernel checks and shorter benchmarks
 #   scripts/gpu-check.sh --emulate             no GPU needed: run the CUDA kernels' source on the CPU
-#                                              (cuda/check/attn_emu.cc, quant_emu.cc, ops_emu.cc)
-#                                              against float64 and the host's arithmetic (~1 min)
+#                                              (cuda/check/attn_emu.cc, quant_emu.cc, ops_emu.cc,
+#                                              dense_emu.cc) against float64 and the host's arithmetic
 #
 # Needs only the CUDA toolkit (nvcc, cuBLAS) and a C compiler: no -dev packages, no network. cuBLAS
 # is not linked but loaded when the check starts its backend (cuda/cublas_dl.h): libcublas.so.N and
@@ -26,23 +35,28 @@ set -eu
 cd "$(dirname "$0")/.."
 
 BUILD_ONLY=0
+SERVE=0
 QUICK=
 while [ $# -gt 0 ]; do
     case "$1" in
     --build-only) BUILD_ONLY=1; shift ;;
     --quick) QUICK=--quick; shift ;;
+    --serve) SERVE=1; shift ;;
+    --serve-only) shift; exec scripts/gpu-serve.sh "${1:-build/gpu-check-out}" ;;
     --emulate)
         mkdir -p build/gpu-check
-        for e in attn_emu quant_emu ops_emu; do
+        for e in attn_emu quant_emu ops_emu dense_emu; do
             ${CXX:-c++} -std=c++17 -O2 -g -Wall -Wextra -Wno-unused-parameter -Wno-unknown-pragmas \
                 -Wno-unused-function -Werror -I. -o build/gpu-check/$e cuda/check/$e.cc -lpthread
         done
-        build/gpu-check/attn_emu && build/gpu-check/quant_emu && exec build/gpu-check/ops_emu ;;
+        build/gpu-check/attn_emu && build/gpu-check/quant_emu && build/gpu-check/ops_emu &&
+            exec build/gpu-check/dense_emu ;;
     --prepare)
         src=${2:-tests/data}
-        mkdir -p .gpu
-        cp "$src/stories260K.gguf" .gpu/stories260K.gguf
-        python3 - "$src/stories260K.golden.json" .gpu/stories260K.golden.txt <<'PY'
+        G=${GPU_DIR:-.gpu} # the git-ignored folder the GPU run reads (tests point it elsewhere)
+        mkdir -p "$G"
+        cp "$src/stories260K.gguf" "$G/stories260K.gguf"
+        python3 - "$src/stories260K.golden.json" "$G/stories260K.golden.txt" <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1]))
 with open(sys.argv[2], "w") as f:
@@ -51,7 +65,23 @@ with open(sys.argv[2], "w") as f:
         f.write("%s %d %d %d %s %d %s\n" % (c["name"], 1 if c["stop_on_bos"] else 0, c["max_new_tokens"],
                 len(p), " ".join(map(str, p)), len(g), " ".join(map(str, g))))
 PY
-        echo "gpu-check: prepared .gpu/stories260K.gguf and .gpu/stories260K.golden.txt"
+        echo "gpu-check: prepared $G/stories260K.gguf and $G/stories260K.golden.txt"
+        kv=${KVSERVE_BIN:-build/kvserve}
+        if [ -x "$kv" ]; then
+            # the binary and every library it loads but the C library's own (present everywhere)
+            rm -rf "${G:?}/lib"
+            mkdir -p "$G/lib"
+            cp "$kv" "$G/kvserve"
+            ldd "$kv" | awk '$2 == "=>" && $3 ~ /^\// {print $3}' | while read -r lib; do
+                case "$(basename "$lib")" in
+                libc.so.*|libm.so.*|libpthread.so.*|libdl.so.*|librt.so.*|libresolv.so.*|libutil.so.*|ld-linux*) ;;
+                *) cp -L "$lib" "$G/lib/" ;;
+                esac
+            done
+            echo "gpu-check: prepared $G/kvserve and its libraries in $G/lib ($(find "$G/lib" -type f | wc -l) files)"
+        else
+            echo "gpu-check: no $kv: run make first for the serving table (--serve)"
+        fi
         exit 0 ;;
     -*) echo "gpu-check: unknown option $1" >&2; exit 2 ;;
     *) break ;;
@@ -121,4 +151,8 @@ if command -v nvidia-smi >/dev/null 2>&1; then nvidia-smi > "$OUT/nvidia-smi.txt
     | tee "$OUT/gpu-check.log"
 rc=$(cat "$OUT/exit-status" 2>/dev/null || echo 2)
 [ "$rc" = 124 ] && echo "gpu-check: timed out after 330 s"
+if [ "$SERVE" = 1 ]; then
+    { scripts/gpu-serve.sh "$OUT"; echo $? > "$OUT/serve-status"; } 2>&1 | tee "$OUT/gpu-serve.log"
+    [ "$rc" = 0 ] && [ "$(cat "$OUT/serve-status" 2>/dev/null || echo 2)" != 0 ] && rc=1
+fi
 exit "$rc"

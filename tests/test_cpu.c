@@ -255,7 +255,7 @@ Test(cpu, matmul_multi_equals_matmul)
                         }
                         const be_weight *bs[3] = {NULL, &bw, NULL};
                         for (int i = 0; i < 3; i++) be->ops->matmul(be, x, nr, &u[i], bs[i], one[i]);
-                        be->ops->matmul_multi(be, x, nr, 3, (const be_weight *[]){&u[0], &u[1], &u[2]}, bs, many);
+                        be->ops->matmul_multi(be, x, nr, 3, (const be_weight *[]){&u[0], &u[1], &u[2]}, bs, (void *const *)many);
                         for (int i = 0; i < 3; i++) {
                             cr_assert(!memcmp(one[i], many[i], (size_t)nr * n_outs[i] * sizeof(float)),
                                       "matmul_multi set %d matrix %d (%s) at %s, %d threads, %d rows%s differs from matmul",

@@ -19,6 +19,7 @@
 #include "cuda/check/kernel_checks.c"
 #include "cuda/cuda_backend.h"
 #include "engine/forward.h"
+#include "model/gguf.h"
 #include "model/model.h"
 #include "tests/test_util.h"
 
@@ -26,18 +27,25 @@ typedef struct tcu_env {
     kc_ctx c;
 } tcu_env;
 
-static void tcu_open(tcu_env *e, uint64_t seed, const char *what)
+/* The op checks run the GPU backend with f32 activations (every kernel's f32 instantiation:
+ * within f32 rounding of the CPU); act_type DT_BF16 gives the backend serving runs. */
+static void tcu_open_act(tcu_env *e, uint64_t seed, const char *what, int act_type)
 {
     char why[256];
     if (!cuda_is_available(why, sizeof why)) cr_skip_test("no GPU visible, %s not run (%s)", what, why);
     char err[256];
     memset(e, 0, sizeof *e);
-    e->c.gpu = cuda_backend_create(0, err, sizeof err);
+    e->c.gpu = cuda_backend_create_act(0, act_type, err, sizeof err);
     cr_assert_not_null(e->c.gpu, "%s", err);
     e->c.cpu = cpu_backend_create(2);
     cr_assert_not_null(e->c.cpu);
     e->c.rng = seed;
     printf("cuda/%s seed %#llx on %s\n", what, (unsigned long long)seed, e->c.gpu->desc);
+}
+
+static void tcu_open(tcu_env *e, uint64_t seed, const char *what)
+{
+    tcu_open_act(e, seed, what, DT_F32);
 }
 
 static void tcu_close(tcu_env *e)
@@ -259,6 +267,90 @@ Test(cuda, every_architecture)
     tcu_open(&e, 0xa2c4, "every_architecture");
     for (int a = 0; a < KC_N_ARCHS; a++) tcu_expect(kc_check_arch(&e.c, a));
     tcu_expect(kc_check_arch_typed(&e.c, KC_N_ARCHS - 1, DT_Q8_0));
+    tcu_close(&e);
+}
+
+/* bf16 activations, what serving runs: matmul of every weight type (matrix-vector kernels and
+ * cuBLAS / the quantised GEMM) against float64, and every architecture's logits against the CPU
+ * backend within the bf16 tolerance (kernel_checks.c). */
+Test(cuda, bf16_ops_and_architectures, .timeout = 120)
+{
+    tcu_env e;
+    tcu_open_act(&e, 0xbf16, "bf16_ops_and_architectures", DT_BF16);
+    for (int i = 0; i < KC_N_WEIGHT_TYPES; i++) {
+        int t = kc_weight_types[i];
+        tcu_expect(kc_check_matmul(&e.c, t, 1, kc_n_in(t, 96), 80, 1));
+        tcu_expect(kc_check_matmul(&e.c, t, 6, kc_n_in(t, 98), 40, 0));
+        tcu_expect(kc_check_matmul(&e.c, t, 33, kc_n_in(t, 160), 72, 1));
+    }
+    for (int a = 0; a < KC_N_ARCHS; a++) tcu_expect(kc_check_arch(&e.c, a));
+    tcu_expect(kc_check_arch_typed(&e.c, KC_N_ARCHS - 1, DT_Q8_0));
+    tcu_close(&e);
+}
+
+/* With bf16 activations the tokens must not depend on CUDA graphs: every padded decode step runs
+ * the kernels of its shape, captured, replayed or eager. */
+Test(cuda, bf16_graphs_change_no_token, .timeout = 120)
+{
+    tcu_env e;
+    tcu_open_act(&e, 2, "bf16_graphs_change_no_token", DT_BF16);
+    char path[4096], err[512];
+    snprintf(path, sizeof path, "%s/stories260K.gguf", tu_data_dir());
+    model *m = NULL;
+    if (model_load(path, &m, err, sizeof err)) {
+        tcu_close(&e);
+        cr_assert_fail("model_load %s: %s", path, err);
+    }
+    static int32_t eager[TCU_SEQS][TCU_STEPS], graphs[TCU_SEQS][TCU_STEPS];
+    cuda_set_graphs(e.c.gpu, 0);
+    tcu_generate(m, e.c.gpu, KV_F16, eager);
+    cuda_set_graphs(e.c.gpu, 1);
+    tcu_generate(m, e.c.gpu, KV_F16, graphs);
+    cr_assert_gt(cuda_graph_nodes(e.c.gpu), 0, "a decode step was captured");
+    printf("  a captured decode step of 3 (padded to 4) sequences: %zu graph nodes\n", cuda_graph_nodes(e.c.gpu));
+    for (int s = 0; s < TCU_SEQS; s++)
+        for (int i = 0; i < TCU_STEPS; i++)
+            cr_assert_eq(graphs[s][i], eager[s][i], "sequence %d token %d: %d with graphs, %d without", s, i,
+                         graphs[s][i], eager[s][i]);
+    model_destroy(m);
+    tcu_close(&e);
+}
+
+/* A server stops reading the model file once the engine exists (model/gguf.h gguf_detach: the
+ * tensor data becomes inaccessible, so that a file replaced under the server cannot fault it):
+ * nothing on the GPU path with 16-bit activations may read the model's tensors after fwd_create,
+ * neither a step nor the pooled hidden states (fwd_hidden normalises on the host: it read the
+ * final norm's weights from the model's mapping, a SIGSEGV for every embeddings request). */
+Test(cuda, nothing_reads_the_model_after_upload, .timeout = 120)
+{
+    tcu_env e;
+    tcu_open_act(&e, 3, "nothing_reads_the_model_after_upload", DT_BF16);
+    char path[4096], err[512];
+    snprintf(path, sizeof path, "%s/stories260K.gguf", tu_data_dir());
+    model *m = NULL;
+    if (model_load(path, &m, err, sizeof err)) {
+        tcu_close(&e);
+        cr_assert_fail("model_load %s: %s", path, err);
+    }
+    kv_geom g = kv_geom_make(m->hp.n_layers, m->hp.n_kv_heads, m->hp.head_dim, 16, KV_F16);
+    const int32_t n_blocks = 4;
+    fwd *f = fwd_create(m, e.c.gpu, &g, &n_blocks, 64, 1, err, sizeof err);
+    cr_assert_not_null(f, "%s", err);
+    cr_assert_eq(gguf_detach(m->gguf), 0);
+    int32_t tokens[5] = {1, 403, 407, 261, 378}, pos[5], slots[5], q_start[2] = {0, 5}, ctx[1] = {5}, rows[1] = {4};
+    int32_t bt[4] = {3, 2, 1, 0};
+    for (int i = 0; i < 5; i++) pos[i] = i, slots[i] = cuda_kv_entry_slot(bt, 16, i);
+    be_batch b = {.n_tokens = 5, .tokens = tokens, .positions = pos, .n_seqs = 1, .q_start = q_start, .n_logits = 1,
+                  .logit_rows = rows, .n_kv = 1, .kv = {{.slots = slots, .ctx_len = ctx, .block_table = bt, .bt_stride = 4}}};
+    float *logits = malloc((size_t)m->hp.n_vocab * sizeof *logits);
+    float *h = malloc((size_t)5 * m->hp.n_embd * sizeof *h);
+    cr_assert_eq(fwd_run(f, &b, logits), 0);
+    cr_assert_eq(fwd_hidden(f, 5, h), 0);
+    for (int i = 0; i < 5 * m->hp.n_embd; i++) cr_assert(isfinite(h[i]), "hidden state %d is %g", i, h[i]);
+    free(logits);
+    free(h);
+    fwd_destroy(f);
+    model_destroy(m);
     tcu_close(&e);
 }
 

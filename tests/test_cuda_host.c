@@ -17,6 +17,7 @@
 #include "cpu/internal.h"
 #include "cuda/attn_plan.h"
 #include "cuda/formats.h"
+#include "cuda/gemv_plan.h"
 #include "cuda/kv_layout.h"
 #include "cuda/launch.h"
 #include "cuda/meta.h"
@@ -851,6 +852,55 @@ Test(cuda_host, op_kernels_under_emulation, .timeout = 120)
                   strstr(out, "store_kv") && strstr(out, " 0 failed"),
               "%s", out);
     free(out);
+}
+
+/* The kernels of the decode path (cuda/gemv_kernels.h, fused_kernels.h) and the bf16
+ * instantiations of the other families (norms with the residual add, RoPE, the K/V store, the
+ * element-wise ops, conversions, attention), the source nvcc compiles, under the CPU emulation of
+ * cuda/check (dense_emu --quick), against float64 references with derived tolerances. */
+Test(cuda_host, dense_kernels_under_emulation, .timeout = 120)
+{
+    const char *bin = getenv("KVSERVE_DENSE_EMU");
+    if (!bin || !*bin) cr_skip_test("KVSERVE_DENSE_EMU is not set to the emulation binary (make test sets it)");
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "'%s' --quick", bin);
+    int st = 0;
+    char *out = tu_capture(cmd, &st);
+    printf("%s", out);
+    cr_assert_eq(st, 0, "emulated kernels failed:\n%s", out);
+    cr_assert(strstr(out, "gemv W bf16 x bf16 out bf16") && strstr(out, "silu stacked") && strstr(out, "gelu") &&
+                  strstr(out, "qkv epilogue kv int8") && strstr(out, "qkv epilogue kv fp8") &&
+                  strstr(out, "attention bf16") && strstr(out, " 0 failed"),
+              "%s", out);
+    free(out);
+}
+
+/* The matrix-vector plan: every shape of a range of random ones is covered by its blocks, splits
+ * K only by 1, 2 or 4, and short matrices split while tall ones do not. */
+Test(cuda_host, gemv_plan)
+{
+    uint64_t seed = 0x67656d76ULL, s = seed;
+    printf("cuda_host/gemv_plan seed %#llx\n", (unsigned long long)seed);
+    for (int it = 0; it < 50000; it++) {
+        int64_t n_out = tch_int(&s, 1, 300000), n_in = 8 * (int64_t)tch_int(&s, 1, 8192);
+        int rows = tch_int(&s, 1, CUDA_GEMV_MAX_ROWS), glu = tch_int(&s, 0, 1), es = tch_int(&s, 0, 1) ? 2 : 4;
+        int n_sm = tch_int(&s, 1, 200), ks;
+        int64_t blocks;
+        cuda_gemv_plan(n_out, n_in, glu, rows, es, n_sm, &ks, &blocks);
+        int R = cuda_gemv_rows(rows), no = CUDA_GEMV_OUTPUTS(R, glu ? 2 : 1);
+        cr_assert(R >= rows && R <= 8 && (R & (R - 1)) == 0);
+        cr_assert(ks == 1 || ks == 2 || ks == 4);
+        int64_t per_block = (CUDA_GEMV_THREADS / 32 / ks) * no;
+        cr_assert_geq(blocks * per_block, n_out, "every output has a warp group");
+        cr_assert_lt((blocks - 1) * per_block, n_out, "no block without outputs");
+    }
+    int ks;
+    int64_t blocks;
+    cuda_gemv_plan(2560, 2048, 0, 1, 2, 132, &ks, &blocks);
+    cr_assert_gt(ks, 1, "a short matrix (QKV of a 1B model) splits K");
+    cuda_gemv_plan(128256, 4096, 0, 1, 2, 132, &ks, &blocks);
+    cr_assert_eq(ks, 1, "a tall one (an LM head) does not");
+    cr_assert(cuda_gemv_vector_ok(2048, 2) && !cuda_gemv_vector_ok(2047, 2) && cuda_gemv_vector_ok(12, 4));
 }
 
 /* Prefill tiles: whole rows, within the scratch budget, 64-row multiples when possible. */

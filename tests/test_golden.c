@@ -241,6 +241,21 @@ static const cJSON *tg_case(const cJSON *j, const char *name)
     return NULL;
 }
 
+/* --cuda-graphs takes on or off; anything else is refused before a model is loaded, with a
+ * one-line reason. */
+Test(golden, cli_cuda_graphs_value)
+{
+    const char *bin = getenv("KVSERVE_BIN");
+    if (!bin || access(bin, X_OK)) cr_skip_test("KVSERVE_BIN not set or not executable");
+    char args[1024], *out, *last;
+    snprintf(args, sizeof args, "-m %s/stories260K.gguf -n 1 --cuda-graphs maybe", tu_data_dir());
+    int st = tg_run_cli(args, &out, &last);
+    cr_assert_neq(st, 0, "an unknown --cuda-graphs value is refused");
+    cr_assert(strstr(last, "--cuda-graphs") && strstr(last, "maybe"), "the reason names the flag: %s", last);
+    free(out);
+    free(last);
+}
+
 Test(golden, cli_generate)
 {
     const char *bin = getenv("KVSERVE_BIN");
@@ -254,7 +269,7 @@ Test(golden, cli_generate)
     } runs[] = {
         {"-p \"Once upon a time\" -n 60 --temperature 0", "once_upon_a_time_n64",
          "completion_text"},
-        {"-n 64 --temperature 0 --threads 1 --kv-dtype f32", "empty_n64",
+        {"-n 64 --temperature 0 --threads 1 --kv-dtype f32 --cuda-graphs off", "empty_n64",
          "completion_text_stripped"},
         /* prefill in chunks of 3 with an odd block size */
         {"-p \"Tom said, \\\"Hi!\\\"\nThen\" -n 51 --temperature 0 --max-batch-tokens 3 "

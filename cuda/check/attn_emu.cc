@@ -55,17 +55,17 @@ static void emu_block()
 {
     const emu_launch &e = emu_l;
     if (e.kind == 1) {
-        cuda__attn_reduce_k(e.a.part, e.a.out, e.n_heads, e.head_dim, e.splits);
+        cuda__attn_reduce_k(e.a.part, (float *)e.a.out, e.n_heads, e.head_dim, e.splits);
     } else if (e.kind == 2) {
         const float *row = e.rows + (size_t)blockIdx.x * e.l.n_kv_heads * e.l.head_dim;
         if (e.dtype == KV_I8) cuda__store_q_row(row, (int8_t *)e.plane, e.l, e.slots[blockIdx.x]);
         else cuda__store_q_row(row, (uint8_t *)e.plane, e.l, e.slots[blockIdx.x]);
     } else if (e.dtype == KV_I8) {
-        cuda__attn_k<int8_t>(e.a, (const int8_t *)e.kp, (const int8_t *)e.vp);
+        cuda__attn_k<int8_t, float>(e.a, (const int8_t *)e.kp, (const int8_t *)e.vp);
     } else if (e.dtype == KV_FP8) {
-        cuda__attn_k<uint8_t>(e.a, (const uint8_t *)e.kp, (const uint8_t *)e.vp);
+        cuda__attn_k<uint8_t, float>(e.a, (const uint8_t *)e.kp, (const uint8_t *)e.vp);
     } else {
-        cuda__attn_k<float>(e.a, (const float *)e.kp, (const float *)e.vp);
+        cuda__attn_k<float, float>(e.a, (const float *)e.kp, (const float *)e.vp);
     }
 }
 

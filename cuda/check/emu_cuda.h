@@ -1,8 +1,9 @@
 /*
  * emu_cuda.h — just enough of CUDA's device built-ins, on POSIX threads, to run the kernel
  * headers of cuda/ (cuda/NAME_kernels.h: attention, the K/V store, the quantised-weight kernels,
- * norms and RoPE, the element-wise ops, the gathers, the GEMM's conversions, argmax) on a CPU.
- * Host C++ only; see cuda/check/attn_emu.cc, quant_emu.cc and ops_emu.cc.
+ * norms and RoPE, the element-wise ops, the gathers, the GEMM's conversions, argmax, the dense
+ * matrix-vector kernels and the fused ops) on a CPU. Host C++ only; see cuda/check/attn_emu.cc,
+ * quant_emu.cc, ops_emu.cc and dense_emu.cc.
  *
  * One launch runs blockDim.x threads that walk the grid's blocks in lock step (block after
  * block), so shared memory is reused safely: one static array for the dynamic part, and the
@@ -25,6 +26,8 @@
 #include <algorithm>
 #include <vector>
 
+#include "cuda/formats.h"
+
 #define __global__
 #define __device__
 #define __host__
@@ -45,6 +48,13 @@ extern float sm[]; /* the dynamic shared memory of the running block */
 static inline void __syncthreads()
 {
     pthread_barrier_wait(&emu_bar);
+}
+
+/* A barrier of the calling thread's warp (every lane calls it, as the kernels do). */
+static inline void __syncwarp(unsigned mask = 0xffffffffu)
+{
+    (void)mask;
+    pthread_barrier_wait(&emu_wbar[threadIdx.x >> 5]);
 }
 
 static inline float __shfl_xor_sync(unsigned mask, float v, int o)
@@ -105,10 +115,10 @@ static void emu_run(dim3 grid, int threads, void (*block)(void))
 #define __expf expf
 using std::min;
 
-/* 16-bit element types are not emulated: the emulation checks the f32, int8 and e4m3
- * instantiations (whose scales are read and written through cuda/formats.h's software f16
- * conversions); a 16-bit load gives NaN and a 16-bit store a NaN, so that a check that reaches
- * one by mistake fails. */
+/* The 16-bit element types hold their bits, as on the GPU: conversions round to nearest even
+ * through the host's software formats (cuda/formats.h, checked exhaustively against the
+ * reference conversions by tests/test_cuda_host.c), and a pair type packs its first element in
+ * its low half (the lower address), as __half2 / __nv_bfloat162 do. */
 struct __half {
     uint16_t x;
 };
@@ -120,6 +130,9 @@ struct float2 {
 };
 struct float4 {
     float x, y, z, w;
+};
+struct uint2 {
+    unsigned x, y;
 };
 struct uint4 {
     unsigned x, y, z, w;
@@ -138,33 +151,45 @@ static inline float4 make_float4(float x, float y, float z, float w)
     float4 f = {x, y, z, w};
     return f;
 }
-static inline float2 __half22float2(__half2 h)
+static inline float2 make_float2(float x, float y)
 {
-    float2 f = {(float)h.x * NAN, NAN};
-    return f;
-}
-static inline float2 __bfloat1622float2(__nv_bfloat162 h)
-{
-    float2 f = {(float)h.x * NAN, NAN};
+    float2 f = {x, y};
     return f;
 }
 static inline float __half2float(__half h)
 {
-    return (float)h.x * NAN;
+    return cuda_f16_to_f32(h.x);
 }
 static inline float __bfloat162float(__nv_bfloat16 h)
 {
-    return (float)h.x * NAN;
+    return cuda_bf16_to_f32(h.x);
 }
-
 static inline __half __float2half_rn(float f)
 {
-    __half h = {0x7e00u}; /* NaN */
+    __half h = {cuda_f32_to_f16(f)};
     return h;
 }
 static inline __nv_bfloat16 __float2bfloat16_rn(float f)
 {
-    __nv_bfloat16 h = {0x7fc0u}; /* NaN */
+    __nv_bfloat16 h = {cuda_f32_to_bf16(f)};
+    return h;
+}
+static inline float2 __half22float2(__half2 h)
+{
+    return make_float2(cuda_f16_to_f32((uint16_t)(h.x & 0xffffu)), cuda_f16_to_f32((uint16_t)(h.x >> 16)));
+}
+static inline float2 __bfloat1622float2(__nv_bfloat162 h)
+{
+    return make_float2(cuda_bf16_to_f32((uint16_t)(h.x & 0xffffu)), cuda_bf16_to_f32((uint16_t)(h.x >> 16)));
+}
+static inline __half2 __floats2half2_rn(float a, float b)
+{
+    __half2 h = {(uint32_t)cuda_f32_to_f16(a) | (uint32_t)cuda_f32_to_f16(b) << 16};
+    return h;
+}
+static inline __nv_bfloat162 __floats2bfloat162_rn(float a, float b)
+{
+    __nv_bfloat162 h = {(uint32_t)cuda_f32_to_bf16(a) | (uint32_t)cuda_f32_to_bf16(b) << 16};
     return h;
 }
 

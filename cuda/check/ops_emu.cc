@@ -17,8 +17,9 @@
  *   - the K/V store kernels (kv_kernels.h) with RoPE fused: an f32 arena against the rotated row
  *     exactly, an int8 arena against the codes and scales of cache/kv.h's rule; slots < 0
  *     write nothing.
- * Every output is poisoned first, so an unwritten element fails. 16-bit activations are not
- * emulated (emu_cuda.h). No GPU or CUDA toolkit is needed. Built by the Makefile and run by
+ * Every output is poisoned first, so an unwritten element fails. These run the f32 instantiations
+ * (the CPU backend's activation type); cuda/check/dense_emu.cc runs the bf16 ones. No GPU or
+ * CUDA toolkit is needed. Built by the Makefile and run by
  * `make test` (`--quick`: fewer shapes) and `scripts/gpu-check.sh --emulate`; exit status 0 when
  * every check passes.
  */
@@ -108,13 +109,14 @@ static void oe_rmsnorm(int n_rows, int dim, int fused)
     for (auto &v : w) v = 0.5f + oe_unif();
     x0 = x;
     const float eps = 1e-5f;
-    oe_launch(n_rows, CUDA_EW_THREADS, [&] {
-        cuda__rmsnorm_k(x.data(), fused ? res.data() : NULL, w.data(), eps, dim, out.data());
+    oe_launch(n_rows, CUDA_NORM_THREADS, [&] {
+        cuda__rmsnorm_k(x.data(), fused ? res.data() : (const float *)NULL, (const int32_t *)NULL, 1, w.data(), eps,
+                        dim, out.data());
     });
-    /* Each thread sums ⌈dim / 256⌉ squares, then 5 + 3 shuffle levels: the sum's relative error
-     * is below γ(dim / 256 + 10); the square root, the division and two products add a few
+    /* Each thread sums ⌈dim / 512⌉ squares, then 5 + 4 shuffle levels: the sum's relative error
+     * is below γ(dim / 512 + 10); the square root, the division and two products add a few
      * ulps. */
-    double tol = ((double)dim / CUDA_EW_THREADS + 16) * 6e-8;
+    double tol = ((double)dim / CUDA_NORM_THREADS + 16) * 6e-8;
     int ok = 1;
     for (int r = 0; r < n_rows && ok; r++) {
         double ss = 0;
@@ -320,7 +322,7 @@ static void oe_bias(int64_t n_out, int n_rows)
     for (auto &v : bias) v = oe_unif();
     for (int64_t i = 0; i < n; i++) want[i] = out[i] + bias[i % n_out];
     oe_launch(cuda_grid_1d(n, CUDA_EW_THREADS, 2), CUDA_EW_THREADS,
-              [&] { cuda__bias_k(out.data(), bias.data(), n_out, n); });
+              [&] { cuda__bias_k((const float *)NULL, out.data(), bias.data(), n_out, n); });
     oe_report("add_bias", out == want, "");
 }
 

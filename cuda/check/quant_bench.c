@@ -130,33 +130,49 @@ static void gc_bench_quant(backend *gpu, double copy, double peak, int quick)
 }
 
 /* The TinyLlama-shaped model with its matrices in `type` (the LM head in head_type), the
- * embedding left BF16. Replaces gc_tinyllama's random BF16 matrices with random blocks. */
-static void gq_tinyllama(gc_model *g, int type, int head_type)
+ * embedding left BF16: gc_model_make's model with its random BF16 matrices replaced by random
+ * blocks in host memory (hbuf, freed by gq_model_free). 0, or -1 when out of memory. */
+typedef struct gq_model {
+    gc_model g;
+    void *hbuf[4]; /* host: [dim][dim], [kv][dim], [ffn][dim] (also [dim][ffn]), [vocab][dim] */
+} gq_model;
+
+static void gq_model_free(gq_model *q)
 {
-    gc_tinyllama(g);
+    for (int i = 0; i < 4; i++) free(q->hbuf[i]);
+    gc_model_free(&q->g);
+}
+
+static int gq_tinyllama(gq_model *q, backend *be, int type, int head_type)
+{
+    memset(q, 0, sizeof *q);
+    if (gc_model_make(&q->g, be, &gc_tinyllama_shape)) return -1;
+    gc_model *g = &q->g;
     const model_hparams *hp = &g->m.hp;
     int E = hp->n_embd, F = hp->n_ff, KV = hp->n_kv_heads * hp->head_dim, V = hp->n_vocab;
     kc_ctx c = {NULL, NULL, 0x716d6f64656cULL + (uint64_t)type, 1};
     kc_tensor kt;
     /* E × F and F × E hold as many blocks: one buffer of random blocks serves both */
-    const int shapes[4][3] = {{E, E, 2}, {E, KV, 3}, {E, F, 4}, {E, V, 5}};
+    const int shapes[4][2] = {{E, E}, {E, KV}, {E, F}, {E, V}};
     for (int s = 0; s < 4; s++) {
-        free(g->bufs[shapes[s][2]]);
-        g->bufs[shapes[s][2]] = NULL;
-        if (!kc_tensor_random(&c, &kt, s == 3 ? head_type : type, shapes[s][0], shapes[s][1], 0.05f))
-            g->bufs[shapes[s][2]] = kt.mem;
+        if (kc_tensor_random(&c, &kt, s == 3 ? head_type : type, shapes[s][0], shapes[s][1], 0.05f)) {
+            gq_model_free(q);
+            return -1;
+        }
+        q->hbuf[s] = kt.mem;
     }
-    gc_tensor(&g->m.output, "output.weight", head_type, E, V, g->bufs[5]);
+    gc_tensor(&g->m.output, "output.weight", head_type, E, V, q->hbuf[3]);
     for (int l = 0; l < hp->n_layers; l++) {
         model_layer *L = &g->m.layers[l];
-        gc_tensor(&L->wq, "wq", type, E, E, g->bufs[2]);
-        gc_tensor(&L->wk, "wk", type, E, KV, g->bufs[3]);
-        gc_tensor(&L->wv, "wv", type, E, KV, g->bufs[3]);
-        gc_tensor(&L->wo, "wo", type, E, E, g->bufs[2]);
-        gc_tensor(&L->w_gate, "w_gate", type, E, F, g->bufs[4]);
-        gc_tensor(&L->w_up, "w_up", type, E, F, g->bufs[4]);
-        gc_tensor(&L->w_down, "w_down", type, F, E, g->bufs[4]);
+        gc_tensor(&L->wq, "wq", type, E, E, q->hbuf[0]);
+        gc_tensor(&L->wk, "wk", type, E, KV, q->hbuf[1]);
+        gc_tensor(&L->wv, "wv", type, E, KV, q->hbuf[1]);
+        gc_tensor(&L->wo, "wo", type, E, E, q->hbuf[0]);
+        gc_tensor(&L->w_gate, "w_gate", type, E, F, q->hbuf[2]);
+        gc_tensor(&L->w_up, "w_up", type, E, F, q->hbuf[2]);
+        gc_tensor(&L->w_down, "w_down", type, F, E, q->hbuf[2]);
     }
+    return 0;
 }
 
 /* Decode of one sequence on the Q8_0 and Q4_K models against the BF16 twin's bf16_tps (eager)
@@ -165,31 +181,36 @@ static void gc_bench_quant_models(backend *gpu, double copy, double bf16_tps, do
 {
     const int variants[2][2] = {{DT_Q8_0, DT_Q8_0}, {DT_Q4_K, DT_Q6_K}};
     for (int v = 0; v < 2; v++) {
-        gc_model gm;
-        gq_tinyllama(&gm, variants[v][0], variants[v][1]);
-        const model_hparams *hp = &gm.m.hp;
+        gq_model qm;
+        char what[48], val[40], ref[48];
+        snprintf(what, sizeof what, "tinyllama %s decode b=1", dt_name(variants[v][0]));
+        if (gq_tinyllama(&qm, gpu, variants[v][0], variants[v][1])) {
+            gc_add(what, "not run", "out of memory", 0);
+            continue;
+        }
+        gc_model *gm = &qm.g;
+        const model_hparams *hp = &gm->m.hp;
         const int bs = 16, prompt = 128, steps = quick ? 16 : 64, stride = (prompt + steps + bs) / bs + 1;
         kv_geom g = kv_geom_make(hp->n_layers, hp->n_kv_heads, hp->head_dim, bs, KV_F16);
-        char err[512], what[48], val[40], ref[48];
+        char err[512];
         const int32_t n_blocks = stride;
-        fwd *f = fwd_create(&gm.m, gpu, &g, &n_blocks, prompt, 1, err, sizeof err);
-        snprintf(what, sizeof what, "tinyllama %s decode b=1", dt_name(variants[v][0]));
+        fwd *f = fwd_create(&gm->m, gpu, &g, &n_blocks, prompt, 1, err, sizeof err);
         if (!f) {
             printf("  %s: %s\n", what, err);
             gc_add(what, "not run", err, 0);
-            gc_tinyllama_free(&gm);
+            gq_model_free(&qm);
             continue;
         }
-        const model_layer *L = &gm.m.layers[0];
-        double bytes = (double)gm.m.output.row_bytes * hp->n_vocab;
+        const model_layer *L = &gm->m.layers[0];
+        double bytes = (double)gm->m.output.row_bytes * hp->n_vocab;
         const model_tensor *mats[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
         for (int k = 0; k < 7; k++) bytes += (double)hp->n_layers * mats[k]->row_bytes * mats[k]->ne[1];
-        double t1 = gc_bench_decode(f, &gm.m, 1, prompt, steps, stride);
-        cuda_set_graphs(gpu, 1);
-        double tg = gc_bench_decode(f, &gm.m, 1, prompt, steps, stride);
         cuda_set_graphs(gpu, 0);
+        double t1 = gc_bench_decode(f, &gm->m, 1, prompt, steps, stride);
+        cuda_set_graphs(gpu, 1); /* the default */
+        double tg = gc_bench_decode(f, &gm->m, 1, prompt, steps, stride);
         fwd_destroy(f);
-        gc_tinyllama_free(&gm);
+        gq_model_free(&qm);
         double bound = copy * 1e9 / bytes;
         printf("  %s: %.0f tok/s eager, %.0f with graphs; %.2fx / %.2fx the bf16 twin; bound %.0f tok/s (%.0f MB a "
                "step)\n",
