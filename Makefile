@@ -63,7 +63,7 @@ endif
 # checkout ("-dirty" with uncommitted changes); in a tree made by `git archive` (a release tarball),
 # the hash git wrote into .git_archival.txt (export-subst, .gitattributes); "unknown" otherwise.
 # Git is asked only when this tree is a checkout itself (.git here), never a repository around an
-# unpacked tarball. Packagers may set KVSERVE_COMMIT. Only cli/version.c sees the two, and it is
+# unpacked tarball. Packagers may set KVSERVE_COMMIT. Only base/version.c sees the two, and it is
 # rebuilt when the commit changes ($(BUILD)/commit.txt is rewritten only then).
 KVSERVE_VERSION := $(or $(strip $(shell cat VERSION 2>/dev/null)),0.0.0)
 GIT_COMMIT = $(eval GIT_COMMIT := $$(shell if [ -e .git ]; then \
@@ -74,8 +74,8 @@ KVSERVE_COMMIT ?= $(or $(GIT_COMMIT),unknown)
 $(BUILD)/commit.txt: FORCE
 	@mkdir -p $(dir $@)
 	@c='$(KVSERVE_COMMIT)'; [ "$$(cat $@ 2>/dev/null)" = "$$c" ] || echo "$$c" > $@
-$(BUILD)/cli/version.o: $(BUILD)/commit.txt
-$(BUILD)/cli/version.o: CFLAGS += -DKVSERVE_VERSION='"$(KVSERVE_VERSION)"' -DKVSERVE_COMMIT='"$(KVSERVE_COMMIT)"'
+$(BUILD)/base/version.o: $(BUILD)/commit.txt
+$(BUILD)/base/version.o: CFLAGS += -DKVSERVE_VERSION='"$(KVSERVE_VERSION)"' -DKVSERVE_COMMIT='"$(KVSERVE_COMMIT)"'
 # What --version will say, for scripts (scripts/mkdeb.sh) and tests: "VERSION COMMIT".
 print-version:
 	@echo '$(KVSERVE_VERSION) $(KVSERVE_COMMIT)'

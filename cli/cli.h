@@ -143,10 +143,8 @@ int cli_render_chat(cli_opts *o);
  * a one-line error prefixed with "kvserve CMD". */
 int cli_grammar(const cli_opts *o, const char *cmd, gr_grammar **out, double *compile_ms);
 
-/* version.c: the release, the commit the binary was built from ("unknown" without git, with
- * "-dirty" for uncommitted changes), and `kvserve --version`'s lines (with the backends built in). */
-const char *cli_version(void);
-const char *cli_commit(void);
+/* version.c: `kvserve --version`'s lines: the release and the commit (base/version.h), and the
+ * backends built in. */
 void cli_print_version(FILE *out);
 
 #endif

@@ -1,34 +1,17 @@
 /*
  * version.c — `kvserve --version`: the release, the commit the binary was built from and the
- * backends compiled in. The Makefile passes KVSERVE_VERSION and KVSERVE_COMMIT to this file alone
- * (rebuilt when the commit changes); a build from a tarball without .git says "unknown".
+ * backends compiled in. The release and the commit come from base/version.c (see the Makefile).
  */
 #include <stdio.h>
 #include <string.h>
 
+#include "base/version.h"
 #include "cli/cli.h"
 #include "cpu/cpu.h"
 
-#ifndef KVSERVE_VERSION
-#define KVSERVE_VERSION "0.0.0"
-#endif
-#ifndef KVSERVE_COMMIT
-#define KVSERVE_COMMIT "unknown"
-#endif
-
-const char *cli_version(void)
-{
-    return KVSERVE_VERSION;
-}
-
-const char *cli_commit(void)
-{
-    return KVSERVE_COMMIT;
-}
-
 void cli_print_version(FILE *out)
 {
-    fprintf(out, "kvserve %s (commit %s)\n", KVSERVE_VERSION, KVSERVE_COMMIT);
+    fprintf(out, "kvserve %s (commit %s)\n", version_string(), version_commit());
     /* The CPU backend's SIMD levels of this architecture, and the one this machine runs. */
     char levels[128] = "";
     for (int i = 0; i < CPU_ISA_COUNT; i++) {

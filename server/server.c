@@ -20,6 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/version.h"
 #include "model/chat.h"
 #include "server/internal.h"
 #include "server/rstore.h"
@@ -355,6 +356,7 @@ int srv_run(const srv_config *cfg)
      * without a grammar are prepared meanwhile. An operator's own setting wins. */
     setenv("UV_THREADPOOL_SIZE", "16", 0);
     model_id_of(cfg, s->model_id, sizeof s->model_id);
+    fprintf(stderr, "kvserve %s (commit %s) starting\n", version_string(), version_commit());
     /* Stored /v1/responses for previous_response_id and GET /v1/responses/{id}. */
     if (cfg->response_store > 0 && !(s->store = rstore_create(cfg->response_store, cfg->response_store_bytes))) {
         fprintf(stderr, "kvserve serve: out of memory\n");

@@ -548,6 +548,34 @@ Test(hardening, echo_text_offsets_match_the_text, .timeout = 60)
     th_stop(&s);
 }
 
+/* The version a server runs, as `kvserve --version` prints it: in its start-up line and at
+ * GET /version (vLLM's route; open without the API key, as /health is). There was none. */
+Test(hardening, version_route_and_startup_line, .timeout = 60)
+{
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "'%s' --version", th_bin());
+    int st;
+    char *out = tu_capture(cmd, &st);
+    char ver[64] = "", commit[64] = "";
+    cr_assert_eq(sscanf(out, "kvserve %63s (commit %63[^)])", ver, commit), 2, "%s", out);
+    free(out);
+    const char *args[] = {"--api-key", "k", NULL};
+    th_server s;
+    th_start(&s, NULL, args, NULL, TH_WAIT_HEALTHY);
+    th_resp r = th_http(s.port, NULL, "/version", NULL, NULL);
+    cr_assert_eq(r.status, 200, "%ld %s", r.status, r.body);
+    cJSON *j = cJSON_Parse(r.body);
+    cr_assert_not_null(j, "%s", r.body);
+    cr_assert_str_eq(cJSON_GetObjectItem(j, "version")->valuestring, ver);
+    cr_assert_str_eq(cJSON_GetObjectItem(j, "commit")->valuestring, commit);
+    cJSON_Delete(j);
+    th_resp_free(&r);
+    char line[200];
+    snprintf(line, sizeof line, "kvserve %s (commit %s) starting", ver, commit);
+    cr_assert(hd_log_has(&s, line, 5000), "no start-up line '%s'", line);
+    th_stop(&s);
+}
+
 /* The README's tool-call example, as written there: the serve line's --chat-template and the
  * request body after it, against the in-repo model: a valid call comes back (the README's
  * example used to need a template the default model does not have). */
