@@ -103,7 +103,7 @@ static void on_tick(uv_timer_t *t)
     pthread_t th;
     pthread_attr_init(&a);
     pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
-    pthread_attr_setstacksize(&a, 64 * 1024);
+    pthread_attr_setstacksize(&a, 256 * 1024);
     if (pthread_create(&th, &a, mw_stat_thread, j)) free(j);
     else s->model_stat = j;
     pthread_attr_destroy(&a);
