@@ -1,7 +1,11 @@
 /*
- * attn_kernels.h — the attention kernels themselves (see cuda/attn.cu for the algorithm), kept
- * apart from their launcher so that the same source also compiles against a CPU emulation of the
- * CUDA built-ins (cuda/check/emu_cuda.h), which checks them without a GPU.
+ * attn_kernels.h — the reference attention kernel (see cuda/attn.cu for the algorithm) and its
+ * split-K reduction, and the loads of the KV types that the tensor-core kernels
+ * (attn_mma_kernels.h, attn_decode_kernels.h) share; kept apart from their launcher so that the
+ * same source also compiles against a CPU emulation of the CUDA built-ins
+ * (cuda/check/emu_cuda.h), which checks them without a GPU. The reference kernel serves every
+ * shape (any head dim, block size and KV type, f32 included) on CUDA cores; the dispatcher
+ * (attn.cu) sends it the steps the tensor-core kernels do not take.
  *
  * Included by cuda/attn.cu (after cuda/internal.h) and by cuda/check/attn_emu.cc (after the
  * emulation header). Expects the CUDA built-ins, __half / __nv_bfloat16.
@@ -13,18 +17,17 @@
 #include "cuda/device.h"
 #include "cuda/kv_layout.h"
 
-/* Qs[rows][D] = the item's query rows of kv head group g from q (activations of type A,
- * pre-scaled). */
-template <typename A>
-static __device__ __forceinline__ void cuda__attn_load_q(const cuda__attn_args &a, const void *qv, float *Qs,
-                                                         int s, int t0, int g, int rows)
+/* Qs[rows][D] = the item's query rows of kv head group g from q (pre-scaled). */
+template <typename TQ>
+static __device__ __forceinline__ void cuda__attn_load_q(const cuda__attn_args &a, const TQ *q, float *Qs, int s,
+                                                         int t0, int g, int rows)
 {
     const int D = a.head_dim, qstride = a.n_heads * D;
     for (int i = threadIdx.x; i < rows * D; i += blockDim.x) {
         int r = i / D, d = i % D;
         int64_t tok = a.q_start[s] + t0 + r / a.gsize;
         int h = g * a.gsize + r % a.gsize;
-        Qs[i] = cuda__ld(((const A *)qv)[tok * qstride + h * D + d]) * a.scale;
+        Qs[i] = cuda__ld(q[tok * qstride + h * D + d]) * a.scale;
     }
 }
 
@@ -118,10 +121,11 @@ static __device__ __forceinline__ float4 cuda__scale4(float4 v, float s)
     return make_float4(v.x * s, v.y * s, v.z * s, v.w * s);
 }
 
-template <typename T, typename A>
+template <typename T, typename TQ>
 static __global__ void __launch_bounds__(CUDA_ATTN_THREADS)
 cuda__attn_k(cuda__attn_args a, const T *kp, const T *vp)
 {
+    const TQ *q = (const TQ *)a.q, *q_sink = (const TQ *)a.q_sink;
     const int TK = CUDA_ATTN_TK, D = a.head_dim;
     extern __shared__ float sm[]; /* dynamic */
     cuda__pdl_trigger(); /* the output projection may launch early (it waits before reading) */
@@ -156,7 +160,7 @@ cuda__attn_k(cuda__attn_args a, const T *kp, const T *vp)
 
     /* Attention sinks: keys below n_sink meet q_sink, the rest q; no tile straddles the two. */
     const int32_t n_sink = a.sinks ? a.sinks[s] : 0;
-    cuda__attn_load_q<A>(a, k_begin < n_sink ? a.q_sink : a.q, Qs, s, t0, g, rows);
+    cuda__attn_load_q(a, k_begin < n_sink ? q_sink : q, Qs, s, t0, g, rows);
     for (int i = tid; i < rows * D; i += blockDim.x) Os[i] = 0.0f;
     for (int r = tid; r < rows; r += blockDim.x) {
         Ms[r] = -INFINITY;
@@ -169,7 +173,7 @@ cuda__attn_k(cuda__attn_args a, const T *kp, const T *vp)
         if (kt < n_sink) kt_end = min(kt_end, n_sink);
         __syncthreads(); /* the previous tile's K/V/S (and Q) are no longer read */
         if (kt == n_sink && kt > k_begin) { /* past the sinks: the ordinary queries */
-            cuda__attn_load_q<A>(a, a.q, Qs, s, t0, g, rows);
+            cuda__attn_load_q(a, q, Qs, s, t0, g, rows);
             __syncthreads();
         }
         if (vec_ok) {
@@ -271,7 +275,7 @@ cuda__attn_k(cuda__attn_args a, const T *kp, const T *vp)
         int64_t tok = a.q_start[s] + t0 + r / a.gsize;
         int h = g * a.gsize + r % a.gsize;
         if (a.splits == 1) {
-            ((A *)a.out)[tok * qstride + h * D + d] = cuda__st<A>(Ls[r] > 0.0f ? Os[i] / Ls[r] : 0.0f);
+            ((TQ *)a.out)[tok * qstride + h * D + d] = cuda__st<TQ>(Ls[r] > 0.0f ? Os[i] / Ls[r] : 0.0f);
         } else {
             float *pp = a.part + ((tok * a.n_heads + h) * a.splits + p) * (D + 2);
             pp[d] = Os[i];
@@ -283,10 +287,9 @@ cuda__attn_k(cuda__attn_args a, const T *kp, const T *vp)
     }
 }
 
-/* Merges the split partials of one (token, head) into out (activations of type A): grid
- * (n_heads, n_tokens). */
-template <typename A>
-static __global__ void cuda__attn_reduce_k(const float *part, A *out, int n_heads, int D, int splits)
+/* Merges the split partials of one (token, head): grid (n_heads, n_tokens). */
+template <typename TQ>
+static __global__ void cuda__attn_reduce_k(const float *part, TQ *out, int n_heads, int D, int splits)
 {
     cuda__pdl_trigger();
     int h = blockIdx.x;
@@ -300,7 +303,7 @@ static __global__ void cuda__attn_reduce_k(const float *part, A *out, int n_head
             m = cuda_softmax_merge(m, &l, q[D], q[D + 1], &ca, &cb);
             o = o * ca + q[d] * cb;
         }
-        out[(t * n_heads + h) * D + d] = cuda__st<A>(l > 0.0f ? o / l : 0.0f);
+        out[(t * n_heads + h) * D + d] = cuda__st<TQ>(l > 0.0f ? o / l : 0.0f);
     }
 }
 

@@ -16,7 +16,8 @@
  *                    matrix-vector mmvq for decode rows, routing to mmq for more
  *   qgemm.cu         quantised weights, prefill rows: the integer GEMM mmq (and F16 tiles for
  *                    cuBLAS, kept to compare against)
- *   attn.cu          attention over the paged KV cache (one kernel family, split-K)
+ *   attn.cu          attention over the paged KV cache: the dispatcher and the reference kernel
+ *   attn_mma.cu      the tensor-core prefill / mixed-step kernel; attn_decode.cu the decode one
  *   norm_rope.cu     RMSNorm (and the fused residual add), RoPE and the sink shift
  *   kv.cu            the KV arena (init, block copies, the second tier's transfers, reads) and
  *                    the K/V store (fused with RoPE as an extra)
@@ -328,6 +329,7 @@ static void cuda__destroy(backend *be)
     if (cb->meta_host) cudaFreeHost(cb->meta_host);
     if (cb->meta_dev) cudaFree(cb->meta_dev);
     if (cb->attn_scratch) cudaFree(cb->attn_scratch);
+    if (cb->attn_sem) cudaFree(cb->attn_sem);
     if (cb->conv) cudaFree(cb->conv);
     if (cb->qtile) cudaFree(cb->qtile);
     if (cb->qact) cudaFree(cb->qact);

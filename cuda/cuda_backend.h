@@ -94,6 +94,14 @@ void *cuda_backend_stream(backend *be);
 /* Number of attention splits (split-K partitions) the last attention launch used, for tests. */
 int cuda_last_attn_splits(backend *be);
 
+/* Which attention kernels serve the next steps, for tests and checks: 0 the dispatcher's choice
+ * (the tensor-core kernels where they fit; the environment's KVSERVE_CUDA_ATTN=ref forces the
+ * reference kernel), 1 the reference kernel, 2 the tensor-core kernels where they fit. */
+void cuda_set_attn_kernels(backend *be, int which);
+/* The kernels of the last planned attention step: "ref", "mma decode", "mma prefill" or
+ * "mma decode+prefill". */
+const char *cuda_last_attn_kernels(backend *be);
+
 /* For tests, and needs no GPU: fills the kernel table a device of compute capability cc
  * (major × 10 + minor) would get and returns the name of an entry it leaves empty, or NULL when
  * every entry is set. */

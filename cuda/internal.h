@@ -115,8 +115,17 @@ typedef struct cuda_backend {
     int attn_tile_tokens;
     int attn_splits;
     int32_t attn_part;    /* keys per split */
-    float *attn_scratch;  /* split partials [n_tokens][n_heads][splits][head_dim + 2] */
+    float *attn_scratch;  /* split partials: the reference kernel's [n_tokens][n_heads][splits]
+                             [head_dim + 2], or the tensor-core kernels' (cuda_attn_tc) */
     size_t attn_scratch_floats;
+    /* The tensor-core kernels (attn.cu chooses them per KV geometry, meta.cu plans per step) */
+    int attn_tc;          /* 1: they serve this KV geometry (cuda__attn_choose) */
+    int attn_force;       /* 0 auto, 1 the reference kernel only, 2 tensor cores where they fit */
+    int attn_said;        /* 1 + the choice last printed (0: none yet) */
+    int attn_step_tc;     /* this step's plan is the tensor-core one (attn_tcp) */
+    cuda_attn_tc attn_tcp;
+    int32_t *attn_sem;    /* [items][n_kv_heads] split counters, zero between launches */
+    size_t attn_sem_bytes;
 
     /* Activations converted to a weight's type for cuBLAS */
     void *conv;
@@ -305,6 +314,10 @@ int cuda__qmm_reserve(cuda_backend *cb, int n_rows);
 /* ---- attention (attn.cu) ------------------------------------------------------------------- */
 
 void cuda__op_attention(backend *be, int layer, const void *q, const be_attn *at, void *out);
+/* Chooses the attention kernels for the KV geometry kv_init set (the tensor-core ones where the
+ * table has them and the head dim, KV type and block size fit, else the reference kernel) and
+ * prints the choice on stderr when it is new. */
+void cuda__attn_choose(cuda_backend *cb);
 
 /* ---- norms and RoPE (norm_rope.cu) --------------------------------------------------------- */
 

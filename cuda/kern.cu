@@ -18,6 +18,8 @@ void cuda__kern_init(cuda__kern *k, int cc)
     /* The sm_80 baseline, for every capability. A variant's fill for capability XX goes after
      * it, under `if (cc >= XX)`, newest last (kern.h). */
     cuda__attn_fill_sm80(k);
+    cuda__attn_mma_fill_sm80(k);
+    cuda__attn_decode_fill_sm80(k);
     cuda__gemm_fill_sm80(k);
     cuda__gemv_fill_sm80(k);
     cuda__fused_fill_sm80(k);
@@ -38,6 +40,8 @@ const char *cuda__kern_missing(const cuda__kern *k)
     if (!k->e) return #e
     CUDA__KERN_NEED(attention);
     CUDA__KERN_NEED(attn_reduce);
+    CUDA__KERN_NEED(attn_prefill);
+    CUDA__KERN_NEED(attn_decode);
     CUDA__KERN_NEED(gemm);
     CUDA__KERN_NEED(gemv_max_rows);
     CUDA__KERN_NEED(gemv);

@@ -81,17 +81,29 @@ typedef struct cuda__kern {
 
     /* ---- attention (attn.cu) ---- */
     /* Causal attention of the step's planned items (cuda/attn_plan.h) over one layer's K and V
-     * planes kp, vp of KV type kv_dtype (enum kv_dtype), q and out activations of type act: a
-     * grid of a->splits × a->n_kv_heads × n_items blocks with smem bytes of dynamic shared
-     * memory (cuda__attn_smem). Writes a->out when a->splits is 1, else the partials a->part.
-     * Returns 0, or -EIO (logged) when the kernel cannot be given that much shared memory; then
-     * nothing is launched. */
-    int (*attention)(cudaStream_t s, const cuda__attn_args *a, int kv_dtype, int act, const void *kp, const void *vp,
+     * planes kp, vp of KV type kv_dtype (enum kv_dtype), q and out activations of type
+     * a->q_type: a grid of a->splits × a->n_kv_heads × n_items blocks with smem bytes of dynamic
+     * shared memory (cuda__attn_smem). Writes a->out when a->splits is 1, else the partials
+     * a->part. Returns 0, or -EIO (logged) when the kernel cannot be given that much shared
+     * memory; then nothing is launched. */
+    int (*attention)(cudaStream_t s, const cuda__attn_args *a, int kv_dtype, const void *kp, const void *vp,
                      int32_t n_items, size_t smem);
     /* Merges the split-K partials part [n_tokens][n_heads][splits][head_dim + 2] into out
-     * [n_tokens][n_heads][head_dim] (activations of type act). */
-    void (*attn_reduce)(cudaStream_t s, const float *part, void *out, int act, int n_tokens, int n_heads,
+     * [n_tokens][n_heads][head_dim] of q_type (DT_F32, DT_BF16 or DT_F16). */
+    void (*attn_reduce)(cudaStream_t s, const float *part, void *out, int q_type, int n_tokens, int n_heads,
                         int head_dim, int splits);
+    /* The tensor-core kernels (attn_mma.cu: prefill and mixed steps; attn_decode.cu: decode) over
+     * the launch's own items (a->items, a->n_items of cuda_attn_tc_plan's kind) of KV type
+     * kv_dtype (KV_F16, KV_BF16, KV_I8 or KV_FP8), head dim cuda_attn_tc_head_dim_ok, queries
+     * and outputs of a->q_type: a->splits × a->n_kv_heads × a->n_items blocks (in launches of
+     * at most 65,535 items) of CUDA_ATTN_TC_THREADS threads and cuda_attn_pf_smem /
+     * cuda_attn_dec_smem bytes. They write a->out for their rows, merging split partitions
+     * themselves through a->tc_part and a->sem (zeros, left zeros). Return 0, -EINVAL for a shape
+     * they do not cover (nothing launched), or -EIO (logged) when the kernel cannot be given its
+     * shared memory. NULL where a capability has no tensor-core kernels: the reference kernel
+     * above then serves every step. */
+    int (*attn_prefill)(cudaStream_t s, const cuda__attn_args *a, int kv_dtype, const void *kp, const void *vp);
+    int (*attn_decode)(cudaStream_t s, const cuda__attn_args *a, int kv_dtype, const void *kp, const void *vp);
 
     /* ---- dense matrix-vector (gemv.cu) ---- */
     /* Matmuls of up to this many rows on F32, F16 and BF16 weights take gemv. */
@@ -211,6 +223,8 @@ const char *cuda__kern_missing(const cuda__kern *k);
 
 /* Fill functions, one per file of launchers: each sets the entries its file implements. */
 void cuda__attn_fill_sm80(cuda__kern *k);        /* attn.cu */
+void cuda__attn_mma_fill_sm80(cuda__kern *k);    /* attn_mma.cu */
+void cuda__attn_decode_fill_sm80(cuda__kern *k); /* attn_decode.cu */
 void cuda__gemm_fill_sm80(cuda__kern *k);        /* gemm.cu */
 void cuda__gemv_fill_sm80(cuda__kern *k);        /* gemv.cu */
 void cuda__gemv_fill_sm90(cuda__kern *k);        /* gemv.cu: programmatic dependent launches */

@@ -83,6 +83,7 @@ int cuda__op_kv_init(backend *be, const kv_geom *g, const int32_t *n_blocks)
         cb->kv_blocks[k] = k < ng ? n_blocks[k] : 0;
         if (k < ng) cb->kvg[k] = lg[k];
     }
+    cuda__attn_choose(cb);
     return 0;
 }
 

@@ -49,8 +49,9 @@ int cuda__op_begin(backend *be, const be_batch *b)
     const be_batch *run = cuda__graph_pad(cb, b);
     if (!run) return -ENOMEM;
     if (run != b && cuda_meta_plan(run, &L)) return -EINVAL; /* the padded copy's layout */
-    /* Room for the attention items too: at most one per token. */
-    size_t need = (size_t)L.total + (size_t)CUDA_ATTN_ITEM_INTS * (size_t)run->n_tokens + 1;
+    /* Room for the attention items too: the reference kernel's at most one per token, the
+     * tensor-core kernels' at most 2 (n_tokens + n_seqs) (cuda_attn_tc_plan). */
+    size_t need = (size_t)L.total + (size_t)CUDA_ATTN_ITEM_INTS * 2 * ((size_t)run->n_tokens + (size_t)run->n_seqs) + 1;
     rc = cuda__meta_reserve(cb, need);
     if (rc) return rc;
     cuda_meta_pack(run, &L, cb->meta_host);
@@ -71,12 +72,53 @@ int cuda__op_begin(backend *be, const be_batch *b)
 
 /* ---- attention plan ------------------------------------------------------------------------ */
 
+/* The tensor-core plan of the step (cuda_attn_tc_plan) into the items area, its scratch and split
+ * counters sized. 0 or a negative errno. */
+static int cuda__attn_plan_tc(cuda_backend *cb, int gsize, int32_t max_kv_bound, int32_t *items, int32_t *n_items)
+{
+    const cuda_kv_layout *l = &cb->kv;
+    cuda_attn_tc *p = &cb->attn_tcp;
+    *n_items = cuda_attn_tc_plan(cb->batch, gsize, l->n_kv_heads, l->head_dim, cb->n_sm, max_kv_bound, items, p);
+    size_t need = (p->dec_floats + p->pre_floats) * sizeof(float);
+    size_t cap = cb->attn_scratch_floats * sizeof(float);
+    int rc = cuda__grow(cb, (void **)&cb->attn_scratch, &cap, need);
+    if (rc) return rc;
+    cb->attn_scratch_floats = cap / sizeof(float);
+    size_t sem = (size_t)*n_items * l->n_kv_heads * sizeof(int32_t), had = cb->attn_sem_bytes;
+    rc = cuda__grow(cb, (void **)&cb->attn_sem, &cb->attn_sem_bytes, sem);
+    if (rc) return rc;
+    /* the counters start at zero; the kernels leave them so */
+    if (cb->attn_sem_bytes != had && CB_CHECK(cb, cudaMemsetAsync(cb->attn_sem, 0, cb->attn_sem_bytes, cb->stream)))
+        return -EIO;
+    cb->attn_tile_tokens = 0;
+    cb->attn_splits = p->dec_splits > p->pre_splits ? p->dec_splits : p->pre_splits;
+    cb->attn_part = 0;
+    return 0;
+}
+
 /* Plans the batch's attention items and split factor for n_heads query heads and uploads the
- * items (once per step; every layer reuses them). 0 or a negative errno. */
+ * items (once per step; every layer reuses them): the tensor-core kernels' plan when the
+ * dispatcher chose them (cuda__attn_choose) and the GQA group fits a prefill block, else the
+ * reference kernel's. 0 or a negative errno. */
 int cuda__attn_plan(cuda_backend *cb, int n_heads, int32_t max_kv_bound)
 {
     const be_batch *b = cb->batch;
     int gsize = n_heads / cb->kv.n_kv_heads;
+    cb->attn_step_tc = cb->attn_tc && gsize <= CUDA_ATTN_PF_BR(cb->kv.head_dim);
+    if (cb->attn_step_tc) {
+        int32_t *items = cb->meta_host + cb->meta.total, n = 0;
+        int rc = cuda__attn_plan_tc(cb, gsize, max_kv_bound, items, &n);
+        if (rc) return rc;
+        if (n > 0 && CB_CHECK(cb, cudaMemcpyAsync(cb->meta_dev + cb->meta.total, items,
+                                                  (size_t)n * CUDA_ATTN_ITEM_INTS * sizeof(int32_t),
+                                                  cudaMemcpyHostToDevice, cb->stream)))
+            return -EIO;
+        if (CB_CHECK(cb, cudaEventRecord(cb->meta_done, cb->stream))) return -EIO;
+        cb->attn_heads = n_heads;
+        cb->model_heads = n_heads;
+        cb->attn_items = n;
+        return 0;
+    }
     int tile = cuda_attn_tile_tokens(gsize);
     int32_t *items = cb->meta_host + cb->meta.total;
     int32_t max_kv = 0;

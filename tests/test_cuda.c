@@ -166,17 +166,23 @@ Test(cuda, attention)
     tcu_env e;
     tcu_open(&e, 0xa77e, "attention");
     const kc_attn_case cases[] = {
-        {"decode", 5, 1, 90, 1, 1, 8, 4, 8, KV_F32, 0.0f, 0},          /* stories260K's shape */
-        {"decode-long", 2, 600, 1500, 1, 1, 32, 4, 64, KV_F16, 0.0f, 0}, /* split-K */
-        {"prefill", 3, 20, 300, 20, 70, 8, 8, 64, KV_F16, 0.0f, 0},     /* cached prefix + chunk, MHA */
-        {"mixed", 6, 1, 400, 1, 40, 16, 2, 128, KV_BF16, 0.0f, 0},
-        {"mixed-gqa8", 4, 30, 200, 1, 30, 32, 4, 64, KV_F32, 0.0f, 0},
-        {"window", 4, 1, 400, 1, 40, 8, 2, 64, KV_F16, 0.0f, 33},
-        {"window+softcap", 3, 600, 1500, 1, 1, 8, 4, 64, KV_F32, 20.0f, 100}, /* split-K past the window */
-        {"mixed", 5, 1, 300, 1, 30, 8, 2, 64, KV_I8, 0.0f, 0},
-        {"decode-long", 2, 600, 1500, 1, 1, 8, 2, 64, KV_I8, 0.0f, 0}, /* split-K */
-        {"mixed", 5, 1, 300, 1, 30, 8, 4, 8, KV_FP8, 0.0f, 0},         /* scalar loads */
-        {"window", 4, 1, 400, 1, 40, 8, 2, 64, KV_FP8, 0.0f, 33},
+        /* label, seqs, ctx, new tokens, heads, kv heads, head dim, KV, soft-cap, window, sinks,
+         * kernels (1: the reference kernel) */
+        {"decode", 5, 1, 90, 1, 1, 8, 4, 8, KV_F32, 0.0f, 0, 0, 0},          /* stories260K's shape */
+        {"decode-long", 2, 600, 1500, 1, 1, 32, 4, 64, KV_F16, 0.0f, 0, 0, 0}, /* split-K */
+        {"prefill", 3, 20, 300, 20, 70, 8, 8, 64, KV_F16, 0.0f, 0, 0, 0},     /* cached prefix + chunk, MHA */
+        {"mixed", 6, 1, 400, 1, 40, 16, 2, 128, KV_BF16, 0.0f, 0, 0, 0},
+        {"mixed-gqa8", 4, 30, 200, 1, 30, 32, 4, 64, KV_F32, 0.0f, 0, 0, 0},
+        {"window", 4, 1, 400, 1, 40, 8, 2, 64, KV_F16, 0.0f, 33, 0, 0},
+        {"window+softcap", 3, 600, 1500, 1, 1, 8, 4, 64, KV_F32, 20.0f, 100, 0, 0}, /* split-K past the window */
+        {"mixed", 5, 1, 300, 1, 30, 8, 2, 64, KV_I8, 0.0f, 0, 0, 0},
+        {"decode-long", 2, 600, 1500, 1, 1, 8, 2, 64, KV_I8, 0.0f, 0, 0, 0}, /* split-K */
+        {"mixed", 5, 1, 300, 1, 30, 8, 4, 8, KV_FP8, 0.0f, 0, 0, 0},         /* scalar loads */
+        {"window", 4, 1, 400, 1, 40, 8, 2, 64, KV_FP8, 0.0f, 33, 0, 0},
+        {"mixed hd96", 4, 1, 300, 1, 40, 8, 8, 96, KV_F16, 0.0f, 0, 0, 0},
+        {"sinks", 4, 40, 300, 1, 30, 8, 2, 64, KV_BF16, 0.0f, 0, 16, 0},
+        {"sinks split-K", 2, 600, 1500, 1, 1, 8, 2, 128, KV_I8, 0.0f, 0, 4, 0},
+        {"mixed", 5, 1, 300, 1, 30, 8, 2, 64, KV_F16, 0.0f, 0, 0, 1},        /* the reference kernel */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) tcu_expect(kc_check_attention(&e.c, &cases[i]));
     tcu_close(&e);

@@ -199,8 +199,11 @@ Test(cuda_host, kv_scale)
 }
 
 /* The attention kernels and the quantising store, the source nvcc compiles, under the CPU
- * emulation of cuda/check (attn_emu --quick: f32, int8 and e4m3 arenas, vector and scalar load
- * paths, split-K), against float64 and the codecs of cache/kv.h. */
+ * emulation of cuda/check (attn_emu --quick: the emulated mma and ldmatrix against their layouts;
+ * the reference kernel on f32, int8 and e4m3 arenas, vector and scalar load paths, split-K; the
+ * tensor-core prefill and decode kernels on f16, bf16, int8 and e4m3 caches with split-K and
+ * sinks, each element within the bound of its 16-bit arithmetic), against float64 and the codecs
+ * of cache/kv.h. */
 Test(cuda_host, kernels_under_emulation, .timeout = 120)
 {
     const char *bin = getenv("KVSERVE_ATTN_EMU");
@@ -209,12 +212,14 @@ Test(cuda_host, kernels_under_emulation, .timeout = 120)
     snprintf(cmd, sizeof cmd, "'%s' --quick", bin);
     FILE *p = popen(cmd, "r");
     cr_assert_not_null(p);
-    char line[256], out[4096] = "";
+    char line[512], out[16384] = "";
     while (fgets(line, sizeof line, p)) strncat(out, line, sizeof out - strlen(out) - 1);
     int st = pclose(p);
     printf("%s", out);
     cr_assert_eq(st, 0, "emulated kernels failed:\n%s", out);
     cr_assert(strstr(out, "int8") && strstr(out, "fp8") && strstr(out, "f32"), "%s", out);
+    cr_assert(strstr(out, "attn mma prefill") && strstr(out, "attn mma decode") && strstr(out, "vs their PTX layouts: ok"),
+              "the tensor-core kernels ran: %s", out);
 }
 
 /* The CPU layout per layer and K/V is [n_blocks][n_kv_heads][block_size][head_dim] with every
@@ -459,6 +464,105 @@ Test(cuda_host, attn_plan_covers_every_token_once)
         for (int i = 0; i < b->n_tokens; i++) cr_assert_eq(owner[i], 1, "token %d covered %d times", i, owner[i]);
         cr_assert_eq(max_kv, mk);
     }
+}
+
+/* The tensor-core plan against a brute-force model: every (new token, query head of the group)
+ * row of every sequence is in exactly one item; a sequence whose rows fit one m16 tile is one
+ * decode item (decode items first), the others are runs of at most BR rows; the item list fits
+ * the room begin() reserves; each kind's partitions are whole tiles that cover its longest item,
+ * split only launches that leave the GPU under-filled, and size the scratch they report. */
+Test(cuda_host, attn_tc_plan_covers_every_row_once)
+{
+    uint64_t seed = 0x7c91a, s = seed;
+    printf("cuda_host/attn_tc_plan_covers_every_row_once seed %#llx\n", (unsigned long long)seed);
+    static tch_batch t;
+    static int32_t items[2 * (512 + 32) * 3], owner[512 * 128];
+    const int dims[] = {64, 96, 128, 256};
+    for (int it = 0; it < 3000; it++) {
+        tch_random_batch(&s, &t, 16);
+        const be_batch *b = &t.b;
+        int d = dims[tch_int(&s, 0, 3)], gsize = tch_int(&s, 0, 3) ? tch_int(&s, 1, 16) : tch_int(&s, 17, 64);
+        int n_kv = tch_int(&s, 1, 8), n_sm = tch_int(&s, 1, 160), br = CUDA_ATTN_PF_BR(d);
+        int32_t bound = tch_int(&s, 0, 3) ? 0 : tch_int(&s, 1, 5000);
+        cuda_attn_tc p;
+        int32_t n = cuda_attn_tc_plan(b, gsize, n_kv, d, n_sm, bound, items, &p);
+        cr_assert_eq(n, p.n_dec + p.n_pre);
+        cr_assert_leq(n, 2 * (b->n_tokens + b->n_seqs), "the room begin() reserves");
+        for (int i = 0; i < b->n_tokens * gsize; i++) owner[i] = 0;
+        int32_t mk[2] = {0, 0};
+        for (int k = 0; k < n; k++) {
+            int32_t q = items[3 * k], r0 = items[3 * k + 1], nr = items[3 * k + 2];
+            cr_assert(q >= 0 && q < b->n_seqs);
+            int32_t n_new = b->q_start[q + 1] - b->q_start[q], rows = n_new * gsize, ctx = 0;
+            cr_assert(nr >= 1 && r0 >= 0 && r0 + nr <= rows);
+            if (k < p.n_dec) cr_assert(r0 == 0 && nr == rows && rows <= CUDA_ATTN_DEC_ROWS, "a decode item is a whole short sequence");
+            else cr_assert(rows > CUDA_ATTN_DEC_ROWS && nr <= br && r0 % br == 0);
+            for (int r = 0; r < nr; r++) owner[b->q_start[q] * gsize + r0 + r]++;
+            for (int g = 0; g < b->n_kv; g++) ctx = b->kv[g].ctx_len[q] > ctx ? b->kv[g].ctx_len[q] : ctx;
+            int32_t hi = ctx - n_new + (r0 + nr - 1) / gsize + 1, kind = k >= p.n_dec;
+            if (hi > mk[kind]) mk[kind] = hi;
+        }
+        for (int i = 0; i < b->n_tokens * gsize; i++) cr_assert_eq(owner[i], 1, "row %d covered %d times", i, owner[i]);
+        for (int kind = 0; kind < 2; kind++) {
+            int sp = kind ? p.pre_splits : p.dec_splits, tile = kind ? CUDA_ATTN_PF_BC(d) : CUDA_ATTN_DEC_BC;
+            int32_t part = kind ? p.pre_part : p.dec_part, ni = kind ? p.n_pre : p.n_dec;
+            int32_t m = mk[kind] > bound ? mk[kind] : bound;
+            size_t floats = kind ? p.pre_floats : p.dec_floats, rows = kind ? (size_t)br : CUDA_ATTN_DEC_ROWS;
+            cr_assert_geq(sp, 1);
+            cr_assert_eq(part % tile, 0, "partitions are whole tiles");
+            /* a block's keys start at its first row's window start rounded down to a tile */
+            cr_assert_geq((int64_t)sp * part, m, "the partitions cover every key");
+            if (sp > 1) {
+                cr_assert_lt((int64_t)ni * n_kv, 2 * (int64_t)n_sm, "only under-filled launches split");
+                cr_assert_geq(part, CUDA_ATTN_MIN_PART);
+                cr_assert_eq(floats, (size_t)ni * n_kv * sp * rows * (d + 2));
+                cr_assert_leq(floats * sizeof(float), CUDA_ATTN_SCRATCH_MAX);
+            } else {
+                cr_assert_eq(floats, 0);
+            }
+        }
+    }
+}
+
+/* The tensor-core kernels' shared memory: what their headers lay out, and within an H100's
+ * 227 KiB (and an A100's 163 KiB) for every head dim, cache type and with sinks. */
+Test(cuda_host, attn_tc_smem)
+{
+    /* prefill, head dim 128, f16: Q 128 rows + 2 × (K, V) of 48 rows, rows of 136 halves */
+    cr_assert_eq(cuda_attn_pf_smem(128, 0, 0), (size_t)(128 + 4 * 48) * 136 * 2);
+    /* decode, head dim 64, int8: Q fragments 64 × 32 bytes, 3 stages of 2 × 64 rows of 80 bytes
+     * and 2 × 64 scales */
+    cr_assert_eq(cuda_attn_dec_smem(64, 1, 0), (size_t)64 * 32 + 3 * (2 * 64 * 80 + 4 * 64));
+    const int dims[] = {64, 96, 128, 256};
+    for (int i = 0; i < 4; i++)
+        for (int q = 0; q < 2; q++)
+            for (int sinks = 0; sinks < 2; sinks++) {
+                cr_assert_leq(cuda_attn_pf_smem(dims[i], q, sinks), (size_t)163 << 10, "hd %d", dims[i]);
+                cr_assert_leq(cuda_attn_dec_smem(dims[i], q ? 1 : 2, sinks), (size_t)163 << 10, "hd %d", dims[i]);
+                /* the decode block's warps merge through its stages at the end */
+                cr_assert_geq(cuda_attn_dec_smem(dims[i], q ? 1 : 2, sinks),
+                              (size_t)dims[i] * 32 * (sinks ? 2 : 1) + 4 * 16 * (dims[i] + 2) * 4);
+            }
+}
+
+/* The dispatcher's geometry rule: the tensor-core kernels take head dims 64/96/128/256 with f16,
+ * bf16, int8 or e4m3 caches whose tiles are 16-byte aligned (quantised: an even block size), when
+ * the GPU gives a block enough shared memory; the reference kernel everything else. */
+Test(cuda_host, attn_tc_refusal)
+{
+    const size_t h100 = 227 << 10;
+    for (int d = 1; d <= 512; d++) {
+        int ok = d == 64 || d == 96 || d == 128 || d == 256;
+        size_t tile = (size_t)16 * d * 2;
+        cr_assert_eq(cuda_attn_tc_refusal(d, KV_F16, 16, tile, h100) == NULL, ok, "head dim %d", d);
+    }
+    cr_assert_null(cuda_attn_tc_refusal(128, KV_BF16, 16, 16 * 128 * 2, h100));
+    cr_assert_null(cuda_attn_tc_refusal(128, KV_I8, 16, 16 * (128 + 2), h100));
+    cr_assert_null(cuda_attn_tc_refusal(256, KV_FP8, 32, 32 * (256 + 2), 163 << 10), "an A100 fits head dim 256");
+    cr_assert_not_null(cuda_attn_tc_refusal(128, KV_F32, 16, 16 * 128 * 4, h100), "f32 keeps f32 products");
+    cr_assert_not_null(cuda_attn_tc_refusal(64, KV_I8, 5, 5 * 66, h100), "odd block: tiles unaligned");
+    cr_assert_not_null(cuda_attn_tc_refusal(64, KV_I8, 3, 208, h100), "an odd block size, however aligned");
+    cr_assert_not_null(cuda_attn_tc_refusal(128, KV_F16, 16, 16 * 128 * 2, 99 << 10), "too little shared memory");
 }
 
 /* ---- online softmax ------------------------------------------------------------------------- */

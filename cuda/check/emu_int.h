@@ -1,7 +1,7 @@
 /*
  * emu_int.h — the integer instructions of the CPU emulation (included by emu_cuda.h, whose thread
- * model it shares): __dp4a, the integer tensor-core mma.sync shapes that cuda/imma.h wraps, the
- * atomics and fences of the kernels that finish a split reduction in their last block.
+ * model it shares): __dp4a and the integer tensor-core mma.sync shapes that cuda/imma.h wraps (the
+ * atomics and fences of a last-block reduction are emu_cuda.h's).
  *
  * mma.sync is a warp-wide exchange: every lane deposits its fragment registers, the warp meets at
  * its barrier, and each lane rebuilds the whole A and B tiles from the deposits by the PTX ISA's
@@ -33,7 +33,7 @@ static inline unsigned __dp4a(unsigned a, unsigned b, unsigned c)
 /* ---- mma.sync, s8 × s8 → s32 ------------------------------------------------------------- */
 
 static uint32_t emu_mma_a[2][1024][4], emu_mma_b[2][1024][2];
-static thread_local unsigned emu_mma_parity;
+static unsigned emu_mma_parity[1024]; /* per CUDA thread: the buffer half of its next call */
 
 /* Byte k of the 32-bit register value v, as a signed 8-bit integer. */
 static inline int emu_s8(uint32_t v, int k)
@@ -45,7 +45,7 @@ static inline int emu_s8(uint32_t v, int k)
  * of the call and the warp's first thread. */
 static inline int emu_mma_deposit(const uint32_t *a, int na, const uint32_t *b, int nb, int *base)
 {
-    int t = (int)threadIdx.x, p = (int)(emu_mma_parity++ & 1);
+    int t = (int)threadIdx.x, p = (int)(emu_mma_parity[t]++ & 1);
     for (int i = 0; i < na; i++) emu_mma_a[p][t][i] = a[i];
     for (int i = 0; i < nb; i++) emu_mma_b[p][t][i] = b[i];
     *base = t & ~31;
@@ -88,22 +88,6 @@ static inline void emu_mma_s8_16816(int c[4], const uint32_t a[2], uint32_t b)
         }
         c[i] = s;
     }
-}
-
-/* ---- atomics and fences ------------------------------------------------------------------ */
-
-static inline unsigned atomicAdd(unsigned *p, unsigned v)
-{
-    return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST);
-}
-static inline void __threadfence()
-{
-    __atomic_thread_fence(__ATOMIC_SEQ_CST);
-}
-/* A load that bypasses L1 on the GPU (data other blocks wrote): a plain load here. */
-template <typename T> static inline T __ldcg(const T *p)
-{
-    return *p;
 }
 
 #endif

@@ -32,11 +32,11 @@ typedef struct kc_ctx {
 } kc_ctx;
 
 typedef struct kc_result {
-    char name[48];
-    double err;    /* relative error, or INFINITY on a failure to run */
+    char name[64];
+    double err;    /* relative error (or error / bound where a check says so), INFINITY on a failure to run */
     double tol;
     int ok;
-    char note[96];
+    char note[128];
 } kc_result;
 
 static const float kc_poison = 1e30f;
@@ -129,6 +129,12 @@ static float *kc_get_act(backend *be, const void *d, size_t n)
         return NULL;
     }
     return h;
+}
+
+/* kc_put for a table of putters beside kc_put_act. */
+static void *kc_put_f32(backend *be, const float *x, size_t n)
+{
+    return kc_put(be, x, n);
 }
 
 /* x as the backend's activations hold it: rounded to bf16 unless they are f32. */
@@ -677,6 +683,8 @@ typedef struct kc_attn_case {
     int n_heads, n_kv_heads, head_dim, kv_dtype;
     float softcap;        /* be_attn: 0 off */
     int window;           /* be_attn: 0 full causal */
+    int sinks;            /* > 0: each sequence longer than this meets its first `sinks` keys with q_sink */
+    int kernels;          /* the CUDA attention kernels (cuda_set_attn_kernels): 0 the dispatcher's, 1 the reference */
 } kc_attn_case;
 
 /* Fills kb with every KV entry of every sequence as a token (the "fill" batch) when fill is 1,
@@ -709,18 +717,102 @@ static void kc_attn_batch(kc_batch *kb, int n_seqs, const int32_t *ctx, const in
     kb->b = b;
 }
 
+static void kc_kv_round(int kv_dtype, const float *src, int H, int D, float *dst);
+
+/* The float64 attention of one query row over the stored values (k, v: the cache's rows as it
+ * holds them, [entry][n_kv_heads][D] from entry 0 of the row's sequence; qs meets entries below
+ * n_sink) and, per element, the bound the tensor-core kernels' arithmetic allows (see
+ * attn_emu.cc, where it is derived): Q and P rounded to the products' 16-bit type, a quantised
+ * cache's values to f16, f32 sums. o and bnd get D values. */
+static void kc_attn_ref_row(const kc_attn_case *ac, const float *q, const float *qs, const float *k, const float *v,
+                            int kvh, int qp, int n_sink, double scale, double *o, double *bnd)
+{
+    const int D = ac->head_dim, KV = ac->n_kv_heads * D;
+    const int quant = ac->kv_dtype == KV_I8 || ac->kv_dtype == KV_FP8;
+    const double u = ac->kv_dtype == KV_BF16 ? 1.0 / 256 : 1.0 / 2048, uk = quant ? 1.0 / 2048 : 0;
+    int lo = ac->window > 0 && qp - ac->window + 1 > 0 ? qp - ac->window + 1 : 0, n = qp + 1 - lo;
+    double *s = malloc((size_t)n * 3 * sizeof *s), *E = s + n, *w = E + n, mx = -1e300, z = 0;
+    for (int i = 0; i < n; i++) {
+        const float *kr = k + (size_t)(lo + i) * KV + (size_t)kvh * D, *qr = lo + i < n_sink ? qs : q;
+        double d = 0, da = 0;
+        for (int e = 0; e < D; e++) d += (double)qr[e] * scale * kr[e], da += fabs((double)qr[e] * scale * kr[e]);
+        s[i] = ac->softcap > 0 ? ac->softcap * tanh(d / ac->softcap) : d;
+        E[i] = (u + uk + (D + 16) / 16777216.0) * da + (ac->softcap > 0 ? 4 * ac->softcap / 16777216.0 : 0);
+        if (s[i] > mx) mx = s[i];
+    }
+    for (int i = 0; i < n; i++) z += w[i] = exp(s[i] - mx);
+    for (int e = 0; e < D; e++) {
+        double od = 0, wa = 0, va = 0, sd = 0;
+        for (int i = 0; i < n; i++) od += w[i] / z * v[(size_t)(lo + i) * KV + (size_t)kvh * D + e];
+        for (int i = 0; i < n; i++) {
+            double x = v[(size_t)(lo + i) * KV + (size_t)kvh * D + e];
+            wa += w[i] / z * fabs(x), va += fabs(x), sd += w[i] / z * fabs(x - od) * E[i];
+        }
+        o[e] = od;
+        bnd[e] = sd + (u + uk + 1.0 / 524288) * wa + va / 33554432.0;
+    }
+    free(s);
+}
+
+/* The largest |gpu − float64| / bound over the output rows of the step (INFINITY for a
+ * non-finite or unwritten element): every row up to 4,096 of them, else every stride-th (the
+ * float64 reference costs ~5 × keys × head_dim per row). kf, vf: the fill batch's K and V rows
+ * (every entry of every sequence, in order), rounded here to what the cache holds. */
+static double kc_attn_vs_bound(const kc_attn_case *ac, int S, const int32_t *ctx, const int32_t *n_new,
+                               const float *kf, const float *vf, const float *q, const float *qs,
+                               const int32_t *sinks, const float *got, int bf16_out)
+{
+    const double u_o = bf16_out ? 1.0 / 512 : 0; /* a bf16 output's own rounding, of |o| */
+    const int D = ac->head_dim, H = ac->n_heads, KV = ac->n_kv_heads * D, gsize = H / ac->n_kv_heads;
+    double worst = 0, *o = malloc((size_t)D * 2 * sizeof *o), *bnd = o + D;
+    int64_t fill = 0, tok = 0, n_rows = 0;
+    for (int s = 0; s < S; s++) n_rows += (int64_t)n_new[s] * H;
+    const int64_t stride = n_rows > 4096 ? (n_rows + 4095) / 4096 : 1;
+    for (int s = 0; s < S; s++) {
+        float *k = malloc((size_t)ctx[s] * KV * 4), *v = malloc((size_t)ctx[s] * KV * 4);
+        for (int j = 0; j < ctx[s]; j++) {
+            kc_kv_round(ac->kv_dtype, kf + (size_t)(fill + j) * KV, ac->n_kv_heads, D, k + (size_t)j * KV);
+            kc_kv_round(ac->kv_dtype, vf + (size_t)(fill + j) * KV, ac->n_kv_heads, D, v + (size_t)j * KV);
+        }
+        for (int i = 0; i < n_new[s]; i++, tok++)
+            for (int h = 0; h < H; h++) {
+                size_t row = ((size_t)tok * H + h) * D;
+                if ((tok * H + h) % stride) continue;
+                kc_attn_ref_row(ac, q + row, qs + row, k, v, h / gsize, ctx[s] - n_new[s] + i, sinks[s],
+                                1.0 / sqrt((double)D), o, bnd);
+                for (int e = 0; e < D; e++) {
+                    double g = got[row + e], r = fabs(g - o[e]) / (bnd[e] + u_o * fabs(o[e]));
+                    if (!isfinite(g) || g == kc_poison) r = INFINITY;
+                    if (!(r <= worst)) worst = r;
+                }
+            }
+        fill += ctx[s];
+        free(k), free(v);
+    }
+    free(o);
+    return worst;
+}
+
+/* One attention step on both backends over the same stored K/V. The reference kernel is held to
+ * the CPU backend's f32 result (1e-4; 4e-3 with bf16 activations, whose output is rounded to 8
+ * bits); the tensor-core kernels, whose products are 16-bit, to 1.5 × the per-element bound of
+ * their arithmetic against float64 (plus the output's rounding with bf16 activations; err is then
+ * the largest error / bound); the row names the kernels that ran. With bf16 activations the K, V
+ * and queries are rounded to bf16 first, so both backends and the reference see the same
+ * values. */
 static kc_result kc_check_attention(kc_ctx *c, const kc_attn_case *ac)
 {
-    char name[48], note[96];
-    snprintf(name, sizeof name, "attn %s %s", ac->label, kv_dtype_name(ac->kv_dtype));
+    char name[64], note[96];
     const int bs = 16, layer = 1, S = ac->n_seqs;
     kv_geom g = kv_geom_make(2, ac->n_kv_heads, ac->head_dim, bs, ac->kv_dtype);
-    int32_t *ctx = malloc((size_t)S * 4), *n_new = malloc((size_t)S * 4);
+    int32_t *ctx = malloc((size_t)S * 4), *n_new = malloc((size_t)S * 4), *sinks = calloc((size_t)S, 4);
+    int32_t *shift = calloc((size_t)S, 4);
     int bt_stride = (int)cuda_div_up(ac->max_ctx, bs), total_blocks = 0;
     for (int s = 0; s < S; s++) {
         ctx[s] = kc_int(c, ac->min_ctx, ac->max_ctx);
         n_new[s] = kc_int(c, ac->min_new, ac->max_new);
         if (n_new[s] > ctx[s]) n_new[s] = ctx[s];
+        sinks[s] = ac->sinks > 0 && ctx[s] > ac->sinks ? ac->sinks : 0;
         total_blocks += (int)cuda_div_up(ctx[s], bs);
     }
     int32_t n_blocks = total_blocks + 5;
@@ -735,39 +827,58 @@ static kc_result kc_check_attention(kc_ctx *c, const kc_attn_case *ac)
     for (int s = 0, k = 0; s < S; s++)
         for (int j = 0; j < cuda_div_up(ctx[s], bs); j++) bt[s * bt_stride + j] = perm[k++];
     backend *bes[2] = {c->gpu, c->cpu};
-    double err = INFINITY;
+    const int bf = c->gpu->act_type != DT_F32;
+    double err = INFINITY, tol = 1e-4, rel = INFINITY;
+    const char *kern = "?";
     snprintf(note, sizeof note, "kv_init failed");
+    cuda_set_attn_kernels(c->gpu, ac->kernels);
     if (!c->gpu->ops->kv_init(c->gpu, &g, &n_blocks) && !c->cpu->ops->kv_init(c->cpu, &g, &n_blocks)) {
         int kv_dim = ac->n_kv_heads * ac->head_dim, q_dim = ac->n_heads * ac->head_dim;
         kc_batch fb, ab;
         kc_attn_batch(&fb, S, ctx, n_new, bt, bt_stride, bs, 1);
         kc_attn_batch(&ab, S, ctx, n_new, bt, bt_stride, bs, 0);
+        if (ac->sinks > 0) ab.b.kv[0].sinks = sinks, ab.b.kv[0].sink_shift = shift;
         size_t nk = (size_t)fb.b.n_tokens * kv_dim, nq = (size_t)ab.b.n_tokens * q_dim;
-        float *k = malloc(nk * 4), *v = malloc(nk * 4), *q = malloc(nq * 4), *out[2] = {NULL, NULL};
+        float *k = malloc(nk * 4), *v = malloc(nk * 4), *q = malloc(nq * 4), *qs = malloc(nq * 4), *out[2] = {NULL, NULL};
         kc_fill(c, k, nk, 1.0f);
         kc_fill(c, v, nk, 1.0f);
         kc_fill(c, q, nq, 2.0f);
+        kc_fill(c, qs, nq, 2.0f);
+        kc_round_act(c->gpu, k, nk), kc_round_act(c->gpu, v, nk), kc_round_act(c->gpu, q, nq), kc_round_act(c->gpu, qs, nq);
         for (int b = 0; b < 2; b++) {
             backend *be = bes[b];
-            float *kd = kc_put(be, k, nk), *vd = kc_put(be, v, nk), *qd = kc_put(be, q, nq), *od = kc_put(be, NULL, nq);
+            void *(*put)(backend *, const float *, size_t) = b == 0 ? kc_put_act : kc_put_f32;
+            void *kd = put(be, k, nk), *vd = put(be, v, nk), *qd = put(be, q, nq), *od = put(be, NULL, nq);
+            void *qsd = ac->sinks > 0 ? put(be, qs, nq) : NULL;
             be->ops->begin(be, &fb.b);
             be->ops->store_kv(be, layer, kd, vd);
             be->ops->begin(be, &ab.b);
-            be_attn at = {ac->n_heads, 1.0f / sqrtf((float)ac->head_dim), ac->softcap, ac->window, NULL};
+            be_attn at = {ac->n_heads, 1.0f / sqrtf((float)ac->head_dim), ac->softcap, ac->window, qsd};
             be->ops->attention(be, layer, qd, &at, od);
-            out[b] = kc_get(be, od, nq);
+            out[b] = b == 0 ? kc_get_act(be, od, nq) : kc_get(be, (const float *)od, nq);
+            if (b == 0) kern = cuda_last_attn_kernels(be);
             be->ops->free(be, kd), be->ops->free(be, vd), be->ops->free(be, qd), be->ops->free(be, od);
+            if (qsd) be->ops->free(be, qsd);
         }
-        if (out[0] && out[1]) err = kc_relerr(out[0], out[1], nq);
-        snprintf(note, sizeof note, "%d seqs, %d tokens, ctx ≤ %d, gqa %d, hd %d, window %d, cap %g, splits %d", S,
-                 ab.b.n_tokens, ac->max_ctx, ac->n_heads / ac->n_kv_heads, ac->head_dim, ac->window,
-                 (double)ac->softcap, cuda_last_attn_splits(c->gpu));
-        free(out[0]), free(out[1]), free(k), free(v), free(q);
+        if (out[0] && out[1]) rel = kc_relerr(out[0], out[1], nq);
+        if (out[0] && strncmp(kern, "mma", 3) == 0) {
+            err = kc_attn_vs_bound(ac, S, ctx, n_new, k, v, q, qs, sinks, out[0], bf);
+            tol = 1.5;
+        } else {
+            err = rel;
+            tol = bf ? 4e-3 : 1e-4;
+        }
+        snprintf(note, sizeof note, "%d seqs, %d tok, ctx<=%d, gqa %d, hd %d, win %d, cap %g, sinks %d, splits %d, rel %.1e",
+                 S, ab.b.n_tokens, ac->max_ctx, ac->n_heads / ac->n_kv_heads, ac->head_dim, ac->window,
+                 (double)ac->softcap, ac->sinks, cuda_last_attn_splits(c->gpu), rel);
+        free(out[0]), free(out[1]), free(k), free(v), free(q), free(qs);
         kc_batch_free(&fb);
         kc_batch_free(&ab);
     }
-    free(ctx), free(n_new), free(perm), free(bt);
-    return kc_res(name, err, 1e-4, note);
+    cuda_set_attn_kernels(c->gpu, 0);
+    snprintf(name, sizeof name, "attn %s %s %s", kern, ac->label, kv_dtype_name(ac->kv_dtype));
+    free(ctx), free(n_new), free(sinks), free(shift), free(perm), free(bt);
+    return kc_res(name, err, tol, note);
 }
 
 /* store_kv (exact after rounding to the KV type), the fused RoPE + store, and kv_copy_block. */
