@@ -178,6 +178,14 @@ $(BUILD)/tests/libstall_stat.so: tests/stall_stat.c
 	@echo "  CC      $<"
 	$(Q)$(CC) -std=c11 -O2 -Wall -Wextra $(if $(filter 1,$(WERROR)),-Werror) -shared -fPIC -o $@ $< -ldl
 
+# The device sampler under the same emulation, against the CPU's sampler (engine/sampler.c, linked
+# in) on the same rows (cuda/check/sample_emu.cc).
+$(BUILD)/sample_emu: cuda/check/sample_emu.cc $(BUILD)/engine/sampler.o
+	@mkdir -p $(dir $@)
+	@echo "  CXX     $<"
+	$(Q)$(CXX) -std=c++17 -O2 -g -Wall -Wextra -Wno-unused-parameter -Wno-unknown-pragmas -Wno-unused-function \
+	    $(if $(filter 1,$(WERROR)),-Werror) -MMD -MP -I. -o $@ $< $(BUILD)/engine/sampler.o -lpthread -lm
+
 # The dense decode kernels (matrix-vector, the fused QKV epilogue) and the bf16 instantiations of
 # the other families under the same emulation (cuda/check/dense_emu.cc).
 $(BUILD)/dense_emu: cuda/check/dense_emu.cc
@@ -190,10 +198,10 @@ $(BUILD)/dense_emu: cuda/check/dense_emu.cc
 # repository's test data (tests/data) and the optional reference sets in ../shared through these.
 TEST_ENV := KVSERVE_BIN=$(abspath $(BUILD)/kvserve) KVSERVE_ATTN_EMU=$(abspath $(BUILD)/attn_emu) \
             KVSERVE_QUANT_EMU=$(abspath $(BUILD)/quant_emu) KVSERVE_OPS_EMU=$(abspath $(BUILD)/ops_emu) \
-            KVSERVE_DENSE_EMU=$(abspath $(BUILD)/dense_emu) \
+            KVSERVE_SAMPLE_EMU=$(abspath $(BUILD)/sample_emu) KVSERVE_DENSE_EMU=$(abspath $(BUILD)/dense_emu) \
             KVSERVE_DATA=$(abspath tests/data) KVSERVE_SHARED=$(abspath ../shared) \
             KVSERVE_STALL_SO=$(abspath $(BUILD)/tests/libstall_stat.so)
-test: all $(BUILD)/test_kvserve $(BUILD)/attn_emu $(BUILD)/quant_emu $(BUILD)/ops_emu $(BUILD)/dense_emu \
+test: all $(BUILD)/test_kvserve $(BUILD)/attn_emu $(BUILD)/quant_emu $(BUILD)/ops_emu $(BUILD)/sample_emu $(BUILD)/dense_emu \
       $(BUILD)/tests/libstall_stat.so
 	$(Q)$(TEST_ENV) $(BUILD)/test_kvserve --jobs 2 $(TEST_ARGS)
 

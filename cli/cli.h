@@ -37,9 +37,10 @@ typedef struct cli_opts {
     int http_max_per_client;         /* --http-max-connections-per-client N */
     int http_reserved_connections;   /* --http-reserved-connections N */
     int max_seqs;               /* 0: 64 on CPU, 256 on GPU */
-    int max_batch_tokens;       /* 0: 512 on CPU, 8192 on GPU */
+    int max_batch_tokens;       /* 0: 512 on CPU, 2048 on GPU */
     int prefill_admit_tokens;   /* 0: 64 on CPU, no limit on GPU; < 0: no limit */
     const char *schedule;       /* fcfs|lpm */
+    const char *overlap;        /* auto|on|off: overlapped engine steps */
     int no_prefix_cache;
     /* server */
     const char *host;
@@ -127,6 +128,9 @@ void cli_print_help(const char *cmd);
 
 /* Parses sizes such as "2GiB", "512M", "1e9", "4096" into bytes. 0 or -EINVAL. */
 int cli_parse_size(const char *s, size_t *out);
+
+/* --overlap auto|on|off as enum engine_overlap, or -1. */
+int cli_overlap_parse(const char *s);
 
 /* Subcommands: each returns the process exit code. */
 int cli_serve(cli_opts *o);

@@ -296,6 +296,13 @@ static void bn_report(bn_state *b, const cli_opts *o, int64_t t0, int max_seqs)
     printf("TTFT:                mean %.1f ms, p50 %.1f ms, p99 %.1f ms\n", mean, p50, p99);
     printf("TPOT:                mean %.2f ms\n", tpot);
     printf("preemptions:         %lld; steps %lld; max_seqs %d\n", (long long)st.preemptions, (long long)st.steps, max_seqs);
+    double ph[ENGINE_PHASES];
+    printf("step (engine thread): overlap %s; mean ms", st.overlap ? "on" : "off");
+    for (int k = 0; k < ENGINE_PHASES; k++) {
+        ph[k] = st.steps ? (double)st.phase_us[k] / 1e3 / (double)st.steps : 0;
+        printf(" %s %.3f", engine_phase_names[k], ph[k]);
+    }
+    printf("\n");
     double mask_us = st.grammar_masks ? (double)st.grammar_mask_us / (double)st.grammar_masks : 0;
     if (b->grammar)
         printf("grammar:             compiled in %.2f ms; %lld masks, %.1f us per token\n", b->compile_ms,
@@ -305,10 +312,13 @@ static void bn_report(bn_state *b, const cli_opts *o, int64_t t0, int max_seqs)
                "\"wall_s\": %.6f, \"output_tokens_per_s\": %.3f, \"ttft_ms_mean\": %.3f, \"ttft_ms_p50\": %.3f, "
                "\"ttft_ms_p99\": %.3f, \"tpot_ms_mean\": %.4f, \"preemptions\": %lld, \"prefix_cache_hit_rate\": %.6f, "
                "\"steps\": %lld, \"max_seqs\": %d, \"turns\": %d, \"grammar_compile_ms\": %.3f, \"grammar_masks\": %lld, "
-               "\"grammar_mask_us\": %.3f}\n",
+               "\"grammar_mask_us\": %.3f, \"overlap\": %d, \"tokens_dropped\": %lld, \"step_ms\": {\"schedule\": %.4f, "
+               "\"upload\": %.4f, \"forward\": %.4f, \"sample\": %.4f, \"output\": %.4f}}\n",
                b->n_reqs, (long long)prompt_tok, (long long)cached, (long long)out_tok, wall, tps, mean, p50, p99,
                tpot, (long long)st.preemptions, hit, (long long)st.steps, max_seqs, b->turns, b->compile_ms,
-               (long long)st.grammar_masks, mask_us);
+               (long long)st.grammar_masks, mask_us, st.overlap, (long long)st.tokens_dropped,
+               ph[ENGINE_PHASE_SCHEDULE], ph[ENGINE_PHASE_UPLOAD], ph[ENGINE_PHASE_FORWARD], ph[ENGINE_PHASE_SAMPLE],
+               ph[ENGINE_PHASE_OUTPUT]);
     free(ttft);
 }
 
@@ -338,12 +348,15 @@ static int bn_config(const cli_opts *o, engine_config *c)
     c->max_batch_tokens = o->max_batch_tokens;
     c->prefill_admit_tokens = o->prefill_admit_tokens;
     c->prefix_cache = !o->no_prefix_cache;
+    c->overlap = cli_overlap_parse(o->overlap);
+    c->verbose = o->verbose;
     if (!strcmp(o->schedule, "fcfs")) c->schedule = ENGINE_SCHED_FCFS;
     else if (!strcmp(o->schedule, "lpm")) c->schedule = ENGINE_SCHED_LPM;
     else c->schedule = -1;
-    if (c->kv_dtype < 0 || c->schedule < 0 || o->block_size <= 0 || o->requests <= 0 || o->turns < 0 ||
-        o->shared_prefix < 0) {
-        fprintf(stderr, "kvserve bench: bad --kv-dtype, --schedule, --block-size, --requests, --turns or --shared-prefix\n");
+    if (c->kv_dtype < 0 || c->schedule < 0 || c->overlap < 0 || o->block_size <= 0 || o->requests <= 0 ||
+        o->turns < 0 || o->shared_prefix < 0) {
+        fprintf(stderr, "kvserve bench: bad --kv-dtype, --schedule, --overlap, --block-size, --requests, --turns or "
+                        "--shared-prefix\n");
         return -EINVAL;
     }
     int64_t total = (int64_t)o->requests * (o->turns > 1 ? o->turns : 1);

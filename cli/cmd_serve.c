@@ -80,6 +80,12 @@ int cli_serve(cli_opts *o)
     e->max_seqs = o->max_seqs;
     e->max_batch_tokens = o->max_batch_tokens;
     e->prefill_admit_tokens = o->prefill_admit_tokens;
+    e->overlap = cli_overlap_parse(o->overlap);
+    e->verbose = o->verbose;
+    if (e->overlap < 0) {
+        fprintf(stderr, "kvserve serve: unknown --overlap '%s' (auto, on or off)\n", o->overlap);
+        return 2;
+    }
     if (!strcmp(o->schedule, "fcfs")) e->schedule = ENGINE_SCHED_FCFS;
     else if (!strcmp(o->schedule, "lpm")) e->schedule = ENGINE_SCHED_LPM;
     else {

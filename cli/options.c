@@ -10,6 +10,7 @@
 #include <strings.h>
 
 #include "cli/cli.h"
+#include "engine/engine.h"
 
 enum opt_kind { O_STR, O_INT, O_I64, O_DBL, O_SIZE, O_FLAG };
 
@@ -43,9 +44,10 @@ static const opt table[] = {
     {"kv-disk-size", 0, O_SIZE, OFF(kv_disk_bytes), "half the free space, at most 64GiB", "serve bench info", "capacity of the --kv-disk-dir tier"},
     {"kv-disk-timeout", 0, O_DBL, OFF(kv_disk_timeout_s), "2", "serve bench", "seconds a --kv-disk-dir file operation may take: a load not done by then is recomputed, and a stuck disk stalls the tier (loads miss, writes are skipped) until it returns"},
     {"max-seqs", 0, O_INT, OFF(max_seqs), "64 cpu / 256 gpu", ENGINE_CMDS, "most sequences running at once"},
-    {"max-batch-tokens", 0, O_INT, OFF(max_batch_tokens), "512 cpu / 8192 gpu", ENGINE_CMDS, "token budget of one engine step"},
+    {"max-batch-tokens", 0, O_INT, OFF(max_batch_tokens), "512 cpu / 2048 gpu", ENGINE_CMDS, "token budget of one engine step: decodes first, then prefill chunks of the prompts"},
     {"prefill-admit-tokens", 0, O_INT, OFF(prefill_admit_tokens), "64 cpu / off gpu", "serve bench", "admit no further prompt into a step that already holds this many prefill tokens (-1 = off)"},
     {"schedule", 0, O_STR, OFF(schedule), "fcfs", "serve bench", "admission order: fcfs or lpm (longest prefix match first, with aging)"},
+    {"overlap", 0, O_STR, OFF(overlap), "auto", "serve bench", "overlapped steps: the next step is scheduled and launched before this one's tokens are applied (auto: on with a GPU, off on the CPU; on; off)"},
     {"no-prefix-cache", 0, O_FLAG, OFF(no_prefix_cache), NULL, "serve bench", "turn the radix prefix cache off"},
     {"host", 0, O_STR, OFF(host), "127.0.0.1", "serve", "address to listen on"},
     {"port", 0, O_INT, OFF(port), "8000", "serve", "TCP port"},
@@ -134,6 +136,7 @@ void cli_opts_default(cli_opts *o)
     o->block_size = 16;
     o->kv_sinks = 4;
     o->schedule = "fcfs";
+    o->overlap = "auto";
     o->host = "127.0.0.1";
     o->port = 8000;
     o->max_queued_requests = 1024;
@@ -176,6 +179,14 @@ static int accepts(const opt *p, const char *cmd)
     for (const char *s = p->cmds; (s = strstr(s, cmd)); s += n)
         if ((s == p->cmds || s[-1] == ' ') && (s[n] == ' ' || s[n] == 0)) return 1;
     return 0;
+}
+
+int cli_overlap_parse(const char *s)
+{
+    if (!s || !strcmp(s, "auto")) return ENGINE_OVERLAP_AUTO;
+    if (!strcmp(s, "on")) return ENGINE_OVERLAP_ON;
+    if (!strcmp(s, "off")) return ENGINE_OVERLAP_OFF;
+    return -1;
 }
 
 int cli_parse_size(const char *s, size_t *out)

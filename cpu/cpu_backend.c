@@ -49,6 +49,7 @@ static void cpu_destroy(backend *be)
     free(c->tok_seq);
     free(c->tok_kvpos);
     free(c->rope.tab.p);
+    cpu__sampler_free(c);
     for (int k = 0; k < KV_MAX_GROUPS; k++) free(c->kv_mem[k]);
     free(c);
 }
@@ -329,6 +330,8 @@ static int cpu_begin(backend *be, const be_batch *b)
         c->tok_cap = cap;
     }
     c->step = *b;
+    int rc = cpu__resolve_tokens(c, &c->step);
+    if (rc) return rc;
     c->step_gen++;
     be->step_rows = b->n_tokens; /* the CPU never pads a step */
     for (int s = 0; s < b->n_seqs; s++)
@@ -459,6 +462,8 @@ static const be_ops cpu_ops = {
     .to_host = cpu_to_host,
     .sync = cpu_sync,
     .embed_upload = cpu_embed_upload,
+    .sample = cpu__op_sample,
+    .sample_wait = cpu__op_sample_wait,
 };
 
 backend *cpu__backend_create(int n_threads, int isa, unsigned features)

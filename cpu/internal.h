@@ -329,7 +329,20 @@ struct cpu__backend {
         cpu__scratch tab;
     } rope;
     uint64_t step_gen; /* bumped by every begin */
+    struct cpu__sampler *smp; /* the sample op's slots and scratch (sample.c); NULL until used */
 };
+
+/* ---- sampling (sample.c) ------------------------------------------------------------------- */
+
+/* be_ops.sample: the rows of sb run now (engine/sampler.c), spread over the pool. */
+int cpu__op_sample(backend *be, const float *logits, const smp_batch *sb, int slot);
+/* be_ops.sample_wait: the slot's results (already there). */
+int cpu__op_sample_wait(backend *be, int slot, const int32_t **ids, const smp_result **lps);
+/* Resolves the token references of b's tokens (backend.h: tokens < 0) against the latest sample:
+ * b->tokens then points at the backend's resolved copy. 0, or -EINVAL (a reference to a row the
+ * latest sample did not have) or -ENOMEM. */
+int cpu__resolve_tokens(cpu__backend *c, be_batch *b);
+void cpu__sampler_free(cpu__backend *c);
 
 
 /* Rotates pair i of one head hx (rope_heads' definition): every level's kernel does the pairs

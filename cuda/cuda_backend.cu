@@ -23,7 +23,7 @@
  *                    the K/V store (fused with RoPE as an extra)
  *   elementwise.cu   SiLU × up, GELU × up, add, scale, soft-cap
  *   gather.cu        embedding rows (dense and quantised tables) and the logit rows
- *   sample.cu        greedy argmax on the device
+ *   sample.cu        sampling on the device (the sample op), token references, greedy argmax
  *   kern.cu          the kernel table of a compute capability (kern.h)
  *   cublas_dl.cu     cuBLAS, loaded when the first backend is created
  *
@@ -54,11 +54,13 @@
  * stacked into one matrix at upload (weight_upload_cat) for the fused ops.
  *
  * Step protocol: begin() packs the batch into a pinned buffer and uploads it with one
- * asynchronous copy; the ops queue kernels on one stream; to_host()/sync() wait. Only logits
- * and batch metadata cross the bus. A pure-decode step is padded to a captured shape and, with
- * CUDA graphs on (the default), replays the graph of that shape (graph.cu). Works on a machine
- * with the CUDA toolkit but no driver or GPU: cuda_is_available then says so, and nothing else
- * is called.
+ * asynchronous copy (two pinned buffers alternate, so that the next step can be packed while
+ * this one runs); the ops queue kernels on one stream; the sample op queues the sampler and the
+ * copy of its tokens into a pinned slot, and sample_wait is the step's one wait (to_host()/sync()
+ * serve callers that want the logits). Only token ids, the requested log-probs and batch metadata
+ * cross the bus. A pure-decode step is padded to a captured shape and, with CUDA graphs on (the
+ * default), replays the graph of that shape (graph.cu). Works on a machine with the CUDA toolkit
+ * but no driver or GPU: cuda_is_available then says so, and nothing else is called.
  */
 #include <assert.h>
 #include <stdlib.h>
@@ -327,6 +329,9 @@ static void cuda__destroy(backend *be)
     for (int k = 0; k < KV_MAX_GROUPS; k++)
         if (cb->kv_arena[k]) cudaFree(cb->kv_arena[k]);
     if (cb->meta_host) cudaFreeHost(cb->meta_host);
+    if (cb->meta_host_alt) cudaFreeHost(cb->meta_host_alt);
+    if (cb->meta_done_alt) cudaEventDestroy(cb->meta_done_alt);
+    cuda__smp_free(cb);
     if (cb->meta_dev) cudaFree(cb->meta_dev);
     if (cb->attn_scratch) cudaFree(cb->attn_scratch);
     if (cb->attn_sem) cudaFree(cb->attn_sem);
@@ -379,6 +384,8 @@ static const be_ops cuda__ops = {
     .gather_rows = cuda__op_gather_rows,
     .to_host = cuda__to_host,
     .sync = cuda__sync,
+    .sample = cuda__op_sample,
+    .sample_wait = cuda__op_sample_wait,
     .weight_upload_cat = cuda__weight_upload_cat,
     .add_rmsnorm = cuda__op_add_rmsnorm,
     .qkv = cuda__op_qkv,
@@ -421,6 +428,7 @@ extern "C" backend *cuda_backend_create_act(int device_index, int act_type, char
     if (!rc) rc = CUDA_CHECK(cudaGetDeviceProperties(&prop, device_index));
     if (!rc) rc = CUDA_CHECK(cudaStreamCreateWithFlags(&cb->stream, cudaStreamNonBlocking));
     if (!rc) rc = CUDA_CHECK(cudaEventCreateWithFlags(&cb->meta_done, cudaEventDisableTiming));
+    if (!rc) rc = CUDA_CHECK(cudaEventCreateWithFlags(&cb->meta_done_alt, cudaEventDisableTiming));
     if (!rc) rc = CUBLAS_CHECK(blas->create(&cb->blas));
     if (!rc) rc = CUBLAS_CHECK(blas->set_stream(cb->blas, cb->stream));
     if (!rc) rc = CUDA_CHECK(cudaMalloc(&cb->blas_ws, CUDA_BLAS_WORKSPACE));

@@ -173,6 +173,15 @@ typedef struct cuda_backend {
     cuda_graph_key step_key; /* the key of a padded step */
     size_t last_graph_nodes; /* nodes of the graph the last captured step made */
     cuda_graph_slot graphs[CUDA_GRAPH_MAX];
+
+    /* Overlapped steps (sample.cu, meta.cu). The metadata's pinned buffer alternates with a
+     * second one (meta_host_alt, its own capacity and event), so that begin() packs a step while
+     * the previous step's uploads may still be queued; meta_host_cap is the current one's. The
+     * sampler's state (slots, uploads, scratch) is in smp, NULL until the first sample. */
+    int32_t *meta_host_alt;
+    size_t meta_host_cap, meta_alt_cap; /* int32s */
+    cudaEvent_t meta_done_alt;
+    struct cuda__smp *smp;
 } cuda_backend;
 
 static inline cuda_backend *cuda__cb(backend *be)
@@ -260,6 +269,18 @@ int cuda__op_begin(backend *be, const be_batch *b);
 /* Plans and uploads the attention items for n_heads; max_kv_bound > 0 sizes the split-K
  * partitions for that many keys instead of the batch's actual longest context (graphs). */
 int cuda__attn_plan(cuda_backend *cb, int n_heads, int32_t max_kv_bound);
+
+/* ---- sampling and token references (sample.cu) --------------------------------------------- */
+
+/* be_ops.sample / sample_wait (engine/backend.h). */
+int cuda__op_sample(backend *be, const float *logits, const smp_batch *sb, int slot);
+int cuda__op_sample_wait(backend *be, int slot, const int32_t **ids, const smp_result **lps);
+/* Queues the resolution of the token references among b's n_tokens tokens, already uploaded at
+ * tokens_dev, against the latest sample's ids. 0 (also when there are none), -EINVAL (a
+ * reference past that sample's rows, or no sample yet) or -EIO. */
+int cuda__resolve_refs(cuda_backend *cb, const be_batch *b, int32_t *tokens_dev);
+/* Frees the sampler's buffers (at destroy, after the stream drained). */
+void cuda__smp_free(cuda_backend *cb);
 
 /* ---- KV arena and store (kv.cu) ------------------------------------------------------------ */
 

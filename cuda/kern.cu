@@ -61,6 +61,8 @@ const char *cuda__kern_missing(const cuda__kern *k)
     CUDA__KERN_NEED(embed);
     CUDA__KERN_NEED(gather_rows);
     CUDA__KERN_NEED(argmax);
+    CUDA__KERN_NEED(sample_rows);
+    CUDA__KERN_NEED(resolve_tokens);
     /* Every quantised type the backend accepts (cuda_q_is_quant) has its per-type entries. */
     for (int t = 0; t < 2 * CUDA__W_TYPES; t++) {
         if (!cuda_q_is_quant(t)) continue;

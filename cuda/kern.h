@@ -64,6 +64,7 @@
 #include "cuda/kv_layout.h"
 
 struct cuda_backend;
+struct cuda__smp_args; /* sample_kernels.h */
 struct cuda_gemv_args; /* cuda/gemv_kernels.h */
 struct cuda_qkv_args;  /* cuda/fused_kernels.h */
 typedef struct cuda_gemv_args cuda_gemv_args;
@@ -214,6 +215,12 @@ typedef struct cuda__kern {
     /* ids[j] (device memory) = the index of the largest value of row j of x [n_rows][dim], the
      * lowest on ties, 0 for a row of NaNs. */
     void (*argmax)(cudaStream_t s, const float *x, int n_rows, int dim, int32_t *ids);
+    /* The rows a->rows[0 .. n_rows) of a step (engine/smp_rows.h's definition): a->ids[j] the
+     * token of row j, a->lps[row.lp] the log-probs of the rows that ask (device memory); a->adj
+     * [n_rows][V] is scratch for the rows that adjust their logits. n_rows ≥ 1. */
+    void (*sample_rows)(cudaStream_t s, const struct cuda__smp_args *a, int32_t n_rows);
+    /* tokens[i] < 0 (a reference -(1 + j)) becomes prev[j], for i < n (device memory). */
+    void (*resolve_tokens)(cudaStream_t s, int32_t *tokens, int32_t n, const int32_t *prev);
 } cuda__kern;
 
 /* kern.cu: fills k with the kernels for a device of compute capability cc (major × 10 + minor). */

@@ -4,33 +4,53 @@
  * per step: the attention work list and split factor (cuda/attn_plan.h), uploaded after the
  * metadata at its first attention call and reused by every layer.
  *
- * The pinned buffer is rewritten only after the copies of the previous step have read it (the
- * event meta_done, recorded after every upload).
+ * Two pinned buffers alternate, each rewritten only after the copies of the step that last used
+ * it have read it (its event, recorded after every upload): with steps overlapped, begin() packs
+ * step n + 1 while step n's attention items may still wait in the stream to be copied, and waits
+ * only for step n - 1's (long done). The device buffer is one: the stream orders its uses. The
+ * batch's token references (engine/backend.h) are resolved on the device right after the upload.
  */
 #include "cuda/internal.h"
 
-/* Grows the pinned and the device metadata buffers to n_ints int32s each (contents lost). */
+/* Grows the current pinned buffer and the device buffer to n_ints int32s each (contents lost). */
 static int cuda__meta_reserve(cuda_backend *cb, size_t n_ints)
 {
-    if (n_ints <= cb->meta_cap) return 0;
     size_t want = n_ints + n_ints / 2 + 256;
-    int32_t *h = NULL, *d = NULL;
-    if (CUDA_CHECK(cudaMallocHost((void **)&h, want * sizeof(int32_t)))) {
-        cudaGetLastError();
-        return -ENOMEM;
+    if (n_ints > cb->meta_host_cap) {
+        int32_t *h = NULL;
+        if (CUDA_CHECK(cudaMallocHost((void **)&h, want * sizeof(int32_t)))) {
+            cudaGetLastError();
+            return -ENOMEM;
+        }
+        if (cb->meta_host) CB_CHECK(cb, cudaFreeHost(cb->meta_host));
+        cb->meta_host = h;
+        cb->meta_host_cap = want;
     }
+    if (n_ints <= cb->meta_cap) return 0;
+    int32_t *d = NULL;
     if (CUDA_CHECK(cudaMalloc((void **)&d, want * sizeof(int32_t)))) {
-        cudaFreeHost(h);
         cudaGetLastError();
         return -ENOMEM;
     }
-    if (cb->meta_host) CB_CHECK(cb, cudaFreeHost(cb->meta_host));
     if (cb->meta_dev) CB_CHECK(cb, cudaFree(cb->meta_dev));
     cuda__graphs_reset(cb);
-    cb->meta_host = h;
     cb->meta_dev = d;
     cb->meta_cap = want;
     return 0;
+}
+
+/* Makes the other pinned buffer (and its event and capacity) the current one. */
+static void cuda__meta_flip(cuda_backend *cb)
+{
+    int32_t *h = cb->meta_host;
+    cb->meta_host = cb->meta_host_alt;
+    cb->meta_host_alt = h;
+    size_t c = cb->meta_host_cap;
+    cb->meta_host_cap = cb->meta_alt_cap;
+    cb->meta_alt_cap = c;
+    cudaEvent_t e = cb->meta_done;
+    cb->meta_done = cb->meta_done_alt;
+    cb->meta_done_alt = e;
 }
 
 /* be_ops.begin: validates the batch, pads a pure-decode step to its graph shape (graph.cu), packs
@@ -44,7 +64,8 @@ int cuda__op_begin(backend *be, const be_batch *b)
     if (!rc && cb->kv_arena[0]) rc = cuda_meta_check_kv(b, cb->kv.block_size, cb->kv_blocks);
     if (rc) return rc;
     if (cuda__use(cb)) return -EIO;
-    /* The pinned buffer may still be read by the previous step's copies. */
+    /* This step's pinned buffer was last read by the copies of the step before the previous one. */
+    cuda__meta_flip(cb);
     if (CB_CHECK(cb, cudaEventSynchronize(cb->meta_done))) return -EIO;
     const be_batch *run = cuda__graph_pad(cb, b);
     if (!run) return -ENOMEM;
@@ -59,6 +80,8 @@ int cuda__op_begin(backend *be, const be_batch *b)
                                      cudaMemcpyHostToDevice, cb->stream)))
         return -EIO;
     if (CB_CHECK(cb, cudaEventRecord(cb->meta_done, cb->stream))) return -EIO;
+    rc = cuda__resolve_refs(cb, run, cb->meta_dev + L.tokens); /* padded rows hold token 0 */
+    if (rc) return rc;
     cb->meta = L;
     cb->batch = run;
     cb->have_batch = 1;

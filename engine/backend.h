@@ -51,6 +51,7 @@
 #include <stdint.h>
 
 #include "cache/kv.h"
+#include "engine/smp_rows.h"
 #include "model/dtype.h"
 #include "model/model.h"
 
@@ -289,6 +290,25 @@ typedef struct be_ops {
      * embedding not tied to the LM head), so that a backend can skip what it prepares for
      * matmul. Otherwise as weight_upload; weight_free frees it. */
     int (*embed_upload)(backend *be, const model_tensor *src, be_weight *dst);
+
+    /* ---- sampling on the backend and overlapped steps (optional: both or neither) ----
+     * The sampler as an op (engine/smp_rows.h defines what the rows compute): the logits stay
+     * in backend memory and only token ids and the requested log-probs cross. The results go to
+     * one of two slots, so that a step can be launched while the previous one's results are
+     * still to be collected (the engine alternates them).
+     *
+     * Token references: a token id < 0 in a batch (be_batch.tokens) is -(1 + j): the token that
+     * row j of the most recent sample call drew; begin() resolves it on the backend, so a step
+     * may be begun before that sample's results were waited for. A row's `pending` refers to the
+     * same results. */
+    /* Queues the sampling of sb's rows over logits (backend memory, [n_logits][sb->n_vocab]: the
+     * step's logit rows as the forward wrote them) after the step's ops, its results into slot
+     * (0 or 1). sb and its arrays are borrowed until sample_wait of that slot. 0 or -EIO. */
+    int (*sample)(backend *be, const float *logits, const smp_batch *sb, int slot);
+    /* Waits for slot's sample: *ids [n_rows] its tokens, *lps [n_lp] its log-prob blocks (host
+     * memory owned by the backend, valid until the slot's next sample). The only wait a step
+     * needs. 0 or -EIO. */
+    int (*sample_wait)(backend *be, int slot, const int32_t **ids, const smp_result **lps);
 
     /* ---- fused ops: optional (NULL: forward.c runs the ops above instead) ---- */
 

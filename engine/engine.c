@@ -7,11 +7,22 @@
  *                                              │
  *   caller thread ◄──engine_poll── [events] ◄──┘ then cfg.wake(ud)
  *
- * A step is five phases, each a module's function, called in this order:
- *   sched_schedule (the plan: sequences, new tokens, block copies) → the plan's block copies on
- *   the backend → batch_build (the varlen batch) → fwd_run (the logit rows) → sampling_step
- *   (prompt scores, tokens, forks) → sched_commit (counts, prefix cache, tokens, stops,
- *   releases).
+ * A step is five phases, each a module's function: sched_schedule (the plan: sequences, new
+ * tokens, block copies) → stp_launch (engine/step.h: the block copies, the sample phase's
+ * prepare, batch_build, the forward and the sampler, queued on the backend) → sched_advance (the
+ * structure: counts, prefix cache, forks, pending tokens) → stp_collect (the wait for the
+ * tokens, the sample phase's finish) → sched_apply (tokens, stops, releases) and the events.
+ * Overlapped (engine_config.overlap), step n + 1 is scheduled and launched before step n is
+ * collected, so the host's work for both runs while the backend computes:
+ *
+ *   host:    sched(n+1) launch(n+1) | collect(n) apply(n) events(n) advance(n+1) | sched(n+2) …
+ *   backend: ……… step n ……………………………… | ……… step n+1 ………………………………………………………… | …
+ *
+ * A sequence then decodes from its pending token (the backend reads it where its sampler wrote
+ * it); a stop, cancellation or preemption takes effect at most one step late, and the token
+ * computed past a stop is dropped (sched_apply), never sent. A step holding a sequence whose next
+ * row needs its token on the host (a grammar, long bad words) is collected before the next one is
+ * prepared.
  *
  * Everything below the mutex-guarded fields is touched by the engine thread alone: the
  * scheduler (with its block pool and radix tree), the forward, the sample phase and the active
@@ -37,6 +48,7 @@
 #include "engine/pool.h"
 #include "engine/sampling.h"
 #include "engine/sched.h"
+#include "engine/step.h"
 
 /* One submitted request and its choices. */
 typedef struct eng_req {
@@ -56,9 +68,8 @@ struct engine {
     backend *be;
     fwd *f;
     sched *sc;
-    sampling *smp;          /* the sample phase */
-    batch_buf bb;           /* the step's batch */
-    float *logits;          /* [sched_max_logits(max_seqs)][n_vocab] the step's logit rows */
+    stp *steps;             /* the launched steps (engine/step.h) */
+    int overlap;            /* 1: steps overlap */
     tier *tier;             /* second KV tier, NULL without one */
     hash_key tier_root;     /* its fingerprint */
     engine_kv kv;           /* the KV cache's layout: geometry, groups, blocks, context */
@@ -95,6 +106,13 @@ struct engine {
     int64_t step_tokens_seen; /* sched's step_tokens at the last stats update */
     int64_t idle_at_us;       /* when kv_blocks_idle was last counted */
     int failed;
+    int64_t phase_us[ENGINE_PHASES];      /* this step's time per phase */
+    int launched;                         /* a step was launched since the last observation */
+    uint64_t phase_hist[ENGINE_PHASES][ENGINE_STEP_BUCKETS + 1]; /* all steps' (copied to stats) */
+    int64_t phase_total_us[ENGINE_PHASES];
+    int64_t log_at_us, log_steps;         /* -v: the last breakdown's time and step count */
+    int64_t log_us[ENGINE_PHASES];        /* -v: phase totals at the last breakdown */
+    int64_t steps_overlapped;             /* steps launched while another was in flight */
 };
 
 /* vLLM's buckets for vllm:iteration_tokens_total. */
@@ -103,6 +121,11 @@ const int64_t *const engine_tier_bounds_us = sched_tier_bounds_us;
 
 const int engine_iter_bounds[ENGINE_ITER_BUCKETS] = {1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048,
                                                      4096, 8192, 16384};
+
+const int64_t engine_step_bounds_us[ENGINE_STEP_BUCKETS] = {100,   250,   500,    1000,   2500,   5000,   10000,
+                                                            25000, 50000, 100000, 250000, 500000, 1000000, 2500000};
+
+const char *const engine_phase_names[ENGINE_PHASES] = {"schedule", "upload", "forward", "sample", "output"};
 
 void engine_config_default(engine_config *c)
 {
@@ -238,12 +261,20 @@ static void eng__end_request(engine *e, eng_req *q, int reason, eng_evlist *out)
     }
 }
 
-/* Unlinks and frees completed requests. */
+/* 1 while a launched step's results still name one of q's sequences. */
+static int eng__req_in_flight(const eng_req *q)
+{
+    for (int i = 0; q->seqs && i < q->r.n; i++)
+        if (q->seqs[i] && q->seqs[i]->flights) return 1;
+    return 0;
+}
+
+/* Unlinks and frees completed requests (once no step in flight names their sequences). */
 static void eng__reap(engine *e)
 {
     for (eng_req **pp = &e->active; *pp;) {
         eng_req *q = *pp;
-        if (q->n_done < q->r.n) {
+        if (q->n_done < q->r.n || eng__req_in_flight(q)) {
             pp = &q->next;
             continue;
         }
@@ -444,17 +475,6 @@ static void eng__on_sample(engine *e, const sampling_out *sm, eng_evlist *out)
     }
 }
 
-/* The block copies of the plan, its batch and the forward: the step's logit rows into
- * e->logits. 0 or a negative errno. */
-static int eng__forward(engine *e, const sched_plan *p)
-{
-    const kv_geom *g = &e->kv.g;
-    for (int i = 0; i < p->n_copies; i++)
-        e->be->ops->kv_copy_block(e->be, p->copies[i].group, p->copies[i].src, p->copies[i].dst);
-    int rc = batch_build(&e->bb, p->entries, p->n_entries, g->block_size, kv_n_groups(g), g->rule);
-    return rc ? rc : fwd_run(e->f, &e->bb.b, e->logits);
-}
-
 /* Ends every request with an error: the step failed, or nothing can ever run. */
 static void eng__fail_all(engine *e, eng_evlist *out)
 {
@@ -490,30 +510,112 @@ static void eng__on_results(engine *e, const sampling_out *v, int n, eng_evlist 
     }
 }
 
-/* One step and its events: schedule, the forward (block copies, batch, logit rows), sample,
- * commit. Returns 1 when something ran, 0 when idle. */
-static int eng__step(engine *e, eng_evlist *out)
+/* The structural commit of the step just launched (sched_advance), and the children born in it
+ * handed to their requests. 0 or a negative errno. */
+static int eng__advance(engine *e, const sampling_plan *sp)
 {
-    if (!sched_num_running(e->sc) && !sched_num_waiting(e->sc)) {
+    int rc = sched_advance(e->sc, sp->draws, sp->n_draws);
+    stp_adopted(e->steps);
+    for (int i = 0; i < sp->n_draws; i++) {
+        seq *c = sp->draws[i].s;
+        if (sp->draws[i].parent) ((eng_req *)c->owner)->seqs[c->index] = c;
+    }
+    return rc;
+}
+
+/* Collects the oldest step in flight and applies its results: tokens, stops, events. 0 or a
+ * negative errno. */
+static int eng__collect(engine *e, eng_evlist *out)
+{
+    sampling_out *v = NULL;
+    int n = stp_collect(e->steps, &v);
+    if (n < 0) return n;
+    int64_t t0 = clk_now_us();
+    int rc = sched_apply(e->sc, v, n);
+    if (!rc) eng__on_results(e, v, n, out);
+    e->phase_us[ENGINE_PHASE_OUTPUT] += clk_now_us() - t0;
+    return rc;
+}
+
+/* Plans the next step into *plan (timed as scheduling). 0, -EAGAIN (nothing to run) or -ENOMEM. */
+static int eng__schedule(engine *e, sched_plan *plan)
+{
+    int64_t t0 = clk_now_us();
+    int rc = sched_schedule(e->sc, plan);
+    e->phase_us[ENGINE_PHASE_SCHEDULE] += clk_now_us() - t0;
+    return rc;
+}
+
+/* One step and its events. Synchronous: schedule, launch, advance, collect, apply. Overlapped:
+ * schedule and launch step n + 1, then collect and apply step n, then advance n + 1 (see the
+ * top of the file). Returns 1 when something ran, 0 when idle, or a negative errno. */
+static int eng__step_once(engine *e, eng_evlist *out)
+{
+    int rc = 0;
+    if (e->overlap && stp_must_collect(e->steps)) rc = eng__collect(e, out); /* its tokens first */
+    if (rc) return rc;
+    int busy = stp_in_flight(e->steps) > 0;
+    if (!busy && !sched_num_running(e->sc) && !sched_num_waiting(e->sc)) {
         sched_tier_poll(e->sc); /* the tier's own work goes on while nothing runs */
         return 0;
     }
     sched_plan plan;
-    sampling_out *v = NULL;
-    int n = 0, rc = sched_schedule(e->sc, &plan);
-    if (rc == -EAGAIN) return eng__unschedulable(e, out);
-    if (!rc) rc = eng__forward(e, &plan);
-    if (!rc) rc = pool_step(e->f, plan.entries, plan.n_entries, e->cfg.model->hp.n_embd, &e->pool_buf);
-    if (!rc) rc = n = sampling_step(e->smp, plan.entries, plan.n_entries, e->logits, &v);
-    if (rc >= 0) rc = sched_commit(e->sc, v, n);
-    if (rc < 0) {
-        fprintf(stderr, "kvserve: engine step failed (%s); failing the requests in flight\n", strerror(-rc));
-        e->failed = 1;
-        eng__fail_all(e, out);
-        return 0;
+    const sampling_plan *sp = NULL;
+    rc = eng__schedule(e, &plan);
+    if (rc == -EAGAIN && !busy) return eng__unschedulable(e, out);
+    if (rc == -EAGAIN) rc = 0; /* nothing new to launch: collect the step in flight */
+    else if (!rc) rc = stp_launch(e->steps, &plan, &sp);
+    e->launched |= !rc && sp;
+    if (!rc && sp && stp_in_flight(e->steps) == 2) e->steps_overlapped++;
+    if (!rc && sp && !e->overlap) rc = eng__advance(e, sp);
+    if (!rc && stp_in_flight(e->steps) > (e->overlap && sp ? 1 : 0)) rc = eng__collect(e, out);
+    if (!rc && sp && e->overlap) rc = eng__advance(e, sp);
+    return rc ? rc : 1;
+}
+
+/* eng__step_once, failing every request when a step fails (the backend's error is a process
+ * error: the engine reports itself failed). */
+static int eng__step(engine *e, eng_evlist *out)
+{
+    int rc = eng__step_once(e, out);
+    if (rc >= 0) return rc;
+    fprintf(stderr, "kvserve: engine step failed (%s); failing the requests in flight\n", strerror(-rc));
+    e->failed = 1;
+    stp_abandon(e->steps);
+    eng__fail_all(e, out);
+    return 0;
+}
+
+/* The step's phase times into the histograms, one observation per launched step (so that the
+ * counts equal the steps, overlapped or not: an iteration that only collects a step in flight or
+ * finds nothing new to schedule adds its time to the next step's); at -v, a breakdown on stderr
+ * every 10 s. */
+static void eng__phase_times(engine *e)
+{
+    int stepped = e->launched;
+    e->launched = 0;
+    stp_take_times(e->steps, e->phase_us);
+    if (!stepped) return;
+    for (int k = 0; k < ENGINE_PHASES; k++) {
+        int b = 0;
+        while (b < ENGINE_STEP_BUCKETS && e->phase_us[k] > engine_step_bounds_us[b]) b++;
+        e->phase_hist[k][b]++;
+        e->phase_total_us[k] += e->phase_us[k];
     }
-    eng__on_results(e, v, n, out);
-    return 1;
+    memset(e->phase_us, 0, sizeof e->phase_us);
+    e->log_steps += stepped;
+    int64_t now = clk_now_us();
+    if (!e->cfg.verbose || now - e->log_at_us < 10000000 || !e->log_steps) return;
+    char line[256];
+    int len = snprintf(line, sizeof line, "engine: %lld steps (overlap %s), mean ms per step:", (long long)e->log_steps,
+                       e->overlap ? "on" : "off");
+    for (int k = 0; k < ENGINE_PHASES && len < (int)sizeof line; k++)
+        len += snprintf(line + len, sizeof line - (size_t)len, " %s %.3f", engine_phase_names[k],
+                        (double)(e->phase_total_us[k] - e->log_us[k]) / 1000.0 / (double)e->log_steps);
+    fprintf(stderr, "%s\n", line);
+    memcpy(e->log_us, e->phase_total_us, sizeof e->log_us);
+    e->log_steps = 0;
+    e->log_at_us = now;
 }
 
 /* The second tier's numbers (the scheduler's loads and the tier's own counters). */
@@ -600,11 +702,17 @@ static void eng__update_stats(engine *e)
     st->generation_tokens = ss.generated;
     st->steps = ss.steps;
     sampling_stats sps;
-    sampling_get_stats(e->smp, &sps);
+    stp_get_stats(e->steps, &sps);
     st->grammar_masks = sps.grammar_masks;
     st->grammar_mask_us = sps.grammar_mask_us;
     st->max_seqs = e->cfg.max_seqs;
     st->max_batch_tokens = e->cfg.max_batch_tokens;
+    st->overlap = e->overlap;
+    st->steps_overlapped = e->steps_overlapped;
+    st->in_flight = stp_in_flight(e->steps);
+    st->tokens_dropped = ss.dropped;
+    memcpy(st->phase_hist, e->phase_hist, sizeof st->phase_hist);
+    memcpy(st->phase_us, e->phase_total_us, sizeof st->phase_us);
     eng__tier_stats(e, &ss, st);
     e->queued_waiting = sched_num_waiting(e->sc);
     e->queued_tokens = sched_waiting_tokens(e->sc);
@@ -685,9 +793,12 @@ static void *eng__thread(void *arg)
             eng_req *q = eng__find(e, cancels[i]);
             if (q) eng__end_request(e, q, ENGINE_FINISH_ABORT, &out);
         }
-        if (aborting)
+        if (aborting) {
+            stp_abandon(e->steps); /* nothing of it will be applied */
             for (eng_req *q = e->active; q; q = q->next) eng__end_request(e, q, ENGINE_FINISH_ABORT, &out);
+        }
         int worked = aborting ? 0 : eng__step(e, &out);
+        eng__phase_times(e);
         eng__reap(e);
         /* A tier load's deadline is met even when nothing else wakes this thread. */
         int64_t tier_us = e->tier && sched_tier_pending(e->sc) ? tier_next_deadline_us(e->tier) : -1;
@@ -729,10 +840,12 @@ static void eng__log(const engine *e)
     char admit[48] = "";
     if (e->cfg.prefill_admit_tokens > 0)
         snprintf(admit, sizeof admit, " (admitting up to %d prefill tokens)", e->cfg.prefill_admit_tokens);
-    fprintf(stderr, "engine: %s; max %d sequences, %d tokens per step%s, prefix cache %s, %s\n",
+    fprintf(stderr, "engine: %s; max %d sequences, %d tokens per step%s, prefix cache %s, %s, overlap %s, "
+            "sampling on the %s\n",
             e->be->desc, e->cfg.max_seqs, e->cfg.max_batch_tokens, admit,
             sched_tree(e->sc) ? "on" : "off",
-            e->cfg.schedule == ENGINE_SCHED_LPM ? "lpm" : "fcfs");
+            e->cfg.schedule == ENGINE_SCHED_LPM ? "lpm" : "fcfs", e->overlap ? "on" : "off",
+            e->be->ops->sample ? "backend" : "host");
     if (e->tier) engine_tier_log(e->tier, &e->kv.g, e->tier_root);
 }
 
@@ -798,7 +911,11 @@ static int eng__setup(engine *e, char *err, size_t err_len)
     if (!e->be) return -1;
     int gpu = strcmp(e->be->name, "cpu") != 0;
     if (c->max_seqs <= 0) c->max_seqs = gpu ? 256 : 64;
-    if (c->max_batch_tokens <= 0) c->max_batch_tokens = gpu ? 8192 : 512;
+    /* A GPU step costs about the same up to ~100 tokens of a 1B model (the weights' read), then
+     * grows with its tokens: 2048 keeps a step that mixes a prefill chunk with 256 decodes near
+     * 10 ms on an H100/H200 for a 1B model (2 GFLOP a token at ~450 TFLOP/s) while admitting
+     * several prompts a step (docs/gpu.md). */
+    if (c->max_batch_tokens <= 0) c->max_batch_tokens = gpu ? 2048 : 512;
     /* A CPU step is compute-bound from a few dozen prefill tokens on (its time grows with every
      * token), so a second prompt in the same step only delays the first one's first token; a
      * GPU step costs about the same up to thousands of tokens, so there every prompt that fits
@@ -847,16 +964,20 @@ static int eng__setup(engine *e, char *err, size_t err_len)
         sc.group_blocks[k] = e->kv.n_blocks[k];
     }
     e->sc = sched_create(&sc);
-    e->smp = sampling_create(e->n_vocab, e->eog, e->n_eog);
-    e->logits = malloc((size_t)sched_max_logits(c->max_seqs) * (size_t)e->n_vocab * sizeof(float));
-    if (!e->sc || !e->smp || !e->logits ||
-        batch_init(&e->bb, c->max_batch_tokens, c->max_seqs, sched_max_logits(c->max_seqs))) {
+    stp_config pc = {e->be, e->f, &e->kv.g, e->n_vocab, e->eog, e->n_eog, c->max_batch_tokens, c->max_seqs,
+                     sched_max_logits(c->max_seqs), c->model->hp.n_embd, &e->pool_buf};
+    e->steps = stp_create(&pc);
+    if (!e->sc || !e->steps) {
         snprintf(err, err_len, "out of memory creating the scheduler");
         return -1;
     }
     /* The reranking head is read from the model now: once the engine exists a server stops
      * reading the model file (model/gguf.h gguf_detach), so nothing may read tensors later. */
     e->head_state = pool_head_init(&e->head, c->model, c->tok, e->head_err, sizeof e->head_err) ? -1 : 1;
+    /* A CPU step keeps the engine thread busy (it drives the thread pool), so launching the
+     * next step before applying this one would only delay every token by a step. */
+    e->overlap = stp_can_overlap(e->steps) && (c->overlap == ENGINE_OVERLAP_ON ||
+                                               (c->overlap == ENGINE_OVERLAP_AUTO && gpu));
     return eng__setup_tier(e, err, err_len);
 }
 
@@ -912,6 +1033,8 @@ void engine_destroy(engine *e, int drain)
         e->sub_head = q->next;
         eng__req_free(q);
     }
+    stp_destroy(e->steps); /* before the requests whose sequences a step in flight names */
+    e->steps = NULL;
     while (e->active) { /* only when the thread never ran */
         eng_req *q = e->active;
         e->active = q->next;
@@ -920,9 +1043,6 @@ void engine_destroy(engine *e, int drain)
     free(e->cancels);
     tier_destroy(e->tier); /* its pending writes go to disk first (a drain's last act) */
     sched_destroy(e->sc);
-    sampling_destroy(e->smp);
-    batch_fini(&e->bb);
-    free(e->logits);
     gr_vocab_destroy(e->gvoc);
     pool_head_fini(&e->head);
     free(e->pool_buf.v);

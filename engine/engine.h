@@ -29,6 +29,27 @@
 
 enum engine_schedule { ENGINE_SCHED_FCFS = 0, ENGINE_SCHED_LPM = 1 };
 
+/* Overlapped steps (engine/step.h): while the backend runs step n, the engine thread schedules
+ * and launches step n + 1 and then applies step n's tokens. */
+enum engine_overlap {
+    ENGINE_OVERLAP_AUTO = 0, /* on where the backend samples and runs asynchronously (a GPU),
+                                off on the CPU (whose steps do not run beside the engine thread) */
+    ENGINE_OVERLAP_ON = 1,   /* on wherever the backend samples (be_ops.sample) */
+    ENGINE_OVERLAP_OFF = 2,
+};
+
+/* The phases of a step as the engine thread spends its time (engine_stats.phase_*). */
+enum engine_phase {
+    ENGINE_PHASE_SCHEDULE = 0, /* the scheduler's plan and the sample phase's prepare (masks, rows) */
+    ENGINE_PHASE_UPLOAD,       /* the batch built and handed to the backend (its metadata upload) */
+    ENGINE_PHASE_FORWARD,      /* the forward queued or run, and the wait for the step's results */
+    ENGINE_PHASE_SAMPLE,       /* the sampler's call (the CPU's sampling) and the sample phase's finish */
+    ENGINE_PHASE_OUTPUT,       /* the results applied: stop rules, detokenising, events */
+    ENGINE_PHASES
+};
+/* Lower-case names of the phases ("schedule", "upload", "forward", "sample", "output"). */
+extern const char *const engine_phase_names[ENGINE_PHASES];
+
 struct backend; /* engine/backend.h */
 
 typedef struct engine_config {
@@ -70,6 +91,8 @@ typedef struct engine_config {
     void (*wake)(void *ud);      /* called on the engine thread after events are queued */
     void *wake_ud;
     int quiet;                   /* 1: no start-up log on stderr */
+    int overlap;                 /* enum engine_overlap */
+    int verbose;                 /* 1: a step-time breakdown on stderr every few seconds */
 } engine_config;
 
 void engine_config_default(engine_config *c);
@@ -185,6 +208,12 @@ void engine_event_free(engine_event *ev);
 #define ENGINE_ITER_BUCKETS 13
 extern const int engine_iter_bounds[ENGINE_ITER_BUCKETS];
 
+/* Histogram of the engine thread's time per step in each phase (kvserve_step_seconds):
+ * counts[i] steps whose phase took at most bounds[i] microseconds (and more than bounds[i-1]);
+ * counts[ENGINE_STEP_BUCKETS] longer ones. */
+#define ENGINE_STEP_BUCKETS 14
+extern const int64_t engine_step_bounds_us[ENGINE_STEP_BUCKETS];
+
 /* Histogram of tier load latencies: counts[i] loads that took at most bounds[i] microseconds
  * (and more than bounds[i-1]); counts[ENGINE_TIER_BUCKETS] longer ones. */
 #define ENGINE_TIER_BUCKETS 12
@@ -223,6 +252,13 @@ typedef struct engine_stats {
     int64_t grammar_mask_us;       /* microseconds spent on them (engine thread) */
     int max_seqs;                  /* the running cap in effect (defaults resolved per device) */
     int max_batch_tokens;          /* the step token budget in effect */
+    int overlap;                   /* 1 when steps overlap (engine_config.overlap resolved) */
+    int64_t steps_overlapped;      /* steps launched while the previous one was in flight */
+    int in_flight;                 /* steps launched whose results are not applied yet */
+    int64_t tokens_dropped;        /* tokens computed for sequences that had finished meanwhile
+                                      (a stop seen one step late, a cancel): never sent */
+    uint64_t phase_hist[ENGINE_PHASES][ENGINE_STEP_BUCKETS + 1]; /* steps by phase time */
+    int64_t phase_us[ENGINE_PHASES]; /* total time in each phase */
     /* the second KV tier (all 0 without one) */
     int tier_on;                   /* 1 when a tier is configured */
     int tier_disk_on;              /* 1 while its file tier works */

@@ -508,21 +508,27 @@ static void fwd__logits(fwd *f, const void *pending, int n, int n_logits)
     if (hp->final_softcap > 0) op->softcap(be, f->logits, hp->final_softcap, (int64_t)n_logits * hp->n_vocab);
 }
 
-int fwd_run(fwd *f, const be_batch *b, float *logits)
+int fwd_begin(fwd *f, const be_batch *b)
+{
+    if (b->n_tokens <= 0 || b->n_tokens > f->max_tokens || b->n_logits < 0 ||
+        b->n_logits > f->max_logits || b->n_seqs <= 0)
+        return -EINVAL;
+    f->be->pad_rows_max = f->pad_rows;
+    int rc = f->be->ops->begin(f->be, b);
+    if (!rc) f->b = b;
+    return rc;
+}
+
+int fwd_launch(fwd *f, const float **logits)
 {
     const model_hparams *hp = &f->m->hp;
     const be_ops *op = f->be->ops;
     backend *be = f->be;
-    if (b->n_tokens <= 0 || b->n_tokens > f->max_tokens || b->n_logits < 0 ||
-        b->n_logits > f->max_logits || b->n_seqs <= 0)
-        return -EINVAL;
-    be->pad_rows_max = f->pad_rows;
-    int rc = op->begin(be, b);
-    if (rc) return rc;
+    const be_batch *b = f->b;
     /* a padded step (a captured decode shape) runs every op over its padded rows */
     int n = be->step_rows > b->n_tokens ? be->step_rows : b->n_tokens;
     int n_logits = b->n_logits + (n - b->n_tokens);
-    f->b = b;
+    *logits = NULL;
 
     op->embed(be, &f->tok_embd, f->x);
     if (model_embd_scale(hp) != 1.0f) op->scale(be, f->x, model_embd_scale(hp), (int64_t)n * hp->n_embd);
@@ -531,11 +537,22 @@ int fwd_run(fwd *f, const be_batch *b, float *logits)
         fwd__layer(f, l, n, &pending);
     f->pending = pending; /* fwd_hidden adds it when a pooled sequence asks for the hidden states */
     f->n_rows = n;
-    if (b->n_logits == 0) return op->sync(be);
+    if (b->n_logits == 0) return 0;
 
     /* final norm and LM head only on the rows that sample */
     fwd__logits(f, pending, n, n_logits);
-    return op->to_host(be, f->logits, (size_t)b->n_logits * hp->n_vocab, logits);
+    *logits = f->logits;
+    return 0;
+}
+
+int fwd_run(fwd *f, const be_batch *b, float *logits)
+{
+    const float *dev = NULL;
+    int rc = fwd_begin(f, b);
+    if (!rc) rc = fwd_launch(f, &dev);
+    if (rc) return rc;
+    if (!dev) return f->be->ops->sync(f->be);
+    return f->be->ops->to_host(f->be, dev, (size_t)b->n_logits * f->m->hp.n_vocab, logits);
 }
 
 /* RMSNorm of n rows of dim (the final norm, weights w) on the host, in place. */

@@ -26,9 +26,17 @@ fwd *fwd_create(const model *m, backend *be, const kv_geom *g, const int32_t *n_
 void fwd_destroy(fwd *f);
 
 /* Runs one step over the batch: writes the new tokens' K/V into their slots and the logits of
- * the logit rows into logits [n_logits][n_vocab] (host memory). 0 or a negative errno. */
+ * the logit rows into logits [n_logits][n_vocab] (host memory). 0 or a negative errno.
+ * The same as fwd_begin, fwd_launch and the backend's to_host. */
 int fwd_run(fwd *f, const be_batch *b, float *logits);
 
+/* The two halves of a step that leaves its logits in backend memory (for the backend's sample
+ * op): fwd_begin checks the batch and hands it to the backend (its metadata upload); fwd_launch
+ * queues the model graph and points *logits at the logit rows (backend memory, [n_logits][n_vocab],
+ * valid until the next step; NULL when the batch has none). On a device both return once the
+ * work is queued. 0 or a negative errno. */
+int fwd_begin(fwd *f, const be_batch *b);
+int fwd_launch(fwd *f, const float **logits);
 /* After fwd_run: the hidden states of the step's first n_rows tokens after the final norm
  * (what llama.cpp pools for embeddings), as f32 into out [n_rows][n_embd] (host memory), for
  * pooled sequences. Uses the normed-input scratch, which the step no longer needs. 0 or a

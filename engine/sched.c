@@ -129,6 +129,13 @@ int sched_add(sched *sc, seq *s)
 
 /* ---- planning ------------------------------------------------------------------------- */
 
+/* 1 when s's pending token is its last: max_tokens or the context is reached once it is known,
+ * so no step computes past it (sched_apply finishes it). */
+static int sched__done_pending(const sched *sc, const seq *s)
+{
+    return s->pending >= 0 && (seq_n_output(s) >= s->max_tokens || s->n_tokens >= sc->ctx_limit);
+}
+
 /* Returns s to the front of the waiting queue without its blocks; it recomputes later. */
 static void sched__preempt(sched *sc, seq *s, int *budget)
 {
@@ -220,13 +227,14 @@ static int sched__dedup_hold(const sched *sc, const seq *c, int matched)
 }
 
 /* Index of the waiting sequence to admit next among those not held back, or -1. FCFS takes the
- * first; lpm takes a preempted or aged one first, else the longest cached prefix. */
+ * first; lpm takes a preempted or aged one first, else the longest cached prefix. A sequence
+ * whose last token is still pending (preempted while its step was in flight) waits for it. */
 static int sched__pick(const sched *sc, const char *held)
 {
     int best = -1;
     int lpm = sc->c.schedule == SCHED_LPM && sc->tree;
     for (int i = 0; i < sc->n_waiting; i++) {
-        if (held[i]) continue;
+        if (held[i] || sc->waiting[i]->pending >= 0) continue;
         const seq *s = sc->waiting[i];
         if (!lpm || s->n_preemptions || s->wait_steps >= sc->c.lpm_aging_steps) return i;
         if (best < 0 || sc->lpm_len[i] > sc->lpm_len[best]) best = i;
@@ -317,7 +325,7 @@ static int sched__schedule(sched *sc)
             for (int k = 0; k < sc->n_plan; k++) planned |= sc->plan[k].s == s;
             if (pass == 1 && !planned) sched__rematch(sc, s);
             int rem = s->n_tokens - s->n_computed;
-            if (planned || (pass == 0) != (rem == 1)) {
+            if (planned || (pass == 0) != (rem == 1) || sched__done_pending(sc, s)) {
                 i++;
                 continue;
             }
@@ -383,10 +391,16 @@ static int sched__join(sched *sc, const seq *p, seq *c)
     return 0;
 }
 
-/* Appends the drawn token r to s and applies the stop rules. */
+/* The drawn token r replaces s's placeholder (or is appended, for a sequence that never pended),
+ * and the stop rules apply. */
 static int sched__append(sched *sc, seq *s, const smp_result *r)
 {
-    if (seq_append(s, r->token)) return -ENOMEM;
+    if (s->pending >= 0) {
+        s->tokens[s->n_tokens - 1] = r->token;
+        s->pending = -1;
+    } else if (seq_append(s, r->token)) {
+        return -ENOMEM;
+    }
     s->cum_logprob += r->logprob;
     if (!s->first_token_us) s->first_token_us = clk_now_us();
     sc->st.generated++;
@@ -404,22 +418,26 @@ static int sched__append(sched *sc, seq *s, const smp_result *r)
     return 0;
 }
 
-/* Applies one result of the sample phase to its sequence. */
-static int sched__apply(sched *sc, const sampling_out *o)
+/* Applies one result of the sample phase to its sequence (nothing for one already finished:
+ * cancelled, or stopped by the step before, its result is an extra one). */
+static int sched__apply_one(sched *sc, const sampling_out *o)
 {
     seq *s = o->s;
-    if (o->parent) {
-        int rc = sched__join(sc, o->parent, s);
-        if (rc) return rc;
+    if (s->status == SEQ_FINISHED) {
+        sc->st.dropped += o->kind == SAMPLING_TOKEN;
+        return 0;
     }
     switch (o->kind) {
-    case SAMPLING_PROMPT:
-        s->plp_next = o->pos + 1;
+    case SAMPLING_PROMPT: /* the scoring cursor moved at sched_advance */
         return 0;
     case SAMPLING_END:
         s->finish = ENGINE_FINISH_LENGTH;
         return 0;
     case SAMPLING_HALT:
+        if (s->pending >= 0) { /* the drawn token was refused: it is no part of the output */
+            s->n_tokens--;
+            s->pending = -1;
+        }
         s->finish = o->finish;
         return 0;
     default:
@@ -427,27 +445,62 @@ static int sched__apply(sched *sc, const sampling_out *o)
     }
 }
 
-int sched_commit(sched *sc, const sampling_out *v, int n)
+int sched_advance(sched *sc, const sampling_draw *d, int n)
 {
     int64_t tokens = 0;
     for (int i = 0; i < sc->n_plan; i++) {
         seq *s = sc->plan[i].s;
+        if (s->status != SEQ_RUNNING) continue; /* finished since it was launched */
         s->n_computed += sc->plan[i].n_new;
         tokens += sc->plan[i].n_new;
         sched__insert(sc, s);
     }
+    sc->n_plan = 0;
     sc->st.steps++;
     sc->st.step_tokens += tokens;
     for (int i = 0; i < n; i++) {
-        int rc = sched__apply(sc, &v[i]);
-        if (rc) return rc;
-    }
-    /* Release what finished (children of a fork appear after their parent). */
-    for (int i = 0; i < n; i++) {
-        seq *s = v[i].s;
-        if (s->finish && s->status == SEQ_RUNNING) sched_release(sc, s, s->finish);
+        seq *s = d[i].s;
+        if (d[i].scored >= 0) s->plp_next = d[i].scored;
+        if (d[i].parent) {
+            assert(d[i].parent->status == SEQ_RUNNING);
+            int rc = sched__join(sc, d[i].parent, s);
+            if (rc) return rc;
+        }
+        if (d[i].row < 0 || s->status != SEQ_RUNNING) continue;
+        assert(s->pending < 0);
+        if (seq_append(s, seq_placeholder(d[i].row))) return -ENOMEM;
+        s->pending = d[i].row;
     }
     return 0;
+}
+
+int sched_apply(sched *sc, const sampling_out *v, int n)
+{
+    for (int i = 0; i < n; i++) {
+        int rc = sched__apply_one(sc, &v[i]);
+        if (rc) return rc;
+    }
+    /* Release what finished (children of a fork appear after their parent); a preempted
+     * sequence may finish while it waits. */
+    for (int i = 0; i < n; i++) {
+        seq *s = v[i].s;
+        if (s->finish && s->status != SEQ_FINISHED) sched_release(sc, s, s->finish);
+    }
+    return 0;
+}
+
+int sched_commit(sched *sc, const sampling_out *v, int n)
+{
+    sampling_draw *d = n ? malloc((size_t)n * sizeof *d) : NULL;
+    if (n && !d) return -ENOMEM;
+    int k = 0;
+    for (int i = 0; i < n; i++)
+        if (v[i].parent || v[i].kind == SAMPLING_TOKEN || v[i].kind == SAMPLING_PROMPT)
+            d[k++] = (sampling_draw){v[i].s, v[i].parent, v[i].kind == SAMPLING_TOKEN ? i : -1,
+                                     v[i].kind == SAMPLING_PROMPT ? v[i].pos + 1 : -1};
+    int rc = sched_advance(sc, d, k);
+    free(d);
+    return rc ? rc : sched_apply(sc, v, n);
 }
 
 void sched_release(sched *sc, seq *s, int finish)

@@ -18,9 +18,9 @@
  *   forward:  fwd_run computes the batch's logit rows (forward.h; a test's fake model instead);
  *   sample:   sampling_step scores prompt tokens, draws tokens, forks n > 1 requests
  *             (sampling.h);
- *   commit (sched_commit): computed counts advance, newly filled full blocks enter the prefix
- *             cache, fork children join, drawn tokens are appended and the stop rules applied,
- *             and the sequences that finished are released.
+ *   commit (sched_advance, then sched_apply): computed counts advance, newly filled full blocks
+ *             enter the prefix cache, fork children join, drawn tokens are appended and the stop
+ *             rules applied, and the sequences that finished are released.
  * Nothing but the plan and the results passes between the phases: the scheduler never runs the
  * model. The plan fixes everything the forward needs (tokens, rows, blocks, copies) and the commit
  * takes per-sequence results, not logits, so the phases can be regrouped without touching the
@@ -77,18 +77,39 @@ int sched_add(sched *sc, seq *s);
 /* The schedule phase: completes the tier's finished loads, then plans the next step (which
  * sequences compute how many tokens, taking, evicting or preempting for their blocks) into *plan.
  * Returns 0, -EAGAIN when nothing could be scheduled (the plan is empty), or -ENOMEM. A plan
- * must be committed (sched_commit) before the next sched_schedule, unless its step failed:
- * then nothing advanced, and the engine gives up on the sequences (sched_release). */
+ * must be advanced (sched_advance or sched_commit) before the next sched_schedule, unless its
+ * step failed: then nothing advanced, and the engine gives up on the sequences (sched_release). */
 int sched_schedule(sched *sc, sched_plan *plan);
 
-/* The commit phase of the planned step, once its forward ran and the sample phase gave its
- * results v[0 .. n) (sampling_step over the plan): the plan's computed counts advance and their
- * newly full blocks enter the prefix cache; then, in order, each result is applied: a fork's
- * child joins the running sequences sharing its parent's blocks, a scored prompt token moves the
- * scoring cursor, a drawn token is appended and the stop rules decide whether its sequence
- * finished (end-of-generation, a stop id, max_tokens or the context limit), an END or HALT sets
- * the finish reason; last, the sequences that finished are released (status SEQ_FINISHED).
- * 0, or -ENOMEM (the step is then half applied: the engine gives up on its sequences). */
+/* The commit phase has two halves, so that an overlapped engine can launch step n + 1 before
+ * the tokens of step n are known:
+ *
+ *   sched_advance (the structure, once the step is launched): the plan's computed counts advance
+ *     and their newly full blocks enter the prefix cache; the scoring cursors move past the
+ *     prompt tokens scored this step; the children born in the sample phase's prepare join the
+ *     running sequences sharing their parent's blocks; every sequence that draws a token this
+ *     step gets a placeholder for it (seq.h: pending). Sequences that finished since the plan
+ *     was made are skipped.
+ *   sched_apply (the values, once the results are back): in order, a drawn token replaces its
+ *     placeholder and the stop rules decide
+ *     whether its sequence finished (end-of-generation, a stop id, max_tokens or the context
+ *     limit), an END or HALT sets the finish reason; results of sequences already finished
+ *     (cancelled, or stopped one step earlier: the extra token of an overlapped step) are
+ *     dropped; last, the sequences that finished are released (status SEQ_FINISHED).
+ *
+ * A synchronous engine calls advance then apply for each step; an overlapped one launches step
+ * n + 1 (scheduled after advance(n)), then applies n, then advances n + 1. A sequence whose
+ * pending token is its last (max_tokens, context) is not scheduled again, and a waiting one with
+ * a pending token is not admitted until apply resolves it.
+ *
+ * sched_advance: d[0 .. n) are the step's draws (sampling_prepare). 0, or -ENOMEM (the step is
+ * then half applied: the engine gives up on its sequences). Must follow the plan's
+ * sched_schedule before the next one. */
+int sched_advance(sched *sc, const sampling_draw *d, int n);
+/* sched_apply: v[0 .. n) are the step's results (sampling_finish). 0 or -ENOMEM (as above). */
+int sched_apply(sched *sc, const sampling_out *v, int n);
+/* Both halves at once for results v[0 .. n) of sampling_step (whose parent fields name the
+ * children to join). 0 or -ENOMEM. */
 int sched_commit(sched *sc, const sampling_out *v, int n);
 
 /* Releases a WAITING or RUNNING sequence now (cancel, stop string, error): its computed full

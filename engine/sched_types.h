@@ -65,6 +65,8 @@ typedef struct sched_stats {
     int64_t evictions;        /* blocks evicted from the cache */
     int64_t preemptions;
     int64_t generated;        /* tokens sampled */
+    int64_t dropped;          /* results dropped because their sequence had finished (the extra
+                                 token of an overlapped step, or a cancelled sequence's) */
     int64_t step_tokens;      /* tokens computed in total */
     int64_t tier_loads;       /* waiting sequences whose prefix came back from the second tier */
     int64_t tier_hit_tokens;  /* tokens loaded back (counted in prefix_hits too when admitted) */

@@ -25,6 +25,7 @@ seq *seq_create(const int32_t *prompt, int n_prompt, int max_tokens)
     s->n_choices = 1;
     s->status = SEQ_WAITING;
     s->stop_token = -1;
+    s->pending = -1;
     smp_params_default(&s->sp);
     return s;
 }
@@ -79,5 +80,6 @@ seq *seq_clone(const seq *s)
         return NULL;
     }
     memcpy(c->tokens, s->tokens, (size_t)s->n_tokens * sizeof *c->tokens);
+    c->flights = 0;
     return c;
 }

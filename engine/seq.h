@@ -17,8 +17,14 @@
  * kv_len = n_computed − dropped × block_size while RUNNING, and 0 while WAITING (a preempted
  * sequence gave its blocks back and recomputes from token 0) or FINISHED.
  * A step that ends exactly at n_tokens samples the next token; any other step (prefill chunks,
- * the recomputation of a preempted sequence) only writes K/V. That is what keeps a preempted
- * sequence's random stream, and therefore its tokens, unchanged.
+ * the recomputation of a preempted sequence) only writes K/V. Draws are keyed by the drawn
+ * token's position (sampler.h), so a preempted sequence's tokens stay unchanged.
+ *
+ * Pending token: between a step's structural commit (sched_advance) and the application of its
+ * results (sched_apply), a sequence that sampled holds a placeholder as its last token,
+ * -(1 + row) with row the step's sampling row (pending = row). A step launched meanwhile (an
+ * overlapped engine) feeds that placeholder to the backend, which reads the token where its
+ * sampler wrote it; sched_apply replaces it by the token. At most one token is pending.
  *
  * Created by the engine (engine_submit) or by a step's sample phase (n > 1 forks, sampling.c; the
  * scheduler's commit then gives the children their blocks); owned by whoever holds the request.
@@ -61,7 +67,7 @@ typedef struct seq {
     int n_inserted;         /* leading full blocks already offered to the prefix cache */
 
     smp_params sp;          /* sampling parameters (arrays borrowed from the request) */
-    smp_rng rng;            /* this choice's random stream; survives preemption */
+    smp_rng rng;            /* this choice's key (seed, choice index): draws are keyed by position */
     gr_matcher *gm;         /* owned grammar state (structured output), NULL when unconstrained;
                                it advances only with sampled tokens, so preemption (which only
                                recomputes K/V) leaves it as it is */
@@ -80,6 +86,10 @@ typedef struct seq {
     int plp_top;            /* alternatives reported per scored prompt token */
     int plp_next;           /* the next prompt index to score (prompt_logprobs) */
     double cum_logprob;     /* sum of sampled-token log-probs */
+    int32_t pending;        /* -1, or the sampling row of the step whose token is the placeholder
+                               tokens[n_tokens - 1] (see above) */
+    int flights;            /* launched steps whose results name this sequence and are not
+                               applied yet: its owner must not free it while > 0 */
     struct pool_acc *pool;  /* a pooled sequence (embeddings, reranking: engine/pool.h): its
                                accumulator, borrowed from the engine's request; else NULL */
     int pool_whole;         /* with pool: 1 when it pools rows a cached prefix would not give
@@ -91,6 +101,12 @@ typedef struct seq {
 /* A new WAITING sequence over a copy of prompt[0..n_prompt). NULL on -ENOMEM. */
 seq *seq_create(const int32_t *prompt, int n_prompt, int max_tokens);
 void seq_destroy(seq *s);
+
+/* The placeholder of a token that the sampling row `row` of a launched step holds. */
+static inline int32_t seq_placeholder(int32_t row)
+{
+    return -1 - row;
+}
 
 /* Appends a token id (growing the array). 0 or -ENOMEM. */
 int seq_append(seq *s, int32_t token);

@@ -16,13 +16,16 @@
 #                                              the GPU machine then needs only the work tree and .gpu/
 #   scripts/gpu-check.sh --serve [OUTDIR]      the checks, then the serving table (scripts/gpu-serve.sh:
 #                                              1.1B-shaped bf16 and q8_0 models made with mkmodel,
-#                                              generate, the engine bench, serve + bench_serving at 1,
-#                                              16, 64 and 256 streams) into OUTDIR/serving.md
+#                                              generate, the engine bench, its step breakdown at 1, 64
+#                                              and 256 streams overlapped and not, the step budget's
+#                                              sweep, serve + bench_serving at 1, 16, 64 and 256
+#                                              streams) into OUTDIR/serving.md
 #   scripts/gpu-check.sh --serve-only [OUTDIR] the serving table alone
 #   scripts/gpu-check.sh --quick [OUTDIR]      smaller kernel checks and shorter benchmarks
 #   scripts/gpu-check.sh --emulate             no GPU needed: run the CUDA kernels' source on the CPU
 #                                              (cuda/check/attn_emu.cc, quant_emu.cc, ops_emu.cc,
-#                                              dense_emu.cc) against float64 and the host's arithmetic
+#                                              dense_emu.cc, sample_emu.cc) against float64, the host's
+#                                              arithmetic and the CPU's sampler
 #
 # Needs only the CUDA toolkit (nvcc, cuBLAS) and a C compiler: no -dev packages, no network. cuBLAS
 # is not linked but loaded when the check starts its backend (cuda/cublas_dl.h): libcublas.so.N and
@@ -49,8 +52,11 @@ while [ $# -gt 0 ]; do
             ${CXX:-c++} -std=c++17 -O2 -g -Wall -Wextra -Wno-unused-parameter -Wno-unknown-pragmas \
                 -Wno-unused-function -Werror -I. -o build/gpu-check/$e cuda/check/$e.cc -lpthread
         done
+        ${CC:-cc} -std=c11 -D_GNU_SOURCE -O2 -I. -c -o build/gpu-check/sampler.o engine/sampler.c
+        ${CXX:-c++} -std=c++17 -O2 -g -Wall -Wextra -Wno-unused-parameter -Wno-unknown-pragmas -Wno-unused-function \
+            -Werror -I. -o build/gpu-check/sample_emu cuda/check/sample_emu.cc build/gpu-check/sampler.o -lpthread -lm
         build/gpu-check/attn_emu && build/gpu-check/quant_emu && build/gpu-check/ops_emu &&
-            exec build/gpu-check/dense_emu ;;
+            build/gpu-check/dense_emu && exec build/gpu-check/sample_emu ;;
     --prepare)
         src=${2:-tests/data}
         G=${GPU_DIR:-.gpu} # the git-ignored folder the GPU run reads (tests point it elsewhere)

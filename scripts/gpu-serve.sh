@@ -4,7 +4,8 @@
 #   1. `kvserve generate` at 1 sequence, bf16 and q8_0 weights (decode tok/s, and the bound and
 #      fraction it reports on a GPU);
 #   2. the engine bench: `kvserve bench`, 512 requests of 256 prompt / 128 output tokens at up to
-#      256 sequences (bf16);
+#      256 sequences (bf16); its step by phase at 1, 64 and 256 streams, overlapped and not, and
+#      the per-step token budget's sweep (1024 to 8192) at 256 (engine-steps.txt has the JSON);
 #   3. `kvserve serve --device cuda` + scripts/bench_serving at 1, 16, 64 and 256 streams
 #      (256-token prompts, 128 output tokens, ignore_eos), bf16.
 # Meant to finish in under 10 minutes on an H200; every step has its own time limit. Results go
@@ -38,11 +39,13 @@ if [ "${KVSERVE_SERVE_SMOKE:-0}" = 1 ]; then
     DEVICE=cpu
     SHAPE="--dim 64 --layers 2 --heads 4 --kv-heads 2 --ffn 128 --vocab 512 --context 1024"
     N_GEN=16 REQUESTS=8 IN_LEN=24 OUT_LEN=8 SEQS=4 STREAMS="1 4" PER_STREAM=2 PORT=${PORT:-18321}
+    STEP_STREAMS="1 4" BUDGETS="32 64"
     EXTRA="--threads 2 --kv-memory 64MiB"
 else
     DEVICE=cuda
     SHAPE="--dim 2048 --layers 22 --heads 32 --kv-heads 4 --ffn 5632 --vocab 32000 --context 2048"
     N_GEN=256 REQUESTS=512 IN_LEN=256 OUT_LEN=128 SEQS=256 STREAMS="1 16 64 256" PER_STREAM=4 PORT=${PORT:-18321}
+    STEP_STREAMS="1 64 256" BUDGETS="1024 2048 4096 8192"
     EXTRA=""
 fi
 MODELS=${KVSERVE_SERVE_MODELS:-$OUT}
@@ -94,6 +97,41 @@ else
     row "engine bench bf16" "FAILED" "see bench.log"
 fi
 echo "  engine bench done after $(elapsed) s"
+
+# 2b. the engine's step by phase (kvserve_step_seconds: schedule, upload, forward, sample, output, in
+# the JSON's step_ms) at 1, 64 and 256 streams, overlapped and not; then the per-step token budget
+# at the most streams, its TTFT against its TPOT (docs/gpu.md: the prefill budget)
+: >"$OUT/engine-steps.txt"
+for c in $STEP_STREAMS; do
+    for ov in on off; do
+        # shellcheck disable=SC2086
+        j=$(timeout 120 "$BIN" bench -m "$MODELS/serve-bf16.gguf" --device "$DEVICE" $EXTRA --requests $((c * PER_STREAM)) \
+            --input-len "$IN_LEN:$IN_LEN" --output-len "$OUT_LEN:$OUT_LEN" --max-seqs "$c" --overlap "$ov" --seed 1 \
+            --json 2>/dev/null | tail -n 1) || j=""
+        echo "streams $c overlap $ov: ${j:-FAILED}" >>"$OUT/engine-steps.txt"
+        if [ -n "$j" ]; then
+            step=$(printf '%s' "$j" | sed -n 's/.*"step_ms": *{\([^}]*\)}.*/\1/p' | tr -d '" ')
+            row "engine steps, $c streams, overlap $ov" "$(field "$j" output_tokens_per_s) tok/s" \
+                "TPOT $(field "$j" tpot_ms_mean) ms; ms per step $step"
+        else
+            row "engine steps, $c streams, overlap $ov" "FAILED" "see engine-steps.txt"
+        fi
+    done
+done
+for mbt in $BUDGETS; do
+    # shellcheck disable=SC2086
+    j=$(timeout 120 "$BIN" bench -m "$MODELS/serve-bf16.gguf" --device "$DEVICE" $EXTRA --requests $((SEQS * PER_STREAM)) \
+        --input-len "$IN_LEN:$IN_LEN" --output-len "$OUT_LEN:$OUT_LEN" --max-seqs "$SEQS" --max-batch-tokens "$mbt" \
+        --seed 1 --json 2>/dev/null | tail -n 1) || j=""
+    echo "streams $SEQS max-batch-tokens $mbt: ${j:-FAILED}" >>"$OUT/engine-steps.txt"
+    if [ -n "$j" ]; then
+        row "engine budget $mbt tokens, $SEQS streams" "$(field "$j" output_tokens_per_s) tok/s" \
+            "TTFT $(field "$j" ttft_ms_mean) ms, TPOT $(field "$j" tpot_ms_mean) ms"
+    else
+        row "engine budget $mbt tokens, $SEQS streams" "FAILED" "see engine-steps.txt"
+    fi
+done
+echo "  engine steps done after $(elapsed) s"
 
 # 3. serve + bench_serving
 # shellcheck disable=SC2086

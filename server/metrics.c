@@ -132,6 +132,29 @@ static void iteration_tokens(buf *b, const char *lbl, const engine_stats *st)
     hist(b, lbl, "vllm:iteration_tokens_total", "Tokens per engine step.", &h);
 }
 
+/* kvserve_step_seconds{phase=...}: the engine thread's time per step in each phase, one histogram
+ * per phase label under one HELP/TYPE. */
+static void step_seconds(buf *b, const char *lbl, const engine_stats *st)
+{
+    const char *name = "kvserve_step_seconds";
+    head(b, name, "histogram", "Engine thread time per step, by phase (schedule, upload, forward, sample, output).");
+    char t[40];
+    for (int p = 0; p < ENGINE_PHASES; p++) {
+        uint64_t cum = 0, count = 0;
+        for (int i = 0; i <= ENGINE_STEP_BUCKETS; i++) count += st->phase_hist[p][i];
+        for (int i = 0; i < ENGINE_STEP_BUCKETS; i++) {
+            cum += st->phase_hist[p][i];
+            buf_printf(b, "%s_bucket{%s,phase=\"%s\",le=\"%g\"} %llu\n", name, lbl, engine_phase_names[p],
+                       (double)engine_step_bounds_us[i] * 1e-6, (unsigned long long)cum);
+        }
+        buf_printf(b, "%s_bucket{%s,phase=\"%s\",le=\"+Inf\"} %llu\n", name, lbl, engine_phase_names[p],
+                   (unsigned long long)count);
+        buf_printf(b, "%s_sum{%s,phase=\"%s\"} %s\n", name, lbl, engine_phase_names[p],
+                   num(t, sizeof t, (double)st->phase_us[p] * 1e-6));
+        buf_printf(b, "%s_count{%s,phase=\"%s\"} %llu\n", name, lbl, engine_phase_names[p], (unsigned long long)count);
+    }
+}
+
 /* One sample per tier level ("host", "disk") of a counter or gauge. */
 static void per_tier(buf *b, const char *lbl, const char *name, const char *type, const char *help, double host,
                      double disk)
@@ -226,6 +249,10 @@ char *met_render(const met *m, const engine_stats *st, const char *model_name)
     gauge(&b, lbl, "kvserve_kv_blocks_cached", "KV blocks held by the prefix cache.", (double)st->kv_blocks_cached);
     gauge(&b, lbl, "kvserve_engine_alive", "1 while the engine thread runs.", st->alive);
     counter(&b, lbl, "kvserve_engine_steps", "Engine steps.", (double)st->steps);
+    step_seconds(&b, lbl, st);
+    gauge(&b, lbl, "kvserve_engine_overlap", "1 when the engine launches a step before applying the previous one's tokens.", st->overlap);
+    counter(&b, lbl, "kvserve_engine_steps_overlapped", "Steps launched while the previous one was still in flight.", (double)st->steps_overlapped);
+    counter(&b, lbl, "kvserve_engine_tokens_dropped", "Tokens computed for sequences that finished meanwhile (a stop seen one step late, a cancel): never sent.", (double)st->tokens_dropped);
     counter(&b, lbl, "kvserve_grammar_masks", "Token masks computed for structured-output sequences.", (double)st->grammar_masks);
     counter(&b, lbl, "kvserve_grammar_mask_seconds", "Time the engine spent computing those masks.", (double)st->grammar_mask_us * 1e-6);
     counter(&b, lbl, "kvserve_grammar_cache_lookups", "Structured-output grammars looked up in the compiled-grammar cache.", (double)m->grammar_lookups);

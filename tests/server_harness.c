@@ -58,6 +58,16 @@ static int th_port_open(int port)
     return ok;
 }
 
+int th_env_args(const char **argv, int n, int max)
+{
+    static char extra[512];
+    const char *x = getenv("KVSERVE_TEST_SERVE_ARGS");
+    snprintf(extra, sizeof extra, "%s", x ? x : "");
+    for (char *sp = NULL, *w = strtok_r(extra, " \t", &sp); w && n < max; w = strtok_r(NULL, " \t", &sp))
+        argv[n++] = w;
+    return n;
+}
+
 void th_start(th_server *t, const char *model, const char *const *args, const char *const *env,
               int wait)
 {
@@ -75,6 +85,7 @@ void th_start(th_server *t, const char *model, const char *const *args, const ch
     const char *argv[64] = {th_bin(), "serve", "-m", model ? model : mpath, "--port", port, "--threads", "1"};
     int n = 8;
     for (int i = 0; args && args[i] && n < 62; i++) argv[n++] = args[i];
+    n = th_env_args(argv, n, 63);
     argv[n] = NULL;
     pid_t pid = fork();
     cr_assert(pid >= 0);

@@ -44,9 +44,13 @@ enum { TH_WAIT_PORT = 0, TH_WAIT_HEALTHY = 1, TH_WAIT_NONE = 2 };
  * stories260K) with extra environment entries env (NULL-terminated "K=V", may be NULL) and waits
  * up to 15 s for /health to say 200 (TH_WAIT_HEALTHY), for the port (TH_WAIT_PORT), or not at
  * all (TH_WAIT_NONE). Fails the test when it exits while waited for; skips it when the binary is
- * missing. */
+ * missing. $KVSERVE_TEST_SERVE_ARGS (words separated by spaces) is appended to every command line,
+ * so that every server suite can run against another configuration. */
 void th_start(th_server *t, const char *model, const char *const *args, const char *const *env,
               int wait);
+/* Appends the words of $KVSERVE_TEST_SERVE_ARGS (e.g. "--overlap on") to argv[0 .. n), at most up
+ * to max entries; returns the new count. th_start does it for every server it starts. */
+int th_env_args(const char **argv, int n, int max);
 /* SIGKILLs the server if it still runs and removes its files. */
 void th_stop(th_server *t);
 /* Sends sig and waits up to ms for the exit; returns the wait status, or -1 on timeout. */

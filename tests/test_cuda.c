@@ -17,6 +17,7 @@
 #include "cli/device.h"
 #include "cpu/cpu.h"
 #include "cuda/check/kernel_checks.c"
+#include "cuda/check/sample_checks.c"
 #include "cuda/cuda_backend.h"
 #include "engine/forward.h"
 #include "model/gguf.h"
@@ -146,6 +147,14 @@ Test(cuda, elementwise_and_argmax)
     tcu_open(&e, 0xe1e, "elementwise");
     tcu_expect(kc_check_elementwise(&e.c));
     tcu_expect(kc_check_argmax(&e.c));
+    tcu_close(&e);
+}
+
+Test(cuda, sampler_matches_cpu)
+{
+    tcu_env e;
+    tcu_open(&e, 0x5a3b1e, "sampler");
+    tcu_expect(kc_check_sampler(&e.c));
     tcu_close(&e);
 }
 

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cpu/cpu.h"
 #include "cpu/internal.h"
@@ -1018,4 +1019,70 @@ Test(cuda_host, quant_tile_rows)
         int64_t r = cuda_q_tile_rows(n_in, 1 << 20, CUDA_Q_TILE_BYTES);
         cr_assert((size_t)r * n_in * 2 <= CUDA_Q_TILE_BYTES && r % 64 == 0);
     }
+}
+
+/* ---- the device sampler under emulation, on logits stories260K wrote ------------------------- */
+
+#include "cli/device.h"
+#include "engine/forward.h"
+#include "model/tokenizer.h"
+
+/* The logits of every position of a short story prompt, stories260K on the CPU backend, into path
+ * (int32 n_rows, int32 n_vocab, then the rows as f32). 0, or -1 when the model is not there. */
+static int tch_record_logits(const char *path)
+{
+    char mp[1024], err[256];
+    snprintf(mp, sizeof mp, "%s/stories260K.gguf", tu_data_dir());
+    model *m = NULL;
+    if (model_load(mp, &m, err, sizeof err)) return -1;
+    tokenizer *tk = tok_create(m->gguf, err, sizeof err);
+    cr_assert_not_null(tk, "%s", err);
+    const char *text = "Once upon a time, there was a little girl named Lily. She loved to play outside in the park.";
+    int32_t toks[64];
+    int n = tok_encode(tk, text, strlen(text), 1, 0, toks, 64);
+    cr_assert(n > 8 && n <= 64, "%d tokens", n);
+    backend *be = be_create("cpu", 1, err, sizeof err);
+    cr_assert_not_null(be, "%s", err);
+    kv_geom g = kv_geom_make(m->hp.n_layers, m->hp.n_kv_heads, m->hp.head_dim, 16, KV_F32);
+    int32_t n_blocks = 4, pos[64], slots[64], q_start[2] = {0, n}, ctx[1] = {n}, bt[4] = {0, 1, 2, 3};
+    for (int i = 0; i < n; i++) pos[i] = slots[i] = i;
+    fwd *f = fwd_create(m, be, &g, &n_blocks, 64, 64, err, sizeof err);
+    cr_assert_not_null(f, "%s", err);
+    be_batch b = {.n_tokens = n, .tokens = toks, .positions = pos, .n_seqs = 1, .q_start = q_start, .n_logits = n,
+                  .logit_rows = pos, .n_kv = 1, .kv = {{.slots = slots, .ctx_len = ctx, .block_table = bt, .bt_stride = 4}}};
+    int32_t hdr[2] = {n, m->hp.n_vocab};
+    float *l = malloc((size_t)n * (size_t)hdr[1] * sizeof *l);
+    cr_assert_eq(fwd_run(f, &b, l), 0);
+    FILE *o = fopen(path, "wb");
+    cr_assert_not_null(o);
+    cr_assert_eq(fwrite(hdr, sizeof hdr, 1, o), 1);
+    cr_assert_eq(fwrite(l, sizeof *l, (size_t)n * (size_t)hdr[1], o), (size_t)n * (size_t)hdr[1]);
+    fclose(o);
+    free(l);
+    fwd_destroy(f);
+    be_destroy(be);
+    tok_destroy(tk);
+    model_destroy(m);
+    return 0;
+}
+
+/* The device sampler (cuda/sample_kernels.h), the source nvcc compiles, under the CPU emulation
+ * (sample_emu --quick) against the CPU's sampler on the same rows: every option, greedy and
+ * seeded, random rows and rows stories260K's forward wrote. */
+Test(cuda_host, sampler_kernels_under_emulation, .timeout = 240)
+{
+    const char *bin = getenv("KVSERVE_SAMPLE_EMU");
+    if (!bin || !*bin) cr_skip_test("KVSERVE_SAMPLE_EMU is not set to the emulation binary (make test sets it)");
+    char path[256], cmd[1024];
+    snprintf(path, sizeof path, "/tmp/kvserve-sample-emu-%d.bin", (int)getpid());
+    int recorded = tch_record_logits(path) == 0;
+    snprintf(cmd, sizeof cmd, "'%s' --quick%s%s", bin, recorded ? " --logits " : "", recorded ? path : "");
+    int st = 0;
+    char *out = tu_capture(cmd, &st);
+    printf("%s", out);
+    if (recorded) remove(path);
+    cr_assert_eq(st, 0, "emulated sampler failed:\n%s", out);
+    cr_assert(strstr(out, " 0 failed") && strstr(out, "top_p") && strstr(out, "pending"), "%s", out);
+    cr_assert(!recorded || strstr(out, "recorded logits"), "%s", out);
+    free(out);
 }

@@ -105,7 +105,9 @@ Test(gpu_scripts, serving_table_pipeline_on_the_cpu, .timeout = 240)
     char *md = tu_read_file(path, NULL);
     cr_assert_not_null(md, "no table written");
     const char *rows[] = {"generate bf16, 1 sequence", "generate q8_0, 1 sequence", "engine bench bf16",
-                          "serve bf16, 1 streams", "serve bf16, 4 streams", "tok/s"};
+                          "serve bf16, 1 streams", "serve bf16, 4 streams", "tok/s",
+                          "engine steps, 4 streams, overlap on", "engine steps, 4 streams, overlap off",
+                          "ms per step schedule:", "engine budget 32 tokens, 4 streams"};
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) cr_assert(strstr(md, rows[i]), "no '%s' in\n%s", rows[i], md);
     cr_assert(!strstr(md, "FAILED"), "%s", md);
     free(md);

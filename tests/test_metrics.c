@@ -92,6 +92,40 @@ Test(metrics, names_types_labels_buckets)
     free(t);
 }
 
+/* kvserve_step_seconds: one histogram per phase under one TYPE, cumulative buckets in seconds. */
+Test(metrics, step_seconds_by_phase)
+{
+    met m;
+    met_init(&m);
+    engine_stats st;
+    memset(&st, 0, sizeof st);
+    st.phase_hist[ENGINE_PHASE_FORWARD][3] = 2;  /* two steps of 0.5 .. 1 ms */
+    st.phase_hist[ENGINE_PHASE_FORWARD][ENGINE_STEP_BUCKETS] = 1; /* one beyond every bound */
+    st.phase_us[ENGINE_PHASE_FORWARD] = 3001800;
+    st.phase_hist[ENGINE_PHASE_SAMPLE][0] = 3;
+    st.phase_us[ENGINE_PHASE_SAMPLE] = 150;
+    st.overlap = 1;
+    st.tokens_dropped = 4;
+    char *t = met_render(&m, &st, "m");
+    const char *ty = strstr(t, "# TYPE kvserve_step_seconds histogram\n");
+    cr_assert(ty && !strstr(ty + 1, "# TYPE kvserve_step_seconds "), "one TYPE line for every phase");
+    for (int p = 0; p < ENGINE_PHASES; p++) {
+        char want[160];
+        snprintf(want, sizeof want, "kvserve_step_seconds_count{" TM_LBL ",phase=\"%s\"}", engine_phase_names[p]);
+        cr_assert(strstr(t, want), "%s", want);
+    }
+    cr_assert(strstr(t, "kvserve_step_seconds_bucket{" TM_LBL ",phase=\"forward\",le=\"0.0005\"} 0\n"), "%s", t);
+    cr_assert(strstr(t, "kvserve_step_seconds_bucket{" TM_LBL ",phase=\"forward\",le=\"0.001\"} 2\n"));
+    cr_assert(strstr(t, "kvserve_step_seconds_bucket{" TM_LBL ",phase=\"forward\",le=\"2.5\"} 2\n"));
+    cr_assert(strstr(t, "kvserve_step_seconds_bucket{" TM_LBL ",phase=\"forward\",le=\"+Inf\"} 3\n"));
+    cr_assert(strstr(t, "kvserve_step_seconds_sum{" TM_LBL ",phase=\"forward\"} 3.0018\n"));
+    cr_assert(strstr(t, "kvserve_step_seconds_bucket{" TM_LBL ",phase=\"sample\",le=\"0.0001\"} 3\n"));
+    cr_assert(strstr(t, "kvserve_step_seconds_count{" TM_LBL ",phase=\"schedule\"} 0\n"));
+    cr_assert(strstr(t, "kvserve_engine_overlap{" TM_LBL "} 1\n"));
+    cr_assert(strstr(t, "kvserve_engine_tokens_dropped_total{" TM_LBL "} 4\n"));
+    free(t);
+}
+
 /* Value of the sample that starts with prefix (a whole line prefix, labels included). */
 static double tm_value(const char *text, const char *prefix)
 {
@@ -136,6 +170,14 @@ Test(metrics_e2e, counts_requests_not_choices, .timeout = 60)
     cr_assert_eq(tm_value(t, "vllm:request_prefill_time_seconds_count{" TM_LBL "}"), 3);
     cr_assert_eq(tm_value(t, "vllm:request_inference_time_seconds_count{" TM_LBL "}"), 3);
     cr_assert_geq(tm_value(t, "vllm:iteration_tokens_total_count{" TM_LBL "}"), 4, "one observation per step");
+    double steps = tm_value(t, "kvserve_engine_steps_total{" TM_LBL "}");
+    cr_assert_geq(steps, 4);
+    cr_assert_eq(tm_value(t, "kvserve_step_seconds_count{" TM_LBL ",phase=\"forward\"}"), steps,
+                 "one observation of each phase per step");
+    cr_assert_gt(tm_value(t, "kvserve_step_seconds_sum{" TM_LBL ",phase=\"forward\"}"), 0);
+    const char *xa = getenv("KVSERVE_TEST_SERVE_ARGS"); /* the suite may run overlapped */
+    cr_assert_eq(tm_value(t, "kvserve_engine_overlap{" TM_LBL "}"), xa && strstr(xa, "--overlap on") ? 1 : 0,
+                 "off on the CPU unless asked for");
     cr_assert_gt(tm_value(t, "kvserve_kv_blocks_cached{" TM_LBL "}"), 0, "the finished requests left cached blocks");
     th_resp_free(&r);
     /* idle: the cached blocks count free (kv_blocks_idle is refreshed within 100 ms) */

@@ -228,10 +228,13 @@ static void tp_wake(void *ud)
     pthread_mutex_unlock(&w->mu);
 }
 
+static int tp_overlap = ENGINE_OVERLAP_AUTO; /* the engines' --overlap */
+
 static engine *tp_engine(const model *m, const tokenizer *tok, size_t kv_bytes, int batch_tokens, int prefix)
 {
     engine_config c;
     engine_config_default(&c);
+    c.overlap = tp_overlap;
     c.model = m;
     c.tok = tok;
     c.device = "cpu";
@@ -340,7 +343,22 @@ static int32_t tp_tok(uint64_t *rng)
     return 3 + (int32_t)(tu_xorshift(rng) % 290);
 }
 
+static void tp_chunks_and_preemption(void);
+
 Test(pool_engine, mean_cls_last_match_the_reference_over_chunks_and_preemption, .timeout = 240)
+{
+    tp_chunks_and_preemption();
+}
+
+/* The same over the overlapped engine: a step's pooled rows are read right after its forward,
+ * before the next step (launched ahead) can reuse their scratch. */
+Test(pool_engine, overlapped_steps_pool_the_same, .timeout = 240)
+{
+    tp_overlap = ENGINE_OVERLAP_ON;
+    tp_chunks_and_preemption();
+}
+
+static void tp_chunks_and_preemption(void)
 {
     char path[512];
     model *m = tp_model("llama", "mean", NULL, 0, path, sizeof path);
@@ -351,6 +369,9 @@ Test(pool_engine, mean_cls_last_match_the_reference_over_chunks_and_preemption, 
     printf("pool engine seed %llu\n", (unsigned long long)seed);
     /* 7 tokens a step: prompts span many steps; a KV budget of a few sequences preempts */
     engine *e = tp_engine(m, tok, 256 * 264, 7, 1); /* 256 bytes a token: 66 blocks */
+    engine_stats st;
+    engine_get_stats(e, &st);
+    cr_assert_eq(st.overlap, tp_overlap == ENGINE_OVERLAP_ON);
     enum { N = 12 };
     int32_t prompts[N][60];
     int lens[N], kinds[N];

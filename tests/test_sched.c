@@ -203,7 +203,7 @@ static seq *ts_seq(const int32_t *prompt, int n_prompt, int max_tokens, float te
 
 /* What a sequence must produce: the same hash computed from the token list directly. */
 static int ts_reference(const ts_fake *f, const int32_t *prompt, int n_prompt, int max_tokens,
-                        float temp, uint64_t seed, int ignore_eos, int32_t *out)
+                        float temp, uint64_t seed, int choice, int ignore_eos, int32_t *out)
 {
     int32_t toks[512];
     memcpy(toks, prompt, (size_t)n_prompt * sizeof *toks);
@@ -213,7 +213,7 @@ static int ts_reference(const ts_fake *f, const int32_t *prompt, int n_prompt, i
     p.temperature = temp;
     p.ignore_eos = ignore_eos;
     smp_rng rng;
-    smp_rng_seed(&rng, seed);
+    smp_rng_key(&rng, seed, (uint32_t)choice);
     int32_t eog = TS_EOG;
     gr_matcher *m = ts_gr ? gr_matcher_create(ts_gr, ts_gv) : NULL;
     uint32_t mask[GR_MASK_WORDS(TS_VOCAB)];
@@ -267,8 +267,8 @@ static void ts_prompt(int32_t *p, int n, uint64_t seed)
 static void ts_expect(const ts_fake *f, const seq *s, int ignore_eos)
 {
     int32_t ref[512];
-    int n = ts_reference(f, s->tokens, s->n_prompt, s->max_tokens, s->sp.temperature,
-                         s->sp.seed + (uint64_t)s->index, ignore_eos, ref);
+    int n = ts_reference(f, s->tokens, s->n_prompt, s->max_tokens, s->sp.temperature, s->sp.seed, s->index,
+                         ignore_eos, ref);
     cr_assert_eq(seq_n_output(s), n, "choice %d: %d tokens, expected %d", s->index, seq_n_output(s), n);
     for (int i = 0; i < n; i++)
         cr_assert_eq(s->tokens[s->n_prompt + i], ref[i], "token %d differs", i);

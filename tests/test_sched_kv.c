@@ -177,7 +177,7 @@ static int tk_reference(const tk_fake *f, const seq *s, int32_t *out)
     p.temperature = s->sp.temperature;
     p.ignore_eos = s->sp.ignore_eos;
     smp_rng rng;
-    smp_rng_seed(&rng, s->sp.seed + (uint64_t)s->index);
+    smp_rng_key(&rng, s->sp.seed, (uint32_t)s->index);
     int32_t eog = TK_EOG;
     while (n_out < s->max_tokens && n < TK_MAXTOK) {
         uint64_t h = (uint64_t)(n - 1) * 0x9e3779b97f4a7c15ull;

@@ -115,6 +115,7 @@ static void sv_start_args(const char *const *extra)
                             "--kv-memory", "32MiB"};
     int n = 10;
     for (int i = 0; extra && extra[i]; i++) argv[n++] = extra[i];
+    n = th_env_args(argv, n, 39);
     argv[n] = NULL;
     pid_t pid = fork();
     cr_assert(pid >= 0);

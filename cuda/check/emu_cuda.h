@@ -1,8 +1,9 @@
 /*
  * emu_cuda.h — just enough of CUDA's device built-ins to run the kernel headers of cuda/
  * (cuda/NAME_kernels.h: attention, the K/V store, the quantised-weight kernels, norms and RoPE,
- * the element-wise ops, the gathers, the GEMM's conversions, argmax, the dense matrix-vector kernels and the fused ops) on a CPU.
- * Host C++ only; see cuda/check/attn_emu.cc, quant_emu.cc, ops_emu.cc and dense_emu.cc.
+ * the element-wise ops, the gathers, the GEMM's conversions, argmax, the dense matrix-vector
+ * kernels and the fused ops, the sampler) on a CPU. Host C++ only; see cuda/check/attn_emu.cc,
+ * quant_emu.cc, ops_emu.cc, dense_emu.cc and sample_emu.cc.
  *
  * One launch runs blockDim.x threads that walk the grid's blocks in lock step (block after
  * block), so shared memory is reused safely: one static array for the dynamic part, and the
@@ -408,6 +409,32 @@ static inline __nv_bfloat162 __floats2bfloat162_rn(float lo, float hi)
 {
     __nv_bfloat162 h = {(uint32_t)cuda_f32_to_bf16(lo) | (uint32_t)cuda_f32_to_bf16(hi) << 16};
     return h;
+}
+
+/* ---- for the sampler (sample_kernels.h): double shuffles and sums, bit casts ---- */
+
+static inline double __shfl_xor_sync(unsigned mask, double v, int o)
+{
+    (void)mask;
+    return emu__shfl(v, (int)(threadIdx.x & 31) ^ o);
+}
+static inline double atomicAdd(double *p, double v)
+{
+    double o = *p;
+    *p = o + v;
+    return o;
+}
+static inline unsigned __float_as_uint(float f)
+{
+    unsigned u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+static inline float __int_as_float(int i)
+{
+    float f;
+    memcpy(&f, &i, sizeof f);
+    return f;
 }
 
 #include "cuda/check/emu_mma.h"

@@ -17,7 +17,13 @@
  *      record), causal prefill attention at head dims 64 and 128 over 4k and 16k tokens against
  *      the cuBLAS peak and PyTorch's flash attention, batch-1 / batched decode of a
  *      TinyLlama-1.1B-shaped random BF16 model built in memory (and of its Q8_0 and Q4_K twins
- *      at batch 1), and its time to first token for 8k, 16k and 32k-token prompts;
+ *      at batch 1), and its time to first token for 8k, 16k and 32k-token prompts; the device
+ *      sampler's time per step (256 rows of 32,000) against the host's path, and 256-sequence
+ *      decode with logits to the host against the sampler on the device, synchronous and
+ *      overlapped (the next step launched with its tokens read on the device); the decode step's
+ *      time by phase at 1, 64 and 256 sequences, synchronous and overlapped (host: batch, begin,
+ *      launch, sample, wait; device: busy time and the launch-to-launch gap, from events on the
+ *      backend's stream);
  * and prints a short table last. Exit status: 0 all checks pass, 1 a check failed, 2 no GPU or a
  * setup error.
  *
@@ -35,12 +41,13 @@
 
 #include "cpu/cpu.h"
 #include "cuda/check/kernel_checks.c"
+#include "cuda/check/sample_checks.c"
 #include "cuda/cublas_dl.h"
 #include "cuda/cuda_backend.h"
 #include "engine/forward.h"
 #include "model/model.h"
 
-#define GC_MAX_ROWS 192
+#define GC_MAX_ROWS 224
 
 typedef struct gc_row {
     char what[48];
@@ -130,6 +137,7 @@ static void gc_kernels(backend *gpu, backend *cpu, int quick)
     }
     gc_report(kc_check_elementwise(&c));
     gc_report(kc_check_argmax(&c));
+    gc_report(kc_check_sampler(&c));
     gc_report(kc_check_store_kv(&c, KV_F16));
     gc_report(kc_check_store_kv(&c, KV_BF16));
     gc_report(kc_check_store_kv(&c, KV_F32));
@@ -580,6 +588,244 @@ static double gc_bench_attention(backend *be, int n_seqs, int ctx_len, int *spli
 
 #include "cuda/check/gpu_decode.c"
 
+/* Microseconds per step of be's sampler over n rows of V (logits in backend memory), rows of
+ * kind (sc_row), median of reps; the host's path when via_host: the logits copied to the host and
+ * the rows run there. */
+static double sc_bench_sampler(backend *be, const float *logits, int32_t n, int32_t V, int kind, int via_host,
+                               kc_ctx *c)
+{
+    smp_row *rows = malloc((size_t)n * sizeof *rows);
+    smp_arena ar;
+    smp_work w;
+    float *host = via_host ? malloc((size_t)n * V * sizeof *host) : NULL;
+    int32_t *ids = malloc((size_t)n * sizeof *ids), n_lp;
+    smp_result *lps = malloc((size_t)n * sizeof *lps);
+    if (smp_arena_init(&ar, V) || smp_work_init(&w, V)) return 0;
+    sc_rows(c, rows, &ar, n, V, 0, kind, &n_lp);
+    smp_batch sb = {n, rows, ar.n, ar.v, n_lp, V};
+    enum { REPS = 21 };
+    double t[REPS];
+    for (int r = 0; r < REPS + 2; r++) {
+        double t0 = gc_now();
+        const int32_t *ig;
+        const smp_result *lg;
+        if (via_host) {
+            be->ops->to_host(be, logits, (size_t)n * V, host);
+            smp_rows_run(&sb, 0, n, host, NULL, &w, ids, lps);
+        } else if (be->ops->sample(be, logits, &sb, r & 1) || be->ops->sample_wait(be, r & 1, &ig, &lg)) {
+            return 0;
+        }
+        if (r >= 2) t[r - 2] = (gc_now() - t0) * 1e6;
+    }
+    qsort(t, REPS, sizeof *t, gc_cmp_double);
+    smp_arena_fini(&ar);
+    smp_work_fini(&w);
+    free(rows), free(host), free(ids), free(lps);
+    return t[REPS / 2];
+}
+
+/* Where a decode step's time goes, host and device (gc_bench_decode_device with si): the host's
+ * mean microseconds per step building the batch (the engine's schedule), in fwd_begin (metadata
+ * packed into pinned memory and its asynchronous upload, the token references), fwd_launch
+ * (enqueueing the forward or replaying its graph), be_ops.sample (enqueueing the sampler) and
+ * sample_wait (the step's one wait); from CUDA events on the backend's stream, the device's time
+ * from a step's first work (its metadata's copy) to its sampler's end, and the gap from one step's
+ * sampler end to the next step's first work having completed: the device idle between steps plus
+ * the metadata copy (a few microseconds), which overlapped steps should bring to that copy alone. */
+typedef struct gc_stepinfo {
+    double host_us[5]; /* build, begin, launch, sample, wait */
+    double wall_ms;    /* per decode step */
+    double gpu_ms;     /* per decode step: first work to sampler end */
+    double gap_us, gap_p90_us;
+} gc_stepinfo;
+
+static const char *const gc_host_phase[5] = {"build", "begin", "launch", "sample", "wait"};
+
+/* The stepinfo's device times from the events recorded at each step's first work (first[st]) and
+ * its sampler's end (end[st]), decode steps 1 .. steps. */
+static void gc_step_events(gc_stepinfo *si, cudaEvent_t *first, cudaEvent_t *end, int steps)
+{
+    double busy = 0, gaps[1024];
+    int ng = 0;
+    cudaEventSynchronize(end[steps]);
+    for (int st = 1; st <= steps; st++) {
+        float ms = 0;
+        if (cudaEventElapsedTime(&ms, first[st], end[st]) == cudaSuccess) busy += ms;
+        if (cudaEventElapsedTime(&ms, end[st - 1], first[st]) == cudaSuccess && ng < 1024) gaps[ng++] = ms * 1e3;
+    }
+    si->gpu_ms = busy / steps;
+    qsort(gaps, (size_t)ng, sizeof *gaps, gc_cmp_double);
+    double sum = 0;
+    for (int i = 0; i < ng; i++) sum += gaps[i];
+    si->gap_us = ng ? sum / ng : 0;
+    si->gap_p90_us = ng ? gaps[(ng * 9) / 10 < ng ? (ng * 9) / 10 : ng - 1] : 0;
+}
+
+/* Decode throughput of n_seqs sequences as the engine runs them with the sampler on the device
+ * (greedy rows, be_ops.sample): synchronous (each step's tokens waited for, then fed back from the
+ * host), or overlapped (step n + 1 begun and launched with its tokens as references to step n's
+ * sampled ids, then step n waited for). tok/s of the decode steps. */
+static double gc_bench_decode_device(fwd *f, const model *m, int n_seqs, int prompt, int steps, int bt_stride,
+                                     int overlap, gc_stepinfo *si)
+{
+    cudaStream_t stream = si ? (cudaStream_t)cuda_backend_stream(fwd_backend(f)) : NULL;
+    cudaEvent_t *ev = si ? calloc(2 * ((size_t)steps + 1), sizeof *ev) : NULL;
+    for (int i = 0; ev && i < 2 * (steps + 1); i++) cudaEventCreate(&ev[i]);
+    if (si) memset(si, 0, sizeof *si);
+    double th[6];
+    const int bs = 16;
+    backend *be = fwd_backend(f);
+    int max_tok = n_seqs * prompt;
+    int32_t *tokens = malloc((size_t)max_tok * 4), *pos = malloc((size_t)max_tok * 4), *slots = malloc((size_t)max_tok * 4);
+    int32_t *q_start = malloc(((size_t)n_seqs + 1) * 4), *ctx = malloc((size_t)n_seqs * 4), *lrows = malloc((size_t)n_seqs * 4);
+    int32_t *bt = malloc((size_t)n_seqs * bt_stride * 4);
+    smp_row *rows = calloc((size_t)n_seqs, sizeof *rows);
+    for (int i = 0; i < n_seqs * bt_stride; i++) bt[i] = i;
+    for (int s = 0; s < n_seqs; s++) { /* greedy rows, one per sequence */
+        rows[s].logits = s;
+        rows[s].kind = SMP_ROW_SAMPLE;
+        rows[s].lp = rows[s].pending = rows[s].fallback = rows[s].mask = -1;
+        rows[s].top_p = 1.0f;
+        rows[s].rep = 1.0f;
+    }
+    smp_batch sb = {n_seqs, rows, 0, NULL, 0, m->hp.n_vocab};
+    const int32_t *ids = NULL;
+    const smp_result *lps;
+    double t0 = 0;
+    int rc = 0;
+    for (int st = 0; st <= steps && !rc; st++) {
+        int n = 0;
+        th[0] = gc_now();
+        q_start[0] = 0;
+        for (int s = 0; s < n_seqs; s++) {
+            int cnt = st == 0 ? prompt : 1, base = st == 0 ? 0 : prompt + st - 1;
+            for (int k = 0; k < cnt; k++, n++) {
+                tokens[n] = st == 0 ? (7 * k + s) % m->hp.n_vocab : overlap ? -1 - s : ids[s];
+                pos[n] = base + k;
+                slots[n] = cuda_kv_entry_slot(bt + s * bt_stride, bs, base + k);
+            }
+            ctx[s] = base + cnt;
+            lrows[s] = n - 1;
+            q_start[s + 1] = n;
+        }
+        be_batch b = {.n_tokens = n, .tokens = tokens, .positions = pos, .n_seqs = n_seqs, .q_start = q_start, .n_logits = n_seqs, .logit_rows = lrows, .n_kv = 1, .kv = {{.slots = slots, .ctx_len = ctx, .block_table = bt, .bt_stride = bt_stride}}};
+        const float *logits = NULL;
+        th[1] = gc_now();
+        rc = fwd_begin(f, &b);
+        if (ev) cudaEventRecord(ev[st], stream); /* after the metadata's copy */
+        th[2] = gc_now();
+        if (!rc) rc = fwd_launch(f, &logits);
+        th[3] = gc_now();
+        if (!rc) rc = be->ops->sample(be, logits, &sb, st & 1);
+        if (ev) cudaEventRecord(ev[steps + 1 + st], stream);
+        th[4] = gc_now();
+        if (!rc && (!overlap || st == 0)) rc = be->ops->sample_wait(be, st & 1, &ids, &lps);
+        else if (!rc) rc = be->ops->sample_wait(be, (st - 1) & 1, &ids, &lps); /* step st - 1's, while st runs */
+        th[5] = gc_now();
+        for (int k = 0; si && st > 0 && k < 5; k++) si->host_us[k] += (th[k + 1] - th[k]) * 1e6 / steps;
+        if (st == 0) t0 = gc_now(); /* time the decode steps only */
+    }
+    if (!rc && overlap) rc = be->ops->sample_wait(be, steps & 1, &ids, &lps);
+    double tps = rc ? 0 : (double)n_seqs * steps / (gc_now() - t0);
+    if (si && !rc) {
+        si->wall_ms = (gc_now() - t0) * 1e3 / steps;
+        gc_step_events(si, ev, ev + steps + 1, steps);
+    }
+    for (int i = 0; ev && i < 2 * (steps + 1); i++) cudaEventDestroy(ev[i]);
+    free(ev);
+    free(tokens), free(pos), free(slots), free(q_start), free(ctx), free(lrows), free(bt), free(rows);
+    return tps;
+}
+
+/* The device sampler's time per step against the host's path, at 256 rows of a 32,000 vocabulary. */
+static void gc_bench_sampler(backend *gpu)
+{
+    kc_ctx c = {gpu, NULL, 0x73616d70, 1};
+    const int32_t n = 256, V = 32000;
+    float *x = malloc((size_t)n * V * sizeof *x);
+    kc_fill(&c, x, (size_t)n * V, 8.0f);
+    float *xg = kc_put(gpu, x, (size_t)n * V);
+    free(x);
+    if (!xg) return;
+    static const char *kinds[4] = {"greedy", "T 0.8, top_p 0.95", "top_k 50 + penalties", "greedy + logprobs 5"};
+    char what[64], v[40], ref[48];
+    double host = sc_bench_sampler(gpu, xg, n, V, 0, 1, &c);
+    for (int k = 0; k < 4; k++) {
+        double us = sc_bench_sampler(gpu, xg, n, V, k, 0, &c);
+        snprintf(what, sizeof what, "sampler 256x32000 %s", kinds[k]);
+        snprintf(v, sizeof v, "%.0f us/step", us);
+        snprintf(ref, sizeof ref, "host path greedy %.0f us", host);
+        gc_add(what, v, ref, -1);
+    }
+    gpu->ops->free(gpu, xg);
+}
+
+/* The step's time by phase at 1, 64 and 256 sequences, synchronous and overlapped, with graphs:
+ * one row each (wall time per step, the device's share of it, the launch-to-launch gap), the host
+ * phases in the log. */
+static void gc_bench_steps(fwd *f, const model *m, int prompt, int steps, int stride)
+{
+    static const int sizes[3] = {1, 64, 256};
+    char what[64], v[40], ref[64];
+    backend *be = fwd_backend(f);
+    cuda_set_graphs(be, 1);
+    for (int i = 0; i < 3; i++)
+        for (int ov = 0; ov < 2; ov++) {
+            gc_stepinfo si;
+            double tps = gc_bench_decode_device(f, m, sizes[i], prompt, steps, stride, ov, &si);
+            snprintf(what, sizeof what, "step b=%d %s", sizes[i], ov ? "overlapped" : "sync");
+            if (tps <= 0) {
+                gc_add(what, "not run", "decode failed", 0);
+                continue;
+            }
+            snprintf(v, sizeof v, "%.3f ms/step", si.wall_ms);
+            snprintf(ref, sizeof ref, "GPU %.0f%%, gap %.0f us (p90 %.0f)", si.wall_ms > 0 ? 100 * si.gpu_ms / si.wall_ms : 0,
+                     si.gap_us, si.gap_p90_us);
+            gc_add(what, v, ref, -1);
+            printf("  %s: %.3f ms/step, device %.3f ms, gap mean %.1f us p90 %.1f us; host us/step:", what, si.wall_ms,
+                   si.gpu_ms, si.gap_us, si.gap_p90_us);
+            for (int k = 0; k < 5; k++) printf(" %s %.1f", gc_host_phase[k], si.host_us[k]);
+            printf("\n");
+        }
+    cuda_set_graphs(be, 0);
+}
+
+/* Decode of the TinyLlama-shaped model at 256 sequences: logits to the host against the sampler on
+ * the device, synchronous and overlapped, and one sequence overlapped (its time per token). */
+static void gc_bench_overlap(backend *gpu, gc_model *gm, int quick)
+{
+    const int bs = 16, prompt = 128, steps = quick ? 16 : 64, batch = 256, stride = (prompt + steps + bs) / bs + 1;
+    kv_geom g = kv_geom_make(gm->m.hp.n_layers, gm->m.hp.n_kv_heads, gm->m.hp.head_dim, bs, KV_F16);
+    char err[512], v[40], ref[48];
+    const int32_t n_blocks = batch * stride;
+    fwd *f = fwd_create(&gm->m, gpu, &g, &n_blocks, batch * prompt, batch, err, sizeof err);
+    if (!f) {
+        gc_add("tinyllama decode b=256", "not run", err, 0);
+        return;
+    }
+    double host = gc_bench_decode(f, &gm->m, batch, prompt, steps, stride);
+    snprintf(v, sizeof v, "%.0f tok/s", host);
+    gc_add("tinyllama b=256, host sampling", v, "logits to the host", -1);
+    for (int graphs = 0; graphs < 2; graphs++) {
+        cuda_set_graphs(gpu, graphs);
+        double sync = gc_bench_decode_device(f, &gm->m, batch, prompt, steps, stride, 0, NULL);
+        double ov = gc_bench_decode_device(f, &gm->m, batch, prompt, steps, stride, 1, NULL);
+        double one = gc_bench_decode_device(f, &gm->m, 1, prompt, steps, stride, 1, NULL);
+        snprintf(v, sizeof v, "%.0f tok/s", sync);
+        snprintf(ref, sizeof ref, "%.2fx host sampling%s", sync / host, graphs ? ", graphs" : "");
+        gc_add("  device sampling, sync", v, ref, -1);
+        snprintf(v, sizeof v, "%.0f tok/s", ov);
+        snprintf(ref, sizeof ref, "%.2fx sync; TPOT %.2f ms", ov / sync, ov > 0 ? 1e3 * batch / ov : 0);
+        gc_add("  device sampling, overlapped", v, ref, -1);
+        snprintf(v, sizeof v, "%.0f tok/s", one);
+        snprintf(ref, sizeof ref, "TPOT %.2f ms%s", one > 0 ? 1e3 / one : 0, graphs ? ", graphs" : "");
+        gc_add("  b=1 overlapped", v, ref, -1);
+    }
+    cuda_set_graphs(gpu, 0);
+    gc_bench_steps(f, &gm->m, prompt, steps, stride);
+    fwd_destroy(f);
+}
+
 #include "cuda/check/quant_bench.c"
 
 /* Causal prefill attention of one sequence of n tokens (the whole prompt in one step), TFLOP/s
@@ -711,6 +957,16 @@ static void gc_bench(backend *gpu, int quick)
 
     double tiny_eager, tiny_graphs;
     gc_decode_table(gpu, copy, quick, &tiny_eager, &tiny_graphs);
+    /* the device sampler, and decode driven as the engine drives it (sampling on the device,
+     * overlapped steps, the step by phase) on the 1.1B-shaped model */
+    gc_bench_sampler(gpu);
+    gc_model gm;
+    if (gc_model_make(&gm, gpu, &gc_tinyllama_shape)) {
+        gc_add("tinyllama overlap", "not run", "out of device memory", 0);
+    } else {
+        gc_bench_overlap(gpu, &gm, quick);
+        gc_model_free(&gm);
+    }
     /* the same model with Q8_0 and Q4_K weights, one sequence, against these bf16 figures */
     gc_bench_quant_models(gpu, copy, tiny_eager, tiny_graphs, quick);
     gc_model tm;
