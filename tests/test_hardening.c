@@ -8,6 +8,9 @@
  * Loopback only, every wait a poll with a deadline.
  */
 #include <cjson/cJSON.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <criterion/criterion.h>
 #include <dirent.h>
 #include <errno.h>
@@ -471,6 +474,34 @@ Test(hardening, sigterm_with_grammars_queued, .timeout = 120)
         th_resp_free(&calls[i].r);
     }
     cr_assert_geq(n503, N - GR_COMPILE_WORKERS - 1, "the queued requests were not answered 503 at once");
+    th_stop(&s);
+}
+
+/* SIGTERM with a connection open that never sent a whole head (a prober's, an idle client's):
+ * the exit is prompt (it waited for the stop's 3 s flush deadline, with nothing to flush). */
+Test(hardening, sigterm_with_an_idle_connection_exits_at_once, .timeout = 60)
+{
+    th_server s;
+    th_start(&s, NULL, NULL, NULL, TH_WAIT_HEALTHY);
+    int fd[2];
+    for (int i = 0; i < 2; i++) {
+        struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)s.port),
+                                .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        fd[i] = socket(AF_INET, SOCK_STREAM, 0);
+        cr_assert_eq(connect(fd[i], (struct sockaddr *)&a, sizeof a), 0);
+    }
+    const char half[] = "GET /health HTTP/1.1\r\nHost: x\r\n";
+    cr_assert_eq(write(fd[1], half, sizeof half - 1), (ssize_t)(sizeof half - 1));
+    usleep(200000); /* the server accepts both */
+    int64_t t0 = th_now_ms();
+    int st = th_signal_wait(&s, SIGTERM, 10000);
+    int64_t ms = th_now_ms() - t0;
+    printf("hardening: exit %lld ms after SIGTERM with an idle and a half-sent connection\n", (long long)ms);
+    cr_assert_neq(st, -1);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "exit status %d", st);
+    cr_assert_lt(ms, 1500, "exit %lld ms after SIGTERM", (long long)ms);
+    close(fd[0]);
+    close(fd[1]);
     th_stop(&s);
 }
 

@@ -602,8 +602,13 @@ void gate_close(gate_relay *g)
     if (g->listener_open && !uv_is_closing((uv_handle_t *)&g->listener))
         uv_close((uv_handle_t *)&g->listener, NULL);
     if (g->sweep_on && !uv_is_closing((uv_handle_t *)&g->sweep)) uv_close((uv_handle_t *)&g->sweep, NULL);
-    for (gate_conn *c = g->conns; c; c = c->next)
-        if (c->client_reading && !c->closing) stop_client_reading(c); /* no new requests; what MHD wrote still goes out */
+    for (gate_conn *c = g->conns; c; c = c->next) {
+        /* A connection without a complete head has nothing to flush (the gate's own error answers
+         * are closing already): it closes now, not at the flush's deadline (an idle connection, a
+         * prober's or a half-sent head, held every exit 3 s). */
+        if (!c->attached && !c->closing) close_all(c);
+        else if (c->client_reading && !c->closing) stop_client_reading(c); /* what MHD wrote still goes out */
+    }
     if (!g->conns) {
         gate__clients_free(g);
         return;
