@@ -41,6 +41,11 @@ typedef struct cli_opts {
     int prefill_admit_tokens;   /* 0: 64 on CPU, no limit on GPU; < 0: no limit */
     const char *schedule;       /* fcfs|lpm */
     const char *overlap;        /* auto|on|off: overlapped engine steps */
+    const char *speculative;    /* --speculative ngram|draft|off */
+    const char *draft_model;    /* --draft-model FILE */
+    int num_speculative_tokens; /* most drafts per sequence and step */
+    int spec_ngram_min, spec_ngram_max; /* n-gram proposer's suffix lengths */
+    int spec_disable_batch;     /* no drafts above this many decoding sequences */
     int no_prefix_cache;
     /* server */
     const char *host;
@@ -99,6 +104,8 @@ typedef struct cli_opts {
     int rope_orig_ctx;          /* 0: not written */
     int rope_freqs, fused_qkv, qkv_bias, tied; /* flags */
     double norm_std;            /* 0: norms 1 */
+    int quiet_from;             /* mkmodel: layers from this one on are quiet (0: off) */
+    double quiet_scale;         /* mkmodel: their output weights' scale */
     /* misc */
     int verbose;
     int help;
@@ -129,6 +136,9 @@ void cli_print_help(const char *cmd);
 /* Parses sizes such as "2GiB", "512M", "1e9", "4096" into bytes. 0 or -EINVAL. */
 int cli_parse_size(const char *s, size_t *out);
 
+/* The speculative-decoding options into c (engine/spec.h). 0, or -EINVAL for an unknown method. */
+struct engine_config;
+int cli_spec_config(const cli_opts *o, struct engine_config *c);
 /* --overlap auto|on|off as enum engine_overlap, or -1. */
 int cli_overlap_parse(const char *s);
 

@@ -26,6 +26,7 @@
 #include "cli/cli.h"
 #include "engine/backend.h"
 #include "engine/engine.h"
+#include "engine/spec.h"
 #include "model/model.h"
 #include "model/tokenizer.h"
 
@@ -303,6 +304,11 @@ static void bn_report(bn_state *b, const cli_opts *o, int64_t t0, int max_seqs)
         printf(" %s %.3f", engine_phase_names[k], ph[k]);
     }
     printf("\n");
+    double acc = st.spec_draft_tokens ? (double)st.spec_accepted / (double)st.spec_draft_tokens : 0;
+    if (st.spec_method)
+        printf("speculative:         %s; %lld verify rows, %lld draft tokens, %lld accepted (%.3f)\n",
+               spec_method_name(st.spec_method), (long long)st.spec_drafts, (long long)st.spec_draft_tokens,
+               (long long)st.spec_accepted, acc);
     double mask_us = st.grammar_masks ? (double)st.grammar_mask_us / (double)st.grammar_masks : 0;
     if (b->grammar)
         printf("grammar:             compiled in %.2f ms; %lld masks, %.1f us per token\n", b->compile_ms,
@@ -313,12 +319,15 @@ static void bn_report(bn_state *b, const cli_opts *o, int64_t t0, int max_seqs)
                "\"ttft_ms_p99\": %.3f, \"tpot_ms_mean\": %.4f, \"preemptions\": %lld, \"prefix_cache_hit_rate\": %.6f, "
                "\"steps\": %lld, \"max_seqs\": %d, \"turns\": %d, \"grammar_compile_ms\": %.3f, \"grammar_masks\": %lld, "
                "\"grammar_mask_us\": %.3f, \"overlap\": %d, \"tokens_dropped\": %lld, \"step_ms\": {\"schedule\": %.4f, "
-               "\"upload\": %.4f, \"forward\": %.4f, \"sample\": %.4f, \"output\": %.4f}}\n",
+               "\"upload\": %.4f, \"forward\": %.4f, \"sample\": %.4f, \"output\": %.4f}, \"speculative\": \"%s\", "
+               "\"spec_drafts\": %lld, \"spec_draft_tokens\": %lld, \"spec_accepted_tokens\": %lld, "
+               "\"spec_acceptance\": %.6f}\n",
                b->n_reqs, (long long)prompt_tok, (long long)cached, (long long)out_tok, wall, tps, mean, p50, p99,
                tpot, (long long)st.preemptions, hit, (long long)st.steps, max_seqs, b->turns, b->compile_ms,
                (long long)st.grammar_masks, mask_us, st.overlap, (long long)st.tokens_dropped,
                ph[ENGINE_PHASE_SCHEDULE], ph[ENGINE_PHASE_UPLOAD], ph[ENGINE_PHASE_FORWARD], ph[ENGINE_PHASE_SAMPLE],
-               ph[ENGINE_PHASE_OUTPUT]);
+               ph[ENGINE_PHASE_OUTPUT], spec_method_name(st.spec_method), (long long)st.spec_drafts,
+               (long long)st.spec_draft_tokens, (long long)st.spec_accepted, acc);
     free(ttft);
 }
 
@@ -353,6 +362,10 @@ static int bn_config(const cli_opts *o, engine_config *c)
     if (!strcmp(o->schedule, "fcfs")) c->schedule = ENGINE_SCHED_FCFS;
     else if (!strcmp(o->schedule, "lpm")) c->schedule = ENGINE_SCHED_LPM;
     else c->schedule = -1;
+    if (cli_spec_config(o, c)) {
+        fprintf(stderr, "kvserve bench: unknown --speculative '%s' (ngram, draft or off)\n", o->speculative);
+        return -EINVAL;
+    }
     if (c->kv_dtype < 0 || c->schedule < 0 || c->overlap < 0 || o->block_size <= 0 || o->requests <= 0 ||
         o->turns < 0 || o->shared_prefix < 0) {
         fprintf(stderr, "kvserve bench: bad --kv-dtype, --schedule, --overlap, --block-size, --requests, --turns or "

@@ -66,6 +66,8 @@ int cli_mkmodel(cli_opts *o)
     p.qkv_bias = o->qkv_bias;
     p.tied = o->tied;
     p.norm_std = (float)o->norm_std;
+    p.quiet_from = o->quiet_from;
+    p.quiet_scale = (float)o->quiet_scale;
     p.pooling = o->pooling;
     if (p.type < 0) {
         fprintf(stderr, "kvserve mkmodel: unknown --type '%s' (f32, f16, bf16 or q8_0)\n", o->type);

@@ -82,6 +82,10 @@ int cli_serve(cli_opts *o)
     e->prefill_admit_tokens = o->prefill_admit_tokens;
     e->overlap = cli_overlap_parse(o->overlap);
     e->verbose = o->verbose;
+    if (cli_spec_config(o, e)) {
+        fprintf(stderr, "kvserve serve: unknown --speculative '%s' (ngram, draft or off)\n", o->speculative);
+        return 2;
+    }
     if (e->overlap < 0) {
         fprintf(stderr, "kvserve serve: unknown --overlap '%s' (auto, on or off)\n", o->overlap);
         return 2;

@@ -11,6 +11,7 @@
 
 #include "cli/cli.h"
 #include "engine/engine.h"
+#include "engine/spec.h"
 
 enum opt_kind { O_STR, O_INT, O_I64, O_DBL, O_SIZE, O_FLAG };
 
@@ -48,6 +49,12 @@ static const opt table[] = {
     {"prefill-admit-tokens", 0, O_INT, OFF(prefill_admit_tokens), "64 cpu / off gpu", "serve bench", "admit no further prompt into a step that already holds this many prefill tokens (-1 = off)"},
     {"schedule", 0, O_STR, OFF(schedule), "fcfs", "serve bench", "admission order: fcfs or lpm (longest prefix match first, with aging)"},
     {"overlap", 0, O_STR, OFF(overlap), "auto", "serve bench", "overlapped steps: the next step is scheduled and launched before this one's tokens are applied (auto: on with a GPU, off on the CPU; on; off)"},
+    {"speculative", 0, O_STR, OFF(speculative), "off", "serve bench", "speculative decoding: ngram (prompt lookup: the tokens that followed the latest earlier occurrence of the last few tokens are verified in one step), draft (a smaller model's greedy guesses, --draft-model) or off; output is unchanged (docs/speculative.md)"},
+    {"draft-model", 0, O_STR, OFF(draft_model), NULL, "serve bench", "with --speculative draft: the draft model's GGUF file (the target's vocabulary), run on its own instance of the same device with a share of the KV budget"},
+    {"num-speculative-tokens", 0, O_INT, OFF(num_speculative_tokens), "4", "serve bench", "with --speculative: most draft tokens a sequence verifies per step (1 .. 16); each sequence adapts below it to its recent acceptance"},
+    {"spec-ngram-min", 0, O_INT, OFF(spec_ngram_min), "2", "serve bench", "with --speculative ngram: shortest suffix looked up"},
+    {"spec-ngram-max", 0, O_INT, OFF(spec_ngram_max), "4", "serve bench", "with --speculative ngram: longest suffix looked up (the longest that recurs wins)"},
+    {"spec-disable-batch", 0, O_INT, OFF(spec_disable_batch), "4", "serve bench", "with --speculative: no drafts in a step where more sequences than this decode (verification then costs more than it saves)"},
     {"no-prefix-cache", 0, O_FLAG, OFF(no_prefix_cache), NULL, "serve bench", "turn the radix prefix cache off"},
     {"host", 0, O_STR, OFF(host), "127.0.0.1", "serve", "address to listen on"},
     {"port", 0, O_INT, OFF(port), "8000", "serve", "TCP port"},
@@ -119,6 +126,8 @@ static const opt table[] = {
     {"qkv-bias", 0, O_FLAG, OFF(qkv_bias), NULL, "mkmodel", "q/k/v biases (qwen2 always has them)"},
     {"tied", 0, O_FLAG, OFF(tied), NULL, "mkmodel", "no output.weight: the LM head is the embedding"},
     {"norm-std", 0, O_DBL, OFF(norm_std), "0", "mkmodel", "norm weights 1 + normal(0, this) instead of 1"},
+    {"quiet-from", 0, O_INT, OFF(quiet_from), "0 (off)", "mkmodel", "layers from N on add little to the residual (attn_output and ffn_down scaled by --quiet-scale): with the same --seed, the model with N layers is its speculative draft"},
+    {"quiet-scale", 0, O_DBL, OFF(quiet_scale), "0.05", "mkmodel", "with --quiet-from: the scale of those layers' output weights"},
     {"verbose", 'v', O_FLAG, OFF(verbose), NULL, "*", "more logging"},
     {"help", 'h', O_FLAG, OFF(help), NULL, "*", "this help"},
 };
@@ -137,6 +146,11 @@ void cli_opts_default(cli_opts *o)
     o->kv_sinks = 4;
     o->schedule = "fcfs";
     o->overlap = "auto";
+    o->speculative = "off";
+    o->num_speculative_tokens = 4;
+    o->spec_ngram_min = 2;
+    o->spec_ngram_max = 4;
+    o->spec_disable_batch = 4;
     o->host = "127.0.0.1";
     o->port = 8000;
     o->max_queued_requests = 1024;
@@ -178,6 +192,18 @@ static int accepts(const opt *p, const char *cmd)
     size_t n = strlen(cmd);
     for (const char *s = p->cmds; (s = strstr(s, cmd)); s += n)
         if ((s == p->cmds || s[-1] == ' ') && (s[n] == ' ' || s[n] == 0)) return 1;
+    return 0;
+}
+
+int cli_spec_config(const cli_opts *o, engine_config *c)
+{
+    if (spec_method_parse(o->speculative ? o->speculative : "off", &c->spec_method)) return -EINVAL;
+    c->spec_k = o->num_speculative_tokens;
+    c->spec_ngram_min = o->spec_ngram_min;
+    c->spec_ngram_max = o->spec_ngram_max;
+    c->spec_disable_batch = o->spec_disable_batch;
+    c->spec_draft_model = o->draft_model && *o->draft_model ? o->draft_model : NULL;
+    if (c->spec_draft_model && c->spec_method == SPEC_OFF) c->spec_method = SPEC_DRAFT;
     return 0;
 }
 

@@ -424,6 +424,10 @@ static void attn_run(void *v, int64_t lo, int64_t hi, int ith)
 
 /* ---- the per-step plan ----------------------------------------------------------------------- */
 
+/* Rows of at most this many new tokens are computed token by token (speculative decoding's
+ * verify rows: a last token and up to 16 drafts, engine/spec.h). */
+#define EXACT_ROWS 17
+
 /* Fewest KV entries worth sharing: below this a group's conversion saving does not pay for
  * giving up the single-row f16 path. */
 #define GROUP_MIN_SHARED 64
@@ -501,8 +505,13 @@ int cpu__attention_plan(cpu__backend *c)
             dec[n_dec++] = s;
             continue;
         }
-        for (int i0 = b->q_start[s]; i0 < b->q_start[s + 1]; i0 += QT) {
-            int i1 = i0 + QT < b->q_start[s + 1] ? i0 + QT : b->q_start[s + 1];
+        /* A short row (a speculative verify row: its last token and a few drafts) is cut into
+         * single tokens, so that each takes the path a one-token decode of the same position
+         * takes (the level's decode path where it has one) and computes bit for bit what plain
+         * decoding computes. */
+        int qt = b->q_start[s + 1] - b->q_start[s] <= EXACT_ROWS ? 1 : QT;
+        for (int i0 = b->q_start[s]; i0 < b->q_start[s + 1]; i0 += qt) {
+            int i1 = i0 + qt < b->q_start[s + 1] ? i0 + qt : b->q_start[s + 1];
             tiles[n_tiles++] = (attn_tile){s, i0, i1, 0};
         }
     }

@@ -107,7 +107,7 @@ int batch_build(batch_buf *bb, const batch_entry *e, int n, int block_size, int 
     int n_tok = 0, n_rows = 0, ng = n_groups > 1 ? n_groups : 1;
     for (int i = 0; i < n; i++) {
         n_tok += e[i].n_new;
-        n_rows += e[i].lp_rows + e[i].samples;
+        n_rows += e[i].lp_rows + (e[i].samples ? 1 + e[i].n_draft : 0);
         if (e[i].lp_rows && (e[i].lp_from < 0 || e[i].lp_from + e[i].lp_rows > e[i].n_new)) return -EINVAL;
     }
     if (n_tok > bb->max_tokens || n_rows > bb->max_logits) return -EINVAL;
@@ -125,7 +125,8 @@ int batch_build(batch_buf *bb, const batch_entry *e, int n, int block_size, int 
             bb->tokens[t] = s->tokens[p];
             bb->positions[t] = p;
         }
-        if (e[i].samples) bb->logit_rows[n_logits++] = t - 1;
+        if (e[i].samples) /* the verified drafts' rows, then the last token's */
+            for (int r = e[i].n_draft; r >= 0; r--) bb->logit_rows[n_logits++] = t - 1 - r;
     }
     bb->q_start[n] = t;
     bb->b.n_tokens = t;

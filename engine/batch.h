@@ -29,6 +29,9 @@ typedef struct batch_entry {
     int samples; /* 1 when the step ends at s->n_tokens (a logit row is produced) */
     int lp_from, lp_rows; /* prompt log-probs: logit rows for new tokens lp_from .. + lp_rows
                              (offsets into this step's tokens), before the sampling row */
+    int n_draft; /* speculative decoding: the last n_draft of the n_new tokens are s->draft's
+                    (read from s->tokens past n_tokens); a sampling entry then has a logit row for
+                    each of its last n_draft + 1 tokens */
 } batch_entry;
 
 /* The buffers of one layer group. */

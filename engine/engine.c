@@ -48,6 +48,8 @@
 #include "engine/pool.h"
 #include "engine/sampling.h"
 #include "engine/sched.h"
+#include "engine/engine_spec.h"
+#include "engine/spec.h"
 #include "engine/step.h"
 
 /* One submitted request and its choices. */
@@ -69,6 +71,7 @@ struct engine {
     fwd *f;
     sched *sc;
     stp *steps;             /* the launched steps (engine/step.h) */
+    spec_proposer *spec;    /* speculative decoding's proposer, NULL when off */
     int overlap;            /* 1: steps overlap */
     tier *tier;             /* second KV tier, NULL without one */
     hash_key tier_root;     /* its fingerprint */
@@ -139,6 +142,13 @@ void engine_config_default(engine_config *c)
     c->prefix_cache = 1;
     c->max_queued_requests = 1024;
     c->max_queued_tokens = 1000000;
+    spec_config sc;
+    spec_config_default(&sc);
+    c->spec_method = sc.method;
+    c->spec_k = sc.k;
+    c->spec_ngram_min = sc.ngram_min;
+    c->spec_ngram_max = sc.ngram_max;
+    c->spec_disable_batch = sc.disable_batch;
 }
 
 /* ---- requests and events --------------------------------------------------------------- */
@@ -429,6 +439,16 @@ static void eng__on_prompt(engine *e, const sampling_out *v, int k, eng_evlist *
     }
 }
 
+/* A stop string ended s at result sm: the tokens an accepted run added after it (speculative
+ * decoding) are no part of the output, so usage and the prefix cache see what plain decoding
+ * would have left. */
+static void eng__cut_run(seq *s, const sampling_out *sm)
+{
+    if (sm->kind != SAMPLING_TOKEN || sm->at < 0 || sm->at + 1 >= s->n_tokens) return;
+    s->n_tokens = sm->at + 1;
+    if (s->n_computed > s->n_tokens) s->n_computed = s->n_tokens;
+}
+
 /* Turns one sampled token into the choice's event (and finishes the choice when due). */
 static void eng__on_sample(engine *e, const sampling_out *sm, eng_evlist *out)
 {
@@ -442,13 +462,19 @@ static void eng__on_sample(engine *e, const sampling_out *sm, eng_evlist *out)
     /* A stop token's own text is cut, as a stop string is, unless include_stop_str; so is the
      * end-of-generation token's when control tokens are rendered (as vLLM does). */
     int halt = sm->kind == SAMPLING_HALT; /* finished without a token */
-    int cut = (s->stop_token >= 0 || (q->r.render_special && s->finish == ENGINE_FINISH_STOP && !halt)) &&
+    /* this result's own end: a token of an accepted run ends the choice only if it is the last */
+    int finish = sm->fin;
+    int cut = finish && (s->stop_token >= 0 || (q->r.render_special && finish == ENGINE_FINISH_STOP && !halt)) &&
               !q->r.include_stop_str;
     int rc = cut || halt ? 0 : detok_push(&q->dt[idx], sm->r.token, &d, &dl);
-    int finish = s->finish;
+    double cum = s->cum_logprob;
+    s->cum_logprob = sm->cum; /* what the choice had summed up to this token */
     if (rc == 1) {
         finish = ENGINE_FINISH_STOP;
-        if (s->status != SEQ_FINISHED) sched_release(e->sc, s, finish);
+        if (s->status != SEQ_FINISHED) {
+            eng__cut_run(s, sm);
+            sched_release(e->sc, s, finish);
+        }
     }
     char *text = rc >= 0 ? strndup(d, dl) : NULL;
     size_t tl = text ? dl : 0;
@@ -469,6 +495,7 @@ static void eng__on_sample(engine *e, const sampling_out *sm, eng_evlist *out)
     }
     eng__emit(out, ev);
     free(text);
+    if (!finish) s->cum_logprob = cum;
     if (finish) {
         q->done[idx] = 1;
         q->n_done++;
@@ -500,6 +527,8 @@ static void eng__on_results(engine *e, const sampling_out *v, int n, eng_evlist 
             while (i + k < n && v[i + k].kind == SAMPLING_PROMPT && v[i + k].s == v[i].s) k++;
             eng__on_prompt(e, v + i, k, out);
             i += k;
+        } else if (v[i].kind == SAMPLING_SKIP) {
+            i++;
         } else if (v[i].kind == SAMPLING_END) {
             eng_req *q = v[i++].s->owner;
             if (q->pool) eng__end_pooled(e, q, out);
@@ -711,6 +740,10 @@ static void eng__update_stats(engine *e)
     st->steps_overlapped = e->steps_overlapped;
     st->in_flight = stp_in_flight(e->steps);
     st->tokens_dropped = ss.dropped;
+    st->spec_method = e->spec ? e->cfg.spec_method : 0;
+    st->spec_drafts = ss.spec_drafts;
+    st->spec_draft_tokens = ss.spec_draft_tokens;
+    st->spec_accepted = ss.spec_accepted;
     memcpy(st->phase_hist, e->phase_hist, sizeof st->phase_hist);
     memcpy(st->phase_us, e->phase_total_us, sizeof st->phase_us);
     eng__tier_stats(e, &ss, st);
@@ -902,6 +935,19 @@ static size_t eng__kv_budget(const engine *e)
     return use > w ? (size_t)(use - w) : 0;
 }
 
+/* The scheduler's proposal hook over the engine's proposer. */
+static int eng__propose(void *ud, seq *s, int k, int32_t *out)
+{
+    spec_proposer *p = ud;
+    return p->ops->propose(p, s, k, out);
+}
+
+static void eng__propose_release(void *ud, seq *s)
+{
+    spec_proposer *p = ud;
+    if (p->ops->release) p->ops->release(p, s);
+}
+
 /* Backend, KV arena, forward, scheduler and sample phase. 0, or -1 with err filled. */
 static int eng__setup(engine *e, char *err, size_t err_len)
 {
@@ -940,10 +986,13 @@ static int eng__setup(engine *e, char *err, size_t err_len)
     e->kv.n_ctx = c->max_model_len > 0 ? c->max_model_len : n_train;
     e->n_vocab = hp->n_vocab;
     if (engine_kv_groups(&e->kv, hp, c->kv_window, c->kv_sinks, err, err_len)) return -1;
-    engine_kv_blocks(&e->kv, eng__kv_budget(e));
+    size_t budget = eng__kv_budget(e);
+    int spec_rows = engine_spec_create(c, e->be, &e->kv.g, e->kv.n_ctx, &budget, &e->spec, err, err_len);
+    if (spec_rows < 0) return -1;
+    engine_kv_blocks(&e->kv, budget);
     if (engine_kv_check_budget(&e->kv, err, err_len)) return -1;
-    e->f = fwd_create(c->model, e->be, &e->kv.g, e->kv.n_blocks, c->max_batch_tokens,
-                      sched_max_logits(c->max_seqs), err, err_len);
+    int max_logits = sched_max_logits(c->max_seqs) + spec_rows;
+    e->f = fwd_create(c->model, e->be, &e->kv.g, e->kv.n_blocks, c->max_batch_tokens, max_logits, err, err_len);
     if (!e->f) return -1;
     e->n_eog = tok_eog_ids(c->tok, &e->eog);
     sched_config sc = {
@@ -958,6 +1007,12 @@ static int eng__setup(engine *e, char *err, size_t err_len)
         .n_ctx = e->kv.n_ctx,
         .eog_ids = e->eog,
         .n_eog = e->n_eog,
+        .propose = e->spec ? eng__propose : NULL,
+        .propose_release = e->spec ? eng__propose_release : NULL,
+        .propose_ud = e->spec,
+        .spec_k = c->spec_k,
+        .spec_rows = spec_rows,
+        .spec_disable_batch = c->spec_disable_batch,
     };
     for (int k = 0; k < kv_n_groups(&e->kv.g); k++) {
         sc.rule[k] = e->kv.g.rule[k];
@@ -965,7 +1020,7 @@ static int eng__setup(engine *e, char *err, size_t err_len)
     }
     e->sc = sched_create(&sc);
     stp_config pc = {e->be, e->f, &e->kv.g, e->n_vocab, e->eog, e->n_eog, c->max_batch_tokens, c->max_seqs,
-                     sched_max_logits(c->max_seqs), c->model->hp.n_embd, &e->pool_buf};
+                     max_logits, c->model->hp.n_embd, &e->pool_buf};
     e->steps = stp_create(&pc);
     if (!e->sc || !e->steps) {
         snprintf(err, err_len, "out of memory creating the scheduler");
@@ -978,6 +1033,8 @@ static int eng__setup(engine *e, char *err, size_t err_len)
      * next step before applying this one would only delay every token by a step. */
     e->overlap = stp_can_overlap(e->steps) && (c->overlap == ENGINE_OVERLAP_ON ||
                                                (c->overlap == ENGINE_OVERLAP_AUTO && gpu));
+    /* A proposal needs the sequence's last token on the host: speculating steps are synchronous. */
+    if (e->spec) e->overlap = 0;
     return eng__setup_tier(e, err, err_len);
 }
 
@@ -1043,6 +1100,7 @@ void engine_destroy(engine *e, int drain)
     free(e->cancels);
     tier_destroy(e->tier); /* its pending writes go to disk first (a drain's last act) */
     sched_destroy(e->sc);
+    if (e->spec) e->spec->ops->destroy(e->spec);
     gr_vocab_destroy(e->gvoc);
     pool_head_fini(&e->head);
     free(e->pool_buf.v);

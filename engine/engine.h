@@ -93,6 +93,13 @@ typedef struct engine_config {
     int quiet;                   /* 1: no start-up log on stderr */
     int overlap;                 /* enum engine_overlap */
     int verbose;                 /* 1: a step-time breakdown on stderr every few seconds */
+    /* Speculative decoding (engine/spec.h, docs/speculative.md). On, steps are synchronous. */
+    int spec_method;             /* enum spec_method: 0 off, 1 ngram, 2 draft */
+    int spec_k;                  /* num_speculative_tokens: most drafts per sequence and step (1 .. 16) */
+    int spec_ngram_min;          /* ngram: shortest suffix looked up */
+    int spec_ngram_max;          /* ngram: longest suffix looked up */
+    int spec_disable_batch;      /* no proposals in a step with more decoding sequences than this */
+    const char *spec_draft_model; /* draft: the draft model's GGUF file (same vocabulary) */
 } engine_config;
 
 void engine_config_default(engine_config *c);
@@ -257,6 +264,10 @@ typedef struct engine_stats {
     int in_flight;                 /* steps launched whose results are not applied yet */
     int64_t tokens_dropped;        /* tokens computed for sequences that had finished meanwhile
                                       (a stop seen one step late, a cancel): never sent */
+    int spec_method;               /* speculative decoding in effect (enum spec_method; 0 off) */
+    int64_t spec_drafts;           /* vLLM's spec_decode_num_drafts: verify rows run */
+    int64_t spec_draft_tokens;     /* draft tokens verified */
+    int64_t spec_accepted;         /* of which accepted (each also a generated token) */
     uint64_t phase_hist[ENGINE_PHASES][ENGINE_STEP_BUCKETS + 1]; /* steps by phase time */
     int64_t phase_us[ENGINE_PHASES]; /* total time in each phase */
     /* the second KV tier (all 0 without one) */

@@ -24,6 +24,7 @@ typedef struct sampling_slot {
     int pos;                /* SAMPLING_PROMPT: the prompt index */
     int finish;             /* SAMPLING_HALT decided at prepare */
     int32_t row;            /* its row, or -1 (a result made on the host) */
+    int spec;               /* a verify row's index j within its sequence's run (sampling_out.spec) */
 } sampling_slot;
 
 struct sampling {
@@ -89,7 +90,7 @@ static int sampling__bound(const batch_entry *e, int n)
     for (int i = 0; i < n; i++) {
         const seq *s = e[i].s;
         k += e[i].lp_rows + (s->prompt_logprobs && s->plp_next == 0);
-        if (e[i].samples) k += s->n_choices > 1 ? s->n_choices : 1;
+        if (e[i].samples) k += (s->n_choices > 1 ? s->n_choices : 1) + e[i].n_draft;
     }
     return k;
 }
@@ -115,7 +116,7 @@ static int sampling__reserve(sampling *sp, int need)
 /* Appends a slot, counting a flight of its sequence. */
 static void sampling__slot(sampling *sp, seq *s, seq *parent, int kind, int pos, int finish, int32_t row)
 {
-    sp->slots[sp->n_slots++] = (sampling_slot){s, parent, kind, pos, finish, row};
+    sp->slots[sp->n_slots++] = (sampling_slot){s, parent, kind, pos, finish, row, 0};
     s->flights++;
 }
 
@@ -125,13 +126,32 @@ static void sampling__draw_entry(sampling *sp, seq *s, seq *parent, int32_t row,
 }
 
 /* The grammar's mask for s's next token into sp->mask; returns the allowed count. */
-static int sampling__mask(sampling *sp, seq *s)
+static int sampling__mask_of(sampling *sp, gr_matcher *gm)
 {
     int64_t t0 = clk_now_us();
-    int n = gr_matcher_fill_mask(s->gm, sp->mask);
+    int n = gr_matcher_fill_mask(gm, sp->mask);
     sp->st.grammar_masks++;
     sp->st.grammar_mask_us += clk_now_us() - t0;
     return n;
+}
+
+static int sampling__mask(sampling *sp, seq *s)
+{
+    return sampling__mask_of(sp, s->gm);
+}
+
+/* Fills row sp->rows[sp->n_rows]: s's token j places past its known ones (j > 0: a verify row,
+ * whose history holds the drafts before it) from logit row lr. 0 or -ENOMEM. */
+static int sampling__row(sampling *sp, seq *s, int32_t lr, int j, const uint32_t *allow)
+{
+    int pend = s->pending >= 0;
+    smp_history h = {s->tokens, s->n_prompt, s->tokens + s->n_prompt, seq_n_output(s) - pend + j};
+    smp_row *r = &sp->rows[sp->n_rows];
+    if (smp_row_fill(r, &sp->arena, &s->sp, &s->rng, s->n_tokens + j, lr, &h, s->pending, sp->eog_ids, sp->n_eog,
+                     allow))
+        return -ENOMEM;
+    r->lp = s->sp.n_logprobs >= 0 ? sp->n_lp++ : -1;
+    return 0;
 }
 
 /* The SAMPLE row of s's next token from logit row lr, under its grammar's mask when
@@ -149,16 +169,46 @@ static int sampling__draw(sampling *sp, seq *s, seq *parent, int32_t lr)
         }
         allow = sp->mask;
     }
-    int pend = s->pending >= 0;
-    smp_history h = {s->tokens, s->n_prompt, s->tokens + s->n_prompt, seq_n_output(s) - pend};
-    smp_row *r = &sp->rows[sp->n_rows];
-    if (smp_row_fill(r, &sp->arena, &s->sp, &s->rng, s->n_tokens, lr, &h, s->pending, sp->eog_ids, sp->n_eog, allow))
-        return -ENOMEM;
-    r->lp = s->sp.n_logprobs >= 0 ? sp->n_lp++ : -1;
+    if (sampling__row(sp, s, lr, 0, allow)) return -ENOMEM;
     sampling__slot(sp, s, parent, SAMPLING_TOKEN, 0, 0, sp->n_rows);
     sampling__draw_entry(sp, s, parent, sp->n_rows, -1);
     sp->n_rows++;
     return 0;
+}
+
+/* A verify entry's rows (spec.h): row j draws the token at position n_tokens + j from logit row
+ * lr + j, with the drafts d0 .. d(j-1) in its history and, when constrained, the mask of the
+ * grammar state after them. Rows stop after the first draft the grammar refuses (no later row
+ * could be accepted) and before a state that allows nothing (the next step halts there, as plain
+ * decoding does). Row 0 is the sequence's ordinary draw. 0 or -ENOMEM. */
+static int sampling__verify(sampling *sp, seq *s, int32_t lr, int nd)
+{
+    if (!s->gm) sp->sync = 1; /* the next proposal needs the accepted tokens */
+    gr_matcher *gm = s->gm ? gr_matcher_clone(s->gm) : NULL;
+    if (s->gm && !gm) return -ENOMEM;
+    int rc = 0;
+    for (int j = 0; j <= nd && !rc; j++) {
+        const uint32_t *allow = NULL;
+        if (gm) {
+            sp->sync = 1;
+            if (sampling__mask_of(sp, gm) == 0) {
+                if (j == 0) rc = sampling__draw(sp, s, NULL, lr); /* halts without a row */
+                break;
+            }
+            allow = sp->mask;
+        }
+        if (sampling__row(sp, s, lr + j, j, allow)) {
+            rc = -ENOMEM;
+            break;
+        }
+        sampling__slot(sp, s, NULL, SAMPLING_TOKEN, 0, 0, sp->n_rows);
+        sp->slots[sp->n_slots - 1].spec = j;
+        if (j == 0) sampling__draw_entry(sp, s, NULL, sp->n_rows, -1);
+        sp->n_rows++;
+        if (j < nd && gm && gr_matcher_accept(gm, s->draft[j])) break;
+    }
+    gr_matcher_destroy(gm);
+    return rc;
 }
 
 /* n > 1: s becomes choice 0 and n - 1 children are cloned from it (each with its choice's key
@@ -255,8 +305,11 @@ int sampling_prepare(sampling *sp, const batch_entry *e, int n, sampling_plan *p
             sampling__slot(sp, s, NULL, SAMPLING_END, 0, 0, -1);
         else if (s->n_choices > 1)
             rc = sampling__fork(sp, s, row);
+        else if (e[i].n_draft > 0)
+            rc = sampling__verify(sp, s, row, e[i].n_draft);
         else
             rc = sampling__draw(sp, s, NULL, row);
+        lr += e[i].n_draft;
         if (rc) {
             sampling_drop_children(sp);
             return rc;
@@ -272,7 +325,7 @@ int sampling_prepare(sampling *sp, const batch_entry *e, int n, sampling_plan *p
 /* The result of one slot. */
 static sampling_out sampling__result(sampling *sp, const sampling_slot *sl, const int32_t *ids, const smp_result *lps)
 {
-    sampling_out o = {sl->s, sl->parent, {0}, sl->kind, sl->pos, sl->finish};
+    sampling_out o = {sl->s, sl->parent, {0}, sl->kind, sl->pos, sl->finish, sl->spec, 0, 0, -1};
     if (sl->row < 0) {
         if (sl->kind == SAMPLING_PROMPT) { /* prompt token 0: no log-prob */
             o.r.token = sl->s->tokens[0];
@@ -293,11 +346,19 @@ static sampling_out sampling__result(sampling *sp, const sampling_slot *sl, cons
 
 int sampling_finish(sampling *sp, const int32_t *ids, const smp_result *lps, sampling_out **out)
 {
+    int n = 0, alive = 0;
     for (int i = 0; i < sp->n_slots; i++) {
-        sp->out[i] = sampling__result(sp, &sp->slots[i], ids, lps);
-        sp->slots[i].s->flights--;
+        const sampling_slot *sl = &sp->slots[i];
+        /* a verify row counts only while every draft before it was drawn (spec.h) */
+        int take = sl->spec == 0 || (alive && sp->out[n - 1].r.token == sl->s->draft[sl->spec - 1]);
+        alive = 0;
+        if (take) {
+            sp->out[n] = sampling__result(sp, sl, ids, lps);
+            alive = sp->out[n++].kind == SAMPLING_TOKEN;
+        }
+        sl->s->flights--;
     }
-    sp->n_out = sp->n_slots;
+    sp->n_out = n;
     sp->n_slots = 0; /* the children now belong to the results */
     *out = sp->out;
     return sp->n_out;

@@ -23,6 +23,10 @@
  *            parent) for the scheduler's structural commit (sched_advance).
  *   finish   (once the backend's results are back): one result per slot, in the same order; a
  *            drawn token the grammar rejects halts its choice with an error.
+ * A verify entry (speculative decoding, engine/spec.h) has a SAMPLE row per logit row: row j draws
+ * the token j places past the sequence's known ones, with the drafts before it in its history
+ * (and, constrained, the mask after them). finish keeps row j's result only while every draw
+ * before it equalled its draft (result field spec = j), so the results are the accepted run.
  * sampling_step does both with the rows run on the host (tests, and backends without a sample op).
  *
  * What this phase changes: the grammar states of the sequences that drew (at finish), and at a
@@ -46,6 +50,8 @@ enum sampling_kind {
     SAMPLING_END,       /* the sequence finished without a token (max_tokens 0 after scoring) */
     SAMPLING_HALT,      /* one choice finished without a token: its grammar allows none, or
                            rejected what was drawn; `finish` says stop, length or error */
+    SAMPLING_SKIP,      /* a verified token past its sequence's end (a stop earlier in the same
+                           run): set by sched_apply, no event */
 };
 
 /* One result of a step for one sequence. */
@@ -56,6 +62,12 @@ typedef struct sampling_out {
     int kind;       /* enum sampling_kind */
     int pos;        /* SAMPLING_PROMPT: the prompt index scored */
     int finish;     /* SAMPLING_HALT: why the choice ended (enum engine_finish) */
+    int spec;       /* speculative decoding: 0 for a sequence's first token of the step, j ≥ 1 for
+                       the token after its accepted draft j - 1 (engine/spec.h) */
+    int fin;        /* set by sched_apply: the sequence's finish reason right after this result
+                       (0: it goes on), so each token of an accepted run reports its own end */
+    double cum;     /* set by sched_apply: the sequence's cum_logprob after this result */
+    int at;         /* set by sched_apply: the token's index in s->tokens (-1: none appended) */
 } sampling_out;
 
 /* What the scheduler's structural commit needs of a prepared step, per slot that changes a

@@ -30,6 +30,7 @@
 #include "engine/sched_internal.h"
 #include "engine/sched_kv.h"
 #include "engine/sched_tier.h"
+#include "engine/spec.h"
 
 /* lpm looks up the cached prefix of at most this many waiting sequences per step. */
 #define SCHED_LPM_WINDOW 256
@@ -146,6 +147,7 @@ static void sched__preempt(sched *sc, seq *s, int *budget)
             sc->n_plan--;
             break;
         }
+    s->n_draft = 0; /* its drafts go with its blocks (the next proposal starts afresh) */
     sched__free_blocks(sc, s);
     sched__remove(sc->running, &sc->n_running, s);
     int rc = sched__grow(&sc->waiting, &sc->cap_waiting, sc->n_waiting + 1);
@@ -179,7 +181,8 @@ static int sched__lp_fit(const sched *sc, const seq *s, int n_new, int *lp_from,
 static void sched__push_plan(sched *sc, seq *s, int n_new, int lp_from, int lp_rows, int *budget)
 {
     assert(sc->n_plan < sc->c.max_seqs);
-    sc->plan[sc->n_plan++] = (batch_entry){s, n_new, s->n_computed + n_new == s->n_tokens, lp_from, lp_rows};
+    sc->plan[sc->n_plan++] = (batch_entry){s, n_new, s->n_computed + n_new == s->n_tokens + s->n_draft, lp_from, lp_rows,
+                                           s->n_draft};
     *budget -= n_new;
     sc->lp_left -= lp_rows;
 }
@@ -193,6 +196,7 @@ static int sched__plan_running(sched *sc, seq *s, int n_new, int *budget)
     sched__drop(sc, s);
     n_new = sched__window_fit(sc, s, n_new);
     n_new = sched__lp_fit(sc, s, n_new, &lp_from, &lp_rows);
+    if (n_new <= s->n_draft) s->n_draft = n_new > 0 ? n_new - 1 : 0; /* a window cut the drafts */
     if (n_new <= 0) return 1;
     for (;;) {
         int rc = sched__reserve(sc, s, n_new);
@@ -310,6 +314,41 @@ static int sched__admit(sched *sc, int i, int *budget, char *held)
     return 1;
 }
 
+/* ---- speculation ---------------------------------------------------------------------- */
+
+/* Running sequences that decode one token in the coming step (pass 0 of the plan). */
+static int sched__n_decoding(const sched *sc)
+{
+    int n = 0;
+    for (int i = 0; i < sc->n_running; i++) {
+        const seq *s = sc->running[i];
+        n += s->n_tokens - s->n_computed == 1 && !sched__done_pending(sc, s);
+    }
+    return n;
+}
+
+/* Asks the proposer for s's drafts (at most *spare, which shrinks by what was proposed) and puts
+ * them into s->draft and past its known tokens; returns how many. A sequence that still scores
+ * its prompt, has not forked, pools its hidden states, holds a pending token or is near its last
+ * token proposes nothing. */
+static int sched__propose(sched *sc, seq *s, int *spare)
+{
+    s->n_draft = 0;
+    if (!sc->c.propose || s->pending >= 0 || s->n_choices > 1 || seq_is_scoring(s) || s->pool) return 0;
+    int k = s->spec_k > 0 ? s->spec_k : sc->c.spec_k;
+    int left[] = {*spare, sc->spec_left, s->max_tokens - seq_n_output(s) - 1, sc->ctx_limit - s->n_tokens - 1,
+                  s->cap - s->n_tokens - 1, SEQ_MAX_DRAFT};
+    for (int i = 0; i < (int)(sizeof left / sizeof left[0]); i++) k = k < left[i] ? k : left[i];
+    if (k <= 0) return 0;
+    int n = sc->c.propose(sc->c.propose_ud, s, k, s->draft);
+    n = n < 0 ? 0 : n > k ? k : n;
+    memcpy(s->tokens + s->n_tokens, s->draft, (size_t)n * sizeof *s->draft);
+    s->n_draft = n;
+    *spare -= n;
+    sc->spec_left -= n;
+    return n;
+}
+
 /* ---- schedule ------------------------------------------------------------------------- */
 
 static int sched__schedule(sched *sc)
@@ -317,6 +356,11 @@ static int sched__schedule(sched *sc)
     int budget = sc->c.max_batch_tokens;
     sc->n_plan = 0;
     sc->lp_left = SCHED_PROMPT_LOGIT_ROWS;
+    sc->spec_left = sc->c.spec_rows;
+    /* Drafts take the tokens the step has beyond one per decoding sequence, and none at all
+     * when so many sequences decode that verifying would cost more than it saves. */
+    int n_dec = sc->c.propose ? sched__n_decoding(sc) : 0;
+    int spare = n_dec && n_dec <= sc->c.spec_disable_batch ? budget - n_dec : 0;
     /* Pass 0: running decodes; pass 1: running prefill chunks. */
     for (int pass = 0; pass < 2; pass++)
         for (int i = 0; i < sc->n_running && budget > 0;) {
@@ -329,7 +373,9 @@ static int sched__schedule(sched *sc)
                 i++;
                 continue;
             }
-            int rc = sched__plan_running(sc, s, rem < budget ? rem : budget, &budget);
+            int n_new = rem < budget ? rem : budget;
+            if (pass == 0) n_new += sched__propose(sc, s, &spare);
+            int rc = sched__plan_running(sc, s, n_new, &budget);
             if (rc < 0) return rc;
             if (rc) i++; /* else s left running[]: the same i is the next sequence */
         }
@@ -420,15 +466,20 @@ static int sched__append(sched *sc, seq *s, const smp_result *r)
 
 /* Applies one result of the sample phase to its sequence (nothing for one already finished:
  * cancelled, or stopped by the step before, its result is an extra one). */
-static int sched__apply_one(sched *sc, const sampling_out *o)
+static int sched__apply_one(sched *sc, sampling_out *o)
 {
     seq *s = o->s;
+    if (o->spec > 0 && (s->status == SEQ_FINISHED || s->finish)) {
+        o->kind = SAMPLING_SKIP; /* accepted past a stop of the same run: never part of the output */
+        return 0;
+    }
     if (s->status == SEQ_FINISHED) {
         sc->st.dropped += o->kind == SAMPLING_TOKEN;
         return 0;
     }
     switch (o->kind) {
     case SAMPLING_PROMPT: /* the scoring cursor moved at sched_advance */
+    case SAMPLING_SKIP:
         return 0;
     case SAMPLING_END:
         s->finish = ENGINE_FINISH_LENGTH;
@@ -441,8 +492,29 @@ static int sched__apply_one(sched *sc, const sampling_out *o)
         s->finish = o->finish;
         return 0;
     default:
+        /* the token after accepted draft spec - 1: that draft's K/V, computed this step, is
+         * the sequence's now */
+        if (o->spec > 0) s->n_computed++;
         return sched__append(sc, s, &o->r);
     }
+}
+
+/* After a step's results: a sequence that verified drafts gives back the blocks that held only
+ * rejected ones, offers what its accepted ones filled to the prefix cache, and sets its next
+ * speculative length. */
+static void sched__settle_drafts(sched *sc, seq *s, const sampling_out *v, int n)
+{
+    int nd = s->n_draft, acc = 0;
+    if (!nd) return;
+    s->n_draft = 0;
+    for (int i = 0; i < n; i++) acc += v[i].s == s && v[i].spec > 0 && v[i].kind == SAMPLING_TOKEN;
+    sc->st.spec_drafts++;
+    sc->st.spec_draft_tokens += nd;
+    sc->st.spec_accepted += acc;
+    s->spec_k = spec_next_k(s->spec_k > 0 ? s->spec_k : sc->c.spec_k, nd, acc, sc->c.spec_k);
+    if (s->status != SEQ_RUNNING) return;
+    sched__truncate(sc, s);
+    sched__insert(sc, s);
 }
 
 int sched_advance(sched *sc, const sampling_draw *d, int n)
@@ -451,7 +523,7 @@ int sched_advance(sched *sc, const sampling_draw *d, int n)
     for (int i = 0; i < sc->n_plan; i++) {
         seq *s = sc->plan[i].s;
         if (s->status != SEQ_RUNNING) continue; /* finished since it was launched */
-        s->n_computed += sc->plan[i].n_new;
+        s->n_computed += sc->plan[i].n_new - sc->plan[i].n_draft; /* drafts count once accepted */
         tokens += sc->plan[i].n_new;
         sched__insert(sc, s);
     }
@@ -474,12 +546,18 @@ int sched_advance(sched *sc, const sampling_draw *d, int n)
     return 0;
 }
 
-int sched_apply(sched *sc, const sampling_out *v, int n)
+int sched_apply(sched *sc, sampling_out *v, int n)
 {
     for (int i = 0; i < n; i++) {
+        seq *s = v[i].s;
+        int64_t gen = sc->st.generated;
         int rc = sched__apply_one(sc, &v[i]);
         if (rc) return rc;
+        v[i].at = sc->st.generated != gen ? s->n_tokens - 1 : -1;
+        v[i].fin = s->finish;
+        v[i].cum = s->cum_logprob;
     }
+    for (int i = 0; i < n; i++) sched__settle_drafts(sc, v[i].s, v, n);
     /* Release what finished (children of a fork appear after their parent); a preempted
      * sequence may finish while it waits. */
     for (int i = 0; i < n; i++) {
@@ -489,13 +567,13 @@ int sched_apply(sched *sc, const sampling_out *v, int n)
     return 0;
 }
 
-int sched_commit(sched *sc, const sampling_out *v, int n)
+int sched_commit(sched *sc, sampling_out *v, int n)
 {
     sampling_draw *d = n ? malloc((size_t)n * sizeof *d) : NULL;
     if (n && !d) return -ENOMEM;
     int k = 0;
     for (int i = 0; i < n; i++)
-        if (v[i].parent || v[i].kind == SAMPLING_TOKEN || v[i].kind == SAMPLING_PROMPT)
+        if (v[i].spec == 0 && (v[i].parent || v[i].kind == SAMPLING_TOKEN || v[i].kind == SAMPLING_PROMPT))
             d[k++] = (sampling_draw){v[i].s, v[i].parent, v[i].kind == SAMPLING_TOKEN ? i : -1,
                                      v[i].kind == SAMPLING_PROMPT ? v[i].pos + 1 : -1};
     int rc = sched_advance(sc, d, k);
@@ -506,6 +584,7 @@ int sched_commit(sched *sc, const sampling_out *v, int n)
 void sched_release(sched *sc, seq *s, int finish)
 {
     if (s->status == SEQ_FINISHED) return;
+    if (s->spec_state && sc->c.propose_release) sc->c.propose_release(sc->c.propose_ud, s);
     sched__tier_release(sc, s);
     if (s->status == SEQ_RUNNING) {
         sched__free_blocks(sc, s);

@@ -107,10 +107,10 @@ int sched_schedule(sched *sc, sched_plan *plan);
  * sched_schedule before the next one. */
 int sched_advance(sched *sc, const sampling_draw *d, int n);
 /* sched_apply: v[0 .. n) are the step's results (sampling_finish). 0 or -ENOMEM (as above). */
-int sched_apply(sched *sc, const sampling_out *v, int n);
+int sched_apply(sched *sc, sampling_out *v, int n);
 /* Both halves at once for results v[0 .. n) of sampling_step (whose parent fields name the
  * children to join). 0 or -ENOMEM. */
-int sched_commit(sched *sc, const sampling_out *v, int n);
+int sched_commit(sched *sc, sampling_out *v, int n);
 
 /* Releases a WAITING or RUNNING sequence now (cancel, stop string, error): its computed full
  * blocks go into the prefix cache, its references are dropped, status becomes SEQ_FINISHED with

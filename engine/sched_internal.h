@@ -47,6 +47,7 @@ struct sched {
     sched_copy *copies;      /* [cap_copies] this step's block copies, in the order made */
     int n_copies, cap_copies;
     int lp_left;             /* prompt log-prob rows still free in the step being planned */
+    int spec_left;           /* draft rows still free in the step being planned */
     int32_t *match_buf;      /* [max_blocks] rdx_match output */
     int *lpm_len;            /* [cap_waiting] lpm: cached prefix per waiting sequence */
     int max_blocks;          /* blocks of a full context */

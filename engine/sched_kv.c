@@ -243,6 +243,16 @@ void sched__free_blocks(sched *sc, seq *s)
     sched__release_blocks(sc, s);
 }
 
+void sched__truncate(sched *sc, seq *s)
+{
+    int bs = sc->c.block_size;
+    for (int g = 0; g < sc->n_groups; g++) {
+        seq_kv *k = &s->kv[g];
+        int len = sched__kv_len(sc, s, g), need = len > 0 ? (len + bs - 1) / bs : 0;
+        while (k->n_blocks > need) bp_unref(sc->bp[g], k->bt[--k->n_blocks]);
+    }
+}
+
 /* Releases block i of s's compacted table in group g. */
 static void sched__drop_block(sched *sc, seq *s, int g, int i)
 {

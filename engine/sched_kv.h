@@ -35,6 +35,9 @@ void sched__insert(sched *sc, seq *s);
 void sched__free_blocks(sched *sc, seq *s);
 /* The same without offering anything to the cache (an admission that did not happen). */
 void sched__release_blocks(sched *sc, seq *s);
+/* Speculative decoding: drops s's blocks past its cache length in every group (those that held
+ * only rejected drafts' K/V). Nothing is offered to the prefix cache. */
+void sched__truncate(sched *sc, seq *s);
 /* Releases the blocks s's groups' rules let go before its next token is computed. */
 void sched__drop(sched *sc, seq *s);
 /* n_new capped so that no sinks group's cache grows past its window in this step. */

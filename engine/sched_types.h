@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "cache/kv.h"
+#include "engine/seq.h"
 
 /* The order in which waiting sequences are admitted. */
 enum sched_policy {
@@ -33,6 +34,15 @@ typedef struct sched_config {
                                sinks + a window are on and no group keeps everything */
     const int32_t *eog_ids; /* [n_eog] end-of-generation ids (borrowed) */
     int n_eog;
+    /* Speculative decoding (engine/spec.h): propose(ud, s, k, out) guesses up to k tokens that
+     * follow s into out and returns how many; NULL: off. Called while planning, for a sequence
+     * that decodes one token and holds no pending token. */
+    int (*propose)(void *ud, seq *s, int k, int32_t *out);
+    void (*propose_release)(void *ud, seq *s); /* s finished: the proposer drops its state */
+    void *propose_ud;
+    int spec_k;             /* most drafts per sequence and step (≤ SEQ_MAX_DRAFT) */
+    int spec_rows;          /* most draft rows per step (logit rows beyond sched_max_logits) */
+    int spec_disable_batch; /* no proposals when more sequences than this decode in a step */
 } sched_config;
 
 /* Prompt tokens per step a prompt_logprobs sequence may get logit rows for (its prefill goes in
@@ -73,6 +83,9 @@ typedef struct sched_stats {
     int64_t tier_failed_blocks; /* blocks whose load failed (recomputed instead) */
     uint64_t tier_load_hist[SCHED_TIER_BUCKETS + 1]; /* loads by latency (sched_tier_bounds_us) */
     int64_t tier_load_us;     /* their total latency */
+    int64_t spec_drafts;      /* verify rows: sequences that verified at least one draft in a step */
+    int64_t spec_draft_tokens; /* draft tokens verified */
+    int64_t spec_accepted;    /* of which accepted */
 } sched_stats;
 
 typedef struct sched sched;

@@ -81,5 +81,6 @@ seq *seq_clone(const seq *s)
     }
     memcpy(c->tokens, s->tokens, (size_t)s->n_tokens * sizeof *c->tokens);
     c->flights = 0;
+    c->spec_state = NULL;
     return c;
 }

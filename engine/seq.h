@@ -40,6 +40,9 @@
 #include "grammar/grammar.h"
 #include "engine/sampler.h"
 
+/* Most draft tokens a sequence verifies in one step (engine/spec.h). */
+#define SEQ_MAX_DRAFT 16
+
 enum seq_status { SEQ_WAITING = 0, SEQ_RUNNING = 1, SEQ_FINISHED = 2 };
 
 /* A sequence's blocks in one layer group. */
@@ -88,6 +91,13 @@ typedef struct seq {
     double cum_logprob;     /* sum of sampled-token log-probs */
     int32_t pending;        /* -1, or the sampling row of the step whose token is the placeholder
                                tokens[n_tokens - 1] (see above) */
+    int32_t draft[SEQ_MAX_DRAFT]; /* speculative decoding: the tokens proposed to follow tokens[0 ..
+                               n_tokens) that this step verifies (a copy also lies in tokens[n_tokens
+                               ..) until sched_advance puts the placeholder there) */
+    int n_draft;            /* drafts planned this step (0: an ordinary decode); reset by sched_apply */
+    void *spec_state;       /* the proposer's state for this sequence (a draft model's shadow), NULL
+                               when none; freed by the proposer's release, never copied by a clone */
+    int spec_k;             /* drafts to ask for next (adaptive, spec.h: spec_next_k); 0: not yet set */
     int flights;            /* launched steps whose results name this sequence and are not
                                applied yet: its owner must not free it while > 0 */
     struct pool_acc *pool;  /* a pooled sequence (embeddings, reranking: engine/pool.h): its

@@ -26,12 +26,13 @@
 
 /* ---- weights ------------------------------------------------------------------------------ */
 
-enum { MKM_RANDOM = 0, MKM_ONES = 1, MKM_ROPE_FREQS = 2 };
+enum { MKM_RANDOM = 0, MKM_ONES = 1, MKM_ROPE_FREQS = 2, MKM_QUIET = 3 };
 
 typedef struct mkm__gen {
     const uint8_t *kind; /* [n_tensors] MKM_RANDOM, MKM_ONES or MKM_ROPE_FREQS */
     uint64_t seed;
     float norm_std;      /* MKM_ONES: 1 + normal(0, norm_std) */
+    float quiet_scale;   /* MKM_QUIET: normal(0, 0.02) times this */
     float rope_base;     /* MKM_ROPE_FREQS: the rope base and dims the factors are for */
     int rope_dims;
     int cur;             /* tensor the generator state belongs to, -1 none */
@@ -93,7 +94,8 @@ static void gen_row(void *ctx, int tensor, int64_t row, float *dst, int64_t n)
         for (int64_t i = 0; i < n; i++) dst[i] = g->norm_std > 0 ? 1.0f + g->norm_std * gen_normal(g) : 1.0f;
         return;
     }
-    for (int64_t i = 0; i < n; i++) dst[i] = 0.02f * gen_normal(g);
+    float sd = g->kind[tensor] == MKM_QUIET ? 0.02f * g->quiet_scale : 0.02f;
+    for (int64_t i = 0; i < n; i++) dst[i] = sd * gen_normal(g);
 }
 
 /* ---- parameters and tensors --------------------------------------------------------------- */
@@ -197,7 +199,9 @@ static int add_tensors(gguf_writer *w, const mkm_params *p, const mkm__shape *sh
             T(L("attn_q_norm.weight"), MKM_ONES, DT_F32, sh->hd, 0);
             T(L("attn_k_norm.weight"), MKM_ONES, DT_F32, sh->hd, 0);
         }
-        T(L("attn_output.weight"), MKM_RANDOM, p->type, q, d);
+        /* from quiet_from on, what a layer adds to the residual is scaled down */
+        int out_kind = p->quiet_from > 0 && l >= p->quiet_from ? MKM_QUIET : MKM_RANDOM;
+        T(L("attn_output.weight"), out_kind, p->type, q, d);
         if (a->post_norms) T(L("post_attention_norm.weight"), MKM_ONES, DT_F32, d, 0);
         T(L("ffn_norm.weight"), MKM_ONES, DT_F32, d, 0);
         if (a->fused) {
@@ -206,7 +210,7 @@ static int add_tensors(gguf_writer *w, const mkm_params *p, const mkm__shape *sh
             T(L("ffn_gate.weight"), MKM_RANDOM, p->type, d, ff);
             T(L("ffn_up.weight"), MKM_RANDOM, p->type, d, ff);
         }
-        T(L("ffn_down.weight"), MKM_RANDOM, p->type, ff, d);
+        T(L("ffn_down.weight"), out_kind, p->type, ff, d);
         if (a->post_norms) T(L("post_ffw_norm.weight"), MKM_ONES, DT_F32, d, 0);
 #undef L
     }
@@ -350,6 +354,7 @@ int mkm_write(const char *path, const mkm_params *p, char *err, size_t err_len)
     if ((rc = mkm__write_vocab(w, p, err, err_len))) goto out;
     if ((rc = add_tensors(w, p, &sh, kind, err, err_len))) goto out;
     mkm__gen g = {.kind = kind, .seed = p->seed, .norm_std = p->norm_std,
+                  .quiet_scale = p->quiet_scale > 0 ? p->quiet_scale : 0.05f,
                   .rope_base = p->rope_base > 0 ? p->rope_base : 10000.0f, .rope_dims = sh.rope_dims, .cur = -1};
     rc = gguf_writer_write(w, path, gen_row, &g, err, err_len);
 out:

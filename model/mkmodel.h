@@ -38,6 +38,12 @@ typedef struct mkm_params {
     int fused_qkv;          /* 1: one attn_qkv instead of attn_q/k/v (phi3 always fuses) */
     int qkv_bias;           /* 1: q/k/v biases (qwen2 always has them) */
     float norm_std;         /* 0: norm weights 1; else 1 + normal(0, norm_std) */
+    int quiet_from;         /* > 0: layers from this one on write attn_output and ffn_down scaled by
+                               quiet_scale, so that they add little to the residual. Tensors are
+                               seeded by (seed, index), so with the same seed such a model's first
+                               quiet_from layers, embedding and head are those of the model with
+                               quiet_from layers: a speculative-decoding target and its draft */
+    float quiet_scale;      /* 0: 0.05 */
     int ffn;                /* 0: 4 × dim rounded up to a multiple of 32 */
     int vocab;              /* ≥ 3 + 256 + n_extra (spm) or 256 + n_extra + 1 (gpt2) */
     int context;            /* context_length */

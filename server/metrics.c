@@ -253,6 +253,9 @@ char *met_render(const met *m, const engine_stats *st, const char *model_name)
     gauge(&b, lbl, "kvserve_engine_overlap", "1 when the engine launches a step before applying the previous one's tokens.", st->overlap);
     counter(&b, lbl, "kvserve_engine_steps_overlapped", "Steps launched while the previous one was still in flight.", (double)st->steps_overlapped);
     counter(&b, lbl, "kvserve_engine_tokens_dropped", "Tokens computed for sequences that finished meanwhile (a stop seen one step late, a cancel): never sent.", (double)st->tokens_dropped);
+    counter(&b, lbl, "vllm:spec_decode_num_drafts", "Speculative decoding: verify rows run (a sequence verifying at least one draft token in a step).", (double)st->spec_drafts);
+    counter(&b, lbl, "vllm:spec_decode_num_draft_tokens", "Speculative decoding: draft tokens verified.", (double)st->spec_draft_tokens);
+    counter(&b, lbl, "vllm:spec_decode_num_accepted_tokens", "Speculative decoding: draft tokens accepted.", (double)st->spec_accepted);
     counter(&b, lbl, "kvserve_grammar_masks", "Token masks computed for structured-output sequences.", (double)st->grammar_masks);
     counter(&b, lbl, "kvserve_grammar_mask_seconds", "Time the engine spent computing those masks.", (double)st->grammar_mask_us * 1e-6);
     counter(&b, lbl, "kvserve_grammar_cache_lookups", "Structured-output grammars looked up in the compiled-grammar cache.", (double)m->grammar_lookups);

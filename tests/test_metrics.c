@@ -27,6 +27,9 @@ static const char *const tm_metrics[][2] = {
     {"vllm:prefix_cache_queries", "counter"},
     {"vllm:prefix_cache_hits", "counter"},
     {"vllm:num_preemptions", "counter"},
+    {"vllm:spec_decode_num_drafts", "counter"},
+    {"vllm:spec_decode_num_draft_tokens", "counter"},
+    {"vllm:spec_decode_num_accepted_tokens", "counter"},
     {"vllm:prompt_tokens", "counter"},
     {"vllm:generation_tokens", "counter"},
     {"vllm:request_success", "counter"},
@@ -56,6 +59,9 @@ Test(metrics, names_types_labels_buckets)
     st.kv_blocks_used = 40;
     st.kv_blocks_idle = 30; /* held by the prefix cache alone */
     st.preemptions = 7;
+    st.spec_drafts = 11;
+    st.spec_draft_tokens = 30;
+    st.spec_accepted = 19;
     st.iter_tokens[0] = 2;  /* two steps of 1 token */
     st.iter_tokens[4] = 1;  /* one of 33..64 */
     st.iter_tokens_sum = 2 + 40;
@@ -70,6 +76,9 @@ Test(metrics, names_types_labels_buckets)
     }
     cr_assert(strstr(t, "vllm:kv_cache_usage_perc{" TM_LBL "} 0.1\n"), "(40 used - 30 idle) / 100:\n%s", t);
     cr_assert(strstr(t, "vllm:num_preemptions_total{" TM_LBL "} 7\n"));
+    cr_assert(strstr(t, "vllm:spec_decode_num_drafts_total{" TM_LBL "} 11\n"));
+    cr_assert(strstr(t, "vllm:spec_decode_num_draft_tokens_total{" TM_LBL "} 30\n"));
+    cr_assert(strstr(t, "vllm:spec_decode_num_accepted_tokens_total{" TM_LBL "} 19\n"));
     cr_assert_null(strstr(t, "kvserve_preemptions"), "renamed to vLLM's name");
     cr_assert(strstr(t, "vllm:request_prompt_tokens_bucket{" TM_LBL ",le=\"1.0\"} 0\n"));
     cr_assert(strstr(t, "vllm:request_prompt_tokens_bucket{" TM_LBL ",le=\"5.0\"} 1\n"));

@@ -827,6 +827,7 @@ static void gc_bench_overlap(backend *gpu, gc_model *gm, int quick)
 }
 
 #include "cuda/check/quant_bench.c"
+#include "cuda/check/spec_checks.c"
 
 /* Causal prefill attention of one sequence of n tokens (the whole prompt in one step), TFLOP/s
  * next to the cuBLAS peak and to PyTorch's flash attention on the same H200 (the issue's
@@ -965,6 +966,7 @@ static void gc_bench(backend *gpu, int quick)
         gc_add("tinyllama overlap", "not run", "out of device memory", 0);
     } else {
         gc_bench_overlap(gpu, &gm, quick);
+        gc_spec(gpu, &gm, quick);
         gc_model_free(&gm);
     }
     /* the same model with Q8_0 and Q4_K weights, one sequence, against these bf16 figures */

@@ -1,0 +1,843 @@
+/*
+ * test_engine_spec.c — speculative decoding (engine/spec.h) on the CPU backend and stories260K.
+ *
+ * The n-gram proposer against a brute-force model; then the engine: the same workloads run with
+ * speculation off and on must give the same events, token for token, log-prob for log-prob and
+ * text for text (a verify row is an ordinary sampling row keyed by its position, and a proposal is
+ * accepted exactly when the target's own draw equals it), while drafts are verified and some are
+ * accepted: the golden greedy cases alone, batched, under preemption, with int8 KV and with
+ * sinks + a window; a mixed workload of seeded sampling with every filter and penalty, log-probs,
+ * n > 1, min_tokens, prompt log-probs, stop strings and a short max_tokens; grammar-constrained
+ * requests; stop_token_ids; cancellation. A seeded statistical test compares the sampled
+ * distribution with speculation on against speculation off over disjoint seeds. Every block comes
+ * back: rejected drafts leave the block tables and never reach the prefix cache.
+ */
+#include <dirent.h>
+#include <math.h>
+#include <unistd.h>
+
+#include "base/clock.h"
+#include "engine/spec.h"
+#include "model/dtype.h"
+#include "model/mkmodel.h"
+#include "tests/engine_harness.h"
+
+TestSuite(engine_spec, .init = te_setup, .fini = te_teardown, .timeout = 240);
+
+/* ---- the n-gram proposer ------------------------------------------------------------------- */
+
+/* The obvious definition: for m from n_max down, the largest j < n - m with t[j .. j+m) equal to
+ * the last m tokens; what follows it, up to k tokens and never past n. */
+static int ts_lookup_model(const int32_t *t, int n, int n_min, int n_max, int k, int32_t *out)
+{
+    for (int m = n_max; m >= n_min; m--) {
+        if (m >= n) continue;
+        for (int j = n - m - 1; j >= 0; j--) {
+            int eq = 1;
+            for (int x = 0; x < m; x++) eq &= t[j + x] == t[n - m + x];
+            if (!eq) continue;
+            int c = 0;
+            for (; c < k && j + m + c < n; c++) out[c] = t[j + m + c];
+            return c;
+        }
+    }
+    return 0;
+}
+
+Test(engine_spec, ngram_lookup_matches_model)
+{
+    unsigned seed = 34;
+    printf("ngram_lookup seed %u\n", seed);
+    srand(seed);
+    int32_t t[200], a[16], b[16];
+    int found = 0;
+    for (int it = 0; it < 20000; it++) {
+        int n = 1 + rand() % 120, alpha = 2 + rand() % 6;
+        for (int i = 0; i < n; i++) t[i] = rand() % alpha;
+        int n_min = 1 + rand() % 3, n_max = n_min + rand() % 4, k = 1 + rand() % 8;
+        memset(a, 0x55, sizeof a);
+        int x = spec_ngram_lookup(t, n, n_min, n_max, k, a);
+        int y = ts_lookup_model(t, n, n_min, n_max, k, b);
+        cr_assert_eq(x, y, "iteration %d: %d vs %d", it, x, y);
+        for (int i = 0; i < x; i++) cr_assert_eq(a[i], b[i], "iteration %d token %d", it, i);
+        cr_assert_eq(a[x < 16 ? x : 15] == 0x55555555 || x == 16, 1, "wrote past its count");
+        found += x > 0;
+    }
+    cr_assert_gt(found, 10000, "most random small-alphabet strings repeat a suffix");
+    /* the longest recurring suffix wins over a later, shorter one */
+    int32_t u[] = {1, 2, 3, 9, 5, 2, 3, 7, 1, 2, 3};
+    cr_assert_eq(spec_ngram_lookup(u, 11, 1, 3, 2, a), 2);
+    cr_assert_eq(a[0], 9);
+    cr_assert_eq(a[1], 5);
+    cr_assert_eq(spec_ngram_lookup(u, 11, 1, 2, 2, a), 2);
+    cr_assert_eq(a[0], 7, "with suffixes up to 2, the latest '2 3' is followed by 7");
+    cr_assert_eq(spec_ngram_lookup(u, 11, 4, 6, 2, a), 0, "no suffix of 4 recurs");
+}
+
+Test(engine_spec, next_k_follows_acceptance)
+{
+    cr_assert_eq(spec_next_k(4, 4, 4, 8), 5);
+    cr_assert_eq(spec_next_k(8, 8, 8, 8), 8);
+    cr_assert_eq(spec_next_k(5, 5, 2, 8), 3);
+    cr_assert_eq(spec_next_k(5, 5, 0, 8), 1);
+    cr_assert_eq(spec_next_k(1, 1, 0, 8), 1);
+    int m;
+    cr_assert_eq(spec_method_parse("ngram", &m), 0);
+    cr_assert_eq(m, SPEC_NGRAM);
+    cr_assert_eq(spec_method_parse("off", &m), 0);
+    cr_assert_eq(m, SPEC_OFF);
+    cr_assert_neq(spec_method_parse("eagle", &m), 0);
+}
+
+/* ---- the engine ------------------------------------------------------------------------------ */
+
+typedef struct ts_choice {
+    int32_t toks[600];
+    float lps[600];
+    int32_t top0[600];
+    int n_toks, n_events;
+    char text[4096];
+    int finish, stop_str;
+    int32_t stop_token;
+    engine_usage usage;
+    double cum;
+} ts_choice;
+
+typedef struct ts_req {
+    uint64_t id;
+    int n;
+    ts_choice c[4];
+} ts_req;
+
+/* The engine knobs a test varies. */
+typedef struct ts_opts {
+    int spec;          /* 0 off, else ngram */
+    int k, ngram_min;
+    size_t kv;
+    int prefix, max_seqs, batch_tokens;
+    int kv_dtype, kv_window, kv_sinks;
+} ts_opts;
+
+static ts_opts ts_default(int spec)
+{
+    return (ts_opts){spec, 4, 1, (size_t)16 << 20, 1, 16, 128, KV_F16, 0, 0};
+}
+
+static engine *ts_engine(const ts_opts *o)
+{
+    engine_config c;
+    te_config(&c, o->kv);
+    c.prefix_cache = o->prefix;
+    c.max_seqs = o->max_seqs;
+    c.max_batch_tokens = o->batch_tokens;
+    c.kv_dtype = o->kv_dtype;
+    c.kv_window = o->kv_window;
+    c.kv_sinks = o->kv_sinks;
+    c.wake = te_wake;
+    c.wake_ud = &te_w;
+    c.spec_method = o->spec ? SPEC_NGRAM : SPEC_OFF;
+    c.spec_k = o->k;
+    c.spec_ngram_min = o->ngram_min;
+    c.spec_ngram_max = 4;
+    c.spec_disable_batch = 64;
+    char err[512];
+    engine *e = engine_create(&c, err, sizeof err);
+    cr_assert_not_null(e, "engine_create: %s", err);
+    return e;
+}
+
+/* Polls until n_final choices of reqs[0 .. n) have finished (120 s deadline). */
+static void ts_collect(engine *e, ts_req *reqs, int n, int n_final)
+{
+    int got = 0;
+    int64_t deadline = clk_now_us() + 120000000;
+    while (got < n_final) {
+        engine_event *ev[64];
+        int k = engine_poll(e, ev, 64);
+        for (int i = 0; i < k; i++) {
+            ts_req *q = NULL;
+            for (int j = 0; j < n; j++)
+                if (reqs[j].id == ev[i]->id) q = &reqs[j];
+            cr_assert_not_null(q);
+            ts_choice *c = &q->c[ev[i]->index];
+            cr_assert_eq(c->finish, 0, "an event after the final one");
+            for (int t = 0; t < ev[i]->n_tokens; t++) {
+                cr_assert_lt(c->n_toks, 600);
+                c->toks[c->n_toks] = ev[i]->tokens[t];
+                c->lps[c->n_toks] = ev[i]->logprobs ? ev[i]->logprobs[t].logprob : 0.0f;
+                c->top0[c->n_toks] = ev[i]->logprobs && ev[i]->logprobs[t].n_top ? ev[i]->logprobs[t].top_ids[0] : -1;
+                c->n_toks++;
+            }
+            c->n_events++;
+            c->cum = ev[i]->cum_logprob;
+            strncat(c->text, ev[i]->text, sizeof c->text - strlen(c->text) - 1);
+            if (ev[i]->finish) {
+                c->finish = ev[i]->finish;
+                c->stop_str = ev[i]->stop_str;
+                c->stop_token = ev[i]->stop_token;
+                c->usage = ev[i]->usage;
+                got++;
+            }
+            engine_event_free(ev[i]);
+        }
+        if (k) continue;
+        cr_assert_lt(clk_now_us(), deadline, "timed out (%d of %d choices finished)", got, n_final);
+        pthread_mutex_lock(&te_w.mu);
+        struct timespec dl;
+        clock_gettime(CLOCK_REALTIME, &dl);
+        dl.tv_nsec += 50 * 1000000L;
+        dl.tv_sec += dl.tv_nsec / 1000000000L;
+        dl.tv_nsec %= 1000000000L;
+        if (!te_w.n) pthread_cond_timedwait(&te_w.cv, &te_w.mu, &dl);
+        te_w.n = 0;
+        pthread_mutex_unlock(&te_w.mu);
+    }
+}
+
+/* The two runs' streams are the same: tokens, log-probs, texts, ends, usage. */
+static void ts_same(const ts_req *a, const ts_req *b, int n, const char *what)
+{
+    for (int r = 0; r < n; r++)
+        for (int c = 0; c < a[r].n; c++) {
+            const ts_choice *x = &a[r].c[c], *y = &b[r].c[c];
+            cr_assert_eq(x->n_toks, y->n_toks, "%s: request %d choice %d: %d tokens, %d speculating", what, r, c,
+                         x->n_toks, y->n_toks);
+            for (int t = 0; t < x->n_toks; t++) {
+                cr_assert_eq(x->toks[t], y->toks[t], "%s: request %d choice %d token %d", what, r, c, t);
+                cr_assert(x->lps[t] == y->lps[t] || (x->lps[t] != x->lps[t] && y->lps[t] != y->lps[t]),
+                          "%s: request %d choice %d log-prob %d: %g vs %g", what, r, c, t, x->lps[t], y->lps[t]);
+                cr_assert_eq(x->top0[t], y->top0[t]);
+            }
+            cr_assert_str_eq(x->text, y->text, "%s: request %d choice %d", what, r, c);
+            cr_assert_eq(x->finish, y->finish, "%s: request %d choice %d", what, r, c);
+            cr_assert_eq(x->stop_str, y->stop_str, "%s: request %d choice %d", what, r, c);
+            cr_assert_eq(x->stop_token, y->stop_token, "%s: request %d choice %d", what, r, c);
+            cr_assert_eq(x->usage.completion_tokens, y->usage.completion_tokens, "%s: request %d choice %d usage", what,
+                         r, c);
+            cr_assert(fabs(x->cum - y->cum) <= 1e-9 * (1 + fabs(x->cum)), "%s: request %d choice %d cum %g vs %g", what,
+                      r, c, x->cum, y->cum);
+        }
+}
+
+/* Nothing running and every block back with the cache. */
+static void ts_idle(engine *e)
+{
+    engine_stats st;
+    int64_t deadline = clk_now_us() + 5000000;
+    do {
+        engine_get_stats(e, &st);
+        if (st.num_running + st.num_waiting == 0 && !st.in_flight && st.kv_blocks_used == st.kv_blocks_cached) return;
+        usleep(1000);
+    } while (clk_now_us() < deadline);
+    cr_assert_fail("blocks held after every request finished: %lld used, %lld cached", (long long)st.kv_blocks_used,
+                   (long long)st.kv_blocks_cached);
+}
+
+/* Speculation verified drafts, accepted some and rejected some. */
+static void ts_speculated(const engine_stats *st, const char *what)
+{
+    cr_assert_gt(st->spec_drafts, 0, "%s: no verify row ran", what);
+    cr_assert_gt(st->spec_accepted, 0, "%s: nothing accepted", what);
+    cr_assert_lt(st->spec_accepted, st->spec_draft_tokens, "%s: nothing rejected", what);
+    cr_assert_eq(st->spec_method, SPEC_NGRAM);
+    cr_assert_eq(st->overlap, 0, "speculating steps are synchronous");
+}
+
+/* Every golden case greedy, max_seqs at a time, against the golden tokens. */
+static void ts_golden(const ts_opts *o, int want_preempt, const char *what)
+{
+    engine *e = ts_engine(o);
+    static ts_req q[16];
+    memset(q, 0, sizeof q);
+    for (int i = 0; i < te_n_cases; i++) {
+        q[i].n = 1;
+        q[i].id = te_submit(e, te_cases[i].prompt, te_cases[i].n_prompt, te_cases[i].n_gen, 1, 0, NULL);
+    }
+    ts_collect(e, q, te_n_cases, te_n_cases);
+    for (int i = 0; i < te_n_cases; i++) {
+        const te_case *t = &te_cases[i];
+        cr_assert_eq(q[i].c[0].finish, ENGINE_FINISH_LENGTH, "%s: %s", what, t->name);
+        cr_assert_eq(q[i].c[0].n_toks, t->n_gen, "%s: %s: %d tokens", what, t->name, q[i].c[0].n_toks);
+        for (int k = 0; k < t->n_gen; k++)
+            cr_assert_eq(q[i].c[0].toks[k], t->gen[k], "%s: %s token %d", what, t->name, k);
+        cr_assert_eq(q[i].c[0].usage.completion_tokens, t->n_gen);
+    }
+    ts_idle(e);
+    engine_stats st;
+    engine_get_stats(e, &st);
+    ts_speculated(&st, what);
+    if (want_preempt) cr_assert_gt(st.preemptions, 0, "%s: the small pool must force preemption", what);
+    printf("%s: %lld verify rows, %lld drafts, %lld accepted, %lld steps for %lld tokens\n", what,
+           (long long)st.spec_drafts, (long long)st.spec_draft_tokens, (long long)st.spec_accepted,
+           (long long)st.steps, (long long)st.generation_tokens);
+    engine_destroy(e, 1);
+}
+
+Test(engine_spec, golden_greedy_alone_and_batched)
+{
+    TE_NEED_MODEL();
+    ts_opts o = ts_default(1);
+    o.max_seqs = 1;
+    ts_golden(&o, 0, "one at a time");
+    o.max_seqs = 16;
+    o.prefix = 0;
+    ts_golden(&o, 0, "batched");
+    o.prefix = 1;
+    o.k = 8;
+    ts_golden(&o, 0, "batched, prefix cache, k 8");
+}
+
+Test(engine_spec, golden_greedy_under_preemption)
+{
+    TE_NEED_MODEL();
+    ts_opts o = ts_default(1);
+    o.kv = 40 * 16 * 640; /* 40 blocks: the longest case needs 22 */
+    o.batch_tokens = 64;
+    ts_golden(&o, 1, "preemption");
+    o.prefix = 0;
+    ts_golden(&o, 1, "preemption, no prefix cache");
+}
+
+Test(engine_spec, golden_greedy_int8_and_fp8_kv)
+{
+    TE_NEED_MODEL();
+    /* the golden tokens come from f16 KV: compare against the same dtype with speculation off */
+    int dts[] = {KV_I8, KV_FP8};
+    for (int d = 0; d < 2; d++) {
+        static ts_req runs[2][16];
+        for (int sp = 0; sp < 2; sp++) {
+            ts_opts o = ts_default(sp);
+            o.kv_dtype = dts[d];
+            memset(runs[sp], 0, sizeof runs[sp]);
+            engine *e = ts_engine(&o);
+            for (int i = 0; i < te_n_cases; i++) {
+                runs[sp][i].n = 1;
+                runs[sp][i].id = te_submit(e, te_cases[i].prompt, te_cases[i].n_prompt, te_cases[i].n_gen, 1, 0, NULL);
+            }
+            ts_collect(e, runs[sp], te_n_cases, te_n_cases);
+            ts_idle(e);
+            engine_stats st;
+            engine_get_stats(e, &st);
+            if (sp) ts_speculated(&st, "quantised KV");
+            engine_destroy(e, 1);
+        }
+        ts_same(runs[0], runs[1], te_n_cases, d ? "fp8 KV" : "int8 KV");
+    }
+}
+
+Test(engine_spec, window_matches_off)
+{
+    TE_NEED_MODEL();
+    static ts_req runs[2][4];
+    for (int sp = 0; sp < 2; sp++) {
+        ts_opts o = ts_default(sp);
+        o.kv_window = 64;
+        o.kv_sinks = 16;
+        memset(runs[sp], 0, sizeof runs[sp]);
+        engine *e = ts_engine(&o);
+        for (int i = 0; i < 4; i++) {
+            runs[sp][i].n = 1;
+            runs[sp][i].id = te_submit(e, te_cases[i].prompt, te_cases[i].n_prompt, 200, 1, 0, NULL);
+        }
+        ts_collect(e, runs[sp], 4, 4);
+        ts_idle(e);
+        engine_stats st;
+        engine_get_stats(e, &st);
+        if (sp) ts_speculated(&st, "window");
+        engine_destroy(e, 1);
+    }
+    ts_same(runs[0], runs[1], 4, "sinks + window");
+}
+
+/* One request of the mixed workload. */
+typedef struct ts_spec {
+    int case_i, max_tokens, n;
+    float temp, top_p, min_p, rep, freq, pres;
+    int top_k, n_logprobs, min_tokens, prompt_logprobs;
+    const char *stop;
+    uint64_t seed;
+    int32_t stop_id; /* ≥ 0: one stop_token_ids entry */
+} ts_spec;
+
+static uint64_t ts_submit(engine *e, const ts_spec *s)
+{
+    const te_case *t = &te_cases[s->case_i % te_n_cases];
+    engine_request r;
+    memset(&r, 0, sizeof r);
+    r.prompt = malloc((size_t)t->n_prompt * sizeof(int32_t));
+    memcpy(r.prompt, t->prompt, (size_t)t->n_prompt * sizeof(int32_t));
+    r.n_prompt = t->n_prompt;
+    r.n = s->n;
+    r.max_tokens = s->max_tokens;
+    smp_params_default(&r.sampling);
+    r.sampling.temperature = s->temp;
+    r.sampling.top_p = s->top_p > 0 ? s->top_p : 1.0f;
+    r.sampling.top_k = s->top_k;
+    r.sampling.min_p = s->min_p;
+    r.sampling.repetition_penalty = s->rep > 0 ? s->rep : 1.0f;
+    r.sampling.frequency_penalty = s->freq;
+    r.sampling.presence_penalty = s->pres;
+    r.sampling.n_logprobs = s->n_logprobs;
+    r.sampling.min_tokens = s->min_tokens;
+    r.sampling.seed = s->seed;
+    r.sampling.has_seed = 1;
+    if (s->stop_id >= 0) {
+        r.sampling.stop_ids = malloc(sizeof(int32_t));
+        r.sampling.stop_ids[0] = s->stop_id;
+        r.sampling.n_stop_ids = 1;
+    }
+    r.prompt_logprobs = s->prompt_logprobs;
+    r.prompt_top = -1;
+    if (s->stop) {
+        r.stop = malloc(sizeof *r.stop);
+        r.stop[0] = strdup(s->stop);
+        r.n_stop = 1;
+    }
+    uint64_t id;
+    cr_assert_eq(engine_submit(e, &r, &id), 0);
+    return id;
+}
+
+static const ts_spec ts_mixed[] = {
+    {0, 60, 1, 0.0f, 0, 0, 0, 0, 0, 0, -1, 0, 0, "little", 1, -1},        /* greedy, a stop string */
+    {1, 80, 1, 0.9f, 0.9f, 0, 0, 0, 0, 0, 3, 0, 0, NULL, 11, -1},         /* top_p, log-probs */
+    {2, 70, 3, 1.1f, 0, 0.05f, 0, 0, 0, 20, -1, 0, 0, ".", 12, -1},       /* n = 3, top_k, min_p, stop */
+    {3, 90, 1, 0.8f, 0, 0, 1.3f, 0.4f, 0.3f, 0, 0, 0, 0, NULL, 13, -1},   /* every penalty */
+    {4, 50, 2, 1.0f, 0.95f, 0, 1.1f, 0, 0, 0, 2, 10, 1, NULL, 14, -1},    /* min_tokens, prompt log-probs */
+    {5, 120, 1, 0.7f, 0, 0, 0, 0.2f, 0, 40, -1, 0, 0, " the", 15, -1},   /* a stop string across tokens */
+    {6, 3, 1, 1.0f, 0, 0, 0, 0, 0, 0, 1, 0, 0, NULL, 16, -1},             /* a short max_tokens */
+    {7, 100, 1, 1.2f, 0.8f, 0.1f, 0, 0, 0.5f, 10, 5, 0, 0, "and", 17, -1},
+    {0, 200, 1, 0.0f, 0, 0, 0, 0, 0, 0, 2, 0, 0, NULL, 18, -1},          /* greedy, log-probs, long */
+    {1, 200, 1, 0.0f, 0, 0, 0, 0, 0, 0, -1, 0, 0, NULL, 19, 0},          /* stop_token_ids (set below) */
+    {2, 37, 1, 0.0f, 0, 0, 0, 0, 0, 0, -1, 0, 0, NULL, 20, -1},          /* max_tokens inside a run */
+};
+#define TS_MIXED ((int)(sizeof ts_mixed / sizeof ts_mixed[0]))
+
+/* The mixed workload with speculation off, then on, gives the same streams. */
+Test(engine_spec, mixed_workload_matches_off)
+{
+    TE_NEED_MODEL();
+    static ts_spec w[TS_MIXED];
+    memcpy(w, ts_mixed, sizeof w);
+    /* a stop id that plain greedy decoding of case 1 reaches late in its output */
+    const te_case *g1 = &te_cases[1];
+    w[9].stop_id = g1->gen[g1->n_gen * 2 / 3];
+    static ts_req runs[2][TS_MIXED];
+    engine_stats st[2];
+    for (int sp = 0; sp < 2; sp++) {
+        memset(runs[sp], 0, sizeof runs[sp]);
+        ts_opts o = ts_default(sp);
+        engine *e = ts_engine(&o);
+        int finals = 0;
+        for (int i = 0; i < TS_MIXED; i++) {
+            runs[sp][i].n = w[i].n;
+            runs[sp][i].id = ts_submit(e, &w[i]);
+            finals += w[i].n;
+        }
+        ts_collect(e, runs[sp], TS_MIXED, finals);
+        ts_idle(e);
+        engine_get_stats(e, &st[sp]);
+        engine_destroy(e, 1);
+    }
+    ts_same(runs[0], runs[1], TS_MIXED, "mixed");
+    ts_speculated(&st[1], "mixed");
+    cr_assert_eq(st[0].spec_drafts, 0);
+    cr_assert_eq(runs[1][0].c[0].finish, ENGINE_FINISH_STOP);
+    cr_assert_str_eq(runs[1][0].c[0].text, ", there was a ");
+    cr_assert_eq(runs[1][9].c[0].finish, ENGINE_FINISH_STOP);
+    cr_assert_eq(runs[1][9].c[0].stop_token, w[9].stop_id);
+    cr_assert_eq(runs[1][10].c[0].n_toks, 37, "max_tokens is exact");
+    cr_assert_eq(st[1].generation_tokens >= st[0].generation_tokens, 1);
+    printf("mixed: %lld verify rows, %lld drafts, %lld accepted; steps %lld off, %lld on\n",
+           (long long)st[1].spec_drafts, (long long)st[1].spec_draft_tokens, (long long)st[1].spec_accepted,
+           (long long)st[0].steps, (long long)st[1].steps);
+}
+
+/* Grammar-constrained requests: a draft the grammar forbids ends the run; the streams are those
+ * of speculation off. */
+Test(engine_spec, grammar_requests_match_off)
+{
+    TE_NEED_MODEL();
+    static ts_req runs[2][4];
+    gr_error ge;
+    const char *re = "( [a-z]+)+\\.";
+    engine_stats st;
+    for (int sp = 0; sp < 2; sp++) {
+        memset(runs[sp], 0, sizeof runs[sp]);
+        ts_opts o = ts_default(sp);
+        engine *e = ts_engine(&o);
+        for (int i = 0; i < 4; i++) {
+            const te_case *t = &te_cases[i];
+            engine_request r;
+            memset(&r, 0, sizeof r);
+            r.prompt = malloc((size_t)t->n_prompt * sizeof(int32_t));
+            memcpy(r.prompt, t->prompt, (size_t)t->n_prompt * sizeof(int32_t));
+            r.n_prompt = t->n_prompt;
+            r.n = i == 1 ? 2 : 1;
+            r.max_tokens = 60;
+            smp_params_default(&r.sampling);
+            r.sampling.temperature = i == 0 ? 0.0f : 1.0f;
+            r.sampling.seed = 100 + (uint64_t)i;
+            r.sampling.has_seed = 1;
+            r.sampling.n_logprobs = 1;
+            if (i < 2) {
+                r.grammar = gr_compile_regex(re, strlen(re), &ge);
+                cr_assert_not_null(r.grammar, "%s", ge.msg);
+            }
+            runs[sp][i].n = r.n;
+            uint64_t id;
+            cr_assert_eq(engine_submit(e, &r, &id), 0);
+            runs[sp][i].id = id;
+        }
+        ts_collect(e, runs[sp], 4, 5);
+        ts_idle(e);
+        engine_get_stats(e, &st);
+        engine_destroy(e, 1);
+    }
+    ts_same(runs[0], runs[1], 4, "grammar");
+    cr_assert_gt(st.spec_drafts, 0);
+    for (int c = 0; c < 2; c++) {
+        const ts_choice *x = &runs[1][1].c[c];
+        if (x->finish == ENGINE_FINISH_STOP) cr_assert_eq(x->text[strlen(x->text) - 1], '.', "'%s'", x->text);
+    }
+}
+
+/* A cancel ends the request at the next step; its blocks come back; the others go on. */
+Test(engine_spec, cancel)
+{
+    TE_NEED_MODEL();
+    ts_opts o = ts_default(1);
+    engine *e = ts_engine(&o);
+    static ts_req q[2];
+    memset(q, 0, sizeof q);
+    q[0].n = q[1].n = 1;
+    q[0].id = te_submit(e, te_cases[0].prompt, te_cases[0].n_prompt, 400, 1, 0.0f, NULL);
+    q[1].id = te_submit(e, te_cases[1].prompt, te_cases[1].n_prompt, te_cases[1].n_gen, 1, 0, NULL);
+    int64_t deadline = clk_now_us() + 30000000;
+    while (q[0].c[0].n_toks < 5) {
+        engine_event *ev[16];
+        int k = engine_poll(e, ev, 16);
+        for (int i = 0; i < k; i++) {
+            ts_req *r = ev[i]->id == q[0].id ? &q[0] : &q[1];
+            ts_choice *c = &r->c[ev[i]->index];
+            for (int j = 0; j < ev[i]->n_tokens; j++) c->toks[c->n_toks++] = ev[i]->tokens[j];
+            if (ev[i]->finish) c->finish = ev[i]->finish;
+            engine_event_free(ev[i]);
+        }
+        cr_assert_lt(clk_now_us(), deadline);
+        if (!k) usleep(200);
+    }
+    engine_cancel(e, q[0].id);
+    ts_collect(e, q, 2, 2 - (q[1].c[0].finish != 0));
+    cr_assert_eq(q[0].c[0].finish, ENGINE_FINISH_ABORT);
+    cr_assert_lt(q[0].c[0].n_toks, 400);
+    cr_assert_eq(q[1].c[0].finish, ENGINE_FINISH_LENGTH);
+    for (int k = 0; k < te_cases[1].n_gen; k++) cr_assert_eq(q[1].c[0].toks[k], te_cases[1].gen[k], "token %d", k);
+    ts_idle(e);
+    engine_destroy(e, 1);
+}
+
+/* ---- the sampled distribution ---------------------------------------------------------------- */
+
+#define TS_DRAWS 300
+#define TS_POS 8
+
+/* TS_DRAWS seeded requests (seeds from seed0) at temperature 0.8 on a prompt that repeats itself;
+ * counts[p][token] of each output position p < TS_POS. */
+static void ts_draws(int spec, uint64_t seed0, int (*counts)[512], engine_stats *st)
+{
+    ts_opts o = ts_default(spec);
+    o.max_seqs = 32;
+    o.batch_tokens = 256;
+    engine *e = ts_engine(&o);
+    static ts_req q[TS_DRAWS];
+    memset(q, 0, sizeof q);
+    const te_case *t = &te_cases[0];
+    /* the prompt, its greedy continuation, the prompt again: the n-gram proposer offers the
+     * continuation, which the sampled draws often follow */
+    int32_t prompt[256];
+    int n = 0;
+    for (int i = 0; i < t->n_prompt; i++) prompt[n++] = t->prompt[i];
+    for (int i = 0; i < 24 && i < t->n_gen; i++) prompt[n++] = t->gen[i];
+    for (int i = 1; i < t->n_prompt; i++) prompt[n++] = t->prompt[i];
+    for (int i = 0; i < TS_DRAWS; i++) {
+        q[i].n = 1;
+        q[i].id = te_submit_seed(e, prompt, n, TS_POS, 1, 0.8f, NULL, seed0 + (uint64_t)i);
+    }
+    ts_collect(e, q, TS_DRAWS, TS_DRAWS);
+    for (int i = 0; i < TS_DRAWS; i++)
+        for (int p = 0; p < TS_POS && p < q[i].c[0].n_toks; p++) counts[p][q[i].c[0].toks[p] & 511]++;
+    ts_idle(e);
+    engine_get_stats(e, st);
+    engine_destroy(e, 1);
+}
+
+/* Speculation off with seeds 0 .. N-1 and on with seeds N .. 2N-1 (independent samples): at every
+ * output position the two empirical distributions pass a two-sample chi-square test at the 0.1%
+ * level (categories with fewer than 5 expected draws pooled). A sampler whose speculative rows
+ * drew from anything but the target's distribution (the draft's point mass, or the residual
+ * without renormalising) fails it: the proposals are accepted in a large share of these draws. */
+Test(engine_spec, sampled_distribution_unchanged)
+{
+    TE_NEED_MODEL();
+    static int a[TS_POS][512], b[TS_POS][512];
+    memset(a, 0, sizeof a);
+    memset(b, 0, sizeof b);
+    engine_stats sa, sb;
+    ts_draws(0, 1000, a, &sa);
+    ts_draws(1, 1000 + TS_DRAWS, b, &sb);
+    ts_speculated(&sb, "sampled");
+    /* the 0.1% point of chi-square (Wilson–Hilferty: within 1% of the table from 1 df on) */
+    for (int p = 0; p < TS_POS; p++) {
+        double chi = 0, pa = 0, pb = 0;
+        int df = -1;
+        for (int v = 0; v < 512; v++) {
+            double x = a[p][v], y = b[p][v];
+            if (x + y < 10) { /* pooled */
+                pa += x;
+                pb += y;
+                continue;
+            }
+            chi += (x - y) * (x - y) / (x + y);
+            df++;
+        }
+        if (pa + pb > 0) {
+            chi += (pa - pb) * (pa - pb) / (pa + pb);
+            df++;
+        }
+        if (df < 1) continue;
+        double h = 2.0 / (9.0 * df), crit = df * pow(1.0 - h + 3.09 * sqrt(h), 3); /* Wilson–Hilferty */
+        printf("position %d: chi-square %.1f on %d df (critical %.1f)\n", p, chi, df, crit);
+        cr_assert_lt(chi, crit, "position %d: chi-square %.1f on %d degrees of freedom", p, chi, df);
+    }
+    /* and seeded draws are the very draws of speculation off */
+    static int c[TS_POS][512];
+    memset(c, 0, sizeof c);
+    engine_stats sc;
+    ts_draws(1, 1000, c, &sc);
+    cr_assert_eq(memcmp(a, c, sizeof a), 0, "seeded requests draw the same tokens with speculation on");
+}
+
+/* ---- every architecture test model ------------------------------------------------------------ */
+
+/* Greedy continuations of self-repeating prompts on one file of the architecture reference set,
+ * speculation off and on, run together: the same tokens. Adds the draft and accepted counts. */
+static void ts_arch(const char *path, int64_t *drafts, int64_t *acc)
+{
+    char err[512];
+    model *m;
+    cr_assert_eq(model_load(path, &m, err, sizeof err), 0, "%s", err);
+    tokenizer *tok = tok_create(m->gguf, err, sizeof err);
+    cr_assert_not_null(tok, "%s", err);
+    int32_t prompt[64];
+    int n = 0, v = m->hp.n_vocab;
+    for (int r = 0; r < 3; r++)
+        for (int i = 0; i < 12; i++) prompt[n++] = (int32_t)((7 + 13 * i + (r == 2 && i > 8 ? 5 : 0)) % v);
+    static ts_req runs[2][3];
+    for (int sp = 0; sp < 2; sp++) {
+        engine_config c;
+        engine_config_default(&c);
+        c.model = m;
+        c.tok = tok;
+        c.device = "cpu";
+        c.n_threads = 1;
+        c.make_backend = be_create;
+        c.kv_memory_bytes = (size_t)64 << 20;
+        c.quiet = 1;
+        c.wake = te_wake;
+        c.wake_ud = &te_w;
+        c.max_seqs = 4;
+        c.max_batch_tokens = 128;
+        c.spec_method = sp ? SPEC_NGRAM : SPEC_OFF;
+        c.spec_k = 6;
+        c.spec_ngram_min = 1;
+        engine *e = engine_create(&c, err, sizeof err);
+        cr_assert_not_null(e, "%s: %s", path, err);
+        memset(runs[sp], 0, sizeof runs[sp]);
+        for (int q = 0; q < 3; q++) {
+            runs[sp][q].n = 1;
+            engine_request r;
+            memset(&r, 0, sizeof r);
+            r.n_prompt = n - 4 * q;
+            r.prompt = malloc((size_t)r.n_prompt * sizeof(int32_t));
+            memcpy(r.prompt, prompt + 4 * q, (size_t)r.n_prompt * sizeof(int32_t));
+            r.n = 1;
+            r.max_tokens = 96;
+            smp_params_default(&r.sampling);
+            r.sampling.temperature = 0.0f;
+            r.sampling.n_logprobs = 2; /* the log-probs are compared bit for bit too */
+            cr_assert_eq(engine_submit(e, &r, &runs[sp][q].id), 0);
+        }
+        ts_collect(e, runs[sp], 3, 3);
+        ts_idle(e);
+        engine_stats st;
+        engine_get_stats(e, &st);
+        if (sp) {
+            *drafts += st.spec_draft_tokens;
+            *acc += st.spec_accepted;
+            printf("%s: %lld drafts, %lld accepted\n", path, (long long)st.spec_draft_tokens, (long long)st.spec_accepted);
+        }
+        engine_destroy(e, 1);
+    }
+    ts_same(runs[0], runs[1], 3, path);
+    tok_destroy(tok);
+    model_destroy(m);
+}
+
+Test(engine_spec, every_architecture_greedy_matches_off, .timeout = 600)
+{
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s/models/archs", tu_shared_dir());
+    DIR *d = opendir(dir);
+    if (!d) cr_skip_test("the architecture reference set is not under KVSERVE_SHARED (%s)", dir);
+    struct dirent *de;
+    int n = 0;
+    int64_t drafts = 0, acc = 0;
+    while ((de = readdir(d))) {
+        size_t l = strlen(de->d_name);
+        if (l < 6 || strcmp(de->d_name + l - 5, ".gguf")) continue;
+        char path[1400];
+        snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+        ts_arch(path, &drafts, &acc);
+        n++;
+    }
+    closedir(d);
+    cr_assert_gt(n, 0, "no model in %s", dir);
+    /* and synthetic multi-head (not grouped) models, whose single-token rows take the CPU's
+     * decode attention path: F32 and Q8_0 weights, near-flat logits (many near-ties) */
+    int types[] = {DT_F32, DT_Q8_0};
+    for (int t = 0; t < 2; t++) {
+        mkm_params p;
+        mkm_params_default(&p);
+        p.heads = 4;
+        p.kv_heads = 4;
+        p.dim = 64;
+        p.layers = 2;
+        p.type = types[t];
+        p.seed = 34 + (uint64_t)t;
+        char path[1024];
+        tu_write_mkmodel(&p, t ? "spec-mha-q8" : "spec-mha-f32", path, sizeof path);
+        ts_arch(path, &drafts, &acc);
+        unlink(path);
+    }
+    cr_assert_gt(drafts, 0);
+    cr_assert_gt(acc, 0, "some drafts were accepted");
+}
+
+/* ---- the draft-model proposer ------------------------------------------------------------------ */
+
+/* A synthetic pair: the target's first two layers, embedding and head are the draft's, its four
+ * more layers are quiet. Writes both files; the caller unlinks them. */
+static void ts_pair(char *target, char *draft, size_t n, int type, int draft_vocab)
+{
+    mkm_params p;
+    mkm_params_default(&p);
+    p.dim = 64;
+    p.heads = 4;
+    p.kv_heads = 2;
+    p.type = type;
+    p.seed = 77;
+    p.layers = 6;
+    p.quiet_from = 2;
+    p.quiet_scale = 0.01f;
+    tu_write_mkmodel(&p, "spec-target", target, n);
+    p.layers = 2;
+    p.quiet_from = 0;
+    if (draft_vocab) p.vocab = draft_vocab;
+    tu_write_mkmodel(&p, "spec-draft", draft, n);
+}
+
+/* Greedy and seeded-sampled requests (log-probs, n = 2, a stop string, penalties) on the target,
+ * speculation off and with the draft: the same streams; the draft's guesses are mostly right. */
+Test(engine_spec, draft_model_matches_off, .timeout = 300)
+{
+    char tp[1024], dp[1024], err[512];
+    ts_pair(tp, dp, sizeof tp, DT_F32, 0);
+    model *m;
+    cr_assert_eq(model_load(tp, &m, err, sizeof err), 0, "%s", err);
+    tokenizer *tok = tok_create(m->gguf, err, sizeof err);
+    cr_assert_not_null(tok, "%s", err);
+    static ts_req runs[2][4];
+    engine_stats st;
+    for (int sp = 0; sp < 2; sp++) {
+        engine_config c;
+        engine_config_default(&c);
+        c.model = m;
+        c.tok = tok;
+        c.device = "cpu";
+        c.n_threads = 1;
+        c.make_backend = be_create;
+        c.kv_memory_bytes = (size_t)32 << 20;
+        c.quiet = 1;
+        c.wake = te_wake;
+        c.wake_ud = &te_w;
+        c.max_seqs = 8;
+        c.max_batch_tokens = 128;
+        c.spec_method = sp ? SPEC_DRAFT : SPEC_OFF;
+        c.spec_draft_model = dp;
+        c.spec_k = 5;
+        engine *e = engine_create(&c, err, sizeof err);
+        cr_assert_not_null(e, "%s", err);
+        memset(runs[sp], 0, sizeof runs[sp]);
+        for (int q = 0; q < 4; q++) {
+            engine_request r;
+            memset(&r, 0, sizeof r);
+            r.n_prompt = 10 + 7 * q;
+            r.prompt = malloc((size_t)r.n_prompt * sizeof(int32_t));
+            for (int i = 0; i < r.n_prompt; i++) r.prompt[i] = (int32_t)(3 + (i * 31 + q * 7) % 500);
+            r.n = q == 2 ? 2 : 1;
+            r.max_tokens = 80;
+            smp_params_default(&r.sampling);
+            r.sampling.temperature = q == 0 ? 0.0f : 0.05f; /* sampled, but peaked: mostly agreeing */
+            r.sampling.seed = 500 + (uint64_t)q;
+            r.sampling.has_seed = 1;
+            r.sampling.n_logprobs = q % 2 ? 2 : -1;
+            if (q == 3) r.sampling.repetition_penalty = 1.2f;
+            runs[sp][q].n = r.n;
+            cr_assert_eq(engine_submit(e, &r, &runs[sp][q].id), 0);
+        }
+        ts_collect(e, runs[sp], 4, 5);
+        ts_idle(e);
+        engine_get_stats(e, &st);
+        engine_destroy(e, 1);
+    }
+    ts_same(runs[0], runs[1], 4, "draft model");
+    printf("draft: %lld verify rows, %lld drafts, %lld accepted\n", (long long)st.spec_drafts,
+           (long long)st.spec_draft_tokens, (long long)st.spec_accepted);
+    cr_assert_eq(st.spec_method, SPEC_DRAFT);
+    cr_assert_gt(st.spec_accepted * 3, st.spec_draft_tokens, "a quiet-layer target agrees with its draft often");
+    tok_destroy(tok);
+    model_destroy(m);
+    unlink(tp);
+    unlink(dp);
+}
+
+/* A draft whose vocabulary differs is refused at start-up, and so is draft without a file. */
+Test(engine_spec, draft_model_vocabulary_checked)
+{
+    char tp[1024], dp[1024], err[512];
+    ts_pair(tp, dp, sizeof tp, DT_F32, 600);
+    model *m;
+    cr_assert_eq(model_load(tp, &m, err, sizeof err), 0, "%s", err);
+    tokenizer *tok = tok_create(m->gguf, err, sizeof err);
+    engine_config c;
+    engine_config_default(&c);
+    c.model = m;
+    c.tok = tok;
+    c.device = "cpu";
+    c.n_threads = 1;
+    c.make_backend = be_create;
+    c.kv_memory_bytes = (size_t)32 << 20;
+    c.quiet = 1;
+    c.spec_method = SPEC_DRAFT;
+    c.spec_draft_model = dp;
+    cr_assert_null(engine_create(&c, err, sizeof err));
+    cr_assert(strstr(err, "vocabulary"), "%s", err);
+    c.spec_draft_model = NULL;
+    cr_assert_null(engine_create(&c, err, sizeof err));
+    cr_assert(strstr(err, "draft-model"), "%s", err);
+    tok_destroy(tok);
+    model_destroy(m);
+    unlink(tp);
+    unlink(dp);
+}
