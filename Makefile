@@ -58,6 +58,30 @@ CUDA_OBJS := $(BUILD)/cuda/absent.o
 CUDA_LIBS :=
 endif
 
+# --- version ------------------------------------------------------------------
+# `kvserve --version`: the release (the file VERSION) and the commit: git's short hash in a
+# checkout ("-dirty" with uncommitted changes); in a tree made by `git archive` (a release tarball),
+# the hash git wrote into .git_archival.txt (export-subst, .gitattributes); "unknown" otherwise.
+# Git is asked only when this tree is a checkout itself (.git here), never a repository around an
+# unpacked tarball. Packagers may set KVSERVE_COMMIT. Only base/version.c sees the two, and it is
+# rebuilt when the commit changes ($(BUILD)/commit.txt is rewritten only then).
+KVSERVE_VERSION := $(or $(strip $(shell cat VERSION 2>/dev/null)),0.0.0)
+GIT_COMMIT = $(eval GIT_COMMIT := $$(shell if [ -e .git ]; then \
+                 { git rev-parse --short=12 HEAD && { git diff --quiet HEAD -- || echo -dirty; }; } 2>/dev/null; \
+             else sed -n 's/^node: \([0-9a-f]\{12\}\)[0-9a-f]*$$$$/\1/p' .git_archival.txt 2>/dev/null; fi \
+             | tr -d '\n'))$(GIT_COMMIT)
+KVSERVE_COMMIT ?= $(or $(GIT_COMMIT),unknown)
+$(BUILD)/commit.txt: FORCE
+	@mkdir -p $(dir $@)
+	@c='$(KVSERVE_COMMIT)'; [ "$$(cat $@ 2>/dev/null)" = "$$c" ] || echo "$$c" > $@
+$(BUILD)/base/version.o: $(BUILD)/commit.txt
+$(BUILD)/base/version.o: CFLAGS += -DKVSERVE_VERSION='"$(KVSERVE_VERSION)"' -DKVSERVE_COMMIT='"$(KVSERVE_COMMIT)"'
+# What --version will say, for scripts (scripts/mkdeb.sh) and tests: "VERSION COMMIT".
+print-version:
+	@echo '$(KVSERVE_VERSION) $(KVSERVE_COMMIT)'
+.PHONY: FORCE print-version
+FORCE:
+
 # --- CPU kernels per SIMD level ---------------------------------------------
 # A file of cpu/ named after a level gets that level's target flags and runs only when the CPU
 # has it (cpu/internal.h); every other file is built for the baseline target.
@@ -148,6 +172,12 @@ $(BUILD)/ops_emu: cuda/check/ops_emu.cc
 	$(Q)$(CXX) -std=c++17 -O2 -g -Wall -Wextra -Wno-unused-parameter -Wno-unknown-pragmas -Wno-unused-function \
 	    $(if $(filter 1,$(WERROR)),-Werror) -MMD -MP -I. -o $@ $< -lpthread
 
+# A stat() that stalls on demand, preloaded into a server by the tests (tests/stall_stat.c).
+$(BUILD)/tests/libstall_stat.so: tests/stall_stat.c
+	@mkdir -p $(dir $@)
+	@echo "  CC      $<"
+	$(Q)$(CC) -std=c11 -O2 -Wall -Wextra $(if $(filter 1,$(WERROR)),-Werror) -shared -fPIC -o $@ $< -ldl
+
 # The device sampler under the same emulation, against the CPU's sampler (engine/sampler.c, linked
 # in) on the same rows (cuda/check/sample_emu.cc).
 $(BUILD)/sample_emu: cuda/check/sample_emu.cc $(BUILD)/engine/sampler.o
@@ -177,9 +207,10 @@ TEST_ENV := KVSERVE_BIN=$(abspath $(BUILD)/kvserve) KVSERVE_ATTN_EMU=$(abspath $
             KVSERVE_QUANT_EMU=$(abspath $(BUILD)/quant_emu) KVSERVE_OPS_EMU=$(abspath $(BUILD)/ops_emu) \
             KVSERVE_SAMPLE_EMU=$(abspath $(BUILD)/sample_emu) KVSERVE_DENSE_EMU=$(abspath $(BUILD)/dense_emu) \
             KVSERVE_MOE_EMU=$(abspath $(BUILD)/moe_emu) \
-            KVSERVE_DATA=$(abspath tests/data) KVSERVE_SHARED=$(abspath ../shared)
+            KVSERVE_DATA=$(abspath tests/data) KVSERVE_SHARED=$(abspath ../shared) \
+            KVSERVE_STALL_SO=$(abspath $(BUILD)/tests/libstall_stat.so)
 test: all $(BUILD)/test_kvserve $(BUILD)/attn_emu $(BUILD)/quant_emu $(BUILD)/ops_emu $(BUILD)/sample_emu $(BUILD)/dense_emu \
-      $(BUILD)/moe_emu
+      $(BUILD)/moe_emu $(BUILD)/tests/libstall_stat.so
 	$(Q)$(TEST_ENV) $(BUILD)/test_kvserve --jobs 2 $(TEST_ARGS)
 
 test-cuda: all $(BUILD)/test_kvserve

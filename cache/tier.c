@@ -1,6 +1,6 @@
 /*
- * tier.c — the second KV tier's index, its two levels and its I/O thread (see tier.h; the files
- * themselves are tier_disk.c).
+ * tier.c — the second KV tier's index, its two levels and its API (see tier.h; the threads and
+ * their queues are tier_io.c, the files themselves tier_disk.c).
  *
  *   entries[]  key → host slot (or -1) | file state (none, queued, on disk) | reads in flight
  *   table      open addressing over entries by key (linear probing, backward-shift deletion)
@@ -17,7 +17,16 @@
  *
  * Only the engine thread touches entries, the table, the lists and the staging buffers' free
  * list; the I/O thread sees jobs alone (everything a job needs is copied into it). The two
- * FIFOs are under one mutex.
+ * FIFOs, the job the I/O thread is running and the verifier's result are under one mutex.
+ *
+ * Deadlines: a load's job carries one (queued + io_timeout). tier_poll gives up on a load past
+ * it: a queued job leaves the queue, the running one is marked abandoned, and the caller gets a
+ * failed completion at once. The I/O thread copies a read into its block under the mutex and
+ * only when the job is not abandoned, so a block handed back to the caller is never written
+ * later. The verifier thread hashes the source file (the model) and posts the result; tier_poll
+ * applies it to the entries of earlier runs (`old`: indexed at start-up, loaded only once
+ * vouched for). tier_destroy waits for the threads up to the deadline, else leaves them behind
+ * (tier_io.c).
  */
 #include "cache/tier.h"
 
@@ -29,85 +38,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/clock.h"
 #include "cache/tier_disk.h"
-
-enum { TIER__NONE = 0, TIER__QUEUED = 1, TIER__ON = 2 }; /* an entry's file state */
-enum { TIER__WRITE = 0, TIER__READ = 1, TIER__UNLINK = 2 }; /* job kinds */
-
-typedef struct tier__ent {
-    hash_key key;
-    int32_t slot;       /* host tier slot, or -1 */
-    int8_t disk;        /* TIER__NONE / QUEUED / ON */
-    int8_t live;
-    int32_t pins;       /* file reads in flight */
-    uint32_t gen;       /* bumped whenever the entry is freed: completions of older jobs are stale */
-    int32_t prev[2], next[2]; /* LRU links per level (-1: none) */
-} tier__ent;
-
-typedef struct tier__job {
-    struct tier__job *next;
-    int kind;           /* TIER__WRITE / READ / UNLINK */
-    int ready;          /* 0 until a fence covers the copy that fills buf */
-    int32_t ent;        /* the entry it serves, with its generation */
-    uint32_t gen;
-    hash_key key, parent;
-    int32_t block;      /* READ: the destination block */
-    uint64_t tag;       /* READ: the caller's */
-    void *buf;          /* staging buffer (WRITE, READ) */
-    int rc;             /* result of the file operation, set by the I/O thread */
-    int copied;         /* READ: copy.in already ran on the I/O thread ... */
-    int copy_rc;        /* ... with this result */
-    int32_t tokens[];   /* WRITE: [block_size] */
-} tier__job;
-
-typedef struct tier__list {
-    int32_t head, tail; /* least / most recently used; -1 when empty */
-    int64_t n;
-} tier__list;
-
-struct tier {
-    tier_config c;
-    char *disk_dir;           /* owned copy of c.disk_dir */
-    size_t file_bytes;        /* one block's file */
-
-    tier__ent *ents;          /* [cap_ents] */
-    int32_t cap_ents, n_live, free_ent; /* free_ent: head of the free entries (linked by next[0]) */
-    int32_t *table;           /* [table_mask + 1] entry index or -1 */
-    uint32_t table_mask;
-    tier__list lru[2];        /* TIER_HOST, TIER_DISK */
-
-    int64_t host_cap;         /* slots */
-    char *host_mem;           /* [host_cap][block_bytes] */
-    int32_t *free_slots;      /* [host_cap] stack */
-    int64_t n_free_slots;
-
-    char *root;               /* the file tier's folder, NULL without one */
-    int lock_fd;
-    int64_t disk_cap;         /* blocks */
-    int disk_on;
-
-    void **bufs;              /* staging buffers, free ones at [0 .. n_free_bufs) */
-    int n_bufs, n_free_bufs, max_bufs;
-    void **fence_bufs;        /* buffers a copy in may still read: free after the next fence */
-    int n_fence_bufs;
-    int need_fence;           /* jobs or buffers wait for a fence */
-
-    tier_done *ready;         /* completed loads not yet returned by tier_poll */
-    int n_ready, cap_ready;
-    int n_loading;            /* started, not yet returned */
-
-    pthread_t thread;
-    int thread_started;
-    pthread_mutex_t mu;       /* guards the fields below */
-    pthread_cond_t cv_io;     /* the I/O thread waits for a ready job */
-    pthread_cond_t cv_idle;   /* tier_flush waits for the queue to empty */
-    tier__job *todo_head, *todo_tail;
-    tier__job *done_head, *done_tail;
-    int busy;                 /* the I/O thread is running a job */
-    int stop;
-
-    tier_stats st;
-};
+#include "cache/tier_internal.h"
 
 size_t tier_file_bytes(size_t block_bytes, int block_size)
 {
@@ -280,79 +213,13 @@ static tier__job *tier__job_new(tier *t, int kind, int32_t e)
     return j;
 }
 
-static void tier__enqueue(tier *t, tier__job *j)
-{
-    if (!j->ready) t->need_fence = 1;
-    pthread_mutex_lock(&t->mu);
-    if (t->todo_tail) t->todo_tail->next = j;
-    else t->todo_head = j;
-    t->todo_tail = j;
-    pthread_cond_signal(&t->cv_io);
-    pthread_mutex_unlock(&t->mu);
-}
-
-/* Runs one job on the I/O thread. */
-static void tier__run_job(tier *t, tier__job *j)
-{
-    tier__meta m = {t->c.fingerprint, j->key, j->parent, t->c.block_size, j->tokens};
-    switch (j->kind) {
-    case TIER__WRITE:
-        j->rc = tier__disk_write(t->root, &m, j->buf, t->c.block_bytes);
-        break;
-    case TIER__READ:
-        j->rc = tier__disk_read(t->root, &m, j->buf, t->c.block_bytes);
-        if (!j->rc && t->c.copy.in_any_thread) {
-            j->copy_rc = t->c.copy.in(t->c.copy.ud, j->block, j->buf);
-            j->copied = 1;
-        }
-        break;
-    default:
-        j->rc = tier__disk_unlink(t->root, j->key);
-        break;
-    }
-}
-
-static void *tier__io_main(void *arg)
-{
-    tier *t = arg;
-    pthread_mutex_lock(&t->mu);
-    for (;;) {
-        while (!(t->todo_head && t->todo_head->ready) && !(t->stop && !t->todo_head))
-            pthread_cond_wait(&t->cv_io, &t->mu);
-        if (!t->todo_head) break; /* stopping, nothing left */
-        tier__job *j = t->todo_head;
-        t->todo_head = j->next;
-        if (!t->todo_head) t->todo_tail = NULL;
-        j->next = NULL;
-        t->busy = 1;
-        pthread_mutex_unlock(&t->mu);
-        tier__run_job(t, j);
-        pthread_mutex_lock(&t->mu);
-        if (t->done_tail) t->done_tail->next = j;
-        else t->done_head = j;
-        t->done_tail = j;
-        t->busy = 0;
-        pthread_cond_broadcast(&t->cv_idle);
-        if (j->kind == TIER__READ && t->c.wake) {
-            pthread_mutex_unlock(&t->mu);
-            t->c.wake(t->c.wake_ud);
-            pthread_mutex_lock(&t->mu);
-        }
-    }
-    pthread_mutex_unlock(&t->mu);
-    return NULL;
-}
-
 /* Waits for every copy issued so far, then lets the jobs filled by them run and frees the buffers
  * copies in read. */
 static void tier__fence(tier *t)
 {
     if (!t->need_fence) return;
     if (t->c.copy.fence) t->c.copy.fence(t->c.copy.ud); /* a failed device shows in its next step */
-    pthread_mutex_lock(&t->mu);
-    for (tier__job *j = t->todo_head; j; j = j->next) j->ready = 1;
-    pthread_cond_signal(&t->cv_io);
-    pthread_mutex_unlock(&t->mu);
+    tier__mark_ready(t);
     while (t->n_fence_bufs > 0) tier__put_buf(t, t->fence_bufs[--t->n_fence_bufs]);
     t->need_fence = 0;
 }
@@ -365,6 +232,10 @@ static void tier__drop_disk(tier *t, int32_t e, int unlink)
     tier__ent *x = &t->ents[e];
     if (x->disk == TIER__NONE) return;
     x->disk = TIER__NONE;
+    if (x->old) {
+        x->old = 0;
+        t->n_old--;
+    }
     tier__lru_unlink(t, TIER_DISK, e);
     if (unlink) {
         tier__job *j = tier__job_new(t, TIER__UNLINK, e);
@@ -398,12 +269,27 @@ static int tier__disk_room(tier *t)
 
 /* ---- the API ---------------------------------------------------------------------------------- */
 
+/* 1 when e's file may be loaded now. */
+static int tier__disk_usable(const tier *t, const tier__ent *x)
+{
+    return t->disk_on && !t->stalled && x->disk != TIER__NONE && !x->old;
+}
+
 int tier_has(const tier *t, hash_key key)
 {
     int32_t e = tier__find(t, key);
     if (e < 0) return 0;
     const tier__ent *x = &t->ents[e];
-    return x->slot >= 0 || (t->disk_on && x->disk != TIER__NONE);
+    return x->slot >= 0 || tier__disk_usable(t, x);
+}
+
+/* A file of an earlier run not vouched for is as good as absent: a write of this run replaces
+ * it. Returns key's entry afterwards (-1 when it held nothing else and was freed). */
+static int32_t tier__forget_old(tier *t, int32_t e, hash_key key)
+{
+    if (e < 0 || !t->ents[e].old) return e;
+    tier__drop_disk(t, e, 0);
+    return tier__find(t, key);
 }
 
 /* Queues the write of block into the file tier for entry e (which has no file state).
@@ -431,7 +317,11 @@ static int tier__queue_write(tier *t, int32_t e, hash_key parent, const int32_t 
 void tier_save(tier *t, hash_key key, hash_key parent, const int32_t *tokens, int32_t block)
 {
     if (!t->disk_on) return;
-    int32_t e = tier__find(t, key);
+    if (t->stalled) {
+        t->st.writes_skipped++;
+        return;
+    }
+    int32_t e = tier__forget_old(t, tier__find(t, key), key);
     if (e >= 0 && t->ents[e].disk != TIER__NONE) {
         tier__touch(t, TIER_DISK, e);
         return;
@@ -474,10 +364,12 @@ static int tier__host_put(tier *t, int32_t e, int32_t block)
 
 int tier_spill(tier *t, hash_key key, hash_key parent, const int32_t *tokens, int32_t block)
 {
-    int32_t e = tier__find(t, key);
+    int32_t e = tier__forget_old(t, tier__find(t, key), key);
     if (e < 0 && (e = tier__new_ent(t, key)) < 0) return 0;
     if (t->host_cap > 0) tier__host_put(t, e, block);
-    if (t->disk_on) {
+    if (t->disk_on && t->stalled) {
+        t->st.writes_skipped++;
+    } else if (t->disk_on) {
         if (t->ents[e].disk != TIER__NONE) tier__touch(t, TIER_DISK, e);
         else if (!tier__queue_write(t, e, parent, tokens, block)) t->st.writes_skipped++;
     }
@@ -523,7 +415,7 @@ int tier_load(tier *t, hash_key key, int32_t block, uint64_t tag)
         if (t->c.wake) t->c.wake(t->c.wake_ud);
         return 0;
     }
-    if (!t->disk_on || x->disk == TIER__NONE) return -ENOENT;
+    if (!tier__disk_usable(t, x)) return -ENOENT;
     if (tier__reserve_ready(t)) return -EBUSY;
     void *buf = tier__get_buf(t);
     tier__job *j = buf ? tier__job_new(t, TIER__READ, e) : NULL;
@@ -534,6 +426,7 @@ int tier_load(tier *t, hash_key key, int32_t block, uint64_t tag)
     j->block = block;
     j->tag = tag;
     j->buf = buf;
+    j->deadline_us = clk_now_us() + t->io_timeout_us;
     x->pins++;
     tier__touch(t, TIER_DISK, e);
     t->n_loading++;
@@ -556,17 +449,23 @@ static void tier__complete_write(tier *t, tier__job *j)
     int32_t e = tier__job_ent(t, j);
     tier__put_buf(t, j->buf);
     if (!j->rc) t->st.bytes_written += (int64_t)t->file_bytes;
+    t->st.files_skipped += j->rc == TIER__ENOTREG;
     if (e < 0 || t->ents[e].disk != TIER__QUEUED) return; /* dropped meanwhile (tier turned off) */
     if (!j->rc) {
         t->ents[e].disk = TIER__ON;
         return;
     }
     tier__drop_disk(t, e, 0);
-    tier__disable_disk(t, j->rc);
+    /* Something that is not a file under this block's name is the block's problem alone. */
+    if (j->rc != TIER__ENOTREG) tier__disable_disk(t, j->rc);
 }
 
 static void tier__complete_read(tier *t, tier__job *j)
 {
+    if (j->abandoned) { /* already completed as failed at its deadline; nothing was copied */
+        tier__put_buf(t, j->buf);
+        return;
+    }
     int32_t e = tier__job_ent(t, j);
     int ok = !j->rc && !(j->copied ? j->copy_rc : t->c.copy.in(t->c.copy.ud, j->block, j->buf));
     if (!j->rc && !j->copied && t->c.copy.fence) { /* the copy in may still read the buffer */
@@ -578,8 +477,9 @@ static void tier__complete_read(tier *t, tier__job *j)
     if (!j->rc) t->st.bytes_read += (int64_t)t->file_bytes;
     if (e >= 0) {
         t->ents[e].pins--;
-        if (j->rc == -EBADMSG || j->rc == -ENOENT) { /* this file is bad or gone: forget it */
+        if (j->rc == -EBADMSG || j->rc == -ENOENT || j->rc == TIER__ENOTREG) { /* bad or gone: forget it */
             t->st.files_ignored += j->rc == -EBADMSG;
+            t->st.files_skipped += j->rc == TIER__ENOTREG;
             tier__drop_disk(t, e, j->rc == -EBADMSG);
         } else if (j->rc && j->rc != -ENOMEM) { /* the file system failed */
             tier__disable_disk(t, j->rc);
@@ -592,16 +492,96 @@ static void tier__complete_read(tier *t, tier__job *j)
 /* Completes every job the I/O thread finished. */
 static void tier__complete(tier *t)
 {
-    pthread_mutex_lock(&t->mu);
-    tier__job *j = t->done_head;
-    t->done_head = t->done_tail = NULL;
-    pthread_mutex_unlock(&t->mu);
+    tier__job *j = tier__take_done(t);
     while (j) {
         tier__job *next = j->next;
         if (j->kind == TIER__WRITE) tier__complete_write(t, j);
         else if (j->kind == TIER__READ) tier__complete_read(t, j);
+        else if (j->kind == TIER__STAMP && j->rc && !t->c.quiet)
+            fprintf(stderr, "kvserve: KV disk tier %s: cannot write the model stamp (%s): a restart will not reuse "
+                    "these blocks\n", t->root, strerror(-j->rc));
         free(j);
         j = next;
+    }
+}
+
+/* ---- deadlines and the stalled state ------------------------------------------------------------- */
+
+/* Load j is given up: its caller gets a failed completion now. A queued job is freed here; the
+ * running one stays the I/O thread's (abandoned: it neither copies nor reports). */
+static void tier__give_up(tier *t, tier__job *j, int queued)
+{
+    int32_t e = tier__job_ent(t, j);
+    if (e >= 0) {
+        t->ents[e].pins--;
+        tier__release_ent(t, e);
+    }
+    tier__push_ready(t, j->tag, j->block, 0, TIER_DISK);
+    t->st.io_timeouts++;
+    if (queued) {
+        tier__put_buf(t, j->buf);
+        free(j);
+    }
+}
+
+/* Loads past their deadline complete as failed; while the I/O thread is stuck past the deadline
+ * every load does, and the stalled state (logged) makes new loads miss and writes skip. */
+static void tier__expire(tier *t)
+{
+    if (!t->root || !t->threads_started) return;
+    tier__job *expired, *abandon;
+    int stuck;
+    tier__take_expired(t, clk_now_us(), &expired, &abandon, &stuck);
+    /* The running job is not freed before tier__complete, which only this thread calls. */
+    if (abandon) tier__give_up(t, abandon, 0);
+    while (expired) {
+        tier__job *j = expired;
+        expired = j->next;
+        tier__give_up(t, j, 1);
+    }
+    if (stuck && !t->stalled && !t->c.quiet)
+        fprintf(stderr, "kvserve: KV disk tier %s stalled: a file operation has not returned for %.1f s; "
+                "prefixes are recomputed and writes skipped until it does\n", t->root, (double)t->io_timeout_us / 1e6);
+    if (!stuck && t->stalled && !t->c.quiet) fprintf(stderr, "kvserve: KV disk tier %s responds again\n", t->root);
+    t->stalled = stuck;
+}
+
+/* ---- blocks of earlier runs: the verifier ------------------------------------------------------ */
+
+/* The verifier's result, once: blocks of earlier runs become loadable when the stamp they were
+ * written under names this content, else they are deleted; the stamp is renewed. */
+static void tier__verify_apply(tier *t)
+{
+    if (t->verify_applied || !t->source_path || !t->threads_started) return;
+    int rc;
+    hash_key h;
+    if (!tier__verify_result(t, &rc, &h)) return;
+    t->verify_applied = 1;
+    if (rc) { /* the old blocks stay unused (and age out); no stamp vouches for the folder */
+        if (!t->c.quiet)
+            fprintf(stderr, "kvserve: KV disk tier %s: cannot hash the model file %s (%s); blocks of earlier runs "
+                    "are not used\n", t->root, t->source_path, rc == -ESTALE ? "it changed since it was loaded" : strerror(-rc));
+        return;
+    }
+    int match = t->have_stamp && hash_key_eq(h, t->stamp);
+    int64_t n_old = t->n_old;
+    for (int32_t e = 0; e < t->cap_ents && t->n_old > 0; e++) {
+        if (!t->ents[e].live || !t->ents[e].old) continue;
+        if (match) {
+            t->ents[e].old = 0;
+            t->n_old--;
+        } else {
+            tier__drop_disk(t, e, 1);
+        }
+    }
+    if (!match && n_old > 0 && !t->c.quiet)
+        fprintf(stderr, "kvserve: KV disk tier %s: %lld blocks of an earlier run were computed from other model "
+                "content (%s); deleted\n", t->root, (long long)n_old, t->have_stamp ? "same file name, size and time"
+                : "unknown: no stamp");
+    tier__job *j = t->disk_on ? tier__job_new(t, TIER__STAMP, -1) : NULL;
+    if (j) {
+        j->key = h;
+        tier__enqueue(t, j);
     }
 }
 
@@ -609,6 +589,8 @@ int tier_poll(tier *t, tier_done *out, int max)
 {
     tier__fence(t);
     tier__complete(t);
+    tier__expire(t);
+    tier__verify_apply(t);
     int n = t->n_ready < max ? t->n_ready : max;
     if (n > 0) { /* nothing to move from an empty (possibly NULL) list */
         memcpy(out, t->ready, (size_t)n * sizeof *out);
@@ -624,24 +606,23 @@ int tier_loads_pending(const tier *t)
     return t->n_loading;
 }
 
-/* 1 while the I/O thread has jobs. */
-static int tier__io_busy(tier *t)
+/* tier_flush, giving up (-ETIMEDOUT, the rest still queued) when the clock passes until_us
+ * (0: only a job past its deadline ends the wait). */
+static int tier__flush_until(tier *t, int64_t until_us)
 {
-    pthread_mutex_lock(&t->mu);
-    int busy = t->todo_head != NULL || t->busy;
-    pthread_mutex_unlock(&t->mu);
-    return busy;
-}
-
-void tier_flush(tier *t)
-{
+    if (!t->threads_started) return 0;
     do {
         tier__fence(t); /* after it every queued job is ready, and only this thread queues more */
-        pthread_mutex_lock(&t->mu);
-        while (t->todo_head || t->busy) pthread_cond_wait(&t->cv_idle, &t->mu);
-        pthread_mutex_unlock(&t->mu);
+        if (tier__io_wait_idle(t, until_us)) return -ETIMEDOUT;
         tier__complete(t); /* may queue unlinks and leave buffers for a fence */
     } while (t->need_fence || tier__io_busy(t));
+    tier__expire(t); /* the I/O thread is idle: not stalled */
+    return 0;
+}
+
+int tier_flush(tier *t)
+{
+    return tier__flush_until(t, 0);
 }
 
 /* ---- creation --------------------------------------------------------------------------------- */
@@ -687,7 +668,7 @@ static int tier__open_disk(tier *t, char *err, size_t err_len)
     int rc = tier__disk_open(t->disk_dir, t->c.fingerprint, &t->root, &t->lock_fd, err, err_len);
     if (rc) return rc;
     tier__scan s = {0};
-    rc = tier__disk_scan(t->root, t->file_bytes, tier__on_found, &s, &t->st.files_ignored);
+    rc = tier__disk_scan(t->root, t->file_bytes, tier__on_found, &s, &t->st.files_ignored, &t->st.files_skipped);
     if (rc || s.oom) {
         snprintf(err, err_len, "cannot read the KV disk tier %s: %s", t->root, strerror(rc ? -rc : ENOMEM));
         free(s.v);
@@ -715,9 +696,14 @@ static int tier__open_disk(tier *t, char *err, size_t err_len)
             continue;
         }
         t->ents[e].disk = TIER__ON;
+        t->ents[e].old = t->source_path != NULL;
+        t->n_old += t->ents[e].old;
         tier__lru_push(t, TIER_DISK, e);
     }
     free(s.v);
+    /* The stamp goes before this run writes anything: a run that ends before it has hashed its
+     * model leaves no stamp, so a later one deletes rather than trusts what it finds. */
+    if (t->source_path) t->have_stamp = tier__stamp_take(t->root, &t->stamp) == 0;
     t->disk_on = 1;
     return 0;
 }
@@ -757,13 +743,19 @@ tier *tier_create(const tier_config *c, char *err, size_t err_len)
     }
     t->c = *c;
     t->c.disk_dir = NULL;
+    t->c.source_path = NULL;
     t->lock_fd = -1;
     t->free_ent = -1;
     t->file_bytes = tier_file_bytes(c->block_bytes, c->block_size);
+    t->io_timeout_us = (int64_t)(c->io_timeout_ms > 0 ? c->io_timeout_ms : TIER_IO_TIMEOUT_MS) * 1000;
     for (int l = 0; l < 2; l++) t->lru[l] = (tier__list){-1, -1, 0};
     pthread_mutex_init(&t->mu, NULL);
     pthread_cond_init(&t->cv_io, NULL);
-    pthread_cond_init(&t->cv_idle, NULL);
+    pthread_condattr_t ca; /* timed waits on CLOCK_MONOTONIC, like every deadline here */
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&t->cv_idle, &ca);
+    pthread_condattr_destroy(&ca);
     size_t staging = c->staging_bytes ? c->staging_bytes : (size_t)64 << 20;
     size_t nb = staging / c->block_bytes;
     t->max_bufs = nb < TIER_MIN_STAGING ? TIER_MIN_STAGING : nb > 4096 ? 4096 : (int)nb;
@@ -772,7 +764,9 @@ tier *tier_create(const tier_config *c, char *err, size_t err_len)
     t->table_mask = 63;
     t->table = malloc(64 * sizeof *t->table);
     if (t->table) memset(t->table, 0xff, 64 * sizeof *t->table);
-    if (!t->bufs || !t->fence_bufs || !t->table || (want_disk && !(t->disk_dir = strdup(c->disk_dir)))) {
+    int want_source = want_disk && c->source_path && *c->source_path;
+    if (!t->bufs || !t->fence_bufs || !t->table || (want_disk && !(t->disk_dir = strdup(c->disk_dir))) ||
+        (want_source && !(t->source_path = strdup(c->source_path)))) {
         snprintf(err, err_len, "out of memory");
         tier_destroy(t);
         return NULL;
@@ -781,48 +775,44 @@ tier *tier_create(const tier_config *c, char *err, size_t err_len)
         tier_destroy(t);
         return NULL;
     }
-    if (pthread_create(&t->thread, NULL, tier__io_main, t)) {
-        snprintf(err, err_len, "cannot start the KV tier's I/O thread");
+    if (tier__start_threads(t)) {
+        snprintf(err, err_len, "cannot start the KV tier's threads");
         tier_destroy(t);
         return NULL;
     }
-    t->thread_started = 1;
     return t;
-}
-
-static void tier__free_host(tier *t, void *p)
-{
-    if (!p) return;
-    if (t->c.copy.host_free) t->c.copy.host_free(t->c.copy.ud, p);
-    else free(p);
 }
 
 void tier_destroy(tier *t)
 {
     if (!t) return;
-    if (t->thread_started) {
-        tier_flush(t);
-        pthread_mutex_lock(&t->mu);
-        t->stop = 1;
-        pthread_cond_signal(&t->cv_io);
-        pthread_mutex_unlock(&t->mu);
-        pthread_join(t->thread, NULL);
-        tier__complete(t);
-        tier__fence(t);
+    int gone = 1;
+    if (t->threads_started) {
+        /* The writes behind get one deadline in all, not one each: a disk that is slow but not
+         * stuck (every write just within the deadline) must not stretch a SIGTERM's exit by the
+         * length of the queue. What is left is dropped (a cache: the blocks are recomputed). */
+        tier__flush_until(t, clk_now_us() + t->io_timeout_us);
+        gone = tier__stop_threads(t);
+        if (gone) {
+            tier__complete(t);
+            tier__fence(t);
+        }
     }
     for (int i = 0; i < t->n_free_bufs; i++) tier__free_host(t, t->bufs[i]);
     tier__free_host(t, t->host_mem);
     if (t->lock_fd >= 0) close(t->lock_fd);
-    pthread_mutex_destroy(&t->mu);
-    pthread_cond_destroy(&t->cv_io);
-    pthread_cond_destroy(&t->cv_idle);
     free(t->bufs);
     free(t->fence_bufs);
     free(t->free_slots);
     free(t->ents);
     free(t->table);
     free(t->ready);
+    if (!gone) return; /* the last thread out frees the rest (tier__free_orphan) */
+    pthread_mutex_destroy(&t->mu);
+    pthread_cond_destroy(&t->cv_io);
+    pthread_cond_destroy(&t->cv_idle);
     free(t->root);
+    free(t->source_path);
     free(t->disk_dir);
     free(t);
 }
@@ -837,6 +827,9 @@ void tier_get_stats(const tier *t, tier_stats *out)
     out->disk_blocks = t->lru[TIER_DISK].n;
     out->disk_capacity = t->root ? t->disk_cap : 0;
     out->disk_on = t->disk_on;
+    out->disk_stalled = t->stalled;
+    out->verified = !t->source_path || t->verify_applied;
+    out->old_blocks = t->n_old;
     out->file_bytes = t->file_bytes;
 }
 
@@ -864,7 +857,7 @@ static int64_t tier__check_list(const tier *t, int l)
 
 void tier_check(const tier *t)
 {
-    int64_t live = 0, in_host = 0, on_disk = 0, pins = 0, in_table = 0;
+    int64_t live = 0, in_host = 0, on_disk = 0, pins = 0, in_table = 0, old = 0;
     char *slot_used = calloc((size_t)(t->host_cap > 0 ? t->host_cap : 1), 1);
     assert(slot_used);
     for (int32_t e = 0; e < t->cap_ents; e++) {
@@ -884,6 +877,10 @@ void tier_check(const tier *t)
             assert(t->disk_on);
             on_disk++;
         }
+        if (x->old) { /* an earlier run's file, untouched this run */
+            assert(x->disk == TIER__ON && x->slot < 0 && x->pins == 0);
+            old++;
+        }
     }
     for (uint32_t i = 0; i <= t->table_mask; i++) {
         int32_t e = t->table[i];
@@ -896,12 +893,12 @@ void tier_check(const tier *t)
         slot_used[t->free_slots[i]] = 1;
     }
     free(slot_used);
-    assert(live == t->n_live && in_table == live);
+    assert(live == t->n_live && in_table == live && old == t->n_old);
     assert(in_host == t->lru[TIER_HOST].n && tier__check_list(t, TIER_HOST) == in_host);
     assert(on_disk == t->lru[TIER_DISK].n && tier__check_list(t, TIER_DISK) == on_disk);
     assert(in_host + t->n_free_slots == t->host_cap);
     assert(on_disk <= t->disk_cap);
     assert(t->n_ready <= t->n_loading && pins <= t->n_loading);
     assert(t->n_free_bufs <= t->n_bufs && t->n_bufs <= t->max_bufs);
-    (void)live, (void)in_table, (void)pins;
+    (void)live, (void)in_table, (void)pins, (void)old;
 }

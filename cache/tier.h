@@ -22,6 +22,22 @@
  * line; loads of such blocks then fail and the caller recomputes them. Nothing here fails a
  * request.
  *
+ * The file tier never waits on its files: only regular files are opened (a FIFO, a device or a
+ * directory under a block's name is skipped and counted), every file job has a deadline
+ * (io_timeout_ms), a load not done by then completes as failed (the caller recomputes; the
+ * I/O thread's late result is dropped and never touches the block), and an I/O thread stuck in
+ * one operation past the deadline puts the tier in a stalled state (loads miss, writes are
+ * skipped, one log line) until the operation returns. tier_destroy waits for the I/O thread no
+ * longer than the deadline: a thread stuck in a system call is left behind and frees what it
+ * still uses when the call returns.
+ *
+ * Blocks of earlier runs: with source_path set, the file's whole content is hashed on a
+ * background thread, and the folder's blocks from earlier runs are loaded only once that hash
+ * equals the stamp the run that wrote them left (<folder>/model); when it differs they are
+ * deleted. Blocks this run writes load at once, and the stamp is renewed once the hash is
+ * known. So a model edited in place under an unchanged name, size and time never serves KV
+ * computed from its old bytes.
+ *
  * Copies between the KV arena and host memory go through tier_copy (the backend's
  * kv_block_out / kv_block_in behind the engine). A copy may complete asynchronously (a GPU
  * stream): a buffer filled by copy out is read only after a fence, and a buffer read by copy in
@@ -58,6 +74,15 @@ typedef struct tier_copy {
     void *ud;
 } tier_copy;
 
+/* A file's identity when it was read: a change of any field means other content. */
+typedef struct tier_file_id {
+    uint64_t size, ino, dev;
+    int64_t mtime_ns;
+} tier_file_id;
+
+/* A file job's deadline without tier_config.io_timeout_ms. */
+#define TIER_IO_TIMEOUT_MS 2000
+
 typedef struct tier_config {
     size_t block_bytes;    /* bytes of one block: kv_bytes_per_block of the geometry */
     int block_size;        /* tokens per block (each file also records its block's tokens) */
@@ -68,9 +93,14 @@ typedef struct tier_config {
     size_t staging_bytes;  /* host buffers for file writes and reads in flight; 0: 64 MiB,
                               at least TIER_MIN_STAGING blocks */
     tier_copy copy;
-    void (*wake)(void *ud); /* called (on either thread) after a load completes */
+    void (*wake)(void *ud); /* called (on any of the tier's threads) after a load completes */
     void *wake_ud;
     int quiet;             /* 1: no log lines */
+    int io_timeout_ms;     /* a file job's deadline; 0: TIER_IO_TIMEOUT_MS */
+    const char *source_path; /* the file the blocks are computed from (the model): hashed in the
+                              * background, its hash vouches for blocks of earlier runs; NULL:
+                              * they load at once */
+    tier_file_id source_id;  /* source_path's identity when it was read */
 } tier_config;
 
 /* Without --kv-disk-size: half of the file system's free space (counting this model's files
@@ -102,7 +132,11 @@ typedef struct tier tier;
 tier *tier_create(const tier_config *c, char *err, size_t err_len);
 
 /* Finishes every queued write (and read), stops the I/O thread and frees everything. Loads not
- * yet polled are dropped. */
+ * yet polled are dropped. Bounded, to about twice the deadline: the queue gets one deadline in
+ * all to drain, and when the I/O thread has not stopped one deadline later (a job stuck, or a
+ * slow disk with writes still queued) the queued jobs are dropped and the thread is left behind
+ * (it frees what it still uses when its system call returns; the copy functions and wake are
+ * never called again). */
 void tier_destroy(tier *t);
 
 /* 1 when tier_load(key) would start a load (the host tier holds it, or the file tier has it or
@@ -134,16 +168,23 @@ typedef struct tier_done {
 } tier_done;
 
 /* Completes what the I/O thread finished (and fences when something waits for one): writes
- * become durable or turn the file tier off, loads are returned in out[0 .. max). Returns the
- * number of completed loads written to out; call again while it returns max. */
+ * become durable or turn the file tier off, loads are returned in out[0 .. max); loads past
+ * their deadline complete as failed, and the stalled state and the source's verification are
+ * updated. Returns the number of completed loads written to out; call again while it returns
+ * max. */
 int tier_poll(tier *t, tier_done *out, int max);
 
 /* Loads started and not yet returned by tier_poll. */
 int tier_loads_pending(const tier *t);
 
 /* Waits until every write queued so far is on disk (or has failed); a drain calls it before the
- * process exits. */
-void tier_flush(tier *t);
+ * process exits. 0, or -ETIMEDOUT when the I/O thread spent longer than the deadline on one job
+ * (the rest is still queued). */
+int tier_flush(tier *t);
+
+/* Microseconds until the earliest deadline tier_poll acts on (a load's, the stalled check's), or
+ * -1 when none: the caller sleeps no longer than this. */
+int64_t tier_next_deadline_us(const tier *t);
 
 typedef struct tier_stats {
     int64_t host_blocks, host_capacity;   /* blocks in the host tier / it holds */
@@ -154,7 +195,14 @@ typedef struct tier_stats {
     int64_t bytes_to_host, bytes_from_host; /* host tier copies */
     int64_t writes_skipped;               /* write-behind skipped: no staging buffer, or no room */
     int64_t files_ignored;                /* files dropped as incomplete, corrupt or foreign */
+    int64_t files_skipped;                /* non-regular files under a block's name, skipped */
+    int64_t io_timeouts;                  /* loads given up at their deadline (recomputed) */
     int disk_on;                          /* 1 while the file tier works */
+    int disk_stalled;                     /* 1 while the I/O thread is stuck past the deadline */
+    int verified;                         /* 1 once the source's hash was applied (or none is
+                                           * needed): blocks of earlier runs loadable or gone */
+    int64_t old_blocks;                   /* blocks of earlier runs not vouched for (never
+                                           * loaded; all of them until the hash is known) */
     size_t file_bytes;                    /* bytes of one block's file */
 } tier_stats;
 

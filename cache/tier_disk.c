@@ -6,8 +6,13 @@
  * No fsync: a block file is a cache entry. After a crash a file is complete (renamed after its
  * last byte was written) or fails its size or checksum test and is deleted; both are safe.
  *
- * Called from the tier's I/O thread (reads, writes, unlinks) and from tier_create (open, scan);
- * nothing here keeps state.
+ * Only regular files are ever read or written: every open is O_NONBLOCK | O_NOFOLLOW and is
+ * checked with fstat before a byte moves, so a FIFO, a device, a directory or a symbolic link
+ * where a block file should be is reported (TIER__ENOTREG) instead of blocking the I/O thread
+ * or being followed.
+ *
+ * Called from the tier's I/O thread (reads, writes, unlinks, the model stamp) and from
+ * tier_create (open, scan); nothing here keeps state.
  */
 #include "cache/tier_disk.h"
 
@@ -82,6 +87,21 @@ static int tier__mkdir(const char *path)
     return -errno;
 }
 
+int tier__open_regular(const char *path, int flags, mode_t mode)
+{
+    int fd = open(path, flags | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC, mode);
+    if (fd < 0) return errno == ELOOP || errno == ENXIO || errno == EISDIR ? TIER__ENOTREG : -errno;
+    struct stat st;
+    int rc = fstat(fd, &st) != 0 ? -errno : S_ISREG(st.st_mode) ? 0 : TIER__ENOTREG;
+    if (rc) {
+        close(fd);
+        return rc;
+    }
+    /* Regular-file I/O ignores O_NONBLOCK; it is cleared anyway so that nothing depends on it. */
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+    return fd;
+}
+
 int tier__disk_open(const char *dir, hash_key fp, char **root, int *lock_fd, char *err, size_t err_len)
 {
     char hex[33], path[PATH_MAX];
@@ -108,11 +128,10 @@ int tier__disk_open(const char *dir, hash_key fp, char **root, int *lock_fd, cha
         }
     }
     snprintf(sub, sizeof sub, "%s/lock", path);
-    int fd = open(sub, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    int fd = tier__open_regular(sub, O_RDWR | O_CREAT, 0644);
     if (fd < 0) {
-        rc = -errno;
-        snprintf(err, err_len, "cannot open %s: %s", sub, strerror(errno));
-        return rc;
+        snprintf(err, err_len, "cannot open %s: %s", sub, fd == TIER__ENOTREG ? "not a regular file" : strerror(-fd));
+        return fd;
     }
     if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
         rc = errno == EWOULDBLOCK ? -EBUSY : -errno;
@@ -182,14 +201,20 @@ int tier__disk_write(const char *root, const tier__meta *m, const void *block, s
     char tmp[PATH_MAX], dst[PATH_MAX];
     tier__file_path(root, m->key, TIER__TMP, tmp, sizeof tmp);
     tier__file_path(root, m->key, TIER__SUFFIX, dst, sizeof dst);
-    int rc = 0, fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) rc = -errno;
+    /* A leftover of an interrupted write is removed first: the new one is created exclusively,
+     * so whatever else sits under that name (a FIFO, a directory) is never opened. */
+    if (unlink(tmp) != 0 && errno != ENOENT && errno != EISDIR && errno != EPERM) {
+        free(h);
+        return -errno;
+    }
+    int fd = tier__open_regular(tmp, O_WRONLY | O_CREAT | O_EXCL, 0644), rc = fd < 0 ? fd : 0;
+    if (rc == -EEXIST) rc = TIER__ENOTREG; /* not a file, since unlink did not remove it */
     if (!rc) {
         struct iovec iov[2] = {{h, hb}, {(void *)block, n}};
         rc = tier__writev_all(fd, iov, 2);
         if (close(fd) != 0 && !rc) rc = -errno;
     }
-    if (!rc && rename(tmp, dst) != 0) rc = -errno;
+    if (!rc && rename(tmp, dst) != 0) rc = errno == EISDIR || errno == ENOTEMPTY || errno == EEXIST ? TIER__ENOTREG : -errno;
     if (rc && fd >= 0) unlink(tmp);
     free(h);
     return rc;
@@ -232,8 +257,8 @@ int tier__disk_read(const char *root, const tier__meta *m, void *block, size_t n
 {
     char path[PATH_MAX];
     tier__file_path(root, m->key, TIER__SUFFIX, path, sizeof path);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return errno == ENOENT ? -ENOENT : -errno;
+    int fd = tier__open_regular(path, O_RDONLY, 0);
+    if (fd < 0) return fd;
     size_t hb = tier__hdr_bytes(m->block_size);
     unsigned char *h = malloc(hb);
     struct stat st;
@@ -282,7 +307,7 @@ static int tier__is_tmp(const char *name)
 }
 
 int tier__disk_scan(const char *root, size_t file_bytes, void (*found)(void *ud, hash_key key, int64_t mtime_ns),
-                    void *ud, int64_t *n_ignored)
+                    void *ud, int64_t *n_ignored, int64_t *n_skipped)
 {
     char sub[PATH_MAX + 64];
     for (int i = 0; i < 256; i++) {
@@ -296,7 +321,11 @@ int tier__disk_scan(const char *root, size_t file_bytes, void (*found)(void *ud,
             struct stat st;
             int tmp = tier__is_tmp(name), blk = tier__parse_name(name, &key) == 0;
             if (!tmp && !blk) continue; /* not ours: left alone */
-            if (fstatat(dirfd(d), name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode)) continue;
+            if (fstatat(dirfd(d), name, &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
+            if (!S_ISREG(st.st_mode)) { /* never opened, never deleted: counted */
+                (*n_skipped)++;
+                continue;
+            }
             if (blk && (uint64_t)st.st_size == file_bytes) {
                 found(ud, key, (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec);
                 continue;
@@ -307,6 +336,50 @@ int tier__disk_scan(const char *root, size_t file_bytes, void (*found)(void *ud,
         closedir(d);
     }
     return 0;
+}
+
+/* <root>/model: which model content the folder's blocks were computed from. */
+#define TIER__STAMP_MAGIC "KVSMODEL"
+#define TIER__STAMP_BYTES 32
+
+int tier__stamp_take(const char *root, hash_key *key)
+{
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/model", root);
+    int fd = tier__open_regular(path, O_RDONLY, 0);
+    if (fd < 0) {
+        if (fd == TIER__ENOTREG) return -EBADMSG;
+        return fd;
+    }
+    unsigned char b[TIER__STAMP_BYTES];
+    struct stat st;
+    int rc = fstat(fd, &st) != 0 ? -errno : st.st_size != TIER__STAMP_BYTES ? -EBADMSG : tier__pread_all(fd, b, sizeof b, 0);
+    close(fd);
+    if (!rc && (memcmp(b, TIER__STAMP_MAGIC, 8) || tier__get_u64(b + 24) != hash_bytes(b, 24, 0))) rc = -EBADMSG;
+    if (!rc) *key = tier__get_key(b + 8);
+    /* Until this run has hashed its own model, nothing vouches for the folder's blocks. */
+    if (unlink(path) != 0 && errno != ENOENT && !rc) rc = -errno;
+    return rc;
+}
+
+int tier__stamp_write(const char *root, hash_key key)
+{
+    char tmp[PATH_MAX], dst[PATH_MAX];
+    snprintf(tmp, sizeof tmp, "%s/model.tmp", root);
+    snprintf(dst, sizeof dst, "%s/model", root);
+    unsigned char b[TIER__STAMP_BYTES];
+    memcpy(b, TIER__STAMP_MAGIC, 8);
+    tier__put_key(b + 8, key);
+    tier__put_u64(b + 24, hash_bytes(b, 24, 0));
+    if (unlink(tmp) != 0 && errno != ENOENT) return -errno;
+    int fd = tier__open_regular(tmp, O_WRONLY | O_CREAT | O_EXCL, 0644);
+    if (fd < 0) return fd == -EEXIST ? TIER__ENOTREG : fd;
+    struct iovec iov = {b, sizeof b};
+    int rc = tier__writev_all(fd, &iov, 1);
+    if (close(fd) != 0 && !rc) rc = -errno;
+    if (!rc && rename(tmp, dst) != 0) rc = -errno;
+    if (rc) unlink(tmp);
+    return rc;
 }
 
 int tier__disk_free(const char *root, uint64_t *free_bytes)

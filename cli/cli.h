@@ -6,6 +6,7 @@
 #ifndef KVSERVE_CLI_H
 #define KVSERVE_CLI_H
 
+#include <stdio.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -28,6 +29,13 @@ typedef struct cli_opts {
     size_t kv_host_memory_bytes; /* --kv-host-memory SIZE: host-RAM tier (0: off) */
     const char *kv_disk_dir;    /* --kv-disk-dir DIR: file tier (NULL: off) */
     size_t kv_disk_bytes;       /* --kv-disk-size SIZE (0: the default) */
+    double kv_disk_timeout_s;   /* --kv-disk-timeout S */
+    double http_header_timeout_s;    /* --http-header-timeout S */
+    double http_body_min_rate;       /* --http-body-min-rate BYTES/S */
+    double http_keepalive_timeout_s; /* --http-keepalive-timeout S */
+    int http_max_connections;        /* --http-max-connections N */
+    int http_max_per_client;         /* --http-max-connections-per-client N */
+    int http_reserved_connections;   /* --http-reserved-connections N */
     int max_seqs;               /* 0: 64 on CPU, 256 on GPU */
     int max_batch_tokens;       /* 0: 512 on CPU, 2048 on GPU */
     int prefill_admit_tokens;   /* 0: 64 on CPU, no limit on GPU; < 0: no limit */
@@ -149,5 +157,9 @@ int cli_render_chat(cli_opts *o);
  * *compile_ms is the CPU time the schema conversion and compilation took. 0, or -1 after printing
  * a one-line error prefixed with "kvserve CMD". */
 int cli_grammar(const cli_opts *o, const char *cmd, gr_grammar **out, double *compile_ms);
+
+/* version.c: `kvserve --version`'s lines: the release and the commit (base/version.h), and the
+ * backends built in. */
+void cli_print_version(FILE *out);
 
 #endif

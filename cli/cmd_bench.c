@@ -347,6 +347,7 @@ static int bn_config(const cli_opts *o, engine_config *c)
     c->kv_host_memory_bytes = o->kv_host_memory_bytes;
     c->kv_disk_dir = o->kv_disk_dir && *o->kv_disk_dir ? o->kv_disk_dir : NULL;
     c->kv_disk_bytes = o->kv_disk_bytes;
+    c->kv_disk_timeout_s = o->kv_disk_timeout_s;
     c->gpu_memory_utilization = o->gpu_memory_utilization;
     c->kv_dtype = kv_dtype_parse(o->kv_dtype);
     c->block_size = o->block_size;

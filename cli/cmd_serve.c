@@ -42,6 +42,13 @@ int cli_serve(cli_opts *o)
     c.pooling = o->pooling;
     c.response_store = o->response_store;
     c.response_store_bytes = o->response_store_bytes;
+    c.http_limits = (gate_limits){o->http_max_connections, o->http_reserved_connections, o->http_max_per_client,
+                                  o->http_header_timeout_s, o->http_body_min_rate, o->http_keepalive_timeout_s};
+    if (o->http_max_connections < 1 || o->http_reserved_connections < 1 || o->http_max_per_client < 0 ||
+        !(o->http_header_timeout_s > 0) || !(o->http_body_min_rate >= 0) || !(o->http_keepalive_timeout_s > 0)) {
+        fprintf(stderr, "kvserve serve: an --http-* limit is out of range (connections ≥ 1, timeouts > 0, rate ≥ 0)\n");
+        return 2;
+    }
     if (o->port < 0 || o->port > 65535 || c.drain_timeout_s < 0 || c.sse_ping_interval_s <= 0 || c.grammar_cache < 0) {
         fprintf(stderr, "kvserve serve: --port, --drain-timeout, --sse-ping-interval or --grammar-cache out of range\n");
         return 2;
@@ -60,6 +67,7 @@ int cli_serve(cli_opts *o)
     e->kv_host_memory_bytes = o->kv_host_memory_bytes;
     e->kv_disk_dir = o->kv_disk_dir && *o->kv_disk_dir ? o->kv_disk_dir : NULL;
     e->kv_disk_bytes = o->kv_disk_bytes;
+    e->kv_disk_timeout_s = o->kv_disk_timeout_s;
     e->gpu_memory_utilization = o->gpu_memory_utilization;
     e->kv_dtype = kv_dtype_parse(o->kv_dtype);
     if (e->kv_dtype < 0) {

@@ -27,7 +27,8 @@ static void usage(void)
     printf("usage: kvserve [COMMAND] [OPTIONS]\n\ncommands:\n");
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         printf("  %-12s %s\n", commands[i].name, commands[i].what);
-    printf("\n`kvserve COMMAND --help` lists a command's options.\n");
+    printf("\n`kvserve COMMAND --help` lists a command's options; `kvserve --version` prints the version, the\n"
+           "commit and the backends built in.\n");
 }
 
 int main(int argc, char **argv)
@@ -39,6 +40,9 @@ int main(int argc, char **argv)
         first = 2;
     } else if (argc > 1 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
         usage();
+        return 0;
+    } else if (argc > 1 && (!strcmp(argv[1], "--version") || !strcmp(argv[1], "-V"))) {
+        cli_print_version(stdout);
         return 0;
     }
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {

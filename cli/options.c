@@ -43,6 +43,7 @@ static const opt table[] = {
     {"kv-host-memory", 0, O_SIZE, OFF(kv_host_memory_bytes), "0 (off)", "serve bench info", "second KV tier in host RAM (pinned on a GPU): evicted prefix blocks are copied there and loaded back instead of recomputed (e.g. 8GiB)"},
     {"kv-disk-dir", 0, O_STR, OFF(kv_disk_dir), NULL, "serve bench info", "second KV tier in files under DIR: prefix blocks are written behind and loaded back, also by a restarted server with the same model"},
     {"kv-disk-size", 0, O_SIZE, OFF(kv_disk_bytes), "half the free space, at most 64GiB", "serve bench info", "capacity of the --kv-disk-dir tier"},
+    {"kv-disk-timeout", 0, O_DBL, OFF(kv_disk_timeout_s), "2", "serve bench", "seconds a --kv-disk-dir file operation may take: a load not done by then is recomputed, and a stuck disk stalls the tier (loads miss, writes are skipped) until it returns"},
     {"max-seqs", 0, O_INT, OFF(max_seqs), "64 cpu / 256 gpu", ENGINE_CMDS, "most sequences running at once"},
     {"max-batch-tokens", 0, O_INT, OFF(max_batch_tokens), "512 cpu / 2048 gpu", ENGINE_CMDS, "token budget of one engine step: decodes first, then prefill chunks of the prompts"},
     {"prefill-admit-tokens", 0, O_INT, OFF(prefill_admit_tokens), "64 cpu / off gpu", "serve bench", "admit no further prompt into a step that already holds this many prefill tokens (-1 = off)"},
@@ -68,6 +69,12 @@ static const opt table[] = {
     {"allowed-origins", 0, O_STR, OFF(allowed_origins), "none (CORS off)", "serve", "CORS: comma-separated origins allowed to call the API from a browser, or *"},
     {"drain-timeout", 0, O_DBL, OFF(drain_timeout_s), "30", "serve", "seconds to finish in-flight requests on SIGTERM"},
     {"sse-ping-interval", 0, O_DBL, OFF(sse_ping_interval_s), "15", "serve", "seconds between ': ping' comments while a stream waits"},
+    {"http-header-timeout", 0, O_DBL, OFF(http_header_timeout_s), "10", "serve", "seconds a request head may take from its first byte (a new connection: from accept); 408 and close beyond"},
+    {"http-body-min-rate", 0, O_DBL, OFF(http_body_min_rate), "1024", "serve", "bytes/s a request body must keep up: it may take --http-header-timeout plus one second per this many bytes, 408 and close beyond (0 = no floor)"},
+    {"http-keepalive-timeout", 0, O_DBL, OFF(http_keepalive_timeout_s), "5", "serve", "seconds a connection with nothing in flight stays open"},
+    {"http-max-connections", 0, O_INT, OFF(http_max_connections), "4096", "serve", "open connections; a new one beyond closes the oldest idle or unfinished-head one (lowered to what the open-file limit holds)"},
+    {"http-max-connections-per-client", 0, O_INT, OFF(http_max_per_client), "256", "serve", "open connections from one client address, enforced the same way (0 = no cap; behind a proxy every connection is the proxy's)"},
+    {"http-reserved-connections", 0, O_INT, OFF(http_reserved_connections), "32", "serve", "connections beyond the limits for GET /health and /metrics only, when nothing can be closed to make room"},
     {"max-body", 0, O_SIZE, OFF(max_body_bytes), "16MiB", "serve", "largest request body accepted (413 beyond)"},
     {"pooling", 0, O_STR, OFF(pooling), "the model's pooling_type", "serve mkmodel", "serve: how /v1/embeddings pools hidden states (mean, cls or last; rank: /v1/rerank scores with the model's classification head, or the \"yes\"/\"no\" logits of its LM head), also for a generative model; mkmodel: the pooling_type written (rank adds a classification head)"},
     {"response-store", 0, O_INT, OFF(response_store), "1024", "serve", "/v1/responses kept for previous_response_id and GET (store: true), least recently used dropped first (0 = none kept)"},
@@ -153,6 +160,13 @@ void cli_opts_default(cli_opts *o)
     o->drain_timeout_s = 30;
     o->sse_ping_interval_s = 15;
     o->max_body_bytes = (size_t)16 << 20;
+    o->http_header_timeout_s = 10;
+    o->http_body_min_rate = 1024;
+    o->http_keepalive_timeout_s = 5;
+    o->http_max_connections = 4096;
+    o->http_max_per_client = 256;
+    o->http_reserved_connections = 32;
+    o->kv_disk_timeout_s = 2;
     o->grammar_cache = 64;
     o->response_store = 1024;
     o->response_store_bytes = (size_t)64 << 20;

@@ -5,13 +5,15 @@
  *
  * Each backend runs the kernels of one SIMD level (cpu/cpu.h), chosen when it is created; its
  * table (cpu__kern, filled by isa.c) decides everything level-specific, including the layout
- * of packed weights. Weights keep a zero-copy view of the model's mapping (data) and, for
- * matrices whose type has a packed layout at this level, a copy packed once at upload (extra:
- * see gemm_*.c), the same size as the file's data; matmul then reads only the copy, embed only
- * the mapping, so the mapping's pages of a packed matrix are released after packing (resident
- * memory ≈ file size, not twice it; embed faults back in the rows it reads). An embedding that
- * only embed reads (embed_upload) gets no copy. Where the level has no packed layout, matmul
- * reads the mapping.
+ * of packed weights. The backend owns every weight byte it reads after upload, so that the
+ * model file may change or vanish under a running server (model/gguf.h gguf_detach): matrices
+ * whose type has a packed layout at this level get a copy packed once at upload (extra: see
+ * gemm_*.c; matmul reads only that), every other weight (norms, biases, embeddings, matrices
+ * without a packed layout) a plain copy (data). Each copy is the size of the file's data, and
+ * the mapping's pages are released after it (resident memory ≈ file size, not twice it); a
+ * packed weight's data still points into the mapping and is never read. The one cost over
+ * reading the mapping in place: a tied embedding is both a packed LM head and embed's plain
+ * rows (forward.c uploads it twice), where embed used to fault in only the rows it read.
  * Backend memory is ordinary host memory, 64-byte aligned. The engine thread drives
  * the backend and takes part in every op as worker 0; ops are synchronous, so sync is a no-op.
  */
@@ -111,27 +113,31 @@ static void release_mapping(const void *data, size_t bytes)
     if (e > a && in_file_mapping(data, bytes)) madvise((void *)a, e - a, MADV_DONTNEED);
 }
 
-/* Uploads src as a view of the mapping and, for matrices with a packed layout at this level
- * when pack is set, the packed copy (whose source pages are then released). */
+/* Uploads src: for matrices with a packed layout at this level when pack is set, the packed
+ * copy, else a plain copy; the source pages are then released. */
 static int upload(cpu__backend *c, const model_tensor *src, be_weight *dst, int pack)
 {
     if (!dt_is_supported(src->type) || src->type < 0 || src->type >= CPU__MM_TYPES ||
         !c->k.mm[src->type].dot)
         return -EINVAL;
     if (src->ne[0] % dt_block_elems(src->type)) return -EINVAL;
-    be_weight w = {.type = src->type, .n_in = src->ne[0], .n_out = src->ne[1],
-                   .data = (void *)src->data}; /* zero copy: the mapping outlives its use */
-    /* Matrices also get a copy in the layout of the level's GEMM, packed once here rather than
-     * on every call; matmul.c uses it for every number of rows, so the mapping's pages are
-     * then only read by embed. */
+    be_weight w = {.type = src->type, .n_in = src->ne[0], .n_out = src->ne[1], .data = (void *)src->data};
+    /* Matrices get a copy in the layout of the level's GEMM, packed once here rather than on
+     * every call; matmul.c uses it for every number of rows and never reads data. */
     const cpu__mm_packed *pk = &c->k.mm[w.type].packed;
     size_t bytes = pack && w.n_out > 1 && pk->run ? pk->bytes(w.n_in, w.n_out) : 0;
+    size_t raw = src->row_bytes * (size_t)w.n_out;
     if (bytes) {
         w.extra = packed_alloc(c, bytes);
         if (!w.extra) return -ENOMEM;
         pk->pack(&w, w.extra);
-        release_mapping(w.data, src->row_bytes * (size_t)w.n_out);
+    } else { /* everything else is read as the file has it: a copy the backend owns */
+        void *own = packed_alloc(c, raw);
+        if (!own) return -ENOMEM;
+        memcpy(own, src->data, raw);
+        w.data = own;
     }
+    release_mapping(src->data, raw);
     *dst = w;
     return 0;
 }
@@ -146,19 +152,24 @@ static int cpu_embed_upload(backend *be, const model_tensor *src, be_weight *dst
     return upload(cb(be), src, dst, 0);
 }
 
+/* Returns p (from packed_alloc) to its chunk, freeing the chunk with its last copy. */
+static void packed_free(cpu__backend *c, void *p)
+{
+    cpu__chunk *k;
+    memcpy(&k, (char *)p - 64, sizeof k);
+    if (--k->live == 0) {
+        if (k->prev) k->prev->next = k->next;
+        else c->chunks = k->next;
+        if (k->next) k->next->prev = k->prev;
+        free(k);
+    }
+}
+
 static void cpu_weight_free(backend *be, be_weight *w)
 {
     cpu__backend *c = cb(be);
-    if (w->extra) {
-        cpu__chunk *k;
-        memcpy(&k, (char *)w->extra - 64, sizeof k);
-        if (--k->live == 0) {
-            if (k->prev) k->prev->next = k->next;
-            else c->chunks = k->next;
-            if (k->next) k->next->prev = k->prev;
-            free(k);
-        }
-    }
+    if (w->extra) packed_free(c, w->extra); /* data: the mapping's */
+    else if (w->data) packed_free(c, w->data); /* data: our copy */
     w->data = NULL;
     w->extra = NULL;
 }

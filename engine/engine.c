@@ -81,8 +81,9 @@ struct engine {
     int n_eog;
     gr_vocab *gvoc;         /* the vocabulary as grammars see it, built at the first constrained request */
     pool_rows pool_buf;     /* pooled sequences' hidden rows of a step (host) */
-    pool_head head;         /* the reranking head, built at the first rank-pooled request */
-    int head_state;         /* 0: not built yet, 1: built, -1: the model has none */
+    pool_head head;         /* the reranking head, built with the engine (see eng__setup) */
+    int head_state;         /* 1: built, -1: the model has none (head_err says why; logged once) */
+    char head_err[256];
     pthread_t thread;
     int thread_started;
 
@@ -297,16 +298,15 @@ static void eng__reap(engine *e)
 
 /* A pooled request's accumulator, and what its sequence needs from the scheduler: the whole
  * prompt computed when rows of a cached prefix are pooled, its blocks kept out of the prefix
- * cache unless it asked. The reranking head is built at the first request that ranks. 0 or -1. */
+ * cache unless it asked. The reranking head was built with the engine (eng__setup). 0 or -1. */
 static int eng__pool_setup(engine *e, eng_req *q, seq *s)
 {
     const model *m = e->cfg.model;
-    if (q->r.pooling == MODEL_POOL_RANK && !e->head_state) {
-        char err[256];
-        e->head_state = pool_head_init(&e->head, m, e->cfg.tok, err, sizeof err) ? -1 : 1;
-        if (e->head_state < 0 && !e->cfg.quiet) fprintf(stderr, "engine: %s\n", err);
+    if (q->r.pooling == MODEL_POOL_RANK && e->head_state < 0) {
+        if (e->head_err[0] && !e->cfg.quiet) fprintf(stderr, "engine: %s\n", e->head_err);
+        e->head_err[0] = 0; /* once */
+        return -1;
     }
-    if (q->r.pooling == MODEL_POOL_RANK && e->head_state < 0) return -1;
     q->pool = pool_acc_create(q->r.pooling, m->hp.n_embd, q->r.n_prompt, e->head.last);
     if (!q->pool) return -1;
     s->pool = q->pool;
@@ -584,7 +584,10 @@ static int eng__step_once(engine *e, eng_evlist *out)
     if (e->overlap && stp_must_collect(e->steps)) rc = eng__collect(e, out); /* its tokens first */
     if (rc) return rc;
     int busy = stp_in_flight(e->steps) > 0;
-    if (!busy && !sched_num_running(e->sc) && !sched_num_waiting(e->sc)) return 0;
+    if (!busy && !sched_num_running(e->sc) && !sched_num_waiting(e->sc)) {
+        sched_tier_poll(e->sc); /* the tier's own work goes on while nothing runs */
+        return 0;
+    }
     sched_plan plan;
     const sampling_plan *sp = NULL;
     rc = eng__schedule(e, &plan);
@@ -665,6 +668,11 @@ static void eng__tier_stats(const engine *e, const sched_stats *ss, engine_stats
     st->tier_bytes_from_host = ts.bytes_from_host;
     st->tier_writes_skipped = ts.writes_skipped;
     st->tier_files_ignored = ts.files_ignored;
+    st->tier_files_skipped = ts.files_skipped;
+    st->tier_io_timeouts = ts.io_timeouts;
+    st->tier_disk_stalled = ts.disk_stalled;
+    st->tier_verified = ts.verified;
+    st->tier_unverified_blocks = ts.old_blocks;
     st->tier_hit_tokens = ss->tier_hit_tokens;
     st->tier_loads = ss->tier_loads;
     memcpy(st->tier_load_hist, ss->tier_load_hist, sizeof st->tier_load_hist);
@@ -690,8 +698,11 @@ static void eng__update_stats(engine *e)
         st->iter_tokens_sum += tok;
         e->step_tokens_seen = ss.step_tokens;
     }
+    /* O(tree): not on every step, but always when the engine goes idle, since an idle engine
+     * looks again only at its heartbeat and the last request's blocks would show as used. */
+    int quiet = !sched_num_running(e->sc) && !sched_num_waiting(e->sc);
     if (!t) st->kv_blocks_idle = 0;
-    else if (now - e->idle_at_us >= 100000) { /* O(tree): not on every step */
+    else if (now - e->idle_at_us >= 100000 || (quiet && e->idle_at_us < st->last_step_us)) {
         /* group 0's evictable blocks, and (an estimate, in proportion) their companions in the
          * other groups, which are freed with them */
         int64_t n0 = rdx_n_blocks(t), ev = rdx_n_evictable(t);
@@ -822,6 +833,8 @@ static void *eng__thread(void *arg)
         int worked = aborting ? 0 : eng__step(e, &out);
         eng__phase_times(e);
         eng__reap(e);
+        /* A tier load's deadline is met even when nothing else wakes this thread. */
+        int64_t tier_us = e->tier && sched_tier_pending(e->sc) ? tier_next_deadline_us(e->tier) : -1;
 
         pthread_mutex_lock(&e->mu);
         int pushed = eng__push_events(e, &out);
@@ -836,7 +849,8 @@ static void *eng__thread(void *arg)
         if (idle && !e->aborting && !e->draining) { /* wake now and then: the heartbeat */
             struct timespec ts;
             clock_gettime(CLOCK_MONOTONIC, &ts);
-            ts.tv_nsec += ENGINE_HEARTBEAT_MS * 1000000L;
+            ts.tv_nsec += tier_us >= 0 && tier_us < ENGINE_HEARTBEAT_MS * 1000L ? (long)tier_us * 1000L + 1000000L
+                                                                                 : ENGINE_HEARTBEAT_MS * 1000000L;
             ts.tv_sec += ts.tv_nsec / 1000000000L;
             ts.tv_nsec %= 1000000000L;
             pthread_cond_timedwait(&e->cv, &e->mu, &ts);
@@ -899,7 +913,7 @@ static int eng__setup_tier(engine *e, char *err, size_t err_len)
         return 0;
     }
     engine_tier_config tc = {c->kv_host_memory_bytes, disk ? c->kv_disk_dir : NULL, c->kv_disk_bytes, eng__tier_wake, e,
-                             c->quiet};
+                             c->quiet, (int)(c->kv_disk_timeout_s * 1000)};
     e->tier = engine_tier_create(&tc, e->be, c->model, &e->kv.g, &e->tier_root, err, err_len);
     if (!e->tier) return -1;
     if (sched_set_tier(e->sc, e->tier, e->tier_root)) {
@@ -1017,6 +1031,9 @@ static int eng__setup(engine *e, char *err, size_t err_len)
         snprintf(err, err_len, "out of memory creating the scheduler");
         return -1;
     }
+    /* The reranking head is read from the model now: once the engine exists a server stops
+     * reading the model file (model/gguf.h gguf_detach), so nothing may read tensors later. */
+    e->head_state = pool_head_init(&e->head, c->model, c->tok, e->head_err, sizeof e->head_err) ? -1 : 1;
     /* A CPU step keeps the engine thread busy (it drives the thread pool), so launching the
      * next step before applying this one would only delay every token by a step. */
     e->overlap = stp_can_overlap(e->steps) && (c->overlap == ENGINE_OVERLAP_ON ||

@@ -86,6 +86,8 @@ typedef struct engine_config {
     size_t kv_host_memory_bytes; /* second KV tier in host RAM (pinned on a GPU); 0: none */
     const char *kv_disk_dir;     /* second KV tier in files under this folder; NULL: none */
     size_t kv_disk_bytes;        /* its capacity; 0: half the free space, at most 64 GiB */
+    double kv_disk_timeout_s;    /* a tier file operation's deadline (a load then recomputes);
+                                  * 0: the tier's default (2 s) */
     void (*wake)(void *ud);      /* called on the engine thread after events are queued */
     void *wake_ud;
     int quiet;                   /* 1: no start-up log on stderr */
@@ -281,6 +283,12 @@ typedef struct engine_stats {
     int64_t tier_bytes_to_host, tier_bytes_from_host;  /* host tier */
     int64_t tier_writes_skipped;   /* write-behind skipped (no buffer or no room) */
     int64_t tier_files_ignored;    /* incomplete or corrupt files dropped */
+    int64_t tier_files_skipped;    /* non-regular files under a block's name, skipped */
+    int64_t tier_io_timeouts;      /* loads given up at their deadline (recomputed) */
+    int tier_disk_stalled;         /* 1 while a file operation is stuck past its deadline */
+    int tier_verified;             /* 1 once the model file's hash was applied to the blocks of
+                                    * earlier runs (loadable or deleted) */
+    int64_t tier_unverified_blocks; /* blocks of earlier runs the hash has not vouched for */
     uint64_t tier_load_hist[ENGINE_TIER_BUCKETS + 1]; /* loads by latency (engine_tier_bounds_us) */
     int64_t tier_load_us;          /* total latency of those loads */
 } engine_stats;

@@ -1,6 +1,13 @@
 /*
  * engine_tier.c — the second KV tier's set-up for a model on a backend (see engine_tier.h).
  *
+ * The fingerprint (the root of every block's key, and the folder's name) is the model file's
+ * identity — size, modification time, inode, device, metadata and tensor table — with the
+ * backend and the KV geometry; the tier hashes the whole file in the background and uses blocks
+ * of earlier runs only when that hash matches theirs (cache/tier.h), so an in-place edit that
+ * keeps the name, size and time cannot bring back KV of the old weights, and a start-up never
+ * waits for a read of the whole file.
+ *
  * The copies go through the backend's kv_block_out / kv_block_in on layer group 0 (the engine
  * turns the tier off for a model with more than one layer group: it would have to carry every
  * group's companion of a cached block). On the CPU they are synchronous
@@ -14,23 +21,6 @@
 
 #include "model/gguf.h"
 
-/* Every tensor's data: whole when small, else 16 chunks of 4 KiB spread over it. */
-static void eng__hash_tensors(hash_state *h, const gguf_file *f)
-{
-    enum { CHUNK = 4096, N_CHUNKS = 16 };
-    for (int64_t i = 0; i < gguf_n_tensors(f); i++) {
-        const gguf_tensor *t = gguf_tensor_at(f, i);
-        const unsigned char *p = t->data;
-        uint64_t n = t->n_bytes;
-        if (!p) continue;
-        if (n <= (uint64_t)CHUNK * N_CHUNKS) {
-            hash_update(h, p, (size_t)n);
-            continue;
-        }
-        for (int c = 0; c < N_CHUNKS; c++) hash_update(h, p + (n - CHUNK) / (N_CHUNKS - 1) * (uint64_t)c, CHUNK);
-    }
-}
-
 hash_key engine_tier_fingerprint(const model *m, const kv_geom *g, const char *backend_name)
 {
     hash_state h;
@@ -42,10 +32,11 @@ hash_key engine_tier_fingerprint(const model *m, const kv_geom *g, const char *b
     hash_update(&h, backend_name, strlen(backend_name) + 1);
     hash_update(&h, v, sizeof v);
     const gguf_file *f = m->gguf;
+    const gguf_file_id *id = gguf_identity(f);
     uint64_t size = gguf_file_size(f);
-    hash_update(&h, &size, sizeof size);
+    uint64_t ident[4] = {size, id->ino, id->dev, (uint64_t)id->mtime_ns};
+    hash_update(&h, ident, sizeof ident);
     hash_update(&h, gguf_bytes(f), (size_t)gguf_data_offset(f)); /* metadata and tensor infos */
-    eng__hash_tensors(&h, f);
     return hash_final(&h);
 }
 
@@ -95,6 +86,14 @@ tier *engine_tier_create(const engine_tier_config *c, backend *be, const model *
     tc.wake = c->wake;
     tc.wake_ud = c->wake_ud;
     tc.quiet = c->quiet;
+    tc.io_timeout_ms = c->io_timeout_ms;
+    /* The tensor data's content vouches for blocks of earlier runs once the tier has hashed the
+     * file in the background (a model read from memory has no file: nothing to hash). */
+    const gguf_file_id *id = gguf_identity(m->gguf);
+    if (id->ino || id->dev) {
+        tc.source_path = m->path;
+        tc.source_id = (tier_file_id){id->size, id->ino, id->dev, id->mtime_ns};
+    }
     return tier_create(&tc, err, err_len);
 }
 

@@ -20,10 +20,10 @@
 
 /* The key of the empty prefix for model m with KV geometry g on backend `backend_name` ("cpu",
  * "cuda"): the format version, the backend, the geometry (layers, kv heads, head size, block
- * size, dtype, retention rule), the GGUF file's metadata and tensor table byte for byte, its
- * size, and a sample of every tensor's data (all of a tensor up to 64 KiB, else 16 spread chunks
- * of 4 KiB). Another model, geometry, dtype or backend gives another key, so its blocks are never
- * found. */
+ * size, dtype, retention rule), the GGUF file's identity (size, modification time, inode,
+ * device) and its metadata and tensor table byte for byte. Another model, geometry, dtype or
+ * backend gives another key, so its blocks are never found; a file edited in place under the
+ * same identity is caught by the tier's full hash (engine_tier_create). */
 hash_key engine_tier_fingerprint(const model *m, const kv_geom *g, const char *backend_name);
 
 typedef struct engine_tier_config {
@@ -33,10 +33,12 @@ typedef struct engine_tier_config {
     void (*wake)(void *ud); /* the engine's wake-up when a load completes */
     void *wake_ud;
     int quiet;
+    int io_timeout_ms;    /* --kv-disk-timeout (0: the tier's default) */
 } engine_tier_config;
 
 /* The tier of c for model m with geometry g (one layer group) on be, or NULL with a one-line
- * message in err. *root gets the fingerprint. */
+ * message in err. *root gets the fingerprint. The tier hashes m's file in the background
+ * (m->path, checked against the identity it had when it was opened). */
 tier *engine_tier_create(const engine_tier_config *c, backend *be, const model *m, const kv_geom *g, hash_key *root,
                          char *err, size_t err_len);
 

@@ -79,6 +79,9 @@ struct fwd {
     be_weight output_b;    /* [n_vocab] LM-head bias, or data NULL */
     be_weight rope_freqs;  /* [rope_dims / 2] frequency divisors, or data NULL */
     int output_shared;     /* 1: output is tok_embd's upload (free once) */
+    float *host_norm;      /* [dim] the final norm's weights on the host (fwd_hidden with 16-bit
+                            * activations), copied at creation: nothing reads the model's mapping
+                            * later (model/gguf.h gguf_detach); NULL for f32 activations */
     fwd_layer *layers;     /* [n_layers] */
     fwd_moe *moe;          /* the experts of the MoE layers, or NULL (a dense model) */
     fwd_mla *mla;          /* latent attention, or NULL */
@@ -252,6 +255,7 @@ void fwd_destroy(fwd *f)
     fwd__wfree(f, &f->rope_freqs);
     fwd__wfree(f, &f->output_norm);
     fwd__wfree(f, &f->tok_embd);
+    free(f->host_norm);
     free(f);
 }
 
@@ -287,7 +291,7 @@ static int fwd__upload_all(fwd *f)
     const model *m = f->m;
     backend *be = f->be;
     int rc;
-    if (!f->output_shared && be->ops->embed_upload) { /* embed is its only reader */
+    if (be->ops->embed_upload) { /* embed is its only reader */
         memset(&f->tok_embd, 0, sizeof f->tok_embd);
         rc = be->ops->embed_upload(be, &m->tok_embd, &f->tok_embd);
     } else {
@@ -327,8 +331,14 @@ fwd *fwd_create(const model *m, backend *be, const kv_geom *g, const int32_t *n_
     f->kv_dim = hp->n_kv_heads * hp->head_dim;
     f->layers = calloc((size_t)hp->n_layers, sizeof *f->layers);
     if (!f->layers) goto oom;
-    f->output_shared = hp->tied_output || m->output.data == m->tok_embd.data;
+    /* A backend with embed_upload keeps embed's rows apart from the LM head's layout, also for
+     * tied embeddings (then uploaded twice): no backend reads the model's mapping after this. */
+    f->output_shared = (hp->tied_output || m->output.data == m->tok_embd.data) && !be->ops->embed_upload;
     int rc = fwd__upload_all(f);
+    if (!rc && be->act_type != DT_F32) {
+        if (!(f->host_norm = malloc((size_t)hp->n_embd * sizeof *f->host_norm))) goto oom;
+        model_tensor_row_f32(&m->output_norm, 0, f->host_norm);
+    }
     if (rc) {
         snprintf(err, err_len, "forward: uploading the weights to the %s backend failed (%s)",
                  be->name, strerror(-rc));
@@ -614,11 +624,7 @@ int fwd_hidden(fwd *f, int n_rows, float *out)
     }
     /* 16-bit activations: the f32 residual comes to the host and is normalised there, so that a
      * pooled embedding keeps f32 precision */
-    float *w = malloc((size_t)hp->n_embd * sizeof *w);
-    if (!w) return -ENOMEM;
-    model_tensor_row_f32(&f->m->output_norm, 0, w);
     int rc = op->to_host(f->be, f->x, (size_t)n_rows * hp->n_embd, out);
-    if (!rc) fwd__host_norm(out, n_rows, hp->n_embd, w, hp->rms_eps);
-    free(w);
+    if (!rc) fwd__host_norm(out, n_rows, hp->n_embd, f->host_norm, hp->rms_eps);
     return rc;
 }

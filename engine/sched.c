@@ -653,6 +653,11 @@ int sched_set_tier(sched *sc, tier *t, hash_key root)
     return sched__tier_set(sc, t, root);
 }
 
+void sched_tier_poll(sched *sc)
+{
+    sched__tier_poll(sc);
+}
+
 int sched_tier_pending(const sched *sc)
 {
     return sched__tier_pending(sc);

@@ -139,6 +139,9 @@ int64_t sched_cache_blocks(const sched *sc);
 int sched_set_tier(sched *sc, tier *t, hash_key root);
 /* Loads from the tier in flight: the scheduler is waiting for them, not stuck. */
 int sched_tier_pending(const sched *sc);
+/* Completes the tier's finished work (loads, writes, its background checks) when no step runs
+ * (sched_schedule does it in every step). */
+void sched_tier_poll(sched *sc);
 
 /* Asserts the invariants: pool and tree checks, every reference accounted for by a running
  * sequence, the tree (group 0), the companions of the tree's blocks (groups ≥ 1, one for every

@@ -12,8 +12,9 @@
  *   5. states that can never complete their rule are pruned (so the mask never walks into a
  *      dead end), and left recursion through nullable prefixes is refused.
  *
- * Every size is bounded (GR_MAX_NFA, GR_MAX_DFA, GR_MAX_TABLE_BYTES) and the whole compilation
- * has a wall-clock budget (GR_COMPILE_MS). On any error nothing is left allocated in g.
+ * Every size is bounded (GR_MAX_NFA, GR_MAX_DFA, GR_MAX_TABLE_BYTES) and every step charges the
+ * compilation's wall-clock budget (gr_budget): the rule walk per node, the NFA per state and
+ * edge, the DFA as gr_dfa.c says. On any error nothing is left allocated in g.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -93,6 +94,7 @@ typedef struct cc {
     int *uses;       /* [n_rules] references in the text */
     int *order;      /* rules in the order they become called */
     gr_error *err;
+    gr_budget *b;    /* the compile's deadline */
 } cc;
 
 #define SIZE_CAP ((int64_t)1 << 40)
@@ -163,6 +165,7 @@ static int64_t walk_node(cc *c, int id, int depth)
 {
     const gr_ast node = c->R->ast[id], *a = &node; /* a copy: walking may grow the tree */
     int64_t s = 0;
+    if (gr__charge(c->b, 4)) return gr__budget_fail(c->b, c->err), -1;
     switch (a->kind) {
     case GRA_EMPTY: return 1;
     case GRA_LIT: return a->b;
@@ -223,7 +226,7 @@ static void count_uses(cc *c)
 typedef struct nb {
     cc *c;
     gr_nfa *f;
-    int64_t deadline;
+    gr_budget *bud;
     int depth;
     gr_error *err;
 } nb;
@@ -232,14 +235,14 @@ static int nstate(nb *b)
 {
     if (b->f->n_states >= GR_MAX_NFA)
         return gr__fail(b->err, -1, "grammar too large: more than %d automaton states after expanding repetitions and rules", GR_MAX_NFA), -1;
-    if ((b->f->n_states & 0xffff) == 0 && clk_now_ms() > b->deadline)
-        return gr__fail(b->err, -1, "grammar too complex: compilation took more than %d ms", GR_COMPILE_MS), -1;
+    if (gr__charge(b->bud, 4)) return gr__budget_fail(b->bud, b->err), -1;
     return b->f->n_states++;
 }
 
 static int nedge(nb *b, int from, int to, int lo, int hi)
 {
     gr_nfa *f = b->f;
+    if (gr__charge(b->bud, 4)) return gr__budget_fail(b->bud, b->err), -EINVAL;
     if (gr__grow((void **)&f->e, &f->cap_e, (int64_t)f->n_e + 1, sizeof *f->e)) return gr__fail(b->err, -1, "out of memory"), -ENOMEM;
     f->e[f->n_e++] = (gr_nfa_edge){from, to, lo, hi};
     return 0;
@@ -343,9 +346,9 @@ static int edge_cmp(const void *x, const void *y)
     return a->from < b->from ? -1 : a->from > b->from;
 }
 
-static int nfa_build(cc *c, gr_nfa *f, int64_t deadline, gr_error *err)
+static int nfa_build(cc *c, gr_nfa *f, gr_error *err)
 {
-    nb b = {c, f, deadline, 0, err};
+    nb b = {c, f, c->b, 0, err};
     f->n_rules = c->n_called;
     f->start = malloc(sizeof(int32_t) * (size_t)c->n_called);
     f->accept = malloc(sizeof(int32_t) * (size_t)c->n_called);
@@ -375,14 +378,16 @@ static void nfa_free(gr_nfa *f)
 
 /* ---- the entry point ------------------------------------------------------------------------ */
 
-int gr__compile_rules(gr_rules *R, int root, gr_grammar *g, gr_error *err)
+int gr__compile_rules(gr_rules *R, int root, gr_grammar *g, gr_budget *bud, gr_error *err)
 {
-    int64_t deadline = clk_now_ms() + GR_COMPILE_MS;
     int n = R->n_rules, rc = 0;
-    for (int r = 0; r < n && !rc; r++)
+    for (int r = 0; r < n && !rc; r++) {
         if (unleft_rule(R, r)) rc = (gr__fail(err, -1, "out of memory"), -ENOMEM);
+        else if (gr__charge(bud, R->rules[r].body >= 0 && R->ast[R->rules[r].body].kind == GRA_ALT ? R->ast[R->rules[r].body].b : 1))
+            rc = gr__budget_fail(bud, err);
+    }
     cc c = {R, n, malloc(sizeof(int) * (size_t)n), 0, malloc(sizeof(int64_t) * (size_t)n),
-            calloc((size_t)n, sizeof(int)), calloc((size_t)n, sizeof(int)), malloc(sizeof(int) * (size_t)n), err};
+            calloc((size_t)n, sizeof(int)), calloc((size_t)n, sizeof(int)), malloc(sizeof(int) * (size_t)n), err, bud};
     gr_nfa f = {0};
     const char **names = NULL;
     if (!rc && (!c.called || !c.size || !c.color || !c.uses || !c.order))
@@ -400,12 +405,12 @@ int gr__compile_rules(gr_rules *R, int root, gr_grammar *g, gr_error *err)
             rc = gr__fail(err, -1, "grammar too large: about %lld automaton states after expanding repetitions and rules (the limit is %d)",
                           (long long)total, GR_MAX_NFA);
     }
-    if (!rc) rc = nfa_build(&c, &f, deadline, err);
+    if (!rc) rc = nfa_build(&c, &f, err);
     if (!rc && !(names = malloc(sizeof(char *) * (size_t)c.n_called))) rc = (gr__fail(err, -1, "out of memory"), -ENOMEM);
     if (!rc) {
         for (int r = 0; r < c.n_called; r++) names[r] = gr__rule_name(R, c.order[r]);
         f.names = names;
-        rc = gr__dfa_build(&f, deadline, g, err);
+        rc = gr__dfa_build(&f, bud, g, err);
     }
     nfa_free(&f);
     free(names);

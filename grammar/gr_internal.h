@@ -15,8 +15,9 @@
  *               accepted / uncertain (needs the stack) / rejected tokens
  *   gr_mcache.c: where those cached splits are kept, per grammar and vocabulary
  *
- * Every file may call gr_util.c (arrays, errors, UTF-8, GBNF text), which calls none of them.
- * Above it calls go one way: grammar.c (compiling, reference counts, the cache) → gr_regex.c,
+ * Every file may call gr_util.c (arrays, errors, UTF-8, GBNF text, the compile budget), which
+ * calls none of them. Above it calls go one way: gr_cache.c (the cache of compiled grammars and
+ * its compile workers) → grammar.c (compiling, reference counts) → gr_regex.c,
  * gr_parse.c, gr_compile.c → gr_dfa.c; grammar.c → gr_mcache.c (freeing and sizing the mask
  * caches); gr_match.c (the matcher) → grammar.c (its reference), gr_mask.c → gr_mcache.c,
  * gr_config.c.
@@ -44,10 +45,39 @@
 #define GR_MAX_NFA (1 << 21)          /* NFA states after inlining and repetition */
 #define GR_MAX_DFA (1 << 17)          /* DFA states of all rules */
 #define GR_MAX_TABLE_BYTES (96u << 20) /* transition tables */
-#define GR_COMPILE_MS 3000            /* wall-clock budget of one compilation */
+#define GR_BUDGET_STRIDE 4096         /* work units between two looks at the clock */
 #define GR_INLINE_LIMIT 20000         /* a rule used more than once is inlined up to this size */
 #define GR_MAX_DEPTH 2048             /* matcher stack depth (nesting of recursive rules) */
 #define GR_MAX_VISIT 8192             /* (state, stack) pairs visited building one configuration */
+
+/* ---- the compile budget (gr_util.c) -------------------------------------------------------- */
+
+/* A compilation's wall-clock deadline. Every loop whose cost the input controls — the regex
+ * translation, parsing, rule lookups, the NFA construction, the subset construction (closures,
+ * moves, state interning), pruning and the left-recursion check — charges it units of work (an
+ * inner iteration, a byte copied), and the clock is read every GR_BUDGET_STRIDE units: a few
+ * tens of microseconds of work, so a compilation stops within a millisecond of its deadline. */
+typedef struct gr_budget {
+    int64_t deadline_us;  /* clk_now_us() microseconds */
+    int limit_ms;         /* the budget's length, for the message */
+    int64_t left;         /* units before the next look at the clock */
+    int expired;
+} gr_budget;
+
+/* A budget ending at deadline_us (0: GR_COMPILE_MS from now). */
+void gr__budget_init(gr_budget *b, int64_t deadline_us);
+/* Reads the clock (the stride was used up): 1 once the deadline has passed. */
+int gr__budget_check(gr_budget *b);
+/* Fills err with the deadline's message and returns -EINVAL. */
+int gr__budget_fail(const gr_budget *b, gr_error *err);
+
+/* Charges n units of work to b (NULL: unlimited); 1 once its deadline has passed. */
+static inline int gr__charge(gr_budget *b, int64_t n)
+{
+    if (!b) return 0;
+    if ((b->left -= n) > 0) return b->expired;
+    return gr__budget_check(b);
+}
 
 /* ---- helpers (gr_util.c) ------------------------------------------------------------------- */
 
@@ -114,9 +144,13 @@ typedef struct gr_rules {
 void gr__rules_free(gr_rules *r);
 const char *gr__rule_name(const gr_rules *r, int rule);
 
-/* GBNF text → rules (gr_parse.c). root names the start rule. 0 or -EINVAL / -ENOMEM with err. */
+/* GBNF text → rules (gr_parse.c). root names the start rule. 0 or -EINVAL / -ENOMEM with err
+ * (the budget's message once b expires). */
 int gr__parse_gbnf(const char *text, size_t len, const char *root, gr_rules *out, int *root_rule,
-                   gr_error *err);
+                   gr_budget *b, gr_error *err);
+
+/* gr_regex_to_gbnf under budget b (gr_regex.c). */
+char *gr__regex_to_gbnf(const char *re, size_t len, int mode, gr_budget *b, gr_error *err);
 
 /* ---- the compiled grammar -------------------------------------------------------------------- */
 
@@ -154,7 +188,7 @@ struct gr_grammar {
 
 /* Compiles parsed rules into g's tables (gr_compile.c); r is rewritten on the way (left
  * recursion). 0 or -EINVAL / -ENOMEM with err; g's tables are untouched on failure. */
-int gr__compile_rules(gr_rules *r, int root, gr_grammar *g, gr_error *err);
+int gr__compile_rules(gr_rules *r, int root, gr_grammar *g, gr_budget *b, gr_error *err);
 
 /* The NFA of the called rules, as gr_compile.c hands it to gr_dfa.c. */
 enum { GR_E_EPS = -1, GR_E_CALL = -2 };
@@ -175,9 +209,9 @@ typedef struct gr_nfa {
 } gr_nfa;
 
 /* Determinises f into g's tables, prunes states that cannot complete their rule and refuses
- * left recursion (gr_dfa.c). deadline_ms: clk_now_ms() milliseconds (base/clock.h). 0 or -EINVAL / -ENOMEM
- * with err; on failure g is untouched. */
-int gr__dfa_build(const gr_nfa *f, int64_t deadline_ms, gr_grammar *g, gr_error *err);
+ * left recursion (gr_dfa.c), under budget b. 0 or -EINVAL / -ENOMEM with err; on failure g is
+ * untouched. */
+int gr__dfa_build(const gr_nfa *f, gr_budget *b, gr_grammar *g, gr_error *err);
 
 /* ---- the per-state mask cache (gr_mcache.c) ----------------------------------------------- */
 

@@ -25,6 +25,9 @@ typedef struct gp {
     gr_rules *r;
     gr_error *err;
     int depth;
+    gr_budget *b;     /* the compile's deadline */
+    int32_t *rh;      /* [rh_cap] rule ids by name hash (open addressing, -1 empty) */
+    int rh_cap;
 } gp;
 
 /* ---- the rule pools ------------------------------------------------------------------------ */
@@ -56,6 +59,7 @@ static int node(gp *p, int kind, int a, int b)
 {
     gr_rules *r = p->r;
     if (r->n_ast >= GR_MAX_AST) return gr__fail(p->err, (int)p->i, "grammar too large (more than %d expression nodes)", GR_MAX_AST), -1;
+    if (gr__charge(p->b, 16)) return gr__budget_fail(p->b, p->err), -1;
     if (gr__grow((void **)&r->ast, &r->cap_ast, r->n_ast + 1, sizeof *r->ast)) return oom(p), -1;
     r->ast[r->n_ast] = (gr_ast){kind, a, b, 0, 0};
     return r->n_ast++;
@@ -74,11 +78,42 @@ static int group(gp *p, int kind, const int *list, int n)
     return id;
 }
 
-static int find_rule(const gr_rules *r, const char *name, size_t len)
+static uint32_t name_hash(const char *s, size_t n)
 {
-    for (int i = 0; i < r->n_rules; i++) {
-        const char *nm = r->names + r->rules[i].name;
-        if (strlen(nm) == len && !memcmp(nm, name, len)) return i;
+    uint32_t h = 2166136261u;
+    for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)s[i]) * 16777619u;
+    return h;
+}
+
+/* Indexes rule id by its name (the table grown to twice the rules). 0 or -ENOMEM. */
+static int rh_add(gp *p, int id)
+{
+    gr_rules *r = p->r;
+    if ((r->n_rules + 1) * 2 > p->rh_cap) {
+        int cap = p->rh_cap ? p->rh_cap * 2 : 256;
+        int32_t *t = malloc(sizeof *t * (size_t)cap);
+        if (!t) return -ENOMEM;
+        for (int i = 0; i < cap; i++) t[i] = -1;
+        free(p->rh);
+        p->rh = t;
+        p->rh_cap = cap;
+        for (int i = 0; i < r->n_rules; i++) /* the rules before id, indexed again */
+            if (rh_add(p, i)) return -ENOMEM;
+    }
+    const char *nm = gr__rule_name(r, id);
+    uint32_t h = name_hash(nm, strlen(nm)) & (uint32_t)(p->rh_cap - 1);
+    while (p->rh[h] >= 0) h = (h + 1) & (uint32_t)(p->rh_cap - 1);
+    p->rh[h] = id;
+    return 0;
+}
+
+static int rh_find(const gp *p, const char *name, size_t len)
+{
+    if (!p->rh_cap) return -1;
+    for (uint32_t h = name_hash(name, len) & (uint32_t)(p->rh_cap - 1); p->rh[h] >= 0;
+         h = (h + 1) & (uint32_t)(p->rh_cap - 1)) {
+        const char *nm = gr__rule_name(p->r, p->rh[h]);
+        if (strlen(nm) == len && !memcmp(nm, name, len)) return p->rh[h];
     }
     return -1;
 }
@@ -87,7 +122,8 @@ static int find_rule(const gr_rules *r, const char *name, size_t len)
 static int rule_of(gp *p, const char *name, size_t len, int pos)
 {
     gr_rules *r = p->r;
-    int id = find_rule(r, name, len);
+    if (gr__charge(p->b, (int64_t)len + 4)) return gr__budget_fail(p->b, p->err), -1;
+    int id = rh_find(p, name, len);
     if (id >= 0) return id;
     if (r->n_rules >= GR_MAX_RULES) return gr__fail(p->err, pos, "too many rules (more than %d)", GR_MAX_RULES), -1;
     if (gr__grow((void **)&r->rules, &r->cap_rules, r->n_rules + 1, sizeof *r->rules) ||
@@ -97,6 +133,7 @@ static int rule_of(gp *p, const char *name, size_t len, int pos)
     r->names[r->n_names + len] = 0;
     r->rules[r->n_rules] = (gr_rule){r->n_names, -1, pos, -1};
     r->n_names += (int)len + 1;
+    if (rh_add(p, r->n_rules)) return oom(p), -1;
     return r->n_rules++;
 }
 
@@ -465,15 +502,20 @@ static int parse_rule(gp *p)
 }
 
 int gr__parse_gbnf(const char *text, size_t len, const char *root, gr_rules *out, int *root_rule,
-                   gr_error *err)
+                   gr_budget *b, gr_error *err)
 {
     memset(out, 0, sizeof *out);
-    gp p = {(const unsigned char *)text, len, 0, out, err, 0};
+    gp p = {(const unsigned char *)text, len, 0, out, err, 0, b, NULL, 0};
     int rc = 0;
     for (;;) {
+        size_t at = p.i;
         blanks(&p);
         if (p.i >= p.n) break;
         if ((rc = parse_rule(&p))) break;
+        if (gr__charge(b, (int64_t)(p.i - at))) {
+            rc = gr__budget_fail(b, err);
+            break;
+        }
     }
     if (!rc) {
         for (int i = 0; i < out->n_rules; i++)
@@ -484,11 +526,12 @@ int gr__parse_gbnf(const char *text, size_t len, const char *root, gr_rules *out
     }
     if (!rc) {
         const char *rn = root ? root : "root";
-        int r = find_rule(out, rn, strlen(rn));
+        int r = rh_find(&p, rn, strlen(rn));
         if (r < 0) rc = gr__fail(err, -1, "the grammar has no rule '%s' to start from", rn);
         *root_rule = r;
     }
     if (out->oom) rc = -ENOMEM;
+    free(p.rh);
     if (rc) gr__rules_free(out);
     return rc;
 }

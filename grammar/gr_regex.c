@@ -153,6 +153,7 @@ typedef struct rx {
     gr_error *err;
     int depth;
     int failed;
+    gr_budget *b;       /* the compile's deadline (NULL: none) */
 } rx;
 
 static int rx_fail(rx *r, size_t pos, const char *msg)
@@ -506,6 +507,12 @@ static int parse_seq(rx *r, buf *b, int top, int *anch)
         long m, n;
         int q;
         if ((rc = parse_atom(r, &a)) == 0 && (q = parse_quant(r, &m, &n)) < 0) rc = q;
+        /* Each nesting level copies its atoms into its parent: bytes copied are the work. */
+        if (!rc && gr__charge(r->b, (int64_t)a.len + 8)) {
+            if (!r->failed) gr__budget_fail(r->b, r->err);
+            r->failed = 1;
+            rc = -EINVAL;
+        }
         if (!rc) {
             buf_puts(b, q ? " (" : " ");
             buf_put(b, a.s ? a.s : "", a.len);
@@ -566,11 +573,16 @@ static int parse_alt(rx *r, buf *b, int top)
 
 char *gr_regex_to_gbnf(const char *re, size_t len, int mode, gr_error *err)
 {
+    return gr__regex_to_gbnf(re, len, mode, NULL, err);
+}
+
+char *gr__regex_to_gbnf(const char *re, size_t len, int mode, gr_budget *bud, gr_error *err)
+{
     gr_error scratch;
     if (!err) err = &scratch;
     memset(err, 0, sizeof *err);
     err->pos = -1;
-    rx r = {(const unsigned char *)re, len, 0, mode, err, 0, 0};
+    rx r = {(const unsigned char *)re, len, 0, mode, err, 0, 0, bud};
     buf b = {0};
     int rc = parse_alt(&r, &b, 1);
     if (!rc && r.i < r.n) rc = rx_fail(&r, r.i, "unmatched ')'");

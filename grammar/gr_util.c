@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/clock.h"
 #include "grammar/gr_internal.h"
 
 void gr_buf_cp(buf *b, uint32_t c)
@@ -123,4 +124,31 @@ int gr__utf8_encode(uint32_t c, unsigned char *o)
     o[2] = (unsigned char)(0x80 | ((c >> 6) & 0x3F));
     o[3] = (unsigned char)(0x80 | (c & 0x3F));
     return 4;
+}
+
+/* ---- the compile budget -------------------------------------------------------------------- */
+
+void gr__budget_init(gr_budget *b, int64_t deadline_us)
+{
+    int64_t now = clk_now_us();
+    b->deadline_us = deadline_us > 0 ? deadline_us : now + (int64_t)GR_COMPILE_MS * 1000;
+    int64_t ms = (b->deadline_us - now + 999) / 1000;
+    b->limit_ms = ms < 0 ? 0 : ms > 1000000000 ? 1000000000 : (int)ms;
+    b->left = GR_BUDGET_STRIDE;
+    b->expired = 0;
+}
+
+int gr__budget_check(gr_budget *b)
+{
+    b->left = GR_BUDGET_STRIDE;
+    if (!b->expired && clk_now_us() > b->deadline_us) b->expired = 1;
+    return b->expired;
+}
+
+int gr__budget_fail(const gr_budget *b, gr_error *err)
+{
+    int first = err && !err->msg[0];
+    int rc = gr__fail(err, -1, "grammar too complex: compilation took more than %d ms", b->limit_ms);
+    if (first) err->timeout = 1;
+    return rc;
 }

@@ -58,6 +58,9 @@ typedef struct gr_vocab gr_vocab;
 typedef struct gr_matcher gr_matcher;
 typedef struct gr_cache gr_cache;
 
+/* A compilation's wall-clock budget when the caller gives no deadline. */
+#define GR_COMPILE_MS 3000
+
 /* Words of a token mask over n tokens: bit (id % 32) of word (id / 32) is token id. */
 #define GR_MASK_WORDS(n) (((size_t)(n) + 31) / 32)
 
@@ -66,22 +69,32 @@ typedef struct gr_error {
     int pos;        /* byte offset in the source text, -1 when not about one place */
     int line, col;  /* 1-based position in GBNF text; 0 for other sources */
     char msg[256];  /* one line, e.g. "undefined rule 'valeu'" */
+    int timeout;    /* 1: the compilation ran out of its time budget */
 } gr_error;
 
 /* ---- compiling ---------------------------------------------------------------------------- */
 
 /* Compiles GBNF text[0..len); root names the start rule (NULL: "root"). Returns a grammar with
  * one reference, or NULL with err filled (syntax, undefined or unproductive rules, left
- * recursion, limits) or on out of memory (err says so). */
+ * recursion, limits) or on out of memory (err says so). The compilation stops at its wall-clock
+ * budget, GR_COMPILE_MS from the call ("grammar too complex: compilation took more than N
+ * ms"): every step whose cost the input controls is charged and the clock is read every few
+ * tens of microseconds of work. */
 gr_grammar *gr_compile_gbnf(const char *text, size_t len, const char *root, gr_error *err);
+/* The same, stopping at deadline_us (base/clock.h's clk_now_us() microseconds; 0: GR_COMPILE_MS
+ * from the call), so that a caller's other work (a schema's translation) shares one budget. */
+gr_grammar *gr_compile_gbnf_by(const char *text, size_t len, const char *root, int64_t deadline_us, gr_error *err);
 
 /* Compiles a regular expression that the whole output must match (Python re.fullmatch
  * semantics over the supported subset; see gr_regex_to_gbnf). NULL with err on error. */
 gr_grammar *gr_compile_regex(const char *re, size_t len, gr_error *err);
+gr_grammar *gr_compile_regex_by(const char *re, size_t len, int64_t deadline_us, gr_error *err);
 
 /* Compiles "exactly one of these strings" (n ≥ 1; lens[i] bytes of choices[i]). */
 gr_grammar *gr_compile_choice(const char *const *choices, const size_t *lens, int n,
                               gr_error *err);
+gr_grammar *gr_compile_choice_by(const char *const *choices, const size_t *lens, int n, int64_t deadline_us,
+                                 gr_error *err);
 
 /* Takes another reference (returns g) / drops one (frees at zero). NULL is ignored. */
 gr_grammar *gr_ref(gr_grammar *g);
@@ -170,14 +183,41 @@ void gr_matcher_check(const gr_matcher *m);
 /* ---- a cache of compiled grammars -------------------------------------------------------- */
 
 /* An LRU of compiled grammars keyed by their source text (with the caller's kind prefix), at
- * most max_entries grammars and max_bytes of their memory. Thread-safe. NULL on -ENOMEM. */
+ * most max_entries grammars (0: none kept; compilations in flight are still shared) and
+ * max_bytes of their memory, with GR_COMPILE_WORKERS low-priority threads that compile
+ * (gr_cache_compile). Thread-safe. NULL on -ENOMEM. */
 gr_cache *gr_cache_create(int max_entries, size_t max_bytes);
+/* Stops compiling: queued compilations fail at once ("the server is stopping", their callers
+ * return), and so does every later gr_cache_compile of a source not cached (*busy set); the
+ * ones running end by their budget. Lookups still work. For a server that stops: its requests
+ * then finish their preparation without waiting for a queue. */
+void gr_cache_stop(gr_cache *c);
+/* Stops (gr_cache_stop), waits for the running compilations (their budget) and for every caller
+ * still in gr_cache_compile to leave, then frees the cache. No call may start after it began. */
 void gr_cache_destroy(gr_cache *c);
 /* A new reference to the grammar cached under key[0..len), or NULL. */
 gr_grammar *gr_cache_get(gr_cache *c, const char *key, size_t len);
 /* Caches g under key (the cache takes its own reference; an existing entry is replaced) and
  * evicts the least recently used entries beyond the bounds. */
 void gr_cache_put(gr_cache *c, const char *key, size_t len, gr_grammar *g);
+/* Compiles a source: fn(arg, deadline_us, err) returns a grammar with one reference, or NULL
+ * with err filled, and must stop by deadline_us (clk_now_us() microseconds): pass it to the
+ * gr_compile_*_by functions. */
+typedef gr_grammar *(*gr_compile_fn)(void *arg, int64_t deadline_us, gr_error *err);
+
+#define GR_COMPILE_WORKERS 2 /* compilations running at once, per cache */
+#define GR_COMPILE_QUEUE 8   /* compilations waiting for a worker, beyond which one is refused */
+#define GR_TIMEOUT_TTL_S 60  /* how long a compilation's timeout is remembered */
+
+/* The grammar cached under key, or fn's on one of the cache's workers, with a budget of
+ * GR_COMPILE_MS from when the worker starts it, while the caller waits; then cached under key,
+ * a failure too (err; a timeout for GR_TIMEOUT_TTL_S: a busy machine may have caused it).
+ * Callers of a key being compiled wait for that compilation. Returns a new reference, or NULL with err filled; *busy (may be NULL) is set to
+ * 1 when nothing was tried — the queue is full, or the cache stopped (gr_cache_stop) before the
+ * compilation ran — and err says so. arg must stay valid until the call returns. */
+gr_grammar *gr_cache_compile(gr_cache *c, const char *key, size_t len, gr_compile_fn fn, void *arg,
+                             gr_error *err, int *busy);
+
 /* Entries, lookups and hits so far. */
 void gr_cache_stats(gr_cache *c, int *entries, int64_t *lookups, int64_t *hits);
 

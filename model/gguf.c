@@ -46,6 +46,8 @@ struct gguf_file {
     const uint8_t *base; /* the bytes of the file */
     size_t size;         /* bytes in base */
     int mapped;          /* 1: base is our mmap and gguf_close unmaps it */
+    int detached;        /* gguf_detach ran: the mapping is anonymous memory now */
+    gguf_file_id id;     /* the file's identity at open */
     uint32_t version;
     uint64_t alignment;
     uint64_t data_offset;
@@ -616,7 +618,39 @@ int gguf_open(const char *path, gguf_file **out, char *err, size_t err_len)
     }
     int rc = open_buf(map, size, 1, path, out, err, err_len);
     if (rc) munmap(map, size);
+    else (*out)->id = (gguf_file_id){size, (uint64_t)st.st_ino, (uint64_t)st.st_dev,
+                                     (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec};
     return rc;
+}
+
+const gguf_file_id *gguf_identity(const gguf_file *f)
+{
+    return &f->id;
+}
+
+int gguf_detach(gguf_file *f)
+{
+    if (!f->mapped || f->detached) return 0;
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    size_t all = (f->size + page - 1) / page * page;
+    size_t head = (f->data_offset + page - 1) / page * page;
+    if (head > all) head = all;
+    void *copy = malloc(head ? head : 1);
+    if (!copy) return -ENOMEM;
+    uint8_t *base = (uint8_t *)f->base;
+    memcpy(copy, base, head);
+    /* Same addresses, other memory: anonymous and private, so no page comes from the file. */
+    if (head && mmap(base, head, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) == MAP_FAILED) {
+        free(copy);
+        return -ENOMEM; /* (MAP_FIXED failed: the old mapping is still in place) */
+    }
+    memcpy(base, copy, head);
+    free(copy);
+    mprotect(base, head, PROT_READ);
+    if (all > head)
+        mmap(base + head, all - head, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
+    f->detached = 1;
+    return 0;
 }
 
 void gguf_close(gguf_file *f)

@@ -86,6 +86,23 @@ int gguf_open_mem(const void *data, size_t size, gguf_file **out, char *err, siz
 /* Unmaps and frees. NULL is allowed. */
 void gguf_close(gguf_file *f);
 
+/* The file's identity when gguf_open opened it: a change of any field means other content.
+ * All zero for gguf_open_mem. */
+typedef struct gguf_file_id {
+    uint64_t size, ino, dev;
+    int64_t mtime_ns;
+} gguf_file_id;
+const gguf_file_id *gguf_identity(const gguf_file *f);
+
+/* Stops reading the file: the head (magic, metadata, tensor infos: everything before
+ * gguf_data_offset) is copied into private memory at the same addresses, and the pages of the
+ * tensor data are replaced by inaccessible anonymous ones. Afterwards a truncated, rewritten or
+ * replaced file can neither fault this process (SIGBUS) nor change what it reads; every
+ * pointer into the head (strings, arrays, gguf_bytes up to the data) stays valid, and no
+ * tensor's data may be read again. For a server whose backend owns copies of the weights.
+ * 0 (also for a file not mapped, or already detached) or -ENOMEM (unchanged). */
+int gguf_detach(gguf_file *f);
+
 uint32_t gguf_version(const gguf_file *f);
 uint64_t gguf_alignment(const gguf_file *f);
 uint64_t gguf_data_offset(const gguf_file *f); /* byte offset of the data section in the file */

@@ -21,9 +21,11 @@ install -D -m 0644 "$root/config/deb/tmpfiles.conf" "$stage/usr/lib/tmpfiles.d/k
 install -m 0755 "$root/config/deb/postinst" "$root/config/deb/prerm" "$stage/DEBIAN/"
 echo /etc/kvserve/kvserve.conf >"$stage/DEBIAN/conffiles"
 arch=$(dpkg --print-architecture)
-version=0.1.0
-if git -C "$root" rev-parse --short HEAD >/dev/null 2>&1; then
-    version="0.1.0~git$(git -C "$root" log -1 --format=%cd --date=format:%Y%m%d).$(git -C "$root" rev-parse --short HEAD)"
+# The release from VERSION; a checkout's build (not a tarball's, nor a repository's around one)
+# adds the commit's date and hash.
+version=$(cat "$root/VERSION")
+if [ -e "$root/.git" ] && git -C "$root" rev-parse --short HEAD >/dev/null 2>&1; then
+    version="$version~git$(git -C "$root" log -1 --format=%cd --date=format:%Y%m%d).$(git -C "$root" rev-parse --short HEAD)"
 fi
 # The packages owning the libraries the binary names itself (DT_NEEDED), not their own deps.
 needed=$(readelf -d "$stage/usr/bin/kvserve" | sed -n 's/.*Shared library: \[\(.*\)\]/\1/p')

@@ -83,7 +83,7 @@ void srv__dialect_stream_event(srv_req *r, oai_choice *c, const engine_event *ev
 {
     int fin = ev->finish == ENGINE_FINISH_STOP || ev->finish == ENGINE_FINISH_LENGTH;
     int has_lp = r->oreq.logprobs >= 0 && ev->logprobs && ev->n_tokens > 0;
-    oai_lp lp = {ev->logprobs ? ev->logprobs[0] : (smp_result){0}, 1};
+    oai_lp lp = {ev->logprobs ? ev->logprobs[0] : (smp_result){0}, 1, 0};
     if (!ev->text_len && !fin && !has_lp) return;
     srv__chat_reader(r, c);
     int oom = 0;

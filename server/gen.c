@@ -249,8 +249,10 @@ static enum MHD_Result gen_submit(srv_req *r)
 static enum MHD_Result gen_reenter(http_req *hr)
 {
     srv_req *r = (srv_req *)hr;
-    if (r->phase == SRV_PHASE_PREP) { /* woken early (a disconnect): the worker still runs */
-        if (r->h.client_gone) return MHD_NO;
+    if (r->phase == SRV_PHASE_PREP) { /* woken early (a disconnect, a stop): the worker still runs */
+        /* http_stop resumes every connection as aborted: suspended again, one would abort MHD's
+         * stop (the server died of SIGABRT when stopped during a grammar's compilation). */
+        if (r->h.client_gone || r->h.stream_abort) return MHD_NO;
         http_suspend(&r->h);
         return MHD_YES;
     }
@@ -465,7 +467,7 @@ static void stream_event(srv_req *r, int p, oai_choice *c, const engine_event *e
             /* The echoed prompt, with its scored tokens when asked (collected until now). */
             emit(r, oai_chunk_sse(rs, c, 0, r->echo_text[p], strlen(r->echo_text[p]), c->lps,
                                   c->n_lps, 0, 0));
-            for (int k = 0; k < c->n_lps; k++) c->text_offset += oai_token_chars(rs, c->lps[k].r.token);
+            for (int k = 0; k < c->n_lps; k++) c->text_offset += oai_lp_chars(rs, &c->lps[k]);
             c->n_lps = 0;
         }
     }
@@ -482,6 +484,15 @@ static void stream_event(srv_req *r, int p, oai_choice *c, const engine_event *e
         emit(r, oai_chunk_sse(rs, c, 0, ev->text, ev->text_len, lp, has_lp, c->text_offset, fin));
     }
     if (has_lp) c->text_offset += oai_token_chars(rs, lp[0].r.token);
+}
+
+/* 1 when the prompt token at position pos of c's echo starts the decoded text, which drops its
+ * leading space (SentencePiece's dummy prefix): the first token, or the one after a BOS. */
+static int starts_text(srv *s, const oai_choice *c, int pos)
+{
+    if (!tok_strips_space_after_bos(s->tok)) return 0;
+    int32_t bos = tok_bos(s->tok);
+    return pos == 0 ? c->lps[0].r.token != bos : pos == 1 && c->lps[0].r.token == bos;
 }
 
 void srv__gen_event(srv *s, engine_event *ev)
@@ -515,7 +526,8 @@ void srv__gen_event(srv *s, engine_event *ev)
          * prompt_logprobs field lists them apart). */
         for (int k = 0; !r->failed && ev->logprobs && k < ev->n_tokens; k++) {
             int has = !isnan(ev->logprobs[k].logprob);
-            if (q->echo && q->logprobs >= 0) oai_choice_append_lp(c, &ev->logprobs[k], has);
+            if (q->echo && q->logprobs >= 0 && !oai_choice_append_lp(c, &ev->logprobs[k], has))
+                c->lps[c->n_lps - 1].skip_space = starts_text(s, c, c->n_lps - 1);
             if (r->resp.prompt_logprobs >= 0) oai_choice_append_plp(c, &ev->logprobs[k], has);
         }
     } else if (q->stream) {

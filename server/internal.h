@@ -22,6 +22,7 @@
 
 #include "engine/engine.h"
 #include "model/chat.h"
+#include "model/gguf.h"
 #include "model/model.h"
 #include "model/tokenizer.h"
 #include "server/http/http.h"
@@ -34,6 +35,10 @@ typedef struct oai_chat_state oai_chat_state;
 #define SRV_HASH 1024
 
 typedef struct srv srv;
+typedef struct srv_model_stat srv_model_stat; /* server.c: while draining, stops the loop once nothing is generated or prepared any more. */
+void srv__drain_check(srv *s);
+
+/* model_watch.c */
 typedef struct srv_req srv_req;
 
 typedef struct srv_sub {
@@ -117,7 +122,7 @@ struct srv {
     uv_loop_t loop;
     uv_async_t wake;
     uv_timer_t ping_timer, drain_timer;
-    uv_signal_t sig_term, sig_int;
+    uv_signal_t sig_term, sig_int, sig_hup;
     http_config hc;              /* what http/ is told: the routes and the hooks (server.c) */
     http_server http;            /* its requests, the bound port; http.draining after a signal */
     met met;
@@ -129,9 +134,15 @@ struct srv {
     int watchdog_on;
     int64_t watchdog_usec;       /* WATCHDOG_USEC, 0 when the watchdog is off */
     int watchdog_missed;         /* pings withheld (logged once) */
-    uv_work_t load_req;          /* model + tokenizer load on a libuv worker thread */
+    uv_work_t load_req;          /* model, tokenizer and engine set up on a libuv worker thread */
     int load_rc;                 /* its result (0 or negative errno) */
     char load_err[512];
+    engine *load_engine;         /* the engine load_work created, until load_done adopts it */
+    uv_timer_t model_timer;      /* the model file's watch (model_watch.c) */
+    srv_model_stat *model_stat;  /* its stat in flight (on a thread of its own), or NULL */
+    int model_watch_on;
+    gguf_file_id model_seen;     /* the file's identity last logged (or the loaded one's) */
+    int model_seen_gone;         /* 1: its disappearance was logged */
     engine_config ec;            /* the engine's configuration (outlives the engine) */
     int pooling;                 /* enum model_pooling served: --pooling, else the model's */
     char *rerank_tmpl;           /* the GGUF's tokenizer.chat_template.rerank ({query}, {document}), or NULL */
@@ -161,6 +172,12 @@ int64_t srv__watchdog_usec(void);
 int srv__watchdog_ok(const engine_stats *st, int64_t now_us, int64_t usec);
 /* Starts the pings every WATCHDOG_USEC / 2 when systemd asked for them. */
 void srv__watchdog_start(srv *s);
+
+/* model_watch.c */
+/* Logs when the model file under the running server changes (checked every 2 s off the loop). */
+void srv__model_watch_start(srv *s);
+/* Stops the watch; a stat that has not returned (a stalled mount) is abandoned, never waited for. */
+void srv__model_watch_stop(srv *s);
 
 /* prep.c */
 /* Holds r and prepares it on a worker thread: kind OAI_COMPLETION / OAI_CHAT (parse, prompts,

@@ -191,6 +191,10 @@ static void tier_metrics(buf *b, const char *lbl, const engine_stats *st)
     counter(b, lbl, "kvserve_kv_tier_writes_skipped", "Blocks not written to the disk tier (no free staging buffer or no room).", (double)st->tier_writes_skipped);
     counter(b, lbl, "kvserve_kv_tier_files_ignored", "Disk tier files dropped as incomplete, corrupt or of another size.", (double)st->tier_files_ignored);
     gauge(b, lbl, "kvserve_kv_tier_disk_up", "1 while the disk tier works (a failed write turns it off).", st->tier_disk_on);
+    counter(b, lbl, "kvserve_kv_tier_files_skipped", "Disk tier names held by something other than a regular file (FIFO, directory, link, device): never opened.", (double)st->tier_files_skipped);
+    counter(b, lbl, "kvserve_kv_tier_io_timeouts", "Disk tier loads given up at their deadline (--kv-disk-timeout): recomputed.", (double)st->tier_io_timeouts);
+    gauge(b, lbl, "kvserve_kv_tier_unverified_blocks", "Disk tier blocks of earlier runs not (yet) vouched for by the model file's hash: never loaded.", (double)st->tier_unverified_blocks);
+    gauge(b, lbl, "kvserve_kv_tier_disk_stalled", "1 while a disk tier file operation is stuck past its deadline (loads miss, writes are skipped).", st->tier_disk_stalled);
 }
 
 char *met_render(const met *m, const engine_stats *st, const char *model_name)
@@ -259,6 +263,10 @@ char *met_render(const met *m, const engine_stats *st, const char *model_name)
     gauge(&b, lbl, "kvserve_grammar_cache_entries", "Compiled grammars in the cache.", m->grammar_entries);
     counter(&b, lbl, "kvserve_http_requests", "HTTP requests answered.", (double)m->http_requests);
     counter(&b, lbl, "kvserve_http_errors", "HTTP requests answered with a status of 400 or more.", (double)m->http_errors);
+    gauge(&b, lbl, "kvserve_http_connections", "Open client connections.", m->http_conns);
+    counter(&b, lbl, "kvserve_http_connections_evicted", "Connections with nothing in flight closed to make room for new ones (--http-max-connections, --http-max-connections-per-client).", (double)m->http_evicted);
+    counter(&b, lbl, "kvserve_http_timeouts", "Connections closed by the header, body-rate or keep-alive timeout.", (double)m->http_timed_out);
+    counter(&b, lbl, "kvserve_http_connections_refused", "Connections refused with 503: no room and the reserve full, or a reserved one asking for another route.", (double)m->http_refused);
     tier_metrics(&b, lbl, st);
     return buf_take(&b); /* NULL when a growth failed */
 }

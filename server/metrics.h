@@ -43,6 +43,9 @@ typedef struct met {
     uint64_t success[MET_N_REASONS]; /* finished requests (one per prompt) by reason */
     uint64_t http_requests;          /* HTTP requests answered, and those with status ≥ 400 */
     uint64_t http_errors;            /* (copied from http/ before each render) */
+    int http_conns;                  /* open connections (the gate's) */
+    uint64_t http_evicted, http_timed_out, http_refused; /* connections closed for room, by a
+                                                          * timeout, refused with 503 */
     int64_t grammar_lookups;         /* structured-output grammar cache: lookups, hits, entries */
     int64_t grammar_hits;            /* (copied from the cache before each render) */
     int grammar_entries;

@@ -416,12 +416,14 @@ static void prep_done(uv_work_t *w, int status)
         r->prep_rc = oai_fail(&r->prep_err, 503, "server_error", "server_shutting_down", NULL,
                               "The server is shutting down");
     r->phase = SRV_PHASE_PREPPED;
+    srv *s = srv__of(r);
     if (r->h.conn) {
         http_resume(&r->h);
         http_run(r->h.server);
     } else {
         http_req_maybe_free(&r->h);
     }
+    srv__drain_check(s); /* a drain may have waited for this preparation */
 }
 
 enum MHD_Result srv__prep_start(srv_req *r, int kind, http_handler_fn then)

@@ -1,9 +1,9 @@
 /*
  * routes.c — the API's routes, which http/ dispatches on after admission (authentication, the
- * method, the body limit): /health, /metrics and /v1/models are answered here at once;
+ * method, the body limit): /health, /metrics, /version and /v1/models are answered here at once;
  * completions, chat completions, the pooled routes (embeddings, rerank, score: pooled.c through
- * gen.c), /tokenize and /detokenize go to gen.c. Every route but /health
- * and /metrics answers 503 while the model loads; a generation, 503 while the server drains.
+ * gen.c), /tokenize and /detokenize go to gen.c. Every route but /health, /metrics
+ * and /version answers 503 while the model loads; a generation, 503 while the server drains.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +12,7 @@
 #include <cjson/cJSON.h>
 
 #include "base/clock.h"
+#include "base/version.h"
 #include "model/utf8.h"
 #include "server/internal.h"
 #include "server/openai/oai_pool.h"
@@ -39,6 +40,14 @@ static enum MHD_Result do_health(http_req *hr)
     return http_reply_json(hr, why ? 503 : 200, strdup(buf));
 }
 
+/* GET /version (as vLLM has it): the release, and the commit the binary was built from. */
+static enum MHD_Result do_version(http_req *hr)
+{
+    char buf[160];
+    snprintf(buf, sizeof buf, "{\"version\":\"%s\",\"commit\":\"%s\"}", version_string(), version_commit());
+    return http_reply_json(hr, 200, strdup(buf));
+}
+
 static enum MHD_Result do_metrics(http_req *hr)
 {
     srv *s = srv__of((srv_req *)hr);
@@ -49,6 +58,12 @@ static enum MHD_Result do_metrics(http_req *hr)
                        &s->met.grammar_hits);
     s->met.http_requests = s->http.n_requests;
     s->met.http_errors = s->http.n_errors;
+    gate_stats gs;
+    gate_get_stats(&s->http.gate, &gs);
+    s->met.http_conns = gs.n_conns;
+    s->met.http_evicted = gs.evicted;
+    s->met.http_timed_out = gs.timed_out;
+    s->met.http_refused = gs.refused;
     char *t = met_render(&s->met, s->e ? &st : NULL, s->model_id);
     return http_reply(hr, 200, "text/plain; version=0.0.4; charset=utf-8", t, t ? strlen(t) : 0);
 }
@@ -176,6 +191,7 @@ static enum MHD_Result do_score(http_req *hr)
 const http_route srv__routes[] = {
     {"/health", "GET", 0, 0, do_health},
     {"/metrics", "GET", 0, 0, do_metrics},
+    {"/version", "GET", 0, 0, do_version},
     {"/v1/models", "GET", 0, 0, do_models},
     {"/v1/completions", "POST", 0, 0, do_completions},
     {"/v1/chat/completions", "POST", 0, 0, do_chat},

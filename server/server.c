@@ -16,9 +16,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "base/version.h"
 #include "model/chat.h"
 #include "server/internal.h"
 #include "server/rstore.h"
@@ -27,6 +29,7 @@
 static void on_wake(uv_async_t *h)
 {
     srv *s = h->data;
+    if (!s->e) return; /* the engine runs before load_done adopts it: nothing was submitted */
     engine_event *evs[64];
     int n;
     while ((n = engine_poll(s->e, evs, 64)) > 0)
@@ -50,13 +53,28 @@ static void on_ping(uv_timer_t *t)
     http_run(&s->http);
 }
 
-/* Draining and no generation left: the loop stops (then the teardown). */
+/* Requests whose preparation (parse, prompts, a grammar's compilation) is still running on a
+ * worker: their connections are suspended until it ends, and MHD cannot stop with them. */
+static int n_preparing(const srv *s)
+{
+    int n = 0;
+    for (const http_req *r = s->http.reqs; r; r = r->next) n += ((const srv_req *)r)->phase == SRV_PHASE_PREP;
+    return n;
+}
+
+/* Draining and no generation left, nor a request being prepared (it is answered 503 when its
+ * preparation ends, or cut at the drain timeout): the loop stops (then the teardown). */
 static void check_drain(srv *s)
 {
-    if (s->http.draining && !s->stopping && s->n_gen_active == 0) {
+    if (s->http.draining && !s->stopping && s->n_gen_active == 0 && n_preparing(s) == 0) {
         s->stopping = 1;
         uv_stop(&s->loop);
     }
+}
+
+void srv__drain_check(srv *s)
+{
+    check_drain(s);
 }
 
 static void on_drain_timeout(uv_timer_t *t)
@@ -71,6 +89,25 @@ static void on_drain_timeout(uv_timer_t *t)
     }
     s->stopping = 1;
     uv_stop(&s->loop);
+}
+
+/* SIGHUP: the log is stderr, which whoever started the server owns (journald, a redirect): there
+ * is nothing to reopen, and a hang-up must not stop a server the way the default action would. */
+static void on_hangup(uv_signal_t *h, int signum)
+{
+    (void)h;
+    (void)signum;
+    fprintf(stderr, "kvserve: SIGHUP ignored (the log is stderr; SIGTERM drains and stops)\n");
+}
+
+/* Every connection costs descriptors: take the hard open-file limit (as vLLM does), not the
+ * soft one a shell leaves (often 1024). */
+static void raise_nofile(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) || rl.rlim_cur >= rl.rlim_max) return;
+    rl.rlim_cur = rl.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &rl);
 }
 
 static void on_signal(uv_signal_t *h, int signum)
@@ -91,6 +128,9 @@ static void on_signal(uv_signal_t *h, int signum)
         return;
     }
     s->http.draining = 1;
+    /* Queued grammar compilations fail now: their requests are answered at once, not after the
+     * queue (the ones compiling end by their budget). */
+    gr_cache_stop(s->grammars);
     srv__notify("STOPPING=1");
     fprintf(stderr, "kvserve: %s: draining %d in-flight request(s) (up to %.0f s)\n",
             strsignal(signum), s->n_gen_active, s->cfg->drain_timeout_s);
@@ -142,6 +182,7 @@ static void http_config_of(srv *s)
         .api_key = c->api_key,
         .guard_prefix = "/v1/",
         .allowed_origins = c->allowed_origins,
+        .limits = c->http_limits,
         .routes = srv__routes,
         .n_routes = srv__n_routes,
         .req_size = sizeof(srv_req),
@@ -201,17 +242,24 @@ static void teardown(srv *s)
     http_stop(&s->http);
     if (s->e) engine_destroy(s->e, 0);
     s->e = NULL;
-    gr_cache_destroy(s->grammars);
-    s->grammars = NULL;
-    rstore_destroy(s->store);
-    s->store = NULL;
+    engine_destroy(s->load_engine, 0); /* created, never adopted (a signal during start-up) */
+    s->load_engine = NULL;
+    /* Preparations still running (on libuv workers) may be in the grammar cache: it stops
+     * compiling now, so that they finish without a queue, and is freed once they are done. */
+    gr_cache_stop(s->grammars);
     close_handle((uv_handle_t *)&s->wake);
     close_handle((uv_handle_t *)&s->ping_timer);
     if (s->watchdog_on) close_handle((uv_handle_t *)&s->watchdog_timer);
     close_handle((uv_handle_t *)&s->drain_timer);
+    srv__model_watch_stop(s);
     close_handle((uv_handle_t *)&s->sig_term);
     close_handle((uv_handle_t *)&s->sig_int);
-    uv_run(&s->loop, UV_RUN_DEFAULT); /* runs the close callbacks */
+    close_handle((uv_handle_t *)&s->sig_hup);
+    uv_run(&s->loop, UV_RUN_DEFAULT); /* runs the close callbacks; the preparations end */
+    gr_cache_destroy(s->grammars);
+    s->grammars = NULL;
+    rstore_destroy(s->store); /* (read by preparations too) */
+    s->store = NULL;
     /* requests whose engine events died with the engine */
     for (http_req *r = s->http.reqs; r; r = r->next) ((srv_req *)r)->n_open = 0;
     http_free_all(&s->http);
@@ -222,12 +270,33 @@ static void teardown(srv *s)
     model_destroy(s->m);
 }
 
-/* Worker thread: the slow part of start-up. Touches nothing the loop thread reads before
- * load_done runs. */
+/* The engine on the loaded model (its weights uploaded, its KV arena allocated, its tier's
+ * folder scanned); then the server stops reading the model file: the backend owns the weights,
+ * so a file replaced under the server can neither fault it nor change its output. */
+static int start_engine(srv *s, char *err, size_t err_len)
+{
+    s->ec = s->cfg->engine;
+    s->ec.model = s->m;
+    s->ec.tok = s->tok;
+    s->ec.wake = wake_cb;
+    s->ec.wake_ud = &s->wake;
+    s->load_engine = engine_create(&s->ec, err, err_len);
+    if (!s->load_engine) return -EINVAL;
+    int rc = gguf_detach(s->m->gguf);
+    if (rc)
+        fprintf(stderr, "kvserve: the model file stays mapped (%s): replacing it under the server is unsafe\n",
+                strerror(-rc));
+    return 0;
+}
+
+/* Worker thread: the slow part of start-up (the model, its weights' upload, the KV arena, the
+ * tier's folder: all off the loop, so /health answers meanwhile). Touches nothing the loop thread
+ * reads before load_done runs. */
 static void load_work(uv_work_t *w)
 {
     srv *s = w->data;
     s->load_rc = load(s, s->load_err, sizeof s->load_err);
+    if (!s->load_rc) s->load_rc = start_engine(s, s->load_err, sizeof s->load_err);
 }
 
 /* Loop thread: start the engine on the loaded model, then tell systemd we are ready. */
@@ -243,21 +312,9 @@ static void load_done(uv_work_t *w, int status)
         uv_stop(&s->loop);
         return;
     }
-    s->ec = cfg->engine;
-    s->ec.model = s->m;
-    s->ec.tok = s->tok;
-    s->ec.wake = wake_cb;
-    s->ec.wake_ud = &s->wake;
-    char err[512] = "";
-    engine *e = engine_create(&s->ec, err, sizeof err);
-    if (!e) {
-        fprintf(stderr, "kvserve serve: %s\n", err);
-        s->exit_code = 1;
-        s->stopping = 1;
-        uv_stop(&s->loop);
-        return;
-    }
-    s->e = e;
+    engine *e = s->e = s->load_engine;
+    s->load_engine = NULL;
+    srv__model_watch_start(s);
     engine_stats st;
     engine_get_stats(e, &st);
     s->n_ctx = st.n_ctx; /* --max-model-len, or the model's */
@@ -291,16 +348,24 @@ int srv_run(const srv_config *cfg)
     s->ping_timer.data = s->drain_timer.data = s;
     uv_signal_init(&s->loop, &s->sig_term);
     uv_signal_init(&s->loop, &s->sig_int);
-    s->sig_term.data = s->sig_int.data = s;
+    uv_signal_init(&s->loop, &s->sig_hup);
+    s->sig_term.data = s->sig_int.data = s->sig_hup.data = s;
+    raise_nofile();
+    /* A request's preparation may wait for a grammar's compilation (up to GR_COMPILE_WORKERS
+     * running and GR_COMPILE_QUEUE waiting): more libuv workers than those, so that requests
+     * without a grammar are prepared meanwhile. An operator's own setting wins. */
+    setenv("UV_THREADPOOL_SIZE", "16", 0);
     model_id_of(cfg, s->model_id, sizeof s->model_id);
+    fprintf(stderr, "kvserve %s (commit %s) starting\n", version_string(), version_commit());
     /* Stored /v1/responses for previous_response_id and GET /v1/responses/{id}. */
     if (cfg->response_store > 0 && !(s->store = rstore_create(cfg->response_store, cfg->response_store_bytes))) {
         fprintf(stderr, "kvserve serve: out of memory\n");
         s->exit_code = 1;
         goto out;
     }
-    /* Grammars with their cached masks: entries from the flag, at most 1 GiB in all. */
-    if (cfg->grammar_cache > 0 && !(s->grammars = gr_cache_create(cfg->grammar_cache, (size_t)1 << 30))) {
+    /* Grammars with their cached masks: entries from the flag (0: none kept), at most 1 GiB in
+     * all; the cache's workers compile every structured-output grammar (low priority, bounded). */
+    if (!(s->grammars = gr_cache_create(cfg->grammar_cache, (size_t)1 << 30))) {
         fprintf(stderr, "kvserve serve: out of memory\n");
         s->exit_code = 1;
         goto out;
@@ -315,6 +380,7 @@ int srv_run(const srv_config *cfg)
     }
     uv_signal_start(&s->sig_term, on_signal, SIGTERM);
     uv_signal_start(&s->sig_int, on_signal, SIGINT);
+    uv_signal_start(&s->sig_hup, on_hangup, SIGHUP);
     double pi = cfg->sse_ping_interval_s > 0 ? cfg->sse_ping_interval_s : 15;
     uint64_t tick = (uint64_t)(pi * 500) > 10 ? (uint64_t)(pi * 500) : 10;
     if (tick > 1000) tick = 1000;

@@ -11,6 +11,7 @@
 #include <stddef.h>
 
 #include "engine/engine.h"
+#include "server/http/gate.h"
 
 typedef struct srv_config {
     const char *model_path;        /* GGUF file */
@@ -27,6 +28,7 @@ typedef struct srv_config {
     const char *allowed_origins;   /* CORS: "*" or comma-separated origins; NULL: off */
     int verbose;                   /* 1: the access log names ignored request fields */
     int grammar_cache;             /* compiled structured-output grammars kept (0: none) */
+    gate_limits http_limits;       /* connection limits and timeouts (server/http/gate.h) */
     const char *pooling;           /* --pooling mean|cls|last|rank; NULL: the model's pooling_type */
     int response_store;            /* /v1/responses kept for previous_response_id and GET (0: none) */
     size_t response_store_bytes;   /* their bytes in all */

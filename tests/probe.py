@@ -12,6 +12,19 @@ throws at it what broke servers before:
               request lines: one JSON error response, then the connection closes
   disconnect  streams cut by the client at random points, sockets reset mid-upload
   overload    a burst beyond --max-queued-requests: 503 with Retry-After, nothing lost
+  slow        half-sent heads past a client's cap and idle keep-alives: /health still answers
+              at once, the heads get 408 at the header timeout, idle connections close
+  edges       a half-closed request, a malformed request pipelined after valid ones, an
+              absolute-form target, data after the JSON body, SIGHUP
+  grammar     a regex whose compilation explodes: refused within 3.3 s, then at once (cached)
+  tier        the KV disk tier's block files replaced by FIFOs and directories under a running
+              server: the request answers, the tier stays on, SIGTERM exits within the drain
+              timeout
+  model       the model file truncated and rewritten under a running server: same answers, and
+              one log line says the file changed
+  user        what a new user tries: echo's text_offset against the echoed text, tool_choice
+              "required" (whole calls, no content; one call without parallel_tool_calls) cut by
+              max_tokens, vllm:kv_cache_usage_perc back to 0 as soon as the engine is idle
   signals     SIGTERM with streams in flight: each ends with [DONE], exit 0
 
 Afterwards the server must be idle with no leaked KV block (every used block held by the
@@ -286,6 +299,249 @@ def probe_overload(port, n):
     return ok, busy
 
 
+def probe_slow(binary, model, n, tmp):
+    """n half-sent heads from one address (past its cap of 64) and idle keep-alives: /health on a
+    new connection answers at once; the heads get 408 (or are evicted) and the idle ones close."""
+    srv = Server(binary, model, ["--http-header-timeout", "2", "--http-keepalive-timeout", "1",
+                                 "--http-max-connections-per-client", "64"], tmp)
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.create_connection(("127.0.0.1", srv.port), timeout=5)
+            s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nX-a: ")
+            socks.append(s)
+        idle = socket.create_connection(("127.0.0.1", srv.port), timeout=5)
+        idle.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        worst = 0.0
+        for _ in range(10):
+            t0 = time.time()
+            st = request(srv.port, "GET", "/health", wait=5)[0]
+            worst = max(worst, time.time() - t0)
+            if st != 200:
+                fail("slow: /health answered %d among %d half-sent heads" % (st, n))
+        if worst > 1.0:
+            fail("slow: /health took %.0f ms among %d half-sent heads" % (worst * 1000, n))
+        end, open_ = time.time() + 10, list(socks) + [idle]
+        while open_ and time.time() < end:  # every one closes: 408, eviction or the idle timeout
+            still = []
+            for s in open_:
+                s.settimeout(0.01)
+                try:
+                    while s.recv(65536):  # a 408 or the idle one's 200, then the close
+                        pass
+                except socket.timeout:
+                    still.append(s)
+                except OSError:
+                    pass
+            open_ = still
+        if open_:
+            fail("slow: %d of %d connections still open 10 s later" % (len(open_), n + 1))
+    finally:
+        for s in socks:
+            s.close()
+        srv.stop()
+    return n, worst
+
+
+def probe_edges(binary, model, tmp):
+    srv = Server(binary, model, [], tmp)
+    try:
+        body = b'{"prompt":"Once upon a time","max_tokens":24}'
+        head = b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body)
+        out, _ = exchange(srv.port, head + body, wait=10, shut=True)
+        if not out.startswith(b"HTTP/1.1 200"):
+            fail("edges: a half-closed request got %r" % out[:80])
+        out, _ = exchange(srv.port, b"GET /health HTTP/1.1\r\nHost: x\r\n\r\nGET /x HTTP/1.1\r\nHost: x\r\nBad\r\n\r\n", wait=5)
+        codes = re.findall(rb"HTTP/1\.1 (\d\d\d) ", out)
+        if codes != [b"200", b"400"]:
+            fail("edges: pipelined valid then malformed: %r" % codes)
+        if request(srv.port, "GET", "http://x/health")[0] != 200:
+            fail("edges: an absolute-form target is not served")
+        if request(srv.port, "POST", "/v1/completions", body + b"xyz")[0] != 400:
+            fail("edges: data after the JSON body was accepted")
+        srv.p.send_signal(signal.SIGHUP)
+        time.sleep(0.2)
+        if srv.p.poll() is not None or request(srv.port, "GET", "/health")[0] != 200:
+            fail("edges: SIGHUP killed the server")
+    finally:
+        srv.stop()
+    return 5
+
+
+def probe_grammar(binary, model, tmp):
+    srv = Server(binary, model, [], tmp)
+    try:
+        body = b'{"prompt":"x","max_tokens":4,"guided_regex":"(a?){10000}a{10000}"}'
+        times = []
+        for _ in range(2):
+            t0 = time.time()
+            st, _, payload = request(srv.port, "POST", "/v1/completions", body, wait=60)
+            times.append(time.time() - t0)
+            if st != 400 or b"took more than" not in payload:
+                fail("grammar: %d %r" % (st, payload[:200]))
+        if times[0] > 3.3:
+            fail("grammar: refused after %.1f s" % times[0])
+        if times[1] > 0.5:
+            fail("grammar: the failure was not cached (%.1f s again)" % times[1])
+    finally:
+        srv.stop()
+    return times
+
+
+def fifo_blocks(d):
+    """Every block file becomes a FIFO, or (every other one) a directory: (fifos, directories)."""
+    n = [0, 0]
+    for root, _, files in os.walk(d):
+        for f in sorted(files):
+            if f.endswith(".kvb"):
+                p = os.path.join(root, f)
+                os.unlink(p)
+                kind = (n[0] + n[1]) % 2
+                os.mkdir(p) if kind else os.mkfifo(p)
+                n[kind] += 1
+    return n
+
+
+def probe_tier(binary, model, tmp):
+    d = os.path.join(tmp, "tier")
+    args = ["--kv-disk-dir", d, "--drain-timeout", "5"]
+    body = (b'{"prompt":"Once upon a time, there was a little girl named Lily. She loved to play outside in the sun '
+            b'with her friends. One day, she saw a big red ball in the park and ran to get it.","max_tokens":8,"temperature":0}')
+    srv = Server(binary, model, args, tmp)
+    first = request(srv.port, "POST", "/v1/completions", body)[2]
+    srv.p.send_signal(signal.SIGTERM)
+    srv.p.wait(20)
+    srv = Server(binary, model, args, tmp)
+    try:
+        end = time.time() + 10
+        while srv.metrics().get("kvserve_kv_tier_unverified_blocks", 0) > 0 and time.time() < end:
+            time.sleep(0.05)
+        fifos, dirs = fifo_blocks(d)
+        if fifos + dirs < 2:
+            fail("tier: run 1 wrote %d block file(s), not enough for a FIFO and a directory" % (fifos + dirs))
+        st, _, again = request(srv.port, "POST", "/v1/completions", body, wait=20)
+        if st != 200 or json.loads(again)["choices"][0]["text"] != json.loads(first)["choices"][0]["text"]:
+            fail("tier: with FIFOs and directories for block files: %d %r" % (st, again[:200]))
+        m = srv.metrics()
+        if m.get("kvserve_kv_tier_disk_up") != 1:
+            fail("tier: a FIFO or a directory under a block's name turned the disk tier off")
+        if m.get("kvserve_kv_tier_files_skipped_total", 0) < 1:
+            fail("tier: the FIFOs and directories were not counted")
+        t0 = time.time()
+        srv.p.send_signal(signal.SIGTERM)
+        try:
+            srv.p.wait(7)
+        except subprocess.TimeoutExpired:
+            fail("tier: SIGTERM did not exit within the drain timeout")
+        return time.time() - t0
+    finally:
+        srv.stop()
+
+
+def probe_model(binary, model, tmp):
+    path = os.path.join(tmp, "model.gguf")
+    data = open(model, "rb").read()
+    open(path, "wb").write(data)
+    srv = Server(binary, path, [], tmp)
+    body = b'{"prompt":"Once upon a time","max_tokens":16,"temperature":0}'
+    try:
+        before = request(srv.port, "POST", "/v1/completions", body)[2]
+        os.truncate(path, 64)
+        mid = request(srv.port, "POST", "/v1/completions", body)[2]
+        with open(path, "r+b") as f:
+            f.write(bytes(b ^ 0x55 for b in data))
+        after = request(srv.port, "POST", "/v1/completions", body)[2]
+        texts = [json.loads(x)["choices"][0]["text"] if x.startswith(b"{") else None for x in (before, mid, after)]
+        if srv.p.poll() is not None or len(set(texts)) != 1:
+            fail("model: replaced under the server: %r" % (texts,))
+        end = time.time() + 6  # the file is looked at every 2 s
+        while "changed under the running server" not in srv.tail() and time.time() < end:
+            time.sleep(0.1)
+        if "changed under the running server" not in srv.tail():
+            fail("model: no log line says the file changed:\n" + srv.tail())
+    finally:
+        srv.stop()
+    return 3
+
+
+def check_offsets(what, text, lp):
+    """Every token of an echo sits at its text_offset in the text (the first piece's dummy-prefix
+    space is not in the text)."""
+    toks, offs = lp["tokens"], lp["text_offset"]
+    if len(toks) != len(offs) or offs != sorted(offs):
+        fail("%s: text_offset %r for %d tokens" % (what, offs, len(toks)))
+        return
+    for t, o in zip(toks, offs):
+        want = t[1:] if o == 0 and t.startswith(" ") else t
+        if not t.startswith("bytes:") and not text[o:].startswith(want):
+            fail("%s: token %r is not at offset %d of %r (offsets %r)" % (what, t, o, text, offs))
+            return
+
+
+def probe_user(binary, model, tmp, rng):
+    """What a new user tries: echo with logprobs, tool_choice "required", /metrics once idle."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    tmpl = os.path.join(here, "..", "config", "templates", "chatml-tools.jinja")
+    srv = Server(binary, model, ["--chat-template", "@" + tmpl], tmp)
+    n = 0
+    try:
+        words = "Once upon a time there was a little girl named Lily who loved to play in the park".split()
+        for _ in range(3):
+            prompt = " ".join(words[:rng.randint(3, len(words))]) + rng.choice(["", ",", "."])
+            body = json.dumps({"prompt": prompt, "max_tokens": 6, "echo": True, "logprobs": 1,
+                               "temperature": 0}).encode()
+            st, _, out = request(srv.port, "POST", "/v1/completions", body)
+            if st != 200:
+                fail("user: echo answered %d %r" % (st, out[:200]))
+                continue
+            c = json.loads(out)["choices"][0]
+            check_offsets("user: echo of %r" % prompt, c["text"], c["logprobs"])
+            n += 1
+        tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+            "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
+        for parallel in (True, False):
+            for mt in (rng.randint(5, 30), rng.randint(31, 120)):
+                body = json.dumps({"messages": [{"role": "user", "content": "Weather in Paris?"}], "tools": tools,
+                                   "tool_choice": "required", "parallel_tool_calls": parallel, "max_tokens": mt,
+                                   "temperature": 0.9, "seed": rng.randint(0, 1 << 30)}).encode()
+                st, _, out = request(srv.port, "POST", "/v1/chat/completions", body)
+                what = "user: tool_choice required, parallel %s, max_tokens %d" % (parallel, mt)
+                if st != 200:
+                    fail("%s: %d %r" % (what, st, out[:200]))
+                    continue
+                c = json.loads(out)["choices"][0]
+                calls = c["message"].get("tool_calls") or []
+                if c["message"].get("content") is not None:
+                    fail("%s: content %r" % (what, c["message"]["content"]))
+                if len(calls) > (16 if parallel else 1):
+                    fail("%s: %d calls" % (what, len(calls)))
+                if c["finish_reason"] == "tool_calls" and not calls:
+                    fail("%s: finish_reason tool_calls without a call: %r" % (what, c))
+                if c["finish_reason"] not in ("tool_calls", "length"):
+                    fail("%s: finish_reason %r" % (what, c["finish_reason"]))
+                for call in calls:
+                    try:
+                        if not isinstance(json.loads(call["function"]["arguments"]).get("city"), str):
+                            raise ValueError
+                    except (ValueError, AttributeError):
+                        fail("%s: a call's arguments %r" % (what, call["function"]["arguments"]))
+                n += 1
+        # vllm:kv_cache_usage_perc counts blocks only the prefix cache holds as free: 0 once idle
+        # (it lagged ~0.5 s behind an idle engine)
+        request(srv.port, "POST", "/v1/completions", b'{"prompt":"Once upon a time","max_tokens":8}')
+        end, usage = time.time() + 0.2, None
+        while time.time() < end:
+            usage = srv.metrics().get("vllm:kv_cache_usage_perc")
+            if usage == 0:
+                break
+        if usage != 0:
+            fail("user: vllm:kv_cache_usage_perc %s 200 ms after the last request" % usage)
+        n += 1
+    finally:
+        srv.stop()
+    return n
+
+
 def wait_idle(srv):
     end, m = time.time() + 15, {}
     while time.time() < end:
@@ -354,6 +610,14 @@ def main():
                 fail("the server died:\n" + srv.tail())
         finally:
             srv.stop()
+        n, worst = probe_slow(binary, model, 150 * k, tmp)
+        print("slow: /health within %.0f ms among %d half-sent heads" % (worst * 1000, n), flush=True)
+        print("edges: %d HTTP edge cases" % probe_edges(binary, model, tmp), flush=True)
+        t = probe_grammar(binary, model, tmp)
+        print("grammar: refused in %.1f s, then in %.2f s" % (t[0], t[1]), flush=True)
+        print("tier: FIFOs and directories for block files; SIGTERM exit in %.1f s" % probe_tier(binary, model, tmp), flush=True)
+        print("model: %d answers across a replaced model file" % probe_model(binary, model, tmp), flush=True)
+        print("user: %d requests as a new user makes them" % probe_user(binary, model, tmp, rng), flush=True)
         print("signals: %d streams through a drain" % probe_signals(binary, model, 3 * k, tmp), flush=True)
     print("probe: %s in %.1f s" % ("ok" if not FAILS else "%d failure(s)" % len(FAILS), time.time() - t0))
     return 1 if FAILS else 0

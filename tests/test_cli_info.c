@@ -266,3 +266,76 @@ Test(cli_info, vocab_only_file)
     free(out);
     free(err);
 }
+
+/* `kvserve --version` (there was none): the release, the commit the binary was built from (the
+ * checkout's HEAD when the tests run in one), and the backends built in. */
+Test(cli_info, version)
+{
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "'%s' --version 2>&1", ci_bin());
+    int st;
+    char *out = tu_capture(cmd, &st);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s", out);
+    cr_assert(!strncmp(out, "kvserve 0.", 10), "%s", out);
+    cr_assert(strstr(out, "(commit "), "%s", out);
+    cr_assert(strstr(out, "backends: cpu ("), "%s", out);
+#ifdef KVSERVE_CUDA
+    cr_assert(strstr(out, "cuda"), "a CUDA build names its backend: %s", out);
+#endif
+    int st2;
+    char *head = tu_capture("git rev-parse --short=12 HEAD 2>/dev/null", &st2);
+    if (WIFEXITED(st2) && WEXITSTATUS(st2) == 0 && strlen(head) >= 12) {
+        head[12] = 0;
+        cr_assert(strstr(out, head), "not the checkout's commit %s: %s", head, out);
+    }
+    free(head);
+    free(out);
+}
+
+/* The commit of a build from a release tarball (`git archive`, no .git): the one git wrote into
+ * .git_archival.txt, not "unknown", and never the commit of a repository the tarball was unpacked
+ * inside (git asked from there answers for that repository). Runs the Makefile's print-version in
+ * such a tree: this checkout's Makefile and VERSION, HEAD's archived .git_archival.txt, all inside
+ * a repository of its own. */
+Test(cli_info, version_in_a_release_tarball, .timeout = 60)
+{
+    if (access(".git", F_OK) || access("Makefile", R_OK)) cr_skip_test("not run from a git checkout's root");
+    if (system("command -v git >/dev/null 2>&1 && command -v make >/dev/null 2>&1 && command -v tar >/dev/null 2>&1"))
+        cr_skip_test("git, make or tar is not installed");
+    char dir[] = "/tmp/kvserve-version-XXXXXX";
+    cr_assert_not_null(mkdtemp(dir));
+    char cmd[4096], cwd[1024];
+    cr_assert_not_null(getcwd(cwd, sizeof cwd));
+    snprintf(cmd, sizeof cmd,
+             "set -e; cd %s; git init -q outer; git -C outer -c user.name=t -c user.email=t@t commit -q --allow-empty -m outer;"
+             " mkdir outer/src; cp '%s/Makefile' '%s/VERSION' outer/src/;"
+             " git -C '%s' archive --worktree-attributes HEAD .git_archival.txt | tar -x -C outer/src",
+             dir, cwd, cwd, cwd);
+    int st;
+    char *out = tu_capture(cmd, &st);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "setting up the tarball tree: %s", out);
+    free(out);
+    char *head = tu_capture("git rev-parse HEAD", &st);
+    char *outer = NULL, *version = tu_capture("cat VERSION", &st);
+    snprintf(cmd, sizeof cmd, "git -C %s/outer rev-parse HEAD", dir);
+    outer = tu_capture(cmd, &st);
+    head[12] = outer[12] = 0;
+    version[strcspn(version, "\n")] = 0;
+    snprintf(cmd, sizeof cmd, "make -s -C %s/outer/src print-version 2>&1", dir);
+    out = tu_capture(cmd, &st);
+    char want[256];
+    snprintf(want, sizeof want, "%s %s\n", version, head);
+    cr_assert_str_eq(out, want, "a tarball of %s inside repository %s says: %s", head, outer, out);
+    free(out);
+    /* a tree copied without `git archive` (the placeholder unexpanded): unknown */
+    snprintf(cmd, sizeof cmd, "cp .git_archival.txt %s/outer/src/ && make -s -C %s/outer/src print-version 2>&1", dir, dir);
+    out = tu_capture(cmd, &st);
+    snprintf(want, sizeof want, "%s unknown\n", version);
+    cr_assert_str_eq(out, want, "%s", out);
+    free(out);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    cr_assert_eq(system(cmd), 0);
+    free(head);
+    free(outer);
+    free(version);
+}

@@ -20,6 +20,7 @@
 #include "cuda/check/sample_checks.c"
 #include "cuda/cuda_backend.h"
 #include "engine/forward.h"
+#include "model/gguf.h"
 #include "model/model.h"
 #include "tests/test_util.h"
 
@@ -326,6 +327,44 @@ Test(cuda, bf16_graphs_change_no_token, .timeout = 120)
         for (int i = 0; i < TCU_STEPS; i++)
             cr_assert_eq(graphs[s][i], eager[s][i], "sequence %d token %d: %d with graphs, %d without", s, i,
                          graphs[s][i], eager[s][i]);
+    model_destroy(m);
+    tcu_close(&e);
+}
+
+/* A server stops reading the model file once the engine exists (model/gguf.h gguf_detach: the
+ * tensor data becomes inaccessible, so that a file replaced under the server cannot fault it):
+ * nothing on the GPU path with 16-bit activations may read the model's tensors after fwd_create,
+ * neither a step nor the pooled hidden states (fwd_hidden normalises on the host: it read the
+ * final norm's weights from the model's mapping, a SIGSEGV for every embeddings request). */
+Test(cuda, nothing_reads_the_model_after_upload, .timeout = 120)
+{
+    tcu_env e;
+    tcu_open_act(&e, 3, "nothing_reads_the_model_after_upload", DT_BF16);
+    char path[4096], err[512];
+    snprintf(path, sizeof path, "%s/stories260K.gguf", tu_data_dir());
+    model *m = NULL;
+    if (model_load(path, &m, err, sizeof err)) {
+        tcu_close(&e);
+        cr_assert_fail("model_load %s: %s", path, err);
+    }
+    kv_geom g = kv_geom_make(m->hp.n_layers, m->hp.n_kv_heads, m->hp.head_dim, 16, KV_F16);
+    const int32_t n_blocks = 4;
+    fwd *f = fwd_create(m, e.c.gpu, &g, &n_blocks, 64, 1, err, sizeof err);
+    cr_assert_not_null(f, "%s", err);
+    cr_assert_eq(gguf_detach(m->gguf), 0);
+    int32_t tokens[5] = {1, 403, 407, 261, 378}, pos[5], slots[5], q_start[2] = {0, 5}, ctx[1] = {5}, rows[1] = {4};
+    int32_t bt[4] = {3, 2, 1, 0};
+    for (int i = 0; i < 5; i++) pos[i] = i, slots[i] = cuda_kv_entry_slot(bt, 16, i);
+    be_batch b = {.n_tokens = 5, .tokens = tokens, .positions = pos, .n_seqs = 1, .q_start = q_start, .n_logits = 1,
+                  .logit_rows = rows, .n_kv = 1, .kv = {{.slots = slots, .ctx_len = ctx, .block_table = bt, .bt_stride = 4}}};
+    float *logits = malloc((size_t)m->hp.n_vocab * sizeof *logits);
+    float *h = malloc((size_t)5 * m->hp.n_embd * sizeof *h);
+    cr_assert_eq(fwd_run(f, &b, logits), 0);
+    cr_assert_eq(fwd_hidden(f, 5, h), 0);
+    for (int i = 0; i < 5 * m->hp.n_embd; i++) cr_assert(isfinite(h[i]), "hidden state %d is %g", i, h[i]);
+    free(logits);
+    free(h);
+    fwd_destroy(f);
     model_destroy(m);
     tcu_close(&e);
 }

@@ -330,3 +330,25 @@ Test(docs, checker_self_test)
     cr_assert(td_has_anchor(md, "notes-1"));
     cr_assert_not(td_has_anchor(md, "not-a-heading"));
 }
+
+/* The README says that tests needing ../shared or a GPU skip with a message: without --verbose
+ * Criterion printed none (31 of 372 skipped silently). Every skip is now listed with its reason
+ * (tests/test_util.c's report hooks): run one that skips, as a child, and read its output. */
+Test(docs, skipped_tests_say_why)
+{
+    char self[1024], cmd[1200];
+    ssize_t k = readlink("/proc/self/exe", self, sizeof self - 1);
+    cr_assert_gt(k, 0);
+    self[k] = 0;
+    /* (unset BXFI_MAP: the child is a runner of its own, not one of this runner's workers) */
+    snprintf(cmd, sizeof cmd, "env -u BXFI_MAP KVSERVE_SHARED=/nonexistent '%s' --filter 'tokenizer/vocab_gpt2' 2>&1", self);
+    FILE *p = popen(cmd, "r");
+    cr_assert_not_null(p);
+    static char out[16384];
+    size_t n = fread(out, 1, sizeof out - 1, p);
+    out[n] = 0;
+    pclose(p);
+    cr_assert(strstr(out, "[SKIP] tokenizer::vocab_gpt2: "), "no skip line without --verbose:\n%s", out);
+    cr_assert(strstr(out, "not found under KVSERVE_SHARED"), "the reason is missing:\n%s", out);
+    cr_assert(strstr(out, "Skipped: 1"), "%s", out);
+}

@@ -347,6 +347,32 @@ Test(engine, heartbeat_while_idle)
     engine_destroy(e, 0);
 }
 
+/* KV usage (blocks held by requests: used minus those only the prefix cache holds) is 0 as soon
+ * as the last request's final event is out: the idle count used to be refreshed at most every
+ * 100 ms and the idle engine looks again only at its heartbeat, so /metrics showed the finished
+ * request's blocks as used for about half a second. */
+Test(engine, kv_usage_is_current_when_the_engine_goes_idle)
+{
+    TE_NEED_MODEL();
+    engine *e = te_engine((size_t)16 << 20, 1, 8, 64);
+    int32_t p[40];
+    for (int i = 0; i < 40; i++) p[i] = 3 + (i * 13) % 400;
+    for (int round = 0; round < 3; round++) {
+        static te_out o;
+        memset(&o, 0, sizeof o);
+        p[0] = 1 + round; /* another prompt each round */
+        o.id = te_submit(e, p, 40, 12, 1, 0, NULL);
+        te_collect(e, &o, 1, 1);
+        engine_stats st;
+        engine_get_stats(e, &st);
+        cr_assert_eq(st.num_running + st.num_waiting, 0);
+        cr_assert_gt(st.kv_blocks_used, 0, "the prompt's blocks stay in the prefix cache");
+        cr_assert_eq(st.kv_blocks_used - st.kv_blocks_idle, 0, "round %d: %lld blocks still counted as in use",
+                     round, (long long)(st.kv_blocks_used - st.kv_blocks_idle));
+    }
+    engine_destroy(e, 0);
+}
+
 /* Attention sinks + window in a budget too small for one context: 256 KiB of f16 KV in blocks of
  * 4 is 102 blocks (408 tokens) < the context of 512, which the start-up check refuses; with
  * --kv-window 256 --kv-sinks 4 it needs one window (64 blocks), and one sequence generates past

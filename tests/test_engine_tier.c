@@ -6,9 +6,14 @@
  * (cached_tokens counts them), and a geometry that must not.
  */
 #include <criterion/criterion.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/clock.h"
 #include "cli/device.h"
 #include "engine/engine_tier.h"
 #include "model/mkmodel.h"
@@ -38,11 +43,13 @@ static int tet_prompt(int d, int s, int32_t *out)
 
 /* A small pool (14 blocks: two documents) and the tiers asked for; window > 0: sinks (one
  * block) + a window of that many entries. */
+static model *tet_model; /* the model tet_engine serves: te_model unless a test swaps it */
+
 static engine *tet_engine(const char *dir, size_t host_bytes, int dtype, int window)
 {
     engine_config c;
     engine_config_default(&c);
-    c.model = te_model;
+    c.model = tet_model ? tet_model : te_model;
     c.tok = te_tok;
     c.device = "cpu";
     c.n_threads = 1;
@@ -80,6 +87,17 @@ static engine_usage tet_run(engine *e, int d, int s, int32_t *out)
     return o.usage[0];
 }
 
+/* Polls e's stats until its tier has applied the model file's hash (10 s at most). */
+static void tet_wait_verified(engine *e)
+{
+    int64_t t0 = clk_now_ms();
+    engine_stats st;
+    for (engine_get_stats(e, &st); !st.tier_verified; engine_get_stats(e, &st)) {
+        cr_assert_lt(clk_now_ms() - t0, 10000, "the tier did not hash the model in 10 s");
+        sched_yield();
+    }
+}
+
 /* Greedy outputs of KV dtype `dtype` with a tier (host RAM and files in dir) equal those without
  * one while documents are evicted and loaded back; tier hits count as cached tokens; after a
  * drain, a restart on the same folder loads a document back and generates the same tokens.
@@ -107,8 +125,10 @@ static engine *tet_equal_and_restart(const char *dir, int dtype)
     cr_assert_eq(st.tier_load_failures, 0);
     engine_destroy(tiered, 1); /* a drain: pending writes reach the disk */
 
-    /* A restart on the same folder: document 2's blocks are found on disk. */
+    /* A restart on the same folder: document 2's blocks are found on disk (once the tier has
+     * hashed the model file and found the folder's stamp to match). */
     tiered = tet_engine(dir, 0, dtype, 0);
+    tet_wait_verified(tiered);
     engine_usage u = tet_run(tiered, 2, 99, b);
     tet_run(plain, 2, 99, a);
     cr_assert_arr_eq(a, b, sizeof a, "%s: outputs after a restart differ", kv_dtype_name(dtype));
@@ -211,6 +231,91 @@ Test(engine_tier, latent_kv_blocks)
     unlink(path);
 }
 
+/* Negates every 4-byte value of bytes [off, off + n) of path outside the 16 chunks of 4 KiB the
+ * fingerprint once sampled (so that such an edit kept the old fingerprint), keeping the file's
+ * size, inode and modification time. */
+static void tet_edit_between_samples(const char *path, size_t off, size_t n)
+{
+    struct stat st0;
+    cr_assert_eq(stat(path, &st0), 0);
+    FILE *f = fopen(path, "r+b");
+    cr_assert_not_null(f);
+    unsigned char *b = malloc(n);
+    cr_assert_not_null(b);
+    cr_assert_eq(fseek(f, (long)off, SEEK_SET), 0);
+    cr_assert_eq(fread(b, 1, n, f), n);
+    for (size_t i = 0; i + 4 <= n; i += 4) {
+        int sampled = 0;
+        for (int c = 0; c < 16 && !sampled; c++) {
+            size_t at = (n - 4096) / 15 * (size_t)c;
+            sampled = i + 4 > at && i < at + 4096;
+        }
+        if (!sampled) b[i + 3] ^= 0x80; /* the sign of a little-endian f32 */
+    }
+    cr_assert_eq(fseek(f, (long)off, SEEK_SET), 0);
+    cr_assert_eq(fwrite(b, 1, n, f), n);
+    fclose(f);
+    free(b);
+    struct timespec times[2] = {st0.st_atim, st0.st_mtim};
+    cr_assert_eq(utimensat(AT_FDCWD, path, times, 0), 0);
+    struct stat st1;
+    cr_assert_eq(stat(path, &st1), 0);
+    cr_assert(st1.st_ino == st0.st_ino && st1.st_size == st0.st_size &&
+              st1.st_mtim.tv_sec == st0.st_mtim.tv_sec && st1.st_mtim.tv_nsec == st0.st_mtim.tv_nsec);
+}
+
+/* A model file edited in place between the bytes a sampling fingerprint read, with its name,
+ * size, inode and time kept: a restart must not load the KV the old weights computed (it did,
+ * and generated other text than without the tier); once the tier has hashed the new content,
+ * the old blocks are deleted and the output is the new model's. */
+Test(engine_tier, an_in_place_edit_never_brings_back_old_kv, .timeout = 120)
+{
+    TE_NEED_MODEL();
+    char dir[256], path[600];
+    tu_mkdtemp("engine-tier-edit", dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/model.gguf", dir);
+    size_t len = 0;
+    char *bytes = tu_read_file(te_model->path, &len);
+    cr_assert_not_null(bytes);
+    FILE *f = fopen(path, "wb");
+    cr_assert_not_null(f);
+    cr_assert_eq(fwrite(bytes, 1, len, f), len);
+    fclose(f);
+    free(bytes);
+    char err[256];
+    cr_assert_eq(model_load(path, &tet_model, err, sizeof err), 0, "%s", err);
+    size_t off = (size_t)((const char *)tet_model->tok_embd.data - (const char *)gguf_bytes(tet_model->gguf));
+    size_t n = tet_model->tok_embd.row_bytes * (size_t)tet_model->tok_embd.ne[1];
+    cr_assert_gt(n, 16 * 4096, "the embedding is larger than the samples");
+    int32_t a[TET_GEN], b[TET_GEN];
+    engine *e = tet_engine(dir, 0, KV_F16, 0);
+    tet_run(e, 2, 5, a);
+    tet_wait_verified(e); /* the run's stamp: the folder's blocks were computed from this content */
+    engine_destroy(e, 1);
+    model_destroy(tet_model);
+
+    tet_edit_between_samples(path, off, n);
+    cr_assert_eq(model_load(path, &tet_model, err, sizeof err), 0, "%s", err);
+    engine *plain = tet_engine(NULL, 0, KV_F16, 0);
+    tet_run(plain, 2, 5, a);
+    engine_destroy(plain, 0);
+    e = tet_engine(dir, 0, KV_F16, 0);
+    engine_usage u = tet_run(e, 2, 5, b);
+    cr_assert_eq(u.cached_tokens, 0, "KV of the old weights was loaded (%d tokens)", u.cached_tokens);
+    cr_assert_arr_eq(a, b, sizeof a, "the output differs from the edited model's without the tier");
+    tet_wait_verified(e);
+    engine_stats st;
+    engine_get_stats(e, &st);
+    cr_assert_eq(st.tier_hit_tokens, 0);
+    u = tet_run(e, 2, 6, b); /* after the hash: still nothing of the old content */
+    engine_get_stats(e, &st);
+    cr_assert_eq(st.tier_hit_tokens, 0, "after the hash, old blocks were loaded");
+    engine_destroy(e, 1);
+    model_destroy(tet_model);
+    tet_model = NULL;
+    tu_rm_rf(dir);
+}
+
 Test(engine_tier, fingerprint_names_model_geometry_and_backend)
 {
     TE_NEED_MODEL();
@@ -227,8 +332,9 @@ Test(engine_tier, fingerprint_names_model_geometry_and_backend)
     g2 = g;
     g2.latent = 2;
     cr_assert(!hash_key_eq(k, engine_tier_fingerprint(te_model, &g2, "cpu")), "latent layout");
-    /* Two generated models of one shape: the same weights name the same blocks, other weights
-     * (another seed: same metadata, same tensor table) do not. */
+    /* The file's identity names the blocks (its content is the tier's hash's business): the
+     * same file opened twice names the same ones; another file with the same bytes (another
+     * inode), the same file touched (another time) or other weights name others. */
     char pa[512], pb[512], pc[512], err[256];
     mkm_params mp;
     mkm_params_default(&mp);
@@ -236,16 +342,26 @@ Test(engine_tier, fingerprint_names_model_geometry_and_backend)
     tu_write_mkmodel(&mp, "fp-b", pb, sizeof pb);
     mp.seed = 99;
     tu_write_mkmodel(&mp, "fp-c", pc, sizeof pc);
-    model *ma, *mb, *mc;
+    model *ma, *ma2, *mb, *mc;
     cr_assert_eq(model_load(pa, &ma, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(model_load(pa, &ma2, err, sizeof err), 0, "%s", err);
     cr_assert_eq(model_load(pb, &mb, err, sizeof err), 0, "%s", err);
     cr_assert_eq(model_load(pc, &mc, err, sizeof err), 0, "%s", err);
     kv_geom gm = kv_geom_make(ma->hp.n_layers, ma->hp.n_kv_heads, ma->hp.head_dim, 16, KV_F16);
     hash_key ka = engine_tier_fingerprint(ma, &gm, "cpu");
-    cr_assert(hash_key_eq(ka, engine_tier_fingerprint(mb, &gm, "cpu")), "identical files");
+    cr_assert(hash_key_eq(ka, engine_tier_fingerprint(ma2, &gm, "cpu")), "the same file");
+    cr_assert(!hash_key_eq(ka, engine_tier_fingerprint(mb, &gm, "cpu")), "another file, the same bytes");
     cr_assert(!hash_key_eq(ka, engine_tier_fingerprint(mc, &gm, "cpu")), "other weights");
     cr_assert(!hash_key_eq(ka, k));
+    model_destroy(ma2);
+    struct stat st;
+    cr_assert_eq(stat(pa, &st), 0);
+    struct timespec times[2] = {st.st_atim, {st.st_mtim.tv_sec + 1, st.st_mtim.tv_nsec}};
+    cr_assert_eq(utimensat(AT_FDCWD, pa, times, 0), 0);
+    cr_assert_eq(model_load(pa, &ma2, err, sizeof err), 0, "%s", err);
+    cr_assert(!hash_key_eq(ka, engine_tier_fingerprint(ma2, &gm, "cpu")), "the same file, modified since");
     model_destroy(ma);
+    model_destroy(ma2);
     model_destroy(mb);
     model_destroy(mc);
     unlink(pa);

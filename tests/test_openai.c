@@ -123,6 +123,26 @@ Test(openai, body_utf8_and_nul)
     oai_request_free(&r);
 }
 
+/* One JSON value per body: trailing data ({...}xyz, a second object) is a 400 where the parser
+ * used to read the first value and ignore the rest; white space after it is fine, and so are
+ * brackets and braces inside strings. */
+Test(openai, trailing_data_after_the_body)
+{
+    oa_bad(OAI_COMPLETION, "{\"prompt\":\"a\",\"max_tokens\":1}xyz", 400, "invalid_json", NULL);
+    oa_bad(OAI_COMPLETION, "{\"prompt\":\"a\"}{\"prompt\":\"b\"}", 400, "invalid_json", NULL);
+    oa_bad(OAI_COMPLETION, "{\"prompt\":\"a\"} \"x\"", 400, "invalid_json", NULL);
+    oa_bad(OAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}]", 400, "invalid_json", NULL);
+    oai_tok_request t;
+    oai_error e;
+    static const char tok[] = "{\"prompt\":\"a\"}0";
+    cr_assert_neq(oai_parse_tokenize(tok, sizeof tok - 1, &t, &e), 0, "/tokenize too");
+    cr_assert_str_eq(e.code, "invalid_json");
+    oai_request r;
+    cr_assert_eq(oa_parse(OAI_COMPLETION, "{\"prompt\":\"}{ ]\"} \r\n\t ", &r, &e), 0, "%s", e.message);
+    cr_assert_str_eq(r.prompts[0].text, "}{ ]");
+    oai_request_free(&r);
+}
+
 Test(openai, completion_errors)
 {
     oa_bad(OAI_COMPLETION, "", 400, "invalid_json", NULL);

@@ -1,7 +1,10 @@
 /*
  * test_probe.c — tests/probe.py --short against the built server: broken model files, mutated
- * JSON, HTTP framing abuse, disconnect storms, overload and a drain, then no leaked request or
- * KV block (see probe.py). Skips when python3 is missing.
+ * JSON, HTTP framing abuse, disconnect storms, overload, slow and idle clients, HTTP edge cases
+ * (half-close, pipelining, absolute form, trailing data, SIGHUP), an exploding grammar, FIFOs and
+ * directories in the KV disk tier, the model file replaced under the server, what a new user tries
+ * (echo offsets, tool_choice "required", KV usage once idle), and a drain, then no leaked request
+ * or KV block (see probe.py). Skips when python3 is missing.
  */
 #include <criterion/criterion.h>
 #include <stdio.h>

@@ -209,6 +209,55 @@ Test(server_tools, required_choice_and_its_stream)
     cJSON_Delete(o);
 }
 
+/* tool_choice "required" with parallel calls, cut by max_tokens at every length from inside the
+ * first call to inside a later one: the answer is whole calls only (each one's arguments valid for
+ * its tool), its content null, never a fragment of a call (a small model kept opening calls and the
+ * cut one was left in content, e.g. "{\"nam"); the stream sends no content either. */
+Test(server_tools, required_choice_cut_by_max_tokens)
+{
+    char body[4096];
+    int saw_cut = 0;
+    for (int mt = 4; mt <= 120; mt += 7) {
+        for (int stream = 0; stream < 2; stream++) {
+            snprintf(body, sizeof body,
+                     "{\"messages\": [{\"role\": \"user\", \"content\": \"Anything\"}], %s, "
+                     "\"tool_choice\": \"required\", \"max_tokens\": %d, \"temperature\": 0.9, \"seed\": %d, "
+                     "\"stream\": %s}",
+                     tst_tools, mt, mt, stream ? "true" : "false");
+            if (stream) {
+                th_resp r = th_http(tst_srv.port, NULL, "/v1/chat/completions", body, NULL);
+                cr_assert_eq(r.status, 200);
+                for (char *q = r.body; (q = strstr(q, "data: {")); q++) {
+                    cJSON *k = cJSON_Parse(q + 6);
+                    cr_assert_not_null(k);
+                    const cJSON *c = cJSON_GetObjectItem(
+                        cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(k, "choices"), 0), "delta"), "content");
+                    cr_assert(!cJSON_IsString(c) || !c->valuestring[0], "max_tokens %d: content streamed: %s", mt,
+                              c->valuestring);
+                    cJSON_Delete(k);
+                }
+                th_resp_free(&r);
+                continue;
+            }
+            cJSON *o = tst_post(body, 200);
+            const char *finish;
+            const cJSON *m = tst_message(o, &finish);
+            cr_assert(cJSON_IsNull(cJSON_GetObjectItem(m, "content")), "max_tokens %d: content %s", mt,
+                      cJSON_PrintUnformatted(cJSON_GetObjectItem(m, "content")));
+            const cJSON *calls = cJSON_GetObjectItem(m, "tool_calls"), *c;
+            saw_cut += !strcmp(finish, "length");
+            cJSON_ArrayForEach(c, calls) {
+                const cJSON *fn = cJSON_GetObjectItem(c, "function");
+                tst_check_args(cJSON_GetObjectItem(fn, "name")->valuestring,
+                               cJSON_GetObjectItem(fn, "arguments")->valuestring);
+            }
+            cr_assert_leq(cJSON_GetArraySize(calls), 16, "at most 16 calls");
+            cJSON_Delete(o);
+        }
+    }
+    cr_assert_gt(saw_cut, 3, "max_tokens cut the calls in %d cases only", saw_cut);
+}
+
 Test(server_tools, legacy_functions_and_template_fields)
 {
     const char *body = "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"functions\": "

@@ -163,3 +163,24 @@ backend *tu_cpu_backend(const tu_cpu_level *l, int n_threads)
     cr_assert_not_null(be, "cannot create a CPU backend at level %s", l->name);
     return be;
 }
+
+/* ---- skipped tests, visible --------------------------------------------------------------- */
+
+/* Criterion lists skipped tests only with --verbose, so a run that skipped a third of its tests
+ * for want of ../shared or a GPU looked like a clean pass. Every skip is printed with its reason,
+ * and the run's last line counts them. (The runner process calls these.) */
+static size_t tu_n_skipped;
+
+ReportHook(POST_TEST)(struct criterion_test_stats *st)
+{
+    if (st->test_status != CR_STATUS_SKIPPED) return;
+    tu_n_skipped++;
+    fprintf(stderr, "[SKIP] %s::%s: %s\n", st->test->category, st->test->name,
+            st->message && *st->message ? st->message : "(no reason given)");
+}
+
+ReportHook(POST_ALL)(struct criterion_global_stats *st)
+{
+    (void)st; /* (its tests_skipped counts the tests a --filter left out too) */
+    if (tu_n_skipped) fprintf(stderr, "[====] Skipped: %zu (each one above with its reason)\n", tu_n_skipped);
+}

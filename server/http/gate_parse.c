@@ -177,7 +177,22 @@ static int request_line(gate_parser *p, const gate_line *l, int *http10)
     while (te < l->e && (unsigned char)*te > 0x20 && (unsigned char)*te < 0x7f) te++;
     if (te == t || te == l->e || *te != ' ') return fail(p, 400, "malformed request target");
     snprintf(p->method, sizeof p->method, "%.*s", (int)(m - s), s);
-    snprintf(p->path, sizeof p->path, "%.*s", (int)(te - t), t);
+    /* Absolute form (RFC 9112 §3.2.2: "http://host/path?q"), which a server must accept: the
+     * scheme and authority are dropped on the way to libmicrohttpd, which routes origin-form
+     * paths only. */
+    p->abs_from = p->abs_to = 0;
+    p->abs_slash = 0;
+    size_t sl = te - t > 8 && !strncasecmp(t, "https://", 8) ? 8 : te - t > 7 && !strncasecmp(t, "http://", 7) ? 7 : 0;
+    if (sl) {
+        const char *a = t + sl;
+        while (a < te && *a != '/' && *a != '?') a++;
+        p->abs_from = (size_t)(t - p->head);
+        p->abs_to = (size_t)(a - p->head);
+        p->abs_slash = a == te || *a == '?';
+        snprintf(p->path, sizeof p->path, "%s%.*s", p->abs_slash ? "/" : "", (int)(te - a), a);
+    } else {
+        snprintf(p->path, sizeof p->path, "%.*s", (int)(te - t), t);
+    }
     const char *v = te + 1;
     size_t vl = (size_t)(l->e - v);
     if (vl != 8 || strncmp(v, "HTTP/", 5) || v[5] < '0' || v[5] > '9' || v[6] != '.' || v[7] < '0' ||
@@ -210,8 +225,16 @@ static int split_lines(gate_parser *p, gate_line *lines, int max)
 static void forward_head(gate_parser *p, const gate_line *lines, int n, int with_cl, uint64_t cl,
                          int drop_expect)
 {
+    p->n_forwarded++;
     for (int i = 0; i < n; i++) {
         const gate_line *l = &lines[i];
+        if (i == 0 && p->abs_to > p->abs_from) { /* absolute form: the request line without the authority */
+            const char *a = p->head + p->abs_from, *b = p->head + p->abs_to;
+            p->sink(p->sink_ud, l->s, (size_t)(a - l->s));
+            if (p->abs_slash) p->sink(p->sink_ud, "/", 1);
+            p->sink(p->sink_ud, b, (size_t)(l->e - b) + 2);
+            continue;
+        }
         const char *c = i ? memchr(l->s, ':', (size_t)(l->e - l->s)) : NULL;
         size_t nl = c ? (size_t)(c - l->s) : 0;
         if (i && (name_is(l, nl, "Content-Length") || name_is(l, nl, "Transfer-Encoding") ||
@@ -240,6 +263,19 @@ static void request_done(gate_parser *p)
 
 #define GATE_MAX_LINES 256
 
+/* The owner's say on a valid head: 0 forward it, else refused (p failed with the status and the
+ * message the owner left in p->message). */
+static int admitted(gate_parser *p)
+{
+    p->message[0] = 0;
+    int status = p->admit ? p->admit(p->sink_ud, p) : 0;
+    if (!status) return 0;
+    char msg[sizeof p->message];
+    snprintf(msg, sizeof msg, "%s", p->message[0] ? p->message : "request refused");
+    fail(p, status, msg);
+    return -1;
+}
+
 /* A complete head is in p->head: validate it and start the body. */
 static int head_done(gate_parser *p)
 {
@@ -256,6 +292,7 @@ static int head_done(gate_parser *p)
         if (http10) return fail(p, 400, "Transfer-Encoding in an HTTP/1.0 request");
         if (f.has_cl || f.cl_bad) return fail(p, 400, "both Transfer-Encoding and Content-Length");
         if (!f.te_chunked_only) return fail(p, 400, "unsupported Transfer-Encoding (only 'chunked' is)");
+        if (admitted(p)) return -EPROTO;
         p->want_continue = f.expect_continue;
         p->state = GATE_CHUNK_SIZE;
         p->line_len = 0;
@@ -264,6 +301,7 @@ static int head_done(gate_parser *p)
     if (f.cl_bad) return fail(p, 400, "invalid Content-Length");
     if (f.cl_conflict) return fail(p, 400, "conflicting Content-Length values");
     if (f.has_cl && (f.cl_huge || f.cl > p->max_body)) return fail(p, 413, "request body too large");
+    if (admitted(p)) return -EPROTO;
     forward_head(p, lines, n, f.has_cl, f.cl, 0);
     if (f.has_cl && f.cl > 0) {
         p->state = GATE_BODY_LENGTH;

@@ -261,6 +261,7 @@ static const char *reason_phrase(int status)
 {
     switch (status) {
     case 400: return "Bad Request";
+    case 408: return "Request Timeout";
     case 413: return "Content Too Large";
     case 431: return "Request Header Fields Too Large";
     case 503: return "Service Unavailable";
@@ -276,8 +277,10 @@ static char *gate_response(void *ud, int status, const char *message, const char
 {
     http_server *h = ud;
     oai_error e;
-    const char *code = status == 413 ? "request_too_large" : status == 503 ? "server_is_overloaded"
-                                                                           : "malformed_http_request";
+    const char *code = status == 413   ? "request_too_large"
+                       : status == 503 ? "server_is_overloaded"
+                       : status == 408 ? "request_timeout"
+                                       : "malformed_http_request";
     oai_fail(&e, status, status == 503 ? "server_error" : "invalid_request_error", code, NULL,
              "%s", message);
     char *j = oai_error_json(&e);
@@ -497,7 +500,9 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 {
     http_server *h = cls;
     http_req *r = *con_cls;
-    (void)c;
+    /* The gate learns that this connection has one request less in flight. */
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (ci) gate_request_done(&h->gate, ci->connect_fd);
     if (!r) return;
     *con_cls = NULL;
     r->conn = NULL;
@@ -567,6 +572,8 @@ int http_start(http_server *h, uv_loop_t *loop, const http_config *cfg, char *er
 {
     h->cfg = cfg;
     h->loop = loop;
+    h->gate.lim = cfg->limits;
+    gate_limits_fill(&h->gate.lim); /* MHD takes every connection the gate may relay */
     /* MHD gets its connections from the gate (MHD_add_connection), never from a socket of its
      * own: every request it sees has passed the gate's framing checks. */
     unsigned flags = MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG | MHD_USE_NO_LISTEN_SOCKET;
@@ -574,7 +581,8 @@ int http_start(http_server *h, uv_loop_t *loop, const http_config *cfg, char *er
                             MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, h, /* first, as MHD wants */
                             MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
                             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)600,
-                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)4000,
+                            MHD_OPTION_CONNECTION_LIMIT,
+                            (unsigned)(h->gate.lim.max_conns + h->gate.lim.reserved_conns + 16),
                             MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)65536,
                             MHD_OPTION_END);
     if (!h->d) {

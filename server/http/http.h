@@ -49,6 +49,7 @@ typedef struct http_config {
     const char *api_key;         /* NULL or "": no authentication */
     const char *guard_prefix;    /* paths that need the key whatever the route (e.g. "/v1/") */
     const char *allowed_origins; /* CORS: comma-separated origins or "*"; NULL: no CORS headers */
+    gate_limits limits;          /* connection limits and timeouts (0s: the defaults) */
     const http_route *routes;    /* [n_routes] looked up in order */
     int n_routes;
     size_t req_size;             /* the application's request struct, an http_req first */

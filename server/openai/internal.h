@@ -93,7 +93,13 @@ struct oai_chat_state {
     struct tc_parser *p; /* the choice's reasoning and tool-call parser */
     int legacy;          /* the request used functions: answer with function_call */
     int parallel;        /* 0: only the first call is kept */
+    int calls_only;      /* tool_choice "required": the grammar wrote a list of calls, nothing else:
+                          * no content, and the message keeps only whole calls */
 };
+
+/* Calls in a tool_choice "required" list at most (the grammar's bound: a model that keeps
+ * opening calls is stopped there). */
+#define OAI_MAX_TOOL_CALLS 16
 
 /* ---- the chunk builder (oai_response.c) ----------------------------------------------------- */
 

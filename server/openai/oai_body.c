@@ -32,13 +32,20 @@ int oai_validate_body(const char *body, size_t len, oai_error *e)
         return oai_fail(e, 400, "invalid_request_error", "invalid_json", NULL,
                         "The request body is not valid UTF-8");
     const char *p = body, *end = body + len;
-    int in_str = 0;
+    int in_str = 0, depth = 0, closed = 0; /* closed: the top-level object or array ended */
     for (; p < end; p++) {
         unsigned char c = (unsigned char)*p;
         if (c == 0)
             return oai_fail(e, 400, "invalid_request_error", "invalid_json", NULL,
                             "The request body contains a NUL byte");
         if (!in_str) {
+            /* One JSON value and nothing after it but white space ({...}xyz, {...}{...}: 400,
+             * where the parser would read the first value and ignore the rest). */
+            if (closed && c != ' ' && c != '\t' && c != '\n' && c != '\r')
+                return oai_fail(e, 400, "invalid_request_error", "invalid_json", NULL,
+                                "The request body has data after its JSON value");
+            if (c == '{' || c == '[') depth++;
+            else if ((c == '}' || c == ']') && depth > 0 && --depth == 0) closed = 1;
             in_str = c == '"';
             continue;
         }

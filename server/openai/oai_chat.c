@@ -253,11 +253,11 @@ static int choice_gbnf(const oai_chat *ch, char **out, oai_error *e)
         if (!rc) rc = tool_rules(&ch->tools[ch->named], ch->named, "args-", &g, &n, e);
     } else {
         int one = !ch->parallel_tool_calls || ch->legacy;
-        rc = text_add(&g, &n,
-                      one ? "root ::= \"[\" call \"]\"\ncall ::= "
-                          : "root ::= \"[\" call (\", \" call)* \"]\"\ncall ::= ")
-                 ? oai__oom(e)
-                 : 0;
+        char head[128];
+        snprintf(head, sizeof head, one ? "root ::= \"[\" call \"]\"\ncall ::= "
+                                        : "root ::= \"[\" call (\", \" call){0,%d} \"]\"\ncall ::= ",
+                 OAI_MAX_TOOL_CALLS - 1);
+        rc = text_add(&g, &n, head) ? oai__oom(e) : 0;
         for (int i = 0; !rc && i < ch->n_tools; i++)
             rc = call_alt(&ch->tools[i], i, &g, &n) ? oai__oom(e) : 0;
         if (!rc) rc = text_add(&g, &n, "\n") ? oai__oom(e) : 0;
@@ -472,6 +472,7 @@ oai_chat_state *oai_chat_state_create(const oai_chat *ch, uint64_t seed)
     }
     st->legacy = ch->legacy;
     st->parallel = ch->parallel_tool_calls && !ch->legacy;
+    st->calls_only = ch->constrained && ch->tool_choice == OAI_TOOLS_REQUIRED;
     return st;
 }
 
@@ -482,10 +483,37 @@ void oai_chat_state_free(oai_chat_state *st)
     free(st);
 }
 
-static int n_calls(const oai_chat_state *st)
+/* The call objects closed in the JSON array text s (the list tool_choice "required" makes the
+ * model write): a call cut short by max_tokens is not among them. */
+static int closed_calls(const char *s)
+{
+    int depth = 0, in_str = 0, n = 0;
+    for (; s && *s; s++) {
+        if (in_str) {
+            if (*s == '\\' && s[1]) s++;
+            else if (*s == '"') in_str = 0;
+        } else if (*s == '"') {
+            in_str = 1;
+        } else if (*s == '[' || *s == '{') {
+            depth++;
+        } else if (*s == ']' || *s == '}') {
+            if (--depth == 1 && *s == '}') n++;
+        }
+    }
+    return n;
+}
+
+/* The calls of the answer so far (text: the whole output for calls_only lists, or NULL). */
+static int n_calls(const oai_chat_state *st, const char *text)
 {
     int n = tc_parser_n_calls(st->p);
-    return !st->parallel && n > 1 ? 1 : n;
+    if (!st->parallel && n > 1) n = 1;
+    if (st->calls_only && text) { /* only whole calls: the grammar's list ends after one (a
+                                   * stream keeps no text: it needs this only at STOP, whole) */
+        int k = closed_calls(text);
+        if (k < n) n = k;
+    }
+    return n;
 }
 
 static int blank(const char *s, size_t n)
@@ -500,8 +528,8 @@ void oai__chat_message(cJSON *msg, const oai_choice *c)
     const oai_chat_state *st = c->chat;
     size_t len;
     const char *content = tc_parser_content(st->p, &len);
-    int nc = n_calls(st);
-    if (nc && blank(content, len))
+    int nc = n_calls(st, c->text);
+    if ((nc && blank(content, len)) || st->calls_only) /* calls_only: nothing but calls */
         cJSON_AddNullToObject(msg, "content");
     else
         cJSON_AddStringToObject(msg, "content", content);
@@ -530,7 +558,7 @@ void oai__chat_message(cJSON *msg, const oai_choice *c)
 
 const char *oai__chat_finish(const oai_choice *c, int finish)
 {
-    if (c->chat && finish == ENGINE_FINISH_STOP && n_calls(c->chat))
+    if (c->chat && finish == ENGINE_FINISH_STOP && n_calls(c->chat, c->text))
         return c->chat->legacy ? "function_call" : "tool_calls";
     return oai_finish_name(finish);
 }

@@ -6,6 +6,10 @@
  * merged into one chunk, and the logprobs of the feed's token ride on the first chunk (or on an
  * empty one when the parser holds the token's text back).
  *
+ * A list of calls that tool_choice "required" constrained (calls_only) streams no content: the
+ * grammar wrote nothing but calls, and what the parser could not read as one is a call cut short
+ * by max_tokens (whose arguments came in pieces already; finish_reason "length" says so).
+ *
  * Above oai_response.c (the chunk builder) and oai_chat.c (the chat state it reads).
  */
 #include <stdlib.h>
@@ -90,6 +94,7 @@ static void flush(feed_out *f)
 static void on_delta(void *ud, const tc_delta *d)
 {
     feed_out *f = ud;
+    if (f->st->calls_only && d->kind == TC_D_CONTENT) return;
     if ((d->kind == TC_D_CALL || d->kind == TC_D_ARGS) && d->index > 0 && !f->st->parallel) return;
     int merge = f->kind == d->kind && d->kind != TC_D_CALL &&
                 (d->kind != TC_D_ARGS || f->index == d->index);

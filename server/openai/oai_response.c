@@ -46,6 +46,7 @@ static int lp_append(oai_lp **v, int *n, int *cap, const smp_result *r, int has_
         *cap = c;
     }
     (*v)[*n].r = *r;
+    (*v)[*n].skip_space = 0;
     (*v)[(*n)++].has_logprob = has_logprob;
     return 0;
 }
@@ -130,7 +131,7 @@ static cJSON *completion_logprobs(const oai_resp *r, const oai_lp *lps, int n, s
         cJSON *ts = oai__token_string(r, l->r.token, NULL, NULL);
         cJSON_AddItemToArray(toks, ts);
         cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)off));
-        off += oai_text_chars(ts->valuestring, strlen(ts->valuestring));
+        off += oai_lp_chars(r, l);
         if (!l->has_logprob) {
             cJSON_AddItemToArray(tlp, cJSON_CreateNull());
             cJSON_AddItemToArray(top, cJSON_CreateNull());

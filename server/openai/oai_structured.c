@@ -10,9 +10,12 @@
  *
  * At most one of them may constrain a request. Schemas become GBNF through oai_schema.c, regexes
  * and choices through grammar/grammar.h; the compiled grammar is looked up first in the server's
- * LRU (lim->grammars) under its kind and canonical text, so a repeated schema costs a lookup.
- * Errors are 400s naming the field and, for grammars and regexes, where the text is wrong.
- * Runs on the request-preparation thread (the cache has its own lock).
+ * LRU (lim->grammars) under its kind and canonical text, so a repeated schema costs a lookup,
+ * and a source that failed costs one too (its error is cached). A miss compiles on the cache's
+ * low-priority workers with a wall-clock budget of GR_COMPILE_MS, the schema's translation
+ * included, while the request's preparation thread waits (gr_cache_compile). Errors are 400s
+ * naming the field and, for grammars and regexes, where the text is wrong; 503 when too many
+ * compilations are waiting. Runs on the request-preparation thread.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -154,35 +157,109 @@ static int find_source(const cJSON *root, so_src *s, int *n, oai_error *e)
 
 /* ---- compiling --------------------------------------------------------------------------- */
 
-static gr_grammar *compile_schema(const cJSON *schema, const so_src *s, oai_error *e)
+/* A failure of the schema's translation rather than of the compilation (gr_error.line, a
+ * convention of this file: the translator's errors have no position in GBNF text). */
+enum { SO_BAD_JSON = -2, SO_BAD_SCHEMA = -1 };
+
+/* What a compile worker needs for one source (gr_compile_fn's argument). */
+typedef struct so_job {
+    int kind;                 /* SO_*, or SO_GRAMMAR for the server's own tool-call text */
+    const cJSON *v;           /* the source (read-only while the request waits) */
+    const char *text;         /* SO_GRAMMAR: the GBNF text */
+} so_job;
+
+/* gr_compile_fn: the source into a grammar by deadline_us (the schema's translation included). */
+static gr_grammar *so_compile(void *arg, int64_t deadline_us, gr_error *ge)
 {
+    const so_job *j = arg;
     char err[384];
-    cJSON *parsed = NULL;
-    if (cJSON_IsString(schema)) { /* the schema as JSON text */
-        parsed = cJSON_Parse(schema->valuestring);
-        if (!parsed) return bad(e, s->param, "'%s' is not valid JSON%s", ""), NULL;
-        schema = parsed;
+    switch (j->kind) {
+    case SO_SCHEMA: {
+        cJSON *parsed = NULL;
+        const cJSON *schema = j->v;
+        if (cJSON_IsString(schema)) { /* the schema as JSON text */
+            if (!(parsed = cJSON_Parse(schema->valuestring))) {
+                ge->line = SO_BAD_JSON;
+                return NULL;
+            }
+            schema = parsed;
+        }
+        /* (the translation is linear in the schema: $refs are translated once each) */
+        char *text = oai_schema_gbnf(schema, "", err, sizeof err);
+        cJSON_Delete(parsed);
+        if (!text) {
+            snprintf(ge->msg, sizeof ge->msg, "%.250s", err);
+            ge->line = SO_BAD_SCHEMA;
+            return NULL;
+        }
+        gr_grammar *g = gr_compile_gbnf_by(text, strlen(text), "root", deadline_us, ge);
+        free(text);
+        return g;
     }
-    char *text = oai_schema_gbnf(schema, "", err, sizeof err);
-    cJSON_Delete(parsed);
-    if (!text) return bad(e, s->param, "Invalid JSON schema in '%s': %s", err), NULL;
-    gr_error ge;
-    gr_grammar *g = gr_compile_gbnf(text, strlen(text), "root", &ge);
-    free(text);
-    if (!g) bad(e, s->param, "The JSON schema in '%s' cannot be compiled: %s", ge.msg);
-    return g;
+    case SO_REGEX: return gr_compile_regex_by(j->v->valuestring, strlen(j->v->valuestring), deadline_us, ge);
+    case SO_GRAMMAR: {
+        const char *t = j->text ? j->text : j->v->valuestring;
+        return gr_compile_gbnf_by(t, strlen(t), "root", deadline_us, ge);
+    }
+    default: {
+        int n = cJSON_GetArraySize(j->v);
+        const char **ch = malloc(sizeof *ch * (size_t)(n ? n : 1));
+        size_t *len = malloc(sizeof *len * (size_t)(n ? n : 1));
+        gr_grammar *g = NULL;
+        if (!ch || !len) {
+            snprintf(ge->msg, sizeof ge->msg, "out of memory");
+        } else {
+            int i = 0;
+            const cJSON *x;
+            cJSON_ArrayForEach(x, j->v) {
+                ch[i] = x->valuestring;
+                len[i++] = strlen(x->valuestring);
+            }
+            g = gr_compile_choice_by(ch, len, n, deadline_us, ge);
+        }
+        free(ch);
+        free(len);
+        return g;
+    }
+    }
 }
 
-static gr_grammar *compile_gbnf(const char *text, const char *param, oai_error *e)
+/* The 400 (or 503) for a failed compilation of kind from param. */
+static int so_error(int kind, const char *param, const gr_error *ge, int busy, oai_error *e)
+{
+    char where[320];
+    if (busy) return oai_fail(e, 503, "server_error", "server_is_overloaded", param, "%s", ge->msg);
+    if (!strcmp(ge->msg, "out of memory")) return oai__oom(e);
+    switch (kind) {
+    case SO_SCHEMA:
+        if (ge->line == SO_BAD_JSON) return bad(e, param, "'%s' is not valid JSON%s", "");
+        if (ge->line == SO_BAD_SCHEMA) return bad(e, param, "Invalid JSON schema in '%s': %s", ge->msg);
+        return bad(e, param, "The JSON schema in '%s' cannot be compiled: %s", ge->msg);
+    case SO_REGEX:
+        if (ge->pos >= 0) snprintf(where, sizeof where, "at position %d: %.200s", ge->pos, ge->msg);
+        else snprintf(where, sizeof where, "%.200s", ge->msg);
+        return bad(e, param, "Invalid regex in '%s' %s", where);
+    case SO_GRAMMAR:
+        if (ge->line > 0) snprintf(where, sizeof where, "at line %d, column %d: %.200s", ge->line, ge->col, ge->msg);
+        else snprintf(where, sizeof where, "%.200s", ge->msg);
+        return bad(e, param, "Invalid grammar in '%s' %s", where);
+    default: return bad(e, param, "Invalid choice list in '%s': %s", ge->msg);
+    }
+}
+
+/* The grammar of job, cached under key[0..len) (kind, then the canonical text): compiled on the
+ * cache's workers (or here, without a cache) with a wall-clock budget; its failure is cached too.
+ * NULL with e filled. */
+static gr_grammar *so_grammar(const oai_limits *lim, const char *key, size_t len, so_job *job, const char *param,
+                              oai_error *e)
 {
     gr_error ge;
-    char where[320];
-    gr_grammar *g = gr_compile_gbnf(text, strlen(text), "root", &ge);
-    if (!g) {
-        if (ge.line) snprintf(where, sizeof where, "at line %d, column %d: %.200s", ge.line, ge.col, ge.msg);
-        else snprintf(where, sizeof where, "%.200s", ge.msg);
-        bad(e, param, "Invalid grammar in '%s' %s", where);
-    }
+    memset(&ge, 0, sizeof ge);
+    ge.pos = -1;
+    int busy = 0;
+    gr_grammar *g = lim->grammars ? gr_cache_compile(lim->grammars, key, len, so_compile, job, &ge, &busy)
+                                  : so_compile(job, 0, &ge);
+    if (!g) so_error(job->kind, param, &ge, busy, e);
     return g;
 }
 
@@ -193,51 +270,10 @@ gr_grammar *oai__grammar_gbnf(const oai_limits *lim, const char *text, const cha
     if (!key) return oai__oom(e), NULL;
     key[0] = SO_GRAMMAR;
     memcpy(key + 1, text, tl + 1);
-    gr_grammar *g = lim->grammars ? gr_cache_get(lim->grammars, key, tl + 1) : NULL;
-    if (!g && (g = compile_gbnf(text, param, e)) && lim->grammars) gr_cache_put(lim->grammars, key, tl + 1, g);
+    so_job job = {SO_GRAMMAR, NULL, text};
+    gr_grammar *g = so_grammar(lim, key, tl + 1, &job, param, e);
     free(key);
     return g;
-}
-
-static gr_grammar *compile_source(const so_src *s, const cJSON *any_object, oai_error *e)
-{
-    gr_error ge;
-    gr_grammar *g;
-    char where[320];
-    switch (s->kind) {
-    case SO_SCHEMA: return compile_schema(s->any_object ? any_object : s->v, s, e);
-    case SO_REGEX:
-        g = gr_compile_regex(s->v->valuestring, strlen(s->v->valuestring), &ge);
-        if (!g) {
-            if (ge.pos >= 0) snprintf(where, sizeof where, "at position %d: %.200s", ge.pos, ge.msg);
-            else snprintf(where, sizeof where, "%.200s", ge.msg);
-            bad(e, s->param, "Invalid regex in '%s' %s", where);
-        }
-        return g;
-    case SO_GRAMMAR: return compile_gbnf(s->v->valuestring, s->param, e);
-    default: {
-        int n = cJSON_GetArraySize(s->v);
-        const char **ch = malloc(sizeof *ch * (size_t)n);
-        size_t *len = malloc(sizeof *len * (size_t)n);
-        if (!ch || !len) {
-            free(ch);
-            free(len);
-            oai__oom(e);
-            return NULL;
-        }
-        int i = 0;
-        const cJSON *x;
-        cJSON_ArrayForEach(x, s->v) {
-            ch[i] = x->valuestring;
-            len[i++] = strlen(x->valuestring);
-        }
-        g = gr_compile_choice(ch, len, n, &ge);
-        free(ch);
-        free(len);
-        if (!g) bad(e, s->param, "Invalid choice list in '%s': %s", ge.msg);
-        return g;
-    }
-    }
 }
 
 int oai__parse_structured(const cJSON *root, const oai_limits *lim, oai_request *r, oai_error *e)
@@ -259,8 +295,8 @@ int oai__parse_structured(const cJSON *root, const oai_limits *lim, oai_request 
     key[0] = (char)(s.kind == SO_SCHEMA && cJSON_IsString(v) ? 'J' : s.kind);
     memcpy(key + 1, text, tl + 1);
     free(text);
-    gr_grammar *g = lim->grammars ? gr_cache_get(lim->grammars, key, tl + 1) : NULL;
-    if (!g && (g = compile_source(&s, any_object, e)) && lim->grammars) gr_cache_put(lim->grammars, key, tl + 1, g);
+    so_job job = {s.kind, s.any_object ? any_object : s.v, NULL};
+    gr_grammar *g = so_grammar(lim, key, tl + 1, &job, s.param, e);
     free(key);
     cJSON_Delete(any_object);
     if (!g) return -EINVAL;

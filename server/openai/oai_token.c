@@ -56,3 +56,13 @@ size_t oai_token_chars(const oai_resp *r, int32_t id)
     cJSON_Delete(t);
     return k;
 }
+
+size_t oai_lp_chars(const oai_resp *r, const oai_lp *lp)
+{
+    cJSON *t = oai__token_string(r, lp->r.token, NULL, NULL);
+    const char *s = t->valuestring;
+    size_t k = oai_text_chars(s, strlen(s));
+    if (lp->skip_space && s[0] == ' ' && !r->token_ids) k--;
+    cJSON_Delete(t);
+    return k;
+}

@@ -93,8 +93,9 @@ typedef struct oai_limits {
 } oai_limits;
 
 /* The body checks every parser below starts with: valid UTF-8, no raw control character inside
- * a string, no NUL (raw or \u0000 in a string). 0, or -EINVAL with *err filled (400
- * invalid_json, or invalid_value for a NUL in a string). */
+ * a string, no NUL (raw or \u0000 in a string), nothing but white space after the top-level
+ * object or array. 0, or -EINVAL with *err filled (400 invalid_json, or invalid_value for a NUL
+ * in a string). */
 int oai_validate_body(const char *body, size_t len, oai_error *err);
 
 /* Parses body[0..len) as a request of the given kind into *out (zeroed first). Returns 0, or a
@@ -135,6 +136,8 @@ typedef int (*oai_piece_fn)(void *ud, int32_t id, char *buf, int cap);
 typedef struct oai_lp {
     smp_result r;
     int has_logprob;              /* 0: JSON null (first prompt token) */
+    int skip_space;               /* 1: the token starts the decoded text, which drops its leading
+                                   * space (SentencePiece): it adds one character less */
 } oai_lp;
 
 /* Everything a choice accumulates until its response is written. */
@@ -212,5 +215,8 @@ char *oai_logprobs_json(const oai_resp *r, const oai_lp *lps, int n, size_t text
  * units of completions' text_offset (as in OpenAI's and vLLM's responses). */
 size_t oai_text_chars(const char *s, size_t n);
 size_t oai_token_chars(const oai_resp *r, int32_t id);
+/* The characters position lp adds to the text: its token's, less the leading space the decoded
+ * text drops (lp->skip_space). */
+size_t oai_lp_chars(const oai_resp *r, const oai_lp *lp);
 
 #endif
