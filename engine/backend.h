@@ -49,6 +49,7 @@
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "cache/kv.h"
 #include "engine/smp_rows.h"
@@ -518,6 +519,22 @@ static inline float *be_alloc_f32(backend *be, size_t n)
 {
     size_t es = be_act_bytes(be);
     return (float *)be->ops->alloc(be, (n * sizeof(float) + es - 1) / es);
+}
+
+/* Uploads model tensor t as *w (zeroed first). An absent tensor (t NULL, or without data: an
+ * optional bias, norm or projection) leaves *w empty and returns 0; else the backend's
+ * weight_upload result (0 or a negative errno). */
+static inline int be_weight_upload_opt(backend *be, const model_tensor *t, be_weight *w)
+{
+    memset(w, 0, sizeof *w);
+    return t && t->data ? be->ops->weight_upload(be, t, w) : 0;
+}
+
+/* Frees *w when it holds anything and empties it: safe on an empty or already released weight. */
+static inline void be_weight_release(backend *be, be_weight *w)
+{
+    if (w->data || w->extra) be->ops->weight_free(be, w);
+    memset(w, 0, sizeof *w);
 }
 
 static inline void be_destroy(backend *be)

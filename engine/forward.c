@@ -104,15 +104,12 @@ struct fwd {
 
 static int fwd__upload(fwd *f, const model_tensor *t, be_weight *w)
 {
-    memset(w, 0, sizeof *w);
-    if (!t->data) return 0; /* optional tensor (bias) absent */
-    return f->be->ops->weight_upload(f->be, t, w);
+    return be_weight_upload_opt(f->be, t, w);
 }
 
 static void fwd__wfree(fwd *f, be_weight *w)
 {
-    if (w->data || w->extra) f->be->ops->weight_free(f->be, w);
-    memset(w, 0, sizeof *w);
+    be_weight_release(f->be, w);
 }
 
 /* The layer's weights that are never stacked and their model tensors, FWD_LAYER_WEIGHTS of each. */

@@ -36,18 +36,6 @@ struct fwd_mla {
     void *ov;    /* [T][n_heads × v_head] */
 };
 
-static int up1(backend *be, const model_tensor *t, be_weight *w)
-{
-    memset(w, 0, sizeof *w);
-    return t && t->data ? be->ops->weight_upload(be, t, w) : 0;
-}
-
-static void free1(backend *be, be_weight *w)
-{
-    if (w->data || w->extra) be->ops->weight_free(be, w);
-    memset(w, 0, sizeof *w);
-}
-
 static int mla_layer_upload(fwd_mla *x, int il, mla_layer *L)
 {
     const model_hparams *hp = &x->m->hp;
@@ -56,12 +44,12 @@ static int mla_layer_upload(fwd_mla *x, int il, mla_layer *L)
     L->k_b = calloc((size_t)H, sizeof *L->k_b);
     L->v_b = calloc((size_t)H, sizeof *L->v_b);
     if (!L->k_b || !L->v_b) return -ENOMEM;
-    if ((rc = up1(x->be, &ml->wq_a, &L->wq_a)) || (rc = up1(x->be, &ml->q_a_norm, &L->q_a_norm)) ||
-        (rc = up1(x->be, &ml->wq_b, &L->wq_b)) || (rc = up1(x->be, &ml->wkv_a, &L->wkv_a)) ||
-        (rc = up1(x->be, &ml->kv_a_norm, &L->kv_a_norm)))
+    if ((rc = be_weight_upload_opt(x->be, &ml->wq_a, &L->wq_a)) || (rc = be_weight_upload_opt(x->be, &ml->q_a_norm, &L->q_a_norm)) ||
+        (rc = be_weight_upload_opt(x->be, &ml->wq_b, &L->wq_b)) || (rc = be_weight_upload_opt(x->be, &ml->wkv_a, &L->wkv_a)) ||
+        (rc = be_weight_upload_opt(x->be, &ml->kv_a_norm, &L->kv_a_norm)))
         return rc;
     for (int h = 0; h < H; h++)
-        if ((rc = up1(x->be, &ml->wk_b[h], &L->k_b[h])) || (rc = up1(x->be, &ml->wv_b[h], &L->v_b[h]))) return rc;
+        if ((rc = be_weight_upload_opt(x->be, &ml->wk_b[h], &L->k_b[h])) || (rc = be_weight_upload_opt(x->be, &ml->wv_b[h], &L->v_b[h]))) return rc;
     model_rope mr;
     model_layer_rope(hp, il, &mr);
     be_rope r = {.n_heads = H, .head_dim = hp->rope_dims, .rope_dims = hp->rope_dims, .base = mr.base,
@@ -80,13 +68,13 @@ static void mla_layer_free(fwd_mla *x, mla_layer *L)
 {
     if (L->prepared) x->be->ops->mla_release(x->be, &L->m);
     for (int h = 0; h < x->m->hp.n_heads; h++) {
-        if (L->k_b) free1(x->be, &L->k_b[h]);
-        if (L->v_b) free1(x->be, &L->v_b[h]);
+        if (L->k_b) be_weight_release(x->be, &L->k_b[h]);
+        if (L->v_b) be_weight_release(x->be, &L->v_b[h]);
     }
     free(L->k_b);
     free(L->v_b);
     be_weight *ws[] = {&L->wq_a, &L->q_a_norm, &L->wq_b, &L->wkv_a, &L->kv_a_norm};
-    for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) free1(x->be, ws[i]);
+    for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) be_weight_release(x->be, ws[i]);
 }
 
 void fwd_mla_destroy(fwd_mla *x)

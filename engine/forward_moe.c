@@ -35,18 +35,6 @@ struct fwd_moe {
     void *sh_out;       /* [max_tokens][n_embd] their output */
 };
 
-static int up1(backend *be, const model_tensor *t, be_weight *w)
-{
-    memset(w, 0, sizeof *w);
-    return t && t->data ? be->ops->weight_upload(be, t, w) : 0;
-}
-
-static void free1(backend *be, be_weight *w)
-{
-    if (w->data || w->extra) be->ops->weight_free(be, w);
-    memset(w, 0, sizeof *w);
-}
-
 /* Uploads layer il's tensors and fills its be_moe. 0 or a negative errno. */
 static int moe_layer_upload(fwd_moe *x, int il, moe_layer *L)
 {
@@ -54,15 +42,15 @@ static int moe_layer_upload(fwd_moe *x, int il, moe_layer *L)
     const model_layer *ml = &x->m->layers[il];
     int E = hp->n_expert, rc;
     if (!(L->w = calloc((size_t)MW_N * E, sizeof *L->w))) return -ENOMEM;
-    if ((rc = up1(x->be, &ml->gate_inp, &L->router)) || (rc = up1(x->be, &ml->gate_inp_b, &L->router_b)) ||
-        (rc = up1(x->be, &ml->exp_probs_b, &L->sel_bias)) || (rc = up1(x->be, &ml->gate_shexp, &L->gate_sh)) ||
-        (rc = up1(x->be, &ml->up_shexp, &L->up_sh)) || (rc = up1(x->be, &ml->down_shexp, &L->down_sh)))
+    if ((rc = be_weight_upload_opt(x->be, &ml->gate_inp, &L->router)) || (rc = be_weight_upload_opt(x->be, &ml->gate_inp_b, &L->router_b)) ||
+        (rc = be_weight_upload_opt(x->be, &ml->exp_probs_b, &L->sel_bias)) || (rc = be_weight_upload_opt(x->be, &ml->gate_shexp, &L->gate_sh)) ||
+        (rc = be_weight_upload_opt(x->be, &ml->up_shexp, &L->up_sh)) || (rc = be_weight_upload_opt(x->be, &ml->down_shexp, &L->down_sh)))
         return rc;
     const model_tensor *src[MW_N] = {ml->gate_exps, ml->up_exps, ml->down_exps, ml->b_gate_exps, ml->b_up_exps,
                                      ml->b_down_exps};
     for (int k = 0; k < MW_N; k++)
         for (int e = 0; e < E && src[k]; e++)
-            if ((rc = up1(x->be, &src[k][e], &L->w[k * E + e]))) return rc;
+            if ((rc = be_weight_upload_opt(x->be, &src[k][e], &L->w[k * E + e]))) return rc;
     L->m = (be_moe){
         .rule = {.n_expert = E, .n_used = hp->n_expert_used, .gating = hp->expert_gating,
                  .norm = hp->expert_weights_norm, .scale = hp->expert_weights_scale, .n_groups = hp->n_expert_groups,
@@ -82,10 +70,10 @@ static void moe_layer_free(fwd_moe *x, moe_layer *L)
 {
     int E = x->m->hp.n_expert;
     if (L->prepared) x->be->ops->moe_release(x->be, &L->m);
-    for (int k = 0; L->w && k < MW_N * E; k++) free1(x->be, &L->w[k]);
+    for (int k = 0; L->w && k < MW_N * E; k++) be_weight_release(x->be, &L->w[k]);
     free(L->w);
     be_weight *ws[] = {&L->router, &L->router_b, &L->sel_bias, &L->gate_sh, &L->up_sh, &L->down_sh};
-    for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) free1(x->be, ws[i]);
+    for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) be_weight_release(x->be, ws[i]);
 }
 
 void fwd_moe_destroy(fwd_moe *x)
