@@ -17,24 +17,9 @@
 
 #include "base/clock.h"
 #include "tests/engine_harness.h"
+#include "tests/engine_streams.h"
 
 TestSuite(engine_overlap, .init = te_setup, .fini = te_teardown, .timeout = 180);
-
-/* One choice's stream: every event's tokens, log-probs and text, and its end. */
-typedef struct teo_choice {
-    int32_t toks[600];
-    float lps[600];
-    int32_t top0[600];
-    int n_toks, n_events;
-    char text[4096];
-    int finish, stop_str;
-} teo_choice;
-
-typedef struct teo_req {
-    uint64_t id;
-    int n;
-    teo_choice c[4];
-} teo_req;
 
 /* An engine on the golden model with overlap on or off. */
 static engine *teo_engine(int overlap, size_t kv_bytes, int prefix, int max_seqs, int batch_tokens)
@@ -56,71 +41,6 @@ static engine *teo_engine(int overlap, size_t kv_bytes, int prefix, int max_seqs
     return e;
 }
 
-/* Polls until n_final choices of reqs[0 .. n) have finished (60 s deadline). */
-static void teo_collect(engine *e, teo_req *reqs, int n, int n_final)
-{
-    int got = 0;
-    int64_t deadline = clk_now_us() + 60000000;
-    while (got < n_final) {
-        engine_event *ev[64];
-        int k = engine_poll(e, ev, 64);
-        for (int i = 0; i < k; i++) {
-            teo_req *q = NULL;
-            for (int j = 0; j < n; j++)
-                if (reqs[j].id == ev[i]->id) q = &reqs[j];
-            cr_assert_not_null(q);
-            teo_choice *c = &q->c[ev[i]->index];
-            cr_assert_eq(c->finish, 0, "an event after the final one");
-            for (int t = 0; t < ev[i]->n_tokens; t++) {
-                cr_assert_lt(c->n_toks, 600);
-                c->toks[c->n_toks] = ev[i]->tokens[t];
-                c->lps[c->n_toks] = ev[i]->logprobs ? ev[i]->logprobs[t].logprob : 0.0f;
-                c->top0[c->n_toks] = ev[i]->logprobs && ev[i]->logprobs[t].n_top ? ev[i]->logprobs[t].top_ids[0] : -1;
-                c->n_toks++;
-            }
-            c->n_events++;
-            strncat(c->text, ev[i]->text, sizeof c->text - strlen(c->text) - 1);
-            if (ev[i]->finish) {
-                c->finish = ev[i]->finish;
-                c->stop_str = ev[i]->stop_str;
-                got++;
-            }
-            engine_event_free(ev[i]);
-        }
-        if (k) continue;
-        cr_assert_lt(clk_now_us(), deadline, "timed out (%d of %d choices finished)", got, n_final);
-        pthread_mutex_lock(&te_w.mu);
-        struct timespec dl;
-        clock_gettime(CLOCK_REALTIME, &dl);
-        dl.tv_nsec += 50 * 1000000L;
-        dl.tv_sec += dl.tv_nsec / 1000000000L;
-        dl.tv_nsec %= 1000000000L;
-        if (!te_w.n) pthread_cond_timedwait(&te_w.cv, &te_w.mu, &dl);
-        te_w.n = 0;
-        pthread_mutex_unlock(&te_w.mu);
-    }
-}
-
-/* The two runs' streams are the same: tokens, log-probs, texts, ends. */
-static void teo_same(const teo_req *a, const teo_req *b, int n, const char *what)
-{
-    for (int r = 0; r < n; r++)
-        for (int c = 0; c < a[r].n; c++) {
-            const teo_choice *x = &a[r].c[c], *y = &b[r].c[c];
-            cr_assert_eq(x->n_toks, y->n_toks, "%s: request %d choice %d: %d tokens, %d overlapped", what, r, c,
-                         x->n_toks, y->n_toks);
-            for (int t = 0; t < x->n_toks; t++) {
-                cr_assert_eq(x->toks[t], y->toks[t], "%s: request %d choice %d token %d", what, r, c, t);
-                cr_assert(x->lps[t] == y->lps[t] || (x->lps[t] != x->lps[t] && y->lps[t] != y->lps[t]),
-                          "%s: request %d choice %d log-prob %d", what, r, c, t);
-                cr_assert_eq(x->top0[t], y->top0[t]);
-            }
-            cr_assert_str_eq(x->text, y->text, "%s: request %d choice %d", what, r, c);
-            cr_assert_eq(x->finish, y->finish, "%s: request %d choice %d", what, r, c);
-            cr_assert_eq(x->stop_str, y->stop_str);
-        }
-}
-
 /* Every block back with the cache, nothing running: what the engine holds after its requests. */
 static void teo_idle(engine *e)
 {
@@ -139,13 +59,13 @@ static void teo_idle(engine *e)
 static void teo_golden(size_t kv, int prefix, int batch_tokens, int want_preempt)
 {
     engine *e = teo_engine(1, kv, prefix, 16, batch_tokens);
-    static teo_req q[16];
+    static te_req q[16];
     memset(q, 0, sizeof q);
     for (int i = 0; i < te_n_cases; i++) {
         q[i].n = 1;
         q[i].id = te_submit(e, te_cases[i].prompt, te_cases[i].n_prompt, te_cases[i].n_gen, 1, 0, NULL);
     }
-    teo_collect(e, q, te_n_cases, te_n_cases);
+    te_streams_collect(e, q, te_n_cases, te_n_cases);
     for (int i = 0; i < te_n_cases; i++) {
         const te_case *t = &te_cases[i];
         cr_assert_eq(q[i].c[0].finish, ENGINE_FINISH_LENGTH, "%s", t->name);
@@ -249,7 +169,7 @@ static const teo_spec teo_mixed[] = {
 Test(engine_overlap, mixed_workload_matches_synchronous)
 {
     TE_NEED_MODEL();
-    static teo_req runs[2][TEO_MIXED];
+    static te_req runs[2][TEO_MIXED];
     engine_stats st[2];
     for (int ov = 0; ov < 2; ov++) {
         memset(runs[ov], 0, sizeof runs[ov]);
@@ -260,15 +180,15 @@ Test(engine_overlap, mixed_workload_matches_synchronous)
             runs[ov][i].id = teo_submit(e, &teo_mixed[i]);
             finals += teo_mixed[i].n;
         }
-        teo_collect(e, runs[ov], TEO_MIXED, finals);
+        te_streams_collect(e, runs[ov], TEO_MIXED, finals);
         teo_idle(e);
         engine_get_stats(e, &st[ov]);
         engine_destroy(e, 1);
     }
-    teo_same(runs[0], runs[1], TEO_MIXED, "mixed");
+    te_streams_same(runs[0], runs[1], TEO_MIXED, "mixed");
     for (int i = 0; i < TEO_MIXED; i++)
         for (int c = 0; c < teo_mixed[i].n; c++) {
-            const teo_choice *x = &runs[1][i].c[c];
+            const te_choice *x = &runs[1][i].c[c];
             if (teo_mixed[i].stop) cr_assert_null(strstr(x->text, teo_mixed[i].stop), "request %d: stop string sent", i);
             if (x->finish == ENGINE_FINISH_LENGTH)
                 cr_assert_eq(x->n_toks - (teo_mixed[i].prompt_logprobs ? te_cases[teo_mixed[i].case_i].n_prompt : 0),
@@ -288,11 +208,11 @@ Test(engine_overlap, stop_string_streamed_one_step_late)
 {
     TE_NEED_MODEL();
     engine *e = teo_engine(1, (size_t)16 << 20, 1, 8, 64);
-    static teo_req q[1];
+    static te_req q[1];
     memset(q, 0, sizeof q);
     q[0].n = 1;
     q[0].id = te_submit(e, te_cases[0].prompt, te_cases[0].n_prompt, 40, 1, 0, "little");
-    teo_collect(e, q, 1, 1);
+    te_streams_collect(e, q, 1, 1);
     cr_assert_eq(q[0].c[0].finish, ENGINE_FINISH_STOP);
     cr_assert_eq(q[0].c[0].stop_str, 0);
     cr_assert_str_eq(q[0].c[0].text, ", there was a ");
@@ -310,7 +230,7 @@ Test(engine_overlap, cancel_one_step_late)
 {
     TE_NEED_MODEL();
     engine *e = teo_engine(1, (size_t)16 << 20, 1, 8, 64);
-    static teo_req q[2];
+    static te_req q[2];
     memset(q, 0, sizeof q);
     const te_case *t = &te_cases[0];
     q[0].n = q[1].n = 1;
@@ -321,8 +241,8 @@ Test(engine_overlap, cancel_one_step_late)
         engine_event *ev[16];
         int k = engine_poll(e, ev, 16);
         for (int i = 0; i < k; i++) {
-            teo_req *r = ev[i]->id == q[0].id ? &q[0] : &q[1];
-            teo_choice *c = &r->c[ev[i]->index];
+            te_req *r = ev[i]->id == q[0].id ? &q[0] : &q[1];
+            te_choice *c = &r->c[ev[i]->index];
             for (int j = 0; j < ev[i]->n_tokens; j++) c->toks[c->n_toks++] = ev[i]->tokens[j];
             strncat(c->text, ev[i]->text, sizeof c->text - strlen(c->text) - 1);
             if (ev[i]->finish) c->finish = ev[i]->finish;
@@ -332,7 +252,7 @@ Test(engine_overlap, cancel_one_step_late)
         if (!k) usleep(200);
     }
     engine_cancel(e, q[0].id);
-    teo_collect(e, q, 2, 2 - (q[1].c[0].finish != 0));
+    te_streams_collect(e, q, 2, 2 - (q[1].c[0].finish != 0));
     cr_assert_eq(q[0].c[0].finish, ENGINE_FINISH_ABORT);
     cr_assert_lt(q[0].c[0].n_toks, 400);
     cr_assert_eq(q[1].c[0].finish, ENGINE_FINISH_LENGTH);
@@ -346,7 +266,7 @@ Test(engine_overlap, cancel_one_step_late)
 Test(engine_overlap, grammar_requests_match_synchronous)
 {
     TE_NEED_MODEL();
-    static teo_req runs[2][4];
+    static te_req runs[2][4];
     gr_error ge;
     const char *re = "( [a-z]+)+\\.";
     for (int ov = 0; ov < 2; ov++) {
@@ -374,13 +294,13 @@ Test(engine_overlap, grammar_requests_match_synchronous)
             cr_assert_eq(engine_submit(e, &r, &id), 0);
             runs[ov][i].id = id;
         }
-        teo_collect(e, runs[ov], 4, 5);
+        te_streams_collect(e, runs[ov], 4, 5);
         teo_idle(e);
         engine_destroy(e, 1);
     }
-    teo_same(runs[0], runs[1], 4, "grammar");
+    te_streams_same(runs[0], runs[1], 4, "grammar");
     for (int c = 0; c < 2; c++) {
-        const teo_choice *x = &runs[1][1].c[c];
+        const te_choice *x = &runs[1][1].c[c];
         if (x->finish == ENGINE_FINISH_STOP) cr_assert_eq(x->text[strlen(x->text) - 1], '.', "'%s'", x->text);
     }
 }
@@ -403,7 +323,7 @@ static const teo_spec teo_long[] = {
 Test(engine_overlap, mixed_workload_under_preemption)
 {
     TE_NEED_MODEL();
-    static teo_req runs[2][TEO_LONG];
+    static te_req runs[2][TEO_LONG];
     engine_stats st[2];
     size_t kv = 32 * 16 * 640; /* 32 blocks of 16 tokens (the context length) for 14 sequences */
     for (int ov = 0; ov < 2; ov++) {
@@ -415,7 +335,7 @@ Test(engine_overlap, mixed_workload_under_preemption)
             runs[ov][i].id = teo_submit(e, &teo_long[i]);
             finals += teo_long[i].n;
         }
-        teo_collect(e, runs[ov], TEO_LONG, finals);
+        te_streams_collect(e, runs[ov], TEO_LONG, finals);
         teo_idle(e);
         engine_get_stats(e, &st[ov]);
         engine_destroy(e, 1);
@@ -424,7 +344,7 @@ Test(engine_overlap, mixed_workload_under_preemption)
     cr_assert_gt(st[1].steps_overlapped, 0);
     for (int i = 0; i < TEO_LONG; i++)
         for (int c = 0; c < teo_long[i].n; c++) {
-            const teo_choice *x = &runs[0][i].c[c], *y = &runs[1][i].c[c];
+            const te_choice *x = &runs[0][i].c[c], *y = &runs[1][i].c[c];
             cr_assert_eq(x->n_toks, y->n_toks, "request %d choice %d: %d tokens, %d overlapped", i, c, x->n_toks,
                          y->n_toks);
             for (int t = 0; t < x->n_toks; t++) cr_assert_eq(x->toks[t], y->toks[t], "request %d choice %d token %d", i, c, t);
@@ -492,7 +412,7 @@ static void teo_ban_tweak(engine_request *r, int i)
 Test(engine_overlap, bans_biases_and_end_of_generation_match_synchronous)
 {
     TE_NEED_MODEL();
-    static teo_req runs[2][TEO_BANNED];
+    static te_req runs[2][TEO_BANNED];
     for (int ov = 0; ov < 2; ov++) {
         memset(runs[ov], 0, sizeof runs[ov]);
         engine *e = teo_engine(ov, (size_t)16 << 20, 1, 16, 128);
@@ -502,12 +422,12 @@ Test(engine_overlap, bans_biases_and_end_of_generation_match_synchronous)
             runs[ov][i].id = teo_submit_ex(e, &teo_banned[i], teo_ban_tweak, i);
             finals += teo_banned[i].n;
         }
-        teo_collect(e, runs[ov], TEO_BANNED, finals);
+        te_streams_collect(e, runs[ov], TEO_BANNED, finals);
         teo_idle(e);
         engine_destroy(e, 1);
     }
-    teo_same(runs[0], runs[1], TEO_BANNED, "bans");
-    const teo_req *q = runs[1];
+    te_streams_same(runs[0], runs[1], TEO_BANNED, "bans");
+    const te_req *q = runs[1];
     const te_case *t0 = &te_cases[teo_banned[0].case_i], *t1 = &te_cases[teo_banned[1].case_i];
     for (int k = 0; k < q[0].c[0].n_toks; k++) cr_assert_neq(q[0].c[0].toks[k], t0->gen[1], "a -100 bias");
     for (int c = 0; c < 2; c++)
@@ -529,13 +449,13 @@ Test(engine_overlap, seeded_request_is_batch_invariant)
 {
     TE_NEED_MODEL();
     static const teo_spec probe = {2, 80, 2, 1.0f, 0.95f, 0, 1.1f, 0.2f, 0, 0, 1, 0, 0, NULL, 77};
-    static teo_req alone[2][1], mixed[2][TEO_MIXED + 1];
+    static te_req alone[2][1], mixed[2][TEO_MIXED + 1];
     for (int ov = 0; ov < 2; ov++) {
         engine *e = teo_engine(ov, (size_t)16 << 20, 0, 16, 128);
         memset(alone[ov], 0, sizeof alone[ov]);
         alone[ov][0].n = 2;
         alone[ov][0].id = teo_submit(e, &probe);
-        teo_collect(e, alone[ov], 1, 2);
+        te_streams_collect(e, alone[ov], 1, 2);
         memset(mixed[ov], 0, sizeof mixed[ov]);
         int finals = 0;
         for (int i = 0; i < TEO_MIXED; i++) { /* others first, so the probe joins a full batch */
@@ -545,13 +465,13 @@ Test(engine_overlap, seeded_request_is_batch_invariant)
         }
         mixed[ov][0].n = 2;
         mixed[ov][0].id = teo_submit(e, &probe);
-        teo_collect(e, mixed[ov], TEO_MIXED + 1, finals + 2);
+        te_streams_collect(e, mixed[ov], TEO_MIXED + 1, finals + 2);
         teo_idle(e);
         engine_destroy(e, 1);
     }
     for (int ov = 0; ov < 2; ov++)
         for (int c = 0; c < 2; c++) {
-            const teo_choice *x = &alone[0][0].c[c], *y = &mixed[ov][0].c[c], *z = &alone[ov][0].c[c];
+            const te_choice *x = &alone[0][0].c[c], *y = &mixed[ov][0].c[c], *z = &alone[ov][0].c[c];
             cr_assert_eq(x->finish, ENGINE_FINISH_LENGTH);
             cr_assert_eq(x->n_toks, y->n_toks);
             cr_assert_eq(x->n_toks, z->n_toks);

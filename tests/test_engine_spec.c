@@ -21,6 +21,7 @@
 #include "model/dtype.h"
 #include "model/mkmodel.h"
 #include "tests/engine_harness.h"
+#include "tests/engine_streams.h"
 
 TestSuite(engine_spec, .init = te_setup, .fini = te_teardown, .timeout = 240);
 
@@ -91,24 +92,6 @@ Test(engine_spec, next_k_follows_acceptance)
 
 /* ---- the engine ------------------------------------------------------------------------------ */
 
-typedef struct ts_choice {
-    int32_t toks[600];
-    float lps[600];
-    int32_t top0[600];
-    int n_toks, n_events;
-    char text[4096];
-    int finish, stop_str;
-    int32_t stop_token;
-    engine_usage usage;
-    double cum;
-} ts_choice;
-
-typedef struct ts_req {
-    uint64_t id;
-    int n;
-    ts_choice c[4];
-} ts_req;
-
 /* The engine knobs a test varies. */
 typedef struct ts_opts {
     int spec;          /* 0 off, else ngram */
@@ -146,79 +129,6 @@ static engine *ts_engine(const ts_opts *o)
     return e;
 }
 
-/* Polls until n_final choices of reqs[0 .. n) have finished (120 s deadline). */
-static void ts_collect(engine *e, ts_req *reqs, int n, int n_final)
-{
-    int got = 0;
-    int64_t deadline = clk_now_us() + 120000000;
-    while (got < n_final) {
-        engine_event *ev[64];
-        int k = engine_poll(e, ev, 64);
-        for (int i = 0; i < k; i++) {
-            ts_req *q = NULL;
-            for (int j = 0; j < n; j++)
-                if (reqs[j].id == ev[i]->id) q = &reqs[j];
-            cr_assert_not_null(q);
-            ts_choice *c = &q->c[ev[i]->index];
-            cr_assert_eq(c->finish, 0, "an event after the final one");
-            for (int t = 0; t < ev[i]->n_tokens; t++) {
-                cr_assert_lt(c->n_toks, 600);
-                c->toks[c->n_toks] = ev[i]->tokens[t];
-                c->lps[c->n_toks] = ev[i]->logprobs ? ev[i]->logprobs[t].logprob : 0.0f;
-                c->top0[c->n_toks] = ev[i]->logprobs && ev[i]->logprobs[t].n_top ? ev[i]->logprobs[t].top_ids[0] : -1;
-                c->n_toks++;
-            }
-            c->n_events++;
-            c->cum = ev[i]->cum_logprob;
-            strncat(c->text, ev[i]->text, sizeof c->text - strlen(c->text) - 1);
-            if (ev[i]->finish) {
-                c->finish = ev[i]->finish;
-                c->stop_str = ev[i]->stop_str;
-                c->stop_token = ev[i]->stop_token;
-                c->usage = ev[i]->usage;
-                got++;
-            }
-            engine_event_free(ev[i]);
-        }
-        if (k) continue;
-        cr_assert_lt(clk_now_us(), deadline, "timed out (%d of %d choices finished)", got, n_final);
-        pthread_mutex_lock(&te_w.mu);
-        struct timespec dl;
-        clock_gettime(CLOCK_REALTIME, &dl);
-        dl.tv_nsec += 50 * 1000000L;
-        dl.tv_sec += dl.tv_nsec / 1000000000L;
-        dl.tv_nsec %= 1000000000L;
-        if (!te_w.n) pthread_cond_timedwait(&te_w.cv, &te_w.mu, &dl);
-        te_w.n = 0;
-        pthread_mutex_unlock(&te_w.mu);
-    }
-}
-
-/* The two runs' streams are the same: tokens, log-probs, texts, ends, usage. */
-static void ts_same(const ts_req *a, const ts_req *b, int n, const char *what)
-{
-    for (int r = 0; r < n; r++)
-        for (int c = 0; c < a[r].n; c++) {
-            const ts_choice *x = &a[r].c[c], *y = &b[r].c[c];
-            cr_assert_eq(x->n_toks, y->n_toks, "%s: request %d choice %d: %d tokens, %d speculating", what, r, c,
-                         x->n_toks, y->n_toks);
-            for (int t = 0; t < x->n_toks; t++) {
-                cr_assert_eq(x->toks[t], y->toks[t], "%s: request %d choice %d token %d", what, r, c, t);
-                cr_assert(x->lps[t] == y->lps[t] || (x->lps[t] != x->lps[t] && y->lps[t] != y->lps[t]),
-                          "%s: request %d choice %d log-prob %d: %g vs %g", what, r, c, t, x->lps[t], y->lps[t]);
-                cr_assert_eq(x->top0[t], y->top0[t]);
-            }
-            cr_assert_str_eq(x->text, y->text, "%s: request %d choice %d", what, r, c);
-            cr_assert_eq(x->finish, y->finish, "%s: request %d choice %d", what, r, c);
-            cr_assert_eq(x->stop_str, y->stop_str, "%s: request %d choice %d", what, r, c);
-            cr_assert_eq(x->stop_token, y->stop_token, "%s: request %d choice %d", what, r, c);
-            cr_assert_eq(x->usage.completion_tokens, y->usage.completion_tokens, "%s: request %d choice %d usage", what,
-                         r, c);
-            cr_assert(fabs(x->cum - y->cum) <= 1e-9 * (1 + fabs(x->cum)), "%s: request %d choice %d cum %g vs %g", what,
-                      r, c, x->cum, y->cum);
-        }
-}
-
 /* Nothing running and every block back with the cache. */
 static void ts_idle(engine *e)
 {
@@ -247,13 +157,13 @@ static void ts_speculated(const engine_stats *st, const char *what)
 static void ts_golden(const ts_opts *o, int want_preempt, const char *what)
 {
     engine *e = ts_engine(o);
-    static ts_req q[16];
+    static te_req q[16];
     memset(q, 0, sizeof q);
     for (int i = 0; i < te_n_cases; i++) {
         q[i].n = 1;
         q[i].id = te_submit(e, te_cases[i].prompt, te_cases[i].n_prompt, te_cases[i].n_gen, 1, 0, NULL);
     }
-    ts_collect(e, q, te_n_cases, te_n_cases);
+    te_streams_collect(e, q, te_n_cases, te_n_cases);
     for (int i = 0; i < te_n_cases; i++) {
         const te_case *t = &te_cases[i];
         cr_assert_eq(q[i].c[0].finish, ENGINE_FINISH_LENGTH, "%s: %s", what, t->name);
@@ -304,7 +214,7 @@ Test(engine_spec, golden_greedy_int8_and_fp8_kv)
     /* the golden tokens come from f16 KV: compare against the same dtype with speculation off */
     int dts[] = {KV_I8, KV_FP8};
     for (int d = 0; d < 2; d++) {
-        static ts_req runs[2][16];
+        static te_req runs[2][16];
         for (int sp = 0; sp < 2; sp++) {
             ts_opts o = ts_default(sp);
             o.kv_dtype = dts[d];
@@ -314,21 +224,21 @@ Test(engine_spec, golden_greedy_int8_and_fp8_kv)
                 runs[sp][i].n = 1;
                 runs[sp][i].id = te_submit(e, te_cases[i].prompt, te_cases[i].n_prompt, te_cases[i].n_gen, 1, 0, NULL);
             }
-            ts_collect(e, runs[sp], te_n_cases, te_n_cases);
+            te_streams_collect(e, runs[sp], te_n_cases, te_n_cases);
             ts_idle(e);
             engine_stats st;
             engine_get_stats(e, &st);
             if (sp) ts_speculated(&st, "quantised KV");
             engine_destroy(e, 1);
         }
-        ts_same(runs[0], runs[1], te_n_cases, d ? "fp8 KV" : "int8 KV");
+        te_streams_same(runs[0], runs[1], te_n_cases, d ? "fp8 KV" : "int8 KV");
     }
 }
 
 Test(engine_spec, window_matches_off)
 {
     TE_NEED_MODEL();
-    static ts_req runs[2][4];
+    static te_req runs[2][4];
     for (int sp = 0; sp < 2; sp++) {
         ts_opts o = ts_default(sp);
         o.kv_window = 64;
@@ -339,14 +249,14 @@ Test(engine_spec, window_matches_off)
             runs[sp][i].n = 1;
             runs[sp][i].id = te_submit(e, te_cases[i].prompt, te_cases[i].n_prompt, 200, 1, 0, NULL);
         }
-        ts_collect(e, runs[sp], 4, 4);
+        te_streams_collect(e, runs[sp], 4, 4);
         ts_idle(e);
         engine_stats st;
         engine_get_stats(e, &st);
         if (sp) ts_speculated(&st, "window");
         engine_destroy(e, 1);
     }
-    ts_same(runs[0], runs[1], 4, "sinks + window");
+    te_streams_same(runs[0], runs[1], 4, "sinks + window");
 }
 
 /* One request of the mixed workload. */
@@ -422,7 +332,7 @@ Test(engine_spec, mixed_workload_matches_off)
     /* a stop id that plain greedy decoding of case 1 reaches late in its output */
     const te_case *g1 = &te_cases[1];
     w[9].stop_id = g1->gen[g1->n_gen * 2 / 3];
-    static ts_req runs[2][TS_MIXED];
+    static te_req runs[2][TS_MIXED];
     engine_stats st[2];
     for (int sp = 0; sp < 2; sp++) {
         memset(runs[sp], 0, sizeof runs[sp]);
@@ -434,12 +344,12 @@ Test(engine_spec, mixed_workload_matches_off)
             runs[sp][i].id = ts_submit(e, &w[i]);
             finals += w[i].n;
         }
-        ts_collect(e, runs[sp], TS_MIXED, finals);
+        te_streams_collect(e, runs[sp], TS_MIXED, finals);
         ts_idle(e);
         engine_get_stats(e, &st[sp]);
         engine_destroy(e, 1);
     }
-    ts_same(runs[0], runs[1], TS_MIXED, "mixed");
+    te_streams_same(runs[0], runs[1], TS_MIXED, "mixed");
     ts_speculated(&st[1], "mixed");
     cr_assert_eq(st[0].spec_drafts, 0);
     cr_assert_eq(runs[1][0].c[0].finish, ENGINE_FINISH_STOP);
@@ -458,7 +368,7 @@ Test(engine_spec, mixed_workload_matches_off)
 Test(engine_spec, grammar_requests_match_off)
 {
     TE_NEED_MODEL();
-    static ts_req runs[2][4];
+    static te_req runs[2][4];
     gr_error ge;
     const char *re = "( [a-z]+)+\\.";
     engine_stats st;
@@ -489,15 +399,15 @@ Test(engine_spec, grammar_requests_match_off)
             cr_assert_eq(engine_submit(e, &r, &id), 0);
             runs[sp][i].id = id;
         }
-        ts_collect(e, runs[sp], 4, 5);
+        te_streams_collect(e, runs[sp], 4, 5);
         ts_idle(e);
         engine_get_stats(e, &st);
         engine_destroy(e, 1);
     }
-    ts_same(runs[0], runs[1], 4, "grammar");
+    te_streams_same(runs[0], runs[1], 4, "grammar");
     cr_assert_gt(st.spec_drafts, 0);
     for (int c = 0; c < 2; c++) {
-        const ts_choice *x = &runs[1][1].c[c];
+        const te_choice *x = &runs[1][1].c[c];
         if (x->finish == ENGINE_FINISH_STOP) cr_assert_eq(x->text[strlen(x->text) - 1], '.', "'%s'", x->text);
     }
 }
@@ -508,7 +418,7 @@ Test(engine_spec, cancel)
     TE_NEED_MODEL();
     ts_opts o = ts_default(1);
     engine *e = ts_engine(&o);
-    static ts_req q[2];
+    static te_req q[2];
     memset(q, 0, sizeof q);
     q[0].n = q[1].n = 1;
     q[0].id = te_submit(e, te_cases[0].prompt, te_cases[0].n_prompt, 400, 1, 0.0f, NULL);
@@ -518,8 +428,8 @@ Test(engine_spec, cancel)
         engine_event *ev[16];
         int k = engine_poll(e, ev, 16);
         for (int i = 0; i < k; i++) {
-            ts_req *r = ev[i]->id == q[0].id ? &q[0] : &q[1];
-            ts_choice *c = &r->c[ev[i]->index];
+            te_req *r = ev[i]->id == q[0].id ? &q[0] : &q[1];
+            te_choice *c = &r->c[ev[i]->index];
             for (int j = 0; j < ev[i]->n_tokens; j++) c->toks[c->n_toks++] = ev[i]->tokens[j];
             if (ev[i]->finish) c->finish = ev[i]->finish;
             engine_event_free(ev[i]);
@@ -528,7 +438,7 @@ Test(engine_spec, cancel)
         if (!k) usleep(200);
     }
     engine_cancel(e, q[0].id);
-    ts_collect(e, q, 2, 2 - (q[1].c[0].finish != 0));
+    te_streams_collect(e, q, 2, 2 - (q[1].c[0].finish != 0));
     cr_assert_eq(q[0].c[0].finish, ENGINE_FINISH_ABORT);
     cr_assert_lt(q[0].c[0].n_toks, 400);
     cr_assert_eq(q[1].c[0].finish, ENGINE_FINISH_LENGTH);
@@ -550,7 +460,7 @@ static void ts_draws(int spec, uint64_t seed0, int (*counts)[512], engine_stats 
     o.max_seqs = 32;
     o.batch_tokens = 256;
     engine *e = ts_engine(&o);
-    static ts_req q[TS_DRAWS];
+    static te_req q[TS_DRAWS];
     memset(q, 0, sizeof q);
     const te_case *t = &te_cases[0];
     /* the prompt, its greedy continuation, the prompt again: the n-gram proposer offers the
@@ -564,7 +474,7 @@ static void ts_draws(int spec, uint64_t seed0, int (*counts)[512], engine_stats 
         q[i].n = 1;
         q[i].id = te_submit_seed(e, prompt, n, TS_POS, 1, 0.8f, NULL, seed0 + (uint64_t)i);
     }
-    ts_collect(e, q, TS_DRAWS, TS_DRAWS);
+    te_streams_collect(e, q, TS_DRAWS, TS_DRAWS);
     for (int i = 0; i < TS_DRAWS; i++)
         for (int p = 0; p < TS_POS && p < q[i].c[0].n_toks; p++) counts[p][q[i].c[0].toks[p] & 511]++;
     ts_idle(e);
@@ -633,7 +543,7 @@ static void ts_arch(const char *path, int64_t *drafts, int64_t *acc)
     int n = 0, v = m->hp.n_vocab;
     for (int r = 0; r < 3; r++)
         for (int i = 0; i < 12; i++) prompt[n++] = (int32_t)((7 + 13 * i + (r == 2 && i > 8 ? 5 : 0)) % v);
-    static ts_req runs[2][3];
+    static te_req runs[2][3];
     for (int sp = 0; sp < 2; sp++) {
         engine_config c;
         engine_config_default(&c);
@@ -668,7 +578,7 @@ static void ts_arch(const char *path, int64_t *drafts, int64_t *acc)
             r.sampling.n_logprobs = 2; /* the log-probs are compared bit for bit too */
             cr_assert_eq(engine_submit(e, &r, &runs[sp][q].id), 0);
         }
-        ts_collect(e, runs[sp], 3, 3);
+        te_streams_collect(e, runs[sp], 3, 3);
         ts_idle(e);
         engine_stats st;
         engine_get_stats(e, &st);
@@ -679,7 +589,7 @@ static void ts_arch(const char *path, int64_t *drafts, int64_t *acc)
         }
         engine_destroy(e, 1);
     }
-    ts_same(runs[0], runs[1], 3, path);
+    te_streams_same(runs[0], runs[1], 3, path);
     tok_destroy(tok);
     model_destroy(m);
 }
@@ -757,7 +667,7 @@ Test(engine_spec, draft_model_matches_off, .timeout = 300)
     cr_assert_eq(model_load(tp, &m, err, sizeof err), 0, "%s", err);
     tokenizer *tok = tok_create(m->gguf, err, sizeof err);
     cr_assert_not_null(tok, "%s", err);
-    static ts_req runs[2][4];
+    static te_req runs[2][4];
     engine_stats st;
     for (int sp = 0; sp < 2; sp++) {
         engine_config c;
@@ -796,12 +706,12 @@ Test(engine_spec, draft_model_matches_off, .timeout = 300)
             runs[sp][q].n = r.n;
             cr_assert_eq(engine_submit(e, &r, &runs[sp][q].id), 0);
         }
-        ts_collect(e, runs[sp], 4, 5);
+        te_streams_collect(e, runs[sp], 4, 5);
         ts_idle(e);
         engine_get_stats(e, &st);
         engine_destroy(e, 1);
     }
-    ts_same(runs[0], runs[1], 4, "draft model");
+    te_streams_same(runs[0], runs[1], 4, "draft model");
     printf("draft: %lld verify rows, %lld drafts, %lld accepted\n", (long long)st.spec_drafts,
            (long long)st.spec_draft_tokens, (long long)st.spec_accepted);
     cr_assert_eq(st.spec_method, SPEC_DRAFT);
