@@ -173,6 +173,10 @@ cJSON *oai__di_assistant(const oai_choice *c);
 /* A string field of JSON text into a cJSON string (strndup of n bytes). */
 cJSON *oai__di_str(const char *s, size_t n);
 
+/* The top-level keys of root that fields[0 .. n_fields) does not name, comma-separated, into
+ * *out (left as it is when there are none: the callers start from NULL). 0, or the OOM error. */
+int oai__unknown_keys(const cJSON *root, const char *const *fields, size_t n_fields, char **out, oai_error *e);
+
 /* The dialects' own halves (oai_responses.c, oai_messages.c). */
 const char *const *oai__responses_fields(size_t *n);
 const char *const *oai__messages_fields(size_t *n);

@@ -103,32 +103,39 @@ static int bad_words_field(const cJSON *root, oai_request *r, oai_error *e)
     return 0;
 }
 
-static int is_known(const char *key)
+int oai__unknown_keys(const cJSON *root, const char *const *fields, size_t n_fields, char **out, oai_error *e)
 {
-    for (size_t k = 0; k < sizeof known_fields / sizeof known_fields[0]; k++)
-        if (!strcmp(key, known_fields[k])) return 1;
+    size_t len = 0;
+    const cJSON *it;
+    for (int pass = 0; pass < 2; pass++) {
+        size_t o = 0;
+        cJSON_ArrayForEach(it, root)
+        {
+            int known = 0;
+            for (size_t k = 0; k < n_fields && !known; k++) known = !strcmp(it->string, fields[k]);
+            if (known) continue;
+            size_t n = strlen(it->string);
+            if (pass) {
+                if (o) (*out)[o++] = ',';
+                memcpy(*out + o, it->string, n);
+            }
+            o += n + (pass ? 0 : 1);
+        }
+        if (!pass) {
+            len = o;
+            if (!len) return 0;
+            if (!(*out = malloc(len))) return oai__oom(e);
+        } else {
+            (*out)[o] = 0;
+        }
+    }
     return 0;
 }
 
 /* The names of unread top-level keys, comma-separated, into r->ignored (NULL when none). */
 static int note_ignored(const cJSON *root, oai_request *r, oai_error *e)
 {
-    size_t len = 0;
-    const cJSON *it;
-    cJSON_ArrayForEach(it, root) if (!is_known(it->string)) len += strlen(it->string) + 1;
-    if (!len) return 0;
-    if (!(r->ignored = malloc(len))) return oai__oom(e);
-    size_t o = 0;
-    cJSON_ArrayForEach(it, root)
-    {
-        if (is_known(it->string)) continue;
-        if (o) r->ignored[o++] = ',';
-        size_t n = strlen(it->string);
-        memcpy(r->ignored + o, it->string, n);
-        o += n;
-    }
-    r->ignored[o] = 0;
-    return 0;
+    return oai__unknown_keys(root, known_fields, sizeof known_fields / sizeof known_fields[0], &r->ignored, e);
 }
 
 /* vLLM fields asking for what kvserve does not have: a 400 naming it, never a silent default. */

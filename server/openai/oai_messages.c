@@ -387,27 +387,6 @@ static int am_translate(const cJSON *root, int count_tokens, cJSON *chat, oai_er
     return am_thinking(root, chat, e);
 }
 
-static int am_ignored(const cJSON *root, char **out, oai_error *e)
-{
-    size_t nf, len = 0;
-    const char *const *f = oai__messages_fields(&nf);
-    const cJSON *it;
-    cJSON_ArrayForEach(it, root)
-    {
-        int known = 0;
-        for (size_t k = 0; k < nf && !known; k++) known = !strcmp(it->string, f[k]);
-        if (known) continue;
-        size_t n = strlen(it->string);
-        char *p = realloc(*out, len + n + 2);
-        if (!p) return oai__oom(e);
-        *out = p;
-        if (len) p[len++] = ',';
-        memcpy(p + len, it->string, n + 1);
-        len += n;
-    }
-    return 0;
-}
-
 int oai_parse_messages(const char *body, size_t len, const oai_limits *lim, int count_tokens, oai_request *out,
                        oai_error *e)
 {
@@ -424,7 +403,11 @@ int oai_parse_messages(const char *body, size_t len, const oai_limits *lim, int 
     char *ignored = NULL, *text = NULL;
     int rc = d && chat ? 0 : oai__oom(e);
     if (!rc) rc = am_translate(root, count_tokens, chat, e);
-    if (!rc) rc = am_ignored(root, &ignored, e);
+    if (!rc) {
+        size_t nf;
+        const char *const *f = oai__messages_fields(&nf);
+        rc = oai__unknown_keys(root, f, nf, &ignored, e);
+    }
     if (!rc && !(text = cJSON_PrintUnformatted(chat))) rc = oai__oom(e);
     cJSON_Delete(chat);
     cJSON_Delete(root);

@@ -43,37 +43,6 @@ const char *const *oai_pool_fields(int kind, size_t *n)
     return score_fields;
 }
 
-/* The top-level keys of root no table entry names, comma-separated (NULL when none). */
-static int note_ignored(const cJSON *root, int kind, char **out, oai_error *e)
-{
-    size_t nf, len = 0;
-    const char *const *f = oai_pool_fields(kind, &nf);
-    const cJSON *it;
-    for (int pass = 0; pass < 2; pass++) {
-        size_t o = 0;
-        cJSON_ArrayForEach(it, root)
-        {
-            int known = 0;
-            for (size_t k = 0; k < nf && !known; k++) known = !strcmp(it->string, f[k]);
-            if (known) continue;
-            size_t n = strlen(it->string);
-            if (pass) {
-                if (o) (*out)[o++] = ',';
-                memcpy(*out + o, it->string, n);
-            }
-            o += n + (pass ? 0 : 1);
-        }
-        if (!pass) {
-            len = o;
-            if (!len) return 0;
-            if (!(*out = malloc(len + 1))) return oai__oom(e);
-        } else {
-            (*out)[o] = 0;
-        }
-    }
-    return 0;
-}
-
 static int parse_model(const cJSON *root, const oai_limits *lim, oai_pool_request *r, oai_error *e)
 {
     const cJSON *m = cJSON_GetObjectItemCaseSensitive(root, "model");
@@ -264,7 +233,11 @@ int oai_parse_pool(int kind, const char *body, size_t len, const oai_limits *lim
                                            : parse_score(root, out, e);
         if (!rc) rc = oai__get_int(root, "truncate_prompt_tokens", 1, 1 << 30, &out->truncate_prompt_tokens, e);
         if (!rc) rc = oai__get_bool(root, "cache_prompt", &out->cache_prompt, e);
-        if (!rc) rc = note_ignored(root, kind, &out->ignored, e);
+        if (!rc) {
+            size_t nf;
+            const char *const *f = oai_pool_fields(kind, &nf);
+            rc = oai__unknown_keys(root, f, nf, &out->ignored, e);
+        }
     }
     cJSON_Delete(root);
     if (rc) oai_pool_request_free(out);

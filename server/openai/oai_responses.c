@@ -516,28 +516,6 @@ static int rf_translate(const cJSON *root, oai_history_fn history, void *ud, oai
     return rc;
 }
 
-/* The unknown top-level keys of root, comma-separated, into *out (NULL when none). */
-static int rf_ignored(const cJSON *root, char **out, oai_error *e)
-{
-    size_t nf, len = 0;
-    const char *const *f = oai__responses_fields(&nf);
-    const cJSON *it;
-    cJSON_ArrayForEach(it, root)
-    {
-        int known = 0;
-        for (size_t k = 0; k < nf && !known; k++) known = !strcmp(it->string, f[k]);
-        if (known) continue;
-        size_t n = strlen(it->string);
-        char *p = realloc(*out, len + n + 2);
-        if (!p) return oai__oom(e);
-        *out = p;
-        if (len) p[len++] = ',';
-        memcpy(p + len, it->string, n + 1);
-        len += n;
-    }
-    return 0;
-}
-
 int oai_parse_responses(const char *body, size_t len, const oai_limits *lim, oai_history_fn history, void *ud,
                         oai_request *out, oai_error *e)
 {
@@ -555,7 +533,11 @@ int oai_parse_responses(const char *body, size_t len, const oai_limits *lim, oai
     int rc = d && chat ? 0 : oai__oom(e);
     if (!rc) rc = rf_translate(root, history, ud, d, chat, e);
     if (!rc && !(d->echo = rf_echo(root))) rc = oai__oom(e);
-    if (!rc) rc = rf_ignored(root, &ignored, e);
+    if (!rc) {
+        size_t nf;
+        const char *const *f = oai__responses_fields(&nf);
+        rc = oai__unknown_keys(root, f, nf, &ignored, e);
+    }
     if (!rc && !(text = cJSON_PrintUnformatted(chat))) rc = oai__oom(e);
     cJSON_Delete(chat);
     cJSON_Delete(root);
