@@ -177,6 +177,13 @@ cJSON *oai__di_str(const char *s, size_t n);
  * *out (left as it is when there are none: the callers start from NULL). 0, or the OOM error. */
 int oai__unknown_keys(const cJSON *root, const char *const *fields, size_t n_fields, char **out, oai_error *e);
 
+/* The common end of a dialect's parse (Messages, Responses): the request root translated into
+ * chat, rc what the translation returned. Notes root's keys that fields does not name, parses chat
+ * as a chat completions request into out and hands it d; frees root and chat always, and d and
+ * the notes on any failure. 0 or the failure's negative errno (e filled). */
+int oai__dialect_finish(cJSON *root, cJSON *chat, oai_dialect *d, const char *const *fields, size_t n_fields, int rc,
+                        const oai_limits *lim, oai_request *out, oai_error *e);
+
 /* The dialects' own halves (oai_responses.c, oai_messages.c). */
 const char *const *oai__responses_fields(size_t *n);
 const char *const *oai__messages_fields(size_t *n);

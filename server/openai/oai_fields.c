@@ -132,6 +132,27 @@ int oai__unknown_keys(const cJSON *root, const char *const *fields, size_t n_fie
     return 0;
 }
 
+int oai__dialect_finish(cJSON *root, cJSON *chat, oai_dialect *d, const char *const *fields, size_t n_fields, int rc,
+                        const oai_limits *lim, oai_request *out, oai_error *e)
+{
+    char *ignored = NULL, *text = NULL;
+    if (!rc) rc = oai__unknown_keys(root, fields, n_fields, &ignored, e);
+    if (!rc && !(text = cJSON_PrintUnformatted(chat))) rc = oai__oom(e);
+    cJSON_Delete(chat);
+    cJSON_Delete(root);
+    if (!rc) rc = oai_parse(OAI_CHAT, text, strlen(text), lim, out, e);
+    free(text);
+    if (rc) {
+        free(ignored);
+        oai_dialect_free(d);
+        return rc;
+    }
+    free(out->ignored);
+    out->ignored = ignored;
+    out->dialect = d;
+    return 0;
+}
+
 /* The names of unread top-level keys, comma-separated, into r->ignored (NULL when none). */
 static int note_ignored(const cJSON *root, oai_request *r, oai_error *e)
 {

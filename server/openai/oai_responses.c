@@ -529,29 +529,12 @@ int oai_parse_responses(const char *body, size_t len, const oai_limits *lim, oai
     }
     oai_dialect *d = oai__dialect_new(OAI_DIALECT_RESPONSES);
     cJSON *chat = cJSON_CreateObject();
-    char *ignored = NULL, *text = NULL;
     int rc = d && chat ? 0 : oai__oom(e);
     if (!rc) rc = rf_translate(root, history, ud, d, chat, e);
     if (!rc && !(d->echo = rf_echo(root))) rc = oai__oom(e);
-    if (!rc) {
-        size_t nf;
-        const char *const *f = oai__responses_fields(&nf);
-        rc = oai__unknown_keys(root, f, nf, &ignored, e);
-    }
-    if (!rc && !(text = cJSON_PrintUnformatted(chat))) rc = oai__oom(e);
-    cJSON_Delete(chat);
-    cJSON_Delete(root);
-    if (!rc) rc = oai_parse(OAI_CHAT, text, strlen(text), lim, out, e);
-    free(text);
-    if (rc) {
-        free(ignored);
-        oai_dialect_free(d);
-        return rc;
-    }
-    free(out->ignored);
-    out->ignored = ignored;
-    out->dialect = d;
-    return 0;
+    size_t nf;
+    const char *const *f = oai__responses_fields(&nf);
+    return oai__dialect_finish(root, chat, d, f, nf, rc, lim, out, e);
 }
 
 /* ---- the Response object ------------------------------------------------------------------------ */
