@@ -327,6 +327,19 @@ static int sched__n_decoding(const sched *sc)
     return n;
 }
 
+/* The sequences that will decode together once the prompts being prefilled and those waiting
+ * that max_seqs admits are in: a batch about to grow past --spec-disable-batch stops speculating
+ * within a few steps, so drafts now (a draft model's catch-up over each prompt) would be spent
+ * for little. */
+static int sched__n_decoding_soon(const sched *sc)
+{
+    int load = 0, waiting = 0;
+    for (int i = 0; i < sc->n_running; i++) load += sc->running[i]->n_choices;
+    for (int i = 0; i < sc->n_waiting; i++) waiting += sc->waiting[i]->n_choices;
+    int room = sc->c.max_seqs - load;
+    return load + (waiting < room ? waiting : room > 0 ? room : 0);
+}
+
 /* Asks the proposer for s's drafts (at most *spare, which shrinks by what was proposed) and puts
  * them into s->draft and past its known tokens; returns how many. A sequence that still scores
  * its prompt, has not forked, pools its hidden states, holds a pending token or is near its last
@@ -358,9 +371,10 @@ static int sched__schedule(sched *sc)
     sc->lp_left = SCHED_PROMPT_LOGIT_ROWS;
     sc->spec_left = sc->c.spec_rows;
     /* Drafts take the tokens the step has beyond one per decoding sequence, and none at all
-     * when so many sequences decode that verifying would cost more than it saves. */
+     * when so many sequences decode, or soon will, that verifying would cost more than it
+     * saves. */
     int n_dec = sc->c.propose ? sched__n_decoding(sc) : 0;
-    int spare = n_dec && n_dec <= sc->c.spec_disable_batch ? budget - n_dec : 0;
+    int spare = n_dec && sched__n_decoding_soon(sc) <= sc->c.spec_disable_batch ? budget - n_dec : 0;
     /* Pass 0: running decodes; pass 1: running prefill chunks. */
     for (int pass = 0; pass < 2; pass++)
         for (int i = 0; i < sc->n_running && budget > 0;) {

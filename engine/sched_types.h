@@ -42,7 +42,7 @@ typedef struct sched_config {
     void *propose_ud;
     int spec_k;             /* most drafts per sequence and step (≤ SEQ_MAX_DRAFT) */
     int spec_rows;          /* most draft rows per step (logit rows beyond sched_max_logits) */
-    int spec_disable_batch; /* no proposals when more sequences than this decode in a step */
+    int spec_disable_batch; /* no proposals when more sequences than this decode, or soon will */
 } sched_config;
 
 /* Prompt tokens per step a prompt_logprobs sequence may get logit rows for (its prefill goes in

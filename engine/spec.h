@@ -74,6 +74,7 @@ typedef struct spec_draft_config {
     model *m;               /* the draft model: owned by the proposer once it is created */
     struct backend *(*make_backend)(const char *device, int n_threads, char *err, size_t err_len);
     const char *device;     /* the target's device: the draft runs on its own instance of it */
+    struct backend *target; /* the target's backend: its sibling (be_ops.sibling) when it has one */
     int n_threads;
     size_t kv_bytes;        /* the draft's share of the KV budget */
     int kv_dtype, block_size;

@@ -1,6 +1,7 @@
 /*
  * spec_draft.c — the draft-model proposer (spec.h): a smaller model with the target's vocabulary,
- * on its own backend instance of the same device, with its own paged KV.
+ * on a backend of the same device (sharing the target's CPU workers: the two run in turn), with
+ * its own paged KV.
  *
  *   target sequence s:   [ prompt ........ | output ....... t ]                 n_tokens
  *   its shadow (draft):  [ tokens the draft's KV holds ........ | d0 .. d(k-2) ] n_computed
@@ -179,7 +180,13 @@ spec_proposer *spec_draft_create(const spec_draft_config *c, char *err, size_t e
         draft_destroy(&d->base);
         return NULL;
     }
-    d->be = c->make_backend(c->device, c->n_threads, err, err_len);
+    /* on the target's workers where its backend has a sibling: the two run in turn */
+    if (c->target && c->target->ops->sibling) {
+        d->be = c->target->ops->sibling(c->target);
+        if (!d->be) snprintf(err, err_len, "the draft model's backend could not start");
+    } else {
+        d->be = c->make_backend(c->device, c->n_threads, err, err_len);
+    }
     if (!d->be) {
         d->m = NULL;
         draft_destroy(&d->base);

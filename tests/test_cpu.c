@@ -560,6 +560,38 @@ Test(cpu, pool_for_runs_every_item_once)
     free(hits);
 }
 
+/* A sibling backend (a speculative draft's) runs on its origin's workers, computes what its
+ * origin computes, and works on after the origin is destroyed (the last owner stops them). */
+Test(cpu, sibling_shares_the_workers)
+{
+    cput_seed(5);
+    float *deq;
+    model_tensor mt = cput_tensor(DT_Q8_0, 96, 40, &deq);
+    float x[3 * 96], a[3 * 40], b[3 * 40];
+    cput_fill(x, 3 * 96, 1.0f);
+    backend *be = cpu_backend_create(3);
+    cr_assert(be && be->ops->sibling);
+    backend *sib = be->ops->sibling(be);
+    cr_assert(sib);
+    cr_assert_eq(((cpu__backend *)sib)->pool, ((cpu__backend *)be)->pool, "the sibling has workers of its own");
+    cr_assert_str_eq(sib->desc, be->desc);
+    be_weight w, w2;
+    cr_assert_eq(be->ops->weight_upload(be, &mt, &w), 0);
+    cr_assert_eq(sib->ops->weight_upload(sib, &mt, &w2), 0);
+    be->ops->matmul(be, x, 3, &w, NULL, a);
+    be->ops->weight_free(be, &w);
+    be_destroy(be);
+    for (int rep = 0; rep < 3; rep++) {
+        cput_poison(b, 3 * 40);
+        sib->ops->matmul(sib, x, 3, &w2, NULL, b);
+        cr_assert(!memcmp(a, b, sizeof a), "the sibling computes differently after its origin went");
+    }
+    sib->ops->weight_free(sib, &w2);
+    be_destroy(sib);
+    free((void *)mt.data);
+    free(deq);
+}
+
 /* ---- the Q8_0 activation quantiser --------------------------------------------------------- */
 
 /* Every level's quantiser gives exactly the scalar blocks (matmul results then agree across
