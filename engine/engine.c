@@ -936,10 +936,10 @@ static size_t eng__kv_budget(const engine *e)
 }
 
 /* The scheduler's proposal hook over the engine's proposer. */
-static int eng__propose(void *ud, seq *s, int k, int32_t *out)
+static void eng__propose(void *ud, seq *const *s, const int *k, int n, int *n_out)
 {
     spec_proposer *p = ud;
-    return p->ops->propose(p, s, k, out);
+    p->ops->propose(p, s, k, n, n_out);
 }
 
 static void eng__propose_release(void *ud, seq *s)

@@ -36,8 +36,9 @@ static int eng__setup_draft(const engine_config *c, backend *be, const kv_geom *
         *budget = *budget > w ? *budget - w : 0;
     }
     size_t share = (size_t)((double)*budget * (double)dbpt / (double)(dbpt + tbpt));
-    spec_draft_config dc = {m, c->make_backend, be->name, be, c->n_threads, share, c->kv_dtype, c->block_size,
-                            n_ctx, c->max_batch_tokens};
+    int batch = c->spec_disable_batch < c->max_seqs ? c->spec_disable_batch : c->max_seqs;
+    spec_draft_config dc = {m, c->make_backend, be->name, be, c->n_threads, share, batch > 0 ? batch : 1, c->kv_dtype,
+                            c->block_size, n_ctx, c->max_batch_tokens};
     *out = spec_draft_create(&dc, err, err_len);
     if (!*out) {
         model_destroy(m);

@@ -50,10 +50,12 @@ typedef struct spec_config {
 typedef struct spec_proposer spec_proposer;
 
 typedef struct spec_ops {
-    /* Up to k (≥ 1) guesses of the tokens that follow s's known tokens into out[0 .. k).
-     * Returns how many (0: no proposal, s decodes one token as usual). Changes nothing of s
-     * but s->spec_state, the proposer's own slot. */
-    int (*propose)(spec_proposer *p, seq *s, int k, int32_t *out);
+    /* For each of the step's n speculating sequences s[i]: up to k[i] (≥ 1) guesses of the
+     * tokens that follow its known tokens into s[i]->draft, and how many into n_out[i] (0: no
+     * proposal, it decodes one token as usual). All at once, so a model proposer runs its steps
+     * for all of them as one batch. Changes nothing of the sequences but their draft arrays and
+     * spec_state, the proposer's own slot. */
+    void (*propose)(spec_proposer *p, seq *const *s, const int *k, int n, int *n_out);
     /* s finished: drop whatever the proposer keeps for it (s->spec_state). May be NULL. */
     void (*release)(spec_proposer *p, seq *s);
     void (*destroy)(spec_proposer *p);
@@ -77,6 +79,7 @@ typedef struct spec_draft_config {
     struct backend *target; /* the target's backend: its sibling (be_ops.sibling) when it has one */
     int n_threads;
     size_t kv_bytes;        /* the draft's share of the KV budget */
+    int max_seqs;           /* most sequences one proposal call drafts for as one batch */
     int kv_dtype, block_size;
     int n_ctx;              /* the context limit (the share must hold one sequence at it) */
     int max_tokens;         /* tokens per draft step (its prefill chunk) */

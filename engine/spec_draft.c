@@ -9,13 +9,16 @@
  *                   go back), compute the draft over s's tokens after it (chunks of at most
  *                   max_tokens), take d0 = argmax, then feed d0 .. d(k-2) one at a time for d1 ..
  *                   d(k-1). The proposal is the draft's greedy guess, a point mass (spec.h).
+ *   A step's sequences are drafted together: their catch-ups share batched steps, and each
+ *   further guess is one step with a row per sequence still short of its k, so the draft's
+ *   weights are read about k times per step whatever the number of speculating sequences.
  *
  * Invariants: a shadow holds exactly ceil(n_computed / block_size) blocks of the draft's pool and
  * its tokens[0 .. n_computed) are what its KV was computed from. Shadows hang off their target
  * sequence (seq.spec_state) and are freed by release (sched_release calls it when the sequence
  * finishes). The draft's KV budget is a share of the engine's, taken before the target's blocks
- * are counted (engine.c). Proposals are made one sequence at a time: the proposer is for few
- * streams (the scheduler proposes nothing above --spec-disable-batch decoding sequences).
+ * are counted (engine.c). The proposer is for few streams (the scheduler proposes nothing above
+ * --spec-disable-batch decoding sequences, which bounds a batch: max_seqs).
  * Engine thread only.
  */
 #include "engine/spec.h"
@@ -37,8 +40,8 @@ typedef struct draft {
     kv_geom g;
     block_pool *bp;     /* the draft's KV blocks */
     batch_buf bb;
-    float *logits;      /* [1][n_vocab] */
-    int n_vocab, max_tokens;
+    float *logits;      /* [max_seqs][n_vocab] */
+    int n_vocab, max_tokens, max_seqs;
 } draft;
 
 /* The shadow's blocks past its first `keep` KV entries go back to the pool. */
@@ -68,38 +71,19 @@ static int draft__reserve(draft *d, seq *sh, int n, int n_kv)
     return 0;
 }
 
-/* Computes the shadow's tokens [n_computed, n_computed + n) and returns the argmax of the last
- * one's logits, or a negative errno. */
-static int32_t draft__run(draft *d, seq *sh, int n)
+/* Brings s's shadow (created on first use) up to s's tokens: keeps its longest prefix that
+ * agrees with s (never s's last token: its logits are needed), reserves blocks for what is to
+ * compute plus k - 1 guesses, and copies s's tokens. The shadow, or NULL when the pool cannot
+ * hold it (s proposes nothing this step). */
+static seq *draft__shadow(draft *d, seq *s, int k)
 {
-    int32_t best = -EIO;
-    while (n > 0) {
-        int m = n < d->max_tokens ? n : d->max_tokens;
-        batch_entry e = {sh, m, m == n, 0, 0, 0};
-        int rc = batch_build(&d->bb, &e, 1, d->g.block_size, 1, NULL);
-        if (!rc) rc = fwd_run(d->f, &d->bb.b, d->logits);
-        if (rc) return rc;
-        sh->n_computed += m;
-        n -= m;
-    }
-    best = 0;
-    for (int v = 1; v < d->n_vocab; v++)
-        if (d->logits[v] > d->logits[best]) best = v;
-    return best;
-}
-
-static int draft_propose(spec_proposer *p, seq *s, int k, int32_t *out)
-{
-    draft *d = (draft *)p;
     seq *sh = s->spec_state;
     if (!sh) {
         sh = seq_create(s->tokens, s->n_tokens, k + 1);
-        if (!sh) return 0;
+        if (!sh) return NULL;
         sh->n_tokens = 0;
         s->spec_state = sh;
     }
-    /* the shadow's KV is good up to where its tokens agree with s's (never s's last token: its
-     * logits are needed) */
     int lcp = 0, lim = s->n_tokens - 1 < sh->n_computed ? s->n_tokens - 1 : sh->n_computed;
     while (lcp < lim && sh->tokens[lcp] == s->tokens[lcp]) lcp++;
     draft__cut(d, sh, lcp);
@@ -110,21 +94,88 @@ static int draft_propose(spec_proposer *p, seq *s, int k, int32_t *out)
     }
     if (rc) {
         draft__cut(d, sh, 0);
-        return 0;
+        return NULL;
     }
     memcpy(sh->tokens, s->tokens, (size_t)s->n_tokens * sizeof *s->tokens);
     sh->n_tokens = s->n_tokens;
-    int32_t t = draft__run(d, sh, s->n_tokens - sh->n_computed);
-    int n = 0;
-    while (t >= 0) {
-        out[n++] = t;
-        if (n == k) break;
-        sh->tokens[sh->n_tokens++] = t;
-        t = draft__run(d, sh, 1);
+    return sh;
+}
+
+static int32_t draft__argmax(const float *logits, int n_vocab)
+{
+    int32_t best = 0;
+    for (int v = 1; v < n_vocab; v++)
+        if (logits[v] > logits[best]) best = v;
+    return best;
+}
+
+/* Computes every shadow sh[i] (NULL: skipped) up to its n_tokens, as few batched steps of at
+ * most max_tokens tokens as that takes (a long catch-up goes in chunks), and sets t[i] to the
+ * argmax of its last token's logits. 0 or a negative errno. */
+static int draft__run(draft *d, seq *const *sh, int n, int32_t *t)
+{
+    batch_entry e[n];
+    int row_of[n];
+    for (;;) {
+        int m = 0, room = d->max_tokens;
+        for (int i = 0; i < n && room > 0; i++) {
+            int rem = sh[i] ? sh[i]->n_tokens - sh[i]->n_computed : 0;
+            if (rem <= 0) continue;
+            int take = rem < room ? rem : room;
+            e[m] = (batch_entry){sh[i], take, take == rem, 0, 0, 0};
+            row_of[m++] = i;
+            room -= take;
+        }
+        if (!m) return 0;
+        int rc = batch_build(&d->bb, e, m, d->g.block_size, 1, NULL);
+        if (!rc) rc = fwd_run(d->f, &d->bb.b, d->logits);
+        if (rc) return rc;
+        for (int j = 0, r = 0; j < m; j++) {
+            e[j].s->n_computed += e[j].n_new;
+            if (e[j].samples) t[row_of[j]] = draft__argmax(d->logits + (size_t)r++ * d->n_vocab, d->n_vocab);
+        }
     }
-    if (t < 0) draft__cut(d, sh, 0);
-    draft__cut(d, sh, sh->n_computed); /* the blocks reserved for drafts not computed */
-    return n;
+}
+
+/* Drafts for up to max_seqs sequences at once: their shadows catch up together, then each
+ * further guess is one batched step of one token per sequence still short of its k. */
+static void draft__propose_group(draft *d, seq *const *s, const int *k, int n, int *n_out)
+{
+    seq *sh[n];
+    int32_t t[n];
+    for (int i = 0; i < n; i++) {
+        n_out[i] = 0;
+        sh[i] = draft__shadow(d, s[i], k[i]);
+    }
+    int rc = draft__run(d, sh, n, t);
+    while (!rc) {
+        int more = 0;
+        for (int i = 0; i < n; i++) {
+            if (!sh[i]) continue;
+            s[i]->draft[n_out[i]++] = t[i];
+            if (n_out[i] == k[i]) {
+                sh[i] = NULL; /* done: its own pointer stays in s[i]->spec_state */
+                continue;
+            }
+            sh[i]->tokens[sh[i]->n_tokens++] = t[i];
+            more = 1;
+        }
+        if (!more) break;
+        rc = draft__run(d, sh, n, t);
+    }
+    for (int i = 0; i < n; i++) {
+        seq *h = s[i]->spec_state;
+        if (!h) continue;
+        if (rc) draft__cut(d, h, 0); /* a failed step: start the shadow over next time */
+        draft__cut(d, h, h->n_computed); /* the blocks reserved for guesses not computed */
+    }
+}
+
+static void draft_propose(spec_proposer *p, seq *const *s, const int *k, int n, int *n_out)
+{
+    draft *d = (draft *)p;
+    for (int i = 0; i < n; i += d->max_seqs)
+        draft__propose_group(d, s + i, k + i, n - i < d->max_seqs ? n - i : d->max_seqs, n_out + i);
 }
 
 static void draft_release(spec_proposer *p, seq *s)
@@ -170,6 +221,7 @@ spec_proposer *spec_draft_create(const spec_draft_config *c, char *err, size_t e
     const model_hparams *hp = &c->m->hp;
     d->n_vocab = hp->n_vocab;
     d->max_tokens = c->max_tokens;
+    d->max_seqs = c->max_seqs > 0 ? c->max_seqs : 1;
     d->g = kv_geom_make(hp->n_layers, hp->n_kv_heads, hp->head_dim, c->block_size, c->kv_dtype);
     int32_t nb = (int32_t)(c->kv_bytes / kv_bytes_per_block(&d->g));
     int32_t need = (int32_t)((c->n_ctx + c->block_size - 1) / c->block_size + 2);
@@ -193,9 +245,9 @@ spec_proposer *spec_draft_create(const spec_draft_config *c, char *err, size_t e
         return NULL;
     }
     d->bp = bp_create(nb);
-    d->f = fwd_create(c->m, d->be, &d->g, &nb, c->max_tokens, 1, err, err_len);
-    d->logits = malloc((size_t)d->n_vocab * sizeof *d->logits);
-    if (!d->bp || !d->f || !d->logits || batch_init(&d->bb, c->max_tokens, 1, 1)) {
+    d->f = fwd_create(c->m, d->be, &d->g, &nb, c->max_tokens, d->max_seqs, err, err_len);
+    d->logits = malloc((size_t)d->max_seqs * d->n_vocab * sizeof *d->logits);
+    if (!d->bp || !d->f || !d->logits || batch_init(&d->bb, c->max_tokens, d->max_seqs, d->max_seqs)) {
         if (d->f && d->bp && d->logits) snprintf(err, err_len, "out of memory for the draft model");
         d->m = NULL;
         draft_destroy(&d->base);

@@ -686,6 +686,7 @@ Test(engine_spec, draft_model_matches_off, .timeout = 300)
         c.spec_method = sp ? SPEC_DRAFT : SPEC_OFF;
         c.spec_draft_model = dp;
         c.spec_k = 5;
+        c.spec_disable_batch = 8; /* all five sequences draft together: the batched proposer */
         engine *e = engine_create(&c, err, sizeof err);
         cr_assert_not_null(e, "%s", err);
         memset(runs[sp], 0, sizeof runs[sp]);
@@ -748,6 +749,66 @@ Test(engine_spec, draft_model_vocabulary_checked)
     cr_assert(strstr(err, "draft-model"), "%s", err);
     tok_destroy(tok);
     model_destroy(m);
+    unlink(tp);
+    unlink(dp);
+}
+
+/* One proposer drafting for several sequences as one batch guesses what it guesses for each of
+ * them alone (the draft's kernels are batch-invariant), across catch-ups longer than a draft
+ * step (chunked), different k, and a second round that reuses each shadow's agreeing prefix. */
+static spec_proposer *ts_draft_proposer(const char *dp, int max_seqs)
+{
+    char err[512];
+    model *m;
+    cr_assert_eq(model_load(dp, &m, err, sizeof err), 0, "%s", err);
+    spec_draft_config dc = {m, be_create, "cpu", NULL, 1, (size_t)8 << 20, max_seqs, KV_F16, 16, 256, 24};
+    spec_proposer *p = spec_draft_create(&dc, err, sizeof err);
+    cr_assert_not_null(p, "%s", err);
+    return p;
+}
+
+Test(engine_spec, draft_batch_equals_one_at_a_time, .timeout = 120)
+{
+    char tp[1024], dp[1024];
+    ts_pair(tp, dp, sizeof tp, DT_Q8_0, 0);
+    enum { N = 4 };
+    spec_proposer *batched = ts_draft_proposer(dp, 3), *alone = ts_draft_proposer(dp, 1);
+    seq *a[N], *b[N];
+    int k[N] = {5, 1, 3, 4};
+    for (int i = 0; i < N; i++) {
+        int32_t pr[70];
+        int n = 5 + 20 * i; /* up to 65 tokens: catch-ups of up to three draft steps of 24 */
+        for (int j = 0; j < n; j++) pr[j] = (int32_t)(3 + (j * 13 + i * 29) % 500);
+        a[i] = seq_create(pr, n, 100);
+        b[i] = seq_create(pr, n, 100);
+        cr_assert(a[i] && b[i]);
+    }
+    for (int round = 0; round < 3; round++) {
+        int na[N], nb[N];
+        batched->ops->propose(batched, a, k, N, na); /* groups of 3 and 1 */
+        for (int i = 0; i < N; i++) alone->ops->propose(alone, &b[i], &k[i], 1, &nb[i]);
+        for (int i = 0; i < N; i++) {
+            cr_assert_eq(na[i], k[i], "round %d seq %d: %d guesses of %d", round, i, na[i], k[i]);
+            cr_assert_eq(na[i], nb[i]);
+            cr_assert(!memcmp(a[i]->draft, b[i]->draft, (size_t)na[i] * sizeof(int32_t)),
+                      "round %d seq %d: batched guesses differ from one at a time", round, i);
+            /* as if the first guess and one other token were accepted */
+            int32_t add[2] = {a[i]->draft[0], (int32_t)(7 + round + i)};
+            for (int j = 0; j < 2; j++) {
+                a[i]->tokens[a[i]->n_tokens++] = add[j];
+                b[i]->tokens[b[i]->n_tokens++] = add[j];
+            }
+        }
+    }
+    for (int i = 0; i < N; i++) {
+        batched->ops->release(batched, a[i]);
+        alone->ops->release(alone, b[i]);
+        cr_assert_null(a[i]->spec_state);
+        seq_destroy(a[i]);
+        seq_destroy(b[i]);
+    }
+    batched->ops->destroy(batched);
+    alone->ops->destroy(alone);
     unlink(tp);
     unlink(dp);
 }
