@@ -87,6 +87,9 @@ typedef struct spec_draft_config {
 
 /* The draft-model proposer. NULL with a message in err (c->m stays the caller's then). */
 spec_proposer *spec_draft_create(const spec_draft_config *c, char *err, size_t err_len);
+/* Tokens the draft proposer p (made by spec_draft_create) took from its prefix cache instead of
+ * computing them. */
+int64_t spec_draft_cached_tokens(const spec_proposer *p);
 /* KV bytes per token of model m's cache in blocks of block_size of kv_dtype. */
 size_t spec_draft_bytes_per_token(const model *m, int block_size, int kv_dtype);
 

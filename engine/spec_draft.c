@@ -13,8 +13,16 @@
  *   further guess is one step with a row per sequence still short of its k, so the draft's
  *   weights are read about k times per step whatever the number of speculating sequences.
  *
+ * The draft has its own prefix cache (a radix tree over its pool): a shadow offers it the full
+ * blocks of its sequence's known tokens after each proposal and all its full blocks when the
+ * sequence finishes, and an empty shadow (a new sequence, another choice of the same prompt, the
+ * next turn of a conversation) starts from the longest cached prefix, so the draft's catch-up
+ * over a prompt it has seen is only the new part. Cached blocks nobody uses are evicted when a
+ * shadow needs blocks.
+ *
  * Invariants: a shadow holds exactly ceil(n_computed / block_size) blocks of the draft's pool and
- * its tokens[0 .. n_computed) are what its KV was computed from. Shadows hang off their target
+ * its tokens[0 .. n_computed) are what its KV was computed from; it writes only into blocks it
+ * alone holds (a shared block cut in the middle is dropped, draft__cut). Shadows hang off their target
  * sequence (seq.spec_state) and are freed by release (sched_release calls it when the sequence
  * finishes). The draft's KV budget is a share of the engine's, taken before the target's blocks
  * are counted (engine.c). The proposer is for few streams (the scheduler proposes nothing above
@@ -29,6 +37,7 @@
 #include <string.h>
 
 #include "cache/block_pool.h"
+#include "cache/radix.h"
 #include "engine/batch.h"
 #include "engine/forward.h"
 
@@ -39,33 +48,70 @@ typedef struct draft {
     fwd *f;             /* owned */
     kv_geom g;
     block_pool *bp;     /* the draft's KV blocks */
+    rdx_tree *tree;     /* the draft's prefix cache over bp */
     batch_buf bb;
     float *logits;      /* [max_seqs][n_vocab] */
     int n_vocab, max_tokens, max_seqs;
+    int64_t cached;     /* tokens shadows took from the prefix cache */
 } draft;
 
-/* The shadow's blocks past its first `keep` KV entries go back to the pool. */
+/* Room for n tokens in the shadow's token array. 0 or -ENOMEM. */
+static int draft__room(seq *sh, int n)
+{
+    if (n <= sh->cap) return 0;
+    int32_t *t = realloc(sh->tokens, (size_t)n * 2 * sizeof *t);
+    if (!t) return -ENOMEM;
+    sh->tokens = t;
+    sh->cap = n * 2;
+    return 0;
+}
+
+/* The shadow's blocks past its first `keep` KV entries go back to the pool. A block cut in
+ * the middle that others share (the prefix cache, another shadow) goes too, back to the block
+ * boundary: the shadow would write its next entries into it. */
 static void draft__cut(draft *d, seq *sh, int keep)
 {
     int bs = d->g.block_size, need = (keep + bs - 1) / bs;
     seq_kv *k = &sh->kv[0];
+    if (keep % bs && need <= k->n_blocks && bp_refcount(d->bp, k->bt[need - 1]) > 1) need = keep / bs;
+    if (keep > need * bs) keep = need * bs;
     while (k->n_blocks > need) bp_unref(d->bp, k->bt[--k->n_blocks]);
     if (sh->n_computed > keep) sh->n_computed = keep;
+}
+
+/* An empty shadow starts from the draft's prefix cache: the full blocks it holds of s's tokens
+ * before the last (whose logits are needed), shared with the cache. */
+static void draft__match(draft *d, seq *sh, const seq *s)
+{
+    int bs = d->g.block_size, max = (s->n_tokens - 1) / bs;
+    if (sh->n_computed || max <= 0 || draft__room(sh, s->n_tokens) || seq_reserve_blocks(sh, 0, max)) return;
+    int got = rdx_match(d->tree, s->tokens, max * bs, sh->kv[0].bt, max);
+    sh->kv[0].n_blocks = got / bs;
+    sh->n_computed = got;
+    d->cached += got;
+    memcpy(sh->tokens, s->tokens, (size_t)got * sizeof *s->tokens);
+}
+
+/* Offers the shadow's computed full blocks among its first n tokens to the prefix cache (blocks
+ * it has already keep the cache's). While its sequence runs, n stops at the sequence's known
+ * tokens: a block holding guesses may be cut back into, and a shared one would then be
+ * recomputed from its start (draft__cut). */
+static void draft__offer(draft *d, seq *sh, int n)
+{
+    int bs = d->g.block_size;
+    n = n < sh->n_computed ? n : sh->n_computed;
+    if (n >= bs) (void)rdx_insert(d->tree, sh->tokens, n / bs * bs, sh->kv[0].bt); /* -ENOMEM: not cached */
 }
 
 /* Room for n tokens in the shadow's token array and blocks for its first n_kv entries. 0,
  * -ENOSPC (the pool is short) or -ENOMEM. */
 static int draft__reserve(draft *d, seq *sh, int n, int n_kv)
 {
-    if (n > sh->cap) {
-        int32_t *t = realloc(sh->tokens, (size_t)n * 2 * sizeof *t);
-        if (!t) return -ENOMEM;
-        sh->tokens = t;
-        sh->cap = n * 2;
-    }
+    if (draft__room(sh, n)) return -ENOMEM;
     int bs = d->g.block_size, need = (n_kv + bs - 1) / bs, have = sh->kv[0].n_blocks;
     if (need <= have) return 0;
     if (seq_reserve_blocks(sh, 0, need)) return -ENOMEM;
+    if (bp_num_free(d->bp) < need - have) rdx_evict_until(d->tree, d->bp, need - have, 0);
     if (bp_alloc(d->bp, need - have, sh->kv[0].bt + have)) return -ENOSPC;
     sh->kv[0].n_blocks = need;
     return 0;
@@ -87,6 +133,7 @@ static seq *draft__shadow(draft *d, seq *s, int k)
     int lcp = 0, lim = s->n_tokens - 1 < sh->n_computed ? s->n_tokens - 1 : sh->n_computed;
     while (lcp < lim && sh->tokens[lcp] == s->tokens[lcp]) lcp++;
     draft__cut(d, sh, lcp);
+    draft__match(d, sh, s);
     int rc = draft__reserve(d, sh, s->n_tokens + k, s->n_tokens + k - 1);
     if (rc == -ENOSPC) { /* start this shadow over rather than fail: its blocks may be enough */
         draft__cut(d, sh, 0);
@@ -168,6 +215,7 @@ static void draft__propose_group(draft *d, seq *const *s, const int *k, int n, i
         if (!h) continue;
         if (rc) draft__cut(d, h, 0); /* a failed step: start the shadow over next time */
         draft__cut(d, h, h->n_computed); /* the blocks reserved for guesses not computed */
+        draft__offer(d, h, s[i]->n_tokens - 1);
     }
 }
 
@@ -183,6 +231,7 @@ static void draft_release(spec_proposer *p, seq *s)
     draft *d = (draft *)p;
     seq *sh = s->spec_state;
     if (!sh) return;
+    draft__offer(d, sh, sh->n_computed);
     draft__cut(d, sh, 0);
     seq_destroy(sh);
     s->spec_state = NULL;
@@ -195,6 +244,7 @@ static void draft_destroy(spec_proposer *p)
     batch_fini(&d->bb);
     free(d->logits);
     fwd_destroy(d->f);
+    rdx_destroy(d->tree);
     bp_destroy(d->bp);
     if (d->be) d->be->ops->destroy(d->be);
     model_destroy(d->m);
@@ -202,6 +252,11 @@ static void draft_destroy(spec_proposer *p)
 }
 
 static const spec_ops draft_ops = {draft_propose, draft_release, draft_destroy};
+
+int64_t spec_draft_cached_tokens(const spec_proposer *p)
+{
+    return ((const draft *)p)->cached;
+}
 
 size_t spec_draft_bytes_per_token(const model *m, int block_size, int kv_dtype)
 {
@@ -245,9 +300,10 @@ spec_proposer *spec_draft_create(const spec_draft_config *c, char *err, size_t e
         return NULL;
     }
     d->bp = bp_create(nb);
+    d->tree = d->bp ? rdx_create(d->bp, c->block_size) : NULL;
     d->f = fwd_create(c->m, d->be, &d->g, &nb, c->max_tokens, d->max_seqs, err, err_len);
     d->logits = malloc((size_t)d->max_seqs * d->n_vocab * sizeof *d->logits);
-    if (!d->bp || !d->f || !d->logits || batch_init(&d->bb, c->max_tokens, d->max_seqs, d->max_seqs)) {
+    if (!d->bp || !d->tree || !d->f || !d->logits || batch_init(&d->bb, c->max_tokens, d->max_seqs, d->max_seqs)) {
         if (d->f && d->bp && d->logits) snprintf(err, err_len, "out of memory for the draft model");
         d->m = NULL;
         draft_destroy(&d->base);

@@ -756,12 +756,12 @@ Test(engine_spec, draft_model_vocabulary_checked)
 /* One proposer drafting for several sequences as one batch guesses what it guesses for each of
  * them alone (the draft's kernels are batch-invariant), across catch-ups longer than a draft
  * step (chunked), different k, and a second round that reuses each shadow's agreeing prefix. */
-static spec_proposer *ts_draft_proposer(const char *dp, int max_seqs)
+static spec_proposer *ts_draft_proposer(const char *dp, int max_seqs, size_t kv_bytes)
 {
     char err[512];
     model *m;
     cr_assert_eq(model_load(dp, &m, err, sizeof err), 0, "%s", err);
-    spec_draft_config dc = {m, be_create, "cpu", NULL, 1, (size_t)8 << 20, max_seqs, KV_F16, 16, 256, 24};
+    spec_draft_config dc = {m, be_create, "cpu", NULL, 1, kv_bytes, max_seqs, KV_F16, 16, 256, 24};
     spec_proposer *p = spec_draft_create(&dc, err, sizeof err);
     cr_assert_not_null(p, "%s", err);
     return p;
@@ -772,7 +772,7 @@ Test(engine_spec, draft_batch_equals_one_at_a_time, .timeout = 120)
     char tp[1024], dp[1024];
     ts_pair(tp, dp, sizeof tp, DT_Q8_0, 0);
     enum { N = 4 };
-    spec_proposer *batched = ts_draft_proposer(dp, 3), *alone = ts_draft_proposer(dp, 1);
+    spec_proposer *batched = ts_draft_proposer(dp, 3, (size_t)8 << 20), *alone = ts_draft_proposer(dp, 1, (size_t)8 << 20);
     seq *a[N], *b[N];
     int k[N] = {5, 1, 3, 4};
     for (int i = 0; i < N; i++) {
@@ -809,6 +809,66 @@ Test(engine_spec, draft_batch_equals_one_at_a_time, .timeout = 120)
     }
     batched->ops->destroy(batched);
     alone->ops->destroy(alone);
+    unlink(tp);
+    unlink(dp);
+}
+
+/* The draft's prefix cache: a finished sequence's full blocks serve the next one with the same
+ * prompt prefix (only whole agreeing blocks), the guesses stay those of a proposer without a
+ * cache, and a pool too small to keep every prompt evicts cached blocks instead of failing. */
+static seq *ts_seq(int n, unsigned salt, int shared)
+{
+    int32_t pr[200];
+    for (int j = 0; j < n; j++) pr[j] = (int32_t)(3 + ((unsigned)j * 7u + (j < shared ? 0u : salt * 31u)) % 500u);
+    seq *s = seq_create(pr, n, 50);
+    cr_assert_not_null(s);
+    return s;
+}
+
+static void ts_same_guesses(spec_proposer *p, spec_proposer *fresh, seq *a, seq *b, int k)
+{
+    int na, nb;
+    p->ops->propose(p, &a, &k, 1, &na);
+    fresh->ops->propose(fresh, &b, &k, 1, &nb);
+    cr_assert_eq(na, k);
+    cr_assert_eq(nb, k);
+    cr_assert(!memcmp(a->draft, b->draft, (size_t)k * sizeof(int32_t)), "guesses differ from a cold draft's");
+}
+
+Test(engine_spec, draft_prefix_cache, .timeout = 120)
+{
+    char tp[1024], dp[1024];
+    ts_pair(tp, dp, sizeof tp, DT_F32, 0);
+    /* 2 layers × 2 kv heads × 16 dims × 2 (K, V) × 2 bytes = 256 bytes a token: 48 blocks of 16 */
+    spec_proposer *p = ts_draft_proposer(dp, 2, 48 * 16 * 256);
+    struct {
+        int n, shared, want;
+    } cases[] = {{50, 0, 0}, {60, 40, 32}, {50, 50, 48}, {20, 50, 16}, {130, 0, 0}};
+    for (int c = 0; c < 5; c++) {
+        spec_proposer *fresh = ts_draft_proposer(dp, 1, (size_t)8 << 20);
+        seq *a = ts_seq(cases[c].n, (unsigned)c, cases[c].shared), *b = ts_seq(cases[c].n, (unsigned)c, cases[c].shared);
+        int64_t before = spec_draft_cached_tokens(p);
+        ts_same_guesses(p, fresh, a, b, 3);
+        cr_assert_eq(spec_draft_cached_tokens(p) - before, cases[c].want, "case %d: %lld cached tokens, want %d", c,
+                     (long long)(spec_draft_cached_tokens(p) - before), cases[c].want);
+        p->ops->release(p, a);
+        fresh->ops->release(fresh, b);
+        seq_destroy(a);
+        seq_destroy(b);
+        fresh->ops->destroy(fresh);
+    }
+    /* many different prompts through a pool that holds about five: the cache makes room */
+    spec_proposer *fresh = ts_draft_proposer(dp, 1, (size_t)8 << 20);
+    for (int r = 0; r < 12; r++) {
+        seq *a = ts_seq(100, 100 + (unsigned)r, 0), *b = ts_seq(100, 100 + (unsigned)r, 0);
+        ts_same_guesses(p, fresh, a, b, 2);
+        p->ops->release(p, a);
+        fresh->ops->release(fresh, b);
+        seq_destroy(a);
+        seq_destroy(b);
+    }
+    fresh->ops->destroy(fresh);
+    p->ops->destroy(p);
     unlink(tp);
     unlink(dp);
 }
