@@ -18,6 +18,9 @@
  * that position (sampler.h: (seed + choice, position)). A seeded request therefore produces the
  * very tokens it produces without speculation, greedy or sampled, as long as the verify row's
  * logits equal plain decoding's (docs/speculative.md says where the CPU kernels guarantee it).
+ * A proposer is free in how it guesses; the draft model guesses what the sequence's sampler would
+ * draw from its own logits with the same random number, which couples its guess with the
+ * target's draw (spec_draft.c).
  *
  * Proposers implement spec_proposer. They are called on the engine thread by the scheduler's
  * planning (sched_config.propose) for sequences that decode one token this step and hold no
@@ -83,6 +86,8 @@ typedef struct spec_draft_config {
     int kv_dtype, block_size;
     int n_ctx;              /* the context limit (the share must hold one sequence at it) */
     int max_tokens;         /* tokens per draft step (its prefill chunk) */
+    const int32_t *eog;     /* [n_eog] end-of-generation ids (borrowed: min_tokens bans them) */
+    int n_eog;
 } spec_draft_config;
 
 /* The draft-model proposer. NULL with a message in err (c->m stays the caller's then). */

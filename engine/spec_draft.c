@@ -7,8 +7,10 @@
  *   its shadow (draft):  [ tokens the draft's KV holds ........ | d0 .. d(k-2) ] n_computed
  *   propose(s, k):  keep the shadow's longest prefix that agrees with s (the rest of its blocks
  *                   go back), compute the draft over s's tokens after it (chunks of at most
- *                   max_tokens), take d0 = argmax, then feed d0 .. d(k-2) one at a time for d1 ..
- *                   d(k-1). The proposal is the draft's greedy guess, a point mass (spec.h).
+ *                   max_tokens), take its guess d0, then feed d0 .. d(k-2) one at a time for d1 ..
+ *                   d(k-1). Each guess is the token the sequence's own sampler would draw from the
+ *                   draft's logits at that position (draft__guess): a point mass (spec.h), coupled
+ *                   with the target's draw through their shared random number.
  *   A step's sequences are drafted together: their catch-ups share batched steps, and each
  *   further guess is one step with a row per sequence still short of its k, so the draft's
  *   weights are read about k times per step whatever the number of speculating sequences.
@@ -40,6 +42,7 @@
 #include "cache/radix.h"
 #include "engine/batch.h"
 #include "engine/forward.h"
+#include "engine/sampler.h"
 
 typedef struct draft {
     spec_proposer base; /* first: the interface's pointer is this struct */
@@ -53,6 +56,8 @@ typedef struct draft {
     float *logits;      /* [max_seqs][n_vocab] */
     int n_vocab, max_tokens, max_seqs;
     int64_t cached;     /* tokens shadows took from the prefix cache */
+    const int32_t *eog; /* borrowed */
+    int n_eog;
 } draft;
 
 /* Room for n tokens in the shadow's token array. 0 or -ENOMEM. */
@@ -148,18 +153,29 @@ static seq *draft__shadow(draft *d, seq *s, int k)
     return sh;
 }
 
-static int32_t draft__argmax(const float *logits, int n_vocab)
+/* The draft's guess for the token of s at index sh->n_tokens from its logits there: the token
+ * s's own sampler would draw from them — the same parameters (penalties over s's tokens and the
+ * guesses before, bias, bans, temperature, top-k/p, min-p; not a grammar's mask) and the same
+ * random number, the one keyed by that position (engine/sampler.h). A greedy request's guess is
+ * the argmax of the adjusted logits. A sampled one's is coupled with the target's draw: both walk
+ * their distribution with one uniform, so where the two are close they land on the same token —
+ * acceptance near Σ min(p, q) rather than the p(argmax q) of a greedy guess — while the token the
+ * target draws is still exactly the one it draws without speculation. logits is scratch. */
+static int32_t draft__guess(const draft *d, const seq *s, const seq *sh, float *logits)
 {
-    int32_t best = 0;
-    for (int v = 1; v < n_vocab; v++)
-        if (logits[v] > logits[best]) best = v;
-    return best;
+    smp_params p = s->sp; /* a shallow copy: only read */
+    p.n_logprobs = -1;
+    smp_rng rng = s->rng;
+    smp_history h = {sh->tokens, s->n_prompt, sh->tokens + s->n_prompt, sh->n_tokens - s->n_prompt};
+    smp_result r;
+    (void)smp_sample(&p, &rng, logits, d->n_vocab, &h, d->eog, d->n_eog, &r); /* -ENOMEM: the greedy token */
+    return r.token;
 }
 
 /* Computes every shadow sh[i] (NULL: skipped) up to its n_tokens, as few batched steps of at
  * most max_tokens tokens as that takes (a long catch-up goes in chunks), and sets t[i] to the
- * argmax of its last token's logits. 0 or a negative errno. */
-static int draft__run(draft *d, seq *const *sh, int n, int32_t *t)
+ * guess from its last token's logits for s[i] (draft__guess). 0 or a negative errno. */
+static int draft__run(draft *d, seq *const *s, seq *const *sh, int n, int32_t *t)
 {
     batch_entry e[n];
     int row_of[n];
@@ -179,7 +195,7 @@ static int draft__run(draft *d, seq *const *sh, int n, int32_t *t)
         if (rc) return rc;
         for (int j = 0, r = 0; j < m; j++) {
             e[j].s->n_computed += e[j].n_new;
-            if (e[j].samples) t[row_of[j]] = draft__argmax(d->logits + (size_t)r++ * d->n_vocab, d->n_vocab);
+            if (e[j].samples) t[row_of[j]] = draft__guess(d, s[row_of[j]], e[j].s, d->logits + (size_t)r++ * d->n_vocab);
         }
     }
 }
@@ -194,7 +210,7 @@ static void draft__propose_group(draft *d, seq *const *s, const int *k, int n, i
         n_out[i] = 0;
         sh[i] = draft__shadow(d, s[i], k[i]);
     }
-    int rc = draft__run(d, sh, n, t);
+    int rc = draft__run(d, s, sh, n, t);
     while (!rc) {
         int more = 0;
         for (int i = 0; i < n; i++) {
@@ -208,7 +224,7 @@ static void draft__propose_group(draft *d, seq *const *s, const int *k, int n, i
             more = 1;
         }
         if (!more) break;
-        rc = draft__run(d, sh, n, t);
+        rc = draft__run(d, s, sh, n, t);
     }
     for (int i = 0; i < n; i++) {
         seq *h = s[i]->spec_state;
@@ -277,6 +293,8 @@ spec_proposer *spec_draft_create(const spec_draft_config *c, char *err, size_t e
     d->n_vocab = hp->n_vocab;
     d->max_tokens = c->max_tokens;
     d->max_seqs = c->max_seqs > 0 ? c->max_seqs : 1;
+    d->eog = c->eog;
+    d->n_eog = c->n_eog;
     d->g = kv_geom_make(hp->n_layers, hp->n_kv_heads, hp->head_dim, c->block_size, c->kv_dtype);
     int32_t nb = (int32_t)(c->kv_bytes / kv_bytes_per_block(&d->g));
     int32_t need = (int32_t)((c->n_ctx + c->block_size - 1) / c->block_size + 2);

@@ -657,18 +657,16 @@ static void ts_pair(char *target, char *draft, size_t n, int type, int draft_voc
     tu_write_mkmodel(&p, "spec-draft", draft, n);
 }
 
-/* Greedy and seeded-sampled requests (log-probs, n = 2, a stop string, penalties) on the target,
- * speculation off and with the draft: the same streams; the draft's guesses are mostly right. */
-Test(engine_spec, draft_model_matches_off, .timeout = 300)
+/* Runs the same four requests (one greedy; seeded sampling at temperature t with log-probs,
+ * n = 2, penalties) on target tp, speculation off and with draft dp, into runs[0] and runs[1];
+ * *st gets the speculating engine's stats. */
+static void ts_draft_runs(const char *tp, const char *dp, float t, te_req (*runs)[4], engine_stats *st)
 {
-    char tp[1024], dp[1024], err[512];
-    ts_pair(tp, dp, sizeof tp, DT_F32, 0);
+    char err[512];
     model *m;
     cr_assert_eq(model_load(tp, &m, err, sizeof err), 0, "%s", err);
     tokenizer *tok = tok_create(m->gguf, err, sizeof err);
     cr_assert_not_null(tok, "%s", err);
-    static te_req runs[2][4];
-    engine_stats st;
     for (int sp = 0; sp < 2; sp++) {
         engine_config c;
         engine_config_default(&c);
@@ -699,26 +697,57 @@ Test(engine_spec, draft_model_matches_off, .timeout = 300)
             r.n = q == 2 ? 2 : 1;
             r.max_tokens = 80;
             smp_params_default(&r.sampling);
-            r.sampling.temperature = q == 0 ? 0.0f : 0.05f; /* sampled, but peaked: mostly agreeing */
+            r.sampling.temperature = q == 0 ? 0.0f : t;
             r.sampling.seed = 500 + (uint64_t)q;
             r.sampling.has_seed = 1;
             r.sampling.n_logprobs = q % 2 ? 2 : -1;
-            if (q == 3) r.sampling.repetition_penalty = 1.2f;
+            r.sampling.ignore_eos = 1;
+            if (q == 3) r.sampling.repetition_penalty = 1.2f, r.sampling.top_p = 0.9f;
             runs[sp][q].n = r.n;
             cr_assert_eq(engine_submit(e, &r, &runs[sp][q].id), 0);
         }
         te_streams_collect(e, runs[sp], 4, 5);
         ts_idle(e);
-        engine_get_stats(e, &st);
+        engine_get_stats(e, st);
         engine_destroy(e, 1);
     }
+    tok_destroy(tok);
+    model_destroy(m);
+}
+
+/* Greedy and seeded-sampled requests on the target, speculation off and with the draft: the
+ * same streams; the draft's guesses are mostly right. */
+Test(engine_spec, draft_model_matches_off, .timeout = 300)
+{
+    char tp[1024], dp[1024];
+    ts_pair(tp, dp, sizeof tp, DT_F32, 0);
+    static te_req runs[2][4];
+    engine_stats st;
+    ts_draft_runs(tp, dp, 0.05f, runs, &st); /* sampled, but peaked: mostly agreeing */
     te_streams_same(runs[0], runs[1], 4, "draft model");
     printf("draft: %lld verify rows, %lld drafts, %lld accepted\n", (long long)st.spec_drafts,
            (long long)st.spec_draft_tokens, (long long)st.spec_accepted);
     cr_assert_eq(st.spec_method, SPEC_DRAFT);
     cr_assert_gt(st.spec_accepted * 3, st.spec_draft_tokens, "a quiet-layer target agrees with its draft often");
-    tok_destroy(tok);
-    model_destroy(m);
+    unlink(tp);
+    unlink(dp);
+}
+
+/* A sampled request's guesses are coupled with the target's draws (the same parameters and random
+ * number): with the target as its own draft every guess is the token the target draws, even at
+ * temperature 1 over a flat random model, where a greedy guess would be accepted with p(argmax). */
+Test(engine_spec, draft_guesses_are_coupled_with_sampling, .timeout = 300)
+{
+    char tp[1024], dp[1024];
+    ts_pair(tp, dp, sizeof tp, DT_F32, 0);
+    static te_req runs[2][4];
+    engine_stats st;
+    ts_draft_runs(tp, tp, 1.0f, runs, &st);
+    te_streams_same(runs[0], runs[1], 4, "the target as its own draft");
+    printf("self-draft at temperature 1: %lld verify rows, %lld drafts, %lld accepted\n", (long long)st.spec_drafts,
+           (long long)st.spec_draft_tokens, (long long)st.spec_accepted);
+    cr_assert_gt(st.spec_draft_tokens, 100);
+    cr_assert_eq(st.spec_accepted, st.spec_draft_tokens, "a guess differed from the target's own draw");
     unlink(tp);
     unlink(dp);
 }
@@ -761,7 +790,7 @@ static spec_proposer *ts_draft_proposer(const char *dp, int max_seqs, size_t kv_
     char err[512];
     model *m;
     cr_assert_eq(model_load(dp, &m, err, sizeof err), 0, "%s", err);
-    spec_draft_config dc = {m, be_create, "cpu", NULL, 1, kv_bytes, max_seqs, KV_F16, 16, 256, 24};
+    spec_draft_config dc = {m, be_create, "cpu", NULL, 1, kv_bytes, max_seqs, KV_F16, 16, 256, 24, NULL, 0};
     spec_proposer *p = spec_draft_create(&dc, err, sizeof err);
     cr_assert_not_null(p, "%s", err);
     return p;
