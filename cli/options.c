@@ -54,7 +54,7 @@ static const opt table[] = {
     {"num-speculative-tokens", 0, O_INT, OFF(num_speculative_tokens), "4", "serve bench", "with --speculative: most draft tokens a sequence verifies per step (1 .. 16); each sequence adapts below it to its recent acceptance"},
     {"spec-ngram-min", 0, O_INT, OFF(spec_ngram_min), "2", "serve bench", "with --speculative ngram: shortest suffix looked up"},
     {"spec-ngram-max", 0, O_INT, OFF(spec_ngram_max), "4", "serve bench", "with --speculative ngram: longest suffix looked up (the longest that recurs wins)"},
-    {"spec-disable-batch", 0, O_INT, OFF(spec_disable_batch), "4", "serve bench", "with --speculative: no drafts in a step where more sequences than this decode or soon will (running and admissible waiting; verification then costs more than it saves)"},
+    {"spec-disable-batch", 0, O_INT, OFF(spec_disable_batch), "3 cpu / 8 gpu", "serve bench", "with --speculative: no drafts in a step where more sequences than this decode or soon will (running and admissible waiting; verification then costs more than it saves)"},
     {"no-prefix-cache", 0, O_FLAG, OFF(no_prefix_cache), NULL, "serve bench", "turn the radix prefix cache off"},
     {"host", 0, O_STR, OFF(host), "127.0.0.1", "serve", "address to listen on"},
     {"port", 0, O_INT, OFF(port), "8000", "serve", "TCP port"},
@@ -157,7 +157,7 @@ void cli_opts_default(cli_opts *o)
     o->num_speculative_tokens = 4;
     o->spec_ngram_min = 2;
     o->spec_ngram_max = 4;
-    o->spec_disable_batch = 4;
+    o->spec_disable_batch = 0; /* the device's */
     o->host = "127.0.0.1";
     o->port = 8000;
     o->max_queued_requests = 1024;

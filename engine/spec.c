@@ -19,7 +19,7 @@ void spec_config_default(spec_config *c)
     c->k = 4;
     c->ngram_min = 2;
     c->ngram_max = 4;
-    c->disable_batch = 4;
+    c->disable_batch = 0; /* the device's: engine.c */
 }
 
 int spec_method_parse(const char *s, int *method)

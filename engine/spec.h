@@ -47,7 +47,8 @@ typedef struct spec_config {
     int k;                /* num_speculative_tokens: the most drafts per sequence and step, 1 .. SPEC_MAX_K */
     int ngram_min;        /* shortest suffix the n-gram proposer matches (≥ 1) */
     int ngram_max;        /* longest (≥ ngram_min) */
-    int disable_batch;    /* no proposals in a step planned with more decoding sequences than this */
+    int disable_batch;    /* no proposals in a step planned with more decoding sequences than this
+                             (0: the device's default, engine.c) */
 } spec_config;
 
 typedef struct spec_proposer spec_proposer;
@@ -68,7 +69,7 @@ struct spec_proposer {
     const spec_ops *ops;
 };
 
-/* Fills c with the defaults: off, k 4, n-grams 2 .. 4, off above 4 decoding sequences. */
+/* Fills c with the defaults: off, k 4, n-grams 2 .. 4, disable_batch 0 (the device's default). */
 void spec_config_default(spec_config *c);
 /* Parses "ngram", "draft", "off" into *method. 0 or -EINVAL. */
 int spec_method_parse(const char *s, int *method);
