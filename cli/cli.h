@@ -140,6 +140,11 @@ int cli_parse_size(const char *s, size_t *out);
 /* The speculative-decoding options into c (engine/spec.h). 0, or -EINVAL for an unknown method. */
 struct engine_config;
 int cli_spec_config(const cli_opts *o, struct engine_config *c);
+/* The engine configuration of o's engine options (cli/engine_config.c), for a subcommand that
+ * runs an engine in-process (bench; generate when it speculates). The caller sets model, tok and
+ * wake, and whatever its own options add. 0, or -EINVAL after a one-line message prefixed with
+ * "kvserve CMD". */
+int cli_engine_config(const cli_opts *o, const char *cmd, struct engine_config *c);
 /* --overlap auto|on|off as enum engine_overlap, or -1. */
 int cli_overlap_parse(const char *s);
 
