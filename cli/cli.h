@@ -41,7 +41,7 @@ typedef struct cli_opts {
     int prefill_admit_tokens;   /* 0: 64 on CPU, no limit on GPU; < 0: no limit */
     const char *schedule;       /* fcfs|lpm */
     const char *overlap;        /* auto|on|off: overlapped engine steps */
-    const char *speculative;    /* --speculative ngram|draft|off */
+    const char *speculative;    /* --speculative ngram|draft|off (NULL: not given, off) */
     const char *draft_model;    /* --draft-model FILE */
     int num_speculative_tokens; /* most drafts per sequence and step */
     int spec_ngram_min, spec_ngram_max; /* n-gram proposer's suffix lengths */

@@ -148,7 +148,7 @@ void cli_opts_default(cli_opts *o)
     o->kv_sinks = 4;
     o->schedule = "fcfs";
     o->overlap = "auto";
-    o->speculative = "off";
+    o->speculative = NULL; /* off; unset, so that --draft-model alone can turn the draft on */
     o->num_speculative_tokens = 4;
     o->spec_ngram_min = 2;
     o->spec_ngram_max = 4;
@@ -205,7 +205,8 @@ int cli_spec_config(const cli_opts *o, engine_config *c)
     c->spec_ngram_max = o->spec_ngram_max;
     c->spec_disable_batch = o->spec_disable_batch;
     c->spec_draft_model = o->draft_model && *o->draft_model ? o->draft_model : NULL;
-    if (c->spec_draft_model && c->spec_method == SPEC_OFF) c->spec_method = SPEC_DRAFT;
+    /* --draft-model alone means draft; an explicit --speculative off keeps it off */
+    if (c->spec_draft_model && !o->speculative) c->spec_method = SPEC_DRAFT;
     return 0;
 }
 

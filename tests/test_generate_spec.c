@@ -176,6 +176,11 @@ Test(generate_spec, draft_greedy_equals_plain, .timeout = 120)
     cr_assert_eq(r.status, 0, "%s", r.err);
     cr_assert_str_eq(gs_str(&r, "speculative"), "draft");
     gs_free(&r);
+    /* ... but an explicit --speculative off wins (the plain loop runs) */
+    r = gs_run("%s %s --speculative off", args, spec);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    cr_assert_str_eq(gs_str(&r, "speculative"), "off");
+    gs_free(&r);
 
     /* a model is its own perfect draft: every greedy guess is accepted */
     gs_stories(m, sizeof m);
