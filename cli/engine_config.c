@@ -45,12 +45,17 @@ int cli_engine_config(const cli_opts *o, const char *cmd, engine_config *c)
     if (!strcmp(o->schedule, "fcfs")) c->schedule = ENGINE_SCHED_FCFS;
     else if (!strcmp(o->schedule, "lpm")) c->schedule = ENGINE_SCHED_LPM;
     else c->schedule = -1;
-    if (cli_spec_config(o, c)) {
-        fprintf(stderr, "kvserve %s: unknown --speculative '%s' (ngram, draft or off)\n", cmd, o->speculative);
+    const char *flag = NULL, *val = NULL, *allowed = NULL;
+    if (cli_spec_config(o, c)) flag = "--speculative", val = o->speculative, allowed = "ngram, draft or off";
+    else if (c->kv_dtype < 0) flag = "--kv-dtype", val = o->kv_dtype, allowed = "f16, bf16, f32, int8 or fp8";
+    else if (c->schedule < 0) flag = "--schedule", val = o->schedule, allowed = "fcfs or lpm";
+    else if (c->overlap < 0) flag = "--overlap", val = o->overlap, allowed = "auto, on or off";
+    if (flag) {
+        fprintf(stderr, "kvserve %s: unknown %s '%s' (%s)\n", cmd, flag, val ? val : "", allowed);
         return -EINVAL;
     }
-    if (c->kv_dtype < 0 || c->schedule < 0 || c->overlap < 0 || o->block_size <= 0) {
-        fprintf(stderr, "kvserve %s: bad --kv-dtype, --schedule, --overlap or --block-size\n", cmd);
+    if (o->block_size <= 0 || o->max_model_len < 0) {
+        fprintf(stderr, "kvserve %s: %s must be positive\n", cmd, o->block_size <= 0 ? "--block-size" : "--max-model-len");
         return -EINVAL;
     }
     return 0;

@@ -302,3 +302,40 @@ Test(generate_spec, refusals_and_caps)
     cr_assert_eq(gs_num(&r, "generated_tokens"), 507, "%s", r.err);
     gs_free(&r);
 }
+
+/* serve, bench and generate build their engine configuration from the same options
+ * (cli_engine_config): a bad value is refused by each with one line naming the flag and the
+ * value, exit status 2, before anything is loaded. */
+Test(generate_spec, engine_options_refused_by_name)
+{
+    gs_bin();
+    char m[512], cmd[2048];
+    gs_stories(m, sizeof m);
+    const char *cmds[] = {"serve", "bench", "generate --speculative ngram"};
+    const struct {
+        const char *args, *flag, *val;
+    } bad[] = {
+        {"--kv-dtype f13", "--kv-dtype", "f13"},
+        {"--speculative maybe", "--speculative", "maybe"},
+        {"--block-size 0", "--block-size", NULL},
+        {"--schedule random", "--schedule", "random"}, /* serve and bench only */
+        {"--overlap sometimes", "--overlap", "sometimes"},
+    };
+    for (size_t c = 0; c < sizeof cmds / sizeof cmds[0]; c++)
+        for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+            if (c == 2 && i >= 3) continue; /* generate does not take --schedule, --overlap */
+            const char *d = getenv("TMPDIR");
+            char e[512];
+            snprintf(e, sizeof e, "%s/kvserve_gs_refuse_%d", d && *d ? d : "/tmp", (int)getpid());
+            snprintf(cmd, sizeof cmd, "'%s' %s -m '%s' %s >/dev/null 2>'%s'", gs_bin(), cmds[c], m, bad[i].args, e);
+            int st = system(cmd);
+            char *err = tu_read_file(e, NULL);
+            unlink(e);
+            cr_assert_not_null(err);
+            cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 2, "%s %s: status %d: %s", cmds[c], bad[i].args, st, err);
+            cr_assert(strstr(err, bad[i].flag) && (!bad[i].val || strstr(err, bad[i].val)), "%s %s: %s", cmds[c],
+                      bad[i].args, err);
+            cr_assert(strchr(err, '\n') == err + strlen(err) - 1, "%s %s: one line: %s", cmds[c], bad[i].args, err);
+            free(err);
+        }
+}
