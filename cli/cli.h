@@ -97,6 +97,8 @@ typedef struct cli_opts {
     const char *arch;           /* llama|qwen2|qwen3|gemma2|gemma3|phi3 */
     int head_dim, rope_dims;    /* 0: dim / heads, the head size */
     int experts, experts_used;  /* mkmodel: a mixture of experts (0: the architecture's default) */
+    int kv_lora, q_lora, v_head; /* mkmodel, deepseek2: the latent's rank, the query's LoRA rank, the value head size */
+    int shared_experts, dense_lead; /* mkmodel, deepseek2: shared experts, leading dense layers (0: default) */
     double rope_base, rope_base_swa; /* 0: default / not written */
     int swa_window, swa_pattern; /* 0 / -1: not written */
     double attn_softcap, final_softcap; /* 0: not written */

@@ -216,10 +216,12 @@ Test(generate_spec, seeded_sampled_equals_plain, .timeout = 120)
         gs_same(args, "--speculative ngram", "ngram");
         gs_same(args, spec, "draft");
     }
-    /* a sampled target agrees with its greedy draft only sometimes: guesses are rejected */
+    /* the draft draws its guesses with the sequence's own sampler and key, so a model that is its
+     * own draft has its sampled guesses accepted too (bar a low-bit difference on a near-tie) */
     snprintf(args, sizeof args, "-m '%s' -p 'Once upon a time' -n 150 --temperature 1.2 --seed 5 %s", m, spec);
     gs_out r = gs_run("%s", args);
-    cr_assert_lt(gs_num(&r, "spec_acceptance"), 1.0, "%s", r.err);
+    cr_assert_gt(gs_num(&r, "spec_draft_tokens"), 50, "%s", r.err);
+    cr_assert_geq(gs_num(&r, "spec_acceptance"), 0.95, "%s", r.err);
     gs_free(&r);
 
     char dir[256], schema[300];

@@ -52,10 +52,8 @@ typedef struct ss_prop {
     int64_t calls, proposed;
 } ss_prop;
 
-static int ss_propose(void *ud, seq *s, int k, int32_t *out)
+static int ss_propose_one(ss_prop *p, seq *s, int k, int32_t *out)
 {
-    ss_prop *p = ud;
-    p->calls++;
     int n = rand_r(&p->rng) % (k + 1);
     int32_t t = s->tokens[s->n_tokens - 1];
     for (int i = 0; i < n; i++) {
@@ -65,6 +63,17 @@ static int ss_propose(void *ud, seq *s, int k, int32_t *out)
     }
     p->proposed += n;
     return n;
+}
+
+static void ss_propose(void *ud, seq *const *s, const int *k, int n, int *n_out)
+{
+    ss_prop *p = ud;
+    p->calls++;
+    for (int i = 0; i < n; i++) {
+        cr_assert_gt(k[i], 0);
+        for (int j = 0; j < i; j++) cr_assert_neq(s[i], s[j], "a sequence asked twice in one step");
+        n_out[i] = ss_propose_one(p, s[i], k[i], s[i]->draft);
+    }
 }
 
 /* One random workload; returns the accepted draft count. */
