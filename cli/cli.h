@@ -6,6 +6,7 @@
 #ifndef KVSERVE_CLI_H
 #define KVSERVE_CLI_H
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -149,6 +150,19 @@ int cli_spec_config(const cli_opts *o, struct engine_config *c);
 int cli_engine_config(const cli_opts *o, const char *cmd, struct engine_config *c);
 /* --overlap auto|on|off as enum engine_overlap, or -1. */
 int cli_overlap_parse(const char *s);
+
+/* How a subcommand waits for an in-process engine's events: cli_waiter_wake is the engine's
+ * wake callback (engine_config.wake, ud the waiter); cli_waiter_wait returns at the next wake-up,
+ * or after timeout_ms (≤ 0: none) so that the caller can check the engine is still alive. */
+typedef struct cli_waiter {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int woken;
+} cli_waiter;
+void cli_waiter_init(cli_waiter *w);
+void cli_waiter_fini(cli_waiter *w);
+void cli_waiter_wake(void *ud);
+void cli_waiter_wait(cli_waiter *w, int timeout_ms);
 
 /* Subcommands: each returns the process exit code. */
 int cli_serve(cli_opts *o);

@@ -14,7 +14,6 @@
  * compile time and the mean mask time per constrained token.
  */
 #include <errno.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,9 +53,7 @@ typedef struct bn_state {
     int n_reqs, n_reqs_cap;
     int turns;
     int truncated;            /* turns skipped because the history outgrew the context */
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int woken;
+    cli_waiter w;             /* the engine's wake-ups */
     gr_grammar *grammar;      /* --json-schema / --grammar: constrains every request, or NULL */
     double compile_ms;        /* its compilation time */
 } bn_state;
@@ -81,15 +78,6 @@ static int bn_range(const char *s, int *lo, int *hi)
     *lo = (int)a;
     *hi = (int)c;
     return 0;
-}
-
-static void bn_wake(void *ud)
-{
-    bn_state *b = ud;
-    pthread_mutex_lock(&b->mu);
-    b->woken = 1;
-    pthread_cond_signal(&b->cv);
-    pthread_mutex_unlock(&b->mu);
 }
 
 /* Submits request r (its prompt built); 0 or a negative errno. */
@@ -223,10 +211,7 @@ static int bn_run(bn_state *b)
             engine_event_free(ev[i]);
         }
         if (n) continue;
-        pthread_mutex_lock(&b->mu);
-        while (!b->woken) pthread_cond_wait(&b->cv, &b->mu);
-        b->woken = 0;
-        pthread_mutex_unlock(&b->mu);
+        cli_waiter_wait(&b->w, 0);
     }
     return 0;
 }
@@ -373,12 +358,11 @@ int cli_bench(cli_opts *o)
         gr_unref(b.grammar);
         return 1;
     }
-    pthread_mutex_init(&b.mu, NULL);
-    pthread_cond_init(&b.cv, NULL);
+    cli_waiter_init(&b.w);
     c.model = m;
     c.tok = tok;
-    c.wake = bn_wake;
-    c.wake_ud = &b;
+    c.wake = cli_waiter_wake;
+    c.wake_ud = &b.w;
     int rc = 1;
     b.e = engine_create(&c, err, sizeof err);
     if (!b.e) {
@@ -432,7 +416,6 @@ out:
     tok_destroy(tok);
     model_destroy(m);
     gr_unref(b.grammar);
-    pthread_mutex_destroy(&b.mu);
-    pthread_cond_destroy(&b.cv);
+    cli_waiter_fini(&b.w);
     return rc;
 }

@@ -18,7 +18,6 @@
  * which then counts the drafts and what was accepted.
  */
 #include <errno.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -393,35 +392,6 @@ out:
     return rc;
 }
 
-/* The engine path's wake-up: the engine thread signals that events are queued. */
-typedef struct gen_waiter {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int woken;
-} gen_waiter;
-
-static void gen__wake(void *ud)
-{
-    gen_waiter *w = ud;
-    pthread_mutex_lock(&w->mu);
-    w->woken = 1;
-    pthread_cond_signal(&w->cv);
-    pthread_mutex_unlock(&w->mu);
-}
-
-/* Waits for the engine's next wake-up, or a second (then the caller checks the engine is alive). */
-static void gen__wait(gen_waiter *w)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_sec += 1;
-    pthread_mutex_lock(&w->mu);
-    while (!w->woken)
-        if (pthread_cond_timedwait(&w->cv, &w->mu, &ts)) break;
-    w->woken = 0;
-    pthread_mutex_unlock(&w->mu);
-}
-
 /* The request: generate's prompt, sampling parameters and seed, and the grammar. 0 or -ENOMEM. */
 static int gen__request(const gen_state *g, const cli_opts *o, gr_grammar *gram, engine_request *q)
 {
@@ -468,7 +438,7 @@ static int gen__take(gen_state *g, const cli_opts *o, const engine_event *ev, in
 
 /* Runs the request through engine e until its final event. 0, or -EIO when the engine failed or
  * stopped it. */
-static int gen__drain(gen_state *g, const cli_opts *o, engine *e, gen_waiter *w, gen_stats *st)
+static int gen__drain(gen_state *g, const cli_opts *o, engine *e, cli_waiter *w, gen_stats *st)
 {
     int finish = 0, n_drawn = 0;
     while (!finish) {
@@ -482,7 +452,7 @@ static int gen__drain(gen_state *g, const cli_opts *o, engine *e, gen_waiter *w,
         engine_stats es;
         engine_get_stats(e, &es);
         if (!es.alive) finish = ENGINE_FINISH_ERROR;
-        else gen__wait(w);
+        else cli_waiter_wait(w, 1000); /* then the caller checks the engine is alive */
     }
     if (finish == ENGINE_FINISH_STOP || finish == ENGINE_FINISH_LENGTH) return 0;
     fprintf(stderr, "kvserve generate: the engine %s the request\n",
@@ -494,12 +464,11 @@ static int gen__drain(gen_state *g, const cli_opts *o, engine *e, gen_waiter *w,
  * -1 after printing the reason. */
 static int gen__engine(gen_state *g, const cli_opts *o, engine_config *c, gr_grammar *gram, gen_stats *st)
 {
-    gen_waiter w = {.woken = 0};
-    pthread_mutex_init(&w.mu, NULL);
-    pthread_cond_init(&w.cv, NULL);
+    cli_waiter w;
+    cli_waiter_init(&w);
     c->model = g->m;
     c->tok = g->tok;
-    c->wake = gen__wake;
+    c->wake = cli_waiter_wake;
     c->wake_ud = &w;
     c->quiet = !o->verbose;
     /* the one request's length: the KV budget need hold no more than that */
@@ -528,8 +497,7 @@ static int gen__engine(gen_state *g, const cli_opts *o, engine_config *c, gr_gra
         st->spec_accepted = es.spec_accepted;
     }
     if (e) engine_destroy(e, 0);
-    pthread_mutex_destroy(&w.mu);
-    pthread_cond_destroy(&w.cv);
+    cli_waiter_fini(&w);
     return rc;
 }
 

@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "cache/kv.h"
 #include "cli/cli.h"
@@ -59,4 +60,41 @@ int cli_engine_config(const cli_opts *o, const char *cmd, engine_config *c)
         return -EINVAL;
     }
     return 0;
+}
+
+void cli_waiter_init(cli_waiter *w)
+{
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_cond_init(&w->cv, NULL);
+    w->woken = 0;
+}
+
+void cli_waiter_fini(cli_waiter *w)
+{
+    pthread_mutex_destroy(&w->mu);
+    pthread_cond_destroy(&w->cv);
+}
+
+void cli_waiter_wake(void *ud)
+{
+    cli_waiter *w = ud;
+    pthread_mutex_lock(&w->mu);
+    w->woken = 1;
+    pthread_cond_signal(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+}
+
+void cli_waiter_wait(cli_waiter *w, int timeout_ms)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += timeout_ms / 1000;
+    ts.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+    pthread_mutex_lock(&w->mu);
+    while (!w->woken)
+        if (timeout_ms > 0 ? pthread_cond_timedwait(&w->cv, &w->mu, &ts) != 0 : pthread_cond_wait(&w->cv, &w->mu) != 0)
+            break;
+    w->woken = 0;
+    pthread_mutex_unlock(&w->mu);
 }

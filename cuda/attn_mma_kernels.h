@@ -257,17 +257,7 @@ template <typename TQ, int D>
 static __device__ void cuda__tc_merge_splits(const cuda__attn_args &a, const cuda__tc_item &it, int32_t item, int g,
                                              int rows)
 {
-    static __shared__ int last;
-    __threadfence(); /* this block's partials are visible before its count */
-    __syncthreads();
-    int32_t *sem = a.sem + (int64_t)item * a.n_kv_heads + g;
-    if (threadIdx.x == 0) {
-        last = atomicAdd(sem, 1) == a.splits - 1;
-        if (last) *sem = 0;
-    }
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
+    if (!cuda__split_last(a.sem + (int64_t)item * a.n_kv_heads + g, a.splits)) return;
     const float *rec = a.tc_part + ((int64_t)item * a.n_kv_heads + g) * a.splits * rows * (D + 2);
     for (int i = threadIdx.x; i < it.nr * D; i += blockDim.x) {
         int r = i / D, d = i % D;

@@ -202,6 +202,25 @@ static __device__ __forceinline__ float cuda__warp_sum(float v)
     return v;
 }
 
+/* Split-K without a second launch: once a block has written its partition's partials, 1 for the
+ * block whose partition is the last of `splits` to arrive at counter *sem (it resets the counter
+ * to zero for the next launch) and 0 for the others. Every thread of the block calls it; for the
+ * last block every partition's partials are visible on return (read them with __ldcg). */
+static __device__ inline int cuda__split_last(int32_t *sem, int splits)
+{
+    static __shared__ int last;
+    __threadfence(); /* this block's partials are visible before its count */
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        last = atomicAdd(sem, 1) == splits - 1;
+        if (last) *sem = 0;
+    }
+    __syncthreads();
+    int l = last;
+    if (l) __threadfence();
+    return l;
+}
+
 /* Block-wide sum (blockDim.x a multiple of 32, ≤ 1024); every thread gets the result. */
 static __device__ inline float cuda__block_sum(float v)
 {

@@ -52,18 +52,8 @@ static __global__ void cuda__mla_prep_k(cuda__mla_prep_args a)
  * the block calls it. */
 static __device__ void cuda__mla_merge(const cuda__mla_attn_args &a, int t, int x, int h0, int rows)
 {
-    static __shared__ int last;
     const int D = a.head_dim, RW = D + 2;
-    __threadfence(); /* this block's partials are visible before its count */
-    __syncthreads();
-    int32_t *sem = a.sem + (int64_t)t * cuda__mla_chunks(a.n_heads) + x;
-    if (threadIdx.x == 0) {
-        last = atomicAdd(sem, 1) == a.splits - 1;
-        if (last) *sem = 0;
-    }
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
+    if (!cuda__split_last(a.sem + (int64_t)t * cuda__mla_chunks(a.n_heads) + x, a.splits)) return;
     const float *rec = a.part + ((int64_t)t * cuda__mla_chunks(a.n_heads) + x) * a.splits * CUDA_MLA_ROWS * RW;
     for (int i = threadIdx.x; i < rows * D; i += blockDim.x) {
         int r = i / D, d = i % D;

@@ -715,22 +715,29 @@ static void ts_draft_runs(const char *tp, const char *dp, float t, te_req (*runs
     model_destroy(m);
 }
 
-/* Greedy and seeded-sampled requests on the target, speculation off and with the draft: the
- * same streams; the draft's guesses are mostly right. */
-Test(engine_spec, draft_model_matches_off, .timeout = 300)
+/* A synthetic pair's target with speculation off and with the draft (self: the target itself)
+ * at temperature t: the same streams. *st gets the speculating engine's stats. */
+static void ts_draft_same(const char *what, float t, int self, engine_stats *st)
 {
     char tp[1024], dp[1024];
     ts_pair(tp, dp, sizeof tp, DT_F32, 0);
     static te_req runs[2][4];
-    engine_stats st;
-    ts_draft_runs(tp, dp, 0.05f, runs, &st); /* sampled, but peaked: mostly agreeing */
-    te_streams_same(runs[0], runs[1], 4, "draft model");
-    printf("draft: %lld verify rows, %lld drafts, %lld accepted\n", (long long)st.spec_drafts,
-           (long long)st.spec_draft_tokens, (long long)st.spec_accepted);
-    cr_assert_eq(st.spec_method, SPEC_DRAFT);
-    cr_assert_gt(st.spec_accepted * 3, st.spec_draft_tokens, "a quiet-layer target agrees with its draft often");
+    ts_draft_runs(tp, self ? tp : dp, t, runs, st);
+    te_streams_same(runs[0], runs[1], 4, what);
+    printf("%s: %lld verify rows, %lld drafts, %lld accepted\n", what, (long long)st->spec_drafts,
+           (long long)st->spec_draft_tokens, (long long)st->spec_accepted);
+    cr_assert_eq(st->spec_method, SPEC_DRAFT);
     unlink(tp);
     unlink(dp);
+}
+
+/* Greedy and seeded-sampled requests on the target, speculation off and with the draft: the
+ * same streams; the draft's guesses are mostly right. */
+Test(engine_spec, draft_model_matches_off, .timeout = 300)
+{
+    engine_stats st;
+    ts_draft_same("draft model", 0.05f, 0, &st); /* sampled, but peaked: mostly agreeing */
+    cr_assert_gt(st.spec_accepted * 3, st.spec_draft_tokens, "a quiet-layer target agrees with its draft often");
 }
 
 /* A sampled request's guesses are coupled with the target's draws (the same parameters and random
@@ -738,18 +745,10 @@ Test(engine_spec, draft_model_matches_off, .timeout = 300)
  * temperature 1 over a flat random model, where a greedy guess would be accepted with p(argmax). */
 Test(engine_spec, draft_guesses_are_coupled_with_sampling, .timeout = 300)
 {
-    char tp[1024], dp[1024];
-    ts_pair(tp, dp, sizeof tp, DT_F32, 0);
-    static te_req runs[2][4];
     engine_stats st;
-    ts_draft_runs(tp, tp, 1.0f, runs, &st);
-    te_streams_same(runs[0], runs[1], 4, "the target as its own draft");
-    printf("self-draft at temperature 1: %lld verify rows, %lld drafts, %lld accepted\n", (long long)st.spec_drafts,
-           (long long)st.spec_draft_tokens, (long long)st.spec_accepted);
+    ts_draft_same("the target as its own draft, temperature 1", 1.0f, 1, &st);
     cr_assert_gt(st.spec_draft_tokens, 100);
     cr_assert_eq(st.spec_accepted, st.spec_draft_tokens, "a guess differed from the target's own draw");
-    unlink(tp);
-    unlink(dp);
 }
 
 /* A draft whose vocabulary differs is refused at start-up, and so is draft without a file. */

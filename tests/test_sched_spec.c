@@ -76,6 +76,20 @@ static void ss_propose(void *ud, seq *const *s, const int *k, int n, int *n_out)
     }
 }
 
+/* A scheduler over c and its step harness, with room for the draft rows' logits. */
+static sched *ss_start(const sched_config *c, sh_step *h)
+{
+    sched *sc = sched_create(c);
+    cr_assert_not_null(sc);
+    sh_init(h, sc, c, SS_VOCAB, (sh_model){ss_run, ss_copy, NULL});
+    int max_logits = sched_max_logits(c->max_seqs) + c->spec_rows;
+    batch_fini(&h->bb);
+    cr_assert_eq(batch_init(&h->bb, c->max_batch_tokens, c->max_seqs, max_logits), 0);
+    free(h->logits);
+    h->logits = malloc((size_t)max_logits * SS_VOCAB * sizeof(float));
+    return sc;
+}
+
 /* One random workload; returns the accepted draft count. */
 static int64_t ss_workload(unsigned seed, int prefix, int right_pct, int block_size, int n_blocks, int64_t *preempt)
 {
@@ -85,15 +99,8 @@ static int64_t ss_workload(unsigned seed, int prefix, int right_pct, int block_s
                       .prefix_cache = prefix, .n_ctx = 120, .eog_ids = eog, .n_eog = 0,
                       .propose = ss_propose, .propose_ud = &prop, .spec_k = 5, .spec_rows = 30,
                       .spec_disable_batch = 6};
-    sched *sc = sched_create(&c);
-    cr_assert_not_null(sc);
     sh_step h;
-    sh_init(&h, sc, &c, SS_VOCAB, (sh_model){ss_run, ss_copy, NULL});
-    int max_logits = sched_max_logits(c.max_seqs) + c.spec_rows;
-    batch_fini(&h.bb);
-    cr_assert_eq(batch_init(&h.bb, c.max_batch_tokens, c.max_seqs, max_logits), 0);
-    free(h.logits);
-    h.logits = malloc((size_t)max_logits * SS_VOCAB * sizeof(float));
+    sched *sc = ss_start(&c, &h);
     enum { N = 24 };
     seq *seqs[N];
     int added = 0, done = 0;
@@ -166,15 +173,8 @@ static int64_t ss_calls_with_waiting(int max_seqs)
                       .prefix_cache = 0, .n_ctx = 120, .eog_ids = eog, .n_eog = 0,
                       .propose = ss_propose, .propose_ud = &prop, .spec_k = 3, .spec_rows = 30,
                       .spec_disable_batch = 2};
-    sched *sc = sched_create(&c);
-    cr_assert_not_null(sc);
     sh_step h;
-    sh_init(&h, sc, &c, SS_VOCAB, (sh_model){ss_run, ss_copy, NULL});
-    int max_logits = sched_max_logits(c.max_seqs) + c.spec_rows;
-    batch_fini(&h.bb);
-    cr_assert_eq(batch_init(&h.bb, c.max_batch_tokens, c.max_seqs, max_logits), 0);
-    free(h.logits);
-    h.logits = malloc((size_t)max_logits * SS_VOCAB * sizeof(float));
+    sched *sc = ss_start(&c, &h);
     seq *s[4];
     for (int i = 0; i < 4; i++) {
         int32_t pr[3] = {i, 5, 9};
