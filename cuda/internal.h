@@ -181,6 +181,7 @@ typedef struct cuda_backend {
     size_t moe_bytes;
     cuda_scratch moe32;
     size_t moe_row_bytes, moe32_row_floats; /* the largest per-row needs seen (cuda__moe_reserve) */
+    size_t moe_part_bytes; /* the largest split partials of a grouped quantised matvec at decode */
     /* Overlapped steps (sample.cu, meta.cu). The metadata's pinned buffer alternates with a
      * second one (meta_host_alt, its own capacity and event), so that begin() packs a step while
      * the previous step's uploads may still be queued; meta_host_cap is the current one's. The

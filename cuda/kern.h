@@ -239,6 +239,9 @@ typedef struct cuda__kern {
     /* Per weight type (F32, F16, BF16, the quantised ones and MXFP4): the grouped matvec of
      * cuda__moe_proj (moe_kernels.h), reading only the groups with rows; n_in % 8 == 0. */
     void (*moe_gemv[CUDA__W_TYPES])(cudaStream_t s, const cuda__moe_proj *p, const float *x, float *out);
+    /* Per quantised weight type and MXFP4: the grouped integer matvec of cuda__moe_qproj
+     * (moe_kernels.h) over split blocks per tile (1 when a group may have more than 8 rows). */
+    void (*moe_mmvq[CUDA__W_TYPES])(cudaStream_t s, const cuda__moe_qproj *p, int split);
     /* g[i] = SiLU(g[i]) · u[i] (swiglu 0) or SwiGLU-OAI (1, alpha, limit) for i < n. */
     void (*moe_act)(cudaStream_t s, float *g, const float *u, int64_t n, int swiglu, float alpha, float limit);
     /* out [n_tok][dim] = Σ_j w[t][j] · y[row[t][j]], j in selection order. */
