@@ -36,7 +36,8 @@ static void cuda__launch_moe_gemv(cudaStream_t s, const cuda__moe_proj *p, const
 template <int T>
 static void cuda__launch_moe_mmvq(cudaStream_t s, const cuda__moe_qproj *p, int split)
 {
-    dim3 g((unsigned)cuda_div_up(p->n_out, 16), (unsigned)p->n_groups, (unsigned)split);
+    int slots = p->n_groups < p->n_rows ? p->n_groups : p->n_rows;
+    dim3 g((unsigned)cuda_div_up(p->n_out, 16), (unsigned)slots, (unsigned)split);
     cuda__moe_mmvq_k<T><<<g, CUDA_MMVQ_WARPS * 32, 0, s>>>(*p);
 }
 
@@ -171,7 +172,7 @@ static size_t cuda__moe_part_bytes(int64_t R, int64_t dim, int64_t ff)
 /* Bytes of the step's buffers for R routed rows, without the split partials. */
 static size_t cuda__moe_bytes(int64_t R, int E, int64_t dim, int64_t ff)
 {
-    size_t ints = (size_t)(2 * R + 3 * E + 1 + 64) + (size_t)E * (size_t)cuda__moe_tiles(dim, ff);
+    size_t ints = (size_t)(2 * R + 4 * E + 2 + 64) + (size_t)E * (size_t)cuda__moe_tiles(dim, ff);
     size_t floats = (size_t)(R + 2 * R * dim + 2 * R * ff + 64);
     return ints * 4 + floats * 4 + cuda_qa_bytes(DT_Q4_0, R, dim > ff ? dim : ff) + 3 * 256;
 }
@@ -184,7 +185,7 @@ static int cuda__moe_bufs_get(cuda_backend *cb, int64_t R, int E, int64_t dim, i
     if (cuda__grow(cb, &cb->moe_buf, &cb->moe_bytes, bytes)) return -ENOMEM;
     int32_t *i = (int32_t *)cb->moe_buf;
     b->ids = i, b->row = i + R, b->cnt = i + 2 * R, b->ticket = (unsigned *)(b->cnt + E);
-    b->start = (int32_t *)(b->ticket + (size_t)E * cuda__moe_tiles(dim, ff)), b->fill = b->start + E + 1;
+    b->start = (int32_t *)(b->ticket + (size_t)E * cuda__moe_tiles(dim, ff)), b->fill = b->start + 2 * E + 2;
     float *f = (float *)(((uintptr_t)(b->fill + E) + 255) & ~(uintptr_t)255);
     b->w = f, b->xg = f + R, b->g = b->xg + R * dim, b->u = b->g + R * ff, b->y = b->u + R * ff;
     b->part = part ? b->y + R * dim : NULL;
@@ -239,6 +240,36 @@ static void cuda__moe_proj_run(cuda_backend *cb, const cuda__moe_layer *st, int 
     cb->k.moe_gemv[st->type[p]](cb->stream, &pr, x, out);
 }
 
+/* The experts' part of a step whose rows b->xg are grouped (b->start): gate and up, the
+ * activation into b->g, down into b->y. */
+static void cuda__moe_experts(cuda_backend *cb, const cuda__moe_layer *st, const be_moe *m, const cuda__moe_bufs *pb,
+                              int64_t R, int n_rows)
+{
+    cuda__moe_bufs b = *pb;
+    cudaStream_t s = cb->stream;
+    int E = m->rule.n_expert, k = m->rule.n_used;
+    int64_t ff = m->gate[0].n_out;
+    const be_weight *w0[3] = {&m->gate[0], &m->up[0], &m->down[0]};
+    float *outs[3] = {b.g, b.u, b.y};
+    int quantised = 0, rounded = 0; /* xq's block size for the current input (0: none); in q8h-rounded */
+    for (int p = 0; p < 3; p++) {
+        float *in = p < 2 ? b.xg : b.g;
+        if (p == 2) {
+            cb->k.moe_act(s, b.g, b.u, R * ff, m->act == MODEL_ACT_SWIGLU_OAI, m->alpha, m->limit);
+            quantised = rounded = 0;
+        }
+        if (cb->k.moe_mmvq[st->type[p]]) {
+            cuda__moe_qproj_run(cb, st, p, w0[p], E, pb, R, n_rows, k, in, &quantised, outs[p]);
+            continue;
+        }
+        if (st->type[p] == DT_MXFP4 && !rounded) { /* the f32 kernel on MXFP4 reads rounded inputs */
+            cb->k.q8h_round(s, in, R * w0[p]->n_in);
+            rounded = 1;
+        }
+        cuda__moe_proj_run(cb, st, p, w0[p], E, b.start, in, outs[p]);
+    }
+}
+
 void cuda__op_moe_ffn(backend *be, const void *x_act, int n_rows, const void *logits_act, const be_moe *m,
                       void *out_act)
 {
@@ -267,25 +298,7 @@ void cuda__op_moe_ffn(backend *be, const void *x_act, int n_rows, const void *lo
     cb->k.moe_route(s, &m->rule, logits, m->sel_bias ? (const float *)m->sel_bias->data : NULL, n_rows, b.ids, b.w,
                     b.cnt);
     cb->k.moe_group(s, b.ids, n_rows, k, E, x, dim, b.cnt, b.start, b.fill, b.row, b.xg);
-    const be_weight *w0[3] = {&m->gate[0], &m->up[0], &m->down[0]};
-    float *outs[3] = {b.g, b.u, b.y};
-    int quantised = 0, rounded = 0; /* xq's block size for the current input (0: none); in q8h-rounded */
-    for (int p = 0; p < 3; p++) {
-        float *in = p < 2 ? b.xg : b.g;
-        if (p == 2) {
-            cb->k.moe_act(s, b.g, b.u, R * ff, m->act == MODEL_ACT_SWIGLU_OAI, m->alpha, m->limit);
-            quantised = rounded = 0;
-        }
-        if (cb->k.moe_mmvq[st->type[p]]) {
-            cuda__moe_qproj_run(cb, st, p, w0[p], E, &b, R, n_rows, k, in, &quantised, outs[p]);
-            continue;
-        }
-        if (st->type[p] == DT_MXFP4 && !rounded) { /* the f32 kernel on MXFP4 reads rounded inputs */
-            cb->k.q8h_round(s, in, R * w0[p]->n_in);
-            rounded = 1;
-        }
-        cuda__moe_proj_run(cb, st, p, w0[p], E, b.start, in, outs[p]);
-    }
+    cuda__moe_experts(cb, st, m, &b, R, n_rows);
     cb->k.moe_combine(s, b.y, b.row, b.w, n_rows, k, dim, out);
     if (CB_CHECK_LAUNCH(cb)) return;
     cuda__f32_to_act(cb, out, out_act, n[2]);
@@ -341,4 +354,53 @@ void cuda__f32_to_act(cuda_backend *cb, const float *x, void *out, int64_t n)
     }
     cb->k.conv(cb->stream, x, DT_F32, out, cb->act, n);
     CB_CHECK_LAUNCH(cb);
+}
+
+extern "C" int cuda_moe_bench_experts(backend *be, const be_moe *ms, int n_layers, int n_rows, int reps, double *us)
+{
+    cuda_backend *cb = cuda__cb(be);
+    const be_moe *m = &ms[0];
+    int E = m->rule.n_expert, k = m->rule.n_used;
+    for (int i = 0; i < n_layers; i++)
+        if (!ms[i].extra || ms[i].rule.n_expert != E || ms[i].rule.n_used != k ||
+            ms[i].gate[0].n_in != m->gate[0].n_in || ms[i].gate[0].n_out != m->gate[0].n_out)
+            return -EINVAL;
+    int64_t R = (int64_t)n_rows * k, dim = m->gate[0].n_in, ff = m->gate[0].n_out;
+    size_t part_bytes = n_rows <= CUDA_QGEMV_MAX_ROWS ? cuda__moe_part_bytes(R, dim, ff) : 0;
+    cuda__moe_bufs b;
+    if (n_layers <= 0 || n_rows <= 0 || reps <= 0 || cb->graph_mode || cb->error) return -EINVAL;
+    if (cuda__moe_bytes(R, E, dim, ff) + part_bytes > cb->moe_bytes) return -EINVAL; /* no step of n_rows ran */
+    cuda__moe_bufs_get(cb, R, E, dim, ff, part_bytes, &b);
+    cudaStream_t s = cb->stream;
+    cudaGraph_t g = NULL;
+    cudaGraphExec_t ge = NULL;
+    cudaEvent_t e0 = NULL, e1 = NULL;
+    float t[5];
+    int rc = CB_CHECK(cb, cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed)) ? -EIO : 0;
+    for (int i = 0; i < reps && !rc; i++) {
+        const be_moe *mi = &ms[i % n_layers];
+        cuda__moe_experts(cb, (const cuda__moe_layer *)mi->extra, mi, &b, R, n_rows);
+    }
+    if (!rc && CB_CHECK(cb, cudaStreamEndCapture(s, &g))) rc = -EIO;
+    if (!rc && CB_CHECK(cb, cudaGraphInstantiate(&ge, g, 0))) rc = -EIO;
+    if (!rc && (CB_CHECK(cb, cudaEventCreate(&e0)) || CB_CHECK(cb, cudaEventCreate(&e1)))) rc = -EIO;
+    for (int r = -1; r < 5 && !rc; r++) { /* one replay to warm up, then five timed */
+        if (CB_CHECK(cb, cudaEventRecord(e0, s)) || CB_CHECK(cb, cudaGraphLaunch(ge, s)) ||
+            CB_CHECK(cb, cudaEventRecord(e1, s)) || CB_CHECK(cb, cudaEventSynchronize(e1)) ||
+            (r >= 0 && CB_CHECK(cb, cudaEventElapsedTime(&t[r], e0, e1))))
+            rc = -EIO;
+    }
+    if (!rc) {
+        for (int i = 1; i < 5; i++) /* insertion sort for the median */
+            for (int j = i; j > 0 && t[j] < t[j - 1]; j--) {
+                float x = t[j];
+                t[j] = t[j - 1], t[j - 1] = x;
+            }
+        *us = 1e3 * t[2] / reps;
+    }
+    if (e0) cudaEventDestroy(e0);
+    if (e1) cudaEventDestroy(e1);
+    if (ge) cudaGraphExecDestroy(ge);
+    if (g) cudaGraphDestroy(g);
+    return rc;
 }

@@ -6,7 +6,8 @@
  * A MoE layer on the GPU, for n tokens routed to k experts each (R = n·k routed rows):
  *   route    one block per token: be_moe_route (engine/backend.h, the definition the CPU shares)
  *            writes the token's experts and weights and counts each expert's rows (atomics);
- *   group    one block: each expert's first row (a prefix sum of the counts); then one thread per
+ *   group    one block: each expert's first row (a prefix sum of the counts) and the list of the
+ *            experts with rows; then one thread per
  *            routed row takes the next row of its expert and copies the token's input there, so
  *            an expert's rows are contiguous (their order within an expert is whatever the
  *            atomics give: each row's result depends on that row alone);
@@ -88,14 +89,19 @@ static __global__ void __launch_bounds__(CUDA_MOE_THREADS) cuda__moe_gemv_k(cuda
     }
 }
 
-/* The grouped matvec of quantised experts on the integer path: grid (⌈n_out / 16⌉, n_groups,
- * split), CUDA_MMVQ_WARPS warps. A block whose expert has no rows returns before reading a byte;
- * otherwise it runs mmvq's tile (qmatvec_kernels.h) over its expert's matrix for its rows, 8 at a
- * time, its warps (and the split's blocks) taking the weight blocks in turn. */
+/* The grouped matvec of quantised experts on the integer path: grid (⌈n_out / 16⌉, slots,
+ * split), CUDA_MMVQ_WARPS warps, slots ≥ the experts with rows (min(n_groups, n_rows) covers
+ * every routing), so that a step's grid holds about as many blocks as there is work rather than
+ * one row of blocks per expert. A block past the list of experts with rows returns before
+ * reading a byte; otherwise it runs mmvq's tile (qmatvec_kernels.h) over its expert's matrix for
+ * its rows, 8 at a time, its warps (and the split's blocks) taking the weight blocks in turn. */
 template <int T>
 static __global__ void __launch_bounds__(CUDA_MMVQ_WARPS * 32) cuda__moe_mmvq_k(cuda__moe_qproj p)
 {
-    const int e = blockIdx.y;
+    /* blockIdx.y: a slot of the list of experts with rows (cuda__moe_scan_k); past its end, or
+     * for an expert without rows, the block returns at once */
+    if ((int)blockIdx.y >= p.start[p.n_groups + 1]) return;
+    const int e = p.start[p.n_groups + 2 + blockIdx.y];
     const int r0 = p.start[e], r1 = p.start[e + 1];
     if (r0 >= r1) return; /* no row chose this expert: its weights are not read */
     const int warp = threadIdx.x >> 5, split = (int)gridDim.z, y = (int)blockIdx.z;
@@ -114,7 +120,7 @@ static __global__ void __launch_bounds__(CUDA_MMVQ_WARPS * 32) cuda__moe_mmvq_k(
         const int valid = o0 + row < p.n_out && col < nr;
         const int64_t at = valid ? (int64_t)(rb + col) * p.n_out + o0 + row : 0;
         if (split > 1 && !cuda__mmvq_join(&s, valid, p.part + at, (int64_t)p.n_rows * p.n_out, y, split,
-                                          &p.ticket[(int64_t)e * gridDim.x + blockIdx.x]))
+                                          &p.ticket[(int64_t)blockIdx.y * gridDim.x + blockIdx.x]))
             return; /* one pass only: the split needs groups of at most 8 rows */
         if (valid) p.out[at] = s + (bias ? bias[o0 + row] : 0.0f);
     }
@@ -133,16 +139,19 @@ static __global__ void cuda__moe_route_k(be_moe_rule r, const float *logits, con
     for (int j = 0; j < k; j++) atomicAdd(&cnt[ids[(int64_t)t * k + j]], 1);
 }
 
-/* One block: start[e] = Σ_{e' < e} cnt[e'] (start[E] = all rows), fill[e] = start[e]. */
+/* One block: start[e] = Σ_{e' < e} cnt[e'] (start[E] = all rows), fill[e] = start[e]; then the
+ * experts with rows: their number at start[E + 1] and their ids, in order, from start[E + 2]. */
 static __global__ void cuda__moe_scan_k(const int32_t *cnt, int n_expert, int32_t *start, int32_t *fill)
 {
     if (threadIdx.x != 0) return;
-    int32_t s = 0;
+    int32_t s = 0, n_act = 0;
     for (int e = 0; e < n_expert; e++) {
         start[e] = fill[e] = s;
         s += cnt[e];
+        if (cnt[e]) start[n_expert + 2 + n_act++] = e;
     }
     start[n_expert] = s;
+    start[n_expert + 1] = n_act;
 }
 
 /* One block per routed row (t, j): its expert's next row gets the token's input; row[t·k + j]

@@ -186,11 +186,11 @@ static void me_gemv(int type, const cuda__moe_proj &p, const float *x, float *ou
     }
 }
 
-/* The grouped integer matvec, grid (tiles, groups, split). */
+/* The grouped integer matvec, grid (tiles, expert slots, split) as its launcher in moe.cu. */
 template <int T> static void me_mmvq_t(const cuda__moe_qproj &q, int split)
 {
     dim3 g;
-    g.x = (unsigned)cuda_div_up(q.n_out, 16), g.y = (unsigned)q.n_groups, g.z = (unsigned)split;
+    g.x = (unsigned)cuda_div_up(q.n_out, 16), g.y = (unsigned)std::min(q.n_groups, q.n_rows), g.z = (unsigned)split;
     me_body = [&] { cuda__moe_mmvq_k<T>(q); };
     emu_run(g, CUDA_MMVQ_WARPS * 32, me_block);
 }
@@ -295,7 +295,7 @@ static void me_ffn_device(const me_ffn_case &c, const be_moe_rule &r, const floa
                           std::vector<int32_t> &ids, std::vector<float> &w)
 {
     int E = c.E, k = c.k, R = c.n_tok * k;
-    std::vector<int32_t> cnt(E, 0), start(E + 1, -1), fill(E, -1), row(R, -1);
+    std::vector<int32_t> cnt(E, 0), start(2 * E + 2, -1), fill(E, -1), row(R, -1);
     std::vector<float> xg((size_t)R * c.dim, me_poison), g((size_t)R * c.ff, me_poison), u(g), y((size_t)R * c.dim, me_poison);
     ids.assign(R, -1), w.assign(R, me_poison);
     me_launch((unsigned)c.n_tok, 1, 32, [&] { cuda__moe_route_k(r, logits, NULL, ids.data(), w.data(), cnt.data()); });
@@ -472,13 +472,14 @@ static void me_qgroup(int type, int E, int live, int n_tok, int k, int64_t n_in,
             rows_of[pick[j]].push_back(t);
         }
     }
-    std::vector<int32_t> start(E + 1, 0);
-    std::vector<int> tok; /* the token of each grouped row */
+    std::vector<int32_t> start(2 * E + 2, 0); /* as cuda__moe_scan_k writes it */
+    std::vector<int> tok;                     /* the token of each grouped row */
     int most = 0;
     for (int e = 0; e < E; e++) {
         start[e] = (int32_t)tok.size();
         for (int t : rows_of[e]) tok.push_back(t);
         most = std::max(most, (int)rows_of[e].size());
+        if (!rows_of[e].empty()) start[E + 2 + start[E + 1]++] = e;
     }
     start[E] = R;
     std::vector<float> x((size_t)n_tok * n_in), xg((size_t)R * n_in);
