@@ -5,8 +5,10 @@
  * matvecs in which an expert no token chose is not read (moe_kernels.h, through the kernel
  * table), then the weighted sum. Quantised and MXFP4 experts run on the integer path: each
  * projection's input rows quantised once to 8-bit blocks (qact), then the grouped mmvq; MXFP4
- * experts thereby see their activations as llama.cpp's 8-bit blocks. The kernels compute in f32: activations of another type (bf16) are converted on the way
- * in and out (cuda__f32_parts, in the moe32 scratch, which mla.cu uses too).
+ * experts thereby see their activations as llama.cpp's 8-bit blocks. The router's logits come
+ * in f32 (matmul_f32), as the CPU routes them. The other kernels compute in f32: activations of
+ * another type (bf16) are converted on the way in and out (cuda__f32_parts, in the moe32
+ * scratch, which mla.cu uses too).
  *
  * The step's buffers are one device allocation (moe_buf) grown to the largest step; inside a
  * CUDA graph capture it must not grow (graphs start after two eager steps of the shape, which
@@ -270,7 +272,7 @@ static void cuda__moe_experts(cuda_backend *cb, const cuda__moe_layer *st, const
     }
 }
 
-void cuda__op_moe_ffn(backend *be, const void *x_act, int n_rows, const void *logits_act, const be_moe *m,
+void cuda__op_moe_ffn(backend *be, const void *x_act, int n_rows, const void *logits_f32, const be_moe *m,
                       void *out_act)
 {
     cuda_backend *cb = cuda__cb(be);
@@ -285,13 +287,14 @@ void cuda__op_moe_ffn(backend *be, const void *x_act, int n_rows, const void *lo
     if (part_most > cb->moe_part_bytes) cb->moe_part_bytes = part_most;
     size_t part_bytes = n_rows <= CUDA_QGEMV_MAX_ROWS ? cuda__moe_part_bytes(R, dim, ff) : 0;
     if (!st || cuda__fail(cb, cuda__moe_bufs_get(cb, R, E, dim, ff, part_bytes, &b))) return;
-    /* the kernels compute in f32: the inputs converted, the output converted back */
-    const size_t n[3] = {(size_t)n_rows * dim, (size_t)n_rows * E, (size_t)n_rows * dim};
-    const void *from[3] = {x_act, logits_act, NULL};
-    float *part[3];
-    if (cuda__f32_parts(cb, n_rows, 3, n, from, part)) return;
-    const float *x = part[0], *logits = part[1];
-    float *out = cb->act == DT_F32 ? (float *)out_act : part[2];
+    /* the kernels compute in f32: the input converted, the output converted back; the router's
+     * logits come in f32 (matmul_f32), so that the routing sees what the CPU's does */
+    const size_t n[2] = {(size_t)n_rows * dim, (size_t)n_rows * dim};
+    const void *from[2] = {x_act, NULL};
+    float *part[2];
+    if (cuda__f32_parts(cb, n_rows, 2, n, from, part)) return;
+    const float *x = part[0], *logits = (const float *)logits_f32;
+    float *out = cb->act == DT_F32 ? (float *)out_act : part[1];
     cudaStream_t s = cb->stream;
     /* the counts and the integer path's tickets, adjacent */
     if (CB_CHECK(cb, cudaMemsetAsync(b.cnt, 0, (size_t)E * (1 + cuda__moe_tiles(dim, ff)) * 4, s))) return;
@@ -301,7 +304,7 @@ void cuda__op_moe_ffn(backend *be, const void *x_act, int n_rows, const void *lo
     cuda__moe_experts(cb, st, m, &b, R, n_rows);
     cb->k.moe_combine(s, b.y, b.row, b.w, n_rows, k, dim, out);
     if (CB_CHECK_LAUNCH(cb)) return;
-    cuda__f32_to_act(cb, out, out_act, n[2]);
+    cuda__f32_to_act(cb, out, out_act, n[1]);
 }
 
 int cuda__moe_reserve(cuda_backend *cb, int rows)

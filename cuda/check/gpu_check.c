@@ -195,6 +195,10 @@ static void gc_kernels_bf16(backend *gpu, backend *cpu, int quick)
         gc_report(kc_check_matmul(&c, t, 3, kc_n_in(t, 2051), 77, 1)); /* not whole 16-byte chunks */
         gc_report(kc_check_matmul(&c, t, 77, kc_n_in(t, 2048), 1024, 1));
     }
+    /* f32 outputs (the MoE router): dense, integer matrix-vector and GEMM paths */
+    gc_report(kc_check_matmul_f32(&c, DT_BF16, 1, 2048, 128));
+    gc_report(kc_check_matmul_f32(&c, DT_Q8_0, 4, 2048, 128));
+    gc_report(kc_check_matmul_f32(&c, DT_Q4_K, 40, 2048, 64));
     /* attention with bf16 queries and outputs: both tensor-core kernels, every KV type, sinks,
      * split-K, and the reference kernel */
     const kc_attn_case cases[] = {

@@ -95,8 +95,9 @@ static void gm_bench_shape(backend *be, const gm_shape *sh, double copy)
         float *x = malloc((size_t)n_rows * sh->dim * 4), *lg = malloc((size_t)n_rows * E * 4);
         kc_fill(&c, x, (size_t)n_rows * sh->dim, 1.0f);
         kc_fill(&c, lg, (size_t)n_rows * E, 3.0f);
-        kc_round_act(be, lg, (size_t)n_rows * E); /* the logits the device routes */
-        void *xd = kc_put_act(be, x, (size_t)n_rows * sh->dim), *ld = kc_put_act(be, lg, (size_t)n_rows * E);
+        void *xd = kc_put_act(be, x, (size_t)n_rows * sh->dim);
+        float *ld = be_alloc_f32(be, (size_t)n_rows * E); /* the router's logits are f32 */
+        if (ld) cuda_upload_f32(be, ld, lg, (size_t)n_rows * E);
         void *od = be->ops->alloc(be, (size_t)n_rows * sh->dim);
         for (int i = 0; i < copies; i++) be->ops->moe_ffn(be, xd, n_rows, ld, &ms[i], od);
         double us = 0;
