@@ -17,7 +17,9 @@
  * and a grid of gridDim.y > 1 blocks per tile splits it further: each block writes its partial
  * tile to part, and the block that arrives last at the tile's ticket adds the partials in a fixed
  * order, writes the output and resets the ticket for the next launch. The output is written
- * once, in the activation type O, with the bias.
+ * once, in the activation type O, with the bias. The tile, the block reduction and the split's
+ * join are device functions that the experts' grouped matvec (moe_kernels.h) runs too, MXFP4
+ * included.
  *
  * Kept apart from its launcher (cuda/qmatvec.cu) so that the same source runs under the CPU
  * emulation of cuda/check/emu_cuda.h (cuda/check/quant_emu.cc). Expects the CUDA built-ins.
