@@ -768,11 +768,12 @@ int main(int argc, char **argv)
         {DT_F32, 8, 2, 1, 64, 40, 0, 0},    /* decode */
         {DT_Q8_0, 8, 2, 11, 64, 96, 0, 0},  /* prefill: more rows per expert than a pass */
         {DT_MXFP4, 8, 4, 5, 64, 64, 1, 1},  /* gpt-oss: MXFP4, clamped SwiGLU, biases */
-        {DT_Q6_K, 8, 2, 2, 1024, 512, 0, 0}, /* decode: the input dimension split over blocks */
+        {DT_MXFP4, 8, 2, 3, 2048, 64, 1, 1}, /* decode: gate and up split over 4 blocks a tile */
+        {DT_Q6_K, 8, 2, 2, 1024, 512, 0, 0},
         {DT_Q4_K, 16, 2, 3, 256, 256, 0, 0}, /* a K-quant */
         {DT_F32, 32, 4, 20, 96, 32, 1, 1},
     };
-    int n_ffn = quick ? 4 : (int)(sizeof ffn / sizeof ffn[0]);
+    int n_ffn = quick ? 5 : (int)(sizeof ffn / sizeof ffn[0]);
     for (int i = 0; i < n_ffn; i++) me_ffn(ffn[i]);
     /* every type of the integer path: decode (split blocks per tile, some experts empty) and
      * prefill-sized groups (more than 8 rows of an expert: several passes) */
