@@ -10,6 +10,9 @@
 #   make test-arm64 the kernel and model tests cross-compiled for aarch64, run under qemu-user
 #   V=1             show the commands
 
+# `make` alone builds the binary, whatever rule comes first below.
+.DEFAULT_GOAL := all
+
 Q := $(if $(V),,@)
 CC ?= cc
 BUILD ?= build

@@ -41,7 +41,7 @@ typedef struct cli_opts {
     int prefill_admit_tokens;   /* 0: 64 on CPU, no limit on GPU; < 0: no limit */
     const char *schedule;       /* fcfs|lpm */
     const char *overlap;        /* auto|on|off: overlapped engine steps */
-    const char *speculative;    /* --speculative ngram|draft|off */
+    const char *speculative;    /* --speculative ngram|draft|off (NULL: not given, off) */
     const char *draft_model;    /* --draft-model FILE */
     int num_speculative_tokens; /* most drafts per sequence and step */
     int spec_ngram_min, spec_ngram_max; /* n-gram proposer's suffix lengths */
@@ -97,6 +97,8 @@ typedef struct cli_opts {
     const char *arch;           /* llama|qwen2|qwen3|gemma2|gemma3|phi3 */
     int head_dim, rope_dims;    /* 0: dim / heads, the head size */
     int experts, experts_used;  /* mkmodel: a mixture of experts (0: the architecture's default) */
+    int kv_lora, q_lora, v_head; /* mkmodel, deepseek2: the latent's rank, the query's LoRA rank, the value head size */
+    int shared_experts, dense_lead; /* mkmodel, deepseek2: shared experts, leading dense layers (0: default) */
     double rope_base, rope_base_swa; /* 0: default / not written */
     int swa_window, swa_pattern; /* 0 / -1: not written */
     double attn_softcap, final_softcap; /* 0: not written */
@@ -140,6 +142,11 @@ int cli_parse_size(const char *s, size_t *out);
 /* The speculative-decoding options into c (engine/spec.h). 0, or -EINVAL for an unknown method. */
 struct engine_config;
 int cli_spec_config(const cli_opts *o, struct engine_config *c);
+/* The engine configuration of o's engine options (cli/engine_config.c), for a subcommand that
+ * runs an engine in-process (bench; generate when it speculates). The caller sets model, tok and
+ * wake, and whatever its own options add. 0, or -EINVAL after a one-line message prefixed with
+ * "kvserve CMD". */
+int cli_engine_config(const cli_opts *o, const char *cmd, struct engine_config *c);
 /* --overlap auto|on|off as enum engine_overlap, or -1. */
 int cli_overlap_parse(const char *s);
 

@@ -21,8 +21,6 @@
 #include <time.h>
 
 #include "base/clock.h"
-#include "cache/kv.h"
-#include "cli/device.h"
 #include "cli/cli.h"
 #include "engine/backend.h"
 #include "engine/engine.h"
@@ -331,51 +329,18 @@ static void bn_report(bn_state *b, const cli_opts *o, int64_t t0, int max_seqs)
     free(ttft);
 }
 
-/* Engine configuration from the shared options. 0 or -EINVAL with a message. */
+/* Engine configuration from the shared options, and bench's own checks. 0 or -EINVAL with a
+ * message. */
 static int bn_config(const cli_opts *o, engine_config *c)
 {
-    engine_config_default(c);
-    c->device = o->device;
-    c->n_threads = o->threads;
-    c->make_backend = be_create;
-    char gerr[128];
-    if (be_set_cuda_graphs(o->cuda_graphs, gerr, sizeof gerr)) {
-        fprintf(stderr, "kvserve bench: %s\n", gerr);
-        return -EINVAL;
-    }
-    c->kv_memory_bytes = o->kv_memory_bytes;
-    c->kv_host_memory_bytes = o->kv_host_memory_bytes;
-    c->kv_disk_dir = o->kv_disk_dir && *o->kv_disk_dir ? o->kv_disk_dir : NULL;
-    c->kv_disk_bytes = o->kv_disk_bytes;
-    c->kv_disk_timeout_s = o->kv_disk_timeout_s;
-    c->gpu_memory_utilization = o->gpu_memory_utilization;
-    c->kv_dtype = kv_dtype_parse(o->kv_dtype);
-    c->block_size = o->block_size;
-    c->kv_window = o->kv_window;
-    c->kv_sinks = o->kv_sinks;
-    c->max_seqs = o->max_seqs;
-    c->max_batch_tokens = o->max_batch_tokens;
-    c->prefill_admit_tokens = o->prefill_admit_tokens;
-    c->prefix_cache = !o->no_prefix_cache;
-    c->overlap = cli_overlap_parse(o->overlap);
-    c->verbose = o->verbose;
-    if (!strcmp(o->schedule, "fcfs")) c->schedule = ENGINE_SCHED_FCFS;
-    else if (!strcmp(o->schedule, "lpm")) c->schedule = ENGINE_SCHED_LPM;
-    else c->schedule = -1;
-    if (cli_spec_config(o, c)) {
-        fprintf(stderr, "kvserve bench: unknown --speculative '%s' (ngram, draft or off)\n", o->speculative);
-        return -EINVAL;
-    }
-    if (c->kv_dtype < 0 || c->schedule < 0 || c->overlap < 0 || o->block_size <= 0 || o->requests <= 0 ||
-        o->turns < 0 || o->shared_prefix < 0) {
-        fprintf(stderr, "kvserve bench: bad --kv-dtype, --schedule, --overlap, --block-size, --requests, --turns or "
-                        "--shared-prefix\n");
+    if (cli_engine_config(o, "bench", c)) return -EINVAL;
+    if (o->requests <= 0 || o->turns < 0 || o->shared_prefix < 0) {
+        fprintf(stderr, "kvserve bench: bad --requests, --turns or --shared-prefix\n");
         return -EINVAL;
     }
     int64_t total = (int64_t)o->requests * (o->turns > 1 ? o->turns : 1);
     c->max_queued_requests = total + 16 > 1 << 30 ? 1 << 30 : (int)total + 16;
     c->max_queued_tokens = INT64_MAX / 2;
-    c->max_model_len = o->max_model_len;
     return 0;
 }
 

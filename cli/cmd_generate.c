@@ -8,8 +8,17 @@
  * the character completes. The last line on stderr is a JSON object with the timings.
  * --json-schema FILE / --grammar FILE constrain the completion (grammar/grammar.h): each token is
  * drawn under the matcher's mask, and the completion ends when the structure is complete.
+ *
+ * With --speculative ngram|draft (or --draft-model) the one request runs through the engine
+ * instead (engine/engine.h, configured by cli_engine_config as `bench` is), so the scheduler's
+ * verification, adaptive K and proposers are the ones `serve` uses. Everything else stays the
+ * same: the prompt's tokens, the sampling parameters and the seed (the engine keys a draw by
+ * seed and position as smp_sample_masked does here, so a seeded run prints the same tokens with
+ * speculation on or off), the text printed from the tokens by the same code, and the stats line,
+ * which then counts the drafts and what was accepted.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,8 +32,10 @@
 #include "cli/cli.h"
 #include "cuda/cuda_backend.h"
 #include "engine/backend.h"
+#include "engine/engine.h"
 #include "engine/forward.h"
 #include "engine/sampler.h"
+#include "engine/spec.h"
 #include "model/model.h"
 #include "model/tokenizer.h"
 
@@ -43,11 +54,25 @@ typedef struct gen_state {
     int n_predict; /* after capping to context and KV */
     int chunk;     /* most tokens per prefill step */
     float *logits; /* [n_vocab] */
+    int64_t cap_tokens; /* tokens the context and the --kv-memory cap hold */
     /* streaming text */
     char pend[64]; /* held-back bytes of an unfinished UTF-8 character */
     int n_pend;
     int strip_space; /* drop the leading space of the first text produced */
 } gen_state;
+
+/* What the stats line reports of a run, on either path. */
+typedef struct gen_stats {
+    int n_gen;             /* tokens generated (an ending end-of-generation token not counted) */
+    int n_decode;          /* tokens drawn after the first one (an ending end-of-generation
+                              token counted: the engine's timings include its step) */
+    double prefill_ms;     /* start to the first token's logits (engine: submission to the
+                              first token drawn) */
+    double decode_ms;      /* first token to the last one (engine: as its timings say) */
+    int spec_method;       /* enum spec_method: 0 on the plain loop */
+    int64_t spec_drafts;   /* verify rows run */
+    int64_t spec_draft_tokens, spec_accepted;
+} gen_stats;
 
 /* Length of the longest prefix of s[0..n) that does not end inside a UTF-8 character. */
 static int gen__utf8_complete(const char *s, int n)
@@ -133,8 +158,11 @@ static int gen__tokenize(gen_state *g, const cli_opts *o)
     return 0;
 }
 
-/* Loads everything and sizes the KV arena. 0, or -1 after printing the reason. */
-static int gen__setup(gen_state *g, const cli_opts *o)
+/* Loads the model and the tokenizer, tokenizes the prompt and caps -n by the context and the
+ * --kv-memory cap. The plain loop needs KV for every token but the last (want = prompt + n - 1);
+ * the engine holds a request to prompt + max_tokens ≤ its context (via_engine = 1: want = prompt + n).
+ * 0, or -1 after printing the reason. */
+static int gen__load(gen_state *g, const cli_opts *o, int via_engine)
 {
     char err[512];
     if (!o->model) {
@@ -160,9 +188,9 @@ static int gen__setup(gen_state *g, const cli_opts *o)
     }
     g->geom = model_kv_geom(hp, o->block_size, kvd);
 
-    /* Tokens that need KV: the prompt and every generated token but the last. */
-    int64_t want = (int64_t)g->n_prompt + (g->n_predict > 0 ? g->n_predict - 1 : 0);
-    int64_t cap_tokens = hp->n_ctx_train > 0 ? hp->n_ctx_train : want;
+    int64_t want = (int64_t)g->n_prompt + (via_engine ? g->n_predict : g->n_predict > 0 ? g->n_predict - 1 : 0);
+    /* the engine's context when the file names none */
+    int64_t cap_tokens = hp->n_ctx_train > 0 ? hp->n_ctx_train : via_engine ? 2048 : want;
     if (o->kv_memory_bytes) {
         int64_t by_mem = kv_blocks_for_budget(&g->geom, o->kv_memory_bytes) * o->block_size;
         if (by_mem < cap_tokens) cap_tokens = by_mem;
@@ -175,11 +203,22 @@ static int gen__setup(gen_state *g, const cli_opts *o)
         return -1;
     }
     if (want > cap_tokens) {
-        g->n_predict = (int)(cap_tokens - g->n_prompt + 1);
+        g->n_predict = (int)(cap_tokens - g->n_prompt + (via_engine ? 0 : 1));
         fprintf(stderr, "kvserve generate: -n capped to %d by the context or KV budget\n",
                 g->n_predict);
         want = cap_tokens;
     }
+    g->cap_tokens = want;
+    return 0;
+}
+
+/* The plain loop's backend, block pool and forward pass, with an arena just big enough. 0, or -1
+ * after printing the reason. */
+static int gen__setup_fwd(gen_state *g, const cli_opts *o)
+{
+    char err[512];
+    const model_hparams *hp = &g->m->hp;
+    int64_t want = g->cap_tokens;
     g->n_blocks = (int32_t)((want + o->block_size - 1) / o->block_size);
     g->chunk = o->max_batch_tokens > 0 ? o->max_batch_tokens : 512;
     if (g->chunk > g->n_prompt) g->chunk = g->n_prompt;
@@ -206,7 +245,7 @@ static int gen__setup(gen_state *g, const cli_opts *o)
     }
     if (o->verbose)
         fprintf(stderr, "kvserve generate: %s; KV %s, %zu bytes/token, %d blocks of %d tokens\n",
-                g->be->desc, kv_dtype_name(kvd), kv_bytes_per_token(&g->geom), (int)g->n_blocks,
+                g->be->desc, kv_dtype_name(g->geom.dtype), kv_bytes_per_token(&g->geom), (int)g->n_blocks,
                 o->block_size);
     return 0;
 }
@@ -235,7 +274,8 @@ static int gen__step(gen_state *g, int start, int n, int want_logits, int32_t *p
     return fwd_run(g->f, &b, g->logits);
 }
 
-static void gen__params(const cli_opts *o, smp_params *p, smp_rng *rng)
+/* The sampling parameters and the seed (--seed, or one drawn from the clock); *rng keyed by it. */
+static void gen__params(const cli_opts *o, smp_params *p, smp_rng *rng, uint64_t *seed_out)
 {
     smp_params_default(p);
     p->temperature = (float)o->temperature;
@@ -249,6 +289,18 @@ static void gen__params(const cli_opts *o, smp_params *p, smp_rng *rng)
         seed = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 20) ^ ((uint64_t)getpid() << 40);
     }
     smp_rng_seed(rng, seed);
+    *seed_out = seed;
+}
+
+/* Prints the n_gen-th generated token (1-based): its id with --ids, else its text. */
+static void gen__print(gen_state *g, const cli_opts *o, int32_t id, int n_gen)
+{
+    if (o->ids) {
+        printf(n_gen > 1 ? " %d" : "%d", id);
+        fflush(stdout);
+    } else {
+        gen__emit_token(g, id);
+    }
 }
 
 /* The sampling options' ranges (as the server checks them): NULL, or what is wrong. */
@@ -282,6 +334,226 @@ static void gen__bound(const gen_state *g, int n_gen, double decode_tps, char *o
              gbps, bytes, bound, decode_tps / bound);
 }
 
+/* The plain loop: prefill in chunks, then one decode step per token, each drawn here. 0, or a
+ * negative errno from the forward pass. */
+static int gen__loop(gen_state *g, const cli_opts *o, gr_grammar *gram, gen_stats *st)
+{
+    int n_vocab = g->m->hp.n_vocab;
+    /* --json-schema / --grammar: a matcher over the model's vocabulary */
+    gr_vocab *gvoc = gram ? gr_vocab_create(g->tok, n_vocab) : NULL;
+    gr_matcher *gm = gvoc ? gr_matcher_create(gram, gvoc) : NULL;
+    uint32_t *mask = gm ? malloc(GR_MASK_WORDS(n_vocab) * sizeof *mask) : NULL;
+    int32_t *pos = malloc((size_t)g->chunk * sizeof *pos), *slots = malloc((size_t)g->chunk * sizeof *slots);
+    int rc = 0, n_gen = 0;
+    if ((gram && !mask) || !pos || !slots) {
+        fprintf(stderr, "kvserve generate: out of memory\n");
+        rc = -ENOMEM;
+        goto out;
+    }
+    smp_params sp;
+    smp_rng rng;
+    uint64_t seed;
+    gen__params(o, &sp, &rng, &seed);
+    const int32_t *eog;
+    int n_eog = tok_eog_ids(g->tok, &eog);
+
+    double t0 = (clk_now_us() / 1e3);
+    for (int start = 0; !rc && start < g->n_prompt; start += g->chunk) {
+        int n = g->n_prompt - start < g->chunk ? g->n_prompt - start : g->chunk;
+        rc = gen__step(g, start, n, start + n == g->n_prompt, pos, slots);
+    }
+    double t1 = (clk_now_us() / 1e3), t_first = t1, t_last = t1;
+    while (!rc && n_gen < g->n_predict) {
+        smp_history h = {g->ids, g->n_prompt, g->ids + g->n_prompt, n_gen};
+        smp_result res;
+        if (gm && gr_matcher_fill_mask(gm, mask) <= 0) break; /* nothing can follow */
+        smp_sample_masked(&sp, &rng, g->logits, n_vocab, &h, eog, n_eog, mask, &res);
+        if (gm && gr_matcher_accept(gm, res.token)) break;
+        if (!o->ignore_eos && tok_is_eog(g->tok, res.token)) break;
+        g->ids[g->n_prompt + n_gen++] = res.token;
+        gen__print(g, o, res.token, n_gen);
+        t_last = (clk_now_us() / 1e3);
+        if (n_gen == 1) t_first = t_last;
+        if (n_gen == g->n_predict) break;
+        rc = gen__step(g, g->n_prompt + n_gen - 1, 1, 1, pos, slots);
+    }
+    if (rc) fprintf(stderr, "kvserve generate: forward pass failed (%s)\n", strerror(-rc));
+    /* decode = the n_gen - 1 steps between the first token (its logits came from the prefill)
+     * and the last one, sampling and printing included */
+    st->prefill_ms = t1 - t0;
+    st->decode_ms = t_last - t_first;
+    st->n_decode = n_gen > 1 ? n_gen - 1 : 0;
+out:
+    st->n_gen = n_gen;
+    free(pos);
+    free(slots);
+    free(mask);
+    gr_matcher_destroy(gm);
+    gr_vocab_destroy(gvoc);
+    return rc;
+}
+
+/* The engine path's wake-up: the engine thread signals that events are queued. */
+typedef struct gen_waiter {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int woken;
+} gen_waiter;
+
+static void gen__wake(void *ud)
+{
+    gen_waiter *w = ud;
+    pthread_mutex_lock(&w->mu);
+    w->woken = 1;
+    pthread_cond_signal(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+}
+
+/* Waits for the engine's next wake-up, or a second (then the caller checks the engine is alive). */
+static void gen__wait(gen_waiter *w)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += 1;
+    pthread_mutex_lock(&w->mu);
+    while (!w->woken)
+        if (pthread_cond_timedwait(&w->cv, &w->mu, &ts)) break;
+    w->woken = 0;
+    pthread_mutex_unlock(&w->mu);
+}
+
+/* The request: generate's prompt, sampling parameters and seed, and the grammar. 0 or -ENOMEM. */
+static int gen__request(const gen_state *g, const cli_opts *o, gr_grammar *gram, engine_request *q)
+{
+    memset(q, 0, sizeof *q);
+    q->prompt = malloc((size_t)g->n_prompt * sizeof *q->prompt);
+    if (!q->prompt) return -ENOMEM;
+    memcpy(q->prompt, g->ids, (size_t)g->n_prompt * sizeof *q->prompt);
+    q->n_prompt = g->n_prompt;
+    q->n = 1;
+    q->max_tokens = g->n_predict;
+    smp_rng rng;
+    uint64_t seed;
+    gen__params(o, &q->sampling, &rng, &seed);
+    q->sampling.seed = seed;
+    q->sampling.has_seed = 1;
+    q->sampling.ignore_eos = o->ignore_eos;
+    q->grammar = gr_ref(gram);
+    return 0;
+}
+
+/* Takes one event's tokens: prints each and counts it, but an end-of-generation token that ends
+ * the run (as the plain loop stops before printing it). On the final event, the timings. Returns
+ * the event's finish. */
+static int gen__take(gen_state *g, const cli_opts *o, const engine_event *ev, int *n_drawn, gen_stats *st)
+{
+    for (int t = 0; t < ev->n_tokens && st->n_gen < g->n_predict; t++) {
+        int32_t id = ev->tokens[t];
+        ++*n_drawn;
+        if (!o->ignore_eos && tok_is_eog(g->tok, id)) break;
+        g->ids[g->n_prompt + st->n_gen++] = id;
+        gen__print(g, o, id, st->n_gen);
+    }
+    if (ev->finish) {
+        /* The engine's clock, not the arrival of events here: a step's tokens may be read
+         * long after they were drawn. */
+        const engine_timings *tm = &ev->timings;
+        int64_t first = tm->first_token_us ? tm->first_token_us : tm->finish_us;
+        st->prefill_ms = (double)(first - tm->arrival_us) / 1e3;
+        st->decode_ms = *n_drawn > 1 ? (double)(tm->finish_us - first) / 1e3 : 0;
+        st->n_decode = *n_drawn > 1 ? *n_drawn - 1 : 0;
+    }
+    return ev->finish;
+}
+
+/* Runs the request through engine e until its final event. 0, or -EIO when the engine failed or
+ * stopped it. */
+static int gen__drain(gen_state *g, const cli_opts *o, engine *e, gen_waiter *w, gen_stats *st)
+{
+    int finish = 0, n_drawn = 0;
+    while (!finish) {
+        engine_event *ev[64];
+        int n = engine_poll(e, ev, 64);
+        for (int i = 0; i < n; i++) {
+            if (!finish) finish = gen__take(g, o, ev[i], &n_drawn, st);
+            engine_event_free(ev[i]);
+        }
+        if (n || finish) continue;
+        engine_stats es;
+        engine_get_stats(e, &es);
+        if (!es.alive) finish = ENGINE_FINISH_ERROR;
+        else gen__wait(w);
+    }
+    if (finish == ENGINE_FINISH_STOP || finish == ENGINE_FINISH_LENGTH) return 0;
+    fprintf(stderr, "kvserve generate: the engine %s the request\n",
+            finish == ENGINE_FINISH_ABORT ? "cancelled" : "failed");
+    return -EIO;
+}
+
+/* The speculative path: one request through an engine configured as `bench` configures it. 0, or
+ * -1 after printing the reason. */
+static int gen__engine(gen_state *g, const cli_opts *o, engine_config *c, gr_grammar *gram, gen_stats *st)
+{
+    gen_waiter w = {.woken = 0};
+    pthread_mutex_init(&w.mu, NULL);
+    pthread_cond_init(&w.cv, NULL);
+    c->model = g->m;
+    c->tok = g->tok;
+    c->wake = gen__wake;
+    c->wake_ud = &w;
+    c->quiet = !o->verbose;
+    /* the one request's length: the KV budget need hold no more than that */
+    c->max_model_len = (int)(g->cap_tokens > 0 ? g->cap_tokens : 1);
+    char err[512];
+    int rc = -1;
+    engine *e = engine_create(c, err, sizeof err);
+    engine_request q;
+    uint64_t id;
+    if (!e) {
+        fprintf(stderr, "kvserve generate: %s\n", err);
+    } else if (gen__request(g, o, gram, &q)) {
+        fprintf(stderr, "kvserve generate: out of memory\n");
+    } else if ((rc = engine_submit(e, &q, &id))) {
+        fprintf(stderr, "kvserve generate: the engine refused the request (%s)\n", strerror(-rc));
+        free(q.prompt);
+        gr_unref(q.grammar);
+        rc = -1;
+    } else {
+        rc = gen__drain(g, o, e, &w, st) ? -1 : 0;
+        engine_stats es;
+        engine_get_stats(e, &es);
+        st->spec_method = es.spec_method;
+        st->spec_drafts = es.spec_drafts;
+        st->spec_draft_tokens = es.spec_draft_tokens;
+        st->spec_accepted = es.spec_accepted;
+    }
+    if (e) engine_destroy(e, 0);
+    pthread_mutex_destroy(&w.mu);
+    pthread_cond_destroy(&w.cv);
+    return rc;
+}
+
+/* The last line on stderr: the timings, the decode bound on a GPU (plain loop), and what
+ * speculation drafted and had accepted. */
+static void gen__report(const gen_state *g, const gen_stats *st)
+{
+    double decode_tps = st->decode_ms > 0 ? st->n_decode / (st->decode_ms / 1e3) : 0.0;
+    char bound[192] = "";
+    if (g->f) gen__bound(g, st->n_gen, decode_tps, bound, sizeof bound);
+    double acc = st->spec_draft_tokens ? (double)st->spec_accepted / (double)st->spec_draft_tokens : 0;
+    /* each verify row yields the token it computes plus its accepted drafts */
+    double per_verify = st->spec_drafts ? (double)(st->spec_drafts + st->spec_accepted) / (double)st->spec_drafts : 0;
+    fprintf(stderr,
+            "{\"prompt_tokens\": %d, \"generated_tokens\": %d, \"prefill_ms\": %.3f, "
+            "\"decode_ms\": %.3f, \"prefill_tokens_per_s\": %.2f, \"decode_tokens_per_s\": %.2f%s, "
+            "\"speculative\": \"%s\", \"spec_drafts\": %lld, \"spec_draft_tokens\": %lld, "
+            "\"spec_accepted_tokens\": %lld, \"spec_acceptance\": %.6f, \"spec_tokens_per_verify\": %.4f}\n",
+            g->n_prompt, st->n_gen, st->prefill_ms, st->decode_ms,
+            st->prefill_ms > 0 ? g->n_prompt / (st->prefill_ms / 1e3) : 0.0, decode_tps, bound,
+            spec_method_name(st->spec_method), (long long)st->spec_drafts, (long long)st->spec_draft_tokens,
+            (long long)st->spec_accepted, acc, per_verify);
+}
+
 int cli_generate(cli_opts *o)
 {
     const char *bad = gen__check_sampling(o);
@@ -289,86 +561,34 @@ int cli_generate(cli_opts *o)
         fprintf(stderr, "kvserve generate: %s\n", bad);
         return 2;
     }
+    engine_config ec;
+    memset(&ec, 0, sizeof ec);
+    if (cli_spec_config(o, &ec)) {
+        fprintf(stderr, "kvserve generate: unknown --speculative '%s' (ngram, draft or off)\n", o->speculative);
+        return 2;
+    }
+    int spec = ec.spec_method != SPEC_OFF;
+    if (spec && cli_engine_config(o, "generate", &ec)) return 2;
     gen_state g;
     memset(&g, 0, sizeof g);
-    if (gen__setup(&g, o)) {
+    if (gen__load(&g, o, spec) || (!spec && gen__setup_fwd(&g, o))) {
         gen__fini(&g);
         return 1;
     }
-    int n_vocab = g.m->hp.n_vocab;
-    /* --json-schema / --grammar: a matcher over the model's vocabulary */
     gr_grammar *gram;
     double compile_ms;
     if (cli_grammar(o, "generate", &gram, &compile_ms)) {
         gen__fini(&g);
         return 1;
     }
-    gr_vocab *gvoc = gram ? gr_vocab_create(g.tok, n_vocab) : NULL;
-    gr_matcher *gm = gvoc ? gr_matcher_create(gram, gvoc) : NULL;
-    uint32_t *mask = gm ? malloc(GR_MASK_WORDS(n_vocab) * sizeof *mask) : NULL;
+    gen_stats st;
+    memset(&st, 0, sizeof st);
+    int rc = spec ? gen__engine(&g, o, &ec, gram, &st) : gen__loop(&g, o, gram, &st);
     gr_unref(gram);
-    if (gram && !mask) {
-        fprintf(stderr, "kvserve generate: out of memory\n");
-        gr_matcher_destroy(gm);
-        gr_vocab_destroy(gvoc);
-        gen__fini(&g);
-        return 1;
-    }
-    int32_t *pos = malloc((size_t)g.chunk * sizeof *pos),
-            *slots = malloc((size_t)g.chunk * sizeof *slots);
-    smp_params sp;
-    smp_rng rng;
-    gen__params(o, &sp, &rng);
-    const int32_t *eog;
-    int n_eog = tok_eog_ids(g.tok, &eog);
-
-    int rc = 0, n_gen = 0;
-    double t0 = (clk_now_us() / 1e3);
-    for (int start = 0; !rc && start < g.n_prompt; start += g.chunk) {
-        int n = g.n_prompt - start < g.chunk ? g.n_prompt - start : g.chunk;
-        rc = gen__step(&g, start, n, start + n == g.n_prompt, pos, slots);
-    }
-    double t1 = (clk_now_us() / 1e3), t_first = t1, t_last = t1;
-    while (!rc && n_gen < g.n_predict) {
-        smp_history h = {g.ids, g.n_prompt, g.ids + g.n_prompt, n_gen};
-        smp_result res;
-        if (gm && gr_matcher_fill_mask(gm, mask) <= 0) break; /* nothing can follow */
-        smp_sample_masked(&sp, &rng, g.logits, n_vocab, &h, eog, n_eog, mask, &res);
-        if (gm && gr_matcher_accept(gm, res.token)) break;
-        if (!o->ignore_eos && tok_is_eog(g.tok, res.token)) break;
-        g.ids[g.n_prompt + n_gen++] = res.token;
-        if (o->ids) {
-            printf(n_gen > 1 ? " %d" : "%d", res.token);
-            fflush(stdout);
-        } else {
-            gen__emit_token(&g, res.token);
-        }
-        t_last = (clk_now_us() / 1e3);
-        if (n_gen == 1) t_first = t_last;
-        if (n_gen == g.n_predict) break;
-        rc = gen__step(&g, g.n_prompt + n_gen - 1, 1, 1, pos, slots);
-    }
     if (g.n_pend) fwrite(g.pend, 1, (size_t)g.n_pend, stdout);
     if (isatty(STDOUT_FILENO) || o->ids) putchar('\n');
     fflush(stdout);
-    if (rc) fprintf(stderr, "kvserve generate: forward pass failed (%s)\n", strerror(-rc));
-
-    /* decode = the n_gen - 1 steps between the first token (its logits came from the prefill)
-     * and the last one, sampling and printing included */
-    double prefill_ms = t1 - t0, decode_ms = t_last - t_first;
-    double decode_tps = decode_ms > 0 ? (n_gen - 1) / (decode_ms / 1e3) : 0.0;
-    char bound[192];
-    gen__bound(&g, n_gen, decode_tps, bound, sizeof bound);
-    fprintf(stderr,
-            "{\"prompt_tokens\": %d, \"generated_tokens\": %d, \"prefill_ms\": %.3f, "
-            "\"decode_ms\": %.3f, \"prefill_tokens_per_s\": %.2f, \"decode_tokens_per_s\": %.2f%s}\n",
-            g.n_prompt, n_gen, prefill_ms, decode_ms, prefill_ms > 0 ? g.n_prompt / (prefill_ms / 1e3) : 0.0,
-            decode_tps, bound);
-    free(pos);
-    free(slots);
-    free(mask);
-    gr_matcher_destroy(gm);
-    gr_vocab_destroy(gvoc);
+    gen__report(&g, &st);
     gen__fini(&g);
     return rc ? 1 : 0;
 }

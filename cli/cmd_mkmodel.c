@@ -53,6 +53,11 @@ int cli_mkmodel(cli_opts *o)
     p.head_dim = o->head_dim;
     p.experts = o->experts;
     p.experts_used = o->experts_used;
+    p.kv_lora = o->kv_lora;
+    p.q_lora = o->q_lora;
+    p.v_head = o->v_head;
+    p.shared_experts = o->shared_experts;
+    p.dense_lead = o->dense_lead;
     p.rope_dims = o->rope_dims;
     p.rope_base = (float)o->rope_base;
     p.rope_base_swa = (float)o->rope_base_swa;

@@ -1,13 +1,11 @@
 /*
- * cmd_serve.c — `kvserve serve` (also the default command): options → srv_config → srv_run.
+ * cmd_serve.c — `kvserve serve` (also the default command): options → srv_config (its engine part
+ * from cli_engine_config, as bench and generate build theirs) → srv_run.
  */
 #include <stdio.h>
 #include <string.h>
 
-#include "cache/kv.h"
-#include "cli/device.h"
 #include "cli/cli.h"
-#include "engine/backend.h"
 #include "server/server.h"
 #include "server/toolcall/toolcall.h"
 
@@ -54,56 +52,9 @@ int cli_serve(cli_opts *o)
         return 2;
     }
     engine_config *e = &c.engine;
-    engine_config_default(e);
-    e->device = o->device;
-    e->n_threads = o->threads;
-    e->make_backend = be_create;
-    char gerr[128];
-    if (be_set_cuda_graphs(o->cuda_graphs, gerr, sizeof gerr)) {
-        fprintf(stderr, "kvserve serve: %s\n", gerr);
-        return 2;
-    }
-    e->kv_memory_bytes = o->kv_memory_bytes;
-    e->kv_host_memory_bytes = o->kv_host_memory_bytes;
-    e->kv_disk_dir = o->kv_disk_dir && *o->kv_disk_dir ? o->kv_disk_dir : NULL;
-    e->kv_disk_bytes = o->kv_disk_bytes;
-    e->kv_disk_timeout_s = o->kv_disk_timeout_s;
-    e->gpu_memory_utilization = o->gpu_memory_utilization;
-    e->kv_dtype = kv_dtype_parse(o->kv_dtype);
-    if (e->kv_dtype < 0) {
-        fprintf(stderr, "kvserve serve: unknown --kv-dtype '%s'\n", o->kv_dtype);
-        return 2;
-    }
-    e->block_size = o->block_size;
-    e->kv_window = o->kv_window;
-    e->kv_sinks = o->kv_sinks;
-    e->max_seqs = o->max_seqs;
-    e->max_batch_tokens = o->max_batch_tokens;
-    e->prefill_admit_tokens = o->prefill_admit_tokens;
-    e->overlap = cli_overlap_parse(o->overlap);
-    e->verbose = o->verbose;
-    if (cli_spec_config(o, e)) {
-        fprintf(stderr, "kvserve serve: unknown --speculative '%s' (ngram, draft or off)\n", o->speculative);
-        return 2;
-    }
-    if (e->overlap < 0) {
-        fprintf(stderr, "kvserve serve: unknown --overlap '%s' (auto, on or off)\n", o->overlap);
-        return 2;
-    }
-    if (!strcmp(o->schedule, "fcfs")) e->schedule = ENGINE_SCHED_FCFS;
-    else if (!strcmp(o->schedule, "lpm")) e->schedule = ENGINE_SCHED_LPM;
-    else {
-        fprintf(stderr, "kvserve serve: unknown --schedule '%s' (fcfs or lpm)\n", o->schedule);
-        return 2;
-    }
-    e->prefix_cache = !o->no_prefix_cache;
+    if (cli_engine_config(o, "serve", e)) return 2;
     e->max_queued_requests = o->max_queued_requests;
     e->max_queued_tokens = o->max_queued_tokens;
-    e->max_model_len = o->max_model_len;
-    if (o->max_model_len < 0) {
-        fprintf(stderr, "kvserve serve: --max-model-len must be positive\n");
-        return 2;
-    }
     c.allowed_origins = o->allowed_origins && *o->allowed_origins ? o->allowed_origins : NULL;
     c.verbose = o->verbose;
     e->quiet = 0;

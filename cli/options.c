@@ -49,12 +49,12 @@ static const opt table[] = {
     {"prefill-admit-tokens", 0, O_INT, OFF(prefill_admit_tokens), "64 cpu / off gpu", "serve bench", "admit no further prompt into a step that already holds this many prefill tokens (-1 = off)"},
     {"schedule", 0, O_STR, OFF(schedule), "fcfs", "serve bench", "admission order: fcfs or lpm (longest prefix match first, with aging)"},
     {"overlap", 0, O_STR, OFF(overlap), "auto", "serve bench", "overlapped steps: the next step is scheduled and launched before this one's tokens are applied (auto: on with a GPU, off on the CPU; on; off)"},
-    {"speculative", 0, O_STR, OFF(speculative), "off", "serve bench", "speculative decoding: ngram (prompt lookup: the tokens that followed the latest earlier occurrence of the last few tokens are verified in one step), draft (a smaller model's greedy guesses, --draft-model) or off; output is unchanged (docs/speculative.md)"},
-    {"draft-model", 0, O_STR, OFF(draft_model), NULL, "serve bench", "with --speculative draft: the draft model's GGUF file (the target's vocabulary), run on its own instance of the same device with a share of the KV budget"},
-    {"num-speculative-tokens", 0, O_INT, OFF(num_speculative_tokens), "4", "serve bench", "with --speculative: most draft tokens a sequence verifies per step (1 .. 16); each sequence adapts below it to its recent acceptance"},
-    {"spec-ngram-min", 0, O_INT, OFF(spec_ngram_min), "2", "serve bench", "with --speculative ngram: shortest suffix looked up"},
-    {"spec-ngram-max", 0, O_INT, OFF(spec_ngram_max), "4", "serve bench", "with --speculative ngram: longest suffix looked up (the longest that recurs wins)"},
-    {"spec-disable-batch", 0, O_INT, OFF(spec_disable_batch), "4", "serve bench", "with --speculative: no drafts in a step where more sequences than this decode (verification then costs more than it saves)"},
+    {"speculative", 0, O_STR, OFF(speculative), "off", ENGINE_CMDS, "speculative decoding: ngram (prompt lookup: the tokens that followed the latest earlier occurrence of the last few tokens are verified in one step), draft (a smaller model's greedy guesses, --draft-model) or off; output is unchanged (docs/speculative.md)"},
+    {"draft-model", 0, O_STR, OFF(draft_model), NULL, ENGINE_CMDS, "with --speculative draft: the draft model's GGUF file (the target's vocabulary), run on its own instance of the same device with a share of the KV budget"},
+    {"num-speculative-tokens", 0, O_INT, OFF(num_speculative_tokens), "4", ENGINE_CMDS, "with --speculative: most draft tokens a sequence verifies per step (1 .. 16); each sequence adapts below it to its recent acceptance"},
+    {"spec-ngram-min", 0, O_INT, OFF(spec_ngram_min), "2", ENGINE_CMDS, "with --speculative ngram: shortest suffix looked up"},
+    {"spec-ngram-max", 0, O_INT, OFF(spec_ngram_max), "4", ENGINE_CMDS, "with --speculative ngram: longest suffix looked up (the longest that recurs wins)"},
+    {"spec-disable-batch", 0, O_INT, OFF(spec_disable_batch), "3 cpu / 8 gpu", ENGINE_CMDS, "with --speculative: no drafts in a step where more sequences than this decode or soon will (running and admissible waiting; verification then costs more than it saves)"},
     {"no-prefix-cache", 0, O_FLAG, OFF(no_prefix_cache), NULL, "serve bench", "turn the radix prefix cache off"},
     {"host", 0, O_STR, OFF(host), "127.0.0.1", "serve", "address to listen on"},
     {"port", 0, O_INT, OFF(port), "8000", "serve", "TCP port"},
@@ -111,6 +111,11 @@ static const opt table[] = {
     {"arch", 0, O_STR, OFF(arch), "llama", "mkmodel", "architecture: llama, qwen2, qwen3, gemma2, gemma3, phi3, qwen3moe, deepseek2 or gpt-oss"},
     {"experts", 0, O_INT, OFF(experts), "8 (qwen3moe, deepseek2, gpt-oss), 0", "mkmodel", "experts per MoE layer (llama: > 0 makes it Mixtral-style); --ffn is each expert's width"},
     {"experts-used", 0, O_INT, OFF(experts_used), "2", "mkmodel", "experts each token is routed to (k)"},
+    {"kv-lora", 0, O_INT, OFF(kv_lora), "4 × the head size", "mkmodel", "deepseek2: the MLA latent's rank (kv_lora_rank), what the KV cache holds per token and layer with the RoPE key"},
+    {"q-lora", 0, O_INT, OFF(q_lora), "0 (plain attn_q)", "mkmodel", "deepseek2: the query's LoRA rank (q_lora_rank; DeepSeek-V3 has one, V2-Lite not)"},
+    {"v-head", 0, O_INT, OFF(v_head), "the head size", "mkmodel", "deepseek2: the value head size (value_length_mla)"},
+    {"shared-experts", 0, O_INT, OFF(shared_experts), "1", "mkmodel", "deepseek2: shared experts every token passes through"},
+    {"dense-lead", 0, O_INT, OFF(dense_lead), "1", "mkmodel", "deepseek2: leading layers with a dense FFN instead of experts"},
     {"head-dim", 0, O_INT, OFF(head_dim), "dim / heads", "mkmodel", "head size (attention.key_length)"},
     {"rope-dims", 0, O_INT, OFF(rope_dims), "head size", "mkmodel", "rotated dims per head (less: partial RoPE, gemma/phi3)"},
     {"rope-base", 0, O_DBL, OFF(rope_base), "10000", "mkmodel", "rope.freq_base"},
@@ -148,11 +153,11 @@ void cli_opts_default(cli_opts *o)
     o->kv_sinks = 4;
     o->schedule = "fcfs";
     o->overlap = "auto";
-    o->speculative = "off";
+    o->speculative = NULL; /* off; unset, so that --draft-model alone can turn the draft on */
     o->num_speculative_tokens = 4;
     o->spec_ngram_min = 2;
     o->spec_ngram_max = 4;
-    o->spec_disable_batch = 4;
+    o->spec_disable_batch = 0; /* the device's */
     o->host = "127.0.0.1";
     o->port = 8000;
     o->max_queued_requests = 1024;
@@ -205,7 +210,8 @@ int cli_spec_config(const cli_opts *o, engine_config *c)
     c->spec_ngram_max = o->spec_ngram_max;
     c->spec_disable_batch = o->spec_disable_batch;
     c->spec_draft_model = o->draft_model && *o->draft_model ? o->draft_model : NULL;
-    if (c->spec_draft_model && c->spec_method == SPEC_OFF) c->spec_method = SPEC_DRAFT;
+    /* --draft-model alone means draft; an explicit --speculative off keeps it off */
+    if (c->spec_draft_model && !o->speculative) c->spec_method = SPEC_DRAFT;
     return 0;
 }
 

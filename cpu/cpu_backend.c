@@ -477,6 +477,8 @@ static int cpu_sync(backend *be)
     return 0;
 }
 
+static backend *cpu_sibling(backend *be);
+
 static const be_ops cpu_ops = {
     .destroy = cpu_destroy,
     .weight_upload = cpu_weight_upload,
@@ -517,7 +519,17 @@ static const be_ops cpu_ops = {
     .mla_release = cpu_mla_release,
     .mla_qk = cpu_mla_qk,
     .mla_out = cpu_mla_out,
+    .sibling = cpu_sibling,
 };
+
+static backend *cpu__backend_make(cpu__pool *pool, int n_threads, int isa, unsigned features);
+
+/* be_ops.sibling: a backend of the same level and features on the same workers. */
+static backend *cpu_sibling(backend *be)
+{
+    cpu__backend *c = cb(be);
+    return cpu__backend_make(cpu__pool_share(c->pool), c->n_threads, c->k.isa, c->k.features);
+}
 
 backend *cpu__backend_create(int n_threads, int isa, unsigned features)
 {
@@ -526,13 +538,18 @@ backend *cpu__backend_create(int n_threads, int isa, unsigned features)
         n_threads = n > 0 ? (int)n : 1;
     }
     if (n_threads > CPU__MAX_THREADS) n_threads = CPU__MAX_THREADS;
-    cpu__backend *c = calloc(1, sizeof *c);
-    if (!c) return NULL;
-    c->pool = cpu__pool_create(n_threads);
-    if (!c->pool) {
-        free(c);
+    return cpu__backend_make(cpu__pool_create(n_threads), n_threads, isa, features);
+}
+
+/* A backend on pool (owned from here on, NULL: none could start). */
+static backend *cpu__backend_make(cpu__pool *pool, int n_threads, int isa, unsigned features)
+{
+    cpu__backend *c = pool ? calloc(1, sizeof *c) : NULL;
+    if (!c) {
+        cpu__pool_destroy(pool);
         return NULL;
     }
+    c->pool = pool;
     c->n_threads = n_threads;
     cpu__kern_init(&c->k, isa, features);
     c->base.ops = &cpu_ops;

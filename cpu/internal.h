@@ -26,7 +26,11 @@ typedef struct cpu__pool cpu__pool;
 
 /* Starts n_threads - 1 workers (the caller is worker 0). NULL when a thread cannot start. */
 cpu__pool *cpu__pool_create(int n_threads);
-/* Stops and joins the workers. */
+/* Another owner of p's workers (p itself): two backends that never run ops at the same time
+ * (a draft model's and its target's, driven by one thread) share one set of workers, so the
+ * idle set's spinning does not take the cores from the busy one. */
+cpu__pool *cpu__pool_share(cpu__pool *p);
+/* Drops an owner; the last stops and joins the workers. */
 void cpu__pool_destroy(cpu__pool *p);
 int cpu__pool_size(const cpu__pool *p);
 /* Runs fn over items 0 .. n_items-1 in chunks of up to chunk items, on the caller and whichever

@@ -61,6 +61,7 @@ struct cpu__pool {
     _Atomic uint32_t gen;           /* bumped once per op; futex word */
     _Atomic int n_sleeping;         /* workers inside (or about to enter) futex wait */
     _Atomic int stop;
+    _Atomic int refs;               /* owners (cpu__pool_share); the last destroy stops the workers */
 };
 
 typedef struct worker_arg {
@@ -157,6 +158,7 @@ cpu__pool *cpu__pool_create(int n_threads)
     cpu__pool *p = calloc(1, sizeof *p);
     if (!p) return NULL;
     p->n_threads = n_threads;
+    atomic_init(&p->refs, 1);
     p->threads = calloc((size_t)n_threads, sizeof *p->threads);
     if (!p->threads) {
         free(p);
@@ -175,9 +177,15 @@ cpu__pool *cpu__pool_create(int n_threads)
     return p;
 }
 
+cpu__pool *cpu__pool_share(cpu__pool *p)
+{
+    atomic_fetch_add(&p->refs, 1);
+    return p;
+}
+
 void cpu__pool_destroy(cpu__pool *p)
 {
-    if (!p) return;
+    if (!p || atomic_fetch_sub(&p->refs, 1) > 1) return;
     atomic_store(&p->stop, 1);
     publish(p);
     for (int i = 1; i < p->n_threads; i++) pthread_join(p->threads[i - 1], NULL);

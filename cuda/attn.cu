@@ -162,11 +162,6 @@ void cuda__op_attention(backend *be, int layer, const void *q, const be_attn *at
         cuda__fail(cb, -EINVAL);
         return;
     }
-    if (at->head_sinks && cb->attn_tc) { /* learned sinks are the reference kernel's alone: a model with
-                                          * them (gpt-oss) is planned for it from here on */
-        cb->attn_tc = 0;
-        cb->attn_heads = 0;
-    }
     if (cb->attn_heads != n_heads) {
         if (cb->graph_mode) { /* planning uploads and may allocate: not inside a capture */
             fprintf(stderr, "kvserve: CUDA graph step with %d heads, planned for %d\n", n_heads, cb->attn_heads);

@@ -208,7 +208,7 @@ static __device__ void cuda__dec_finish(const cuda__attn_args &a, const cuda__tc
             ll += x[D + 1] * f;
         }
         if (a.splits == 1) {
-            ((TQ *)a.out)[cuda__tc_row_off(a, it, r, g) + d] = cuda__st<TQ>(ll > 0.0f ? o / ll : 0.0f);
+            ((TQ *)a.out)[cuda__tc_row_off(a, it, r, g) + d] = cuda__st<TQ>(o * cuda__tc_norm(a, it, r, g, mm, ll));
         } else {
             rec[r * RW + d] = o;
             if (d == 0) rec[r * RW + D] = mm, rec[r * RW + D + 1] = ll;

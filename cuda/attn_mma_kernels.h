@@ -82,6 +82,16 @@ static __device__ __forceinline__ int64_t cuda__tc_row_off(const cuda__attn_args
     return (tok * a.n_heads + g * a.gsize + rr % a.gsize) * a.head_dim;
 }
 
+/* What normalises row r's output (kv head g): 1 / l, or with a learned sink logit per head
+ * (gpt-oss: a.head_sinks) its share of the softmax, be_attn_sink (m the row's running max, l
+ * its sum of e^(s − m)). 0 for a row that met no key and no sink. */
+static __device__ __forceinline__ float cuda__tc_norm(const cuda__attn_args &a, const cuda__tc_item &it, int r, int g,
+                                                      float m, float l)
+{
+    if (a.head_sinks) return be_attn_sink(m, l, a.head_sinks[g * a.gsize + (it.r0 + r) % a.gsize]);
+    return l > 0.0f ? 1.0f / l : 0.0f;
+}
+
 /* Queues cp.async copies of the K and V rows of keys kt .. kt + ROWS − 1 (kv head g) into Kd and
  * Vd, `stride` bytes apart: each row's D × sizeof(TKV) bytes in 16-byte pieces (a multiple of 16);
  * keys ≥ ke become zeros. The loop's trip count is known and it is unrolled twice, so two
@@ -268,7 +278,7 @@ static __device__ void cuda__tc_merge_splits(const cuda__attn_args &a, const cud
             m = cuda_softmax_merge(m, &l, __ldcg(x + D), __ldcg(x + D + 1), &ca, &cb);
             o = o * ca + __ldcg(x + d) * cb;
         }
-        ((TQ *)a.out)[cuda__tc_row_off(a, it, r, g) + d] = cuda__st<TQ>(l > 0.0f ? o / l : 0.0f);
+        ((TQ *)a.out)[cuda__tc_row_off(a, it, r, g) + d] = cuda__st<TQ>(o * cuda__tc_norm(a, it, r, g, m, l));
     }
 }
 
@@ -383,7 +393,7 @@ static __device__ __forceinline__ void cuda__pf_store(const cuda__attn_args &a, 
             if (r >= it.nr) continue;
             if (a.splits == 1) {
                 TQ *o = (TQ *)a.out + cuda__tc_row_off(a, it, r, g);
-                float inv = lr > 0.0f ? 1.0f / lr : 0.0f;
+                float inv = cuda__tc_norm(a, it, r, g, m[mt][h], lr);
 #pragma unroll
                 for (int n = 0; n < D / 8; n++)
                     cuda__tc_st2(o + n * 8 + 2 * (lane & 3), O[mt][n][2 * h] * inv, O[mt][n][2 * h + 1] * inv);

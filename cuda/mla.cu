@@ -33,7 +33,7 @@ static int cuda__mla_attn_launch(cudaStream_t s, const cuda__mla_attn_args &a, c
     if (smem > 48 * 1024 &&
         CUDA_CHECK(cudaFuncSetAttribute(cuda__mla_attn_k<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem)))
         return -EIO;
-    dim3 g((unsigned)cuda_div_up(a.n_heads, CUDA_MLA_ROWS), (unsigned)n_tokens);
+    dim3 g((unsigned)(cuda__mla_chunks(a.n_heads) * (a.splits > 1 ? a.splits : 1)), (unsigned)n_tokens);
     cuda__mla_attn_k<T><<<g, CUDA_MLA_THREADS, smem, s>>>(a, (const T *)kp);
     return 0;
 }
@@ -160,6 +160,33 @@ void cuda__op_mla_out(backend *be, const void *o_act, const be_mla *m, void *out
     cuda__f32_to_act(cb, part[1], out_act, (int64_t)n[1]);
 }
 
+/* The step's key partitions (cuda__mla_splits) into a, with their partials and counters: the
+ * attention scratch and counters of attn.cu, which a latent arena never plans for otherwise. The
+ * bound on the keys is the padded block-table width in a step a graph replays (its splits, and so
+ * its buffers, then depend on the shape alone), else the step's longest context. 0 or a negative
+ * errno. */
+static int cuda__mla_split(cuda_backend *cb, cuda__mla_attn_args *a)
+{
+    int32_t bound = cb->padded ? cb->pad_stride * cb->kv.block_size : cb->meta.max_ctx;
+    a->splits = cuda__mla_splits(cb->meta.n_tokens, a->n_heads, bound, cb->n_sm, &a->part_keys);
+    if (a->splits == 1) return 0;
+    size_t cap = cb->attn_scratch_floats * sizeof(float);
+    int rc = cuda__grow(cb, (void **)&cb->attn_scratch, &cap,
+                        cuda__mla_part_floats(cb->meta.n_tokens, a->n_heads, a->splits, a->head_dim) * sizeof(float));
+    if (rc) return rc;
+    cb->attn_scratch_floats = cap / sizeof(float);
+    size_t had = cb->attn_sem_bytes;
+    rc = cuda__grow(cb, (void **)&cb->attn_sem, &cb->attn_sem_bytes,
+                    (size_t)cb->meta.n_tokens * cuda__mla_chunks(a->n_heads) * sizeof(int32_t));
+    if (rc) return rc;
+    /* the counters start at zero; the kernel leaves them so */
+    if (cb->attn_sem_bytes != had && CB_CHECK(cb, cudaMemsetAsync(cb->attn_sem, 0, cb->attn_sem_bytes, cb->stream)))
+        return -EIO;
+    a->part = cb->attn_scratch;
+    a->sem = cb->attn_sem;
+    return 0;
+}
+
 void cuda__mla_attention(cuda_backend *cb, int layer, const void *q_act, const be_attn *at, void *out_act)
 {
     if (cuda__graph_skip(cb) || cb->meta.n_tokens <= 0 || cb->error) return;
@@ -185,6 +212,7 @@ void cuda__mla_attention(cuda_backend *cb, int layer, const void *q_act, const b
     a.n_heads = at->n_heads, a.head_dim = l->head_dim;
     a.tile_elems = (int32_t)cuda_kv_tile_elems(l);
     a.scale = at->scale;
+    if (cuda__fail(cb, cuda__mla_split(cb, &a))) return;
     if (cuda__fail(cb, cb->k.mla_attention(cb->stream, &a, cb->kv_dtype, kp, cb->meta.n_tokens))) return;
     if (CB_CHECK_LAUNCH(cb)) return;
     cuda__f32_to_act(cb, part[1], out_act, (int64_t)n);

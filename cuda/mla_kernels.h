@@ -6,15 +6,16 @@
  *   prep     one block per token: the key [rmsnorm(c)·w ; rope(k_pe)] and every head's RoPE part
  *            of the query, written into the latent buffers (the heads' absorbed part, k_b · q_nope,
  *            is the grouped matvec of moe_kernels.h);
- *   attend   one block per (token, chunk of up to CUDA_MLA_ROWS heads): the token's causal range
- *            of cached latent vectors, CUDA_MLA_TK at a time, gathered through the block table
- *            into shared memory (f32, f16 / bf16, int8 / e4m3 codes times their row's scale), each
- *            vector the key of every head and their value; an online softmax per head. The
- *            output has head_dim values per head, the first kv_lora of which are the latent
- *            attention's result (backend.h).
+ *   attend   one block per (token, chunk of up to CUDA_MLA_ROWS heads, key partition): its part
+ *            of the token's causal range of cached latent vectors, CUDA_MLA_TK at a time,
+ *            gathered through the block table into shared memory (f32, f16 / bf16, int8 / e4m3
+ *            codes times their row's scale), each vector the key of every head and their value;
+ *            an online softmax per head. The output has head_dim values per head, the first
+ *            kv_lora of which are the latent attention's result (backend.h). With split-K
+ *            (cuda__mla_splits: few blocks, long contexts — a decode of one long sequence) each
+ *            partition writes its partial (o, m, l) and the last one to finish merges them.
  * Attend reads each key once per (token, head chunk): decode is a single pass; a prefill of T
- * tokens reads the range T times (correct, not yet fast: no tiling of tokens, no split-K, no
- * tensor cores).
+ * tokens reads the range T times (correct, not yet fast: no tiling of tokens, no tensor cores).
  */
 #ifndef KVSERVE_CUDA_MLA_KERNELS_H
 #define KVSERVE_CUDA_MLA_KERNELS_H
@@ -46,12 +47,45 @@ static __global__ void cuda__mla_prep_k(cuda__mla_prep_args a)
     cuda__rope_row(ql + a.kv_lora, a.pos[t], rq, NULL);
 }
 
-/* Grid (⌈n_heads / CUDA_MLA_ROWS⌉, n_tokens), CUDA_MLA_THREADS threads, cuda__mla_smem bytes. */
+/* After a partition's block has written its rows' partials, the last partition of (token t,
+ * head chunk x) to finish merges all of them into out and resets the counter. Every thread of
+ * the block calls it. */
+static __device__ void cuda__mla_merge(const cuda__mla_attn_args &a, int t, int x, int h0, int rows)
+{
+    static __shared__ int last;
+    const int D = a.head_dim, RW = D + 2;
+    __threadfence(); /* this block's partials are visible before its count */
+    __syncthreads();
+    int32_t *sem = a.sem + (int64_t)t * cuda__mla_chunks(a.n_heads) + x;
+    if (threadIdx.x == 0) {
+        last = atomicAdd(sem, 1) == a.splits - 1;
+        if (last) *sem = 0;
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    const float *rec = a.part + ((int64_t)t * cuda__mla_chunks(a.n_heads) + x) * a.splits * CUDA_MLA_ROWS * RW;
+    for (int i = threadIdx.x; i < rows * D; i += blockDim.x) {
+        int r = i / D, d = i % D;
+        float m = -INFINITY, l = 0.0f, o = 0.0f;
+        for (int p = 0; p < a.splits; p++) {
+            const float *y = rec + ((int64_t)p * CUDA_MLA_ROWS + r) * RW;
+            float ca, cb;
+            m = cuda_softmax_merge(m, &l, __ldcg(y + D), __ldcg(y + D + 1), &ca, &cb);
+            o = o * ca + __ldcg(y + d) * cb;
+        }
+        a.out[((int64_t)t * a.n_heads + h0 + r) * D + d] = l > 0.0f ? o / l : 0.0f;
+    }
+}
+
+/* Grid (⌈n_heads / CUDA_MLA_ROWS⌉ × splits, n_tokens): block x is head chunk x % chunks of key
+ * partition x / chunks. CUDA_MLA_THREADS threads, cuda__mla_smem bytes. */
 template <typename T>
 static __global__ void __launch_bounds__(CUDA_MLA_THREADS) cuda__mla_attn_k(cuda__mla_attn_args a, const T *kp)
 {
     extern __shared__ float sm[];
-    const int D = a.head_dim, TK = CUDA_MLA_TK, t = blockIdx.y, h0 = blockIdx.x * CUDA_MLA_ROWS, tid = threadIdx.x;
+    const int chunks = cuda__mla_chunks(a.n_heads), x = blockIdx.x % chunks, p = blockIdx.x / chunks;
+    const int D = a.head_dim, TK = CUDA_MLA_TK, t = blockIdx.y, h0 = x * CUDA_MLA_ROWS, tid = threadIdx.x;
     const int rows = a.n_heads - h0 < CUDA_MLA_ROWS ? a.n_heads - h0 : CUDA_MLA_ROWS;
     int s = 0, hi = a.n_seqs - 1; /* the token's sequence: the last s with q_start[s] ≤ t */
     while (s < hi) {
@@ -60,6 +94,8 @@ static __global__ void __launch_bounds__(CUDA_MLA_THREADS) cuda__mla_attn_k(cuda
         else hi = mid - 1;
     }
     const int32_t n = a.ctx_len[s] - (a.q_start[s + 1] - t) + 1; /* keys 0 .. its own KV index */
+    const int32_t k_lo = a.splits > 1 ? p * a.part_keys : 0;  /* this partition's keys */
+    const int32_t k_hi = a.splits > 1 ? min(n, k_lo + a.part_keys) : n;
     const int32_t *bt = a.block_table + (int64_t)s * a.bt_stride;
     float *Ks = sm, *Qs = Ks + TK * D, *Os = Qs + CUDA_MLA_ROWS * D, *Ss = Os + CUDA_MLA_ROWS * D;
     float *Ms = Ss + CUDA_MLA_ROWS * TK, *Ls = Ms + CUDA_MLA_ROWS, *As = Ls + CUDA_MLA_ROWS;
@@ -68,8 +104,8 @@ static __global__ void __launch_bounds__(CUDA_MLA_THREADS) cuda__mla_attn_k(cuda
         Os[i] = 0.0f;
     }
     for (int r = tid; r < rows; r += blockDim.x) Ms[r] = -INFINITY, Ls[r] = 0.0f;
-    for (int32_t k0 = 0; k0 < n; k0 += TK) {
-        const int nk = n - k0 < TK ? n - k0 : TK;
+    for (int32_t k0 = k_lo; k0 < k_hi; k0 += TK) {
+        const int nk = k_hi - k0 < TK ? k_hi - k0 : TK;
         __syncthreads(); /* the previous tile is read */
         for (int i = tid; i < nk * D; i += blockDim.x) {
             int c = i / D, d = i % D, off = (k0 + c) % a.block_size;
@@ -108,8 +144,16 @@ static __global__ void __launch_bounds__(CUDA_MLA_THREADS) cuda__mla_attn_k(cuda
         }
     }
     __syncthreads();
-    for (int i = tid; i < rows * D; i += blockDim.x)
-        a.out[((int64_t)t * a.n_heads + h0 + i / D) * D + i % D] = Ls[i / D] > 0.0f ? Os[i] / Ls[i / D] : 0.0f;
+    if (a.splits == 1) {
+        for (int i = tid; i < rows * D; i += blockDim.x)
+            a.out[((int64_t)t * a.n_heads + h0 + i / D) * D + i % D] = Ls[i / D] > 0.0f ? Os[i] / Ls[i / D] : 0.0f;
+        return;
+    }
+    /* a partition with no keys (past the token's range) leaves m = -inf, l = 0: it adds nothing */
+    float *rec = a.part + (((int64_t)t * chunks + x) * a.splits + p) * CUDA_MLA_ROWS * (D + 2);
+    for (int i = tid; i < rows * D; i += blockDim.x) rec[(i / D) * (D + 2) + i % D] = Os[i];
+    for (int r = tid; r < rows; r += blockDim.x) rec[r * (D + 2) + D] = Ms[r], rec[r * (D + 2) + D + 1] = Ls[r];
+    cuda__mla_merge(a, t, x, h0, rows);
 }
 
 #endif

@@ -501,6 +501,12 @@ typedef struct be_ops {
      * (the latent attention's output; its last rope values of each head are not read); o and out
      * are activations. */
     void (*mla_out)(backend *be, const void *o, const be_mla *m, void *out);
+
+    /* Optional (NULL: create another instance the usual way): a second backend of the same
+     * device and settings that shares this one's execution resources — the CPU's worker
+     * threads — for a model that runs in turn with this one on the same thread (a speculative
+     * draft): the two never run ops at the same time. Destroyed on its own; NULL on failure. */
+    backend *(*sibling)(backend *be);
 } be_ops;
 
 struct backend {

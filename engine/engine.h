@@ -98,7 +98,8 @@ typedef struct engine_config {
     int spec_k;                  /* num_speculative_tokens: most drafts per sequence and step (1 .. 16) */
     int spec_ngram_min;          /* ngram: shortest suffix looked up */
     int spec_ngram_max;          /* ngram: longest suffix looked up */
-    int spec_disable_batch;      /* no proposals in a step with more decoding sequences than this */
+    int spec_disable_batch;      /* no proposals in a step with more decoding sequences than this
+                                    (≤ 0: 3 on the CPU, 8 on a GPU) */
     const char *spec_draft_model; /* draft: the draft model's GGUF file (same vocabulary) */
 } engine_config;
 

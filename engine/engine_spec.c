@@ -7,6 +7,7 @@
 #include <stdio.h>
 
 #include "model/model.h"
+#include "model/tokenizer.h"
 
 /* The draft-model proposer: the model loaded and checked against the target's vocabulary, its
  * KV share taken from *budget (in proportion to the two models' bytes per token, and on a GPU
@@ -36,8 +37,10 @@ static int eng__setup_draft(const engine_config *c, backend *be, const kv_geom *
         *budget = *budget > w ? *budget - w : 0;
     }
     size_t share = (size_t)((double)*budget * (double)dbpt / (double)(dbpt + tbpt));
-    spec_draft_config dc = {m, c->make_backend, be->name, c->n_threads, share, c->kv_dtype, c->block_size,
-                            n_ctx, c->max_batch_tokens};
+    int batch = c->spec_disable_batch < c->max_seqs ? c->spec_disable_batch : c->max_seqs;
+    spec_draft_config dc = {m, c->make_backend, be->name, be, c->n_threads, share, batch > 0 ? batch : 1, c->kv_dtype,
+                            c->block_size, n_ctx, c->max_batch_tokens, NULL, 0};
+    if (c->tok) dc.n_eog = tok_eog_ids(c->tok, &dc.eog);
     *out = spec_draft_create(&dc, err, err_len);
     if (!*out) {
         model_destroy(m);

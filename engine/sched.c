@@ -327,26 +327,55 @@ static int sched__n_decoding(const sched *sc)
     return n;
 }
 
-/* Asks the proposer for s's drafts (at most *spare, which shrinks by what was proposed) and puts
- * them into s->draft and past its known tokens; returns how many. A sequence that still scores
- * its prompt, has not forked, pools its hidden states, holds a pending token or is near its last
- * token proposes nothing. */
-static int sched__propose(sched *sc, seq *s, int *spare)
+/* The sequences that will decode together once the prompts being prefilled and those waiting
+ * that max_seqs admits are in: a batch about to grow past --spec-disable-batch stops speculating
+ * within a few steps, so drafts now (a draft model's catch-up over each prompt) would be spent
+ * for little. */
+static int sched__n_decoding_soon(const sched *sc)
 {
-    s->n_draft = 0;
-    if (!sc->c.propose || s->pending >= 0 || s->n_choices > 1 || seq_is_scoring(s) || s->pool) return 0;
-    int k = s->spec_k > 0 ? s->spec_k : sc->c.spec_k;
-    int left[] = {*spare, sc->spec_left, s->max_tokens - seq_n_output(s) - 1, sc->ctx_limit - s->n_tokens - 1,
-                  s->cap - s->n_tokens - 1, SEQ_MAX_DRAFT};
-    for (int i = 0; i < (int)(sizeof left / sizeof left[0]); i++) k = k < left[i] ? k : left[i];
-    if (k <= 0) return 0;
-    int n = sc->c.propose(sc->c.propose_ud, s, k, s->draft);
-    n = n < 0 ? 0 : n > k ? k : n;
-    memcpy(s->tokens + s->n_tokens, s->draft, (size_t)n * sizeof *s->draft);
-    s->n_draft = n;
-    *spare -= n;
-    sc->spec_left -= n;
-    return n;
+    int load = 0, waiting = 0;
+    for (int i = 0; i < sc->n_running; i++) load += sc->running[i]->n_choices;
+    for (int i = 0; i < sc->n_waiting; i++) waiting += sc->waiting[i]->n_choices;
+    int room = sc->c.max_seqs - load;
+    return load + (waiting < room ? waiting : room > 0 ? room : 0);
+}
+
+/* The drafts of this step: every sequence that decodes one token (pass 0 of the plan) may
+ * propose, up to its adaptive K within the step's spare tokens (reserved in running order) and
+ * draft rows. The proposer is asked once for all of them (a draft model runs them as one batch);
+ * each one's guesses go into s->draft and past its known tokens, s->n_draft. A sequence that
+ * still scores its prompt, has not forked, pools its hidden states, holds a pending token or is
+ * near its last token proposes nothing. */
+static void sched__propose_all(sched *sc, int spare)
+{
+    seq *ss[sc->n_running > 0 ? sc->n_running : 1];
+    int ks[sc->n_running > 0 ? sc->n_running : 1], n = 0;
+    for (int i = 0; i < sc->n_running; i++) {
+        seq *s = sc->running[i];
+        s->n_draft = 0;
+        if (!sc->c.propose || spare <= 0 || s->n_tokens - s->n_computed != 1 || sched__done_pending(sc, s) ||
+            s->pending >= 0 || s->n_choices > 1 || seq_is_scoring(s) || s->pool)
+            continue;
+        int k = s->spec_k > 0 ? s->spec_k : sc->c.spec_k;
+        int left[] = {spare, sc->spec_left, s->max_tokens - seq_n_output(s) - 1, sc->ctx_limit - s->n_tokens - 1,
+                      s->cap - s->n_tokens - 1, SEQ_MAX_DRAFT};
+        for (int j = 0; j < (int)(sizeof left / sizeof left[0]); j++) k = k < left[j] ? k : left[j];
+        if (k <= 0) continue;
+        ss[n] = s;
+        ks[n++] = k;
+        spare -= k;
+        sc->spec_left -= k;
+    }
+    if (!n) return;
+    int got[n];
+    sc->c.propose(sc->c.propose_ud, ss, ks, n, got);
+    for (int i = 0; i < n; i++) {
+        seq *s = ss[i];
+        int g = got[i] < 0 ? 0 : got[i] > ks[i] ? ks[i] : got[i];
+        memcpy(s->tokens + s->n_tokens, s->draft, (size_t)g * sizeof *s->draft);
+        s->n_draft = g;
+        sc->spec_left += ks[i] - g; /* the rows reserved and not used */
+    }
 }
 
 /* ---- schedule ------------------------------------------------------------------------- */
@@ -358,10 +387,12 @@ static int sched__schedule(sched *sc)
     sc->lp_left = SCHED_PROMPT_LOGIT_ROWS;
     sc->spec_left = sc->c.spec_rows;
     /* Drafts take the tokens the step has beyond one per decoding sequence, and none at all
-     * when so many sequences decode that verifying would cost more than it saves. */
+     * when so many sequences decode, or soon will, that verifying would cost more than it
+     * saves. */
     int n_dec = sc->c.propose ? sched__n_decoding(sc) : 0;
-    int spare = n_dec && n_dec <= sc->c.spec_disable_batch ? budget - n_dec : 0;
-    /* Pass 0: running decodes; pass 1: running prefill chunks. */
+    int spare = n_dec && sched__n_decoding_soon(sc) <= sc->c.spec_disable_batch ? budget - n_dec : 0;
+    sched__propose_all(sc, spare);
+    /* Pass 0: running decodes (with their drafts); pass 1: running prefill chunks. */
     for (int pass = 0; pass < 2; pass++)
         for (int i = 0; i < sc->n_running && budget > 0;) {
             seq *s = sc->running[i];
@@ -373,8 +404,7 @@ static int sched__schedule(sched *sc)
                 i++;
                 continue;
             }
-            int n_new = rem < budget ? rem : budget;
-            if (pass == 0) n_new += sched__propose(sc, s, &spare);
+            int n_new = (rem < budget ? rem : budget) + (pass == 0 ? s->n_draft : 0);
             int rc = sched__plan_running(sc, s, n_new, &budget);
             if (rc < 0) return rc;
             if (rc) i++; /* else s left running[]: the same i is the next sequence */

@@ -34,15 +34,16 @@ typedef struct sched_config {
                                sinks + a window are on and no group keeps everything */
     const int32_t *eog_ids; /* [n_eog] end-of-generation ids (borrowed) */
     int n_eog;
-    /* Speculative decoding (engine/spec.h): propose(ud, s, k, out) guesses up to k tokens that
-     * follow s into out and returns how many; NULL: off. Called while planning, for a sequence
-     * that decodes one token and holds no pending token. */
-    int (*propose)(void *ud, seq *s, int k, int32_t *out);
+    /* Speculative decoding (engine/spec.h): propose(ud, s, k, n, n_out) guesses up to k[i]
+     * tokens that follow s[i] into s[i]->draft and sets how many in n_out[i], for the n
+     * sequences of a step at once; NULL: off. Called while planning, for sequences that decode
+     * one token and hold no pending token. */
+    void (*propose)(void *ud, seq *const *s, const int *k, int n, int *n_out);
     void (*propose_release)(void *ud, seq *s); /* s finished: the proposer drops its state */
     void *propose_ud;
     int spec_k;             /* most drafts per sequence and step (≤ SEQ_MAX_DRAFT) */
     int spec_rows;          /* most draft rows per step (logit rows beyond sched_max_logits) */
-    int spec_disable_batch; /* no proposals when more sequences than this decode in a step */
+    int spec_disable_batch; /* no proposals when more sequences than this decode, or soon will */
 } sched_config;
 
 /* Prompt tokens per step a prompt_logprobs sequence may get logit rows for (its prefill goes in

@@ -19,7 +19,7 @@ void spec_config_default(spec_config *c)
     c->k = 4;
     c->ngram_min = 2;
     c->ngram_max = 4;
-    c->disable_batch = 4;
+    c->disable_batch = 0; /* the device's: engine.c */
 }
 
 int spec_method_parse(const char *s, int *method)
@@ -63,10 +63,11 @@ typedef struct ngram {
     int n_min, n_max;
 } ngram;
 
-static int ngram_propose(spec_proposer *p, seq *s, int k, int32_t *out)
+static void ngram_propose(spec_proposer *p, seq *const *s, const int *k, int n, int *n_out)
 {
     const ngram *g = (const ngram *)p;
-    return spec_ngram_lookup(s->tokens, s->n_tokens, g->n_min, g->n_max, k, out);
+    for (int i = 0; i < n; i++)
+        n_out[i] = spec_ngram_lookup(s[i]->tokens, s[i]->n_tokens, g->n_min, g->n_max, k[i], s[i]->draft);
 }
 
 static void ngram_destroy(spec_proposer *p)

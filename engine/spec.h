@@ -18,6 +18,9 @@
  * that position (sampler.h: (seed + choice, position)). A seeded request therefore produces the
  * very tokens it produces without speculation, greedy or sampled, as long as the verify row's
  * logits equal plain decoding's (docs/speculative.md says where the CPU kernels guarantee it).
+ * A proposer is free in how it guesses; the draft model guesses what the sequence's sampler would
+ * draw from its own logits with the same random number, which couples its guess with the
+ * target's draw (spec_draft.c).
  *
  * Proposers implement spec_proposer. They are called on the engine thread by the scheduler's
  * planning (sched_config.propose) for sequences that decode one token this step and hold no
@@ -44,16 +47,19 @@ typedef struct spec_config {
     int k;                /* num_speculative_tokens: the most drafts per sequence and step, 1 .. SPEC_MAX_K */
     int ngram_min;        /* shortest suffix the n-gram proposer matches (≥ 1) */
     int ngram_max;        /* longest (≥ ngram_min) */
-    int disable_batch;    /* no proposals in a step planned with more decoding sequences than this */
+    int disable_batch;    /* no proposals in a step planned with more decoding sequences than this
+                             (0: the device's default, engine.c) */
 } spec_config;
 
 typedef struct spec_proposer spec_proposer;
 
 typedef struct spec_ops {
-    /* Up to k (≥ 1) guesses of the tokens that follow s's known tokens into out[0 .. k).
-     * Returns how many (0: no proposal, s decodes one token as usual). Changes nothing of s
-     * but s->spec_state, the proposer's own slot. */
-    int (*propose)(spec_proposer *p, seq *s, int k, int32_t *out);
+    /* For each of the step's n speculating sequences s[i]: up to k[i] (≥ 1) guesses of the
+     * tokens that follow its known tokens into s[i]->draft, and how many into n_out[i] (0: no
+     * proposal, it decodes one token as usual). All at once, so a model proposer runs its steps
+     * for all of them as one batch. Changes nothing of the sequences but their draft arrays and
+     * spec_state, the proposer's own slot. */
+    void (*propose)(spec_proposer *p, seq *const *s, const int *k, int n, int *n_out);
     /* s finished: drop whatever the proposer keeps for it (s->spec_state). May be NULL. */
     void (*release)(spec_proposer *p, seq *s);
     void (*destroy)(spec_proposer *p);
@@ -63,7 +69,7 @@ struct spec_proposer {
     const spec_ops *ops;
 };
 
-/* Fills c with the defaults: off, k 4, n-grams 2 .. 4, off above 4 decoding sequences. */
+/* Fills c with the defaults: off, k 4, n-grams 2 .. 4, disable_batch 0 (the device's default). */
 void spec_config_default(spec_config *c);
 /* Parses "ngram", "draft", "off" into *method. 0 or -EINVAL. */
 int spec_method_parse(const char *s, int *method);
@@ -74,15 +80,22 @@ typedef struct spec_draft_config {
     model *m;               /* the draft model: owned by the proposer once it is created */
     struct backend *(*make_backend)(const char *device, int n_threads, char *err, size_t err_len);
     const char *device;     /* the target's device: the draft runs on its own instance of it */
+    struct backend *target; /* the target's backend: its sibling (be_ops.sibling) when it has one */
     int n_threads;
     size_t kv_bytes;        /* the draft's share of the KV budget */
+    int max_seqs;           /* most sequences one proposal call drafts for as one batch */
     int kv_dtype, block_size;
     int n_ctx;              /* the context limit (the share must hold one sequence at it) */
     int max_tokens;         /* tokens per draft step (its prefill chunk) */
+    const int32_t *eog;     /* [n_eog] end-of-generation ids (borrowed: min_tokens bans them) */
+    int n_eog;
 } spec_draft_config;
 
 /* The draft-model proposer. NULL with a message in err (c->m stays the caller's then). */
 spec_proposer *spec_draft_create(const spec_draft_config *c, char *err, size_t err_len);
+/* Tokens the draft proposer p (made by spec_draft_create) took from its prefix cache instead of
+ * computing them. */
+int64_t spec_draft_cached_tokens(const spec_proposer *p);
 /* KV bytes per token of model m's cache in blocks of block_size of kv_dtype. */
 size_t spec_draft_bytes_per_token(const model *m, int block_size, int kv_dtype);
 

@@ -115,6 +115,7 @@ static void cput_check_matmul(int type, int64_t n_in, int64_t n_out, const int *
     for (int k = 0; k < n_rows_cases; k++) max_rows = rows[k] > max_rows ? rows[k] : max_rows;
     float *x = malloc((size_t)max_rows * n_in * sizeof(float));
     float *out = malloc((size_t)max_rows * n_out * sizeof(float));
+    float *one = malloc((size_t)max_rows * n_out * sizeof(float));
     double *ref = malloc((size_t)max_rows * n_out * sizeof(double));
     double *tol = malloc((size_t)max_rows * n_out * sizeof(double));
     cput_fill(x, (size_t)max_rows * n_in, 2.0f);
@@ -169,6 +170,11 @@ static void cput_check_matmul(int type, int64_t n_in, int64_t n_out, const int *
              * kernels that read the file's layout: both are checked. */
             be_weight plain = w;
             plain.extra = NULL;
+            /* The packed GEMM's rows are batch-invariant (a speculative verify row must compute
+             * what a one-token decode computes): each row alone, to compare bit for bit. */
+            if (w.extra)
+                for (int r = 0; r < max_rows; r++)
+                    be->ops->matmul(be, x + (size_t)r * n_in, 1, &w, with_bias ? &bw : NULL, one + (size_t)r * n_out);
             for (int k = 0; k < 2 * n_rows_cases; k++) {
                 int nr = rows[k % n_rows_cases];
                 if (k >= n_rows_cases && !w.extra) break;
@@ -180,6 +186,10 @@ static void cput_check_matmul(int type, int64_t n_in, int64_t n_out, const int *
                               "out[%zu]=%g ref=%g tol=%g",
                               dt_name(type), k < n_rows_cases ? "" : " (unpacked)", lv[li].name, (long)n_in,
                               (long)n_out, nr, th, (unsigned long)seed, e, (double)out[e], ref[e], tol[e]);
+                if (k < n_rows_cases && w.extra)
+                    cr_assert(!memcmp(out, one, (size_t)nr * n_out * sizeof(float)),
+                              "matmul %s at %s n_in=%ld n_out=%ld: %d rows at once differ from one at a time "
+                              "(threads=%d)", dt_name(type), lv[li].name, (long)n_in, (long)n_out, nr, th);
             }
             be->ops->weight_free(be, &w);
             be_destroy(be);
@@ -189,11 +199,12 @@ static void cput_check_matmul(int type, int64_t n_in, int64_t n_out, const int *
     free(bias);
     free(x);
     free(out);
+    free(one);
     free(ref);
     free(tol);
 }
 
-static const int cput_rows[] = {1, 2, 3, 7, 64, 5, 4, 17, 23, 8, 16};
+static const int cput_rows[] = {1, 2, 3, 7, 64, 5, 4, 6, 17, 23, 8, 16};
 #define CPUT_NROWS ((int)(sizeof cput_rows / sizeof cput_rows[0]))
 
 Test(cpu, matmul_float_types)
@@ -547,6 +558,38 @@ Test(cpu, pool_for_runs_every_item_once)
         cpu__pool_destroy(p);
     }
     free(hits);
+}
+
+/* A sibling backend (a speculative draft's) runs on its origin's workers, computes what its
+ * origin computes, and works on after the origin is destroyed (the last owner stops them). */
+Test(cpu, sibling_shares_the_workers)
+{
+    cput_seed(5);
+    float *deq;
+    model_tensor mt = cput_tensor(DT_Q8_0, 96, 40, &deq);
+    float x[3 * 96], a[3 * 40], b[3 * 40];
+    cput_fill(x, 3 * 96, 1.0f);
+    backend *be = cpu_backend_create(3);
+    cr_assert(be && be->ops->sibling);
+    backend *sib = be->ops->sibling(be);
+    cr_assert(sib);
+    cr_assert_eq(((cpu__backend *)sib)->pool, ((cpu__backend *)be)->pool, "the sibling has workers of its own");
+    cr_assert_str_eq(sib->desc, be->desc);
+    be_weight w, w2;
+    cr_assert_eq(be->ops->weight_upload(be, &mt, &w), 0);
+    cr_assert_eq(sib->ops->weight_upload(sib, &mt, &w2), 0);
+    be->ops->matmul(be, x, 3, &w, NULL, a);
+    be->ops->weight_free(be, &w);
+    be_destroy(be);
+    for (int rep = 0; rep < 3; rep++) {
+        cput_poison(b, 3 * 40);
+        sib->ops->matmul(sib, x, 3, &w2, NULL, b);
+        cr_assert(!memcmp(a, b, sizeof a), "the sibling computes differently after its origin went");
+    }
+    sib->ops->weight_free(sib, &w2);
+    be_destroy(sib);
+    free((void *)mt.data);
+    free(deq);
 }
 
 /* ---- the Q8_0 activation quantiser --------------------------------------------------------- */

@@ -657,18 +657,16 @@ static void ts_pair(char *target, char *draft, size_t n, int type, int draft_voc
     tu_write_mkmodel(&p, "spec-draft", draft, n);
 }
 
-/* Greedy and seeded-sampled requests (log-probs, n = 2, a stop string, penalties) on the target,
- * speculation off and with the draft: the same streams; the draft's guesses are mostly right. */
-Test(engine_spec, draft_model_matches_off, .timeout = 300)
+/* Runs the same four requests (one greedy; seeded sampling at temperature t with log-probs,
+ * n = 2, penalties) on target tp, speculation off and with draft dp, into runs[0] and runs[1];
+ * *st gets the speculating engine's stats. */
+static void ts_draft_runs(const char *tp, const char *dp, float t, te_req (*runs)[4], engine_stats *st)
 {
-    char tp[1024], dp[1024], err[512];
-    ts_pair(tp, dp, sizeof tp, DT_F32, 0);
+    char err[512];
     model *m;
     cr_assert_eq(model_load(tp, &m, err, sizeof err), 0, "%s", err);
     tokenizer *tok = tok_create(m->gguf, err, sizeof err);
     cr_assert_not_null(tok, "%s", err);
-    static te_req runs[2][4];
-    engine_stats st;
     for (int sp = 0; sp < 2; sp++) {
         engine_config c;
         engine_config_default(&c);
@@ -686,6 +684,7 @@ Test(engine_spec, draft_model_matches_off, .timeout = 300)
         c.spec_method = sp ? SPEC_DRAFT : SPEC_OFF;
         c.spec_draft_model = dp;
         c.spec_k = 5;
+        c.spec_disable_batch = 8; /* all five sequences draft together: the batched proposer */
         engine *e = engine_create(&c, err, sizeof err);
         cr_assert_not_null(e, "%s", err);
         memset(runs[sp], 0, sizeof runs[sp]);
@@ -698,26 +697,57 @@ Test(engine_spec, draft_model_matches_off, .timeout = 300)
             r.n = q == 2 ? 2 : 1;
             r.max_tokens = 80;
             smp_params_default(&r.sampling);
-            r.sampling.temperature = q == 0 ? 0.0f : 0.05f; /* sampled, but peaked: mostly agreeing */
+            r.sampling.temperature = q == 0 ? 0.0f : t;
             r.sampling.seed = 500 + (uint64_t)q;
             r.sampling.has_seed = 1;
             r.sampling.n_logprobs = q % 2 ? 2 : -1;
-            if (q == 3) r.sampling.repetition_penalty = 1.2f;
+            r.sampling.ignore_eos = 1;
+            if (q == 3) r.sampling.repetition_penalty = 1.2f, r.sampling.top_p = 0.9f;
             runs[sp][q].n = r.n;
             cr_assert_eq(engine_submit(e, &r, &runs[sp][q].id), 0);
         }
         te_streams_collect(e, runs[sp], 4, 5);
         ts_idle(e);
-        engine_get_stats(e, &st);
+        engine_get_stats(e, st);
         engine_destroy(e, 1);
     }
+    tok_destroy(tok);
+    model_destroy(m);
+}
+
+/* Greedy and seeded-sampled requests on the target, speculation off and with the draft: the
+ * same streams; the draft's guesses are mostly right. */
+Test(engine_spec, draft_model_matches_off, .timeout = 300)
+{
+    char tp[1024], dp[1024];
+    ts_pair(tp, dp, sizeof tp, DT_F32, 0);
+    static te_req runs[2][4];
+    engine_stats st;
+    ts_draft_runs(tp, dp, 0.05f, runs, &st); /* sampled, but peaked: mostly agreeing */
     te_streams_same(runs[0], runs[1], 4, "draft model");
     printf("draft: %lld verify rows, %lld drafts, %lld accepted\n", (long long)st.spec_drafts,
            (long long)st.spec_draft_tokens, (long long)st.spec_accepted);
     cr_assert_eq(st.spec_method, SPEC_DRAFT);
     cr_assert_gt(st.spec_accepted * 3, st.spec_draft_tokens, "a quiet-layer target agrees with its draft often");
-    tok_destroy(tok);
-    model_destroy(m);
+    unlink(tp);
+    unlink(dp);
+}
+
+/* A sampled request's guesses are coupled with the target's draws (the same parameters and random
+ * number): with the target as its own draft every guess is the token the target draws, even at
+ * temperature 1 over a flat random model, where a greedy guess would be accepted with p(argmax). */
+Test(engine_spec, draft_guesses_are_coupled_with_sampling, .timeout = 300)
+{
+    char tp[1024], dp[1024];
+    ts_pair(tp, dp, sizeof tp, DT_F32, 0);
+    static te_req runs[2][4];
+    engine_stats st;
+    ts_draft_runs(tp, tp, 1.0f, runs, &st);
+    te_streams_same(runs[0], runs[1], 4, "the target as its own draft");
+    printf("self-draft at temperature 1: %lld verify rows, %lld drafts, %lld accepted\n", (long long)st.spec_drafts,
+           (long long)st.spec_draft_tokens, (long long)st.spec_accepted);
+    cr_assert_gt(st.spec_draft_tokens, 100);
+    cr_assert_eq(st.spec_accepted, st.spec_draft_tokens, "a guess differed from the target's own draw");
     unlink(tp);
     unlink(dp);
 }
@@ -748,6 +778,126 @@ Test(engine_spec, draft_model_vocabulary_checked)
     cr_assert(strstr(err, "draft-model"), "%s", err);
     tok_destroy(tok);
     model_destroy(m);
+    unlink(tp);
+    unlink(dp);
+}
+
+/* One proposer drafting for several sequences as one batch guesses what it guesses for each of
+ * them alone (the draft's kernels are batch-invariant), across catch-ups longer than a draft
+ * step (chunked), different k, and a second round that reuses each shadow's agreeing prefix. */
+static spec_proposer *ts_draft_proposer(const char *dp, int max_seqs, size_t kv_bytes)
+{
+    char err[512];
+    model *m;
+    cr_assert_eq(model_load(dp, &m, err, sizeof err), 0, "%s", err);
+    spec_draft_config dc = {m, be_create, "cpu", NULL, 1, kv_bytes, max_seqs, KV_F16, 16, 256, 24, NULL, 0};
+    spec_proposer *p = spec_draft_create(&dc, err, sizeof err);
+    cr_assert_not_null(p, "%s", err);
+    return p;
+}
+
+Test(engine_spec, draft_batch_equals_one_at_a_time, .timeout = 120)
+{
+    char tp[1024], dp[1024];
+    ts_pair(tp, dp, sizeof tp, DT_Q8_0, 0);
+    enum { N = 4 };
+    spec_proposer *batched = ts_draft_proposer(dp, 3, (size_t)8 << 20), *alone = ts_draft_proposer(dp, 1, (size_t)8 << 20);
+    seq *a[N], *b[N];
+    int k[N] = {5, 1, 3, 4};
+    for (int i = 0; i < N; i++) {
+        int32_t pr[70];
+        int n = 5 + 20 * i; /* up to 65 tokens: catch-ups of up to three draft steps of 24 */
+        for (int j = 0; j < n; j++) pr[j] = (int32_t)(3 + (j * 13 + i * 29) % 500);
+        a[i] = seq_create(pr, n, 100);
+        b[i] = seq_create(pr, n, 100);
+        cr_assert(a[i] && b[i]);
+    }
+    for (int round = 0; round < 3; round++) {
+        int na[N], nb[N];
+        batched->ops->propose(batched, a, k, N, na); /* groups of 3 and 1 */
+        for (int i = 0; i < N; i++) alone->ops->propose(alone, &b[i], &k[i], 1, &nb[i]);
+        for (int i = 0; i < N; i++) {
+            cr_assert_eq(na[i], k[i], "round %d seq %d: %d guesses of %d", round, i, na[i], k[i]);
+            cr_assert_eq(na[i], nb[i]);
+            cr_assert(!memcmp(a[i]->draft, b[i]->draft, (size_t)na[i] * sizeof(int32_t)),
+                      "round %d seq %d: batched guesses differ from one at a time", round, i);
+            /* as if the first guess and one other token were accepted */
+            int32_t add[2] = {a[i]->draft[0], (int32_t)(7 + round + i)};
+            for (int j = 0; j < 2; j++) {
+                a[i]->tokens[a[i]->n_tokens++] = add[j];
+                b[i]->tokens[b[i]->n_tokens++] = add[j];
+            }
+        }
+    }
+    for (int i = 0; i < N; i++) {
+        batched->ops->release(batched, a[i]);
+        alone->ops->release(alone, b[i]);
+        cr_assert_null(a[i]->spec_state);
+        seq_destroy(a[i]);
+        seq_destroy(b[i]);
+    }
+    batched->ops->destroy(batched);
+    alone->ops->destroy(alone);
+    unlink(tp);
+    unlink(dp);
+}
+
+/* The draft's prefix cache: a finished sequence's full blocks serve the next one with the same
+ * prompt prefix (only whole agreeing blocks), the guesses stay those of a proposer without a
+ * cache, and a pool too small to keep every prompt evicts cached blocks instead of failing. */
+static seq *ts_seq(int n, unsigned salt, int shared)
+{
+    int32_t pr[200];
+    for (int j = 0; j < n; j++) pr[j] = (int32_t)(3 + ((unsigned)j * 7u + (j < shared ? 0u : salt * 31u)) % 500u);
+    seq *s = seq_create(pr, n, 50);
+    cr_assert_not_null(s);
+    return s;
+}
+
+static void ts_same_guesses(spec_proposer *p, spec_proposer *fresh, seq *a, seq *b, int k)
+{
+    int na, nb;
+    p->ops->propose(p, &a, &k, 1, &na);
+    fresh->ops->propose(fresh, &b, &k, 1, &nb);
+    cr_assert_eq(na, k);
+    cr_assert_eq(nb, k);
+    cr_assert(!memcmp(a->draft, b->draft, (size_t)k * sizeof(int32_t)), "guesses differ from a cold draft's");
+}
+
+Test(engine_spec, draft_prefix_cache, .timeout = 120)
+{
+    char tp[1024], dp[1024];
+    ts_pair(tp, dp, sizeof tp, DT_F32, 0);
+    /* 2 layers × 2 kv heads × 16 dims × 2 (K, V) × 2 bytes = 256 bytes a token: 48 blocks of 16 */
+    spec_proposer *p = ts_draft_proposer(dp, 2, 48 * 16 * 256);
+    struct {
+        int n, shared, want;
+    } cases[] = {{50, 0, 0}, {60, 40, 32}, {50, 50, 48}, {20, 50, 16}, {130, 0, 0}};
+    for (int c = 0; c < 5; c++) {
+        spec_proposer *fresh = ts_draft_proposer(dp, 1, (size_t)8 << 20);
+        seq *a = ts_seq(cases[c].n, (unsigned)c, cases[c].shared), *b = ts_seq(cases[c].n, (unsigned)c, cases[c].shared);
+        int64_t before = spec_draft_cached_tokens(p);
+        ts_same_guesses(p, fresh, a, b, 3);
+        cr_assert_eq(spec_draft_cached_tokens(p) - before, cases[c].want, "case %d: %lld cached tokens, want %d", c,
+                     (long long)(spec_draft_cached_tokens(p) - before), cases[c].want);
+        p->ops->release(p, a);
+        fresh->ops->release(fresh, b);
+        seq_destroy(a);
+        seq_destroy(b);
+        fresh->ops->destroy(fresh);
+    }
+    /* many different prompts through a pool that holds about five: the cache makes room */
+    spec_proposer *fresh = ts_draft_proposer(dp, 1, (size_t)8 << 20);
+    for (int r = 0; r < 12; r++) {
+        seq *a = ts_seq(100, 100 + (unsigned)r, 0), *b = ts_seq(100, 100 + (unsigned)r, 0);
+        ts_same_guesses(p, fresh, a, b, 2);
+        p->ops->release(p, a);
+        fresh->ops->release(fresh, b);
+        seq_destroy(a);
+        seq_destroy(b);
+    }
+    fresh->ops->destroy(fresh);
+    p->ops->destroy(p);
     unlink(tp);
     unlink(dp);
 }

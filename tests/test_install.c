@@ -84,6 +84,13 @@ static void ti_verify(const char *root, const char *unit)
                  "systemd-analyze verify %s:\n%s", unit, tu_read_file(strcat(strcpy((char[600]){0}, ti_dir), "/verify.log"), NULL));
 }
 
+/* `make` alone builds the binary: no rule placed above `all` becomes the default goal. */
+Test(install, make_alone_builds)
+{
+    cr_assert_eq(ti_sh("make -pn BUILD='%s' 2>/dev/null | grep -qx '.DEFAULT_GOAL := all'", ti_build), 0,
+                 "the Makefile's default goal is not `all`");
+}
+
 Test(install, make_install_prefix_destdir)
 {
     char dest[400];

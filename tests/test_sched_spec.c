@@ -52,10 +52,8 @@ typedef struct ss_prop {
     int64_t calls, proposed;
 } ss_prop;
 
-static int ss_propose(void *ud, seq *s, int k, int32_t *out)
+static int ss_propose_one(ss_prop *p, seq *s, int k, int32_t *out)
 {
-    ss_prop *p = ud;
-    p->calls++;
     int n = rand_r(&p->rng) % (k + 1);
     int32_t t = s->tokens[s->n_tokens - 1];
     for (int i = 0; i < n; i++) {
@@ -65,6 +63,17 @@ static int ss_propose(void *ud, seq *s, int k, int32_t *out)
     }
     p->proposed += n;
     return n;
+}
+
+static void ss_propose(void *ud, seq *const *s, const int *k, int n, int *n_out)
+{
+    ss_prop *p = ud;
+    p->calls++;
+    for (int i = 0; i < n; i++) {
+        cr_assert_gt(k[i], 0);
+        for (int j = 0; j < i; j++) cr_assert_neq(s[i], s[j], "a sequence asked twice in one step");
+        n_out[i] = ss_propose_one(p, s[i], k[i], s[i]->draft);
+    }
 }
 
 /* One random workload; returns the accepted draft count. */
@@ -145,4 +154,56 @@ Test(sched_spec, random_workloads_against_the_chain)
     }
     cr_assert_gt(acc, 100, "drafts were accepted");
     cr_assert_gt(preempt, 0, "the small pools preempted");
+}
+
+/* Speculation stops while the batch is about to grow past spec_disable_batch (prompts waiting
+ * that max_seqs admits), and goes on when max_seqs keeps them waiting. */
+static int64_t ss_calls_with_waiting(int max_seqs)
+{
+    ss_prop prop = {7, 100, 0, 0};
+    int32_t eog[1] = {-1};
+    sched_config c = {.block_size = 4, .n_blocks = 400, .max_seqs = max_seqs, .max_batch_tokens = 40,
+                      .prefix_cache = 0, .n_ctx = 120, .eog_ids = eog, .n_eog = 0,
+                      .propose = ss_propose, .propose_ud = &prop, .spec_k = 3, .spec_rows = 30,
+                      .spec_disable_batch = 2};
+    sched *sc = sched_create(&c);
+    cr_assert_not_null(sc);
+    sh_step h;
+    sh_init(&h, sc, &c, SS_VOCAB, (sh_model){ss_run, ss_copy, NULL});
+    int max_logits = sched_max_logits(c.max_seqs) + c.spec_rows;
+    batch_fini(&h.bb);
+    cr_assert_eq(batch_init(&h.bb, c.max_batch_tokens, c.max_seqs, max_logits), 0);
+    free(h.logits);
+    h.logits = malloc((size_t)max_logits * SS_VOCAB * sizeof(float));
+    seq *s[4];
+    for (int i = 0; i < 4; i++) {
+        int32_t pr[3] = {i, 5, 9};
+        s[i] = seq_create(pr, 3, 100);
+        cr_assert_not_null(s[i]);
+        smp_params_default(&s[i]->sp);
+        s[i]->sp.temperature = 0.0f;
+        smp_rng_key(&s[i]->rng, 1, 0);
+    }
+    cr_assert_eq(sched_add(sc, s[0]), 0);
+    sampling_out *out;
+    for (int step = 0; step < 3; step++) cr_assert_geq(sh_step_run(&h, &out), 0);
+    cr_assert_gt(prop.calls, 0, "one decoding sequence alone speculates");
+    for (int i = 1; i < 4; i++) cr_assert_eq(sched_add(sc, s[i]), 0);
+    int64_t before = prop.calls;
+    cr_assert_geq(sh_step_run(&h, &out), 0);
+    sched_check(sc);
+    int64_t calls = prop.calls - before;
+    for (int i = 0; i < 4; i++)
+        if (s[i]->status != SEQ_FINISHED) sched_release(sc, s[i], ENGINE_FINISH_ABORT);
+    sched_check(sc);
+    sh_fini(&h);
+    sched_destroy(sc);
+    for (int i = 0; i < 4; i++) seq_destroy(s[i]);
+    return calls;
+}
+
+Test(sched_spec, no_drafts_while_the_batch_is_about_to_grow)
+{
+    cr_assert_eq(ss_calls_with_waiting(6), 0, "3 prompts about to join: no proposals");
+    cr_assert_gt(ss_calls_with_waiting(1), 0, "max_seqs 1 keeps them waiting: proposals go on");
 }

@@ -333,6 +333,7 @@ struct tc_case {
     int n_heads, n_kv_heads, head_dim, block_size, kv_dtype, q_type;
     float softcap;
     int window, sinks, n_sm, quick; /* quick: part of --quick (make test) */
+    int learned;                    /* 1: a learned sink logit per head (gpt-oss) */
 };
 
 /* Unit roundoff of the products' 16-bit type: bf16 for a bf16 cache, else f16. */
@@ -353,7 +354,7 @@ static double emu_u16(int kv_dtype)
  * rounded to f16) else 0, u_o that of the output type, γ = (D + 16) 2⁻²⁴, γ_o = 2⁻¹⁹. */
 static void emu_tc_ref_row(const tc_case &c, const std::vector<uint8_t> &arena, const cuda_kv_layout &l,
                            const int32_t *bt_row, int qp, int lo, int n_sink, const void *q, const void *qs,
-                           size_t qrow, double scale, double *o, double *bnd)
+                           size_t qrow, double scale, const float *head_sinks, double *o, double *bnd)
 {
     const int D = c.head_dim, kvh = (int)(qrow % c.n_heads) / (c.n_heads / c.n_kv_heads);
     const int quant = c.kv_dtype == KV_I8 || c.kv_dtype == KV_FP8;
@@ -376,7 +377,12 @@ static void emu_tc_ref_row(const tc_case &c, const std::vector<uint8_t> &arena, 
         E[k] = (u + uk + gam) * da + (c.softcap > 0 ? 4 * c.softcap / 16777216.0 : 0);
         mx = std::max(mx, s[k]);
     }
+    /* a learned sink: one more term in the denominator, no value (its factor's f32 exp and
+     * division add a few units of 2⁻²⁴ to every output: the u_s term) */
+    double sink = head_sinks ? head_sinks[qrow % c.n_heads] : -INFINITY, us = head_sinks ? 8.0 / 16777216 : 0;
+    mx = std::max(mx, sink);
     for (int k = 0; k < n; k++) z += w[k] = exp(s[k] - mx);
+    if (head_sinks) z += exp(sink - mx);
     for (int k = 0; k < n; k++) w[k] /= z;
     for (int e = 0; e < D; e++) {
         double od = 0, wa = 0, va = 0, sd = 0;
@@ -386,7 +392,7 @@ static void emu_tc_ref_row(const tc_case &c, const std::vector<uint8_t> &arena, 
             wa += w[k] * fabs(x), va += fabs(x), sd += w[k] * fabs(x - od) * E[k];
         }
         o[e] = od;
-        bnd[e] = sd + (u + uk + 1.0 / 524288) * wa + va / 33554432.0 + uo * fabs(od);
+        bnd[e] = sd + (u + uk + 1.0 / 524288) * wa + va / 33554432.0 + (uo + us) * fabs(od);
     }
 }
 
@@ -451,6 +457,9 @@ static int emu_tc_check(const tc_case &c, double *worst, double *rel, cuda_attn_
     a.bt_stride = stride, a.block_size = bs, a.n_kv_heads = c.n_kv_heads, a.n_heads = c.n_heads;
     a.head_dim = D, a.gsize = gsize, a.scale = 1.0f / sqrtf((float)D), a.softcap = c.softcap, a.window = c.window;
     a.tile_elems = (int32_t)cuda_kv_tile_elems(&l);
+    std::vector<float> hsink(c.n_heads);
+    for (float &x : hsink) x = 6 + 3 * emu_unif(); /* above the scores: a real share even of 1500 keys */
+    a.head_sinks = c.learned ? hsink.data() : NULL;
     size_t es = kv_dtype_bytes(c.kv_dtype);
     emu_l.kind = 3, emu_l.kp = arena.data(), emu_l.vp = arena.data() + cuda_kv_plane_elems(&l) * es;
     for (int kind = 0; kind < 2; kind++) { /* decode items, then prefill items, as the backend */
@@ -483,7 +492,7 @@ static int emu_tc_check(const tc_case &c, double *worst, double *rel, cuda_attn_
             for (int h = 0; h < c.n_heads; h++) {
                 size_t row = (size_t)t * c.n_heads + h;
                 emu_tc_ref_row(c, arena, l, &bt[(size_t)s * stride], qp, lo, sinks[s], q.data(), qs.data(), row,
-                               1.0 / sqrt((double)D), o.data(), bnd.data());
+                               1.0 / sqrt((double)D), a.head_sinks, o.data(), bnd.data());
                 for (int e = 0; e < D; e++) {
                     double got = emu_q_get(c.q_type, out.data(), row * D + e);
                     if (!(fabs(got) < 1e29)) {
@@ -563,25 +572,29 @@ int main(int argc, char **argv)
     /* the tensor-core kernels: what, seqs, decoding, ctx, new tokens, heads, kv heads, head dim,
      * block, KV, Q, soft-cap, window, sinks, SMs (few → split-K), quick */
     const tc_case tcs[] = {
-        {"attn mma prefill hd64 f16 (prefix + chunks, gqa 4)", 3, 0, 80, 300, 1, 150, 8, 2, 64, 16, KV_F16, Q_F32, 0, 0, 0, 100, 1},
-        {"attn mma prefill hd128 bf16 (gqa 8, bf16 q/out)", 2, 0, 100, 260, 1, 140, 16, 2, 128, 16, KV_BF16, Q_BF16, 0, 0, 0, 100, 0},
-        {"attn mma prefill hd256 f16 (window + soft-cap)", 2, 0, 100, 220, 1, 100, 4, 2, 256, 16, KV_F16, Q_F32, 50, 40, 0, 100, 0},
-        {"attn mma prefill hd96 f16 (mha, f16 q/out)", 2, 0, 50, 200, 1, 120, 4, 4, 96, 16, KV_F16, Q_F16, 0, 0, 0, 100, 0},
-        {"attn mma prefill hd128 int8", 2, 0, 80, 220, 1, 100, 8, 2, 128, 16, KV_I8, Q_F32, 0, 0, 0, 100, 1},
-        {"attn mma prefill hd64 fp8 (gqa 7: rows across tokens)", 2, 0, 60, 200, 1, 90, 14, 2, 64, 16, KV_FP8, Q_BF16, 0, 0, 0, 100, 0},
-        {"attn mma prefill split-K hd64 f16", 1, 0, 1500, 1500, 40, 40, 8, 2, 64, 16, KV_F16, Q_F32, 0, 0, 0, 4, 0},
-        {"attn mma prefill sinks hd64 bf16", 3, 0, 100, 300, 1, 60, 8, 2, 64, 32, KV_BF16, Q_F32, 0, 0, 21, 100, 1},
-        {"attn mma mixed hd128 f16 (decode + prefill kernels)", 6, 3, 50, 400, 1, 80, 16, 2, 128, 16, KV_F16, Q_F32, 0, 0, 0, 100, 0},
-        {"attn mma decode hd64 f16 (gqa 8)", 6, 6, 1, 300, 1, 1, 32, 4, 64, 16, KV_F16, Q_F32, 0, 0, 0, 100, 1},
-        {"attn mma decode split-K hd128 f16", 1, 1, 3000, 3000, 1, 1, 8, 2, 128, 16, KV_F16, Q_F32, 0, 0, 0, 16, 0},
-        {"attn mma decode split-K hd128 int8", 1, 1, 3000, 3000, 1, 1, 8, 2, 128, 16, KV_I8, Q_F32, 0, 0, 0, 16, 1},
-        {"attn mma decode split-K hd64 fp8 (bf16 q/out)", 2, 2, 1500, 2500, 1, 1, 8, 1, 64, 16, KV_FP8, Q_BF16, 0, 0, 0, 8, 1},
-        {"attn mma decode split-K hd256 bf16 (window)", 3, 3, 100, 900, 1, 1, 8, 4, 256, 16, KV_BF16, Q_F32, 0, 100, 0, 8, 0},
-        {"attn mma decode hd96 int8 (8- and 4-byte runs, f16 q/out)", 3, 3, 50, 400, 1, 1, 4, 4, 96, 16, KV_I8, Q_F16, 0, 0, 0, 100, 0},
-        {"attn mma decode hd64 f16 (2 tokens x gqa 8)", 4, 0, 50, 300, 2, 2, 16, 2, 64, 16, KV_F16, Q_F32, 0, 0, 0, 100, 0},
-        {"attn mma decode sinks + split-K hd64 int8", 2, 2, 900, 1300, 1, 1, 8, 2, 64, 16, KV_I8, Q_F32, 0, 0, 37, 8, 1},
-        {"attn mma decode mqa 32 (prefill kernel rows)", 3, 3, 50, 300, 1, 1, 32, 1, 64, 16, KV_F16, Q_F32, 0, 0, 0, 100, 0},
-        {"attn mma decode hd256 f16 (soft-cap)", 3, 3, 50, 500, 1, 1, 8, 2, 256, 16, KV_F16, Q_F32, 30, 0, 0, 100, 0},
+        {"attn mma prefill hd64 f16 (prefix + chunks, gqa 4)", 3, 0, 80, 300, 1, 150, 8, 2, 64, 16, KV_F16, Q_F32, 0, 0, 0, 100, 1, 0},
+        {"attn mma prefill hd128 bf16 (gqa 8, bf16 q/out)", 2, 0, 100, 260, 1, 140, 16, 2, 128, 16, KV_BF16, Q_BF16, 0, 0, 0, 100, 0, 0},
+        {"attn mma prefill hd256 f16 (window + soft-cap)", 2, 0, 100, 220, 1, 100, 4, 2, 256, 16, KV_F16, Q_F32, 50, 40, 0, 100, 0, 0},
+        {"attn mma prefill hd96 f16 (mha, f16 q/out)", 2, 0, 50, 200, 1, 120, 4, 4, 96, 16, KV_F16, Q_F16, 0, 0, 0, 100, 0, 0},
+        {"attn mma prefill hd128 int8", 2, 0, 80, 220, 1, 100, 8, 2, 128, 16, KV_I8, Q_F32, 0, 0, 0, 100, 1, 0},
+        {"attn mma prefill hd64 fp8 (gqa 7: rows across tokens)", 2, 0, 60, 200, 1, 90, 14, 2, 64, 16, KV_FP8, Q_BF16, 0, 0, 0, 100, 0, 0},
+        {"attn mma prefill split-K hd64 f16", 1, 0, 1500, 1500, 40, 40, 8, 2, 64, 16, KV_F16, Q_F32, 0, 0, 0, 4, 0, 0},
+        {"attn mma prefill sinks hd64 bf16", 3, 0, 100, 300, 1, 60, 8, 2, 64, 32, KV_BF16, Q_F32, 0, 0, 21, 100, 1, 0},
+        {"attn mma mixed hd128 f16 (decode + prefill kernels)", 6, 3, 50, 400, 1, 80, 16, 2, 128, 16, KV_F16, Q_F32, 0, 0, 0, 100, 0, 0},
+        {"attn mma decode hd64 f16 (gqa 8)", 6, 6, 1, 300, 1, 1, 32, 4, 64, 16, KV_F16, Q_F32, 0, 0, 0, 100, 1, 0},
+        {"attn mma decode split-K hd128 f16", 1, 1, 3000, 3000, 1, 1, 8, 2, 128, 16, KV_F16, Q_F32, 0, 0, 0, 16, 0, 0},
+        {"attn mma decode split-K hd128 int8", 1, 1, 3000, 3000, 1, 1, 8, 2, 128, 16, KV_I8, Q_F32, 0, 0, 0, 16, 1, 0},
+        {"attn mma decode split-K hd64 fp8 (bf16 q/out)", 2, 2, 1500, 2500, 1, 1, 8, 1, 64, 16, KV_FP8, Q_BF16, 0, 0, 0, 8, 1, 0},
+        {"attn mma decode split-K hd256 bf16 (window)", 3, 3, 100, 900, 1, 1, 8, 4, 256, 16, KV_BF16, Q_F32, 0, 100, 0, 8, 0, 0},
+        {"attn mma decode hd96 int8 (8- and 4-byte runs, f16 q/out)", 3, 3, 50, 400, 1, 1, 4, 4, 96, 16, KV_I8, Q_F16, 0, 0, 0, 100, 0, 0},
+        {"attn mma decode hd64 f16 (2 tokens x gqa 8)", 4, 0, 50, 300, 2, 2, 16, 2, 64, 16, KV_F16, Q_F32, 0, 0, 0, 100, 0, 0},
+        {"attn mma decode sinks + split-K hd64 int8", 2, 2, 900, 1300, 1, 1, 8, 2, 64, 16, KV_I8, Q_F32, 0, 0, 37, 8, 1, 0},
+        {"attn mma decode mqa 32 (prefill kernel rows)", 3, 3, 50, 300, 1, 1, 32, 1, 64, 16, KV_F16, Q_F32, 0, 0, 0, 100, 0, 0},
+        {"attn mma decode hd256 f16 (soft-cap)", 3, 3, 50, 500, 1, 1, 8, 2, 256, 16, KV_F16, Q_F32, 30, 0, 0, 100, 0, 0},
+        /* gpt-oss: learned sink logits per head, windowed layers, bf16 activations */
+        {"attn mma prefill learned sinks hd64 bf16 (window)", 3, 0, 80, 300, 1, 120, 8, 2, 64, 16, KV_BF16, Q_F32, 0, 32, 0, 100, 1, 1},
+        {"attn mma mixed learned sinks hd64 f16 (split-K)", 4, 2, 300, 1500, 1, 40, 8, 1, 64, 16, KV_F16, Q_F32, 0, 0, 0, 4, 1, 1},
+        {"attn mma decode learned sinks hd64 fp8", 3, 3, 50, 200, 1, 1, 16, 2, 64, 16, KV_FP8, Q_BF16, 0, 128, 0, 100, 0, 1},
     };
     for (const tc_case &c : tcs) {
         if (quick && !c.quick) continue;

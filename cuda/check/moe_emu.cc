@@ -662,7 +662,9 @@ static double me_kv_value(const std::vector<uint8_t> &arena, const cuda_kv_layou
     return d * (dtype == KV_I8 ? (double)(int8_t)arena[i] : (double)kv_e4m3_decode(arena[i]));
 }
 
-static void me_mla_attn(int dtype, int n_seqs, int max_ctx, int max_new, int H, int kv_lora, int rope, int bs)
+/* n_sm > 0: the key partitions the backend would plan on that many SMs (split-K). */
+static void me_mla_attn(int dtype, int n_seqs, int max_ctx, int max_new, int H, int kv_lora, int rope, int bs,
+                        int n_sm = 0)
 {
     const int D = kv_lora + rope;
     std::vector<int32_t> ctx(n_seqs), q_start(n_seqs + 1);
@@ -706,7 +708,11 @@ static void me_mla_attn(int dtype, int n_seqs, int max_ctx, int max_new, int H, 
     a.q = q.data(), a.out = out.data(), a.q_start = q_start.data(), a.ctx_len = ctx.data(), a.block_table = bt.data();
     a.n_seqs = n_seqs, a.bt_stride = stride, a.block_size = bs, a.n_heads = H, a.head_dim = D;
     a.tile_elems = (int32_t)cuda_kv_tile_elems(&l), a.scale = 1.0f / sqrtf(192.0f);
-    unsigned gx = (unsigned)cuda_div_up(H, CUDA_MLA_ROWS);
+    a.splits = n_sm > 0 ? cuda__mla_splits(n, H, max_ctx, n_sm, &a.part_keys) : 1;
+    std::vector<float> part(a.splits > 1 ? cuda__mla_part_floats(n, H, a.splits, D) : 1, me_poison);
+    std::vector<int32_t> sem((size_t)n * cuda__mla_chunks(H), 0);
+    a.part = part.data(), a.sem = sem.data();
+    unsigned gx = (unsigned)(cuda__mla_chunks(H) * a.splits);
     if (dtype == KV_F32) me_launch(gx, (unsigned)n, CUDA_MLA_THREADS, [&] { cuda__mla_attn_k<float>(a, (const float *)arena.data()); });
     else if (dtype == KV_I8) me_launch(gx, (unsigned)n, CUDA_MLA_THREADS, [&] { cuda__mla_attn_k<int8_t>(a, (const int8_t *)arena.data()); });
     else me_launch(gx, (unsigned)n, CUDA_MLA_THREADS, [&] { cuda__mla_attn_k<uint8_t>(a, (const uint8_t *)arena.data()); });
@@ -746,10 +752,11 @@ static void me_mla_attn(int dtype, int n_seqs, int max_ctx, int max_new, int H, 
                 }
             }
         }
-    char what[112], extra[48];
+    for (int32_t c : sem) ok &= c == 0; /* the last partition resets its counter */
+    char what[128], extra[64];
     snprintf(what, sizeof what, "mla attention %s seqs %d ctx<=%d new<=%d heads %d latent %d+%d block %d",
              kv_dtype_name(dtype), n_seqs, max_ctx, max_new, H, kv_lora, rope, bs);
-    snprintf(extra, sizeof extra, " (tokens %d, err/bound %.2f)", n, worst);
+    snprintf(extra, sizeof extra, " (tokens %d, splits %d, err/bound %.2f)", n, a.splits, worst);
     me_report(what, ok, extra);
 }
 
@@ -787,10 +794,13 @@ int main(int argc, char **argv)
     me_mla_prep(3, 5, 16, 8, 64);
     me_mla_attn(KV_F32, 3, 60, 20, 20, 64, 16, 16); /* mixed prefill + decode; a partial head chunk */
     me_mla_attn(KV_I8, 2, 50, 1, 16, 32, 8, 5);     /* int8 decode, odd block */
+    me_mla_attn(KV_F32, 1, 900, 1, 20, 64, 16, 16, 16); /* one long decode split over the keys */
+    me_mla_attn(KV_I8, 3, 600, 2, 16, 32, 8, 16, 8);    /* split-K, short sequences' empty partitions */
     if (!quick) {
         me_mla_prep(2, 16, 128, 64, 512);
         me_mla_attn(KV_FP8, 3, 40, 12, 8, 32, 16, 16);
         me_mla_attn(KV_F32, 1, 40, 1, 16, 512, 64, 16); /* DeepSeek's latent: 576 values */
+        me_mla_attn(KV_FP8, 1, 700, 1, 16, 512, 64, 16, 132); /* its decode split over an H200's SMs */
     }
     printf("%d checks, %d failed\n", me_n, me_bad);
     return me_bad ? 1 : 0;
