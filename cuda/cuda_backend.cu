@@ -377,6 +377,7 @@ static const be_ops cuda__ops = {
     .rmsnorm = cuda__op_rmsnorm,
     .matmul = cuda__op_matmul,
     .matmul_multi = cuda__op_matmul_multi,
+    .matmul_f32 = cuda__op_matmul_f32,
     .rope = cuda__op_rope,
     .rope_shift = cuda__op_rope_shift,
     .store_kv = cuda__op_store_kv,

@@ -87,6 +87,14 @@ void cuda_set_quant_prefill(backend *be, int f16_tiles);
  * matmul's. */
 void cuda_quantise_activations(backend *be, const float *x, int n_rows, int64_t n_in, int block);
 
+/* For the GPU check: the expert projections of a MoE step (quantisation, the grouped matvecs,
+ * the activation) reusing the routing and grouped rows of the last moe_ffn of n_rows rows (on
+ * any of the layers), queued reps times into one graph, repetition i on layer ms[i % n_layers]
+ * (layers of one shape: copies whose weights together pass the L2, so that every repetition
+ * reads memory), and replayed; *us gets one repetition's device time (the median of five
+ * replays, over reps). 0, -EINVAL (another shape, or no such step ran) or -EIO. */
+int cuda_moe_bench_experts(backend *be, const be_moe *ms, int n_layers, int n_rows, int reps, double *us);
+
 /* The backend's CUDA stream (a cudaStream_t), on which every op is queued: for benchmarks that
  * capture ops into a graph of their own or time them with events. */
 void *cuda_backend_stream(backend *be);

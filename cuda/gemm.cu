@@ -176,6 +176,19 @@ void cuda__op_matmul(backend *be, const void *x, int n_rows, const be_weight *w,
     cuda__matmul(cb, x, n_rows, w, bias && bias->data ? (const float *)bias->data : NULL, out, cb->act, 0.0f);
 }
 
+/* matmul with an f32 output: the kernels' output type f32 (the router's logits). */
+void cuda__op_matmul_f32(backend *be, const void *x, int n_rows, const be_weight *w, const be_weight *bias,
+                         float *out)
+{
+    cuda_backend *cb = cuda__cb(be);
+    if (cuda__graph_skip(cb)) return;
+    if (w->type == DT_MXFP4) {
+        cuda__fail(cb, -EINVAL);
+        return;
+    }
+    cuda__matmul(cb, x, n_rows, w, bias && bias->data ? (const float *)bias->data : NULL, out, DT_F32, 0.0f);
+}
+
 /* matmul_multi: quantised matrices of one input width share one quantisation of x
  * (cuda__qmatmul); any other mix runs as matmul, one matrix at a time. */
 void cuda__op_matmul_multi(backend *be, const void *x, int n_rows, int n, const be_weight *const *w,

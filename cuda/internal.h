@@ -181,6 +181,7 @@ typedef struct cuda_backend {
     size_t moe_bytes;
     cuda_scratch moe32;
     size_t moe_row_bytes, moe32_row_floats; /* the largest per-row needs seen (cuda__moe_reserve) */
+    size_t moe_part_bytes; /* the largest split partials of a grouped quantised matvec at decode */
     /* Overlapped steps (sample.cu, meta.cu). The metadata's pinned buffer alternates with a
      * second one (meta_host_alt, its own capacity and event), so that begin() packs a step while
      * the previous step's uploads may still be queued; meta_host_cap is the current one's. The
@@ -308,6 +309,9 @@ void cuda__kv_target(cuda_backend *cb, int layer, void **kp, void **vp, const cu
 /* out = x · Wᵀ (+ bias): quantised weights go to the integer path (cuda__qmatmul), the others to
  * the matrix-vector kernels (up to gemv_max_rows rows) or cuBLAS. */
 void cuda__op_matmul(backend *be, const void *x, int n_rows, const be_weight *w, const be_weight *bias, void *out);
+/* The same with an f32 output (matmul_f32: the MoE router's logits). */
+void cuda__op_matmul_f32(backend *be, const void *x, int n_rows, const be_weight *w, const be_weight *bias,
+                         float *out);
 /* matmul_multi: quantised matrices share one quantisation of x (cuda__qmatmul); others run as
  * matmul. */
 void cuda__op_matmul_multi(backend *be, const void *x, int n_rows, int n, const be_weight *const *w,

@@ -76,6 +76,7 @@ const char *cuda__kern_missing(const cuda__kern *k)
     CUDA__KERN_NEED(moe_gemv[DT_F16]);
     CUDA__KERN_NEED(moe_gemv[DT_BF16]);
     CUDA__KERN_NEED(moe_gemv[DT_MXFP4]);
+    CUDA__KERN_NEED(moe_mmvq[DT_MXFP4]);
     /* Every quantised type the backend accepts (cuda_q_is_quant) has its per-type entries. */
     for (int t = 0; t < 2 * CUDA__W_TYPES; t++) {
         if (!cuda_q_is_quant(t)) continue;
@@ -85,6 +86,7 @@ const char *cuda__kern_missing(const cuda__kern *k)
         CUDA__KERN_NEED(qdequant[t]);
         CUDA__KERN_NEED(qembed[t]);
         CUDA__KERN_NEED(moe_gemv[t]);
+        CUDA__KERN_NEED(moe_mmvq[t]);
     }
 #undef CUDA__KERN_NEED
     return NULL;

@@ -231,7 +231,8 @@ typedef struct cuda__kern {
      * w [n_tok][k], and adds each token's rows to cnt[expert] (zeroed by the caller). */
     void (*moe_route)(cudaStream_t s, const be_moe_rule *r, const float *logits, const float *sel_bias, int n_tok,
                       int32_t *ids, float *w, int32_t *cnt);
-    /* Groups the n_tok × k routed rows by expert: start [n_expert + 1] from cnt, row [n_tok][k] the
+    /* Groups the n_tok × k routed rows by expert: start [2 · n_expert + 2] from cnt (each expert's
+     * first row, all rows, the number of experts with rows and their ids), row [n_tok][k] the
      * grouped row of each (token, j), xg [rows][dim] the tokens' inputs x [n_tok][dim] there;
      * fill [n_expert] is scratch. */
     void (*moe_group)(cudaStream_t s, const int32_t *ids, int n_tok, int k, int n_expert, const float *x, int64_t dim,
@@ -239,6 +240,10 @@ typedef struct cuda__kern {
     /* Per weight type (F32, F16, BF16, the quantised ones and MXFP4): the grouped matvec of
      * cuda__moe_proj (moe_kernels.h), reading only the groups with rows; n_in % 8 == 0. */
     void (*moe_gemv[CUDA__W_TYPES])(cudaStream_t s, const cuda__moe_proj *p, const float *x, float *out);
+    /* Per quantised weight type and MXFP4: the grouped integer matvec of cuda__moe_qproj
+     * (moe_kernels.h) over min(n_groups, n_rows) expert slots and split blocks per tile (1 when
+     * a group may have more than 8 rows). */
+    void (*moe_mmvq[CUDA__W_TYPES])(cudaStream_t s, const cuda__moe_qproj *p, int split);
     /* g[i] = SiLU(g[i]) · u[i] (swiglu 0) or SwiGLU-OAI (1, alpha, limit) for i < n. */
     void (*moe_act)(cudaStream_t s, float *g, const float *u, int64_t n, int swiglu, float alpha, float limit);
     /* out [n_tok][dim] = Σ_j w[t][j] · y[row[t][j]], j in selection order. */

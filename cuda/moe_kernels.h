@@ -6,20 +6,28 @@
  * A MoE layer on the GPU, for n tokens routed to k experts each (R = n·k routed rows):
  *   route    one block per token: be_moe_route (engine/backend.h, the definition the CPU shares)
  *            writes the token's experts and weights and counts each expert's rows (atomics);
- *   group    one block: each expert's first row (a prefix sum of the counts); then one thread per
+ *   group    one block: each expert's first row (a prefix sum of the counts) and the list of the
+ *            experts with rows; then one thread per
  *            routed row takes the next row of its expert and copies the token's input there, so
  *            an expert's rows are contiguous (their order within an expert is whatever the
  *            atomics give: each row's result depends on that row alone);
  *   gemv     the grouped projection: grid (output tiles, experts); a block whose expert has no
- *            rows returns at once, so an expert no token chose is not read; otherwise each warp
- *            computes one output for all of its expert's rows, 8 rows per pass over the weight
- *            row, in any weight type (f32 / f16 / bf16 values, or the quantised blocks decoded by
- *            cuda_q_dequant8). The same kernel with strided rows and per-group offsets is MLA's
- *            per-head projection (a group per head, every token a row);
+ *            rows returns at once, so an expert no token chose is not read. Quantised and MXFP4
+ *            experts take the integer path (cuda__moe_mmvq_k): the grouped rows quantised once
+ *            to 8-bit blocks (qact_kernels.h), then mmvq's 16 × 8 tile on the integer tensor
+ *            cores (qmatvec_kernels.h) over each expert's own matrix, 8 rows per pass, the input
+ *            dimension split over blocks at decode. F32 / F16 / BF16 experts take the f32 kernel
+ *            (cuda__moe_gemv_k): each warp computes one output for all of its expert's rows, 8
+ *            rows per pass over the weight row, in any weight type (the quantised ones decoded by
+ *            cuda_q_dequant8: the reference the integer path is checked against). The f32 kernel
+ *            with strided rows and per-group offsets is MLA's per-head projection (a group per
+ *            head, every token a row);
  *   act      SiLU × up, or gpt-oss's clamped SwiGLU, element-wise;
  *   combine  one block per token: out = Σ_j w_j · y[row of (token, j)], in selection order.
  * MXFP4 experts see their activations as llama.cpp's Q8_0 blocks (q8h: per 32 values, codes of
- * amax / 127 and that scale rounded to f16), applied to the rows before the matvec.
+ * amax / 127 and that scale rounded to f16): on the integer path the quantiser's codes with the
+ * scale rounded where the tile reads it (cuda__qmma_dx); for the f32 kernel, applied to the rows
+ * before the matvec (cuda__q8h_k).
  */
 #ifndef KVSERVE_CUDA_MOE_KERNELS_H
 #define KVSERVE_CUDA_MOE_KERNELS_H
@@ -28,6 +36,7 @@
 #include "cuda/formats.h"
 #include "cuda/launch.h"
 #include "cuda/moe_plan.h"
+#include "cuda/qmatvec_kernels.h"
 #include "cuda/quant_formats.h"
 
 /* 8 weights i0 .. i0+7 of a weight row of type T (i0 a multiple of 8). */
@@ -80,6 +89,43 @@ static __global__ void __launch_bounds__(CUDA_MOE_THREADS) cuda__moe_gemv_k(cuda
     }
 }
 
+/* The grouped matvec of quantised experts on the integer path: grid (⌈n_out / 16⌉, slots,
+ * split), CUDA_MMVQ_WARPS warps, slots ≥ the experts with rows (min(n_groups, n_rows) covers
+ * every routing), so that a step's grid holds about as many blocks as there is work rather than
+ * one row of blocks per expert. A block past the list of experts with rows returns before
+ * reading a byte; otherwise it runs mmvq's tile (qmatvec_kernels.h) over its expert's matrix for
+ * its rows, 8 at a time, its warps (and the split's blocks) taking the weight blocks in turn. */
+template <int T>
+static __global__ void __launch_bounds__(CUDA_MMVQ_WARPS * 32) cuda__moe_mmvq_k(cuda__moe_qproj p)
+{
+    /* blockIdx.y: a slot of the list of experts with rows (cuda__moe_scan_k); past its end, or
+     * for an expert without rows, the block returns at once */
+    if ((int)blockIdx.y >= p.start[p.n_groups + 1]) return;
+    const int e = p.start[p.n_groups + 2 + blockIdx.y];
+    const int r0 = p.start[e], r1 = p.start[e + 1];
+    if (r0 >= r1) return; /* no row chose this expert: its weights are not read */
+    const int warp = threadIdx.x >> 5, split = (int)gridDim.z, y = (int)blockIdx.z;
+    const int64_t o0 = (int64_t)blockIdx.x * 16, n_blocks = p.n_in / cuda_q_block_elems(T);
+    const uint8_t *w = (const uint8_t *)p.w[e];
+    const float *bias = p.b ? p.b[e] : NULL;
+    int row, col;
+    cuda__mmvq_elem(threadIdx.x, &row, &col); /* this thread's element of the 16 × 8 tile */
+    for (int rb = r0; rb < r1; rb += CUDA_QGEMV_MAX_ROWS) {
+        const int nr = min(r1 - rb, CUDA_QGEMV_MAX_ROWS);
+        float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        cuda__mmvq_tile<T>(w, p.row_bytes, p.n_in, p.n_out, o0, p.xq + (int64_t)rb * p.n_in,
+                           p.xd + (int64_t)rb * n_blocks, nr, (int64_t)y * CUDA_MMVQ_WARPS + warp,
+                           (int64_t)split * CUDA_MMVQ_WARPS, acc);
+        float s = cuda__mmvq_reduce(acc);
+        const int valid = o0 + row < p.n_out && col < nr;
+        const int64_t at = valid ? (int64_t)(rb + col) * p.n_out + o0 + row : 0;
+        if (split > 1 && !cuda__mmvq_join(&s, valid, p.part + at, (int64_t)p.n_rows * p.n_out, y, split,
+                                          &p.ticket[(int64_t)blockIdx.y * gridDim.x + blockIdx.x]))
+            return; /* one pass only: the split needs groups of at most 8 rows */
+        if (valid) p.out[at] = s + (bias ? bias[o0 + row] : 0.0f);
+    }
+}
+
 /* ---- routing and grouping ----------------------------------------------------------------- */
 
 /* One block per token (32 threads; lane 0 routes): ids/w [n][k], cnt[e] += the token's rows of e. */
@@ -93,16 +139,19 @@ static __global__ void cuda__moe_route_k(be_moe_rule r, const float *logits, con
     for (int j = 0; j < k; j++) atomicAdd(&cnt[ids[(int64_t)t * k + j]], 1);
 }
 
-/* One block: start[e] = Σ_{e' < e} cnt[e'] (start[E] = all rows), fill[e] = start[e]. */
+/* One block: start[e] = Σ_{e' < e} cnt[e'] (start[E] = all rows), fill[e] = start[e]; then the
+ * experts with rows: their number at start[E + 1] and their ids, in order, from start[E + 2]. */
 static __global__ void cuda__moe_scan_k(const int32_t *cnt, int n_expert, int32_t *start, int32_t *fill)
 {
     if (threadIdx.x != 0) return;
-    int32_t s = 0;
+    int32_t s = 0, n_act = 0;
     for (int e = 0; e < n_expert; e++) {
         start[e] = fill[e] = s;
         s += cnt[e];
+        if (cnt[e]) start[n_expert + 2 + n_act++] = e;
     }
     start[n_expert] = s;
+    start[n_expert + 1] = n_act;
 }
 
 /* One block per routed row (t, j): its expert's next row gets the token's input; row[t·k + j]

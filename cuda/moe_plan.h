@@ -30,4 +30,25 @@ typedef struct cuda__moe_proj {
     int64_t x_goff, x_stride, o_goff, o_stride;
 } cuda__moe_proj;
 
+/* One grouped projection of quantised experts on the integer path (cuda__moe_mmvq_k): group e's
+ * rows [start[e], start[e + 1]) of the activations (start [2 · n_groups + 2]: then the number of
+ * groups with rows and their ids, as cuda__moe_scan_k writes them), quantised once for all groups as xq
+ * [n_rows][n_in] / xd [n_rows][n_in / block] (cuda/qact_kernels.h's layout), times w[e] into out
+ * [n_rows][n_out] (f32, + b[e]). With a split over the input dimension (gridDim.z > 1, allowed
+ * only when no group has more than CUDA_QGEMV_MAX_ROWS rows), part holds split × n_rows × n_out
+ * floats and ticket [slots][⌈n_out / 16⌉] zeroed counters (left zeroed). */
+typedef struct cuda__moe_qproj {
+    const void *const *w;  /* [n_groups] device pointers to the matrices */
+    const float *const *b; /* [n_groups] biases [n_out], or NULL for none */
+    const int32_t *start;  /* [2 · n_groups + 2] */
+    int n_groups, n_rows;
+    int64_t n_in, n_out;
+    size_t row_bytes;
+    const int8_t *xq;
+    const float *xd;
+    float *out;
+    float *part;
+    unsigned *ticket;
+} cuda__moe_qproj;
+
 #endif

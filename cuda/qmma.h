@@ -80,6 +80,18 @@ template <> __device__ __forceinline__ __half cuda__qa_out<__half>(float f)
 
 /* ---- the tile steps ---------------------------------------------------------------------- */
 
+/* An activation block's scale as type T's product takes it: MXFP4's rounded to f16 (llama.cpp's
+ * 8-bit activations for it carry an f16 scale; the integers are the same), the others' as is. */
+template <int T> static __device__ __forceinline__ float cuda__qmma_dx(float d)
+{
+    if (T != DT_MXFP4) return d;
+#ifdef __CUDA_ARCH__
+    return __half2float(__float2half_rn(d));
+#else
+    return cuda_f16_to_f32(cuda_f32_to_f16(d));
+#endif
+}
+
 /* Four copies of byte v (0..255). */
 static __device__ __forceinline__ uint32_t cuda__qmma_rep(uint32_t v)
 {

@@ -34,7 +34,8 @@ static inline CUDA_HD int cuda_q_is_quant(int type)
 }
 
 /* 1 for the block types the backend stores: the quantised types above, and MXFP4, which only the
- * experts' grouped matvec reads (moe_kernels.h), through cuda_q_dequant8. */
+ * experts' grouped matvecs read (moe_kernels.h: the integer path, cuda/quant_int.h, and the f32
+ * reference through cuda_q_dequant8). */
 static inline CUDA_HD int cuda_q_is_block(int type)
 {
     return cuda_q_is_quant(type) || type == DT_MXFP4;

@@ -11,7 +11,8 @@
  *     w[i] = D · s[h] · q[i] − DM · m[h],     h = i / 16 (the half of the chunk)
  *
  * with q a signed 8-bit integer (the file's code, its constant offset already subtracted:
- * Q4_0's 8, Q5_0's 16, Q3_K's 4, Q6_K's 32; IQ4's code book value), s and m small integers per
+ * Q4_0's 8, Q5_0's 16, Q3_K's 4, Q6_K's 32; IQ4's code book value; MXFP4's E2M1 value doubled,
+ * an integer of {0, ±1, ±2, ±3, ±4, ±6, ±8, ±12}, with D half its E8M0 scale), s and m small integers per
  * half-chunk (the K-quants' sub-block scales and mins: Q2_K, Q3_K and Q6_K change them every 16
  * weights, the others every 32 or never) and D, DM the block's f32 scale and min scale. The dot
  * product of a chunk with 8-bit activations a[i] (scale dx) is then
@@ -99,6 +100,12 @@ static CUDA_QI_INLINE CUDA_HD uint32_t cuda_qi_u32_a2(const uint8_t *p)
     return cuda_qi_u16(p) | cuda_qi_u16(p + 2) << 16;
 }
 
+/* The same from any address (MXFP4's blocks of 17 bytes): four byte loads. */
+static CUDA_QI_INLINE CUDA_HD uint32_t cuda_qi_u32_a1(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
 /* PTX prmt in its default mode (CUDA's __byte_perm): byte n of the result is byte
  * (s >> 4n) & 7 of the eight bytes {x, y}, x's lowest first. */
 static CUDA_QI_INLINE CUDA_HD uint32_t cuda_prmt(uint32_t x, uint32_t y, uint32_t s)
@@ -113,15 +120,29 @@ static CUDA_QI_INLINE CUDA_HD uint32_t cuda_prmt(uint32_t x, uint32_t y, uint32_
 #endif
 }
 
-/* Four IQ4 codes (0..15, one per byte of v) → their code book values (dt_iq4nl_values) as four
- * signed bytes: two 8-entry byte permutes and a select on each code's top bit. */
-static CUDA_QI_INLINE CUDA_HD uint32_t cuda_qi_iq4(uint32_t v)
+/* Four 4-bit codes (0..15, one per byte of v) → the entries of a 16-byte code book (l0, l1 the
+ * entries of codes 0..7, h0, h1 of 8..15, lowest code in the lowest byte) as four signed bytes:
+ * two 8-entry byte permutes and a select on each code's top bit. */
+static CUDA_QI_INLINE CUDA_HD uint32_t cuda_qi_book(uint32_t v, uint32_t l0, uint32_t l1, uint32_t h0, uint32_t h1)
 {
     uint32_t sel = (v & 7) | (v >> 4 & 0x70) | (v >> 8 & 0x700) | (v >> 12 & 0x7000);
-    uint32_t lo = cuda_prmt(0xBFAD9881u, 0xF6EADDCFu, sel); /* codes 0..7: -127 .. -10 */
-    uint32_t hi = cuda_prmt(0x26190D01u, 0x71594535u, sel); /* codes 8..15: 1 .. 113 */
+    uint32_t lo = cuda_prmt(l0, l1, sel), hi = cuda_prmt(h0, h1, sel);
     uint32_t mask = (v >> 3 & 0x01010101u) * 0xFFu;
     return (lo & ~mask) | (hi & mask);
+}
+
+/* Four IQ4 codes → their code book values (dt_iq4nl_values). */
+static CUDA_QI_INLINE CUDA_HD uint32_t cuda_qi_iq4(uint32_t v)
+{
+    /* codes 0..7: -127 .. -10; codes 8..15: 1 .. 113 */
+    return cuda_qi_book(v, 0xBFAD9881u, 0xF6EADDCFu, 0x26190D01u, 0x71594535u);
+}
+
+/* Four MXFP4 codes (E2M1) → their values doubled (dt_mxfp4_values): the integers 0, 1, 2, 3, 4,
+ * 6, 8, 12, then the same negated. */
+static CUDA_QI_INLINE CUDA_HD uint32_t cuda_qi_fp4(uint32_t v)
+{
+    return cuda_qi_book(v, 0x03020100u, 0x0C080604u, 0xFDFEFF00u, 0xF4F8FAFCu);
 }
 
 /* Byte-wise n − off for four unsigned codes n < 128 − off… as signed bytes: the bias 128 − off
@@ -172,6 +193,12 @@ static CUDA_QI_INLINE CUDA_HD void cuda_qi_ints(int type, const uint8_t *b, int 
         q[0] = (v & M4) | cuda_qi_spread4(h >> 4 * t) << 4;
         q[1] = (v >> 4 & M4) | cuda_qi_spread4(h >> (16 + 4 * t)) << 4;
         if (type == DT_Q5_0) q[0] = cuda_qi_sub_off(q[0], 16), q[1] = cuda_qi_sub_off(q[1], 16);
+        break;
+    }
+    case DT_MXFP4: {
+        uint32_t v = cuda_qi_u32_a1(b + 1 + 4 * t);
+        q[0] = cuda_qi_fp4(v & M4);
+        q[1] = cuda_qi_fp4(v >> 4 & M4);
         break;
     }
     case DT_Q8_0:
@@ -303,7 +330,7 @@ static CUDA_QI_INLINE CUDA_HD uint32_t cuda_qi_sub_h(int type, const uint32_t h[
         s0 = s1 = (ls - 32) & 0xFF;
         break;
     }
-    default: return 0x00000101u; /* Q4_0, Q5_0, Q8_0, IQ4_NL */
+    default: return 0x00000101u; /* Q4_0, Q5_0, Q8_0, IQ4_NL, MXFP4 */
     }
     return s0 | s1 << 8 | m0 << 16 | m1 << 24;
 }
@@ -340,6 +367,7 @@ static CUDA_QI_INLINE CUDA_HD void cuda_qi_scales(int type, const uint8_t *b, fl
         v = cuda_qi_u32(b + (type == DT_Q2_K ? 80 : 0));
         *d = cuda_qi_f16(v & 0xFFFF), *dm = cuda_qi_f16(v >> 16);
         return;
+    case DT_MXFP4: *d = cuda_q_e8m0_half(b[0]), *dm = 0.0f; return; /* the E8M0 scale halved: q is doubled */
     case DT_Q3_K: *d = cuda_qi_f16(cuda_qi_u16(b + 108)), *dm = 0.0f; return;
     case DT_Q6_K: *d = cuda_qi_f16(cuda_qi_u16(b + 208)), *dm = 0.0f; return;
     default: *d = cuda_qi_f16(cuda_qi_u16(b)), *dm = 0.0f; return; /* Q4_0, Q5_0, Q8_0, IQ4_NL, IQ4_XS */

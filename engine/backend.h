@@ -386,6 +386,12 @@ typedef struct be_ops {
      * up), each result exactly matmul's, in one pass of dispatch. bias[i] may be NULL. */
     void (*matmul_multi)(backend *be, const void *x, int n_rows, int n, const be_weight *const *w,
                          const be_weight *const *bias, void *const *out);
+    /* Optional (NULL: matmul, which a backend with f32 activations needs, as its output is f32
+     * already): matmul with the output out [n_rows][w->n_out] in f32, not rounded to the
+     * activation type — for results read in f32, the MoE router's logits (a near tie rounded to
+     * bf16 could route to another expert than the f32 reference). */
+    void (*matmul_f32)(backend *be, const void *x, int n_rows, const be_weight *w, const be_weight *bias,
+                       float *out);
     /* Rotates x [n_tokens][n_heads * head_dim] (activations) in place at the batch's positions. */
     void (*rope)(backend *be, void *x, const be_rope *r);
     /* out = x (rotated queries, [n_tokens][n_heads * head_dim]) rotated further by −sink_shift of
@@ -477,7 +483,8 @@ typedef struct be_ops {
      * for each row x of x [n_rows][n_embd], routed by its logits (logits [n_rows][n_expert]:
      * the router's output) as be_moe_route defines; the k terms are added in selection order.
      * The rows are grouped by expert, so each chosen expert's weights are read once per call and
-     * an expert no row chose is not read. x, logits and out are activations (act_type). */
+     * an expert no row chose is not read. x and out are activations (act_type), logits f32
+     * (matmul_f32's output). */
     void (*moe_ffn)(backend *be, const void *x, int n_rows, const void *logits, const be_moe *m, void *out);
     /* The latent query and key of the batch's tokens from q [n_tokens][n_heads][qk_nope + rope]
      * and kv [n_tokens][kv_lora + rope]:

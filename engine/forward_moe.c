@@ -30,7 +30,7 @@ struct fwd_moe {
     backend *be;    /* borrowed */
     moe_layer *layers;  /* [n_layers]; the dense layers' are zero */
     /* activations (the backend's act_type) */
-    void *logits;       /* [max_tokens][n_expert] the router's output */
+    float *logits;      /* [max_tokens][n_expert] the router's output, f32 (matmul_f32) */
     void *sh_g, *sh_u;  /* [max_tokens][n_ff_shexp] the shared experts' gate and up */
     void *sh_out;       /* [max_tokens][n_embd] their output */
 };
@@ -90,7 +90,8 @@ void fwd_moe_destroy(fwd_moe *x)
 fwd_moe *fwd_moe_create(const model *m, backend *be, int max_tokens, char *err, size_t err_len)
 {
     const model_hparams *hp = &m->hp;
-    if (!be->ops->moe_ffn || !be->ops->moe_prepare || !be->ops->moe_release) {
+    if (!be->ops->moe_ffn || !be->ops->moe_prepare || !be->ops->moe_release ||
+        (be->act_type != DT_F32 && !be->ops->matmul_f32)) {
         snprintf(err, err_len, "forward: the %s backend cannot run mixtures of experts (%s has %d experts)", be->name,
                  hp->arch_name, hp->n_expert);
         return NULL;
@@ -101,7 +102,7 @@ fwd_moe *fwd_moe_create(const model *m, backend *be, int max_tokens, char *err, 
     x->be = be;
     if (!(x->layers = calloc((size_t)hp->n_layers, sizeof *x->layers))) goto oom;
     size_t T = (size_t)max_tokens;
-    x->logits = be->ops->alloc(be, T * hp->n_expert);
+    x->logits = be_alloc_f32(be, T * hp->n_expert);
     x->sh_out = be->ops->alloc(be, T * hp->n_embd);
     if (!x->logits || !x->sh_out) goto oom;
     if (hp->n_ff_shexp) {
@@ -153,7 +154,9 @@ void fwd_moe_ffn(fwd_moe *x, int li, const void *h, int n, float *resid, void *o
     const be_ops *op = x->be->ops;
     backend *be = x->be;
     moe_layer *L = &x->layers[li];
-    op->matmul(be, h, n, &L->router, L->router_b.data ? &L->router_b : NULL, x->logits);
+    const be_weight *rb = L->router_b.data ? &L->router_b : NULL;
+    if (op->matmul_f32) op->matmul_f32(be, h, n, &L->router, rb, x->logits); /* routed in f32, as the CPU */
+    else op->matmul(be, h, n, &L->router, rb, x->logits);                     /* f32 activations */
     op->moe_ffn(be, h, n, x->logits, &L->m, out);
     if (!L->gate_sh.data) return;
     const be_weight *w[2] = {&L->gate_sh, &L->up_sh}, *b[2] = {NULL, NULL};

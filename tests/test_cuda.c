@@ -298,6 +298,10 @@ Test(cuda, bf16_ops_and_architectures, .timeout = 120)
         tcu_expect(kc_check_matmul(&e.c, t, 6, kc_n_in(t, 98), 40, 0));
         tcu_expect(kc_check_matmul(&e.c, t, 33, kc_n_in(t, 160), 72, 1));
     }
+    /* f32 outputs (the MoE router's logits) on the dense, mmvq and mmq paths */
+    tcu_expect(kc_check_matmul_f32(&e.c, DT_BF16, 1, 256, 48));
+    tcu_expect(kc_check_matmul_f32(&e.c, DT_Q8_0, 4, 256, 48));
+    tcu_expect(kc_check_matmul_f32(&e.c, DT_Q4_K, 40, 512, 32));
     for (int a = 0; a < KC_N_ARCHS; a++) tcu_expect(kc_check_arch(&e.c, a));
     tcu_expect(kc_check_arch_typed(&e.c, KC_ARCH_LLAMA, DT_Q8_0));
     tcu_close(&e);

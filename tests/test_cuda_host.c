@@ -810,7 +810,7 @@ Test(cuda_host, quant_dequant8_matches_reference)
     }
 }
 
-/* The integer chunk form of every quantised type (cuda/quant_int.h, what mmvq and mmq decode):
+/* The integer chunk form of every quantised type and MXFP4 (cuda/quant_int.h, what mmvq and mmq decode):
  * each weight rebuilt as (D · s[h]) · q − DM · m[h] from the lane's codes, the sub word and the
  * block scales equals dt_to_f32 bit for bit (both form it with the same f32 operations), on
  * random rows. Every lane's codes are checked, so a byte given to the wrong lane fails. */
@@ -819,7 +819,7 @@ Test(cuda_host, quant_int_chunks_match_reference)
     uint64_t seed = 0x1a7c4, s = seed;
     printf("cuda_host/quant_int_chunks_match_reference seed %#llx\n", (unsigned long long)seed);
     const int types[] = {DT_Q4_0, DT_Q4_1, DT_Q5_0, DT_Q5_1, DT_Q8_0, DT_IQ4_NL,
-                         DT_Q2_K, DT_Q3_K, DT_Q4_K, DT_Q5_K, DT_Q6_K, DT_IQ4_XS};
+                         DT_Q2_K, DT_Q3_K, DT_Q4_K, DT_Q5_K, DT_Q6_K, DT_IQ4_XS, DT_MXFP4};
     enum { N = 512 };
     static uint8_t row[N / 32 * 210];
     float ref[N];
@@ -859,6 +859,11 @@ Test(cuda_host, quant_int_byte_helpers)
         for (int k = 0; k < 4; k++) {
             int c = (int)(codes >> 8 * k & 0xF);
             cr_assert_eq((int8_t)(got >> 8 * k), dt_iq4nl_values[c], "code %d in byte %d", c, k);
+        }
+        uint32_t fp4 = cuda_qi_fp4(codes);
+        for (int k = 0; k < 4; k++) {
+            int c = (int)(codes >> 8 * k & 0xF);
+            cr_assert_eq((int8_t)(fp4 >> 8 * k), dt_mxfp4_values[c], "fp4 code %d in byte %d", c, k);
         }
         uint32_t sixes = codes * 4 | 3 * 0x01010101u; /* 6-bit codes 3..63 */
         uint32_t off = cuda_qi_sub_off(sixes, 32);
@@ -985,9 +990,10 @@ Test(cuda_host, dense_kernels_under_emulation, .timeout = 120)
 
 /* The mixture-of-experts and latent-attention kernels (cuda/moe_kernels.h, mla_kernels.h), the
  * source nvcc compiles, under the CPU emulation of cuda/check (moe_emu --quick): routing against
- * be_moe_route, the whole FFN in F32, Q8_0 and MXFP4 against float64 with unchosen experts
- * unreadable, MXFP4's 8-bit activations bit for bit, MLA's prep and attention over f32 and int8
- * latent planes against float64. */
+ * be_moe_route, the whole FFN in F32, Q8_0, Q4_K, Q6_K and MXFP4 against float64 with unchosen
+ * experts unreadable, the grouped integer matvec of every quantised type and MXFP4 (decode with a
+ * split, prefill-sized groups), MXFP4's 8-bit activations bit for bit, MLA's prep and attention
+ * over f32 and int8 latent planes against float64. */
 Test(cuda_host, moe_mla_kernels_under_emulation, .timeout = 180)
 {
     const char *bin = getenv("KVSERVE_MOE_EMU");
@@ -999,6 +1005,7 @@ Test(cuda_host, moe_mla_kernels_under_emulation, .timeout = 180)
     printf("%s", out);
     cr_assert_eq(st, 0, "emulated kernels failed:\n%s", out);
     cr_assert(strstr(out, "route E 32") && strstr(out, "moe_ffn MXFP4") && strstr(out, "mla attention int8") &&
+                  strstr(out, "grouped mmvq IQ4_XS") && strstr(out, "grouped mmvq MXFP4 E 4 tokens 8 k 4") &&
                   strstr(out, " 0 failed"),
               "%s", out);
     free(out);

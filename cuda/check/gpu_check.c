@@ -25,7 +25,8 @@
  *      launch, sample, wait; device: busy time and the launch-to-launch gap, from events on the
  *      backend's stream); decode of a synthetic Qwen3-MoE-shaped model (16 experts of width 512,
  *      2 used) against its dense qwen3 twin with the same active parameters, and of a deepseek2
- *      (MLA) model;
+ *      (MLA) model; the experts' grouped matvecs alone at 1 and 8 tokens as the chosen experts'
+ *      bytes per second and % of copy (moe_bench.c);
  * and prints a short table last. Exit status: 0 all checks pass, 1 a check failed, 2 no GPU or a
  * setup error.
  *
@@ -194,6 +195,10 @@ static void gc_kernels_bf16(backend *gpu, backend *cpu, int quick)
         gc_report(kc_check_matmul(&c, t, 3, kc_n_in(t, 2051), 77, 1)); /* not whole 16-byte chunks */
         gc_report(kc_check_matmul(&c, t, 77, kc_n_in(t, 2048), 1024, 1));
     }
+    /* f32 outputs (the MoE router): dense, integer matrix-vector and GEMM paths */
+    gc_report(kc_check_matmul_f32(&c, DT_BF16, 1, 2048, 128));
+    gc_report(kc_check_matmul_f32(&c, DT_Q8_0, 4, 2048, 128));
+    gc_report(kc_check_matmul_f32(&c, DT_Q4_K, 40, 2048, 64));
     /* attention with bf16 queries and outputs: both tensor-core kernels, every KV type, sinks,
      * split-K, and the reference kernel */
     const kc_attn_case cases[] = {
@@ -829,6 +834,7 @@ static void gc_bench_overlap(backend *gpu, gc_model *gm, int quick)
 }
 
 #include "cuda/check/quant_bench.c"
+#include "cuda/check/moe_bench.c"
 #include "cuda/check/spec_checks.c"
 
 /* Decode tok/s at batch 1 and 16 of a synthetic model written by mkmodel (0 when it cannot run). */
@@ -1031,6 +1037,7 @@ static void gc_bench(backend *gpu, int quick)
     /* the same model with Q8_0 and Q4_K weights, one sequence, against these bf16 figures */
     gc_bench_quant_models(gpu, copy, tiny_eager, tiny_graphs, quick);
     gc_bench_moe(gpu, quick);
+    gc_bench_moe_experts(gpu, copy, quick);
     gc_model tm;
     if (gc_model_make(&tm, gpu, &gc_tinyllama_shape) == 0) {
         gc_bench_ttft(gpu, &tm.m, quick);

@@ -513,6 +513,60 @@ static kc_result kc_check_matmul(kc_ctx *c, int type, int n_rows, int n_in, int 
     return kc_res(name, err, tol, note);
 }
 
+/* matmul_f32 (the MoE router's logits): the product matmul computes, its output f32 rather than
+ * rounded to the activation type — against float64 within f32 accumulation (F32/F16/BF16
+ * weights, up to 8 rows: the matrix-vector kernels), within 2^-8 of matmul's own bf16 output
+ * (every type), and with some output off the bf16 grid (proof that it was not rounded). */
+static kc_result kc_check_matmul_f32(kc_ctx *c, int type, int n_rows, int n_in, int n_out)
+{
+    char name[48];
+    snprintf(name, sizeof name, "matmul_f32 %s %dx%d->%d", dt_name(type), n_rows, n_in, n_out);
+    if (!c->gpu->ops->matmul_f32) return kc_res(name, INFINITY, 0, "no matmul_f32 op");
+    kc_tensor kt;
+    if (kc_tensor_random(c, &kt, type, n_in, n_out, 0.5f)) return kc_res(name, INFINITY, 0, "host OOM");
+    size_t nx = (size_t)n_rows * n_in, no = (size_t)n_rows * n_out;
+    float *x = malloc(nx * 4), *ref = malloc(no * 4), *wrow = malloc((size_t)n_in * 4), *h32 = malloc(no * 4);
+    kc_fill(c, x, nx, 1.0f);
+    kc_round_act(c->gpu, x, nx);
+    for (int o = 0; o < n_out; o++) {
+        model_tensor_row_f32(&kt.t, o, wrow);
+        for (int r = 0; r < n_rows; r++) {
+            double acc = 0.0;
+            for (int i = 0; i < n_in; i++) acc += (double)x[(size_t)r * n_in + i] * wrow[i];
+            ref[(size_t)r * n_out + o] = (float)acc;
+        }
+    }
+    be_weight wg;
+    double err = INFINITY;
+    const char *note = "upload failed";
+    if (!c->gpu->ops->weight_upload(c->gpu, &kt.t, &wg)) {
+        void *xg = kc_put_act(c->gpu, x, nx), *og = kc_put_act(c->gpu, NULL, no);
+        float *o32 = be_alloc_f32(c->gpu, no);
+        c->gpu->ops->matmul(c->gpu, xg, n_rows, &wg, NULL, og);
+        c->gpu->ops->matmul_f32(c->gpu, xg, n_rows, &wg, NULL, o32);
+        float *hb = kc_get_act(c->gpu, og, no);
+        note = "download failed";
+        if (hb && o32 && !c->gpu->ops->to_host(c->gpu, o32, no, h32)) {
+            int off_grid = 0;
+            double vs_act = 0;
+            for (size_t i = 0; i < no; i++) {
+                off_grid |= dt_bf16_to_f32(dt_f32_to_bf16(h32[i])) != h32[i];
+                vs_act = fmax(vs_act, fabs((double)h32[i] - hb[i]) / (fabs((double)h32[i]) * 0x1p-8 + 1e-30));
+            }
+            err = cuda_q_is_quant(type) ? 0.0 : kc_relerr(h32, ref, no) / 1e-5; /* err/bound */
+            if (!off_grid || vs_act > 1.0) err = INFINITY;
+            note = !off_grid ? "output on the bf16 grid" : vs_act > 1.0 ? "differs from matmul's" : "";
+        }
+        free(hb);
+        c->gpu->ops->free(c->gpu, xg);
+        c->gpu->ops->free(c->gpu, og);
+        if (o32) c->gpu->ops->free(c->gpu, o32);
+        c->gpu->ops->weight_free(c->gpu, &wg);
+    }
+    free(x), free(ref), free(wrow), free(h32), free(kt.mem);
+    return kc_res(name, err, 1.0, note);
+}
+
 /* matmul_multi over quantised matrices of one input width and mixed types (a Q4_K_M layer's
  * Q, K, V: two block sizes, so two quantisations of the shared input), each result against its
  * own kc_check_qmatmul-style bound. */

@@ -6,10 +6,14 @@
  *     token's experts and weights equal to be_moe_route on the host (the CPU backend's routing,
  *     itself checked against llama.cpp's), and the per-expert counts exact;
  *   - the whole FFN (route, group, the grouped matvecs, SiLU or gpt-oss's clamped SwiGLU with
- *     biases, the weighted sum) against a float64 forward of the chosen experts, in F32, Q8_0,
- *     Q4_K and MXFP4 (whose activations pass through llama.cpp's 8-bit blocks), with a
- *     tolerance propagated from the f32 arithmetic of each stage; the experts no token chose are
- *     given NULL matrices, so reading one crashes the check;
+ *     biases, the weighted sum) against a float64 forward of the chosen experts, in F32 and, on
+ *     the integer path (activations through 8-bit blocks), Q8_0, Q4_K, Q6_K and MXFP4 (whose
+ *     blocks are llama.cpp's, with f16 scales), with a tolerance propagated from the f32
+ *     arithmetic of each stage; the experts no token chose are given NULL matrices, so reading
+ *     one crashes the check;
+ *   - the grouped integer matvec of every quantised type and MXFP4 on its own, at decode (split
+ *     over the input dimension, experts without rows holding NaN bytes) and with prefill-sized
+ *     groups (several passes of 8 rows), against float64 over the host's quantisation;
  *   - the 8-bit activation rounding of MXFP4 against cpu/act.c's definition, bit for bit;
  *   - the grouped matvec as MLA's per-head projection (strided rows, a group per head);
  *   - MLA's prep (the latent's RMSNorm, the RoPE parts of key and query) against float64 and
@@ -38,6 +42,7 @@ extern "C" {
 #include "cuda/kv_kernels.h"
 #include "cuda/mla_kernels.h"
 #include "cuda/moe_kernels.h"
+#include "cuda/qact_kernels.h"
 
 thread_local dim3 threadIdx, blockIdx;
 dim3 blockDim, gridDim;
@@ -95,15 +100,33 @@ static double me_gamma(double n)
 /* ---- weights ----------------------------------------------------------------------------- */
 
 /* One matrix [n_out][n_in] of type t: random blocks (every f16 field a moderate scale, MXFP4's
- * E8M0 byte 2^-6 .. 2^-3) or random f32 values, and its decoded values (cuda_q_dequant8, which
- * tests/test_cuda_host.c checks bit for bit against dt_to_f32). */
+ * E8M0 byte 2^-6 .. 2^-3) or random f32 values, its decoded values (cuda_q_dequant8, which
+ * tests/test_cuda_host.c checks bit for bit against dt_to_f32) and, per weight, the magnitude of
+ * the terms the integer path forms it from (|D·s·q| + |DM·m|, cuda/quant_int.h; |w| for f32),
+ * which bounds the rounding of the f32 sums of those terms. */
 struct me_mat {
     int type;
     int64_t n_in, n_out;
     size_t row_bytes;
     std::vector<uint8_t> raw;
-    std::vector<float> dec;
+    std::vector<float> dec, mag;
 };
+
+/* Sets the scale fields of the block at p (type t, weights of about mag). */
+static void me_block_scales(int type, uint8_t *p, float mag)
+{
+    if (type == DT_MXFP4) {
+        p[0] = (uint8_t)(121 + me_next() % 4);
+        return;
+    }
+    int off[2], n16 = dt_f16_fields(type, off), be = cuda_q_block_elems(type);
+    for (int k = 0; k < n16; k++) {
+        float r = 0.5f + (float)(me_next() % 100) / 100.0f;
+        float v = k == 0 ? mag / (be == 32 ? 64 : 256) * r : mag / 512 * (r - 0.5f) * (me_next() & 1 ? 1 : -1);
+        uint16_t h = cuda_f32_to_f16(v);
+        memcpy(p + off[k], &h, 2);
+    }
+}
 
 static me_mat me_make(int type, int64_t n_in, int64_t n_out, float mag)
 {
@@ -119,28 +142,37 @@ static me_mat me_make(int type, int64_t n_in, int64_t n_out, float mag)
         m.row_bytes = (size_t)n_in / be * bb;
         m.raw.resize(m.row_bytes * n_out);
         for (auto &b : m.raw) b = (uint8_t)me_next();
-        size_t nb = m.raw.size() / bb;
-        for (size_t b = 0; b < nb; b++) {
-            uint8_t *p = &m.raw[b * bb];
-            if (type == DT_MXFP4) {
-                p[0] = (uint8_t)(121 + me_next() % 4);
-            } else if (type == DT_Q8_0) {
-                uint16_t h = cuda_f32_to_f16(mag / 64 * (0.5f + (float)(me_next() % 100) / 100.0f));
-                memcpy(p, &h, 2);
-            } else { /* Q4_K: d and dmin */
-                uint16_t d = cuda_f32_to_f16(mag / 256 * (0.5f + (float)(me_next() % 100) / 100.0f));
-                uint16_t dm = cuda_f32_to_f16(mag / 512 * (float)(me_next() % 100) / 100.0f);
-                memcpy(p, &d, 2), memcpy(p + 2, &dm, 2);
-            }
-        }
+        for (size_t b = 0; b < m.raw.size() / bb; b++) me_block_scales(type, &m.raw[b * bb], mag);
     }
     m.dec.resize((size_t)n_in * n_out);
+    m.mag.resize((size_t)n_in * n_out);
     for (int64_t o = 0; o < n_out; o++)
         for (int64_t i = 0; i < n_in; i += 8) {
-            if (type == DT_F32) memcpy(&m.dec[o * n_in + i], (const float *)m.raw.data() + o * n_in + i, 32);
-            else cuda_q_dequant8(type, &m.raw[o * m.row_bytes], i, &m.dec[o * n_in + i]);
+            float *d = &m.dec[o * n_in + i];
+            if (type == DT_F32) memcpy(d, (const float *)m.raw.data() + o * n_in + i, 32);
+            else cuda_q_dequant8(type, &m.raw[o * m.row_bytes], i, d);
+            for (int k = 0; k < 8; k++) m.mag[o * n_in + i + k] = fabsf(d[k]);
+        }
+    if (type == DT_F32) return m;
+    const int qa = cuda_q_act_block(type), bb = cuda_q_block_bytes(type);
+    for (int64_t o = 0; o < n_out; o++)
+        for (int64_t i = 0; i < n_in; i++) {
+            const uint8_t *blk = &m.raw[o * m.row_bytes + (size_t)(i / qa) * bb];
+            int j = (int)(i % qa / 32), h = (int)(i % 32 / 16);
+            uint32_t q[2], sub = cuda_qi_sub(type, blk, j);
+            float D, DM;
+            cuda_qi_ints(type, blk, j, (int)(i % 16 / 4), q);
+            cuda_qi_scales(type, blk, &D, &DM);
+            double code = (int8_t)(q[h] >> 8 * (i % 4));
+            m.mag[o * n_in + i] = (float)(fabs((double)D * cuda_qi_s(sub, h) * code) + fabs((double)DM * cuda_qi_m(sub, h)));
         }
     return m;
+}
+
+/* 1 for the weight types of the integer path (the quantised ones and MXFP4). */
+static int me_is_int(int type)
+{
+    return type != DT_F32;
 }
 
 static void me_gemv(int type, const cuda__moe_proj &p, const float *x, float *out)
@@ -154,9 +186,54 @@ static void me_gemv(int type, const cuda__moe_proj &p, const float *x, float *ou
     }
 }
 
+/* The grouped integer matvec, grid (tiles, expert slots, split) as its launcher in moe.cu. */
+template <int T> static void me_mmvq_t(const cuda__moe_qproj &q, int split)
+{
+    dim3 g;
+    g.x = (unsigned)cuda_div_up(q.n_out, 16), g.y = (unsigned)std::min(q.n_groups, q.n_rows), g.z = (unsigned)split;
+    me_body = [&] { cuda__moe_mmvq_k<T>(q); };
+    emu_run(g, CUDA_MMVQ_WARPS * 32, me_block);
+}
+
+static void me_mmvq(int type, const cuda__moe_qproj &q, int split)
+{
+    if (type == DT_MXFP4) me_mmvq_t<DT_MXFP4>(q, split);
+    else CUDA_Q_DISPATCH(type, me_mmvq_t, q, split);
+}
+
+/* qact on R rows of x [R][n_in] in blocks of qa: xq, xd sized and poisoned here. */
+static void me_qact(const float *x, int R, int64_t n_in, int qa, std::vector<int8_t> &xq, std::vector<float> &xd)
+{
+    xq.assign((size_t)R * n_in, (int8_t)0x5A);
+    xd.assign((size_t)R * (n_in / qa), NAN);
+    unsigned g = (unsigned)cuda_div_up((int64_t)R * cuda_div_up(n_in, 256), CUDA_QACT_THREADS / 32);
+    me_launch(g, 1, CUDA_QACT_THREADS, [&] { cuda__qact_k(x, n_in, R, qa, xq.data(), xd.data()); });
+}
+
 static const char *me_type_name(int t)
 {
-    return t == DT_F32 ? "F32" : t == DT_Q8_0 ? "Q8_0" : t == DT_Q4_K ? "Q4_K" : "MXFP4";
+    static const struct {
+        int t;
+        const char *name;
+    } names[] = {{DT_F32, "F32"},   {DT_Q4_0, "Q4_0"}, {DT_Q4_1, "Q4_1"}, {DT_Q5_0, "Q5_0"},     {DT_Q5_1, "Q5_1"},
+                 {DT_Q8_0, "Q8_0"}, {DT_Q2_K, "Q2_K"}, {DT_Q3_K, "Q3_K"}, {DT_Q4_K, "Q4_K"},     {DT_Q5_K, "Q5_K"},
+                 {DT_Q6_K, "Q6_K"}, {DT_MXFP4, "MXFP4"}, {DT_IQ4_NL, "IQ4_NL"}, {DT_IQ4_XS, "IQ4_XS"}};
+    for (auto &n : names)
+        if (n.t == t) return n.name;
+    return "?";
+}
+
+/* The activations the integer path's product sees: x [n] through 8-bit blocks of qa values
+ * (cuda_qa_quantise, which cpu/act.c's quantisers equal), the scale rounded to f16 for MXFP4
+ * (llama.cpp's q8h blocks), as exact values in out. */
+static void me_qround_ref(const float *x, int64_t n, int qa, int f16_scale, double *out)
+{
+    std::vector<int8_t> q(qa);
+    for (int64_t b = 0; b < n / qa; b++) {
+        float d = cuda_qa_quantise(x + b * qa, qa, q.data());
+        if (f16_scale) d = cuda_f16_to_f32(cuda_f32_to_f16(d));
+        for (int i = 0; i < qa; i++) out[b * qa + i] = (double)q[i] * d;
+    }
 }
 
 /* cpu/act.c's 8-bit activation block with an f16 scale (cpu__quantise_block, then d rounded). */
@@ -218,47 +295,62 @@ static void me_ffn_device(const me_ffn_case &c, const be_moe_rule &r, const floa
                           std::vector<int32_t> &ids, std::vector<float> &w)
 {
     int E = c.E, k = c.k, R = c.n_tok * k;
-    std::vector<int32_t> cnt(E, 0), start(E + 1, -1), fill(E, -1), row(R, -1);
+    std::vector<int32_t> cnt(E, 0), start(2 * E + 2, -1), fill(E, -1), row(R, -1);
     std::vector<float> xg((size_t)R * c.dim, me_poison), g((size_t)R * c.ff, me_poison), u(g), y((size_t)R * c.dim, me_poison);
     ids.assign(R, -1), w.assign(R, me_poison);
     me_launch((unsigned)c.n_tok, 1, 32, [&] { cuda__moe_route_k(r, logits, NULL, ids.data(), w.data(), cnt.data()); });
     me_launch(1, 1, 32, [&] { cuda__moe_scan_k(cnt.data(), E, start.data(), fill.data()); });
     me_launch((unsigned)R, 1, 128,
               [&] { cuda__moe_scatter_k(ids.data(), k, x, c.dim, fill.data(), row.data(), xg.data()); });
-    if (c.type == DT_MXFP4)
-        me_launch(4, 1, 256, [&] { cuda__q8h_k(xg.data(), (int64_t)R * c.dim / 32); });
     cuda__moe_proj p;
     memset(&p, 0, sizeof p);
     p.start = start.data(), p.n_groups = E;
+    std::vector<int8_t> xq;
+    std::vector<float> xd, part;
+    const int qa = me_is_int(c.type) ? cuda_q_act_block(c.type) : 0;
+    std::vector<unsigned> ticket((size_t)E * cuda_div_up(c.dim > c.ff ? c.dim : c.ff, 16), 0u);
     for (int pr = 0; pr < 3; pr++) {
         int64_t n_in = pr < 2 ? c.dim : c.ff, n_out = pr < 2 ? c.ff : c.dim;
-        p.w = wt + (size_t)pr * E, p.b = biased ? bt + (size_t)pr * E : NULL;
-        p.n_in = n_in, p.n_out = n_out, p.x_stride = n_in, p.o_stride = n_out;
-        p.row_bytes = c.type == DT_F32 ? (size_t)n_in * 4
-                                       : (size_t)n_in / cuda_q_block_elems(c.type) * cuda_q_block_bytes(c.type);
-        if (pr == 2) {
-            me_launch(3, 1, 128, [&] {
-                cuda__moe_act_k(g.data(), u.data(), (int64_t)R * c.ff, c.oai, 1.702f, 7.0f);
-            });
-            if (c.type == DT_MXFP4) me_launch(4, 1, 256, [&] { cuda__q8h_k(g.data(), (int64_t)R * c.ff / 32); });
+        float *in = pr == 2 ? g.data() : xg.data(), *o = pr == 0 ? g.data() : pr == 1 ? u.data() : y.data();
+        size_t rb = c.type == DT_F32 ? (size_t)n_in * 4 : (size_t)n_in / qa * cuda_q_block_bytes(c.type);
+        if (pr == 2)
+            me_launch(3, 1, 128, [&] { cuda__moe_act_k(g.data(), u.data(), (int64_t)R * c.ff, c.oai, 1.702f, 7.0f); });
+        if (me_is_int(c.type)) { /* as cuda__moe_qproj_run: quantise (gate and up share it), then mmvq */
+            if (pr != 1) me_qact(in, R, n_in, qa, xq, xd);
+            int split = 1;
+            if (c.n_tok <= CUDA_QGEMV_MAX_ROWS) /* as on a GPU of 132 SMs */
+                split = cuda_mmvq_split(n_out * std::min(E, R), n_in / qa, qa, 132);
+            part.assign((size_t)split * R * n_out, NAN);
+            cuda__moe_qproj q;
+            memset(&q, 0, sizeof q);
+            q.w = wt + (size_t)pr * E, q.b = biased ? bt + (size_t)pr * E : NULL, q.start = start.data();
+            q.n_groups = E, q.n_rows = R, q.n_in = n_in, q.n_out = n_out, q.row_bytes = rb;
+            q.xq = xq.data(), q.xd = xd.data(), q.out = o, q.part = part.data(), q.ticket = ticket.data();
+            me_mmvq(c.type, q, split);
+            continue;
         }
-        me_gemv(c.type, p, pr == 2 ? g.data() : xg.data(), pr == 0 ? g.data() : pr == 1 ? u.data() : y.data());
+        p.w = wt + (size_t)pr * E, p.b = biased ? bt + (size_t)pr * E : NULL;
+        p.n_in = n_in, p.n_out = n_out, p.x_stride = n_in, p.o_stride = n_out, p.row_bytes = rb;
+        me_gemv(c.type, p, in, o);
     }
+    for (unsigned t : ticket) ids[0] = t ? -9 : ids[0]; /* a ticket left set fails the check of ids */
     me_launch((unsigned)c.n_tok, 1, 128, [&] { cuda__moe_combine_k(y.data(), row.data(), w.data(), k, c.dim, out); });
 }
 
 /* A row of a projection in float64, with the bound of the kernel's f32 arithmetic on it: each lane
- * sums n_in / 32 products, then 5 shuffle adds and the bias: γ(n_in / 32 + 7) · (Σ|w·x| + |b|),
- * plus Σ|w|·dx for inputs that are themselves off by dx. */
+ * (or on the integer path each block term) sums at most n_in / 32 terms, then the shuffle or tile
+ * reductions, the split partials and the bias; the integer path's terms are D·Σ s·q·a − DM·Σ m·a
+ * per block, rounded a few times each: γ(n_in / 32 + 18) · (Σ mag·|x| + |b|), plus Σ mag·dx for
+ * inputs that are themselves off by dx. */
 static void me_row(const me_mat &m, int64_t o, const double *x, const double *dx, double b, double *y, double *dy)
 {
     double s = 0, a = 0, e = 0;
     for (int64_t i = 0; i < m.n_in; i++) {
-        double wv = m.dec[o * m.n_in + i];
-        s += wv * x[i], a += fabs(wv * x[i]), e += fabs(wv) * dx[i];
+        double wv = m.dec[o * m.n_in + i], mg = m.mag[o * m.n_in + i];
+        s += wv * x[i], a += mg * fabs(x[i]), e += mg * dx[i];
     }
     *y = s + b;
-    *dy = me_gamma((double)m.n_in / 32 + 7) * (a + fabs(b)) + e + 1e-30;
+    *dy = me_gamma((double)m.n_in / 32 + 18) * (a + fabs(b)) + e + 1e-30;
 }
 
 static void me_ffn(const me_ffn_case &c)
@@ -296,6 +388,7 @@ static void me_ffn(const me_ffn_case &c)
     std::vector<float> w;
     me_ffn_device(c, r, x.data(), logits.data(), wt.data(), bt.data(), c.biases, out.data(), ids, w);
     /* float64: each token's chosen experts in turn, with the bound carried through every stage. */
+    const int qa = me_is_int(c.type) ? cuda_q_act_block(c.type) : 0;
     double worst = 0;
     int ok = 1;
     std::vector<double> xd(c.dim), dx(c.dim), gd(c.ff), dg(c.ff), ud(c.ff), du(c.ff), ad(c.ff), da(c.ff);
@@ -305,9 +398,9 @@ static void me_ffn(const me_ffn_case &c)
         for (int j = 0; j < k; j++) {
             int e = wi[j];
             ok &= ids[(size_t)t * k + j] == e && w[(size_t)t * k + j] == ww[j];
-            std::vector<float> xr(&x[(size_t)t * c.dim], &x[(size_t)(t + 1) * c.dim]);
-            if (c.type == DT_MXFP4) me_q8h_ref(xr.data(), c.dim); /* the same f32 input: rounded alike */
+            const float *xr = &x[(size_t)t * c.dim];
             for (int i = 0; i < c.dim; i++) xd[i] = xr[i], dx[i] = 0;
+            if (qa) me_qround_ref(xr, c.dim, qa, c.type == DT_MXFP4, xd.data()); /* the same input: alike */
             for (int o = 0; o < c.ff; o++) {
                 const float *bg = c.biases ? bias[(size_t)e].data() : NULL, *bu = c.biases ? bias[(size_t)E + e].data() : NULL;
                 me_row(mats[(size_t)e], o, xd.data(), dx.data(), bg ? bg[o] : 0, &gd[o], &dg[o]);
@@ -325,17 +418,18 @@ static void me_ffn(const me_ffn_case &c)
                     da[o] = 1.1 * dg[o] * um + gm * du[o] + 8 * 6e-8 * fabs(ad[o]);
                 }
             }
-            if (c.type == DT_MXFP4) { /* the 8-bit blocks: the device's inputs there are off by da; a
-                                       * code may round the other way (one step d) and d itself moves
-                                       * with the block's max and its f16 rounding */
+            if (qa) { /* the 8-bit blocks: the device's inputs there are off by da; a code may round
+                       * the other way (one step d) and d itself moves with the block's max (and
+                       * MXFP4's with its f16 rounding) */
                 std::vector<float> af(c.ff);
+                std::vector<double> aq(c.ff);
                 for (int o = 0; o < c.ff; o++) af[o] = (float)ad[o];
-                me_q8h_ref(af.data(), c.ff);
-                for (int b = 0; b < c.ff / 32; b++) {
+                me_qround_ref(af.data(), c.ff, qa, c.type == DT_MXFP4, aq.data());
+                for (int b = 0; b < c.ff / qa; b++) {
                     double amax = 0, dmax = 0;
-                    for (int i = b * 32; i < b * 32 + 32; i++) amax = fmax(amax, fabs(ad[i])), dmax = fmax(dmax, da[i]);
-                    for (int i = b * 32; i < b * 32 + 32; i++)
-                        da[i] = da[i] + dmax + (amax + dmax) / 127 * 1.01 + fabs(ad[i]) * 1e-3, ad[i] = af[i];
+                    for (int i = b * qa; i < b * qa + qa; i++) amax = fmax(amax, fabs(ad[i])), dmax = fmax(dmax, da[i]);
+                    for (int i = b * qa; i < b * qa + qa; i++)
+                        da[i] = da[i] + dmax + (amax + dmax) / 127 * 1.01 + fabs(ad[i]) * 1e-3, ad[i] = aq[i];
                 }
             }
             for (int o = 0; o < c.dim; o++) {
@@ -356,6 +450,88 @@ static void me_ffn(const me_ffn_case &c)
     snprintf(what, sizeof what, "moe_ffn %s E %d k %d tokens %d dim %d ff %d%s%s", me_type_name(c.type), E, k, c.n_tok,
              c.dim, c.ff, c.oai ? " swiglu-oai" : "", c.biases ? " biases" : "");
     snprintf(extra, sizeof extra, " (%d experts read, err/bound %.2f)", n_chosen, worst);
+    me_report(what, ok, extra);
+}
+
+/* The grouped integer matvec alone (cuda__moe_mmvq_k after qact), as cuda__moe_qproj_run runs
+ * it: E experts, n_tok tokens each routed to k distinct experts of the first `live`, rows
+ * grouped by expert. Every expert that no token drew holds a matrix of 0xFF bytes (NaN scales,
+ * NaN f32), so reading it into any output would show. Against float64 over the host's own
+ * quantisation of the rows (cuda_qa_quantise; MXFP4's scale rounded to f16 as llama.cpp's q8h
+ * blocks and the CPU backend's MXFP4 path have it), with mmvq's bound: γ(n_in / 32 + 18) times
+ * Σ (|D·s·q| + |DM·m|)·|a·dx| + |b| (quant_emu.cc's); every output written, every ticket left 0. */
+static void me_qgroup(int type, int E, int live, int n_tok, int k, int64_t n_in, int64_t n_out, int split)
+{
+    const int qa = cuda_q_act_block(type), R = n_tok * k;
+    std::vector<std::vector<int>> rows_of(E);
+    std::vector<int> pick(live);
+    for (int t = 0; t < n_tok; t++) {
+        for (int i = 0; i < live; i++) pick[i] = i;
+        for (int j = 0; j < k; j++) {
+            std::swap(pick[j], pick[me_int(j, live - 1)]);
+            rows_of[pick[j]].push_back(t);
+        }
+    }
+    std::vector<int32_t> start(2 * E + 2, 0); /* as cuda__moe_scan_k writes it */
+    std::vector<int> tok;                     /* the token of each grouped row */
+    int most = 0;
+    for (int e = 0; e < E; e++) {
+        start[e] = (int32_t)tok.size();
+        for (int t : rows_of[e]) tok.push_back(t);
+        most = std::max(most, (int)rows_of[e].size());
+        if (!rows_of[e].empty()) start[E + 2 + start[E + 1]++] = e;
+    }
+    start[E] = R;
+    std::vector<float> x((size_t)n_tok * n_in), xg((size_t)R * n_in);
+    for (int t = 0; t < n_tok; t++) {
+        float mag = (float)exp(2 * me_unif());
+        for (int64_t i = 0; i < n_in; i++) x[(size_t)t * n_in + i] = mag * me_unif();
+    }
+    for (int r = 0; r < R; r++) memcpy(&xg[(size_t)r * n_in], &x[(size_t)tok[r] * n_in], (size_t)n_in * 4);
+    std::vector<int8_t> xq;
+    std::vector<float> xd;
+    me_qact(xg.data(), R, n_in, qa, xq, xd);
+    std::vector<me_mat> m(E);
+    std::vector<const void *> wt(E);
+    std::vector<std::vector<float>> bias(E, std::vector<float>(n_out, NAN));
+    std::vector<const float *> bt(E);
+    for (int e = 0; e < E; e++) {
+        if (rows_of[e].empty()) {
+            m[e].raw.assign((size_t)n_in / qa * cuda_q_block_bytes(type) * n_out, 0xFF);
+        } else {
+            m[e] = me_make(type, n_in, n_out, 0.1f);
+            for (auto &v : bias[e]) v = 0.1f * me_unif();
+        }
+        wt[e] = m[e].raw.data(), bt[e] = bias[e].data();
+    }
+    std::vector<float> out((size_t)R * n_out, NAN), part((size_t)split * R * n_out, NAN);
+    std::vector<unsigned> ticket((size_t)E * cuda_div_up(n_out, 16), 0u);
+    cuda__moe_qproj q;
+    memset(&q, 0, sizeof q);
+    q.w = wt.data(), q.b = bt.data(), q.start = start.data(), q.n_groups = E, q.n_rows = R;
+    q.n_in = n_in, q.n_out = n_out, q.row_bytes = (size_t)n_in / qa * cuda_q_block_bytes(type);
+    q.xq = xq.data(), q.xd = xd.data(), q.out = out.data(), q.part = part.data(), q.ticket = ticket.data();
+    me_mmvq(type, q, split);
+    int ok = 1;
+    for (unsigned tk : ticket) ok &= tk == 0;
+    double worst = 0;
+    std::vector<double> a(n_in);
+    for (int e = 0; e < E && ok; e++)
+        for (int r = start[e]; r < start[e + 1]; r++) {
+            me_qround_ref(&xg[(size_t)r * n_in], n_in, qa, type == DT_MXFP4, a.data());
+            for (int64_t o = 0; o < n_out; o++) {
+                double s = bias[e][o], mag = fabs(s);
+                for (int64_t i = 0; i < n_in; i++)
+                    s += (double)m[e].dec[o * n_in + i] * a[i], mag += m[e].mag[o * n_in + i] * fabs(a[i]);
+                double tol = me_gamma((double)n_in / 32 + 18) * mag + 1e-30, d = fabs(out[(size_t)r * n_out + o] - s);
+                worst = fmax(worst, d / tol);
+                ok &= d <= tol;
+            }
+        }
+    char what[112], extra[48];
+    snprintf(what, sizeof what, "grouped mmvq %s E %d tokens %d k %d %lld->%lld split %d", me_type_name(type), E, n_tok,
+             k, (long long)n_in, (long long)n_out, split);
+    snprintf(extra, sizeof extra, " (rows/expert <= %d, err/bound %.2f)", most, worst);
     me_report(what, ok, extra);
 }
 
@@ -599,11 +775,22 @@ int main(int argc, char **argv)
         {DT_F32, 8, 2, 1, 64, 40, 0, 0},    /* decode */
         {DT_Q8_0, 8, 2, 11, 64, 96, 0, 0},  /* prefill: more rows per expert than a pass */
         {DT_MXFP4, 8, 4, 5, 64, 64, 1, 1},  /* gpt-oss: MXFP4, clamped SwiGLU, biases */
+        {DT_MXFP4, 8, 2, 3, 2048, 64, 1, 1}, /* decode: gate and up split over 4 blocks a tile */
+        {DT_Q6_K, 8, 2, 2, 1024, 512, 0, 0},
         {DT_Q4_K, 16, 2, 3, 256, 256, 0, 0}, /* a K-quant */
         {DT_F32, 32, 4, 20, 96, 32, 1, 1},
     };
-    int n_ffn = quick ? 3 : (int)(sizeof ffn / sizeof ffn[0]);
+    int n_ffn = quick ? 5 : (int)(sizeof ffn / sizeof ffn[0]);
     for (int i = 0; i < n_ffn; i++) me_ffn(ffn[i]);
+    /* every type of the integer path: decode (split blocks per tile, some experts empty) and
+     * prefill-sized groups (more than 8 rows of an expert: several passes) */
+    const int qtypes[] = {DT_Q4_0, DT_Q4_1, DT_Q5_0, DT_Q5_1, DT_Q8_0, DT_IQ4_NL, DT_MXFP4,
+                          DT_Q2_K, DT_Q3_K, DT_Q4_K, DT_Q5_K, DT_Q6_K, DT_IQ4_XS};
+    for (int t : qtypes) {
+        me_qgroup(t, 8, 6, 3, 2, 512, 40, 2);
+        me_qgroup(t, 6, 3, 13, 2, 256, 24, 1);
+    }
+    me_qgroup(DT_MXFP4, 4, 4, 8, 4, 2048, 16, 8); /* 8 rows an expert, the deepest split */
     me_mla_prep(3, 5, 16, 8, 64);
     me_mla_attn(KV_F32, 3, 60, 20, 20, 64, 16, 16); /* mixed prefill + decode; a partial head chunk */
     me_mla_attn(KV_I8, 2, 50, 1, 16, 32, 8, 5);     /* int8 decode, odd block */
