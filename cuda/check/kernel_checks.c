@@ -72,7 +72,7 @@ static int kc_is_cuda(const backend *be)
 /* Backend memory holding a copy of host x[n] (or poison when x is NULL). NULL when out of memory. */
 static float *kc_put(backend *be, const float *x, size_t n)
 {
-    float *d = be->ops->alloc(be, n);
+    float *d = be_alloc_f32(be, n); /* n floats whatever the activation type */
     if (!d) return NULL;
     float *tmp = NULL;
     if (!x) {
