@@ -44,6 +44,9 @@
 #include "engine/forward.h"
 #include "engine/sampler.h"
 
+/* Most tokens of catch-up per output token left for a sequence to propose (draft__shadow). */
+#define DRAFT_CATCHUP_PER_LEFT 8
+
 typedef struct draft {
     spec_proposer base; /* first: the interface's pointer is this struct */
     model *m;           /* owned */
@@ -139,6 +142,14 @@ static seq *draft__shadow(draft *d, seq *s, int k)
     while (lcp < lim && sh->tokens[lcp] == s->tokens[lcp]) lcp++;
     draft__cut(d, sh, lcp);
     draft__match(d, sh, s);
+    /* A catch-up far longer than what is left to generate costs more than speculation can save:
+     * each token the draft catches up is a prefill token of the draft, each token left saves at
+     * most a share of a decode step of the target (on a 2-core CPU with a 1/6-size draft the two
+     * break even near 13 catch-up tokens per token left). A sequence that stopped speculating in a
+     * full batch and is among the last few running has its whole history to catch up for a
+     * handful of tokens. */
+    int need = s->n_tokens - sh->n_computed, left = s->max_tokens - seq_n_output(s);
+    if (need > DRAFT_CATCHUP_PER_LEFT * left && need > 2 * d->g.block_size) return NULL;
     int rc = draft__reserve(d, sh, s->n_tokens + k, s->n_tokens + k - 1);
     if (rc == -ENOSPC) { /* start this shadow over rather than fail: its blocks may be enough */
         draft__cut(d, sh, 0);

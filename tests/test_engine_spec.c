@@ -900,3 +900,28 @@ Test(engine_spec, draft_prefix_cache, .timeout = 120)
     unlink(tp);
     unlink(dp);
 }
+
+/* A sequence whose catch-up in the draft is far longer than what it has left to generate does not
+ * propose (the draft would spend more than speculation saves); with enough left it does. */
+Test(engine_spec, draft_skips_long_catch_up_for_few_tokens, .timeout = 60)
+{
+    char tp[1024], dp[1024];
+    ts_pair(tp, dp, sizeof tp, DT_F32, 0);
+    spec_proposer *p = ts_draft_proposer(dp, 1, (size_t)8 << 20);
+    int32_t pr[200];
+    for (int j = 0; j < 200; j++) pr[j] = (int32_t)(3 + j * 11 % 500);
+    int k = 3, got;
+    seq *few = seq_create(pr, 200, 10), *many = seq_create(pr, 200, 40);
+    p->ops->propose(p, &few, &k, 1, &got);
+    cr_assert_eq(got, 0, "200 tokens to catch up for 10 left: no proposal");
+    cr_assert_eq(spec_draft_cached_tokens(p), 0);
+    p->ops->propose(p, &many, &k, 1, &got);
+    cr_assert_eq(got, 3, "200 tokens to catch up for 40 left: a proposal");
+    p->ops->release(p, few);
+    p->ops->release(p, many);
+    seq_destroy(few);
+    seq_destroy(many);
+    p->ops->destroy(p);
+    unlink(tp);
+    unlink(dp);
+}
