@@ -199,6 +199,22 @@ Test(cuda_host, kv_scale)
     cr_assert_eq(cuda_kv_load_scale(le), 1.0f);
 }
 
+/* Runs the emulation program named by environment variable env (make test sets it; the test is
+ * skipped without it) with --quick and `extra` arguments, prints its output and requires it to
+ * succeed. Returns the output (the caller frees it). */
+static char *tch_emu(const char *env, const char *extra)
+{
+    const char *bin = getenv(env);
+    if (!bin || !*bin) cr_skip_test("%s is not set to the emulation binary (make test sets it)", env);
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "'%s' --quick%s", bin, extra);
+    int st = 0;
+    char *out = tu_capture(cmd, &st);
+    printf("%s", out);
+    cr_assert_eq(st, 0, "emulated kernels failed (%s):\n%s", env, out);
+    return out;
+}
+
 /* The attention kernels and the quantising store, the source nvcc compiles, under the CPU
  * emulation of cuda/check (attn_emu --quick: the emulated mma and ldmatrix against their layouts;
  * the reference kernel on f32, int8 and e4m3 arenas, vector and scalar load paths, split-K; the
@@ -207,20 +223,11 @@ Test(cuda_host, kv_scale)
  * of cache/kv.h. */
 Test(cuda_host, kernels_under_emulation, .timeout = 120)
 {
-    const char *bin = getenv("KVSERVE_ATTN_EMU");
-    if (!bin || !*bin) cr_skip_test("KVSERVE_ATTN_EMU is not set to the emulation binary (make test sets it)");
-    char cmd[1024];
-    snprintf(cmd, sizeof cmd, "'%s' --quick", bin);
-    FILE *p = popen(cmd, "r");
-    cr_assert_not_null(p);
-    char line[512], out[16384] = "";
-    while (fgets(line, sizeof line, p)) strncat(out, line, sizeof out - strlen(out) - 1);
-    int st = pclose(p);
-    printf("%s", out);
-    cr_assert_eq(st, 0, "emulated kernels failed:\n%s", out);
+    char *out = tch_emu("KVSERVE_ATTN_EMU", "");
     cr_assert(strstr(out, "int8") && strstr(out, "fp8") && strstr(out, "f32"), "%s", out);
     cr_assert(strstr(out, "attn mma prefill") && strstr(out, "attn mma decode") && strstr(out, "vs their PTX layouts: ok"),
               "the tensor-core kernels ran: %s", out);
+    free(out);
 }
 
 /* The CPU layout per layer and K/V is [n_blocks][n_kv_heads][block_size][head_dim] with every
@@ -931,20 +938,11 @@ Test(cuda_host, mmvq_split)
  * decoding. */
 Test(cuda_host, quant_kernels_under_emulation, .timeout = 120)
 {
-    const char *bin = getenv("KVSERVE_QUANT_EMU");
-    if (!bin || !*bin) cr_skip_test("KVSERVE_QUANT_EMU is not set to the emulation binary (make test sets it)");
-    char cmd[1024];
-    snprintf(cmd, sizeof cmd, "'%s' --quick", bin);
-    FILE *p = popen(cmd, "r");
-    cr_assert_not_null(p);
-    char line[256], out[8192] = "";
-    while (fgets(line, sizeof line, p)) strncat(out, line, sizeof out - strlen(out) - 1);
-    int st = pclose(p);
-    printf("%s", out);
-    cr_assert_eq(st, 0, "emulated kernels failed:\n%s", out);
+    char *out = tch_emu("KVSERVE_QUANT_EMU", "");
     cr_assert(strstr(out, "Q6_K mmvq 8 rows") && strstr(out, "IQ4_XS mmq") && strstr(out, "qact bf16") &&
                   strstr(out, " 0 mismatches"),
               "%s", out);
+    free(out);
 }
 
 /* The kernels of the other op families (cuda/norm_rope_kernels.h, elementwise_kernels.h,
@@ -953,14 +951,7 @@ Test(cuda_host, quant_kernels_under_emulation, .timeout = 120)
  * arithmetic. */
 Test(cuda_host, op_kernels_under_emulation, .timeout = 120)
 {
-    const char *bin = getenv("KVSERVE_OPS_EMU");
-    if (!bin || !*bin) cr_skip_test("KVSERVE_OPS_EMU is not set to the emulation binary (make test sets it)");
-    char cmd[1024];
-    snprintf(cmd, sizeof cmd, "'%s' --quick", bin);
-    int st = 0;
-    char *out = tu_capture(cmd, &st);
-    printf("%s", out);
-    cr_assert_eq(st, 0, "emulated kernels failed:\n%s", out);
+    char *out = tch_emu("KVSERVE_OPS_EMU", "");
     cr_assert(strstr(out, "rmsnorm") && strstr(out, "rope_shift") && strstr(out, "argmax") &&
                   strstr(out, "store_kv") && strstr(out, " 0 failed"),
               "%s", out);
@@ -973,14 +964,7 @@ Test(cuda_host, op_kernels_under_emulation, .timeout = 120)
  * cuda/check (dense_emu --quick), against float64 references with derived tolerances. */
 Test(cuda_host, dense_kernels_under_emulation, .timeout = 120)
 {
-    const char *bin = getenv("KVSERVE_DENSE_EMU");
-    if (!bin || !*bin) cr_skip_test("KVSERVE_DENSE_EMU is not set to the emulation binary (make test sets it)");
-    char cmd[1024];
-    snprintf(cmd, sizeof cmd, "'%s' --quick", bin);
-    int st = 0;
-    char *out = tu_capture(cmd, &st);
-    printf("%s", out);
-    cr_assert_eq(st, 0, "emulated kernels failed:\n%s", out);
+    char *out = tch_emu("KVSERVE_DENSE_EMU", "");
     cr_assert(strstr(out, "gemv W bf16 x bf16 out bf16") && strstr(out, "silu stacked") && strstr(out, "gelu") &&
                   strstr(out, "qkv epilogue kv int8") && strstr(out, "qkv epilogue kv fp8") &&
                   strstr(out, "attention bf16") && strstr(out, " 0 failed"),
@@ -996,14 +980,7 @@ Test(cuda_host, dense_kernels_under_emulation, .timeout = 120)
  * over f32 and int8 latent planes against float64. */
 Test(cuda_host, moe_mla_kernels_under_emulation, .timeout = 180)
 {
-    const char *bin = getenv("KVSERVE_MOE_EMU");
-    if (!bin || !*bin) cr_skip_test("KVSERVE_MOE_EMU is not set to the emulation binary (make test sets it)");
-    char cmd[1024];
-    snprintf(cmd, sizeof cmd, "'%s' --quick", bin);
-    int st = 0;
-    char *out = tu_capture(cmd, &st);
-    printf("%s", out);
-    cr_assert_eq(st, 0, "emulated kernels failed:\n%s", out);
+    char *out = tch_emu("KVSERVE_MOE_EMU", "");
     cr_assert(strstr(out, "route E 32") && strstr(out, "moe_ffn MXFP4") && strstr(out, "mla attention int8") &&
                   strstr(out, "grouped mmvq IQ4_XS") && strstr(out, "grouped mmvq MXFP4 E 4 tokens 8 k 4") &&
                   strstr(out, " 0 failed"),
@@ -1102,17 +1079,12 @@ static int tch_record_logits(const char *path)
  * seeded, random rows and rows stories260K's forward wrote. */
 Test(cuda_host, sampler_kernels_under_emulation, .timeout = 240)
 {
-    const char *bin = getenv("KVSERVE_SAMPLE_EMU");
-    if (!bin || !*bin) cr_skip_test("KVSERVE_SAMPLE_EMU is not set to the emulation binary (make test sets it)");
-    char path[256], cmd[1024];
+    char path[256], extra[300];
     snprintf(path, sizeof path, "/tmp/kvserve-sample-emu-%d.bin", (int)getpid());
     int recorded = tch_record_logits(path) == 0;
-    snprintf(cmd, sizeof cmd, "'%s' --quick%s%s", bin, recorded ? " --logits " : "", recorded ? path : "");
-    int st = 0;
-    char *out = tu_capture(cmd, &st);
-    printf("%s", out);
+    snprintf(extra, sizeof extra, "%s%s", recorded ? " --logits " : "", recorded ? path : "");
+    char *out = tch_emu("KVSERVE_SAMPLE_EMU", extra);
     if (recorded) remove(path);
-    cr_assert_eq(st, 0, "emulated sampler failed:\n%s", out);
     cr_assert(strstr(out, " 0 failed") && strstr(out, "top_p") && strstr(out, "pending"), "%s", out);
     cr_assert(!recorded || strstr(out, "recorded logits"), "%s", out);
     free(out);
