@@ -55,6 +55,19 @@ static void tcu_close(tcu_env *e)
     be_destroy(e->c.cpu);
 }
 
+/* tests/data/stories260K.gguf, loaded (the environment is closed first when it cannot be). */
+static model *tcu_stories(tcu_env *e)
+{
+    char path[4096], err[512];
+    snprintf(path, sizeof path, "%s/stories260K.gguf", tu_data_dir());
+    model *m = NULL;
+    if (model_load(path, &m, err, sizeof err)) {
+        tcu_close(e);
+        cr_assert_fail("model_load %s: %s", path, err);
+    }
+    return m;
+}
+
 static void tcu_expect(kc_result r)
 {
     printf("  %-34s err %.3g (tol %.3g) %s\n", r.name, r.err, r.tol, r.note);
@@ -250,13 +263,7 @@ Test(cuda, generate_matches_cpu, .timeout = 120)
 {
     tcu_env e;
     tcu_open(&e, 1, "generate_matches_cpu");
-    char path[4096], err[512];
-    snprintf(path, sizeof path, "%s/stories260K.gguf", tu_data_dir());
-    model *m = NULL;
-    if (model_load(path, &m, err, sizeof err)) {
-        tcu_close(&e);
-        cr_assert_fail("model_load %s: %s", path, err);
-    }
+    model *m = tcu_stories(&e);
     static int32_t want[TCU_SEQS][TCU_STEPS], got[TCU_SEQS][TCU_STEPS];
     const int kvs[2] = {KV_F32, KV_F16};
     for (int k = 0; k < 2; k++) {
@@ -313,13 +320,7 @@ Test(cuda, bf16_graphs_change_no_token, .timeout = 120)
 {
     tcu_env e;
     tcu_open_act(&e, 2, "bf16_graphs_change_no_token", DT_BF16);
-    char path[4096], err[512];
-    snprintf(path, sizeof path, "%s/stories260K.gguf", tu_data_dir());
-    model *m = NULL;
-    if (model_load(path, &m, err, sizeof err)) {
-        tcu_close(&e);
-        cr_assert_fail("model_load %s: %s", path, err);
-    }
+    model *m = tcu_stories(&e);
     static int32_t eager[TCU_SEQS][TCU_STEPS], graphs[TCU_SEQS][TCU_STEPS];
     cuda_set_graphs(e.c.gpu, 0);
     tcu_generate(m, e.c.gpu, KV_F16, eager);
@@ -344,13 +345,8 @@ Test(cuda, nothing_reads_the_model_after_upload, .timeout = 120)
 {
     tcu_env e;
     tcu_open_act(&e, 3, "nothing_reads_the_model_after_upload", DT_BF16);
-    char path[4096], err[512];
-    snprintf(path, sizeof path, "%s/stories260K.gguf", tu_data_dir());
-    model *m = NULL;
-    if (model_load(path, &m, err, sizeof err)) {
-        tcu_close(&e);
-        cr_assert_fail("model_load %s: %s", path, err);
-    }
+    model *m = tcu_stories(&e);
+    char err[512];
     kv_geom g = kv_geom_make(m->hp.n_layers, m->hp.n_kv_heads, m->hp.head_dim, 16, KV_F16);
     const int32_t n_blocks = 4;
     fwd *f = fwd_create(m, e.c.gpu, &g, &n_blocks, 64, 1, err, sizeof err);
