@@ -9,6 +9,13 @@
 #include "model/model.h"
 #include "model/tokenizer.h"
 
+/* The most sequences that speculate in one step: those --spec-disable-batch lets, of max_seqs. */
+static int eng__spec_seqs(const engine_config *c)
+{
+    int n = c->spec_disable_batch < c->max_seqs ? c->spec_disable_batch : c->max_seqs;
+    return n > 0 ? n : 0;
+}
+
 /* The draft-model proposer: the model loaded and checked against the target's vocabulary, its
  * KV share taken from *budget (in proportion to the two models' bytes per token, and on a GPU
  * its weights too). 0, or -1 with err filled. */
@@ -37,7 +44,7 @@ static int eng__setup_draft(const engine_config *c, backend *be, const kv_geom *
         *budget = *budget > w ? *budget - w : 0;
     }
     size_t share = (size_t)((double)*budget * (double)dbpt / (double)(dbpt + tbpt));
-    int batch = c->spec_disable_batch < c->max_seqs ? c->spec_disable_batch : c->max_seqs;
+    int batch = eng__spec_seqs(c);
     spec_draft_config dc = {m, c->make_backend, be->name, be, c->n_threads, share, batch > 0 ? batch : 1, c->kv_dtype,
                             c->block_size, n_ctx, c->max_batch_tokens, NULL, 0};
     if (c->tok) dc.n_eog = tok_eog_ids(c->tok, &dc.eog);
@@ -77,7 +84,6 @@ int engine_spec_create(const engine_config *c, backend *be, const kv_geom *g, in
         snprintf(err, err_len, "out of memory creating the proposer");
         return -1;
     }
-    int n = c->spec_disable_batch < c->max_seqs ? c->spec_disable_batch : c->max_seqs;
-    return c->spec_k * (n > 0 ? n : 0);
+    return c->spec_k * eng__spec_seqs(c);
 }
 
