@@ -280,6 +280,10 @@ int cuda__op_begin(backend *be, const be_batch *b);
 /* Plans and uploads the attention items for n_heads; max_kv_bound > 0 sizes the split-K
  * partitions for that many keys instead of the batch's actual longest context (graphs). */
 int cuda__attn_plan(cuda_backend *cb, int n_heads, int32_t max_kv_bound);
+/* Grows the attention's split-K scratch to `floats` floats and its split counters to `counters`
+ * (a new counter buffer is zeroed; the kernels leave counters at zero). For the attention plans
+ * and latent attention's split (mla.cu). 0 or a negative errno. */
+int cuda__attn_scratch_reserve(cuda_backend *cb, size_t floats, size_t counters);
 
 /* ---- sampling and token references (sample.cu) --------------------------------------------- */
 

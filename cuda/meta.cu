@@ -95,6 +95,36 @@ int cuda__op_begin(backend *be, const be_batch *b)
 
 /* ---- attention plan ------------------------------------------------------------------------ */
 
+int cuda__attn_scratch_reserve(cuda_backend *cb, size_t floats, size_t counters)
+{
+    size_t cap = cb->attn_scratch_floats * sizeof(float);
+    int rc = cuda__grow(cb, (void **)&cb->attn_scratch, &cap, floats * sizeof(float));
+    if (rc) return rc;
+    cb->attn_scratch_floats = cap / sizeof(float);
+    size_t had = cb->attn_sem_bytes;
+    rc = cuda__grow(cb, (void **)&cb->attn_sem, &cb->attn_sem_bytes, counters * sizeof(int32_t));
+    if (rc) return rc;
+    /* the counters start at zero; the kernels leave them so */
+    if (cb->attn_sem_bytes != had && CB_CHECK(cb, cudaMemsetAsync(cb->attn_sem, 0, cb->attn_sem_bytes, cb->stream)))
+        return -EIO;
+    return 0;
+}
+
+/* Uploads the step's n attention items (planned for n_heads heads) behind its metadata. 0 or
+ * -EIO. */
+static int cuda__attn_items_upload(cuda_backend *cb, const int32_t *items, int32_t n, int n_heads)
+{
+    if (n > 0 && CB_CHECK(cb, cudaMemcpyAsync(cb->meta_dev + cb->meta.total, items,
+                                              (size_t)n * CUDA_ATTN_ITEM_INTS * sizeof(int32_t),
+                                              cudaMemcpyHostToDevice, cb->stream)))
+        return -EIO;
+    if (CB_CHECK(cb, cudaEventRecord(cb->meta_done, cb->stream))) return -EIO;
+    cb->attn_heads = n_heads;
+    cb->model_heads = n_heads;
+    cb->attn_items = n;
+    return 0;
+}
+
 /* The tensor-core plan of the step (cuda_attn_tc_plan) into the items area, its scratch and split
  * counters sized. 0 or a negative errno. */
 static int cuda__attn_plan_tc(cuda_backend *cb, int gsize, int32_t max_kv_bound, int32_t *items, int32_t *n_items)
@@ -102,17 +132,8 @@ static int cuda__attn_plan_tc(cuda_backend *cb, int gsize, int32_t max_kv_bound,
     const cuda_kv_layout *l = &cb->kv;
     cuda_attn_tc *p = &cb->attn_tcp;
     *n_items = cuda_attn_tc_plan(cb->batch, gsize, l->n_kv_heads, l->head_dim, cb->n_sm, max_kv_bound, items, p);
-    size_t need = (p->dec_floats + p->pre_floats) * sizeof(float);
-    size_t cap = cb->attn_scratch_floats * sizeof(float);
-    int rc = cuda__grow(cb, (void **)&cb->attn_scratch, &cap, need);
+    int rc = cuda__attn_scratch_reserve(cb, p->dec_floats + p->pre_floats, (size_t)*n_items * l->n_kv_heads);
     if (rc) return rc;
-    cb->attn_scratch_floats = cap / sizeof(float);
-    size_t sem = (size_t)*n_items * l->n_kv_heads * sizeof(int32_t), had = cb->attn_sem_bytes;
-    rc = cuda__grow(cb, (void **)&cb->attn_sem, &cb->attn_sem_bytes, sem);
-    if (rc) return rc;
-    /* the counters start at zero; the kernels leave them so */
-    if (cb->attn_sem_bytes != had && CB_CHECK(cb, cudaMemsetAsync(cb->attn_sem, 0, cb->attn_sem_bytes, cb->stream)))
-        return -EIO;
     cb->attn_tile_tokens = 0;
     cb->attn_splits = p->dec_splits > p->pre_splits ? p->dec_splits : p->pre_splits;
     cb->attn_part = 0;
@@ -131,16 +152,7 @@ int cuda__attn_plan(cuda_backend *cb, int n_heads, int32_t max_kv_bound)
     if (cb->attn_step_tc) {
         int32_t *items = cb->meta_host + cb->meta.total, n = 0;
         int rc = cuda__attn_plan_tc(cb, gsize, max_kv_bound, items, &n);
-        if (rc) return rc;
-        if (n > 0 && CB_CHECK(cb, cudaMemcpyAsync(cb->meta_dev + cb->meta.total, items,
-                                                  (size_t)n * CUDA_ATTN_ITEM_INTS * sizeof(int32_t),
-                                                  cudaMemcpyHostToDevice, cb->stream)))
-            return -EIO;
-        if (CB_CHECK(cb, cudaEventRecord(cb->meta_done, cb->stream))) return -EIO;
-        cb->attn_heads = n_heads;
-        cb->model_heads = n_heads;
-        cb->attn_items = n;
-        return 0;
+        return rc ? rc : cuda__attn_items_upload(cb, items, n, n_heads);
     }
     int tile = cuda_attn_tile_tokens(gsize);
     int32_t *items = cb->meta_host + cb->meta.total;
@@ -151,22 +163,13 @@ int cuda__attn_plan(cuda_backend *cb, int n_heads, int32_t max_kv_bound)
     int splits = cuda_attn_splits(n, cb->kv.n_kv_heads, max_kv, cb->n_sm, b->n_tokens, n_heads, cb->kv.head_dim,
                                   &part);
     if (splits > 1) {
-        size_t need = (size_t)b->n_tokens * n_heads * splits * (cb->kv.head_dim + 2) * sizeof(float);
-        size_t cap = cb->attn_scratch_floats * sizeof(float);
-        int rc = cuda__grow(cb, (void **)&cb->attn_scratch, &cap, need);
+        int rc = cuda__attn_scratch_reserve(cb, (size_t)b->n_tokens * n_heads * splits * (cb->kv.head_dim + 2), 0);
         if (rc) return rc;
-        cb->attn_scratch_floats = cap / sizeof(float);
     }
     size_t smem = cuda__attn_smem(tile * gsize, cb->kv.head_dim);
     if (smem > cb->smem_optin) return -EINVAL;
-    if (n > 0 && CB_CHECK(cb, cudaMemcpyAsync(cb->meta_dev + cb->meta.total, items,
-                                              (size_t)n * CUDA_ATTN_ITEM_INTS * sizeof(int32_t),
-                                              cudaMemcpyHostToDevice, cb->stream)))
-        return -EIO;
-    if (CB_CHECK(cb, cudaEventRecord(cb->meta_done, cb->stream))) return -EIO;
-    cb->attn_heads = n_heads;
-    cb->model_heads = n_heads;
-    cb->attn_items = n;
+    int rc = cuda__attn_items_upload(cb, items, n, n_heads);
+    if (rc) return rc;
     cb->attn_tile_tokens = tile;
     cb->attn_splits = splits;
     cb->attn_part = part;

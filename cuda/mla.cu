@@ -170,18 +170,9 @@ static int cuda__mla_split(cuda_backend *cb, cuda__mla_attn_args *a)
     int32_t bound = cb->padded ? cb->pad_stride * cb->kv.block_size : cb->meta.max_ctx;
     a->splits = cuda__mla_splits(cb->meta.n_tokens, a->n_heads, bound, cb->n_sm, &a->part_keys);
     if (a->splits == 1) return 0;
-    size_t cap = cb->attn_scratch_floats * sizeof(float);
-    int rc = cuda__grow(cb, (void **)&cb->attn_scratch, &cap,
-                        cuda__mla_part_floats(cb->meta.n_tokens, a->n_heads, a->splits, a->head_dim) * sizeof(float));
+    int rc = cuda__attn_scratch_reserve(cb, cuda__mla_part_floats(cb->meta.n_tokens, a->n_heads, a->splits, a->head_dim),
+                                        (size_t)cb->meta.n_tokens * cuda__mla_chunks(a->n_heads));
     if (rc) return rc;
-    cb->attn_scratch_floats = cap / sizeof(float);
-    size_t had = cb->attn_sem_bytes;
-    rc = cuda__grow(cb, (void **)&cb->attn_sem, &cb->attn_sem_bytes,
-                    (size_t)cb->meta.n_tokens * cuda__mla_chunks(a->n_heads) * sizeof(int32_t));
-    if (rc) return rc;
-    /* the counters start at zero; the kernel leaves them so */
-    if (cb->attn_sem_bytes != had && CB_CHECK(cb, cudaMemsetAsync(cb->attn_sem, 0, cb->attn_sem_bytes, cb->stream)))
-        return -EIO;
     a->part = cb->attn_scratch;
     a->sem = cb->attn_sem;
     return 0;
