@@ -385,6 +385,8 @@ void cuda__op_add(backend *be, float *x, const void *y, int64_t n);
 
 /* ---- mixtures of experts and latent attention (moe.cu, mla.cu) ----------------------------- */
 
+/* A device copy of n host pointers (*dev; free it with cudaFree). 0, -ENOMEM or -EIO. */
+int cuda__ptr_table(cuda_backend *cb, const void *const *h, int n, void **dev);
 int cuda__op_moe_prepare(backend *be, be_moe *m);
 void cuda__op_moe_release(backend *be, be_moe *m);
 void cuda__op_moe_ffn(backend *be, const void *x, int n_rows, const void *logits, const be_moe *m, void *out);

@@ -68,13 +68,7 @@ static int cuda__mla_table(cuda_backend *cb, const be_weight *w, int n, const vo
         h[i] = w[i].data;
         if (w[i].type != *type) rc = -EINVAL;
     }
-    if (!rc && CUDA_CHECK(cudaMalloc((void **)dev, (size_t)n * sizeof(void *)))) {
-        cudaGetLastError();
-        *dev = NULL;
-        rc = -ENOMEM;
-    }
-    if (!rc && CB_CHECK(cb, cudaMemcpy((void *)*dev, h, (size_t)n * sizeof(void *), cudaMemcpyHostToDevice)))
-        rc = -EIO;
+    if (!rc) rc = cuda__ptr_table(cb, h, n, (void **)dev);
     free(h);
     return rc;
 }

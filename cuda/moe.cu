@@ -94,8 +94,7 @@ void cuda__moe_fill_sm80(cuda__kern *k)
 
 /* ---- the ops ------------------------------------------------------------------------------- */
 
-/* A device copy of n host pointers (NULL when n is 0). */
-static int cuda__moe_table(cuda_backend *cb, const void *const *h, int n, void **dev)
+int cuda__ptr_table(cuda_backend *cb, const void *const *h, int n, void **dev)
 {
     *dev = NULL;
     if (CUDA_CHECK(cudaMalloc(dev, (size_t)n * sizeof(void *)))) {
@@ -131,8 +130,8 @@ int cuda__op_moe_prepare(backend *be, be_moe *m)
             biased |= bias[p] != NULL;
         }
     }
-    int rc = cuda__moe_table(cb, hw, 3 * E, (void **)&st->w);
-    if (!rc && biased) rc = cuda__moe_table(cb, hw + 3 * E, 3 * E, (void **)&st->b);
+    int rc = cuda__ptr_table(cb, hw, 3 * E, (void **)&st->w);
+    if (!rc && biased) rc = cuda__ptr_table(cb, hw + 3 * E, 3 * E, (void **)&st->b);
     free(hw);
     m->extra = st;
     if (rc) cuda__op_moe_release(be, m);
